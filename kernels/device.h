@@ -1,0 +1,100 @@
+/* The device contract: what every backend (cpu, cuda, sim) implements.
+ *
+ * A device owns memory (addresses handed out here are *device* addresses:
+ * host memory on cpu and sim, cudaMalloc memory on cuda) and streams. A
+ * stream executes what is submitted to it strictly in order, asynchronously
+ * to the caller; salus gives each lane one stream. Submission functions
+ * (memcpy_*, launch, host_callback) never wait for device work: they enqueue
+ * and return. They may take a short internal lock.
+ *
+ * Errors: every function returns SL_OK or an SL_E* code. Errors raised while
+ * a stream executes (a kernel failing) are *sticky per stream until the next
+ * host callback*: later work on that stream up to the callback is skipped,
+ * and the callback receives the first error. Backend-specific statuses are
+ * translated to SL_E* codes inside the backend; none escape it.
+ *
+ * Threads: a device and its streams may be used from any thread. Host
+ * callbacks run on a backend thread; they may submit more work (to any
+ * stream) but must not call synchronize or stream_destroy. */
+#ifndef SL_DEVICE_H
+#define SL_DEVICE_H
+
+#include "ops.h"
+#include "tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_device sl_device;
+typedef struct sl_stream sl_stream;
+
+/* Called on a backend thread once all work submitted to the stream before it
+ * has finished. status is SL_OK or the first error since the previous
+ * callback on that stream. */
+typedef void (*sl_host_fn)(void *arg, int status);
+
+typedef struct sl_device_ops {
+    const char *name; /* "cpu", "cuda", "sim" */
+    size_t priv_size; /* bytes of backend state allocated after struct sl_device */
+
+    /* Opens device `index` of this backend. arg is the text after "name:" in
+     * the spec minus the index (e.g. "v100" for "sim:v100"; "" if none).
+     * Fills dev->total_bytes and dev->description. dev->priv is zeroed.
+     * Errors: SL_ENODEV (no driver / no such device), SL_EINVAL (bad arg). */
+    int (*open)(sl_device *dev, int index, const char *arg);
+    /* Releases everything; safe on a half-opened device. Streams must be gone. */
+    void (*close)(sl_device *dev);
+
+    /* Allocates `bytes` of device memory, aligned to at least 256 bytes. This
+     * is for large regions (the arena), not per-tensor use.
+     * Errors: SL_EEXHAUSTED. */
+    int (*mem_alloc)(sl_device *dev, size_t bytes, void **out);
+    void (*mem_free)(sl_device *dev, void *ptr);
+
+    /* priority: 0 = normal, > 0 = more urgent (mapped to stream priorities on
+     * cuda; advisory elsewhere). */
+    int (*stream_create)(sl_device *dev, int priority, sl_stream **out);
+    /* Waits for the stream's pending work, then frees it. */
+    void (*stream_destroy)(sl_device *dev, sl_stream *s);
+
+    /* Asynchronous copies. Host buffers must stay valid (and unmodified, for
+     * sources) until a later host callback on the same stream has run. */
+    int (*memcpy_h2d)(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+    int (*memcpy_d2h)(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+    int (*memcpy_d2d)(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+
+    /* Enqueues one op. *call is copied; its tensors must have been validated
+     * by the op registry (sl_op_infer) and point into device memory that stays
+     * allocated until the op has run. Errors at submission: SL_EUNSUPPORTED
+     * (op not implemented by this backend), SL_ENOMEM. */
+    int (*launch)(sl_device *dev, sl_stream *s, const sl_op_call *call);
+
+    /* Enqueues fn(arg, status) to run after all prior work on s. */
+    int (*host_callback)(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
+
+    /* Blocks until all work submitted to s has finished; returns the pending
+     * sticky error (and clears it), or SL_OK. */
+    int (*synchronize)(sl_device *dev, sl_stream *s);
+} sl_device_ops;
+
+struct sl_device {
+    const sl_device_ops *ops;
+    int index;
+    uint64_t total_bytes;  /* memory the device reports */
+    char description[128]; /* e.g. "cpu (2 cores, OpenBLAS)" */
+    void *priv;            /* backend state, ops->priv_size bytes */
+};
+
+/* Opens a device from a spec "cpu", "cuda", "cuda:1", "sim:v100", "sim:v100:0".
+ * On success *out owns the device (release with sl_dev_close).
+ * Errors: SL_EINVAL (unknown backend or malformed spec), SL_ENODEV,
+ * SL_EUNSUPPORTED (backend not built), SL_ENOMEM. */
+int sl_dev_open(const char *spec, sl_device **out);
+/* Closes and frees; NULL is fine. */
+void sl_dev_close(sl_device *dev);
+
+/* Backend tables (sl_dev_open picks by name). cuda's is NULL when not built. */
+extern const sl_device_ops sl_cpu_device_ops;
+extern const sl_device_ops *const sl_cuda_device_ops_ptr;
+
+#endif
