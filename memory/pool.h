@@ -26,7 +26,9 @@ typedef struct sl_mem_pool_stats {
 } sl_mem_pool_stats;
 
 /* Creates a pool over [base, base + size). align must be a power of two
- * (0 = 256). Errors: SL_EINVAL (bad align, base not aligned), SL_ENOMEM.
+ * (0 = 256). size is rounded down to the alignment; a capacity of 0 is a
+ * valid, always-exhausted pool. Errors: SL_EINVAL (bad align, base not
+ * aligned, base + capacity overflows, out NULL), SL_ENOMEM.
  * On success *out is owned by the caller (sl_mem_pool_destroy). */
 int sl_mem_pool_create(uint64_t base, uint64_t size, uint64_t align, sl_mem_pool **out);
 /* Frees the pool's metadata (live allocations are forgotten). NULL is fine. */
@@ -36,11 +38,13 @@ void sl_mem_pool_destroy(sl_mem_pool *p);
  * alignment); ties go to the lowest address. Writes the block's address.
  * Errors: SL_EINVAL (size 0), SL_EEXHAUSTED (no free block fits: capacity
  * or fragmentation — compare stats.free with the size to tell which),
- * SL_ENOMEM (host metadata). */
+ * SL_ENOMEM (host metadata; the pool is unchanged). Never blocks. */
 int sl_mem_pool_alloc(sl_mem_pool *p, uint64_t size, uint64_t *addr);
 
-/* Frees the block that starts at addr. Errors: SL_EINVAL when addr is not
- * the start of an allocated block (double free, wild address). */
+/* Frees the block that starts at addr and merges it with free neighbours.
+ * Never allocates, so it cannot fail for lack of memory. Errors: SL_EINVAL
+ * when addr is not the start of an allocated block (double free, wild
+ * address). */
 int sl_mem_pool_free(sl_mem_pool *p, uint64_t addr);
 
 /* Size of the allocated block at addr (after rounding), or 0 if none. */
@@ -50,7 +54,7 @@ void sl_mem_pool_get_stats(const sl_mem_pool *p, sl_mem_pool_stats *st);
 
 /* Checks every internal invariant (tree order and balance, address list
  * contiguity, no adjacent free blocks, counters). Returns SL_OK or
- * SL_EINTERNAL. For tests; O(n). */
+ * SL_EINTERNAL (SL_EINVAL for a NULL pool). For tests; O(n log n). */
 int sl_mem_pool_check(const sl_mem_pool *p);
 
 #endif

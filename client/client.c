@@ -1,0 +1,345 @@
+/* libsalusclient: connection, sessions, tensors, runs. The graph builder is
+ * in graph.c. Every call is one synchronous request/reply on the client's
+ * REQ socket. */
+#include "client_internal.h"
+
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *salus_strerror(int code)
+{
+    return sl_strerror(code);
+}
+
+void salus_free(void *p)
+{
+    sl_free(p);
+}
+
+const char *salus_default_url(void)
+{
+    static char url[512];
+    const char *env = getenv("SALUS_URL");
+    const char *dir = getenv("XDG_RUNTIME_DIR");
+    if (env && *env)
+        snprintf(url, sizeof url, "%s", env);
+    else if (dir && *dir)
+        snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
+    else
+        snprintf(url, sizeof url, "ipc:///tmp/salus-%u.sock", (unsigned) getuid());
+    return url;
+}
+
+static int from_nng(int rv)
+{
+    switch (rv) {
+    case 0:
+        return SL_OK;
+    case NNG_ENOMEM:
+        return SL_ENOMEM;
+    case NNG_EINVAL:
+    case NNG_EADDRINVAL:
+        return SL_EINVAL;
+    case NNG_ETIMEDOUT:
+        return SL_ETIMEDOUT;
+    default:
+        return SL_ECONN;
+    }
+}
+
+static void set_error(salus_client *c, const char *fmt, const char *arg)
+{
+    snprintf(c->last_error, sizeof c->last_error, fmt, arg);
+}
+
+int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out)
+{
+    nng_msg *msg = NULL;
+    int rc;
+
+    pthread_mutex_lock(&c->lock);
+    req->seq = ++c->seq;
+    size_t len = salus__request__get_packed_size(req);
+    int rv = nng_msg_alloc(&msg, len);
+    if (rv) {
+        rc = from_nng(rv);
+        goto out_unlock;
+    }
+    salus__request__pack(req, nng_msg_body(msg));
+    if ((rv = nng_sendmsg(c->sock, msg, 0)) != 0) {
+        nng_msg_free(msg);
+        set_error(c, "send failed: %s", nng_strerror(rv));
+        rc = from_nng(rv);
+        goto out_unlock;
+    }
+    if ((rv = nng_recvmsg(c->sock, &msg, 0)) != 0) {
+        set_error(c, "no reply: %s", nng_strerror(rv));
+        rc = from_nng(rv);
+        goto out_unlock;
+    }
+    Salus__Reply *rep = salus__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
+    nng_msg_free(msg);
+    if (!rep || rep->seq != req->seq) {
+        set_error(c, "%s", rep ? "reply out of sequence" : "undecodable reply");
+        if (rep)
+            salus__reply__free_unpacked(rep, NULL);
+        rc = SL_EPROTO;
+        goto out_unlock;
+    }
+    rc = (int) rep->code;
+    if (rc != SL_OK) {
+        set_error(c, "%s", rep->message && *rep->message ? rep->message : sl_strerror(rc));
+        salus__reply__free_unpacked(rep, NULL);
+        goto out_unlock;
+    }
+    c->last_error[0] = '\0';
+    *out = rep;
+out_unlock:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply **out)
+{
+    req->session_id = s->id;
+    req->token = s->token;
+    return sl_client_call(s->client, req, out);
+}
+
+int salus_connect(const char *url, salus_client **out)
+{
+    if (!url)
+        url = salus_default_url();
+    salus_client *c = sl_calloc(1, sizeof *c);
+    if (!c)
+        return SL_ENOMEM;
+    pthread_mutex_init(&c->lock, NULL);
+    int rv = nng_req0_open(&c->sock);
+    if (rv) {
+        sl_free(c);
+        return from_nng(rv);
+    }
+    /* A queued or long iteration must never be re-sent: the default 60 s
+     * resend would run it twice. */
+    (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    (void) nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, SL_CLIENT_MAX_MSG);
+    if ((rv = nng_dial(c->sock, url, NULL, 0)) != 0) {
+        snprintf(c->last_error, sizeof c->last_error, "cannot connect to %s: %s", url,
+                 nng_strerror(rv));
+        fprintf(stderr, "salus: %s\n", c->last_error);
+        goto out_close;
+    }
+
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Hello hello = SALUS__HELLO__INIT;
+    hello.protocol_version = SALUS_PROTOCOL_VERSION;
+    hello.client_name = (char *) "libsalusclient";
+    req.body_case = SALUS__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    Salus__Reply *rep;
+    int rc = sl_client_call(c, &req, &rep);
+    if (rc) {
+        fprintf(stderr, "salus: handshake with %s failed: %s\n", url, c->last_error);
+        nng_close(c->sock);
+        pthread_mutex_destroy(&c->lock);
+        sl_free(c);
+        return rc;
+    }
+    if (rep->body_case == SALUS__REPLY__BODY_HELLO && rep->hello->device)
+        snprintf(c->device, sizeof c->device, "%s (policy %s)", rep->hello->device,
+                 rep->hello->policy ? rep->hello->policy : "?");
+    salus__reply__free_unpacked(rep, NULL);
+    *out = c;
+    return SL_OK;
+
+out_close:
+    nng_close(c->sock);
+    pthread_mutex_destroy(&c->lock);
+    sl_free(c);
+    return rv == NNG_ECONNREFUSED || rv == NNG_ENOENT ? SL_ECONN : from_nng(rv);
+}
+
+void salus_disconnect(salus_client *c)
+{
+    if (!c)
+        return;
+    nng_close(c->sock);
+    pthread_mutex_destroy(&c->lock);
+    sl_free(c);
+}
+
+const char *salus_last_error(const salus_client *c)
+{
+    return c ? c->last_error : "";
+}
+
+const char *salus_server_device(const salus_client *c)
+{
+    return c->device;
+}
+
+int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_session **out)
+{
+    salus_session_opts defaults = {0};
+    if (!opts)
+        opts = &defaults;
+    salus_session *s = sl_calloc(1, sizeof *s);
+    if (!s)
+        return SL_ENOMEM;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__OpenSession open = SALUS__OPEN_SESSION__INIT;
+    Salus__SessionHints hints = SALUS__SESSION_HINTS__INIT;
+    hints.name = (char *) (opts->name ? opts->name : "");
+    hints.priority = opts->priority;
+    hints.weight = opts->weight;
+    hints.persistent_bytes = opts->persistent_bytes;
+    hints.ephemeral_bytes = opts->ephemeral_bytes;
+    hints.expected_total_s = opts->expected_total_s;
+    hints.expected_iterations = opts->expected_iterations;
+    hints.wait_for_admission = opts->wait_for_admission != 0;
+    open.hints = &hints;
+    req.body_case = SALUS__REQUEST__BODY_OPEN_SESSION;
+    req.open_session = &open;
+    Salus__Reply *rep;
+    int rc = sl_client_call(c, &req, &rep);
+    if (rc) {
+        sl_free(s);
+        return rc;
+    }
+    if (rep->body_case != SALUS__REPLY__BODY_OPEN_SESSION) {
+        salus__reply__free_unpacked(rep, NULL);
+        sl_free(s);
+        return SL_EPROTO;
+    }
+    s->client = c;
+    s->id = rep->open_session->session_id;
+    s->token = rep->open_session->token;
+    salus__reply__free_unpacked(rep, NULL);
+    *out = s;
+    return SL_OK;
+}
+
+int salus_session_close(salus_session *s)
+{
+    if (!s)
+        return SL_OK;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__CloseSession close = SALUS__CLOSE_SESSION__INIT;
+    req.body_case = SALUS__REQUEST__BODY_CLOSE_SESSION;
+    req.close_session = &close;
+    Salus__Reply *rep;
+    int rc = sl_client_session_call(s, &req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    sl_free(s);
+    return rc;
+}
+
+uint64_t salus_session_id(const salus_session *s)
+{
+    return s->id;
+}
+
+int sl_client_desc(int dtype, int ndim, const int64_t *dims, Salus__TensorDesc *desc,
+                   int64_t *dims_store)
+{
+    if (ndim < 0 || ndim > SALUS_MAX_DIMS || (ndim > 0 && !dims) || dtype < 0 ||
+        dtype >= SL_DTYPE_COUNT)
+        return SL_EINVAL;
+    salus__tensor_desc__init(desc);
+    desc->dtype = (Salus__DType) dtype;
+    desc->n_dims = (size_t) ndim;
+    memcpy(dims_store, dims, (size_t) ndim * sizeof *dims);
+    desc->dims = dims_store;
+    return SL_OK;
+}
+
+int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *dims,
+                        const void *init, uint64_t *id)
+{
+    Salus__TensorDesc desc;
+    int64_t dims_store[SALUS_MAX_DIMS];
+    int rc = sl_client_desc(dtype, ndim, dims, &desc, dims_store);
+    if (rc)
+        return rc;
+    sl_shape shape = {.dtype = (uint8_t) dtype, .ndim = (uint8_t) ndim};
+    memcpy(shape.dims, dims, (size_t) ndim * sizeof *dims);
+    if (!sl_shape_valid(&shape))
+        return SL_EINVAL;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__CreateTensor create = SALUS__CREATE_TENSOR__INIT;
+    create.desc = &desc;
+    if (init) {
+        create.init.data = (uint8_t *) init;
+        create.init.len = sl_shape_bytes(&shape);
+    }
+    req.body_case = SALUS__REQUEST__BODY_CREATE_TENSOR;
+    req.create_tensor = &create;
+    Salus__Reply *rep;
+    if ((rc = sl_client_session_call(s, &req, &rep)) != 0)
+        return rc;
+    if (rep->body_case == SALUS__REPLY__BODY_CREATE_TENSOR)
+        *id = rep->create_tensor->tensor_id;
+    else
+        rc = SL_EPROTO;
+    salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__WriteTensor write = SALUS__WRITE_TENSOR__INIT;
+    write.tensor_id = id;
+    write.data.data = (uint8_t *) data;
+    write.data.len = bytes;
+    req.body_case = SALUS__REQUEST__BODY_WRITE_TENSOR;
+    req.write_tensor = &write;
+    Salus__Reply *rep;
+    int rc = sl_client_session_call(s, &req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__ReadTensor read = SALUS__READ_TENSOR__INIT;
+    read.tensor_id = id;
+    req.body_case = SALUS__REQUEST__BODY_READ_TENSOR;
+    req.read_tensor = &read;
+    Salus__Reply *rep;
+    int rc = sl_client_session_call(s, &req, &rep);
+    if (rc)
+        return rc;
+    if (rep->body_case != SALUS__REPLY__BODY_READ_TENSOR || !rep->read_tensor->tensor) {
+        rc = SL_EPROTO;
+    } else if (rep->read_tensor->tensor->data.len != bytes) {
+        snprintf(s->client->last_error, sizeof s->client->last_error,
+                 "tensor %llu has %zu bytes, buffer has %zu", (unsigned long long) id,
+                 rep->read_tensor->tensor->data.len, bytes);
+        rc = SL_EINVAL;
+    } else {
+        memcpy(buf, rep->read_tensor->tensor->data.data, bytes);
+    }
+    salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int salus_tensor_free(salus_session *s, uint64_t id)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__FreeTensor f = SALUS__FREE_TENSOR__INIT;
+    f.tensor_id = id;
+    req.body_case = SALUS__REQUEST__BODY_FREE_TENSOR;
+    req.free_tensor = &f;
+    Salus__Reply *rep;
+    int rc = sl_client_session_call(s, &req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* Internals of libsalusclient shared by its files. */
+#ifndef SL_CLIENT_INTERNAL_H
+#define SL_CLIENT_INTERNAL_H
+
+#include "salus/salus.h"
+#include "salus.pb-c.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "ops.h"
+#include "tensor.h"
+
+#include <nng/nng.h>
+#include <pthread.h>
+
+/* Largest reply the client accepts (a fetched tensor travels in one). */
+#define SL_CLIENT_MAX_MSG (1ull << 31)
+
+struct salus_client {
+    nng_socket sock;
+    pthread_mutex_t lock; /* serialises request/reply pairs on sock */
+    uint64_t seq;
+    char device[192];
+    char last_error[512];
+};
+
+struct salus_session {
+    salus_client *client;
+    uint64_t id;
+    uint64_t token;
+};
+
+/* Sends req (seq filled in) and waits for its reply. On SL_OK *out is the
+ * decoded reply (free with salus__reply__free_unpacked); otherwise the
+ * server's code, with its message in c->last_error. */
+int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out);
+/* sl_client_call with s's id and token filled in. */
+int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply **out);
+/* Fills a TensorDesc (dims copied to dims_store). SL_EINVAL on bad args. */
+int sl_client_desc(int dtype, int ndim, const int64_t *dims, Salus__TensorDesc *desc,
+                   int64_t *dims_store);
+
+#endif

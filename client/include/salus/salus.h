@@ -1,0 +1,187 @@
+/* salus client API.
+ *
+ * A process talks to one salusd through a salus_client (one NNG REQ socket).
+ * It opens sessions; a session owns persistent tensors (weights, optimizer
+ * state) that stay resident in the server between iterations, and graphs
+ * registered once and then run once per iteration with fresh feeds.
+ *
+ *   salus_client *c;   salus_connect(NULL, &c);           // default URL
+ *   salus_session *s;  salus_session_open(c, &opts, &s);
+ *   salus_tensor_create(s, SALUS_F32, 2, dims, init, &w);
+ *   salus_graph *g = salus_graph_new();  ... build ...
+ *   salus_graph_register(s, g);
+ *   salus_run(s, g, feeds, n_fetch, fetch, out);           // per iteration
+ *   salus_graph_free(g); salus_session_close(s); salus_disconnect(c);
+ *
+ * Errors: every fallible function returns SALUS_OK (0) or a SALUS_E* code.
+ * salus_last_error(c) gives the server's message for the last failure on
+ * that client. Out-parameters are written only on success.
+ *
+ * Threads: one salus_client may be shared by threads; its requests are
+ * serialised. A salus_graph builder is not thread-safe.
+ * Blocking: every call that talks to the server blocks until its reply
+ * (salus_run waits for the iteration, including time queued behind others). */
+#ifndef SALUS_H
+#define SALUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SALUS_PROTOCOL_VERSION 1
+
+/* Status codes (same numbers as the wire protocol's enum Code). */
+enum salus_code {
+    SALUS_OK = 0,
+    SALUS_EINVAL = 1,        /* invalid argument or malformed request */
+    SALUS_ENOMEM = 2,        /* host memory exhausted */
+    SALUS_EEXHAUSTED = 3,    /* device memory quota or capacity exhausted */
+    SALUS_ENOTFOUND = 4,     /* unknown session, tensor or graph */
+    SALUS_EPERM = 5,         /* wrong token / not the owner */
+    SALUS_EPROTO = 6,        /* protocol error or version mismatch */
+    SALUS_EDEVICE = 7,       /* the device failed the request */
+    SALUS_ENODEV = 8,        /* the server has no usable device */
+    SALUS_ESHUTDOWN = 9,     /* the server is draining */
+    SALUS_EUNSUPPORTED = 10, /* not supported by this server or backend */
+    SALUS_ETIMEDOUT = 11,    /* no reply in time */
+    SALUS_ECONN = 12,        /* cannot reach the server / connection lost */
+    SALUS_EINTERNAL = 13,    /* a bug in salus */
+    SALUS_ESESSIONLOST = 14, /* the session is gone (server restarted) */
+    SALUS_EDEVICERESET = 15, /* device reset: re-upload persistent state */
+    SALUS_EBUSY = 16,        /* resource in use (e.g. tensor used by a graph) */
+};
+
+enum salus_dtype { SALUS_F32 = 0, SALUS_I32 = 1 };
+
+#define SALUS_MAX_DIMS 6
+
+/* Static text for a code (never NULL). */
+const char *salus_strerror(int code);
+
+typedef struct salus_client salus_client;
+typedef struct salus_session salus_session;
+typedef struct salus_graph salus_graph;
+
+/* The URL salusd listens on by default: ipc://$XDG_RUNTIME_DIR/salus.sock,
+ * or ipc:///tmp/salus-$UID.sock when XDG_RUNTIME_DIR is unset. The env var
+ * SALUS_URL overrides it. Returns a static buffer. */
+const char *salus_default_url(void);
+
+/* Connects to the server at url (NULL = salus_default_url()) and checks the
+ * protocol version. On success *out is owned by the caller.
+ * Errors: SALUS_ECONN (nobody listening), SALUS_EPROTO (version mismatch),
+ * SALUS_EINVAL (bad URL), SALUS_ENOMEM. */
+int salus_connect(const char *url, salus_client **out);
+
+/* Closes the connection. Sessions still open are closed by the server when it
+ * sees the connection go; their salus_session handles must still be passed to
+ * salus_session_close (which then only frees them). NULL is fine. */
+void salus_disconnect(salus_client *c);
+
+/* The server's message for the last failed call on c ("" if none). Valid until
+ * the next call on c. */
+const char *salus_last_error(const salus_client *c);
+
+/* A description of the server's device and policy, from the handshake. */
+const char *salus_server_device(const salus_client *c);
+
+typedef struct salus_session_opts {
+    const char *name;             /* shown in status; NULL = "" */
+    int priority;                 /* larger = more important */
+    double weight;                /* fair-share weight; 0 = 1 */
+    uint64_t persistent_bytes;    /* persistent quota; 0 = no quota */
+    uint64_t ephemeral_bytes;     /* expected per-iteration peak; 0 = unknown */
+    double expected_total_s;      /* declared device time; 0 = unknown */
+    uint64_t expected_iterations; /* declared iterations; 0 = unknown */
+    int wait_for_admission;       /* nonzero: wait until it fits */
+} salus_session_opts;
+
+/* Opens a session (opts may be NULL for defaults). *out is owned by the caller
+ * and must be passed to salus_session_close.
+ * Errors: SALUS_EEXHAUSTED (does not fit and not waiting), SALUS_ESHUTDOWN,
+ * SALUS_ECONN, SALUS_ENOMEM. */
+int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_session **out);
+
+/* Closes the session on the server (freeing every tensor and graph of it) and
+ * frees s, whatever the result. Returns the server's answer. NULL is fine. */
+int salus_session_close(salus_session *s);
+
+/* The server-side id of the session. */
+uint64_t salus_session_id(const salus_session *s);
+
+/* Creates a persistent tensor of the given shape. init: NULL = zeros, else
+ * exactly elems * 4 bytes. Writes its id to *id.
+ * Errors: SALUS_EINVAL (bad shape), SALUS_EEXHAUSTED (quota or capacity). */
+int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *dims,
+                        const void *init, uint64_t *id);
+/* Overwrites a tensor; bytes must equal its size. */
+int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes);
+/* Reads a tensor into buf; bytes must equal its size. */
+int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes);
+/* Frees a tensor. Errors: SALUS_EBUSY while a registered graph uses it. */
+int salus_tensor_free(salus_session *s, uint64_t id);
+
+/* ---- graph builder ------------------------------------------------------
+ * A graph is built on the client and validated as it is built (shapes are
+ * inferred with the same op registry the server uses), then registered with
+ * one session. Values are identified by salus_value handles. Builder calls
+ * that fail return SALUS_NO_VALUE and record the reason (salus_graph_error);
+ * later calls on a failed builder also fail, so a whole graph can be built
+ * and checked once at the end. */
+typedef uint32_t salus_value;
+#define SALUS_NO_VALUE UINT32_MAX
+
+/* A new, empty builder (NULL on out of memory). */
+salus_graph *salus_graph_new(void);
+/* Frees the builder. If registered, the server-side graph is freed too (best
+ * effort; it also goes when its session closes). NULL is fine. */
+void salus_graph_free(salus_graph *g);
+/* The first builder error, or NULL when there is none. */
+const char *salus_graph_error(const salus_graph *g);
+
+/* An input fed at every run. */
+salus_value salus_graph_input(salus_graph *g, int dtype, int ndim, const int64_t *dims);
+/* A persistent tensor of the session the graph will be registered with;
+ * dtype/ndim/dims must be the tensor's (checked by the server). */
+salus_value salus_graph_param(salus_graph *g, uint64_t tensor_id, int dtype, int ndim,
+                              const int64_t *dims);
+/* Adds an op; returns its first output (outputs are consecutive handles). Ops
+ * without outputs (sgd_update) return the handle of their first input.
+ * Attribute arrays may be NULL when their count is 0. */
+salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
+                           const salus_value *inputs, unsigned n_iattrs, const int64_t *iattrs,
+                           unsigned n_fattrs, const float *fattrs);
+
+/* Shape of a value: writes dtype, ndim and up to SALUS_MAX_DIMS dims.
+ * Errors: SALUS_EINVAL (no such value). */
+int salus_graph_shape(const salus_graph *g, salus_value v, int *dtype, int *ndim, int64_t *dims);
+/* Bytes of a value's tensor (0 for no such value). */
+size_t salus_graph_bytes(const salus_graph *g, salus_value v);
+
+/* Registers the graph with s (at most once per builder). The server validates
+ * and plans it; planned_peak (may be NULL) receives the ephemeral bytes one
+ * iteration needs. Errors: SALUS_EINVAL (invalid graph; a builder error),
+ * SALUS_EEXHAUSTED (the plan does not fit). */
+int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_peak);
+
+/* Runs one iteration of a registered graph: feeds[i] holds the bytes of the
+ * i-th input (in the order salus_graph_input was called; exact sizes), and
+ * the values fetch[0..n_fetch) are copied into out[j] (each
+ * salus_graph_bytes(g, fetch[j]) bytes). Blocks until the iteration is done.
+ * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_ESHUTDOWN. */
+int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds,
+              unsigned n_fetch, const salus_value *fetch, void *const *out);
+
+/* Fetches the server status as human-readable text (what `salusctl status`
+ * prints). *text is owned by the caller: release with salus_free. */
+int salus_status_text(salus_client *c, char **text);
+void salus_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,91 @@
+/* salus_status_text: the server's status reply rendered for people. */
+#include "client_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} text;
+
+__attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = t->cap - t->len;
+        int n = t->buf ? vsnprintf(t->buf + t->len, room, fmt, ap) : -1;
+        va_end(ap);
+        if (n >= 0 && (size_t) n < room) {
+            t->len += (size_t) n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 1024;
+        char *b = sl_reallocarray(t->buf, cap, 1);
+        if (!b) {
+            t->failed = 1;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+}
+
+static const char *mib(uint64_t bytes, char *buf)
+{
+    snprintf(buf, 32, "%.1f MiB", (double) bytes / (1 << 20));
+    return buf;
+}
+
+int salus_status_text(salus_client *c, char **out)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Status st = SALUS__STATUS__INIT;
+    req.body_case = SALUS__REQUEST__BODY_STATUS;
+    req.status = &st;
+    Salus__Reply *rep;
+    int rc = sl_client_call(c, &req, &rep);
+    if (rc)
+        return rc;
+    if (rep->body_case != SALUS__REPLY__BODY_STATUS) {
+        salus__reply__free_unpacked(rep, NULL);
+        return SL_EPROTO;
+    }
+    const Salus__StatusReply *s = rep->status;
+    text t = {0};
+    char a[32], b[32], d[32];
+    put(&t, "salusd %s  device: %s  policy: %s  up %.1f s\n", s->server_version, s->device,
+        s->policy, (double) s->uptime_ns / 1e9);
+    put(&t, "requests %llu  errors %llu  iterations %llu\n",
+        (unsigned long long) s->requests_total, (unsigned long long) s->errors_total,
+        (unsigned long long) s->iterations_total);
+    if (s->memory) {
+        const Salus__MemoryStatus *m = s->memory;
+        put(&t, "memory: capacity %s  persistent %s of %s", mib(m->capacity, a),
+            mib(m->persistent_used, b), mib(m->persistent_capacity, d));
+        put(&t, "  lanes %s  framework %s", mib(m->ephemeral_lanes, a), mib(m->framework, b));
+        put(&t, "  largest free %s in %llu blocks\n", mib(m->largest_free, a),
+            (unsigned long long) m->free_blocks);
+    }
+    put(&t, "%zu session%s\n", s->n_sessions, s->n_sessions == 1 ? "" : "s");
+    if (s->n_sessions)
+        put(&t, "  %6s %-16s %4s %4s %6s %12s %12s %10s %10s %6s\n", "id", "name", "lane", "prio",
+            "weight", "persistent", "eph. peak", "iters", "device s", "queued");
+    for (size_t i = 0; i < s->n_sessions; i++) {
+        const Salus__SessionStatus *x = s->sessions[i];
+        put(&t, "  %6llu %-16.16s %4u %4d %6.2f %12s %12s %10llu %10.3f %6u\n",
+            (unsigned long long) x->id, x->name, x->lane, x->priority, x->weight,
+            mib(x->persistent_bytes, a), mib(x->ephemeral_peak, b),
+            (unsigned long long) x->iterations, (double) x->attained_ns / 1e9, x->queued);
+    }
+    salus__reply__free_unpacked(rep, NULL);
+    if (t.failed) {
+        sl_free(t.buf);
+        return SL_ENOMEM;
+    }
+    *out = t.buf;
+    return SL_OK;
+}

@@ -1,0 +1,176 @@
+/* Graph registration: every op validated by the registry, every value's
+ * shape inferred, ephemeral values planned into one block. After this,
+ * nothing a client sends at run time can make a kernel touch memory outside
+ * the session's own tensors and the iteration's block. */
+#include "server.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_OPS (1u << 20)
+#define MAX_VALUES (1u << 22)
+
+void sl_graph_free(sl_graph *g)
+{
+    if (!g)
+        return;
+    for (uint32_t v = 0; v < g->n_values; v++) {
+        if (g->values[v].kind == SL_VALUE_PARAM && g->values[v].tensor)
+            g->values[v].tensor->graph_refs--;
+    }
+    sl_free(g->values);
+    sl_free(g->ops);
+    sl_free(g);
+}
+
+/* Plans the ephemeral values (inputs and op outputs). */
+static int plan(sl_graph *g)
+{
+    sl_plan_buf *bufs = sl_calloc(g->n_values, sizeof *bufs);
+    uint64_t *offsets = sl_calloc(g->n_values, sizeof *offsets);
+    int rc = SL_ENOMEM;
+    if (!bufs || !offsets)
+        goto out_free;
+    /* an input is written by the feed copies at step 0; op k runs at step
+     * k + 1; a value lives from its writing step to its last use */
+    uint32_t step = 0;
+    for (uint32_t v = 0; v < g->n_values; v++) {
+        const sl_value *val = &g->values[v];
+        if (val->kind == SL_VALUE_PARAM)
+            continue;
+        bufs[v].size = sl_shape_bytes(&val->shape);
+        bufs[v].last = val->last_step;
+    }
+    for (uint32_t k = 0; k < g->n_ops; k++) {
+        step = k + 1;
+        for (unsigned o = 0; o < g->ops[k].n_out; o++)
+            bufs[g->ops[k].out[o]].first = step;
+    }
+    rc = sl_mem_plan(bufs, g->n_values, 0, offsets, &g->plan);
+    if (rc == SL_OK) {
+        for (uint32_t v = 0; v < g->n_values; v++)
+            g->values[v].addr = offsets[v];
+    }
+out_free:
+    sl_free(bufs);
+    sl_free(offsets);
+    return rc;
+}
+
+#define FAIL(code, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        rc = (code);                                                                               \
+        goto out_free;                                                                             \
+    } while (0)
+
+int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *err,
+                   size_t errlen)
+{
+    int rc = SL_ENOMEM;
+    uint64_t n_values = (uint64_t) m->n_inputs + m->n_params;
+    if (m->n_ops > MAX_OPS || n_values > MAX_VALUES) {
+        snprintf(err, errlen, "graph too large: %zu ops, %llu inputs and params (limits %u, %u)",
+                 m->n_ops, (unsigned long long) n_values, MAX_OPS, MAX_VALUES);
+        return SL_EINVAL;
+    }
+    /* resolve op types first: their output counts size the value table */
+    for (size_t k = 0; k < m->n_ops; k++) {
+        unsigned id;
+        if (!m->ops[k]->type || sl_op_lookup(m->ops[k]->type, &id) != SL_OK) {
+            snprintf(err, errlen, "op %zu: unknown op type '%s'", k,
+                     m->ops[k]->type ? m->ops[k]->type : "");
+            return SL_EINVAL;
+        }
+        n_values += sl_op_get(id)->n_out;
+    }
+    if (n_values > MAX_VALUES) {
+        snprintf(err, errlen, "graph too large: %llu values (limit %u)",
+                 (unsigned long long) n_values, MAX_VALUES);
+        return SL_EINVAL;
+    }
+    sl_graph *g = sl_calloc(1, sizeof *g);
+    if (!g)
+        return SL_ENOMEM;
+    g->values = sl_calloc(n_values, sizeof *g->values);
+    g->ops = sl_calloc(m->n_ops, sizeof *g->ops);
+    if (!g->values || (m->n_ops && !g->ops))
+        goto out_free;
+
+    uint32_t nv = 0;
+    for (size_t i = 0; i < m->n_inputs; i++, nv++) {
+        const Salus__TensorDesc *d = m->inputs[i];
+        sl_shape *sh = &g->values[nv].shape;
+        if (!d || d->n_dims > SL_MAX_DIMS || (unsigned) d->dtype >= SL_DTYPE_COUNT)
+            FAIL(SL_EINVAL, "input %zu: invalid tensor description", i);
+        *sh = (sl_shape){.dtype = (uint8_t) d->dtype, .ndim = (uint8_t) d->n_dims};
+        memcpy(sh->dims, d->dims, d->n_dims * sizeof *d->dims);
+        if (!sl_shape_valid(sh))
+            FAIL(SL_EINVAL, "input %zu: invalid shape", i);
+        g->values[nv].kind = SL_VALUE_INPUT;
+    }
+    g->n_inputs = (uint32_t) m->n_inputs;
+    for (size_t i = 0; i < m->n_params; i++, nv++) {
+        sl_tensor *t = sl_map_get(&s->tensors, m->params[i]);
+        if (!t)
+            FAIL(SL_ENOTFOUND, "param %zu: session %llu has no tensor %llu", i,
+                 (unsigned long long) s->id, (unsigned long long) m->params[i]);
+        g->values[nv] = (sl_value){.shape = t->shape, .kind = SL_VALUE_PARAM, .tensor = t};
+        t->graph_refs++;
+    }
+    g->n_params = (uint32_t) m->n_params;
+    g->n_values = nv;
+
+    for (uint32_t k = 0; k < m->n_ops; k++) {
+        const Salus__Op *mo = m->ops[k];
+        sl_graph_op *op = &g->ops[k];
+        unsigned id;
+        (void) sl_op_lookup(mo->type, &id);
+        const sl_op_def *def = sl_op_get(id);
+        if (mo->n_inputs > SL_OP_MAX_IN || mo->n_iattrs > SL_OP_MAX_IATTRS ||
+            mo->n_fattrs > SL_OP_MAX_FATTRS)
+            FAIL(SL_EINVAL, "op %u (%s): too many inputs or attributes", k, def->name);
+        sl_shape in[SL_OP_MAX_IN], outs[SL_OP_MAX_OUT];
+        for (size_t i = 0; i < mo->n_inputs; i++) {
+            if (mo->inputs[i] >= nv)
+                FAIL(SL_EINVAL, "op %u (%s): input %zu refers to value %u, not defined before it",
+                     k, def->name, i, mo->inputs[i]);
+            op->in[i] = mo->inputs[i];
+            in[i] = g->values[op->in[i]].shape;
+        }
+        for (size_t i = 0; i < mo->n_iattrs; i++)
+            op->attrs.i[i] = mo->iattrs[i];
+        for (size_t i = 0; i < mo->n_fattrs; i++)
+            op->attrs.f[i] = mo->fattrs[i];
+        char why[160];
+        if (sl_op_infer(id, &op->attrs, in, (unsigned) mo->n_inputs, outs, why, sizeof why))
+            FAIL(SL_EINVAL, "op %u (%s): %s", k, def->name, why);
+        op->op = (uint16_t) id;
+        op->n_in = (uint8_t) mo->n_inputs;
+        op->n_out = def->n_out;
+        for (unsigned i = 0; i < op->n_in; i++)
+            g->values[op->in[i]].last_step = k + 1;
+        for (unsigned o = 0; o < def->n_out; o++, nv++) {
+            op->out[o] = nv;
+            g->values[nv] = (sl_value){.shape = outs[o], .kind = SL_VALUE_OUTPUT,
+                                       .last_step = k + 1};
+        }
+        sl_op_cost cost = {0};
+        def->cost(&op->attrs, in, outs, &cost);
+        g->flops += cost.flops;
+        g->n_values = nv;
+    }
+    g->n_ops = (uint32_t) m->n_ops;
+    if ((rc = plan(g)) != SL_OK)
+        FAIL(rc, "cannot plan the graph's memory: %s", sl_strerror(rc));
+    *out = g;
+    return SL_OK;
+
+out_free:
+    if (rc == SL_ENOMEM)
+        snprintf(err, errlen, "out of host memory");
+    sl_graph_free(g);
+    return rc;
+}

@@ -1,0 +1,313 @@
+/* salusd: flags, start-up in steps that unwind on failure, and a main thread
+ * that only waits for SIGTERM/SIGINT to drain and exit. */
+#include "server.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: salusd [OPTIONS]\n"
+            "\n"
+            "Consolidated GPU execution server: jobs linking libsalusclient submit work one\n"
+            "iteration at a time; salusd keeps their state resident and schedules them.\n"
+            "\n"
+            "  -l, --listen URL        listen on URL (repeatable): ipc:///path, tcp://host:port,\n"
+            "                          tls+tcp://... (default: ipc://$XDG_RUNTIME_DIR/salus.sock,\n"
+            "                          or ipc:///tmp/salus-$UID.sock)\n"
+            "  -d, --device SPEC       cpu | cuda[:N] | sim:PROFILE[:N] (default: cpu)\n"
+            "  -m, --memory-limit SIZE device memory salus may use, e.g. 2G, 512M (default:\n"
+            "                          what the device reports, minus 5%%)\n"
+            "      --lane-size SIZE    ephemeral lane size (default: a quarter of the memory)\n"
+            "  -p, --policy NAME       iteration scheduling policy: %s (default: fair)\n"
+            "      --strict            the Salus paper's non-work-conserving fifo/srtf\n"
+            "      --contexts N        requests in flight at once (default: 256)\n"
+            "      --max-message SIZE  largest request accepted (default: 1G)\n"
+            "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600)\n"
+            "      --log-level LEVEL   error | warn | info | debug (default: info)\n"
+            "  -h, --help              this text\n"
+            "  -V, --version           print the version\n"
+            "\n"
+            "SIGTERM or SIGINT drains: running iterations finish, queued ones fail with\n"
+            "SHUTTING_DOWN, then salusd exits 0.\n",
+            sl_sched_policy_names());
+}
+
+/* Parses "123", "64K", "512M", "2G" (binary units). */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return SL_EINVAL;
+    uint64_t mult = 1;
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k': case 'K':
+        mult = 1ull << 10;
+        break;
+    case 'm': case 'M':
+        mult = 1ull << 20;
+        break;
+    case 'g': case 'G':
+        mult = 1ull << 30;
+        break;
+    case 't': case 'T':
+        mult = 1ull << 40;
+        break;
+    default:
+        return SL_EINVAL;
+    }
+    if (*end && end[1] && !((end[1] == 'i' || end[1] == 'B') && (!end[2] || end[2] == 'B')))
+        return SL_EINVAL;
+    return sl_mul_ok(v, mult, out) ? SL_OK : SL_EINVAL;
+}
+
+static int parse_args(int argc, char **argv, sl_config *cfg, const char **default_url)
+{
+    enum { OPT_LANE = 256, OPT_STRICT, OPT_CONTEXTS, OPT_MAXMSG, OPT_IPCMODE, OPT_LOG };
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"device", required_argument, NULL, 'd'},
+        {"memory-limit", required_argument, NULL, 'm'},
+        {"lane-size", required_argument, NULL, OPT_LANE},
+        {"policy", required_argument, NULL, 'p'},
+        {"strict", no_argument, NULL, OPT_STRICT},
+        {"contexts", required_argument, NULL, OPT_CONTEXTS},
+        {"max-message", required_argument, NULL, OPT_MAXMSG},
+        {"ipc-mode", required_argument, NULL, OPT_IPCMODE},
+        {"log-level", required_argument, NULL, OPT_LOG},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {0},
+    };
+    int c;
+    char *end;
+    while ((c = getopt_long(argc, argv, "l:d:m:p:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            if (cfg->n_listen == SL_MAX_LISTEN) {
+                fprintf(stderr, "salusd: at most %d --listen URLs\n", SL_MAX_LISTEN);
+                return 2;
+            }
+            cfg->listen[cfg->n_listen++] = optarg;
+            break;
+        case 'd':
+            cfg->device = optarg;
+            break;
+        case 'm':
+            if (parse_size(optarg, &cfg->memory_limit) || !cfg->memory_limit) {
+                fprintf(stderr, "salusd: bad --memory-limit '%s' (e.g. 2G, 512M)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_LANE:
+            if (parse_size(optarg, &cfg->lane_bytes) || !cfg->lane_bytes) {
+                fprintf(stderr, "salusd: bad --lane-size '%s' (e.g. 256M)\n", optarg);
+                return 2;
+            }
+            break;
+        case 'p':
+            cfg->policy = optarg;
+            break;
+        case OPT_STRICT:
+            cfg->strict = true;
+            break;
+        case OPT_CONTEXTS:
+            cfg->contexts = (int) strtol(optarg, &end, 10);
+            if (*end || cfg->contexts < 1 || cfg->contexts > 65536) {
+                fprintf(stderr, "salusd: --contexts takes 1..65536\n");
+                return 2;
+            }
+            break;
+        case OPT_MAXMSG:
+            if (parse_size(optarg, &cfg->max_message) || cfg->max_message < 1024) {
+                fprintf(stderr, "salusd: bad --max-message '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_IPCMODE:
+            cfg->ipc_mode = (int) strtol(optarg, &end, 8);
+            if (*end || cfg->ipc_mode < 0 || cfg->ipc_mode > 0777) {
+                fprintf(stderr, "salusd: --ipc-mode takes an octal mode like 0600\n");
+                return 2;
+            }
+            break;
+        case OPT_LOG:
+            if (sl_log_set_level(optarg)) {
+                fprintf(stderr, "salusd: --log-level takes error, warn, info or debug\n");
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("salusd %s (protocol %d)\n", SL_SERVER_VERSION, SL_PROTOCOL_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "salusd: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!cfg->n_listen)
+        cfg->listen[cfg->n_listen++] = default_url[0];
+    if (!sl_sched_policy_find(cfg->policy)) {
+        fprintf(stderr, "salusd: unknown policy '%s' (known: %s)\n", cfg->policy,
+                sl_sched_policy_names());
+        return 2;
+    }
+    return -1;
+}
+
+static void default_listen_url(char *buf, size_t len)
+{
+    const char *env = getenv("SALUS_URL"), *dir = getenv("XDG_RUNTIME_DIR");
+    if (env && *env)
+        snprintf(buf, len, "%s", env);
+    else if (dir && *dir)
+        snprintf(buf, len, "ipc://%s/salus.sock", dir);
+    else
+        snprintf(buf, len, "ipc:///tmp/salus-%u.sock", (unsigned) getuid());
+}
+
+/* Opens the device and carves its memory: [persistent | lane]. */
+static int memory_init(sl_server *srv)
+{
+    sl_device *dev = srv->dev;
+    uint64_t cap = srv->cfg.memory_limit;
+    if (!cap)
+        cap = dev->total_bytes - dev->total_bytes / 20;
+    if (cap > dev->total_bytes) {
+        sl_log_err("mem.limit", "--memory-limit %llu exceeds the device's %llu bytes",
+                   (unsigned long long) cap, (unsigned long long) dev->total_bytes);
+        return SL_EINVAL;
+    }
+    cap &= ~(uint64_t) 255;
+    uint64_t lane = srv->cfg.lane_bytes ? srv->cfg.lane_bytes : cap / 4;
+    lane = (lane + 255) & ~(uint64_t) 255;
+    if (lane >= cap) {
+        sl_log_err("mem.lane", "lane size %llu leaves no persistent memory in %llu bytes",
+                   (unsigned long long) lane, (unsigned long long) cap);
+        return SL_EINVAL;
+    }
+    int rc = dev->ops->mem_alloc(dev, cap, &srv->arena);
+    if (rc) {
+        sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",
+                   (unsigned long long) cap, sl_strerror(rc));
+        return rc;
+    }
+    srv->capacity = cap;
+    if ((rc = sl_mem_pool_create(0, cap - lane, 256, &srv->persistent)) != SL_OK)
+        return rc;
+    srv->lane.base = cap - lane;
+    srv->lane.bytes = lane;
+    if ((rc = dev->ops->stream_create(dev, 0, &srv->lane.stream)) != SL_OK)
+        return rc;
+    if ((rc = dev->ops->stream_create(dev, 0, &srv->copy_stream)) != SL_OK)
+        return rc;
+    sl_log_info("mem.init", "device memory %.1f MiB: persistent %.1f MiB, 1 lane of %.1f MiB",
+                (double) cap / (1 << 20), (double) (cap - lane) / (1 << 20),
+                (double) lane / (1 << 20));
+    return SL_OK;
+}
+
+/* Frees everything; safe on a half-initialised server. */
+static void server_fini(sl_server *srv)
+{
+    size_t i = 0;
+    void *v;
+    sl_transport_stop(srv);
+    /* sessions left open at exit: their memory goes with the arena, but
+     * their host-side records are freed for leak checkers */
+    while (sl_map_next(&srv->sessions, &i, NULL, &v))
+        sl_dispatch_session_free(srv, v);
+    sl_map_fini(&srv->sessions);
+    if (srv->dev) {
+        if (srv->lane.stream)
+            srv->dev->ops->stream_destroy(srv->dev, srv->lane.stream);
+        if (srv->copy_stream)
+            srv->dev->ops->stream_destroy(srv->dev, srv->copy_stream);
+        if (srv->arena)
+            srv->dev->ops->mem_free(srv->dev, srv->arena);
+    }
+    sl_mem_pool_destroy(srv->persistent);
+    sl_sched_destroy(srv->sched);
+    sl_dev_close(srv->dev);
+    pthread_cond_destroy(&srv->idle_cond);
+    pthread_mutex_destroy(&srv->lock);
+}
+
+int main(int argc, char **argv)
+{
+    char default_url[512];
+    default_listen_url(default_url, sizeof default_url);
+    const char *default_urls[1] = {default_url};
+    sl_server srv = {
+        .cfg = {.device = "cpu", .policy = "fair", .contexts = 256, .max_message = 1ull << 30,
+                .ipc_mode = 0600},
+    };
+    int rc = parse_args(argc, argv, &srv.cfg, default_urls);
+    if (rc >= 0)
+        return rc;
+
+    /* every thread created from here on inherits the blocked set, so only
+     * the main thread's sigwait sees these */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pthread_mutex_init(&srv.lock, NULL);
+    pthread_cond_init(&srv.idle_cond, NULL);
+    srv.start_ns = sl_now_ns();
+    if ((rc = sl_dev_open(srv.cfg.device, &srv.dev)) != SL_OK) {
+        sl_log_err("dev.open", "cannot open device '%s': %s", srv.cfg.device, sl_strerror(rc));
+        goto out_fini;
+    }
+    sl_log_info("dev.open", "device %s", srv.dev->description);
+    if ((rc = memory_init(&srv)) != SL_OK)
+        goto out_fini;
+    if ((rc = sl_sched_create(sl_sched_policy_find(srv.cfg.policy), srv.cfg.strict, &srv.sched)))
+        goto out_fini;
+    if ((rc = sl_transport_start(&srv)) != SL_OK)
+        goto out_fini;
+    sl_log_info("srv.ready", "salusd %s ready: policy %s%s, %d contexts", SL_SERVER_VERSION,
+                srv.cfg.policy, srv.cfg.strict ? " (strict)" : "", srv.cfg.contexts);
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0) {
+    }
+    sl_log_info("srv.drain", "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    sl_dispatch_drain(&srv);
+    pthread_mutex_lock(&srv.lock);
+    srv.stopped = true;
+    pthread_mutex_unlock(&srv.lock);
+    sl_log_info("srv.exit", "drained after %llu iterations; exiting",
+                (unsigned long long) srv.iterations_total);
+    server_fini(&srv);
+    return 0;
+
+out_fini:
+    srv.stopped = true;
+    server_fini(&srv);
+    return 1;
+}

@@ -1,0 +1,228 @@
+/* salusd internals shared by the server's files.
+ *
+ * Threads and locks. NNG's callback threads decode requests and hand them to
+ * a session; device stream threads run host callbacks when work completes.
+ * One mutex, srv->lock, guards every table below (sessions, tensors, graphs,
+ * the scheduler, the memory pool, lane state, counters). It is held only for
+ * bookkeeping and for *submitting* device work (which never waits), never
+ * across a device wait or an NNG call that may block. Lock order:
+ * srv->lock, then a backend's internal stream locks. */
+#ifndef SL_SERVER_H
+#define SL_SERVER_H
+
+#include "device.h"
+#include "planner.h"
+#include "pool.h"
+#include "salus.pb-c.h"
+#include "sched.h"
+#include "sl_map.h"
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SL_SERVER_VERSION "0.1.0"
+#define SL_PROTOCOL_VERSION 1
+#define SL_MAX_LISTEN 8
+
+typedef struct sl_server sl_server;
+typedef struct sl_session sl_session;
+
+typedef struct sl_config {
+    const char *listen[SL_MAX_LISTEN];
+    int n_listen;
+    const char *device;    /* "cpu", "cuda:0", ... */
+    uint64_t memory_limit; /* 0 = what the device reports minus a reserve */
+    uint64_t lane_bytes;   /* 0 = a quarter of the capacity */
+    const char *policy;
+    bool strict;
+    int contexts;             /* NNG contexts = requests in flight */
+    uint64_t max_message;     /* NNG_OPT_RECVMAXSZ */
+    int ipc_mode;             /* permissions of ipc:// socket files */
+} sl_config;
+
+/* A persistent tensor of a session. */
+typedef struct sl_tensor {
+    uint64_t id;
+    sl_shape shape;
+    uint64_t addr;  /* offset in the device arena */
+    uint64_t bytes; /* as allocated (rounded) */
+    uint32_t graph_refs; /* registered graphs that use it; free refused while > 0 */
+} sl_tensor;
+
+/* A value of a registered graph: where it lives during an iteration. */
+typedef struct sl_value {
+    sl_shape shape;
+    uint8_t kind;       /* SL_VALUE_* */
+    uint32_t last_step; /* last step reading or writing it (0 = the feed copies) */
+    uint64_t addr;      /* ephemeral: offset inside the iteration's block */
+    sl_tensor *tensor; /* params */
+} sl_value;
+
+enum { SL_VALUE_INPUT, SL_VALUE_PARAM, SL_VALUE_OUTPUT };
+
+typedef struct sl_graph_op {
+    uint16_t op;
+    uint8_t n_in, n_out;
+    uint32_t in[SL_OP_MAX_IN];
+    uint32_t out[SL_OP_MAX_OUT];
+    sl_op_attrs attrs;
+} sl_graph_op;
+
+/* A validated, planned graph. Immutable once registered. */
+typedef struct sl_graph {
+    uint64_t id;
+    uint32_t n_inputs, n_params, n_values, n_ops;
+    sl_value *values;
+    sl_graph_op *ops;
+    sl_plan_result plan;
+    uint64_t flops;
+} sl_graph;
+
+/* One request waiting for, or being given, a reply. */
+typedef struct sl_req sl_req;
+
+/* A reply under construction: the envelope plus an arena that every part of
+ * it (bodies, strings, fetched tensor data) is allocated from, so it is
+ * freed in one call. */
+typedef struct sl_reply sl_reply;
+typedef struct sl_outbox sl_outbox;
+
+/* Work queued on a session: requests of one session run in order. */
+typedef struct sl_work {
+    struct sl_work *next;
+    sl_session *session;
+    sl_req *req;             /* NULL for a close from a lost connection */
+    Salus__Request *msg;     /* decoded request, owned */
+    sl_sched_item item;      /* runs: queued in the scheduler */
+    /* run state */
+    sl_graph *graph;
+    uint64_t ephemeral_base; /* arena offset of the iteration's block */
+    sl_reply *reply;         /* built while running, sent on completion */
+    uint64_t start_ns;
+    int status;
+} sl_work;
+
+struct sl_session {
+    sl_server *srv;
+    uint64_t id;
+    uint64_t token;
+    uint32_t pipe_id; /* connection that opened it */
+    char name[64];
+    sl_sched_job job;
+    sl_map tensors; /* id -> sl_tensor */
+    sl_map graphs;  /* id -> sl_graph */
+    uint64_t next_object_id;
+    uint64_t persistent_bytes;
+    uint64_t persistent_quota; /* 0 = none */
+    uint64_t ephemeral_peak;   /* largest planned peak of its graphs */
+    sl_work *head, *tail;      /* pending work, head is executing when busy */
+    bool busy;
+    bool closing;
+};
+
+typedef struct sl_lane {
+    uint64_t base, bytes; /* arena offsets */
+    sl_stream *stream;
+    bool busy;
+} sl_lane;
+
+struct sl_server {
+    sl_config cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t idle_cond; /* signalled when work drains (shutdown) */
+    sl_device *dev;
+    void *arena;           /* device address of offset 0 */
+    uint64_t capacity;     /* arena bytes */
+    sl_mem_pool *persistent;
+    sl_lane lane;          /* one lane for now */
+    sl_stream *copy_stream; /* control requests' copies */
+    sl_sched *sched;
+    sl_map sessions;
+    uint64_t next_session_id;
+    uint64_t start_ns;
+    uint64_t requests_total, errors_total, iterations_total;
+    uint32_t control_in_flight;
+    bool draining;
+    bool stopped; /* transport closing: connection events are ignored */
+    struct sl_transport *transport;
+};
+
+/* ---- transport.c ---- */
+
+/* Opens the REP socket, the context pool and every listener. Errors:
+ * SL_EINVAL (bad URL), SL_ECONN (listen failed), SL_ENOMEM. */
+int sl_transport_start(sl_server *srv);
+/* Stops receiving, closes the socket and waits for every callback. */
+void sl_transport_stop(sl_server *srv);
+/* Sends reply for req (takes ownership of reply) and re-arms req's context.
+ * req NULL (the requester is gone) just frees the reply. Never blocks. Must
+ * be called without srv->lock held. */
+void sl_transport_reply(sl_server *srv, sl_req *req, sl_reply *reply);
+
+/* ---- dispatch.c ---- */
+
+/* Handles one decoded request from connection pipe_id; takes ownership of
+ * msg. The reply is sent now or from a completion path. Never blocks. */
+void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id);
+/* Closes every session opened over connection pipe_id (it went away). */
+void sl_dispatch_pipe_gone(sl_server *srv, uint32_t pipe_id);
+/* Completes s's head work (its reply goes to box) and starts what follows.
+ * Lock held; may free s. */
+void sl_session_work_done(sl_server *srv, sl_session *s, sl_outbox *box);
+/* Frees s with its tensors, graphs and any work still queued on it (no
+ * replies are sent). Does not touch the session table or the scheduler. */
+void sl_dispatch_session_free(sl_server *srv, sl_session *s);
+/* Starts draining: new runs are refused, queued ones fail with
+ * SL_ESHUTDOWN; returns once nothing runs on the device. Lock not held. */
+void sl_dispatch_drain(sl_server *srv);
+
+/* ---- reply.c ---- */
+
+/* A new reply for request seq with code OK. NULL on OOM. */
+sl_reply *sl_reply_new(uint64_t seq);
+/* Zeroed, 16-byte aligned memory that lives as long as r. NULL on OOM. */
+void *sl_reply_alloc(sl_reply *r, size_t bytes);
+/* Sets the code and a formatted message (the body, if any, is dropped). */
+void sl_reply_error(sl_reply *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The envelope, to fill in a body. */
+Salus__Reply *sl_reply_msg(sl_reply *r);
+void sl_reply_free(sl_reply *r);
+
+/* Replies are sent after srv->lock is released: handlers collect them here
+ * (linked through the replies, so queueing never allocates). */
+struct sl_outbox {
+    sl_reply *head, *tail;
+};
+/* Queues reply for req (req NULL: nobody to send to; just freed on flush). */
+void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply);
+/* Sends everything queued. Call without srv->lock. */
+void sl_outbox_flush(sl_server *srv, sl_outbox *box);
+
+/* ---- graph.c ---- */
+
+/* Validates msg against session s's tensors, infers shapes and plans the
+ * ephemeral memory. On success *out is owned by the caller (sl_graph_free)
+ * and param tensors' graph_refs are incremented. Errors: SL_EINVAL (reason
+ * in err), SL_ENOTFOUND (unknown param tensor), SL_ENOMEM. */
+int sl_graph_build(sl_session *s, const Salus__Graph *msg, sl_graph **out, char *err,
+                   size_t errlen);
+/* Drops the graph's references on its tensors and frees it. */
+void sl_graph_free(sl_graph *g);
+
+/* ---- executor.c ---- */
+
+/* Starts the lane's next iteration if it is idle and the policy picks one.
+ * Called with srv->lock held; replies of iterations that could not even be
+ * submitted go to box. */
+void sl_exec_kick(sl_server *srv, sl_outbox *box);
+
+/* ---- status.c ---- */
+
+/* Builds the status reply body inside r. Called with srv->lock held.
+ * Errors: SL_ENOMEM. */
+int sl_status_build(sl_server *srv, sl_reply *r);
+
+#endif

@@ -1,0 +1,66 @@
+/* The status reply: memory per class, sessions, counters. */
+#include "server.h"
+#include "sl_error.h"
+#include "sl_time.h"
+
+#include <string.h>
+
+int sl_status_build(sl_server *srv, sl_reply *r)
+{
+    Salus__StatusReply *st = sl_reply_alloc(r, sizeof *st);
+    Salus__MemoryStatus *mem = sl_reply_alloc(r, sizeof *mem);
+    size_t n = srv->sessions.count;
+    Salus__SessionStatus **list = sl_reply_alloc(r, n * sizeof *list);
+    if (!st || !mem || (n && !list))
+        return SL_ENOMEM;
+    salus__status_reply__init(st);
+    salus__memory_status__init(mem);
+    st->server_version = (char *) SL_SERVER_VERSION;
+    st->device = srv->dev->description;
+    st->policy = (char *) sl_sched_policy(srv->sched)->name;
+    st->uptime_ns = sl_now_ns() - srv->start_ns;
+    st->requests_total = srv->requests_total;
+    st->errors_total = srv->errors_total;
+    st->iterations_total = srv->iterations_total;
+
+    sl_mem_pool_stats ps;
+    sl_mem_pool_get_stats(srv->persistent, &ps);
+    mem->capacity = srv->capacity;
+    mem->persistent_capacity = ps.capacity;
+    mem->persistent_used = ps.used;
+    mem->ephemeral_lanes = srv->lane.bytes;
+    mem->framework = 0;
+    mem->largest_free = ps.largest_free;
+    mem->free_blocks = ps.n_free_blocks;
+    st->memory = mem;
+
+    size_t i = 0, k = 0;
+    void *v;
+    while (sl_map_next(&srv->sessions, &i, NULL, &v) && k < n) {
+        const sl_session *s = v;
+        Salus__SessionStatus *x = sl_reply_alloc(r, sizeof *x);
+        char *name = sl_reply_alloc(r, sizeof s->name);
+        if (!x || !name)
+            return SL_ENOMEM;
+        salus__session_status__init(x);
+        memcpy(name, s->name, sizeof s->name);
+        x->id = s->id;
+        x->name = name;
+        x->persistent_bytes = s->persistent_bytes;
+        x->n_tensors = s->tensors.count;
+        x->n_graphs = s->graphs.count;
+        x->iterations = s->job.iterations_done;
+        x->attained_ns = s->job.attained_ns;
+        x->queued = s->job.n_queued;
+        x->lane = s->job.lane;
+        x->priority = s->job.priority;
+        x->weight = s->job.weight;
+        x->ephemeral_peak = s->ephemeral_peak;
+        list[k++] = x;
+    }
+    st->n_sessions = k;
+    st->sessions = list;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_STATUS;
+    sl_reply_msg(r)->status = st;
+    return SL_OK;
+}

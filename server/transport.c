@@ -1,0 +1,206 @@
+/* The NNG side of salusd: one REP socket, a fixed pool of contexts (each one
+ * request in flight), one aio per context that alternates receive and send.
+ * Callbacks only decode and hand over; replies are sent from whichever thread
+ * completes the request. */
+#include "server.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/transport/ipc/ipc.h>
+#include <string.h>
+
+enum req_state { REQ_RECV, REQ_WAIT, REQ_SEND };
+
+struct sl_req {
+    sl_server *srv;
+    nng_ctx ctx;
+    nng_aio *aio;
+    enum req_state state;
+};
+
+struct sl_transport {
+    nng_socket sock;
+    nng_listener listeners[SL_MAX_LISTEN];
+    int n_listeners;
+    sl_req *reqs;
+    int n_reqs;
+};
+
+static void rearm(sl_req *r)
+{
+    r->state = REQ_RECV;
+    nng_ctx_recv(r->ctx, r->aio);
+}
+
+static void req_cb(void *arg)
+{
+    sl_req *r = arg;
+    int rv = nng_aio_result(r->aio);
+
+    if (r->state == REQ_SEND) {
+        if (rv) {
+            /* the requester went away; the message is still ours */
+            nng_msg_free(nng_aio_get_msg(r->aio));
+        }
+        if (rv != NNG_ECLOSED)
+            rearm(r);
+        return;
+    }
+    if (rv) {
+        if (rv != NNG_ECLOSED && rv != NNG_ECANCELED)
+            rearm(r);
+        return;
+    }
+    nng_msg *msg = nng_aio_get_msg(r->aio);
+    uint32_t pipe_id = nng_pipe_id(nng_msg_get_pipe(msg));
+    Salus__Request *req = salus__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
+    nng_msg_free(msg);
+    /* set before handing over: the reply may be sent (and this context
+     * re-armed) by another thread before sl_dispatch returns */
+    r->state = REQ_WAIT;
+    if (!req) {
+        sl_reply *reply = sl_reply_new(0);
+        if (reply)
+            sl_reply_error(reply, SL_EPROTO, "undecodable request");
+        pthread_mutex_lock(&r->srv->lock);
+        r->srv->requests_total++;
+        r->srv->errors_total++;
+        pthread_mutex_unlock(&r->srv->lock);
+        sl_log_debug("net.decode", "undecodable request from pipe %u", pipe_id);
+        sl_transport_reply(r->srv, r, reply);
+        return;
+    }
+    sl_dispatch(r->srv, r, req, pipe_id);
+}
+
+void sl_transport_reply(sl_server *srv, sl_req *r, sl_reply *reply)
+{
+    (void) srv;
+    if (!r) {
+        sl_reply_free(reply);
+        return;
+    }
+    nng_msg *msg;
+    if (!reply) {
+        rearm(r);
+        return;
+    }
+    Salus__Reply *m = sl_reply_msg(reply);
+    size_t len = salus__reply__get_packed_size(m);
+    if (nng_msg_alloc(&msg, len) != 0) {
+        sl_log_err("net.oom", "cannot allocate a %zu-byte reply", len);
+        sl_reply_free(reply);
+        rearm(r);
+        return;
+    }
+    salus__reply__pack(m, nng_msg_body(msg));
+    sl_reply_free(reply);
+    r->state = REQ_SEND;
+    nng_aio_set_msg(r->aio, msg);
+    nng_ctx_send(r->ctx, r->aio);
+}
+
+static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    if (ev == NNG_PIPE_EV_REM_POST)
+        sl_dispatch_pipe_gone(arg, nng_pipe_id(p));
+}
+
+static int start_listener(sl_server *srv, struct sl_transport *t, const char *url)
+{
+    nng_listener *l = &t->listeners[t->n_listeners];
+    int rv = nng_listener_create(l, t->sock, url);
+    if (rv) {
+        sl_log_err("net.listen", "cannot listen on %s: %s", url, nng_strerror(rv));
+        return rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? SL_EINVAL : SL_ECONN;
+    }
+    if (strncmp(url, "ipc://", 6) == 0) {
+        rv = nng_listener_set_int(*l, NNG_OPT_IPC_PERMISSIONS, srv->cfg.ipc_mode);
+        if (rv)
+            sl_log_warn("net.perm", "cannot set permissions %o on %s: %s", srv->cfg.ipc_mode,
+                        url, nng_strerror(rv));
+    } else if (strncmp(url, "tcp://", 6) == 0) {
+        sl_log_warn("net.plain", "%s is unauthenticated and unencrypted: use it on trusted networks only", url);
+    }
+    if ((rv = nng_listener_start(*l, 0)) != 0) {
+        sl_log_err("net.listen", "cannot listen on %s: %s", url, nng_strerror(rv));
+        nng_listener_close(*l);
+        return rv == NNG_EADDRINVAL ? SL_EINVAL : SL_ECONN;
+    }
+    t->n_listeners++;
+    sl_log_info("net.listen", "listening on %s", url);
+    return SL_OK;
+}
+
+int sl_transport_start(sl_server *srv)
+{
+    struct sl_transport *t = sl_calloc(1, sizeof *t);
+    if (!t)
+        return SL_ENOMEM;
+    int rc = SL_ECONN;
+    int rv = nng_rep0_open(&t->sock);
+    if (rv) {
+        sl_log_err("net.open", "cannot open socket: %s", nng_strerror(rv));
+        goto out_free;
+    }
+    /* before any listener starts, so no message over the limit gets in */
+    (void) nng_socket_set_size(t->sock, NNG_OPT_RECVMAXSZ, srv->cfg.max_message);
+    (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_REM_POST, pipe_cb, srv);
+
+    t->reqs = sl_calloc((size_t) srv->cfg.contexts, sizeof *t->reqs);
+    if (!t->reqs) {
+        rc = SL_ENOMEM;
+        goto out_close;
+    }
+    for (int i = 0; i < srv->cfg.contexts; i++) {
+        sl_req *r = &t->reqs[i];
+        r->srv = srv;
+        if (nng_ctx_open(&r->ctx, t->sock) != 0 || nng_aio_alloc(&r->aio, req_cb, r) != 0) {
+            rc = SL_ENOMEM;
+            goto out_close;
+        }
+        t->n_reqs++;
+    }
+    srv->transport = t;
+    for (int i = 0; i < srv->cfg.n_listen; i++) {
+        if ((rc = start_listener(srv, t, srv->cfg.listen[i])) != SL_OK)
+            goto out_close;
+    }
+    for (int i = 0; i < t->n_reqs; i++)
+        rearm(&t->reqs[i]);
+    return SL_OK;
+
+out_close:
+    srv->transport = NULL;
+    nng_close(t->sock);
+    for (int i = 0; i < t->n_reqs; i++) {
+        nng_aio_free(t->reqs[i].aio);
+        nng_ctx_close(t->reqs[i].ctx);
+    }
+    sl_free(t->reqs);
+out_free:
+    sl_free(t);
+    return rc;
+}
+
+void sl_transport_stop(sl_server *srv)
+{
+    struct sl_transport *t = srv->transport;
+    if (!t)
+        return;
+    for (int i = 0; i < t->n_listeners; i++)
+        nng_listener_close(t->listeners[i]);
+    /* stop each aio first: waits for a running callback, cancels the rest */
+    for (int i = 0; i < t->n_reqs; i++)
+        nng_aio_stop(t->reqs[i].aio);
+    nng_close(t->sock);
+    for (int i = 0; i < t->n_reqs; i++) {
+        nng_aio_free(t->reqs[i].aio);
+        nng_ctx_close(t->reqs[i].ctx);
+    }
+    sl_free(t->reqs);
+    sl_free(t);
+    srv->transport = NULL;
+}
