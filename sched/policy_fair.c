@@ -2,7 +2,7 @@
  * counted in device time rather than wall time so that a job waiting on its
  * client is not charged). Ties go to the earlier arrival, which keeps the
  * choice deterministic. */
-#include "sched.h"
+#include "scheduler.h"
 
 /* Weight 0 means 1; negative or NaN weights are treated the same way rather
  * than inverting or poisoning the order. */

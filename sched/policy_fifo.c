@@ -1,7 +1,7 @@
 /* fifo: the oldest admitted job on the lane runs alone until it leaves (the
  * Salus no-sharing baseline). The job list is already in admission order, so
  * the first job on the lane is the oldest. */
-#include "sched.h"
+#include "scheduler.h"
 
 static sl_sched_job *fifo_pick(const sl_sched *s, uint32_t lane, uint64_t now, bool strict)
 {

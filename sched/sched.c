@@ -2,7 +2,7 @@
  * the accounting every policy reads (attained device time, iterations,
  * switches). Policies only choose; all mutation happens here so a policy is
  * one small pure function. */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>

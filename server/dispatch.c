@@ -9,6 +9,7 @@
 #include "sl_time.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 

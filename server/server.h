@@ -14,7 +14,7 @@
 #include "planner.h"
 #include "pool.h"
 #include "salus.pb-c.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "sl_map.h"
 
 #include <nng/nng.h>

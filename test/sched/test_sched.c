@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sched.h"
+#include "scheduler.h"
 #include "sl_alloc.h"
 
 /* An iteration as the server would embed it: the item plus who made it. */

@@ -6,8 +6,8 @@
  * in nanoseconds). Not thread-safe: the caller serialises all calls. The
  * structures are intrusive: the server embeds sl_sched_job in its session and
  * sl_sched_item in its iteration, so scheduling allocates nothing. */
-#ifndef SL_SCHED_H
-#define SL_SCHED_H
+#ifndef SL_SCHEDULER_H
+#define SL_SCHEDULER_H
 
 #include <stdbool.h>
 #include <stddef.h>

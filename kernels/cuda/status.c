@@ -1,0 +1,68 @@
+/* The one translation of cudart and cuBLAS statuses into SL_E* codes.
+ *
+ * Faults that corrupt the CUDA context (illegal address, launch failure, ECC)
+ * map to SL_EDEVICERESET: nothing on the device survives them, so callers
+ * must re-upload state. Anything not listed is SL_EDEVICE. */
+#include "cuda.h"
+
+#include "sl_error.h"
+#include "sl_log.h"
+
+#include <stddef.h>
+
+static const struct {
+    enum sl_cuda_lib lib;
+    int status;
+    int code;
+} table[] = {
+    {SL_CUDA_LIB_RT, cudaSuccess, SL_OK},
+    {SL_CUDA_LIB_RT, cudaErrorInvalidValue, SL_EINVAL},
+    {SL_CUDA_LIB_RT, cudaErrorMemoryAllocation, SL_EEXHAUSTED},
+    {SL_CUDA_LIB_RT, cudaErrorInitializationError, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorCudartUnloading, SL_ESHUTDOWN},
+    {SL_CUDA_LIB_RT, cudaErrorInsufficientDriver, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorDevicesUnavailable, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorNoDevice, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorInvalidDevice, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorStartupFailure, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorSystemNotReady, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorSystemDriverMismatch, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorCompatNotSupportedOnDevice, SL_ENODEV},
+    {SL_CUDA_LIB_RT, cudaErrorNoKernelImageForDevice, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_RT, cudaErrorUnsupportedPtxVersion, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_RT, cudaErrorNotSupported, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_RT, cudaErrorIllegalAddress, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorLaunchTimeout, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorAssert, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorHardwareStackError, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorIllegalInstruction, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorMisalignedAddress, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorInvalidPc, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorLaunchFailure, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorECCUncorrectable, SL_EDEVICERESET},
+    {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_SUCCESS, SL_OK},
+    {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_NOT_INITIALIZED, SL_ENODEV},
+    {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_ALLOC_FAILED, SL_EEXHAUSTED},
+    {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_INVALID_VALUE, SL_EINVAL},
+    {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_ARCH_MISMATCH, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_NOT_SUPPORTED, SL_EUNSUPPORTED},
+};
+
+int sl_cuda_status(enum sl_cuda_lib lib, int status, const char *id, const char *what)
+{
+    if (status == 0)
+        return SL_OK; /* cudaSuccess, CUBLAS_STATUS_SUCCESS: the hot path */
+    int code = SL_EDEVICE;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].lib == lib && table[i].status == status) {
+            code = table[i].code;
+            break;
+        }
+    if (code == SL_OK)
+        return SL_OK;
+    if (lib == SL_CUDA_LIB_RT)
+        sl_log_err(id, "%s failed: %s (%s) -> %s", what, cudaGetErrorName((cudaError_t) status), cudaGetErrorString((cudaError_t) status), sl_errname(code));
+    else
+        sl_log_err(id, "%s failed: %s (%s) -> %s", what, cublasGetStatusName((cublasStatus_t) status), cublasGetStatusString((cublasStatus_t) status), sl_errname(code));
+    return code;
+}
