@@ -129,7 +129,6 @@ int salus_connect(const char *url, salus_client **out)
     if ((rv = nng_dial(c->sock, url, NULL, 0)) != 0) {
         snprintf(c->last_error, sizeof c->last_error, "cannot connect to %s: %s", url,
                  nng_strerror(rv));
-        fprintf(stderr, "salus: %s\n", c->last_error);
         goto out_close;
     }
 
@@ -142,7 +141,6 @@ int salus_connect(const char *url, salus_client **out)
     Salus__Reply *rep;
     int rc = sl_client_call(c, &req, &rep);
     if (rc) {
-        fprintf(stderr, "salus: handshake with %s failed: %s\n", url, c->last_error);
         nng_close(c->sock);
         pthread_mutex_destroy(&c->lock);
         sl_free(c);

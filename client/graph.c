@@ -285,6 +285,11 @@ out_free:
     return rc;
 }
 
+uint64_t salus_graph_id(const salus_graph *g)
+{
+    return g->session ? g->graph_id : 0;
+}
+
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds,
               unsigned n_fetch, const salus_value *fetch, void *const *out)
 {

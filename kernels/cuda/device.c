@@ -113,8 +113,8 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     int count = 0;
     int rc = SL_CUDA_RT("cuda.open", cudaGetDeviceCount(&count));
     if (rc != SL_OK) {
-        sl_log_err("cuda.nodev", "no usable CUDA device: %s", sl_strerror(rc));
-        return rc == SL_ENODEV ? rc : SL_ENODEV;
+        sl_log_err("cuda.nodev", "no usable CUDA device (driver missing or no GPU): the cuda backend is unavailable");
+        return SL_ENODEV;
     }
     if (index >= count) {
         sl_log_err("cuda.nodev", "cuda:%d requested but %d CUDA device(s) present", index, count);
@@ -132,7 +132,7 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
         SL_OK)
         return rc;
     dev->total_bytes = prop.totalGlobalMem;
-    snprintf(dev->description, sizeof dev->description, "cuda:%d (%s, %.1f GiB, sm_%d%d)", index,
+    snprintf(dev->description, sizeof dev->description, "cuda:%d (%.64s, %.1f GiB, sm_%d%d)", index,
              prop.name, (double) prop.totalGlobalMem / (1 << 30), prop.major, prop.minor);
 
     if (pthread_mutex_init(&d->cb_lock, NULL) != 0)

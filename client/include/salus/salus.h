@@ -167,6 +167,9 @@ size_t salus_graph_bytes(const salus_graph *g, salus_value v);
  * SALUS_EEXHAUSTED (the plan does not fit). */
 int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_peak);
 
+/* The server-side id of a registered graph (0 before registration). */
+uint64_t salus_graph_id(const salus_graph *g);
+
 /* Runs one iteration of a registered graph: feeds[i] holds the bytes of the
  * i-th input (in the order salus_graph_input was called; exact sizes), and
  * the values fetch[0..n_fetch) are copied into out[j] (each

@@ -1,0 +1,31 @@
+/* Integration-test harness: starts a real salusd on ipc:// in a fresh temp
+ * folder, waits until it answers, and stops it with SIGTERM, checking that it
+ * drained and exited 0. Paths of the programs come from the environment that
+ * meson sets (SALUSD, MLP_REGRESSION). */
+#ifndef SL_TEST_HARNESS_H
+#define SL_TEST_HARNESS_H
+
+#include <salus/salus.h>
+#include <sys/types.h>
+
+typedef struct sl_test_server {
+    pid_t pid;
+    char dir[256];
+    char url[320];
+} sl_test_server;
+
+/* Starts salusd with extra args (NULL-terminated, may be NULL) and waits up to
+ * 10 s for it to answer a handshake. Fails the test on error. */
+void sl_test_server_start(sl_test_server *srv, const char *const *extra_args);
+/* SIGTERM, then waits up to 10 s; returns salusd's exit status (-1 if it had
+ * to be killed or died by a signal). Removes the temp folder. */
+int sl_test_server_stop(sl_test_server *srv);
+/* Connects a client to srv; fails the test on error. */
+salus_client *sl_test_connect(const sl_test_server *srv);
+/* Spawns program (env var name, e.g. "MLP_REGRESSION") with args; returns
+ * its pid. */
+pid_t sl_test_spawn(const char *env_program, const char *const *args);
+/* Waits for pid up to timeout_s; returns its exit status or -1. */
+int sl_test_wait(pid_t pid, int timeout_s);
+
+#endif

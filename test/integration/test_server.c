@@ -1,0 +1,306 @@
+/* Integration tests against a real salusd process on ipc://. */
+#include "client_internal.h"
+#include "harness.h"
+#include "sl_test.h"
+
+#include <nng/protocol/reqrep0/req.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static sl_test_server server;
+
+static int start(void **state)
+{
+    (void) state;
+    sl_test_server_start(&server, NULL);
+    return 0;
+}
+
+static int stop(void **state)
+{
+    (void) state;
+    int st = sl_test_server_stop(&server);
+    if (st != 0)
+        fprintf(stderr, "salusd exited with %d\n", st);
+    return st == 0 ? 0 : -1;
+}
+
+/* Reads the server's status: number of sessions and persistent bytes used. */
+static void server_usage(salus_client *c, size_t *sessions, uint64_t *persistent)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Status st = SALUS__STATUS__INIT;
+    req.body_case = SALUS__REQUEST__BODY_STATUS;
+    req.status = &st;
+    Salus__Reply *rep;
+    assert_sl_ok(sl_client_call(c, &req, &rep));
+    assert_int_equal(rep->body_case, SALUS__REPLY__BODY_STATUS);
+    *sessions = rep->status->n_sessions;
+    *persistent = rep->status->memory->persistent_used;
+    salus__reply__free_unpacked(rep, NULL);
+}
+
+/* Polls until the server holds no session and no persistent memory. */
+static void wait_for_empty(salus_client *c)
+{
+    size_t n = 1;
+    uint64_t used = 1;
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 500 && (n || used); i++) {
+        server_usage(c, &n, &used);
+        if (n || used)
+            nanosleep(&nap, NULL);
+    }
+    assert_int_equal(n, 0);
+    assert_int_equal(used, 0);
+}
+
+static void two_clients_train_and_match_reference(void **state)
+{
+    (void) state;
+    const char *a[] = {"--url", server.url, "--name", "a", "--seed", "1", "--steps", "150",
+                       "--check", NULL};
+    const char *b[] = {"--url", server.url, "--name", "b", "--seed", "2", "--steps", "150",
+                       "--hidden", "32", "--check", NULL};
+    pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
+    pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
+    assert_int_equal(sl_test_wait(pa, 60), 0);
+    assert_int_equal(sl_test_wait(pb, 60), 0);
+    salus_client *c = sl_test_connect(&server);
+    wait_for_empty(c);
+    salus_disconnect(c);
+}
+
+static void tensors_round_trip_and_busy_free(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    float init[6] = {1, 2, 3, 4, 5, 6}, back[6] = {0}, zeros[6] = {0};
+    const int64_t dims[] = {2, 3};
+    uint64_t t, z;
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dims, init, &t));
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dims, NULL, &z));
+    assert_sl_ok(salus_tensor_read(s, t, back, sizeof back));
+    assert_memory_equal(back, init, sizeof init);
+    assert_sl_ok(salus_tensor_read(s, z, back, sizeof back));
+    assert_memory_equal(back, zeros, sizeof zeros);
+    float next[6] = {-1, -2, -3, -4, -5, -6};
+    assert_sl_ok(salus_tensor_write(s, t, next, sizeof next));
+    assert_sl_ok(salus_tensor_read(s, t, back, sizeof back));
+    assert_memory_equal(back, next, sizeof next);
+    assert_sl_err(salus_tensor_write(s, t, next, 5), SALUS_EINVAL);
+    assert_sl_err(salus_tensor_read(s, t, back, 8), SALUS_EINVAL);
+
+    /* a graph that scales the param in place through sgd: t -= 0.5 * t */
+    salus_graph *g = salus_graph_new();
+    salus_value p = salus_graph_param(g, t, SALUS_F32, 2, dims);
+    const float lr[] = {0.5f};
+    salus_graph_op(g, "sgd_update", 2, (salus_value[]){p, p}, 0, NULL, 1, lr);
+    assert_null(salus_graph_error(g));
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+    void *out[] = {back};
+    assert_sl_ok(salus_run(s, g, NULL, 1, &p, out));
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(back[i], next[i] * 0.5f, 1e-6);
+    assert_sl_err(salus_tensor_free(s, t), SALUS_EBUSY);
+    salus_graph_free(g);
+    assert_sl_ok(salus_tensor_free(s, t));
+    assert_sl_err(salus_tensor_free(s, t), SALUS_ENOTFOUND);
+    assert_sl_ok(salus_session_close(s));
+    wait_for_empty(c);
+    salus_disconnect(c);
+}
+
+/* Sends raw bytes on a fresh REQ socket; returns the decoded reply. */
+static Salus__Reply *raw_request(const void *bytes, size_t len)
+{
+    nng_socket sock;
+    assert_int_equal(nng_req0_open(&sock), 0);
+    assert_int_equal(nng_dial(sock, server.url, NULL, 0), 0);
+    assert_int_equal(nng_send(sock, (void *) bytes, len, 0), 0);
+    char *buf;
+    size_t n;
+    assert_int_equal(nng_recv(sock, &buf, &n, NNG_FLAG_ALLOC), 0);
+    Salus__Reply *rep = salus__reply__unpack(NULL, n, (uint8_t *) buf);
+    nng_free(buf, n);
+    nng_close(sock);
+    assert_non_null(rep);
+    return rep;
+}
+
+static void garbage_gets_an_error_and_server_keeps_serving(void **state)
+{
+    (void) state;
+    /* nngcat, the NNG project's own command-line peer, sends junk */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "nngcat --req --dial '%s' --data 'this is not protobuf' --format ascii "
+             "--recv-timeout 5",
+             server.url);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[512] = {0};
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    int st = pclose(p);
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(n > 0);
+    assert_non_null(strstr(out, "undecodable request"));
+
+    /* truncated and random bytes, sent directly */
+    static const uint8_t truncated[] = {0x08, 0x01, 0x52, 0x10, 0x0a};
+    Salus__Reply *rep = raw_request(truncated, sizeof truncated);
+    assert_int_equal(rep->code, SALUS__CODE__PROTOCOL_ERROR);
+    salus__reply__free_unpacked(rep, NULL);
+    uint8_t noise[256];
+    srand(7);
+    for (size_t i = 0; i < sizeof noise; i++)
+        noise[i] = (uint8_t) rand();
+    rep = raw_request(noise, sizeof noise);
+    assert_int_not_equal(rep->code, SALUS__CODE__OK);
+    salus__reply__free_unpacked(rep, NULL);
+    /* an empty envelope */
+    rep = raw_request("", 0);
+    assert_int_equal(rep->code, SALUS__CODE__INVALID_ARGUMENT);
+    salus__reply__free_unpacked(rep, NULL);
+
+    salus_client *c = sl_test_connect(&server);
+    char *text;
+    assert_sl_ok(salus_status_text(c, &text));
+    assert_non_null(strstr(text, "salusd"));
+    salus_free(text);
+    salus_disconnect(c);
+}
+
+static void unknown_session_wrong_token_unknown_graph(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+
+    struct salus_session ghost = {.client = c, .id = 999999, .token = 1};
+    uint64_t id;
+    const int64_t dims[] = {4};
+    assert_sl_err(salus_tensor_create(&ghost, SALUS_F32, 1, dims, NULL, &id), SALUS_ESESSIONLOST);
+    assert_non_null(strstr(salus_last_error(c), "999999"));
+
+    struct salus_session thief = *s;
+    thief.token ^= 0x5a5a;
+    assert_sl_err(salus_tensor_create(&thief, SALUS_F32, 1, dims, NULL, &id), SALUS_EPERM);
+
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Run run = SALUS__RUN__INIT;
+    run.graph_id = 4242;
+    req.body_case = SALUS__REQUEST__BODY_RUN;
+    req.run = &run;
+    Salus__Reply *rep;
+    assert_sl_err(sl_client_session_call(s, &req, &rep), SALUS_ENOTFOUND);
+
+    /* a real graph, run with a feed of the wrong size and a bad fetch */
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 1, dims);
+    salus_value y = salus_graph_op(g, "relu", 1, &x, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+    float in[4] = {-1, 2, -3, 4}, out4[4];
+    const void *feeds[] = {in};
+    void *outs[] = {out4};
+    assert_sl_ok(salus_run(s, g, feeds, 1, &y, outs));
+    assert_float_equal(out4[0], 0, 0);
+    assert_float_equal(out4[1], 2, 0);
+    ProtobufCBinaryData feed = {.len = 3, .data = (uint8_t *) "abc"};
+    uint32_t fetch = 1;
+    run.graph_id = salus_graph_id(g);
+    run.n_feeds = 1;
+    run.feeds = &feed;
+    run.n_fetches = 1;
+    run.fetches = &fetch;
+    assert_sl_err(sl_client_session_call(s, &req, &rep), SALUS_EINVAL);
+    assert_non_null(strstr(salus_last_error(c), "feed 0 has 3 bytes"));
+    feed.len = 16;
+    feed.data = (uint8_t *) in;
+    fetch = 99;
+    assert_sl_err(sl_client_session_call(s, &req, &rep), SALUS_EINVAL);
+
+    /* invalid graphs are refused at registration, with the reason */
+    salus_graph *bad = salus_graph_new();
+    const int64_t d23[] = {2, 3};
+    salus_value a = salus_graph_input(bad, SALUS_F32, 2, d23);
+    salus_graph_op(bad, "matmul", 2, (salus_value[]){a, a}, 0, NULL, 0, NULL);
+    assert_non_null(salus_graph_error(bad));
+    assert_sl_err(salus_graph_register(s, bad, NULL), SALUS_EINVAL);
+    salus_graph_free(bad);
+
+    salus_graph_free(g);
+    assert_sl_ok(salus_session_close(s));
+    wait_for_empty(c);
+    salus_disconnect(c);
+}
+
+/* Number of iterations the server has run in total. */
+static uint64_t server_iterations(salus_client *c)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Status st = SALUS__STATUS__INIT;
+    req.body_case = SALUS__REQUEST__BODY_STATUS;
+    req.status = &st;
+    Salus__Reply *rep;
+    assert_sl_ok(sl_client_call(c, &req, &rep));
+    uint64_t n = rep->status->iterations_total;
+    salus__reply__free_unpacked(rep, NULL);
+    return n;
+}
+
+static void killed_client_memory_returns(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    uint64_t before = server_iterations(c);
+    const char *args[] = {"--url", server.url, "--name", "victim", "--steps", "1000000",
+                          "--hidden", "512", NULL};
+    pid_t pid = sl_test_spawn("MLP_REGRESSION", args);
+    struct timespec nap = {0, 5 * 1000 * 1000};
+    for (int i = 0; i < 2000 && server_iterations(c) < before + 20; i++)
+        nanosleep(&nap, NULL);
+    assert_true(server_iterations(c) >= before + 20);
+    kill(pid, SIGKILL); /* mid-training: no close, maybe mid-iteration */
+    assert_int_equal(sl_test_wait(pid, 10), -1);
+    wait_for_empty(c);
+    salus_disconnect(c);
+}
+
+static void protocol_version_mismatch_is_refused(void **state)
+{
+    (void) state;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Hello hello = SALUS__HELLO__INIT;
+    hello.protocol_version = 77;
+    req.body_case = SALUS__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    uint8_t buf[64];
+    size_t len = salus__request__pack(&req, buf);
+    Salus__Reply *rep = raw_request(buf, len);
+    assert_int_equal(rep->code, SALUS__CODE__PROTOCOL_ERROR);
+    assert_non_null(strstr(rep->message, "77"));
+    salus__reply__free_unpacked(rep, NULL);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(two_clients_train_and_match_reference),
+        cmocka_unit_test(tensors_round_trip_and_busy_free),
+        cmocka_unit_test(garbage_gets_an_error_and_server_keeps_serving),
+        cmocka_unit_test(unknown_session_wrong_token_unknown_graph),
+        cmocka_unit_test(killed_client_memory_returns),
+        cmocka_unit_test(protocol_version_mismatch_is_refused),
+    };
+    return cmocka_run_group_tests_name("integration", tests, start, stop);
+}
