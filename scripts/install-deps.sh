@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages salus needs to build, test and run the demo;
+# only what is missing, so a second run costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  meson ninja-build cmake pkg-config gcc clang clang-format libclang-rt-14-dev
+  libnng-dev nng-utils libprotobuf-c-dev protobuf-c-compiler
+  libcmocka-dev libopenblas-dev libdnnl-dev valgrind python3
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "salus: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

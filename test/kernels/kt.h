@@ -1,0 +1,49 @@
+/* Helpers shared by the kernels tests (test_kernels and test_cuda). */
+#ifndef KT_H
+#define KT_H
+
+#include "sl_test.h"
+
+#include "device.h"
+#include "ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A shape literal: KT_SHAPE(SL_F32, 2, 3, 4) is f32[3,4]. */
+#define KT_SHAPE(dt, nd, ...) ((sl_shape){.dtype = (dt), .ndim = (nd), .dims = {__VA_ARGS__}})
+#define KT_F32(nd, ...) KT_SHAPE(SL_F32, nd, __VA_ARGS__)
+
+/* Deterministic pseudo-random floats in [lo, hi). */
+void kt_rand(float *x, size_t n, uint64_t seed, float lo, float hi);
+
+/* A device, one stream, and a bump allocator over one device arena. */
+typedef struct kt_env {
+    sl_device *dev;
+    sl_stream *stream;
+    char *arena;
+    size_t arena_bytes, used;
+} kt_env;
+
+/* Opens spec with a 64 MiB arena and one stream. Returns the sl_dev_open
+ * error (the env stays closed) or SL_OK; other failures fail the test. */
+int kt_env_open(kt_env *e, const char *spec);
+void kt_env_close(kt_env *e);
+/* Device memory from the arena (256-aligned); fails the test when full. */
+void *kt_dev_alloc(kt_env *e, size_t bytes);
+
+/* Runs one op through the device contract: validates the shapes with
+ * sl_op_infer, uploads the inputs, launches, downloads the outputs into
+ * out[i] (and every mutated input back into in[i]), then checks that a host
+ * callback saw SL_OK and that synchronize returns SL_OK. Arena space is
+ * reclaimed afterwards. */
+void kt_run_op(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
+               float *const *in, unsigned n_in, float *const *out);
+
+/* Test groups; each returns the number of failed tests (cmocka). */
+int kt_run_exec_tests(const char *spec); /* every op on spec ("cpu", "cuda") */
+int kt_run_registry_tests(void);
+int kt_run_device_tests(void); /* specs, memory, streams on cpu */
+
+#endif

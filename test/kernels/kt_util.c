@@ -1,0 +1,102 @@
+#include "kt.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#define ARENA_BYTES (64u << 20)
+
+void kt_rand(float *x, size_t n, uint64_t seed, float lo, float hi)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = lo + (hi - lo) * (float) ((s >> 40) * (1.0 / (1u << 24)));
+    }
+}
+
+int kt_env_open(kt_env *e, const char *spec)
+{
+    memset(e, 0, sizeof *e);
+    int rc = sl_dev_open(spec, &e->dev);
+    if (rc != SL_OK)
+        return rc;
+    void *arena;
+    assert_sl_ok(e->dev->ops->mem_alloc(e->dev, ARENA_BYTES, &arena));
+    e->arena = arena;
+    e->arena_bytes = ARENA_BYTES;
+    assert_sl_ok(e->dev->ops->stream_create(e->dev, 0, &e->stream));
+    return SL_OK;
+}
+
+void kt_env_close(kt_env *e)
+{
+    if (!e->dev)
+        return;
+    if (e->stream)
+        e->dev->ops->stream_destroy(e->dev, e->stream);
+    if (e->arena)
+        e->dev->ops->mem_free(e->dev, e->arena);
+    sl_dev_close(e->dev);
+    memset(e, 0, sizeof *e);
+}
+
+void *kt_dev_alloc(kt_env *e, size_t bytes)
+{
+    size_t at = (e->used + 255) & ~(size_t) 255;
+    assert_true(bytes <= e->arena_bytes && at <= e->arena_bytes - bytes);
+    e->used = at + bytes;
+    return e->arena + at;
+}
+
+struct cb_record {
+    atomic_int calls;
+    atomic_int status;
+};
+
+static void record_cb(void *arg, int status)
+{
+    struct cb_record *r = arg;
+    atomic_store(&r->status, status);
+    atomic_fetch_add(&r->calls, 1);
+}
+
+void kt_run_op(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
+               float *const *in, unsigned n_in, float *const *out)
+{
+    const sl_op_def *def = sl_op_get(op);
+    assert_non_null(def);
+    sl_shape out_shapes[SL_OP_MAX_OUT];
+    char err[256] = "";
+    int rc = sl_op_infer(op, a, shapes, n_in, out_shapes, err, sizeof err);
+    if (rc != SL_OK)
+        fail_msg("sl_op_infer: %s", err);
+
+    const sl_device_ops *ops = e->dev->ops;
+    size_t mark = e->used;
+    sl_op_call call = {.op = (uint16_t) op, .n_in = (uint8_t) n_in, .n_out = def->n_out};
+    if (a)
+        call.attrs = *a;
+    for (unsigned i = 0; i < n_in; i++) {
+        size_t bytes = sl_shape_bytes(&shapes[i]);
+        call.in[i] = (sl_tensor_ref){kt_dev_alloc(e, bytes), shapes[i]};
+        assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, call.in[i].data, in[i], bytes));
+    }
+    for (unsigned i = 0; i < def->n_out; i++)
+        call.out[i] = (sl_tensor_ref){kt_dev_alloc(e, sl_shape_bytes(&out_shapes[i])),
+                                      out_shapes[i]};
+    assert_sl_ok(ops->launch(e->dev, e->stream, &call));
+    for (unsigned i = 0; i < def->n_out; i++)
+        assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, out[i], call.out[i].data,
+                                     sl_shape_bytes(&out_shapes[i])));
+    for (unsigned i = 0; i < n_in; i++)
+        if (def->mutates & (1u << i))
+            assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, in[i], call.in[i].data,
+                                         sl_shape_bytes(&shapes[i])));
+    struct cb_record rec = {0};
+    atomic_store(&rec.status, -1);
+    assert_sl_ok(ops->host_callback(e->dev, e->stream, record_cb, &rec));
+    assert_sl_ok(ops->synchronize(e->dev, e->stream));
+    assert_int_equal(atomic_load(&rec.calls), 1);
+    assert_sl_ok(atomic_load(&rec.status));
+    e->used = mark;
+}

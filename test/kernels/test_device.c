@@ -1,0 +1,459 @@
+/* Device specs, device memory and stream semantics on the cpu backend:
+ * ordering, sticky errors, host callbacks, concurrency, draining. */
+#include "kt.h"
+
+#include "cpu/cpu.h"
+#include "sl_alloc.h"
+#include "sl_time.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static void test_specs(void **state)
+{
+    (void) state;
+    static const struct {
+        const char *spec;
+        int rc;
+    } specs[] = {
+        {"cpu", SL_OK},
+        {"cpu:0", SL_OK},
+        {"cpu:1", SL_ENODEV},
+        {"cpu:fast", SL_EINVAL},
+        {"", SL_EINVAL},
+        {":", SL_EINVAL},
+        {"cpu:", SL_EINVAL},
+        {":0", SL_EINVAL},
+        {"gpu", SL_EINVAL},
+        {"sim:v100", SL_EUNSUPPORTED},
+        {"sim:v100:0", SL_EUNSUPPORTED},
+        {"sim:v100:x", SL_EINVAL},
+        {"sim::0", SL_EINVAL},
+        {"sim:v100:0:1", SL_EINVAL},
+        {"cuda:99999", SL_EINVAL},
+        {"cpu:00000000000000000000000000000000000000000000000000000000000000000", SL_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        sl_device *dev = NULL;
+        int rc = sl_dev_open(specs[i].spec, &dev);
+        if (rc != specs[i].rc)
+            fail_msg("spec \"%s\": got %s, want %s", specs[i].spec, sl_errname(rc),
+                     sl_errname(specs[i].rc));
+        if (rc == SL_OK) {
+            assert_string_equal(dev->ops->name, "cpu");
+            assert_true(dev->total_bytes > 0);
+            assert_non_null(strstr(dev->description, "cpu"));
+        }
+        sl_dev_close(dev);
+    }
+    sl_device *dev;
+    assert_sl_err(sl_dev_open(NULL, &dev), SL_EINVAL);
+    assert_sl_err(sl_dev_open("cpu", NULL), SL_EINVAL);
+    /* cuda: not built, or built and (on a machine without a GPU) no device. */
+    int rc = sl_dev_open("cuda", &dev);
+    if (rc == SL_OK)
+        sl_dev_close(dev);
+    else if (!sl_cuda_device_ops_ptr)
+        assert_sl_err(rc, SL_EUNSUPPORTED);
+    else
+        assert_sl_err(rc, SL_ENODEV);
+    sl_dev_close(NULL);
+}
+
+static void test_memory(void **state)
+{
+    (void) state;
+    sl_device *dev;
+    assert_sl_ok(sl_dev_open("cpu", &dev));
+    const sl_device_ops *ops = dev->ops;
+    void *p, *q;
+    assert_sl_err(ops->mem_alloc(dev, 0, &p), SL_EINVAL);
+    assert_sl_err(ops->mem_alloc(dev, dev->total_bytes + 1, &p), SL_EEXHAUSTED);
+    /* A big arena costs nothing until touched. */
+    size_t big = (size_t) (dev->total_bytes / 2);
+    assert_sl_ok(ops->mem_alloc(dev, big, &p));
+    assert_int_equal((uintptr_t) p % 256, 0);
+    ((char *) p)[0] = 1;
+    ((char *) p)[big - 1] = 2;
+    /* The capacity is shared: the rest is less than another half. */
+    assert_sl_err(ops->mem_alloc(dev, big + 4096, &q), SL_EEXHAUSTED);
+    assert_sl_ok(ops->mem_alloc(dev, 1000, &q));
+    ops->mem_free(dev, p);
+    ops->mem_free(dev, q);
+    ops->mem_free(dev, NULL);
+    /* Freed capacity is available again. */
+    assert_sl_ok(ops->mem_alloc(dev, big, &p));
+    ops->mem_free(dev, p);
+
+    /* Host allocation failures are reported, never crash. */
+    sl_alloc_fail_after(1);
+    assert_sl_err(ops->mem_alloc(dev, 4096, &p), SL_ENOMEM);
+    sl_alloc_fail_after(0);
+    sl_dev_close(dev);
+    sl_alloc_fail_after(1);
+    assert_sl_err(sl_dev_open("cpu", &dev), SL_ENOMEM);
+    sl_alloc_fail_after(0);
+}
+
+/* ---- streams ---- */
+
+struct seq {
+    pthread_mutex_t lock;
+    int order[64];
+    int n;
+    int status[64];
+    float seen[64]; /* value of a host buffer when the callback ran */
+    const float *watch;
+};
+
+struct seq_arg {
+    struct seq *seq;
+    int id;
+};
+
+static void seq_cb(void *arg, int status)
+{
+    struct seq_arg *a = arg;
+    struct seq *s = a->seq;
+    pthread_mutex_lock(&s->lock);
+    s->order[s->n++] = a->id;
+    s->status[a->id] = status;
+    s->seen[a->id] = s->watch ? *s->watch : 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static sl_op_call call1(unsigned op, float *x, float *y, sl_shape s)
+{
+    sl_op_call c = {.op = (uint16_t) op, .n_in = 1, .n_out = 1};
+    c.in[0] = (sl_tensor_ref){x, s};
+    c.out[0] = (sl_tensor_ref){y, s};
+    return c;
+}
+
+/* In-order execution: each step scales x in place and copies it out before
+ * a callback looks at the copy. */
+static void test_ordering(void **state)
+{
+    kt_env e;
+    (void) state;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    const sl_device_ops *ops = e.dev->ops;
+    sl_shape s = KT_F32(1, 1000);
+    float *x = kt_dev_alloc(&e, 4000), one = 1.0f, host = 0;
+    struct seq seq = {.lock = PTHREAD_MUTEX_INITIALIZER, .watch = &host};
+    struct seq_arg args[32];
+
+    sl_op_call fill = call1(SL_OP_FILL, x, x, s);
+    fill.attrs.f[0] = one;
+    assert_sl_ok(ops->launch(e.dev, e.stream, &fill));
+    sl_op_call twice = call1(SL_OP_SCALE, x, x, s);
+    twice.attrs.f[0] = 2.0f;
+    for (int i = 0; i < 32; i++) {
+        assert_sl_ok(ops->launch(e.dev, e.stream, &twice));
+        assert_sl_ok(ops->memcpy_d2h(e.dev, e.stream, &host, x + 999, sizeof host));
+        args[i] = (struct seq_arg){&seq, i};
+        assert_sl_ok(ops->host_callback(e.dev, e.stream, seq_cb, &args[i]));
+    }
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_int_equal(seq.n, 32);
+    for (int i = 0; i < 32; i++) {
+        assert_int_equal(seq.order[i], i);
+        assert_sl_ok(seq.status[i]);
+        assert_true(seq.seen[i] == (float) (1u << (i + 1)));
+    }
+    kt_env_close(&e);
+}
+
+/* An execution error skips the stream's work up to the next callback, which
+ * receives it; work after that callback runs again. */
+static void test_sticky(void **state)
+{
+    kt_env e;
+    (void) state;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    const sl_device_ops *ops = e.dev->ops;
+    sl_shape s = KT_F32(1, 4);
+    float *y = kt_dev_alloc(&e, 16), host[4] = {0}, src[4] = {9, 9, 9, 9};
+    struct seq seq = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    struct seq_arg a0 = {&seq, 0}, a1 = {&seq, 1}, a2 = {&seq, 2};
+
+    sl_op_call fill = call1(SL_OP_FILL, y, y, s);
+    fill.attrs.f[0] = 1.0f;
+    assert_sl_ok(ops->launch(e.dev, e.stream, &fill));
+    assert_sl_ok(sl_cpu_inject_error(e.stream, SL_EDEVICE));
+    fill.attrs.f[0] = 7.0f; /* skipped */
+    assert_sl_ok(ops->launch(e.dev, e.stream, &fill));
+    assert_sl_ok(sl_cpu_inject_error(e.stream, SL_EEXHAUSTED)); /* skipped: first error wins */
+    assert_sl_ok(ops->memcpy_h2d(e.dev, e.stream, y, src, sizeof src)); /* skipped */
+    assert_sl_ok(ops->host_callback(e.dev, e.stream, seq_cb, &a0));
+    assert_sl_ok(ops->memcpy_d2h(e.dev, e.stream, host, y, sizeof host));
+    assert_sl_ok(ops->host_callback(e.dev, e.stream, seq_cb, &a1));
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_int_equal(seq.n, 2);
+    assert_sl_err(seq.status[0], SL_EDEVICE);
+    assert_sl_ok(seq.status[1]);
+    for (int i = 0; i < 4; i++)
+        assert_true(host[i] == 1.0f);
+
+    /* Without a callback, synchronize reports the error once and clears it. */
+    assert_sl_ok(sl_cpu_inject_error(e.stream, SL_EINTERNAL));
+    assert_sl_err(ops->synchronize(e.dev, e.stream), SL_EINTERNAL);
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_sl_ok(ops->host_callback(e.dev, e.stream, seq_cb, &a2));
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_sl_ok(seq.status[2]);
+
+    /* Submission errors are synchronous and do not poison the stream. */
+    assert_sl_err(sl_cpu_inject_error(e.stream, SL_OK), SL_EINVAL);
+    sl_op_call bad = call1(SL_OP_COUNT, y, y, s);
+    assert_sl_err(ops->launch(e.dev, e.stream, &bad), SL_EUNSUPPORTED);
+    bad = call1(SL_OP_ADD, y, y, s); /* add takes 2 inputs */
+    assert_sl_err(ops->launch(e.dev, e.stream, &bad), SL_EINVAL);
+    /* cblas takes int dimensions: K = 2^31 is beyond this backend. */
+    sl_op_call mm = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    mm.in[0] = (sl_tensor_ref){y, KT_F32(2, 1, 1ll << 31)};
+    mm.in[1] = (sl_tensor_ref){y, KT_F32(2, 1ll << 31, 1)};
+    mm.out[0] = (sl_tensor_ref){y, KT_F32(2, 1, 1)};
+    assert_sl_err(ops->launch(e.dev, e.stream, &mm), SL_EUNSUPPORTED);
+    assert_sl_err(ops->host_callback(e.dev, e.stream, NULL, NULL), SL_EINVAL);
+    assert_sl_err(ops->memcpy_h2d(e.dev, e.stream, NULL, src, 4), SL_EINVAL);
+    assert_sl_ok(ops->memcpy_h2d(e.dev, e.stream, NULL, NULL, 0));
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    kt_env_close(&e);
+}
+
+/* ---- concurrency ---- */
+
+struct rendezvous {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool b_ran;
+    bool a_saw_b;
+};
+
+/* Stream A's callback waits (bounded) for stream B's: it can only succeed if
+ * the two streams execute at the same time. */
+static void wait_for_b(void *arg, int status)
+{
+    struct rendezvous *r = arg;
+    (void) status;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&r->lock);
+    while (!r->b_ran)
+        if (pthread_cond_timedwait(&r->cv, &r->lock, &deadline) != 0)
+            break;
+    r->a_saw_b = r->b_ran;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void signal_b(void *arg, int status)
+{
+    struct rendezvous *r = arg;
+    (void) status;
+    pthread_mutex_lock(&r->lock);
+    r->b_ran = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->lock);
+}
+
+struct lane {
+    sl_device *dev;
+    sl_stream *stream;
+    float *x;
+    int steps;
+};
+
+static void *lane_main(void *arg)
+{
+    struct lane *l = arg;
+    sl_shape s = KT_F32(2, 16, 16);
+    sl_op_call add = {.op = SL_OP_ADD, .n_in = 2, .n_out = 1};
+    add.in[0] = add.in[1] = add.out[0] = (sl_tensor_ref){l->x, s};
+    for (int i = 0; i < l->steps; i++)
+        if (l->dev->ops->launch(l->dev, l->stream, &add) != SL_OK)
+            return "launch failed";
+    return NULL;
+}
+
+static void test_concurrent_streams(void **state)
+{
+    (void) state;
+    sl_device *dev;
+    assert_sl_ok(sl_dev_open("cpu", &dev));
+    const sl_device_ops *ops = dev->ops;
+    sl_stream *a, *b;
+    assert_sl_ok(ops->stream_create(dev, 0, &a));
+    assert_sl_ok(ops->stream_create(dev, 1, &b));
+    struct rendezvous r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    assert_sl_ok(ops->host_callback(dev, a, wait_for_b, &r));
+    assert_sl_ok(ops->host_callback(dev, b, signal_b, &r));
+    assert_sl_ok(ops->synchronize(dev, a));
+    assert_sl_ok(ops->synchronize(dev, b));
+    assert_true(r.a_saw_b);
+    ops->stream_destroy(dev, a);
+    ops->stream_destroy(dev, b);
+
+    /* Four submitting threads, four streams: x doubles `steps` times each. */
+    enum { LANES = 4, STEPS = 20 };
+    void *mem;
+    assert_sl_ok(ops->mem_alloc(dev, LANES * 1024, &mem));
+    struct lane lanes[LANES];
+    pthread_t threads[LANES];
+    for (int i = 0; i < LANES; i++) {
+        lanes[i] = (struct lane){dev, NULL, (float *) mem + 256 * i, STEPS};
+        for (int j = 0; j < 256; j++)
+            lanes[i].x[j] = (float) (i + 1);
+        assert_sl_ok(ops->stream_create(dev, 0, &lanes[i].stream));
+        assert_int_equal(pthread_create(&threads[i], NULL, lane_main, &lanes[i]), 0);
+    }
+    for (int i = 0; i < LANES; i++) {
+        void *ret;
+        assert_int_equal(pthread_join(threads[i], &ret), 0);
+        assert_null(ret);
+        assert_sl_ok(ops->synchronize(dev, lanes[i].stream));
+        for (int j = 0; j < 256; j++)
+            assert_true(lanes[i].x[j] == (float) (i + 1) * (float) (1 << STEPS));
+        ops->stream_destroy(dev, lanes[i].stream);
+    }
+    ops->mem_free(dev, mem);
+    sl_dev_close(dev);
+}
+
+/* ---- callbacks that submit, draining, queue growth ---- */
+
+struct chain {
+    sl_device *dev;
+    sl_stream *other;
+    struct seq_arg next;
+    int rc;
+};
+
+static void submit_from_callback(void *arg, int status)
+{
+    struct chain *c = arg;
+    (void) status;
+    c->rc = c->dev->ops->host_callback(c->dev, c->other, seq_cb, &c->next);
+}
+
+struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool open;
+};
+
+static void wait_gate(void *arg, int status)
+{
+    struct gate *g = arg;
+    (void) status;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void test_callbacks_and_drain(void **state)
+{
+    (void) state;
+    sl_device *dev;
+    assert_sl_ok(sl_dev_open("cpu", &dev));
+    const sl_device_ops *ops = dev->ops;
+    sl_stream *a, *b;
+    assert_sl_ok(ops->stream_create(dev, 0, &a));
+    assert_sl_ok(ops->stream_create(dev, 0, &b));
+
+    /* A callback submits a callback to another stream. */
+    struct seq seq = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    struct chain chain = {dev, b, {&seq, 5}, -1};
+    assert_sl_ok(ops->host_callback(dev, a, submit_from_callback, &chain));
+    assert_sl_ok(ops->synchronize(dev, a));
+    assert_sl_ok(chain.rc);
+    assert_sl_ok(ops->synchronize(dev, b));
+    assert_int_equal(seq.n, 1);
+    assert_int_equal(seq.order[0], 5);
+
+    /* Hold the worker, queue more commands than were preallocated, and make
+     * the node allocation fail: launch reports SL_ENOMEM. */
+    struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    void *mem;
+    assert_sl_ok(ops->mem_alloc(dev, 4096, &mem));
+    sl_op_call relu = call1(SL_OP_RELU, mem, mem, KT_F32(1, 8));
+    assert_sl_ok(ops->host_callback(dev, a, wait_gate, &g));
+    for (int i = 0; i < 100; i++)
+        assert_sl_ok(ops->launch(dev, a, &relu));
+    sl_alloc_fail_after(1);
+    int rc = SL_OK;
+    for (int i = 0; i < 1000 && rc == SL_OK; i++)
+        rc = ops->launch(dev, a, &relu);
+    sl_alloc_fail_after(0);
+    assert_sl_err(rc, SL_ENOMEM);
+    pthread_mutex_lock(&g.lock);
+    g.open = true;
+    pthread_cond_signal(&g.cv);
+    pthread_mutex_unlock(&g.lock);
+
+    /* stream_destroy runs what is queued before returning. */
+    struct seq_arg last = {&seq, 6};
+    for (int i = 0; i < 100; i++)
+        assert_sl_ok(ops->launch(dev, a, &relu));
+    assert_sl_ok(ops->host_callback(dev, a, seq_cb, &last));
+    ops->stream_destroy(dev, a);
+    assert_int_equal(seq.n, 2);
+    assert_int_equal(seq.order[1], 6);
+
+    ops->stream_destroy(dev, b);
+    ops->mem_free(dev, mem);
+    sl_alloc_fail_after(1);
+    assert_sl_err(ops->stream_create(dev, 0, &a), SL_ENOMEM);
+    sl_alloc_fail_after(3);
+    assert_sl_err(ops->stream_create(dev, 0, &a), SL_ENOMEM);
+    sl_alloc_fail_after(0);
+    sl_dev_close(dev);
+}
+
+/* Cost of one launch of a tiny op: submission alone, and end to end. */
+static void test_launch_overhead(void **state)
+{
+    (void) state;
+    kt_env e;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    const sl_device_ops *ops = e.dev->ops;
+    float *x = kt_dev_alloc(&e, 64);
+    sl_op_call relu = call1(SL_OP_RELU, x, x, KT_F32(1, 1));
+    enum { N = 20000 };
+    uint64_t t0 = sl_now_ns();
+    for (int i = 0; i < N; i++)
+        assert_sl_ok(ops->launch(e.dev, e.stream, &relu));
+    uint64_t t1 = sl_now_ns();
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    uint64_t t2 = sl_now_ns();
+    /* One at a time: launch + synchronize round trip. */
+    for (int i = 0; i < 1000; i++) {
+        assert_sl_ok(ops->launch(e.dev, e.stream, &relu));
+        assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    }
+    uint64_t t3 = sl_now_ns();
+    printf("cpu stream: launch %.0f ns/op (submit), %.0f ns/op (queued, end to end), "
+           "%.0f ns launch+synchronize round trip\n",
+           (double) (t1 - t0) / N, (double) (t2 - t0) / N, (double) (t3 - t2) / 1000);
+    kt_env_close(&e);
+}
+
+int kt_run_device_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_specs),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_ordering),
+        cmocka_unit_test(test_sticky),
+        cmocka_unit_test(test_concurrent_streams),
+        cmocka_unit_test(test_callbacks_and_drain),
+        cmocka_unit_test(test_launch_overhead),
+    };
+    return cmocka_run_group_tests_name("cpu device", tests, NULL, NULL);
+}
