@@ -34,9 +34,17 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
     }
 }
 
+/* 1536 -> "1.5 KiB": bytes in the largest binary unit that keeps >= 1. */
 static const char *mib(uint64_t bytes, char *buf)
 {
-    snprintf(buf, 32, "%.1f MiB", (double) bytes / (1 << 20));
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double) bytes;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, 32, u ? "%.1f %s" : "%.0f %s", v, units[u]);
     return buf;
 }
 

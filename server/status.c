@@ -3,7 +3,15 @@
 #include "sl_error.h"
 #include "sl_time.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(Salus__SessionStatus *const *) a)->id;
+    uint64_t y = (*(Salus__SessionStatus *const *) b)->id;
+    return x < y ? -1 : x > y;
+}
 
 int sl_status_build(sl_server *srv, sl_reply *r)
 {
@@ -58,6 +66,7 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         x->ephemeral_peak = s->ephemeral_peak;
         list[k++] = x;
     }
+    qsort(list, k, sizeof *list, by_id);
     st->n_sessions = k;
     st->sessions = list;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_STATUS;
