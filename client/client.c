@@ -55,31 +55,45 @@ static void set_error(salus_client *c, const char *fmt, const char *arg)
     snprintf(c->last_error, sizeof c->last_error, fmt, arg);
 }
 
+/* Runs one aio step and waits for it. A dropped connection cancels it (see
+ * pipe_event), so a call never hangs on a server that is gone. */
+static int wait_step(salus_client *c)
+{
+    if (atomic_load(&c->lost))
+        nng_aio_cancel(c->aio);
+    nng_aio_wait(c->aio);
+    return nng_aio_result(c->aio);
+}
+
 int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out)
 {
     nng_msg *msg = NULL;
-    int rc;
+    int rc, rv;
 
     pthread_mutex_lock(&c->lock);
+    if (atomic_load(&c->pipes) == 0) {
+        set_error(c, "%s", "not connected to salusd (server gone or restarting)");
+        rc = SL_ECONN;
+        goto out_unlock;
+    }
+    atomic_store(&c->lost, 0);
     req->seq = ++c->seq;
     size_t len = salus__request__get_packed_size(req);
-    int rv = nng_msg_alloc(&msg, len);
-    if (rv) {
+    if ((rv = nng_msg_alloc(&msg, len)) != 0) {
         rc = from_nng(rv);
         goto out_unlock;
     }
     salus__request__pack(req, nng_msg_body(msg));
-    if ((rv = nng_sendmsg(c->sock, msg, 0)) != 0) {
-        nng_msg_free(msg);
-        set_error(c, "send failed: %s", nng_strerror(rv));
-        rc = from_nng(rv);
-        goto out_unlock;
+    nng_aio_set_msg(c->aio, msg);
+    nng_ctx_send(c->ctx, c->aio);
+    if ((rv = wait_step(c)) != 0) {
+        nng_msg_free(nng_aio_get_msg(c->aio));
+        goto out_lost;
     }
-    if ((rv = nng_recvmsg(c->sock, &msg, 0)) != 0) {
-        set_error(c, "no reply: %s", nng_strerror(rv));
-        rc = from_nng(rv);
-        goto out_unlock;
-    }
+    nng_ctx_recv(c->ctx, c->aio);
+    if ((rv = wait_step(c)) != 0)
+        goto out_lost;
+    msg = nng_aio_get_msg(c->aio);
     Salus__Reply *rep = salus__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
     nng_msg_free(msg);
     if (!rep || rep->seq != req->seq) {
@@ -97,9 +111,33 @@ int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out)
     }
     c->last_error[0] = '\0';
     *out = rep;
+    pthread_mutex_unlock(&c->lock);
+    return SL_OK;
+
+out_lost:
+    if (rv == NNG_ECANCELED) {
+        set_error(c, "%s", "connection to salusd lost while waiting for the reply");
+        rc = SL_ECONN;
+    } else {
+        set_error(c, "transport error: %s", nng_strerror(rv));
+        rc = from_nng(rv);
+    }
 out_unlock:
     pthread_mutex_unlock(&c->lock);
     return rc;
+}
+
+static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    salus_client *c = arg;
+    (void) p;
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        atomic_fetch_add(&c->pipes, 1);
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_fetch_sub(&c->pipes, 1);
+        atomic_store(&c->lost, 1);
+        nng_aio_cancel(c->aio);
+    }
 }
 
 int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply **out)
@@ -107,6 +145,14 @@ int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply *
     req->session_id = s->id;
     req->token = s->token;
     return sl_client_call(s->client, req, out);
+}
+
+static void close_client(salus_client *c)
+{
+    nng_close(c->sock); /* no pipe callbacks run after this returns */
+    nng_aio_free(c->aio);
+    pthread_mutex_destroy(&c->lock);
+    sl_free(c);
 }
 
 int salus_connect(const char *url, salus_client **out)
@@ -119,9 +165,14 @@ int salus_connect(const char *url, salus_client **out)
     pthread_mutex_init(&c->lock, NULL);
     int rv = nng_req0_open(&c->sock);
     if (rv) {
+        pthread_mutex_destroy(&c->lock);
         sl_free(c);
         return from_nng(rv);
     }
+    if ((rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0 || (rv = nng_ctx_open(&c->ctx, c->sock)))
+        goto out_close;
+    (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
+    (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
     /* A queued or long iteration must never be re-sent: the default 60 s
      * resend would run it twice. */
     (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
@@ -141,9 +192,7 @@ int salus_connect(const char *url, salus_client **out)
     Salus__Reply *rep;
     int rc = sl_client_call(c, &req, &rep);
     if (rc) {
-        nng_close(c->sock);
-        pthread_mutex_destroy(&c->lock);
-        sl_free(c);
+        close_client(c);
         return rc;
     }
     if (rep->body_case == SALUS__REPLY__BODY_HELLO && rep->hello->device)
@@ -154,19 +203,14 @@ int salus_connect(const char *url, salus_client **out)
     return SL_OK;
 
 out_close:
-    nng_close(c->sock);
-    pthread_mutex_destroy(&c->lock);
-    sl_free(c);
+    close_client(c);
     return rv == NNG_ECONNREFUSED || rv == NNG_ENOENT ? SL_ECONN : from_nng(rv);
 }
 
 void salus_disconnect(salus_client *c)
 {
-    if (!c)
-        return;
-    nng_close(c->sock);
-    pthread_mutex_destroy(&c->lock);
-    sl_free(c);
+    if (c)
+        close_client(c);
 }
 
 const char *salus_last_error(const salus_client *c)

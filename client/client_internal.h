@@ -11,13 +11,18 @@
 
 #include <nng/nng.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* Largest reply the client accepts (a fetched tensor travels in one). */
 #define SL_CLIENT_MAX_MSG (1ull << 31)
 
 struct salus_client {
     nng_socket sock;
-    pthread_mutex_t lock; /* serialises request/reply pairs on sock */
+    nng_ctx ctx;
+    nng_aio *aio;         /* the one request in flight */
+    pthread_mutex_t lock; /* serialises request/reply pairs on ctx */
+    atomic_int pipes;     /* live connections to the server */
+    atomic_int lost;      /* a connection dropped while a request was out */
     uint64_t seq;
     char device[192];
     char last_error[512];

@@ -150,10 +150,10 @@ static int infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
     int64_t kb = in[1].dims[tb], n = in[1].dims[!tb];
     if (k != kb) {
         char sa[SHAPE_STR_LEN], sb[SHAPE_STR_LEN];
-        return fail(err, errlen, "inner dimensions differ: in0 %s%s has K=%lld, in1 %s%s has K=%lld",
+        return fail(err, errlen,
+                    "inner dimensions differ: in0 %s%s has K=%lld, in1 %s%s has K=%lld",
                     sl_shape_str(&in[0], sa, sizeof sa), ta ? " (transposed)" : "", (long long) k,
-                    sl_shape_str(&in[1], sb, sizeof sb), tb ? " (transposed)" : "",
-                    (long long) kb);
+                    sl_shape_str(&in[1], sb, sizeof sb), tb ? " (transposed)" : "", (long long) kb);
     }
     /* m, n <= 2^40 each, so the product fits in 64 bits. */
     if ((uint64_t) m * (uint64_t) n > SL_MAX_ELEMS)
@@ -301,8 +301,8 @@ static int check_unused_attrs(const sl_op_def *d, const sl_op_attrs *a, char *er
     return SL_OK;
 }
 
-int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned n_in,
-                sl_shape *out, char *err, size_t errlen)
+int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned n_in, sl_shape *out,
+                char *err, size_t errlen)
 {
     static const sl_op_attrs zero_attrs;
     const sl_op_def *d = sl_op_get(id);

@@ -91,8 +91,8 @@ static int cpu_mem_alloc(sl_device *dev, size_t bytes, void **out)
     pthread_mutex_unlock(&d->lock);
 
     /* Page-aligned, which satisfies the contract's 256 bytes. */
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     pthread_mutex_lock(&d->lock);
     if (p == MAP_FAILED) {
         d->used -= bytes;

@@ -61,9 +61,9 @@ static int k_matmul(const sl_op_call *c)
     /* sl_cpu_op_check made sure every dimension fits in int. */
     int m = (int) c->out[0].shape.dims[0], n = (int) c->out[0].shape.dims[1];
     int k = (int) a->dims[ta ? 0 : 1];
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, 1.0f, f32(&c->in[0]), (int) a->dims[1], f32(&c->in[1]), (int) b->dims[1],
-                0.0f, f32(&c->out[0]), n);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, 1.0f, f32(&c->in[0]), (int) a->dims[1], f32(&c->in[1]), (int) b->dims[1], 0.0f,
+                f32(&c->out[0]), n);
     return SL_OK;
 }
 

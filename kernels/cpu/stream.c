@@ -151,10 +151,9 @@ static int commit(sl_stream *s, struct cmd *c)
         s->head = c;
     s->tail = c;
     s->submitted++;
-    bool wake = s->worker_asleep;
-    pthread_mutex_unlock(&s->lock);
-    if (wake)
+    if (s->worker_asleep)
         pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->lock);
     return SL_OK;
 }
 
@@ -207,8 +206,8 @@ void sl_cpu_stream_destroy(sl_device *dev, sl_stream *s)
         return;
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
-    pthread_mutex_unlock(&s->lock);
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->lock);
     pthread_join(s->worker, NULL); /* the worker drains the queue first */
     if (s->sticky != SL_OK)
         sl_log_warn("cpu.stream.lost", "stream destroyed with an unreported error: %s",
@@ -247,8 +246,15 @@ int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     struct cmd *c = begin(s, &rc);
     if (!c)
         return rc;
+    /* Copy only the used tensor refs: most of an sl_op_call is spare slots. */
+    sl_op_call *op = &c->u.op;
     c->kind = CMD_OP;
-    c->u.op = *call;
+    op->op = call->op;
+    op->n_in = call->n_in;
+    op->n_out = call->n_out;
+    op->attrs = call->attrs;
+    memcpy(op->in, call->in, call->n_in * sizeof call->in[0]);
+    memcpy(op->out, call->out, call->n_out * sizeof call->out[0]);
     return commit(s, c);
 }
 

@@ -113,7 +113,9 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     int count = 0;
     int rc = SL_CUDA_RT("cuda.open", cudaGetDeviceCount(&count));
     if (rc != SL_OK) {
-        sl_log_err("cuda.nodev", "no usable CUDA device (driver missing or no GPU): the cuda backend is unavailable");
+        sl_log_err(
+            "cuda.nodev",
+            "no usable CUDA device (driver missing or no GPU): the cuda backend is unavailable");
         return SL_ENODEV;
     }
     if (index >= count) {
@@ -127,9 +129,8 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     struct cudaDeviceProp prop;
     if ((rc = SL_CUDA_RT("cuda.open", cudaGetDeviceProperties(&prop, index))) != SL_OK)
         return rc;
-    if ((rc = SL_CUDA_RT("cuda.open", cudaDeviceGetStreamPriorityRange(&d->prio_least,
-                                                                        &d->prio_greatest))) !=
-        SL_OK)
+    if ((rc = SL_CUDA_RT("cuda.open", cudaDeviceGetStreamPriorityRange(
+                                          &d->prio_least, &d->prio_greatest))) != SL_OK)
         return rc;
     dev->total_bytes = prop.totalGlobalMem;
     snprintf(dev->description, sizeof dev->description, "cuda:%d (%.64s, %.1f GiB, sm_%d%d)", index,
@@ -260,7 +261,8 @@ static void cuda_stream_destroy(sl_device *dev, sl_stream *s)
         return;
     (void) use_device(d);
     if (drain(d, s) != SL_OK)
-        sl_log_err("cuda.stream.lost", "destroying a stream whose device work failed; pending callbacks will not run");
+        sl_log_err("cuda.stream.lost",
+                   "destroying a stream whose device work failed; pending callbacks will not run");
     int sticky = atomic_load(&s->sticky);
     if (sticky != SL_OK)
         sl_log_warn("cuda.stream.lost", "stream destroyed with an unreported error: %s",
@@ -346,10 +348,9 @@ static int cuda_launch(sl_device *dev, sl_stream *s, const sl_op_call *c)
         goto out_sticky;
     switch (c->op) {
     case SL_OP_COPY:
-        rc = SL_CUDA_RT("cuda.copy",
-                        cudaMemcpyAsync(c->out[0].data, c->in[0].data,
-                                        sl_shape_bytes(&c->out[0].shape),
-                                        cudaMemcpyDeviceToDevice, s->stream));
+        rc = SL_CUDA_RT("cuda.copy", cudaMemcpyAsync(c->out[0].data, c->in[0].data,
+                                                     sl_shape_bytes(&c->out[0].shape),
+                                                     cudaMemcpyDeviceToDevice, s->stream));
         break;
     case SL_OP_MATMUL:
         rc = matmul(s, c);

@@ -5,7 +5,7 @@
 #include "elementwise.h"
 
 #define BLOCK 256
-#define MAX_BLOCKS 4096 /* grid-stride loops cover the rest */
+#define MAX_BLOCKS 4096   /* grid-stride loops cover the rest */
 #define REDUCE_BLOCK 1024 /* mse_loss: one block, a power of two */
 
 static unsigned blocks_for(uint64_t n)
@@ -20,24 +20,42 @@ static unsigned blocks_for(uint64_t n)
 
 struct f_scale {
     float alpha;
-    __device__ float operator()(float x) const { return sl_ew_scale(x, alpha); }
+    __device__ float operator()(float x) const
+    {
+        return sl_ew_scale(x, alpha);
+    }
 };
 struct f_relu {
-    __device__ float operator()(float x) const { return sl_ew_relu(x); }
+    __device__ float operator()(float x) const
+    {
+        return sl_ew_relu(x);
+    }
 };
 struct f_add {
-    __device__ float operator()(float a, float b) const { return sl_ew_add(a, b); }
+    __device__ float operator()(float a, float b) const
+    {
+        return sl_ew_add(a, b);
+    }
 };
 struct f_relu_grad {
-    __device__ float operator()(float dy, float x) const { return sl_ew_relu_grad(dy, x); }
+    __device__ float operator()(float dy, float x) const
+    {
+        return sl_ew_relu_grad(dy, x);
+    }
 };
 struct f_mse_grad {
     float two_over_n;
-    __device__ float operator()(float p, float t) const { return sl_ew_mse_grad(p, t, two_over_n); }
+    __device__ float operator()(float p, float t) const
+    {
+        return sl_ew_mse_grad(p, t, two_over_n);
+    }
 };
 struct f_sgd {
     float lr;
-    __device__ float operator()(float w, float g) const { return sl_ew_sgd(w, g, lr); }
+    __device__ float operator()(float w, float g) const
+    {
+        return sl_ew_sgd(w, g, lr);
+    }
 };
 
 __global__ void k_fill(float *y, uint64_t n, float v)

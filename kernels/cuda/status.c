@@ -61,8 +61,11 @@ int sl_cuda_status(enum sl_cuda_lib lib, int status, const char *id, const char 
     if (code == SL_OK)
         return SL_OK;
     if (lib == SL_CUDA_LIB_RT)
-        sl_log_err(id, "%s failed: %s (%s) -> %s", what, cudaGetErrorName((cudaError_t) status), cudaGetErrorString((cudaError_t) status), sl_errname(code));
+        sl_log_err(id, "%s failed: %s (%s) -> %s", what, cudaGetErrorName((cudaError_t) status),
+                   cudaGetErrorString((cudaError_t) status), sl_errname(code));
     else
-        sl_log_err(id, "%s failed: %s (%s) -> %s", what, cublasGetStatusName((cublasStatus_t) status), cublasGetStatusString((cublasStatus_t) status), sl_errname(code));
+        sl_log_err(id, "%s failed: %s (%s) -> %s", what,
+                   cublasGetStatusName((cublasStatus_t) status),
+                   cublasGetStatusString((cublasStatus_t) status), sl_errname(code));
     return code;
 }

@@ -291,6 +291,31 @@ static void protocol_version_mismatch_is_refused(void **state)
     salus__reply__free_unpacked(rep, NULL);
 }
 
+/* SIGTERM while jobs train: salusd finishes what runs, fails what is queued,
+ * exits 0; the clients see an error, never a hang. Uses its own server. */
+static void sigterm_drains_and_exits_zero(void **state)
+{
+    (void) state;
+    sl_test_server own;
+    sl_test_server_start(&own, NULL);
+    const char *a[] = {"--url", own.url, "--name", "a", "--steps", "1000000", "--hidden", "256",
+                       NULL};
+    const char *b[] = {"--url", own.url, "--name", "b", "--steps", "1000000", "--hidden", "256",
+                       NULL};
+    pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
+    pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
+    salus_client *c = sl_test_connect(&own);
+    struct timespec nap = {0, 5 * 1000 * 1000};
+    for (int i = 0; i < 2000 && server_iterations(c) < 50; i++)
+        nanosleep(&nap, NULL);
+    assert_true(server_iterations(c) >= 50);
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&own), 0);
+    /* both jobs stop with an error (SHUTTING_DOWN or a lost connection) */
+    assert_int_equal(sl_test_wait(pa, 10), 1);
+    assert_int_equal(sl_test_wait(pb, 10), 1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -301,6 +326,7 @@ int main(void)
         cmocka_unit_test(unknown_session_wrong_token_unknown_graph),
         cmocka_unit_test(killed_client_memory_returns),
         cmocka_unit_test(protocol_version_mismatch_is_refused),
+        cmocka_unit_test(sigterm_drains_and_exits_zero),
     };
     return cmocka_run_group_tests_name("integration", tests, start, stop);
 }

@@ -82,8 +82,8 @@ void kt_run_op(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *sha
         assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, call.in[i].data, in[i], bytes));
     }
     for (unsigned i = 0; i < def->n_out; i++)
-        call.out[i] = (sl_tensor_ref){kt_dev_alloc(e, sl_shape_bytes(&out_shapes[i])),
-                                      out_shapes[i]};
+        call.out[i] =
+            (sl_tensor_ref){kt_dev_alloc(e, sl_shape_bytes(&out_shapes[i])), out_shapes[i]};
     assert_sl_ok(ops->launch(e->dev, e->stream, &call));
     for (unsigned i = 0; i < def->n_out; i++)
         assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, out[i], call.out[i].data,

@@ -56,8 +56,8 @@ static void expect_close(const char *what, const float *got, const double *want,
 /* ---- double-precision references ---- */
 
 /* out[M,N] = op(a) op(b); a is [M,K] or [K,M], b is [K,N] or [N,K]. */
-static void ref_matmul(const double *a, const double *b, double *out, int m, int n, int k,
-                       bool ta, bool tb)
+static void ref_matmul(const double *a, const double *b, double *out, int m, int n, int k, bool ta,
+                       bool tb)
 {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -136,7 +136,8 @@ static void check_matmul(kt_env *e, int m, int n, int k, bool ta, bool tb)
     widen(b, db, nb);
     ref_matmul(da, db, want, m, n, k, ta, tb);
 
-    sl_shape sh[2] = {ta ? KT_F32(2, k, m) : KT_F32(2, m, k), tb ? KT_F32(2, n, k) : KT_F32(2, k, n)};
+    sl_shape sh[2] = {ta ? KT_F32(2, k, m) : KT_F32(2, m, k),
+                      tb ? KT_F32(2, n, k) : KT_F32(2, k, n)};
     sl_op_attrs at = {.i = {ta, tb}};
     kt_run_op(e, SL_OP_MATMUL, &at, sh, (float *[]){a, b}, 2, (float *[]){c});
     char what[64];
@@ -192,8 +193,7 @@ static void test_relu(void **state)
         want[i] = ref_relu(x[i]);
     expect_close("relu", y, want, N_EW, 0);
 
-    kt_run_op(e, SL_OP_RELU_GRAD, NULL, (sl_shape[]){s, s}, (float *[]){dy, x}, 2,
-              (float *[]){y});
+    kt_run_op(e, SL_OP_RELU_GRAD, NULL, (sl_shape[]){s, s}, (float *[]){dy, x}, 2, (float *[]){y});
     for (size_t i = 0; i < N_EW; i++)
         want[i] = x[i] > 0 ? dy[i] : 0;
     expect_close("relu_grad", y, want, N_EW, 0);
@@ -333,8 +333,8 @@ static void test_grad_bias(void **state)
         xd[i] = 0.01 * (double) i;
     for (size_t j = 0; j < COLS; j++)
         bd[j] = 0.1 * (double) j;
-    kt_run_op(*state, SL_OP_BIAS_GRAD, NULL, (sl_shape[]){KT_F32(2, ROWS, COLS)}, (float *[]){w},
-              1, (float *[]){db});
+    kt_run_op(*state, SL_OP_BIAS_GRAD, NULL, (sl_shape[]){KT_F32(2, ROWS, COLS)}, (float *[]){w}, 1,
+              (float *[]){db});
     struct weighted c = {.w = wd, .other = xd, .n = N_EW, .cols = COLS};
     fd_grad(loss_bias, &c, bd, COLS, fd);
     expect_close("bias_grad vs fd", db, fd, COLS, FD_TOL);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static void test_shapes(void **state)
 {
     (void) state;
@@ -63,14 +62,17 @@ struct infer_case {
     unsigned n_in;
     sl_shape in[3];
     int rc;
-    sl_shape out; /* when rc is SL_OK and the op has an output */
+    sl_shape out;        /* when rc is SL_OK and the op has an output */
     const char *err_has; /* when rc is not SL_OK: a part of the message */
 };
 
+/* One line per case reads best as a table. */
+/* clang-format off */
 #define A2(r, c) KT_F32(2, r, c)
 #define V(n) KT_F32(1, n)
 #define SCALAR ((sl_shape){.dtype = SL_F32})
 #define I32(r, c) KT_SHAPE(SL_I32, 2, r, c)
+#define NONE {.i = {0}}
 #define NONE {.i = {0}}
 
 static const struct infer_case cases[] = {
@@ -102,8 +104,8 @@ static const struct infer_case cases[] = {
     {"matmul tA tB", SL_OP_MATMUL, {.i = {1, 1}}, 2, {A2(4, 3), A2(5, 4)}, SL_OK, A2(3, 5), NULL},
     {"matmul K", SL_OP_MATMUL, NONE, 2, {A2(3, 4), A2(5, 4)}, SL_EINVAL, {0}, "inner dimensions"},
     {"matmul K tA", SL_OP_MATMUL, {.i = {1, 0}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "K=3"},
-    {"matmul transA 2", SL_OP_MATMUL, {.i = {2, 0}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "transA must be 0 or 1, got 2"},
-    {"matmul transB -1", SL_OP_MATMUL, {.i = {0, -1}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "transB must be 0 or 1"},
+    {"matmul transA 2", SL_OP_MATMUL, {.i = {2, 0}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "i[0] (transA) must be 0 or 1, got 2"},
+    {"matmul transB -1", SL_OP_MATMUL, {.i = {0, -1}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "i[1] (transB) must be 0 or 1, got -1"},
     {"matmul i[2]", SL_OP_MATMUL, {.i = {0, 0, 1}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "i[2] is not used"},
     {"matmul f[0]", SL_OP_MATMUL, {.f = {1}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "f[0] is not used"},
     {"matmul rank 1", SL_OP_MATMUL, NONE, 2, {V(4), A2(4, 5)}, SL_EINVAL, {0}, "expected rank 2"},
@@ -139,6 +141,7 @@ static const struct infer_case cases[] = {
     {"sgd lr nan", SL_OP_SGD_UPDATE, {.f = {NAN}}, 2, {A2(4, 2), A2(4, 2)}, SL_EINVAL, {0}, "learning rate"},
     {"sgd f[1]", SL_OP_SGD_UPDATE, {.f = {0.1f, 0.9f}}, 2, {A2(4, 2), A2(4, 2)}, SL_EINVAL, {0}, "f[1] is not used"},
 };
+/* clang-format on */
 
 static void test_infer_cases(void **state)
 {
@@ -244,7 +247,7 @@ static void test_costs(void **state)
 int kt_run_registry_tests(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes),     cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_shapes),      cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_infer_cases), cmocka_unit_test(test_infer_edges),
         cmocka_unit_test(test_costs),
     };
