@@ -12,7 +12,10 @@
  *   relu_grad  n flops,    reads 2n, writes n
  *   mse_loss   3n flops (n = input elems), reads 2n, writes 1
  *   mse_grad   2n flops,   reads 2n, writes n
- *   sgd_update 2n flops (n = param elems), reads 2n, writes n */
+ *   sgd_update 2n flops (n = param elems), reads 2n, writes n
+ *
+ * Float attributes: scale's factor and sgd_update's learning rate must be
+ * finite; fill's value may be anything (-inf masks are legitimate). */
 #include "ops.h"
 
 #include "sl_error.h"
@@ -333,6 +336,7 @@ int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned 
             rc = fail(why, sizeof why, "output %u would not be a valid shape", i);
     if (rc != SL_OK)
         return fail(err, errlen, "%s: %s", d->name, why);
-    memcpy(out, tmp, d->n_out * sizeof *out);
+    if (d->n_out)
+        memcpy(out, tmp, d->n_out * sizeof *out);
     return SL_OK;
 }

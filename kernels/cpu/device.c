@@ -50,9 +50,11 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
     dev->total_bytes = pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 2 : 1ull << 30;
     snprintf(dev->description, sizeof dev->description, "cpu (%ld cores, OpenBLAS)",
              cores > 0 ? cores : 1);
+#ifdef OPENBLAS_VERSION
     /* Every stream is its own worker thread: one BLAS thread per stream keeps
      * lanes from oversubscribing the cores. */
     openblas_set_num_threads(1);
+#endif
     return SL_OK;
 }
 

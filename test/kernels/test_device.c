@@ -266,18 +266,25 @@ static void signal_b(void *arg, int status)
 struct lane {
     sl_device *dev;
     sl_stream *stream;
-    float *x;
+    float *x, *y, *two_i; /* [16,16] each; two_i = 2 * identity */
     int steps;
 };
 
+/* Each step: y = x @ (2I) through BLAS, then copy y back into x. */
 static void *lane_main(void *arg)
 {
     struct lane *l = arg;
     sl_shape s = KT_F32(2, 16, 16);
-    sl_op_call add = {.op = SL_OP_ADD, .n_in = 2, .n_out = 1};
-    add.in[0] = add.in[1] = add.out[0] = (sl_tensor_ref){l->x, s};
+    sl_op_call mm = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    mm.in[0] = (sl_tensor_ref){l->x, s};
+    mm.in[1] = (sl_tensor_ref){l->two_i, s};
+    mm.out[0] = (sl_tensor_ref){l->y, s};
+    sl_op_call copy = {.op = SL_OP_COPY, .n_in = 1, .n_out = 1};
+    copy.in[0] = mm.out[0];
+    copy.out[0] = mm.in[0];
     for (int i = 0; i < l->steps; i++)
-        if (l->dev->ops->launch(l->dev, l->stream, &add) != SL_OK)
+        if (l->dev->ops->launch(l->dev, l->stream, &mm) != SL_OK ||
+            l->dev->ops->launch(l->dev, l->stream, &copy) != SL_OK)
             return "launch failed";
     return NULL;
 }
@@ -300,16 +307,20 @@ static void test_concurrent_streams(void **state)
     ops->stream_destroy(dev, a);
     ops->stream_destroy(dev, b);
 
-    /* Four submitting threads, four streams: x doubles `steps` times each. */
+    /* Four submitting threads, four streams, concurrent GEMMs: x doubles
+     * `steps` times on each. */
     enum { LANES = 4, STEPS = 20 };
     void *mem;
-    assert_sl_ok(ops->mem_alloc(dev, LANES * 1024, &mem));
+    assert_sl_ok(ops->mem_alloc(dev, LANES * 3 * 1024, &mem));
     struct lane lanes[LANES];
     pthread_t threads[LANES];
     for (int i = 0; i < LANES; i++) {
-        lanes[i] = (struct lane){dev, NULL, (float *) mem + 256 * i, STEPS};
-        for (int j = 0; j < 256; j++)
+        float *base = (float *) mem + 3 * 256 * i;
+        lanes[i] = (struct lane){dev, NULL, base, base + 256, base + 512, STEPS};
+        for (int j = 0; j < 256; j++) {
             lanes[i].x[j] = (float) (i + 1);
+            lanes[i].two_i[j] = j % 17 == 0 ? 2.0f : 0.0f;
+        }
         assert_sl_ok(ops->stream_create(dev, 0, &lanes[i].stream));
         assert_int_equal(pthread_create(&threads[i], NULL, lane_main, &lanes[i]), 0);
     }
@@ -385,6 +396,14 @@ static void test_callbacks_and_drain(void **state)
     assert_sl_ok(ops->synchronize(dev, b));
     assert_int_equal(seq.n, 1);
     assert_int_equal(seq.order[0], 5);
+    /* ... and to its own stream. */
+    struct chain self = {dev, a, {&seq, 7}, -1};
+    assert_sl_ok(ops->host_callback(dev, a, submit_from_callback, &self));
+    assert_sl_ok(ops->synchronize(dev, a));
+    assert_sl_ok(self.rc);
+    assert_sl_ok(ops->synchronize(dev, a));
+    assert_int_equal(seq.n, 2);
+    assert_int_equal(seq.order[1], 7);
 
     /* Hold the worker, queue more commands than were preallocated, and make
      * the node allocation fail: launch reports SL_ENOMEM. */
@@ -409,8 +428,8 @@ static void test_callbacks_and_drain(void **state)
         assert_sl_ok(ops->launch(dev, a, &relu));
     assert_sl_ok(ops->host_callback(dev, a, seq_cb, &last));
     ops->stream_destroy(dev, a);
-    assert_int_equal(seq.n, 2);
-    assert_int_equal(seq.order[1], 6);
+    assert_int_equal(seq.n, 3);
+    assert_int_equal(seq.order[2], 6);
 
     ops->stream_destroy(dev, b);
     ops->mem_free(dev, mem);
