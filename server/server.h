@@ -154,8 +154,10 @@ struct sl_server {
 /* Opens the REP socket, the context pool and every listener. Errors:
  * SL_EINVAL (bad URL), SL_ECONN (listen failed), SL_ENOMEM. */
 int sl_transport_start(sl_server *srv);
-/* Stops receiving, closes the socket and waits for every callback. */
-void sl_transport_stop(sl_server *srv);
+/* Stops receiving, closes the socket and waits for every callback. Returns
+ * false when NNG could not close the socket in time: callbacks may still
+ * run, so the caller must not free anything they use (it should _exit). */
+bool sl_transport_stop(sl_server *srv);
 /* Sends reply for req (takes ownership of reply) and re-arms req's context.
  * req NULL (the requester is gone) just frees the reply. Never blocks. Must
  * be called without srv->lock held. */

@@ -10,6 +10,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/transport/ipc/ipc.h>
 #include <string.h>
+#include <time.h>
 
 enum req_state { REQ_RECV, REQ_WAIT, REQ_SEND };
 
@@ -185,22 +186,69 @@ out_free:
     return rc;
 }
 
-void sl_transport_stop(sl_server *srv)
+struct closer {
+    nng_socket sock;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+};
+
+static void *close_socket(void *arg)
+{
+    struct closer *c = arg;
+    nng_close(c->sock);
+    pthread_mutex_lock(&c->lock);
+    c->done = true;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* nng_close with a deadline: NNG 1.5 (Debian's) can hang closing a socket
+ * whose pipes go away at the same moment (nanomsg/nng#1543, fixed upstream
+ * in 1.7). Returns false if the close did not finish in time. */
+static bool close_with_deadline(nng_socket sock, int seconds)
+{
+    static struct closer c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    c.sock = sock;
+    pthread_t th;
+    if (pthread_create(&th, NULL, close_socket, &c) != 0) {
+        nng_close(sock);
+        return true;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += seconds;
+    pthread_mutex_lock(&c.lock);
+    while (!c.done && pthread_cond_timedwait(&c.cond, &c.lock, &deadline) == 0) {
+    }
+    bool done = c.done;
+    pthread_mutex_unlock(&c.lock);
+    if (done)
+        pthread_join(th, NULL);
+    else
+        pthread_detach(th);
+    return done;
+}
+
+bool sl_transport_stop(sl_server *srv)
 {
     struct sl_transport *t = srv->transport;
     if (!t)
-        return;
-    for (int i = 0; i < t->n_listeners; i++)
-        nng_listener_close(t->listeners[i]);
-    /* stop each aio first: waits for a running callback, cancels the rest */
-    for (int i = 0; i < t->n_reqs; i++)
-        nng_aio_stop(t->reqs[i].aio);
-    nng_close(t->sock);
+        return true;
+    /* closing the socket closes its listeners, pipes and contexts and
+     * aborts every pending aio (callbacks then see NNG_ECLOSED and do not
+     * re-arm); stopping each aio afterwards waits for running callbacks */
+    if (!close_with_deadline(t->sock, 3)) {
+        sl_log_warn("net.close", "the NNG socket did not close within 3 s (a known NNG 1.5 bug); leaving it to the exit");
+        return false;
+    }
     for (int i = 0; i < t->n_reqs; i++) {
+        nng_aio_stop(t->reqs[i].aio);
         nng_aio_free(t->reqs[i].aio);
-        nng_ctx_close(t->reqs[i].ctx);
     }
     sl_free(t->reqs);
     sl_free(t);
     srv->transport = NULL;
+    return true;
 }
