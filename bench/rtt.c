@@ -89,11 +89,21 @@ int main(int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 's': salusd = optarg; break;
-        case 'r': rounds = atoi(optarg); break;
-        case 'c': calls = atoi(optarg); break;
-        case 'j': json = optarg; break;
-        case 'e': echo_url = optarg; break;
+        case 's':
+            salusd = optarg;
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
+        case 'c':
+            calls = atoi(optarg);
+            break;
+        case 'j':
+            json = optarg;
+            break;
+        case 'e':
+            echo_url = optarg;
+            break;
         default:
             fprintf(stderr, "usage: rtt --salusd PATH [--rounds N] [--calls N] [--json FILE]\n");
             return 2;

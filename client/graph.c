@@ -64,8 +64,7 @@ const char *salus_graph_error(const salus_graph *g)
     return g->error[0] ? g->error : NULL;
 }
 
-__attribute__((format(printf, 2, 3))) static salus_value fail(salus_graph *g, const char *fmt,
-                                                              ...)
+__attribute__((format(printf, 2, 3))) static salus_value fail(salus_graph *g, const char *fmt, ...)
 {
     if (!g->error[0]) {
         va_list ap;
@@ -140,8 +139,8 @@ salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
         return fail(g, "unknown op '%s'", type ? type : "(null)");
     if (n_in > SL_OP_MAX_IN || n_iattrs > SL_OP_MAX_IATTRS || n_fattrs > SL_OP_MAX_FATTRS)
         return fail(g, "op %s: too many inputs or attributes", type);
-    struct op op = {.id = id, .n_in = n_in, .n_iattrs = (uint8_t) n_iattrs,
-                    .n_fattrs = (uint8_t) n_fattrs};
+    struct op op = {
+        .id = id, .n_in = n_in, .n_iattrs = (uint8_t) n_iattrs, .n_fattrs = (uint8_t) n_fattrs};
     sl_shape in[SL_OP_MAX_IN], out[SL_OP_MAX_OUT];
     for (unsigned i = 0; i < n_in; i++) {
         if (inputs[i] >= g->n_values)
@@ -290,8 +289,8 @@ uint64_t salus_graph_id(const salus_graph *g)
     return g->session ? g->graph_id : 0;
 }
 
-int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds,
-              unsigned n_fetch, const salus_value *fetch, void *const *out)
+int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
+              const salus_value *fetch, void *const *out)
 {
     salus_client *c = s->client;
     if (g->session != s) {

@@ -6,14 +6,15 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: salusctl [--url URL] COMMAND\n"
-               "\n"
-               "commands:\n"
-               "  status     print sessions, lanes, memory per class and counters\n"
-               "\n"
-               "options:\n"
-               "  --url URL  server address (default: %s; env SALUS_URL)\n"
-               "  --help     this text\n",
+    fprintf(f,
+            "usage: salusctl [--url URL] COMMAND\n"
+            "\n"
+            "commands:\n"
+            "  status     print sessions, lanes, memory per class and counters\n"
+            "\n"
+            "options:\n"
+            "  --url URL  server address (default: %s; env SALUS_URL)\n"
+            "  --help     this text\n",
             salus_default_url());
 }
 

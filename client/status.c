@@ -67,9 +67,8 @@ int salus_status_text(salus_client *c, char **out)
     char a[32], b[32], d[32];
     put(&t, "salusd %s  device: %s  policy: %s  up %.1f s\n", s->server_version, s->device,
         s->policy, (double) s->uptime_ns / 1e9);
-    put(&t, "requests %llu  errors %llu  iterations %llu\n",
-        (unsigned long long) s->requests_total, (unsigned long long) s->errors_total,
-        (unsigned long long) s->iterations_total);
+    put(&t, "requests %llu  errors %llu  iterations %llu\n", (unsigned long long) s->requests_total,
+        (unsigned long long) s->errors_total, (unsigned long long) s->iterations_total);
     if (s->memory) {
         const Salus__MemoryStatus *m = s->memory;
         put(&t, "memory: capacity %s  persistent %s of %s", mib(m->capacity, a),

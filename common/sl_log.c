@@ -31,7 +31,10 @@ void sl_log_write(int level, const char *id, const char *fmt, ...)
     gmtime_r(&ts.tv_sec, &tm);
     int n = (int) strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
     n += snprintf(line + n, sizeof line - (size_t) n, ".%03ldZ %s %s ", ts.tv_nsec / 1000000,
-                  level_tags[level < 0 ? 0 : level > 3 ? 3 : level], id);
+                  level_tags[level < 0   ? 0
+                             : level > 3 ? 3
+                                         : level],
+                  id);
     va_list ap;
     va_start(ap, fmt);
     if (n < (int) sizeof line)

@@ -10,7 +10,7 @@
 typedef struct sl_map {
     uint64_t *keys; /* 0 = empty slot */
     void **vals;
-    size_t cap;     /* power of two, or 0 before the first insert */
+    size_t cap; /* power of two, or 0 before the first insert */
     size_t count;
 } sl_map;
 

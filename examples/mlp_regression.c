@@ -121,25 +121,48 @@ static double reference_step(model *m, const float *x, const float *y, int batch
 static int parse(int argc, char **argv, cfg *c)
 {
     static const struct option opts[] = {
-        {"url", required_argument, NULL, 'u'},   {"name", required_argument, NULL, 'n'},
-        {"steps", required_argument, NULL, 's'}, {"batch", required_argument, NULL, 'b'},
-        {"hidden", required_argument, NULL, 'H'}, {"seed", required_argument, NULL, 'r'},
-        {"lr", required_argument, NULL, 'l'},    {"every", required_argument, NULL, 'e'},
-        {"check", no_argument, NULL, 'c'},       {"help", no_argument, NULL, 'h'},
+        {"url", required_argument, NULL, 'u'},
+        {"name", required_argument, NULL, 'n'},
+        {"steps", required_argument, NULL, 's'},
+        {"batch", required_argument, NULL, 'b'},
+        {"hidden", required_argument, NULL, 'H'},
+        {"seed", required_argument, NULL, 'r'},
+        {"lr", required_argument, NULL, 'l'},
+        {"every", required_argument, NULL, 'e'},
+        {"check", no_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
         {0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'u': c->url = optarg; break;
-        case 'n': c->name = optarg; break;
-        case 's': c->steps = atoi(optarg); break;
-        case 'b': c->batch = atoi(optarg); break;
-        case 'H': c->hidden = atoi(optarg); break;
-        case 'r': c->seed = (unsigned) strtoul(optarg, NULL, 10); break;
-        case 'l': c->lr = strtof(optarg, NULL); break;
-        case 'e': c->every = atoi(optarg); break;
-        case 'c': c->check = 1; break;
+        case 'u':
+            c->url = optarg;
+            break;
+        case 'n':
+            c->name = optarg;
+            break;
+        case 's':
+            c->steps = atoi(optarg);
+            break;
+        case 'b':
+            c->batch = atoi(optarg);
+            break;
+        case 'H':
+            c->hidden = atoi(optarg);
+            break;
+        case 'r':
+            c->seed = (unsigned) strtoul(optarg, NULL, 10);
+            break;
+        case 'l':
+            c->lr = strtof(optarg, NULL);
+            break;
+        case 'e':
+            c->every = atoi(optarg);
+            break;
+        case 'c':
+            c->check = 1;
+            break;
         case 'h':
             printf("usage: mlp_regression [--url URL] [--name NAME] [--steps N] [--batch B]\n"
                    "         [--hidden H] [--lr LR] [--seed S] [--every N] [--check]\n"
@@ -169,8 +192,14 @@ static int parse(int argc, char **argv, cfg *c)
 
 int main(int argc, char **argv)
 {
-    cfg c = {.name = "mlp", .steps = 300, .batch = 64, .in = 16, .hidden = 64, .every = 50,
-             .seed = 1, .lr = 0.05f};
+    cfg c = {.name = "mlp",
+             .steps = 300,
+             .batch = 64,
+             .in = 16,
+             .hidden = 64,
+             .every = 50,
+             .seed = 1,
+             .lr = 0.05f};
     int rc = parse(argc, argv, &c);
     if (rc >= 0)
         return rc;
@@ -213,7 +242,8 @@ int main(int argc, char **argv)
     salus_value W2 = salus_graph_param(g, w2, SALUS_F32, 2, dw2);
     salus_value B2 = salus_graph_param(g, b2, SALUS_F32, 1, db2);
     const int64_t nt[] = {0, 0}, tn[] = {1, 0}, nT[] = {0, 1};
-#define OP(type, ni, ...) salus_graph_op(g, type, ni, (salus_value[]){__VA_ARGS__}, 0, NULL, 0, NULL)
+#define OP(type, ni, ...)                                                                          \
+    salus_graph_op(g, type, ni, (salus_value[]){__VA_ARGS__}, 0, NULL, 0, NULL)
     salus_value z = salus_graph_op(g, "matmul", 2, (salus_value[]){vx, W1}, 2, nt, 0, NULL);
     z = OP("bias_add", 2, z, B1);
     salus_value h = OP("relu", 1, z);
@@ -260,8 +290,8 @@ int main(int argc, char **argv)
             if (err > max_err)
                 max_err = err;
             if (err > 2e-3 && mismatches++ < 5)
-                fprintf(stderr, "[%s] step %d: server loss %.6f, reference %.6f\n", c.name, step,
-                        l, want);
+                fprintf(stderr, "[%s] step %d: server loss %.6f, reference %.6f\n", c.name, step, l,
+                        want);
         }
         if (step == 0)
             first = l;

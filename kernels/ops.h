@@ -71,12 +71,11 @@ typedef struct sl_op_cost {
 typedef struct sl_op_def {
     const char *name;
     uint8_t n_in, n_out;
-    uint8_t mutates; /* bit i set: input i is written in place */
+    uint8_t mutates;            /* bit i set: input i is written in place */
     uint8_t n_iattrs, n_fattrs; /* attributes the op reads (others must be 0) */
     /* Validates the inputs' shapes and attrs and writes the output shapes.
      * Returns SL_OK or SL_EINVAL; on error writes a reason into err. */
-    int (*infer)(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
-                 size_t errlen);
+    int (*infer)(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err, size_t errlen);
     /* Cost of one launch with validated shapes. */
     void (*cost)(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c);
 } sl_op_def;
@@ -90,7 +89,7 @@ int sl_op_lookup(const char *name, unsigned *id);
 /* Full validation of one op instance: arity (n_in must equal the def's),
  * every input shape valid, attributes, then the def's infer. On success
  * writes def->n_out output shapes. Errors: SL_EINVAL with a reason in err. */
-int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned n_in,
-                sl_shape *out, char *err, size_t errlen);
+int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned n_in, sl_shape *out,
+                char *err, size_t errlen);
 
 #endif

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define container_of(p, type, member) ((type *) ((char *) (p) - offsetof(type, member)))
+#define container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
 
 static uint64_t random_token(void)
 {
@@ -227,8 +227,8 @@ static bool do_write_tensor(sl_server *srv, sl_session *s, sl_work *w)
         return false;
     uint64_t bytes = sl_shape_bytes(&t->shape);
     if (m->data.len != bytes) {
-        sl_reply_error(w->reply, SL_EINVAL, "data has %zu bytes, tensor %llu has %llu",
-                       m->data.len, (unsigned long long) t->id, (unsigned long long) bytes);
+        sl_reply_error(w->reply, SL_EINVAL, "data has %zu bytes, tensor %llu has %llu", m->data.len,
+                       (unsigned long long) t->id, (unsigned long long) bytes);
         return false;
     }
     sl_reply_msg(w->reply)->body_case = SALUS__REPLY__BODY_EMPTY;
@@ -653,13 +653,15 @@ void sl_dispatch_pipe_gone(sl_server *srv, uint32_t pipe_id)
                  * at shutdown rather than crash */
                 sl_free(w);
                 sl_reply_free(r);
-                sl_log_err("ses.lost", "out of memory closing session %llu", (unsigned long long) s->id);
+                sl_log_err("ses.lost", "out of memory closing session %llu",
+                           (unsigned long long) s->id);
                 continue;
             }
             w->msg = &lost_close;
             w->reply = r;
             w->session = s;
-            sl_log_info("ses.lost", "connection of session %llu went away; closing it", (unsigned long long) s->id);
+            sl_log_info("ses.lost", "connection of session %llu went away; closing it",
+                        (unsigned long long) s->id);
             if (s->tail)
                 s->tail->next = w;
             else

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#define container_of(p, type, member) ((type *) ((char *) (p) - offsetof(type, member)))
+#define container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
 
 static void *value_ptr(sl_server *srv, const sl_work *w, uint32_t v)
 {
@@ -30,9 +30,9 @@ static int fetch_after(sl_server *srv, sl_work *w, uint32_t step, bool last)
         bool params_at_end = val->kind == SL_VALUE_PARAM && last;
         if (val->kind == SL_VALUE_PARAM ? !params_at_end : val->last_step != step)
             continue;
-        int rc = srv->dev->ops->memcpy_d2h(srv->dev, srv->lane.stream, body->outputs[j]->data.data,
-                                           value_ptr(srv, w, m->fetches[j]),
-                                           body->outputs[j]->data.len);
+        int rc =
+            srv->dev->ops->memcpy_d2h(srv->dev, srv->lane.stream, body->outputs[j]->data.data,
+                                      value_ptr(srv, w, m->fetches[j]), body->outputs[j]->data.len);
         if (rc)
             return rc;
     }
@@ -50,8 +50,7 @@ static int launch(sl_server *srv, sl_work *w)
     int rc = SL_OK;
 
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
-        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data,
-                                  m->feeds[i].len);
+        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data, m->feeds[i].len);
     if (rc == SL_OK)
         rc = fetch_after(srv, w, 0, g->n_ops == 0);
     for (uint32_t k = 0; k < g->n_ops && rc == SL_OK; k++) {
@@ -111,8 +110,8 @@ static void iteration_done(void *arg, int status)
     if (w->status == SL_OK)
         w->status = status;
     if (w->status != SL_OK) {
-        sl_log_warn("exe.fail", "iteration of session %llu failed: %s",
-                    (unsigned long long) s->id, sl_strerror(w->status));
+        sl_log_warn("exe.fail", "iteration of session %llu failed: %s", (unsigned long long) s->id,
+                    sl_strerror(w->status));
         sl_reply_error(w->reply, w->status, "iteration failed on the device: %s",
                        sl_strerror(w->status));
     } else {

@@ -66,8 +66,7 @@ out_free:
         goto out_free;                                                                             \
     } while (0)
 
-int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *err,
-                   size_t errlen)
+int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *err, size_t errlen)
 {
     int rc = SL_ENOMEM;
     uint64_t n_values = (uint64_t) m->n_inputs + m->n_params;
@@ -154,8 +153,8 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
             g->values[op->in[i]].last_step = k + 1;
         for (unsigned o = 0; o < def->n_out; o++, nv++) {
             op->out[o] = nv;
-            g->values[nv] = (sl_value){.shape = outs[o], .kind = SL_VALUE_OUTPUT,
-                                       .last_step = k + 1};
+            g->values[nv] =
+                (sl_value){.shape = outs[o], .kind = SL_VALUE_OUTPUT, .last_step = k + 1};
         }
         sl_op_cost cost = {0};
         def->cost(&op->attrs, in, outs, &cost);

@@ -55,16 +55,20 @@ static int parse_size(const char *s, uint64_t *out)
     switch (*end) {
     case '\0':
         break;
-    case 'k': case 'K':
+    case 'k':
+    case 'K':
         mult = 1ull << 10;
         break;
-    case 'm': case 'M':
+    case 'm':
+    case 'M':
         mult = 1ull << 20;
         break;
-    case 'g': case 'G':
+    case 'g':
+    case 'G':
         mult = 1ull << 30;
         break;
-    case 't': case 'T':
+    case 't':
+    case 'T':
         mult = 1ull << 40;
         break;
     default:
@@ -263,7 +267,10 @@ int main(int argc, char **argv)
     default_listen_url(default_url, sizeof default_url);
     const char *default_urls[1] = {default_url};
     sl_server srv = {
-        .cfg = {.device = "cpu", .policy = "fair", .contexts = 256, .max_message = 1ull << 30,
+        .cfg = {.device = "cpu",
+                .policy = "fair",
+                .contexts = 256,
+                .max_message = 1ull << 30,
                 .ipc_mode = 0600},
     };
     int rc = parse_args(argc, argv, &srv.cfg, default_urls);

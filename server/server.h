@@ -37,17 +37,17 @@ typedef struct sl_config {
     uint64_t lane_bytes;   /* 0 = a quarter of the capacity */
     const char *policy;
     bool strict;
-    int contexts;             /* NNG contexts = requests in flight */
-    uint64_t max_message;     /* NNG_OPT_RECVMAXSZ */
-    int ipc_mode;             /* permissions of ipc:// socket files */
+    int contexts;         /* NNG contexts = requests in flight */
+    uint64_t max_message; /* NNG_OPT_RECVMAXSZ */
+    int ipc_mode;         /* permissions of ipc:// socket files */
 } sl_config;
 
 /* A persistent tensor of a session. */
 typedef struct sl_tensor {
     uint64_t id;
     sl_shape shape;
-    uint64_t addr;  /* offset in the device arena */
-    uint64_t bytes; /* as allocated (rounded) */
+    uint64_t addr;       /* offset in the device arena */
+    uint64_t bytes;      /* as allocated (rounded) */
     uint32_t graph_refs; /* registered graphs that use it; free refused while > 0 */
 } sl_tensor;
 
@@ -57,7 +57,7 @@ typedef struct sl_value {
     uint8_t kind;       /* SL_VALUE_* */
     uint32_t last_step; /* last step reading or writing it (0 = the feed copies) */
     uint64_t addr;      /* ephemeral: offset inside the iteration's block */
-    sl_tensor *tensor; /* params */
+    sl_tensor *tensor;  /* params */
 } sl_value;
 
 enum { SL_VALUE_INPUT, SL_VALUE_PARAM, SL_VALUE_OUTPUT };
@@ -93,9 +93,9 @@ typedef struct sl_outbox sl_outbox;
 typedef struct sl_work {
     struct sl_work *next;
     sl_session *session;
-    sl_req *req;             /* NULL for a close from a lost connection */
-    Salus__Request *msg;     /* decoded request, owned */
-    sl_sched_item item;      /* runs: queued in the scheduler */
+    sl_req *req;         /* NULL for a close from a lost connection */
+    Salus__Request *msg; /* decoded request, owned */
+    sl_sched_item item;  /* runs: queued in the scheduler */
     /* run state */
     sl_graph *graph;
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
@@ -133,10 +133,10 @@ struct sl_server {
     pthread_mutex_t lock;
     pthread_cond_t idle_cond; /* signalled when work drains (shutdown) */
     sl_device *dev;
-    void *arena;           /* device address of offset 0 */
-    uint64_t capacity;     /* arena bytes */
+    void *arena;       /* device address of offset 0 */
+    uint64_t capacity; /* arena bytes */
     sl_mem_pool *persistent;
-    sl_lane lane;          /* one lane for now */
+    sl_lane lane;           /* one lane for now */
     sl_stream *copy_stream; /* control requests' copies */
     sl_sched *sched;
     sl_map sessions;

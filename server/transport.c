@@ -120,10 +120,11 @@ static int start_listener(sl_server *srv, struct sl_transport *t, const char *ur
     if (strncmp(url, "ipc://", 6) == 0) {
         rv = nng_listener_set_int(*l, NNG_OPT_IPC_PERMISSIONS, srv->cfg.ipc_mode);
         if (rv)
-            sl_log_warn("net.perm", "cannot set permissions %o on %s: %s", srv->cfg.ipc_mode,
-                        url, nng_strerror(rv));
+            sl_log_warn("net.perm", "cannot set permissions %o on %s: %s", srv->cfg.ipc_mode, url,
+                        nng_strerror(rv));
     } else if (strncmp(url, "tcp://", 6) == 0) {
-        sl_log_warn("net.plain", "%s is unauthenticated and unencrypted: use it on trusted networks only", url);
+        sl_log_warn("net.plain",
+                    "%s is unauthenticated and unencrypted: use it on trusted networks only", url);
     }
     if ((rv = nng_listener_start(*l, 0)) != 0) {
         sl_log_err("net.listen", "cannot listen on %s: %s", url, nng_strerror(rv));
@@ -240,7 +241,8 @@ bool sl_transport_stop(sl_server *srv)
      * aborts every pending aio (callbacks then see NNG_ECLOSED and do not
      * re-arm); stopping each aio afterwards waits for running callbacks */
     if (!close_with_deadline(t->sock, 3)) {
-        sl_log_warn("net.close", "the NNG socket did not close within 3 s (a known NNG 1.5 bug); leaving it to the exit");
+        sl_log_warn("net.close", "the NNG socket did not close within 3 s (a known NNG 1.5 bug); "
+                                 "leaving it to the exit");
         return false;
     }
     for (int i = 0; i < t->n_reqs; i++) {

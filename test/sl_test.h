@@ -15,7 +15,7 @@
     do {                                                                                           \
         int sl_test_rc_ = (expr);                                                                  \
         if (sl_test_rc_ != SL_OK)                                                                  \
-            fail_msg("%s returned %s (%s)", #expr, sl_errname(sl_test_rc_),                       \
+            fail_msg("%s returned %s (%s)", #expr, sl_errname(sl_test_rc_),                        \
                      sl_strerror(sl_test_rc_));                                                    \
     } while (0)
 
@@ -24,7 +24,7 @@
     do {                                                                                           \
         int sl_test_rc_ = (expr);                                                                  \
         if (sl_test_rc_ != (want))                                                                 \
-            fail_msg("%s returned %s, expected %s", #expr, sl_errname(sl_test_rc_),               \
+            fail_msg("%s returned %s, expected %s", #expr, sl_errname(sl_test_rc_),                \
                      sl_errname(want));                                                            \
     } while (0)
 

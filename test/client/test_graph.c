@@ -14,8 +14,8 @@ static void shapes_are_inferred_as_the_graph_is_built(void **state)
     salus_value b = salus_graph_param(g, 12, SALUS_F32, 1, db);
     salus_value y = salus_graph_op(g, "matmul", 2, (salus_value[]){x, w}, 0, NULL, 0, NULL);
     y = salus_graph_op(g, "bias_add", 2, (salus_value[]){y, b}, 0, NULL, 0, NULL);
-    salus_value gx = salus_graph_op(g, "matmul", 2, (salus_value[]){y, w},
-                                    2, (int64_t[]){0, 1}, 0, NULL);
+    salus_value gx =
+        salus_graph_op(g, "matmul", 2, (salus_value[]){y, w}, 2, (int64_t[]){0, 1}, 0, NULL);
     assert_null(salus_graph_error(g));
     int dtype, ndim;
     int64_t dims[SALUS_MAX_DIMS];
@@ -30,8 +30,8 @@ static void shapes_are_inferred_as_the_graph_is_built(void **state)
     assert_int_equal(salus_graph_bytes(g, 999), 0);
     assert_sl_err(salus_graph_shape(g, 999, &dtype, &ndim, dims), SALUS_EINVAL);
     /* ops without outputs return their first input */
-    salus_value u = salus_graph_op(g, "sgd_update", 2, (salus_value[]){w, w}, 0, NULL, 1,
-                                   (float[]){0.1f});
+    salus_value u =
+        salus_graph_op(g, "sgd_update", 2, (salus_value[]){w, w}, 0, NULL, 1, (float[]){0.1f});
     assert_int_equal(u, w);
     assert_int_equal(salus_graph_id(g), 0);
     salus_graph_free(g);

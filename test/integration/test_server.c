@@ -63,10 +63,10 @@ static void wait_for_empty(salus_client *c)
 static void two_clients_train_and_match_reference(void **state)
 {
     (void) state;
-    const char *a[] = {"--url", server.url, "--name", "a", "--seed", "1", "--steps", "150",
-                       "--check", NULL};
-    const char *b[] = {"--url", server.url, "--name", "b", "--seed", "2", "--steps", "150",
-                       "--hidden", "32", "--check", NULL};
+    const char *a[] = {"--url", server.url, "--name", "a",       "--seed",
+                       "1",     "--steps",  "150",    "--check", NULL};
+    const char *b[] = {"--url",   server.url, "--name",   "b",  "--seed",  "2",
+                       "--steps", "150",      "--hidden", "32", "--check", NULL};
     pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
     pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
     assert_int_equal(sl_test_wait(pa, 60), 0);
@@ -262,8 +262,8 @@ static void killed_client_memory_returns(void **state)
     (void) state;
     salus_client *c = sl_test_connect(&server);
     uint64_t before = server_iterations(c);
-    const char *args[] = {"--url", server.url, "--name", "victim", "--steps", "1000000",
-                          "--hidden", "512", NULL};
+    const char *args[] = {"--url",   server.url, "--name", "victim", "--steps",
+                          "1000000", "--hidden", "512",    NULL};
     pid_t pid = sl_test_spawn("MLP_REGRESSION", args);
     struct timespec nap = {0, 5 * 1000 * 1000};
     for (int i = 0; i < 2000 && server_iterations(c) < before + 20; i++)
@@ -298,10 +298,10 @@ static void sigterm_drains_and_exits_zero(void **state)
     (void) state;
     sl_test_server own;
     sl_test_server_start(&own, NULL);
-    const char *a[] = {"--url", own.url, "--name", "a", "--steps", "1000000", "--hidden", "256",
-                       NULL};
-    const char *b[] = {"--url", own.url, "--name", "b", "--steps", "1000000", "--hidden", "256",
-                       NULL};
+    const char *a[] = {"--url",   own.url,    "--name", "a", "--steps",
+                       "1000000", "--hidden", "256",    NULL};
+    const char *b[] = {"--url",   own.url,    "--name", "b", "--steps",
+                       "1000000", "--hidden", "256",    NULL};
     pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
     pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
     salus_client *c = sl_test_connect(&own);

@@ -175,8 +175,8 @@ uint64_t salus_graph_id(const salus_graph *g);
  * the values fetch[0..n_fetch) are copied into out[j] (each
  * salus_graph_bytes(g, fetch[j]) bytes). Blocks until the iteration is done.
  * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_ESHUTDOWN. */
-int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds,
-              unsigned n_fetch, const salus_value *fetch, void *const *out);
+int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
+              const salus_value *fetch, void *const *out);
 
 /* Fetches the server status as human-readable text (what `salusctl status`
  * prints). *text is owned by the caller: release with salus_free. */
