@@ -11,58 +11,6 @@
 #define SL_HD __host__ __device__
 #else
 #define SL_HD
-/* mul: a * b. */
-SL_HD static inline float sl_ew_mul(float a, float b)
-{
-    return a * b;
-}
-
-/* axpy: alpha * x + y. */
-SL_HD static inline float sl_ew_axpy(float x, float y, float alpha)
-{
-    return alpha * x + y;
-}
-
-/* sigmoid: 1 / (1 + e^-x), written to avoid overflow for large |x|. */
-SL_HD static inline float sl_ew_sigmoid(float x)
-{
-    if (x >= 0.0f)
-        return 1.0f / (1.0f + expf(-x));
-    float e = expf(x);
-    return e / (1.0f + e);
-}
-
-/* sigmoid_grad from the forward output y. */
-SL_HD static inline float sl_ew_sigmoid_grad(float dy, float y)
-{
-    return dy * y * (1.0f - y);
-}
-
-/* tanh_grad from the forward output y. */
-SL_HD static inline float sl_ew_tanh_grad(float dy, float y)
-{
-    return dy * (1.0f - y * y);
-}
-
-/* momentum_update, one element: updates *v and returns the new param. */
-SL_HD static inline float sl_ew_momentum(float param, float grad, float *v, float lr,
-                                         float momentum, float weight_decay)
-{
-    float g = grad + weight_decay * param;
-    *v = momentum * *v + g;
-    return param - lr * *v;
-}
-
-/* adam_update, one element: updates *m and *v and returns the new param.
- * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (computed once per launch). */
-SL_HD static inline float sl_ew_adam(float param, float grad, float *m, float *v, float lr,
-                                     float beta1, float beta2, float eps, float bc1, float bc2)
-{
-    *m = beta1 * *m + (1.0f - beta1) * grad;
-    *v = beta2 * *v + (1.0f - beta2) * grad * grad;
-    return param - lr * (*m / bc1) / (sqrtf(*v / bc2) + eps);
-}
-
 #endif
 
 /* add: a + b. */
