@@ -26,6 +26,11 @@
  *   tanh         out = tanh(in0)
  *   tanh_grad    out = in0(dy) * (1 - in1(y)^2)          (y: tanh's output)
  *
+ *   reshape      out = in0 with dims i[0..ndim) (ndim = count of leading
+ *                nonzero attrs; one may be -1 = inferred); same element count.
+ *                A view: salusd aliases out to in0's memory and never
+ *                launches it, so backends need no kernel for it.
+ *
  * Convolution and pooling (NCHW; pads in ONNX order h_begin, w_begin,
  * h_end, w_end; out = floor((in + pad_b + pad_e - dil*(k-1) - 1) / stride) + 1)
  *   conv2d        in0 x[N,C,H,W], in1 w[K,C/group,R,S] -> out y[N,K,OH,OW]
@@ -133,6 +138,7 @@ enum sl_op_id {
     SL_OP_ARGMAX,
     SL_OP_MOMENTUM_UPDATE,
     SL_OP_ADAM_UPDATE,
+    SL_OP_RESHAPE,
     SL_OP_COUNT
 };
 

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   meson ninja-build cmake pkg-config gcc clang clang-format libclang-rt-14-dev
   libnng-dev nng-utils libprotobuf-c-dev protobuf-c-compiler
-  libcmocka-dev libopenblas-dev libdnnl-dev valgrind python3
+  libcmocka-dev zlib1g-dev libopenblas-dev libdnnl-dev valgrind python3
   dataset-fashion-mnist
 )
 

@@ -17,7 +17,7 @@ void sl_graph_free(sl_graph *g)
     if (!g)
         return;
     for (uint32_t v = 0; v < g->n_values; v++) {
-        if (g->values[v].kind == SL_VALUE_PARAM && g->values[v].tensor)
+        if (g->values[v].kind == SL_VALUE_PARAM && g->values[v].tensor && g->values[v].root == v)
             g->values[v].tensor->graph_refs--;
     }
     sl_free(g->values);
@@ -38,8 +38,8 @@ static int plan(sl_graph *g)
     uint32_t step = 0;
     for (uint32_t v = 0; v < g->n_values; v++) {
         const sl_value *val = &g->values[v];
-        if (val->kind == SL_VALUE_PARAM)
-            continue;
+        if (val->kind == SL_VALUE_PARAM || val->root != v)
+            continue; /* params are persistent; views take no memory */
         bufs[v].size = sl_shape_bytes(&val->shape);
         bufs[v].last = val->last_step;
     }
@@ -51,7 +51,7 @@ static int plan(sl_graph *g)
     rc = sl_mem_plan(bufs, g->n_values, 0, offsets, &g->plan);
     if (rc == SL_OK) {
         for (uint32_t v = 0; v < g->n_values; v++)
-            g->values[v].addr = offsets[v];
+            g->values[v].addr = offsets[g->values[v].root];
     }
 out_free:
     sl_free(bufs);
@@ -109,6 +109,7 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         if (!sl_shape_valid(sh))
             FAIL(SL_EINVAL, "input %zu: invalid shape", i);
         g->values[nv].kind = SL_VALUE_INPUT;
+        g->values[nv].root = nv;
     }
     g->n_inputs = (uint32_t) m->n_inputs;
     for (size_t i = 0; i < m->n_params; i++, nv++) {
@@ -116,7 +117,8 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         if (!t)
             FAIL(SL_ENOTFOUND, "param %zu: session %llu has no tensor %llu", i,
                  (unsigned long long) s->id, (unsigned long long) m->params[i]);
-        g->values[nv] = (sl_value){.shape = t->shape, .kind = SL_VALUE_PARAM, .tensor = t};
+        g->values[nv] =
+            (sl_value){.shape = t->shape, .kind = SL_VALUE_PARAM, .tensor = t, .root = nv};
         t->graph_refs++;
     }
     g->n_params = (uint32_t) m->n_params;

@@ -56,6 +56,7 @@ typedef struct sl_value {
     sl_shape shape;
     uint8_t kind;       /* SL_VALUE_* */
     uint32_t last_step; /* last step reading or writing it (0 = the feed copies) */
+    uint32_t root;      /* the value whose memory it is: itself, or what it views (reshape) */
     uint64_t addr;      /* ephemeral: offset inside the iteration's block */
     sl_tensor *tensor;  /* params */
 } sl_value;

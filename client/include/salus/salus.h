@@ -178,6 +178,63 @@ uint64_t salus_graph_id(const salus_graph *g);
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
               const salus_value *fetch, void *const *out);
 
+/* ---- nn: models of layers, compiled to a training and an inference graph --
+ * A model is a stack of layers on one sample's shape. Compiling it with a
+ * session creates its parameters (and optimizer state) as persistent tensors,
+ * emits forward, backward and update ops into one training graph (loss:
+ * softmax cross-entropy over the last layer's [batch, classes] output, i32
+ * labels) and the forward pass into an inference graph (argmax per sample),
+ * and registers both. Layer calls record the first error (salus_model_error)
+ * and return SALUS_EINVAL from then on. */
+typedef struct salus_model salus_model;
+
+enum salus_optimizer_kind { SALUS_SGD = 0, SALUS_MOMENTUM = 1, SALUS_ADAM = 2 };
+
+typedef struct salus_optimizer {
+    int kind;           /* enum salus_optimizer_kind */
+    float lr;           /* learning rate (> 0) */
+    float momentum;     /* SALUS_MOMENTUM (e.g. 0.9) */
+    float weight_decay; /* SALUS_MOMENTUM; 0 = none */
+    float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 */
+} salus_optimizer;
+
+/* A model whose samples have shape dims[0..ndim) (no batch dimension), e.g.
+ * {784} or {1, 28, 28}. NULL on bad arguments or out of memory. */
+salus_model *salus_model_new(int ndim, const int64_t *sample_dims);
+/* Frees the model (its graphs too; its tensors go with the session). */
+void salus_model_free(salus_model *m);
+const char *salus_model_error(const salus_model *m);
+
+/* Fully connected: [.., in] -> [.., units] (input must be 1-D per sample). */
+int salus_model_dense(salus_model *m, int64_t units);
+/* 2-D convolution with bias, square kernel, symmetric padding (NCHW). */
+int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
+                       int64_t pad);
+int salus_model_maxpool(salus_model *m, int64_t kernel, int64_t stride);
+int salus_model_avgpool(salus_model *m, int64_t kernel, int64_t stride);
+/* Batch normalisation over channels (C of [C] or [C,H,W] samples). */
+int salus_model_batchnorm(salus_model *m);
+int salus_model_relu(salus_model *m);
+int salus_model_sigmoid(salus_model *m);
+int salus_model_tanh(salus_model *m);
+/* [C,H,W] -> [C*H*W] (a view: no copy). */
+int salus_model_flatten(salus_model *m);
+
+/* Creates parameters in s (He-uniform weights from seed, zero biases),
+ * builds and registers the training graph for `batch` samples and the
+ * inference graph for `infer_batch` samples. The last layer must produce
+ * [classes] per sample. Errors: SALUS_EINVAL (model or optimizer invalid;
+ * see salus_model_error), SALUS_EEXHAUSTED, transport errors. */
+int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt,
+                        int64_t batch, int64_t infer_batch, uint64_t seed);
+/* One training iteration on x[batch, sample...] and labels[batch]; writes the
+ * batch's mean loss (before the update) to *loss (may be NULL). */
+int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels, float *loss);
+/* Predicted classes of x[infer_batch, sample...] into classes[infer_batch]. */
+int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
+/* Number of trainable parameters (after compile). */
+int64_t salus_model_param_count(const salus_model *m);
+
 /* Fetches the server status as human-readable text (what `salusctl status`
  * prints). *text is owned by the caller: release with salus_free. */
 int salus_status_text(salus_client *c, char **text);
