@@ -38,15 +38,18 @@ static int plan(sl_graph *g)
     uint32_t step = 0;
     for (uint32_t v = 0; v < g->n_values; v++) {
         const sl_value *val = &g->values[v];
-        if (val->kind == SL_VALUE_PARAM || val->root != v)
-            continue; /* params are persistent; views take no memory */
+        if (val->kind == SL_VALUE_PARAM || val->root != v) {
+            bufs[v].first = bufs[v].last = UINT32_MAX; /* persistent, or a view: no memory */
+            continue;
+        }
         bufs[v].size = sl_shape_bytes(&val->shape);
         bufs[v].last = val->last_step;
     }
     for (uint32_t k = 0; k < g->n_ops; k++) {
         step = k + 1;
         for (unsigned o = 0; o < g->ops[k].n_out; o++)
-            bufs[g->ops[k].out[o]].first = step;
+            if (bufs[g->ops[k].out[o]].last != UINT32_MAX)
+                bufs[g->ops[k].out[o]].first = step;
     }
     rc = sl_mem_plan(bufs, g->n_values, 0, offsets, &g->plan);
     if (rc == SL_OK) {
@@ -151,12 +154,21 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         op->op = (uint16_t) id;
         op->n_in = (uint8_t) mo->n_inputs;
         op->n_out = def->n_out;
-        for (unsigned i = 0; i < op->n_in; i++)
+        for (unsigned i = 0; i < op->n_in; i++) {
+            /* a view keeps the memory it views alive */
             g->values[op->in[i]].last_step = k + 1;
+            g->values[g->values[op->in[i]].root].last_step = k + 1;
+        }
         for (unsigned o = 0; o < def->n_out; o++, nv++) {
             op->out[o] = nv;
-            g->values[nv] =
-                (sl_value){.shape = outs[o], .kind = SL_VALUE_OUTPUT, .last_step = k + 1};
+            g->values[nv] = (sl_value){
+                .shape = outs[o], .kind = SL_VALUE_OUTPUT, .last_step = k + 1, .root = nv};
+            if (id == SL_OP_RESHAPE) {
+                const sl_value *src = &g->values[g->values[op->in[0]].root];
+                g->values[nv].kind = src->kind;
+                g->values[nv].tensor = src->tensor;
+                g->values[nv].root = g->values[op->in[0]].root;
+            }
         }
         sl_op_cost cost = {0};
         def->cost(&op->attrs, in, outs, &cost);

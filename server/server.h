@@ -29,6 +29,13 @@
 typedef struct sl_server sl_server;
 typedef struct sl_session sl_session;
 
+/* Defaults for every field; fill cfg.listen before starting. */
+#define SL_CONFIG_DEFAULTS                                                                         \
+    {                                                                                              \
+        .device = "cpu", .policy = "fair", .contexts = 256, .max_message = 1ull << 30,             \
+        .ipc_mode = 0600                                                                           \
+    }
+
 typedef struct sl_config {
     const char *listen[SL_MAX_LISTEN];
     int n_listen;
@@ -149,6 +156,17 @@ struct sl_server {
     bool stopped; /* transport closing: connection events are ignored */
     struct sl_transport *transport;
 };
+
+/* ---- server.c ---- */
+
+/* Starts a server from srv->cfg (srv zeroed apart from cfg): device, memory,
+ * scheduler, transport. On failure call sl_server_fini. Errors: those of the
+ * device, memory and transport steps. */
+int sl_server_start(sl_server *srv);
+/* Drains (running iterations finish, queued ones fail) and frees. */
+void sl_server_stop(sl_server *srv);
+/* Frees everything; safe on a half-started server. */
+void sl_server_fini(sl_server *srv);
 
 /* ---- transport.c ---- */
 
