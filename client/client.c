@@ -385,3 +385,37 @@ int salus_tensor_free(salus_session *s, uint64_t id)
         salus__reply__free_unpacked(rep, NULL);
     return rc;
 }
+
+int salus_set_policy(salus_client *c, const char *policy, int strict)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__SetPolicy m = SALUS__SET_POLICY__INIT;
+    m.policy = (char *) (policy ? policy : "");
+    m.strict = strict != 0;
+    req.body_case = SALUS__REQUEST__BODY_SET_POLICY;
+    req.set_policy = &m;
+    Salus__Reply *rep;
+    int rc = sl_client_call(c, &req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
+                      int set_weight, double weight)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__SetSession m = SALUS__SET_SESSION__INIT;
+    m.target_session = session_id;
+    m.set_priority = set_priority != 0;
+    m.priority = priority;
+    m.set_weight = set_weight != 0;
+    m.weight = weight;
+    req.body_case = SALUS__REQUEST__BODY_SET_SESSION;
+    req.set_session = &m;
+    Salus__Reply *rep;
+    int rc = sl_client_call(c, &req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}

@@ -14,14 +14,24 @@
 #define BN_EPSILON 1e-5f
 #define BN_MOMENTUM 0.9f
 
-enum layer_kind { L_DENSE, L_CONV, L_MAXPOOL, L_AVGPOOL, L_BN, L_RELU, L_SIGMOID, L_TANH, L_FLATTEN };
+enum layer_kind {
+    L_DENSE,
+    L_CONV,
+    L_MAXPOOL,
+    L_AVGPOOL,
+    L_BN,
+    L_RELU,
+    L_SIGMOID,
+    L_TANH,
+    L_FLATTEN
+};
 
 typedef struct layer {
     enum layer_kind kind;
     int64_t size, kernel, stride, pad; /* units / filters and window */
     int in_ndim, out_ndim;
-    int64_t in[3], out[3];             /* per-sample shapes */
-    int param[2];                      /* indexes into m->params, -1 if none */
+    int64_t in[3], out[3];              /* per-sample shapes */
+    int param[2];                       /* indexes into m->params, -1 if none */
     uint64_t running_mean, running_var; /* batchnorm state tensors */
     /* training-graph values */
     salus_value x, y, saved_mean, saved_invstd;
@@ -182,8 +192,7 @@ static int spatial(salus_model *m, enum layer_kind kind, int64_t channels, int64
     return commit(m);
 }
 
-int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
-                       int64_t pad)
+int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t stride, int64_t pad)
 {
     return spatial(m, L_CONV, filters, kernel, stride, pad);
 }
@@ -270,9 +279,9 @@ static int new_param(salus_model *m, int ndim, const int64_t *dims, int64_t fan_
         return fail(m, "out of memory"), -1;
     float bound = fan_in > 0 ? sqrtf(6.0f / (float) fan_in) : 0;
     for (int64_t i = 0; i < n; i++)
-        init[i] = fan_in > 0 ? bound * (float) ((double) (rng_next(rng) >> 11) / 4503599627370496.0 -
-                                                1.0)
-                             : fill;
+        init[i] = fan_in > 0
+                      ? bound * (float) ((double) (rng_next(rng) >> 11) / 4503599627370496.0 - 1.0)
+                      : fill;
     int rc = salus_tensor_create(m->session, SALUS_F32, ndim, dims, init, &p->tensor);
     sl_free(init);
     if (rc)
@@ -342,7 +351,8 @@ static int create_params(salus_model *m, const salus_optimizer *opt, uint64_t se
                    NULL)
 #define OPF(g, type, fattrs, ...)                                                                  \
     salus_graph_op((g), (type), sizeof((salus_value[]){__VA_ARGS__}) / sizeof(salus_value),        \
-                   (salus_value[]){__VA_ARGS__}, 0, NULL, sizeof(fattrs) / sizeof(float), (fattrs))
+                   (salus_value[]){__VA_ARGS__}, 0, NULL, sizeof(fattrs) / sizeof(float),          \
+                   (fattrs))
 
 static salus_value param_value(salus_graph *g, const param *p)
 {
@@ -515,8 +525,8 @@ static void updates(salus_model *m, salus_graph *g, const salus_optimizer *o)
     }
 }
 
-int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt,
-                        int64_t batch, int64_t infer_batch, uint64_t seed)
+int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt, int64_t batch,
+                        int64_t infer_batch, uint64_t seed)
 {
     if (m->error[0])
         return SL_EINVAL;
@@ -558,8 +568,8 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
             return fail(m, "%s graph: %s", g == m->train ? "training" : "inference",
                         salus_graph_error(g));
         if ((rc = salus_graph_register(s, g, NULL)) != SL_OK)
-            return fail(m, "registering the %s graph: %s",
-                        g == m->train ? "training" : "inference", salus_last_error(s->client)),
+            return fail(m, "registering the %s graph: %s", g == m->train ? "training" : "inference",
+                        salus_last_error(s->client)),
                    rc;
     }
     return SL_OK;

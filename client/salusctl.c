@@ -2,15 +2,20 @@
 #include "salus/salus.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: salusctl [--url URL] COMMAND\n"
+            "usage: salusctl [--url URL] COMMAND [ARGS]\n"
             "\n"
             "commands:\n"
-            "  status     print sessions, lanes, memory per class and counters\n"
+            "  status                         sessions, lanes, memory per class, admission\n"
+            "                                 queue, counters\n"
+            "  policy NAME [--strict]         switch the scheduling policy at run time\n"
+            "  session ID [--priority P] [--weight W]\n"
+            "                                 change a session's priority or fair-share weight\n"
             "\n"
             "options:\n"
             "  --url URL  server address (default: %s; env SALUS_URL)\n"
@@ -18,44 +23,84 @@ static void usage(FILE *f)
             salus_default_url());
 }
 
+static int fail(salus_client *c, const char *what, int rc)
+{
+    fprintf(stderr, "salusctl: %s failed: %s: %s\n", what, salus_strerror(rc), salus_last_error(c));
+    salus_disconnect(c);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *cmd = NULL;
-    for (int i = 1; i < argc; i++) {
+    const char *url = NULL;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {
             url = argv[++i];
-        } else if (!cmd && argv[i][0] != '-') {
-            cmd = argv[i];
         } else {
-            fprintf(stderr, "salusctl: unexpected argument '%s'\n", argv[i]);
+            fprintf(stderr, "salusctl: unknown option '%s'\n", argv[i]);
             usage(stderr);
             return 2;
         }
     }
-    if (!cmd || strcmp(cmd, "status") != 0) {
-        fprintf(stderr, "salusctl: %s\n", cmd ? "unknown command" : "no command given");
+    if (i == argc) {
+        fprintf(stderr, "salusctl: no command given\n");
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[i++];
+    if (strcmp(cmd, "status") && strcmp(cmd, "policy") && strcmp(cmd, "session")) {
+        fprintf(stderr, "salusctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
     }
     salus_client *c;
     int rc = salus_connect(url, &c);
     if (rc) {
-        fprintf(stderr, "salusctl: cannot connect: %s\n", salus_strerror(rc));
+        fprintf(stderr, "salusctl: cannot connect to %s: %s\n", url ? url : salus_default_url(),
+                salus_strerror(rc));
         return 1;
     }
-    char *text;
-    rc = salus_status_text(c, &text);
-    if (rc) {
-        fprintf(stderr, "salusctl: status failed: %s: %s\n", salus_strerror(rc),
-                salus_last_error(c));
-        salus_disconnect(c);
-        return 1;
+    if (strcmp(cmd, "status") == 0) {
+        char *text;
+        if ((rc = salus_status_text(c, &text)) != SALUS_OK)
+            return fail(c, "status", rc);
+        fputs(text, stdout);
+        salus_free(text);
+    } else if (strcmp(cmd, "policy") == 0) {
+        if (i == argc) {
+            fprintf(stderr, "salusctl: policy needs a name\n");
+            salus_disconnect(c);
+            return 2;
+        }
+        const char *name = argv[i++];
+        int strict = i < argc && strcmp(argv[i], "--strict") == 0;
+        if ((rc = salus_set_policy(c, name, strict)) != SALUS_OK)
+            return fail(c, "policy", rc);
+        printf("policy: %s%s\n", name, strict ? " (strict)" : "");
+    } else {
+        char *end;
+        unsigned long long id = i < argc ? strtoull(argv[i++], &end, 10) : 0;
+        int set_p = 0, set_w = 0, prio = 0;
+        double weight = 0;
+        for (; i + 1 < argc; i += 2) {
+            if (strcmp(argv[i], "--priority") == 0)
+                set_p = 1, prio = atoi(argv[i + 1]);
+            else if (strcmp(argv[i], "--weight") == 0)
+                set_w = 1, weight = atof(argv[i + 1]);
+        }
+        if (!id || (!set_p && !set_w) || i != argc) {
+            fprintf(stderr, "salusctl: session ID --priority P and/or --weight W\n");
+            salus_disconnect(c);
+            return 2;
+        }
+        if ((rc = salus_set_session(c, id, set_p, prio, set_w, weight)) != SALUS_OK)
+            return fail(c, "session", rc);
+        printf("session %llu updated\n", id);
     }
-    fputs(text, stdout);
-    salus_free(text);
     salus_disconnect(c);
     return 0;
 }

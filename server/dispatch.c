@@ -551,6 +551,38 @@ static void answer_hello(sl_server *srv, const Salus__Hello *m, sl_reply *r)
     sl_reply_msg(r)->hello = body;
 }
 
+static void set_policy(sl_server *srv, const Salus__SetPolicy *m, sl_reply *r, sl_outbox *box)
+{
+    const sl_policy_ops *p = m->policy ? sl_sched_policy_find(m->policy) : NULL;
+    if (!p) {
+        sl_reply_error(r, SL_EINVAL, "unknown policy '%s' (known: %s)", m->policy ? m->policy : "",
+                       sl_sched_policy_names());
+        return;
+    }
+    sl_sched_set_policy(srv->sched, p, m->strict);
+    sl_log_info("sch.policy", "policy set to %s%s", p->name, m->strict ? " (strict)" : "");
+    sl_exec_kick(srv, box); /* a work-conserving policy may start what a strict one held */
+}
+
+static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r)
+{
+    sl_session *t = sl_map_get(&srv->sessions, m->target_session);
+    if (!t) {
+        sl_reply_error(r, SL_ENOTFOUND, "no session %llu", (unsigned long long) m->target_session);
+        return;
+    }
+    if (m->set_weight && !(m->weight > 0 && m->weight < 1e6)) {
+        sl_reply_error(r, SL_EINVAL, "weight must be in (0, 1e6)");
+        return;
+    }
+    if (m->set_priority)
+        sl_sched_job_set_priority(srv->sched, &t->job, m->priority);
+    if (m->set_weight)
+        sl_sched_job_set_weight(srv->sched, &t->job, m->weight);
+    sl_log_info("sch.session", "session %llu: priority %d, weight %.3g", (unsigned long long) t->id,
+                t->job.priority, t->job.weight);
+}
+
 void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id)
 {
     sl_reply *r = sl_reply_new(msg->seq);
@@ -572,6 +604,12 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
         goto out_reply;
     case SALUS__REQUEST__BODY_OPEN_SESSION:
         (void) session_open(srv, msg->open_session, pipe_id, r);
+        goto out_reply;
+    case SALUS__REQUEST__BODY_SET_POLICY:
+        set_policy(srv, msg->set_policy, r, &box);
+        goto out_reply;
+    case SALUS__REQUEST__BODY_SET_SESSION:
+        set_session(srv, msg->set_session, r);
         goto out_reply;
     case SALUS__REQUEST__BODY__NOT_SET:
         sl_reply_error(r, SL_EINVAL, "empty request");
@@ -619,6 +657,7 @@ out_reply:
     pthread_mutex_unlock(&srv->lock);
     salus__request__free_unpacked(msg, NULL);
     sl_transport_reply(srv, req, r);
+    sl_outbox_flush(srv, &box);
 }
 
 void sl_dispatch_pipe_gone(sl_server *srv, uint32_t pipe_id)

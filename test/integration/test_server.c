@@ -291,6 +291,30 @@ static void protocol_version_mismatch_is_refused(void **state)
     salus__reply__free_unpacked(rep, NULL);
 }
 
+static void policy_and_weights_change_at_run_time(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    assert_sl_ok(salus_set_policy(c, "fifo", 1));
+    char *text;
+    assert_sl_ok(salus_status_text(c, &text));
+    assert_non_null(strstr(text, "policy: fifo"));
+    salus_free(text);
+    assert_sl_err(salus_set_policy(c, "lottery", 0), SALUS_EINVAL);
+    assert_non_null(strstr(salus_last_error(c), "lottery"));
+    assert_sl_ok(salus_set_session(c, salus_session_id(s), 1, 5, 1, 2.5));
+    assert_sl_err(salus_set_session(c, salus_session_id(s), 0, 0, 1, -1), SALUS_EINVAL);
+    assert_sl_err(salus_set_session(c, 987654, 1, 1, 0, 0), SALUS_ENOTFOUND);
+    assert_sl_ok(salus_status_text(c, &text));
+    assert_non_null(strstr(text, "2.50"));
+    salus_free(text);
+    assert_sl_ok(salus_set_policy(c, "fair", 0));
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+}
+
 /* SIGTERM while jobs train: salusd finishes what runs, fails what is queued,
  * exits 0; the clients see an error, never a hang. Uses its own server. */
 static void sigterm_drains_and_exits_zero(void **state)
@@ -326,6 +350,7 @@ int main(void)
         cmocka_unit_test(unknown_session_wrong_token_unknown_graph),
         cmocka_unit_test(killed_client_memory_returns),
         cmocka_unit_test(protocol_version_mismatch_is_refused),
+        cmocka_unit_test(policy_and_weights_change_at_run_time),
         cmocka_unit_test(sigterm_drains_and_exits_zero),
     };
     return cmocka_run_group_tests_name("integration", tests, start, stop);

@@ -235,6 +235,15 @@ int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
 /* Number of trainable parameters (after compile). */
 int64_t salus_model_param_count(const salus_model *m);
 
+/* Operator calls (what salusctl does). Changes the scheduling policy at run
+ * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
+ * (unknown policy). */
+int salus_set_policy(salus_client *c, const char *policy, int strict);
+/* Changes a session's priority and/or weight (set_* nonzero to change).
+ * Errors: SALUS_ENOTFOUND, SALUS_EINVAL (weight not in (0, 1e6)). */
+int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
+                      int set_weight, double weight);
+
 /* Fetches the server status as human-readable text (what `salusctl status`
  * prints). *text is owned by the caller: release with salus_free. */
 int salus_status_text(salus_client *c, char **text);
