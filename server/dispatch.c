@@ -472,10 +472,21 @@ static void control_done(void *arg, int status)
         sl_reply_error(w->reply, status, "device failed the copy: %s", sl_strerror(status));
     finish_head(srv, s, &box);
     session_pump(srv, s, &box);
+    sl_complete_unlock_and_flush(srv, &box);
+}
+
+void sl_complete_unlock_and_flush(sl_server *srv, sl_outbox *box)
+{
+    /* the replies go out after the lock is released; a drain must not tear
+     * the transport down until they have */
+    srv->completing++;
+    pthread_mutex_unlock(&srv->lock);
+    sl_outbox_flush(srv, box);
+    pthread_mutex_lock(&srv->lock);
+    srv->completing--;
     if (srv->draining)
         pthread_cond_broadcast(&srv->idle_cond);
     pthread_mutex_unlock(&srv->lock);
-    sl_outbox_flush(srv, &box);
 }
 
 void sl_session_work_done(sl_server *srv, sl_session *s, sl_outbox *box)
@@ -735,7 +746,7 @@ void sl_dispatch_drain(sl_server *srv)
     sl_outbox_flush(srv, &box);
 
     pthread_mutex_lock(&srv->lock);
-    while (srv->lane.busy || srv->control_in_flight)
+    while (srv->lane.busy || srv->control_in_flight || srv->completing)
         pthread_cond_wait(&srv->idle_cond, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
 }

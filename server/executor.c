@@ -125,8 +125,5 @@ static void iteration_done(void *arg, int status)
     }
     sl_session_work_done(srv, s, &box);
     sl_exec_kick(srv, &box);
-    if (srv->draining)
-        pthread_cond_broadcast(&srv->idle_cond);
-    pthread_mutex_unlock(&srv->lock);
-    sl_outbox_flush(srv, &box);
+    sl_complete_unlock_and_flush(srv, &box);
 }

@@ -152,6 +152,7 @@ struct sl_server {
     uint64_t start_ns;
     uint64_t requests_total, errors_total, iterations_total;
     uint32_t control_in_flight;
+    uint32_t completing; /* completion callbacks still sending replies */
     bool draining;
     bool stopped; /* transport closing: connection events are ignored */
     struct sl_transport *transport;
@@ -195,6 +196,9 @@ void sl_session_work_done(sl_server *srv, sl_session *s, sl_outbox *box);
 /* Frees s with its tensors, graphs and any work still queued on it (no
  * replies are sent). Does not touch the session table or the scheduler. */
 void sl_dispatch_session_free(sl_server *srv, sl_session *s);
+/* Ends a device-completion callback: releases srv->lock (held on entry),
+ * sends box's replies, and lets a drain know when they are out. */
+void sl_complete_unlock_and_flush(sl_server *srv, sl_outbox *box);
 /* Starts draining: new runs are refused, queued ones fail with
  * SL_ESHUTDOWN; returns once nothing runs on the device. Lock not held. */
 void sl_dispatch_drain(sl_server *srv);
