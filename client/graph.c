@@ -32,6 +32,7 @@ struct salus_graph {
     uint32_t n_inputs, n_params, n_outputs;
     salus_session *session; /* set once registered */
     uint64_t graph_id;
+    uint64_t planned_peak, naive_bytes;
     char error[256];
 };
 
@@ -270,6 +271,8 @@ int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_pea
     } else {
         g->session = s;
         g->graph_id = rep->register_graph->graph_id;
+        g->planned_peak = rep->register_graph->planned_peak;
+        g->naive_bytes = rep->register_graph->naive_bytes;
         if (planned_peak)
             *planned_peak = rep->register_graph->planned_peak;
     }
@@ -282,6 +285,15 @@ out_free:
     sl_free(op_ptrs);
     sl_free(op_inputs);
     return rc;
+}
+
+int salus_graph_memory(const salus_graph *g, uint64_t *planned_peak, uint64_t *naive_bytes)
+{
+    if (!g->session)
+        return SL_EINVAL;
+    *planned_peak = g->planned_peak;
+    *naive_bytes = g->naive_bytes;
+    return SL_OK;
 }
 
 uint64_t salus_graph_id(const salus_graph *g)

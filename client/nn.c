@@ -102,6 +102,16 @@ const char *salus_model_error(const salus_model *m)
     return m->error[0] ? m->error : NULL;
 }
 
+const salus_graph *salus_model_training_graph(const salus_model *m)
+{
+    return m->train;
+}
+
+const salus_graph *salus_model_inference_graph(const salus_model *m)
+{
+    return m->infer;
+}
+
 int64_t salus_model_param_count(const salus_model *m)
 {
     int64_t n = 0;

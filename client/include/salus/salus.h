@@ -167,6 +167,12 @@ size_t salus_graph_bytes(const salus_graph *g, salus_value v);
  * SALUS_EEXHAUSTED (the plan does not fit). */
 int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_peak);
 
+/* Ephemeral memory of a registered graph, as the server planned it: the
+ * bytes one iteration needs (planned peak) and the sum of all its ephemeral
+ * tensors (what allocating each separately, without reuse, would take).
+ * Errors: SALUS_EINVAL (not registered). */
+int salus_graph_memory(const salus_graph *g, uint64_t *planned_peak, uint64_t *naive_bytes);
+
 /* The server-side id of a registered graph (0 before registration). */
 uint64_t salus_graph_id(const salus_graph *g);
 
@@ -232,6 +238,9 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
 int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels, float *loss);
 /* Predicted classes of x[infer_batch, sample...] into classes[infer_batch]. */
 int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
+/* The model's compiled graphs (NULL before compile); owned by the model. */
+const salus_graph *salus_model_training_graph(const salus_model *m);
+const salus_graph *salus_model_inference_graph(const salus_model *m);
 /* Number of trainable parameters (after compile). */
 int64_t salus_model_param_count(const salus_model *m);
 

@@ -1,0 +1,91 @@
+/* bench/planner: the static ephemeral planner's peak against the naive sum
+ * (every ephemeral tensor allocated separately) for the training graphs of
+ * the MLP (784-256-128-10) and the CNN (2 conv + pool + dense) of the
+ * Fashion-MNIST examples, batch 128, as salusd plans them at registration
+ * (server embedded in this process over inproc://). One line per model:
+ *   BENCH planner model=mlp planned=... naive=... ratio=...   (goal <= 0.5) */
+#include "server.h"
+#include "sl_error.h"
+#include "sl_log.h"
+
+#include <salus/salus.h>
+
+#include <stdio.h>
+#include <string.h>
+
+static salus_model *build(const char *kind)
+{
+    salus_model *m;
+    if (strcmp(kind, "mlp") == 0) {
+        m = salus_model_new(1, (int64_t[]){784});
+        salus_model_dense(m, 256);
+        salus_model_relu(m);
+        salus_model_dense(m, 128);
+        salus_model_relu(m);
+        salus_model_dense(m, 10);
+    } else {
+        m = salus_model_new(3, (int64_t[]){1, 28, 28});
+        salus_model_conv2d(m, 16, 3, 1, 1);
+        salus_model_relu(m);
+        salus_model_maxpool(m, 2, 2);
+        salus_model_conv2d(m, 32, 3, 1, 1);
+        salus_model_relu(m);
+        salus_model_maxpool(m, 2, 2);
+        salus_model_flatten(m);
+        salus_model_dense(m, 128);
+        salus_model_relu(m);
+        salus_model_dense(m, 10);
+    }
+    return m;
+}
+
+int main(int argc, char **argv)
+{
+    const char *json = argc > 2 && strcmp(argv[1], "--json") == 0 ? argv[2] : NULL;
+    sl_server srv = {.cfg = SL_CONFIG_DEFAULTS};
+    srv.cfg.listen[srv.cfg.n_listen++] = "inproc://salus-planner";
+    srv.cfg.memory_limit = 1ull << 30;
+    sl_log_set_level("warn");
+    if (sl_server_start(&srv) != SL_OK)
+        return 1;
+    salus_client *c;
+    salus_session *s;
+    if (salus_connect("inproc://salus-planner", &c) || salus_session_open(c, NULL, &s))
+        return 1;
+    FILE *f = json ? fopen(json, "w") : NULL;
+    const char *models[] = {"mlp", "cnn"};
+    char lines[2][160];
+    int status = 0;
+    for (int i = 0; i < 2; i++) {
+        salus_model *m = build(models[i]);
+        salus_optimizer opt = {.kind = SALUS_MOMENTUM, .lr = 0.02f, .momentum = 0.9f};
+        uint64_t peak, naive;
+        if (salus_model_compile(m, s, &opt, 128, 128, 1) ||
+            salus_graph_memory(salus_model_training_graph(m), &peak, &naive)) {
+            fprintf(stderr, "planner: %s: %s\n", models[i],
+                    salus_model_error(m) ? salus_model_error(m) : salus_last_error(c));
+            status = 1;
+            salus_model_free(m);
+            continue;
+        }
+        printf("%s training graph, batch 128: planned %.2f MiB, naive %.2f MiB\n", models[i],
+               (double) peak / (1 << 20), (double) naive / (1 << 20));
+        snprintf(lines[i], sizeof lines[i],
+                 "BENCH planner model=%s planned=%llu naive=%llu ratio=%.3f", models[i],
+                 (unsigned long long) peak, (unsigned long long) naive,
+                 (double) peak / (double) naive);
+        if (f)
+            fprintf(f, "%s{\"model\":\"%s\",\"planned\":%llu,\"naive\":%llu,\"ratio\":%.4f}%s",
+                    i ? "" : "[", models[i], (unsigned long long) peak, (unsigned long long) naive,
+                    (double) peak / (double) naive, i ? "]\n" : ",");
+        salus_model_free(m);
+    }
+    if (f)
+        fclose(f);
+    (void) salus_session_close(s);
+    salus_disconnect(c);
+    sl_server_stop(&srv);
+    for (int i = 0; i < 2 && !status; i++)
+        puts(lines[i]);
+    return status;
+}
