@@ -1,0 +1,168 @@
+/* The sim device: open/close, memory as address space, and the ops table.
+ *
+ * Device memory is address space only. Regions are handed out by a counter
+ * in a range of addresses that no host mapping can ever occupy
+ * (SIM_ADDR_BASE), so a region of any size costs nothing
+ * (an 80 GiB device on a 24 GiB machine, under valgrind as well), the
+ * addresses never alias host memory, and an accidental dereference faults at
+ * once instead of silently reading host bytes. Nothing in the sim ever
+ * dereferences a device address; callers only compute arena + offset. */
+#include "sim_dev.h"
+
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Start of the fake device address range and the alignment of every region
+ * (the contract asks for 256 bytes). 0x4080... is non-canonical on x86-64
+ * with 4- or 5-level paging, and on arm64 (which ignores the top byte of
+ * data addresses) it reads as 2^55, above any user virtual address. */
+#define SIM_ADDR_BASE ((uintptr_t) 0x4080000000000000ull)
+#define SIM_ADDR_ALIGN 65536u
+_Static_assert(sizeof(uintptr_t) == 8, "sim device addresses need 64-bit pointers");
+
+static int sim_open(sl_device *dev, int index, const char *arg)
+{
+    struct sl_sim_dev *d = dev->priv;
+    char names[128];
+    if (!arg || arg[0] == '\0') {
+        sl_log_err("sim.open.arg", "the sim backend needs a profile, e.g. sim:v100 (profiles: %s)",
+                   sl_sim_profile_names(names, sizeof names));
+        return SL_EINVAL;
+    }
+    if (sl_sim_profile_find(arg, &d->profile) != SL_OK) {
+        sl_log_err("sim.open.profile", "unknown sim profile \"%s\" (profiles: %s)", arg,
+                   sl_sim_profile_names(names, sizeof names));
+        return SL_EINVAL;
+    }
+    if (index < 0 || index >= SL_SIM_MAX_DEVICES) {
+        sl_log_err("sim.open.index", "sim device index %d out of range [0, %d)", index,
+                   SL_SIM_MAX_DEVICES);
+        return SL_ENODEV;
+    }
+    if (pthread_mutex_init(&d->mem_lock, NULL) != 0)
+        return SL_ENOMEM;
+    d->mem_lock_ready = true;
+
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return SL_ENOMEM;
+    int rc = SL_ENOMEM;
+    if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0)
+        goto out_destroy_attr;
+    if (pthread_mutex_init(&d->model_lock, NULL) != 0)
+        goto out_destroy_attr;
+    if (pthread_cond_init(&d->model_cv, &attr) != 0) {
+        pthread_mutex_destroy(&d->model_lock);
+        goto out_destroy_attr;
+    }
+    d->model_ready = true;
+    uint64_t now = sl_now_ns();
+    for (unsigned r = 0; r < SL_SIM_RES_COUNT; r++)
+        sl_sim_ps_init(&d->res[r], now);
+
+    dev->total_bytes = d->profile->capacity;
+    snprintf(dev->description, sizeof dev->description, "%s", d->profile->description);
+    rc = SL_OK;
+out_destroy_attr:
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+static void sim_close(sl_device *dev)
+{
+    struct sl_sim_dev *d = dev->priv;
+    for (struct sl_sim_region *r = d->regions, *next; r; r = next) {
+        next = r->next;
+        sl_log_warn("sim.leak", "device closed with %zu bytes still allocated at %p", r->bytes,
+                    r->base);
+        sl_free(r);
+    }
+    d->regions = NULL;
+    if (d->model_ready) {
+        pthread_cond_destroy(&d->model_cv);
+        pthread_mutex_destroy(&d->model_lock);
+    }
+    d->model_ready = false;
+    if (d->mem_lock_ready)
+        pthread_mutex_destroy(&d->mem_lock);
+    d->mem_lock_ready = false;
+}
+
+static int sim_mem_alloc(sl_device *dev, size_t bytes, void **out)
+{
+    struct sl_sim_dev *d = dev->priv;
+    if (bytes == 0 || !out)
+        return SL_EINVAL;
+    struct sl_sim_region *r = sl_malloc(sizeof *r);
+    if (!r)
+        return SL_ENOMEM;
+
+    pthread_mutex_lock(&d->mem_lock);
+    if (bytes > dev->total_bytes - d->used) {
+        pthread_mutex_unlock(&d->mem_lock);
+        sl_free(r);
+        return SL_EEXHAUSTED;
+    }
+    d->used += bytes;
+    /* Addresses are not reused: a stale device pointer never names a newer
+     * region. The range has 2^55 bytes, thousands of full-capacity arenas. */
+    uintptr_t base = SIM_ADDR_BASE + d->next_addr;
+    d->next_addr += sl_align_up(bytes, SIM_ADDR_ALIGN);
+    *r = (struct sl_sim_region){.next = d->regions, .base = (void *) base, .bytes = bytes};
+    d->regions = r;
+    pthread_mutex_unlock(&d->mem_lock);
+    *out = r->base;
+    return SL_OK;
+}
+
+static void sim_mem_free(sl_device *dev, void *ptr)
+{
+    struct sl_sim_dev *d = dev->priv;
+    if (!ptr)
+        return;
+    pthread_mutex_lock(&d->mem_lock);
+    struct sl_sim_region **link = &d->regions;
+    while (*link && (*link)->base != ptr)
+        link = &(*link)->next;
+    struct sl_sim_region *r = *link;
+    if (r) {
+        *link = r->next;
+        d->used -= r->bytes;
+    }
+    pthread_mutex_unlock(&d->mem_lock);
+    if (!r) {
+        sl_log_err("sim.free", "mem_free of %p, which mem_alloc did not return", ptr);
+        return;
+    }
+    sl_free(r);
+}
+
+const sl_sim_profile *sl_sim_device_profile(const sl_device *dev)
+{
+    if (!dev || dev->ops != &sl_sim_device_ops)
+        return NULL;
+    const struct sl_sim_dev *d = dev->priv;
+    return d->profile;
+}
+
+const sl_device_ops sl_sim_device_ops = {
+    .name = "sim",
+    .priv_size = sizeof(struct sl_sim_dev),
+    .open = sim_open,
+    .close = sim_close,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .stream_create = sl_sim_stream_create,
+    .stream_destroy = sl_sim_stream_destroy,
+    .memcpy_h2d = sl_sim_memcpy_h2d,
+    .memcpy_d2h = sl_sim_memcpy_d2h,
+    .memcpy_d2d = sl_sim_memcpy_d2d,
+    .launch = sl_sim_launch,
+    .host_callback = sl_sim_host_callback,
+    .synchronize = sl_sim_synchronize,
+};

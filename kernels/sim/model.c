@@ -1,0 +1,255 @@
+/* The timing model in virtual time: the cost of ops and copies on a profile,
+ * and the processor-sharing resource. Pure functions of their arguments; the
+ * real-time device (stream.c) and bench/'s simulator share them. */
+#include "sim.h"
+
+#include "sl_alloc.h"
+#include "sl_error.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Multiplications of Winograd F(2x2,3x3) versus direct 3x3 convolution:
+ * 16 per 2x2 output tile instead of 36 (Lavin & Gray, CVPR 2016). */
+#define WINOGRAD_3X3_GAIN 2.25
+
+/* Service below this many ns counts as done: absorbs floating-point rounding
+ * of the departure time. */
+#define PS_EPS_NS 1e-6
+
+unsigned sl_sim_dtype_prec(unsigned dtype)
+{
+    (void) dtype; /* f32 and i32 only: both run on the FP32 pipes */
+    return SL_SIM_FP32;
+}
+
+uint64_t sl_sim_work_ns(const sl_sim_profile *p, unsigned prec, uint64_t flops, uint64_t bytes,
+                        bool *memory_bound)
+{
+    double compute_s = (double) flops / (p->peak_flops[prec] * p->eff_compute);
+    double memory_s = (double) bytes / (p->mem_bw * p->eff_mem);
+    if (memory_bound)
+        *memory_bound = memory_s > compute_s;
+    return (uint64_t) ceil(fmax(compute_s, memory_s) * 1e9);
+}
+
+/* Whether cuDNN would run this convolution (or one of its gradients) as
+ * Winograd: 3x3 kernel, stride 1, no dilation, no groups. w is the filter. */
+static bool winograd_3x3(const sl_op_attrs *a, const sl_shape *w)
+{
+    if (w->ndim != 4 || w->dims[2] != 3 || w->dims[3] != 3)
+        return false;
+    for (unsigned i = 0; i < 2; i++)
+        if (a->i[i] > 1 || a->i[6 + i] > 1)
+            return false;
+    return a->i[8] <= 1;
+}
+
+static const sl_shape *conv_filter(unsigned op, const sl_shape *in, const sl_shape *out)
+{
+    switch (op) {
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+        return &in[1];
+    case SL_OP_CONV2D_GRAD_FILTER:
+        return &out[0];
+    default:
+        return NULL;
+    }
+}
+
+int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                     const sl_shape *in, const sl_shape *out, sl_sim_timing *t)
+{
+    static const sl_op_attrs zero_attrs;
+    const sl_op_def *d = sl_op_get(op);
+    if (!p || !in || !t || !d)
+        return SL_EINVAL;
+    if (!d->cost || !d->name)
+        return SL_EUNSUPPORTED;
+    if (!attrs)
+        attrs = &zero_attrs;
+    const sl_shape *ref = d->n_out ? &out[0] : &in[0];
+    unsigned prec = sl_sim_dtype_prec(ref->dtype);
+    if (!(p->peak_flops[prec] > 0))
+        return SL_EUNSUPPORTED;
+
+    sl_op_cost c = {0, 0};
+    d->cost(attrs, in, out, &c);
+    const sl_shape *w = conv_filter(op, in, out);
+    if (w && winograd_3x3(attrs, w))
+        c.flops = (uint64_t) ((double) c.flops / WINOGRAD_3X3_GAIN);
+
+    sl_sim_timing r = {.launch_ns = p->launch_ns,
+                       .resource = SL_SIM_RES_DEVICE,
+                       .flops = c.flops,
+                       .bytes = c.bytes};
+    r.work_ns = sl_sim_work_ns(p, prec, c.flops, c.bytes, &r.memory_bound);
+    *t = r;
+    return SL_OK;
+}
+
+int sl_sim_op_time_ns(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                      const sl_shape *in, const sl_shape *out, uint64_t *ns)
+{
+    sl_sim_timing t;
+    int rc = sl_sim_op_timing(p, op, attrs, in, out, &t);
+    if (rc == SL_OK && !ns)
+        rc = SL_EINVAL;
+    if (rc == SL_OK)
+        *ns = t.launch_ns + t.work_ns;
+    return rc;
+}
+
+void sl_sim_copy_timing(const sl_sim_profile *p, unsigned kind, uint64_t bytes, sl_sim_timing *t)
+{
+    sl_sim_timing r = {.launch_ns = p->launch_ns, .bytes = bytes, .memory_bound = true};
+    if (kind == SL_SIM_COPY_D2D) {
+        /* Reads and writes device memory: the SMs' resource. */
+        r.resource = SL_SIM_RES_DEVICE;
+        r.bytes = 2 * bytes;
+        r.work_ns = sl_sim_work_ns(p, SL_SIM_FP32, 0, r.bytes, NULL);
+    } else {
+        r.resource = kind == SL_SIM_COPY_H2D ? SL_SIM_RES_H2D : SL_SIM_RES_D2H;
+        r.work_ns = (uint64_t) ceil((double) bytes / p->pcie_bw * 1e9);
+    }
+    *t = r;
+}
+
+/* ---- processor sharing ---- */
+
+void sl_sim_ps_init(sl_sim_ps *ps, uint64_t start_ns)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->now_ns = start_ns;
+}
+
+void sl_sim_ps_submit(sl_sim_ps *ps, sl_sim_ps_job *job, uint64_t arrive_ns, uint64_t work_ns)
+{
+    job->done = false;
+    job->done_ns = 0;
+    job->work_ns = work_ns;
+    job->arrive_ns = arrive_ns < ps->now_ns ? ps->now_ns : arrive_ns;
+    /* Keep pending sorted by arrival; equal arrivals in submission order. */
+    sl_sim_ps_job **link = &ps->pending;
+    while (*link && (*link)->arrive_ns <= job->arrive_ns)
+        link = &(*link)->next;
+    job->next = *link;
+    *link = job;
+}
+
+static uint64_t next_departure(const sl_sim_ps *ps)
+{
+    if (ps->n_active == 0)
+        return UINT64_MAX;
+    double min_finish = INFINITY;
+    for (const sl_sim_ps_job *j = ps->active; j; j = j->next)
+        min_finish = fmin(min_finish, j->finish_v);
+    double dt = (min_finish - ps->v) * (double) ps->n_active;
+    if (dt <= PS_EPS_NS)
+        return ps->now_ns;
+    /* Integer time plus a rounded-up step: exact however large now_ns is. */
+    double step = ceil(dt - PS_EPS_NS);
+    if (step >= (double) (UINT64_MAX - 1 - ps->now_ns))
+        return UINT64_MAX - 1;
+    return ps->now_ns + (uint64_t) step;
+}
+
+uint64_t sl_sim_ps_next_event_ns(const sl_sim_ps *ps)
+{
+    uint64_t dep = next_departure(ps);
+    uint64_t arr = ps->pending ? ps->pending->arrive_ns : UINT64_MAX;
+    return dep < arr ? dep : arr;
+}
+
+/* Moves the state's clock to t (>= now); active jobs gain service. */
+static void progress(sl_sim_ps *ps, uint64_t t)
+{
+    if (ps->n_active)
+        ps->v += (double) (t - ps->now_ns) / (double) ps->n_active;
+    ps->now_ns = t;
+}
+
+/* Completes every active job whose service is reached; returns how many. */
+static unsigned depart(sl_sim_ps *ps, sl_sim_ps_done_fn done_fn, void *arg)
+{
+    sl_sim_ps_job *gone = NULL, **link = &ps->active;
+    while (*link) {
+        sl_sim_ps_job *j = *link;
+        if (j->finish_v <= ps->v + PS_EPS_NS) {
+            *link = j->next;
+            j->next = gone;
+            gone = j;
+            ps->n_active--;
+        } else {
+            link = &j->next;
+        }
+    }
+    if (ps->n_active == 0)
+        ps->v = 0; /* an idle resource starts the next busy period afresh */
+    unsigned n = 0;
+    for (sl_sim_ps_job *j = gone, *next; j; j = next, n++) {
+        next = j->next; /* done_fn may resubmit j */
+        j->next = NULL;
+        j->done = true;
+        j->done_ns = ps->now_ns;
+        if (done_fn)
+            done_fn(arg, j);
+    }
+    return n;
+}
+
+unsigned sl_sim_ps_advance(sl_sim_ps *ps, uint64_t t_ns, sl_sim_ps_done_fn done_fn, void *arg)
+{
+    if (t_ns < ps->now_ns)
+        return 0;
+    unsigned n = 0;
+    for (;;) {
+        uint64_t dep = next_departure(ps);
+        uint64_t arr = ps->pending ? ps->pending->arrive_ns : UINT64_MAX;
+        uint64_t at = dep <= arr ? dep : arr;
+        if (at == UINT64_MAX || at > t_ns)
+            break;
+        progress(ps, at);
+        if (dep <= arr) {
+            n += depart(ps, done_fn, arg);
+        } else {
+            sl_sim_ps_job *j = ps->pending;
+            ps->pending = j->next;
+            j->finish_v = ps->v + (double) j->work_ns;
+            j->next = ps->active;
+            ps->active = j;
+            ps->n_active++;
+        }
+    }
+    /* Busy: service accrues up to t. Idle: the state stays at its last event,
+     * so a job arriving back-to-back after a departure is not pushed later by
+     * whenever the caller happened to look. */
+    if (ps->n_active)
+        progress(ps, t_ns);
+    return n;
+}
+
+int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *work_ns,
+                       uint64_t *done_ns)
+{
+    if (n == 0)
+        return SL_OK;
+    if (!arrive_ns || !work_ns || !done_ns)
+        return SL_EINVAL;
+    sl_sim_ps_job *jobs = sl_calloc(n, sizeof *jobs);
+    if (!jobs)
+        return SL_ENOMEM;
+    uint64_t start = UINT64_MAX;
+    for (unsigned i = 0; i < n; i++)
+        start = arrive_ns[i] < start ? arrive_ns[i] : start;
+    sl_sim_ps ps;
+    sl_sim_ps_init(&ps, start);
+    for (unsigned i = 0; i < n; i++)
+        sl_sim_ps_submit(&ps, &jobs[i], arrive_ns[i], work_ns[i]);
+    (void) sl_sim_ps_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    for (unsigned i = 0; i < n; i++)
+        done_ns[i] = jobs[i].done_ns;
+    sl_free(jobs);
+    return SL_OK;
+}

@@ -1,0 +1,152 @@
+/* The sim backend: a GPU *timing model*. Internal header for kernels/ and for
+ * other modules that need the model without a device (bench/'s discrete-event
+ * simulator, tests). No CUDA type appears here.
+ *
+ * Two clocks share one model:
+ * - virtual time: the pure functions below (sl_sim_op_timing, the
+ *   processor-sharing resource sl_sim_ps) take time as an argument, never
+ *   sleep and start no threads;
+ * - real time: sl_sim_device_ops, a device whose streams are worker threads
+ *   that sleep for the modeled durations (kernels/sim/stream.c), so salusd
+ *   runs GPU-shaped workloads with `--device sim:v100`.
+ *
+ * The cost of one op is
+ *     launch_ns + max(flops / (peak[prec] * eff_compute), bytes / (mem_bw * eff_mem))
+ * with flops and bytes from the op registry's cost(), except that 3x3
+ * stride-1 convolutions are charged 1/2.25 of their direct FLOPs: cuDNN runs
+ * them as Winograd F(2x2,3x3) (Lavin & Gray, "Fast Algorithms for
+ * Convolutional Neural Networks", CVPR 2016), and without this no efficiency
+ * factor fits VGG-class networks (they run faster than direct convolution at
+ * peak FLOP/s would allow). Copies cost launch_ns + bytes / pcie_bw (host
+ * link) or launch_ns + 2 * bytes / (mem_bw * eff_mem) (device to device). */
+#ifndef SL_SIM_H
+#define SL_SIM_H
+
+#include "device.h"
+#include "profiles.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The shared resources of one device, each a processor-sharing server: the
+ * SMs with device memory (ops and device-to-device copies), and the host link
+ * in each direction (copy engines run beside the SMs, so an upload does not
+ * slow a kernel down, but two uploads share the link). */
+enum sl_sim_resource { SL_SIM_RES_DEVICE = 0, SL_SIM_RES_H2D, SL_SIM_RES_D2H, SL_SIM_RES_COUNT };
+
+enum sl_sim_copy_kind { SL_SIM_COPY_H2D = 0, SL_SIM_COPY_D2H, SL_SIM_COPY_D2D };
+
+/* The model of one op or copy on a profile. */
+typedef struct sl_sim_timing {
+    uint64_t launch_ns;    /* fixed part: paid by the issuing stream, not shared */
+    uint64_t work_ns;      /* time with the whole resource to itself */
+    uint8_t resource;      /* enum sl_sim_resource that work_ns is spent on */
+    bool memory_bound;     /* bytes, not flops, decided work_ns */
+    uint64_t flops, bytes; /* what was charged (flops after the Winograd rule) */
+} sl_sim_timing;
+
+/* The precision an op of this dtype runs at: SL_SIM_FP32 for every dtype
+ * that exists today (f32, and i32 for index outputs). */
+unsigned sl_sim_dtype_prec(unsigned dtype);
+
+/* Models one op with validated shapes (sl_op_infer accepted in/attrs and
+ * produced out). attrs NULL means all zero. Pure; never blocks.
+ * Errors: SL_EINVAL (p, in or t NULL, or unknown op id), SL_EUNSUPPORTED (the
+ * registry has no cost for this op, or the profile has no peak for its
+ * precision). */
+int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                     const sl_shape *in, const sl_shape *out, sl_sim_timing *t);
+
+/* launch + work of one op running alone: the formula in the header comment.
+ * Same preconditions and errors as sl_sim_op_timing; *ns written on success. */
+int sl_sim_op_time_ns(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                      const sl_shape *in, const sl_shape *out, uint64_t *ns);
+
+/* Models a copy of `bytes` bytes (kind: enum sl_sim_copy_kind). Pure. */
+void sl_sim_copy_timing(const sl_sim_profile *p, unsigned kind, uint64_t bytes, sl_sim_timing *t);
+
+/* work_ns of charged flops and bytes at precision prec: max of the compute
+ * and the memory time, rounded up to whole ns (0 when both are 0). Sets
+ * *memory_bound when memory_bound is not NULL. peak[prec] must be > 0. */
+uint64_t sl_sim_work_ns(const sl_sim_profile *p, unsigned prec, uint64_t flops, uint64_t bytes,
+                        bool *memory_bound);
+
+/* ---- processor sharing (virtual or real time) ----
+ *
+ * One resource shared by every job in it: while k jobs are active, each
+ * progresses at 1/k of the resource's rate, so a job needing w ns alone takes
+ * k*w while k stays constant. This is how a GPU's block scheduler treats
+ * kernels from different streams that each fill the device: blocks of both
+ * are dispatched as SMs free up, neither runs ahead, and the total throughput
+ * is that of one kernel (no free speed-up from concurrency). Jobs can be
+ * submitted with a future arrival time (an op's launch latency runs before
+ * it reaches the SMs). Departure times are exact, whenever advance is called:
+ * a late caller (a thread that overslept) never stretches anyone's job.
+ *
+ * Not thread-safe: the caller serialises access (the device's model lock). */
+typedef struct sl_sim_ps_job {
+    struct sl_sim_ps_job *next; /* private */
+    uint64_t arrive_ns;         /* private: when it joins */
+    uint64_t work_ns;           /* private: service it needs */
+    double finish_v;            /* private: per-job service level at which it departs */
+    uint64_t done_ns;           /* completion time, valid once done */
+    bool done;
+    void *user; /* caller's, untouched */
+} sl_sim_ps_job;
+
+typedef struct sl_sim_ps {
+    sl_sim_ps_job *pending; /* submitted, arrival in the future, by arrive_ns */
+    sl_sim_ps_job *active;
+    unsigned n_active;
+    double v;        /* service each active job received since the resource was idle, ns */
+    uint64_t now_ns; /* the time the state describes; idle: the last departure */
+} sl_sim_ps;
+
+/* Callback of sl_sim_ps_advance for each job that completed. */
+typedef void (*sl_sim_ps_done_fn)(void *arg, sl_sim_ps_job *job);
+
+/* An idle resource at time start_ns. */
+void sl_sim_ps_init(sl_sim_ps *ps, uint64_t start_ns);
+
+/* Adds job, needing work_ns of the whole resource, arriving at arrive_ns
+ * (an earlier time than the state's now is taken as now: the past cannot be
+ * rewritten). work_ns 0 completes at arrival. job is owned by the caller and
+ * must stay valid and untouched until it is done. Never blocks. */
+void sl_sim_ps_submit(sl_sim_ps *ps, sl_sim_ps_job *job, uint64_t arrive_ns, uint64_t work_ns);
+
+/* Advances the state to t_ns, processing arrivals and departures in time
+ * order; each departing job gets done = true and its exact done_ns, then
+ * done_fn(arg, job) if done_fn is not NULL (the job may be resubmitted from
+ * there). Returns the number of jobs completed. A t_ns at or before the
+ * state's time changes nothing. */
+unsigned sl_sim_ps_advance(sl_sim_ps *ps, uint64_t t_ns, sl_sim_ps_done_fn done_fn, void *arg);
+
+/* The time of the next arrival or departure if nothing else is submitted;
+ * UINT64_MAX when the resource is idle with nothing pending. */
+uint64_t sl_sim_ps_next_event_ns(const sl_sim_ps *ps);
+
+/* Convenience for simulators and tests: completion times of n jobs that
+ * arrive at arrive_ns[i] needing work_ns[i] on one resource that is idle
+ * before the first arrival. Writes done_ns[i]. Errors: SL_EINVAL (a NULL
+ * array), SL_ENOMEM. */
+int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *work_ns,
+                       uint64_t *done_ns);
+
+/* ---- the real-time device ---- */
+
+/* The sim backend's ops table: sl_dev_open("sim:PROFILE[:N]") opens it.
+ * arg is the profile name; N in [0, SL_SIM_MAX_DEVICES). Memory is address
+ * space only; d2h copies zero-fill their host destination. */
+extern const sl_device_ops sl_sim_device_ops;
+#define SL_SIM_MAX_DEVICES 8
+
+/* The profile of an open sim device (NULL if dev is not a sim device). */
+const sl_sim_profile *sl_sim_device_profile(const sl_device *dev);
+
+/* Fault injection: enqueues on s a command that fails with `code` (an SL_E*
+ * code other than SL_OK) when it executes, as a failing kernel would: it
+ * becomes s's sticky error. Errors: SL_EINVAL (code out of range),
+ * SL_ESHUTDOWN, SL_ENOMEM. Never blocks on device work. */
+int sl_sim_inject_error(sl_stream *s, int code);
+
+#endif

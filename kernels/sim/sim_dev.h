@@ -1,0 +1,44 @@
+/* Private to kernels/sim/: the state of an open sim device shared by
+ * device.c (memory, open/close) and stream.c (streams, the real-time clock). */
+#ifndef SL_SIM_DEV_H
+#define SL_SIM_DEV_H
+
+#include "sim.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+struct sl_sim_region {
+    struct sl_sim_region *next;
+    void *base;
+    size_t bytes;
+};
+
+/* Lock order: a stream's lock and model_lock are never held together;
+ * mem_lock is taken alone. */
+struct sl_sim_dev {
+    const sl_sim_profile *profile;
+
+    pthread_mutex_t mem_lock; /* guards regions, used and next_addr */
+    bool mem_lock_ready;
+    struct sl_sim_region *regions;
+    uint64_t used;
+    uint64_t next_addr; /* offset of the next region in the fake address range */
+
+    pthread_mutex_t model_lock; /* guards res */
+    pthread_cond_t model_cv;    /* CLOCK_MONOTONIC; a job joined or left a resource */
+    bool model_ready;
+    sl_sim_ps res[SL_SIM_RES_COUNT];
+};
+
+/* Stream functions of sl_sim_device_ops (stream.c); contracts in device.h. */
+int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out);
+void sl_sim_stream_destroy(sl_device *dev, sl_stream *s);
+int sl_sim_memcpy_h2d(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+int sl_sim_memcpy_d2h(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+int sl_sim_memcpy_d2d(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
+int sl_sim_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
+int sl_sim_synchronize(sl_device *dev, sl_stream *s);
+
+#endif

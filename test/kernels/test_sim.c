@@ -1,0 +1,747 @@
+/* The sim backend: profiles, the cost model against hand-computed figures,
+ * processor sharing in virtual time, and the real-time device (timing of
+ * launched ops, sharing between streams, ordering, callbacks, sticky errors,
+ * synchronize, memory as address space). Timing assertions are loose: the
+ * machine running this may be a loaded 2-core VM. */
+#include "sl_test.h"
+
+#include "device.h"
+#include "ops.h"
+#include "sim/sim.h"
+#include "sl_alloc.h"
+#include "sl_time.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024ull * 1024ull * 1024ull)
+#define MS 1000000ull
+
+static sl_shape f32_2(int64_t a, int64_t b)
+{
+    return (sl_shape){.dtype = SL_F32, .ndim = 2, .dims = {a, b}};
+}
+
+static sl_shape f32_4(int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    return (sl_shape){.dtype = SL_F32, .ndim = 4, .dims = {n, c, h, w}};
+}
+
+static const sl_sim_profile *profile(const char *name)
+{
+    const sl_sim_profile *p = NULL;
+    assert_sl_ok(sl_sim_profile_find(name, &p));
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- profiles ---- */
+
+static void test_profiles(void **state)
+{
+    (void) state;
+    static const struct {
+        const char *name;
+        uint64_t capacity;
+        double fp32, bw;
+        unsigned sms;
+    } want[] = {
+        {"p100", 16 * GIB, 10.6e12, 732e9, 56},   {"v100", 16 * GIB, 15.7e12, 900e9, 80},
+        {"a100", 40 * GIB, 19.5e12, 1555e9, 108}, {"a100-80", 80 * GIB, 19.5e12, 2039e9, 108},
+        {"h100", 80 * GIB, 67e12, 3350e9, 132},   {"h200", 141 * GIB, 67e12, 4800e9, 132},
+    };
+    assert_int_equal(sl_sim_profile_count(), sizeof want / sizeof want[0]);
+    for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const sl_sim_profile *p = profile(want[i].name);
+        assert_ptr_equal(p, sl_sim_profile_at(i));
+        assert_int_equal(p->capacity, want[i].capacity);
+        assert_true(fabs(p->peak_flops[SL_SIM_FP32] - want[i].fp32) < 1e6);
+        assert_true(fabs(p->mem_bw - want[i].bw) < 1e3);
+        assert_int_equal(p->sm_count, want[i].sms);
+        assert_true(p->pcie_bw >= 10e9 && p->pcie_bw <= 64e9);
+        assert_true(p->launch_ns > 0 && p->launch_ns < 100000);
+        assert_true(p->eff_compute > 0 && p->eff_compute <= 1);
+        assert_true(p->eff_mem > 0 && p->eff_mem <= 1);
+        assert_non_null(p->description);
+        for (unsigned k = 0; k < SL_SIM_PREC_COUNT; k++)
+            assert_true(p->peak_flops[k] >= 0);
+    }
+    assert_null(sl_sim_profile_at(sl_sim_profile_count()));
+    /* Volta has no BF16; tensor FP16 is 8x its FP32 peak. */
+    assert_true(profile("v100")->peak_flops[SL_SIM_BF16_TC] == 0);
+    assert_true(profile("v100")->peak_flops[SL_SIM_FP16_TC] == 125e12);
+
+    const sl_sim_profile *p;
+    assert_sl_ok(sl_sim_profile_find("V100", &p)); /* case-insensitive */
+    assert_string_equal(p->name, "v100");
+    assert_sl_err(sl_sim_profile_find("v200", &p), SL_ENOTFOUND);
+    assert_sl_err(sl_sim_profile_find("", &p), SL_ENOTFOUND);
+    assert_sl_err(sl_sim_profile_find(NULL, &p), SL_EINVAL);
+    assert_sl_err(sl_sim_profile_find("v100", NULL), SL_EINVAL);
+
+    char names[128];
+    assert_string_equal(sl_sim_profile_names(names, sizeof names),
+                        "p100, v100, a100, a100-80, h100, h200");
+    char tiny[5];
+    assert_int_equal(strlen(sl_sim_profile_names(tiny, sizeof tiny)), 4);
+}
+
+/* ---- the cost model ---- */
+
+static uint64_t ceil_ns(double seconds)
+{
+    return (uint64_t) ceil(seconds * 1e9);
+}
+
+static void test_cost_matmul(void **state)
+{
+    (void) state;
+    const sl_sim_profile *v100 = profile("v100");
+    sl_shape in[2] = {f32_2(4096, 4096), f32_2(4096, 4096)}, out[1];
+    sl_op_attrs a = {0};
+    char err[128];
+    assert_sl_ok(sl_op_infer(SL_OP_MATMUL, &a, in, 2, out, err, sizeof err));
+
+    /* 2 * 4096^3 flops at 15.7 TFLOPS * eff, plus 5 us of launch. */
+    double flops = 2.0 * 4096.0 * 4096.0 * 4096.0;
+    uint64_t want = 5000 + ceil_ns(flops / (15.7e12 * v100->eff_compute));
+    sl_sim_timing t;
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_MATMUL, &a, in, out, &t));
+    assert_int_equal(t.launch_ns, 5000);
+    assert_int_equal(t.launch_ns + t.work_ns, want);
+    assert_false(t.memory_bound);
+    assert_int_equal(t.resource, SL_SIM_RES_DEVICE);
+    assert_int_equal(t.flops, (uint64_t) flops);
+    uint64_t ns;
+    assert_sl_ok(sl_sim_op_time_ns(v100, SL_OP_MATMUL, &a, in, out, &ns));
+    assert_int_equal(ns, want);
+    /* At the calibrated eff 0.76 that is 11.52 ms. */
+    if (v100->eff_compute == 0.76)
+        assert_true(ns > 11500 * 1000 && ns < 11540 * 1000);
+
+    /* The same matmul on H100 is faster by the ratio of FP32 peaks. */
+    uint64_t h100_ns;
+    assert_sl_ok(sl_sim_op_time_ns(profile("h100"), SL_OP_MATMUL, &a, in, out, &h100_ns));
+    double ratio = (double) (ns - 5000) / (double) (h100_ns - 5000);
+    assert_true(fabs(ratio - 67.0 / 15.7) < 0.01);
+}
+
+static void test_cost_memory_bound(void **state)
+{
+    (void) state;
+    const sl_sim_profile *v100 = profile("v100");
+    /* add of two 2^28-element tensors: reads 2n, writes n, 4 bytes each. */
+    int64_t n = 1ll << 28;
+    sl_shape in[2] = {f32_2(n / 1024, 1024), f32_2(n / 1024, 1024)}, out[1];
+    char err[128];
+    assert_sl_ok(sl_op_infer(SL_OP_ADD, NULL, in, 2, out, err, sizeof err));
+    sl_sim_timing t;
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_ADD, NULL, in, out, &t));
+    double bytes = 3.0 * 4.0 * (double) n;
+    assert_true(t.memory_bound);
+    assert_int_equal(t.bytes, (uint64_t) bytes);
+    assert_int_equal(t.work_ns, ceil_ns(bytes / (900e9 * v100->eff_mem)));
+    if (v100->eff_mem == 0.80) /* 3.22 GB at 720 GB/s: 4.47 ms */
+        assert_true(t.work_ns > 4400 * 1000 && t.work_ns < 4550 * 1000);
+
+    /* Copies: the host link for h2d/d2h, device memory (read + write) for d2d. */
+    sl_sim_copy_timing(v100, SL_SIM_COPY_H2D, 1200000000ull, &t);
+    assert_int_equal(t.resource, SL_SIM_RES_H2D);
+    assert_int_equal(t.work_ns, ceil_ns(1.2e9 / v100->pcie_bw));
+    assert_int_equal(t.launch_ns, v100->launch_ns);
+    sl_sim_copy_timing(v100, SL_SIM_COPY_D2H, 1200000000ull, &t);
+    assert_int_equal(t.resource, SL_SIM_RES_D2H);
+    sl_sim_copy_timing(v100, SL_SIM_COPY_D2D, 1200000000ull, &t);
+    assert_int_equal(t.resource, SL_SIM_RES_DEVICE);
+    assert_int_equal(t.work_ns, ceil_ns(2.4e9 / (900e9 * v100->eff_mem)));
+    sl_sim_copy_timing(v100, SL_SIM_COPY_H2D, 0, &t);
+    assert_int_equal(t.work_ns, 0);
+}
+
+static void test_cost_conv(void **state)
+{
+    (void) state;
+    const sl_sim_profile *v100 = profile("v100");
+    char err[128];
+    sl_shape in[3], out[1];
+    sl_op_cost c;
+    sl_sim_timing t;
+
+    /* 3x3 stride 1: charged 1/2.25 of the registry's direct flops. */
+    sl_op_attrs a = {.i = {1, 1, 1, 1, 1, 1}};
+    in[0] = f32_4(64, 256, 56, 56);
+    in[1] = f32_4(256, 256, 3, 3);
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D, &a, in, 2, out, err, sizeof err));
+    sl_op_get(SL_OP_CONV2D)->cost(&a, in, out, &c);
+    assert_int_equal(c.flops, 2ull * 64 * 256 * 56 * 56 * 256 * 9);
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_CONV2D, &a, in, out, &t));
+    assert_int_equal(t.flops, (uint64_t) ((double) c.flops / 2.25));
+    assert_false(t.memory_bound);
+
+    /* Both gradients of that convolution get the same rule. */
+    sl_shape gin[3] = {out[0], in[1], in[0]}, gout[1];
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D_GRAD_INPUT, &a, gin, 3, gout, err, sizeof err));
+    sl_op_get(SL_OP_CONV2D_GRAD_INPUT)->cost(&a, gin, gout, &c);
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_CONV2D_GRAD_INPUT, &a, gin, gout, &t));
+    assert_int_equal(t.flops, (uint64_t) ((double) c.flops / 2.25));
+    sl_shape fin[3] = {out[0], in[0], in[1]};
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D_GRAD_FILTER, &a, fin, 3, gout, err, sizeof err));
+    sl_op_get(SL_OP_CONV2D_GRAD_FILTER)->cost(&a, fin, gout, &c);
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_CONV2D_GRAD_FILTER, &a, fin, gout, &t));
+    assert_int_equal(t.flops, (uint64_t) ((double) c.flops / 2.25));
+
+    /* Stride 2, and 1x1 kernels: direct flops. */
+    sl_op_attrs s2 = {.i = {2, 2, 1, 1, 1, 1}};
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D, &s2, in, 2, out, err, sizeof err));
+    sl_op_get(SL_OP_CONV2D)->cost(&s2, in, out, &c);
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_CONV2D, &s2, in, out, &t));
+    assert_int_equal(t.flops, c.flops);
+    sl_op_attrs one = {0};
+    in[1] = f32_4(64, 256, 1, 1);
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D, &one, in, 2, out, err, sizeof err));
+    sl_op_get(SL_OP_CONV2D)->cost(&one, in, out, &c);
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_CONV2D, &one, in, out, &t));
+    assert_int_equal(t.flops, c.flops);
+}
+
+static void test_cost_errors(void **state)
+{
+    (void) state;
+    const sl_sim_profile *v100 = profile("v100");
+    sl_shape in[2] = {f32_2(4, 4), f32_2(4, 4)}, out[1] = {f32_2(4, 4)};
+    sl_sim_timing t;
+    uint64_t ns;
+    assert_sl_err(sl_sim_op_timing(NULL, SL_OP_ADD, NULL, in, out, &t), SL_EINVAL);
+    assert_sl_err(sl_sim_op_timing(v100, SL_OP_COUNT, NULL, in, out, &t), SL_EINVAL);
+    assert_sl_err(sl_sim_op_timing(v100, SL_OP_ADD, NULL, NULL, out, &t), SL_EINVAL);
+    assert_sl_err(sl_sim_op_timing(v100, SL_OP_ADD, NULL, in, out, NULL), SL_EINVAL);
+    assert_sl_err(sl_sim_op_time_ns(v100, SL_OP_ADD, NULL, in, out, NULL), SL_EINVAL);
+    /* An op without a cost in the registry cannot be modeled. */
+    for (unsigned op = 0; op < SL_OP_COUNT; op++) {
+        const sl_op_def *d = sl_op_get(op);
+        if (!d->name || !d->cost)
+            assert_sl_err(sl_sim_op_timing(v100, op, NULL, in, out, &t), SL_EUNSUPPORTED);
+    }
+    assert_sl_ok(sl_sim_op_time_ns(v100, SL_OP_ADD, NULL, in, out, &ns));
+    assert_true(ns >= v100->launch_ns);
+}
+
+/* ---- processor sharing in virtual time ---- */
+
+static void test_ps_basic(void **state)
+{
+    (void) state;
+    uint64_t done[3];
+    /* Equal jobs arriving together finish together at 2w. */
+    uint64_t arr2[2] = {0, 0}, w2[2] = {100, 100};
+    assert_sl_ok(sl_sim_ps_schedule(2, arr2, w2, done));
+    assert_int_equal(done[0], 200);
+    assert_int_equal(done[1], 200);
+    /* Short and long: the short one leaves at 2*50, the long one gets the
+     * rest of the device: 100 + 50. */
+    uint64_t w3[2] = {100, 50};
+    assert_sl_ok(sl_sim_ps_schedule(2, arr2, w3, done));
+    assert_int_equal(done[0], 150);
+    assert_int_equal(done[1], 100);
+    /* Staggered: A alone for 50, shared until A's last 50 are served at 150,
+     * then B alone. */
+    uint64_t arr3[2] = {0, 50};
+    assert_sl_ok(sl_sim_ps_schedule(2, arr3, w2, done));
+    assert_int_equal(done[0], 150);
+    assert_int_equal(done[1], 200);
+    /* Zero work completes at arrival; three-way sharing; absolute times. */
+    uint64_t arr4[3] = {1000, 1000, 1000}, w4[3] = {0, 30, 30};
+    assert_sl_ok(sl_sim_ps_schedule(3, arr4, w4, done));
+    assert_int_equal(done[0], 1000);
+    assert_int_equal(done[1], 1060);
+    assert_int_equal(done[2], 1060);
+    /* A gap: the resource idles between the jobs. */
+    uint64_t arr5[2] = {0, 500};
+    assert_sl_ok(sl_sim_ps_schedule(2, arr5, w2, done));
+    assert_int_equal(done[0], 100);
+    assert_int_equal(done[1], 600);
+    assert_sl_ok(sl_sim_ps_schedule(0, NULL, NULL, NULL));
+    assert_sl_err(sl_sim_ps_schedule(1, arr5, NULL, done), SL_EINVAL);
+}
+
+struct resubmit {
+    sl_sim_ps *ps;
+    unsigned left;
+    uint64_t last_done;
+};
+
+static void resubmit_fn(void *arg, sl_sim_ps_job *job)
+{
+    struct resubmit *r = arg;
+    r->last_done = job->done_ns;
+    if (r->left) {
+        r->left--;
+        sl_sim_ps_submit(r->ps, job, job->done_ns + 10, 40); /* launch 10, work 40 */
+    }
+}
+
+static void test_ps_incremental(void **state)
+{
+    (void) state;
+    sl_sim_ps ps;
+    sl_sim_ps_init(&ps, 0);
+    assert_int_equal(sl_sim_ps_next_event_ns(&ps), UINT64_MAX);
+    sl_sim_ps_job a = {0}, b = {0};
+    sl_sim_ps_submit(&ps, &a, 10, 100);
+    assert_int_equal(sl_sim_ps_next_event_ns(&ps), 10);
+    /* Looking late does not stretch anything: done_ns is exact. */
+    assert_int_equal(sl_sim_ps_advance(&ps, 5000, NULL, NULL), 1);
+    assert_true(a.done);
+    assert_int_equal(a.done_ns, 110);
+    /* Idle: the state stays at the departure, so a back-to-back arrival at
+     * 115 (before the 5000 we looked at) still counts from 115. */
+    sl_sim_ps_submit(&ps, &b, 115, 100);
+    assert_int_equal(sl_sim_ps_advance(&ps, 5000, NULL, NULL), 1);
+    assert_int_equal(b.done_ns, 215);
+    /* Busy: an arrival in the past is taken as now. */
+    sl_sim_ps_submit(&ps, &a, 6000, 1000);
+    assert_int_equal(sl_sim_ps_advance(&ps, 6500, NULL, NULL), 0);
+    sl_sim_ps_submit(&ps, &b, 100, 100); /* joins at 6500 */
+    assert_int_equal(sl_sim_ps_next_event_ns(&ps), 6500);
+    assert_int_equal(sl_sim_ps_advance(&ps, 6500, NULL, NULL), 0);
+    assert_int_equal(sl_sim_ps_next_event_ns(&ps), 6700);
+    assert_int_equal(sl_sim_ps_advance(&ps, 6699, NULL, NULL), 0);
+    assert_int_equal(sl_sim_ps_advance(&ps, 6700, NULL, NULL), 1);
+    assert_true(b.done && !a.done);
+    assert_int_equal(sl_sim_ps_advance(&ps, 10000, NULL, NULL), 1);
+    assert_int_equal(a.done_ns, 7100); /* 500 + 100 served by 6700, 400 alone */
+
+    /* A stream of ops resubmitted from the completion callback, beside a
+     * long job: each op of 40 takes 80 while shared. */
+    struct resubmit r = {.ps = &ps, .left = 4};
+    sl_sim_ps_init(&ps, 0);
+    sl_sim_ps_submit(&ps, &a, 0, 1000);
+    sl_sim_ps_submit(&ps, &b, 10, 40);
+    unsigned n = sl_sim_ps_advance(&ps, 100000, resubmit_fn, &r);
+    assert_int_equal(n, 6);
+    assert_int_equal(r.left, 0);
+    /* b: 5 ops, each 10 of launch (a alone) + 80 shared: ends at 450; a got
+     * 5*10 + 5*40 = 250 by then, 750 left alone. */
+    assert_int_equal(b.done_ns, 450);
+    assert_int_equal(a.done_ns, 1200);
+}
+
+/* Random arrivals: the work is conserved (the resource is never idle while a
+ * job waits, so the last departure of a busy period is its start plus the
+ * sum of its work), every job takes at least its work, and advancing in
+ * random steps gives exactly the times of advancing once. */
+static void test_ps_random(void **state)
+{
+    (void) state;
+    enum { N = 64 };
+    uint64_t seed = 12345;
+    for (unsigned round = 0; round < 50; round++) {
+        uint64_t arr[N], work[N], done[N];
+        uint64_t t = 0;
+        for (unsigned i = 0; i < N; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            t += (seed >> 33) % 50;
+            arr[i] = t;
+            work[i] = 1 + (seed >> 20) % 200;
+        }
+        assert_sl_ok(sl_sim_ps_schedule(N, arr, work, done));
+        uint64_t busy_end = 0, total = 0, last = 0;
+        for (unsigned i = 0; i < N; i++) {
+            assert_true(done[i] >= arr[i] + work[i]);
+            busy_end = arr[i] > busy_end ? arr[i] : busy_end;
+            busy_end += work[i];
+            total += work[i];
+            last = done[i] > last ? done[i] : last;
+        }
+        /* Work conserving: the last departure is where a FIFO server would
+         * finish too (up to 1 ns of rounding per departure). */
+        assert_true(last <= busy_end + N && last + N >= busy_end);
+        assert_true(last + N >= arr[0] + total);
+
+        sl_sim_ps ps;
+        sl_sim_ps_job jobs[N];
+        memset(jobs, 0, sizeof jobs);
+        sl_sim_ps_init(&ps, 0);
+        for (unsigned i = 0; i < N; i++)
+            sl_sim_ps_submit(&ps, &jobs[i], arr[i], work[i]);
+        unsigned completed = 0;
+        for (uint64_t now = 0; completed < N;) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            now += (seed >> 40) % 97;
+            completed += sl_sim_ps_advance(&ps, now, NULL, NULL);
+        }
+        for (unsigned i = 0; i < N; i++)
+            assert_int_equal(jobs[i].done_ns, done[i]);
+    }
+}
+
+/* ---- the real-time device ---- */
+
+static void test_open(void **state)
+{
+    (void) state;
+    static const struct {
+        const char *spec;
+        int rc;
+    } specs[] = {
+        {"sim:v100", SL_OK},   {"sim:v100:0", SL_OK},     {"sim:H100:7", SL_OK},
+        {"sim", SL_EINVAL},    {"sim:v200", SL_EINVAL},   {"sim:v100:8", SL_ENODEV},
+        {"sim::0", SL_EINVAL}, {"sim:v100:x", SL_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        sl_device *dev = NULL;
+        int rc = sl_dev_open(specs[i].spec, &dev);
+        if (rc != specs[i].rc)
+            fail_msg("spec \"%s\": got %s, want %s", specs[i].spec, sl_errname(rc),
+                     sl_errname(specs[i].rc));
+        if (rc == SL_OK) {
+            assert_string_equal(dev->ops->name, "sim");
+            const sl_sim_profile *p = sl_sim_device_profile(dev);
+            assert_non_null(p);
+            assert_int_equal(dev->total_bytes, p->capacity);
+            assert_non_null(strstr(dev->description, "(sim)"));
+        }
+        sl_dev_close(dev);
+    }
+    sl_device *cpu;
+    assert_sl_ok(sl_dev_open("cpu", &cpu));
+    assert_null(sl_sim_device_profile(cpu));
+    sl_dev_close(cpu);
+}
+
+static void test_memory(void **state)
+{
+    (void) state;
+    sl_device *dev;
+    assert_sl_ok(sl_dev_open("sim:h100", &dev));
+    /* 64 GiB of a simulated 80 GiB device, whatever this machine has. */
+    void *big = NULL, *more = NULL, *small = NULL;
+    assert_sl_ok(dev->ops->mem_alloc(dev, 64 * GIB, &big));
+    assert_non_null(big);
+    assert_int_equal((uintptr_t) big % 256, 0);
+    assert_sl_err(dev->ops->mem_alloc(dev, 17 * GIB, &more), SL_EEXHAUSTED);
+    assert_sl_ok(dev->ops->mem_alloc(dev, 16 * GIB, &more));
+    /* Distinct regions never overlap. */
+    assert_true((uintptr_t) more >= (uintptr_t) big + 64 * GIB ||
+                (uintptr_t) more + 16 * GIB <= (uintptr_t) big);
+    assert_sl_err(dev->ops->mem_alloc(dev, 1, &small), SL_EEXHAUSTED);
+    assert_sl_err(dev->ops->mem_alloc(dev, 0, &small), SL_EINVAL);
+    dev->ops->mem_free(dev, more);
+    assert_sl_ok(dev->ops->mem_alloc(dev, 1000, &small));
+    assert_int_equal((uintptr_t) small % 256, 0);
+    dev->ops->mem_free(dev, small);
+    dev->ops->mem_free(dev, big);
+    dev->ops->mem_free(dev, NULL);
+    /* Everything is back: the whole capacity fits again. */
+    assert_sl_ok(dev->ops->mem_alloc(dev, dev->total_bytes, &big));
+    dev->ops->mem_free(dev, big);
+    sl_dev_close(dev);
+}
+
+struct env {
+    sl_device *dev;
+    sl_stream *s[2];
+    void *arena;
+};
+
+static void env_open(struct env *e, const char *spec)
+{
+    memset(e, 0, sizeof *e);
+    assert_sl_ok(sl_dev_open(spec, &e->dev));
+    assert_sl_ok(e->dev->ops->mem_alloc(e->dev, 4 * GIB, &e->arena));
+    for (unsigned i = 0; i < 2; i++)
+        assert_sl_ok(e->dev->ops->stream_create(e->dev, 0, &e->s[i]));
+}
+
+static void env_close(struct env *e)
+{
+    for (unsigned i = 0; i < 2; i++)
+        e->dev->ops->stream_destroy(e->dev, e->s[i]);
+    e->dev->ops->mem_free(e->dev, e->arena);
+    sl_dev_close(e->dev);
+}
+
+/* A square matmul call of size n on arena addresses (never touched). */
+static sl_op_call matmul_call(const struct env *e, int64_t n)
+{
+    char *base = e->arena;
+    size_t sz = (size_t) (n * n * 4);
+    sl_op_call c = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    c.in[0] = (sl_tensor_ref){base, f32_2(n, n)};
+    c.in[1] = (sl_tensor_ref){base + sz, f32_2(n, n)};
+    c.out[0] = (sl_tensor_ref){base + 2 * sz, f32_2(n, n)};
+    return c;
+}
+
+static uint64_t model_ns(const struct env *e, const sl_op_call *c)
+{
+    uint64_t ns;
+    sl_shape in[2] = {c->in[0].shape, c->in[1].shape}, out[1] = {c->out[0].shape};
+    assert_sl_ok(sl_sim_op_time_ns(sl_sim_device_profile(e->dev), c->op, &c->attrs, in, out, &ns));
+    return ns;
+}
+
+/* Under valgrind (one thread at a time, code ~50x slower) only the lower
+ * timing bounds hold: the sim never finishes work before its modeled time. */
+static bool slow_host(void)
+{
+    const char *preload = getenv("LD_PRELOAD");
+    return preload && strstr(preload, "vgpreload");
+}
+
+static void assert_about(uint64_t got, uint64_t model, const char *what)
+{
+    if (got < model * 9 / 10 || (!slow_host() && got > 5 * model + 20 * MS))
+        fail_msg("%s took %.3f ms, model %.3f ms", what, (double) got / 1e6, (double) model / 1e6);
+}
+
+static void test_launch_timing(void **state)
+{
+    (void) state;
+    struct env e;
+    env_open(&e, "sim:v100");
+    const sl_device_ops *o = e.dev->ops;
+    sl_op_call mm = matmul_call(&e, 4096);
+    uint64_t t_op = model_ns(&e, &mm); /* ~11.5 ms */
+
+    uint64_t t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_true(slow_host() || sl_now_ns() - t0 < t_op / 2); /* submission does not wait */
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_about(sl_now_ns() - t0, t_op, "one matmul");
+
+    /* Ten back to back: ten times the model, wake-up latency not added up. */
+    t0 = sl_now_ns();
+    for (unsigned i = 0; i < 10; i++)
+        assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_about(sl_now_ns() - t0, 10 * t_op, "ten matmuls");
+
+    /* Copies: 240 MB up at 12 GB/s is 20 ms. */
+    const sl_sim_profile *p = sl_sim_device_profile(e.dev);
+    size_t n = 240u * 1000u * 1000u;
+    char *host = sl_malloc(n);
+    assert_non_null(host);
+    sl_sim_timing ct;
+    sl_sim_copy_timing(p, SL_SIM_COPY_H2D, n, &ct);
+    t0 = sl_now_ns();
+    assert_sl_ok(o->memcpy_h2d(e.dev, e.s[0], e.arena, host, n));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_about(sl_now_ns() - t0, ct.launch_ns + ct.work_ns, "h2d copy");
+    sl_free(host);
+    env_close(&e);
+}
+
+static void test_sharing(void **state)
+{
+    (void) state;
+    struct env e;
+    env_open(&e, "sim:v100");
+    const sl_device_ops *o = e.dev->ops;
+    sl_op_call mm = matmul_call(&e, 8192);
+    uint64_t t_op = model_ns(&e, &mm); /* ~92 ms */
+
+    /* Two streams, one long op each: both finish at about twice the solo
+     * time (without sharing they would finish at 1x). */
+    uint64_t t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->launch(e.dev, e.s[1], &mm));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    uint64_t t_a = sl_now_ns() - t0;
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    uint64_t t_b = sl_now_ns() - t0;
+    assert_about(t_a, 2 * t_op, "shared op A");
+    assert_about(t_b, 2 * t_op, "shared op B");
+    assert_true(t_a > t_op * 16 / 10);
+
+    /* A copy uses the host link, not the SMs: an upload beside a kernel of
+     * the same length leaves both at about 1x. */
+    const sl_sim_profile *p = sl_sim_device_profile(e.dev);
+    size_t n = (size_t) ((double) t_op / 1e9 * p->pcie_bw);
+    char *host = sl_malloc(n);
+    assert_non_null(host);
+    t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->memcpy_h2d(e.dev, e.s[1], e.arena, host, n));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    uint64_t t_both = sl_now_ns() - t0;
+    assert_about(t_both, t_op, "kernel beside copy");
+    assert_true(slow_host() || t_both < t_op * 15 / 10);
+    sl_free(host);
+    env_close(&e);
+}
+
+struct trace {
+    pthread_mutex_t lock;
+    int order[16];
+    int status[16];
+    uint64_t at[16];
+    unsigned n;
+};
+
+struct mark {
+    struct trace *t;
+    int id;
+};
+
+static void mark_fn(void *arg, int status)
+{
+    struct mark *m = arg;
+    pthread_mutex_lock(&m->t->lock);
+    unsigned i = m->t->n++;
+    m->t->order[i] = m->id;
+    m->t->status[i] = status;
+    m->t->at[i] = sl_now_ns();
+    pthread_mutex_unlock(&m->t->lock);
+}
+
+static void test_ordering_and_callbacks(void **state)
+{
+    (void) state;
+    struct env e;
+    env_open(&e, "sim:v100");
+    const sl_device_ops *o = e.dev->ops;
+    sl_op_call mm = matmul_call(&e, 4096);
+    uint64_t t_op = model_ns(&e, &mm);
+    struct trace tr = {.n = 0};
+    pthread_mutex_init(&tr.lock, NULL);
+    struct mark m[4] = {{&tr, 0}, {&tr, 1}, {&tr, 2}, {&tr, 3}};
+
+    uint64_t t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->host_callback(e.dev, e.s[0], mark_fn, &m[0]));
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->host_callback(e.dev, e.s[0], mark_fn, &m[1]));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_int_equal(tr.n, 2);
+    assert_int_equal(tr.order[0], 0);
+    assert_int_equal(tr.order[1], 1);
+    assert_sl_ok(tr.status[0]);
+    assert_sl_ok(tr.status[1]);
+    /* Each callback ran after the work before it. */
+    assert_true(tr.at[0] - t0 >= t_op * 9 / 10);
+    assert_true(tr.at[1] - t0 >= 3 * t_op * 9 / 10);
+
+    /* Sticky error: work after the failure is skipped (takes no time), the
+     * next callback gets the error, the one after it SL_OK. */
+    tr.n = 0;
+    t0 = sl_now_ns();
+    assert_sl_ok(sl_sim_inject_error(e.s[0], SL_EDEVICE));
+    for (unsigned i = 0; i < 20; i++)
+        assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->host_callback(e.dev, e.s[0], mark_fn, &m[2]));
+    assert_sl_ok(o->host_callback(e.dev, e.s[0], mark_fn, &m[3]));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_true(slow_host() || sl_now_ns() - t0 < 10 * t_op);
+    assert_int_equal(tr.n, 2);
+    assert_int_equal(tr.status[0], SL_EDEVICE);
+    assert_sl_ok(tr.status[1]);
+
+    /* Without a callback in between, synchronize reports and clears it. */
+    assert_sl_ok(sl_sim_inject_error(e.s[1], SL_EINTERNAL));
+    assert_sl_err(o->synchronize(e.dev, e.s[1]), SL_EINTERNAL);
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    assert_sl_err(sl_sim_inject_error(e.s[1], SL_OK), SL_EINVAL);
+    assert_sl_err(sl_sim_inject_error(e.s[1], SL_E_COUNT), SL_EINVAL);
+    pthread_mutex_destroy(&tr.lock);
+    env_close(&e);
+}
+
+struct chain {
+    struct env *e;
+    sl_op_call mm;
+    atomic_int ran;
+};
+
+static void chain_fn(void *arg, int status)
+{
+    struct chain *c = arg;
+    assert_int_equal(status, SL_OK);
+    /* A callback may submit more work, to any stream. */
+    if (atomic_fetch_add(&c->ran, 1) == 0) {
+        (void) c->e->dev->ops->launch(c->e->dev, c->e->s[1], &c->mm);
+        (void) c->e->dev->ops->host_callback(c->e->dev, c->e->s[1], chain_fn, c);
+    }
+}
+
+static void test_submission(void **state)
+{
+    (void) state;
+    struct env e;
+    env_open(&e, "sim:v100");
+    const sl_device_ops *o = e.dev->ops;
+    sl_op_call mm = matmul_call(&e, 2048);
+
+    /* Arity is checked at submission; nothing else about shapes is. */
+    sl_op_call bad = mm;
+    bad.n_in = 1;
+    assert_sl_err(o->launch(e.dev, e.s[0], &bad), SL_EINVAL);
+    bad = mm;
+    bad.op = SL_OP_COUNT;
+    assert_sl_err(o->launch(e.dev, e.s[0], &bad), SL_EUNSUPPORTED);
+    assert_sl_err(o->launch(e.dev, e.s[0], NULL), SL_EINVAL);
+    char host[64];
+    assert_sl_err(o->memcpy_h2d(e.dev, e.s[0], NULL, host, 8), SL_EINVAL);
+    assert_sl_err(o->memcpy_d2h(e.dev, e.s[0], host, NULL, 8), SL_EINVAL);
+    assert_sl_ok(o->memcpy_d2d(e.dev, e.s[0], e.arena, e.arena, 0));
+    assert_sl_err(o->host_callback(e.dev, e.s[0], NULL, NULL), SL_EINVAL);
+
+    /* d2h zero-fills the host side; h2d leaves its source alone. */
+    memset(host, 0xab, sizeof host);
+    assert_sl_ok(o->memcpy_h2d(e.dev, e.s[0], e.arena, host, sizeof host));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    for (size_t i = 0; i < sizeof host; i++)
+        assert_int_equal((unsigned char) host[i], 0xab);
+    assert_sl_ok(o->memcpy_d2h(e.dev, e.s[0], host, e.arena, sizeof host - 8));
+    assert_sl_ok(o->memcpy_d2d(e.dev, e.s[0], (char *) e.arena + 64, e.arena, 64));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    for (size_t i = 0; i < sizeof host; i++)
+        assert_int_equal((unsigned char) host[i], i < sizeof host - 8 ? 0 : 0xab);
+
+    /* Work submitted from a callback; synchronize of the other stream. */
+    struct chain c = {.e = &e, .mm = mm};
+    atomic_init(&c.ran, 0);
+    assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->host_callback(e.dev, e.s[0], chain_fn, &c));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    assert_int_equal(atomic_load(&c.ran), 2);
+
+    /* Destroy waits for pending work. */
+    sl_stream *s;
+    sl_op_call big = matmul_call(&e, 4096);
+    uint64_t t_op = model_ns(&e, &big);
+    assert_sl_ok(o->stream_create(e.dev, 1, &s));
+    uint64_t t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, s, &big));
+    o->stream_destroy(e.dev, s);
+    assert_about(sl_now_ns() - t0, t_op, "destroy after a matmul");
+    env_close(&e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_cost_matmul),
+        cmocka_unit_test(test_cost_memory_bound),
+        cmocka_unit_test(test_cost_conv),
+        cmocka_unit_test(test_cost_errors),
+        cmocka_unit_test(test_ps_basic),
+        cmocka_unit_test(test_ps_incremental),
+        cmocka_unit_test(test_ps_random),
+        cmocka_unit_test(test_open),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_launch_timing),
+        cmocka_unit_test(test_sharing),
+        cmocka_unit_test(test_ordering_and_callbacks),
+        cmocka_unit_test(test_submission),
+    };
+    return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
+}
