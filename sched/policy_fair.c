@@ -34,4 +34,5 @@ static sl_sched_job *fair_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
 const sl_policy_ops sl_policy_fair = {
     .name = "fair",
     .pick = fair_pick,
+    .has_strict = false,
 };

@@ -23,4 +23,5 @@ static sl_sched_job *fifo_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
 const sl_policy_ops sl_policy_fifo = {
     .name = "fifo",
     .pick = fifo_pick,
+    .has_strict = true,
 };

@@ -1,12 +1,30 @@
 /* The scheduler core: job list, per-job FIFO of items, per-lane state, and
  * the accounting every policy reads (attained device time, iterations,
- * switches). Policies only choose; all mutation happens here so a policy is
- * one small pure function. */
+ * switches, per-lane membership counters) or the server exports (queueing
+ * delay, response time, slowdown, switch gaps). Policies only choose; all
+ * mutation happens here so a policy is one small pure function, and so a
+ * policy change at run time finds every counter it needs already up to date.
+ *
+ * Integration notes for the server (all calls under the server's lock):
+ *   session opens      sl_sched_job_add
+ *   Run arrives        sl_sched_enqueue
+ *   lane free          sl_sched_next, then when the item really starts
+ *                      (launch_ns) and the lane had a previous item:
+ *                        gap = launch_ns - max(sl_sched_lane_idle_since(lane),
+ *                                              item->enqueue_ns)
+ *                        sl_sched_note_gap(lane, gap, job == previous job)
+ *                      i.e. only the time the lane sat idle while this item
+ *                      was already waiting: a client's think time is not a
+ *                      switch cost.
+ *   iteration done     sl_sched_complete(device_ns, now)
+ *   weight/priority    sl_sched_job_set_* (next pick)
+ *   --policy at run    sl_sched_set_policy (next pick) */
 #include "scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "hist.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -15,6 +33,10 @@ typedef struct lane_state {
     sl_sched_job *running; /* job with an item in flight; NULL = idle */
     sl_sched_job *last;    /* job of the previous item, for switch counting */
     uint64_t switches;
+    uint64_t epoch;         /* bumped whenever a job joins or leaves (rr) */
+    uint64_t idle_since_ns; /* completion time of the last item */
+    uint64_t gap_count[2];  /* [same_job] */
+    uint64_t gap_sum_ns[2];
 } lane_state;
 
 struct sl_sched {
@@ -22,13 +44,25 @@ struct sl_sched {
     bool strict;
     sl_sched_job *first, *last;
     uint64_t next_seq;
+    uint64_t next_item_seq;
+    uint64_t completed_ns; /* device time of every completion, any job */
+    uint64_t completed_iterations;
     lane_state *lanes;
     uint32_t n_lanes;
+    sl_sched_hist gaps[2]; /* [same_job]: embedded, so recording never allocates */
 };
 
 /* New policies: one line here and one name in policy_names. */
-static const sl_policy_ops *const policies[] = {&sl_policy_fifo, &sl_policy_fair};
-static const char policy_names[] = "fifo,fair";
+static const sl_policy_ops *const policies[] = {&sl_policy_fifo, &sl_policy_fair,
+                                                &sl_policy_pack, &sl_policy_rr,
+                                                &sl_policy_srtf, &sl_policy_priority};
+static const char policy_names[] = "fifo,fair,pack,rr,srtf,priority";
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return sl_add_ok(a, b, &r) ? r : UINT64_MAX;
+}
 
 const sl_policy_ops *sl_sched_policy_find(const char *name)
 {
@@ -137,6 +171,15 @@ void sl_sched_job_add(sl_sched *s, sl_sched_job *job, uint64_t now)
     job->n_queued = 0;
     job->running = false;
     job->head = job->tail = NULL;
+    job->iterations_started = 0;
+    job->queue_sum_ns = 0;
+    job->queue_max_ns = 0;
+    job->response_sum_ns = 0;
+    job->min_iteration_ns = 0;
+    job->running_enqueue_ns = 0;
+    /* Joining changes the lane's membership: everyone's rr count restarts. */
+    job->lane_epoch = ++s->lanes[job->lane].epoch;
+    job->lane_iterations = 0;
     job->next_job = NULL;
     job->prev_job = s->last;
     if (s->last)
@@ -158,6 +201,7 @@ sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job)
     else
         s->last = job->prev_job;
     job->prev_job = job->next_job = NULL;
+    s->lanes[job->lane].epoch++; /* leaving changes the membership too */
 
     /* set_lane may have left the job as "last" on an earlier lane too, and
      * a dangling pointer there could later compare equal to a new job. */
@@ -173,9 +217,9 @@ sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job)
 
 void sl_sched_enqueue(sl_sched *s, sl_sched_job *job, sl_sched_item *item, uint64_t now)
 {
-    (void) s;
     item->next = NULL;
     item->enqueue_ns = now;
+    item->seq = s->next_item_seq++;
     if (job->tail)
         job->tail->next = item;
     else
@@ -210,6 +254,13 @@ bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_
     ls->running = job;
     job->running = true;
 
+    uint64_t delay = now > item->enqueue_ns ? now - item->enqueue_ns : 0;
+    job->iterations_started++;
+    job->queue_sum_ns = sat_add(job->queue_sum_ns, delay);
+    if (delay > job->queue_max_ns)
+        job->queue_max_ns = delay;
+    job->running_enqueue_ns = item->enqueue_ns;
+
     *job_out = job;
     *item_out = item;
     return true;
@@ -217,15 +268,31 @@ bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_
 
 void sl_sched_complete(sl_sched *s, sl_sched_job *job, uint64_t device_ns, uint64_t now)
 {
-    (void) now;
     check(job->running, "complete: job is not running");
+    lane_state *ls = &s->lanes[job->lane];
     job->running = false;
-    s->lanes[job->lane].running = NULL;
+    ls->running = NULL;
+    ls->idle_since_ns = now;
     /* Saturate rather than wrap: a wrapped counter would make fair hand the
      * lane to its heaviest user. */
-    if (!sl_add_ok(job->attained_ns, device_ns, &job->attained_ns))
-        job->attained_ns = UINT64_MAX;
+    job->attained_ns = sat_add(job->attained_ns, device_ns);
     job->iterations_done++;
+    s->completed_ns = sat_add(s->completed_ns, device_ns);
+    s->completed_iterations++;
+
+    uint64_t response = now > job->running_enqueue_ns ? now - job->running_enqueue_ns : 0;
+    job->response_sum_ns = sat_add(job->response_sum_ns, response);
+    /* A zero charge is a launch that never ran, not a fast iteration. */
+    if (device_ns > 0 && (job->min_iteration_ns == 0 || device_ns < job->min_iteration_ns))
+        job->min_iteration_ns = device_ns;
+
+    /* rr's count restarts lazily: the first completion in a new membership
+     * epoch starts from zero, so a join or leave is O(1), not O(jobs). */
+    if (job->lane_epoch != ls->epoch) {
+        job->lane_epoch = ls->epoch;
+        job->lane_iterations = 0;
+    }
+    job->lane_iterations++;
 }
 
 sl_sched_job *sl_sched_first_job(const sl_sched *s)
@@ -249,5 +316,126 @@ void sl_sched_job_set_lane(sl_sched *s, sl_sched_job *job, uint32_t lane)
 {
     check(!job->running, "set_lane: job is running");
     check(lane < s->n_lanes, "set_lane: lane not reserved");
+    if (lane == job->lane)
+        return;
+    /* It leaves one lane and joins another: both memberships change. */
+    s->lanes[job->lane].epoch++;
     job->lane = lane;
+    job->lane_epoch = ++s->lanes[lane].epoch;
+    job->lane_iterations = 0;
+}
+
+void sl_sched_job_set_expected(sl_sched *s, sl_sched_job *job, uint64_t total_ns,
+                               uint64_t iterations)
+{
+    (void) s;
+    job->expected_total_ns = total_ns;
+    job->expected_iterations = iterations;
+}
+
+void sl_sched_job_set_solo(sl_sched *s, sl_sched_job *job, uint64_t solo_iteration_ns)
+{
+    (void) s;
+    job->solo_iteration_ns = solo_iteration_ns;
+}
+
+uint64_t sl_sched_job_lane_iterations(const sl_sched *s, const sl_sched_job *job)
+{
+    if (job->lane >= s->n_lanes || job->lane_epoch != s->lanes[job->lane].epoch)
+        return 0;
+    return job->lane_iterations;
+}
+
+uint64_t sl_sched_mean_iteration_ns(const sl_sched *s)
+{
+    return s->completed_iterations ? s->completed_ns / s->completed_iterations : 0;
+}
+
+/* srtf's estimate; the rules and why are documented in policy_srtf.c. */
+bool sl_sched_job_remaining(const sl_sched *s, const sl_sched_job *job, double *remaining_ns)
+{
+    if (job->expected_total_ns > 0) {
+        uint64_t total = job->expected_total_ns;
+        *remaining_ns = total > job->attained_ns ? (double) (total - job->attained_ns) : 0.0;
+        return true;
+    }
+    if (job->expected_iterations > 0) {
+        uint64_t left = job->expected_iterations > job->iterations_done
+                            ? job->expected_iterations - job->iterations_done
+                            : 0;
+        double per_iteration = job->iterations_done > 0
+                                   ? (double) job->attained_ns / (double) job->iterations_done
+                                   : (double) sl_sched_mean_iteration_ns(s);
+        *remaining_ns = (double) left * per_iteration;
+        return true;
+    }
+    return false;
+}
+
+uint64_t sl_sched_job_mean_iteration_ns(const sl_sched_job *job)
+{
+    return job->iterations_done ? job->attained_ns / job->iterations_done : 0;
+}
+
+uint64_t sl_sched_job_mean_queue_ns(const sl_sched_job *job)
+{
+    return job->iterations_started ? job->queue_sum_ns / job->iterations_started : 0;
+}
+
+uint64_t sl_sched_job_mean_response_ns(const sl_sched_job *job)
+{
+    return job->iterations_done ? job->response_sum_ns / job->iterations_done : 0;
+}
+
+uint64_t sl_sched_job_solo_ns(const sl_sched_job *job)
+{
+    return job->solo_iteration_ns ? job->solo_iteration_ns : job->min_iteration_ns;
+}
+
+double sl_sched_job_slowdown(const sl_sched_job *job)
+{
+    uint64_t solo = sl_sched_job_solo_ns(job);
+    if (!solo || !job->iterations_done)
+        return 0;
+    return ((double) job->response_sum_ns / (double) job->iterations_done) / (double) solo;
+}
+
+uint64_t sl_sched_lane_idle_since(const sl_sched *s, uint32_t lane)
+{
+    return lane < s->n_lanes ? s->lanes[lane].idle_since_ns : 0;
+}
+
+void sl_sched_note_gap(sl_sched *s, uint32_t lane, uint64_t gap_ns, bool same_job)
+{
+    check(lane < s->n_lanes, "note_gap: lane not reserved");
+    int kind = same_job ? 1 : 0;
+    sl_sched_hist_record(&s->gaps[kind], gap_ns);
+    s->lanes[lane].gap_count[kind]++;
+    s->lanes[lane].gap_sum_ns[kind] = sat_add(s->lanes[lane].gap_sum_ns[kind], gap_ns);
+}
+
+void sl_sched_gap_stats_get(const sl_sched *s, bool same_job, sl_sched_gap_stats *out)
+{
+    const sl_sched_hist *h = &s->gaps[same_job ? 1 : 0];
+    out->count = h->count;
+    out->sum_ns = h->sum_ns;
+    out->min_ns = h->count ? h->min_ns : 0;
+    out->max_ns = h->max_ns;
+    out->p50_ns = sl_sched_hist_quantile(h, 0.50);
+    out->p99_ns = sl_sched_hist_quantile(h, 0.99);
+}
+
+uint64_t sl_sched_gap_quantile(const sl_sched *s, bool same_job, double q)
+{
+    return sl_sched_hist_quantile(&s->gaps[same_job ? 1 : 0], q);
+}
+
+uint64_t sl_sched_lane_gap_count(const sl_sched *s, uint32_t lane, bool same_job)
+{
+    return lane < s->n_lanes ? s->lanes[lane].gap_count[same_job ? 1 : 0] : 0;
+}
+
+uint64_t sl_sched_lane_gap_sum_ns(const sl_sched *s, uint32_t lane, bool same_job)
+{
+    return lane < s->n_lanes ? s->lanes[lane].gap_sum_ns[same_job ? 1 : 0] : 0;
 }

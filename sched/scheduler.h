@@ -20,6 +20,7 @@ typedef struct sl_sched sl_sched;
 typedef struct sl_sched_item {
     struct sl_sched_item *next; /* private to the scheduler */
     uint64_t enqueue_ns;        /* set by sl_sched_enqueue */
+    uint64_t seq;               /* set by sl_sched_enqueue: submission order, all jobs */
 } sl_sched_item;
 
 /* One job (a session). Fields marked "in" are set by the caller before
@@ -32,6 +33,8 @@ typedef struct sl_sched_job {
     uint32_t lane;                /* in: lane the job runs on */
     uint64_t expected_total_ns;   /* in: declared total device time, 0 = unknown */
     uint64_t expected_iterations; /* in: declared total iterations, 0 = unknown */
+    uint64_t solo_iteration_ns;   /* in: declared device time of one iteration run
+                                   * alone, 0 = use the fastest one observed */
     /* scheduler state */
     uint64_t arrival_ns;  /* when added */
     uint64_t arrival_seq; /* admission order */
@@ -42,8 +45,23 @@ typedef struct sl_sched_job {
     bool running; /* has an item picked and not completed */
     sl_sched_item *head, *tail;
     struct sl_sched_job *prev_job, *next_job; /* all jobs, admission order */
+    /* accounting (all saturating; see the sl_sched_job_* queries below) */
+    uint64_t iterations_started; /* items picked */
+    uint64_t queue_sum_ns;       /* sum over picked items of (pick - enqueue) */
+    uint64_t queue_max_ns;       /* the largest such delay */
+    uint64_t response_sum_ns;    /* sum over completed items of (complete - enqueue) */
+    uint64_t min_iteration_ns;   /* fastest nonzero charge, 0 = none yet */
+    /* private to the scheduler */
+    uint64_t running_enqueue_ns; /* enqueue_ns of the item in flight */
+    uint64_t lane_epoch;         /* membership epoch lane_iterations counts in */
+    uint64_t lane_iterations;    /* completions in that epoch (rr) */
 } sl_sched_job;
 
+/* A policy only chooses. Everything a policy reads (attained time,
+ * iteration counts, per-lane membership counters, item order) is kept by the
+ * core for every job whatever the current policy, so a policy has no state
+ * of its own and a change of policy at run time is correct at the very next
+ * pick: nothing needs rebuilding. */
 typedef struct sl_policy_ops {
     const char *name;
     /* Chooses the job whose head item runs next on `lane`, among jobs with
@@ -51,20 +69,36 @@ typedef struct sl_policy_ops {
      * Must not modify the jobs. strict: the paper's non-work-conserving
      * variant where the policy has one. */
     sl_sched_job *(*pick)(const sl_sched *s, uint32_t lane, uint64_t now, bool strict);
+    /* Whether strict changes anything for this policy (fifo, srtf). The
+     * others are work-conserving either way. */
+    bool has_strict;
 } sl_policy_ops;
 
-extern const sl_policy_ops sl_policy_fifo;
-extern const sl_policy_ops sl_policy_fair;
+/* The policies, each in sched/policy_<name>.c; see there for the exact rule
+ * and its tie breaks. */
+extern const sl_policy_ops sl_policy_fifo;     /* oldest job owns the lane */
+extern const sl_policy_ops sl_policy_fair;     /* least attained / weight */
+extern const sl_policy_ops sl_policy_pack;     /* oldest queued item first */
+extern const sl_policy_ops sl_policy_rr;       /* fewest iterations since membership change */
+extern const sl_policy_ops sl_policy_srtf;     /* least remaining time */
+extern const sl_policy_ops sl_policy_priority; /* priority classes, fair inside */
 
 /* Looks up a policy by name; NULL if unknown. */
 const sl_policy_ops *sl_sched_policy_find(const char *name);
 /* Comma-separated names of all policies, for --help. */
 const char *sl_sched_policy_names(void);
 
-/* Creates a scheduler with the given policy. Errors: SL_EINVAL, SL_ENOMEM. */
+/* Creates a scheduler with the given policy. Errors: SL_EINVAL, SL_ENOMEM.
+ * The only allocations of the whole module happen here and in
+ * sl_sched_reserve_lanes. */
 int sl_sched_create(const sl_policy_ops *policy, bool strict, sl_sched **out);
+/* Frees s (NULL is fine). Jobs and items belong to the caller. */
 void sl_sched_destroy(sl_sched *s);
+/* Switches policy and strictness; takes effect at the next pick of every
+ * lane (an item in flight is not affected). Never allocates. Precondition:
+ * policy has a pick function. */
 void sl_sched_set_policy(sl_sched *s, const sl_policy_ops *policy, bool strict);
+/* The current policy. */
 const sl_policy_ops *sl_sched_policy(const sl_sched *s);
 
 /* Adds a job (its "in" fields set); the scheduler zeroes its state.
@@ -74,17 +108,21 @@ void sl_sched_job_add(sl_sched *s, sl_sched_job *job, uint64_t now);
  * and returned as a list (through item->next) for the caller to fail. */
 sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job);
 
-/* Appends item to job's queue. */
+/* Appends item to job's queue, stamping enqueue_ns = now and the next
+ * submission sequence number. */
 void sl_sched_enqueue(sl_sched *s, sl_sched_job *job, sl_sched_item *item, uint64_t now);
 
 /* Asks the policy for the next item on lane. On success pops it, marks the
- * job running and returns true with *job_out and *item_out set; returns false
- * when the lane should stay idle. */
+ * job running, records its queueing delay (now - item->enqueue_ns) and
+ * returns true with *job_out and *item_out set; returns false when the lane
+ * should stay idle. O(jobs), never allocates. */
 bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_out,
                    sl_sched_item **item_out);
 
 /* Marks job's running item complete and charges device_ns to it (saturating)
- * and one iteration. Precondition: job is running. The lane becomes idle. */
+ * and one iteration; records the iteration's response time (now - its
+ * enqueue_ns) and, when device_ns > 0, the job's fastest iteration.
+ * Precondition: job is running. The lane becomes idle as of now. O(1). */
 void sl_sched_complete(sl_sched *s, sl_sched_job *job, uint64_t device_ns, uint64_t now);
 
 /* Iteration helpers for policies and status: all jobs in admission order. */
@@ -126,5 +164,79 @@ bool sl_sched_strict(const sl_sched *s);
 void sl_sched_job_set_weight(sl_sched *s, sl_sched_job *job, double weight);
 void sl_sched_job_set_priority(sl_sched *s, sl_sched_job *job, int priority);
 void sl_sched_job_set_lane(sl_sched *s, sl_sched_job *job, uint32_t lane);
+/* Declares (or corrects) what srtf ranks by: total device time and/or total
+ * iterations (0 = unknown); takes effect at the next pick. */
+void sl_sched_job_set_expected(sl_sched *s, sl_sched_job *job, uint64_t total_ns,
+                               uint64_t iterations);
+/* Declares the solo iteration time slowdown is measured against (0 = use
+ * the fastest observed iteration). */
+void sl_sched_job_set_solo(sl_sched *s, sl_sched_job *job, uint64_t solo_iteration_ns);
+
+/* ---- what policies read ---- */
+
+/* Iterations the job finished since the membership of its lane last changed
+ * (a job joined or left the lane, by add, remove or set_lane); what rr ranks
+ * by. Kept for every job under every policy, so switching to rr at run time
+ * sees the right counts. O(1). */
+uint64_t sl_sched_job_lane_iterations(const sl_sched *s, const sl_sched_job *job);
+
+/* srtf's estimate of the job's remaining device time, into *remaining_ns
+ * (>= 0); false, *remaining_ns untouched, when the job declared neither
+ * expected_total_ns nor expected_iterations. Rules in policy_srtf.c. O(1). */
+bool sl_sched_job_remaining(const sl_sched *s, const sl_sched_job *job, double *remaining_ns);
+
+/* Mean device time of one iteration over all iterations completed by any
+ * job (including departed ones); 0 before the first completion. */
+uint64_t sl_sched_mean_iteration_ns(const sl_sched *s);
+
+/* ---- per-job accounting, for export (all O(1), pure) ---- */
+
+/* attained_ns / iterations_done; 0 before the first completion. */
+uint64_t sl_sched_job_mean_iteration_ns(const sl_sched_job *job);
+/* queue_sum_ns / iterations_started; 0 before the first pick. */
+uint64_t sl_sched_job_mean_queue_ns(const sl_sched_job *job);
+/* Mean time from enqueue to completion of the job's completed iterations;
+ * 0 before the first completion. */
+uint64_t sl_sched_job_mean_response_ns(const sl_sched_job *job);
+/* The solo iteration time slowdown compares against: solo_iteration_ns when
+ * declared, otherwise the fastest completed iteration (min_iteration_ns, the
+ * estimate of running alone: sharing only ever adds time); 0 = unknown. */
+uint64_t sl_sched_job_solo_ns(const sl_sched_job *job);
+/* Slowdown of the job's iterations: mean response time (queueing plus
+ * device time) / solo iteration time; 1.0 means no cost from sharing. 0
+ * when unknown (no completion yet, or no solo time). */
+double sl_sched_job_slowdown(const sl_sched_job *job);
+
+/* ---- lane switch latency ---- */
+
+/* Completion time of the last item on lane (the `now` given to
+ * sl_sched_complete): when the lane went idle. 0 before any completion or for
+ * an unknown lane. */
+uint64_t sl_sched_lane_idle_since(const sl_sched *s, uint32_t lane);
+
+/* Records one lane idle->busy transition: gap_ns is how long the lane sat
+ * idle while work was waiting (the caller computes it, see the integration
+ * notes in sched.c), same_job whether the item that starts belongs to the
+ * job of the lane's previous item. The two kinds are kept apart: a switch to
+ * another job and the same job continuing. O(1), never allocates.
+ * Precondition: lane < sl_sched_lane_capacity(s). */
+void sl_sched_note_gap(sl_sched *s, uint32_t lane, uint64_t gap_ns, bool same_job);
+
+typedef struct sl_sched_gap_stats {
+    uint64_t count;
+    uint64_t sum_ns; /* saturating */
+    uint64_t min_ns, max_ns;
+    uint64_t p50_ns, p99_ns; /* within 1/32 relative (see hist.h) */
+} sl_sched_gap_stats;
+
+/* Fills *out with the distribution of gaps of one kind over all lanes (all
+ * zero when none were recorded). O(buckets), no allocation. */
+void sl_sched_gap_stats_get(const sl_sched *s, bool same_job, sl_sched_gap_stats *out);
+/* The q-quantile (q in [0, 1]) of one kind of gap over all lanes; 0 when
+ * none were recorded. */
+uint64_t sl_sched_gap_quantile(const sl_sched *s, bool same_job, double q);
+/* Gaps recorded on one lane and their sum; 0 for an unknown lane. */
+uint64_t sl_sched_lane_gap_count(const sl_sched *s, uint32_t lane, bool same_job);
+uint64_t sl_sched_lane_gap_sum_ns(const sl_sched *s, uint32_t lane, bool same_job);
 
 #endif

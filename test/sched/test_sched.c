@@ -1,139 +1,13 @@
 /* Unit tests for sched/: the core, fifo and fair. The clock is fake (every
  * call gets an explicit `now`) and randomized tests use a fixed-seed LCG so
- * a failure replays exactly. */
-#include "sl_test.h"
+ * a failure replays exactly. The other policies, the accounting and the gap
+ * filler have their own files; main here runs every group. */
+#include "sched_fixture.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "scheduler.h"
 #include "sl_alloc.h"
-
-/* An iteration as the server would embed it: the item plus who made it. */
-typedef struct titem {
-    sl_sched_item item;
-    int job; /* index of the owning test job */
-    int seq; /* per-job submission number */
-    bool in_use;
-} titem;
-
-#define MAX_ITEMS 4096
-
-typedef struct fixture {
-    sl_sched *s;
-    titem items[MAX_ITEMS];
-    int cursor;       /* where the search for a free item starts */
-    int next_seq[16]; /* per test job */
-} fixture;
-
-static fixture fx;
-
-static int setup(void **state)
-{
-    (void) state;
-    memset(&fx, 0, sizeof(fx));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void) state;
-    sl_sched_destroy(fx.s);
-    fx.s = NULL;
-    sl_alloc_fail_after(0);
-    return 0;
-}
-
-static void make(const char *policy, bool strict)
-{
-    const sl_policy_ops *p = sl_sched_policy_find(policy);
-    assert_non_null(p);
-    assert_sl_ok(sl_sched_create(p, strict, &fx.s));
-}
-
-static void add(sl_sched_job *j, uint64_t id, double weight, uint32_t lane, uint64_t now)
-{
-    memset(j, 0, sizeof(*j));
-    j->id = id;
-    j->weight = weight;
-    j->lane = lane;
-    sl_sched_job_add(fx.s, j, now);
-}
-
-/* Queues one item for test job index idx. Items are recycled once picked
- * or returned by a removal, as the server would recycle its iterations. */
-static titem *enq(sl_sched_job *j, int idx, uint64_t now)
-{
-    titem *t = NULL;
-    for (int n = 0; n < MAX_ITEMS && !t; n++, fx.cursor = (fx.cursor + 1) % MAX_ITEMS)
-        if (!fx.items[fx.cursor].in_use)
-            t = &fx.items[fx.cursor];
-    assert_non_null(t);
-    t->in_use = true;
-    t->job = idx;
-    t->seq = fx.next_seq[idx]++;
-    sl_sched_enqueue(fx.s, j, &t->item, now);
-    return t;
-}
-
-static titem *as_titem(sl_sched_item *it)
-{
-    return (titem *) ((char *) it - offsetof(titem, item));
-}
-
-/* Returns a removed job's items to the pool; their count. */
-static int release_list(sl_sched_item *list)
-{
-    int n = 0;
-    for (; list; list = list->next, n++)
-        as_titem(list)->in_use = false;
-    return n;
-}
-
-/* Picks on lane; returns the picked job (NULL when idle), item in *t. */
-static sl_sched_job *pick(uint32_t lane, uint64_t now, titem **t)
-{
-    sl_sched_job *j = NULL;
-    sl_sched_item *it = NULL;
-    if (!sl_sched_next(fx.s, lane, now, &j, &it))
-        return NULL;
-    assert_non_null(j);
-    assert_non_null(it);
-    assert_null(it->next);
-    assert_true(j->running);
-    assert_ptr_equal(sl_sched_lane_running(fx.s, lane), j);
-    /* The scheduler no longer links it: free for reuse (its fields stay
-     * readable until the next enq). */
-    as_titem(it)->in_use = false;
-    if (t)
-        *t = as_titem(it);
-    return j;
-}
-
-/* Picks, checks the pick is `want`, completes with device_ns. */
-#define run_one(lane, want, device_ns, now) run_one_at(__LINE__, lane, want, device_ns, now)
-static void run_one_at(int line, uint32_t lane, sl_sched_job *want, uint64_t device_ns,
-                       uint64_t now)
-{
-    sl_sched_job *got = pick(lane, now, NULL);
-    if (got != want)
-        fail_msg("line %d: picked job %lld, want job %lld", line, got ? (long long) got->id : -1LL,
-                 (long long) want->id);
-    sl_sched_complete(fx.s, got, device_ns, now + device_ns);
-    assert_false(got->running);
-    assert_null(sl_sched_lane_running(fx.s, lane));
-}
-
-static uint64_t rng_state;
-static uint32_t rnd(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t) (rng_state >> 33);
-}
-static uint32_t rnd_range(uint32_t lo, uint32_t hi) /* [lo, hi] */
-{
-    return lo + rnd() % (hi - lo + 1);
-}
 
 /* ---- lookup and lifecycle ---- */
 
@@ -142,6 +16,17 @@ static void test_policy_lookup(void **state)
     (void) state;
     assert_ptr_equal(sl_sched_policy_find("fifo"), &sl_policy_fifo);
     assert_ptr_equal(sl_sched_policy_find("fair"), &sl_policy_fair);
+    assert_ptr_equal(sl_sched_policy_find("pack"), &sl_policy_pack);
+    assert_ptr_equal(sl_sched_policy_find("rr"), &sl_policy_rr);
+    assert_ptr_equal(sl_sched_policy_find("srtf"), &sl_policy_srtf);
+    assert_ptr_equal(sl_sched_policy_find("priority"), &sl_policy_priority);
+    /* Only fifo and srtf have a paper (non-work-conserving) variant. */
+    assert_true(sl_policy_fifo.has_strict);
+    assert_true(sl_policy_srtf.has_strict);
+    assert_false(sl_policy_fair.has_strict);
+    assert_false(sl_policy_pack.has_strict);
+    assert_false(sl_policy_rr.has_strict);
+    assert_false(sl_policy_priority.has_strict);
     assert_null(sl_sched_policy_find("nope"));
     assert_null(sl_sched_policy_find(""));
     assert_null(sl_sched_policy_find(NULL));
@@ -157,7 +42,7 @@ static void test_policy_lookup(void **state)
         assert_string_equal(p->name, tok);
         n++;
     }
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 6);
 }
 
 static void test_create_errors(void **state)
@@ -531,99 +416,18 @@ static void test_fair_no_starvation(void **state)
     }
 }
 
-/* ---- core properties, every non-strict policy ---- */
-
-/* Random admissions, submissions, picks, completions and departures on three
- * lanes. Checks after every step: an idle lane with queued work is never
- * left idle (work conservation), a lane never runs two items, each job's
- * items come out in submission order, and n_queued matches the truth. */
-static void core_property(const char *policy)
-{
-    enum { N_JOBS = 8, LANES = 3, STEPS = 20000 };
-    make(policy, false);
-    rng_state = 99;
-    sl_sched_job jobs[N_JOBS];
-    bool live[N_JOBS] = {0};
-    int queued[N_JOBS] = {0};
-    int next_out[N_JOBS] = {0}; /* next seq expected from each job */
-    sl_sched_job *running[LANES] = {0};
-    uint64_t now = 0;
-    int id = 0;
-
-    for (int step = 0; step < STEPS; step++) {
-        now += 7;
-        uint32_t r = rnd() % 20;
-        int idx = (int) (rnd() % N_JOBS);
-        if (r < 2) { /* admit into a free slot */
-            if (live[idx])
-                continue;
-            add(&jobs[idx], (uint64_t) id++, (double) rnd_range(0, 3), rnd() % LANES, now);
-            live[idx] = true;
-            queued[idx] = 0;
-            next_out[idx] = fx.next_seq[idx];
-        } else if (r < 3) { /* leave, unless running */
-            if (!live[idx] || jobs[idx].running)
-                continue;
-            int n = 0;
-            int expect = next_out[idx];
-            sl_sched_item *list = sl_sched_job_remove(fx.s, &jobs[idx]);
-            for (sl_sched_item *it = list; it; it = it->next) {
-                assert_int_equal(as_titem(it)->job, idx);
-                assert_int_equal(as_titem(it)->seq, expect++);
-                n++;
-            }
-            assert_int_equal(n, queued[idx]);
-            assert_int_equal(release_list(list), n);
-            live[idx] = false;
-        } else if (r < 10) { /* submit */
-            if (!live[idx])
-                continue;
-            enq(&jobs[idx], idx, now);
-            queued[idx]++;
-        } else if (r < 15) { /* complete what runs on a lane */
-            uint32_t lane = rnd() % LANES;
-            if (!running[lane])
-                continue;
-            sl_sched_complete(fx.s, running[lane], rnd_range(1, 1000), now);
-            running[lane] = NULL;
-        } else { /* lane boundary */
-            uint32_t lane = rnd() % LANES;
-            titem *t = NULL;
-            sl_sched_job *got = pick(lane, now, &t);
-            if (running[lane]) {
-                assert_null(got); /* one item per lane */
-                continue;
-            }
-            bool has_work = false;
-            for (int k = 0; k < N_JOBS; k++)
-                has_work |= live[k] && jobs[k].lane == lane && queued[k] > 0;
-            if (!got) {
-                assert_false(has_work); /* work conservation */
-                continue;
-            }
-            assert_int_equal(got->lane, lane);
-            int k = (int) (got - jobs);
-            assert_int_equal(t->job, k);
-            assert_int_equal(t->seq, next_out[k]++);
-            queued[k]--;
-            running[lane] = got;
-        }
-        for (int k = 0; k < N_JOBS; k++)
-            if (live[k])
-                assert_int_equal(jobs[k].n_queued, queued[k]);
-    }
-}
+/* ---- core properties ---- */
 
 static void test_core_property_fifo(void **state)
 {
     (void) state;
-    core_property("fifo");
+    core_property("fifo", 99);
 }
 
 static void test_core_property_fair(void **state)
 {
     (void) state;
-    core_property("fair");
+    core_property("fair", 99);
 }
 
 static void test_one_item_per_lane(void **state)
@@ -831,28 +635,38 @@ static void test_switch_same_job(void **state)
     assert_int_equal(sl_sched_lane_switches(fx.s, 1), 0);
 }
 
-int main(void)
+int sched_group_core(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_policy_lookup, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lanes_reserve, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bookkeeping, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifo_scripted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifo_strict_idles, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifo_property_work_conserving, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifo_property_strict, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fair_picks_least, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fair_weighted_shares, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fair_no_starvation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_core_property_fifo, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_core_property_fair, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_one_item_per_lane, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lanes_independent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_remove_returns_items, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_policy_change_runtime, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_switch_counting, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_switch_same_job, setup, teardown),
+        SCHED_TEST(test_policy_lookup),
+        SCHED_TEST(test_create_errors),
+        SCHED_TEST(test_lanes_reserve),
+        SCHED_TEST(test_bookkeeping),
+        SCHED_TEST(test_fifo_scripted),
+        SCHED_TEST(test_fifo_strict_idles),
+        SCHED_TEST(test_fifo_property_work_conserving),
+        SCHED_TEST(test_fifo_property_strict),
+        SCHED_TEST(test_fair_picks_least),
+        SCHED_TEST(test_fair_weighted_shares),
+        SCHED_TEST(test_fair_no_starvation),
+        SCHED_TEST(test_core_property_fifo),
+        SCHED_TEST(test_core_property_fair),
+        SCHED_TEST(test_one_item_per_lane),
+        SCHED_TEST(test_lanes_independent),
+        SCHED_TEST(test_remove_returns_items),
+        SCHED_TEST(test_policy_change_runtime),
+        SCHED_TEST(test_switch_counting),
+        SCHED_TEST(test_switch_same_job),
     };
-    return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("sched core", tests, NULL, NULL);
+}
+
+int main(void)
+{
+    int failed = 0;
+    failed += sched_group_core();
+    failed += sched_group_policies();
+    failed += sched_group_accounting();
+    failed += sched_group_gaps();
+    return failed ? 1 : 0;
 }

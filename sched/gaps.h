@@ -1,0 +1,140 @@
+/* Op-level gap filling (FIKIT): the decision logic that lets low-priority
+ * (lp) ops run in the idle gaps of high-priority (hp) jobs without making an
+ * hp iteration wait for more than one lp op.
+ *
+ * Model. An hp job alternates between busy (it has iterations queued or
+ * running: "pending") and idle. Its idle gap is the time from the completion
+ * of one of its iterations that leaves it with nothing pending to the
+ * arrival of its next iteration; the caller reports both events. Each hp job
+ * keeps an EWMA of its gaps and an EWMA of their absolute deviation (the
+ * estimator TCP uses for round-trip times, RFC 6298): mean m, deviation d.
+ * The gap it predicts, conservatively, is g = max(0, m - k*d).
+ * Each lp op's duration is predicted by an EWMA per (job, op index), falling
+ * back to the job's EWMA over all its ops, then to a configured default.
+ *
+ * Decision, taken by the executor between lp ops (sl_gaps_decide):
+ *  - any hp job pending -> wait. The executor keeps at most one lp op in
+ *    flight; since nothing new is issued while hp work is pending, an hp
+ *    iteration waits for at most the one lp op already running.
+ *  - otherwise, for every hp job that is in an idle gap with a prediction,
+ *    with e = now - idle since:
+ *      e > overdue_factor * (m + k*d): the job is idle far longer than it
+ *        ever was (finished, or its client is busy elsewhere): it no longer
+ *        constrains;
+ *      else the op must fit: g - e > predicted op duration, or wait. (Past
+ *        g but not yet overdue, the arrival is imminent: wait.)
+ *    An hp job with no prediction yet (it has not completed a gap) does not
+ *    constrain: lp work is not held back on a guess, and the bound above
+ *    still holds.
+ *  - issue when every hp job allows it.
+ *
+ * Pure: no I/O, no threads, no clock (now is passed in), no allocation at
+ * all (every structure is embedded by the caller). Not thread-safe: the
+ * caller serialises calls, under the same lock as the scheduler. */
+#ifndef SL_SCHED_GAPS_H
+#define SL_SCHED_GAPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl_gaps_config {
+    double gap_alpha;       /* weight of a new gap in the mean, (0, 1] */
+    double gap_beta;        /* weight of a new gap in the deviation, (0, 1] */
+    double dev_k;           /* k above: margin in deviations, >= 0 */
+    double overdue_factor;  /* >= 1 */
+    double op_alpha;        /* weight of a new op duration in its EWMA, (0, 1] */
+    uint64_t unknown_op_ns; /* prediction for an op never measured, nor its job */
+} sl_gaps_config;
+
+/* The defaults: gap_alpha 1/8, gap_beta 1/4 (RFC 6298), dev_k 1,
+ * overdue_factor 2, op_alpha 1/4, unknown_op_ns 0 (an unmeasured op is
+ * issued into any open gap once, which measures it: at worst it delays one
+ * hp arrival by one op, the bound that holds anyway). */
+sl_gaps_config sl_gaps_config_default(void);
+
+/* One EWMA: the mean of what it has seen, weighting recent samples. */
+typedef struct sl_gaps_ewma {
+    double mean_ns;
+    uint64_t n; /* samples seen; 0 = no prediction */
+} sl_gaps_ewma;
+
+/* One high-priority job, embedded in the caller's session. Private. */
+typedef struct sl_gaps_hp {
+    double gap_mean_ns, gap_dev_ns;
+    uint64_t gaps_seen;
+    uint64_t idle_since_ns; /* valid when idle */
+    uint32_t pending;       /* iterations arrived and not completed */
+    bool idle;              /* completed at least once and nothing pending */
+    struct sl_gaps_hp *prev, *next;
+} sl_gaps_hp;
+
+/* One low-priority graph (or job): per-op duration EWMAs in a caller-owned
+ * array of n_ops entries (may be NULL / 0: the job-wide EWMA alone). */
+typedef struct sl_gaps_lp {
+    sl_gaps_ewma job;
+    sl_gaps_ewma *ops;
+    uint32_t n_ops;
+} sl_gaps_lp;
+
+/* The gap filler: the set of hp jobs and the configuration. */
+typedef struct sl_gaps {
+    sl_gaps_config cfg;
+    sl_gaps_hp *first;
+    uint32_t n_hp;
+    uint32_t n_pending; /* hp jobs with pending > 0 */
+} sl_gaps;
+
+/* What sl_gaps_decide concluded. */
+typedef enum sl_gaps_decision {
+    SL_GAPS_ISSUE_FREE,   /* issue: no hp job constrains (none, all overdue) */
+    SL_GAPS_ISSUE_GAP,    /* issue: the op fits every predicted gap */
+    SL_GAPS_WAIT_PENDING, /* wait: hp work is pending */
+    SL_GAPS_WAIT_GAP,     /* wait: the op does not fit some predicted gap */
+} sl_gaps_decision;
+
+/* Initialises g with cfg (NULL = defaults), no hp jobs. Errors: SL_EINVAL
+ * for a parameter out of its range (g untouched). Never allocates; there is
+ * nothing to finalise. */
+int sl_gaps_init(sl_gaps *g, const sl_gaps_config *cfg);
+
+/* Registers hp (its contents are overwritten): no prediction, nothing
+ * pending. Precondition: hp is not registered. O(1). */
+void sl_gaps_hp_add(sl_gaps *g, sl_gaps_hp *hp);
+/* Unregisters hp, pending work or not (the session closed). O(1). */
+void sl_gaps_hp_remove(sl_gaps *g, sl_gaps_hp *hp);
+
+/* An iteration of hp arrived (queued). When hp was idle, the gap since its
+ * last completion is a new sample for its predictor. O(1). */
+void sl_gaps_hp_arrival(sl_gaps *g, sl_gaps_hp *hp, uint64_t now);
+/* An iteration of hp completed (or failed: it is no longer pending). When it
+ * was the last pending one, hp's idle gap starts now. A completion while
+ * nothing is pending (its arrival was never reported) is ignored. O(1). */
+void sl_gaps_hp_complete(sl_gaps *g, sl_gaps_hp *hp, uint64_t now);
+
+/* Whether any hp job has work pending. O(1). */
+bool sl_gaps_hp_pending(const sl_gaps *g);
+/* hp's predicted gap g = max(0, m - k*d); 0 when it has no prediction. */
+uint64_t sl_gaps_hp_predicted_gap(const sl_gaps *g, const sl_gaps_hp *hp);
+
+/* The decision described at the top, for an lp op predicted to take op_ns,
+ * at time now. O(number of hp jobs), no side effects. */
+sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns);
+/* sl_gaps_decide(...) is one of the two ISSUE outcomes. Always false while
+ * any hp job has work pending. */
+bool sl_gaps_may_issue_low_op(const sl_gaps *g, uint64_t now, uint64_t op_ns);
+
+/* Binds lp to its per-op array (n_ops entries, zeroed here; NULL allowed)
+ * and clears its job-wide EWMA. The array stays the caller's. */
+void sl_gaps_lp_init(sl_gaps_lp *lp, sl_gaps_ewma *ops, uint32_t n_ops);
+/* Predicted duration of op (its index in the graph): the op's EWMA, else
+ * the job's, else cfg.unknown_op_ns. */
+uint64_t sl_gaps_lp_predict(const sl_gaps *g, const sl_gaps_lp *lp, uint32_t op);
+/* Feeds one measured duration of op (index >= n_ops feeds the job-wide EWMA
+ * only). */
+void sl_gaps_lp_observe(const sl_gaps *g, sl_gaps_lp *lp, uint32_t op, uint64_t duration_ns);
+
+/* Folds one sample into e with weight alpha (the first sample is taken as
+ * is). */
+void sl_gaps_ewma_observe(sl_gaps_ewma *e, double alpha, uint64_t sample_ns);
+
+#endif
