@@ -65,8 +65,8 @@ int salus_status_text(salus_client *c, char **out)
     const Salus__StatusReply *s = rep->status;
     text t = {0};
     char a[32], b[32], d[32];
-    put(&t, "salusd %s  device: %s  policy: %s  up %.1f s\n", s->server_version, s->device,
-        s->policy, (double) s->uptime_ns / 1e9);
+    put(&t, "salusd %s  device: %s  policy: %s%s  up %.1f s\n", s->server_version, s->device,
+        s->policy, s->strict ? " (strict)" : "", (double) s->uptime_ns / 1e9);
     put(&t, "requests %llu  errors %llu  iterations %llu\n", (unsigned long long) s->requests_total,
         (unsigned long long) s->errors_total, (unsigned long long) s->iterations_total);
     if (s->memory) {
@@ -74,19 +74,46 @@ int salus_status_text(salus_client *c, char **out)
         put(&t, "memory: capacity %s  persistent %s of %s", mib(m->capacity, a),
             mib(m->persistent_used, b), mib(m->persistent_capacity, d));
         put(&t, "  lanes %s  framework %s", mib(m->ephemeral_lanes, a), mib(m->framework, b));
-        put(&t, "  largest free %s in %llu blocks\n", mib(m->largest_free, a),
-            (unsigned long long) m->free_blocks);
+        put(&t, "  free %s, largest block %s (fragmentation %.2f)\n", mib(m->free, a),
+            mib(m->largest_free, b), m->fragmentation);
+    }
+    if (s->switch_other_p50_ns || s->switch_same_p50_ns)
+        put(&t,
+            "lane idle gap between iterations: same session p50 %.1f us p99 %.1f us, "
+            "other session p50 %.1f us p99 %.1f us\n",
+            (double) s->switch_same_p50_ns / 1e3, (double) s->switch_same_p99_ns / 1e3,
+            (double) s->switch_other_p50_ns / 1e3, (double) s->switch_other_p99_ns / 1e3);
+    if (s->n_lanes)
+        put(&t, "%zu lane%s\n  %4s %12s %12s %10s %8s %5s\n", s->n_lanes,
+            s->n_lanes == 1 ? "" : "s", "lane", "size", "max peak", "framework", "sessions",
+            "busy");
+    for (size_t i = 0; i < s->n_lanes; i++) {
+        const Salus__LaneStatus *l = s->lanes[i];
+        put(&t, "  %4u %12s %12s %10s %8u %5s\n", l->id, mib(l->size, a), mib(l->max_peak, b),
+            mib(l->framework, d), l->sessions, l->busy ? "yes" : "no");
+    }
+    if (s->n_queue)
+        put(&t, "admission queue: %zu waiting\n", s->n_queue);
+    for (size_t i = 0; i < s->n_queue; i++) {
+        const Salus__QueuedSession *q = s->queue[i];
+        put(&t, "  session %llu %-16.16s persistent %s ephemeral %s waiting %.1f s: %s\n",
+            (unsigned long long) q->id, q->name, mib(q->persistent, a), mib(q->ephemeral, b),
+            (double) q->waited_ns / 1e9, q->reason);
     }
     put(&t, "%zu session%s\n", s->n_sessions, s->n_sessions == 1 ? "" : "s");
     if (s->n_sessions)
-        put(&t, "  %6s %-16s %4s %4s %6s %12s %12s %10s %10s %6s\n", "id", "name", "lane", "prio",
-            "weight", "persistent", "eph. peak", "iters", "device s", "queued");
+        put(&t, "  %6s %-16s %4s %4s %6s %12s %12s %10s %10s %6s %9s %8s %8s\n", "id", "name",
+            "lane", "prio", "weight", "persistent", "eph. peak", "iters", "device s", "queued",
+            "switches", "wait ms", "slowdown");
     for (size_t i = 0; i < s->n_sessions; i++) {
         const Salus__SessionStatus *x = s->sessions[i];
-        put(&t, "  %6llu %-16.16s %4u %4d %6.2f %12s %12s %10llu %10.3f %6u\n",
+        put(&t, "  %6llu %-16.16s %4u %4d %6.2f %12s %12s %10llu %10.3f %6u %9llu %8.2f %8.2f\n",
             (unsigned long long) x->id, x->name, x->lane, x->priority, x->weight,
             mib(x->persistent_bytes, a), mib(x->ephemeral_peak, b),
-            (unsigned long long) x->iterations, (double) x->attained_ns / 1e9, x->queued);
+            (unsigned long long) x->iterations, (double) x->attained_ns / 1e9, x->queued,
+            (unsigned long long) x->switches,
+            x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0,
+            x->slowdown);
     }
     salus__reply__free_unpacked(rep, NULL);
     if (t.failed) {

@@ -80,11 +80,21 @@ void sl_exec_kick(sl_server *srv, sl_outbox *box)
 {
     sl_sched_job *job;
     sl_sched_item *item;
-    while (!srv->lane.busy && sl_sched_next(srv->sched, 0, sl_now_ns(), &job, &item)) {
+    uint64_t now = sl_now_ns();
+    uint64_t idle_since = sl_sched_lane_idle_since(srv->sched, 0);
+    while (!srv->lane.busy && sl_sched_next(srv->sched, 0, now, &job, &item)) {
         sl_work *w = container_of(item, sl_work, item);
         w->ephemeral_base = srv->lane.base;
-        w->start_ns = sl_now_ns();
+        w->start_ns = now;
         srv->lane.busy = true;
+        /* the switch cost: how long the lane sat idle while this iteration
+         * was already waiting (client think time is not the server's) */
+        if (srv->lane.last_job_id) {
+            uint64_t from = idle_since > item->enqueue_ns ? idle_since : item->enqueue_ns;
+            sl_sched_note_gap(srv->sched, 0, now > from ? now - from : 0,
+                              srv->lane.last_job_id == job->id);
+        }
+        srv->lane.last_job_id = job->id;
         int rc = launch(srv, w);
         if (rc == SL_OK)
             return;

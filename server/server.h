@@ -134,6 +134,7 @@ typedef struct sl_lane {
     uint64_t base, bytes; /* arena offsets */
     sl_stream *stream;
     bool busy;
+    uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
 } sl_lane;
 
 struct sl_server {

@@ -30,6 +30,11 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     st->requests_total = srv->requests_total;
     st->errors_total = srv->errors_total;
     st->iterations_total = srv->iterations_total;
+    st->strict = sl_sched_strict(srv->sched);
+    st->switch_same_p50_ns = sl_sched_gap_quantile(srv->sched, true, 0.5);
+    st->switch_same_p99_ns = sl_sched_gap_quantile(srv->sched, true, 0.99);
+    st->switch_other_p50_ns = sl_sched_gap_quantile(srv->sched, false, 0.5);
+    st->switch_other_p99_ns = sl_sched_gap_quantile(srv->sched, false, 0.99);
 
     sl_mem_pool_stats ps;
     sl_mem_pool_get_stats(srv->persistent, &ps);
@@ -40,6 +45,8 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     mem->framework = 0;
     mem->largest_free = ps.largest_free;
     mem->free_blocks = ps.n_free_blocks;
+    mem->free = ps.free;
+    mem->fragmentation = ps.free ? 1.0 - (double) ps.largest_free / (double) ps.free : 0;
     st->memory = mem;
 
     size_t i = 0, k = 0;
@@ -64,6 +71,10 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         x->priority = s->job.priority;
         x->weight = s->job.weight;
         x->ephemeral_peak = s->ephemeral_peak;
+        x->queue_delay_ns = s->job.queue_sum_ns;
+        x->switches = s->job.switches;
+        x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job);
+        x->slowdown = sl_sched_job_slowdown(&s->job);
         list[k++] = x;
     }
     qsort(list, k, sizeof *list, by_id);
