@@ -1,6 +1,18 @@
-/* The cuda backend's internal interface. The only header in salus that may
- * name CUDA or cuBLAS types: include it from kernels/cuda/ alone. Included by
- * both C (gcc) and CUDA C++ (nvcc) translation units. */
+/* The cuda backend's internal interface. kernels/cuda/ is the only place in
+ * salus that may name CUDA, cuBLAS or cuDNN types: include this header from
+ * there alone. Included by both C (gcc) and CUDA C++ (nvcc) translation units.
+ *
+ * Layout of the backend:
+ *   status.c            the one translation of cudart/cuBLAS/cuDNN statuses
+ *   device.c            the sl_device_ops table: memory, streams, callbacks
+ *   exec.c              per-stream execution context, workspace, op dispatch,
+ *                       copy and matmul (cuBLAS)
+ *   dnn_conv.c          conv2d and both gradients (cuDNN, cached plans)
+ *   dnn_norm.c          batchnorm, batchnorm_infer, batchnorm_grad (cuDNN)
+ *   ops_elementwise.cu  element-wise ops, bias adds, optimisers, pad/crop
+ *   ops_reduce.cu       bias_grad, channel_bias_grad, mse_loss, reduce_*
+ *   ops_softmax.cu      softmax, softmax_xent(_grad), argmax
+ *   ops_pool.cu         maxpool, avgpool and their gradients */
 #ifndef SL_CUDA_H
 #define SL_CUDA_H
 
@@ -8,32 +20,156 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum sl_cuda_lib { SL_CUDA_LIB_RT, SL_CUDA_LIB_CUBLAS };
+enum sl_cuda_lib { SL_CUDA_LIB_RT, SL_CUDA_LIB_CUBLAS, SL_CUDA_LIB_CUDNN };
 
-/* Translates a cudart (cudaError_t) or cuBLAS (cublasStatus_t) status into an
- * SL_E* code, through one table. On any status but success it logs one error
- * line under log id `id`: `what` (the failing call), the library's status
- * name and the library's own description. Never blocks. */
+/* Translates a cudart (cudaError_t), cuBLAS (cublasStatus_t) or cuDNN
+ * (cudnnStatus_t) status into an SL_E* code, through one table. On any status
+ * but success it logs one error line under log id `id`: `what` (the failing
+ * call), the library's status name and the library's own description. Never
+ * blocks. */
 int sl_cuda_status(enum sl_cuda_lib lib, int status, const char *id, const char *what);
 
-/* Evaluate a cudart / cuBLAS call and translate its status at the call site. */
+/* Evaluate a library call and translate its status at the call site. */
 #define SL_CUDA_RT(id, call) sl_cuda_status(SL_CUDA_LIB_RT, (int) (call), id, #call)
 #define SL_CUBLAS(id, call) sl_cuda_status(SL_CUDA_LIB_CUBLAS, (int) (call), id, #call)
+#define SL_CUDNN(id, call) sl_cuda_status(SL_CUDA_LIB_CUDNN, (int) (call), id, #call)
 
-/* Whether ops.cu has a kernel for op id (every op but copy and matmul, which
- * device.c runs through cudaMemcpyAsync and cuBLAS). */
-bool sl_cuda_has_kernel(unsigned op);
+/* Errors a kernel finds on the device (in data the registry cannot see),
+ * raised into the stream's flag word (see sl_cuda_exec.flag_dev). */
+#define SL_CUDA_FLAG_BAD_LABEL 1 /* softmax_xent(_grad): a label outside [0, C) */
+#define SL_CUDA_FLAG_BAD_STEP 2  /* adam_update: step count t < 1 or not finite */
 
-/* Enqueues the kernel of a registry-validated call on stream, on the calling
- * thread's current device. Returns the launch status (cudaGetLastError);
- * cudaErrorNotSupported when sl_cuda_has_kernel(call->op) is false. Never
- * waits for the device. */
-cudaError_t sl_cuda_launch_kernel(const sl_op_call *call, cudaStream_t stream);
+/* Initial size of a stream's workspace: room for every custom kernel's
+ * scratch (reduction partials); cuDNN grows it on demand. */
+#define SL_CUDA_WORKSPACE_INITIAL (1u << 20)
+
+struct sl_cuda_conv_cache; /* dnn_conv.c */
+
+/* What the op implementations need of one salus stream. Owned by the stream
+ * (device.c); every field is used only under the stream's launch lock, on
+ * the submitting thread, except flag_host (see below). */
+typedef struct sl_cuda_exec {
+    cudaStream_t stream;
+    int ordinal;  /* the CUDA device */
+    int sm_count; /* multiprocessors: sizes reduction grids */
+    cublasHandle_t blas;
+    cudnnHandle_t dnn; /* NULL when cuDNN could not be set up: its ops are refused */
+    cudnnTensorDescriptor_t bn_x, bn_param; /* batchnorm scratch descriptors */
+    struct sl_cuda_conv_cache *conv;        /* cuDNN convolution plans */
+    /* Framework memory outside the arena, used in stream order: one launch
+     * at a time may use it, and it is freed and reallocated stream-ordered
+     * (cudaFreeAsync / cudaMallocAsync) when a launch needs more. */
+    void *ws;
+    size_t ws_bytes;
+    bool ws_stream_ordered; /* false: the device has no memory pools (growth syncs) */
+    /* Device-raised errors. A kernel that finds bad data stores an
+     * SL_CUDA_FLAG_* value into flag_dev (device memory; the first one
+     * wins), and every custom kernel returns at once while it is set: the
+     * work after a failure, up to the next host callback, is skipped on the
+     * device (cuBLAS, cuDNN and copies still run, on void data). Before each
+     * host callback and in synchronize, a one-thread kernel moves the value
+     * into flag_host (mapped pinned host memory; written only when set) and
+     * clears flag_dev; the host then reads and clears flag_host without a
+     * CUDA call. */
+    int *flag_dev;
+    int *flag_host;        /* host address of the mapped word */
+    int *flag_host_mapped; /* its device address */
+} sl_cuda_exec;
+
+/* Sets up x for the CUDA stream `stream` (created by the caller) on device
+ * `ordinal`, the calling thread's current device: cuBLAS handle, cuDNN handle
+ * and descriptors (a cuDNN failure is logged and leaves x->dnn NULL rather
+ * than failing), workspace, flag word. Errors: SL_ENOMEM, SL_EEXHAUSTED,
+ * SL_EDEVICE and the other translated statuses; x is then torn down again.
+ * May block briefly (allocations). */
+int sl_cuda_exec_init(sl_cuda_exec *x, cudaStream_t stream, int ordinal);
+
+/* Releases everything sl_cuda_exec_init set up; safe on a zeroed or
+ * half-built x. The stream's work must have finished (the caller drains it);
+ * the stream itself stays the caller's. */
+void sl_cuda_exec_fini(sl_cuda_exec *x);
+
+/* Enqueues the move of the device flag into the host word (see
+ * sl_cuda_exec.flag_dev). Returns the launch status. Never waits. */
+int sl_cuda_exec_collect_flag(sl_cuda_exec *x);
+
+/* Reads and clears the host word: SL_OK if no kernel raised an error before
+ * the last collect that has run, SL_EINVAL (logged) otherwise. Meaningful
+ * once the stream has run past a collect. Makes no CUDA call: safe on a CUDA
+ * callback thread. */
+int sl_cuda_exec_take_flag(sl_cuda_exec *x);
+
+/* Makes the stream's workspace at least `bytes` long and points *out at it
+ * (valid for the current launch only). Growing frees the old block and
+ * allocates the new one in stream order. Errors: SL_EEXHAUSTED (the
+ * workspace is then empty, the stream stays usable). Never waits for the
+ * device, except where the device lacks memory pools. */
+int sl_cuda_workspace(sl_cuda_exec *x, size_t bytes, void **out);
+
+/* Current size of the stream's workspace in bytes (framework memory outside
+ * the arena, for accounting). */
+size_t sl_cuda_workspace_bytes(const sl_cuda_exec *x);
+
+/* Contract checks of one call before anything is enqueued: the op exists,
+ * its arity matches the registry, and this backend can run it with these
+ * shapes and attributes. Returns SL_OK, SL_EINVAL (arity) or SL_EUNSUPPORTED
+ * (not implemented here, cuDNN unavailable, sizes beyond what cuBLAS/cuDNN
+ * index). Never blocks. */
+int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c);
+
+/* Enqueues a checked, registry-validated call on x's stream. Returns SL_OK,
+ * or the translated status of the first failing library call. SL_ENOMEM and
+ * SL_EUNSUPPORTED mean the op was refused: none of its outputs is written
+ * (at most the stream's workspace was); the caller reports them to the
+ * submitter. Any other error may come after part of the op was enqueued and
+ * belongs to the stream (a sticky error). Never waits for the device, except
+ * to grow the workspace on a device without memory pools. */
+int sl_cuda_run(sl_cuda_exec *x, const sl_op_call *c);
+
+/* ---- per family; same contract as sl_cuda_run, for the ops named ---- */
+
+/* fill, scale, add, mul, axpy, add_scalar, relu(_grad), sigmoid(_grad),
+ * tanh(_grad), mse_grad, bias_add, channel_bias_add, sgd_update,
+ * momentum_update, adam_update. */
+int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c);
+/* bias_grad, channel_bias_grad, mse_loss, reduce_sum, reduce_mean. */
+int sl_cuda_run_reduce(sl_cuda_exec *x, const sl_op_call *c);
+/* softmax, softmax_xent, softmax_xent_grad, argmax. */
+int sl_cuda_run_softmax(sl_cuda_exec *x, const sl_op_call *c);
+/* maxpool, maxpool_grad, avgpool, avgpool_grad. */
+int sl_cuda_run_pool(sl_cuda_exec *x, const sl_op_call *c);
+/* conv2d, conv2d_grad_input, conv2d_grad_filter (needs x->dnn). */
+int sl_cuda_run_conv(sl_cuda_exec *x, const sl_op_call *c);
+/* batchnorm, batchnorm_infer, batchnorm_grad (needs x->dnn). */
+int sl_cuda_run_norm(sl_cuda_exec *x, const sl_op_call *c);
+
+/* SL_OK when the conv call's tensors fit cuDNN's int indexing, else
+ * SL_EUNSUPPORTED. */
+int sl_cuda_conv_check(const sl_op_call *c);
+/* A new, empty convolution plan cache (host memory); NULL when out of memory. */
+struct sl_cuda_conv_cache *sl_cuda_conv_cache_new(void);
+/* Frees every cached convolution plan and the cache; safe on NULL. */
+void sl_cuda_conv_cache_free(struct sl_cuda_conv_cache *cache);
+
+/* Zero-padded copy on x's stream: dst[n][c][h + pad_h][w + pad_w] = src
+ * [n][c][h][w], dst being [planes, dst_h, dst_w] and zero outside the copy.
+ * Returns the launch status. */
+int sl_cuda_pad_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes, int64_t h,
+                       int64_t w, int64_t dst_h, int64_t dst_w, int64_t pad_h, int64_t pad_w);
+/* The inverse crop: dst[p][h][w] = src[p][h + pad_h][w + pad_w] for dst of
+ * [planes, h, w] and src of [planes, src_h, src_w]. Returns the launch status. */
+int sl_cuda_crop_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes, int64_t h,
+                        int64_t w, int64_t src_h, int64_t src_w, int64_t pad_h, int64_t pad_w);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* The cuda device: cudaMalloc memory, one CUDA stream (with its own cuBLAS
- * handle) per salus stream, and host callbacks.
+/* The cuda device: cudaMalloc memory, one CUDA stream (with its own
+ * execution context: cuBLAS and cuDNN handles, workspace, error flag; see
+ * exec.c) per salus stream, and host callbacks.
  *
  * Sticky errors. A CUDA stream has no per-stream error state, so the contract
  * of device.h is kept here: a failure detected while enqueueing (a kernel
@@ -11,6 +12,13 @@
  * any host function: host_callback then fails synchronously, and a callback
  * already enqueued before the fault never runs.
  *
+ * Errors found by a kernel (a label out of range, Adam before its first
+ * step) cannot be seen at submission: the kernel raises the stream's device
+ * flag, every later custom kernel of the stream skips its work while it is
+ * set, and the next host callback (or synchronize) collects it as SL_EINVAL
+ * and clears it (exec.c). cuBLAS, cuDNN and copies after the failure still
+ * run, on void data: their results are void with the error.
+ *
  * Host callbacks. CUDA forbids CUDA calls inside a cudaLaunchHostFunc
  * function, but salus callbacks may submit work. So the host function only
  * hands the callback to the device's dispatcher thread, which runs it. */
@@ -20,7 +28,6 @@
 #include "sl_error.h"
 #include "sl_log.h"
 
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,7 +56,8 @@ struct cuda_dev {
 
 struct sl_stream {
     cudaStream_t stream;
-    cublasHandle_t blas;
+    pthread_mutex_t launch_lock; /* guards exec: handles, workspace, plan caches */
+    sl_cuda_exec exec;
     atomic_int sticky;              /* first error since the last callback */
     uint64_t cb_submitted, cb_done; /* under cuda_dev.cb_lock */
 };
@@ -80,11 +88,15 @@ static void *dispatcher_main(void *arg)
     return NULL;
 }
 
-/* Runs on a CUDA-internal thread: no CUDA calls allowed, only the hand-off. */
+/* Runs on a CUDA-internal thread once the work before it has finished: no
+ * CUDA calls allowed, only the device flag word and the hand-off. */
 static void CUDART_CB host_fn_trampoline(void *p)
 {
     struct cb_node *n = p;
     struct cuda_dev *d = n->dev;
+    int flag = sl_cuda_exec_take_flag(&n->stream->exec);
+    if (n->status == SL_OK)
+        n->status = flag;
     pthread_mutex_lock(&d->cb_lock);
     n->next = NULL;
     if (d->cb_tail)
@@ -229,6 +241,10 @@ static int cuda_stream_create(sl_device *dev, int priority, sl_stream **out)
     if (!s)
         return SL_ENOMEM;
     atomic_init(&s->sticky, SL_OK);
+    if (pthread_mutex_init(&s->launch_lock, NULL) != 0) {
+        rc = SL_ENOMEM;
+        goto out_free_stream;
+    }
 
     /* Higher salus priority = numerically lower CUDA priority, clamped. */
     int prio = d->prio_least - (priority > 0 ? priority : 0);
@@ -237,18 +253,16 @@ static int cuda_stream_create(sl_device *dev, int priority, sl_stream **out)
     rc = SL_CUDA_RT("cuda.stream",
                     cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, prio));
     if (rc != SL_OK)
-        goto out_free_stream;
-    if ((rc = SL_CUBLAS("cuda.blas", cublasCreate(&s->blas))) != SL_OK)
+        goto out_destroy_lock;
+    if ((rc = sl_cuda_exec_init(&s->exec, s->stream, d->ordinal)) != SL_OK)
         goto out_destroy_cuda_stream;
-    if ((rc = SL_CUBLAS("cuda.blas", cublasSetStream(s->blas, s->stream))) != SL_OK)
-        goto out_destroy_blas;
     *out = s;
     return SL_OK;
 
-out_destroy_blas:
-    (void) SL_CUBLAS("cuda.blas", cublasDestroy(s->blas));
 out_destroy_cuda_stream:
     (void) SL_CUDA_RT("cuda.stream", cudaStreamDestroy(s->stream));
+out_destroy_lock:
+    pthread_mutex_destroy(&s->launch_lock);
 out_free_stream:
     sl_free(s);
     return rc;
@@ -259,16 +273,19 @@ static void cuda_stream_destroy(sl_device *dev, sl_stream *s)
     struct cuda_dev *d = dev->priv;
     if (!s)
         return;
-    (void) use_device(d);
-    if (drain(d, s) != SL_OK)
+    if (use_device(d) != SL_OK || sl_cuda_exec_collect_flag(&s->exec) != SL_OK ||
+        drain(d, s) != SL_OK)
         sl_log_err("cuda.stream.lost",
                    "destroying a stream whose device work failed; pending callbacks will not run");
     int sticky = atomic_load(&s->sticky);
+    if (sticky == SL_OK)
+        sticky = sl_cuda_exec_take_flag(&s->exec);
     if (sticky != SL_OK)
         sl_log_warn("cuda.stream.lost", "stream destroyed with an unreported error: %s",
                     sl_strerror(sticky));
-    (void) SL_CUBLAS("cuda.blas", cublasDestroy(s->blas));
+    sl_cuda_exec_fini(&s->exec);
     (void) SL_CUDA_RT("cuda.stream", cudaStreamDestroy(s->stream));
+    pthread_mutex_destroy(&s->launch_lock);
     sl_free(s);
 }
 
@@ -304,65 +321,25 @@ static int cuda_memcpy_d2d(sl_device *dev, sl_stream *s, void *dst, const void *
     return copy_async(dev, s, dst, src, n, cudaMemcpyDeviceToDevice);
 }
 
-/* Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap
- * the operands and keep each one's transpose flag and leading dimension. */
-static int matmul(sl_stream *s, const sl_op_call *c)
-{
-    static const float one = 1.0f, zero = 0.0f;
-    bool ta = c->attrs.i[0], tb = c->attrs.i[1];
-    const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
-    int m = (int) c->out[0].shape.dims[0], n = (int) c->out[0].shape.dims[1];
-    int k = (int) a[ta ? 0 : 1];
-    return SL_CUBLAS("cuda.gemm",
-                     cublasSgemm(s->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, c->in[1].data,
-                                 (int) b[1], c->in[0].data, (int) a[1], &zero, c->out[0].data, n));
-}
-
-/* Contract checks done before anything is enqueued. */
-static int check_call(const sl_op_call *c)
-{
-    const sl_op_def *def = sl_op_get(c->op);
-    if (!def)
-        return SL_EUNSUPPORTED;
-    if (c->op != SL_OP_COPY && c->op != SL_OP_MATMUL && !sl_cuda_has_kernel(c->op))
-        return SL_EUNSUPPORTED;
-    if (c->n_in != def->n_in || c->n_out != def->n_out)
-        return SL_EINVAL;
-    if (c->op == SL_OP_MATMUL) { /* cuBLAS takes int dimensions */
-        const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
-        if (a[0] > INT_MAX || a[1] > INT_MAX || b[0] > INT_MAX || b[1] > INT_MAX)
-            return SL_EUNSUPPORTED;
-    }
-    return SL_OK;
-}
-
+/* The check and the enqueue happen under the stream's launch lock: the
+ * library handles, the workspace and the plan caches of a stream are not
+ * thread-safe, and salus streams may be used from any thread. */
 static int cuda_launch(sl_device *dev, sl_stream *s, const sl_op_call *c)
 {
-    int rc = check_call(c);
-    if (rc != SL_OK)
-        return rc;
-    if (atomic_load(&s->sticky) != SL_OK)
-        return SL_OK; /* skipped until the next callback */
-    if ((rc = use_device(dev->priv)) != SL_OK)
-        goto out_sticky;
-    switch (c->op) {
-    case SL_OP_COPY:
-        rc = SL_CUDA_RT("cuda.copy", cudaMemcpyAsync(c->out[0].data, c->in[0].data,
-                                                     sl_shape_bytes(&c->out[0].shape),
-                                                     cudaMemcpyDeviceToDevice, s->stream));
-        break;
-    case SL_OP_MATMUL:
-        rc = matmul(s, c);
-        break;
-    default:
-        rc = SL_CUDA_RT("cuda.kernel", sl_cuda_launch_kernel(c, s->stream));
-        break;
-    }
-out_sticky:
-    if (rc != SL_OK)
-        set_sticky(s, rc);
-    return SL_OK;
+    pthread_mutex_lock(&s->launch_lock);
+    int rc = sl_cuda_check(&s->exec, c);
+    if (rc != SL_OK || atomic_load(&s->sticky) != SL_OK)
+        goto out_unlock; /* refused, or skipped until the next callback */
+    int run = use_device(dev->priv);
+    if (run == SL_OK)
+        run = sl_cuda_run(&s->exec, c);
+    if (run == SL_ENOMEM || run == SL_EUNSUPPORTED)
+        rc = run; /* refused before anything was enqueued */
+    else if (run != SL_OK)
+        set_sticky(s, run);
+out_unlock:
+    pthread_mutex_unlock(&s->launch_lock);
+    return rc;
 }
 
 static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)
@@ -381,6 +358,8 @@ static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void 
     pthread_mutex_unlock(&d->cb_lock);
     int rc = use_device(d);
     if (rc == SL_OK)
+        rc = sl_cuda_exec_collect_flag(&s->exec);
+    if (rc == SL_OK)
         rc = SL_CUDA_RT("cuda.callback", cudaLaunchHostFunc(s->stream, host_fn_trampoline, n));
     if (rc != SL_OK) { /* fn will never run: give the error back to the stream */
         pthread_mutex_lock(&d->cb_lock);
@@ -398,9 +377,12 @@ static int cuda_synchronize(sl_device *dev, sl_stream *s)
     struct cuda_dev *d = dev->priv;
     int rc = use_device(d);
     if (rc == SL_OK)
+        rc = sl_cuda_exec_collect_flag(&s->exec);
+    if (rc == SL_OK)
         rc = drain(d, s);
     int sticky = atomic_exchange(&s->sticky, SL_OK);
-    return sticky != SL_OK ? sticky : rc;
+    int flag = rc == SL_OK ? sl_cuda_exec_take_flag(&s->exec) : SL_OK;
+    return sticky != SL_OK ? sticky : rc != SL_OK ? rc : flag;
 }
 
 static const sl_device_ops cuda_device_ops = {

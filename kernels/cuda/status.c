@@ -1,13 +1,16 @@
-/* The one translation of cudart and cuBLAS statuses into SL_E* codes.
+/* The one translation of cudart, cuBLAS and cuDNN statuses into SL_E* codes.
  *
  * Faults that corrupt the CUDA context (illegal address, launch failure, ECC)
  * map to SL_EDEVICERESET: nothing on the device survives them, so callers
- * must re-upload state. Anything not listed is SL_EDEVICE. */
+ * must re-upload state. cuDNN 9 statuses are a category (a multiple of 1000)
+ * plus a detail: a status without its own row takes its category's row.
+ * Anything else is SL_EDEVICE. */
 #include "cuda.h"
 
 #include "sl_error.h"
 #include "sl_log.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 static const struct {
@@ -46,26 +49,57 @@ static const struct {
     {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_INVALID_VALUE, SL_EINVAL},
     {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_ARCH_MISMATCH, SL_EUNSUPPORTED},
     {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_NOT_SUPPORTED, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_SUCCESS, SL_OK},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_NOT_INITIALIZED, SL_ENODEV},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_BAD_PARAM, SL_EINVAL},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_NOT_SUPPORTED, SL_EUNSUPPORTED},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED, SL_ENOMEM},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, SL_EEXHAUSTED},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_INTERNAL_ERROR, SL_EDEVICE},
+    {SL_CUDA_LIB_CUDNN, CUDNN_STATUS_EXECUTION_FAILED, SL_EDEVICE},
 };
+
+/* Writes the code of the row (lib, status) into *code; false if none. */
+static bool lookup(enum sl_cuda_lib lib, int status, int *code)
+{
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].lib == lib && table[i].status == status) {
+            *code = table[i].code;
+            return true;
+        }
+    return false;
+}
 
 int sl_cuda_status(enum sl_cuda_lib lib, int status, const char *id, const char *what)
 {
     if (status == 0)
         return SL_OK; /* cudaSuccess, CUBLAS_STATUS_SUCCESS: the hot path */
     int code = SL_EDEVICE;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].lib == lib && table[i].status == status) {
-            code = table[i].code;
-            break;
-        }
+    if (!lookup(lib, status, &code) && lib == SL_CUDA_LIB_CUDNN)
+        (void) lookup(lib, (int) CUDNN_STATUS_CATEGORY(status), &code);
     if (code == SL_OK)
         return SL_OK;
-    if (lib == SL_CUDA_LIB_RT)
+    switch (lib) {
+    case SL_CUDA_LIB_RT:
         sl_log_err(id, "%s failed: %s (%s) -> %s", what, cudaGetErrorName((cudaError_t) status),
                    cudaGetErrorString((cudaError_t) status), sl_errname(code));
-    else
+        break;
+    case SL_CUDA_LIB_CUBLAS:
         sl_log_err(id, "%s failed: %s (%s) -> %s", what,
                    cublasGetStatusName((cublasStatus_t) status),
                    cublasGetStatusString((cublasStatus_t) status), sl_errname(code));
+        break;
+    case SL_CUDA_LIB_CUDNN: {
+        /* cuDNN keeps a more specific message of the last failure per thread. */
+        char detail[256] = "";
+        cudnnGetLastErrorString(detail, sizeof detail);
+        sl_log_err(id, "%s failed: %s (%d%s%s) -> %s", what,
+                   cudnnGetErrorString((cudnnStatus_t) status), status, detail[0] ? ": " : "",
+                   detail, sl_errname(code));
+        break;
+    }
+    }
     return code;
 }

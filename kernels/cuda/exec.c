@@ -1,0 +1,350 @@
+/* Per-stream execution context of the cuda backend: library handles, the
+ * stream-ordered workspace, the device-raised error flag, the contract checks
+ * of a launch and the dispatch of every op to its family.
+ *
+ * Why a workspace per stream: cuDNN convolutions and the two-pass reductions
+ * need scratch memory whose lifetime is one launch. Launches on one stream
+ * run in order, so one block per stream, reused by every launch, is enough;
+ * growing it frees the old block in stream order, after the launches that
+ * use it. It is framework memory, outside the arena that memory/ manages. */
+#include "cuda.h"
+
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+
+#include <limits.h>
+
+/* Workspace sizes are rounded up to this, so that shapes differing a little
+ * do not reallocate at every launch. */
+#define WS_GRANULE (1u << 20)
+
+/* ---- workspace ---- */
+
+static int ws_release(sl_cuda_exec *x)
+{
+    if (!x->ws)
+        return SL_OK;
+    int rc;
+    if (x->ws_stream_ordered) {
+        rc = SL_CUDA_RT("cuda.ws", cudaFreeAsync(x->ws, x->stream));
+    } else { /* no memory pools: the launches using the block must finish first */
+        rc = SL_CUDA_RT("cuda.ws", cudaStreamSynchronize(x->stream));
+        if (rc == SL_OK)
+            rc = SL_CUDA_RT("cuda.ws", cudaFree(x->ws));
+    }
+    x->ws = NULL;
+    x->ws_bytes = 0;
+    return rc;
+}
+
+static int ws_alloc(sl_cuda_exec *x, size_t bytes)
+{
+    void *p = NULL;
+    int rc = x->ws_stream_ordered ? SL_CUDA_RT("cuda.ws", cudaMallocAsync(&p, bytes, x->stream))
+                                  : SL_CUDA_RT("cuda.ws", cudaMalloc(&p, bytes));
+    if (rc != SL_OK) {
+        /* Reported above; reset the thread's last-error state so that the
+         * next kernel launch check does not see it again. */
+        (void) cudaGetLastError();
+        return rc;
+    }
+    x->ws = p;
+    x->ws_bytes = bytes;
+    return SL_OK;
+}
+
+int sl_cuda_workspace(sl_cuda_exec *x, size_t bytes, void **out)
+{
+    if (bytes <= x->ws_bytes) {
+        *out = x->ws;
+        return SL_OK;
+    }
+    if (bytes > SIZE_MAX - WS_GRANULE)
+        return SL_EEXHAUSTED;
+    size_t want = (size_t) sl_align_up(bytes, WS_GRANULE);
+    int rc = ws_release(x);
+    if (rc == SL_OK)
+        rc = ws_alloc(x, want);
+    if (rc != SL_OK)
+        return rc;
+    sl_log_debug("cuda.ws", "stream workspace grown to %zu bytes", want);
+    *out = x->ws;
+    return SL_OK;
+}
+
+size_t sl_cuda_workspace_bytes(const sl_cuda_exec *x)
+{
+    return x->ws_bytes;
+}
+
+/* ---- device-raised errors ---- */
+
+int sl_cuda_exec_take_flag(sl_cuda_exec *x)
+{
+    if (!x->flag_host)
+        return SL_OK;
+    int flag = __atomic_exchange_n(x->flag_host, 0, __ATOMIC_ACQ_REL);
+    switch (flag) {
+    case 0:
+        return SL_OK;
+    case SL_CUDA_FLAG_BAD_LABEL:
+        /* the op and the work after it up to this callback failed */
+        sl_log_err("cuda.badlabel", "softmax_xent(_grad): a label outside [0, C)");
+        break;
+    case SL_CUDA_FLAG_BAD_STEP:
+        sl_log_err("cuda.badstep", "adam_update: step count t < 1 or not finite");
+        break;
+    default:
+        sl_log_err("cuda.flag", "a kernel raised device error flag %d", flag);
+        break;
+    }
+    return SL_EINVAL;
+}
+
+/* ---- init / fini ---- */
+
+/* cuDNN is optional per stream: without it conv2d and batchnorm are refused
+ * and everything else still runs. */
+static void dnn_init(sl_cuda_exec *x)
+{
+    if (SL_CUDNN("cuda.dnn", cudnnCreate(&x->dnn)) != SL_OK) {
+        x->dnn = NULL;
+        goto out_disabled;
+    }
+    if (SL_CUDNN("cuda.dnn", cudnnSetStream(x->dnn, x->stream)) != SL_OK)
+        goto out_destroy_handle;
+    if (SL_CUDNN("cuda.dnn", cudnnCreateTensorDescriptor(&x->bn_x)) != SL_OK)
+        goto out_destroy_handle;
+    if (SL_CUDNN("cuda.dnn", cudnnCreateTensorDescriptor(&x->bn_param)) != SL_OK)
+        goto out_destroy_bn_x;
+    if (!(x->conv = sl_cuda_conv_cache_new()))
+        goto out_destroy_bn_param;
+    return;
+
+out_destroy_bn_param:
+    (void) SL_CUDNN("cuda.dnn", cudnnDestroyTensorDescriptor(x->bn_param));
+    x->bn_param = NULL;
+out_destroy_bn_x:
+    (void) SL_CUDNN("cuda.dnn", cudnnDestroyTensorDescriptor(x->bn_x));
+    x->bn_x = NULL;
+out_destroy_handle:
+    (void) SL_CUDNN("cuda.dnn", cudnnDestroy(x->dnn));
+    x->dnn = NULL;
+out_disabled:
+    sl_log_warn("cuda.dnn", "no cuDNN on this stream: conv2d and batchnorm are refused");
+}
+
+int sl_cuda_exec_init(sl_cuda_exec *x, cudaStream_t stream, int ordinal)
+{
+    *x = (sl_cuda_exec){.stream = stream, .ordinal = ordinal};
+    int pools = 0;
+    int rc = SL_CUDA_RT(
+        "cuda.exec", cudaDeviceGetAttribute(&x->sm_count, cudaDevAttrMultiProcessorCount, ordinal));
+    if (rc == SL_OK)
+        rc = SL_CUDA_RT("cuda.exec",
+                        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinal));
+    if (rc != SL_OK)
+        return rc;
+    if (x->sm_count < 1)
+        x->sm_count = 1;
+    x->ws_stream_ordered = pools != 0;
+    if (!x->ws_stream_ordered)
+        sl_log_warn("cuda.ws", "device %d has no memory pools: workspace growth syncs", ordinal);
+
+    void *host = NULL, *mapped = NULL, *dev = NULL;
+    rc = SL_CUDA_RT("cuda.exec",
+                    cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    if (rc != SL_OK)
+        return rc;
+    x->flag_host = host;
+    *x->flag_host = 0;
+    if ((rc = SL_CUDA_RT("cuda.exec", cudaHostGetDevicePointer(&mapped, host, 0))) != SL_OK)
+        goto out_fini;
+    x->flag_host_mapped = mapped;
+    if ((rc = SL_CUDA_RT("cuda.exec", cudaMalloc(&dev, sizeof(int)))) != SL_OK)
+        goto out_fini;
+    x->flag_dev = dev;
+    if ((rc = SL_CUDA_RT("cuda.exec", cudaMemsetAsync(dev, 0, sizeof(int), stream))) != SL_OK)
+        goto out_fini;
+
+    if ((rc = SL_CUBLAS("cuda.blas", cublasCreate(&x->blas))) != SL_OK) {
+        x->blas = NULL;
+        goto out_fini;
+    }
+    if ((rc = SL_CUBLAS("cuda.blas", cublasSetStream(x->blas, stream))) != SL_OK)
+        goto out_fini;
+    void *ws;
+    if ((rc = sl_cuda_workspace(x, SL_CUDA_WORKSPACE_INITIAL, &ws)) != SL_OK)
+        goto out_fini;
+    dnn_init(x);
+    return SL_OK;
+
+out_fini:
+    sl_cuda_exec_fini(x);
+    return rc;
+}
+
+void sl_cuda_exec_fini(sl_cuda_exec *x)
+{
+    sl_cuda_conv_cache_free(x->conv);
+    x->conv = NULL;
+    if (x->bn_param)
+        (void) SL_CUDNN("cuda.dnn", cudnnDestroyTensorDescriptor(x->bn_param));
+    if (x->bn_x)
+        (void) SL_CUDNN("cuda.dnn", cudnnDestroyTensorDescriptor(x->bn_x));
+    if (x->dnn)
+        (void) SL_CUDNN("cuda.dnn", cudnnDestroy(x->dnn));
+    x->bn_param = x->bn_x = NULL;
+    x->dnn = NULL;
+    if (x->blas)
+        (void) SL_CUBLAS("cuda.blas", cublasDestroy(x->blas));
+    x->blas = NULL;
+    /* Nothing may still use the memory below (a half-built x may have a
+     * memset pending). */
+    if (x->stream)
+        (void) SL_CUDA_RT("cuda.exec", cudaStreamSynchronize(x->stream));
+    if (x->ws) {
+        (void) ws_release(x);
+        (void) SL_CUDA_RT("cuda.ws", cudaStreamSynchronize(x->stream));
+    }
+    if (x->flag_dev)
+        (void) SL_CUDA_RT("cuda.exec", cudaFree(x->flag_dev));
+    if (x->flag_host)
+        (void) SL_CUDA_RT("cuda.exec", cudaFreeHost(x->flag_host));
+    x->flag_host = x->flag_host_mapped = x->flag_dev = NULL;
+}
+
+/* ---- contract checks and dispatch ---- */
+
+typedef int (*family_fn)(sl_cuda_exec *x, const sl_op_call *c);
+
+/* copy, and reshape (salusd aliases a reshape and never launches it; one
+ * that arrives anyway is a copy unless it is already a view). */
+static int run_copy(sl_cuda_exec *x, const sl_op_call *c)
+{
+    if (c->out[0].data == c->in[0].data)
+        return SL_OK;
+    return SL_CUDA_RT("cuda.copy", cudaMemcpyAsync(c->out[0].data, c->in[0].data,
+                                                   sl_shape_bytes(&c->out[0].shape),
+                                                   cudaMemcpyDeviceToDevice, x->stream));
+}
+
+/* Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap
+ * the operands and keep each one's transpose flag and leading dimension. */
+static int run_matmul(sl_cuda_exec *x, const sl_op_call *c)
+{
+    static const float one = 1.0f, zero = 0.0f;
+    bool ta = c->attrs.i[0], tb = c->attrs.i[1];
+    const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
+    int m = (int) c->out[0].shape.dims[0], n = (int) c->out[0].shape.dims[1];
+    int k = (int) a[ta ? 0 : 1];
+    return SL_CUBLAS("cuda.gemm",
+                     cublasSgemm(x->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, c->in[1].data,
+                                 (int) b[1], c->in[0].data, (int) a[1], &zero, c->out[0].data, n));
+}
+
+static family_fn family_of(unsigned op)
+{
+    switch (op) {
+    case SL_OP_COPY:
+    case SL_OP_RESHAPE:
+        return run_copy;
+    case SL_OP_MATMUL:
+        return run_matmul;
+    case SL_OP_FILL:
+    case SL_OP_ADD:
+    case SL_OP_SCALE:
+    case SL_OP_BIAS_ADD:
+    case SL_OP_RELU:
+    case SL_OP_RELU_GRAD:
+    case SL_OP_MSE_GRAD:
+    case SL_OP_SGD_UPDATE:
+    case SL_OP_MUL:
+    case SL_OP_AXPY:
+    case SL_OP_ADD_SCALAR:
+    case SL_OP_SIGMOID:
+    case SL_OP_SIGMOID_GRAD:
+    case SL_OP_TANH:
+    case SL_OP_TANH_GRAD:
+    case SL_OP_CHANNEL_BIAS_ADD:
+    case SL_OP_MOMENTUM_UPDATE:
+    case SL_OP_ADAM_UPDATE:
+        return sl_cuda_run_elementwise;
+    case SL_OP_BIAS_GRAD:
+    case SL_OP_CHANNEL_BIAS_GRAD:
+    case SL_OP_MSE_LOSS:
+    case SL_OP_REDUCE_SUM:
+    case SL_OP_REDUCE_MEAN:
+        return sl_cuda_run_reduce;
+    case SL_OP_SOFTMAX:
+    case SL_OP_SOFTMAX_XENT:
+    case SL_OP_SOFTMAX_XENT_GRAD:
+    case SL_OP_ARGMAX:
+        return sl_cuda_run_softmax;
+    case SL_OP_MAXPOOL:
+    case SL_OP_MAXPOOL_GRAD:
+    case SL_OP_AVGPOOL:
+    case SL_OP_AVGPOOL_GRAD:
+        return sl_cuda_run_pool;
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CONV2D_GRAD_FILTER:
+        return sl_cuda_run_conv;
+    case SL_OP_BATCHNORM:
+    case SL_OP_BATCHNORM_INFER:
+    case SL_OP_BATCHNORM_GRAD:
+        return sl_cuda_run_norm;
+    default:
+        return NULL;
+    }
+}
+
+int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c)
+{
+    const sl_op_def *def = sl_op_get(c->op);
+    if (!def || !def->name || !family_of(c->op))
+        return SL_EUNSUPPORTED;
+    if (c->n_in != def->n_in || c->n_out != def->n_out)
+        return SL_EINVAL;
+    switch (c->op) {
+    case SL_OP_MATMUL: { /* cuBLAS takes int dimensions */
+        const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
+        if (a[0] > INT_MAX || a[1] > INT_MAX || b[0] > INT_MAX || b[1] > INT_MAX)
+            return SL_EUNSUPPORTED;
+        return SL_OK;
+    }
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CONV2D_GRAD_FILTER:
+        return x->dnn ? sl_cuda_conv_check(c) : SL_EUNSUPPORTED;
+    case SL_OP_BATCHNORM:
+    case SL_OP_BATCHNORM_INFER:
+    case SL_OP_BATCHNORM_GRAD: { /* cuDNN tensor descriptors take int sizes */
+        const sl_shape *xs = &c->in[c->op == SL_OP_BATCHNORM_GRAD ? 1 : 0].shape;
+        if (!x->dnn || sl_shape_elems(xs) > INT_MAX)
+            return SL_EUNSUPPORTED;
+        return SL_OK;
+    }
+    case SL_OP_SOFTMAX:
+    case SL_OP_SOFTMAX_XENT:
+    case SL_OP_SOFTMAX_XENT_GRAD:
+    case SL_OP_ARGMAX: /* a row's columns are indexed with int */
+        return c->in[0].shape.dims[1] > INT_MAX ? SL_EUNSUPPORTED : SL_OK;
+    default:
+        return SL_OK;
+    }
+}
+
+int sl_cuda_run(sl_cuda_exec *x, const sl_op_call *c)
+{
+    family_fn run = family_of(c->op);
+    if (!run)
+        return SL_EUNSUPPORTED;
+    /* Every earlier failure of this thread was reported at its call site;
+     * clear the last-error state so that the launch checks of this op see
+     * only their own launches. A context fault is sticky and resurfaces. */
+    (void) cudaGetLastError();
+    return run(x, c);
+}

@@ -1,0 +1,113 @@
+/* Launch geometry and block-level reductions shared by the .cu files of the
+ * cuda backend. nvcc only.
+ *
+ * Index types: kernels that decompose flat indices (div/mod) are templates
+ * over the index type I and run with 32-bit indices whenever every index of
+ * the launch fits in int32 (see use_32bit), 64-bit otherwise. Grid-stride
+ * loops never wrap: the grid is at most MAX_BLOCKS * BLOCK threads, far below
+ * 2^32 - 2^31. */
+#ifndef SL_CUDA_KERNELS_CUH
+#define SL_CUDA_KERNELS_CUH
+
+#include "cuda.h"
+
+#include "sl_error.h"
+
+#include <stdint.h>
+
+#define BLOCK 256
+#define MAX_BLOCKS 4096 /* grid-stride loops cover the rest */
+#define FULL_MASK 0xffffffffu
+
+static inline unsigned blocks_for(uint64_t n)
+{
+    uint64_t b = (n + BLOCK - 1) / BLOCK;
+    return b == 0 ? 1 : b < MAX_BLOCKS ? (unsigned) b : MAX_BLOCKS;
+}
+
+/* True when flat indices below n fit the 32-bit kernels. */
+static inline bool use_32bit(uint64_t n)
+{
+    return n <= (uint64_t) INT32_MAX;
+}
+
+#define GRID_STRIDE(I, i, n)                                                                       \
+    for (I i = (I) blockIdx.x * (I) blockDim.x + (I) threadIdx.x; i < (I) (n);                     \
+         i += (I) gridDim.x * (I) blockDim.x)
+
+static inline float *f32(const sl_tensor_ref *t)
+{
+    return (float *) t->data;
+}
+
+static inline int32_t *i32(const sl_tensor_ref *t)
+{
+    return (int32_t *) t->data;
+}
+
+/* Device-raised errors (see sl_cuda_exec.flag_dev). Every kernel takes the
+ * stream's flag word and does nothing while an earlier op of the stream has
+ * failed. SKIP_IF_FAILED is for kernels whose threads never cooperate;
+ * kernels with barriers or shuffles use SKIP_BLOCK_IF_FAILED, where the
+ * block decides together (the flag may be raised while the block starts). */
+#define SKIP_IF_FAILED(flag)                                                                       \
+    if (*(flag) != 0)                                                                              \
+    return
+#define SKIP_BLOCK_IF_FAILED(flag)                                                                 \
+    if (__syncthreads_or(*(flag) != 0))                                                            \
+    return
+
+/* Raises a device error; the first one raised stays. */
+__device__ static inline void raise_flag(int *flag, int value)
+{
+    atomicCAS(flag, 0, value);
+}
+
+/* Translates the status of the kernel launches just made (they were
+ * configured on the host: an error here is a bad configuration or a fault of
+ * earlier work). */
+#define LAUNCHED(id) SL_CUDA_RT(id, cudaGetLastError())
+
+struct op_sum {
+    template <class T> __device__ T operator()(T a, T b) const
+    {
+        return a + b;
+    }
+};
+
+/* fmaxf ignores NaN: a row's maximum is that of its numbers (a NaN still
+ * propagates through the exponentials that follow). */
+struct op_max {
+    __device__ float operator()(float a, float b) const
+    {
+        return fmaxf(a, b);
+    }
+};
+
+/* Every lane of the (full) warp gets op over the 32 values. The butterfly
+ * pairs the same two partial results in every lane, so all lanes hold
+ * bit-identical results. */
+template <class T, class Op> __device__ T warp_allreduce(T v, Op op)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v = op(v, __shfl_xor_sync(FULL_MASK, v, off));
+    return v;
+}
+
+/* Every thread of the block gets op over the block's values. blockDim.x must
+ * be a multiple of 32 and at most 1024; every thread of the block must call
+ * it (it synchronises). Deterministic for a given blockDim. */
+template <class T, class Op> __device__ T block_allreduce(T v, Op op, T identity)
+{
+    __shared__ T part[32];
+    __syncthreads(); /* an earlier call's readers are done with part */
+    v = warp_allreduce(v, op);
+    unsigned lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    if (lane == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = lane < warps ? part[lane] : identity;
+    return warp_allreduce(v, op);
+}
+
+#endif

@@ -1,0 +1,347 @@
+/* Element-wise ops, bias adds and optimiser updates: grid-stride loops over
+ * the per-element math of elementwise.h (shared with the cpu backend); the
+ * zero-padding copies that dnn_conv.c uses for asymmetric pads; the
+ * collection of the stream's device error flag. */
+#include "kernels.cuh"
+
+#include "elementwise.h"
+
+/* ---- per-element functors ---- */
+
+struct f_scale {
+    float alpha;
+    __device__ float operator()(float x) const
+    {
+        return sl_ew_scale(x, alpha);
+    }
+};
+struct f_add_scalar {
+    float v;
+    __device__ float operator()(float x) const
+    {
+        return sl_ew_add(x, v);
+    }
+};
+struct f_relu {
+    __device__ float operator()(float x) const
+    {
+        return sl_ew_relu(x);
+    }
+};
+struct f_sigmoid {
+    __device__ float operator()(float x) const
+    {
+        return sl_ew_sigmoid(x);
+    }
+};
+struct f_tanh {
+    __device__ float operator()(float x) const
+    {
+        return tanhf(x);
+    }
+};
+struct f_add {
+    __device__ float operator()(float a, float b) const
+    {
+        return sl_ew_add(a, b);
+    }
+};
+struct f_mul {
+    __device__ float operator()(float a, float b) const
+    {
+        return sl_ew_mul(a, b);
+    }
+};
+struct f_axpy {
+    float alpha;
+    __device__ float operator()(float x, float y) const
+    {
+        return sl_ew_axpy(x, y, alpha);
+    }
+};
+struct f_relu_grad {
+    __device__ float operator()(float dy, float x) const
+    {
+        return sl_ew_relu_grad(dy, x);
+    }
+};
+struct f_sigmoid_grad {
+    __device__ float operator()(float dy, float y) const
+    {
+        return sl_ew_sigmoid_grad(dy, y);
+    }
+};
+struct f_tanh_grad {
+    __device__ float operator()(float dy, float y) const
+    {
+        return sl_ew_tanh_grad(dy, y);
+    }
+};
+struct f_mse_grad {
+    float two_over_n;
+    __device__ float operator()(float p, float t) const
+    {
+        return sl_ew_mse_grad(p, t, two_over_n);
+    }
+};
+struct f_sgd {
+    float lr;
+    __device__ float operator()(float w, float g) const
+    {
+        return sl_ew_sgd(w, g, lr);
+    }
+};
+
+/* ---- kernels ---- */
+
+/* Moves a raised device flag into the mapped host word (keeping a value
+ * the host has not read yet) and clears it. One thread. */
+__global__ void k_collect_flag(int *flag, int *host)
+{
+    int f = *flag;
+    if (f != 0) {
+        volatile int *h = host;
+        if (*h == 0)
+            *h = f;
+        __threadfence_system();
+        *flag = 0;
+    }
+}
+
+__global__ void k_fill(float *y, uint64_t n, float v, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    y[i] = v;
+}
+
+/* y may alias x (in-place updates). */
+template <class F>
+__global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    y[i] = f(x[i]);
+}
+
+/* y may alias a (in-place updates). */
+template <class F>
+__global__ void k_map2(float *y, const float *a, const float *b, uint64_t n, F f, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    y[i] = f(a[i], b[i]);
+}
+
+/* y[i] = x[i] + bias[(i / inner) % channels]: bias_add is inner = 1,
+ * channels = columns; channel_bias_add is inner = H*W, channels = C. */
+template <class I>
+__global__ void k_bias_add(float *y, const float *x, const float *bias, I n, I inner, I channels,
+                           const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(I, i, n)
+    y[i] = sl_ew_add(x[i], bias[(i / inner) % channels]);
+}
+
+__global__ void k_momentum(float *p, const float *g, float *v, uint64_t n, float lr, float momentum,
+                           float weight_decay, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    {
+        float vi = v[i];
+        p[i] = sl_ew_momentum(p[i], g[i], &vi, lr, momentum, weight_decay);
+        v[i] = vi;
+    }
+}
+
+/* The step count t is a device scalar (advanced on the device by
+ * add_scalar), read here so that no host round trip is needed per step.
+ * Before the first step (t < 1) the bias corrections would divide by zero:
+ * a run-time error. Thread 0 of each block computes the corrections (in
+ * double, as the cpu backend does) for the block. */
+__global__ void k_adam(float *p, const float *g, float *m, float *v, const float *t, uint64_t n,
+                       float lr, float beta1, float beta2, float eps, int *flag)
+{
+    __shared__ float bc[2];
+    __shared__ bool skip;
+    if (threadIdx.x == 0) {
+        float step = *t;
+        skip = *flag != 0;
+        if (!skip && (!(step >= 1.0f) || !isfinite(step))) {
+            raise_flag(flag, SL_CUDA_FLAG_BAD_STEP);
+            skip = true;
+        }
+        bc[0] = (float) (1.0 - pow((double) beta1, (double) step));
+        bc[1] = (float) (1.0 - pow((double) beta2, (double) step));
+    }
+    __syncthreads();
+    if (skip)
+        return;
+    float bc1 = bc[0], bc2 = bc[1];
+    GRID_STRIDE(uint64_t, i, n)
+    {
+        float mi = m[i], vi = v[i];
+        p[i] = sl_ew_adam(p[i], g[i], &mi, &vi, lr, beta1, beta2, eps, bc1, bc2);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+/* One thread per destination element: every element is written (zero in
+ * the border), so the destination needs no separate memset. */
+template <class I>
+__global__ void k_pad_planes(float *dst, const float *src, I n, I h, I w, I dst_h, I dst_w, I pad_h,
+                             I pad_w, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(I, i, n)
+    {
+        I col = i % dst_w, t = i / dst_w;
+        I row = t % dst_h, plane = t / dst_h;
+        bool inside = row >= pad_h && row - pad_h < h && col >= pad_w && col - pad_w < w;
+        dst[i] = inside ? src[(plane * h + (row - pad_h)) * w + (col - pad_w)] : 0.0f;
+    }
+}
+
+template <class I>
+__global__ void k_crop_planes(float *dst, const float *src, I n, I h, I w, I src_h, I src_w,
+                              I pad_h, I pad_w, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(I, i, n)
+    {
+        I col = i % w, t = i / w;
+        I row = t % h, plane = t / h;
+        dst[i] = src[(plane * src_h + row + pad_h) * src_w + col + pad_w];
+    }
+}
+
+/* ---- launchers ---- */
+
+template <class I>
+static void launch_bias_add(const sl_cuda_exec *x, float *y, const float *in, const float *bias,
+                            uint64_t n, uint64_t inner, uint64_t channels)
+{
+    k_bias_add<I><<<blocks_for(n), BLOCK, 0, x->stream>>>(y, in, bias, (I) n, (I) inner,
+                                                          (I) channels, x->flag_dev);
+}
+
+extern "C" int sl_cuda_exec_collect_flag(sl_cuda_exec *x)
+{
+    (void) cudaGetLastError(); /* see sl_cuda_run */
+    k_collect_flag<<<1, 1, 0, x->stream>>>(x->flag_dev, x->flag_host_mapped);
+    return LAUNCHED("cuda.flag");
+}
+
+extern "C" int sl_cuda_pad_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes,
+                                  int64_t h, int64_t w, int64_t dst_h, int64_t dst_w, int64_t pad_h,
+                                  int64_t pad_w)
+{
+    uint64_t n = planes * (uint64_t) dst_h * (uint64_t) dst_w;
+    if (use_32bit(n))
+        k_pad_planes<uint32_t><<<blocks_for(n), BLOCK, 0, x->stream>>>(
+            dst, src, (uint32_t) n, (uint32_t) h, (uint32_t) w, (uint32_t) dst_h, (uint32_t) dst_w,
+            (uint32_t) pad_h, (uint32_t) pad_w, x->flag_dev);
+    else
+        k_pad_planes<uint64_t><<<blocks_for(n), BLOCK, 0, x->stream>>>(
+            dst, src, n, (uint64_t) h, (uint64_t) w, (uint64_t) dst_h, (uint64_t) dst_w,
+            (uint64_t) pad_h, (uint64_t) pad_w, x->flag_dev);
+    return LAUNCHED("cuda.pad");
+}
+
+extern "C" int sl_cuda_crop_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes,
+                                   int64_t h, int64_t w, int64_t src_h, int64_t src_w,
+                                   int64_t pad_h, int64_t pad_w)
+{
+    uint64_t n = planes * (uint64_t) src_h * (uint64_t) src_w; /* the larger of the two */
+    uint64_t out = planes * (uint64_t) h * (uint64_t) w;
+    if (use_32bit(n))
+        k_crop_planes<uint32_t><<<blocks_for(out), BLOCK, 0, x->stream>>>(
+            dst, src, (uint32_t) out, (uint32_t) h, (uint32_t) w, (uint32_t) src_h,
+            (uint32_t) src_w, (uint32_t) pad_h, (uint32_t) pad_w, x->flag_dev);
+    else
+        k_crop_planes<uint64_t><<<blocks_for(out), BLOCK, 0, x->stream>>>(
+            dst, src, out, (uint64_t) h, (uint64_t) w, (uint64_t) src_h, (uint64_t) src_w,
+            (uint64_t) pad_h, (uint64_t) pad_w, x->flag_dev);
+    return LAUNCHED("cuda.crop");
+}
+
+extern "C" int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c)
+{
+    cudaStream_t st = x->stream;
+    const sl_shape *s0 = &c->in[0].shape;
+    uint64_t n = sl_shape_elems(s0);
+    unsigned grid = blocks_for(n);
+    float *a = f32(&c->in[0]), *b = c->n_in > 1 ? f32(&c->in[1]) : NULL;
+    float *y = c->n_out ? f32(&c->out[0]) : NULL;
+    const float *fa = c->attrs.f;
+    const int *failed = x->flag_dev; /* kernels skip while it is set */
+
+    switch (c->op) {
+    case SL_OP_FILL:
+        k_fill<<<grid, BLOCK, 0, st>>>(y, n, fa[0], failed);
+        break;
+    case SL_OP_SCALE:
+        k_map1<<<grid, BLOCK, 0, st>>>(y, a, n, f_scale{fa[0]}, failed);
+        break;
+    case SL_OP_ADD_SCALAR: /* in place: in0 is both the operand and the result */
+        k_map1<<<grid, BLOCK, 0, st>>>(a, a, n, f_add_scalar{fa[0]}, failed);
+        break;
+    case SL_OP_RELU:
+        k_map1<<<grid, BLOCK, 0, st>>>(y, a, n, f_relu{}, failed);
+        break;
+    case SL_OP_SIGMOID:
+        k_map1<<<grid, BLOCK, 0, st>>>(y, a, n, f_sigmoid{}, failed);
+        break;
+    case SL_OP_TANH:
+        k_map1<<<grid, BLOCK, 0, st>>>(y, a, n, f_tanh{}, failed);
+        break;
+    case SL_OP_ADD:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_add{}, failed);
+        break;
+    case SL_OP_MUL:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_mul{}, failed);
+        break;
+    case SL_OP_AXPY:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_axpy{fa[0]}, failed);
+        break;
+    case SL_OP_RELU_GRAD:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_relu_grad{}, failed);
+        break;
+    case SL_OP_SIGMOID_GRAD:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_sigmoid_grad{}, failed);
+        break;
+    case SL_OP_TANH_GRAD:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_tanh_grad{}, failed);
+        break;
+    case SL_OP_MSE_GRAD:
+        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_mse_grad{(float) (2.0 / (double) n)}, failed);
+        break;
+    case SL_OP_SGD_UPDATE: /* in place: in0 is both the parameter and the result */
+        k_map2<<<grid, BLOCK, 0, st>>>(a, a, b, n, f_sgd{fa[0]}, failed);
+        break;
+    case SL_OP_MOMENTUM_UPDATE:
+        k_momentum<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, fa[0], fa[1], fa[2], failed);
+        break;
+    case SL_OP_ADAM_UPDATE:
+        k_adam<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), f32(&c->in[4]), n,
+                                       fa[0], fa[1], fa[2], fa[3], x->flag_dev);
+        break;
+    case SL_OP_BIAS_ADD:
+    case SL_OP_CHANNEL_BIAS_ADD: {
+        bool per_channel = c->op == SL_OP_CHANNEL_BIAS_ADD;
+        uint64_t channels = (uint64_t) s0->dims[1];
+        uint64_t inner = per_channel ? (uint64_t) (s0->dims[2] * s0->dims[3]) : 1;
+        if (use_32bit(n))
+            launch_bias_add<uint32_t>(x, y, a, b, n, inner, channels);
+        else
+            launch_bias_add<uint64_t>(x, y, a, b, n, inner, channels);
+        break;
+    }
+    default:
+        return SL_EUNSUPPORTED;
+    }
+    return LAUNCHED("cuda.kernel");
+}
