@@ -62,6 +62,8 @@ static Salus__Request lost_close = {
 
 static void work_free(sl_work *w)
 {
+    if (w->graph && w->msg && w->msg->body_case == SALUS__REQUEST__BODY_REGISTER_GRAPH)
+        sl_graph_free(w->graph); /* a registration that never got its lane */
     if (w->msg && w->msg != &lost_close)
         salus__request__free_unpacked(w->msg, NULL);
     sl_reply_free(w->reply);
@@ -96,6 +98,7 @@ static void fail_pending(sl_server *srv, sl_session *s, int code, const char *wh
 
 void sl_dispatch_session_free(sl_server *srv, sl_session *s)
 {
+    (void) srv;
     size_t i = 0;
     void *v;
     while (s->head) {
@@ -105,14 +108,13 @@ void sl_dispatch_session_free(sl_server *srv, sl_session *s)
     }
     while (sl_map_next(&s->graphs, &i, NULL, &v))
         sl_graph_free(v);
+    /* the blocks themselves go back with sl_mem_release */
     i = 0;
-    while (sl_map_next(&s->tensors, &i, NULL, &v)) {
-        sl_tensor *t = v;
-        (void) sl_mem_pool_free(srv->persistent, t->addr);
-        sl_free(t);
-    }
+    while (sl_map_next(&s->tensors, &i, NULL, &v))
+        sl_free(v);
     sl_map_fini(&s->graphs);
     sl_map_fini(&s->tensors);
+    sl_reply_free(s->admit_reply);
     sl_free(s);
 }
 
@@ -126,12 +128,22 @@ static void session_close(sl_server *srv, sl_session *s, sl_outbox *box)
     work_free(w);
     /* work queued after a close has no session to run in */
     fail_pending(srv, s, SL_ESESSIONLOST, "session closed", box);
-    (void) sl_sched_job_remove(srv->sched, &s->job);
+    if (s->admitted)
+        (void) sl_sched_job_remove(srv->sched, &s->job);
+    if (s->admit_reply) { /* still waiting for admission: that wait ends too */
+        sl_reply_error(s->admit_reply, SL_ESESSIONLOST,
+                       "session closed while waiting for admission");
+        sl_outbox_put(box, s->admit_req, s->admit_reply);
+        s->admit_req = NULL;
+        s->admit_reply = NULL;
+    }
+    sl_mem_release(srv->mem, s->id);
     (void) sl_map_del(&srv->sessions, s->id);
     sl_log_info("ses.close", "session %llu (%s) closed: %llu iterations, %.3f s on device",
                 (unsigned long long) s->id, s->name, (unsigned long long) s->job.iterations_done,
                 (double) s->job.attained_ns / 1e9);
     sl_dispatch_session_free(srv, s);
+    sl_dispatch_memory_changed(srv, box);
 }
 
 static sl_tensor *find_tensor(sl_session *s, uint64_t id, sl_reply *r)
@@ -172,31 +184,33 @@ static bool do_create_tensor(sl_server *srv, sl_session *s, sl_work *w)
                        (unsigned long long) bytes);
         return false;
     }
-    if (s->persistent_quota && s->persistent_bytes + bytes > s->persistent_quota) {
-        sl_reply_error(r, SL_EEXHAUSTED,
-                       "persistent quota: %llu + %llu bytes exceeds the %llu admitted",
-                       (unsigned long long) s->persistent_bytes, (unsigned long long) bytes,
-                       (unsigned long long) s->persistent_quota);
-        return false;
-    }
     sl_tensor *t = sl_calloc(1, sizeof *t);
     if (!t) {
         sl_reply_error(r, SL_ENOMEM, "out of host memory");
         return false;
     }
-    int rc = sl_mem_pool_alloc(srv->persistent, bytes, &t->addr);
+    int reason = SL_MEM_FITS;
+    int rc = sl_mem_alloc(srv->mem, s->id, bytes, &t->addr, &reason);
     if (rc) {
         sl_free(t);
-        sl_reply_error(r, rc, "cannot allocate %llu persistent bytes: %s",
-                       (unsigned long long) bytes, sl_strerror(rc));
+        if (rc == SL_EEXHAUSTED)
+            sl_reply_error(
+                r, rc,
+                "cannot allocate %llu persistent bytes: %s (session uses %llu of %llu declared)",
+                (unsigned long long) bytes, sl_mem_reason_name(reason),
+                (unsigned long long) s->persistent_bytes,
+                (unsigned long long) s->declared_persistent);
+        else
+            sl_reply_error(r, rc, "cannot allocate %llu persistent bytes: %s",
+                           (unsigned long long) bytes, sl_strerror(rc));
         return false;
     }
     t->id = ++s->next_object_id;
     t->shape = shape;
-    t->bytes = sl_mem_pool_block_size(srv->persistent, t->addr);
+    t->bytes = sl_align_up(bytes, 256);
     Salus__CreateTensorReply *body = sl_reply_alloc(r, sizeof *body);
     if (!body || sl_map_put(&s->tensors, t->id, t) != SL_OK) {
-        (void) sl_mem_pool_free(srv->persistent, t->addr);
+        (void) sl_mem_free(srv->mem, s->id, t->addr);
         sl_free(t);
         sl_reply_error(r, SL_ENOMEM, "out of host memory");
         return false;
@@ -272,7 +286,7 @@ static bool do_read_tensor(sl_server *srv, sl_session *s, sl_work *w)
                                                    device_ptr(srv, t->addr), bytes));
 }
 
-static void do_free_tensor(sl_server *srv, sl_session *s, sl_work *w)
+static void do_free_tensor(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
 {
     sl_tensor *t = find_tensor(s, w->msg->free_tensor->tensor_id, w->reply);
     if (!t)
@@ -285,30 +299,62 @@ static void do_free_tensor(sl_server *srv, sl_session *s, sl_work *w)
     }
     (void) sl_map_del(&s->tensors, t->id);
     s->persistent_bytes -= t->bytes;
-    (void) sl_mem_pool_free(srv->persistent, t->addr);
+    (void) sl_mem_free(srv->mem, s->id, t->addr);
     sl_free(t);
+    sl_dispatch_memory_changed(srv, box);
 }
 
-static void do_register_graph(sl_server *srv, sl_session *s, sl_work *w)
+static bool place_graph(sl_server *srv, sl_session *s, sl_work *w);
+
+static bool do_register_graph(sl_server *srv, sl_session *s, sl_work *w)
 {
     sl_reply *r = w->reply;
     char err[256];
     sl_graph *g;
     if (!w->msg->register_graph->graph) {
         sl_reply_error(r, SL_EINVAL, "register_graph without a graph");
-        return;
+        return false;
     }
     int rc = sl_graph_build(s, w->msg->register_graph->graph, &g, err, sizeof err);
     if (rc) {
         sl_reply_error(r, rc, "%s", err);
-        return;
+        return false;
     }
-    if (g->plan.peak > srv->lane.bytes) {
-        sl_reply_error(r, SL_EEXHAUSTED,
-                       "graph needs %llu ephemeral bytes per iteration; the lane has %llu",
-                       (unsigned long long) g->plan.peak, (unsigned long long) srv->lane.bytes);
+    w->graph = g;
+    return place_graph(srv, s, w);
+}
+
+/* Makes the session's lane hold its new graph, then completes the
+ * registration. Returns true when it must wait for the lane to go idle (the
+ * session has to move and its lane is running someone's iteration). */
+static bool place_graph(sl_server *srv, sl_session *s, sl_work *w)
+{
+    sl_reply *r = w->reply;
+    sl_graph *g = w->graph;
+    uint64_t need = g->plan.peak > s->ephemeral_peak ? g->plan.peak : s->ephemeral_peak;
+    uint32_t lane;
+    int reason = SL_MEM_FITS;
+    int rc = sl_mem_set_ephemeral(srv->mem, s->id, need ? need : 256, &lane, &reason);
+    if (rc == SL_EBUSY) {
+        s->blocked = true;
+        return true;
+    }
+    s->blocked = false;
+    w->graph = NULL;
+    if (rc) {
+        sl_reply_error(r, rc, "graph needs %llu ephemeral bytes per iteration: %s",
+                       (unsigned long long) g->plan.peak,
+                       rc == SL_EEXHAUSTED ? sl_mem_reason_name(reason) : sl_strerror(rc));
         sl_graph_free(g);
-        return;
+        return false;
+    }
+    if (lane != s->job.lane) {
+        if (sl_sched_reserve_lanes(srv->sched, lane + 1) != SL_OK) {
+            sl_reply_error(r, SL_ENOMEM, "out of host memory");
+            sl_graph_free(g);
+            return false;
+        }
+        sl_sched_job_set_lane(srv->sched, &s->job, lane);
     }
     g->id = ++s->next_object_id;
     Salus__RegisterGraphReply *body = sl_reply_alloc(r, sizeof *body);
@@ -316,7 +362,7 @@ static void do_register_graph(sl_server *srv, sl_session *s, sl_work *w)
     if (!body || !descs || sl_map_put(&s->graphs, g->id, g) != SL_OK) {
         sl_graph_free(g);
         sl_reply_error(r, SL_ENOMEM, "out of host memory");
-        return;
+        return false;
     }
     salus__register_graph_reply__init(body);
     body->graph_id = g->id;
@@ -334,9 +380,11 @@ static void do_register_graph(sl_server *srv, sl_session *s, sl_work *w)
         s->ephemeral_peak = g->plan.peak;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_REGISTER_GRAPH;
     sl_reply_msg(r)->register_graph = body;
-    sl_log_debug("ses.graph", "session %llu graph %llu: %u ops, peak %llu of naive %llu bytes",
+    sl_log_debug("ses.graph",
+                 "session %llu graph %llu: %u ops, peak %llu of naive %llu bytes, lane %u",
                  (unsigned long long) s->id, (unsigned long long) g->id, g->n_ops,
-                 (unsigned long long) g->plan.peak, (unsigned long long) g->plan.naive);
+                 (unsigned long long) g->plan.peak, (unsigned long long) g->plan.naive, lane);
+    return false;
 }
 
 static void do_free_graph(sl_session *s, sl_work *w)
@@ -438,10 +486,10 @@ static void session_pump(sl_server *srv, sl_session *s, sl_outbox *box)
             deferred = do_read_tensor(srv, s, w);
             break;
         case SALUS__REQUEST__BODY_FREE_TENSOR:
-            do_free_tensor(srv, s, w);
+            do_free_tensor(srv, s, w, box);
             break;
         case SALUS__REQUEST__BODY_REGISTER_GRAPH:
-            do_register_graph(srv, s, w);
+            deferred = do_register_graph(srv, s, w);
             break;
         case SALUS__REQUEST__BODY_FREE_GRAPH:
             do_free_graph(s, w);
@@ -495,12 +543,28 @@ void sl_session_work_done(sl_server *srv, sl_session *s, sl_outbox *box)
     session_pump(srv, s, box);
 }
 
-static sl_session *session_open(sl_server *srv, const Salus__OpenSession *m, uint32_t pipe_id,
-                                sl_reply *r)
+/* A session the memory manager admitted: it joins the scheduler on its lane. */
+static int admit(sl_server *srv, sl_session *s, uint32_t lane)
+{
+    int rc = sl_sched_reserve_lanes(srv->sched, lane + 1);
+    if (rc)
+        return rc;
+    s->job.lane = lane;
+    sl_sched_job_add(srv->sched, &s->job, sl_now_ns());
+    s->admitted = true;
+    sl_log_info("ses.admit", "session %llu (%s) admitted on lane %u after %.3f s",
+                (unsigned long long) s->id, s->name, lane,
+                (double) (sl_now_ns() - s->open_ns) / 1e9);
+    return SL_OK;
+}
+
+/* OPEN_SESSION. Returns true when the reply waits for admission. */
+static bool session_open(sl_server *srv, const Salus__OpenSession *m, sl_req *req, uint32_t pipe_id,
+                         sl_reply *r)
 {
     if (srv->draining) {
         sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
-        return NULL;
+        return false;
     }
     const Salus__SessionHints *h = m->hints;
     sl_session *s = sl_calloc(1, sizeof *s);
@@ -511,34 +575,102 @@ static sl_session *session_open(sl_server *srv, const Salus__OpenSession *m, uin
     s->id = ++srv->next_session_id;
     s->token = random_token();
     s->pipe_id = pipe_id;
+    s->open_ns = sl_now_ns();
+    s->job.weight = 1.0;
     if (h) {
         snprintf(s->name, sizeof s->name, "%s", h->name ? h->name : "");
-        s->persistent_quota = h->persistent_bytes;
-        s->job.weight = h->weight > 0 ? h->weight : 1.0;
+        s->declared_persistent = h->persistent_bytes;
+        s->declared_ephemeral = h->ephemeral_bytes;
+        if (h->weight > 0 && h->weight < 1e6)
+            s->job.weight = h->weight;
         s->job.priority = h->priority;
         s->job.expected_iterations = h->expected_iterations;
-        s->job.expected_total_ns = (uint64_t) (h->expected_total_s * 1e9);
-    } else {
-        s->job.weight = 1.0;
+        if (h->expected_total_s > 0 && h->expected_total_s < 1e9)
+            s->job.expected_total_ns = (uint64_t) (h->expected_total_s * 1e9);
     }
     s->job.id = s->id;
-    s->job.lane = 0;
-    if (sl_map_put(&srv->sessions, s->id, s) != SL_OK)
-        goto out_oom;
-    sl_sched_job_add(srv->sched, &s->job, sl_now_ns());
     salus__open_session_reply__init(body);
     body->session_id = s->id;
     body->token = s->token;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_OPEN_SESSION;
     sl_reply_msg(r)->open_session = body;
+
+    bool wait = h && h->wait_for_admission;
+    int reason = SL_MEM_FITS;
+    uint32_t lane = 0;
+    int rc = sl_mem_admit(srv->mem, s->id, s->declared_persistent, s->declared_ephemeral, wait,
+                          &reason, &lane);
+    if (rc == SL_EEXHAUSTED && wait && reason != SL_MEM_QUOTA) {
+        if (sl_map_put(&srv->sessions, s->id, s) != SL_OK) {
+            sl_mem_release(srv->mem, s->id);
+            goto out_oom;
+        }
+        s->admit_req = req;
+        s->admit_reply = r;
+        sl_log_info("ses.wait", "session %llu (%s) waits for admission: %s",
+                    (unsigned long long) s->id, s->name, sl_mem_reason_name(reason));
+        return true;
+    }
+    if (rc) {
+        sl_mem_stats st;
+        sl_mem_get_stats(srv->mem, &st);
+        sl_reply_error(r, rc,
+                       "cannot admit the session (persistent %llu, ephemeral %llu bytes): %s; %llu "
+                       "bytes free, largest block %llu",
+                       (unsigned long long) s->declared_persistent,
+                       (unsigned long long) s->declared_ephemeral,
+                       rc == SL_EEXHAUSTED ? sl_mem_reason_name(reason) : sl_strerror(rc),
+                       (unsigned long long) st.free, (unsigned long long) st.largest_free);
+        sl_free(s);
+        return false;
+    }
+    if (sl_map_put(&srv->sessions, s->id, s) != SL_OK || admit(srv, s, lane) != SL_OK) {
+        (void) sl_map_del(&srv->sessions, s->id);
+        sl_mem_release(srv->mem, s->id);
+        goto out_oom;
+    }
     sl_log_info("ses.open", "session %llu (%s) opened on pipe %u", (unsigned long long) s->id,
                 s->name, pipe_id);
-    return s;
+    return false;
 
 out_oom:
     sl_free(s);
     sl_reply_error(r, SL_ENOMEM, "out of host memory");
-    return NULL;
+    return false;
+}
+
+void sl_dispatch_memory_changed(sl_server *srv, sl_outbox *box)
+{
+    uint64_t id;
+    uint32_t lane;
+    while (sl_mem_next_admitted(srv->mem, &id, &lane)) {
+        sl_session *s = sl_map_get(&srv->sessions, id);
+        if (!s || s->admitted)
+            continue;
+        if (admit(srv, s, lane) != SL_OK) {
+            sl_reply_error(s->admit_reply, SL_ENOMEM, "out of host memory");
+            s->closing = true;
+        }
+        sl_outbox_put(box, s->admit_req, s->admit_reply);
+        s->admit_req = NULL;
+        s->admit_reply = NULL;
+        if (s->closing) {
+            (void) sl_map_del(&srv->sessions, s->id);
+            sl_mem_release(srv->mem, s->id);
+            sl_dispatch_session_free(srv, s);
+        }
+    }
+    /* registrations that waited for their lane to go idle */
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&srv->sessions, &i, NULL, &v)) {
+        sl_session *s = v;
+        if (s->blocked && s->head && !place_graph(srv, s, s->head)) {
+            finish_head(srv, s, box);
+            session_pump(srv, s, box); /* may close, but not free other sessions */
+            i = 0;                     /* the table may have changed: rescan */
+        }
+    }
 }
 
 static void answer_hello(sl_server *srv, const Salus__Hello *m, sl_reply *r)
@@ -614,7 +746,11 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
             sl_reply_error(r, SL_ENOMEM, "out of host memory");
         goto out_reply;
     case SALUS__REQUEST__BODY_OPEN_SESSION:
-        (void) session_open(srv, msg->open_session, pipe_id, r);
+        if (session_open(srv, msg->open_session, req, pipe_id, r)) {
+            pthread_mutex_unlock(&srv->lock);
+            salus__request__free_unpacked(msg, NULL);
+            return; /* answered at admission */
+        }
         goto out_reply;
     case SALUS__REQUEST__BODY_SET_POLICY:
         set_policy(srv, msg->set_policy, r, &box);
@@ -629,7 +765,7 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
         break;
     }
     sl_session *s = sl_map_get(&srv->sessions, msg->session_id);
-    if (!s || s->closing) {
+    if (!s || s->closing || !s->admitted) {
         sl_reply_error(r, SL_ESESSIONLOST,
                        "no session %llu: it was closed, or the server restarted",
                        (unsigned long long) msg->session_id);
@@ -733,6 +869,13 @@ void sl_dispatch_drain(sl_server *srv)
     void *v;
     while (sl_map_next(&srv->sessions, &i, NULL, &v)) {
         sl_session *s = v;
+        if (s->admit_reply) {
+            sl_reply_error(s->admit_reply, SL_ESHUTDOWN, "server is shutting down");
+            sl_outbox_put(&box, s->admit_req, s->admit_reply);
+            s->admit_req = NULL;
+            s->admit_reply = NULL;
+            continue; /* freed with the server */
+        }
         if (s->job.running || !s->job.n_queued)
             continue;
         /* the queued run is the session's head: take it out of the scheduler
@@ -746,7 +889,7 @@ void sl_dispatch_drain(sl_server *srv)
     sl_outbox_flush(srv, &box);
 
     pthread_mutex_lock(&srv->lock);
-    while (srv->lane.busy || srv->control_in_flight || srv->completing)
+    while (srv->lanes_busy || srv->control_in_flight || srv->completing)
         pthread_cond_wait(&srv->idle_cond, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
 }

@@ -28,7 +28,11 @@ static void usage(FILE *f)
             "  -d, --device SPEC       cpu | cuda[:N] | sim:PROFILE[:N] (default: cpu)\n"
             "  -m, --memory-limit SIZE device memory salus may use, e.g. 2G, 512M (default:\n"
             "                          what the device reports, minus 5%%)\n"
-            "      --lane-size SIZE    ephemeral lane size (default: a quarter of the memory)\n"
+            "      --lane-size SIZE    ephemeral need of sessions that declare none (default:\n"
+            "                          an eighth of the memory)\n"
+            "      --session-quota SIZE  most persistent + ephemeral memory one session may\n"
+            "                          declare (default: all of it)\n"
+            "      --framework-per-lane SIZE  workspace reserved with every lane (default: 0)\n"
             "  -p, --policy NAME       iteration scheduling policy: %s (default: fair)\n"
             "      --strict            the Salus paper's non-work-conserving fifo/srtf\n"
             "      --contexts N        requests in flight at once (default: 256)\n"
@@ -81,12 +85,23 @@ static int parse_size(const char *s, uint64_t *out)
 
 static int parse_args(int argc, char **argv, sl_config *cfg, const char **default_url)
 {
-    enum { OPT_LANE = 256, OPT_STRICT, OPT_CONTEXTS, OPT_MAXMSG, OPT_IPCMODE, OPT_LOG };
+    enum {
+        OPT_LANE = 256,
+        OPT_QUOTA,
+        OPT_FRAMEWORK,
+        OPT_STRICT,
+        OPT_CONTEXTS,
+        OPT_MAXMSG,
+        OPT_IPCMODE,
+        OPT_LOG
+    };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
         {"device", required_argument, NULL, 'd'},
         {"memory-limit", required_argument, NULL, 'm'},
         {"lane-size", required_argument, NULL, OPT_LANE},
+        {"session-quota", required_argument, NULL, OPT_QUOTA},
+        {"framework-per-lane", required_argument, NULL, OPT_FRAMEWORK},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
         {"contexts", required_argument, NULL, OPT_CONTEXTS},
@@ -120,6 +135,18 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         case OPT_LANE:
             if (parse_size(optarg, &cfg->lane_bytes) || !cfg->lane_bytes) {
                 fprintf(stderr, "salusd: bad --lane-size '%s' (e.g. 256M)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_QUOTA:
+            if (parse_size(optarg, &cfg->session_quota) || !cfg->session_quota) {
+                fprintf(stderr, "salusd: bad --session-quota '%s' (e.g. 4G)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_FRAMEWORK:
+            if (parse_size(optarg, &cfg->framework_per_lane)) {
+                fprintf(stderr, "salusd: bad --framework-per-lane '%s' (e.g. 64M)\n", optarg);
                 return 2;
             }
             break;

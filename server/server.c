@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
-/* Opens the device and carves its memory: [persistent | lane]. */
+/* Opens the arena: the whole memory limit, managed by the memory manager
+ * (persistent regions, lanes with their framework part). */
 static int memory_init(sl_server *srv)
 {
     sl_device *dev = srv->dev;
@@ -22,31 +23,33 @@ static int memory_init(sl_server *srv)
         return SL_EINVAL;
     }
     cap &= ~(uint64_t) 255;
-    uint64_t lane = srv->cfg.lane_bytes ? srv->cfg.lane_bytes : cap / 4;
-    lane = (lane + 255) & ~(uint64_t) 255;
-    if (lane >= cap) {
-        sl_log_err("mem.lane", "lane size %llu leaves no persistent memory in %llu bytes",
-                   (unsigned long long) lane, (unsigned long long) cap);
-        return SL_EINVAL;
-    }
-    int rc = dev->ops->mem_alloc(dev, cap, &srv->arena);
+    sl_mem_config mc = {
+        .capacity = cap,
+        .session_quota = srv->cfg.session_quota,
+        .framework_per_lane = srv->cfg.framework_per_lane,
+        .default_ephemeral = srv->cfg.lane_bytes ? srv->cfg.lane_bytes : cap / 8,
+    };
+    int rc = sl_mem_mgr_create(&mc, &srv->mem);
     if (rc) {
+        sl_log_err("mem.config",
+                   "invalid memory configuration: capacity %llu, default lane %llu, framework per "
+                   "lane %llu",
+                   (unsigned long long) cap, (unsigned long long) mc.default_ephemeral,
+                   (unsigned long long) mc.framework_per_lane);
+        return rc;
+    }
+    if ((rc = dev->ops->mem_alloc(dev, cap, &srv->arena)) != SL_OK) {
         sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",
                    (unsigned long long) cap, sl_strerror(rc));
         return rc;
     }
     srv->capacity = cap;
-    if ((rc = sl_mem_pool_create(0, cap - lane, 256, &srv->persistent)) != SL_OK)
-        return rc;
-    srv->lane.base = cap - lane;
-    srv->lane.bytes = lane;
-    if ((rc = dev->ops->stream_create(dev, 0, &srv->lane.stream)) != SL_OK)
-        return rc;
     if ((rc = dev->ops->stream_create(dev, 0, &srv->copy_stream)) != SL_OK)
         return rc;
-    sl_log_info("mem.init", "device memory %.1f MiB: persistent %.1f MiB, 1 lane of %.1f MiB",
-                (double) cap / (1 << 20), (double) (cap - lane) / (1 << 20),
-                (double) lane / (1 << 20));
+    sl_log_info("mem.init",
+                "device memory %.1f MiB; default lane %.1f MiB, framework %.1f MiB per lane",
+                (double) cap / (1 << 20), (double) mc.default_ephemeral / (1 << 20),
+                (double) mc.framework_per_lane / (1 << 20));
     return SL_OK;
 }
 
@@ -66,14 +69,13 @@ void sl_server_fini(sl_server *srv)
         sl_dispatch_session_free(srv, v);
     sl_map_fini(&srv->sessions);
     if (srv->dev) {
-        if (srv->lane.stream)
-            srv->dev->ops->stream_destroy(srv->dev, srv->lane.stream);
+        sl_exec_lanes_fini(srv);
         if (srv->copy_stream)
             srv->dev->ops->stream_destroy(srv->dev, srv->copy_stream);
         if (srv->arena)
             srv->dev->ops->mem_free(srv->dev, srv->arena);
     }
-    sl_mem_pool_destroy(srv->persistent);
+    sl_mem_mgr_destroy(srv->mem);
     sl_sched_destroy(srv->sched);
     sl_dev_close(srv->dev);
     pthread_cond_destroy(&srv->idle_cond);

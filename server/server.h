@@ -12,7 +12,7 @@
 
 #include "device.h"
 #include "planner.h"
-#include "pool.h"
+#include "manager.h"
 #include "salus.pb-c.h"
 #include "scheduler.h"
 #include "sl_map.h"
@@ -39,9 +39,11 @@ typedef struct sl_session sl_session;
 typedef struct sl_config {
     const char *listen[SL_MAX_LISTEN];
     int n_listen;
-    const char *device;    /* "cpu", "cuda:0", ... */
-    uint64_t memory_limit; /* 0 = what the device reports minus a reserve */
-    uint64_t lane_bytes;   /* 0 = a quarter of the capacity */
+    const char *device;          /* "cpu", "cuda:0", ... */
+    uint64_t memory_limit;       /* 0 = what the device reports minus a reserve */
+    uint64_t lane_bytes;         /* ephemeral need of a session that declares none */
+    uint64_t session_quota;      /* max persistent + ephemeral of one session; 0 = all */
+    uint64_t framework_per_lane; /* workspace bytes per lane */
     const char *policy;
     bool strict;
     int contexts;         /* NNG contexts = requests in flight */
@@ -107,6 +109,7 @@ typedef struct sl_work {
     /* run state */
     sl_graph *graph;
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
+    uint32_t lane;           /* the lane it runs on */
     sl_reply *reply;         /* built while running, sent on completion */
     uint64_t start_ns;
     int status;
@@ -123,15 +126,22 @@ struct sl_session {
     sl_map graphs;  /* id -> sl_graph */
     uint64_t next_object_id;
     uint64_t persistent_bytes;
-    uint64_t persistent_quota; /* 0 = none */
-    uint64_t ephemeral_peak;   /* largest planned peak of its graphs */
-    sl_work *head, *tail;      /* pending work, head is executing when busy */
+    uint64_t declared_persistent, declared_ephemeral;
+    uint64_t ephemeral_peak; /* largest planned peak of its graphs */
+    sl_work *head, *tail;    /* pending work, head is executing when busy */
     bool busy;
     bool closing;
+    bool admitted;     /* false while it waits in the admission queue */
+    bool blocked;      /* its head waits for its lane to go idle (lane move) */
+    sl_req *admit_req; /* the open request answered at admission */
+    sl_reply *admit_reply;
+    uint64_t open_ns;
 };
 
+/* The server side of a memory-manager lane: the stream its iterations run on.
+ * Lanes come and go with the manager; their streams are kept and reused. */
 typedef struct sl_lane {
-    uint64_t base, bytes; /* arena offsets */
+    uint32_t id;
     sl_stream *stream;
     bool busy;
     uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
@@ -144,8 +154,11 @@ struct sl_server {
     sl_device *dev;
     void *arena;       /* device address of offset 0 */
     uint64_t capacity; /* arena bytes */
-    sl_mem_pool *persistent;
-    sl_lane lane;           /* one lane for now */
+    sl_mem_mgr *mem;
+    sl_map lanes;               /* manager lane id -> sl_lane */
+    sl_stream **spare_streams;  /* streams of lanes the manager reclaimed */
+    size_t n_spare, cap_spare;
+    uint32_t lanes_busy;
     sl_stream *copy_stream; /* control requests' copies */
     sl_sched *sched;
     sl_map sessions;
@@ -194,6 +207,10 @@ void sl_dispatch_pipe_gone(sl_server *srv, uint32_t pipe_id);
 /* Completes s's head work (its reply goes to box) and starts what follows.
  * Lock held; may free s. */
 void sl_session_work_done(sl_server *srv, sl_session *s, sl_outbox *box);
+/* Admits the sessions the memory manager let in from its queue and retries
+ * work blocked on a lane move; their replies go to box. Lock held. Call after
+ * anything that frees device memory or idles a lane. */
+void sl_dispatch_memory_changed(sl_server *srv, sl_outbox *box);
 /* Frees s with its tensors, graphs and any work still queued on it (no
  * replies are sent). Does not touch the session table or the scheduler. */
 void sl_dispatch_session_free(sl_server *srv, sl_session *s);
@@ -240,10 +257,12 @@ void sl_graph_free(sl_graph *g);
 
 /* ---- executor.c ---- */
 
-/* Starts the lane's next iteration if it is idle and the policy picks one.
+/* Starts the next iteration on every idle lane whose policy picks one.
  * Called with srv->lock held; replies of iterations that could not even be
  * submitted go to box. */
 void sl_exec_kick(sl_server *srv, sl_outbox *box);
+/* Frees every lane's stream (shutdown; nothing may run). */
+void sl_exec_lanes_fini(sl_server *srv);
 
 /* ---- status.c ---- */
 

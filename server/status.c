@@ -36,23 +36,25 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     st->switch_other_p50_ns = sl_sched_gap_quantile(srv->sched, false, 0.5);
     st->switch_other_p99_ns = sl_sched_gap_quantile(srv->sched, false, 0.99);
 
-    sl_mem_pool_stats ps;
-    sl_mem_pool_get_stats(srv->persistent, &ps);
-    mem->capacity = srv->capacity;
-    mem->persistent_capacity = ps.capacity;
-    mem->persistent_used = ps.used;
-    mem->ephemeral_lanes = srv->lane.bytes;
-    mem->framework = 0;
-    mem->largest_free = ps.largest_free;
-    mem->free_blocks = ps.n_free_blocks;
-    mem->free = ps.free;
-    mem->fragmentation = ps.free ? 1.0 - (double) ps.largest_free / (double) ps.free : 0;
+    sl_mem_stats ms;
+    sl_mem_get_stats(srv->mem, &ms);
+    mem->capacity = ms.capacity;
+    mem->persistent_capacity = ms.capacity;
+    mem->persistent_used = ms.persistent_used;
+    mem->persistent_reserved = ms.persistent_reserved;
+    mem->ephemeral_lanes = ms.lanes;
+    mem->framework = ms.framework;
+    mem->free = ms.free;
+    mem->largest_free = ms.largest_free;
+    mem->fragmentation = ms.fragmentation;
     st->memory = mem;
 
     size_t i = 0, k = 0;
     void *v;
     while (sl_map_next(&srv->sessions, &i, NULL, &v) && k < n) {
         const sl_session *s = v;
+        if (!s->admitted)
+            continue; /* listed in the admission queue */
         Salus__SessionStatus *x = sl_reply_alloc(r, sizeof *x);
         char *name = sl_reply_alloc(r, sizeof s->name);
         if (!x || !name)
@@ -71,6 +73,8 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         x->priority = s->job.priority;
         x->weight = s->job.weight;
         x->ephemeral_peak = s->ephemeral_peak;
+        x->declared_persistent = s->declared_persistent;
+        x->declared_ephemeral = s->declared_ephemeral;
         x->queue_delay_ns = s->job.queue_sum_ns;
         x->switches = s->job.switches;
         x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job);
@@ -80,6 +84,49 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     qsort(list, k, sizeof *list, by_id);
     st->n_sessions = k;
     st->sessions = list;
+
+    sl_mem_lane_info lanes[256];
+    size_t nl = sl_mem_lanes(srv->mem, lanes, 256);
+    nl = nl < 256 ? nl : 256;
+    st->lanes = sl_reply_alloc(r, nl * sizeof *st->lanes);
+    if (nl && !st->lanes)
+        return SL_ENOMEM;
+    for (size_t j = 0; j < nl; j++) {
+        Salus__LaneStatus *l = sl_reply_alloc(r, sizeof *l);
+        if (!l)
+            return SL_ENOMEM;
+        salus__lane_status__init(l);
+        l->id = lanes[j].id;
+        l->offset = lanes[j].base;
+        l->size = lanes[j].size;
+        l->framework = lanes[j].framework;
+        l->sessions = lanes[j].n_sessions;
+        l->max_peak = lanes[j].max_peak;
+        l->busy = lanes[j].busy;
+        st->lanes[st->n_lanes++] = l;
+    }
+
+    sl_mem_session_info queue[64];
+    size_t nq = sl_mem_queue(srv->mem, queue, 64);
+    nq = nq < 64 ? nq : 64;
+    st->queue = sl_reply_alloc(r, nq * sizeof *st->queue);
+    if (nq && !st->queue)
+        return SL_ENOMEM;
+    uint64_t now = sl_now_ns();
+    for (size_t j = 0; j < nq; j++) {
+        Salus__QueuedSession *q = sl_reply_alloc(r, sizeof *q);
+        const sl_session *s = sl_map_get(&srv->sessions, queue[j].id);
+        if (!q)
+            return SL_ENOMEM;
+        salus__queued_session__init(q);
+        q->id = queue[j].id;
+        q->name = s ? (char *) s->name : (char *) "";
+        q->persistent = queue[j].declared_p;
+        q->ephemeral = queue[j].declared_e;
+        q->reason = (char *) sl_mem_reason_name(queue[j].reason);
+        q->waited_ns = s ? now - s->open_ns : 0;
+        st->queue[st->n_queue++] = q;
+    }
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_STATUS;
     sl_reply_msg(r)->status = st;
     return SL_OK;
