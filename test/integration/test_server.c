@@ -4,6 +4,8 @@
 #include "sl_test.h"
 
 #include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +317,89 @@ static void policy_and_weights_change_at_run_time(void **state)
     salus_disconnect(c);
 }
 
+typedef struct waiter {
+    const char *url;
+    int rc;
+    atomic_int done;
+    uint64_t id;
+} waiter;
+
+static void *open_and_wait(void *arg)
+{
+    waiter *w = arg;
+    salus_client *c;
+    salus_session *s;
+    salus_session_opts o = {.name = "waiter",
+                            .persistent_bytes = 160u << 20,
+                            .ephemeral_bytes = 8u << 20,
+                            .wait_for_admission = 1};
+    if ((w->rc = salus_connect(w->url, &c)) == SALUS_OK) {
+        if ((w->rc = salus_session_open(c, &o, &s)) == SALUS_OK) {
+            w->id = salus_session_id(s);
+            (void) salus_session_close(s);
+        }
+        salus_disconnect(c);
+    }
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* Admission with reasons on a 256 MiB server, while another job trains: it
+ * must finish with exactly the reference results. */
+static void admission_quota_and_capacity_leave_a_trainer_undisturbed(void **state)
+{
+    (void) state;
+    const char *args[] = {"--url", server.url, "--name", "bystander", "--seed",
+                          "3",     "--steps",  "300",    "--check",   NULL};
+    pid_t trainer = sl_test_spawn("MLP_REGRESSION", args);
+    salus_client *c = sl_test_connect(&server);
+    salus_session *big, *s;
+    salus_session_opts o = {
+        .name = "big", .persistent_bytes = 160u << 20, .ephemeral_bytes = 8u << 20};
+    assert_sl_ok(salus_session_open(c, &o, &big));
+    /* a second one of the same size does not fit now: capacity */
+    assert_sl_err(salus_session_open(c, &o, &s), SALUS_EEXHAUSTED);
+    assert_non_null(strstr(salus_last_error(c), "capacity"));
+    /* more than the whole device can never fit: quota */
+    o.persistent_bytes = 300u << 20;
+    assert_sl_err(salus_session_open(c, &o, &s), SALUS_EEXHAUSTED);
+    assert_non_null(strstr(salus_last_error(c), "quota"));
+    /* within a session: its declared persistent memory is its quota */
+    uint64_t t;
+    const int64_t mb100[] = {25 << 20}; /* 100 MiB of f32 */
+    const int64_t mb100x2[] = {50 << 20};
+    assert_sl_ok(salus_tensor_create(big, SALUS_F32, 1, mb100, NULL, &t));
+    assert_sl_err(salus_tensor_create(big, SALUS_F32, 1, mb100x2, NULL, &t), SALUS_EEXHAUSTED);
+    assert_non_null(strstr(salus_last_error(c), "quota"));
+
+    /* one that waits is admitted when the big one leaves, and the status
+     * shows it queued with its reason meanwhile */
+    waiter w = {.url = server.url, .rc = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, open_and_wait, &w), 0);
+    char *text = NULL;
+    for (int i = 0; i < 200; i++) {
+        salus_free(text);
+        assert_sl_ok(salus_status_text(c, &text));
+        if (strstr(text, "admission queue"))
+            break;
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    assert_non_null(strstr(text, "admission queue: 1 waiting"));
+    assert_non_null(strstr(text, "capacity"));
+    salus_free(text);
+    assert_int_equal(atomic_load(&w.done), 0); /* still waiting */
+    assert_sl_ok(salus_session_close(big));
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_sl_ok(w.rc);
+    assert_true(w.id > 0);
+
+    assert_int_equal(sl_test_wait(trainer, 60), 0); /* its --check compares every result */
+    wait_for_empty(c);
+    salus_disconnect(c);
+}
+
 /* SIGTERM while jobs train: salusd finishes what runs, fails what is queued,
  * exits 0; the clients see an error, never a hang. Uses its own server. */
 static void sigterm_drains_and_exits_zero(void **state)
@@ -351,6 +436,7 @@ int main(void)
         cmocka_unit_test(killed_client_memory_returns),
         cmocka_unit_test(protocol_version_mismatch_is_refused),
         cmocka_unit_test(policy_and_weights_change_at_run_time),
+        cmocka_unit_test(admission_quota_and_capacity_leave_a_trainer_undisturbed),
         cmocka_unit_test(sigterm_drains_and_exits_zero),
     };
     return cmocka_run_group_tests_name("integration", tests, start, stop);
