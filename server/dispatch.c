@@ -130,7 +130,9 @@ static void session_close(sl_server *srv, sl_session *s, sl_outbox *box)
     fail_pending(srv, s, SL_ESESSIONLOST, "session closed", box);
     if (s->admitted)
         (void) sl_sched_job_remove(srv->sched, &s->job);
-    if (s->admit_reply) { /* still waiting for admission: that wait ends too */
+    sl_exec_update_class(srv, s, true);
+    sl_exec_resume(srv, false, box); /* one fewer high-priority session to wait for */
+    if (s->admit_reply) {            /* still waiting for admission: that wait ends too */
         sl_reply_error(s->admit_reply, SL_ESESSIONLOST,
                        "session closed while waiting for admission");
         sl_outbox_put(box, s->admit_req, s->admit_reply);
@@ -455,6 +457,7 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_RUN;
     sl_reply_msg(r)->run = body;
     w->graph = g;
+    sl_exec_hp_arrival(srv, s);
     sl_sched_enqueue(srv->sched, &s->job, &w->item, sl_now_ns());
     sl_exec_kick(srv, box);
     return true;
@@ -552,6 +555,7 @@ static int admit(sl_server *srv, sl_session *s, uint32_t lane)
     s->job.lane = lane;
     sl_sched_job_add(srv->sched, &s->job, sl_now_ns());
     s->admitted = true;
+    sl_exec_update_class(srv, s, false);
     sl_log_info("ses.admit", "session %llu (%s) admitted on lane %u after %.3f s",
                 (unsigned long long) s->id, s->name, lane,
                 (double) (sl_now_ns() - s->open_ns) / 1e9);
@@ -704,10 +708,15 @@ static void set_policy(sl_server *srv, const Salus__SetPolicy *m, sl_reply *r, s
     }
     sl_sched_set_policy(srv->sched, p, m->strict);
     sl_log_info("sch.policy", "policy set to %s%s", p->name, m->strict ? " (strict)" : "");
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&srv->sessions, &i, NULL, &v))
+        sl_exec_update_class(srv, v, false);
+    sl_exec_resume(srv, srv->gaps.n_hp == 0, box);
     sl_exec_kick(srv, box); /* a work-conserving policy may start what a strict one held */
 }
 
-static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r)
+static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r, sl_outbox *box)
 {
     sl_session *t = sl_map_get(&srv->sessions, m->target_session);
     if (!t) {
@@ -722,6 +731,8 @@ static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r)
         sl_sched_job_set_priority(srv->sched, &t->job, m->priority);
     if (m->set_weight)
         sl_sched_job_set_weight(srv->sched, &t->job, m->weight);
+    sl_exec_update_class(srv, t, false);
+    sl_exec_resume(srv, srv->gaps.n_hp == 0, box);
     sl_log_info("sch.session", "session %llu: priority %d, weight %.3g", (unsigned long long) t->id,
                 t->job.priority, t->job.weight);
 }
@@ -756,7 +767,7 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
         set_policy(srv, msg->set_policy, r, &box);
         goto out_reply;
     case SALUS__REQUEST__BODY_SET_SESSION:
-        set_session(srv, msg->set_session, r);
+        set_session(srv, msg->set_session, r, &box);
         goto out_reply;
     case SALUS__REQUEST__BODY__NOT_SET:
         sl_reply_error(r, SL_EINVAL, "empty request");
@@ -885,6 +896,7 @@ void sl_dispatch_drain(sl_server *srv)
         sl_sched_job_add(srv->sched, &s->job, sl_now_ns());
         fail_pending(srv, s, SL_ESHUTDOWN, "server is shutting down: iteration not started", &box);
     }
+    sl_exec_resume(srv, true, &box); /* parked iterations run to their end */
     pthread_mutex_unlock(&srv->lock);
     sl_outbox_flush(srv, &box);
 

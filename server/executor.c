@@ -10,6 +10,8 @@
 #include "sl_time.h"
 
 #include <stddef.h>
+#include <string.h>
+#include <time.h>
 
 #define container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
 #define MAX_LANES_PER_KICK 256
@@ -113,20 +115,13 @@ static int fetch_after(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step,
     return SL_OK;
 }
 
-/* Submits the whole iteration. An error stops submission; the completion
- * callback is still queued so the iteration finishes through one path. */
-static int launch(sl_server *srv, sl_work *w, sl_stream *st)
+/* Submits ops [from, to) with their fetches. */
+static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, uint32_t to)
 {
     sl_device *dev = srv->dev;
     const sl_graph *g = w->graph;
-    const Salus__Run *m = w->msg->run;
     int rc = SL_OK;
-
-    for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
-        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data, m->feeds[i].len);
-    if (rc == SL_OK)
-        rc = fetch_after(srv, w, st, 0, g->n_ops == 0);
-    for (uint32_t k = 0; k < g->n_ops && rc == SL_OK; k++) {
+    for (uint32_t k = from; k < to && rc == SL_OK; k++) {
         const sl_graph_op *op = &g->ops[k];
         if (op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
             sl_op_call call = {
@@ -142,8 +137,196 @@ static int launch(sl_server *srv, sl_work *w, sl_stream *st)
         if (rc == SL_OK)
             rc = fetch_after(srv, w, st, k + 1, k + 1 == g->n_ops);
     }
+    return rc;
+}
+
+static void op_done(void *arg, int status);
+
+/* Stepwise: submits the next op and a callback after it (iteration_done
+ * after the last). An error stops submission; the callback still comes. */
+static int submit_next_op(sl_server *srv, sl_work *w, sl_stream *st)
+{
+    uint32_t k = w->next_op++;
+    w->op_start_ns = sl_now_ns();
+    int rc = w->status == SL_OK ? submit_ops(srv, w, st, k, k + 1) : SL_OK;
+    if (rc != SL_OK && w->status == SL_OK)
+        w->status = rc;
+    bool last = w->next_op >= w->graph->n_ops || w->status != SL_OK;
+    return srv->dev->ops->host_callback(srv->dev, st, last ? iteration_done : op_done, w);
+}
+
+/* Submits the feeds, then the whole iteration, or (stepwise) its first op.
+ * An error stops submission; the completion callback is still queued so the
+ * iteration finishes through one path. */
+static int launch(sl_server *srv, sl_work *w, sl_stream *st)
+{
+    sl_device *dev = srv->dev;
+    const sl_graph *g = w->graph;
+    const Salus__Run *m = w->msg->run;
+    int rc = SL_OK;
+
+    for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
+        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data, m->feeds[i].len);
+    if (rc == SL_OK)
+        rc = fetch_after(srv, w, st, 0, g->n_ops == 0);
     w->status = rc;
+    if (w->stepwise && g->n_ops > 0) {
+        w->next_op = 0;
+        return submit_next_op(srv, w, st);
+    }
+    if (rc == SL_OK)
+        w->status = submit_ops(srv, w, st, 0, g->n_ops);
     return dev->ops->host_callback(dev, st, iteration_done, w);
+}
+
+/* ---- gap filling ---------------------------------------------------- */
+
+/* Low-priority iterations go op by op while high-priority sessions exist
+ * under the priority policy; everything else runs whole. */
+static bool is_stepwise(const sl_server *srv, const sl_session *s)
+{
+    return srv->gaps.n_hp > 0 && !s->high_priority;
+}
+
+void sl_exec_update_class(sl_server *srv, sl_session *s, bool leaving)
+{
+    bool hp = !leaving && s->admitted && s->job.priority > 0 &&
+              strcmp(sl_sched_policy(srv->sched)->name, "priority") == 0;
+    if (hp == s->high_priority)
+        return;
+    if (hp)
+        sl_gaps_hp_add(&srv->gaps, &s->hp);
+    else
+        sl_gaps_hp_remove(&srv->gaps, &s->hp);
+    s->high_priority = hp;
+}
+
+void sl_exec_hp_arrival(sl_server *srv, sl_session *s)
+{
+    if (s->high_priority)
+        sl_gaps_hp_arrival(&srv->gaps, &s->hp, sl_now_ns());
+}
+
+static sl_stream *lane_stream(sl_server *srv, const sl_work *w)
+{
+    sl_lane *l = sl_map_get(&srv->lanes, w->lane);
+    return l->stream;
+}
+
+/* Issues parked iterations' next ops where the gap model allows; arms the
+ * timer for the rest. */
+void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box)
+{
+    (void) box;
+    uint64_t now = sl_now_ns(), wake = 0;
+    sl_work **pp = &srv->parked;
+    while (*pp) {
+        sl_work *w = *pp;
+        uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
+        sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
+        if (force || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
+            *pp = w->parked_next;
+            if (submit_next_op(srv, w, lane_stream(srv, w)) != SL_OK)
+                sl_log_err("exe.resume", "cannot resume an iteration of session %llu",
+                           (unsigned long long) w->session->id);
+            continue;
+        }
+        if (d == SL_GAPS_WAIT_GAP) {
+            /* re-check when the predicted gap would be overdue at the latest */
+            uint64_t at = now + 1000000; /* 1 ms: cheap and bounded */
+            if (!wake || at < wake)
+                wake = at;
+        }
+        pp = &w->parked_next;
+    }
+    if (wake && srv->timer_running && (!srv->timer_deadline || wake < srv->timer_deadline)) {
+        srv->timer_deadline = wake;
+        pthread_cond_signal(&srv->timer_cond);
+    }
+}
+
+static void *timer_main(void *arg)
+{
+    sl_server *srv = arg;
+    pthread_mutex_lock(&srv->lock);
+    while (!srv->timer_stop) {
+        if (!srv->timer_deadline) {
+            pthread_cond_wait(&srv->timer_cond, &srv->lock);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+        if (now < srv->timer_deadline) {
+            uint64_t at = srv->timer_deadline;
+            ts.tv_sec = (time_t) (at / 1000000000ull);
+            ts.tv_nsec = (long) (at % 1000000000ull);
+            pthread_cond_timedwait(&srv->timer_cond, &srv->lock, &ts);
+            continue;
+        }
+        srv->timer_deadline = 0;
+        sl_outbox box = {0};
+        sl_exec_resume(srv, srv->draining, &box);
+        pthread_mutex_unlock(&srv->lock);
+        sl_outbox_flush(srv, &box);
+        pthread_mutex_lock(&srv->lock);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+int sl_exec_timer_start(sl_server *srv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->timer_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    sl_gaps_config gc = sl_gaps_config_default();
+    int rc = sl_gaps_init(&srv->gaps, &gc);
+    if (rc)
+        return rc;
+    if (pthread_create(&srv->timer, NULL, timer_main, srv) != 0)
+        return SL_ENOMEM;
+    srv->timer_running = true;
+    return SL_OK;
+}
+
+void sl_exec_timer_stop(sl_server *srv)
+{
+    if (!srv->timer_running)
+        return;
+    pthread_mutex_lock(&srv->lock);
+    srv->timer_stop = true;
+    pthread_cond_signal(&srv->timer_cond);
+    pthread_mutex_unlock(&srv->lock);
+    pthread_join(srv->timer, NULL);
+    srv->timer_running = false;
+    pthread_cond_destroy(&srv->timer_cond);
+}
+
+static void op_done(void *arg, int status)
+{
+    sl_work *w = arg;
+    sl_server *srv = w->session->srv;
+    sl_outbox box = {0};
+    pthread_mutex_lock(&srv->lock);
+    uint64_t now = sl_now_ns();
+    sl_gaps_lp_observe(&srv->gaps, &w->graph->lp, w->next_op - 1, now - w->op_start_ns);
+    if (status != SL_OK && w->status == SL_OK)
+        w->status = status;
+    uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
+    sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
+    if (srv->draining || w->status != SL_OK || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
+        if (submit_next_op(srv, w, lane_stream(srv, w)) != SL_OK)
+            sl_log_err("exe.step", "cannot submit the next op of session %llu",
+                       (unsigned long long) w->session->id);
+    } else {
+        w->parked_next = srv->parked;
+        srv->parked = w;
+        sl_exec_resume(srv, false, &box); /* arms the timer if the gap may open */
+    }
+    sl_complete_unlock_and_flush(srv, &box);
 }
 
 /* Starts lane's next pick if it is idle; returns true if it started one. */
@@ -167,6 +350,7 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
     w->ephemeral_base = info->base;
     w->start_ns = now;
     w->lane = info->id;
+    w->stepwise = is_stepwise(srv, w->session);
     l->busy = true;
     srv->lanes_busy++;
     sl_mem_lane_busy(srv->mem, info->id);
@@ -228,6 +412,10 @@ static void iteration_done(void *arg, int status)
         Salus__RunReply *body = sl_reply_msg(w->reply)->run;
         body->device_ns = device_ns;
         body->queue_ns = w->start_ns - w->item.enqueue_ns;
+    }
+    if (s->high_priority) {
+        sl_gaps_hp_complete(&srv->gaps, &s->hp, now);
+        sl_exec_resume(srv, false, &box);
     }
     sl_session_work_done(srv, s, &box);
     /* an idle lane may shrink or go, letting queued sessions in */

@@ -22,6 +22,7 @@ void sl_graph_free(sl_graph *g)
     }
     sl_free(g->values);
     sl_free(g->ops);
+    sl_free(g->op_ewma);
     sl_free(g);
 }
 
@@ -176,6 +177,9 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         g->n_values = nv;
     }
     g->n_ops = (uint32_t) m->n_ops;
+    if (g->n_ops && !(g->op_ewma = sl_calloc(g->n_ops, sizeof *g->op_ewma)))
+        goto out_free;
+    sl_gaps_lp_init(&g->lp, g->op_ewma, g->n_ops);
     if ((rc = plan(g)) != SL_OK)
         FAIL(rc, "cannot plan the graph's memory: %s", sl_strerror(rc));
     *out = g;

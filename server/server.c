@@ -65,6 +65,7 @@ void sl_server_fini(sl_server *srv)
     }
     /* sessions left open at exit: their memory goes with the arena, but
      * their host-side records are freed for leak checkers */
+    sl_exec_timer_stop(srv);
     while (sl_map_next(&srv->sessions, &i, NULL, &v))
         sl_dispatch_session_free(srv, v);
     sl_map_fini(&srv->sessions);
@@ -99,6 +100,8 @@ int sl_server_start(sl_server *srv)
     if (!policy)
         return SL_EINVAL;
     if ((rc = sl_sched_create(policy, srv->cfg.strict, &srv->sched)) != SL_OK)
+        return rc;
+    if ((rc = sl_exec_timer_start(srv)) != SL_OK)
         return rc;
     if ((rc = sl_transport_start(srv)) != SL_OK)
         return rc;

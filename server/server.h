@@ -14,6 +14,7 @@
 #include "planner.h"
 #include "manager.h"
 #include "salus.pb-c.h"
+#include "gaps.h"
 #include "scheduler.h"
 #include "sl_map.h"
 
@@ -88,6 +89,8 @@ typedef struct sl_graph {
     sl_graph_op *ops;
     sl_plan_result plan;
     uint64_t flops;
+    sl_gaps_lp lp;        /* per-op duration predictions (gap filling) */
+    sl_gaps_ewma *op_ewma; /* n_ops of them */
 } sl_graph;
 
 /* One request waiting for, or being given, a reply. */
@@ -113,6 +116,11 @@ typedef struct sl_work {
     sl_reply *reply;         /* built while running, sent on completion */
     uint64_t start_ns;
     int status;
+    /* op by op (low priority while high-priority sessions exist) */
+    bool stepwise;
+    uint32_t next_op;       /* first op not yet submitted */
+    uint64_t op_start_ns;   /* when the op in flight was submitted */
+    struct sl_work *parked_next; /* in srv->parked while waiting for a gap */
 } sl_work;
 
 struct sl_session {
@@ -132,6 +140,8 @@ struct sl_session {
     bool busy;
     bool closing;
     bool admitted;     /* false while it waits in the admission queue */
+    bool high_priority; /* in srv->gaps (priority > 0 under the priority policy) */
+    sl_gaps_hp hp;
     bool blocked;      /* its head waits for its lane to go idle (lane move) */
     sl_req *admit_req; /* the open request answered at admission */
     sl_reply *admit_reply;
@@ -166,6 +176,12 @@ struct sl_server {
     uint64_t start_ns;
     uint64_t requests_total, errors_total, iterations_total;
     uint32_t control_in_flight;
+    sl_gaps gaps;         /* high-priority sessions' idle-gap predictions */
+    sl_work *parked;      /* low-priority iterations waiting for a gap */
+    pthread_t timer;      /* re-checks parked iterations when a gap may open */
+    pthread_cond_t timer_cond;
+    uint64_t timer_deadline; /* 0 = none */
+    bool timer_running, timer_stop;
     uint32_t completing; /* completion callbacks still sending replies */
     bool draining;
     bool stopped; /* transport closing: connection events are ignored */
@@ -263,6 +279,17 @@ void sl_graph_free(sl_graph *g);
 void sl_exec_kick(sl_server *srv, sl_outbox *box);
 /* Frees every lane's stream (shutdown; nothing may run). */
 void sl_exec_lanes_fini(sl_server *srv);
+/* Gap filling: a session's priority class may have changed (open, close,
+ * set_session, set_policy). Lock held. */
+void sl_exec_update_class(sl_server *srv, sl_session *s, bool leaving);
+/* A high-priority session submitted an iteration. Lock held. */
+void sl_exec_hp_arrival(sl_server *srv, sl_session *s);
+/* Resumes parked low-priority iterations that may run now (all of them when
+ * force). Lock held. */
+void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box);
+/* Starts and stops the gap timer thread. */
+int sl_exec_timer_start(sl_server *srv);
+void sl_exec_timer_stop(sl_server *srv);
 
 /* ---- status.c ---- */
 
