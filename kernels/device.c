@@ -1,5 +1,6 @@
 /* Device specs and the backend-independent part of opening a device. */
 #include "device.h"
+#include "sim/sim.h"
 
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -83,7 +84,7 @@ int sl_dev_open(const char *spec, sl_device **out)
     } else if (strcmp(sp.backend, "cuda") == 0) {
         ops = sl_cuda_device_ops_ptr;
     } else if (strcmp(sp.backend, "sim") == 0) {
-        ops = NULL; /* not built yet */
+        ops = &sl_sim_device_ops;
     } else {
         sl_log_err("dev.backend", "unknown device backend \"%s\" in spec \"%s\"", sp.backend, spec);
         return SL_EINVAL;

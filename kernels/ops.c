@@ -1,22 +1,59 @@
-/* The op registry: validation, shape inference and cost of every op.
+/* The op registry: validation, shape inference and cost of every op. This
+ * file holds the table, the element-wise, dense, loss, reduction and
+ * optimiser ops; ops_nn.c holds convolution, pooling and normalisation.
  *
- * Cost model (f32, n = element count of the output unless said otherwise):
- *   fill       0 flops,    writes n
- *   copy       0 flops,    reads n, writes n
- *   add        n flops,    reads 2n, writes n
- *   scale      n flops,    reads n, writes n
- *   matmul     2MNK flops, reads MK + KN, writes MN
- *   bias_add   MN flops,   reads MN + N, writes MN
- *   bias_grad  MN flops,   reads MN, writes N
- *   relu       n flops,    reads n, writes n
- *   relu_grad  n flops,    reads 2n, writes n
- *   mse_loss   3n flops (n = input elems), reads 2n, writes 1
- *   mse_grad   2n flops,   reads 2n, writes n
- *   sgd_update 2n flops (n = param elems), reads 2n, writes n
+ * Cost model: flops are floating-point operations (a comparison counts as
+ * one, exp/log/sqrt as one each), bytes are bytes read + written, counting
+ * each tensor once per pass a straightforward device kernel makes over it.
+ * Inputs that only give a shape are not read. f32 and i32 are 4 bytes.
+ * n = element count of the output unless said otherwise.
+ *   fill         0 flops,    writes n
+ *   copy         0 flops,    reads n, writes n
+ *   add, mul     n flops,    reads 2n, writes n
+ *   scale        n flops,    reads n, writes n
+ *   axpy         2n flops,   reads 2n, writes n
+ *   add_scalar   n flops (n = in0 elems), reads n, writes n
+ *   matmul       2MNK flops, reads MK + KN, writes MN
+ *   bias_add     MN flops,   reads MN + N, writes MN
+ *   bias_grad    MN flops,   reads MN, writes N
+ *   relu         n flops,    reads n, writes n
+ *   relu_grad    n flops,    reads 2n, writes n
+ *   sigmoid, tanh            4n flops, reads n, writes n
+ *   sigmoid_grad, tanh_grad  3n flops, reads 2n, writes n
+ *   mse_loss     3n flops (n = input elems), reads 2n, writes 1
+ *   mse_grad     2n flops,   reads 2n, writes n
+ *   softmax      5n flops,   reads n, writes n
+ *   softmax_xent 5n + 2N flops (n = N*C), reads n + N labels, writes n + 1
+ *   softmax_xent_grad  2n flops (n = N*C), reads n + N labels, writes n
+ *   reduce_sum   n flops (n = input elems), reads n, writes 1
+ *   reduce_mean  n + 1 flops (n = input elems), reads n, writes 1
+ *   argmax       n flops (n = N*C), reads n, writes N
+ *   sgd_update   2n flops (n = param elems), reads 2n, writes n
+ *   momentum_update  6n flops, reads 3n (p, g, v), writes 2n (p, v)
+ *   adam_update  14n flops, reads 4n + 1 (p, g, m, v, t), writes 3n (p, m, v)
+ *   reshape      0 flops, 0 bytes (a view, never launched)
+ *   conv2d       2*N*K*OH*OW*(C/group)*R*S flops; reads x + w, writes y
+ *   conv2d_grad_input   same flops; reads dy + w, writes dx (x not read)
+ *   conv2d_grad_filter  same flops; reads dy + x, writes dw (w not read)
+ *   channel_bias_add    n flops, reads n + C, writes n
+ *   channel_bias_grad   n flops (n = input elems), reads n, writes C
+ *   maxpool      elems(y)*KH*KW flops, reads x, writes y
+ *   avgpool      elems(y)*(KH*KW + 1) flops, reads x, writes y
+ *   maxpool_grad elems(y)*KH*KW flops, reads dy + x + y, writes dx
+ *   avgpool_grad elems(y)*(KH*KW + 1) flops, reads dy, writes dx
+ *   batchnorm    8n + 16C flops (n = x elems); reads x twice (statistics,
+ *                then normalisation) + 4C, writes y + 4C (running mean and
+ *                variance, saved mean and inverse std)
+ *   batchnorm_infer  2n + 4C flops, reads x + 4C, writes y
+ *   batchnorm_grad   10n + 4C flops; reads dy and x twice (reductions, then
+ *                dx) + 3C, writes dx + 2C
  *
- * Float attributes: scale's factor and sgd_update's learning rate must be
- * finite; fill's value may be anything (-inf masks are legitimate). */
-#include "ops.h"
+ * Float attributes: scale and axpy factors, add_scalar's value and every
+ * learning rate must be finite; fill's value may be anything (-inf masks are
+ * legitimate). Momentum and weight decay are finite and >= 0, Adam's betas in
+ * [0, 1) and its epsilon finite and >= 0; batch norm's epsilon is finite and
+ * > 0, its momentum in [0, 1]. */
+#include "ops_impl.h"
 
 #include "sl_error.h"
 
@@ -25,10 +62,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SHAPE_STR_LEN 96
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
-                                                      ...)
+int sl_ops_fail(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
         va_list ap;
@@ -39,41 +73,57 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
     return SL_EINVAL;
 }
 
-/* Every op is f32-only for now. */
-static int need_f32(const sl_shape *in, unsigned n_in, char *err, size_t errlen)
+int sl_ops_need_f32(const sl_shape *in, unsigned n_in, char *err, size_t errlen)
 {
     for (unsigned i = 0; i < n_in; i++)
         if (in[i].dtype != SL_F32) {
-            char s[SHAPE_STR_LEN];
-            return fail(err, errlen, "in%u %s: only f32 is supported", i,
-                        sl_shape_str(&in[i], s, sizeof s));
+            char s[SL_SHAPE_STR_LEN];
+            return sl_ops_fail(err, errlen, "in%u %s: only f32 is supported", i,
+                               sl_shape_str(&in[i], s, sizeof s));
         }
     return SL_OK;
 }
 
-static int need_rank(const sl_shape *in, unsigned i, unsigned rank, char *err, size_t errlen)
+int sl_ops_need_rank(const sl_shape *in, unsigned i, unsigned rank, char *err, size_t errlen)
 {
     if (in[i].ndim == rank)
         return SL_OK;
-    char s[SHAPE_STR_LEN];
-    return fail(err, errlen, "in%u %s: expected rank %u", i, sl_shape_str(&in[i], s, sizeof s),
-                rank);
+    char s[SL_SHAPE_STR_LEN];
+    return sl_ops_fail(err, errlen, "in%u %s: expected rank %u", i,
+                       sl_shape_str(&in[i], s, sizeof s), rank);
 }
 
-static int need_same(const sl_shape *in, char *err, size_t errlen)
+int sl_ops_need_shape(const sl_shape *in, unsigned j, const sl_shape *want, const char *what,
+                      char *err, size_t errlen)
 {
-    if (sl_shape_equal(&in[0], &in[1]))
+    if (sl_shape_equal(&in[j], want))
         return SL_OK;
-    char a[SHAPE_STR_LEN], b[SHAPE_STR_LEN];
-    return fail(err, errlen, "in1 %s does not match in0 %s", sl_shape_str(&in[1], b, sizeof b),
-                sl_shape_str(&in[0], a, sizeof a));
+    char a[SL_SHAPE_STR_LEN], b[SL_SHAPE_STR_LEN];
+    return sl_ops_fail(err, errlen, "in%u %s does not match %s %s", j,
+                       sl_shape_str(&in[j], a, sizeof a), what, sl_shape_str(want, b, sizeof b));
 }
 
-static int need_finite(float v, const char *what, char *err, size_t errlen)
+int sl_ops_need_finite(float v, const char *what, char *err, size_t errlen)
 {
     if (isfinite(v))
         return SL_OK;
-    return fail(err, errlen, "%s must be finite, got %g", what, (double) v);
+    return sl_ops_fail(err, errlen, "%s must be finite, got %g", what, (double) v);
+}
+
+/* Every in[1..n) has in0's shape. */
+static int need_same(const sl_shape *in, unsigned n, char *err, size_t errlen)
+{
+    int rc = SL_OK;
+    for (unsigned j = 1; rc == SL_OK && j < n; j++)
+        rc = sl_ops_need_shape(in, j, &in[0], "in0", err, errlen);
+    return rc;
+}
+
+static int need_nonneg(float v, const char *what, char *err, size_t errlen)
+{
+    if (isfinite(v) && v >= 0.0f)
+        return SL_OK;
+    return sl_ops_fail(err, errlen, "%s must be finite and >= 0, got %g", what, (double) v);
 }
 
 static sl_shape shape2(int64_t rows, int64_t cols)
@@ -82,14 +132,16 @@ static sl_shape shape2(int64_t rows, int64_t cols)
     return s;
 }
 
+static const sl_shape scalar_f32 = {.dtype = SL_F32, .ndim = 0};
+
 /* ---- infer ---- */
 
-/* fill, copy, relu: out = in0's shape. */
+/* fill, copy, relu, sigmoid, tanh: out = in0's shape. */
 static int infer_like_in0(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {
     (void) a;
-    int rc = need_f32(in, 1, err, errlen);
+    int rc = sl_ops_need_f32(in, 1, err, errlen);
     if (rc == SL_OK)
         out[0] = in[0];
     return rc;
@@ -98,21 +150,37 @@ static int infer_like_in0(const sl_op_attrs *a, const sl_shape *in, sl_shape *ou
 static int infer_scale(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                        size_t errlen)
 {
-    int rc = need_finite(a->f[0], "f[0] (scale factor)", err, errlen);
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (scale factor)", err, errlen);
     return rc ? rc : infer_like_in0(a, in, out, err, errlen);
 }
 
-/* add, relu_grad, mse_grad: two inputs of one shape, out = that shape. */
+/* add, mul, relu_grad, sigmoid_grad, tanh_grad, mse_grad: two inputs of one
+ * shape, out = that shape. */
 static int infer_same2(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                        size_t errlen)
 {
     (void) a;
-    int rc = need_f32(in, 2, err, errlen);
+    int rc = sl_ops_need_f32(in, 2, err, errlen);
     if (rc == SL_OK)
-        rc = need_same(in, err, errlen);
+        rc = need_same(in, 2, err, errlen);
     if (rc == SL_OK)
         out[0] = in[0];
     return rc;
+}
+
+static int infer_axpy(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                      size_t errlen)
+{
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (factor)", err, errlen);
+    return rc ? rc : infer_same2(a, in, out, err, errlen);
+}
+
+static int infer_add_scalar(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                            size_t errlen)
+{
+    (void) out;
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (value)", err, errlen);
+    return rc ? rc : sl_ops_need_f32(in, 1, err, errlen);
 }
 
 static int infer_mse_loss(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
@@ -120,7 +188,76 @@ static int infer_mse_loss(const sl_op_attrs *a, const sl_shape *in, sl_shape *ou
 {
     int rc = infer_same2(a, in, out, err, errlen);
     if (rc == SL_OK)
-        out[0] = (sl_shape){.dtype = SL_F32, .ndim = 0};
+        out[0] = scalar_f32;
+    return rc;
+}
+
+static int infer_reduce(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                        size_t errlen)
+{
+    (void) a;
+    int rc = sl_ops_need_f32(in, 1, err, errlen);
+    if (rc == SL_OK)
+        out[0] = scalar_f32;
+    return rc;
+}
+
+/* in0 is an f32 [N,C] matrix. */
+static int need_rows(const sl_shape *in, char *err, size_t errlen)
+{
+    int rc = sl_ops_need_f32(in, 1, err, errlen);
+    return rc ? rc : sl_ops_need_rank(in, 0, 2, err, errlen);
+}
+
+static int infer_softmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                         size_t errlen)
+{
+    (void) a;
+    int rc = need_rows(in, err, errlen);
+    if (rc == SL_OK)
+        out[0] = in[0];
+    return rc;
+}
+
+/* in0 [N,C] f32, in1 labels [N] i32. */
+static int need_labels(const sl_shape *in, char *err, size_t errlen)
+{
+    int rc = need_rows(in, err, errlen);
+    if (rc)
+        return rc;
+    sl_shape labels = {.dtype = SL_I32, .ndim = 1, .dims = {in[0].dims[0]}};
+    return sl_ops_need_shape(in, 1, &labels, "one i32 label per row of in0", err, errlen);
+}
+
+static int infer_softmax_xent(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                              size_t errlen)
+{
+    (void) a;
+    int rc = need_labels(in, err, errlen);
+    if (rc == SL_OK) {
+        out[0] = scalar_f32;
+        out[1] = in[0];
+    }
+    return rc;
+}
+
+static int infer_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
+                                   char *err, size_t errlen)
+{
+    (void) a;
+    int rc = need_labels(in, err, errlen);
+    if (rc == SL_OK)
+        out[0] = in[0];
+    return rc;
+}
+
+static int infer_argmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                        size_t errlen)
+{
+    (void) a;
+    int rc = need_rows(in, err, errlen);
+    if (rc == SL_OK)
+        out[0] = (sl_shape){.dtype = SL_I32, .ndim = 1, .dims = {in[0].dims[0]}};
     return rc;
 }
 
@@ -128,10 +265,104 @@ static int infer_sgd(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, ch
                      size_t errlen)
 {
     (void) out;
-    int rc = need_finite(a->f[0], "f[0] (learning rate)", err, errlen);
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (learning rate)", err, errlen);
     if (rc == SL_OK)
-        rc = need_f32(in, 2, err, errlen);
-    return rc ? rc : need_same(in, err, errlen);
+        rc = sl_ops_need_f32(in, 2, err, errlen);
+    return rc ? rc : need_same(in, 2, err, errlen);
+}
+
+static int infer_momentum(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                          size_t errlen)
+{
+    (void) out;
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (learning rate)", err, errlen);
+    if (rc == SL_OK)
+        rc = need_nonneg(a->f[1], "f[1] (momentum)", err, errlen);
+    if (rc == SL_OK)
+        rc = need_nonneg(a->f[2], "f[2] (weight decay)", err, errlen);
+    if (rc == SL_OK)
+        rc = sl_ops_need_f32(in, 3, err, errlen);
+    return rc ? rc : need_same(in, 3, err, errlen);
+}
+
+static int need_beta(float v, const char *what, char *err, size_t errlen)
+{
+    if (v >= 0.0f && v < 1.0f)
+        return SL_OK;
+    return sl_ops_fail(err, errlen, "%s must be in [0, 1), got %g", what, (double) v);
+}
+
+static int infer_adam(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                      size_t errlen)
+{
+    (void) out;
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (learning rate)", err, errlen);
+    if (rc == SL_OK)
+        rc = need_beta(a->f[1], "f[1] (beta1)", err, errlen);
+    if (rc == SL_OK)
+        rc = need_beta(a->f[2], "f[2] (beta2)", err, errlen);
+    if (rc == SL_OK)
+        rc = need_nonneg(a->f[3], "f[3] (epsilon)", err, errlen);
+    if (rc == SL_OK)
+        rc = sl_ops_need_f32(in, 5, err, errlen);
+    if (rc == SL_OK)
+        rc = need_same(in, 4, err, errlen);
+    if (rc == SL_OK && sl_shape_elems(&in[4]) != 1) {
+        char s[SL_SHAPE_STR_LEN];
+        rc = sl_ops_fail(err, errlen, "in4 %s (step count) must have exactly one element",
+                         sl_shape_str(&in[4], s, sizeof s));
+    }
+    return rc;
+}
+
+/* out = in0 viewed with dims i[0..ndim): ndim counts the leading nonzero
+ * attributes (none: a scalar); one dim may be -1, inferred from the element
+ * count, which must be unchanged. Any dtype. */
+static int infer_reshape(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                         size_t errlen)
+{
+    unsigned ndim = 0;
+    while (ndim < SL_MAX_DIMS && a->i[ndim] != 0)
+        ndim++;
+    sl_shape s = {.dtype = in[0].dtype, .ndim = (uint8_t) ndim};
+    int inferred = -1;
+    uint64_t known = 1, elems = sl_shape_elems(&in[0]);
+    for (unsigned d = 0; d < ndim; d++) {
+        int64_t v = a->i[d];
+        if (v == -1 && inferred < 0) {
+            inferred = (int) d;
+            continue;
+        }
+        /* known <= elems <= 2^40 before the check, so the division is exact
+         * enough and the product cannot wrap. */
+        if (v < 1 || (uint64_t) v > elems / known)
+            return sl_ops_fail(err, errlen,
+                               "i[%u] = %lld: dims must be >= 1 (one may be -1) and keep the %llu "
+                               "elements of in0",
+                               d, (long long) v, (unsigned long long) elems);
+        known *= (uint64_t) v;
+        s.dims[d] = v;
+    }
+    for (unsigned d = ndim; d < SL_MAX_DIMS; d++)
+        if (a->i[d] != 0)
+            return sl_ops_fail(err, errlen, "i[%u] follows a 0 and must be 0, got %lld", d,
+                               (long long) a->i[d]);
+    if (inferred >= 0) {
+        if (elems % known)
+            return sl_ops_fail(err, errlen,
+                               "cannot infer i[%d]: %llu elements are not a multiple of %llu",
+                               inferred, (unsigned long long) elems, (unsigned long long) known);
+        s.dims[inferred] = (int64_t) (elems / known);
+        known = elems;
+    }
+    if (known != elems) {
+        char si[SL_SHAPE_STR_LEN], so[SL_SHAPE_STR_LEN];
+        return sl_ops_fail(err, errlen, "%s has %llu elements, in0 %s has %llu",
+                           sl_shape_str(&s, so, sizeof so), (unsigned long long) known,
+                           sl_shape_str(&in[0], si, sizeof si), (unsigned long long) elems);
+    }
+    out[0] = s;
+    return SL_OK;
 }
 
 static int infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
@@ -139,29 +370,29 @@ static int infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
 {
     for (unsigned i = 0; i < 2; i++)
         if (a->i[i] != 0 && a->i[i] != 1)
-            return fail(err, errlen, "i[%u] (%s) must be 0 or 1, got %lld", i,
-                        i ? "transB" : "transA", (long long) a->i[i]);
-    int rc = need_f32(in, 2, err, errlen);
+            return sl_ops_fail(err, errlen, "i[%u] (%s) must be 0 or 1, got %lld", i,
+                               i ? "transB" : "transA", (long long) a->i[i]);
+    int rc = sl_ops_need_f32(in, 2, err, errlen);
     if (rc == SL_OK)
-        rc = need_rank(in, 0, 2, err, errlen);
+        rc = sl_ops_need_rank(in, 0, 2, err, errlen);
     if (rc == SL_OK)
-        rc = need_rank(in, 1, 2, err, errlen);
+        rc = sl_ops_need_rank(in, 1, 2, err, errlen);
     if (rc)
         return rc;
     bool ta = a->i[0], tb = a->i[1];
     int64_t m = in[0].dims[ta], k = in[0].dims[!ta];
     int64_t kb = in[1].dims[tb], n = in[1].dims[!tb];
     if (k != kb) {
-        char sa[SHAPE_STR_LEN], sb[SHAPE_STR_LEN];
-        return fail(err, errlen,
-                    "inner dimensions differ: in0 %s%s has K=%lld, in1 %s%s has K=%lld",
-                    sl_shape_str(&in[0], sa, sizeof sa), ta ? " (transposed)" : "", (long long) k,
-                    sl_shape_str(&in[1], sb, sizeof sb), tb ? " (transposed)" : "", (long long) kb);
+        char sa[SL_SHAPE_STR_LEN], sb[SL_SHAPE_STR_LEN];
+        return sl_ops_fail(
+            err, errlen, "inner dimensions differ: in0 %s%s has K=%lld, in1 %s%s has K=%lld",
+            sl_shape_str(&in[0], sa, sizeof sa), ta ? " (transposed)" : "", (long long) k,
+            sl_shape_str(&in[1], sb, sizeof sb), tb ? " (transposed)" : "", (long long) kb);
     }
     /* m, n <= 2^40 each, so the product fits in 64 bits. */
     if ((uint64_t) m * (uint64_t) n > SL_MAX_ELEMS)
-        return fail(err, errlen, "output [%lld,%lld] exceeds %llu elements", (long long) m,
-                    (long long) n, (unsigned long long) SL_MAX_ELEMS);
+        return sl_ops_fail(err, errlen, "output [%lld,%lld] exceeds %llu elements", (long long) m,
+                           (long long) n, (unsigned long long) SL_MAX_ELEMS);
     out[0] = shape2(m, n);
     return SL_OK;
 }
@@ -170,17 +401,18 @@ static int infer_bias_add(const sl_op_attrs *a, const sl_shape *in, sl_shape *ou
                           size_t errlen)
 {
     (void) a;
-    int rc = need_f32(in, 2, err, errlen);
+    int rc = sl_ops_need_f32(in, 2, err, errlen);
     if (rc == SL_OK)
-        rc = need_rank(in, 0, 2, err, errlen);
+        rc = sl_ops_need_rank(in, 0, 2, err, errlen);
     if (rc == SL_OK)
-        rc = need_rank(in, 1, 1, err, errlen);
+        rc = sl_ops_need_rank(in, 1, 1, err, errlen);
     if (rc)
         return rc;
     if (in[1].dims[0] != in[0].dims[1]) {
-        char sx[SHAPE_STR_LEN], sb[SHAPE_STR_LEN];
-        return fail(err, errlen, "bias in1 %s does not match the columns of in0 %s",
-                    sl_shape_str(&in[1], sb, sizeof sb), sl_shape_str(&in[0], sx, sizeof sx));
+        char sx[SL_SHAPE_STR_LEN], sb[SL_SHAPE_STR_LEN];
+        return sl_ops_fail(err, errlen, "bias in1 %s does not match the columns of in0 %s",
+                           sl_shape_str(&in[1], sb, sizeof sb),
+                           sl_shape_str(&in[0], sx, sizeof sx));
     }
     out[0] = in[0];
     return SL_OK;
@@ -190,9 +422,9 @@ static int infer_bias_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *o
                            size_t errlen)
 {
     (void) a;
-    int rc = need_f32(in, 1, err, errlen);
+    int rc = sl_ops_need_f32(in, 1, err, errlen);
     if (rc == SL_OK)
-        rc = need_rank(in, 0, 2, err, errlen);
+        rc = sl_ops_need_rank(in, 0, 2, err, errlen);
     if (rc == SL_OK)
         out[0] = (sl_shape){.dtype = SL_F32, .ndim = 1, .dims = {in[0].dims[1]}};
     return rc;
@@ -204,7 +436,7 @@ static void cost_ew(const sl_shape *s, unsigned flops_per_elem, unsigned tensors
 {
     uint64_t n = sl_shape_elems(s);
     c->flops = flops_per_elem * n;
-    c->bytes = tensors * n * sl_dtype_size(s->dtype);
+    c->bytes = tensors * n * 4;
 }
 
 #define COST_EW(fn, shape, flops, tensors)                                                         \
@@ -216,17 +448,82 @@ static void cost_ew(const sl_shape *s, unsigned flops_per_elem, unsigned tensors
 COST_EW(cost_fill, &out[0], 0, 1)
 COST_EW(cost_copy, &out[0], 0, 2)
 COST_EW(cost_unary, &out[0], 1, 2)  /* scale, relu */
-COST_EW(cost_binary, &out[0], 1, 3) /* add, relu_grad */
+COST_EW(cost_binary, &out[0], 1, 3) /* add, mul, relu_grad */
+COST_EW(cost_axpy, &out[0], 2, 3)
+COST_EW(cost_add_scalar, &in[0], 1, 2)
+COST_EW(cost_transcendental, &out[0], 4, 2) /* sigmoid, tanh */
+COST_EW(cost_act_grad, &out[0], 3, 3)       /* sigmoid_grad, tanh_grad */
 COST_EW(cost_mse_grad, &out[0], 2, 3)
+COST_EW(cost_softmax, &out[0], 5, 2)
 COST_EW(cost_sgd, &in[0], 2, 3)
+COST_EW(cost_momentum, &in[0], 6, 5)
 #undef COST_EW
+
+/* A view: salusd never launches it. */
+static void cost_reshape(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                         sl_op_cost *c)
+{
+    (void) a, (void) in, (void) out;
+    c->flops = 0;
+    c->bytes = 0;
+}
 
 static void cost_mse_loss(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                           sl_op_cost *c)
 {
-    (void) a;
+    (void) a, (void) out;
     cost_ew(&in[0], 3, 2, c);
-    c->bytes += sl_shape_bytes(&out[0]);
+    c->bytes += 4;
+}
+
+static void cost_reduce_sum(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                            sl_op_cost *c)
+{
+    (void) a, (void) out;
+    cost_ew(&in[0], 1, 1, c);
+    c->bytes += 4;
+}
+
+static void cost_reduce_mean(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                             sl_op_cost *c)
+{
+    cost_reduce_sum(a, in, out, c);
+    c->flops += 1;
+}
+
+static void cost_softmax_xent(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                              sl_op_cost *c)
+{
+    (void) a, (void) out;
+    uint64_t n = sl_shape_elems(&in[0]), rows = (uint64_t) in[0].dims[0];
+    c->flops = 5 * n + 2 * rows;
+    c->bytes = (2 * n + rows + 1) * 4;
+}
+
+static void cost_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                                   sl_op_cost *c)
+{
+    (void) a, (void) out;
+    uint64_t n = sl_shape_elems(&in[0]), rows = (uint64_t) in[0].dims[0];
+    c->flops = 2 * n;
+    c->bytes = (2 * n + rows) * 4;
+}
+
+static void cost_argmax(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                        sl_op_cost *c)
+{
+    (void) a, (void) out;
+    uint64_t n = sl_shape_elems(&in[0]), rows = (uint64_t) in[0].dims[0];
+    c->flops = n;
+    c->bytes = (n + rows) * 4;
+}
+
+static void cost_adam(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)
+{
+    (void) a, (void) out;
+    uint64_t n = sl_shape_elems(&in[0]);
+    c->flops = 14 * n;
+    c->bytes = (7 * n + 1) * 4;
 }
 
 static void cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -236,7 +533,7 @@ static void cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape
     uint64_t k = (uint64_t) in[0].dims[a->i[0] ? 0 : 1];
     /* Validated: MK, KN and MN are each <= 2^40, so MNK <= 2^60. */
     c->flops = 2 * m * n * k;
-    c->bytes = (m * k + k * n + m * n) * sl_dtype_size(out[0].dtype);
+    c->bytes = (m * k + k * n + m * n) * 4;
 }
 
 static void cost_bias_add(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -257,6 +554,9 @@ static void cost_bias_grad(const sl_op_attrs *a, const sl_shape *in, const sl_sh
 
 /* ---- the table ---- */
 
+#define NN(name) sl_ops_infer_##name, sl_ops_cost_##name
+
+/* name, n_in, n_out, mutates, n_iattrs, n_fattrs, infer, cost */
 static const sl_op_def defs[SL_OP_COUNT] = {
     [SL_OP_FILL] = {"fill", 1, 1, 0, 0, 1, infer_like_in0, cost_fill},
     [SL_OP_COPY] = {"copy", 1, 1, 0, 0, 0, infer_like_in0, cost_copy},
@@ -270,8 +570,40 @@ static const sl_op_def defs[SL_OP_COUNT] = {
     [SL_OP_MSE_LOSS] = {"mse_loss", 2, 1, 0, 0, 0, infer_mse_loss, cost_mse_loss},
     [SL_OP_MSE_GRAD] = {"mse_grad", 2, 1, 0, 0, 0, infer_same2, cost_mse_grad},
     [SL_OP_SGD_UPDATE] = {"sgd_update", 2, 0, 1, 0, 1, infer_sgd, cost_sgd},
+    [SL_OP_MUL] = {"mul", 2, 1, 0, 0, 0, infer_same2, cost_binary},
+    [SL_OP_AXPY] = {"axpy", 2, 1, 0, 0, 1, infer_axpy, cost_axpy},
+    [SL_OP_ADD_SCALAR] = {"add_scalar", 1, 0, 1, 0, 1, infer_add_scalar, cost_add_scalar},
+    [SL_OP_SIGMOID] = {"sigmoid", 1, 1, 0, 0, 0, infer_like_in0, cost_transcendental},
+    [SL_OP_SIGMOID_GRAD] = {"sigmoid_grad", 2, 1, 0, 0, 0, infer_same2, cost_act_grad},
+    [SL_OP_TANH] = {"tanh", 1, 1, 0, 0, 0, infer_like_in0, cost_transcendental},
+    [SL_OP_TANH_GRAD] = {"tanh_grad", 2, 1, 0, 0, 0, infer_same2, cost_act_grad},
+    [SL_OP_CONV2D] = {"conv2d", 2, 1, 0, 9, 0, NN(conv2d)},
+    [SL_OP_CONV2D_GRAD_INPUT] = {"conv2d_grad_input", 3, 1, 0, 9, 0, NN(conv2d_grad_input)},
+    [SL_OP_CONV2D_GRAD_FILTER] = {"conv2d_grad_filter", 3, 1, 0, 9, 0, NN(conv2d_grad_filter)},
+    [SL_OP_CHANNEL_BIAS_ADD] = {"channel_bias_add", 2, 1, 0, 0, 0, NN(channel_bias_add)},
+    [SL_OP_CHANNEL_BIAS_GRAD] = {"channel_bias_grad", 1, 1, 0, 0, 0, NN(channel_bias_grad)},
+    [SL_OP_MAXPOOL] = {"maxpool", 1, 1, 0, 8, 0, NN(maxpool)},
+    [SL_OP_MAXPOOL_GRAD] = {"maxpool_grad", 3, 1, 0, 8, 0, NN(maxpool_grad)},
+    [SL_OP_AVGPOOL] = {"avgpool", 1, 1, 0, 9, 0, NN(avgpool)},
+    [SL_OP_AVGPOOL_GRAD] = {"avgpool_grad", 2, 1, 0, 9, 0, NN(avgpool_grad)},
+    /* batchnorm updates the running mean (in3) and variance (in4) in place. */
+    [SL_OP_BATCHNORM] = {"batchnorm", 5, 3, 0x18, 0, 2, NN(batchnorm)},
+    [SL_OP_BATCHNORM_INFER] = {"batchnorm_infer", 5, 1, 0, 0, 1, NN(batchnorm_infer)},
+    [SL_OP_BATCHNORM_GRAD] = {"batchnorm_grad", 5, 3, 0, 0, 0, NN(batchnorm_grad)},
+    [SL_OP_SOFTMAX] = {"softmax", 1, 1, 0, 0, 0, infer_softmax, cost_softmax},
+    [SL_OP_SOFTMAX_XENT] = {"softmax_xent", 2, 2, 0, 0, 0, infer_softmax_xent, cost_softmax_xent},
+    [SL_OP_SOFTMAX_XENT_GRAD] = {"softmax_xent_grad", 2, 1, 0, 0, 0, infer_softmax_xent_grad,
+                                 cost_softmax_xent_grad},
+    [SL_OP_REDUCE_SUM] = {"reduce_sum", 1, 1, 0, 0, 0, infer_reduce, cost_reduce_sum},
+    [SL_OP_REDUCE_MEAN] = {"reduce_mean", 1, 1, 0, 0, 0, infer_reduce, cost_reduce_mean},
+    [SL_OP_ARGMAX] = {"argmax", 1, 1, 0, 0, 0, infer_argmax, cost_argmax},
+    /* param (in0) and velocity (in2) are updated in place. */
+    [SL_OP_MOMENTUM_UPDATE] = {"momentum_update", 3, 0, 0x5, 0, 3, infer_momentum, cost_momentum},
+    /* param (in0), m (in2) and v (in3) are updated in place. */
+    [SL_OP_ADAM_UPDATE] = {"adam_update", 5, 0, 0xd, 0, 4, infer_adam, cost_adam},
+    [SL_OP_RESHAPE] = {"reshape", 1, 1, 0, SL_MAX_DIMS, 0, infer_reshape, cost_reshape},
 };
-
+#undef NN
 const sl_op_def *sl_op_get(unsigned id)
 {
     return id < SL_OP_COUNT ? &defs[id] : NULL;
@@ -295,12 +627,12 @@ static int check_unused_attrs(const sl_op_def *d, const sl_op_attrs *a, char *er
 {
     for (unsigned i = d->n_iattrs; i < SL_OP_MAX_IATTRS; i++)
         if (a->i[i] != 0)
-            return fail(err, errlen, "i[%u] is not used by this op and must be 0, got %lld", i,
-                        (long long) a->i[i]);
+            return sl_ops_fail(err, errlen, "i[%u] is not used by this op and must be 0, got %lld",
+                               i, (long long) a->i[i]);
     for (unsigned i = d->n_fattrs; i < SL_OP_MAX_FATTRS; i++)
         if (a->f[i] != 0.0f)
-            return fail(err, errlen, "f[%u] is not used by this op and must be 0, got %g", i,
-                        (double) a->f[i]);
+            return sl_ops_fail(err, errlen, "f[%u] is not used by this op and must be 0, got %g", i,
+                               (double) a->f[i]);
     return SL_OK;
 }
 
@@ -310,20 +642,21 @@ int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned 
     static const sl_op_attrs zero_attrs;
     const sl_op_def *d = sl_op_get(id);
     if (!d)
-        return fail(err, errlen, "unknown op id %u", id);
+        return sl_ops_fail(err, errlen, "unknown op id %u", id);
     if (n_in != d->n_in)
-        return fail(err, errlen, "%s: expected %u inputs, got %u", d->name, d->n_in, n_in);
+        return sl_ops_fail(err, errlen, "%s: expected %u inputs, got %u", d->name, d->n_in, n_in);
     if ((n_in && !in) || (d->n_out && !out))
-        return fail(err, errlen, "%s: missing input or output shape array", d->name);
+        return sl_ops_fail(err, errlen, "%s: missing input or output shape array", d->name);
     if (!a)
         a = &zero_attrs;
     for (unsigned i = 0; i < n_in; i++)
         if (!sl_shape_valid(&in[i])) {
-            char s[SHAPE_STR_LEN];
-            return fail(err, errlen,
-                        "%s: in%u %s is not a valid shape (known dtype, rank <= %d, dims >= 1, "
-                        "at most 2^40 elements)",
-                        d->name, i, sl_shape_str(&in[i], s, sizeof s), SL_MAX_DIMS);
+            char s[SL_SHAPE_STR_LEN];
+            return sl_ops_fail(
+                err, errlen,
+                "%s: in%u %s is not a valid shape (known dtype, rank <= %d, dims >= 1, "
+                "at most 2^40 elements)",
+                d->name, i, sl_shape_str(&in[i], s, sizeof s), SL_MAX_DIMS);
         }
     char why[192] = "";
     sl_shape tmp[SL_OP_MAX_OUT];
@@ -333,9 +666,9 @@ int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned 
         rc = d->infer(a, in, tmp, why, sizeof why);
     for (unsigned i = 0; rc == SL_OK && i < d->n_out; i++)
         if (!sl_shape_valid(&tmp[i]))
-            rc = fail(why, sizeof why, "output %u would not be a valid shape", i);
+            rc = sl_ops_fail(why, sizeof why, "output %u would not be a valid shape", i);
     if (rc != SL_OK)
-        return fail(err, errlen, "%s: %s", d->name, why);
+        return sl_ops_fail(err, errlen, "%s: %s", d->name, why);
     if (d->n_out)
         memcpy(out, tmp, d->n_out * sizeof *out);
     return SL_OK;

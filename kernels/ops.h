@@ -43,7 +43,8 @@
  *   channel_bias_add   out[N,C,H,W] = in0 + in1[C]
  *   channel_bias_grad  out[C] = sum over N, H, W of in0[N,C,H,W]
  *   maxpool       in0 x[N,C,H,W] -> out y; i[0..1] kernel, i[2..3] strides
- *                 (0 = 1), i[4..7] pads (padding never wins the max)
+ *                 (0 = 1), i[4..7] pads (padding never wins the max; each
+ *                 pad < the kernel, so every window holds a real element)
  *   maxpool_grad  in0 dy, in1 x, in2 y (maxpool's output) -> out dx; attrs
  *                 as maxpool. Ties: the gradient goes to the first max.
  *   avgpool       as maxpool, i[8] count_include_pad (0/1)
@@ -55,7 +56,7 @@
  *                 out1 saved mean[C], out2 saved inverse std[C]; f[0]
  *                 epsilon (> 0), f[1] momentum (ONNX: running = running *
  *                 momentum + batch * (1 - momentum); running var is the
- *                 unbiased batch variance)
+ *                 unbiased batch variance, so N*H*W >= 2)
  *   batchnorm_infer  in0 x, in1 scale, in2 bias, in3 mean, in4 var -> y;
  *                 f[0] epsilon
  *   batchnorm_grad   in0 dy, in1 x, in2 scale, in3 saved mean, in4 saved
@@ -82,7 +83,8 @@
  *                   p -= f[0](lr) * v   (PyTorch's SGD with momentum)
  *   adam_update     in0 param (mutated), in1 grad, in2 m (mutated), in3 v
  *                   (mutated), in4 t[1] (step count, 1 after the first
- *                   add_scalar; read only): f[0] lr, f[1] beta1, f[2] beta2,
+ *                   add_scalar; read only; [] also accepted): f[0] lr, f[1]
+ *                   beta1, f[2] beta2 (both in [0, 1)),
  *                   f[3] epsilon; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *                   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
  */

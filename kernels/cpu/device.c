@@ -24,6 +24,7 @@ struct region {
 };
 
 struct cpu_dev {
+    sl_cpu_shared shared;
     pthread_mutex_t lock; /* guards regions and used */
     bool lock_ready;
     struct region *regions;
@@ -48,8 +49,11 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     dev->total_bytes = pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 2 : 1ull << 30;
-    snprintf(dev->description, sizeof dev->description, "cpu (%ld cores, OpenBLAS)",
-             cores > 0 ? cores : 1);
+    d->shared.cores = cores > 0 ? (int) cores : 1;
+    atomic_init(&d->shared.running, 0);
+    atomic_init(&d->shared.forced_threads, 0);
+    snprintf(dev->description, sizeof dev->description, "cpu (%d cores, OpenBLAS, oneDNN)",
+             d->shared.cores);
 #ifdef OPENBLAS_VERSION
     /* Every stream is its own worker thread: one BLAS thread per stream keeps
      * lanes from oversubscribing the cores. */
@@ -130,6 +134,16 @@ static void cpu_mem_free(sl_device *dev, void *ptr)
     }
     munmap(r->base, r->bytes);
     sl_free(r);
+}
+
+sl_cpu_shared *sl_cpu_shared_of(sl_device *dev)
+{
+    return &((struct cpu_dev *) dev->priv)->shared;
+}
+
+void sl_cpu_force_threads(sl_device *dev, int threads)
+{
+    atomic_store(&sl_cpu_shared_of(dev)->forced_threads, threads > 0 ? threads : 0);
 }
 
 const sl_device_ops sl_cpu_device_ops = {

@@ -1,6 +1,9 @@
-/* cpu kernels: GEMM through OpenBLAS, everything else as plain loops over the
- * per-element math of elementwise.h. Shapes were validated by the registry;
- * kernels trust them. Reductions accumulate in double. */
+/* cpu kernels: the dispatch table, GEMM through OpenBLAS, and the
+ * element-wise and optimiser ops as plain loops over the per-element math of
+ * elementwise.h. Losses and reductions are in loss.c, normalisation in
+ * norm.c, convolution and pooling in conv.c and pool.c. Shapes were
+ * validated by the registry; kernels trust them. Reductions accumulate in
+ * double. */
 #include "cpu.h"
 
 #include "elementwise.h"
@@ -8,6 +11,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 
 /* Columns summed at once by bias_grad: the accumulators stay in registers or
@@ -147,6 +151,129 @@ static int k_sgd_update(const sl_op_call *c)
     return SL_OK;
 }
 
+static int k_mul(const sl_op_call *c)
+{
+    const float *a = f32(&c->in[0]), *b = f32(&c->in[1]);
+    float *y = f32(&c->out[0]);
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = sl_ew_mul(a[i], b[i]);
+    return SL_OK;
+}
+
+static int k_axpy(const sl_op_call *c)
+{
+    const float *x = f32(&c->in[0]), *b = f32(&c->in[1]);
+    float *y = f32(&c->out[0]), alpha = c->attrs.f[0];
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = sl_ew_axpy(x[i], b[i], alpha);
+    return SL_OK;
+}
+
+static int k_add_scalar(const sl_op_call *c)
+{
+    float *x = f32(&c->in[0]), v = c->attrs.f[0];
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        x[i] = sl_ew_add(x[i], v);
+    return SL_OK;
+}
+
+static int k_sigmoid(const sl_op_call *c)
+{
+    const float *x = f32(&c->in[0]);
+    float *y = f32(&c->out[0]);
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = sl_ew_sigmoid(x[i]);
+    return SL_OK;
+}
+
+static int k_sigmoid_grad(const sl_op_call *c)
+{
+    const float *dy = f32(&c->in[0]), *y = f32(&c->in[1]);
+    float *dx = f32(&c->out[0]);
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        dx[i] = sl_ew_sigmoid_grad(dy[i], y[i]);
+    return SL_OK;
+}
+
+static int k_tanh(const sl_op_call *c)
+{
+    const float *x = f32(&c->in[0]);
+    float *y = f32(&c->out[0]);
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = tanhf(x[i]);
+    return SL_OK;
+}
+
+static int k_tanh_grad(const sl_op_call *c)
+{
+    const float *dy = f32(&c->in[0]), *y = f32(&c->in[1]);
+    float *dx = f32(&c->out[0]);
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        dx[i] = sl_ew_tanh_grad(dy[i], y[i]);
+    return SL_OK;
+}
+
+static int k_momentum_update(const sl_op_call *c)
+{
+    float *p = f32(&c->in[0]), *v = f32(&c->in[2]);
+    const float *g = f32(&c->in[1]);
+    float lr = c->attrs.f[0], momentum = c->attrs.f[1], wd = c->attrs.f[2];
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = sl_ew_momentum(p[i], g[i], &v[i], lr, momentum, wd);
+    return SL_OK;
+}
+
+static int k_adam_update(const sl_op_call *c)
+{
+    float *p = f32(&c->in[0]), *m = f32(&c->in[2]), *v = f32(&c->in[3]);
+    const float *g = f32(&c->in[1]);
+    float lr = c->attrs.f[0], b1 = c->attrs.f[1], b2 = c->attrs.f[2], eps = c->attrs.f[3];
+    /* The step count lives in device memory (add_scalar advances it), so it
+     * can only be checked here: before the first step the bias corrections
+     * would divide by zero. */
+    float t = *f32(&c->in[4]);
+    if (!(t >= 1.0f) || !isfinite(t))
+        return SL_EINVAL;
+    float bc1 = (float) (1.0 - pow(b1, t)), bc2 = (float) (1.0 - pow(b2, t));
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = sl_ew_adam(p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, bc1, bc2);
+    return SL_OK;
+}
+
+/* salusd aliases reshape's output to its input and never launches it; a
+ * launch that does arrive copies, which is what a view means. */
+static int k_reshape(const sl_op_call *c)
+{
+    if (c->out[0].data != c->in[0].data)
+        memmove(c->out[0].data, c->in[0].data, sl_shape_bytes(&c->in[0].shape));
+    return SL_OK;
+}
+
+/* Ops run by conv.c through oneDNN: they need the stream's context. */
+static bool uses_dnnl(unsigned op)
+{
+    switch (op) {
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CONV2D_GRAD_FILTER:
+    case SL_OP_MAXPOOL:
+    case SL_OP_AVGPOOL:
+    case SL_OP_AVGPOOL_GRAD:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_FILL] = k_fill,
     [SL_OP_COPY] = k_copy,
@@ -160,25 +287,57 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_MSE_LOSS] = k_mse_loss,
     [SL_OP_MSE_GRAD] = k_mse_grad,
     [SL_OP_SGD_UPDATE] = k_sgd_update,
+    [SL_OP_MUL] = k_mul,
+    [SL_OP_AXPY] = k_axpy,
+    [SL_OP_ADD_SCALAR] = k_add_scalar,
+    [SL_OP_SIGMOID] = k_sigmoid,
+    [SL_OP_SIGMOID_GRAD] = k_sigmoid_grad,
+    [SL_OP_TANH] = k_tanh,
+    [SL_OP_TANH_GRAD] = k_tanh_grad,
+    [SL_OP_CHANNEL_BIAS_ADD] = sl_cpu_channel_bias_add,
+    [SL_OP_CHANNEL_BIAS_GRAD] = sl_cpu_channel_bias_grad,
+    [SL_OP_MAXPOOL_GRAD] = sl_cpu_maxpool_grad,
+    [SL_OP_BATCHNORM] = sl_cpu_batchnorm,
+    [SL_OP_BATCHNORM_INFER] = sl_cpu_batchnorm_infer,
+    [SL_OP_BATCHNORM_GRAD] = sl_cpu_batchnorm_grad,
+    [SL_OP_SOFTMAX] = sl_cpu_softmax,
+    [SL_OP_SOFTMAX_XENT] = sl_cpu_softmax_xent,
+    [SL_OP_SOFTMAX_XENT_GRAD] = sl_cpu_softmax_xent_grad,
+    [SL_OP_REDUCE_SUM] = sl_cpu_reduce_sum,
+    [SL_OP_REDUCE_MEAN] = sl_cpu_reduce_mean,
+    [SL_OP_ARGMAX] = sl_cpu_argmax,
+    [SL_OP_MOMENTUM_UPDATE] = k_momentum_update,
+    [SL_OP_ADAM_UPDATE] = k_adam_update,
+    [SL_OP_RESHAPE] = k_reshape,
 };
+
+static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        for (unsigned d = 0; d < t[i].shape.ndim && d < SL_MAX_DIMS; d++)
+            if (t[i].shape.dims[d] > INT_MAX)
+                return false;
+    return true;
+}
 
 int sl_cpu_op_check(const sl_op_call *call)
 {
     const sl_op_def *def = sl_op_get(call->op);
-    if (!def || !kernels[call->op])
+    if (!def || (!kernels[call->op] && !uses_dnnl(call->op)))
         return SL_EUNSUPPORTED;
     if (call->n_in != def->n_in || call->n_out != def->n_out)
         return SL_EINVAL;
-    if (call->op == SL_OP_MATMUL) {
-        /* cblas takes int dimensions. */
-        const int64_t *a = call->in[0].shape.dims, *b = call->in[1].shape.dims;
-        if (a[0] > INT_MAX || a[1] > INT_MAX || b[0] > INT_MAX || b[1] > INT_MAX)
-            return SL_EUNSUPPORTED;
-    }
+    /* cblas takes int dimensions; oneDNN's kernels index with int; argmax
+     * writes i32 column indices. */
+    if ((call->op == SL_OP_MATMUL || call->op == SL_OP_ARGMAX || uses_dnnl(call->op)) &&
+        (!dims_fit_int(call->in, call->n_in) || !dims_fit_int(call->out, call->n_out)))
+        return SL_EUNSUPPORTED;
     return SL_OK;
 }
 
-int sl_cpu_run_op(const sl_op_call *call)
+int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call)
 {
+    if (uses_dnnl(call->op))
+        return sl_cpu_dnnl_op(x, call);
     return kernels[call->op](call);
 }

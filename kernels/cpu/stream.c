@@ -49,6 +49,7 @@ struct sl_stream {
     unsigned sync_waiters;
     bool worker_asleep, stopping;
     pthread_t worker;
+    sl_cpu_exec exec; /* the worker's alone */
 };
 
 static void free_list(struct cmd *c)
@@ -60,12 +61,25 @@ static void free_list(struct cmd *c)
     }
 }
 
+/* Runs one op with its share of the cores (see cpu.h): cores divided by
+ * the streams running an op at this moment, this one included. */
+static int run_op(sl_cpu_exec *x, const sl_op_call *call)
+{
+    sl_cpu_shared *sh = x->shared;
+    int running = atomic_fetch_add(&sh->running, 1) + 1;
+    int forced = atomic_load(&sh->forced_threads), share = sh->cores / running;
+    x->threads = forced > 0 ? forced : share > 1 ? share : 1;
+    int rc = sl_cpu_run_op(x, call);
+    atomic_fetch_sub(&sh->running, 1);
+    return rc;
+}
+
 /* Runs one command; returns its error. Called without the lock. */
-static int execute(struct cmd *c)
+static int execute(sl_stream *s, struct cmd *c)
 {
     switch (c->kind) {
     case CMD_OP:
-        return sl_cpu_run_op(&c->u.op);
+        return run_op(&s->exec, &c->u.op);
     case CMD_COPY:
         memmove(c->u.copy.dst, c->u.copy.src, c->u.copy.n);
         return SL_OK;
@@ -103,7 +117,7 @@ static void *worker_main(void *arg)
         if (c->kind == CMD_CALLBACK)
             c->u.cb.fn(c->u.cb.arg, status);
         else if (status == SL_OK)
-            rc = execute(c);
+            rc = execute(s, c);
 
         pthread_mutex_lock(&s->lock);
         if (rc != SL_OK && s->sticky == SL_OK)
@@ -115,6 +129,10 @@ static void *worker_main(void *arg)
             pthread_cond_broadcast(&s->done_cv);
     }
     pthread_mutex_unlock(&s->lock);
+    /* oneDNN state is freed by the thread that made it: its OpenMP pool
+     * belongs to this thread too. */
+    sl_cpu_dnnl_free(s->exec.dnnl);
+    s->exec.dnnl = NULL;
     return NULL;
 }
 
@@ -163,6 +181,8 @@ int sl_cpu_stream_create(sl_device *dev, int priority, sl_stream **out)
     sl_stream *s = sl_calloc(1, sizeof *s);
     if (!s)
         return SL_ENOMEM;
+    s->exec.shared = sl_cpu_shared_of(dev);
+    s->exec.threads = 1;
     for (unsigned i = 0; i < PREALLOC_NODES; i++) {
         struct cmd *c = sl_malloc(sizeof *c);
         if (!c)
@@ -301,4 +321,12 @@ int sl_cpu_inject_error(sl_stream *s, int code)
     c->kind = CMD_FAIL;
     c->u.fail = code;
     return commit(s, c);
+}
+
+unsigned sl_cpu_cached_prims(sl_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    unsigned n = sl_cpu_dnnl_count(s->exec.dnnl);
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }

@@ -1,0 +1,50 @@
+/* Private to the cpu backend: running ops through oneDNN with primitives
+ * built once per distinct (op, shapes, attributes, threads) and cached per
+ * stream (dnnl.c). conv.c describes each op; dnnl.c builds, caches and runs.
+ * Only the stream's worker thread uses its cache, so it takes no lock. */
+#ifndef SL_CPU_DNNL_CACHE_H
+#define SL_CPU_DNNL_CACHE_H
+
+#include "cpu.h"
+
+#include <dnnl.h>
+
+#define SL_CPU_PRIM_MAX_ARGS 4
+
+/* One execute argument of a primitive and the salus tensor behind it. */
+typedef struct sl_cpu_prim_arg {
+    int arg;                 /* DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, ... */
+    int tensor;              /* >= 0: input index; < 0: output -1 - tensor */
+    dnnl_memory_desc_t user; /* the tensor's plain layout (NCHW, [G,]OIHW) */
+} sl_cpu_prim_arg;
+
+/* What a builder produces: a primitive descriptor and its arguments. Where
+ * the descriptor wants another layout than an argument's plain one (oneDNN's
+ * fast convolutions want blocked layouts), dnnl.c reorders through the
+ * stream's scratch memory. */
+typedef struct sl_cpu_prim_spec {
+    dnnl_primitive_desc_t pd; /* ownership passes to dnnl.c */
+    unsigned n_args;
+    sl_cpu_prim_arg args[SL_CPU_PRIM_MAX_ARGS];
+} sl_cpu_prim_spec;
+
+/* Builds the descriptor for call c on engine eng with attr (user scratchpad
+ * mode; the builder must pass it to dnnl_primitive_desc_create). Returns
+ * dnnl_success or the failing call's status; on failure nothing is owned. */
+typedef dnnl_status_t (*sl_cpu_prim_build)(dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
+                                           const sl_op_call *c, sl_cpu_prim_spec *spec);
+
+/* Runs call c on the worker's oneDNN stream with x->threads threads: finds
+ * the cached primitive for (c's op, shapes, attributes, x->threads) or
+ * builds it with build, points its memory objects at c's tensors (no copy
+ * unless a layout differs), executes and waits. Creates x->dnnl on first
+ * use. Returns SL_OK, SL_ENOMEM, SL_EUNSUPPORTED (no oneDNN implementation)
+ * or SL_EDEVICE (oneDNN failed; logged). */
+int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build);
+
+/* Fills md with a dense f32 layout of dims (ndim 4 or 5; tag nchw, oihw or
+ * goihw). Returns the oneDNN status. */
+dnnl_status_t sl_cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,
+                              dnnl_format_tag_t tag);
+
+#endif

@@ -1,0 +1,199 @@
+/* cpu kernels of the per-channel ops on [N,C] and [N,C,H,W] tensors:
+ * channel bias and batch normalisation. Element (n, c, s) of a tensor with
+ * `spatial` = H*W values per channel (1 for [N,C]) lives at (n*C + c)*spatial
+ * + s. The loops walk channels in blocks so that per-channel accumulators
+ * stay in registers or L1 while the batch streams by in memory order (for
+ * [N,C] a row at a time), and never allocate. Statistics accumulate in
+ * double: one pass computes sum and sum of squares without losing float
+ * precision. */
+#include "cpu.h"
+#include "sum.h"
+
+#include "sl_error.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define CH_BLOCK 64
+
+static inline float *f32(const sl_tensor_ref *t)
+{
+    return t->data;
+}
+
+struct layout {
+    uint64_t n, c, spatial;
+};
+
+static struct layout layout_of(const sl_shape *x)
+{
+    struct layout l = {(uint64_t) x->dims[0], (uint64_t) x->dims[1], 1};
+    for (unsigned d = 2; d < x->ndim; d++)
+        l.spatial *= (uint64_t) x->dims[d];
+    return l;
+}
+
+static inline uint64_t at(const struct layout *l, uint64_t n, uint64_t c)
+{
+    return (n * l->c + c) * l->spatial;
+}
+
+static inline uint64_t block_width(const struct layout *l, uint64_t c0)
+{
+    return l->c - c0 < CH_BLOCK ? l->c - c0 : CH_BLOCK;
+}
+
+/* y = x * a[c] + b[c] for the channels [c0, c0 + w). */
+static void affine_block(const struct layout *l, const float *x, float *y, uint64_t c0, uint64_t w,
+                         const float *a, const float *b)
+{
+    for (uint64_t n = 0; n < l->n; n++)
+        for (uint64_t j = 0; j < w; j++) {
+            const float *xp = x + at(l, n, c0 + j);
+            float *yp = y + at(l, n, c0 + j);
+            float aj = a[j], bj = b[j];
+            for (uint64_t s = 0; s < l->spatial; s++)
+                yp[s] = xp[s] * aj + bj;
+        }
+}
+
+int sl_cpu_channel_bias_add(const sl_op_call *c)
+{
+    struct layout l = layout_of(&c->in[0].shape);
+    const float *x = f32(&c->in[0]), *bias = f32(&c->in[1]);
+    float *y = f32(&c->out[0]);
+    for (uint64_t n = 0; n < l.n; n++)
+        for (uint64_t ch = 0; ch < l.c; ch++) {
+            uint64_t o = at(&l, n, ch);
+            float b = bias[ch];
+            for (uint64_t s = 0; s < l.spatial; s++)
+                y[o + s] = x[o + s] + b;
+        }
+    return SL_OK;
+}
+
+/* sum[j] (and sumsq[j] if not NULL) over batch and space for channel c0 + j. */
+static void channel_sums(const struct layout *l, const float *x, uint64_t c0, uint64_t w,
+                         double *sum, double *sumsq)
+{
+    for (uint64_t j = 0; j < w; j++)
+        sum[j] = sumsq ? (sumsq[j] = 0) : 0;
+    for (uint64_t n = 0; n < l->n; n++)
+        for (uint64_t j = 0; j < w; j++) {
+            const float *xp = x + at(l, n, c0 + j);
+            if (sumsq)
+                sl_cpu_sum_sq(xp, l->spatial, &sum[j], &sumsq[j]);
+            else
+                sum[j] += sl_cpu_sum(xp, l->spatial);
+        }
+}
+
+int sl_cpu_channel_bias_grad(const sl_op_call *c)
+{
+    struct layout l = layout_of(&c->in[0].shape);
+    float *db = f32(&c->out[0]);
+    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
+        uint64_t w = block_width(&l, c0);
+        double sum[CH_BLOCK];
+        channel_sums(&l, f32(&c->in[0]), c0, w, sum, NULL);
+        for (uint64_t j = 0; j < w; j++)
+            db[c0 + j] = (float) sum[j];
+    }
+    return SL_OK;
+}
+
+/* Training: normalise with the batch statistics, update the running ones
+ * (ONNX / PyTorch momentum convention, unbiased running variance), save the
+ * mean and inverse std for the backward pass. */
+int sl_cpu_batchnorm(const sl_op_call *c)
+{
+    struct layout l = layout_of(&c->in[0].shape);
+    const float *x = f32(&c->in[0]), *scale = f32(&c->in[1]), *bias = f32(&c->in[2]);
+    float *run_mean = f32(&c->in[3]), *run_var = f32(&c->in[4]);
+    float *y = f32(&c->out[0]), *saved_mean = f32(&c->out[1]), *saved_istd = f32(&c->out[2]);
+    double eps = c->attrs.f[0], momentum = c->attrs.f[1];
+    double count = (double) (l.n * l.spatial); /* >= 2: the registry checked */
+    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
+        uint64_t w = block_width(&l, c0);
+        double sum[CH_BLOCK], sumsq[CH_BLOCK];
+        float a[CH_BLOCK], b[CH_BLOCK];
+        channel_sums(&l, x, c0, w, sum, sumsq);
+        for (uint64_t j = 0; j < w; j++) {
+            uint64_t ch = c0 + j;
+            double mean = sum[j] / count;
+            double var = sumsq[j] / count - mean * mean;
+            var = var > 0 ? var : 0; /* rounding can leave a tiny negative */
+            double istd = 1.0 / sqrt(var + eps);
+            a[j] = (float) (scale[ch] * istd);
+            b[j] = (float) (bias[ch] - mean * scale[ch] * istd);
+            saved_mean[ch] = (float) mean;
+            saved_istd[ch] = (float) istd;
+            run_mean[ch] = (float) (run_mean[ch] * momentum + mean * (1 - momentum));
+            run_var[ch] =
+                (float) (run_var[ch] * momentum + var * count / (count - 1) * (1 - momentum));
+        }
+        affine_block(&l, x, y, c0, w, a, b);
+    }
+    return SL_OK;
+}
+
+int sl_cpu_batchnorm_infer(const sl_op_call *c)
+{
+    struct layout l = layout_of(&c->in[0].shape);
+    const float *scale = f32(&c->in[1]), *bias = f32(&c->in[2]);
+    const float *mean = f32(&c->in[3]), *var = f32(&c->in[4]);
+    double eps = c->attrs.f[0];
+    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
+        uint64_t w = block_width(&l, c0);
+        float a[CH_BLOCK], b[CH_BLOCK];
+        for (uint64_t j = 0; j < w; j++) {
+            uint64_t ch = c0 + j;
+            double k = scale[ch] / sqrt((double) var[ch] + eps);
+            a[j] = (float) k;
+            b[j] = (float) (bias[ch] - mean[ch] * k);
+        }
+        affine_block(&l, f32(&c->in[0]), f32(&c->out[0]), c0, w, a, b);
+    }
+    return SL_OK;
+}
+
+/* With xhat = (x - mean) * istd and M values per channel:
+ * dbias = sum dy, dscale = sum dy * xhat,
+ * dx = scale * istd * (dy - dbias / M - xhat * dscale / M). */
+int sl_cpu_batchnorm_grad(const sl_op_call *c)
+{
+    struct layout l = layout_of(&c->in[1].shape);
+    const float *dy = f32(&c->in[0]), *x = f32(&c->in[1]), *scale = f32(&c->in[2]);
+    const float *mean = f32(&c->in[3]), *istd = f32(&c->in[4]);
+    float *dx = f32(&c->out[0]), *dscale = f32(&c->out[1]), *dbias = f32(&c->out[2]);
+    double count = (double) (l.n * l.spatial);
+    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
+        uint64_t w = block_width(&l, c0);
+        double s_dy[CH_BLOCK] = {0}, s_dyx[CH_BLOCK] = {0};
+        for (uint64_t n = 0; n < l.n; n++)
+            for (uint64_t j = 0; j < w; j++) {
+                uint64_t o = at(&l, n, c0 + j);
+                sl_cpu_sum_dot(dy + o, x + o, mean[c0 + j], l.spatial, &s_dy[j], &s_dyx[j]);
+            }
+        /* dx = k_dy * dy - k_x * (x - mean) - k_0 per channel. */
+        float k_dy[CH_BLOCK], k_x[CH_BLOCK], k_0[CH_BLOCK];
+        for (uint64_t j = 0; j < w; j++) {
+            uint64_t ch = c0 + j;
+            double is = istd[ch], ds = s_dyx[j] * is;
+            dbias[ch] = (float) s_dy[j];
+            dscale[ch] = (float) ds;
+            double k = scale[ch] * is;
+            k_dy[j] = (float) k;
+            k_x[j] = (float) (k * ds * is / count);
+            k_0[j] = (float) (k * s_dy[j] / count);
+        }
+        for (uint64_t n = 0; n < l.n; n++)
+            for (uint64_t j = 0; j < w; j++) {
+                uint64_t o = at(&l, n, c0 + j);
+                float m = mean[c0 + j], a = k_dy[j], b = k_x[j], z = k_0[j];
+                for (uint64_t s = 0; s < l.spatial; s++)
+                    dx[o + s] = a * dy[o + s] - b * (x[o + s] - m) - z;
+            }
+    }
+    return SL_OK;
+}

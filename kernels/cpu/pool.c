@@ -1,0 +1,185 @@
+/* maxpool_grad in plain C, from x, y and dy. oneDNN's max-pool backward
+ * needs the forward pass's workspace, which salus's maxpool (a separate op
+ * that may run in an inference graph) does not keep; recomputing the argmax
+ * from y is one compare per window element, cheaper than re-running the
+ * forward pass, and it gives the ONNX/PyTorch tie rule directly: the
+ * gradient goes to the first element of the window (row-major) that equals
+ * the max. Padding never holds the max, so only real elements are scanned. */
+#include "cpu.h"
+#include "ops_geom.h"
+
+#include "sl_error.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static inline int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* g where hit, else +0.0, without a branch (a select compiles to a
+ * mispredicted jump per element here). */
+static inline float keep_if(bool hit, float g)
+{
+    uint32_t bits;
+    memcpy(&bits, &g, sizeof bits);
+    bits &= 0u - (uint32_t) hit;
+    memcpy(&g, &bits, sizeof g);
+    return g;
+}
+
+/* The first element of x's window (rows [hb, he), columns [wb, we)) equal
+ * to m, scanning row-major; -1 if none. A NaN max matches the first NaN. */
+static int64_t first_max(const float *x, int64_t w, int64_t hb, int64_t he, int64_t wb, int64_t we,
+                         float m)
+{
+    bool nan = isnan(m);
+    for (int64_t r = hb; r < he; r++)
+        for (int64_t s = wb; s < we; s++) {
+            float v = x[r * w + s];
+            if (v == m || (nan && isnan(v)))
+                return r * w + s;
+        }
+    return -1;
+}
+
+/* Windows that tile the plane without overlap or padding (stride = kernel,
+ * the usual 2x2/2): every element is written once, the max gets dy and the
+ * rest 0, branch-free; rows and columns no window covers get 0. */
+static void grad_tiled(const float *x, const float *y, const float *dy, float *dx, int64_t h,
+                       int64_t w, int64_t oh, int64_t ow, int64_t kh, int64_t kw)
+{
+    for (int64_t i = 0; i < oh; i++) {
+        for (int64_t j = 0; j < ow; j++) {
+            float m = y[i * ow + j], g = dy[i * ow + j];
+            if (isnan(m)) { /* rare: keep the NaN rule out of the fast loop */
+                int64_t at = first_max(x, w, i * kh, i * kh + kh, j * kw, j * kw + kw, m);
+                for (int64_t r = i * kh; r < i * kh + kh; r++)
+                    for (int64_t s = j * kw; s < j * kw + kw; s++)
+                        dx[r * w + s] = r * w + s == at ? g : 0.0f;
+                continue;
+            }
+            bool found = false;
+            for (int64_t r = i * kh; r < i * kh + kh; r++)
+                for (int64_t s = j * kw; s < j * kw + kw; s++) {
+                    bool hit = !found & (x[r * w + s] == m);
+                    dx[r * w + s] = keep_if(hit, g);
+                    found |= hit;
+                }
+        }
+        for (int64_t r = i * kh; r < i * kh + kh; r++)
+            memset(dx + r * w + ow * kw, 0, (size_t) (w - ow * kw) * sizeof *dx);
+    }
+    memset(dx + oh * kh * w, 0, (size_t) ((h - oh * kh) * w) * sizeof *dx);
+}
+
+static inline uint32_t float_bits(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+static inline float bits_float(uint32_t b)
+{
+    float v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+/* One row of 2x2 windows: per output, masks pick the first of a, b, c, d
+ * equal to the max, all in integer bit operations so the loop vectorises.
+ * A NaN max matches nothing; returns true when one was seen, and the caller
+ * redoes the row with first_max. */
+static bool grad_row_2x2(const float *x0, const float *x1, const float *y, const float *dy,
+                         float *d0, float *d1, int64_t ow)
+{
+    uint32_t nan_seen = 0;
+    for (int64_t j = 0; j < ow; j++) {
+        float m = y[j];
+        uint32_t g = float_bits(dy[j]);
+        uint32_t ma = 0u - (uint32_t) (x0[2 * j] == m);
+        uint32_t mb = (0u - (uint32_t) (x0[2 * j + 1] == m)) & ~ma;
+        uint32_t mc = (0u - (uint32_t) (x1[2 * j] == m)) & ~(ma | mb);
+        uint32_t md = (0u - (uint32_t) (x1[2 * j + 1] == m)) & ~(ma | mb | mc);
+        nan_seen |= (uint32_t) (m != m);
+        d0[2 * j] = bits_float(g & ma);
+        d0[2 * j + 1] = bits_float(g & mb);
+        d1[2 * j] = bits_float(g & mc);
+        d1[2 * j + 1] = bits_float(g & md);
+    }
+    return nan_seen != 0;
+}
+
+/* grad_tiled for 2x2 windows, the common CNN pool. */
+static void grad_tiled_2x2(const float *x, const float *y, const float *dy, float *dx, int64_t h,
+                           int64_t w, int64_t oh, int64_t ow)
+{
+    for (int64_t i = 0; i < oh; i++) {
+        const float *x0 = x + 2 * i * w, *x1 = x0 + w;
+        float *d0 = dx + 2 * i * w, *d1 = d0 + w;
+        if (grad_row_2x2(x0, x1, y + i * ow, dy + i * ow, d0, d1, ow)) {
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t at = first_max(x, w, 2 * i, 2 * i + 2, 2 * j, 2 * j + 2, y[i * ow + j]);
+                for (int64_t r = 2 * i; r < 2 * i + 2; r++)
+                    for (int64_t s = 2 * j; s < 2 * j + 2; s++)
+                        dx[r * w + s] = keep_if(r * w + s == at, dy[i * ow + j]);
+            }
+        }
+        if (w > 2 * ow) {
+            d0[w - 1] = 0.0f;
+            d1[w - 1] = 0.0f;
+        }
+    }
+    if (h > 2 * oh)
+        memset(dx + (h - 1) * w, 0, (size_t) w * sizeof *dx);
+}
+
+/* Any window geometry: zero dx, then add each window's dy at its max. */
+static void grad_general(const float *x, const float *y, const float *dy, float *dx, int64_t h,
+                         int64_t w, int64_t oh, int64_t ow, const sl_window2d *g)
+{
+    memset(dx, 0, (size_t) (h * w) * sizeof *dx);
+    for (int64_t i = 0; i < oh; i++) {
+        int64_t h0 = i * g->stride[0] - g->pad_begin[0];
+        int64_t hb = max64(h0, 0), he = min64(h0 + g->kernel[0], h);
+        for (int64_t j = 0; j < ow; j++) {
+            int64_t w0 = j * g->stride[1] - g->pad_begin[1];
+            int64_t at =
+                first_max(x, w, hb, he, max64(w0, 0), min64(w0 + g->kernel[1], w), y[i * ow + j]);
+            /* No match only if y is not maxpool(x): the gradient has nowhere
+             * to go. */
+            if (at >= 0)
+                dx[at] += dy[i * ow + j];
+        }
+    }
+}
+
+int sl_cpu_maxpool_grad(const sl_op_call *c)
+{
+    const float *dy = c->in[0].data, *x = c->in[1].data, *y = c->in[2].data;
+    float *dx = c->out[0].data;
+    const int64_t *xd = c->in[1].shape.dims, *yd = c->in[2].shape.dims;
+    sl_window2d g = sl_pool_window(&c->attrs);
+    int64_t h = xd[2], w = xd[3], oh = yd[2], ow = yd[3];
+    bool tiled = g.stride[0] == g.kernel[0] && g.stride[1] == g.kernel[1] && !g.pad_begin[0] &&
+                 !g.pad_begin[1] && !g.pad_end[0] && !g.pad_end[1];
+    uint64_t planes = (uint64_t) (xd[0] * xd[1]);
+    for (uint64_t p = 0; p < planes; p++) {
+        uint64_t xo = p * (uint64_t) (h * w), yo = p * (uint64_t) (oh * ow);
+        if (tiled && g.kernel[0] == 2 && g.kernel[1] == 2)
+            grad_tiled_2x2(x + xo, y + yo, dy + yo, dx + xo, h, w, oh, ow);
+        else if (tiled)
+            grad_tiled(x + xo, y + yo, dy + yo, dx + xo, h, w, oh, ow, g.kernel[0], g.kernel[1]);
+        else
+            grad_general(x + xo, y + yo, dy + yo, dx + xo, h, w, oh, ow, &g);
+    }
+    return SL_OK;
+}

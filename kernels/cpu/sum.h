@@ -1,0 +1,73 @@
+/* Private to the cpu backend: sums of float data accumulated in double.
+ * Eight independent lanes let the compiler vectorise the loop without
+ * reassociating anything, and double accumulators keep a sum over millions
+ * of elements accurate to float precision. */
+#ifndef SL_CPU_SUM_H
+#define SL_CPU_SUM_H
+
+#include <stdint.h>
+
+#define SL_CPU_SUM_LANES 8
+
+/* Sum of x[0..n). */
+static inline double sl_cpu_sum(const float *x, uint64_t n)
+{
+    double acc[SL_CPU_SUM_LANES] = {0}, s = 0;
+    uint64_t i = 0;
+    for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
+        for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++)
+            acc[j] += x[i + j];
+    for (; i < n; i++)
+        s += x[i];
+    for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++)
+        s += acc[j];
+    return s;
+}
+
+/* Adds sum(x) to *sum and sum(x^2) to *sumsq over x[0..n). */
+static inline void sl_cpu_sum_sq(const float *x, uint64_t n, double *sum, double *sumsq)
+{
+    double a[SL_CPU_SUM_LANES] = {0}, b[SL_CPU_SUM_LANES] = {0}, s = 0, q = 0;
+    uint64_t i = 0;
+    for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
+        for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
+            double v = x[i + j];
+            a[j] += v;
+            b[j] += v * v;
+        }
+    for (; i < n; i++) {
+        s += x[i];
+        q += (double) x[i] * x[i];
+    }
+    for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
+        s += a[j];
+        q += b[j];
+    }
+    *sum += s;
+    *sumsq += q;
+}
+
+/* Adds sum(dy) to *sdy and sum(dy * (x - m)) to *sdyx over [0..n). */
+static inline void sl_cpu_sum_dot(const float *dy, const float *x, float m, uint64_t n, double *sdy,
+                                  double *sdyx)
+{
+    double a[SL_CPU_SUM_LANES] = {0}, b[SL_CPU_SUM_LANES] = {0}, s = 0, d = 0;
+    uint64_t i = 0;
+    for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
+        for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
+            a[j] += dy[i + j];
+            b[j] += (double) dy[i + j] * (x[i + j] - m);
+        }
+    for (; i < n; i++) {
+        s += dy[i];
+        d += (double) dy[i] * (x[i] - m);
+    }
+    for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
+        s += a[j];
+        d += b[j];
+    }
+    *sdy += s;
+    *sdyx += d;
+}
+
+#endif

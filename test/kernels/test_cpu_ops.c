@@ -1,0 +1,272 @@
+/* What only the cpu kernels have: the per-stream oneDNN primitive cache
+ * (hits, thread-count variants, eviction), threads per op, concurrent lanes,
+ * and run-time checks beyond the registry's. */
+#include "kt_nn.h"
+
+#include "cpu/cpu.h"
+#include "sl_alloc.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static int setup(void **state)
+{
+    kt_env *e = sl_calloc(1, sizeof *e);
+    if (!e || kt_env_open(e, "cpu") != SL_OK) {
+        sl_free(e);
+        return -1;
+    }
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    kt_env_close(*state);
+    sl_free(*state);
+    return 0;
+}
+
+/* One conv2d: x [8,16,16,16] * w [32,16,3,3], pad 1: 19 Mflop, above the
+ * work that kernels/cpu/dnnl.c gives more than one thread. */
+static const int64_t cx[4] = {8, 16, 16, 16}, cw[4] = {32, 16, 3, 3};
+static const sl_op_attrs cattrs = {.i = {1, 1, 1, 1, 1, 1}};
+
+static void conv_once(kt_env *e, const float *x, const float *w, float *y)
+{
+    sl_shape sh[2] = {KT_F32(4, cx[0], cx[1], cx[2], cx[3]), KT_F32(4, cw[0], cw[1], cw[2], cw[3])};
+    kt_run_op(e, SL_OP_CONV2D, &cattrs, sh, (float *[]){(float *) x, (float *) w}, 2,
+              (float *[]){y});
+}
+
+static void test_cache_and_threads(void **state)
+{
+    kt_env *e = *state;
+    int64_t yd[4];
+    kt_conv_out(cx, cw, &cattrs, yd);
+    size_t nx = kt_elems(cx, 4), nw = kt_elems(cw, 4), ny = kt_elems(yd, 4);
+    float *x = kt_fvec(nx), *w = kt_fvec(nw), *y1 = kt_fvec(ny), *y2 = kt_fvec(ny);
+    double *xd = kt_dvec(nx), *wd = kt_dvec(nw), *want = kt_dvec(ny);
+    kt_rand(x, nx, 700, -1, 1);
+    kt_rand(w, nw, 701, -1, 1);
+    kt_widen(x, xd, nx);
+    kt_widen(w, wd, nw);
+    kt_ref_conv2d(xd, wd, want, cx, cw, &cattrs);
+
+    unsigned before = sl_cpu_cached_prims(e->stream);
+    sl_cpu_force_threads(e->dev, 1);
+    conv_once(e, x, w, y1);
+    assert_int_equal(sl_cpu_cached_prims(e->stream), before + 1);
+    conv_once(e, x, w, y1); /* a hit: nothing new */
+    assert_int_equal(sl_cpu_cached_prims(e->stream), before + 1);
+    kt_expect_close("conv2d, 1 thread", y1, want, ny, 1e-5);
+    /* Little work stays on one thread whatever the share: no new variant. */
+    sl_cpu_force_threads(e->dev, 2);
+    float pool_x[4 * 4] = {0}, pool_y[2 * 2];
+    sl_op_attrs pool = {.i = {2, 2, 2, 2}};
+    kt_run_op(e, SL_OP_MAXPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
+              (float *[]){pool_y});
+    sl_cpu_force_threads(e->dev, 1);
+    kt_run_op(e, SL_OP_MAXPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
+              (float *[]){pool_y});
+    assert_int_equal(sl_cpu_cached_prims(e->stream), before + 2);
+    before++;
+
+    /* Another thread count is another primitive, with the same results. */
+    sl_cpu_force_threads(e->dev, 2);
+    conv_once(e, x, w, y2);
+    assert_int_equal(sl_cpu_cached_prims(e->stream), before + 2);
+    kt_expect_close("conv2d, 2 threads", y2, want, ny, 1e-5);
+    sl_cpu_force_threads(e->dev, 0);
+    sl_free(x), sl_free(w), sl_free(y1), sl_free(y2), sl_free(xd), sl_free(wd), sl_free(want);
+}
+
+/* More distinct shapes than the cache holds: the least recently used are
+ * evicted, the count stays bounded, results stay right. */
+static void test_cache_eviction(void **state)
+{
+    kt_env *e = *state;
+    enum { SHAPES = 80 };
+    float x[2 * 2 * 12 * 12], y[2 * 2 * 12 * 12];
+    double xd[2 * 2 * 12 * 12], want[2 * 2 * 12 * 12];
+    sl_op_attrs a = {.i = {2, 2}};
+    unsigned peak = 0;
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < SHAPES; i++) {
+            int64_t xdims[4] = {1 + i % 2, 2, 2 + (i / 2) % 10, 2 + i / 20}, yd[4];
+            size_t nx = kt_elems(xdims, 4);
+            kt_pool_out(xdims, &a, yd);
+            kt_rand(x, nx, 710 + (uint64_t) i, -1, 1);
+            kt_widen(x, xd, nx);
+            kt_run_op(e, SL_OP_MAXPOOL, &a, &KT_F32(4, xdims[0], xdims[1], xdims[2], xdims[3]),
+                      (float *[]){x}, 1, (float *[]){y});
+            kt_ref_pool(true, xd, want, xdims, &a);
+            kt_expect_close("maxpool under eviction", y, want, kt_elems(yd, 4), 0);
+            unsigned n = sl_cpu_cached_prims(e->stream);
+            peak = n > peak ? n : peak;
+        }
+    assert_int_equal(peak, 64); /* CACHE_ENTRIES in kernels/cpu/dnnl.c */
+}
+
+struct lane {
+    kt_env env;
+    const float *x, *w;
+    float *y;
+    int rounds;
+};
+
+static void *lane_main(void *arg)
+{
+    struct lane *l = arg;
+    for (int i = 0; i < l->rounds; i++)
+        conv_once(&l->env, l->x, l->w, l->y);
+    return NULL;
+}
+
+/* Two lanes (streams) convolving at once: each has its own cache and its
+ * share of the cores; both get the right answer. */
+static void test_concurrent_lanes(void **state)
+{
+    (void) state;
+    int64_t yd[4];
+    kt_conv_out(cx, cw, &cattrs, yd);
+    size_t nx = kt_elems(cx, 4), nw = kt_elems(cw, 4), ny = kt_elems(yd, 4);
+    float *x = kt_fvec(nx), *w = kt_fvec(nw);
+    double *xd = kt_dvec(nx), *wd = kt_dvec(nw), *want = kt_dvec(ny);
+    kt_rand(x, nx, 720, -1, 1);
+    kt_rand(w, nw, 721, -1, 1);
+    kt_widen(x, xd, nx);
+    kt_widen(w, wd, nw);
+    kt_ref_conv2d(xd, wd, want, cx, cw, &cattrs);
+    struct lane lanes[2];
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&lanes[i], 0, sizeof lanes[i]);
+        assert_sl_ok(kt_env_open(&lanes[i].env, "cpu"));
+        lanes[i].x = x;
+        lanes[i].w = w;
+        lanes[i].y = kt_fvec(ny);
+        lanes[i].rounds = 4;
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, lane_main, &lanes[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(threads[i], NULL);
+        kt_expect_close("conv2d on a concurrent lane", lanes[i].y, want, ny, 1e-5);
+        assert_true(sl_cpu_cached_prims(lanes[i].env.stream) >= 1);
+        sl_free(lanes[i].y);
+        kt_env_close(&lanes[i].env);
+    }
+    sl_free(x), sl_free(w), sl_free(xd), sl_free(wd), sl_free(want);
+}
+
+struct cb_status {
+    atomic_int calls, status;
+};
+
+static void note_status(void *arg, int status)
+{
+    struct cb_status *s = arg;
+    atomic_store(&s->status, status);
+    atomic_fetch_add(&s->calls, 1);
+}
+
+/* Adam before its first step (t = 0) would divide by a zero bias
+ * correction: the cpu kernel fails the op instead. */
+static void test_adam_step_zero(void **state)
+{
+    kt_env *e = *state;
+    const sl_device_ops *ops = e->dev->ops;
+    enum { N = 5 };
+    size_t mark = e->used;
+    sl_op_call c = {.op = SL_OP_ADAM_UPDATE,
+                    .n_in = 5,
+                    .n_out = 0,
+                    .attrs = {.f = {0.01f, 0.9f, 0.999f, 1e-8f}}};
+    float zeros[N] = {0};
+    for (unsigned i = 0; i < 4; i++) {
+        c.in[i] = (sl_tensor_ref){kt_dev_alloc(e, sizeof zeros), KT_F32(1, N)};
+        assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, c.in[i].data, zeros, sizeof zeros));
+    }
+    c.in[4] = (sl_tensor_ref){kt_dev_alloc(e, sizeof(float)), KT_F32(1, 1)};
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, c.in[4].data, zeros, sizeof(float)));
+    assert_sl_ok(ops->launch(e->dev, e->stream, &c));
+    struct cb_status st = {0};
+    assert_sl_ok(ops->host_callback(e->dev, e->stream, note_status, &st));
+    assert_sl_ok(ops->synchronize(e->dev, e->stream));
+    assert_int_equal(atomic_load(&st.calls), 1);
+    assert_sl_err(atomic_load(&st.status), SL_EINVAL);
+    e->used = mark;
+}
+
+/* Dimensions the libraries cannot index are refused at launch, before
+ * anything runs (the registry alone would accept them). */
+static void test_refused_dims(void **state)
+{
+    kt_env *e = *state;
+    sl_op_call c = {.op = SL_OP_CONV2D, .n_in = 2, .n_out = 1};
+    c.in[0] = (sl_tensor_ref){e->arena, KT_F32(4, 1, 1, 1, 1ll << 31)};
+    c.in[1] = (sl_tensor_ref){e->arena, KT_F32(4, 1, 1, 1, 1)};
+    c.out[0] = c.in[0];
+    assert_sl_err(e->dev->ops->launch(e->dev, e->stream, &c), SL_EUNSUPPORTED);
+    sl_op_call am = {.op = SL_OP_ARGMAX, .n_in = 1, .n_out = 1};
+    am.in[0] = (sl_tensor_ref){e->arena, KT_F32(2, 1, 1ll << 31)};
+    am.out[0] = (sl_tensor_ref){e->arena, KT_SHAPE(SL_I32, 1, 1)};
+    assert_sl_err(e->dev->ops->launch(e->dev, e->stream, &am), SL_EUNSUPPORTED);
+    assert_sl_ok(e->dev->ops->synchronize(e->dev, e->stream));
+}
+
+/* maxpool_grad's fast path for windows that tile the plane (stride =
+ * kernel, no pads), with rows and columns that no window covers, ties and
+ * overlap-free windows of 2x2 and 3x2. */
+static void test_maxpool_grad_tiled(void **state)
+{
+    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}};
+    static const sl_op_attrs attrs[] = {{.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}};
+    for (int k = 0; k < 2; k++) {
+        int64_t yd[4];
+        kt_pool_out(xd[k], &attrs[k], yd);
+        size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
+        float *x = kt_fvec(nx), *y = kt_fvec(ny), *dy = kt_fvec(ny), *dx = kt_fvec(nx);
+        double *xdd = kt_dvec(nx), *dyd = kt_dvec(ny), *want = kt_dvec(nx);
+        kt_rand(x, nx, 730 + (uint64_t) k, -2, 2);
+        for (size_t i = 0; i < nx; i++)
+            x[i] = floorf(x[i]); /* four values: ties everywhere */
+        kt_rand(dy, ny, 740 + (uint64_t) k, -1, 1);
+        for (size_t i = 0; i < nx; i++)
+            dx[i] = NAN; /* every element must be written */
+        kt_widen(x, xdd, nx);
+        kt_widen(dy, dyd, ny);
+        sl_shape xs = KT_F32(4, xd[k][0], xd[k][1], xd[k][2], xd[k][3]);
+        sl_shape ys = KT_F32(4, yd[0], yd[1], yd[2], yd[3]);
+        kt_run_op(*state, SL_OP_MAXPOOL, &attrs[k], &xs, (float *[]){x}, 1, (float *[]){y});
+        kt_run_op(*state, SL_OP_MAXPOOL_GRAD, &attrs[k], (sl_shape[]){ys, xs, ys},
+                  (float *[]){dy, x, y}, 3, (float *[]){dx});
+        kt_ref_pool_grad(true, dyd, xdd, want, xd[k], &attrs[k]);
+        kt_expect_close("maxpool_grad, tiled windows", dx, want, nx, 0);
+        sl_free(x), sl_free(y), sl_free(dy), sl_free(dx), sl_free(xdd), sl_free(dyd), sl_free(want);
+    }
+}
+
+/* salusd never launches reshape (a view); a launch that arrives anyway
+ * copies. */
+static void test_reshape_launch(void **state)
+{
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
+    sl_op_attrs a = {.i = {3, 2}};
+    kt_run_op(*state, SL_OP_RESHAPE, &a, &KT_F32(2, 2, 3), (float *[]){x}, 1, (float *[]){y});
+    assert_memory_equal(x, y, sizeof x);
+}
+
+int kt_run_cpu_ops_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
+        cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
+        cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
+        cmocka_unit_test(test_reshape_launch),
+    };
+    return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
+}

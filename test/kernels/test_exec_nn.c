@@ -1,0 +1,389 @@
+/* The non-convolutional ops of issue 3 on any backend spec: mul, axpy,
+ * add_scalar, sigmoid/tanh and their gradients, softmax, softmax_xent and
+ * its gradient (with the run-time label check: a sticky SL_EINVAL), the
+ * reductions, argmax (ties), momentum and Adam over several steps. Against
+ * the double references of kt_nn_ref.c and hand-rolled optimiser steps;
+ * gradients also against finite differences of the forward references. */
+#include "kt_nn.h"
+
+#include "sl_alloc.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#define N_EW 403 /* not a multiple of any vector width */
+#define FD_TOL 1e-4
+
+static const char *nn_spec;
+
+static int group_setup(void **state)
+{
+    kt_env *e = sl_calloc(1, sizeof *e);
+    if (!e || kt_env_open(e, nn_spec) != SL_OK) {
+        sl_free(e);
+        return -1;
+    }
+    *state = e;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    kt_env_close(*state);
+    sl_free(*state);
+    return 0;
+}
+
+static double ref_sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+static void test_mul_axpy_add_scalar(void **state)
+{
+    kt_env *e = *state;
+    sl_shape s = KT_F32(3, 13, 1, 31), sh[2] = {s, s};
+    float *x = kt_fvec(N_EW), *y = kt_fvec(N_EW), *z = kt_fvec(N_EW);
+    double *want = kt_dvec(N_EW);
+    kt_rand(x, N_EW, 31, -3, 3);
+    kt_rand(y, N_EW, 32, -3, 3);
+
+    kt_run_op(e, SL_OP_MUL, NULL, sh, (float *[]){x, y}, 2, (float *[]){z});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = (double) x[i] * y[i];
+    kt_expect_close("mul", z, want, N_EW, 1e-7);
+
+    sl_op_attrs a = {.f = {-1.5f}};
+    kt_run_op(e, SL_OP_AXPY, &a, sh, (float *[]){x, y}, 2, (float *[]){z});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = -1.5 * x[i] + y[i];
+    kt_expect_close("axpy", z, want, N_EW, 1e-6);
+
+    /* add_scalar mutates its input: three steps, as an Adam step count. */
+    float t = 0;
+    a.f[0] = 1;
+    for (int step = 0; step < 3; step++)
+        kt_run_op(e, SL_OP_ADD_SCALAR, &a, &KT_F32(1, 1), (float *[]){&t}, 1, NULL);
+    assert_true(t == 3.0f);
+    memcpy(y, x, N_EW * sizeof *x);
+    a.f[0] = 0.25f;
+    kt_run_op(e, SL_OP_ADD_SCALAR, &a, &s, (float *[]){x}, 1, NULL);
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = (double) y[i] + 0.25;
+    kt_expect_close("add_scalar", x, want, N_EW, 1e-7);
+    sl_free(x), sl_free(y), sl_free(z), sl_free(want);
+}
+
+static void test_sigmoid_tanh(void **state)
+{
+    kt_env *e = *state;
+    sl_shape s = KT_F32(1, N_EW);
+    float *x = kt_fvec(N_EW), *y = kt_fvec(N_EW);
+    double *want = kt_dvec(N_EW);
+    kt_rand(x, N_EW, 33, -12, 12);
+    x[0] = -100.0f; /* far tails: no overflow, no NaN */
+    x[1] = 100.0f;
+    kt_run_op(e, SL_OP_SIGMOID, NULL, &s, (float *[]){x}, 1, (float *[]){y});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = ref_sigmoid(x[i]);
+    kt_expect_close("sigmoid", y, want, N_EW, 1e-6);
+    kt_run_op(e, SL_OP_TANH, NULL, &s, (float *[]){x}, 1, (float *[]){y});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = tanh(x[i]);
+    kt_expect_close("tanh", y, want, N_EW, 1e-6);
+    sl_free(x), sl_free(y), sl_free(want);
+}
+
+struct act_ctx {
+    const double *dy;
+    size_t n;
+    double (*f)(double);
+};
+
+/* L(x) = sum dy * f(x) */
+static double loss_act(const double *x, const void *ctx)
+{
+    const struct act_ctx *c = ctx;
+    double s = 0;
+    for (size_t i = 0; i < c->n; i++)
+        s += c->dy[i] * c->f(x[i]);
+    return s;
+}
+
+/* The gradient ops take the forward output y; the reference differentiates
+ * the forward function of x. */
+static void check_act_grad(kt_env *e, unsigned fwd, unsigned grad, double (*f)(double),
+                           const char *what)
+{
+    enum { N = 120 };
+    float x[N], y[N], dy[N], dx[N];
+    double xd[N], dyd[N], fd[N];
+    kt_rand(x, N, 34, -4, 4);
+    kt_rand(dy, N, 35, -1, 1);
+    sl_shape s = KT_F32(2, 10, 12);
+    kt_run_op(e, fwd, NULL, &s, (float *[]){x}, 1, (float *[]){y});
+    kt_run_op(e, grad, NULL, (sl_shape[]){s, s}, (float *[]){dy, y}, 2, (float *[]){dx});
+    kt_widen(x, xd, N);
+    kt_widen(dy, dyd, N);
+    struct act_ctx c = {dyd, N, f};
+    kt_fd_grad(loss_act, &c, xd, N, fd);
+    kt_expect_close(what, dx, fd, N, FD_TOL);
+}
+
+static void test_grad_sigmoid_tanh(void **state)
+{
+    check_act_grad(*state, SL_OP_SIGMOID, SL_OP_SIGMOID_GRAD, ref_sigmoid, "sigmoid_grad vs fd");
+    check_act_grad(*state, SL_OP_TANH, SL_OP_TANH_GRAD, tanh, "tanh_grad vs fd");
+}
+
+/* ---- softmax and cross-entropy ---- */
+
+enum { SR = 9, SC = 7 };
+
+struct xent_ctx {
+    const int32_t *labels;
+    size_t rows, cols;
+};
+
+static double loss_xent(const double *x, const void *ctx)
+{
+    const struct xent_ctx *c = ctx;
+    return kt_ref_xent(x, c->labels, c->rows, c->cols);
+}
+
+static void test_softmax_xent(void **state)
+{
+    kt_env *e = *state;
+    float x[SR * SC], p[SR * SC], g[SR * SC], loss = -1;
+    double xd[SR * SC], want[SR * SC], fd[SR * SC];
+    int32_t labels[SR];
+    kt_rand(x, SR * SC, 36, -5, 5);
+    x[3] = 80.0f; /* a large logit: max subtraction keeps exp finite */
+    for (int r = 0; r < SR; r++)
+        labels[r] = (r * 5 + 1) % SC;
+    kt_widen(x, xd, SR * SC);
+    sl_shape xs = KT_F32(2, SR, SC), ls = KT_SHAPE(SL_I32, 1, SR);
+
+    kt_run_op(e, SL_OP_SOFTMAX, NULL, &xs, (float *[]){x}, 1, (float *[]){p});
+    kt_ref_softmax(xd, want, SR, SC);
+    kt_expect_close("softmax", p, want, SR * SC, 1e-6);
+
+    memset(p, 0, sizeof p);
+    kt_run_op(e, SL_OP_SOFTMAX_XENT, NULL, (sl_shape[]){xs, ls}, (float *[]){x, (float *) labels},
+              2, (float *[]){&loss, p});
+    kt_expect_close("softmax_xent probs", p, want, SR * SC, 1e-6);
+    struct xent_ctx c = {labels, SR, SC};
+    double want_loss = kt_ref_xent(xd, labels, SR, SC);
+    kt_expect_close("softmax_xent loss", &loss, &want_loss, 1, 1e-6);
+
+    kt_run_op(e, SL_OP_SOFTMAX_XENT_GRAD, NULL, (sl_shape[]){xs, ls},
+              (float *[]){p, (float *) labels}, 2, (float *[]){g});
+    kt_fd_grad(loss_xent, &c, xd, SR * SC, fd);
+    kt_expect_close("softmax_xent_grad vs fd", g, fd, SR * SC, FD_TOL);
+    double pd[SR * SC];
+    kt_widen(p, pd, SR * SC);
+    kt_ref_xent_grad(pd, labels, want, SR, SC);
+    kt_expect_close("softmax_xent_grad", g, want, SR * SC, 1e-6);
+}
+
+struct cb_status {
+    atomic_int calls, status;
+};
+
+static void note_status(void *arg, int status)
+{
+    struct cb_status *s = arg;
+    atomic_store(&s->status, status);
+    atomic_fetch_add(&s->calls, 1);
+}
+
+/* Launches op on device copies of in[] (no validation of run-time data by
+ * the registry is possible), then a fill of `canary` that the sticky error
+ * must skip; returns what the next host callback saw. */
+static int run_failing(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
+                       void *const *in, unsigned n_in, float *canary)
+{
+    const sl_device_ops *ops = e->dev->ops;
+    const sl_op_def *def = sl_op_get(op);
+    sl_shape out_shapes[SL_OP_MAX_OUT];
+    assert_sl_ok(sl_op_infer(op, a, shapes, n_in, out_shapes, NULL, 0));
+    size_t mark = e->used;
+    sl_op_call call = {.op = (uint16_t) op, .n_in = (uint8_t) n_in, .n_out = def->n_out};
+    if (a)
+        call.attrs = *a;
+    for (unsigned i = 0; i < n_in; i++) {
+        size_t bytes = sl_shape_bytes(&shapes[i]);
+        call.in[i] = (sl_tensor_ref){kt_dev_alloc(e, bytes), shapes[i]};
+        assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, call.in[i].data, in[i], bytes));
+    }
+    for (unsigned i = 0; i < def->n_out; i++)
+        call.out[i] =
+            (sl_tensor_ref){kt_dev_alloc(e, sl_shape_bytes(&out_shapes[i])), out_shapes[i]};
+    float *dev_canary = kt_dev_alloc(e, sizeof *canary);
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, dev_canary, canary, sizeof *canary));
+    assert_sl_ok(ops->launch(e->dev, e->stream, &call));
+    sl_op_call fill = {.op = SL_OP_FILL, .n_in = 1, .n_out = 1, .attrs = {.f = {42}}};
+    fill.in[0] = fill.out[0] = (sl_tensor_ref){dev_canary, KT_F32(1, 1)};
+    assert_sl_ok(ops->launch(e->dev, e->stream, &fill));
+    assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, canary, dev_canary, sizeof *canary));
+    struct cb_status st = {0};
+    assert_sl_ok(ops->host_callback(e->dev, e->stream, note_status, &st));
+    /* The callback took the error: synchronize has nothing left to report. */
+    assert_sl_ok(ops->synchronize(e->dev, e->stream));
+    assert_int_equal(atomic_load(&st.calls), 1);
+    e->used = mark;
+    return atomic_load(&st.status);
+}
+
+static void test_xent_bad_label(void **state)
+{
+    kt_env *e = *state;
+    float x[SR * SC], probs[SR * SC];
+    int32_t labels[SR];
+    kt_rand(x, SR * SC, 37, -1, 1);
+    kt_rand(probs, SR * SC, 38, 0, 1);
+    sl_shape sh[2] = {KT_F32(2, SR, SC), KT_SHAPE(SL_I32, 1, SR)};
+    static const int32_t bad[] = {SC, -1, INT32_MAX, INT32_MIN};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        for (int r = 0; r < SR; r++)
+            labels[r] = r % SC;
+        labels[SR - 1 - (int) b] = bad[b];
+        float canary = 1;
+        assert_sl_err(
+            run_failing(e, SL_OP_SOFTMAX_XENT, NULL, sh, (void *[]){x, labels}, 2, &canary),
+            SL_EINVAL);
+        assert_true(canary == 1.0f); /* the fill after the failure was skipped */
+        assert_sl_err(run_failing(e, SL_OP_SOFTMAX_XENT_GRAD, NULL, sh, (void *[]){probs, labels},
+                                  2, &canary),
+                      SL_EINVAL);
+        assert_true(canary == 1.0f);
+    }
+    /* The stream works again after the error was reported. */
+    float canary = 1;
+    for (int r = 0; r < SR; r++)
+        labels[r] = r % SC;
+    assert_sl_ok(run_failing(e, SL_OP_SOFTMAX_XENT, NULL, sh, (void *[]){x, labels}, 2, &canary));
+    assert_true(canary == 42.0f);
+}
+
+/* ---- reductions and argmax ---- */
+
+static void test_reduce(void **state)
+{
+    enum { N = 300001 };
+    kt_env *e = *state;
+    float *x = kt_fvec(N), sum = 0, mean = 0;
+    kt_rand(x, N, 39, -1, 3);
+    double want_sum = 0;
+    for (size_t i = 0; i < N; i++)
+        want_sum += x[i];
+    double want_mean = want_sum / N;
+    sl_shape s = KT_F32(1, N);
+    kt_run_op(e, SL_OP_REDUCE_SUM, NULL, &s, (float *[]){x}, 1, (float *[]){&sum});
+    kt_run_op(e, SL_OP_REDUCE_MEAN, NULL, &s, (float *[]){x}, 1, (float *[]){&mean});
+    /* Accurate to a few float roundings however the backend accumulates
+     * (the cpu's double sums reach 1e-7; a GPU tree of float partial sums
+     * log2(n) roundings). */
+    kt_expect_close("reduce_sum", &sum, &want_sum, 1, 2e-6);
+    kt_expect_close("reduce_mean", &mean, &want_mean, 1, 2e-6);
+    float one = 2.5f;
+    kt_run_op(e, SL_OP_REDUCE_MEAN, NULL, &(sl_shape){.dtype = SL_F32}, (float *[]){&one}, 1,
+              (float *[]){&mean});
+    assert_true(mean == 2.5f);
+    sl_free(x);
+}
+
+static void test_argmax(void **state)
+{
+    enum { R = 6, C = 5 };
+    static const float x[R * C] = {
+        1,         2,         3,  4,         5,  /* last */
+        5,         4,         3,  2,         1,  /* first */
+        0,         7,         7,  1,         7,  /* tie: the first max */
+        -3,        -2,        -9, -2,        -5, /* negative, tie */
+        1,         9,         9,  2,         9,  /* tie after the first */
+        -INFINITY, -INFINITY, -1, -INFINITY, 0,  /* infinities */
+    };
+    static const int32_t want[R] = {4, 0, 1, 1, 1, 4};
+    int32_t got[R], ref[R];
+    kt_run_op(*state, SL_OP_ARGMAX, NULL, &KT_F32(2, R, C), (float *[]){(float *) x}, 1,
+              (float *[]){(float *) got});
+    kt_expect_equal_i32("argmax", got, want, R);
+    kt_ref_argmax(x, ref, R, C);
+    kt_expect_equal_i32("argmax vs reference", got, ref, R);
+}
+
+/* ---- optimisers ---- */
+
+enum { NP = 77, STEPS = 5 };
+
+static void test_momentum(void **state)
+{
+    kt_env *e = *state;
+    float p[NP], g[NP], v[NP] = {0};
+    double pd[NP], vd[NP] = {0};
+    kt_rand(p, NP, 40, -1, 1);
+    kt_widen(p, pd, NP);
+    const double lr = 0.05, mom = 0.9, wd = 0.01;
+    sl_op_attrs a = {.f = {(float) lr, (float) mom, (float) wd}};
+    sl_shape s = KT_F32(2, 7, 11), sh[3] = {s, s, s};
+    for (int step = 0; step < STEPS; step++) {
+        kt_rand(g, NP, 41 + (uint64_t) step, -1, 1);
+        kt_run_op(e, SL_OP_MOMENTUM_UPDATE, &a, sh, (float *[]){p, g, v}, 3, NULL);
+        for (size_t i = 0; i < NP; i++) {
+            vd[i] = (double) (float) mom * vd[i] + g[i] + (double) (float) wd * pd[i];
+            pd[i] -= (double) (float) lr * vd[i];
+        }
+    }
+    kt_expect_close("momentum param", p, pd, NP, 1e-5);
+    kt_expect_close("momentum velocity", v, vd, NP, 1e-5);
+}
+
+static void test_adam(void **state)
+{
+    kt_env *e = *state;
+    float p[NP], g[NP], m[NP] = {0}, v[NP] = {0}, t = 0;
+    double pd[NP], md[NP] = {0}, vd[NP] = {0};
+    kt_rand(p, NP, 50, -1, 1);
+    kt_widen(p, pd, NP);
+    const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    sl_op_attrs a = {.f = {lr, b1, b2, eps}}, inc = {.f = {1}};
+    sl_shape s = KT_F32(1, NP), ts = KT_F32(1, 1), sh[5] = {s, s, s, s, ts};
+    for (int step = 1; step <= STEPS; step++) {
+        kt_rand(g, NP, 51 + (uint64_t) step, -1, 1);
+        kt_run_op(e, SL_OP_ADD_SCALAR, &inc, &ts, (float *[]){&t}, 1, NULL);
+        kt_run_op(e, SL_OP_ADAM_UPDATE, &a, sh, (float *[]){p, g, m, v, &t}, 5, NULL);
+        double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+        for (size_t i = 0; i < NP; i++) {
+            md[i] = b1 * md[i] + (1 - (double) b1) * g[i];
+            vd[i] = b2 * vd[i] + (1 - (double) b2) * g[i] * g[i];
+            pd[i] -= lr * (md[i] / bc1) / (sqrt(vd[i] / bc2) + eps);
+        }
+    }
+    assert_true(t == (float) STEPS);
+    kt_expect_close("adam param", p, pd, NP, 1e-5);
+    kt_expect_close("adam m", m, md, NP, 1e-5);
+    kt_expect_close("adam v", v, vd, NP, 1e-5);
+}
+
+int kt_run_nn_tests(const char *spec)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mul_axpy_add_scalar),
+        cmocka_unit_test(test_sigmoid_tanh),
+        cmocka_unit_test(test_grad_sigmoid_tanh),
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_xent_bad_label),
+        cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_adam),
+    };
+    nn_spec = spec;
+    char name[64];
+    snprintf(name, sizeof name, "element-wise, losses, optimisers on %s", spec);
+    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
+                                   group_teardown);
+}
