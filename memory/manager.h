@@ -29,6 +29,50 @@
  * SL_MEM_MAX_BYPASS times, after which admission waits for the head (no
  * starvation).
  *
+ * Persistent regions. A session that declares P > 0 gets its P in one
+ * contiguous region at admission, and its tensors are placed best fit inside
+ * it: sessions never fragment each other's memory, a session that leaves
+ * gives back one block of its full size, and a session whose P is not
+ * available in one piece (even after compacting idle lanes) is refused with
+ * FRAGMENTATION at admission rather than halfway through its uploads. Its
+ * own frees can still fragment its region (FRAGMENTATION on its alloc). A
+ * session that declares P = 0 allocates block by block from the arena.
+ * Either way the arena holds exactly the left side of the rule.
+ *
+ * Units. Every size is charged in 256-byte units: declared P and E,
+ * ephemeral peaks, persistent blocks (an allocation of n bytes uses and is
+ * charged align_up(n, 256)) and framework_per_lane are rounded up, and an
+ * ephemeral need is at least 256 bytes. Declare P as the sum of rounded
+ * tensor sizes.
+ *
+ * Ephemeral need. What a session's lane must hold: max(E, peak) when it
+ * declared E > 0 (a declared E is a guarantee: graphs up to E always fit);
+ * when it declared 0, cfg.default_ephemeral until sl_mem_set_ephemeral, and
+ * from then on the peak last set (the default is a placeholder, not a
+ * promise, and is given back once the real peak is known). Lanes are sized
+ * to the largest need among their sessions: created at exactly that, grown
+ * when a member outgrows it, shrunk back when the largest member leaves or
+ * lowers its peak (at once when idle, else when it goes idle).
+ *
+ * Lane choice on admission, cheapest first: share an existing lane of size
+ * >= need (the one with the fewest sessions, then the smallest, then the
+ * lowest id: sharing costs no memory, and the emptiest lane makes the fewest
+ * sessions take turns); else a new lane of exactly need + framework; else,
+ * when that breaks the rule or finds no contiguous block, grow the idle
+ * lane that needs the least growth and share it.
+ *
+ * Determinism. Decisions depend only on the sequence of calls: replaying it
+ * replays every admission, lane, address and reason.
+ *
+ * Complexity (n persistent blocks and regions in the arena, L lanes, Q
+ * queued sessions; blocks inside a region do not count): admit O(L + Q +
+ * log n); alloc and free O(log n); release O(k log n) for its k blocks;
+ * lane_busy O(1), lane_idle O(1) + a shrink; each call that may free memory
+ * also pumps the queue, O(Q) attempts per admission it makes. When a block
+ * finds no contiguous space: a compaction plan, O(L x windows) against a
+ * cached sorted persistent layout (O(n log n) to rebuild after persistent
+ * memory changed), and O(n) to apply it.
+ *
  * Pure library: no I/O, no threads, no device calls; addresses are offsets
  * in [0, capacity). Not thread-safe: the caller serialises all calls. */
 #ifndef SL_MEM_MANAGER_H
@@ -53,14 +97,16 @@ enum sl_mem_reason {
 const char *sl_mem_reason_name(int reason);
 
 typedef struct sl_mem_config {
-    uint64_t capacity;          /* arena bytes (multiple of 256) */
-    uint64_t session_quota;     /* max P + E of one session; 0 = capacity */
+    uint64_t capacity;           /* arena bytes (multiple of 256) */
+    uint64_t session_quota;      /* max P + E of one session; 0 = capacity */
     uint64_t framework_per_lane; /* framework bytes charged for every lane */
-    uint64_t default_ephemeral; /* E of a session that declares 0 (e.g. 64 MiB) */
+    uint64_t default_ephemeral;  /* E of a session that declares 0 (e.g. 64 MiB) */
 } sl_mem_config;
 
-/* Creates a manager. Errors: SL_EINVAL (capacity 0 or not 256-aligned,
- * default_ephemeral + framework_per_lane > capacity), SL_ENOMEM. */
+/* Creates a manager. session_quota is capped at capacity. Errors:
+ * SL_EINVAL (cfg or out NULL, capacity 0 or not 256-aligned,
+ * default_ephemeral + framework_per_lane > capacity), SL_ENOMEM. On success
+ * *out is owned by the caller (sl_mem_mgr_destroy). */
 int sl_mem_mgr_create(const sl_mem_config *cfg, sl_mem_mgr **out);
 /* Frees the manager and all its bookkeeping. NULL is fine. */
 void sl_mem_mgr_destroy(sl_mem_mgr *m);
@@ -72,60 +118,78 @@ void sl_mem_mgr_destroy(sl_mem_mgr *m);
  * admitted and *lane is its lane id. Otherwise *reason says why and the
  * result is SL_EEXHAUSTED; with wait = true the session is queued (unless the
  * reason is QUOTA, which can never be satisfied) and will be reported by
- * sl_mem_next_admitted once it fits. Errors: SL_EINVAL (id 0 or in use),
- * SL_EEXHAUSTED, SL_ENOMEM. */
+ * sl_mem_next_admitted once it fits. A session that would fit but arrives
+ * while a queued one has already been bypassed SL_MEM_MAX_BYPASS times is
+ * refused or queued with CAPACITY: the free memory is being kept for the
+ * head. reason and lane may be NULL. Errors: SL_EINVAL (m NULL, id 0 or in
+ * use), SL_EEXHAUSTED, SL_ENOMEM (nothing changed). */
 int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, int *reason,
                  uint32_t *lane);
 
-/* After memory was released (sl_mem_release, sl_mem_free): pops the next
- * queued session that is now admitted. Returns true with *id and *lane set,
- * false when none is. Call in a loop. */
+/* Pops the next queued session that is now admitted. The queue is served
+ * eagerly: every call that may free memory (sl_mem_release, sl_mem_free,
+ * sl_mem_set_ephemeral, sl_mem_lane_idle, sl_mem_compact, sl_mem_alloc
+ * after a compaction) admits, in arrival order and within the bypass bound,
+ * the queued sessions that fit, and they wait here to be reported. So call it
+ * in a loop after any of those. Returns true with *id and *lane set, false
+ * when none is. */
 bool sl_mem_next_admitted(sl_mem_mgr *m, uint64_t *id, uint32_t *lane);
 
 /* Removes a session, admitted or queued: frees all its persistent blocks,
- * drops it from its lane (an empty lane is reclaimed, unless busy: then at
- * sl_mem_lane_idle). Unknown ids are ignored. */
+ * drops it from its lane (an empty lane is reclaimed, a lane that held it as
+ * its largest session shrinks; if busy, both at sl_mem_lane_idle). Unknown
+ * ids are ignored. */
 void sl_mem_release(sl_mem_mgr *m, uint64_t id);
 
 /* ---- persistent memory ---- */
 
-/* Allocates bytes for admitted session id. Errors: SL_ENOTFOUND (not
- * admitted), SL_EEXHAUSTED with *reason QUOTA (the session's used + bytes
- * would exceed its declared P when P > 0), CAPACITY (would break the
- * admission rule) or FRAGMENTATION (no contiguous block, even after
- * compacting idle lanes), SL_EINVAL (bytes 0), SL_ENOMEM. reason may be
- * NULL. */
+/* Allocates bytes (charged rounded up to 256) for admitted session id;
+ * *addr is the block's offset. Errors: SL_ENOTFOUND (not admitted),
+ * SL_EEXHAUSTED with *reason QUOTA (the session's used + bytes would exceed
+ * its declared P when P > 0; when P = 0, used + bytes + its ephemeral need
+ * would exceed the session quota), CAPACITY (would break the admission rule:
+ * only possible beyond a declared P, i.e. for P = 0) or FRAGMENTATION (no
+ * contiguous block, even after compacting idle lanes), SL_EINVAL (m or addr
+ * NULL, bytes 0), SL_ENOMEM (nothing allocated). reason may be NULL. */
 int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int *reason);
-/* Frees a block of session id. Errors: SL_EINVAL (not its block). */
+/* Frees a block of session id. Errors: SL_ENOTFOUND (session not
+ * admitted), SL_EINVAL (not the start of one of its blocks). */
 int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr);
 
 /* ---- ephemeral memory and lanes ---- */
 
-/* Makes sure session id's lane holds `peak` bytes (a graph was registered):
- * nothing to do if it does; otherwise moves the session to another lane
- * that fits, or grows its lane if the lane is idle and no other session
- * needs it smaller... (any zero-copy reshaping that keeps the admission rule),
- * or creates a new lane. peak > the session's declared E is allowed only
- * within its quota. On SL_OK *lane is the (possibly new) lane. Errors:
- * SL_ENOTFOUND, SL_EEXHAUSTED with *reason, SL_EBUSY (the session must move
- * but its lane is running its iteration: retry when idle). */
+/* Sets session id's ephemeral peak (a graph was registered: pass the
+ * largest planned peak of its graphs) and makes sure its lane holds the
+ * resulting need (see "Ephemeral need" above). Nothing moves if the lane
+ * holds it (a lower need may shrink the lane); otherwise, cheapest first:
+ * move the session to another lane that fits, grow its own lane (zero copy,
+ * idle lanes may be compacted), or, when growing finds no contiguous block
+ * and other sessions still need the old lane, a new lane. A need above the
+ * declared E is allowed only within the session quota. On SL_OK *lane is the
+ * (possibly new) lane; lane and reason may be NULL. Errors: SL_ENOTFOUND
+ * (not admitted), SL_EEXHAUSTED with *reason (QUOTA, CAPACITY,
+ * FRAGMENTATION; the peak is unchanged), SL_EBUSY (the lane must change but
+ * is running an iteration: retry when idle), SL_ENOMEM. */
 int sl_mem_set_ephemeral(sl_mem_mgr *m, uint64_t id, uint64_t peak, uint32_t *lane, int *reason);
 
 /* Marks a lane busy (an iteration runs in it) or idle. Busy lanes are never
- * moved or resized. sl_mem_lane_idle may reclaim an empty lane. */
+ * moved or resized (read the lane's base after marking it busy: idle lanes
+ * move). sl_mem_lane_idle reclaims an empty lane and shrinks an oversized
+ * one. Unknown ids are ignored. */
 void sl_mem_lane_busy(sl_mem_mgr *m, uint32_t lane);
 void sl_mem_lane_idle(sl_mem_mgr *m, uint32_t lane);
 
 typedef struct sl_mem_lane_info {
     uint32_t id;
-    uint64_t base, size;             /* the ephemeral part: [base, base + size) */
+    uint64_t base, size;                /* the ephemeral part: [base, base + size) */
     uint64_t framework_base, framework; /* the workspace part, just below base */
     uint32_t n_sessions;
-    uint64_t max_peak;   /* largest ephemeral peak among its sessions */
+    uint64_t max_peak; /* largest need among its sessions (see "Ephemeral need") */
     bool busy;
 } sl_mem_lane_info;
 
-/* Geometry of lane id. Errors: SL_ENOTFOUND. */
+/* Geometry of lane id (ids start at 1 and are never reused). Errors:
+ * SL_ENOTFOUND. */
 int sl_mem_lane_get(const sl_mem_mgr *m, uint32_t id, sl_mem_lane_info *out);
 
 /* Lanes that exist now, ids ascending: writes up to max and returns how many
@@ -133,9 +197,11 @@ int sl_mem_lane_get(const sl_mem_mgr *m, uint32_t id, sl_mem_lane_info *out);
 size_t sl_mem_lanes(const sl_mem_mgr *m, sl_mem_lane_info *out, size_t max);
 
 /* Moves idle lanes so free memory is contiguous (zero copy: idle lanes hold
- * no data); merges nothing that is in use. Returns the number of lanes
- * moved. Called automatically when an allocation or admission fails for
- * fragmentation; exposed for tests and the status "defragment" command. */
+ * no data) and sizes each to its largest need; never touches persistent
+ * blocks or busy lanes. Applied only if it makes the largest free block
+ * larger or gives memory back. Returns the number of lanes moved. Called
+ * automatically when an allocation or admission finds no contiguous block;
+ * exposed for tests and the status "defragment" command. O(n log n). */
 size_t sl_mem_compact(sl_mem_mgr *m);
 
 /* ---- status ---- */
@@ -146,9 +212,9 @@ typedef struct sl_mem_stats {
     uint64_t persistent_reserved; /* sum over admitted sessions of max(P, used) */
     uint64_t lanes;               /* sum of lane sizes */
     uint64_t framework;
-    uint64_t free;                /* capacity - used - lanes - framework */
-    uint64_t largest_free;        /* largest contiguous free block */
-    double fragmentation;         /* 1 - largest_free / free (0 when free == 0) */
+    uint64_t free;         /* capacity - persistent_reserved - lanes - framework */
+    uint64_t largest_free; /* largest contiguous free block */
+    double fragmentation;  /* 1 - largest_free / free (0 when free == 0) */
     uint32_t n_lanes, n_sessions, n_queued;
 } sl_mem_stats;
 void sl_mem_get_stats(const sl_mem_mgr *m, sl_mem_stats *st);
@@ -156,11 +222,13 @@ void sl_mem_get_stats(const sl_mem_mgr *m, sl_mem_stats *st);
 typedef struct sl_mem_session_info {
     uint64_t id;
     uint64_t declared_p, declared_e;
-    uint64_t used;  /* persistent bytes allocated */
-    uint64_t peak;  /* ephemeral peak set by sl_mem_set_ephemeral */
-    uint32_t lane;
+    uint64_t used;                     /* persistent bytes allocated */
+    uint64_t peak;                     /* ephemeral peak set by sl_mem_set_ephemeral */
+    uint64_t need;                     /* bytes its lane must hold (see "Ephemeral need") */
+    uint32_t lane;                     /* 0 while queued */
+    uint64_t region_base, region_size; /* its persistent region (size 0: none) */
     bool queued;
-    int reason;     /* why it waits (queued sessions) */
+    int reason; /* why it waits (queued sessions) */
 } sl_mem_session_info;
 /* Info on one session, admitted or queued. Errors: SL_ENOTFOUND. */
 int sl_mem_session_get(const sl_mem_mgr *m, uint64_t id, sl_mem_session_info *out);
@@ -168,9 +236,12 @@ int sl_mem_session_get(const sl_mem_mgr *m, uint64_t id, sl_mem_session_info *ou
 size_t sl_mem_queue(const sl_mem_mgr *m, sl_mem_session_info *out, size_t max);
 
 /* Checks every invariant: no two live blocks (persistent blocks, lanes,
- * framework) overlap, all inside [0, capacity); per-session and per-class
- * accounting exact; the admission rule holds; every admitted session's lane
- * holds its peak. Returns SL_OK or SL_EINTERNAL. O(n log n), for tests. */
+ * framework) overlap, all inside [0, capacity) and exactly as the pool
+ * holds them; per-session, per-lane and per-class accounting exact; the
+ * admission rule holds; every admitted session's lane holds its need and
+ * no session exceeds its quota; queue and lists consistent. Returns SL_OK,
+ * SL_EINTERNAL, or SL_ENOMEM (no host memory to check). O(n log n), for
+ * tests. */
 int sl_mem_check(const sl_mem_mgr *m);
 
 #endif

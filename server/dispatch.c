@@ -171,13 +171,30 @@ static bool defer_control(sl_server *srv, sl_work *w, int rc)
     return false;
 }
 
+/* Most tensors, and separately most graphs, one session may hold. */
+static uint32_t max_objects(const sl_server *srv)
+{
+    return srv->cfg.max_tensors_per_session ? srv->cfg.max_tensors_per_session
+                                            : SL_DEFAULT_MAX_TENSORS;
+}
+
 static bool do_create_tensor(sl_server *srv, sl_session *s, sl_work *w)
 {
     const Salus__CreateTensor *m = w->msg->create_tensor;
     sl_reply *r = w->reply;
     sl_shape shape;
     if (shape_from_desc(m->desc, &shape)) {
-        sl_reply_error(r, SL_EINVAL, "invalid tensor shape");
+        sl_reply_error(r, SL_EINVAL,
+                       "invalid tensor shape: want dtype f32 or i32, at most %d dims, each >= 1, "
+                       "at most 2^40 elements",
+                       SL_MAX_DIMS);
+        return false;
+    }
+    if (s->tensors.count >= max_objects(srv)) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "session %llu already holds %zu tensors (limit %u, salusd "
+                       "--max-tensors-per-session)",
+                       (unsigned long long) s->id, s->tensors.count, max_objects(srv));
         return false;
     }
     uint64_t bytes = sl_shape_bytes(&shape);
@@ -315,6 +332,13 @@ static bool do_register_graph(sl_server *srv, sl_session *s, sl_work *w)
     sl_graph *g;
     if (!w->msg->register_graph->graph) {
         sl_reply_error(r, SL_EINVAL, "register_graph without a graph");
+        return false;
+    }
+    if (s->graphs.count >= max_objects(srv)) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "session %llu already holds %zu graphs (limit %u, salusd "
+                       "--max-tensors-per-session)",
+                       (unsigned long long) s->id, s->graphs.count, max_objects(srv));
         return false;
     }
     int rc = sl_graph_build(s, w->msg->register_graph->graph, &g, err, sizeof err);
@@ -568,6 +592,13 @@ static bool session_open(sl_server *srv, const Salus__OpenSession *m, sl_req *re
 {
     if (srv->draining) {
         sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
+        return false;
+    }
+    uint32_t max_sessions = srv->cfg.max_sessions ? srv->cfg.max_sessions : SL_DEFAULT_MAX_SESSIONS;
+    if (srv->sessions.count >= max_sessions) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "too many sessions: %zu open (limit %u, salusd --max-sessions); close some",
+                       srv->sessions.count, max_sessions);
         return false;
     }
     const Salus__SessionHints *h = m->hints;

@@ -347,22 +347,27 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
         sl_session_work_done(srv, w->session, box);
         return false;
     }
-    w->ephemeral_base = info->base;
     w->start_ns = now;
     w->lane = info->id;
     w->stepwise = is_stepwise(srv, w->session);
     l->busy = true;
     srv->lanes_busy++;
     sl_mem_lane_busy(srv->mem, info->id);
-    /* the switch cost: how long the lane sat idle while this iteration was
-     * already waiting (client think time is not the server's) */
+    /* idle lanes move (compaction): the base counts only once it is busy */
+    sl_mem_lane_info fresh;
+    w->ephemeral_base =
+        sl_mem_lane_get(srv->mem, info->id, &fresh) == SL_OK ? fresh.base : info->base;
+    int rc = launch(srv, w, l->stream);
+    /* the switch cost: how long the lane sat idle, from the previous
+     * iteration's completion (or this one's arrival, if later) until this
+     * one's work is on the stream */
     if (l->last_job_id) {
         uint64_t from = idle_since > item->enqueue_ns ? idle_since : item->enqueue_ns;
-        sl_sched_note_gap(srv->sched, info->id, now > from ? now - from : 0,
+        uint64_t end = sl_now_ns();
+        sl_sched_note_gap(srv->sched, info->id, end > from ? end - from : 0,
                           l->last_job_id == job->id);
     }
     l->last_job_id = job->id;
-    int rc = launch(srv, w, l->stream);
     if (rc == SL_OK)
         return true;
     /* not even the completion callback could be queued: finish here */
@@ -413,15 +418,22 @@ static void iteration_done(void *arg, int status)
         body->device_ns = device_ns;
         body->queue_ns = w->start_ns - w->item.enqueue_ns;
     }
+    /* hot path first: hand the lane to the next pick before any bookkeeping,
+     * so the device idles only for this (the switch cost) */
+    sl_mem_lane_info info;
+    bool relaunched =
+        sl_mem_lane_get(srv->mem, l->id, &info) == SL_OK && kick_lane(srv, &info, now, &box);
     if (s->high_priority) {
         sl_gaps_hp_complete(&srv->gaps, &s->hp, now);
         sl_exec_resume(srv, false, &box);
     }
     sl_session_work_done(srv, s, &box);
-    /* an idle lane may shrink or go, letting queued sessions in */
-    sl_mem_lane_idle(srv->mem, l->id);
-    sl_dispatch_memory_changed(srv, &box);
-    lanes_collect(srv);
+    if (!relaunched && !l->busy) {
+        /* an idle lane may shrink or go, letting queued sessions in */
+        sl_mem_lane_idle(srv->mem, l->id);
+        sl_dispatch_memory_changed(srv, &box);
+        lanes_collect(srv);
+    }
     sl_exec_kick(srv, &box);
     sl_complete_unlock_and_flush(srv, &box);
 }

@@ -37,6 +37,9 @@ static void usage(FILE *f)
             "      --strict            the Salus paper's non-work-conserving fifo/srtf\n"
             "      --contexts N        requests in flight at once (default: 256)\n"
             "      --max-message SIZE  largest request accepted (default: 1G)\n"
+            "      --max-sessions N    sessions open at once, waiting ones included (default: %d)\n"
+            "      --max-tensors-per-session N  tensors one session may hold, and as many\n"
+            "                          graphs (default: %d)\n"
             "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600)\n"
             "      --log-level LEVEL   error | warn | info | debug (default: info)\n"
             "  -h, --help              this text\n"
@@ -44,7 +47,7 @@ static void usage(FILE *f)
             "\n"
             "SIGTERM or SIGINT drains: running iterations finish, queued ones fail with\n"
             "SHUTTING_DOWN, then salusd exits 0.\n",
-            sl_sched_policy_names());
+            sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS);
 }
 
 /* Parses "123", "64K", "512M", "2G" (binary units). */
@@ -93,7 +96,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_CONTEXTS,
         OPT_MAXMSG,
         OPT_IPCMODE,
-        OPT_LOG
+        OPT_LOG,
+        OPT_MAXSESSIONS,
+        OPT_MAXTENSORS
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -108,6 +113,8 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"max-message", required_argument, NULL, OPT_MAXMSG},
         {"ipc-mode", required_argument, NULL, OPT_IPCMODE},
         {"log-level", required_argument, NULL, OPT_LOG},
+        {"max-sessions", required_argument, NULL, OPT_MAXSESSIONS},
+        {"max-tensors-per-session", required_argument, NULL, OPT_MAXTENSORS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -176,6 +183,18 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             break;
+        case OPT_MAXSESSIONS:
+        case OPT_MAXTENSORS: {
+            long n = strtol(optarg, &end, 10);
+            if (*end || n < 1 || n > (1l << 30)) {
+                fprintf(stderr, "salusd: --%s takes 1..2^30\n",
+                        c == OPT_MAXSESSIONS ? "max-sessions" : "max-tensors-per-session");
+                return 2;
+            }
+            *(c == OPT_MAXSESSIONS ? &cfg->max_sessions : &cfg->max_tensors_per_session) =
+                (uint32_t) n;
+            break;
+        }
         case OPT_LOG:
             if (sl_log_set_level(optarg)) {
                 fprintf(stderr, "salusd: --log-level takes error, warn, info or debug\n");

@@ -50,7 +50,14 @@ typedef struct sl_config {
     int contexts;         /* NNG contexts = requests in flight */
     uint64_t max_message; /* NNG_OPT_RECVMAXSZ */
     int ipc_mode;         /* permissions of ipc:// socket files */
+    /* what one client can make the server hold (0 = the SL_DEFAULT_ value);
+     * over the limit a request fails with RESOURCE_EXHAUSTED */
+    uint32_t max_sessions;            /* open sessions, waiting ones included */
+    uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
 } sl_config;
+
+#define SL_DEFAULT_MAX_SESSIONS 1024
+#define SL_DEFAULT_MAX_TENSORS 65536
 
 /* A persistent tensor of a session. */
 typedef struct sl_tensor {

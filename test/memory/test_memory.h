@@ -7,6 +7,9 @@
 /* Each runs one cmocka group and returns the number of failed tests. */
 int test_pool_run(void);
 int test_planner_run(void);
+int test_manager_run(void);
+int test_manager_layout_run(void);
+int test_manager_prop_run(void);
 
 /* splitmix64: a fixed seed gives the same sequence on every platform. */
 static inline uint64_t test_rng_next(uint64_t *state)

@@ -1,0 +1,416 @@
+/* Hand-written cases for the memory manager: quota and capacity refusals,
+ * lane sharing, creation, reclaim and resizing, set_ephemeral, the admission
+ * queue and its bypass bound. Every step is followed by sl_mem_check.
+ * Layout cases (fragmentation, compaction, busy lanes, regions) are in
+ * test_manager_layout.c, the randomised property test in
+ * test_manager_prop.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_manager.h"
+#include "test_memory.h"
+
+/* ---- tests ---- */
+
+static void test_create_and_args(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = (sl_mem_mgr *) 0x1;
+    sl_mem_config cfg = {.capacity = 0};
+    assert_sl_err(sl_mem_mgr_create(&cfg, &m), SL_EINVAL);
+    cfg.capacity = 1000;
+    assert_sl_err(sl_mem_mgr_create(&cfg, &m), SL_EINVAL);
+    cfg =
+        (sl_mem_config){.capacity = M, .framework_per_lane = 512 * K, .default_ephemeral = 600 * K};
+    assert_sl_err(sl_mem_mgr_create(&cfg, &m), SL_EINVAL);
+    assert_sl_err(sl_mem_mgr_create(NULL, &m), SL_EINVAL);
+    assert_true(m == (sl_mem_mgr *) 0x1);
+    sl_mem_mgr_destroy(NULL);
+
+    assert_string_equal(sl_mem_reason_name(SL_MEM_FITS), "fits");
+    assert_string_equal(sl_mem_reason_name(SL_MEM_QUOTA), "quota");
+    assert_string_equal(sl_mem_reason_name(SL_MEM_CAPACITY), "capacity");
+    assert_string_equal(sl_mem_reason_name(SL_MEM_FRAGMENTATION), "fragmentation");
+    assert_string_equal(sl_mem_reason_name(99), "unknown");
+
+    m = mgr_new(M, 0, 0, 64 * K);
+    assert_empty(m);
+    assert_sl_err(sl_mem_admit(m, 0, 0, 0, false, NULL, NULL), SL_EINVAL);
+    admit_ok(m, 1, 0, 0);
+    assert_sl_err(sl_mem_admit(m, 1, 0, 0, false, NULL, NULL), SL_EINVAL);
+    /* queued ids are in use too */
+    admit_ok(m, 2, 900 * K, 0);
+    assert_int_equal(admit_refused(m, 3, 200 * K, 0, true), SL_MEM_CAPACITY);
+    assert_sl_err(sl_mem_admit(m, 3, 0, 0, false, NULL, NULL), SL_EINVAL);
+    /* the default ephemeral is what a session that declares 0 gets */
+    assert_int_equal(session_info(m, 1).need, 64 * K);
+    uint64_t addr;
+    assert_sl_err(sl_mem_alloc(m, 3, 256, &addr, NULL), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_alloc(m, 9, 256, &addr, NULL), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_alloc(m, 1, 0, &addr, NULL), SL_EINVAL);
+    assert_sl_err(sl_mem_set_ephemeral(m, 3, 1, NULL, NULL), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_lane_get(m, 99, &(sl_mem_lane_info){0}), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_session_get(m, 99, &(sl_mem_session_info){0}), SL_ENOTFOUND);
+    sl_mem_release(m, 12345); /* unknown: ignored */
+    sl_mem_lane_busy(m, 999);
+    sl_mem_lane_idle(m, 999);
+    release_ok(m, 3);
+    release_ok(m, 2);
+    release_ok(m, 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+static void test_quota(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 256 * K, 16 * K, 64 * K);
+    /* P + E over the session quota: refused, and never queued */
+    assert_int_equal(admit_refused(m, 1, 200 * K, 100 * K, true), SL_MEM_QUOTA);
+    assert_int_equal(admit_refused(m, 2, 0, 300 * K, true), SL_MEM_QUOTA);
+    assert_int_equal(stats(m).n_queued, 0);
+    assert_sl_err(sl_mem_session_get(m, 1, &(sl_mem_session_info){0}), SL_ENOTFOUND);
+    assert_int_equal(admit_refused(m, 2, UINT64_MAX, 1, false), SL_MEM_QUOTA);
+
+    /* a declared P bounds the session's allocations */
+    admit_ok(m, 3, 100 * K, 100 * K);
+    alloc_ok(m, 3, 60 * K);
+    uint64_t b = alloc_ok(m, 3, 40 * K);
+    assert_int_equal(alloc_refused(m, 3, 1), SL_MEM_QUOTA);
+    assert_sl_ok(sl_mem_free(m, 3, b));
+    alloc_ok(m, 3, 1); /* charged 256 */
+    assert_int_equal(session_info(m, 3).used, 60 * K + 256);
+    assert_int_equal(alloc_refused(m, 3, 2 * M), SL_MEM_QUOTA);
+
+    /* P = 0: used + need stays within the quota */
+    admit_ok(m, 4, 0, 100 * K);
+    alloc_ok(m, 4, 150 * K);
+    assert_int_equal(alloc_refused(m, 4, 8 * K), SL_MEM_QUOTA);
+    alloc_ok(m, 4, 6 * K);
+    int reason = -1;
+    assert_sl_err(sl_mem_set_ephemeral(m, 4, 110 * K, NULL, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    /* a peak above the declared E is fine within the quota */
+    set_eph_ok(m, 3, 156 * K);
+    assert_int_equal(session_info(m, 3).need, 156 * K);
+    assert_sl_err(sl_mem_set_ephemeral(m, 3, 157 * K, NULL, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    assert_int_equal(session_info(m, 3).peak, 156 * K);
+    release_ok(m, 3);
+    release_ok(m, 4);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+
+    /* no session quota: the whole capacity is the limit */
+    m = mgr_new(M, 0, 16 * K, 64 * K);
+    assert_int_equal(admit_refused(m, 1, 512 * K, 512 * K, true), SL_MEM_QUOTA);
+    admit_ok(m, 1, 512 * K, 512 * K - 16 * K);
+    release_ok(m, 1);
+    sl_mem_mgr_destroy(m);
+}
+
+static void test_capacity(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 0, 0, 64 * K);
+    uint32_t l1 = admit_ok(m, 1, 512 * K, 256 * K);
+    /* sharing the lane costs B only its persistent memory: exactly full */
+    assert_int_equal(admit_ok(m, 2, 256 * K, 256 * K), l1);
+    assert_int_equal(stats(m).n_lanes, 1);
+    assert_int_equal(stats(m).persistent_reserved + stats(m).lanes, M);
+
+    assert_int_equal(admit_refused(m, 3, 256, 64 * K, false), SL_MEM_CAPACITY);
+    assert_sl_err(sl_mem_session_get(m, 3, &(sl_mem_session_info){0}), SL_ENOTFOUND);
+    assert_int_equal(admit_refused(m, 3, 256, 64 * K, true), SL_MEM_CAPACITY);
+    sl_mem_session_info si = session_info(m, 3);
+    assert_true(si.queued);
+    assert_int_equal(si.lane, 0);
+    assert_int_equal(si.reason, SL_MEM_CAPACITY);
+    sl_mem_session_info q[4];
+    assert_int_equal(sl_mem_queue(m, q, 4), 1);
+    assert_int_equal(q[0].id, 3);
+
+    /* P = 0 reserves nothing, so it is admitted; its first byte breaks the
+     * rule */
+    assert_int_equal(admit_ok(m, 4, 0, 64 * K), l1);
+    assert_int_equal(alloc_refused(m, 4, 1), SL_MEM_CAPACITY);
+    assert_false(sl_mem_next_admitted(m, NULL, NULL));
+
+    release_ok(m, 2);
+    uint32_t lane = 0;
+    assert_int_equal(next_admitted(m, &lane), 3);
+    assert_int_equal(lane, l1);
+    assert_false(sl_mem_next_admitted(m, NULL, NULL));
+    assert_false(session_info(m, 3).queued);
+    release_ok(m, 1);
+    release_ok(m, 3);
+    release_ok(m, 4);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+/* SymbioticLab/Salus#27: a second job could practically never join a lane.
+ * Here every session whose need fits shares the one lane. */
+static void test_lane_sharing(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(16 * M, 0, M, 64 * K);
+    uint32_t l1 = admit_ok(m, 1, M, 256 * K);
+    const uint64_t peaks[] = {100 * K, 256 * K, 1, 200 * K};
+    for (uint64_t i = 0; i < 4; i++)
+        assert_int_equal(admit_ok(m, 2 + i, M, peaks[i]), l1);
+    sl_mem_lane_busy(m, l1); /* a running lane takes new members too */
+    assert_int_equal(admit_ok(m, 6, M, 128 * K), l1);
+    sl_mem_stats st = stats(m);
+    assert_int_equal(st.n_lanes, 1);
+    assert_int_equal(st.n_sessions, 6);
+    assert_int_equal(st.lanes, 256 * K);
+    assert_int_equal(st.framework, M);
+    sl_mem_lane_info li = lane_info(m, l1);
+    assert_int_equal(li.n_sessions, 6);
+    assert_int_equal(li.size, 256 * K);
+    assert_int_equal(li.max_peak, 256 * K);
+    assert_int_equal(li.framework, M);
+    assert_int_equal(li.base, li.framework_base + M);
+
+    /* a session that fits no lane gets a new one of exactly its need */
+    uint32_t l2 = admit_ok(m, 7, M, 512 * K);
+    assert_int_not_equal(l2, l1);
+    assert_int_equal(lane_info(m, l2).size, 512 * K);
+    /* both fit: the lane with fewer sessions wins */
+    assert_int_equal(admit_ok(m, 8, M, 128 * K), l2);
+    sl_mem_lane_info lanes[4];
+    assert_int_equal(sl_mem_lanes(m, lanes, 4), 2);
+    assert_int_equal(lanes[0].id, l1);
+    assert_int_equal(lanes[1].id, l2);
+    assert_int_equal(sl_mem_lanes(m, NULL, 0), 2);
+
+    /* the 256K sessions leave: the busy lane keeps its size until idle */
+    release_ok(m, 1);
+    release_ok(m, 3);
+    assert_int_equal(lane_info(m, l1).max_peak, 200 * K);
+    assert_int_equal(lane_info(m, l1).size, 256 * K);
+    sl_mem_lane_idle(m, l1);
+    assert_sl_ok(sl_mem_check(m));
+    assert_int_equal(lane_info(m, l1).size, 200 * K);
+    for (uint64_t id = 2; id <= 8; id++)
+        release_ok(m, id);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+static void test_lane_reclaim(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(4 * M, 0, 64 * K, 64 * K);
+    uint32_t l1 = admit_ok(m, 1, 0, 100 * K);
+    uint32_t l2 = admit_ok(m, 2, 0, 200 * K);
+    assert_int_equal(lane_info(m, l1).framework_base, 0);
+    assert_int_equal(lane_info(m, l1).base, 64 * K);
+    assert_int_equal(lane_info(m, l2).framework_base, 164 * K);
+    release_ok(m, 2);
+    assert_sl_err(sl_mem_lane_get(m, l2, &(sl_mem_lane_info){0}), SL_ENOTFOUND);
+    assert_int_equal(stats(m).n_lanes, 1);
+
+    /* a busy lane that loses its last session stays until it goes idle */
+    uint32_t l3 = admit_ok(m, 3, 0, 300 * K);
+    assert_true(l3 > l2); /* ids are never reused */
+    sl_mem_lane_busy(m, l3);
+    release_ok(m, 3);
+    sl_mem_lane_info li = lane_info(m, l3);
+    assert_int_equal(li.n_sessions, 0);
+    assert_int_equal(li.size, 300 * K);
+    assert_int_equal(stats(m).n_lanes, 2);
+    sl_mem_lane_idle(m, l3);
+    assert_sl_ok(sl_mem_check(m));
+    assert_sl_err(sl_mem_lane_get(m, l3, &li), SL_ENOTFOUND);
+    release_ok(m, 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+static void test_set_ephemeral(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(4 * M, 0, 64 * K, 128 * K);
+    uint32_t l1 = admit_ok(m, 1, 0, 0);
+    assert_int_equal(lane_info(m, l1).size, 128 * K);
+    /* a declared 0 is a placeholder: the real peak replaces it */
+    assert_int_equal(set_eph_ok(m, 1, 10 * K), l1);
+    assert_int_equal(lane_info(m, l1).size, 10 * K);
+    assert_int_equal(session_info(m, 1).peak, 10 * K);
+    /* alone and idle: the lane grows */
+    assert_int_equal(set_eph_ok(m, 1, 300 * K), l1);
+    assert_int_equal(lane_info(m, l1).size, 300 * K);
+
+    assert_int_equal(admit_ok(m, 2, 0, 100 * K), l1);
+    uint32_t l2 = admit_ok(m, 3, 0, 400 * K);
+    assert_int_not_equal(l2, l1);
+    /* outgrows L1 while L2 fits: moves, free of charge */
+    uint64_t lanes_before = stats(m).lanes;
+    assert_int_equal(set_eph_ok(m, 2, 350 * K), l2);
+    assert_int_equal(stats(m).lanes, lanes_before);
+    assert_int_equal(lane_info(m, l1).n_sessions, 1);
+    assert_int_equal(lane_info(m, l2).n_sessions, 2);
+    /* outgrows every lane: its shared lane grows */
+    assert_int_equal(set_eph_ok(m, 2, 500 * K), l2);
+    assert_int_equal(lane_info(m, l2).size, 500 * K);
+
+    /* busy: fine while it fits, EBUSY when the lane would have to change */
+    sl_mem_lane_busy(m, l2);
+    assert_int_equal(set_eph_ok(m, 3, 450 * K), l2);
+    int reason = -1;
+    assert_sl_err(sl_mem_set_ephemeral(m, 3, 600 * K, NULL, &reason), SL_EBUSY);
+    assert_int_equal(session_info(m, 3).peak, 450 * K);
+    assert_int_equal(lane_info(m, l2).size, 500 * K);
+    sl_mem_lane_idle(m, l2);
+    assert_int_equal(set_eph_ok(m, 3, 600 * K), l2);
+    assert_int_equal(lane_info(m, l2).size, 600 * K);
+    /* a declared E stays guaranteed: a lower peak keeps need = E (400K),
+     * and the lane shrinks to its largest need (session 2's 500K) */
+    assert_int_equal(set_eph_ok(m, 3, 10 * K), l2);
+    assert_int_equal(session_info(m, 3).need, 400 * K);
+    assert_int_equal(lane_info(m, l2).size, 500 * K);
+
+    /* capacity: the arena cannot hold the growth */
+    assert_sl_err(sl_mem_set_ephemeral(m, 1, 3584 * K, NULL, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_CAPACITY);
+    assert_int_equal(lane_info(m, l1).size, 300 * K);
+    assert_sl_err(sl_mem_set_ephemeral(m, 1, 5 * M, NULL, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    for (uint64_t id = 1; id <= 3; id++)
+        release_ok(m, id);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+/* Sessions that do not fit wait; the queue admits in arrival order, and a
+ * later one only when it fits while an earlier one does not. */
+static void test_queue_order(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(1024 * K, 0, 0, 64 * K);
+    admit_ok(m, 1, 768 * K, 128 * K);
+    assert_int_equal(admit_refused(m, 2, 512 * K, 128 * K, true), SL_MEM_CAPACITY);
+    assert_int_equal(admit_refused(m, 3, 512 * K, 128 * K, true), SL_MEM_CAPACITY);
+    assert_int_equal(admit_refused(m, 4, 256 * K, 128 * K, true), SL_MEM_CAPACITY);
+    sl_mem_session_info q[4];
+    assert_int_equal(sl_mem_queue(m, q, 4), 3);
+    assert_int_equal(q[0].id, 2);
+    assert_int_equal(q[1].id, 3);
+    assert_int_equal(q[2].id, 4);
+    assert_int_equal(sl_mem_queue(m, q, 1), 3);
+
+    release_ok(m, 1);
+    assert_int_equal(next_admitted(m, NULL), 2);
+    assert_int_equal(next_admitted(m, NULL), 4); /* 3 still does not fit */
+    assert_false(sl_mem_next_admitted(m, NULL, NULL));
+    assert_int_equal(stats(m).n_queued, 1);
+    /* a queued session can leave */
+    release_ok(m, 3);
+    assert_int_equal(stats(m).n_queued, 0);
+    assert_int_equal(admit_refused(m, 3, 512 * K, 128 * K, true), SL_MEM_CAPACITY);
+    release_ok(m, 2);
+    assert_int_equal(next_admitted(m, NULL), 3);
+    release_ok(m, 3);
+    release_ok(m, 4);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+/* A large session waits while a stream of small ones arrives: at most
+ * SL_MEM_MAX_BYPASS of them get in before it. */
+static void test_no_starvation(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(1024 * K, 0, 0, 64 * K);
+    admit_ok(m, 1, 900 * K, 64 * K);
+    assert_int_equal(admit_refused(m, 2, 512 * K, 64 * K, true), SL_MEM_CAPACITY);
+    int bypasses = 0;
+    for (uint64_t id = 10; id < 30; id++) {
+        int reason = -1;
+        uint32_t lane = 0;
+        int rc = sl_mem_admit(m, id, 32 * K, 64 * K, true, &reason, &lane);
+        assert_sl_ok(sl_mem_check(m));
+        if (rc == SL_OK) {
+            bypasses++;
+            release_ok(m, id); /* it ran and left: the memory is free again */
+        } else {
+            assert_int_equal(rc, SL_EEXHAUSTED);
+            assert_int_equal(reason, SL_MEM_CAPACITY);
+        }
+    }
+    assert_int_equal(bypasses, SL_MEM_MAX_BYPASS);
+    assert_int_equal(stats(m).n_queued, 1 + 20 - SL_MEM_MAX_BYPASS);
+    /* a small one would fit the rule, but the memory is kept for session 2 */
+    assert_true(stats(m).persistent_reserved + 32 * K + stats(m).lanes <= 1024 * K);
+
+    release_ok(m, 1);
+    assert_int_equal(next_admitted(m, NULL), 2);
+    for (uint64_t id = 10 + SL_MEM_MAX_BYPASS; id < 30; id++)
+        assert_int_equal(next_admitted(m, NULL), id);
+    assert_false(sl_mem_next_admitted(m, NULL, NULL));
+    release_ok(m, 2);
+    for (uint64_t id = 10 + SL_MEM_MAX_BYPASS; id < 30; id++)
+        release_ok(m, id);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+/* Growing an idle lane costs need - size where a new lane costs need +
+ * framework: when only the first fits the rule, the session shares the
+ * grown lane. */
+static void test_grow_instead_of_new_lane(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(1024 * K, 0, 256 * K, 64 * K);
+    uint32_t l1 = admit_ok(m, 1, 400 * K, 100 * K);
+    /* new lane: 756K + 200K + 256K > 1024K; growth: 756K + 100K fits */
+    assert_int_equal(admit_ok(m, 2, 0, 200 * K), l1);
+    assert_int_equal(lane_info(m, l1).size, 200 * K);
+    assert_int_equal(stats(m).n_lanes, 1);
+    release_ok(m, 2);
+    assert_int_equal(lane_info(m, l1).size, 100 * K);
+    release_ok(m, 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+static void test_free_errors(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 0, 0, 64 * K);
+    admit_ok(m, 1, 0, 0);
+    admit_ok(m, 2, 0, 0);
+    uint64_t a = alloc_ok(m, 1, 1000);
+    assert_sl_err(sl_mem_free(m, 2, a), SL_EINVAL);
+    assert_sl_err(sl_mem_free(m, 1, a + 256), SL_EINVAL);
+    assert_sl_err(sl_mem_free(m, 1, UINT64_MAX), SL_EINVAL);
+    assert_sl_err(sl_mem_free(m, 3, a), SL_ENOTFOUND);
+    assert_sl_ok(sl_mem_free(m, 1, a));
+    assert_sl_err(sl_mem_free(m, 1, a), SL_EINVAL);
+    /* release frees every block */
+    for (int i = 0; i < 20; i++)
+        alloc_ok(m, 2, 4096 + (uint64_t) i);
+    release_ok(m, 2);
+    release_ok(m, 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+int test_manager_run(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_create_and_args, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_quota, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_capacity, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_lane_sharing, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_lane_reclaim, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_set_ephemeral, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_queue_order, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_no_starvation, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_grow_instead_of_new_lane, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
+    };
+    return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);
+}
