@@ -35,8 +35,7 @@ static int job_make(salus_client *c, job *j, int64_t weight_elems)
     uint64_t t;
     /* declaring the ephemeral need puts both jobs on one lane from the start */
     salus_session_opts o = {.ephemeral_bytes = 1 << 20};
-    if (salus_session_open(c, &o, &j->s) ||
-        salus_tensor_create(j->s, SALUS_F32, 2, w, NULL, &t) ||
+    if (salus_session_open(c, &o, &j->s) || salus_tensor_create(j->s, SALUS_F32, 2, w, NULL, &t) ||
         salus_tensor_create(j->s, SALUS_F32, 1, (int64_t[]){weight_elems}, NULL, &j->weights))
         return -1;
     j->weight_elems = weight_elems;

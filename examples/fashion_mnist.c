@@ -49,8 +49,8 @@ int fmnist_load(const char *dir, const char *split, int64_t limit, fmnist *out)
     if (!img || !lab)
         goto out;
     /* idx: magic (0x0803 images, 0x0801 labels), counts, then bytes */
-    if (ilen < 16 || llen < 8 || be32(img) != 0x803 || be32(lab) != 0x801 ||
-        be32(img + 8) != 28 || be32(img + 12) != 28 || be32(img + 4) != be32(lab + 4) ||
+    if (ilen < 16 || llen < 8 || be32(img) != 0x803 || be32(lab) != 0x801 || be32(img + 8) != 28 ||
+        be32(img + 12) != 28 || be32(img + 4) != be32(lab + 4) ||
         ilen < 16 + (size_t) be32(img + 4) * FMNIST_PIXELS || llen < 8 + (size_t) be32(lab + 4)) {
         fprintf(stderr, "fashion-mnist: %s or %s is not a valid idx file\n", ipath, lpath);
         goto out;

@@ -40,11 +40,13 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, opts *o)
 {
     static const struct option lo[] = {
-        {"url", 1, NULL, 'u'},         {"model", 1, NULL, 'm'},      {"epochs", 1, NULL, 'e'},
-        {"batch", 1, NULL, 'b'},       {"optimizer", 1, NULL, 'o'},  {"lr", 1, NULL, 'l'},
-        {"seed", 1, NULL, 's'},        {"train-limit", 1, NULL, 't'}, {"test-limit", 1, NULL, 'T'},
-        {"data", 1, NULL, 'd'},        {"name", 1, NULL, 'n'},       {"quiet", 0, NULL, 'q'},
-        {"help", 0, NULL, 'h'},        {0},
+        {"url", 1, NULL, 'u'},        {"model", 1, NULL, 'm'},
+        {"epochs", 1, NULL, 'e'},     {"batch", 1, NULL, 'b'},
+        {"optimizer", 1, NULL, 'o'},  {"lr", 1, NULL, 'l'},
+        {"seed", 1, NULL, 's'},       {"train-limit", 1, NULL, 't'},
+        {"test-limit", 1, NULL, 'T'}, {"data", 1, NULL, 'd'},
+        {"name", 1, NULL, 'n'},       {"quiet", 0, NULL, 'q'},
+        {"help", 0, NULL, 'h'},       {0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -167,7 +169,11 @@ static int evaluate(salus_model *m, const fmnist *test, int64_t ib, float *x, in
 
 int main(int argc, char **argv)
 {
-    opts o = {.model = "mlp", .optimizer = "momentum", .epochs = 10, .batch = 128, .seed = 1,
+    opts o = {.model = "mlp",
+              .optimizer = "momentum",
+              .epochs = 10,
+              .batch = 128,
+              .seed = 1,
               .name = NULL};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)

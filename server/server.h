@@ -96,7 +96,7 @@ typedef struct sl_graph {
     sl_graph_op *ops;
     sl_plan_result plan;
     uint64_t flops;
-    sl_gaps_lp lp;        /* per-op duration predictions (gap filling) */
+    sl_gaps_lp lp;         /* per-op duration predictions (gap filling) */
     sl_gaps_ewma *op_ewma; /* n_ops of them */
 } sl_graph;
 
@@ -125,8 +125,8 @@ typedef struct sl_work {
     int status;
     /* op by op (low priority while high-priority sessions exist) */
     bool stepwise;
-    uint32_t next_op;       /* first op not yet submitted */
-    uint64_t op_start_ns;   /* when the op in flight was submitted */
+    uint32_t next_op;            /* first op not yet submitted */
+    uint64_t op_start_ns;        /* when the op in flight was submitted */
     struct sl_work *parked_next; /* in srv->parked while waiting for a gap */
 } sl_work;
 
@@ -146,7 +146,7 @@ struct sl_session {
     sl_work *head, *tail;    /* pending work, head is executing when busy */
     bool busy;
     bool closing;
-    bool admitted;     /* false while it waits in the admission queue */
+    bool admitted;      /* false while it waits in the admission queue */
     bool high_priority; /* in srv->gaps (priority > 0 under the priority policy) */
     sl_gaps_hp hp;
     bool blocked;      /* its head waits for its lane to go idle (lane move) */
@@ -172,8 +172,8 @@ struct sl_server {
     void *arena;       /* device address of offset 0 */
     uint64_t capacity; /* arena bytes */
     sl_mem_mgr *mem;
-    sl_map lanes;               /* manager lane id -> sl_lane */
-    sl_stream **spare_streams;  /* streams of lanes the manager reclaimed */
+    sl_map lanes;              /* manager lane id -> sl_lane */
+    sl_stream **spare_streams; /* streams of lanes the manager reclaimed */
     size_t n_spare, cap_spare;
     uint32_t lanes_busy;
     sl_stream *copy_stream; /* control requests' copies */
@@ -183,9 +183,9 @@ struct sl_server {
     uint64_t start_ns;
     uint64_t requests_total, errors_total, iterations_total;
     uint32_t control_in_flight;
-    sl_gaps gaps;         /* high-priority sessions' idle-gap predictions */
-    sl_work *parked;      /* low-priority iterations waiting for a gap */
-    pthread_t timer;      /* re-checks parked iterations when a gap may open */
+    sl_gaps gaps;    /* high-priority sessions' idle-gap predictions */
+    sl_work *parked; /* low-priority iterations waiting for a gap */
+    pthread_t timer; /* re-checks parked iterations when a gap may open */
     pthread_cond_t timer_cond;
     uint64_t timer_deadline; /* 0 = none */
     bool timer_running, timer_stop;

@@ -47,6 +47,10 @@ static int sim_open(sl_device *dev, int index, const char *arg)
     if (pthread_mutex_init(&d->mem_lock, NULL) != 0)
         return SL_ENOMEM;
     d->mem_lock_ready = true;
+    atomic_init(&d->fail_ops, 0);
+    atomic_init(&d->fail_code, SL_OK);
+    atomic_init(&d->lost, false);
+    atomic_init(&d->slowdown, 1);
 
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0)
@@ -142,6 +146,56 @@ static void sim_mem_free(sl_device *dev, void *ptr)
     sl_free(r);
 }
 
+/* ---- fault injection ---- */
+
+int sl_sim_take_fault(struct sl_sim_dev *d, bool is_op)
+{
+    if (atomic_load(&d->lost))
+        return SL_EDEVICERESET;
+    if (!is_op)
+        return SL_OK;
+    unsigned n = atomic_load(&d->fail_ops);
+    while (n > 0 && !atomic_compare_exchange_weak(&d->fail_ops, &n, n - 1)) {
+    }
+    if (n == 0)
+        return SL_OK;
+    int code = atomic_load(&d->fail_code);
+    if (code == SL_EDEVICERESET)
+        atomic_store(&d->lost, true);
+    return code;
+}
+
+int sl_sim_fail_next_ops(sl_device *dev, unsigned n, int code)
+{
+    if (!dev || dev->ops != &sl_sim_device_ops || code <= SL_OK || code >= SL_E_COUNT)
+        return SL_EINVAL;
+    struct sl_sim_dev *d = dev->priv;
+    atomic_store(&d->fail_ops, 0); /* never a count paired with the old code */
+    atomic_store(&d->fail_code, code);
+    atomic_store(&d->fail_ops, n);
+    return SL_OK;
+}
+
+int sl_sim_set_slowdown(sl_device *dev, unsigned factor)
+{
+    if (!dev || dev->ops != &sl_sim_device_ops || factor < 1 || factor > 1000000)
+        return SL_EINVAL;
+    struct sl_sim_dev *d = dev->priv;
+    atomic_store(&d->slowdown, factor);
+    return SL_OK;
+}
+
+/* A lost sim device recovers at once; the caller has destroyed its streams
+ * and freed its memory (device.h). An injected slowdown stays: a reset does
+ * not make a slow device fast. */
+static int sim_reset(sl_device *dev)
+{
+    struct sl_sim_dev *d = dev->priv;
+    atomic_store(&d->fail_ops, 0);
+    atomic_store(&d->lost, false);
+    return SL_OK;
+}
+
 const sl_sim_profile *sl_sim_device_profile(const sl_device *dev)
 {
     if (!dev || dev->ops != &sl_sim_device_ops)
@@ -165,4 +219,5 @@ const sl_device_ops sl_sim_device_ops = {
     .launch = sl_sim_launch,
     .host_callback = sl_sim_host_callback,
     .synchronize = sl_sim_synchronize,
+    .reset = sim_reset,
 };

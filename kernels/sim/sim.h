@@ -149,4 +149,19 @@ const sl_sim_profile *sl_sim_device_profile(const sl_device *dev);
  * SL_ESHUTDOWN, SL_ENOMEM. Never blocks on device work. */
 int sl_sim_inject_error(sl_stream *s, int code);
 
+/* Fault injection on a whole device (salusd --fault-inject, tests): the next
+ * n ops to execute, on any stream, fail with `code` instead of running, as a
+ * failing kernel would (the error becomes that stream's sticky error). With
+ * code SL_EEXHAUSTED this is a failed workspace allocation: a per-request
+ * error. With SL_EDEVICERESET the device is lost (device.h): from the failing
+ * op on, every op and copy on every stream fails with SL_EDEVICERESET until
+ * reset(). n 0 disarms. Errors: SL_EINVAL (not a sim device, code out of
+ * range). Never blocks. */
+int sl_sim_fail_next_ops(sl_device *dev, unsigned n, int code);
+
+/* Makes the device `factor` times slower: every op and copy that starts from
+ * now on takes factor times its modeled time (1 = normal). Errors: SL_EINVAL
+ * (not a sim device, factor 0 or above 1000000). Never blocks. */
+int sl_sim_set_slowdown(sl_device *dev, unsigned factor);
+
 #endif

@@ -6,6 +6,7 @@
 #include "sim.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 struct sl_sim_region {
@@ -29,7 +30,18 @@ struct sl_sim_dev {
     pthread_cond_t model_cv;    /* CLOCK_MONOTONIC; a job joined or left a resource */
     bool model_ready;
     sl_sim_ps res[SL_SIM_RES_COUNT];
+
+    /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics
+     * because every stream worker reads them. */
+    atomic_uint fail_ops; /* ops still to fail ... */
+    atomic_int fail_code; /* ... with this code */
+    atomic_bool lost;     /* an SL_EDEVICERESET fault: all work fails until reset */
+    atomic_uint slowdown; /* modeled times are multiplied by this (0, 1 = normal) */
 };
+
+/* The fault to apply to a command about to execute on d (an op when is_op):
+ * SL_OK (run it) or the code to fail it with. Worker threads; never blocks. */
+int sl_sim_take_fault(struct sl_sim_dev *d, bool is_op);
 
 /* Stream functions of sl_sim_device_ops (stream.c); contracts in device.h. */
 int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out);

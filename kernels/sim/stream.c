@@ -46,6 +46,7 @@ struct cmd {
             sl_sim_timing timing;
             void *zero_dst; /* d2h: host bytes to clear once the copy is done */
             size_t zero_n;
+            bool is_op; /* an op, not a copy (sl_sim_fail_next_ops counts ops) */
         } work;
         struct {
             sl_host_fn fn;
@@ -95,9 +96,14 @@ static void run_work(sl_stream *s, const struct cmd *c)
     sl_sim_ps *ps = &d->res[t->resource];
     uint64_t start = s->clock_ns > c->submit_ns ? s->clock_ns : c->submit_ns;
     sl_sim_ps_job job = {.user = s};
+    /* an injected slow device: factor <= 10^6 and modeled times are far
+     * below 2^44 ns, so the products cannot overflow */
+    uint64_t slow = atomic_load(&d->slowdown);
+    if (slow < 1)
+        slow = 1;
 
     pthread_mutex_lock(&d->model_lock);
-    sl_sim_ps_submit(ps, &job, start + t->launch_ns, t->work_ns);
+    sl_sim_ps_submit(ps, &job, start + t->launch_ns * slow, t->work_ns * slow);
     /* Others' departure times move when this job joins: let them recompute. */
     pthread_cond_broadcast(&d->model_cv);
     for (;;) {
@@ -143,10 +149,13 @@ static void *worker_main(void *arg)
             c->u.cb.fn(c->u.cb.arg, status);
             s->clock_ns = sl_now_ns();
         } else if (status == SL_OK) {
-            if (c->kind == CMD_WORK)
-                run_work(s, c);
-            else
+            if (c->kind == CMD_WORK) {
+                rc = sl_sim_take_fault(s->dev, c->u.work.is_op);
+                if (rc == SL_OK)
+                    run_work(s, c);
+            } else {
                 rc = c->u.fail;
+            }
         }
 
         pthread_mutex_lock(&s->lock);
@@ -325,6 +334,7 @@ int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
         return rc;
     c->kind = CMD_WORK;
     c->u.work.timing = timing;
+    c->u.work.is_op = true;
     return commit(s, c);
 }
 

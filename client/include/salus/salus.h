@@ -197,10 +197,10 @@ typedef struct salus_model salus_model;
 enum salus_optimizer_kind { SALUS_SGD = 0, SALUS_MOMENTUM = 1, SALUS_ADAM = 2 };
 
 typedef struct salus_optimizer {
-    int kind;           /* enum salus_optimizer_kind */
-    float lr;           /* learning rate (> 0) */
-    float momentum;     /* SALUS_MOMENTUM (e.g. 0.9) */
-    float weight_decay; /* SALUS_MOMENTUM; 0 = none */
+    int kind;                /* enum salus_optimizer_kind */
+    float lr;                /* learning rate (> 0) */
+    float momentum;          /* SALUS_MOMENTUM (e.g. 0.9) */
+    float weight_decay;      /* SALUS_MOMENTUM; 0 = none */
     float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 */
 } salus_optimizer;
 
@@ -231,8 +231,8 @@ int salus_model_flatten(salus_model *m);
  * inference graph for `infer_batch` samples. The last layer must produce
  * [classes] per sample. Errors: SALUS_EINVAL (model or optimizer invalid;
  * see salus_model_error), SALUS_EEXHAUSTED, transport errors. */
-int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt,
-                        int64_t batch, int64_t infer_batch, uint64_t seed);
+int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt, int64_t batch,
+                        int64_t infer_batch, uint64_t seed);
 /* One training iteration on x[batch, sample...] and labels[batch]; writes the
  * batch's mean loss (before the update) to *loss (may be NULL). */
 int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels, float *loss);
