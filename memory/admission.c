@@ -60,14 +60,15 @@ static int find_lane(sl_mem_mgr *m, struct mgr_session *s, struct mgr_lane **out
     /* p + need + framework <= capacity was checked at admission (QUOTA), so
      * the sums below cannot overflow. */
     bool fragmented = false;
-    struct mgr_lane *lane = mgr_lane_best_fit(m, need, NULL);
+    /* an exclusive session gets a lane of its own */
+    struct mgr_lane *lane = s->exclusive ? NULL : mgr_lane_best_fit(m, need, NULL);
     if (!lane && mgr_rule_allows(m, s->p + need + m->framework)) {
         int rc = mgr_lane_create(m, need, &lane);
         if (rc != SL_OK && rc != SL_EEXHAUSTED)
             return rc;
         fragmented = rc == SL_EEXHAUSTED;
     }
-    if (!lane) {
+    if (!lane && !s->exclusive) {
         struct mgr_lane *grow = mgr_lane_grow_candidate(m, need);
         if (grow && mgr_rule_allows(m, s->p + need - grow->size)) {
             int rc = mgr_lane_resize(m, grow, need);
@@ -175,6 +176,13 @@ static int refuse(int *out, int reason)
 int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, int *reason,
                  uint32_t *lane)
 {
+    return sl_mem_admit_ex(m, id, p, e, wait ? SL_MEM_ADMIT_WAIT : 0, reason, lane);
+}
+
+int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags, int *reason,
+                    uint32_t *lane)
+{
+    bool wait = flags & SL_MEM_ADMIT_WAIT;
     if (!m || id == 0 || sl_map_get(&m->sessions, id))
         return SL_EINVAL;
     /* QUOTA: can never fit, whatever else leaves. The bounds first keep the
@@ -194,6 +202,7 @@ int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, 
         return SL_ENOMEM;
     *s = probe;
     s->id = id;
+    s->exclusive = flags & SL_MEM_ADMIT_EXCLUSIVE;
     s->declared_p = p;
     int rc = sl_map_put(&m->sessions, id, s);
     if (rc != SL_OK)

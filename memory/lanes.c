@@ -34,7 +34,7 @@ struct mgr_lane *mgr_lane_best_fit(const sl_mem_mgr *m, uint64_t need, const str
     struct mgr_lane *best = NULL;
     for (size_t i = 0; i < m->n_lanes; i++) {
         struct mgr_lane *l = m->lanes[i];
-        if (l == skip || l->size < need)
+        if (l == skip || l->size < need || l->exclusive)
             continue;
         if (!best || l->n_sessions < best->n_sessions ||
             (l->n_sessions == best->n_sessions && l->size < best->size))
@@ -50,7 +50,7 @@ struct mgr_lane *mgr_lane_grow_candidate(const sl_mem_mgr *m, uint64_t need)
     struct mgr_lane *best = NULL;
     for (size_t i = 0; i < m->n_lanes; i++) {
         struct mgr_lane *l = m->lanes[i];
-        if (!l->busy && l->size < need && (!best || l->size > best->size))
+        if (!l->busy && !l->exclusive && l->size < need && (!best || l->size > best->size))
             best = l;
     }
     return best;
@@ -142,6 +142,8 @@ void mgr_lane_join(sl_mem_mgr *m, struct mgr_lane *l, struct mgr_session *s)
         l->sessions->lane_prev = s;
     l->sessions = s;
     l->n_sessions++;
+    if (s->exclusive)
+        l->exclusive = true;
     uint64_t need = mgr_need(m, s);
     if (need > l->max_need)
         l->max_need = need;
@@ -170,6 +172,8 @@ void mgr_lane_leave(sl_mem_mgr *m, struct mgr_session *s)
     s->lane = NULL;
     s->lane_prev = s->lane_next = NULL;
     l->n_sessions--;
+    if (s->exclusive)
+        l->exclusive = false;
     mgr_lane_refresh(l, m);
 }
 
@@ -244,7 +248,7 @@ static int set_ephemeral(sl_mem_mgr *m, struct mgr_session *s, uint64_t peak, in
     }
     if (l->busy)
         return SL_EBUSY;
-    struct mgr_lane *to = mgr_lane_best_fit(m, need, l);
+    struct mgr_lane *to = s->exclusive ? NULL : mgr_lane_best_fit(m, need, l);
     if (to) {
         move_session(m, s, to, peak);
         return SL_OK;

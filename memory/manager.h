@@ -126,6 +126,16 @@ void sl_mem_mgr_destroy(sl_mem_mgr *m);
 int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, int *reason,
                  uint32_t *lane);
 
+/* sl_mem_admit with flags: SL_MEM_ADMIT_WAIT (queue instead of refusing)
+ * and SL_MEM_ADMIT_EXCLUSIVE (the session gets a lane of its own that no
+ * other session joins, for sessions that must never wait behind another's
+ * iteration: high priority). An exclusive session is never moved into a
+ * shared lane. */
+#define SL_MEM_ADMIT_WAIT 1u
+#define SL_MEM_ADMIT_EXCLUSIVE 2u
+int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags, int *reason,
+                    uint32_t *lane);
+
 /* Pops the next queued session that is now admitted. The queue is served
  * eagerly: every call that may free memory (sl_mem_release, sl_mem_free,
  * sl_mem_set_ephemeral, sl_mem_lane_idle, sl_mem_compact, sl_mem_alloc

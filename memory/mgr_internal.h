@@ -63,6 +63,7 @@ struct mgr_session {
     uint64_t region;          /* base of its persistent region (p bytes) */
     sl_mem_pool *region_pool; /* NULL: no region (P = 0, or not admitted) */
     enum mgr_state state;
+    bool exclusive;    /* never shares its lane (high-priority sessions) */
     int reason;        /* why it waits (queued) */
     uint32_t bypassed; /* later sessions admitted while it waited */
     struct mgr_lane *lane;
@@ -84,6 +85,7 @@ struct mgr_lane {
     uint64_t max_need; /* largest need among its sessions (0 when empty) */
     uint32_t n_sessions;
     bool busy;
+    bool exclusive; /* holds an exclusive session: nobody else joins */
     struct mgr_session *sessions;
 };
 

@@ -35,7 +35,8 @@ static int shape_from_desc(const Salus__TensorDesc *d, sl_shape *out)
     if (!d || d->n_dims > SL_MAX_DIMS || (unsigned) d->dtype >= SL_DTYPE_COUNT)
         return SL_EINVAL;
     *out = (sl_shape){.dtype = (uint8_t) d->dtype, .ndim = (uint8_t) d->n_dims};
-    memcpy(out->dims, d->dims, d->n_dims * sizeof *d->dims);
+    if (d->n_dims) /* a scalar's dims may be NULL */
+        memcpy(out->dims, d->dims, d->n_dims * sizeof *d->dims);
     return sl_shape_valid(out) ? SL_OK : SL_EINVAL;
 }
 
@@ -633,8 +634,15 @@ static bool session_open(sl_server *srv, const Salus__OpenSession *m, sl_req *re
     bool wait = h && h->wait_for_admission;
     int reason = SL_MEM_FITS;
     uint32_t lane = 0;
-    int rc = sl_mem_admit(srv->mem, s->id, s->declared_persistent, s->declared_ephemeral, wait,
-                          &reason, &lane);
+    /* high-priority sessions under the priority policy get a lane of their
+     * own: their iterations must never wait behind another's whole iteration */
+    unsigned flags =
+        (wait ? SL_MEM_ADMIT_WAIT : 0) |
+        (s->job.priority > 0 && strcmp(sl_sched_policy(srv->sched)->name, "priority") == 0
+             ? SL_MEM_ADMIT_EXCLUSIVE
+             : 0);
+    int rc = sl_mem_admit_ex(srv->mem, s->id, s->declared_persistent, s->declared_ephemeral, flags,
+                             &reason, &lane);
     if (rc == SL_EEXHAUSTED && wait && reason != SL_MEM_QUOTA) {
         if (sl_map_put(&srv->sessions, s->id, s) != SL_OK) {
             sl_mem_release(srv->mem, s->id);

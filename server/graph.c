@@ -109,7 +109,8 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         if (!d || d->n_dims > SL_MAX_DIMS || (unsigned) d->dtype >= SL_DTYPE_COUNT)
             FAIL(SL_EINVAL, "input %zu: invalid tensor description", i);
         *sh = (sl_shape){.dtype = (uint8_t) d->dtype, .ndim = (uint8_t) d->n_dims};
-        memcpy(sh->dims, d->dims, d->n_dims * sizeof *d->dims);
+        if (d->n_dims) /* a scalar's dims may be NULL */
+            memcpy(sh->dims, d->dims, d->n_dims * sizeof *d->dims);
         if (!sl_shape_valid(sh))
             FAIL(SL_EINVAL, "input %zu: invalid shape", i);
         g->values[nv].kind = SL_VALUE_INPUT;
@@ -124,6 +125,7 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         g->values[nv] =
             (sl_value){.shape = t->shape, .kind = SL_VALUE_PARAM, .tensor = t, .root = nv};
         t->graph_refs++;
+        g->n_values = nv + 1; /* a later failure must drop this reference */
     }
     g->n_params = (uint32_t) m->n_params;
     g->n_values = nv;

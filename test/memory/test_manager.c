@@ -376,6 +376,36 @@ static void test_grow_instead_of_new_lane(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* High-priority sessions get a lane of their own: nobody joins it, and
+ * they never join a shared one. */
+static void test_exclusive_lanes(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 0, 0, 64 * K);
+    uint32_t shared, own, other;
+    admit_ok(m, 1, 0, 64 * K);
+    assert_sl_ok(sl_mem_session_get(m, 1, &(sl_mem_session_info){0}));
+    shared = session_info(m, 1).lane;
+    assert_sl_ok(sl_mem_admit_ex(m, 2, 0, 32 * K, SL_MEM_ADMIT_EXCLUSIVE, NULL, &own));
+    assert_int_not_equal(own, shared); /* it would have fit the shared lane */
+    assert_sl_ok(sl_mem_admit_ex(m, 3, 0, 16 * K, 0, NULL, &other));
+    assert_int_equal(other, shared); /* a plain session shares, never the exclusive one */
+    assert_sl_ok(sl_mem_check(m));
+    /* growing the exclusive session keeps it alone */
+    uint32_t lane;
+    assert_sl_ok(sl_mem_set_ephemeral(m, 2, 48 * K, &lane, NULL));
+    assert_int_equal(session_info(m, 2).lane, lane);
+    sl_mem_lane_info info;
+    assert_sl_ok(sl_mem_lane_get(m, lane, &info));
+    assert_int_equal(info.n_sessions, 1);
+    release_ok(m, 2);
+    assert_sl_err(sl_mem_lane_get(m, lane, &info), SL_ENOTFOUND); /* reclaimed */
+    release_ok(m, 3);
+    release_ok(m, 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 static void test_free_errors(void **state)
 {
     (void) state;
@@ -410,6 +440,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_queue_order, reset_alloc_failures),
         cmocka_unit_test_teardown(test_no_starvation, reset_alloc_failures),
         cmocka_unit_test_teardown(test_grow_instead_of_new_lane, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_exclusive_lanes, reset_alloc_failures),
         cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
     };
     return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);
