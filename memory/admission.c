@@ -60,8 +60,19 @@ static int find_lane(sl_mem_mgr *m, struct mgr_session *s, struct mgr_lane **out
     /* p + need + framework <= capacity was checked at admission (QUOTA), so
      * the sums below cannot overflow. */
     bool fragmented = false;
-    /* an exclusive session gets a lane of its own */
-    struct mgr_lane *lane = s->exclusive ? NULL : mgr_lane_best_fit(m, need, NULL);
+    /* an exclusive session gets a lane of its own; so does any session while
+     * memory is plentiful (space sharing), below the spread limit */
+    struct mgr_lane *lane = NULL;
+    uint64_t held = mgr_reserved(m);
+    bool spread = m->spread_limit && held <= m->spread_limit &&
+                  s->p + need + m->framework <= m->spread_limit - held;
+    if (spread && !s->exclusive && mgr_rule_allows(m, s->p + need + m->framework)) {
+        int rc = mgr_lane_create(m, need, &lane);
+        if (rc != SL_OK && rc != SL_EEXHAUSTED)
+            return rc;
+    }
+    if (!lane && !s->exclusive)
+        lane = mgr_lane_best_fit(m, need, NULL);
     if (!lane && mgr_rule_allows(m, s->p + need + m->framework)) {
         int rc = mgr_lane_create(m, need, &lane);
         if (rc != SL_OK && rc != SL_EEXHAUSTED)

@@ -101,6 +101,12 @@ typedef struct sl_mem_config {
     uint64_t session_quota;      /* max P + E of one session; 0 = capacity */
     uint64_t framework_per_lane; /* framework bytes charged for every lane */
     uint64_t default_ephemeral;  /* E of a session that declares 0 (e.g. 64 MiB) */
+    /* Space sharing: while the memory held (reserved persistent + lanes +
+     * framework) would stay at most this many bytes, a new session gets a
+     * lane of its own (its iterations run concurrently with the others')
+     * rather than sharing one (taking turns). 0 = always share when a lane
+     * fits (the most memory-frugal choice). */
+    uint64_t spread_limit;
 } sl_mem_config;
 
 /* Creates a manager. session_quota is capped at capacity. Errors:

@@ -91,9 +91,10 @@ struct mgr_lane {
 
 struct sl_mem_mgr {
     uint64_t capacity;
-    uint64_t quota;     /* per-session P + E limit, <= capacity */
-    uint64_t framework; /* per lane, rounded */
-    uint64_t default_e; /* rounded, >= 256 */
+    uint64_t quota;        /* per-session P + E limit, <= capacity */
+    uint64_t framework;    /* per lane, rounded */
+    uint64_t default_e;    /* rounded, >= 256 */
+    uint64_t spread_limit; /* see sl_mem_config */
     sl_mem_pool *pool;
     sl_map sessions;         /* id -> mgr_session, every state */
     sl_map blocks;           /* addr + 1 -> mgr_block */

@@ -7,6 +7,7 @@
 #include "sl_time.h"
 
 #include <stdio.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 /* Opens the arena: the whole memory limit, managed by the memory manager
@@ -28,6 +29,7 @@ static int memory_init(sl_server *srv)
         .session_quota = srv->cfg.session_quota,
         .framework_per_lane = srv->cfg.framework_per_lane,
         .default_ephemeral = srv->cfg.lane_bytes ? srv->cfg.lane_bytes : cap / 8,
+        .spread_limit = cap / 2, /* lanes of their own while at most half is held */
     };
     int rc = sl_mem_mgr_create(&mc, &srv->mem);
     if (rc) {
@@ -53,12 +55,25 @@ static int memory_init(sl_server *srv)
     return SL_OK;
 }
 
+/* Session ids start at a random point in [2^39, 2^40) per server instance:
+ * a client of a previous instance (salusd restarted) gets SESSION_LOST for
+ * its old session, never PERMISSION_DENIED for someone else's session that
+ * happens to have the same number. */
+static uint64_t session_id_base(void)
+{
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t) sizeof r)
+        r = (uint32_t) sl_now_ns();
+    return ((uint64_t) (r & 0x7fffff) | (1u << 23)) << 16;
+}
+
 /* Frees everything; safe on a half-initialised server. */
 void sl_server_fini(sl_server *srv)
 {
     size_t i = 0;
     void *v;
     srv->stopped = true;
+    sl_fault_fini(srv); /* before the transport: held requests get SHUTTING_DOWN */
     if (!sl_transport_stop(srv)) {
         fflush(stderr);
         _exit(0); /* NNG still owns threads that may call into srv */
@@ -89,6 +104,7 @@ int sl_server_start(sl_server *srv)
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->idle_cond, NULL);
     srv->start_ns = sl_now_ns();
+    srv->next_session_id = session_id_base();
     if ((rc = sl_dev_open(srv->cfg.device, &srv->dev)) != SL_OK) {
         sl_log_err("dev.open", "cannot open device '%s': %s", srv->cfg.device, sl_strerror(rc));
         return rc;

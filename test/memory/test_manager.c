@@ -406,6 +406,27 @@ static void test_exclusive_lanes(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* Space sharing while memory is plentiful, time sharing beyond the limit. */
+static void test_spread_then_share(void **state)
+{
+    (void) state;
+    sl_mem_config cfg = {.capacity = M, .default_ephemeral = 64 * K, .spread_limit = M / 2};
+    sl_mem_mgr *m = NULL;
+    assert_sl_ok(sl_mem_mgr_create(&cfg, &m));
+    uint32_t a, b, c;
+    assert_sl_ok(sl_mem_admit(m, 1, 100 * K, 64 * K, false, NULL, &a));
+    assert_sl_ok(sl_mem_admit(m, 2, 100 * K, 64 * K, false, NULL, &b));
+    assert_int_not_equal(a, b); /* plenty of memory: a lane each */
+    assert_sl_ok(sl_mem_admit(m, 3, 200 * K, 64 * K, false, NULL, &c));
+    assert_true(c == a || c == b); /* past half the device: it shares */
+    assert_sl_ok(sl_mem_check(m));
+    release_ok(m, 3);
+    release_ok(m, 2);
+    release_ok(m, 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 static void test_free_errors(void **state)
 {
     (void) state;
@@ -441,6 +462,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_no_starvation, reset_alloc_failures),
         cmocka_unit_test_teardown(test_grow_instead_of_new_lane, reset_alloc_failures),
         cmocka_unit_test_teardown(test_exclusive_lanes, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_spread_then_share, reset_alloc_failures),
         cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
     };
     return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);
