@@ -78,8 +78,10 @@ static pid_t start(const char *salusd, const char *dir, char *url, size_t len, s
 {
     static int n;
     snprintf(url, len, "ipc://%s/s%d.sock", dir, n++);
+    /* --spread-limit 0: the jobs share one lane and take turns, the case
+     * whose switching this measures */
     pid_t pid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", "512M",
-                                             "--log-level", "warn", NULL});
+                                             "--spread-limit", "0", "--log-level", "warn", NULL});
     for (int i = 0; i < 500 && salus_connect(url, c) != SALUS_OK; i++)
         usleep(10000);
     return pid;

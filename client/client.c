@@ -1,13 +1,20 @@
 /* libsalusclient: connection, sessions, tensors, runs. The graph builder is
  * in graph.c. Every call is one synchronous request/reply on the client's
- * REQ socket. */
+ * REQ socket. The socket's dialer reconnects by itself when salusd goes away
+ * and comes back; calls made while no connection exists fail at once with
+ * SL_ECONN instead of queueing. */
 #include "client_internal.h"
 
+#include <errno.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Why the calling thread's last salus_connect failed (salus_last_error(NULL)). */
+static _Thread_local char connect_error[512];
 
 const char *salus_strerror(int code)
 {
@@ -45,6 +52,9 @@ static int from_nng(int rv)
         return SL_EINVAL;
     case NNG_ETIMEDOUT:
         return SL_ETIMEDOUT;
+    case NNG_EPEERAUTH:
+    case NNG_ECRYPTO:
+        return SL_EPERM; /* TLS: a certificate was refused */
     default:
         return SL_ECONN;
     }
@@ -155,8 +165,120 @@ static void close_client(salus_client *c)
     sl_free(c);
 }
 
+/* Reads a whole PEM file into a NUL-terminated buffer (caller frees). */
+static char *read_pem(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(connect_error, sizeof connect_error, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1u << 20; /* certificate chains are kilobytes */
+    char *buf = sl_malloc(cap);
+    if (buf) {
+        size_t n = fread(buf, 1, cap - 1, f);
+        buf[n] = '\0';
+    }
+    fclose(f);
+    return buf;
+}
+
+/* The host part of "tls+tcp://host:port" ("[v6]" without brackets): the name
+ * salusd's certificate must carry, unless SALUS_TLS_SERVER_NAME says. */
+static void url_host(const char *url, char *host, size_t len)
+{
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    const char *end = p[0] == '[' ? strchr(p, ']') : strrchr(p, ':');
+    if (p[0] == '[')
+        p++;
+    size_t n = end && end >= p ? (size_t) (end - p) : strlen(p);
+    snprintf(host, len, "%.*s", (int) n, p);
+}
+
+/* TLS for a tls+tcp:// dialer from SALUS_TLS_* (see salus.h). */
+static int tls_setup(nng_dialer d, const char *url)
+{
+    const char *ca = getenv("SALUS_TLS_CA"), *cert = getenv("SALUS_TLS_CERT"),
+               *key = getenv("SALUS_TLS_KEY"), *name = getenv("SALUS_TLS_SERVER_NAME");
+    if (!ca || !*ca) {
+        snprintf(connect_error, sizeof connect_error,
+                 "%s: set SALUS_TLS_CA to the CA file that signed salusd's certificate", url);
+        return SL_EINVAL;
+    }
+    if ((cert && *cert) != (key && *key)) {
+        snprintf(connect_error, sizeof connect_error,
+                 "SALUS_TLS_CERT and SALUS_TLS_KEY go together (a client certificate)");
+        return SL_EINVAL;
+    }
+    char host[256];
+    url_host(url, host, sizeof host);
+    nng_tls_config *tc;
+    int rv = nng_tls_config_alloc(&tc, NNG_TLS_MODE_CLIENT);
+    if (rv)
+        return from_nng(rv);
+    char *cert_pem = NULL, *key_pem = NULL;
+    int rc = SL_EINVAL;
+    if ((rv = nng_tls_config_ca_file(tc, ca)) != 0) {
+        snprintf(connect_error, sizeof connect_error, "bad SALUS_TLS_CA %s: %s", ca,
+                 nng_strerror(rv));
+        goto out_free;
+    }
+    if ((rv = nng_tls_config_auth_mode(tc, NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+        (rv = nng_tls_config_server_name(tc, name && *name ? name : host)) != 0)
+        goto out_free;
+    if (cert && *cert) {
+        if (!(cert_pem = read_pem(cert)) || !(key_pem = read_pem(key)))
+            goto out_free;
+        if ((rv = nng_tls_config_own_cert(tc, cert_pem, key_pem, NULL)) != 0) {
+            snprintf(connect_error, sizeof connect_error, "bad SALUS_TLS_CERT/KEY: %s",
+                     nng_strerror(rv));
+            goto out_free;
+        }
+    }
+    if ((rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)) == 0)
+        rc = SL_OK;
+out_free:
+    if (rc && rv && !connect_error[0])
+        snprintf(connect_error, sizeof connect_error, "TLS setup failed: %s", nng_strerror(rv));
+    sl_free(cert_pem);
+    if (key_pem)
+        explicit_bzero(key_pem, strlen(key_pem)); /* no private key left in freed memory */
+    sl_free(key_pem);
+    nng_tls_config_free(tc); /* the dialer holds its own reference */
+    return rc;
+}
+
+/* Creates and starts the dialer (TLS configured for tls+tcp://). A dialer
+ * that connected once reconnects by itself. */
+static int dial(salus_client *c, const char *url)
+{
+    nng_dialer d;
+    int rv = nng_dialer_create(&d, c->sock, url);
+    if (rv) {
+        snprintf(connect_error, sizeof connect_error, "cannot use %s: %s", url, nng_strerror(rv));
+        return rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL ? SL_EINVAL : from_nng(rv);
+    }
+    int rc = SL_OK;
+    if (strncmp(url, "tls+", 4) == 0 && (rc = tls_setup(d, url)) != SL_OK)
+        goto out_close;
+    (void) nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
+    (void) nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 1000);
+    if ((rv = nng_dialer_start(d, 0)) != 0) {
+        snprintf(connect_error, sizeof connect_error, "cannot connect to %s: %s", url,
+                 nng_strerror(rv));
+        rc = rv == NNG_ECONNREFUSED || rv == NNG_ENOENT ? SL_ECONN : from_nng(rv);
+        goto out_close;
+    }
+    return SL_OK;
+out_close:
+    nng_dialer_close(d);
+    return rc;
+}
+
 int salus_connect(const char *url, salus_client **out)
 {
+    connect_error[0] = '\0';
     if (!url)
         url = salus_default_url();
     salus_client *c = sl_calloc(1, sizeof *c);
@@ -177,10 +299,10 @@ int salus_connect(const char *url, salus_client **out)
      * resend would run it twice. */
     (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     (void) nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, SL_CLIENT_MAX_MSG);
-    if ((rv = nng_dial(c->sock, url, NULL, 0)) != 0) {
-        snprintf(c->last_error, sizeof c->last_error, "cannot connect to %s: %s", url,
-                 nng_strerror(rv));
-        goto out_close;
+    int rc = dial(c, url);
+    if (rc) {
+        close_client(c);
+        return rc;
     }
 
     Salus__Request req = SALUS__REQUEST__INIT;
@@ -190,8 +312,9 @@ int salus_connect(const char *url, salus_client **out)
     req.body_case = SALUS__REQUEST__BODY_HELLO;
     req.hello = &hello;
     Salus__Reply *rep;
-    int rc = sl_client_call(c, &req, &rep);
+    rc = sl_client_call(c, &req, &rep);
     if (rc) {
+        snprintf(connect_error, sizeof connect_error, "%s", c->last_error);
         close_client(c);
         return rc;
     }
@@ -203,8 +326,9 @@ int salus_connect(const char *url, salus_client **out)
     return SL_OK;
 
 out_close:
+    snprintf(connect_error, sizeof connect_error, "cannot open a socket: %s", nng_strerror(rv));
     close_client(c);
-    return rv == NNG_ECONNREFUSED || rv == NNG_ENOENT ? SL_ECONN : from_nng(rv);
+    return from_nng(rv);
 }
 
 void salus_disconnect(salus_client *c)
@@ -215,7 +339,7 @@ void salus_disconnect(salus_client *c)
 
 const char *salus_last_error(const salus_client *c)
 {
-    return c ? c->last_error : "";
+    return c ? c->last_error : connect_error;
 }
 
 const char *salus_server_device(const salus_client *c)

@@ -13,6 +13,16 @@
  * and the callback receives the first error. Backend-specific statuses are
  * translated to SL_E* codes inside the backend; none escape it.
  *
+ * Error classes (DESIGN.md section 8). SL_EDEVICERESET, and only it, means
+ * the *device is lost*: a fault that corrupts the device context (CUDA's
+ * illegal address, launch failure, uncorrectable ECC). From then on work on
+ * every stream may fail with SL_EDEVICERESET, every host callback already
+ * enqueued, and every one enqueued later, still runs exactly once (with
+ * SL_EDEVICERESET where its work did not complete), and nothing works again
+ * until reset(). Every other code is a *per-request* error (bad input, a
+ * failed workspace allocation = SL_EEXHAUSTED, SL_EDEVICE): the work it
+ * belongs to failed; memory, other work and other streams are unaffected.
+ *
  * Threads: a device and its streams may be used from any thread. Host
  * callbacks run on a backend thread; they may submit more work (to any
  * stream) but must not call synchronize or stream_destroy. */
@@ -75,6 +85,13 @@ typedef struct sl_device_ops {
     /* Blocks until all work submitted to s has finished; returns the pending
      * sticky error (and clears it), or SL_OK. */
     int (*synchronize)(sl_device *dev, sl_stream *s);
+
+    /* Recovers a lost device (after SL_EDEVICERESET). Preconditions: every
+     * host callback has run, every stream is destroyed and all memory is
+     * freed (a CUDA device reset destroys both). Afterwards the device is as
+     * freshly opened. May block. Errors: SL_ENODEV (not recoverable: stop
+     * using the device). */
+    int (*reset)(sl_device *dev);
 } sl_device_ops;
 
 struct sl_device {

@@ -8,6 +8,7 @@ packages=(
   libnng-dev nng-utils libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev zlib1g-dev libopenblas-dev libdnnl-dev valgrind python3
   dataset-fashion-mnist
+  openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
 )
 
 missing=()

@@ -15,6 +15,11 @@
 
 #define container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
 
+/* Most tensor bytes one reply carries: a client accepts replies of up to 2 GiB
+ * (SL_CLIENT_MAX_MSG), less room for the envelope. Bigger reads and fetches
+ * are refused before any host memory is committed to them. */
+#define MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
+
 static uint64_t random_token(void)
 {
     uint64_t t = 0;
@@ -284,6 +289,13 @@ static bool do_read_tensor(sl_server *srv, sl_session *s, sl_work *w)
     if (!t)
         return false;
     uint64_t bytes = sl_shape_bytes(&t->shape);
+    if (bytes > MAX_REPLY_BYTES) {
+        sl_reply_error(r, SL_EINVAL,
+                       "tensor %llu has %llu bytes, more than one reply carries (%llu)",
+                       (unsigned long long) t->id, (unsigned long long) bytes,
+                       (unsigned long long) MAX_REPLY_BYTES);
+        return false;
+    }
     Salus__ReadTensorReply *body = sl_reply_alloc(r, sizeof *body);
     Salus__Tensor *tensor = sl_reply_alloc(r, sizeof *tensor);
     void *data = sl_reply_alloc(r, bytes);
@@ -454,6 +466,23 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
             return false;
         }
     }
+    /* bound the reply before allocating it: fetching one value many times
+     * would otherwise commit any amount of host memory */
+    if (m->n_fetches > g->n_values) {
+        sl_reply_error(r, SL_EINVAL, "%zu fetches, but graph %llu has only %u values", m->n_fetches,
+                       (unsigned long long) g->id, g->n_values);
+        return false;
+    }
+    uint64_t reply_bytes = 0; /* at most 2^14 values of at most 2^42 bytes: no overflow */
+    for (size_t j = 0; j < m->n_fetches; j++)
+        if (m->fetches[j] < g->n_values)
+            reply_bytes += sl_shape_bytes(&g->values[m->fetches[j]].shape);
+    if (reply_bytes > MAX_REPLY_BYTES) {
+        sl_reply_error(r, SL_EINVAL,
+                       "the fetches total %llu bytes, more than one reply carries (%llu)",
+                       (unsigned long long) reply_bytes, (unsigned long long) MAX_REPLY_BYTES);
+        return false;
+    }
     Salus__RunReply *body = sl_reply_alloc(r, sizeof *body);
     Salus__Tensor **outs = sl_reply_alloc(r, m->n_fetches * sizeof *outs);
     if (!body || (m->n_fetches && !outs))
@@ -546,6 +575,7 @@ static void control_done(void *arg, int status)
     srv->control_in_flight--;
     if (status != SL_OK)
         sl_reply_error(w->reply, status, "device failed the copy: %s", sl_strerror(status));
+    sl_fault_handle(srv, s, status, w->reply, &box); /* issue 6: a lost device (fault.c) */
     finish_head(srv, s, &box);
     session_pump(srv, s, &box);
     sl_complete_unlock_and_flush(srv, &box);
@@ -611,6 +641,7 @@ static bool session_open(sl_server *srv, const Salus__OpenSession *m, sl_req *re
     s->id = ++srv->next_session_id;
     s->token = random_token();
     s->pipe_id = pipe_id;
+    s->has_uid = sl_req_peer_uid(req, &s->uid); /* issue 6: over ipc://, its user's */
     s->open_ns = sl_now_ns();
     s->job.weight = 1.0;
     if (h) {
@@ -776,6 +807,22 @@ static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r,
                 t->job.priority, t->job.weight);
 }
 
+/* issue 6: over ipc://, operator requests come from root or salusd's user,
+ * and a session's share may also be set by its owner. */
+static bool operator_allowed(sl_server *srv, const sl_req *req, const Salus__Request *msg,
+                             sl_reply *r)
+{
+    if (sl_req_is_operator(req))
+        return true;
+    if (msg->body_case == SALUS__REQUEST__BODY_SET_SESSION) {
+        const sl_session *t = sl_map_get(&srv->sessions, msg->set_session->target_session);
+        if (!t || sl_req_same_user(req, t))
+            return true;
+    }
+    sl_reply_error(r, SL_EPERM, "operator requests are for root and salusd's own user");
+    return false;
+}
+
 void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id)
 {
     sl_reply *r = sl_reply_new(msg->seq);
@@ -803,10 +850,12 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
         }
         goto out_reply;
     case SALUS__REQUEST__BODY_SET_POLICY:
-        set_policy(srv, msg->set_policy, r, &box);
+        if (operator_allowed(srv, req, msg, r))
+            set_policy(srv, msg->set_policy, r, &box);
         goto out_reply;
     case SALUS__REQUEST__BODY_SET_SESSION:
-        set_session(srv, msg->set_session, r, &box);
+        if (operator_allowed(srv, req, msg, r))
+            set_session(srv, msg->set_session, r, &box);
         goto out_reply;
     case SALUS__REQUEST__BODY__NOT_SET:
         sl_reply_error(r, SL_EINVAL, "empty request");
@@ -827,6 +876,24 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
         sl_reply_error(r, SL_EPERM, "wrong token for session %llu", (unsigned long long) s->id);
         goto out_reply;
     }
+    /* issue 6: the owner's uid over ipc://, then device faults (fault.c) */
+    if (!sl_req_same_user(req, s)) {
+        sl_log_warn("ses.uid", "session %llu refused to pipe %u: another user",
+                    (unsigned long long) s->id, pipe_id);
+        sl_reply_error(r, SL_EPERM, "session %llu belongs to another user",
+                       (unsigned long long) s->id);
+        goto out_reply;
+    }
+    switch (sl_fault_gate(srv, s, req, msg, pipe_id, r)) {
+    case SL_FAULT_HELD:
+        pthread_mutex_unlock(&srv->lock);
+        sl_reply_free(r);
+        return;
+    case SL_FAULT_ANSWERED:
+        goto out_reply;
+    default:
+        break;
+    }
     sl_work *w = sl_calloc(1, sizeof *w);
     if (!w) {
         sl_reply_error(r, SL_ENOMEM, "out of host memory");
@@ -835,6 +902,7 @@ void sl_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe
     w->req = req;
     w->msg = msg;
     w->reply = r;
+    w->arrival_ns = sl_now_ns();
     w->session = s;
     if (msg->body_case == SALUS__REQUEST__BODY_CLOSE_SESSION)
         s->closing = true;

@@ -334,6 +334,8 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
 {
     sl_sched_job *job;
     sl_sched_item *item;
+    if (srv->fault.lost || srv->fault.dead) /* issue 6: no device work until reset (fault.c) */
+        return false;
     sl_lane *l = sl_map_get(&srv->lanes, info->id);
     if (l && l->busy)
         return false;
@@ -359,10 +361,10 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
         sl_mem_lane_get(srv->mem, info->id, &fresh) == SL_OK ? fresh.base : info->base;
     int rc = launch(srv, w, l->stream);
     /* the switch cost: how long the lane sat idle, from the previous
-     * iteration's completion (or this one's arrival, if later) until this
-     * one's work is on the stream */
+     * iteration's completion (or this one's arrival at the server, if later)
+     * until this one's work is on the stream */
     if (l->last_job_id) {
-        uint64_t from = idle_since > item->enqueue_ns ? idle_since : item->enqueue_ns;
+        uint64_t from = idle_since > w->arrival_ns ? idle_since : w->arrival_ns;
         uint64_t end = sl_now_ns();
         sl_sched_note_gap(srv->sched, info->id, end > from ? end - from : 0,
                           l->last_job_id == job->id);
@@ -418,6 +420,8 @@ static void iteration_done(void *arg, int status)
         body->device_ns = device_ns;
         body->queue_ns = w->start_ns - w->item.enqueue_ns;
     }
+    /* issue 6: a lost device (SL_EDEVICERESET) stops new work and resets (fault.c) */
+    sl_fault_handle(srv, s, w->status, w->reply, &box);
     /* hot path first: hand the lane to the next pick before any bookkeeping,
      * so the device idles only for this (the switch cost) */
     sl_mem_lane_info info;

@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_OPS (1u << 20)
-#define MAX_VALUES (1u << 22)
+/* The planner is O(values^2) and runs under srv->lock: these bound how long
+ * one registration can hold up every other session (under a second on a
+ * 2-core machine; 2^16 ops took 8 s, 2^20 would take half an hour). Real
+ * training graphs have a few thousand ops. */
+#define MAX_OPS (1u << 13)
+#define MAX_VALUES (1u << 14)
 
 void sl_graph_free(sl_graph *g)
 {

@@ -33,6 +33,9 @@ static void usage(FILE *f)
             "      --session-quota SIZE  most persistent + ephemeral memory one session may\n"
             "                          declare (default: all of it)\n"
             "      --framework-per-lane SIZE  workspace reserved with every lane (default: 0)\n"
+            "      --spread-limit SIZE sessions get lanes of their own (run concurrently)\n"
+            "                          while at most this much memory is held, then share\n"
+            "                          lanes (take turns); 0 = always share (default: half)\n"
             "  -p, --policy NAME       iteration scheduling policy: %s (default: fair)\n"
             "      --strict            the Salus paper's non-work-conserving fifo/srtf\n"
             "      --contexts N        requests in flight at once (default: 256)\n"
@@ -40,13 +43,26 @@ static void usage(FILE *f)
             "      --max-sessions N    sessions open at once, waiting ones included (default: %d)\n"
             "      --max-tensors-per-session N  tensors one session may hold, and as many\n"
             "                          graphs (default: %d)\n"
-            "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600)\n"
+            "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600:\n"
+            "                          salusd's user only); over ipc:// a session also belongs\n"
+            "                          to the uid that opened it\n"
+            "      --tls-cert FILE     PEM certificate (chain) for tls+tcp:// listeners\n"
+            "      --tls-key FILE      its PEM private key\n"
+            "      --tls-ca FILE       PEM CA(s): tls+tcp:// clients must present a certificate\n"
+            "                          they signed (default: no client certificates)\n"
+            "      --allow-plain-tcp   allow tcp:// listeners (no encryption, no authentication:\n"
+            "                          trusted networks only); refused without it\n"
+            "      --fault-inject FILE sim devices, tests: on SIGUSR1 read fault commands from\n"
+            "                          FILE (alloc [N] | sticky | fatal | slow N | clear), then\n"
+            "                          delete it\n"
             "      --log-level LEVEL   error | warn | info | debug (default: info)\n"
             "  -h, --help              this text\n"
             "  -V, --version           print the version\n"
             "\n"
             "SIGTERM or SIGINT drains: running iterations finish, queued ones fail with\n"
-            "SHUTTING_DOWN, then salusd exits 0.\n",
+            "SHUTTING_DOWN, then salusd exits 0. After a sticky device error salusd resets the\n"
+            "device; sessions get DEVICE_RESET once and re-upload their tensors. If the device\n"
+            "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n",
             sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS);
 }
 
@@ -86,10 +102,42 @@ static int parse_size(const char *s, uint64_t *out)
     return sl_mul_ok(v, mult, out) ? SL_OK : SL_EINVAL;
 }
 
+/* Listener and fault-injection flags that cannot work together. */
+static int check_security(const sl_config *cfg)
+{
+    bool tls = false;
+    for (int i = 0; i < cfg->n_listen; i++) {
+        if (sl_url_is_plain_network(cfg->listen[i]) && !cfg->allow_plain_tcp) {
+            fprintf(stderr,
+                    "salusd: refusing to listen on %s: plain tcp is unauthenticated and "
+                    "unencrypted. Use tls+tcp:// with --tls-cert and --tls-key, or pass "
+                    "--allow-plain-tcp for a trusted network.\n",
+                    cfg->listen[i]);
+            return 2;
+        }
+        tls |= sl_url_is_tls(cfg->listen[i]);
+    }
+    if (tls && (!cfg->tls_cert || !cfg->tls_key)) {
+        fprintf(stderr, "salusd: tls+tcp:// listeners need --tls-cert FILE and --tls-key FILE\n");
+        return 2;
+    }
+    if (!tls && (cfg->tls_cert || cfg->tls_key || cfg->tls_ca)) {
+        fprintf(stderr, "salusd: --tls-cert/--tls-key/--tls-ca given without a tls+tcp:// "
+                        "listener\n");
+        return 2;
+    }
+    if (cfg->fault_file && strncmp(cfg->device, "sim:", 4) != 0) {
+        fprintf(stderr, "salusd: --fault-inject needs a sim device (--device sim:PROFILE)\n");
+        return 2;
+    }
+    return -1;
+}
+
 static int parse_args(int argc, char **argv, sl_config *cfg, const char **default_url)
 {
     enum {
         OPT_LANE = 256,
+        OPT_SPREAD,
         OPT_QUOTA,
         OPT_FRAMEWORK,
         OPT_STRICT,
@@ -98,7 +146,12 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_IPCMODE,
         OPT_LOG,
         OPT_MAXSESSIONS,
-        OPT_MAXTENSORS
+        OPT_MAXTENSORS,
+        OPT_TLSCERT,
+        OPT_TLSKEY,
+        OPT_TLSCA,
+        OPT_PLAINTCP,
+        OPT_FAULT
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -107,6 +160,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"lane-size", required_argument, NULL, OPT_LANE},
         {"session-quota", required_argument, NULL, OPT_QUOTA},
         {"framework-per-lane", required_argument, NULL, OPT_FRAMEWORK},
+        {"spread-limit", required_argument, NULL, OPT_SPREAD},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
         {"contexts", required_argument, NULL, OPT_CONTEXTS},
@@ -115,6 +169,11 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"log-level", required_argument, NULL, OPT_LOG},
         {"max-sessions", required_argument, NULL, OPT_MAXSESSIONS},
         {"max-tensors-per-session", required_argument, NULL, OPT_MAXTENSORS},
+        {"tls-cert", required_argument, NULL, OPT_TLSCERT},
+        {"tls-key", required_argument, NULL, OPT_TLSKEY},
+        {"tls-ca", required_argument, NULL, OPT_TLSCA},
+        {"allow-plain-tcp", no_argument, NULL, OPT_PLAINTCP},
+        {"fault-inject", required_argument, NULL, OPT_FAULT},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -144,6 +203,13 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 fprintf(stderr, "salusd: bad --lane-size '%s' (e.g. 256M)\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_SPREAD:
+            if (parse_size(optarg, &cfg->spread_limit)) {
+                fprintf(stderr, "salusd: bad --spread-limit '%s' (e.g. 8G, or 0)\n", optarg);
+                return 2;
+            }
+            cfg->spread_set = true;
             break;
         case OPT_QUOTA:
             if (parse_size(optarg, &cfg->session_quota) || !cfg->session_quota) {
@@ -201,6 +267,21 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             break;
+        case OPT_TLSCERT:
+            cfg->tls_cert = optarg;
+            break;
+        case OPT_TLSKEY:
+            cfg->tls_key = optarg;
+            break;
+        case OPT_TLSCA:
+            cfg->tls_ca = optarg;
+            break;
+        case OPT_PLAINTCP:
+            cfg->allow_plain_tcp = true;
+            break;
+        case OPT_FAULT:
+            cfg->fault_file = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -223,7 +304,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 sl_sched_policy_names());
         return 2;
     }
-    return -1;
+    return check_security(cfg);
 }
 
 static void default_listen_url(char *buf, size_t len)
@@ -235,6 +316,16 @@ static void default_listen_url(char *buf, size_t len)
         snprintf(buf, len, "ipc://%s/salus.sock", dir);
     else
         snprintf(buf, len, "ipc:///tmp/salus-%u.sock", (unsigned) getuid());
+}
+
+static volatile sig_atomic_t device_dead;
+
+/* The device is lost for good: drain and exit 3 (a supervisor restarts us). */
+static void on_device_dead(void)
+{
+    device_dead = 1;
+    sl_log_err("srv.dead", "the device cannot be recovered in this process: exiting (status 3)");
+    kill(getpid(), SIGTERM);
 }
 
 int main(int argc, char **argv)
@@ -252,6 +343,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &srv.cfg, default_urls);
     if (rc >= 0)
         return rc;
+    srv.cfg.device_dead = on_device_dead;
 
     /* every thread created from here on inherits the blocked set, so only
      * the main thread's sigwait sees these */
@@ -259,6 +351,8 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    if (srv.cfg.fault_file)
+        sigaddset(&sigs, SIGUSR1); /* fault injection (fault.c) */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -267,9 +361,12 @@ int main(int argc, char **argv)
         return 1;
     }
     int sig = 0;
-    while (sigwait(&sigs, &sig) != 0) {
+    while (sigwait(&sigs, &sig) != 0 || sig == SIGUSR1) {
+        if (sig == SIGUSR1)
+            (void) sl_fault_inject_file(&srv);
+        sig = 0;
     }
     sl_log_info("srv.drain", "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     sl_server_stop(&srv);
-    return 0;
+    return device_dead ? 3 : 0;
 }

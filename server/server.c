@@ -29,7 +29,8 @@ static int memory_init(sl_server *srv)
         .session_quota = srv->cfg.session_quota,
         .framework_per_lane = srv->cfg.framework_per_lane,
         .default_ephemeral = srv->cfg.lane_bytes ? srv->cfg.lane_bytes : cap / 8,
-        .spread_limit = cap / 2, /* lanes of their own while at most half is held */
+        /* lanes of their own while at most half is held, unless told */
+        .spread_limit = srv->cfg.spread_set ? srv->cfg.spread_limit : cap / 2,
     };
     int rc = sl_mem_mgr_create(&mc, &srv->mem);
     if (rc) {

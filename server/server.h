@@ -43,6 +43,8 @@ typedef struct sl_config {
     const char *device;          /* "cpu", "cuda:0", ... */
     uint64_t memory_limit;       /* 0 = what the device reports minus a reserve */
     uint64_t lane_bytes;         /* ephemeral need of a session that declares none */
+    uint64_t spread_limit;       /* lanes of their own below this much held memory */
+    bool spread_set;             /* spread_limit given (default: half the memory) */
     uint64_t session_quota;      /* max persistent + ephemeral of one session; 0 = all */
     uint64_t framework_per_lane; /* workspace bytes per lane */
     const char *policy;
@@ -54,6 +56,17 @@ typedef struct sl_config {
      * over the limit a request fails with RESOURCE_EXHAUSTED */
     uint32_t max_sessions;            /* open sessions, waiting ones included */
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
+    /* network security (transport.c) */
+    bool allow_plain_tcp;   /* tcp:// and ws:// listeners allowed (trusted networks) */
+    const char *tls_cert;   /* PEM certificate (chain) of tls+tcp:// listeners */
+    const char *tls_key;    /* its PEM private key */
+    const char *tls_ca;     /* PEM CAs: when set, clients must present a cert they sign */
+    const char *fault_file; /* sim only: fault commands read on SIGUSR1 (fault.c) */
+    /* called once (fault thread, lock held; must not block) when a lost
+     * device cannot be reset; NULL: session requests get NO_DEVICE from then
+     * on. salusd's asks for a drain and exits 3, for a supervisor to restart
+     * it (CUDA's sticky errors are unrecoverable in-process) */
+    void (*device_dead)(void);
 } sl_config;
 
 #define SL_DEFAULT_MAX_SESSIONS 1024
@@ -121,6 +134,7 @@ typedef struct sl_work {
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
     uint32_t lane;           /* the lane it runs on */
     sl_reply *reply;         /* built while running, sent on completion */
+    uint64_t arrival_ns;     /* when the request was received */
     uint64_t start_ns;
     int status;
     /* op by op (low priority while high-priority sessions exist) */
@@ -135,6 +149,9 @@ struct sl_session {
     uint64_t id;
     uint64_t token;
     uint32_t pipe_id; /* connection that opened it */
+    bool has_uid;     /* opened over ipc://: only peers of uid may use it */
+    uint64_t uid;
+    bool reset_pending; /* the device was reset: its next request gets DEVICE_RESET */
     char name[64];
     sl_sched_job job;
     sl_map tensors; /* id -> sl_tensor */
@@ -163,6 +180,18 @@ typedef struct sl_lane {
     bool busy;
     uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
 } sl_lane;
+
+/* Device faults (fault.c), guarded by srv->lock. Zeroed = no fault. */
+typedef struct sl_fault_state {
+    bool lost;           /* a device-lost error: no device work starts until the reset */
+    bool dead;           /* the reset failed: session requests get NO_DEVICE */
+    bool thread_started; /* the reset thread (and cond) exist */
+    bool thread_stop;
+    pthread_t thread;
+    pthread_cond_t cond;              /* the reset thread: a fault, or stop */
+    struct sl_held *held, *held_tail; /* session requests held during a reset */
+    uint64_t resets;                  /* device resets done */
+} sl_fault_state;
 
 struct sl_server {
     sl_config cfg;
@@ -193,6 +222,7 @@ struct sl_server {
     bool draining;
     bool stopped; /* transport closing: connection events are ignored */
     struct sl_transport *transport;
+    sl_fault_state fault;
 };
 
 /* ---- server.c ---- */
@@ -219,6 +249,22 @@ bool sl_transport_stop(sl_server *srv);
  * req NULL (the requester is gone) just frees the reply. Never blocks. Must
  * be called without srv->lock held. */
 void sl_transport_reply(sl_server *srv, sl_req *req, sl_reply *reply);
+/* Whether url is a network transport without encryption or authentication
+ * (tcp://, ws://, and their 4/6 variants): refused without
+ * cfg.allow_plain_tcp. */
+bool sl_url_is_plain_network(const char *url);
+/* Whether url is a TLS transport (tls+tcp://, wss://): needs cfg.tls_cert
+ * and cfg.tls_key. */
+bool sl_url_is_tls(const char *url);
+/* The peer uid of the connection req arrived on: true and *uid for ipc://,
+ * false for other transports (no peer identity). Never blocks. */
+bool sl_req_peer_uid(const sl_req *req, uint64_t *uid);
+/* Whether req may use session s: s was not opened over ipc://, or req comes
+ * from a peer with the same uid (DESIGN.md section 8). */
+bool sl_req_same_user(const sl_req *req, const sl_session *s);
+/* Whether req may make operator requests (policy, other sessions' shares):
+ * it does not come over ipc://, or its peer is root or salusd's own user. */
+bool sl_req_is_operator(const sl_req *req);
 
 /* ---- dispatch.c ---- */
 
@@ -297,6 +343,34 @@ void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box);
 /* Starts and stops the gap timer thread. */
 int sl_exec_timer_start(sl_server *srv);
 void sl_exec_timer_stop(sl_server *srv);
+
+/* ---- fault.c: device faults (DESIGN.md section 8) ---- */
+
+enum { SL_FAULT_PASS, SL_FAULT_HELD, SL_FAULT_ANSWERED };
+
+/* Completion hook: work of session s (NULL: none) finished with status, its
+ * reply being r (may be NULL). SL_EDEVICERESET (the device is lost) rewrites
+ * r's message and, the first time, stops new device work, tells every other
+ * session to re-upload (its next request, or its queued run, gets
+ * DEVICE_RESET once; replies go to box) and has the fault thread reset the
+ * device once nothing runs. Any other status: nothing. Lock held; never
+ * blocks. */
+void sl_fault_handle(sl_server *srv, sl_session *s, int status, sl_reply *r, sl_outbox *box);
+/* Gate of a session request whose token and owner were checked. Returns
+ * SL_FAULT_PASS (go on), SL_FAULT_HELD (the device is being reset: req and
+ * msg are kept and dispatched again afterwards; the caller frees r and
+ * returns) or SL_FAULT_ANSWERED (r holds the answer: the DEVICE_RESET notice
+ * of a session that must re-upload, or NO_DEVICE when the reset failed).
+ * Lock held; never blocks. */
+int sl_fault_gate(sl_server *srv, sl_session *s, sl_req *req, Salus__Request *msg, uint32_t pipe_id,
+                  sl_reply *r);
+/* Reads srv->cfg.fault_file, applies its commands to the sim device and
+ * removes the file (the acknowledgement). Called by salusd's main thread on
+ * SIGUSR1. Errors: SL_EINVAL (no file, bad command), SL_ENOTFOUND. */
+int sl_fault_inject_file(sl_server *srv);
+/* Stops and joins the fault thread; requests still held get SHUTTING_DOWN.
+ * Call before the transport stops. Safe on a zeroed state. */
+void sl_fault_fini(sl_server *srv);
 
 /* ---- status.c ---- */
 

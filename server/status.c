@@ -120,7 +120,14 @@ int sl_status_build(sl_server *srv, sl_reply *r)
             return SL_ENOMEM;
         salus__queued_session__init(q);
         q->id = queue[j].id;
-        q->name = s ? (char *) s->name : (char *) "";
+        /* a copy: the reply is packed after the lock is released, and a
+         * waiting session can be freed meanwhile (its client died) */
+        char *name = sl_reply_alloc(r, sizeof s->name);
+        if (!name)
+            return SL_ENOMEM;
+        if (s)
+            memcpy(name, s->name, sizeof s->name);
+        q->name = name;
         q->persistent = queue[j].declared_p;
         q->ephemeral = queue[j].declared_e;
         q->reason = (char *) sl_mem_reason_name(queue[j].reason);

@@ -136,6 +136,14 @@ static void cpu_mem_free(sl_device *dev, void *ptr)
     sl_free(r);
 }
 
+/* Host memory cannot be lost: no cpu error is SL_EDEVICERESET (device.h), so
+ * there is nothing to recover. */
+static int cpu_reset(sl_device *dev)
+{
+    (void) dev;
+    return SL_OK;
+}
+
 sl_cpu_shared *sl_cpu_shared_of(sl_device *dev)
 {
     return &((struct cpu_dev *) dev->priv)->shared;
@@ -161,4 +169,5 @@ const sl_device_ops sl_cpu_device_ops = {
     .launch = sl_cpu_launch,
     .host_callback = sl_cpu_host_callback,
     .synchronize = sl_cpu_synchronize,
+    .reset = cpu_reset,
 };

@@ -21,25 +21,51 @@
  *
  * Host callbacks. CUDA forbids CUDA calls inside a cudaLaunchHostFunc
  * function, but salus callbacks may submit work. So the host function only
- * hands the callback to the device's dispatcher thread, which runs it. */
+ * hands the callback to the device's dispatcher thread, which runs it.
+ *
+ * Device loss and reset (device.h error classes). A context fault
+ * (SL_EDEVICERESET: illegal address, launch failure, ECC; see status.c)
+ * means CUDA runs none of the host functions still pending, yet the contract
+ * promises every callback runs. So each launched callback is kept on the
+ * device's pending list until CUDA calls it back; when a fault is seen (a
+ * submission or synchronisation reports it, or the dispatcher's watchdog,
+ * which probes the context while callbacks are overdue, finds it), the device
+ * is marked lost and every pending callback is handed to the dispatcher with
+ * SL_EDEVICERESET; later callbacks go straight to it. The nodes CUDA may
+ * still hold are kept until the reset. reset() is cudaDeviceReset: it
+ * destroys every allocation and stream, which is why the contract has the
+ * caller destroy and free them first, then opens a fresh primary context
+ * and probes it. CUDA documents its sticky errors as leaving the process in
+ * an inconsistent state that only a new process clears: when the probe
+ * still fails, reset() returns SL_ENODEV and salusd exits (status 3) for
+ * its supervisor to restart it; its clients then reconnect (salus.h). */
 #include "cuda.h"
 
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 
 struct cb_node {
     struct cb_node *next;
+    struct cb_node *pend_prev, *pend_next; /* in cuda_dev.pending while CUDA holds it */
     struct cuda_dev *dev;
     sl_stream *stream;
     sl_host_fn fn;
     void *arg;
     int status;
+    bool pending;   /* launched with cudaLaunchHostFunc, not yet called back */
+    bool abandoned; /* handed to the dispatcher by a device loss: CUDA may still hold it */
 };
+
+/* How often the dispatcher probes the context while callbacks are pending
+ * (a fault that no later call reports would otherwise go unseen). */
+#define WATCHDOG_MS 200
 
 struct cuda_dev {
     int ordinal;
@@ -52,6 +78,9 @@ struct cuda_dev {
     struct cb_node *cb_head, *cb_tail;
     bool cb_stop;
     pthread_t cb_thread;
+    struct cb_node *pending; /* callbacks CUDA has not called back yet */
+    struct cb_node *zombies; /* abandoned nodes, freed by reset or close */
+    bool lost;               /* a context fault: see the header comment */
 };
 
 struct sl_stream {
@@ -64,13 +93,95 @@ struct sl_stream {
 
 /* ---- callback dispatch ---- */
 
+/* Queues n for the dispatcher. cb_lock held. */
+static void dispatch_locked(struct cuda_dev *d, struct cb_node *n)
+{
+    n->next = NULL;
+    if (d->cb_tail)
+        d->cb_tail->next = n;
+    else
+        d->cb_head = n;
+    d->cb_tail = n;
+    pthread_cond_signal(&d->cb_work_cv);
+}
+
+static void pending_add(struct cuda_dev *d, struct cb_node *n)
+{
+    n->pending = true;
+    n->pend_prev = NULL;
+    n->pend_next = d->pending;
+    if (d->pending)
+        d->pending->pend_prev = n;
+    d->pending = n;
+}
+
+static void pending_remove(struct cuda_dev *d, struct cb_node *n)
+{
+    if (n->pend_prev)
+        n->pend_prev->pend_next = n->pend_next;
+    else
+        d->pending = n->pend_next;
+    if (n->pend_next)
+        n->pend_next->pend_prev = n->pend_prev;
+    n->pending = false;
+}
+
+/* The context faulted: every pending callback runs now, with the fault. */
+static void mark_lost(struct cuda_dev *d)
+{
+    pthread_mutex_lock(&d->cb_lock);
+    if (!d->lost)
+        sl_log_err("cuda.lost", "cuda:%d: context fault; the device is lost until it is reset",
+                   d->ordinal);
+    d->lost = true;
+    while (d->pending) {
+        struct cb_node *n = d->pending;
+        pending_remove(d, n);
+        n->abandoned = true;
+        n->status = SL_EDEVICERESET;
+        dispatch_locked(d, n);
+    }
+    pthread_mutex_unlock(&d->cb_lock);
+}
+
+/* Whether the context has faulted, asked from the dispatcher thread. A query
+ * of the legacy stream (which salus never uses) never waits, and returns the
+ * context's sticky error once there is one. */
+static bool context_faulted(const struct cuda_dev *d)
+{
+    if (cudaSetDevice(d->ordinal) != cudaSuccess)
+        return false;
+    cudaError_t e = cudaStreamQuery(0);
+    if (e == cudaSuccess || e == cudaErrorNotReady)
+        return false;
+    return SL_CUDA_RT("cuda.watchdog", e) == SL_EDEVICERESET;
+}
+
 static void *dispatcher_main(void *arg)
 {
     struct cuda_dev *d = arg;
     pthread_mutex_lock(&d->cb_lock);
     for (;;) {
-        while (!d->cb_head && !d->cb_stop)
-            pthread_cond_wait(&d->cb_work_cv, &d->cb_lock);
+        while (!d->cb_head && !d->cb_stop) {
+            if (!d->pending || d->lost) {
+                pthread_cond_wait(&d->cb_work_cv, &d->cb_lock);
+                continue;
+            }
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += WATCHDOG_MS * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&d->cb_work_cv, &d->cb_lock, &until) != ETIMEDOUT ||
+                !d->pending || d->lost)
+                continue;
+            pthread_mutex_unlock(&d->cb_lock);
+            if (context_faulted(d))
+                mark_lost(d);
+            pthread_mutex_lock(&d->cb_lock);
+        }
         struct cb_node *n = d->cb_head;
         if (!n)
             break;
@@ -82,7 +193,12 @@ static void *dispatcher_main(void *arg)
         pthread_mutex_lock(&d->cb_lock);
         n->stream->cb_done++;
         pthread_cond_broadcast(&d->cb_done_cv);
-        sl_free(n);
+        if (n->abandoned) {
+            n->next = d->zombies; /* CUDA may still call it back: keep it */
+            d->zombies = n;
+        } else {
+            sl_free(n);
+        }
     }
     pthread_mutex_unlock(&d->cb_lock);
     return NULL;
@@ -94,17 +210,18 @@ static void CUDART_CB host_fn_trampoline(void *p)
 {
     struct cb_node *n = p;
     struct cuda_dev *d = n->dev;
+    pthread_mutex_lock(&d->cb_lock);
+    bool abandoned = n->abandoned; /* a device loss ran it already */
+    if (!abandoned)
+        pending_remove(d, n);
+    pthread_mutex_unlock(&d->cb_lock);
+    if (abandoned)
+        return;
     int flag = sl_cuda_exec_take_flag(&n->stream->exec);
     if (n->status == SL_OK)
         n->status = flag;
     pthread_mutex_lock(&d->cb_lock);
-    n->next = NULL;
-    if (d->cb_tail)
-        d->cb_tail->next = n;
-    else
-        d->cb_head = n;
-    d->cb_tail = n;
-    pthread_cond_signal(&d->cb_work_cv);
+    dispatch_locked(d, n);
     pthread_mutex_unlock(&d->cb_lock);
 }
 
@@ -178,6 +295,11 @@ static void cuda_close(sl_device *dev)
         pthread_join(d->cb_thread, NULL);
         d->cb_thread_running = false;
     }
+    for (struct cb_node *n = d->zombies, *next; n; n = next) {
+        next = n->next;
+        sl_free(n);
+    }
+    d->zombies = NULL;
     if (d->cb_ready) {
         pthread_cond_destroy(&d->cb_done_cv);
         pthread_cond_destroy(&d->cb_work_cv);
@@ -208,10 +330,12 @@ static void cuda_mem_free(sl_device *dev, void *ptr)
 
 /* ---- streams ---- */
 
-static void set_sticky(sl_stream *s, int rc)
+static void set_sticky(struct cuda_dev *d, sl_stream *s, int rc)
 {
     int none = SL_OK;
     (void) atomic_compare_exchange_strong(&s->sticky, &none, rc);
+    if (rc == SL_EDEVICERESET)
+        mark_lost(d);
 }
 
 /* Waits for the stream's device work, then for the callbacks submitted to it
@@ -222,13 +346,15 @@ static int drain(struct cuda_dev *d, sl_stream *s)
     uint64_t target = s->cb_submitted;
     pthread_mutex_unlock(&d->cb_lock);
     int rc = SL_CUDA_RT("cuda.sync", cudaStreamSynchronize(s->stream));
-    if (rc != SL_OK)
-        return rc; /* a faulted context runs no host functions: do not wait */
+    if (rc == SL_EDEVICERESET)
+        mark_lost(d); /* its callbacks now run on the dispatcher: wait for them */
+    else if (rc != SL_OK)
+        return rc;
     pthread_mutex_lock(&d->cb_lock);
     while (s->cb_done < target)
         pthread_cond_wait(&d->cb_done_cv, &d->cb_lock);
     pthread_mutex_unlock(&d->cb_lock);
-    return SL_OK;
+    return rc;
 }
 
 static int cuda_stream_create(sl_device *dev, int priority, sl_stream **out)
@@ -273,10 +399,14 @@ static void cuda_stream_destroy(sl_device *dev, sl_stream *s)
     struct cuda_dev *d = dev->priv;
     if (!s)
         return;
-    if (use_device(d) != SL_OK || sl_cuda_exec_collect_flag(&s->exec) != SL_OK ||
-        drain(d, s) != SL_OK)
-        sl_log_err("cuda.stream.lost",
-                   "destroying a stream whose device work failed; pending callbacks will not run");
+    int rc = use_device(d);
+    if (rc == SL_OK)
+        rc = sl_cuda_exec_collect_flag(&s->exec);
+    /* always: on a lost device drain still waits for the callbacks (they run
+     * on the dispatcher), which use s until they return */
+    int drained = drain(d, s);
+    if (rc != SL_OK || drained != SL_OK)
+        sl_log_err("cuda.stream.lost", "destroying a stream whose device work failed");
     int sticky = atomic_load(&s->sticky);
     if (sticky == SL_OK)
         sticky = sl_cuda_exec_take_flag(&s->exec);
@@ -302,7 +432,7 @@ static int copy_async(sl_device *dev, sl_stream *s, void *dst, const void *src, 
     if (rc == SL_OK)
         rc = SL_CUDA_RT("cuda.memcpy", cudaMemcpyAsync(dst, src, n, kind, s->stream));
     if (rc != SL_OK)
-        set_sticky(s, rc);
+        set_sticky(dev->priv, s, rc);
     return SL_OK;
 }
 
@@ -336,7 +466,7 @@ static int cuda_launch(sl_device *dev, sl_stream *s, const sl_op_call *c)
     if (run == SL_ENOMEM || run == SL_EUNSUPPORTED)
         rc = run; /* refused before anything was enqueued */
     else if (run != SL_OK)
-        set_sticky(s, run);
+        set_sticky(dev->priv, s, run);
 out_unlock:
     pthread_mutex_unlock(&s->launch_lock);
     return rc;
@@ -355,18 +485,35 @@ static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void 
 
     pthread_mutex_lock(&d->cb_lock);
     s->cb_submitted++;
+    if (d->lost) { /* CUDA would never call it back: run it with the fault */
+        n->status = SL_EDEVICERESET;
+        dispatch_locked(d, n);
+        pthread_mutex_unlock(&d->cb_lock);
+        return SL_OK;
+    }
+    pending_add(d, n); /* before the launch: the trampoline may run at once */
     pthread_mutex_unlock(&d->cb_lock);
     int rc = use_device(d);
     if (rc == SL_OK)
         rc = sl_cuda_exec_collect_flag(&s->exec);
     if (rc == SL_OK)
         rc = SL_CUDA_RT("cuda.callback", cudaLaunchHostFunc(s->stream, host_fn_trampoline, n));
+    if (rc == SL_EDEVICERESET) {
+        mark_lost(d); /* which hands n to the dispatcher */
+        return SL_OK;
+    }
     if (rc != SL_OK) { /* fn will never run: give the error back to the stream */
         pthread_mutex_lock(&d->cb_lock);
-        s->cb_submitted--;
+        bool taken = n->abandoned; /* a loss seen by another thread took it */
+        if (!taken) {
+            pending_remove(d, n);
+            s->cb_submitted--;
+        }
         pthread_mutex_unlock(&d->cb_lock);
+        if (taken)
+            return SL_OK;
         if (n->status != SL_OK)
-            set_sticky(s, n->status);
+            set_sticky(d, s, n->status);
         sl_free(n);
     }
     return rc;
@@ -385,6 +532,34 @@ static int cuda_synchronize(sl_device *dev, sl_stream *s)
     return sticky != SL_OK ? sticky : rc != SL_OK ? rc : flag;
 }
 
+/* cudaDeviceReset, then a fresh primary context (device.h reset). */
+static int cuda_reset(sl_device *dev)
+{
+    struct cuda_dev *d = dev->priv;
+    (void) cudaSetDevice(d->ordinal); /* may report the fault itself */
+    int rc = SL_CUDA_RT("cuda.reset", cudaDeviceReset());
+    if (rc == SL_OK)
+        rc = use_device(d);
+    if (rc == SL_OK)
+        rc = SL_CUDA_RT("cuda.reset", cudaFree(NULL)); /* creates the context now */
+    pthread_mutex_lock(&d->cb_lock);
+    struct cb_node *zombies = d->zombies; /* CUDA dropped every host function */
+    d->zombies = NULL;
+    if (rc == SL_OK)
+        d->lost = false;
+    pthread_mutex_unlock(&d->cb_lock);
+    for (struct cb_node *n = zombies, *next; n; n = next) {
+        next = n->next;
+        sl_free(n);
+    }
+    if (rc != SL_OK) {
+        sl_log_err("cuda.reset", "cuda:%d could not be reset: %s", d->ordinal, sl_strerror(rc));
+        return SL_ENODEV;
+    }
+    sl_log_info("cuda.reset", "cuda:%d reset: fresh context", d->ordinal);
+    return SL_OK;
+}
+
 static const sl_device_ops cuda_device_ops = {
     .name = "cuda",
     .priv_size = sizeof(struct cuda_dev),
@@ -400,6 +575,7 @@ static const sl_device_ops cuda_device_ops = {
     .launch = cuda_launch,
     .host_callback = cuda_host_callback,
     .synchronize = cuda_synchronize,
+    .reset = cuda_reset,
 };
 
 const sl_device_ops *const sl_cuda_device_ops_ptr = &cuda_device_ops;

@@ -1,10 +1,11 @@
 /* The one translation of cudart, cuBLAS and cuDNN statuses into SL_E* codes.
  *
- * Faults that corrupt the CUDA context (illegal address, launch failure, ECC)
- * map to SL_EDEVICERESET: nothing on the device survives them, so callers
- * must re-upload state. cuDNN 9 statuses are a category (a multiple of 1000)
- * plus a detail: a status without its own row takes its category's row.
- * Anything else is SL_EDEVICE. */
+ * Faults that corrupt the CUDA context (illegal address, launch failure, ECC:
+ * every status CUDA documents as "leaves the process in an inconsistent
+ * state") map to SL_EDEVICERESET, the device contract's "device lost":
+ * nothing on the device survives them, so callers must re-upload state. cuDNN 9 statuses are a
+ * category (a multiple of 1000) plus a detail: a status without its own row takes its category's
+ * row. Anything else is SL_EDEVICE. */
 #include "cuda.h"
 
 #include "sl_error.h"
@@ -43,6 +44,13 @@ static const struct {
     {SL_CUDA_LIB_RT, cudaErrorInvalidPc, SL_EDEVICERESET},
     {SL_CUDA_LIB_RT, cudaErrorLaunchFailure, SL_EDEVICERESET},
     {SL_CUDA_LIB_RT, cudaErrorECCUncorrectable, SL_EDEVICERESET},
+    {SL_CUDA_LIB_RT, cudaErrorInvalidAddressSpace, SL_EDEVICERESET},
+#if CUDART_VERSION >= 12000
+    {SL_CUDA_LIB_RT, cudaErrorExternalDevice, SL_EDEVICERESET},
+#endif
+#if CUDART_VERSION >= 12040
+    {SL_CUDA_LIB_RT, cudaErrorContained, SL_EDEVICERESET},
+#endif
     {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_SUCCESS, SL_OK},
     {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_NOT_INITIALIZED, SL_ENODEV},
     {SL_CUDA_LIB_CUBLAS, CUBLAS_STATUS_ALLOC_FAILED, SL_EEXHAUSTED},

@@ -51,6 +51,7 @@ static int sim_open(sl_device *dev, int index, const char *arg)
     atomic_init(&d->fail_code, SL_OK);
     atomic_init(&d->lost, false);
     atomic_init(&d->slowdown, 1);
+    atomic_init(&d->reset_fails, false);
 
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0)
@@ -185,12 +186,25 @@ int sl_sim_set_slowdown(sl_device *dev, unsigned factor)
     return SL_OK;
 }
 
+int sl_sim_break_next_reset(sl_device *dev)
+{
+    if (!dev || dev->ops != &sl_sim_device_ops)
+        return SL_EINVAL;
+    struct sl_sim_dev *d = dev->priv;
+    atomic_store(&d->reset_fails, true);
+    return SL_OK;
+}
+
 /* A lost sim device recovers at once; the caller has destroyed its streams
  * and freed its memory (device.h). An injected slowdown stays: a reset does
  * not make a slow device fast. */
 static int sim_reset(sl_device *dev)
 {
     struct sl_sim_dev *d = dev->priv;
+    if (atomic_exchange(&d->reset_fails, false)) {
+        sl_log_err("sim.reset", "injected fault: the device does not come back");
+        return SL_ENODEV;
+    }
     atomic_store(&d->fail_ops, 0);
     atomic_store(&d->lost, false);
     return SL_OK;

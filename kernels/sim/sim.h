@@ -164,4 +164,9 @@ int sl_sim_fail_next_ops(sl_device *dev, unsigned n, int code);
  * (not a sim device, factor 0 or above 1000000). Never blocks. */
 int sl_sim_set_slowdown(sl_device *dev, unsigned factor);
 
+/* Makes the next reset() fail with SL_ENODEV, as a CUDA context that does not
+ * come back (CUDA documents its sticky errors as unrecoverable in-process).
+ * Errors: SL_EINVAL (not a sim device). Never blocks. */
+int sl_sim_break_next_reset(sl_device *dev);
+
 #endif

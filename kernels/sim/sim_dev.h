@@ -33,10 +33,11 @@ struct sl_sim_dev {
 
     /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics
      * because every stream worker reads them. */
-    atomic_uint fail_ops; /* ops still to fail ... */
-    atomic_int fail_code; /* ... with this code */
-    atomic_bool lost;     /* an SL_EDEVICERESET fault: all work fails until reset */
-    atomic_uint slowdown; /* modeled times are multiplied by this (0, 1 = normal) */
+    atomic_uint fail_ops;    /* ops still to fail ... */
+    atomic_int fail_code;    /* ... with this code */
+    atomic_bool lost;        /* an SL_EDEVICERESET fault: all work fails until reset */
+    atomic_uint slowdown;    /* modeled times are multiplied by this (0, 1 = normal) */
+    atomic_bool reset_fails; /* the next reset() fails */
 };
 
 /* The fault to apply to a command about to execute on d (an op when is_op):

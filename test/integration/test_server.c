@@ -400,6 +400,117 @@ static void admission_quota_and_capacity_leave_a_trainer_undisturbed(void **stat
     salus_disconnect(c);
 }
 
+/* Iterations of one session waiting in the scheduler (-1: no such
+ * session); *busy: whether its lane runs something. */
+static int session_queued(salus_client *c, uint64_t id, bool *busy)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Status st = SALUS__STATUS__INIT;
+    req.body_case = SALUS__REQUEST__BODY_STATUS;
+    req.status = &st;
+    Salus__Reply *rep;
+    assert_sl_ok(sl_client_call(c, &req, &rep));
+    const Salus__StatusReply *sr = rep->status;
+    int queued = -1;
+    *busy = false;
+    for (size_t i = 0; i < sr->n_sessions; i++) {
+        if (sr->sessions[i]->id != id)
+            continue;
+        queued = (int) sr->sessions[i]->queued;
+        for (size_t l = 0; l < sr->n_lanes; l++)
+            if (sr->lanes[l]->id == sr->sessions[i]->lane)
+                *busy = sr->lanes[l]->busy;
+    }
+    salus__reply__free_unpacked(rep, NULL);
+    return queued;
+}
+
+typedef struct drain_job {
+    salus_client *c;
+    salus_session *s;
+    salus_graph *g;
+    int rc;
+    char error[256];
+} drain_job;
+
+/* A session on the sim device running `depth` n x n matmuls of its own
+ * params per iteration; ephemeral declared so both jobs share one lane. */
+static void drain_job_open(drain_job *j, const char *url, int64_t n, int depth, uint64_t ephemeral)
+{
+    assert_sl_ok(salus_connect(url, &j->c));
+    salus_session_opts o = {.name = "drain", .ephemeral_bytes = ephemeral};
+    assert_sl_ok(salus_session_open(j->c, &o, &j->s));
+    const int64_t dims[] = {n, n};
+    uint64_t a, p;
+    assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 2, dims, NULL, &a));
+    assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 2, dims, NULL, &p));
+    j->g = salus_graph_new();
+    salus_value y = salus_graph_param(j->g, a, SALUS_F32, 2, dims);
+    salus_value pv = salus_graph_param(j->g, p, SALUS_F32, 2, dims);
+    for (int k = 0; k < depth; k++)
+        y = salus_graph_op(j->g, "matmul", 2, (salus_value[]){y, pv}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+}
+
+static void *drain_job_run(void *arg)
+{
+    drain_job *j = arg;
+    j->rc = salus_run(j->s, j->g, NULL, 0, NULL, NULL);
+    snprintf(j->error, sizeof j->error, "%s", salus_last_error(j->c));
+    return NULL;
+}
+
+/* Two sessions sharing one lane on the sim device: SIGTERM while the first
+ * one's iteration runs and the second one's waits for the lane. The running
+ * one completes; the queued one gets SHUTTING_DOWN; salusd exits 0. */
+static void drain_fails_the_queued_iteration_only(void)
+{
+    sl_test_server own;
+    /* 2 GiB: once the first job holds 1.5 GiB, the second one shares its lane
+     * (the manager gives lanes of their own only while memory is plentiful) */
+    sl_test_server_start(&own,
+                         (const char *[]){"--device", "sim:v100", "--memory-limit", "2G", NULL});
+    drain_job running = {.rc = -1}, queued = {.rc = -1};
+    drain_job_open(&running, own.url, 8192, 12, 1ull << 30); /* ~1.2 s modeled */
+    drain_job_open(&queued, own.url, 64, 1, 1ull << 20);     /* joins running's lane */
+    pthread_t tr, tq;
+    salus_client *c = sl_test_connect(&own);
+    struct timespec nap = {0, 5 * 1000 * 1000};
+    bool busy = false;
+    assert_int_equal(pthread_create(&tr, NULL, drain_job_run, &running), 0);
+    for (int i = 0; i < 1000 && !busy; i++) {
+        (void) session_queued(c, salus_session_id(running.s), &busy);
+        nanosleep(&nap, NULL);
+    }
+    assert_int_equal(pthread_create(&tq, NULL, drain_job_run, &queued), 0);
+    int q = 0;
+    for (int i = 0; i < 1000 && (q = session_queued(c, salus_session_id(queued.s), &busy)) != 1;
+         i++)
+        nanosleep(&nap, NULL);
+    if (q != 1) { /* show why, and leave no server behind */
+        char *text;
+        if (salus_status_text(c, &text) == SALUS_OK) {
+            printf("%s\n", text);
+            salus_free(text);
+        }
+        kill(own.pid, SIGKILL);
+    }
+    assert_int_equal(q, 1);
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&own), 0);
+    assert_int_equal(pthread_join(tr, NULL), 0);
+    assert_int_equal(pthread_join(tq, NULL), 0);
+    assert_sl_ok(running.rc);
+    assert_sl_err(queued.rc, SALUS_ESHUTDOWN);
+    assert_non_null(strstr(queued.error, "not started"));
+    drain_job *jobs[] = {&running, &queued};
+    for (int i = 0; i < 2; i++) {
+        salus_graph_free(jobs[i]->g);
+        (void) salus_session_close(jobs[i]->s); /* the server is gone: just frees */
+        salus_disconnect(jobs[i]->c);
+    }
+}
+
 /* SIGTERM while jobs train: salusd finishes what runs, fails what is queued,
  * exits 0; the clients see an error, never a hang. Uses its own server. */
 static void sigterm_drains_and_exits_zero(void **state)
@@ -423,6 +534,7 @@ static void sigterm_drains_and_exits_zero(void **state)
     /* both jobs stop with an error (SHUTTING_DOWN or a lost connection) */
     assert_int_equal(sl_test_wait(pa, 10), 1);
     assert_int_equal(sl_test_wait(pb, 10), 1);
+    drain_fails_the_queued_iteration_only();
 }
 
 int main(void)

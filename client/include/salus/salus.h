@@ -17,6 +17,28 @@
  * salus_last_error(c) gives the server's message for the last failure on
  * that client. Out-parameters are written only on success.
  *
+ * Connection and restarts: a salus_client stays usable across salusd
+ * restarts. While no server answers, calls fail at once with SALUS_ECONN
+ * (a call in flight when the connection drops fails too; nothing is re-sent);
+ * the client reconnects by itself (retrying every 0.1-1 s) once a server
+ * listens on the URL again. Sessions do not survive a restart: calls on an
+ * old salus_session then fail with SALUS_ESESSIONLOST; pass it to
+ * salus_session_close (which then just frees it) and open a new one.
+ *
+ * Security: a session belongs to the client that opened it (its token), and
+ * over ipc:// also to that process's user: other users get SALUS_EPERM even
+ * with the session's id and token. salusd's ipc:// socket is private to its
+ * user unless started with --ipc-mode. For tls+tcp:// see salus_connect.
+ *
+ * Device faults: a sticky device error (the GPU context is lost) fails every
+ * running iteration with SALUS_EDEVICERESET and salusd resets the device.
+ * Every session's tensors keep their ids and shapes, but their contents are
+ * lost: each session gets SALUS_EDEVICERESET once (from its failed run or
+ * copy, else from its next request that uses device data), must write its
+ * tensors again (re-upload persistent state) and may then retry; registered
+ * graphs stay valid. Other device errors (SALUS_EDEVICE, SALUS_EEXHAUSTED for
+ * a failed device allocation) fail only the request they belong to.
+ *
  * Threads: one salus_client may be shared by threads; its requests are
  * serialised. A salus_graph builder is not thread-safe.
  * Blocking: every call that talks to the server blocks until its reply
@@ -50,7 +72,7 @@ enum salus_code {
     SALUS_ECONN = 12,        /* cannot reach the server / connection lost */
     SALUS_EINTERNAL = 13,    /* a bug in salus */
     SALUS_ESESSIONLOST = 14, /* the session is gone (server restarted) */
-    SALUS_EDEVICERESET = 15, /* device reset: re-upload persistent state */
+    SALUS_EDEVICERESET = 15, /* device reset: tensor contents lost, re-upload them */
     SALUS_EBUSY = 16,        /* resource in use (e.g. tensor used by a graph) */
 };
 
@@ -71,9 +93,21 @@ typedef struct salus_graph salus_graph;
 const char *salus_default_url(void);
 
 /* Connects to the server at url (NULL = salus_default_url()) and checks the
- * protocol version. On success *out is owned by the caller.
+ * protocol version. On success *out is owned by the caller. url is
+ * ipc:///path, tcp://host:port (trusted networks only) or tls+tcp://host:port.
+ *
+ * tls+tcp:// is configured from the environment:
+ *   SALUS_TLS_CA           PEM file of the CA(s) that signed salusd's
+ *                          certificate (required: the server is verified)
+ *   SALUS_TLS_SERVER_NAME  name the certificate must carry (default: the
+ *                          URL's host, e.g. 127.0.0.1)
+ *   SALUS_TLS_CERT, SALUS_TLS_KEY  PEM client certificate and key, for a
+ *                          salusd started with --tls-ca (client auth)
+ *
  * Errors: SALUS_ECONN (nobody listening), SALUS_EPROTO (version mismatch),
- * SALUS_EINVAL (bad URL), SALUS_ENOMEM. */
+ * SALUS_EINVAL (bad URL; tls+tcp:// without SALUS_TLS_CA or with unreadable
+ * files), SALUS_EPERM (TLS: a certificate was refused, by either side),
+ * SALUS_ENOMEM. salus_last_error(NULL) then says why. */
 int salus_connect(const char *url, salus_client **out);
 
 /* Closes the connection. Sessions still open are closed by the server when it
@@ -82,7 +116,8 @@ int salus_connect(const char *url, salus_client **out);
 void salus_disconnect(salus_client *c);
 
 /* The server's message for the last failed call on c ("" if none). Valid until
- * the next call on c. */
+ * the next call on c. With c NULL: why the calling thread's last salus_connect
+ * failed. */
 const char *salus_last_error(const salus_client *c);
 
 /* A description of the server's device and policy, from the handshake. */
@@ -180,7 +215,10 @@ uint64_t salus_graph_id(const salus_graph *g);
  * i-th input (in the order salus_graph_input was called; exact sizes), and
  * the values fetch[0..n_fetch) are copied into out[j] (each
  * salus_graph_bytes(g, fetch[j]) bytes). Blocks until the iteration is done.
- * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_ESHUTDOWN. */
+ * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_EEXHAUSTED (a
+ * device allocation failed), SALUS_EDEVICERESET (see "Device faults" above),
+ * SALUS_ESHUTDOWN (salusd is draining: the iteration did not start),
+ * SALUS_ECONN, SALUS_ESESSIONLOST. */
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
               const salus_value *fetch, void *const *out);
 

@@ -1,0 +1,142 @@
+/* Restarts (DESIGN.md section 8): a client of a salusd that goes away fails
+ * fast with ECONN, reconnects by itself to a new salusd on the same ipc://
+ * path, gets SESSION_LOST for its old session and can open a new one. */
+#include "client_internal.h"
+#include "salusd_ctl.h"
+#include "sl_test.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long) (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Calls read until it stops failing with ECONN (the client reconnected) or
+ * 10 s pass; returns the last code. */
+static int read_until_connected(salus_session *s, uint64_t t, void *buf, size_t len)
+{
+    int rc = SALUS_ECONN;
+    for (int i = 0; i < 200 && rc == SALUS_ECONN; i++) {
+        rc = salus_tensor_read(s, t, buf, len);
+        if (rc == SALUS_ECONN)
+            nap_ms(50);
+    }
+    return rc;
+}
+
+static void restart_gives_session_lost_then_a_new_session(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    sl_ctl_prepare(&srv);
+    sl_ctl_start(&srv, NULL);
+    salus_client *c = sl_test_connect(&srv);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    const float init[4] = {1, 2, 3, 4};
+    float back[4];
+    const int64_t dims[] = {4};
+    uint64_t t;
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, dims, init, &t));
+
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+    /* nobody listens: a call fails at once, it does not wait for a server */
+    double t0 = sl_ctl_now();
+    assert_sl_err(salus_tensor_read(s, t, back, sizeof back), SALUS_ECONN);
+    assert_true(sl_ctl_now() - t0 < 1);
+    assert_non_null(strstr(salus_last_error(c), "not connected"));
+
+    sl_ctl_start(&srv, NULL); /* a new salusd on the same path */
+    assert_sl_err(read_until_connected(s, t, back, sizeof back), SALUS_ESESSIONLOST);
+    assert_non_null(strstr(salus_last_error(c), "restarted"));
+    assert_sl_err(salus_session_close(s), SALUS_ESESSIONLOST); /* frees the handle */
+
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, dims, init, &t));
+    assert_sl_ok(salus_tensor_read(s, t, back, sizeof back));
+    assert_memory_equal(back, init, sizeof init);
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+    sl_ctl_cleanup(&srv);
+}
+
+typedef struct runner {
+    salus_session *s;
+    salus_graph *g;
+    int rc;
+    double done_at;
+} runner;
+
+static void *run_thread(void *arg)
+{
+    runner *r = arg;
+    r->rc = salus_run(r->s, r->g, NULL, 0, NULL, NULL);
+    r->done_at = sl_ctl_now();
+    return NULL;
+}
+
+/* A salusd killed mid-iteration (no drain): the blocked call returns ECONN at
+ * once, and a new salusd on the same path (over the stale socket file) takes
+ * the client back. */
+static void killed_server_fails_the_call_in_flight(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    sl_ctl_prepare(&srv);
+    const char *sim[] = {"--device", "sim:v100", "--memory-limit", "4G", NULL};
+    sl_ctl_start(&srv, sim);
+    salus_client *c = sl_test_connect(&srv);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    const int64_t dims[] = {8192, 8192};
+    uint64_t a, p;
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dims, NULL, &a));
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dims, NULL, &p));
+    salus_graph *g = salus_graph_new();
+    salus_value y = salus_graph_param(g, a, SALUS_F32, 2, dims);
+    salus_value pv = salus_graph_param(g, p, SALUS_F32, 2, dims);
+    for (int k = 0; k < 40; k++) /* ~4 s on the modeled V100 */
+        y = salus_graph_op(g, "matmul", 2, (salus_value[]){y, pv}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+
+    runner r = {.s = s, .g = g, .rc = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_thread, &r), 0);
+    nap_ms(300);
+    double killed_at = sl_ctl_now();
+    kill(srv.pid, SIGKILL);
+    assert_int_equal(sl_ctl_wait(&srv, 5), -1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_sl_err(r.rc, SALUS_ECONN);
+    assert_true(r.done_at - killed_at < 1);
+    salus_graph_free(g);
+
+    sl_ctl_start(&srv, sim);
+    float back[4];
+    assert_sl_err(read_until_connected(s, a, back, sizeof back), SALUS_ESESSIONLOST);
+    (void) salus_session_close(s);
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+    sl_ctl_cleanup(&srv);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(restart_gives_session_lost_then_a_new_session),
+        cmocka_unit_test(killed_server_fails_the_call_in_flight),
+    };
+    return cmocka_run_group_tests_name("restart", tests, NULL, NULL);
+}
