@@ -1,5 +1,5 @@
 /* sim streams in real time: one worker thread per stream executing an
- * in-order command queue, like the cpu backend's, except that an op or copy
+ * in-order command queue (workq.h), like the cpu backend, except that an op or copy
  * computes nothing and instead occupies its modeled time on the device.
  *
  * Timing. Each command is priced at submission (sl_sim_op_timing /
@@ -23,6 +23,7 @@
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_time.h"
+#include "workq.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,54 +32,20 @@
 #include <string.h>
 #include <time.h>
 
-/* Nodes made at stream creation; more are allocated only if the queue ever
- * grows deeper. */
-#define PREALLOC_NODES 32
-
-enum cmd_kind { CMD_WORK, CMD_CALLBACK, CMD_FAIL };
-
+/* The payload of a work command (workq.h): an op or a copy. */
 struct cmd {
-    struct cmd *next;
-    enum cmd_kind kind;
     uint64_t submit_ns;
-    union {
-        struct {
-            sl_sim_timing timing;
-            void *zero_dst; /* d2h: host bytes to clear once the copy is done */
-            size_t zero_n;
-            bool is_op; /* an op, not a copy (sl_sim_fail_next_ops counts ops) */
-        } work;
-        struct {
-            sl_host_fn fn;
-            void *arg;
-        } cb;
-        int fail;
-    } u;
+    sl_sim_timing timing;
+    void *zero_dst; /* d2h: host bytes to clear once the copy is done */
+    size_t zero_n;
+    bool is_op; /* an op, not a copy (sl_sim_fail_next_ops counts ops) */
 };
 
 struct sl_stream {
     struct sl_sim_dev *dev;
-    pthread_mutex_t lock;   /* guards every field below except clock_ns */
-    pthread_cond_t work_cv; /* worker: commands arrived or stopping */
-    pthread_cond_t done_cv; /* synchronize: a command finished */
-    struct cmd *head, *tail;
-    struct cmd *free_nodes;
-    uint64_t submitted, completed; /* commands ever enqueued / finished */
-    int sticky;                    /* first error since the last callback */
-    unsigned sync_waiters;
-    bool worker_asleep, stopping;
+    sl_workq *q;
     uint64_t clock_ns; /* modeled completion of the last work; worker thread only */
-    pthread_t worker;
 };
-
-static void free_list(struct cmd *c)
-{
-    while (c) {
-        struct cmd *next = c->next;
-        sl_free(c);
-        c = next;
-    }
-}
 
 static struct timespec to_timespec(uint64_t ns)
 {
@@ -92,7 +59,7 @@ static struct timespec to_timespec(uint64_t ns)
 static void run_work(sl_stream *s, const struct cmd *c)
 {
     struct sl_sim_dev *d = s->dev;
-    const sl_sim_timing *t = &c->u.work.timing;
+    const sl_sim_timing *t = &c->timing;
     sl_sim_ps *ps = &d->res[t->resource];
     uint64_t start = s->clock_ns > c->submit_ns ? s->clock_ns : c->submit_ns;
     sl_sim_ps_job job = {.user = s};
@@ -118,95 +85,51 @@ static void run_work(sl_stream *s, const struct cmd *c)
     }
     pthread_mutex_unlock(&d->model_lock);
     s->clock_ns = job.done_ns;
-    if (c->u.work.zero_n)
-        memset(c->u.work.zero_dst, 0, c->u.work.zero_n);
+    if (c->zero_n)
+        memset(c->zero_dst, 0, c->zero_n);
 }
 
-static void *worker_main(void *arg)
+/* Runs one work command on the worker thread: an injected fault, or its
+ * modeled time. */
+static int execute(void *ctx, void *payload)
 {
-    sl_stream *s = arg;
-    pthread_mutex_lock(&s->lock);
-    for (;;) {
-        while (!s->head && !s->stopping) {
-            s->worker_asleep = true;
-            pthread_cond_wait(&s->work_cv, &s->lock);
-            s->worker_asleep = false;
-        }
-        struct cmd *c = s->head;
-        if (!c)
-            break; /* stopping and drained */
-        s->head = c->next;
-        if (!s->head)
-            s->tail = NULL;
-
-        /* Sticky error: skip work until the next callback, which takes it. */
-        int status = s->sticky, rc = SL_OK;
-        if (c->kind == CMD_CALLBACK)
-            s->sticky = SL_OK;
-        pthread_mutex_unlock(&s->lock);
-
-        if (c->kind == CMD_CALLBACK) {
-            c->u.cb.fn(c->u.cb.arg, status);
-            s->clock_ns = sl_now_ns();
-        } else if (status == SL_OK) {
-            if (c->kind == CMD_WORK) {
-                rc = sl_sim_take_fault(s->dev, c->u.work.is_op);
-                if (rc == SL_OK)
-                    run_work(s, c);
-            } else {
-                rc = c->u.fail;
-            }
-        }
-
-        pthread_mutex_lock(&s->lock);
-        if (rc != SL_OK && s->sticky == SL_OK)
-            s->sticky = rc;
-        c->next = s->free_nodes;
-        s->free_nodes = c;
-        s->completed++;
-        if (s->sync_waiters)
-            pthread_cond_broadcast(&s->done_cv);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return NULL;
+    sl_stream *s = ctx;
+    const struct cmd *c = payload;
+    int rc = sl_sim_take_fault(s->dev, c->is_op);
+    if (rc == SL_OK)
+        run_work(s, c);
+    return rc;
 }
 
-/* Starts an enqueue: returns a node with s->lock held, or NULL (lock not
- * held) with the error in *rc. The caller fills the node and calls commit. */
+/* Host callbacks take real time: work after one starts when it returned. */
+static void after_callback(void *ctx)
+{
+    sl_stream *s = ctx;
+    s->clock_ns = sl_now_ns();
+}
+
+static const sl_workq_config sim_workq = {
+    .payload_size = sizeof(struct cmd),
+    .exec = execute,
+    .after_callback = after_callback,
+    .log_id = "sim.stream",
+    .lost_log_id = "sim.stream.lost",
+};
+
+/* Starts enqueuing work: a zeroed command with the queue's lock held, or
+ * NULL with the error in *rc. */
 static struct cmd *begin(sl_stream *s, int *rc)
 {
-    pthread_mutex_lock(&s->lock);
-    struct cmd *c = NULL;
-    if (!s->stopping) {
-        c = s->free_nodes;
-        if (c)
-            s->free_nodes = c->next;
-        else
-            c = sl_malloc(sizeof *c);
-    }
-    if (!c) {
-        *rc = s->stopping ? SL_ESHUTDOWN : SL_ENOMEM;
-        pthread_mutex_unlock(&s->lock);
-        return NULL;
-    }
-    memset(c, 0, sizeof *c);
+    struct cmd *c = sl_workq_begin(s->q, rc);
+    if (c)
+        memset(c, 0, sizeof *c);
     return c;
 }
 
 static int commit(sl_stream *s, struct cmd *c)
 {
-    c->next = NULL;
     c->submit_ns = sl_now_ns();
-    if (s->tail)
-        s->tail->next = c;
-    else
-        s->head = c;
-    s->tail = c;
-    s->submitted++;
-    if (s->worker_asleep)
-        pthread_cond_signal(&s->work_cv);
-    pthread_mutex_unlock(&s->lock);
-    return SL_OK;
+    return sl_workq_commit(s->q, c);
 }
 
 int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out)
@@ -217,40 +140,15 @@ int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out)
         return SL_ENOMEM;
     s->dev = dev->priv;
     s->clock_ns = sl_now_ns();
-    for (unsigned i = 0; i < PREALLOC_NODES; i++) {
-        struct cmd *c = sl_malloc(sizeof *c);
-        if (!c)
-            goto out_free_nodes;
-        c->next = s->free_nodes;
-        s->free_nodes = c;
-    }
-    if (pthread_mutex_init(&s->lock, NULL) != 0)
-        goto out_free_nodes;
-    if (pthread_cond_init(&s->work_cv, NULL) != 0)
-        goto out_destroy_lock;
-    if (pthread_cond_init(&s->done_cv, NULL) != 0)
-        goto out_destroy_work_cv;
-    int err = pthread_create(&s->worker, NULL, worker_main, s);
-    if (err != 0) {
-        sl_log_err("sim.stream", "cannot start a stream worker thread: %s", strerror(err));
-        goto out_destroy_done_cv;
-    }
     char name[16];
     snprintf(name, sizeof name, "sl-sim%d-s", dev->index);
-    (void) pthread_setname_np(s->worker, name);
+    int rc = sl_workq_create(&sim_workq, s, name, &s->q);
+    if (rc != SL_OK) {
+        sl_free(s);
+        return rc;
+    }
     *out = s;
     return SL_OK;
-
-out_destroy_done_cv:
-    pthread_cond_destroy(&s->done_cv);
-out_destroy_work_cv:
-    pthread_cond_destroy(&s->work_cv);
-out_destroy_lock:
-    pthread_mutex_destroy(&s->lock);
-out_free_nodes:
-    free_list(s->free_nodes);
-    sl_free(s);
-    return SL_ENOMEM;
 }
 
 void sl_sim_stream_destroy(sl_device *dev, sl_stream *s)
@@ -258,18 +156,7 @@ void sl_sim_stream_destroy(sl_device *dev, sl_stream *s)
     (void) dev;
     if (!s)
         return;
-    pthread_mutex_lock(&s->lock);
-    s->stopping = true;
-    pthread_cond_signal(&s->work_cv);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->worker, NULL); /* the worker drains the queue first */
-    if (s->sticky != SL_OK)
-        sl_log_warn("sim.stream.lost", "stream destroyed with an unreported error: %s",
-                    sl_strerror(s->sticky));
-    free_list(s->free_nodes);
-    pthread_cond_destroy(&s->done_cv);
-    pthread_cond_destroy(&s->work_cv);
-    pthread_mutex_destroy(&s->lock);
+    sl_workq_destroy(s->q);
     sl_free(s);
 }
 
@@ -285,11 +172,10 @@ static int enqueue_copy(sl_device *dev, sl_stream *s, unsigned kind, void *dst, 
     struct cmd *c = begin(s, &rc);
     if (!c)
         return rc;
-    c->kind = CMD_WORK;
-    sl_sim_copy_timing(d->profile, kind, n, &c->u.work.timing);
+    sl_sim_copy_timing(d->profile, kind, n, &c->timing);
     if (kind == SL_SIM_COPY_D2H) {
-        c->u.work.zero_dst = dst;
-        c->u.work.zero_n = n;
+        c->zero_dst = dst;
+        c->zero_n = n;
     }
     return commit(s, c);
 }
@@ -332,9 +218,8 @@ int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     struct cmd *c = begin(s, &rc);
     if (!c)
         return rc;
-    c->kind = CMD_WORK;
-    c->u.work.timing = timing;
-    c->u.work.is_op = true;
+    c->timing = timing;
+    c->is_op = true;
     return commit(s, c);
 }
 
@@ -343,42 +228,18 @@ int sl_sim_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)
     (void) dev;
     if (!fn)
         return SL_EINVAL;
-    int rc;
-    struct cmd *c = begin(s, &rc);
-    if (!c)
-        return rc;
-    c->kind = CMD_CALLBACK;
-    c->u.cb.fn = fn;
-    c->u.cb.arg = arg;
-    return commit(s, c);
+    return sl_workq_host_callback(s->q, fn, arg);
 }
 
 int sl_sim_synchronize(sl_device *dev, sl_stream *s)
 {
     (void) dev;
-    pthread_mutex_lock(&s->lock);
-    /* Wait for what was submitted before this call, not for work that
-     * callbacks keep adding meanwhile. */
-    uint64_t target = s->submitted;
-    s->sync_waiters++;
-    while (s->completed < target)
-        pthread_cond_wait(&s->done_cv, &s->lock);
-    s->sync_waiters--;
-    int rc = s->sticky;
-    s->sticky = SL_OK;
-    pthread_mutex_unlock(&s->lock);
-    return rc;
+    return sl_workq_synchronize(s->q);
 }
 
 int sl_sim_inject_error(sl_stream *s, int code)
 {
     if (!s || code <= SL_OK || code >= SL_E_COUNT)
         return SL_EINVAL;
-    int rc;
-    struct cmd *c = begin(s, &rc);
-    if (!c)
-        return rc;
-    c->kind = CMD_FAIL;
-    c->u.fail = code;
-    return commit(s, c);
+    return sl_workq_inject_error(s->q, code);
 }
