@@ -15,6 +15,9 @@
 
 #define container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
 #define MAX_LANES_PER_KICK 256
+/* Longest a low-priority iteration waits for a gap its next op fits before
+ * it is given one op in whatever gap there is. */
+#define SL_EXEC_STARVE_NS (5 * 1000 * 1000ull)
 
 /* The server side of manager lane id, created (with a stream, reused from a
  * reclaimed lane when possible) the first time the lane runs something. */
@@ -224,7 +227,11 @@ void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box)
         sl_work *w = *pp;
         uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
         sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
-        if (force || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
+        /* starvation guard: a low-priority iteration that waited a whole
+         * starve period for a gap its next op fits gets one op anyway when no
+         * high-priority work is pending (the bound of one op still holds) */
+        bool starved = d == SL_GAPS_WAIT_GAP && now - w->parked_ns > SL_EXEC_STARVE_NS;
+        if (force || starved || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
             *pp = w->parked_next;
             if (submit_next_op(srv, w, lane_stream(srv, w)) != SL_OK)
                 sl_log_err("exe.resume", "cannot resume an iteration of session %llu",
@@ -322,6 +329,7 @@ static void op_done(void *arg, int status)
             sl_log_err("exe.step", "cannot submit the next op of session %llu",
                        (unsigned long long) w->session->id);
     } else {
+        w->parked_ns = now;
         w->parked_next = srv->parked;
         srv->parked = w;
         sl_exec_resume(srv, false, &box); /* arms the timer if the gap may open */

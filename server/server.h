@@ -142,6 +142,7 @@ typedef struct sl_work {
     uint32_t next_op;            /* first op not yet submitted */
     uint64_t op_start_ns;        /* when the op in flight was submitted */
     struct sl_work *parked_next; /* in srv->parked while waiting for a gap */
+    uint64_t parked_ns;          /* when it was parked */
 } sl_work;
 
 struct sl_session {
