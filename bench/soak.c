@@ -16,7 +16,9 @@
  * freeing a tensor a graph uses); asks for the status; frees and closes, or
  * drops the connection with everything open. Counters live in a shared file
  * so a killed client's requests still count. An error that was not expected,
- * or a wrong result, counts in errors_unexpected.
+ * or a wrong result, counts in errors_unexpected; so does a salusd that stops
+ * answering (a status probe on a fresh connection every 5 s fails twice):
+ * the run then ends at once.
  *
  * RSS is "flat" when the value at the end is within 10 % or 2 MiB (whichever
  * is larger) of the value after warm-up (a fifth of the run, at most 30 s):
@@ -31,6 +33,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
+#include <nng/protocol/reqrep0/req.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 
@@ -287,6 +290,31 @@ static long rss_kib(pid_t pid)
     return kib;
 }
 
+/* A status request on a fresh connection (dialled without waiting, 5 s to be
+ * sent and 5 s to be answered): false when salusd does not answer. */
+static bool server_answers(const char *url)
+{
+    nng_socket sock;
+    if (nng_req0_open(&sock) != 0)
+        return false;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Status st = SALUS__STATUS__INIT;
+    req.body_case = SALUS__REQUEST__BODY_STATUS;
+    req.status = &st;
+    uint8_t buf[64];
+    size_t n = salus__request__pack(&req, buf);
+    char *reply;
+    size_t len;
+    bool ok = nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 5000) == 0 &&
+              nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 5000) == 0 &&
+              nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK) == 0 && nng_send(sock, buf, n, 0) == 0 &&
+              nng_recv(sock, &reply, &len, NNG_FLAG_ALLOC) == 0;
+    if (ok)
+        nng_free(reply, len);
+    nng_close(sock);
+    return ok;
+}
+
 static pid_t spawn_worker(const char *self, int slot, const char *url, const char *shm,
                           uint64_t seed, uint64_t end_ns)
 {
@@ -394,7 +422,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < clients; i++)
         pids[i] = spawn_worker(self, i, url, shm, seed++, end);
     long rss_warm = -1, rss_min = -1, rss_max = 0, rss_end = -1;
-    unsigned kills = 0, crashed = 0;
+    unsigned kills = 0, crashed = 0, probes_failed = 0;
+    bool deaf = false;
+    uint64_t next_probe = t0 + 5000000000ull;
     uint64_t next_kill = t0 + (uint64_t) kill_ms * 1000000ull, rng = 88172645463325252ull;
     while (bench_now_ns() < end) {
         usleep(20000);
@@ -404,6 +434,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "soak: salusd died\n");
             server = -1;
             break;
+        }
+        if (now >= next_probe) { /* alive is not enough: it must answer */
+            probes_failed = server_answers(url) ? 0 : probes_failed + 1;
+            next_probe = bench_now_ns() + 5000000000ull;
+            if (probes_failed == 2) {
+                fprintf(stderr, "soak: salusd is alive but answers nobody (%.0f s in)\n",
+                        (double) (now - t0) / 1e9);
+                deaf = true;
+                break;
+            }
         }
         if (now - t0 >= warm_ns) {
             if (rss_warm < 0)
@@ -436,12 +476,13 @@ int main(int argc, char **argv)
             }
         }
     }
+    uint64_t give_up = bench_now_ns() + (deaf ? 0 : 20000000000ull);
     for (int i = 0; i < clients; i++) { /* they stop at the deadline */
         int ws = 0;
         pid_t r = 0;
         if (pids[i] <= 0)
             continue;
-        for (int k = 0; k < 1000 && (r = waitpid(pids[i], &ws, WNOHANG)) == 0; k++)
+        while ((r = waitpid(pids[i], &ws, WNOHANG)) == 0 && bench_now_ns() < give_up)
             usleep(10000);
         if (r == 0) {
             fprintf(stderr, "soak: client %d hung at the end\n", i);
@@ -455,6 +496,11 @@ int main(int argc, char **argv)
     size_t sessions = 1;
     uint64_t persistent = 1;
     int drained = -1;
+    if (deaf) {
+        kill(server, SIGKILL);
+        (void) waitpid(server, NULL, 0);
+        server = -1;
+    }
     if (server > 0 && server_empty(url, &sessions, &persistent) == SALUS_OK) {
         kill(server, SIGTERM);
         int ws;
@@ -468,7 +514,7 @@ int main(int argc, char **argv)
         cycles += st[i].cycles;
         reconnects += st[i].reconnects;
     }
-    bad += crashed;
+    bad += crashed + (deaf ? 1u : 0u);
     long slack = rss_warm / 10 > 2048 ? rss_warm / 10 : 2048;
     int flat = rss_warm > 0 && rss_end <= rss_warm + slack && rss_end >= rss_warm - slack;
     double secs = (double) (bench_now_ns() - t0) / 1e9;
@@ -485,15 +531,15 @@ int main(int argc, char **argv)
                     "{\"seconds\":%.1f,\"clients\":%d,\"requests\":%llu,\"errors_unexpected\":%llu,"
                     "\"kills\":%u,\"connects\":%llu,\"rss_start_kib\":%ld,\"rss_end_kib\":%ld,"
                     "\"rss_min_kib\":%ld,\"rss_max_kib\":%ld,\"flat\":%d,\"sessions_left\":%zu,"
-                    "\"persistent_left\":%llu,\"exit\":%d}\n",
+                    "\"persistent_left\":%llu,\"exit\":%d,\"answering\":%d}\n",
                     secs, clients, requests, bad, kills, reconnects, rss_warm, rss_end, rss_min,
-                    rss_max, flat, sessions, (unsigned long long) persistent, drained);
+                    rss_max, flat, sessions, (unsigned long long) persistent, drained, !deaf);
             fclose(f);
         }
     }
     printf("BENCH soak requests=%llu errors_unexpected=%llu rss_start_kib=%ld rss_end_kib=%ld "
-           "flat=%d kills=%u seconds=%.0f clients=%d\n",
-           requests, bad, rss_warm, rss_end, flat, kills, secs, clients);
+           "flat=%d kills=%u seconds=%.0f clients=%d answering=%d\n",
+           requests, bad, rss_warm, rss_end, flat, kills, secs, clients, !deaf);
     unlink(shm);
     char sock[200];
     snprintf(sock, sizeof sock, "%s/salus.sock", dir);

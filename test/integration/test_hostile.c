@@ -14,7 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_SESSIONS 64
 #define MAX_TENSORS 256
@@ -92,12 +96,15 @@ static int stop(void **state)
 }
 
 /* Sends raw bytes on a fresh REQ socket; the decoded reply, or NULL when
- * none came within 3 s. */
+ * none came within 3 s. The socket never redials: closing it in the middle
+ * of a redial's handshake would trip nanomsg/nng#1518 (see the last test). */
 static Salus__Reply *raw_request(const void *bytes, size_t len)
 {
     nng_socket sock;
     assert_int_equal(nng_req0_open(&sock), 0);
     assert_int_equal(nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 3000), 0);
+    assert_int_equal(nng_socket_set_ms(sock, NNG_OPT_RECONNMINT, 3600000), 0);
+    assert_int_equal(nng_socket_set_ms(sock, NNG_OPT_RECONNMAXT, 3600000), 0);
     assert_int_equal(nng_dial(sock, server.url, NULL, 0), 0);
     assert_int_equal(nng_send(sock, (void *) bytes, len, 0), 0);
     char *buf;
@@ -593,6 +600,12 @@ static void messages_over_the_size_limit(void **state)
     /* NNG drops the connection that sent it: the call fails, no hang */
     int rc = salus_tensor_create(s, SALUS_F32, 1, dims, big, &t);
     assert_true(rc == SALUS_ECONN || rc == SALUS_ESESSIONLOST);
+    /* the client redials by itself; let that handshake finish before
+     * closing (nanomsg/nng#1518, see the last test) */
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 500 && atomic_load(&c->pipes) == 0; i++)
+        nanosleep(&nap, NULL);
+    (void) server_usage(c);
     (void) salus_session_close(s); /* closed with its connection */
     salus_disconnect(c);
     Salus__Reply *rep = raw_request(big, n * sizeof *big); /* raw: no reply */
@@ -667,6 +680,75 @@ static void thousands_of_sessions_and_tensors(void **state)
     expect_baseline();
 }
 
+/* A Hello on a fresh connection, dialled without waiting: true when the
+ * server at url answers within 3 s. */
+static bool answers(const char *url)
+{
+    nng_socket sock;
+    assert_int_equal(nng_req0_open(&sock), 0);
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Hello hello = SALUS__HELLO__INIT;
+    hello.protocol_version = SALUS_PROTOCOL_VERSION;
+    req.body_case = SALUS__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    uint8_t buf[64];
+    size_t n = salus__request__pack(&req, buf);
+    char *reply;
+    size_t len;
+    bool ok = nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 3000) == 0 &&
+              nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 3000) == 0 &&
+              nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK) == 0 && nng_send(sock, buf, n, 0) == 0 &&
+              nng_recv(sock, &reply, &len, NNG_FLAG_ALLOC) == 0;
+    if (ok)
+        nng_free(reply, len);
+    nng_close(sock);
+    return ok;
+}
+
+/* Peers that hang up halfway through the SP handshake (a client killed while
+ * connecting looks the same): everyone else must still be served. NNG 1.5.2,
+ * Debian 12's, stops accepting connections after one of these
+ * (nanomsg/nng#1518, fixed upstream after 1.5.2): there this test reports a
+ * skip, loudly, so the hole stays visible until NNG is upgraded. */
+static void peers_dropping_mid_handshake_leave_others_served(void **state)
+{
+    (void) state;
+    sl_test_server own;
+    sl_test_server_start(&own, NULL);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    assert_true(strlen(own.dir) < 90);
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%.90s/salus.sock", own.dir);
+    static const uint8_t half[] = {0, 'S', 'P', 0}; /* 4 of the 8 header bytes */
+    struct timespec nap = {0, 100 * 1000 * 1000};
+    bool deaf = false;
+    for (int k = 0; k < 10 && !deaf; k++) { /* a race in NNG: try a few times */
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(connect(fd, (struct sockaddr *) &addr, sizeof addr), 0);
+        assert_int_equal(write(fd, half, sizeof half), (ssize_t) sizeof half);
+        close(fd);
+        nanosleep(&nap, NULL);
+        deaf = !answers(own.url);
+    }
+    if (!deaf) {
+        assert_int_equal(sl_test_server_stop(&own), 0);
+        return;
+    }
+    kill(own.pid, SIGKILL); /* deaf: no drain to wait for */
+    (void) waitpid(own.pid, NULL, 0);
+    (void) unlink(addr.sun_path);
+    (void) rmdir(own.dir);
+    unsigned major = 0, minor = 0;
+    if (sscanf(nng_version(), "%u.%u", &major, &minor) == 2 && (major == 1 && minor < 6)) {
+        fprintf(stderr,
+                "KNOWN VULNERABILITY: with NNG %s one peer that hangs up mid-handshake "
+                "leaves salusd deaf to every client (nanomsg/nng#1518); upgrade NNG\n",
+                nng_version());
+        skip();
+    }
+    fail_msg("salusd stopped answering after peers hung up mid-handshake (NNG %s)", nng_version());
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -679,6 +761,7 @@ int main(void)
         cmocka_unit_test(wrong_and_replayed_tokens),
         cmocka_unit_test(messages_over_the_size_limit),
         cmocka_unit_test(thousands_of_sessions_and_tensors),
+        cmocka_unit_test(peers_dropping_mid_handshake_leave_others_served),
     };
     return cmocka_run_group_tests_name("hostile", tests, start, stop);
 }
