@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,9 @@ pid_t sl_test_spawn(const char *env_program, const char *const *args)
     if (pid < 0)
         fail_msg("fork: %s", strerror(errno));
     if (pid == 0) {
+        /* a test that dies must not leave a server behind holding the test
+         * runner's output pipe open */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv(path, (char *const *) argv);
         fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
         _exit(127);

@@ -424,7 +424,7 @@ static void bad_feeds_fetches_and_graph_ids(void **state)
     salus_graph_op(g, "relu", 1, &x, 0, NULL, 0, NULL);
     assert_sl_ok(salus_graph_register(s, g, NULL));
     uint64_t id = salus_graph_id(g);
-    float in[4] = {-1, 1, -2, 2};
+    float in[8] = {-1, 1, -2, 2}; /* 5 floats are sent as a feed too long */
     ProtobufCBinaryData feeds[2] = {{16, (uint8_t *) in}, {16, (uint8_t *) in}};
     ProtobufCBinaryData short_feed = {3, (uint8_t *) in}, long_feed = {20, (uint8_t *) in};
     uint32_t fetch_ok[] = {1}, fetch_bad[] = {2}, fetch_max[] = {UINT32_MAX};
