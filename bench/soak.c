@@ -422,7 +422,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < clients; i++)
         pids[i] = spawn_worker(self, i, url, shm, seed++, end);
     long rss_warm = -1, rss_min = -1, rss_max = 0, rss_end = -1;
-    unsigned kills = 0, crashed = 0, probes_failed = 0;
+    unsigned kills = 0, crashed = 0, hung = 0, probes_failed = 0;
     bool deaf = false;
     uint64_t next_probe = t0 + 5000000000ull;
     uint64_t next_kill = t0 + (uint64_t) kill_ms * 1000000ull, rng = 88172645463325252ull;
@@ -485,7 +485,7 @@ int main(int argc, char **argv)
         while ((r = waitpid(pids[i], &ws, WNOHANG)) == 0 && bench_now_ns() < give_up)
             usleep(10000);
         if (r == 0) {
-            fprintf(stderr, "soak: client %d hung at the end\n", i);
+            hung++;
             kill(pids[i], SIGKILL);
             (void) waitpid(pids[i], &ws, 0);
             crashed++;
@@ -496,6 +496,12 @@ int main(int argc, char **argv)
     size_t sessions = 1;
     uint64_t persistent = 1;
     int drained = -1;
+    if (hung)
+        fprintf(stderr, "soak: %u clients hung at the end\n", hung);
+    if (!deaf && server > 0 && !server_answers(url)) {
+        fprintf(stderr, "soak: salusd is alive but answers nobody at the end\n");
+        deaf = true;
+    }
     if (deaf) {
         kill(server, SIGKILL);
         (void) waitpid(server, NULL, 0);
