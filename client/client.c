@@ -152,6 +152,8 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply **out)
 {
+    if (!s->client)
+        return SL_ECONN; /* its client was disconnected */
     req->session_id = s->id;
     req->token = s->token;
     return sl_client_call(s->client, req, out);
@@ -162,6 +164,7 @@ static void close_client(salus_client *c)
     nng_close(c->sock); /* no pipe callbacks run after this returns */
     nng_aio_free(c->aio);
     pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->sessions_lock);
     sl_free(c);
 }
 
@@ -285,9 +288,11 @@ int salus_connect(const char *url, salus_client **out)
     if (!c)
         return SL_ENOMEM;
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->sessions_lock, NULL);
     int rv = nng_req0_open(&c->sock);
     if (rv) {
         pthread_mutex_destroy(&c->lock);
+        pthread_mutex_destroy(&c->sessions_lock);
         sl_free(c);
         return from_nng(rv);
     }
@@ -333,8 +338,16 @@ out_close:
 
 void salus_disconnect(salus_client *c)
 {
-    if (c)
-        close_client(c);
+    if (!c)
+        return;
+    /* handles outlive their client: detach them so salus_session_close
+     * only frees them */
+    pthread_mutex_lock(&c->sessions_lock);
+    for (salus_session *s = c->sessions; s; s = s->next)
+        s->client = NULL;
+    c->sessions = NULL;
+    pthread_mutex_unlock(&c->sessions_lock);
+    close_client(c);
 }
 
 const char *salus_last_error(const salus_client *c)
@@ -381,6 +394,12 @@ int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_se
         return SL_EPROTO;
     }
     s->client = c;
+    pthread_mutex_lock(&c->sessions_lock);
+    s->next = c->sessions;
+    if (s->next)
+        s->next->prev = s;
+    c->sessions = s;
+    pthread_mutex_unlock(&c->sessions_lock);
     s->id = rep->open_session->session_id;
     s->token = rep->open_session->token;
     salus__reply__free_unpacked(rep, NULL);
@@ -400,6 +419,17 @@ int salus_session_close(salus_session *s)
     int rc = sl_client_session_call(s, &req, &rep);
     if (rc == SL_OK)
         salus__reply__free_unpacked(rep, NULL);
+    salus_client *c = s->client;
+    if (c) {
+        pthread_mutex_lock(&c->sessions_lock);
+        if (s->prev)
+            s->prev->next = s->next;
+        else if (c->sessions == s)
+            c->sessions = s->next;
+        if (s->next)
+            s->next->prev = s->prev;
+        pthread_mutex_unlock(&c->sessions_lock);
+    }
     sl_free(s);
     return rc;
 }

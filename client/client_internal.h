@@ -19,19 +19,22 @@
 struct salus_client {
     nng_socket sock;
     nng_ctx ctx;
-    nng_aio *aio;         /* the one request in flight */
-    pthread_mutex_t lock; /* serialises request/reply pairs on ctx */
-    atomic_int pipes;     /* live connections to the server */
-    atomic_int lost;      /* a connection dropped while a request was out */
+    nng_aio *aio;                  /* the one request in flight */
+    pthread_mutex_t lock;          /* serialises request/reply pairs on ctx */
+    pthread_mutex_t sessions_lock; /* guards sessions */
+    salus_session *sessions;       /* open session handles, detached on disconnect */
+    atomic_int pipes;              /* live connections to the server */
+    atomic_int lost;               /* a connection dropped while a request was out */
     uint64_t seq;
     char device[192];
     char last_error[512];
 };
 
 struct salus_session {
-    salus_client *client;
+    salus_client *client; /* NULL once the client is disconnected */
     uint64_t id;
     uint64_t token;
+    struct salus_session *prev, *next; /* the client's open sessions */
 };
 
 /* Sends req (seq filled in) and waits for its reply. On SL_OK *out is the

@@ -277,6 +277,26 @@ static void killed_client_memory_returns(void **state)
     salus_disconnect(c);
 }
 
+/* Session handles outlive their client: closing one after the client is
+ * gone only frees it (the server closes the session when the connection
+ * drops). */
+static void session_handles_outlive_their_client(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    salus_session *a, *b;
+    assert_sl_ok(salus_session_open(c, NULL, &a));
+    assert_sl_ok(salus_session_open(c, NULL, &b));
+    assert_sl_ok(salus_session_close(a));
+    salus_disconnect(c);
+    uint64_t id;
+    assert_sl_err(salus_tensor_create(b, SALUS_F32, 1, (int64_t[]){4}, NULL, &id), SALUS_ECONN);
+    assert_sl_err(salus_session_close(b), SALUS_ECONN);
+    salus_client *c2 = sl_test_connect(&server);
+    wait_for_empty(c2);
+    salus_disconnect(c2);
+}
+
 static void protocol_version_mismatch_is_refused(void **state)
 {
     (void) state;
@@ -547,6 +567,7 @@ int main(void)
         cmocka_unit_test(unknown_session_wrong_token_unknown_graph),
         cmocka_unit_test(killed_client_memory_returns),
         cmocka_unit_test(protocol_version_mismatch_is_refused),
+        cmocka_unit_test(session_handles_outlive_their_client),
         cmocka_unit_test(policy_and_weights_change_at_run_time),
         cmocka_unit_test(admission_quota_and_capacity_leave_a_trainer_undisturbed),
         cmocka_unit_test(sigterm_drains_and_exits_zero),
