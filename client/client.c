@@ -4,6 +4,7 @@
  * and comes back; calls made while no connection exists fail at once with
  * SL_ECONN instead of queueing. */
 #include "client_internal.h"
+#include "sl_nng.h"
 
 #include <errno.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -161,7 +162,10 @@ int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply *
 
 static void close_client(salus_client *c)
 {
-    nng_close(c->sock); /* no pipe callbacks run after this returns */
+    /* no pipe callbacks run once the close returns; if NNG 1.5 hangs in it
+     * (see sl_nng.h) the client is left behind rather than the caller */
+    if (!sl_nng_close_bounded(c->sock, 3))
+        return;
     nng_aio_free(c->aio);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->sessions_lock);

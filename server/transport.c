@@ -13,6 +13,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "sl_nng.h"
 
 #include <errno.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -361,51 +362,6 @@ out_free:
     return rc;
 }
 
-struct closer {
-    nng_socket sock;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool done;
-};
-
-static void *close_socket(void *arg)
-{
-    struct closer *c = arg;
-    nng_close(c->sock);
-    pthread_mutex_lock(&c->lock);
-    c->done = true;
-    pthread_cond_signal(&c->cond);
-    pthread_mutex_unlock(&c->lock);
-    return NULL;
-}
-
-/* nng_close with a deadline: NNG 1.5 (Debian's) can hang closing a socket
- * whose pipes go away at the same moment (nanomsg/nng#1543, fixed upstream
- * in 1.7). Returns false if the close did not finish in time. */
-static bool close_with_deadline(nng_socket sock, int seconds)
-{
-    static struct closer c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-    c.sock = sock;
-    pthread_t th;
-    if (pthread_create(&th, NULL, close_socket, &c) != 0) {
-        nng_close(sock);
-        return true;
-    }
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += seconds;
-    pthread_mutex_lock(&c.lock);
-    while (!c.done && pthread_cond_timedwait(&c.cond, &c.lock, &deadline) == 0) {
-    }
-    bool done = c.done;
-    pthread_mutex_unlock(&c.lock);
-    if (done)
-        pthread_join(th, NULL);
-    else
-        pthread_detach(th);
-    return done;
-}
-
 bool sl_transport_stop(sl_server *srv)
 {
     struct sl_transport *t = srv->transport;
@@ -414,7 +370,7 @@ bool sl_transport_stop(sl_server *srv)
     /* closing the socket closes its listeners, pipes and contexts and
      * aborts every pending aio (callbacks then see NNG_ECLOSED and do not
      * re-arm); stopping each aio afterwards waits for running callbacks */
-    if (!close_with_deadline(t->sock, 3)) {
+    if (!sl_nng_close_bounded(t->sock, 3)) {
         sl_log_warn("net.close", "the NNG socket did not close within 3 s (a known NNG 1.5 bug); "
                                  "leaving it to the exit");
         return false;
