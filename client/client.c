@@ -138,6 +138,25 @@ out_unlock:
     return rc;
 }
 
+/* A request whose reply carries no body the caller needs: just its code. */
+static int call_no_body(salus_client *c, Salus__Request *req)
+{
+    Salus__Reply *rep;
+    int rc = sl_client_call(c, req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+static int session_call_no_body(salus_session *s, Salus__Request *req)
+{
+    Salus__Reply *rep;
+    int rc = sl_client_session_call(s, req, &rep);
+    if (rc == SL_OK)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     salus_client *c = arg;
@@ -419,10 +438,7 @@ int salus_session_close(salus_session *s)
     Salus__CloseSession close = SALUS__CLOSE_SESSION__INIT;
     req.body_case = SALUS__REQUEST__BODY_CLOSE_SESSION;
     req.close_session = &close;
-    Salus__Reply *rep;
-    int rc = sl_client_session_call(s, &req, &rep);
-    if (rc == SL_OK)
-        salus__reply__free_unpacked(rep, NULL);
+    int rc = session_call_no_body(s, &req);
     salus_client *c = s->client;
     if (c) {
         pthread_mutex_lock(&c->sessions_lock);
@@ -498,10 +514,7 @@ int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t b
     write.data.len = bytes;
     req.body_case = SALUS__REQUEST__BODY_WRITE_TENSOR;
     req.write_tensor = &write;
-    Salus__Reply *rep;
-    int rc = sl_client_session_call(s, &req, &rep);
-    if (rc == SL_OK)
-        salus__reply__free_unpacked(rep, NULL);
+    int rc = session_call_no_body(s, &req);
     return rc;
 }
 
@@ -537,10 +550,7 @@ int salus_tensor_free(salus_session *s, uint64_t id)
     f.tensor_id = id;
     req.body_case = SALUS__REQUEST__BODY_FREE_TENSOR;
     req.free_tensor = &f;
-    Salus__Reply *rep;
-    int rc = sl_client_session_call(s, &req, &rep);
-    if (rc == SL_OK)
-        salus__reply__free_unpacked(rep, NULL);
+    int rc = session_call_no_body(s, &req);
     return rc;
 }
 
@@ -552,10 +562,7 @@ int salus_set_policy(salus_client *c, const char *policy, int strict)
     m.strict = strict != 0;
     req.body_case = SALUS__REQUEST__BODY_SET_POLICY;
     req.set_policy = &m;
-    Salus__Reply *rep;
-    int rc = sl_client_call(c, &req, &rep);
-    if (rc == SL_OK)
-        salus__reply__free_unpacked(rep, NULL);
+    int rc = call_no_body(c, &req);
     return rc;
 }
 
@@ -571,9 +578,6 @@ int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, in
     m.weight = weight;
     req.body_case = SALUS__REQUEST__BODY_SET_SESSION;
     req.set_session = &m;
-    Salus__Reply *rep;
-    int rc = sl_client_call(c, &req, &rep);
-    if (rc == SL_OK)
-        salus__reply__free_unpacked(rep, NULL);
+    int rc = call_no_body(c, &req);
     return rc;
 }
