@@ -327,6 +327,8 @@ int salus_connect(const char *url, salus_client **out)
      * resend would run it twice. */
     (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     (void) nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, SL_CLIENT_MAX_MSG);
+    const char *shm_env = getenv("SALUS_SHM");
+    c->local = strncmp(url, "ipc://", 6) == 0 && !(shm_env && strcmp(shm_env, "0") == 0);
     int rc = dial(c, url);
     if (rc) {
         close_client(c);
@@ -417,6 +419,7 @@ int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_se
         return SL_EPROTO;
     }
     s->client = c;
+    pthread_mutex_init(&s->shm_lock, NULL);
     pthread_mutex_lock(&c->sessions_lock);
     s->next = c->sessions;
     if (s->next)
@@ -450,6 +453,8 @@ int salus_session_close(salus_session *s)
             s->next->prev = s->prev;
         pthread_mutex_unlock(&c->sessions_lock);
     }
+    sl_client_shm_fini(s);
+    pthread_mutex_destroy(&s->shm_lock);
     sl_free(s);
     return rc;
 }

@@ -26,6 +26,7 @@ struct salus_client {
     atomic_int pipes;              /* live connections to the server */
     atomic_int lost;               /* a connection dropped while a request was out */
     uint64_t seq;
+    bool local; /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */
     char device[192];
     char last_error[512];
 };
@@ -35,6 +36,11 @@ struct salus_session {
     uint64_t id;
     uint64_t token;
     struct salus_session *prev, *next; /* the client's open sessions */
+    /* shared-memory data plane (shm.c), guarded by shm_lock */
+    pthread_mutex_t shm_lock;
+    int shm_state;
+    void *shm;
+    size_t shm_size;
 };
 
 /* Sends req (seq filled in) and waits for its reply. On SL_OK *out is the
@@ -46,5 +52,12 @@ int sl_client_session_call(salus_session *s, Salus__Request *req, Salus__Reply *
 /* Fills a TensorDesc (dims copied to dims_store). SL_EINVAL on bad args. */
 int sl_client_desc(int dtype, int ndim, const int64_t *dims, Salus__TensorDesc *desc,
                    int64_t *dims_store);
+
+/* Session s's shared-memory segment when a run moving `need` bytes should
+ * use one (creating or growing it, and attaching it to the server), or NULL:
+ * send inline. Call with s->shm_lock held; may make a request. */
+void *sl_client_shm_get(salus_session *s, size_t need);
+/* Unmaps s's segment (the server keeps its own mapping until it lets go). */
+void sl_client_shm_fini(salus_session *s);
 
 #endif

@@ -301,6 +301,33 @@ uint64_t salus_graph_id(const salus_graph *g)
     return g->session ? g->graph_id : 0;
 }
 
+/* Where a run's bytes go in the session's shared memory: feeds, then
+ * fetches, each 64-byte aligned, into slices (inputs first). Returns the
+ * bytes needed; no overflow, since the server bounds a graph's values. */
+static size_t shm_layout(const salus_graph *g, unsigned n_fetch, const salus_value *fetch,
+                         Salus__ShmSlice *slices)
+{
+    size_t off = 0;
+    for (size_t v = 0; v < g->n_values; v++) {
+        const struct value *val = &g->values[v];
+        if (val->kind != VALUE_INPUT)
+            continue;
+        Salus__ShmSlice *sl = &slices[val->index];
+        salus__shm_slice__init(sl);
+        sl->offset = off;
+        sl->length = sl_shape_bytes(&val->shape);
+        off += (sl->length + 63) & ~(size_t) 63;
+    }
+    for (unsigned j = 0; j < n_fetch; j++) {
+        Salus__ShmSlice *sl = &slices[g->n_inputs + j];
+        salus__shm_slice__init(sl);
+        sl->offset = off;
+        sl->length = salus_graph_bytes(g, fetch[j]);
+        off += (sl->length + 63) & ~(size_t) 63;
+    }
+    return off;
+}
+
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
               const salus_value *fetch, void *const *out)
 {
@@ -309,18 +336,14 @@ int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, 
         snprintf(c->last_error, sizeof c->last_error, "graph is not registered with session");
         return SL_EINVAL;
     }
+    size_t n_slices = g->n_inputs + n_fetch;
     ProtobufCBinaryData *feed_data = sl_calloc(g->n_inputs, sizeof *feed_data);
     uint32_t *fetch_numbers = sl_calloc(n_fetch, sizeof *fetch_numbers);
+    Salus__ShmSlice *slices = sl_calloc(n_slices, sizeof *slices);
+    Salus__ShmSlice **slice_ptrs = sl_calloc(n_slices, sizeof *slice_ptrs);
     int rc = SL_ENOMEM;
-    if (!feed_data || !fetch_numbers)
+    if (!feed_data || !fetch_numbers || !slices || !slice_ptrs)
         goto out_free;
-    for (size_t v = 0; v < g->n_values; v++) {
-        const struct value *val = &g->values[v];
-        if (val->kind == VALUE_INPUT) {
-            feed_data[val->index].data = (uint8_t *) feeds[val->index];
-            feed_data[val->index].len = sl_shape_bytes(&val->shape);
-        }
-    }
     for (unsigned j = 0; j < n_fetch; j++) {
         rc = SL_EINVAL;
         if (fetch[j] >= g->n_values)
@@ -329,31 +352,60 @@ int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, 
     }
     Salus__Run run = SALUS__RUN__INIT;
     run.graph_id = g->graph_id;
-    run.n_feeds = g->n_inputs;
-    run.feeds = feed_data;
     run.n_fetches = n_fetch;
     run.fetches = fetch_numbers;
+
+    pthread_mutex_lock(&s->shm_lock);
+    uint8_t *shm = sl_client_shm_get(s, shm_layout(g, n_fetch, fetch, slices));
+    for (size_t k = 0; k < n_slices; k++)
+        slice_ptrs[k] = &slices[k];
+    for (size_t v = 0; v < g->n_values; v++) {
+        const struct value *val = &g->values[v];
+        if (val->kind != VALUE_INPUT)
+            continue;
+        const Salus__ShmSlice *sl = &slices[val->index];
+        if (shm) {
+            memcpy(shm + sl->offset, feeds[val->index], sl->length);
+        } else {
+            feed_data[val->index].data = (uint8_t *) feeds[val->index];
+            feed_data[val->index].len = sl->length;
+        }
+    }
+    if (shm) {
+        run.n_shm_feeds = g->n_inputs;
+        run.shm_feeds = slice_ptrs;
+        run.n_shm_fetches = n_fetch;
+        run.shm_fetches = slice_ptrs + g->n_inputs;
+    } else {
+        run.n_feeds = g->n_inputs;
+        run.feeds = feed_data;
+    }
     Salus__Request req = SALUS__REQUEST__INIT;
     req.body_case = SALUS__REQUEST__BODY_RUN;
     req.run = &run;
     Salus__Reply *rep;
     if ((rc = sl_client_session_call(s, &req, &rep)) != 0)
-        goto out_free;
+        goto out_unlock;
     if (rep->body_case != SALUS__REPLY__BODY_RUN || rep->run->n_outputs != n_fetch) {
         rc = SL_EPROTO;
     } else {
         for (unsigned j = 0; j < n_fetch; j++) {
             const ProtobufCBinaryData *d = &rep->run->outputs[j]->data;
-            if (d->len != salus_graph_bytes(g, fetch[j])) {
+            const Salus__ShmSlice *sl = &slices[g->n_inputs + j];
+            if (d->len != (shm ? 0 : sl->length)) {
                 rc = SL_EPROTO;
                 break;
             }
-            memcpy(out[j], d->data, d->len);
+            memcpy(out[j], shm ? shm + sl->offset : d->data, sl->length);
         }
     }
     salus__reply__free_unpacked(rep, NULL);
+out_unlock:
+    pthread_mutex_unlock(&s->shm_lock);
 out_free:
     sl_free(feed_data);
     sl_free(fetch_numbers);
+    sl_free(slices);
+    sl_free(slice_ptrs);
     return rc;
 }

@@ -120,6 +120,7 @@ void sl_dispatch_session_free(sl_server *srv, sl_session *s)
         sl_free(v);
     sl_map_fini(&s->graphs);
     sl_map_fini(&s->tensors);
+    sl_shm_detach(s);
     sl_reply_free(s->admit_reply);
     sl_free(s);
 }
@@ -453,18 +454,16 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
                        (unsigned long long) s->id, (unsigned long long) m->graph_id);
         return false;
     }
-    if (m->n_feeds != g->n_inputs) {
-        sl_reply_error(r, SL_EINVAL, "graph %llu takes %u feeds, got %zu",
-                       (unsigned long long) g->id, g->n_inputs, m->n_feeds);
+    bool shm_in = m->n_shm_feeds > 0, shm_out = m->n_shm_fetches > 0;
+    if ((shm_in ? m->n_shm_feeds : m->n_feeds) != g->n_inputs || (shm_in && m->n_feeds)) {
+        sl_reply_error(r, SL_EINVAL, "graph %llu takes %u feeds, got %zu inline and %zu in shared memory",
+                       (unsigned long long) g->id, g->n_inputs, m->n_feeds, m->n_shm_feeds);
         return false;
     }
-    for (uint32_t i = 0; i < g->n_inputs; i++) {
-        uint64_t want = sl_shape_bytes(&g->values[i].shape);
-        if (m->feeds[i].len != want) {
-            sl_reply_error(r, SL_EINVAL, "feed %u has %zu bytes, input needs %llu", i,
-                           m->feeds[i].len, (unsigned long long) want);
-            return false;
-        }
+    if (shm_out && m->n_shm_fetches != m->n_fetches) {
+        sl_reply_error(r, SL_EINVAL, "%zu fetches but %zu shared-memory slices for them",
+                       m->n_fetches, m->n_shm_fetches);
+        return false;
     }
     /* bound the reply before allocating it: fetching one value many times
      * would otherwise commit any amount of host memory */
@@ -473,10 +472,16 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
                        (unsigned long long) g->id, g->n_values);
         return false;
     }
+    for (size_t j = 0; j < m->n_fetches; j++) {
+        if (m->fetches[j] >= g->n_values) {
+            sl_reply_error(r, SL_EINVAL, "fetch %zu: graph %llu has no value %u", j,
+                           (unsigned long long) g->id, m->fetches[j]);
+            return false;
+        }
+    }
     uint64_t reply_bytes = 0; /* at most 2^14 values of at most 2^42 bytes: no overflow */
-    for (size_t j = 0; j < m->n_fetches; j++)
-        if (m->fetches[j] < g->n_values)
-            reply_bytes += sl_shape_bytes(&g->values[m->fetches[j]].shape);
+    for (size_t j = 0; j < m->n_fetches && !shm_out; j++)
+        reply_bytes += sl_shape_bytes(&g->values[m->fetches[j]].shape);
     if (reply_bytes > MAX_REPLY_BYTES) {
         sl_reply_error(r, SL_EINVAL,
                        "the fetches total %llu bytes, more than one reply carries (%llu)",
@@ -485,25 +490,43 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
     }
     Salus__RunReply *body = sl_reply_alloc(r, sizeof *body);
     Salus__Tensor **outs = sl_reply_alloc(r, m->n_fetches * sizeof *outs);
-    if (!body || (m->n_fetches && !outs))
+    w->feed_src = sl_reply_alloc(r, g->n_inputs * sizeof *w->feed_src);
+    w->fetch_dst = sl_reply_alloc(r, m->n_fetches * sizeof *w->fetch_dst);
+    if (!body || (m->n_fetches && (!outs || !w->fetch_dst)) || (g->n_inputs && !w->feed_src))
         goto out_oom;
-    salus__run_reply__init(body);
-    for (size_t j = 0; j < m->n_fetches; j++) {
-        if (m->fetches[j] >= g->n_values) {
-            sl_reply_error(r, SL_EINVAL, "fetch %zu: graph %llu has no value %u", j,
-                           (unsigned long long) g->id, m->fetches[j]);
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+        uint64_t want = sl_shape_bytes(&g->values[i].shape);
+        if (shm_in) {
+            w->feed_src[i] = sl_shm_slice(s, m->shm_feeds[i], want);
+        } else if (m->feeds[i].len == want) {
+            w->feed_src[i] = m->feeds[i].data;
+        } else {
+            sl_reply_error(r, SL_EINVAL, "feed %u has %zu bytes, input needs %llu", i,
+                           m->feeds[i].len, (unsigned long long) want);
             return false;
         }
+        if (!w->feed_src[i])
+            goto out_bad_slice;
+    }
+    salus__run_reply__init(body);
+    for (size_t j = 0; j < m->n_fetches; j++) {
         const sl_shape *shape = &g->values[m->fetches[j]].shape;
         Salus__Tensor *t = sl_reply_alloc(r, sizeof *t);
         Salus__TensorDesc *desc = desc_new(r, shape);
-        void *data = sl_reply_alloc(r, sl_shape_bytes(shape));
-        if (!t || !desc || !data)
+        if (!t || !desc)
             goto out_oom;
         salus__tensor__init(t);
         t->desc = desc;
-        t->data.data = data;
-        t->data.len = sl_shape_bytes(shape);
+        if (shm_out) {
+            w->fetch_dst[j] = sl_shm_slice(s, m->shm_fetches[j], sl_shape_bytes(shape));
+            if (!w->fetch_dst[j])
+                goto out_bad_slice;
+        } else {
+            if (!(t->data.data = sl_reply_alloc(r, sl_shape_bytes(shape))))
+                goto out_oom;
+            t->data.len = sl_shape_bytes(shape);
+            w->fetch_dst[j] = t->data.data;
+        }
         outs[j] = t;
     }
     body->n_outputs = m->n_fetches;
@@ -518,6 +541,12 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
 
 out_oom:
     sl_reply_error(r, SL_ENOMEM, "out of host memory for the run's outputs");
+    return false;
+out_bad_slice:
+    sl_reply_error(r, SL_EINVAL,
+                   "a shared-memory slice lies outside the attached segment (%llu bytes) or "
+                   "does not match its value's size",
+                   (unsigned long long) s->shm_size);
     return false;
 }
 
@@ -553,6 +582,9 @@ static void session_pump(sl_server *srv, sl_session *s, sl_outbox *box)
             break;
         case SALUS__REQUEST__BODY_RUN:
             deferred = do_run(srv, s, w, box);
+            break;
+        case SALUS__REQUEST__BODY_ATTACH_SHM:
+            sl_shm_attach(s, w->req, w->msg->attach_shm, w->reply);
             break;
         default:
             sl_reply_error(w->reply, SL_EINVAL, "request type %d is not valid for a session",

@@ -103,15 +103,14 @@ static void iteration_done(void *arg, int status);
 static int fetch_after(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bool last)
 {
     const Salus__Run *m = w->msg->run;
-    Salus__RunReply *body = sl_reply_msg(w->reply)->run;
     for (size_t j = 0; j < m->n_fetches; j++) {
         const sl_value *val = &w->graph->values[m->fetches[j]];
         bool params_at_end = val->kind == SL_VALUE_PARAM && last;
         if (val->kind == SL_VALUE_PARAM ? !params_at_end : val->last_step != step)
             continue;
-        int rc =
-            srv->dev->ops->memcpy_d2h(srv->dev, st, body->outputs[j]->data.data,
-                                      value_ptr(srv, w, m->fetches[j]), body->outputs[j]->data.len);
+        int rc = srv->dev->ops->memcpy_d2h(srv->dev, st, w->fetch_dst[j],
+                                           value_ptr(srv, w, m->fetches[j]),
+                                           sl_shape_bytes(&val->shape));
         if (rc)
             return rc;
     }
@@ -165,11 +164,11 @@ static int launch(sl_server *srv, sl_work *w, sl_stream *st)
 {
     sl_device *dev = srv->dev;
     const sl_graph *g = w->graph;
-    const Salus__Run *m = w->msg->run;
     int rc = SL_OK;
 
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
-        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data, m->feeds[i].len);
+        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), w->feed_src[i],
+                                  sl_shape_bytes(&g->values[i].shape));
     if (rc == SL_OK)
         rc = fetch_after(srv, w, st, 0, g->n_ops == 0);
     w->status = rc;

@@ -134,6 +134,8 @@ typedef struct sl_work {
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
     uint32_t lane;           /* the lane it runs on */
     sl_reply *reply;         /* built while running, sent on completion */
+    const void **feed_src;   /* per input: its bytes (request or shared memory) */
+    void **fetch_dst;        /* per fetch: where its bytes go (reply or shared memory) */
     uint64_t arrival_ns;     /* when the request was received */
     uint64_t start_ns;
     int status;
@@ -171,6 +173,8 @@ struct sl_session {
     sl_req *admit_req; /* the open request answered at admission */
     sl_reply *admit_reply;
     uint64_t open_ns;
+    void *shm;         /* the attached shared-memory segment (shm.c), or NULL */
+    uint64_t shm_size; /* its mapped bytes */
 };
 
 /* The server side of a memory-manager lane: the stream its iterations run on.
@@ -260,6 +264,9 @@ bool sl_url_is_tls(const char *url);
 /* The peer uid of the connection req arrived on: true and *uid for ipc://,
  * false for other transports (no peer identity). Never blocks. */
 bool sl_req_peer_uid(const sl_req *req, uint64_t *uid);
+/* The peer process id of an ipc:// connection (SO_PEERCRED, as of connect);
+ * false for other transports or when the connection is gone. */
+bool sl_req_peer_pid(const sl_req *req, uint64_t *pid);
 /* Whether req may use session s: s was not opened over ipc://, or req comes
  * from a peer with the same uid (DESIGN.md section 8). */
 bool sl_req_same_user(const sl_req *req, const sl_session *s);
@@ -313,6 +320,20 @@ struct sl_outbox {
 void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply);
 /* Sends everything queued. Call without srv->lock. */
 void sl_outbox_flush(sl_server *srv, sl_outbox *box);
+
+/* ---- shm.c: the shared-memory data plane (ipc:// clients) ---- */
+
+/* Maps the client's segment m names into session s (replacing any earlier
+ * one) after checking it (shm.c explains what and why). Errors go into r:
+ * SL_EUNSUPPORTED (not ipc://), SL_EPERM (cannot open it, or it fails a
+ * check), SL_EINVAL (size), SL_ENOMEM (mmap). Lock held; does not block on
+ * anything but the open and mmap system calls. */
+void sl_shm_attach(sl_session *s, const sl_req *req, const Salus__AttachShm *m, sl_reply *r);
+/* Unmaps s's segment, if any. */
+void sl_shm_detach(sl_session *s);
+/* The bytes slice names inside s's segment when it lies within it and is
+ * exactly `bytes` long; NULL otherwise. */
+void *sl_shm_slice(const sl_session *s, const Salus__ShmSlice *slice, uint64_t bytes);
 
 /* ---- graph.c ---- */
 

@@ -34,6 +34,7 @@ struct sl_req {
     enum req_state state;
     bool has_uid; /* the request in hand came over ipc:// from uid */
     uint64_t uid;
+    nng_pipe pipe; /* the connection it came on */
 };
 
 struct sl_transport {
@@ -76,6 +77,7 @@ static void req_cb(void *arg)
     uint64_t uid = 0;
     r->has_uid = nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0;
     r->uid = uid;
+    r->pipe = pipe;
     Salus__Request *req = salus__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
     nng_msg_free(msg);
     /* set before handing over: the reply may be sent (and this context
@@ -129,6 +131,12 @@ bool sl_req_peer_uid(const sl_req *req, uint64_t *uid)
         return false;
     *uid = req->uid;
     return true;
+}
+
+bool sl_req_peer_pid(const sl_req *req, uint64_t *pid)
+{
+    /* asked when needed, not per request: only attaching shared memory does */
+    return req && req->has_uid && nng_pipe_get_uint64(req->pipe, NNG_OPT_IPC_PEER_PID, pid) == 0;
 }
 
 bool sl_req_same_user(const sl_req *req, const sl_session *s)

@@ -147,6 +147,14 @@ int salus_session_close(salus_session *s);
 /* The server-side id of the session. */
 uint64_t salus_session_id(const salus_session *s);
 
+/* Bytes of shared memory the session's runs move their feeds and fetches
+ * through (0: they travel inside the messages). Over ipc:// a session
+ * attaches a sealed memfd to salusd the first time a run moves 16 KiB or
+ * more, and grows it as needed; salusd must be able to open the client's
+ * descriptors (same user, or root), otherwise runs stay inline. Set
+ * SALUS_SHM=0 before salus_connect to keep everything inline. */
+size_t salus_session_shm_bytes(salus_session *s);
+
 /* Creates a persistent tensor of the given shape. init: NULL = zeros, else
  * exactly elems * 4 bytes. Writes its id to *id.
  * Errors: SALUS_EINVAL (bad shape), SALUS_EEXHAUSTED (quota or capacity). */

@@ -1,0 +1,285 @@
+/* The shared-memory data plane against a real salusd on ipc://: runs through
+ * shared memory give exactly what inline runs give (and the math is right),
+ * segments grow when a run needs more, and every malformed attach or slice
+ * is refused with a clear error while the server keeps serving. */
+#include "client_internal.h"
+#include "harness.h"
+#include "sl_test.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define K 256
+#define N 64
+
+static sl_test_server server;
+
+static int start(void **state)
+{
+    (void) state;
+    sl_test_server_start(&server, NULL);
+    return 0;
+}
+
+static int stop(void **state)
+{
+    (void) state;
+    return sl_test_server_stop(&server) == 0 ? 0 : -1;
+}
+
+/* A session with W [K, N] and the graph relu(x W) for x [rows, K]. */
+typedef struct job {
+    salus_client *c;
+    salus_session *s;
+    salus_graph *g;
+    salus_value x, z;
+    float w[K * N];
+} job;
+
+static void job_open(job *j, int64_t rows)
+{
+    j->c = sl_test_connect(&server);
+    assert_sl_ok(salus_session_open(j->c, NULL, &j->s));
+    for (int i = 0; i < K * N; i++)
+        j->w[i] = (float) ((i * 7919) % 201 - 100) / 1000.0f;
+    uint64_t wid;
+    int64_t wd[] = {K, N}, xd[] = {rows, K};
+    assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 2, wd, j->w, &wid));
+    j->g = salus_graph_new();
+    j->x = salus_graph_input(j->g, SALUS_F32, 2, xd);
+    salus_value w = salus_graph_param(j->g, wid, SALUS_F32, 2, wd);
+    salus_value y = salus_graph_op(j->g, "matmul", 2, (salus_value[]){j->x, w}, 0, NULL, 0, NULL);
+    j->z = salus_graph_op(j->g, "relu", 1, &y, 0, NULL, 0, NULL);
+    assert_null(salus_graph_error(j->g));
+    assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+}
+
+static void job_close(job *j)
+{
+    salus_graph_free(j->g);
+    assert_sl_ok(salus_session_close(j->s));
+    salus_disconnect(j->c);
+}
+
+/* Runs one iteration on x, fetching z and x itself; checks z against a
+ * double-precision reference and the echoed x bit for bit. */
+static void run_and_check(job *j, const float *x, int64_t rows, float *z)
+{
+    float *echo = malloc(sizeof(float) * (size_t) (rows * K));
+    assert_non_null(echo);
+    const void *feeds[] = {x};
+    void *out[] = {z, echo};
+    assert_sl_ok(salus_run(j->s, j->g, feeds, 2, (salus_value[]){j->z, j->x}, out));
+    assert_memory_equal(echo, x, sizeof(float) * (size_t) (rows * K));
+    for (int64_t r = 0; r < rows; r++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+                acc += (double) x[r * K + k] * j->w[k * N + n];
+            double want = acc > 0 ? acc : 0;
+            if (fabs(z[r * N + n] - want) > 1e-4 * (1 + fabs(want)))
+                fail_msg("z[%lld][%d] = %g, reference %g", (long long) r, n, z[r * N + n], want);
+        }
+    free(echo);
+}
+
+static float *random_input(int64_t rows, unsigned seed)
+{
+    float *x = malloc(sizeof(float) * (size_t) (rows * K));
+    assert_non_null(x);
+    for (int64_t i = 0; i < rows * K; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = (float) ((seed >> 8) % 2001) / 1000.0f - 1.0f;
+    }
+    return x;
+}
+
+static void shared_memory_runs_match_inline_runs(void **state)
+{
+    (void) state;
+    const int64_t rows = 64; /* 64 KiB in, 16 KiB out: over the threshold */
+    job shm, inl;
+    job_open(&shm, rows);
+    setenv("SALUS_SHM", "0", 1);
+    job_open(&inl, rows);
+    unsetenv("SALUS_SHM");
+    assert_int_equal(salus_session_shm_bytes(shm.s), 0); /* attached on first use */
+    float *za = malloc(sizeof(float) * rows * N), *zb = malloc(sizeof(float) * rows * N);
+    assert_true(za && zb);
+    for (unsigned it = 0; it < 5; it++) {
+        float *x = random_input(rows, it + 1);
+        run_and_check(&shm, x, rows, za);
+        run_and_check(&inl, x, rows, zb);
+        assert_memory_equal(za, zb, sizeof(float) * rows * N);
+        free(x);
+    }
+    assert_true(salus_session_shm_bytes(shm.s) >= (size_t) (rows * (K + N) * 4 + rows * K * 4));
+    assert_int_equal(salus_session_shm_bytes(inl.s), 0);
+    free(za);
+    free(zb);
+    job_close(&shm);
+    job_close(&inl);
+}
+
+static void segments_grow_with_the_run(void **state)
+{
+    (void) state;
+    job small, big;
+    job_open(&small, 64);
+    float *x = random_input(64, 7), *z = malloc(sizeof(float) * 4096 * N);
+    assert_non_null(z);
+    run_and_check(&small, x, 64, z);
+    size_t first = salus_session_shm_bytes(small.s);
+    assert_true(first > 0);
+    free(x);
+    /* a second graph in the same session needing 4 MiB in, 1 MiB out */
+    big.c = small.c;
+    big.s = small.s;
+    memcpy(big.w, small.w, sizeof big.w);
+    uint64_t wid;
+    int64_t wd[] = {K, N}, xd[] = {4096, K};
+    assert_sl_ok(salus_tensor_create(big.s, SALUS_F32, 2, wd, big.w, &wid));
+    big.g = salus_graph_new();
+    big.x = salus_graph_input(big.g, SALUS_F32, 2, xd);
+    salus_value w = salus_graph_param(big.g, wid, SALUS_F32, 2, wd);
+    salus_value y = salus_graph_op(big.g, "matmul", 2, (salus_value[]){big.x, w}, 0, NULL, 0, NULL);
+    big.z = salus_graph_op(big.g, "relu", 1, &y, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(big.s, big.g, NULL));
+    x = random_input(4096, 9);
+    run_and_check(&big, x, 4096, z);
+    assert_true(salus_session_shm_bytes(big.s) > first);
+    free(x);
+    x = random_input(64, 11); /* the small graph still works in the new segment */
+    run_and_check(&small, x, 64, z);
+    free(x);
+    free(z);
+    salus_graph_free(big.g);
+    job_close(&small);
+}
+
+/* Sends an AttachShm for fd; expects code and a message containing msg. */
+static void expect_attach(salus_session *s, int fd, uint64_t size, int code, const char *msg)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
+    m.fd = (uint32_t) fd;
+    m.size = size;
+    req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
+    req.attach_shm = &m;
+    Salus__Reply *rep = NULL;
+    int rc = sl_client_session_call(s, &req, &rep);
+    if (rep)
+        salus__reply__free_unpacked(rep, NULL);
+    assert_sl_err(rc, code);
+    if (msg && !strstr(salus_last_error(s->client), msg))
+        fail_msg("attach: message \"%s\" lacks \"%s\"", salus_last_error(s->client), msg);
+}
+
+/* A run of j's graph whose feed and first fetch are the given slices. */
+static void expect_slice_run(job *j, Salus__ShmSlice feed, Salus__ShmSlice fetch, int code)
+{
+    Salus__ShmSlice *feeds[] = {&feed}, *fetches[] = {&fetch};
+    Salus__Run run = SALUS__RUN__INIT;
+    run.graph_id = salus_graph_id(j->g);
+    run.n_shm_feeds = 1;
+    run.shm_feeds = feeds;
+    uint32_t z = 3; /* wire numbers: inputs, params, then op outputs: x W y z */
+    run.n_fetches = 1;
+    run.fetches = &z;
+    run.n_shm_fetches = 1;
+    run.shm_fetches = fetches;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    req.body_case = SALUS__REQUEST__BODY_RUN;
+    req.run = &run;
+    Salus__Reply *rep = NULL;
+    int rc = sl_client_session_call(j->s, &req, &rep);
+    if (rep)
+        salus__reply__free_unpacked(rep, NULL);
+    assert_sl_err(rc, code);
+}
+
+static int sealed_memfd(size_t size, unsigned seals)
+{
+    int fd = memfd_create("salus-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t) size), 0);
+    if (seals)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, seals), 0);
+    return fd;
+}
+
+static void malformed_attaches_and_slices_are_refused(void **state)
+{
+    (void) state;
+    job j;
+    job_open(&j, 64);
+    const uint64_t in = 64 * K * 4, out = 64 * N * 4;
+    Salus__ShmSlice feed = SALUS__SHM_SLICE__INIT, fetch = SALUS__SHM_SLICE__INIT;
+    feed.length = in;
+    fetch.offset = in;
+    fetch.length = out;
+
+    expect_slice_run(&j, feed, fetch, SALUS_EINVAL); /* nothing attached yet */
+    int unsealed = sealed_memfd(1 << 20, 0);
+    expect_attach(j.s, unsealed, 1 << 20, SALUS_EPERM, "sealed");
+    char path[] = "/tmp/salus-shm-XXXXXX";
+    int file = mkstemp(path);
+    assert_true(file >= 0);
+    assert_int_equal(ftruncate(file, 1 << 20), 0);
+    unlink(path);
+    expect_attach(j.s, file, 1 << 20, SALUS_EPERM, "sealed");
+    expect_attach(j.s, 1000, 1 << 20, SALUS_EPERM, "cannot open");
+    int fd = sealed_memfd(1 << 20, F_SEAL_SHRINK);
+    expect_attach(j.s, fd, 2 << 20, SALUS_EPERM, "smaller");
+    expect_attach(j.s, fd, 0, SALUS_EINVAL, NULL);
+    expect_attach(j.s, fd, 1ull << 40, SALUS_EINVAL, NULL);
+    /* the seal is what keeps the server safe from SIGBUS: it holds */
+    assert_int_not_equal(ftruncate(fd, 4096), 0);
+
+    expect_attach(j.s, fd, 1 << 20, SALUS_OK, NULL);
+    Salus__ShmSlice past = feed;
+    past.offset = (1 << 20) - in + 4;
+    expect_slice_run(&j, past, fetch, SALUS_EINVAL);
+    Salus__ShmSlice wrap = feed;
+    wrap.offset = UINT64_MAX - 8;
+    expect_slice_run(&j, wrap, fetch, SALUS_EINVAL);
+    Salus__ShmSlice short_feed = feed;
+    short_feed.length = in - 4;
+    expect_slice_run(&j, short_feed, fetch, SALUS_EINVAL);
+    Salus__ShmSlice wrong_fetch = fetch;
+    wrong_fetch.length = out + 4;
+    expect_slice_run(&j, feed, wrong_fetch, SALUS_EINVAL);
+
+    /* a well-formed raw run through the test's own segment computes */
+    float *seg = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(seg != MAP_FAILED);
+    for (int i = 0; i < 64 * K; i++)
+        seg[i] = 1.0f;
+    expect_slice_run(&j, feed, fetch, SALUS_OK);
+    const float *z = seg + 64 * K;
+    for (int n = 0; n < N; n++) {
+        double acc = 0;
+        for (int k = 0; k < K; k++)
+            acc += j.w[k * N + n];
+        assert_float_equal(z[n], acc > 0 ? acc : 0, 1e-4);
+    }
+    munmap(seg, 1 << 20);
+    close(fd);
+    close(file);
+    close(unsealed);
+    job_close(&j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(shared_memory_runs_match_inline_runs),
+        cmocka_unit_test(segments_grow_with_the_run),
+        cmocka_unit_test(malformed_attaches_and_slices_are_refused),
+    };
+    return cmocka_run_group_tests(tests, start, stop);
+}
