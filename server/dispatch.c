@@ -456,7 +456,8 @@ static bool do_run(sl_server *srv, sl_session *s, sl_work *w, sl_outbox *box)
     }
     bool shm_in = m->n_shm_feeds > 0, shm_out = m->n_shm_fetches > 0;
     if ((shm_in ? m->n_shm_feeds : m->n_feeds) != g->n_inputs || (shm_in && m->n_feeds)) {
-        sl_reply_error(r, SL_EINVAL, "graph %llu takes %u feeds, got %zu inline and %zu in shared memory",
+        sl_reply_error(r, SL_EINVAL,
+                       "graph %llu takes %u feeds, got %zu inline and %zu in shared memory",
                        (unsigned long long) g->id, g->n_inputs, m->n_feeds, m->n_shm_feeds);
         return false;
     }

@@ -52,8 +52,8 @@ static int open_segment(const sl_session *s, const sl_req *req, uint32_t fd, uin
         return SL_EUNSUPPORTED;
     }
     if (size == 0 || size > SHM_MAX_BYTES) {
-        sl_reply_error(r, SL_EINVAL, "shared memory of %" PRIu64 " bytes (1 to %llu allowed)",
-                       size, (unsigned long long) SHM_MAX_BYTES);
+        sl_reply_error(r, SL_EINVAL, "shared memory of %" PRIu64 " bytes (1 to %llu allowed)", size,
+                       (unsigned long long) SHM_MAX_BYTES);
         return SL_EINVAL;
     }
     char path[64];
