@@ -86,6 +86,17 @@ typedef struct sl_device_ops {
      * sticky error (and clears it), or SL_OK. */
     int (*synchronize)(sl_device *dev, sl_stream *s);
 
+    /* Optional pair (NULL on backends whose streams run elsewhere, cuda).
+     * stream_hold: work submitted to s from now on waits, unstarted, for the
+     * matching stream_release (holds nest; every hold must be released).
+     * stream_release(run_here): when s's own thread is idle, the caller
+     * runs what s holds itself, host callbacks included, before returning;
+     * so it must hold no lock those callbacks take. That saves the thread
+     * hand-off (microseconds) that dominates a small iteration; the backend
+     * leaves to its thread whatever cannot run elsewhere. */
+    void (*stream_hold)(sl_device *dev, sl_stream *s);
+    void (*stream_release)(sl_device *dev, sl_stream *s, bool run_here);
+
     /* Recovers a lost device (after SL_EDEVICERESET). Preconditions: every
      * host callback has run, every stream is destroyed and all memory is
      * freed (a CUDA device reset destroys both). Afterwards the device is as

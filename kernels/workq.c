@@ -41,6 +41,8 @@ struct sl_workq {
     uint64_t submitted, completed; /* commands ever enqueued / finished */
     int sticky;                    /* first error since the last callback */
     unsigned sync_waiters;
+    unsigned held; /* sl_workq_hold without its release: commits do not wake the worker */
+    bool borrowed; /* a submitter is running commands (sl_workq_release) */
     bool worker_asleep, stopping;
     pthread_t worker;
 };
@@ -64,50 +66,54 @@ static void free_list(struct node *c)
     }
 }
 
+/* Pops the head command and runs it without the lock, as the worker or a
+ * borrowing submitter. Called and returns with q->lock held. */
+static void run_head(sl_workq *q)
+{
+    const sl_workq_config *cfg = q->cfg;
+    struct node *c = q->head;
+    q->head = c->next;
+    if (!q->head)
+        q->tail = NULL;
+    /* Sticky error: skip work until the next callback, which takes it. */
+    int status = q->sticky, rc = SL_OK;
+    if (c->kind == NODE_CALLBACK)
+        q->sticky = SL_OK;
+    pthread_mutex_unlock(&q->lock);
+    if (c->kind == NODE_CALLBACK) {
+        c->u.cb.fn(c->u.cb.arg, status);
+        if (cfg->after_callback)
+            cfg->after_callback(q->ctx);
+    } else if (status == SL_OK) {
+        rc = c->kind == NODE_FAIL ? c->u.fail : cfg->exec(q->ctx, c->payload);
+    }
+    pthread_mutex_lock(&q->lock);
+    if (rc != SL_OK && q->sticky == SL_OK)
+        q->sticky = rc;
+    c->next = q->free_nodes;
+    q->free_nodes = c;
+    q->completed++;
+    if (q->sync_waiters)
+        pthread_cond_broadcast(&q->done_cv);
+}
+
 static void *worker_main(void *arg)
 {
     sl_workq *q = arg;
-    const sl_workq_config *cfg = q->cfg;
     pthread_mutex_lock(&q->lock);
     for (;;) {
-        while (!q->head && !q->stopping) {
+        while (q->borrowed || (q->held && !q->stopping) || (!q->head && !q->stopping)) {
             q->worker_asleep = true;
             pthread_cond_wait(&q->work_cv, &q->lock);
             q->worker_asleep = false;
         }
-        struct node *c = q->head;
-        if (!c)
-            break; /* stopping and drained */
-        q->head = c->next;
         if (!q->head)
-            q->tail = NULL;
-
-        /* Sticky error: skip work until the next callback, which takes it. */
-        int status = q->sticky, rc = SL_OK;
-        if (c->kind == NODE_CALLBACK)
-            q->sticky = SL_OK;
-        pthread_mutex_unlock(&q->lock);
-
-        if (c->kind == NODE_CALLBACK) {
-            c->u.cb.fn(c->u.cb.arg, status);
-            if (cfg->after_callback)
-                cfg->after_callback(q->ctx);
-        } else if (status == SL_OK) {
-            rc = c->kind == NODE_FAIL ? c->u.fail : cfg->exec(q->ctx, c->payload);
-        }
-
-        pthread_mutex_lock(&q->lock);
-        if (rc != SL_OK && q->sticky == SL_OK)
-            q->sticky = rc;
-        c->next = q->free_nodes;
-        q->free_nodes = c;
-        q->completed++;
-        if (q->sync_waiters)
-            pthread_cond_broadcast(&q->done_cv);
+            break; /* stopping and drained */
+        run_head(q);
     }
     pthread_mutex_unlock(&q->lock);
-    if (cfg->worker_exit)
-        cfg->worker_exit(q->ctx);
+    if (q->cfg->worker_exit)
+        q->cfg->worker_exit(q->ctx);
     return NULL;
 }
 
@@ -202,7 +208,7 @@ static int commit(sl_workq *q, struct node *c)
         q->head = c;
     q->tail = c;
     q->submitted++;
-    if (q->worker_asleep)
+    if (q->worker_asleep && !q->held && !q->borrowed)
         pthread_cond_signal(&q->work_cv);
     pthread_mutex_unlock(&q->lock);
     return SL_OK;
@@ -263,5 +269,37 @@ void sl_workq_lock(sl_workq *q)
 
 void sl_workq_unlock(sl_workq *q)
 {
+    pthread_mutex_unlock(&q->lock);
+}
+
+/* The thread is running some queue's commands in sl_workq_release: it does
+ * not start borrowing another (callbacks it runs may release holds). */
+static __thread bool borrowing;
+
+void sl_workq_hold(sl_workq *q)
+{
+    pthread_mutex_lock(&q->lock);
+    q->held++;
+    pthread_mutex_unlock(&q->lock);
+}
+
+void sl_workq_release(sl_workq *q, bool run_here)
+{
+    const sl_workq_config *cfg = q->cfg;
+    pthread_mutex_lock(&q->lock);
+    q->held--;
+    if (run_here && !borrowing && !q->held && q->worker_asleep && !q->borrowed) {
+        /* only what is queued now: work that callbacks add meanwhile (the
+         * next iteration of the lane) is the worker's */
+        uint64_t target = q->submitted;
+        q->borrowed = borrowing = true;
+        while (q->head && q->completed < target &&
+               (q->head->kind != NODE_WORK || !cfg->runs_anywhere ||
+                cfg->runs_anywhere(q->ctx, q->head->payload)))
+            run_head(q);
+        q->borrowed = borrowing = false;
+    }
+    if (q->head && q->worker_asleep && !q->held)
+        pthread_cond_signal(&q->work_cv);
     pthread_mutex_unlock(&q->lock);
 }

@@ -15,6 +15,7 @@
 
 #include "device.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct sl_workq sl_workq;
@@ -28,6 +29,9 @@ typedef struct sl_workq_config {
     void (*after_callback)(void *ctx);
     /* Optional: on the worker thread as it exits (the queue drained). */
     void (*worker_exit)(void *ctx);
+    /* Optional: whether a work command may run on a thread other than the
+     * worker (sl_workq_release); NULL = all may. */
+    bool (*runs_anywhere)(void *ctx, const void *payload);
     const char *log_id;      /* e.g. "cpu.stream": the worker failed to start */
     const char *lost_log_id; /* e.g. "cpu.stream.lost": destroyed with an error */
 } sl_workq_config;
@@ -54,6 +58,17 @@ int sl_workq_inject_error(sl_workq *q, int code);
 /* Blocks until every command submitted before the call has finished; returns
  * the sticky error (and clears it), or SL_OK. */
 int sl_workq_synchronize(sl_workq *q);
+
+/* Holds the queue: once the command running now (if any) is done, nothing
+ * starts until the matching sl_workq_release. Holds nest. Every hold must
+ * be released, or the queue stalls. */
+void sl_workq_hold(sl_workq *q);
+/* Drops a hold. When it was the last, run_here is set and the worker sleeps
+ * idle, the calling thread runs the commands queued so far itself (callbacks
+ * included, so it must hold no lock they take), stopping at the first one
+ * cfg->runs_anywhere refuses; whatever remains goes to the worker. A thread
+ * already running commands this way never starts a second queue. */
+void sl_workq_release(sl_workq *q, bool run_here);
 
 /* Takes and drops the queue's lock (to read worker state after synchronize). */
 void sl_workq_lock(sl_workq *q);

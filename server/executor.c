@@ -337,6 +337,20 @@ static void op_done(void *arg, int status)
 }
 
 /* Starts lane's next pick if it is idle; returns true if it started one. */
+/* Whether w is small enough to run on the thread that dispatched it: on an
+ * idle cpu stream, handing an iteration to the stream's thread and its
+ * completion back costs two thread wake-ups, which is most of a small
+ * iteration's round trip. The bound keeps the dispatching (network) thread
+ * from being taken for long. The first iteration of a graph always goes to
+ * the stream's thread, to be measured. */
+#define RUN_HERE_MAX_NS 100000u
+
+static bool runs_here(const sl_server *srv, const sl_work *w)
+{
+    return srv->dev->ops->stream_hold && !w->stepwise && w->graph->iter_ewma_ns &&
+           w->graph->iter_ewma_ns <= RUN_HERE_MAX_NS;
+}
+
 static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now, sl_outbox *box)
 {
     sl_sched_job *job;
@@ -366,7 +380,13 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
     sl_mem_lane_info fresh;
     w->ephemeral_base =
         sl_mem_lane_get(srv->mem, info->id, &fresh) == SL_OK ? fresh.base : info->base;
+    /* small iterations skip the thread hand-off (device.h stream_hold) */
+    bool here = !box->run_here && runs_here(srv, w);
+    if (here)
+        srv->dev->ops->stream_hold(srv->dev, l->stream);
     int rc = launch(srv, w, l->stream);
+    if (here)
+        box->run_here = l->stream;
     /* the switch cost: how long the lane sat idle, from the previous
      * iteration's completion (or this one's arrival at the server, if later)
      * until this one's work is on the stream */
@@ -424,6 +444,8 @@ static void iteration_done(void *arg, int status)
                        sl_strerror(w->status));
     } else {
         Salus__RunReply *body = sl_reply_msg(w->reply)->run;
+        uint64_t *avg = &w->graph->iter_ewma_ns;
+        *avg = *avg ? *avg - *avg / 8 + device_ns / 8 : device_ns;
         body->device_ns = device_ns;
         body->queue_ns = w->start_ns - w->item.enqueue_ns;
     }

@@ -304,7 +304,7 @@ static void *fault_main(void *arg)
         fail_queued_runs(srv, &box); /* runs queued behind other work meanwhile */
         if (!f->dead)
             sl_exec_kick(srv, &box); /* sessions opened during the reset */
-        if (box.head) {
+        if (box.head || box.run_here) {
             srv->completing++;
             pthread_mutex_unlock(&srv->lock);
             sl_outbox_flush(srv, &box);

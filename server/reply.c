@@ -106,4 +106,9 @@ void sl_outbox_flush(sl_server *srv, sl_outbox *box)
         sl_transport_reply(srv, r->req, r);
     }
     box->head = box->tail = NULL;
+    if (box->run_here) {
+        sl_stream *st = box->run_here;
+        box->run_here = NULL;
+        srv->dev->ops->stream_release(srv->dev, st, true);
+    }
 }

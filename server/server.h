@@ -111,6 +111,7 @@ typedef struct sl_graph {
     uint64_t flops;
     sl_gaps_lp lp;         /* per-op duration predictions (gap filling) */
     sl_gaps_ewma *op_ewma; /* n_ops of them */
+    uint64_t iter_ewma_ns; /* its iterations' device time, smoothed (0: none yet) */
 } sl_graph;
 
 /* One request waiting for, or being given, a reply. */
@@ -315,10 +316,12 @@ void sl_reply_free(sl_reply *r);
  * (linked through the replies, so queueing never allocates). */
 struct sl_outbox {
     sl_reply *head, *tail;
+    sl_stream *run_here; /* held with a small iteration the flushing thread runs */
 };
 /* Queues reply for req (req NULL: nobody to send to; just freed on flush). */
 void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply);
-/* Sends everything queued. Call without srv->lock. */
+/* Sends everything queued, then runs box->run_here's iteration on the
+ * calling thread (device.h stream_release). Call without srv->lock. */
 void sl_outbox_flush(sl_server *srv, sl_outbox *box);
 
 /* ---- shm.c: the shared-memory data plane (ipc:// clients) ---- */

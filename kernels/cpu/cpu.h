@@ -77,6 +77,9 @@ int sl_cpu_maxpool_grad(const sl_op_call *c);
  * avgpool_grad. */
 int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c);
 
+/* Whether op runs through oneDNN (it then needs its stream's worker thread,
+ * which owns the oneDNN state and OpenMP team). */
+bool sl_cpu_op_uses_dnnl(unsigned op);
 /* Frees a stream's oneDNN state; NULL is fine. Called by the worker thread
  * as it exits. */
 void sl_cpu_dnnl_free(sl_cpu_dnnl *d);
@@ -90,6 +93,8 @@ int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size
 int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
 int sl_cpu_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
 int sl_cpu_synchronize(sl_device *dev, sl_stream *s);
+void sl_cpu_stream_hold(sl_device *dev, sl_stream *s);
+void sl_cpu_stream_release(sl_device *dev, sl_stream *s, bool run_here);
 
 /* The shared state of an open cpu device (dev->ops must be sl_cpu_device_ops). */
 sl_cpu_shared *sl_cpu_shared_of(sl_device *dev);

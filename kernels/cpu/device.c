@@ -169,5 +169,7 @@ const sl_device_ops sl_cpu_device_ops = {
     .launch = sl_cpu_launch,
     .host_callback = sl_cpu_host_callback,
     .synchronize = sl_cpu_synchronize,
+    .stream_hold = sl_cpu_stream_hold,
+    .stream_release = sl_cpu_stream_release,
     .reset = cpu_reset,
 };

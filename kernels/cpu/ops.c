@@ -259,7 +259,7 @@ static int k_reshape(const sl_op_call *c)
 }
 
 /* Ops run by conv.c through oneDNN: they need the stream's context. */
-static bool uses_dnnl(unsigned op)
+bool sl_cpu_op_uses_dnnl(unsigned op)
 {
     switch (op) {
     case SL_OP_CONV2D:
@@ -323,13 +323,13 @@ static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
 int sl_cpu_op_check(const sl_op_call *call)
 {
     const sl_op_def *def = sl_op_get(call->op);
-    if (!def || (!kernels[call->op] && !uses_dnnl(call->op)))
+    if (!def || (!kernels[call->op] && !sl_cpu_op_uses_dnnl(call->op)))
         return SL_EUNSUPPORTED;
     if (call->n_in != def->n_in || call->n_out != def->n_out)
         return SL_EINVAL;
     /* cblas takes int dimensions; oneDNN's kernels index with int; argmax
      * writes i32 column indices. */
-    if ((call->op == SL_OP_MATMUL || call->op == SL_OP_ARGMAX || uses_dnnl(call->op)) &&
+    if ((call->op == SL_OP_MATMUL || call->op == SL_OP_ARGMAX || sl_cpu_op_uses_dnnl(call->op)) &&
         (!dims_fit_int(call->in, call->n_in) || !dims_fit_int(call->out, call->n_out)))
         return SL_EUNSUPPORTED;
     return SL_OK;
@@ -337,7 +337,7 @@ int sl_cpu_op_check(const sl_op_call *call)
 
 int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call)
 {
-    if (uses_dnnl(call->op))
+    if (sl_cpu_op_uses_dnnl(call->op))
         return sl_cpu_dnnl_op(x, call);
     return kernels[call->op](call);
 }

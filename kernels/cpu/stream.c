@@ -66,9 +66,19 @@ static void worker_exit(void *ctx)
     s->exec.dnnl = NULL;
 }
 
+/* Copies and ops in C or OpenBLAS run on any thread; oneDNN ops need the
+ * worker, which owns their state. */
+static bool runs_anywhere(void *ctx, const void *payload)
+{
+    (void) ctx;
+    const struct cmd *c = payload;
+    return c->kind == CMD_COPY || !sl_cpu_op_uses_dnnl(c->u.op.op);
+}
+
 static const sl_workq_config cpu_workq = {
     .payload_size = sizeof(struct cmd),
     .exec = execute,
+    .runs_anywhere = runs_anywhere,
     .worker_exit = worker_exit,
     .log_id = "cpu.stream",
     .lost_log_id = "cpu.stream.lost",
@@ -153,6 +163,18 @@ int sl_cpu_synchronize(sl_device *dev, sl_stream *s)
 {
     (void) dev;
     return sl_workq_synchronize(s->q);
+}
+
+void sl_cpu_stream_hold(sl_device *dev, sl_stream *s)
+{
+    (void) dev;
+    sl_workq_hold(s->q);
+}
+
+void sl_cpu_stream_release(sl_device *dev, sl_stream *s, bool run_here)
+{
+    (void) dev;
+    sl_workq_release(s->q, run_here);
 }
 
 int sl_cpu_inject_error(sl_stream *s, int code)

@@ -5,6 +5,7 @@
 #include "cpu/cpu.h"
 #include "sl_alloc.h"
 #include "sl_time.h"
+#include "workq.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -482,6 +483,134 @@ static void test_launch_overhead(void **state)
     kt_env_close(&e);
 }
 
+/* ---- holding a stream and running it on the submitting thread ---- */
+
+struct where {
+    pthread_t thread;
+    int ran;
+};
+
+static void note_thread(void *arg, int status)
+{
+    struct where *w = arg;
+    assert_sl_ok(status);
+    w->thread = pthread_self();
+    w->ran++;
+}
+
+/* A held cpu stream's copies, element-wise ops and callbacks run on the
+ * releasing thread when it asks (and before release returns); otherwise on
+ * the stream's own thread. */
+static void test_hold_runs_here(void **state)
+{
+    kt_env e;
+    (void) state;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    const sl_device_ops *ops = e.dev->ops;
+    sl_shape s = KT_F32(1, 256);
+    float *x = kt_dev_alloc(&e, 1024), host[256];
+    sl_op_call fill = call1(SL_OP_FILL, x, x, s);
+    fill.attrs.f[0] = 3.0f;
+    struct where w = {0};
+    struct timespec nap = {0, 2 * 1000 * 1000};
+
+    /* the stream's thread must be asleep to be bypassed: on a loaded
+     * machine (valgrind) it may take a few naps to get there */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        assert_sl_ok(ops->synchronize(e.dev, e.stream));
+        nanosleep(&nap, NULL);
+        ops->stream_hold(e.dev, e.stream);
+        assert_sl_ok(ops->launch(e.dev, e.stream, &fill));
+        assert_sl_ok(ops->memcpy_d2h(e.dev, e.stream, host, x, sizeof host));
+        assert_sl_ok(ops->host_callback(e.dev, e.stream, note_thread, &w));
+        assert_int_equal(w.ran, attempt); /* held: nothing started */
+        ops->stream_release(e.dev, e.stream, true);
+        assert_sl_ok(ops->synchronize(e.dev, e.stream));
+        assert_int_equal(w.ran, attempt + 1);
+        if (pthread_equal(w.thread, pthread_self()))
+            break;
+    }
+    assert_true(pthread_equal(w.thread, pthread_self()));
+    w.ran = 1;
+    for (int i = 0; i < 256; i++)
+        assert_true(host[i] == 3.0f);
+
+    ops->stream_hold(e.dev, e.stream);
+    assert_sl_ok(ops->host_callback(e.dev, e.stream, note_thread, &w));
+    ops->stream_release(e.dev, e.stream, false);
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_int_equal(w.ran, 2);
+    assert_false(pthread_equal(w.thread, pthread_self()));
+    kt_env_close(&e);
+}
+
+/* The queue mechanism itself: a borrowing thread stops at the first command
+ * the backend keeps to its worker and leaves the rest to it, in order. */
+struct pin_cmd {
+    int id;
+    bool pinned;
+};
+struct pin_log {
+    pthread_t thread[8];
+    int order[8];
+    int n;
+};
+
+static int pin_exec(void *ctx, void *payload)
+{
+    struct pin_log *log = ctx;
+    const struct pin_cmd *c = payload;
+    log->thread[log->n] = pthread_self();
+    log->order[log->n++] = c->id;
+    return SL_OK;
+}
+
+static bool pin_anywhere(void *ctx, const void *payload)
+{
+    (void) ctx;
+    return !((const struct pin_cmd *) payload)->pinned;
+}
+
+static const sl_workq_config pin_cfg = {
+    .payload_size = sizeof(struct pin_cmd),
+    .exec = pin_exec,
+    .runs_anywhere = pin_anywhere,
+    .log_id = "test.workq",
+    .lost_log_id = "test.workq.lost",
+};
+
+static void test_borrow_stops_at_pinned_work(void **state)
+{
+    (void) state;
+    struct pin_log log = {0};
+    sl_workq *q;
+    assert_sl_ok(sl_workq_create(&pin_cfg, &log, "test-workq", &q));
+    struct timespec nap = {0, 2 * 1000 * 1000};
+    for (int attempt = 0; attempt < 100; attempt++) {
+        assert_sl_ok(sl_workq_synchronize(q));
+        nanosleep(&nap, NULL); /* let the worker go to sleep */
+        log.n = 0;
+        sl_workq_hold(q);
+        for (int i = 0; i < 4; i++) {
+            int rc;
+            struct pin_cmd *c = sl_workq_begin(q, &rc);
+            assert_non_null(c);
+            *c = (struct pin_cmd){i, i == 2};
+            assert_sl_ok(sl_workq_commit(q, c));
+        }
+        sl_workq_release(q, true);
+        assert_sl_ok(sl_workq_synchronize(q));
+        assert_int_equal(log.n, 4);
+        if (pthread_equal(log.thread[0], pthread_self()))
+            break;
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(log.order[i], i);
+        assert_int_equal(pthread_equal(log.thread[i], pthread_self()) != 0, i < 2);
+    }
+    sl_workq_destroy(q);
+}
+
 int kt_run_device_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +621,8 @@ int kt_run_device_tests(void)
         cmocka_unit_test(test_concurrent_streams),
         cmocka_unit_test(test_callbacks_and_drain),
         cmocka_unit_test(test_launch_overhead),
+        cmocka_unit_test(test_hold_runs_here),
+        cmocka_unit_test(test_borrow_stops_at_pinned_work),
     };
     return cmocka_run_group_tests_name("cpu device", tests, NULL, NULL);
 }
