@@ -99,15 +99,33 @@ static void *value_ptr(sl_server *srv, const sl_work *w, uint32_t v)
 
 static void iteration_done(void *arg, int status);
 
-/* Copies out every fetch whose value is final once `step` has run. */
-static int fetch_after(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bool last)
+/* Whether value v must be copied out before the op of its last step runs:
+ * that op writes its output over v's memory (in-place execution, graph.c).
+ * Its own output shares the memory but is written by it, so it is not. */
+static bool fetch_before_op(const sl_graph *g, uint32_t v)
+{
+    const sl_value *val = &g->values[v];
+    if (val->kind == SL_VALUE_PARAM || val->last_step == 0)
+        return false;
+    const sl_graph_op *op = &g->ops[val->last_step - 1];
+    return op->inplace_in >= 0 && v != op->out[0] &&
+           g->values[op->in[op->inplace_in]].root == val->root;
+}
+
+/* Copies out every fetch whose value is final once `step` has run, or (with
+ * before_op) those that step's op is about to overwrite in place. */
+static int fetch_at(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bool last,
+                    bool before_op)
 {
     const Salus__Run *m = w->msg->run;
     Salus__RunReply *body = sl_reply_msg(w->reply)->run;
     for (size_t j = 0; j < m->n_fetches; j++) {
         const sl_value *val = &w->graph->values[m->fetches[j]];
-        bool params_at_end = val->kind == SL_VALUE_PARAM && last;
-        if (val->kind == SL_VALUE_PARAM ? !params_at_end : val->last_step != step)
+        bool due =
+            val->kind == SL_VALUE_PARAM
+                ? last && !before_op /* params: after the whole iteration */
+                : val->last_step == step && fetch_before_op(w->graph, m->fetches[j]) == before_op;
+        if (!due)
             continue;
         int rc =
             srv->dev->ops->memcpy_d2h(srv->dev, st, body->outputs[j]->data.data,
@@ -126,7 +144,9 @@ static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, 
     int rc = SL_OK;
     for (uint32_t k = from; k < to && rc == SL_OK; k++) {
         const sl_graph_op *op = &g->ops[k];
-        if (op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
+        if (op->inplace_in >= 0)
+            rc = fetch_at(srv, w, st, k + 1, k + 1 == g->n_ops, true);
+        if (rc == SL_OK && op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
             sl_op_call call = {
                 .op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
             for (unsigned i = 0; i < op->n_in; i++)
@@ -138,7 +158,7 @@ static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, 
             rc = dev->ops->launch(dev, st, &call);
         }
         if (rc == SL_OK)
-            rc = fetch_after(srv, w, st, k + 1, k + 1 == g->n_ops);
+            rc = fetch_at(srv, w, st, k + 1, k + 1 == g->n_ops, false);
     }
     return rc;
 }
@@ -171,7 +191,7 @@ static int launch(sl_server *srv, sl_work *w, sl_stream *st)
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
         rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data, m->feeds[i].len);
     if (rc == SL_OK)
-        rc = fetch_after(srv, w, st, 0, g->n_ops == 0);
+        rc = fetch_at(srv, w, st, 0, g->n_ops == 0, false);
     w->status = rc;
     if (w->stepwise && g->n_ops > 0) {
         w->next_op = 0;
