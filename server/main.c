@@ -33,6 +33,8 @@ static void usage(FILE *f)
             "      --session-quota SIZE  most persistent + ephemeral memory one session may\n"
             "                          declare (default: all of it)\n"
             "      --framework-per-lane SIZE  workspace reserved with every lane (default: 0)\n"
+            "      --no-inplace        never run element-wise ops in place over a dying input\n"
+            "                          (debugging: planned peaks grow)\n"
             "      --spread-limit SIZE sessions get lanes of their own (run concurrently)\n"
             "                          while at most this much memory is held, then share\n"
             "                          lanes (take turns); 0 = always share (default: half)\n"
@@ -140,6 +142,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_SPREAD,
         OPT_QUOTA,
         OPT_FRAMEWORK,
+        OPT_NOINPLACE,
         OPT_STRICT,
         OPT_CONTEXTS,
         OPT_MAXMSG,
@@ -160,6 +163,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"lane-size", required_argument, NULL, OPT_LANE},
         {"session-quota", required_argument, NULL, OPT_QUOTA},
         {"framework-per-lane", required_argument, NULL, OPT_FRAMEWORK},
+        {"no-inplace", no_argument, NULL, OPT_NOINPLACE},
         {"spread-limit", required_argument, NULL, OPT_SPREAD},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
@@ -222,6 +226,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 fprintf(stderr, "salusd: bad --framework-per-lane '%s' (e.g. 64M)\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_NOINPLACE:
+            cfg->no_inplace = true;
             break;
         case 'p':
             cfg->policy = optarg;
