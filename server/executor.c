@@ -30,6 +30,7 @@ static sl_lane *lane_get(sl_server *srv, uint32_t id)
     if (!l)
         return NULL;
     l->id = id;
+    l->workspace_bytes = UINT64_MAX; /* a reused stream may hold another lane's */
     if (srv->n_spare)
         l->stream = srv->spare_streams[--srv->n_spare];
     else if (srv->dev->ops->stream_create(srv->dev, 0, &l->stream) != SL_OK)
@@ -178,15 +179,31 @@ static int submit_next_op(sl_server *srv, sl_work *w, sl_stream *st)
     return srv->dev->ops->host_callback(srv->dev, st, last ? iteration_done : op_done, w);
 }
 
-/* Submits the feeds, then the whole iteration, or (stepwise) its first op.
- * An error stops submission; the completion callback is still queued so the
- * iteration finishes through one path. */
-static int launch(sl_server *srv, sl_work *w, sl_stream *st)
+/* Gives the lane's stream the lane's framework block as its workspace
+ * (device.h), when it is not already its workspace: idle lanes move. */
+static int lane_workspace(sl_server *srv, sl_lane *l, const sl_mem_lane_info *info)
+{
+    void *ws = info->framework ? (char *) srv->arena + info->framework_base : NULL;
+    if (ws == l->workspace && info->framework == l->workspace_bytes)
+        return SL_OK;
+    int rc = srv->dev->ops->stream_set_workspace(srv->dev, l->stream, ws, info->framework);
+    if (rc == SL_OK) {
+        l->workspace = ws;
+        l->workspace_bytes = info->framework;
+    }
+    return rc;
+}
+
+/* Submits the lane's workspace, the feeds, then the whole iteration, or
+ * (stepwise) its first op. An error stops submission; the completion
+ * callback is still queued so the iteration finishes through one path. */
+static int launch(sl_server *srv, sl_work *w, sl_lane *l, const sl_mem_lane_info *info)
 {
     sl_device *dev = srv->dev;
+    sl_stream *st = l->stream;
     const sl_graph *g = w->graph;
     const Salus__Run *m = w->msg->run;
-    int rc = SL_OK;
+    int rc = lane_workspace(srv, l, info);
 
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
         rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), m->feeds[i].data, m->feeds[i].len);
@@ -385,9 +402,10 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
     sl_mem_lane_busy(srv->mem, info->id);
     /* idle lanes move (compaction): the base counts only once it is busy */
     sl_mem_lane_info fresh;
-    w->ephemeral_base =
-        sl_mem_lane_get(srv->mem, info->id, &fresh) == SL_OK ? fresh.base : info->base;
-    int rc = launch(srv, w, l->stream);
+    if (sl_mem_lane_get(srv->mem, info->id, &fresh) != SL_OK)
+        fresh = *info;
+    w->ephemeral_base = fresh.base;
+    int rc = launch(srv, w, l, &fresh);
     /* the switch cost: how long the lane sat idle, from the previous
      * iteration's completion (or this one's arrival at the server, if later)
      * until this one's work is on the stream */

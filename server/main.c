@@ -32,7 +32,11 @@ static void usage(FILE *f)
             "                          an eighth of the memory)\n"
             "      --session-quota SIZE  most persistent + ephemeral memory one session may\n"
             "                          declare (default: all of it)\n"
-            "      --framework-per-lane SIZE  workspace reserved with every lane (default: 0)\n"
+            "      --framework-per-lane SIZE  workspace reserved with every lane: the device's\n"
+            "                          scratch for its ops (oneDNN scratchpads, cuBLAS/cuDNN\n"
+            "                          workspaces); an op needing more fails with\n"
+            "                          RESOURCE_EXHAUSTED (default: 32M on cpu, 64M on\n"
+            "                          cuda and sim, at most a 16th of the memory)\n"
             "      --no-inplace        never run element-wise ops in place over a dying input\n"
             "                          (debugging: planned peaks grow)\n"
             "      --spread-limit SIZE sessions get lanes of their own (run concurrently)\n"
@@ -226,6 +230,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 fprintf(stderr, "salusd: bad --framework-per-lane '%s' (e.g. 64M)\n", optarg);
                 return 2;
             }
+            cfg->framework_set = true;
             break;
         case OPT_NOINPLACE:
             cfg->no_inplace = true;

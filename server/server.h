@@ -46,7 +46,9 @@ typedef struct sl_config {
     uint64_t spread_limit;       /* lanes of their own below this much held memory */
     bool spread_set;             /* spread_limit given (default: half the memory) */
     uint64_t session_quota;      /* max persistent + ephemeral of one session; 0 = all */
-    uint64_t framework_per_lane; /* workspace bytes per lane */
+    uint64_t framework_per_lane; /* workspace bytes per lane (device workspaces) */
+    bool framework_set;          /* framework_per_lane given (default: the device's
+                                    workspace_hint, at most a 16th of the memory) */
     bool no_inplace;             /* graphs never run element-wise ops in place */
     const char *policy;
     bool strict;
@@ -187,6 +189,10 @@ typedef struct sl_lane {
     sl_stream *stream;
     bool busy;
     uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
+    /* the workspace its stream was given (the lane's framework block; it
+     * moves with the lane); workspace_bytes UINT64_MAX = none given yet */
+    void *workspace;
+    uint64_t workspace_bytes;
 } sl_lane;
 
 /* Device faults (fault.c), guarded by srv->lock. Zeroed = no fault. */
