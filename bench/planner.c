@@ -2,14 +2,17 @@
  * (every ephemeral tensor allocated separately) for the training graphs of
  * the MLP (784-256-128-10) and the CNN (2 conv + pool + dense) of the
  * Fashion-MNIST examples, batch 128, as salusd plans them at registration
- * (server embedded in this process over inproc://). One line per model:
- *   BENCH planner model=mlp planned=... naive=... ratio=...   (goal <= 0.5) */
+ * (server embedded in this process over inproc://), and side by side the
+ * peak without in-place execution (salusd --no-inplace). One line per model:
+ *   BENCH planner model=mlp planned=... naive=... ratio=... planned_no_inplace=...
+ * (goal: ratio <= 0.5) */
 #include "server.h"
 #include "sl_error.h"
 #include "sl_log.h"
 
 #include <salus/salus.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,27 +60,48 @@ int main(int argc, char **argv)
     char lines[2][160];
     int status = 0;
     for (int i = 0; i < 2; i++) {
-        salus_model *m = build(models[i]);
         salus_optimizer opt = {.kind = SALUS_MOMENTUM, .lr = 0.02f, .momentum = 0.9f};
-        uint64_t peak, naive;
-        if (salus_model_compile(m, s, &opt, 128, 128, 1) ||
-            salus_graph_memory(salus_model_training_graph(m), &peak, &naive)) {
-            fprintf(stderr, "planner: %s: %s\n", models[i],
-                    salus_model_error(m) ? salus_model_error(m) : salus_last_error(c));
-            status = 1;
+        uint64_t peak, naive, peak_copy = 0, naive_copy;
+        salus_model *m = NULL;
+        for (int inplace = 0; inplace < 2; inplace++) { /* without first, then as reported */
+            salus_model_free(m);
+            m = build(models[i]);
+            pthread_mutex_lock(&srv.lock);
+            srv.cfg.no_inplace = !inplace;
+            pthread_mutex_unlock(&srv.lock);
+            if (salus_model_compile(m, s, &opt, 128, 128, 1) ||
+                salus_graph_memory(salus_model_training_graph(m), &peak, &naive)) {
+                fprintf(stderr, "planner: %s: %s\n", models[i],
+                        salus_model_error(m) ? salus_model_error(m) : salus_last_error(c));
+                status = 1;
+                break;
+            }
+            if (!inplace) {
+                peak_copy = peak;
+                naive_copy = naive;
+            }
+        }
+        if (status) {
             salus_model_free(m);
             continue;
         }
+        if (naive_copy != naive)
+            fprintf(stderr, "planner: %s: naive differs without in-place (%llu)\n", models[i],
+                    (unsigned long long) naive_copy);
         printf("%s training graph, batch 128: planned %.2f MiB, naive %.2f MiB\n", models[i],
                (double) peak / (1 << 20), (double) naive / (1 << 20));
-        snprintf(lines[i], sizeof lines[i],
-                 "BENCH planner model=%s planned=%llu naive=%llu ratio=%.3f", models[i],
-                 (unsigned long long) peak, (unsigned long long) naive,
-                 (double) peak / (double) naive);
+        snprintf(
+            lines[i], sizeof lines[i],
+            "BENCH planner model=%s planned=%llu naive=%llu ratio=%.3f planned_no_inplace=%llu",
+            models[i], (unsigned long long) peak, (unsigned long long) naive,
+            (double) peak / (double) naive, (unsigned long long) peak_copy);
         if (f)
-            fprintf(f, "%s{\"model\":\"%s\",\"planned\":%llu,\"naive\":%llu,\"ratio\":%.4f}%s",
+            fprintf(f,
+                    "%s{\"model\":\"%s\",\"planned\":%llu,\"naive\":%llu,\"ratio\":%.4f,"
+                    "\"planned_no_inplace\":%llu}%s",
                     i ? "" : "[", models[i], (unsigned long long) peak, (unsigned long long) naive,
-                    (double) peak / (double) naive, i ? "]\n" : ",");
+                    (double) peak / (double) naive, (unsigned long long) peak_copy,
+                    i ? "]\n" : ",");
         salus_model_free(m);
     }
     if (f)

@@ -451,9 +451,41 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
     return x;
 }
 
-/* Emits the backward pass from dy = d loss / d logits; fills param grads. */
-static void backward(salus_model *m, salus_graph *g, salus_value dy)
+/* The optimiser's step counter (Adam): advanced once, before any update. */
+static salus_value step_count(salus_model *m, salus_graph *g, const salus_optimizer *o)
 {
+    if (o->kind != SALUS_ADAM)
+        return SALUS_NO_VALUE;
+    salus_value t = salus_graph_param(g, m->step_tensor, SALUS_F32, 1, (int64_t[]){1});
+    const float one[] = {1.0f};
+    OPF(g, "add_scalar", one, t);
+    return t;
+}
+
+/* Emits the update of one param from its gradient (t: step_count's value). */
+static void update(salus_graph *g, const param *p, const salus_optimizer *o, salus_value t)
+{
+    if (o->kind == SALUS_SGD) {
+        const float f[] = {o->lr};
+        OPF(g, "sgd_update", f, p->value, p->grad);
+    } else if (o->kind == SALUS_MOMENTUM) {
+        const float f[] = {o->lr, o->momentum, o->weight_decay};
+        OPF(g, "momentum_update", f, p->value, p->grad, state_value(g, p->state[0], p));
+    } else {
+        const float f[] = {o->lr, o->beta1 > 0 ? o->beta1 : 0.9f, o->beta2 > 0 ? o->beta2 : 0.999f,
+                           o->eps > 0 ? o->eps : 1e-8f};
+        OPF(g, "adam_update", f, p->value, p->grad, state_value(g, p->state[0], p),
+            state_value(g, p->state[1], p), t);
+    }
+}
+
+/* Emits the backward pass from dy = d loss / d logits, and each layer's
+ * param updates as soon as nothing below it reads the params (their
+ * gradients die there instead of all living until the end of the pass,
+ * which lowers the planned peak; the arithmetic is the same). */
+static void backward(salus_model *m, salus_graph *g, salus_value dy, const salus_optimizer *o)
+{
+    salus_value t = step_count(m, g, o);
     int first = 0; /* no gradient is needed below the first layer with params */
     while (first < m->n_layers && m->layers[first].param[0] < 0)
         first++;
@@ -490,8 +522,9 @@ static void backward(salus_model *m, salus_graph *g, salus_value dy)
             w->grad = dx + 1;
             b->grad = dx + 2;
             break;
-        case L_RELU:
-            dx = OP(g, "relu_grad", dy, l->x);
+        case L_RELU: /* relu's output is positive exactly where its input is: reading
+                      * it lets relu run in place over a dying input */
+            dx = OP(g, "relu_grad", dy, l->y);
             break;
         case L_SIGMOID:
             dx = OP(g, "sigmoid_grad", dy, l->y);
@@ -506,32 +539,10 @@ static void backward(salus_model *m, salus_graph *g, salus_value dy)
             break;
         }
         }
+        for (int p = 0; p < 2; p++)
+            if (l->param[p] >= 0)
+                update(g, &m->params[l->param[p]], o, t);
         dy = dx;
-    }
-}
-
-static void updates(salus_model *m, salus_graph *g, const salus_optimizer *o)
-{
-    salus_value t = SALUS_NO_VALUE;
-    if (o->kind == SALUS_ADAM) {
-        t = salus_graph_param(g, m->step_tensor, SALUS_F32, 1, (int64_t[]){1});
-        const float one[] = {1.0f};
-        OPF(g, "add_scalar", one, t);
-    }
-    for (int i = 0; i < m->n_params; i++) {
-        param *p = &m->params[i];
-        if (o->kind == SALUS_SGD) {
-            const float f[] = {o->lr};
-            OPF(g, "sgd_update", f, p->value, p->grad);
-        } else if (o->kind == SALUS_MOMENTUM) {
-            const float f[] = {o->lr, o->momentum, o->weight_decay};
-            OPF(g, "momentum_update", f, p->value, p->grad, state_value(g, p->state[0], p));
-        } else {
-            const float f[] = {o->lr, o->beta1 > 0 ? o->beta1 : 0.9f,
-                               o->beta2 > 0 ? o->beta2 : 0.999f, o->eps > 0 ? o->eps : 1e-8f};
-            OPF(g, "adam_update", f, p->value, p->grad, state_value(g, p->state[0], p),
-                state_value(g, p->state[1], p), t);
-        }
     }
 }
 
@@ -566,8 +577,7 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
     salus_value labels = salus_graph_input(m->train, SALUS_I32, 1, &batch);
     salus_value logits = forward(m, m->train, x, batch, 1);
     m->train_loss = OP(m->train, "softmax_xent", logits, labels);
-    backward(m, m->train, OP(m->train, "softmax_xent_grad", m->train_loss + 1, labels));
-    updates(m, m->train, opt);
+    backward(m, m->train, OP(m->train, "softmax_xent_grad", m->train_loss + 1, labels), opt);
 
     n = batched(infer_batch, m->sample_ndim, m->sample, dims);
     x = salus_graph_input(m->infer, SALUS_F32, n, dims);

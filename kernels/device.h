@@ -79,6 +79,23 @@ typedef struct sl_device_ops {
      * (op not implemented by this backend), SL_ENOMEM. */
     int (*launch)(sl_device *dev, sl_stream *s, const sl_op_call *call);
 
+    /* Gives stream s a workspace, in stream order: ops launched on s after
+     * this call take every scratch buffer they need (oneDNN scratchpads and
+     * layout copies, the cuBLAS workspace, cuDNN convolution workspaces,
+     * reduction partials) from [ptr, ptr + bytes) and none from the backend;
+     * an op needing more than bytes fails with SL_EEXHAUSTED (the sizes are
+     * logged; cuda first falls back to convolution algorithms needing less)
+     * rather than using memory outside it. ptr NULL with bytes 0 goes back
+     * to the backend's own memory, grown on demand (the state of a new
+     * stream). Ownership: ptr is device memory, 256-byte aligned, owned by
+     * the caller, who must keep it allocated and unused by anything else
+     * until all work launched on s before the next stream_set_workspace (or
+     * stream_destroy) has finished; the backend never frees it. salusd gives
+     * each lane's stream the lane's framework block (DESIGN.md section 4).
+     * Errors: SL_EINVAL (ptr NULL with bytes > 0, or misaligned), SL_ENOMEM.
+     * Never waits for device work. */
+    int (*stream_set_workspace)(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);
+
     /* Enqueues fn(arg, status) to run after all prior work on s. */
     int (*host_callback)(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
 
@@ -108,7 +125,10 @@ typedef struct sl_device_ops {
 struct sl_device {
     const sl_device_ops *ops;
     int index;
-    uint64_t total_bytes;  /* memory the device reports */
+    uint64_t total_bytes; /* memory the device reports */
+    /* framework bytes per lane that comfortably hold the workspaces of this
+     * backend's ops (stream_set_workspace); salusd's default */
+    uint64_t workspace_hint;
     char description[128]; /* e.g. "cpu (2 cores, OpenBLAS)" */
     void *priv;            /* backend state, ops->priv_size bytes */
 };

@@ -173,6 +173,13 @@ typedef struct sl_op_def {
     int (*infer)(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err, size_t errlen);
     /* Cost of one launch with validated shapes. */
     void (*cost)(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c);
+    /* bit i set: out0 may be written over input i's memory when that input
+     * has the same size (in-place execution). Only element-wise ops set it:
+     * out0[j] depends on in_i at index j alone, read before out0[j] is
+     * written. Every backend's kernel must then be correct with
+     * out[0].data == in[i].data (no restrict, no copy that assumes disjoint
+     * buffers); salusd decides the aliasing at graph registration. */
+    uint8_t inplace;
 } sl_op_def;
 
 /* The definition of op id, or NULL if id >= SL_OP_COUNT. */

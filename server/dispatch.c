@@ -355,7 +355,8 @@ static bool do_register_graph(sl_server *srv, sl_session *s, sl_work *w)
                        (unsigned long long) s->id, s->graphs.count, max_objects(srv));
         return false;
     }
-    int rc = sl_graph_build(s, w->msg->register_graph->graph, &g, err, sizeof err);
+    int rc =
+        sl_graph_build(s, w->msg->register_graph->graph, !srv->cfg.no_inplace, &g, err, sizeof err);
     if (rc) {
         sl_reply_error(r, rc, "%s", err);
         return false;

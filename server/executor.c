@@ -30,6 +30,7 @@ static sl_lane *lane_get(sl_server *srv, uint32_t id)
     if (!l)
         return NULL;
     l->id = id;
+    l->workspace_bytes = UINT64_MAX; /* a reused stream may hold another lane's */
     if (srv->n_spare)
         l->stream = srv->spare_streams[--srv->n_spare];
     else if (srv->dev->ops->stream_create(srv->dev, 0, &l->stream) != SL_OK)
@@ -99,14 +100,32 @@ static void *value_ptr(sl_server *srv, const sl_work *w, uint32_t v)
 
 static void iteration_done(void *arg, int status);
 
-/* Copies out every fetch whose value is final once `step` has run. */
-static int fetch_after(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bool last)
+/* Whether value v must be copied out before the op of its last step runs:
+ * that op writes its output over v's memory (in-place execution, graph.c).
+ * Its own output shares the memory but is written by it, so it is not. */
+static bool fetch_before_op(const sl_graph *g, uint32_t v)
+{
+    const sl_value *val = &g->values[v];
+    if (val->kind == SL_VALUE_PARAM || val->last_step == 0)
+        return false;
+    const sl_graph_op *op = &g->ops[val->last_step - 1];
+    return op->inplace_in >= 0 && v != op->out[0] &&
+           g->values[op->in[op->inplace_in]].root == val->root;
+}
+
+/* Copies out every fetch whose value is final once `step` has run, or (with
+ * before_op) those that step's op is about to overwrite in place. */
+static int fetch_at(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bool last,
+                    bool before_op)
 {
     const Salus__Run *m = w->msg->run;
     for (size_t j = 0; j < m->n_fetches; j++) {
         const sl_value *val = &w->graph->values[m->fetches[j]];
-        bool params_at_end = val->kind == SL_VALUE_PARAM && last;
-        if (val->kind == SL_VALUE_PARAM ? !params_at_end : val->last_step != step)
+        bool due =
+            val->kind == SL_VALUE_PARAM
+                ? last && !before_op /* params: after the whole iteration */
+                : val->last_step == step && fetch_before_op(w->graph, m->fetches[j]) == before_op;
+        if (!due)
             continue;
         int rc = srv->dev->ops->memcpy_d2h(srv->dev, st, w->fetch_dst[j],
                                            value_ptr(srv, w, m->fetches[j]),
@@ -125,7 +144,9 @@ static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, 
     int rc = SL_OK;
     for (uint32_t k = from; k < to && rc == SL_OK; k++) {
         const sl_graph_op *op = &g->ops[k];
-        if (op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
+        if (op->inplace_in >= 0)
+            rc = fetch_at(srv, w, st, k + 1, k + 1 == g->n_ops, true);
+        if (rc == SL_OK && op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
             sl_op_call call = {
                 .op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
             for (unsigned i = 0; i < op->n_in; i++)
@@ -137,7 +158,7 @@ static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, 
             rc = dev->ops->launch(dev, st, &call);
         }
         if (rc == SL_OK)
-            rc = fetch_after(srv, w, st, k + 1, k + 1 == g->n_ops);
+            rc = fetch_at(srv, w, st, k + 1, k + 1 == g->n_ops, false);
     }
     return rc;
 }
@@ -157,20 +178,36 @@ static int submit_next_op(sl_server *srv, sl_work *w, sl_stream *st)
     return srv->dev->ops->host_callback(srv->dev, st, last ? iteration_done : op_done, w);
 }
 
-/* Submits the feeds, then the whole iteration, or (stepwise) its first op.
- * An error stops submission; the completion callback is still queued so the
- * iteration finishes through one path. */
-static int launch(sl_server *srv, sl_work *w, sl_stream *st)
+/* Gives the lane's stream the lane's framework block as its workspace
+ * (device.h), when it is not already its workspace: idle lanes move. */
+static int lane_workspace(sl_server *srv, sl_lane *l, const sl_mem_lane_info *info)
+{
+    void *ws = info->framework ? (char *) srv->arena + info->framework_base : NULL;
+    if (ws == l->workspace && info->framework == l->workspace_bytes)
+        return SL_OK;
+    int rc = srv->dev->ops->stream_set_workspace(srv->dev, l->stream, ws, info->framework);
+    if (rc == SL_OK) {
+        l->workspace = ws;
+        l->workspace_bytes = info->framework;
+    }
+    return rc;
+}
+
+/* Submits the lane's workspace, the feeds, then the whole iteration, or
+ * (stepwise) its first op. An error stops submission; the completion
+ * callback is still queued so the iteration finishes through one path. */
+static int launch(sl_server *srv, sl_work *w, sl_lane *l, const sl_mem_lane_info *info)
 {
     sl_device *dev = srv->dev;
+    sl_stream *st = l->stream;
     const sl_graph *g = w->graph;
-    int rc = SL_OK;
+    int rc = lane_workspace(srv, l, info);
 
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
         rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), w->feed_src[i],
                                   sl_shape_bytes(&g->values[i].shape));
     if (rc == SL_OK)
-        rc = fetch_after(srv, w, st, 0, g->n_ops == 0);
+        rc = fetch_at(srv, w, st, 0, g->n_ops == 0, false);
     w->status = rc;
     if (w->stepwise && g->n_ops > 0) {
         w->next_op = 0;
@@ -378,13 +415,14 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
     sl_mem_lane_busy(srv->mem, info->id);
     /* idle lanes move (compaction): the base counts only once it is busy */
     sl_mem_lane_info fresh;
-    w->ephemeral_base =
-        sl_mem_lane_get(srv->mem, info->id, &fresh) == SL_OK ? fresh.base : info->base;
+    if (sl_mem_lane_get(srv->mem, info->id, &fresh) != SL_OK)
+        fresh = *info;
+    w->ephemeral_base = fresh.base;
     /* small iterations skip the thread hand-off (device.h stream_hold) */
     bool here = !box->run_here && runs_here(srv, w);
     if (here)
         srv->dev->ops->stream_hold(srv->dev, l->stream);
-    int rc = launch(srv, w, l->stream);
+    int rc = launch(srv, w, l, &fresh);
     if (here)
         box->run_here = l->stream;
     /* the switch cost: how long the lane sat idle, from the previous

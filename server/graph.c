@@ -30,40 +30,114 @@ void sl_graph_free(sl_graph *g)
     sl_free(g);
 }
 
-/* Plans the ephemeral values (inputs and op outputs). */
+/* The value whose memory v is, following views and in-place outputs (roots
+ * always point to earlier values, so this ends). */
+static uint32_t root_of(const sl_graph *g, uint32_t v)
+{
+    while (g->values[v].root != v)
+        v = g->values[v].root;
+    return v;
+}
+
+/* The last step at which each memory (indexed by its root) is read or
+ * written: the latest last_step of any value that shares it. */
+static void memory_last_steps(const sl_graph *g, uint32_t *mem_last)
+{
+    for (uint32_t v = 0; v < g->n_values; v++)
+        mem_last[v] = 0;
+    for (uint32_t v = 0; v < g->n_values; v++) {
+        uint32_t r = root_of(g, v);
+        if (g->values[v].last_step > mem_last[r])
+            mem_last[r] = g->values[v].last_step;
+    }
+}
+
+/* In-place execution: an element-wise op (ops.h, def->inplace) writes its
+ * output over an input whose ephemeral memory dies at that op and has the
+ * output's size, so the two never need separate bytes. Decided in op order
+ * after every op is known (a later reader keeps the memory alive); the
+ * output's memory inherits the input's, and its own lifetime extends it.
+ * Params are never written over: they outlive the iteration. Fetches stay
+ * correct because the executor copies out a value that the op overwrites
+ * before launching that op (sl_graph_op.inplace_in). */
+static int alias_inplace(sl_graph *g)
+{
+    uint32_t *mem_last = sl_calloc(g->n_values ? g->n_values : 1, sizeof *mem_last);
+    if (!mem_last)
+        return SL_ENOMEM;
+    memory_last_steps(g, mem_last);
+    for (uint32_t k = 0; k < g->n_ops; k++) {
+        sl_graph_op *op = &g->ops[k];
+        const sl_op_def *def = sl_op_get(op->op);
+        if (!def->inplace || def->mutates || op->n_out != 1)
+            continue;
+        uint32_t y = op->out[0];
+        uint64_t bytes = sl_shape_bytes(&g->values[y].shape);
+        for (unsigned i = 0; i < op->n_in; i++) {
+            uint32_t r = root_of(g, op->in[i]);
+            const sl_value *mem = &g->values[r];
+            if (!(def->inplace & (1u << i)) || mem->kind == SL_VALUE_PARAM ||
+                mem_last[r] != k + 1 || sl_shape_bytes(&mem->shape) != bytes)
+                continue;
+            g->values[y].root = r;
+            mem_last[r] = mem_last[y];
+            op->inplace_in = (int8_t) i;
+            break;
+        }
+    }
+    /* views of an in-place output point at it: make every root final */
+    for (uint32_t v = 0; v < g->n_values; v++)
+        g->values[v].root = g->values[g->values[v].root].root;
+    sl_free(mem_last);
+    return SL_OK;
+}
+
+/* Plans the ephemeral values (inputs and op outputs). A memory lives from
+ * the step that writes its root to the last step of any value sharing it. */
 static int plan(sl_graph *g)
 {
-    sl_plan_buf *bufs = sl_calloc(g->n_values, sizeof *bufs);
-    uint64_t *offsets = sl_calloc(g->n_values, sizeof *offsets);
+    sl_plan_buf *bufs = sl_calloc(g->n_values ? g->n_values : 1, sizeof *bufs);
+    uint64_t *offsets = sl_calloc(g->n_values ? g->n_values : 1, sizeof *offsets);
+    uint32_t *mem_last = sl_calloc(g->n_values ? g->n_values : 1, sizeof *mem_last);
     int rc = SL_ENOMEM;
-    if (!bufs || !offsets)
+    if (!bufs || !offsets || !mem_last)
         goto out_free;
+    memory_last_steps(g, mem_last);
     /* an input is written by the feed copies at step 0; op k runs at step
      * k + 1; a value lives from its writing step to its last use */
-    uint32_t step = 0;
     for (uint32_t v = 0; v < g->n_values; v++) {
         const sl_value *val = &g->values[v];
         if (val->kind == SL_VALUE_PARAM || val->root != v) {
-            bufs[v].first = bufs[v].last = UINT32_MAX; /* persistent, or a view: no memory */
+            bufs[v].first = bufs[v].last = UINT32_MAX; /* persistent, or shared: no memory */
             continue;
         }
         bufs[v].size = sl_shape_bytes(&val->shape);
-        bufs[v].last = val->last_step;
+        bufs[v].last = mem_last[v];
     }
     for (uint32_t k = 0; k < g->n_ops; k++) {
-        step = k + 1;
+        uint32_t step = k + 1;
         for (unsigned o = 0; o < g->ops[k].n_out; o++)
             if (bufs[g->ops[k].out[o]].last != UINT32_MAX)
                 bufs[g->ops[k].out[o]].first = step;
     }
-    rc = sl_mem_plan(bufs, g->n_values, 0, offsets, &g->plan);
-    if (rc == SL_OK) {
-        for (uint32_t v = 0; v < g->n_values; v++)
-            g->values[v].addr = offsets[g->values[v].root];
+    if ((rc = sl_mem_plan(bufs, g->n_values, 0, offsets, &g->plan)) != SL_OK)
+        goto out_free;
+    /* the naive figure allocates every tensor separately: an in-place
+     * output is a tensor of its own there (a view is not) */
+    for (uint32_t k = 0; k < g->n_ops; k++) {
+        uint64_t bytes = sl_shape_bytes(&g->values[g->ops[k].out[0]].shape);
+        if (g->ops[k].inplace_in >= 0 &&
+            !sl_add_ok(g->plan.naive, sl_align_up(bytes, 256), &g->plan.naive)) {
+            rc = SL_EINVAL;
+            goto out_free;
+        }
     }
+    for (uint32_t v = 0; v < g->n_values; v++)
+        g->values[v].addr = offsets[g->values[v].root];
 out_free:
     sl_free(bufs);
     sl_free(offsets);
+    sl_free(mem_last);
     return rc;
 }
 
@@ -74,7 +148,8 @@ out_free:
         goto out_free;                                                                             \
     } while (0)
 
-int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *err, size_t errlen)
+int sl_graph_build(sl_session *s, const Salus__Graph *m, bool inplace, sl_graph **out, char *err,
+                   size_t errlen)
 {
     int rc = SL_ENOMEM;
     uint64_t n_values = (uint64_t) m->n_inputs + m->n_params;
@@ -159,6 +234,7 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
         if (sl_op_infer(id, &op->attrs, in, (unsigned) mo->n_inputs, outs, why, sizeof why))
             FAIL(SL_EINVAL, "op %u (%s): %s", k, def->name, why);
         op->op = (uint16_t) id;
+        op->inplace_in = -1;
         op->n_in = (uint8_t) mo->n_inputs;
         op->n_out = def->n_out;
         for (unsigned i = 0; i < op->n_in; i++) {
@@ -186,6 +262,8 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, sl_graph **out, char *e
     if (g->n_ops && !(g->op_ewma = sl_calloc(g->n_ops, sizeof *g->op_ewma)))
         goto out_free;
     sl_gaps_lp_init(&g->lp, g->op_ewma, g->n_ops);
+    if (inplace && (rc = alias_inplace(g)) != SL_OK)
+        goto out_free;
     if ((rc = plan(g)) != SL_OK)
         FAIL(rc, "cannot plan the graph's memory: %s", sl_strerror(rc));
     *out = g;

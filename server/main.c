@@ -32,7 +32,13 @@ static void usage(FILE *f)
             "                          an eighth of the memory)\n"
             "      --session-quota SIZE  most persistent + ephemeral memory one session may\n"
             "                          declare (default: all of it)\n"
-            "      --framework-per-lane SIZE  workspace reserved with every lane (default: 0)\n"
+            "      --framework-per-lane SIZE  workspace reserved with every lane: the device's\n"
+            "                          scratch for its ops (oneDNN scratchpads, cuBLAS/cuDNN\n"
+            "                          workspaces); an op needing more fails with\n"
+            "                          RESOURCE_EXHAUSTED (default: 32M on cpu, 64M on\n"
+            "                          cuda and sim, at most a 16th of the memory)\n"
+            "      --no-inplace        never run element-wise ops in place over a dying input\n"
+            "                          (debugging: planned peaks grow)\n"
             "      --spread-limit SIZE sessions get lanes of their own (run concurrently)\n"
             "                          while at most this much memory is held, then share\n"
             "                          lanes (take turns); 0 = always share (default: half)\n"
@@ -140,6 +146,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_SPREAD,
         OPT_QUOTA,
         OPT_FRAMEWORK,
+        OPT_NOINPLACE,
         OPT_STRICT,
         OPT_CONTEXTS,
         OPT_MAXMSG,
@@ -160,6 +167,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"lane-size", required_argument, NULL, OPT_LANE},
         {"session-quota", required_argument, NULL, OPT_QUOTA},
         {"framework-per-lane", required_argument, NULL, OPT_FRAMEWORK},
+        {"no-inplace", no_argument, NULL, OPT_NOINPLACE},
         {"spread-limit", required_argument, NULL, OPT_SPREAD},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
@@ -222,6 +230,10 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 fprintf(stderr, "salusd: bad --framework-per-lane '%s' (e.g. 64M)\n", optarg);
                 return 2;
             }
+            cfg->framework_set = true;
+            break;
+        case OPT_NOINPLACE:
+            cfg->no_inplace = true;
             break;
         case 'p':
             cfg->policy = optarg;

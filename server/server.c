@@ -24,10 +24,16 @@ static int memory_init(sl_server *srv)
         return SL_EINVAL;
     }
     cap &= ~(uint64_t) 255;
+    /* every lane's stream takes its workspaces from the lane's framework
+     * block (executor.c): by default what the backend suggests, bounded so
+     * that small memory limits still hold several lanes */
+    uint64_t framework = dev->workspace_hint < cap / 16 ? dev->workspace_hint : cap / 16;
+    if (srv->cfg.framework_set)
+        framework = srv->cfg.framework_per_lane;
     sl_mem_config mc = {
         .capacity = cap,
         .session_quota = srv->cfg.session_quota,
-        .framework_per_lane = srv->cfg.framework_per_lane,
+        .framework_per_lane = framework & ~(uint64_t) 255,
         .default_ephemeral = srv->cfg.lane_bytes ? srv->cfg.lane_bytes : cap / 8,
         /* lanes of their own while at most half is held, unless told */
         .spread_limit = srv->cfg.spread_set ? srv->cfg.spread_limit : cap / 2,

@@ -46,7 +46,10 @@ typedef struct sl_config {
     uint64_t spread_limit;       /* lanes of their own below this much held memory */
     bool spread_set;             /* spread_limit given (default: half the memory) */
     uint64_t session_quota;      /* max persistent + ephemeral of one session; 0 = all */
-    uint64_t framework_per_lane; /* workspace bytes per lane */
+    uint64_t framework_per_lane; /* workspace bytes per lane (device workspaces) */
+    bool framework_set;          /* framework_per_lane given (default: the device's
+                                    workspace_hint, at most a 16th of the memory) */
+    bool no_inplace;             /* graphs never run element-wise ops in place */
     const char *policy;
     bool strict;
     int contexts;         /* NNG contexts = requests in flight */
@@ -86,9 +89,11 @@ typedef struct sl_value {
     sl_shape shape;
     uint8_t kind;       /* SL_VALUE_* */
     uint32_t last_step; /* last step reading or writing it (0 = the feed copies) */
-    uint32_t root;      /* the value whose memory it is: itself, or what it views (reshape) */
-    uint64_t addr;      /* ephemeral: offset inside the iteration's block */
-    sl_tensor *tensor;  /* params */
+    /* the value whose memory it is: itself, what it views (reshape), or the
+     * dying input an in-place op wrote it over (graph.c) */
+    uint32_t root;
+    uint64_t addr;     /* ephemeral: offset inside the iteration's block */
+    sl_tensor *tensor; /* params */
 } sl_value;
 
 enum { SL_VALUE_INPUT, SL_VALUE_PARAM, SL_VALUE_OUTPUT };
@@ -99,6 +104,10 @@ typedef struct sl_graph_op {
     uint32_t in[SL_OP_MAX_IN];
     uint32_t out[SL_OP_MAX_OUT];
     sl_op_attrs attrs;
+    /* in-place execution: the input whose memory out[0] is written over, or
+     * -1. Values sharing that memory whose last step is this op are fetched
+     * before it runs (executor.c). */
+    int8_t inplace_in;
 } sl_graph_op;
 
 /* A validated, planned graph. Immutable once registered. */
@@ -185,6 +194,10 @@ typedef struct sl_lane {
     sl_stream *stream;
     bool busy;
     uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
+    /* the workspace its stream was given (the lane's framework block; it
+     * moves with the lane); workspace_bytes UINT64_MAX = none given yet */
+    void *workspace;
+    uint64_t workspace_bytes;
 } sl_lane;
 
 /* Device faults (fault.c), guarded by srv->lock. Zeroed = no fault. */
@@ -341,10 +354,12 @@ void *sl_shm_slice(const sl_session *s, const Salus__ShmSlice *slice, uint64_t b
 /* ---- graph.c ---- */
 
 /* Validates msg against session s's tensors, infers shapes and plans the
- * ephemeral memory. On success *out is owned by the caller (sl_graph_free)
- * and param tensors' graph_refs are incremented. Errors: SL_EINVAL (reason
- * in err), SL_ENOTFOUND (unknown param tensor), SL_ENOMEM. */
-int sl_graph_build(sl_session *s, const Salus__Graph *msg, sl_graph **out, char *err,
+ * ephemeral memory; with inplace, element-wise ops write their output over
+ * an ephemeral input that dies at them (sl_graph_op.inplace_in). On success
+ * *out is owned by the caller (sl_graph_free) and param tensors' graph_refs
+ * are incremented. Errors: SL_EINVAL (reason in err), SL_ENOTFOUND (unknown
+ * param tensor), SL_ENOMEM. */
+int sl_graph_build(sl_session *s, const Salus__Graph *msg, bool inplace, sl_graph **out, char *err,
                    size_t errlen);
 /* Drops the graph's references on its tensors and frees it. */
 void sl_graph_free(sl_graph *g);

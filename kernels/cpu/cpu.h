@@ -44,11 +44,16 @@ typedef struct sl_cpu_exec {
     sl_cpu_shared *shared;
     sl_cpu_dnnl *dnnl; /* NULL until the first oneDNN op on this stream */
     int threads;       /* threads the current op may use (>= 1) */
+    /* the stream's workspace (stream_set_workspace): oneDNN's scratch comes
+     * from it when set; NULL = the stream's own, grown on demand */
+    void *workspace;
+    size_t workspace_bytes;
 } sl_cpu_exec;
 
 /* Runs one op synchronously on the calling (worker) thread. The call must
  * have passed sl_cpu_op_check. Returns SL_OK, SL_EINVAL (bad data found at
- * run time: a label out of range, a bad Adam step count), SL_ENOMEM or
+ * run time: a label out of range, a bad Adam step count), SL_ENOMEM,
+ * SL_EEXHAUSTED (its oneDNN scratch does not fit x->workspace; logged) or
  * SL_EDEVICE (oneDNN failed; logged). */
 int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call);
 
@@ -92,6 +97,7 @@ void sl_cpu_stream_destroy(sl_device *dev, sl_stream *s);
 int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
 int sl_cpu_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
+int sl_cpu_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);
 int sl_cpu_synchronize(sl_device *dev, sl_stream *s);
 void sl_cpu_stream_hold(sl_device *dev, sl_stream *s);
 void sl_cpu_stream_release(sl_device *dev, sl_stream *s, bool run_here);

@@ -50,6 +50,9 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     dev->total_bytes = pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 2 : 1ull << 30;
     d->shared.cores = cores > 0 ? (int) cores : 1;
+    /* oneDNN scratch of a small CNN at batch 128 (blocked layouts of the
+     * largest activation, reorders, scratchpad) with room to spare */
+    dev->workspace_hint = 32ull << 20;
     atomic_init(&d->shared.running, 0);
     atomic_init(&d->shared.forced_threads, 0);
     snprintf(dev->description, sizeof dev->description, "cpu (%d cores, OpenBLAS, oneDNN)",
@@ -167,6 +170,7 @@ const sl_device_ops sl_cpu_device_ops = {
     .memcpy_d2h = sl_cpu_memcpy,
     .memcpy_d2d = sl_cpu_memcpy,
     .launch = sl_cpu_launch,
+    .stream_set_workspace = sl_cpu_stream_set_workspace,
     .host_callback = sl_cpu_host_callback,
     .synchronize = sl_cpu_synchronize,
     .stream_hold = sl_cpu_stream_hold,

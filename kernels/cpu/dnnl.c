@@ -12,7 +12,10 @@
  * buffer (measured: blocked-layout convolutions run about 3x faster here
  * than oneDNN's GEMM-based convolution on plain NCHW, reorders included).
  * The scratch buffer also holds oneDNN's own scratchpad (user scratchpad
- * mode), so a steady-state launch allocates nothing. */
+ * mode), so a steady-state launch allocates nothing. When the stream has a
+ * workspace (salusd: the lane's framework block) the scratch is that
+ * workspace, and an op whose scratch does not fit in it fails with
+ * SL_EEXHAUSTED instead of allocating. */
 #include "dnnl_cache.h"
 
 #include "sl_alloc.h"
@@ -321,9 +324,8 @@ static void *tensor_data(const sl_op_call *c, int tensor)
     return tensor >= 0 ? c->in[tensor].data : c->out[-1 - tensor].data;
 }
 
-static int execute(sl_cpu_dnnl *d, struct entry *e, const sl_op_call *c)
+static int execute(sl_cpu_dnnl *d, struct entry *e, const sl_op_call *c, char *scratch)
 {
-    char *scratch = d->scratch;
     dnnl_exec_arg_t args[SL_CPU_PRIM_MAX_ARGS + 1];
     int n = 0, rc = SL_OK;
     for (unsigned i = 0; rc == SL_OK && i < e->n_args; i++) {
@@ -391,7 +393,18 @@ int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build
     struct entry *e;
     if ((rc = lookup(d, c, threads, build, &e)) != SL_OK)
         return rc;
-    if ((rc = ensure_scratch(d, e->scratch_bytes)) != SL_OK)
-        return rc;
-    return execute(d, e, c);
+    if (!x->workspace) {
+        if ((rc = ensure_scratch(d, e->scratch_bytes)) != SL_OK)
+            return rc;
+        return execute(d, e, c, d->scratch);
+    }
+    /* framework memory of the lane: never more than it, never elsewhere */
+    if (e->scratch_bytes > x->workspace_bytes) {
+        sl_log_err("cpu.dnnl.ws",
+                   "%s needs %zu bytes of oneDNN scratch; the stream's workspace has %zu (salusd "
+                   "--framework-per-lane)",
+                   sl_op_get(c->op)->name, e->scratch_bytes, x->workspace_bytes);
+        return SL_EEXHAUSTED;
+    }
+    return execute(d, e, c, x->workspace);
 }

@@ -6,10 +6,11 @@
 #include "sl_error.h"
 #include "workq.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-enum cmd_kind { CMD_OP, CMD_COPY };
+enum cmd_kind { CMD_OP, CMD_COPY, CMD_WORKSPACE };
 
 /* The payload of a work command. */
 struct cmd {
@@ -21,6 +22,10 @@ struct cmd {
             const void *src;
             size_t n;
         } copy;
+        struct {
+            void *ptr;
+            size_t bytes;
+        } workspace;
     } u;
 };
 
@@ -53,6 +58,10 @@ static int execute(void *ctx, void *payload)
     case CMD_COPY:
         memmove(c->u.copy.dst, c->u.copy.src, c->u.copy.n);
         return SL_OK;
+    case CMD_WORKSPACE:
+        s->exec.workspace = c->u.workspace.ptr;
+        s->exec.workspace_bytes = c->u.workspace.bytes;
+        return SL_OK;
     }
     return SL_EINTERNAL;
 }
@@ -66,13 +75,13 @@ static void worker_exit(void *ctx)
     s->exec.dnnl = NULL;
 }
 
-/* Copies and ops in C or OpenBLAS run on any thread; oneDNN ops need the
- * worker, which owns their state. */
+/* Copies, workspace changes and ops in C or OpenBLAS run on any thread;
+ * oneDNN ops need the worker, which owns their state. */
 static bool runs_anywhere(void *ctx, const void *payload)
 {
     (void) ctx;
     const struct cmd *c = payload;
-    return c->kind == CMD_COPY || !sl_cpu_op_uses_dnnl(c->u.op.op);
+    return c->kind != CMD_OP || !sl_cpu_op_uses_dnnl(c->u.op.op);
 }
 
 static const sl_workq_config cpu_workq = {
@@ -148,6 +157,22 @@ int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     op->attrs = call->attrs;
     memcpy(op->in, call->in, call->n_in * sizeof call->in[0]);
     memcpy(op->out, call->out, call->n_out * sizeof call->out[0]);
+    return sl_workq_commit(s->q, c);
+}
+
+/* In stream order: the worker alone reads the workspace, between ops. */
+int sl_cpu_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes)
+{
+    (void) dev;
+    if ((!ptr && bytes) || ((uintptr_t) ptr & 255))
+        return SL_EINVAL;
+    int rc;
+    struct cmd *c = sl_workq_begin(s->q, &rc);
+    if (!c)
+        return rc;
+    c->kind = CMD_WORKSPACE;
+    c->u.workspace.ptr = bytes ? ptr : NULL;
+    c->u.workspace.bytes = bytes;
     return sl_workq_commit(s->q, c);
 }
 

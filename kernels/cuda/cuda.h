@@ -72,6 +72,10 @@ typedef struct sl_cuda_exec {
     void *ws;
     size_t ws_bytes;
     bool ws_stream_ordered; /* false: the device has no memory pools (growth syncs) */
+    /* The lane's framework block (stream_set_workspace), or NULL: when set,
+     * every workspace (cuBLAS's included) comes from it and ws is freed. */
+    void *lane_ws;
+    size_t lane_ws_bytes;
     /* Device-raised errors. A kernel that finds bad data stores an
      * SL_CUDA_FLAG_* value into flag_dev (device memory; the first one
      * wins), and every custom kernel returns at once while it is set: the
@@ -111,14 +115,23 @@ int sl_cuda_exec_take_flag(sl_cuda_exec *x);
 
 /* Makes the stream's workspace at least `bytes` long and points *out at it
  * (valid for the current launch only). Growing frees the old block and
- * allocates the new one in stream order. Errors: SL_EEXHAUSTED (the
- * workspace is then empty, the stream stays usable). Never waits for the
- * device, except where the device lacks memory pools. */
+ * allocates the new one in stream order. With a lane workspace set
+ * (x->lane_ws) nothing is allocated: *out is the lane's block, or
+ * SL_EEXHAUSTED when it is smaller than bytes. Errors: SL_EEXHAUSTED (the
+ * own workspace is then empty, the stream stays usable). Never waits for
+ * the device, except where the device lacks memory pools. */
 int sl_cuda_workspace(sl_cuda_exec *x, size_t bytes, void **out);
 
 /* Current size of the stream's workspace in bytes (framework memory outside
  * the arena, for accounting). */
 size_t sl_cuda_workspace_bytes(const sl_cuda_exec *x);
+
+/* Points x's workspaces at the lane block [ptr, ptr + bytes) (cuBLAS through
+ * cublasSetWorkspace, everything else through sl_cuda_workspace) and frees
+ * x's own block in stream order; ptr NULL goes back to x's own memory
+ * (cuBLAS's default pool). Contract of stream_set_workspace (device.h);
+ * caller holds the stream's launch lock. Errors: translated statuses. */
+int sl_cuda_set_lane_workspace(sl_cuda_exec *x, void *ptr, size_t bytes);
 
 /* Contract checks of one call before anything is enqueued: the op exists,
  * its arity matches the registry, and this backend can run it with these

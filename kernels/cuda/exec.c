@@ -56,6 +56,17 @@ static int ws_alloc(sl_cuda_exec *x, size_t bytes)
 
 int sl_cuda_workspace(sl_cuda_exec *x, size_t bytes, void **out)
 {
+    if (x->lane_ws) { /* framework memory of the lane: never more, never elsewhere */
+        if (bytes > x->lane_ws_bytes) {
+            sl_log_warn("cuda.ws.lane",
+                        "an op needs %zu bytes of workspace; the lane's has %zu (salusd "
+                        "--framework-per-lane)",
+                        bytes, x->lane_ws_bytes);
+            return SL_EEXHAUSTED;
+        }
+        *out = x->lane_ws;
+        return SL_OK;
+    }
     if (bytes <= x->ws_bytes) {
         *out = x->ws;
         return SL_OK;
@@ -75,7 +86,25 @@ int sl_cuda_workspace(sl_cuda_exec *x, size_t bytes, void **out)
 
 size_t sl_cuda_workspace_bytes(const sl_cuda_exec *x)
 {
-    return x->ws_bytes;
+    return x->lane_ws ? x->lane_ws_bytes : x->ws_bytes;
+}
+
+int sl_cuda_set_lane_workspace(sl_cuda_exec *x, void *ptr, size_t bytes)
+{
+    int rc;
+    if (ptr) {
+        rc = SL_CUBLAS("cuda.ws.lane", cublasSetWorkspace(x->blas, ptr, bytes));
+        if (rc == SL_OK)
+            rc = ws_release(x); /* stream-ordered: launches before still have it */
+    } else {
+        /* cublasSetStream puts cuBLAS back on its default workspace pool */
+        rc = SL_CUBLAS("cuda.ws.lane", cublasSetStream(x->blas, x->stream));
+    }
+    if (rc != SL_OK)
+        return rc;
+    x->lane_ws = ptr;
+    x->lane_ws_bytes = ptr ? bytes : 0;
+    return SL_OK;
 }
 
 /* ---- device-raised errors ---- */

@@ -115,7 +115,7 @@ __global__ void k_fill(float *y, uint64_t n, float v, const int *failed)
     y[i] = v;
 }
 
-/* y may alias x (in-place updates). */
+/* y may alias x (in-place updates and in-place execution, ops.h). */
 template <class F>
 __global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *failed)
 {
@@ -124,7 +124,8 @@ __global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *fai
     y[i] = f(x[i]);
 }
 
-/* y may alias a (in-place updates). */
+/* y may alias a or b (in-place updates and in-place execution, ops.h): each
+ * thread reads a[i] and b[i] before it writes y[i]. */
 template <class F>
 __global__ void k_map2(float *y, const float *a, const float *b, uint64_t n, F f, const int *failed)
 {
@@ -133,7 +134,7 @@ __global__ void k_map2(float *y, const float *a, const float *b, uint64_t n, F f
     y[i] = f(a[i], b[i]);
 }
 
-/* y[i] = x[i] + bias[(i / inner) % channels]: bias_add is inner = 1,
+/* y[i] = x[i] + bias[(i / inner) % channels] (y may alias x): bias_add is inner = 1,
  * channels = columns; channel_bias_add is inner = H*W, channels = C. */
 template <class I>
 __global__ void k_bias_add(float *y, const float *x, const float *bias, I n, I inner, I channels,

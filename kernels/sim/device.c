@@ -71,6 +71,7 @@ static int sim_open(sl_device *dev, int index, const char *arg)
         sl_sim_ps_init(&d->res[r], now);
 
     dev->total_bytes = d->profile->capacity;
+    dev->workspace_hint = 64ull << 20; /* cuBLAS's 32 MiB (Hopper) + cuDNN's */
     snprintf(dev->description, sizeof dev->description, "%s", d->profile->description);
     rc = SL_OK;
 out_destroy_attr:
@@ -231,6 +232,7 @@ const sl_device_ops sl_sim_device_ops = {
     .memcpy_d2h = sl_sim_memcpy_d2h,
     .memcpy_d2d = sl_sim_memcpy_d2d,
     .launch = sl_sim_launch,
+    .stream_set_workspace = sl_sim_stream_set_workspace,
     .host_callback = sl_sim_host_callback,
     .synchronize = sl_sim_synchronize,
     .reset = sim_reset,

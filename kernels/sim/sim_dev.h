@@ -51,6 +51,7 @@ int sl_sim_memcpy_h2d(sl_device *dev, sl_stream *s, void *dst, const void *src, 
 int sl_sim_memcpy_d2h(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_sim_memcpy_d2d(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
+int sl_sim_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);
 int sl_sim_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
 int sl_sim_synchronize(sl_device *dev, sl_stream *s);
 

@@ -45,6 +45,10 @@ struct sl_stream {
     struct sl_sim_dev *dev;
     sl_workq *q;
     uint64_t clock_ns; /* modeled completion of the last work; worker thread only */
+    /* stream_set_workspace: accounted, never touched (outputs are not
+     * computed); the submitting thread's alone */
+    void *workspace;
+    size_t workspace_bytes;
 };
 
 static struct timespec to_timespec(uint64_t ns)
@@ -221,6 +225,16 @@ int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     c->timing = timing;
     c->is_op = true;
     return commit(s, c);
+}
+
+int sl_sim_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes)
+{
+    (void) dev;
+    if ((!ptr && bytes) || ((uintptr_t) ptr & 255))
+        return SL_EINVAL;
+    s->workspace = bytes ? ptr : NULL;
+    s->workspace_bytes = bytes;
+    return SL_OK;
 }
 
 int sl_sim_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)

@@ -57,6 +57,17 @@ static void check_refs_zero(void)
               fg_store[i].graph_refs);
 }
 
+/* The last step of the memory rooted at r: of any value sharing it (views
+ * and in-place outputs). */
+static uint32_t memory_last(const sl_graph *g, uint32_t r)
+{
+    uint32_t last = 0;
+    for (uint32_t v = r; v < g->n_values; v++)
+        if (g->values[v].root == r && g->values[v].last_step > last)
+            last = g->values[v].last_step;
+    return last;
+}
+
 /* The step that writes value v: 0 for inputs (the feed copies), k + 1 for
  * an output of op k. */
 static uint32_t first_step(const sl_graph *g, uint32_t v)
@@ -95,6 +106,16 @@ static void check_graph(const sl_graph *g)
         const sl_graph_op *op = &g->ops[k];
         const sl_op_def *def = sl_op_get(op->op);
         CHECK(def && op->n_in == def->n_in && op->n_out == def->n_out, "op %u arity", k);
+        if (op->inplace_in >= 0) {
+            uint32_t r = g->values[op->in[op->inplace_in]].root;
+            CHECK(op->inplace_in < op->n_in && (def->inplace >> op->inplace_in) & 1,
+                  "op %u (%s) in place over an input it may not share", k, def->name);
+            CHECK(g->values[r].kind != SL_VALUE_PARAM, "op %u writes over a param", k);
+            CHECK(g->values[op->out[0]].root == r, "op %u in place but its output elsewhere", k);
+            for (uint32_t v = 0; v < op->out[0]; v++)
+                CHECK(g->values[v].root != r || g->values[v].last_step <= k + 1,
+                      "op %u writes over value %u, read later", k, v);
+        }
         sl_shape in[SL_OP_MAX_IN], out[SL_OP_MAX_OUT];
         for (unsigned i = 0; i < op->n_in; i++) {
             CHECK(op->in[i] < nv, "op %u reads value %u defined after it", k, op->in[i]);
@@ -118,13 +139,13 @@ static void check_graph(const sl_graph *g)
         const sl_value *va = &g->values[a];
         if (va->kind == SL_VALUE_PARAM || va->root != a)
             continue;
-        uint32_t fa = first_step(g, a);
+        uint32_t fa = first_step(g, a), la = memory_last(g, a);
         for (uint32_t b = a + 1; b < g->n_values; b++) {
             const sl_value *vb = &g->values[b];
             if (vb->kind == SL_VALUE_PARAM || vb->root != b)
                 continue;
-            uint32_t fb = first_step(g, b);
-            if (!(fa <= vb->last_step && fb <= va->last_step))
+            uint32_t fb = first_step(g, b), lb = memory_last(g, b);
+            if (!(fa <= lb && fb <= la))
                 continue;
             uint64_t ea = va->addr + sl_shape_bytes(&va->shape);
             uint64_t eb = vb->addr + sl_shape_bytes(&vb->shape);
@@ -143,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     char err[256];
     sl_graph *g = NULL;
-    int rc = sl_graph_build(fg_session, m, &g, err, sizeof err);
+    int rc = sl_graph_build(fg_session, m, true, &g, err, sizeof err);
     if (rc == SL_OK) {
         CHECK(g != NULL, "success without a graph");
         check_graph(g);
@@ -153,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (long k = 1; k < 64; k++) {
             sl_alloc_fail_after(k);
             g = NULL;
-            rc = sl_graph_build(fg_session, m, &g, err, sizeof err);
+            rc = sl_graph_build(fg_session, m, true, &g, err, sizeof err);
             sl_alloc_fail_after(0);
             if (rc == SL_OK) {
                 sl_graph_free(g);

@@ -83,6 +83,69 @@ static void test_cache_and_threads(void **state)
     sl_free(x), sl_free(w), sl_free(y1), sl_free(y2), sl_free(xd), sl_free(wd), sl_free(want);
 }
 
+/* A stream with a workspace (salusd: the lane's framework block) takes
+ * oneDNN's scratch from it; one too small fails the op with SL_EEXHAUSTED
+ * and leaves its output alone; NULL goes back to the stream's own. */
+static void test_lane_workspace(void **state)
+{
+    kt_env *e = *state;
+    const sl_device_ops *ops = e->dev->ops;
+    int64_t yd[4];
+    kt_conv_out(cx, cw, &cattrs, yd);
+    size_t nx = kt_elems(cx, 4), nw = kt_elems(cw, 4), ny = kt_elems(yd, 4);
+    float *x = kt_fvec(nx), *w = kt_fvec(nw), *y = kt_fvec(ny);
+    double *xd = kt_dvec(nx), *wd = kt_dvec(nw), *want = kt_dvec(ny);
+    kt_rand(x, nx, 710, -1, 1);
+    kt_rand(w, nw, 711, -1, 1);
+    kt_widen(x, xd, nx);
+    kt_widen(w, wd, nw);
+    kt_ref_conv2d(xd, wd, want, cx, cw, &cattrs);
+    const size_t ws_bytes = 16u << 20;
+    unsigned char *ws = sl_aligned_alloc(256, ws_bytes);
+    assert_non_null(ws);
+    memset(ws, 0xa5, ws_bytes);
+
+    assert_sl_err(ops->stream_set_workspace(e->dev, e->stream, NULL, 4096), SL_EINVAL);
+    assert_sl_err(ops->stream_set_workspace(e->dev, e->stream, ws + 64, 4096), SL_EINVAL);
+    assert_sl_ok(ops->stream_set_workspace(e->dev, e->stream, ws, ws_bytes));
+    conv_once(e, x, w, y);
+    kt_expect_close("conv2d, scratch in the workspace", y, want, ny, 1e-5);
+    size_t touched = 0;
+    for (size_t i = 0; i < ws_bytes; i++)
+        touched += ws[i] != 0xa5;
+    assert_true(touched > 0); /* blocked layouts and scratchpad live there */
+
+    /* too small: the op fails, its output keeps what it held */
+    assert_sl_ok(ops->stream_set_workspace(e->dev, e->stream, ws, 256));
+    size_t used = e->used;
+    sl_shape shapes[3] = {KT_F32(4, cx[0], cx[1], cx[2], cx[3]),
+                          KT_F32(4, cw[0], cw[1], cw[2], cw[3]),
+                          KT_F32(4, yd[0], yd[1], yd[2], yd[3])};
+    float *dx = kt_dev_alloc(e, nx * 4), *dw = kt_dev_alloc(e, nw * 4);
+    float *dy = kt_dev_alloc(e, ny * 4);
+    memcpy(dx, x, nx * 4);
+    memcpy(dw, w, nw * 4);
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = 1234.5f;
+    sl_op_call call = {.op = SL_OP_CONV2D, .n_in = 2, .n_out = 1, .attrs = cattrs};
+    call.in[0] = (sl_tensor_ref){dx, shapes[0]};
+    call.in[1] = (sl_tensor_ref){dw, shapes[1]};
+    call.out[0] = (sl_tensor_ref){dy, shapes[2]};
+    assert_sl_ok(ops->launch(e->dev, e->stream, &call));
+    assert_sl_err(ops->synchronize(e->dev, e->stream), SL_EEXHAUSTED);
+    for (size_t i = 0; i < ny; i++)
+        assert_true(dy[i] == 1234.5f);
+    e->used = used;
+
+    /* back to the stream's own scratch */
+    assert_sl_ok(ops->stream_set_workspace(e->dev, e->stream, NULL, 0));
+    memset(y, 0, ny * sizeof *y);
+    conv_once(e, x, w, y);
+    kt_expect_close("conv2d, own scratch again", y, want, ny, 1e-5);
+    sl_free(ws);
+    sl_free(x), sl_free(w), sl_free(y), sl_free(xd), sl_free(wd), sl_free(want);
+}
+
 /* More distinct shapes than the cache holds: the least recently used are
  * evicted, the count stays bounded, results stay right. */
 static void test_cache_eviction(void **state)
@@ -266,7 +329,7 @@ int kt_run_cpu_ops_tests(void)
         cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
         cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
         cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
-        cmocka_unit_test(test_reshape_launch),
+        cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }
