@@ -17,11 +17,14 @@
  * their connections. The transport still completes the SP handshake of
  * those connections; they just never join the socket. No NNG call restarts
  * that accept loop, so a thread probes every ipc:// and tcp:// listener once
- * a second: a raw SP handshake as a REQ peer, then it waits for the listener
+ * a second: a raw SP handshake as a REQ peer (never hanging up before the
+ * listener's header is in, which would itself trigger the bug), then it
+ * waits for the listener
  * to hand a new pipe to the socket (NNG_PIPE_EV_ADD_POST; any pipe of that
  * listener counts: exactly what stops). After two failed probes in a row it
  * replaces the listener. An ipc:// path is unlinked and bound anew while the deaf
- * listener stays open, so connected clients keep their pipes (and sessions);
+ * listener stays open, so connected clients keep their pipes (and sessions)
+ * (at most SL_LISTEN_RETIRED_MAX times);
  * a tcp:// port cannot be bound twice, so there the old listener (and its
  * connections) is closed first. tls+tcp:// and ws:// are not probed (a probe
  * would need their handshakes). */
@@ -55,9 +58,14 @@
 #define SL_LISTEN_PROBE_MS 1000
 #define SL_LISTEN_PROBE_TIMEOUT_MS 1500
 #define SL_LISTEN_PROBE_FAILURES 2
-/* Deaf ipc:// listeners kept open for their connected clients; past this
- * the oldest is closed (its clients reconnect). */
-#define SL_LISTEN_RETIRED_MAX 16
+/* How long a probe waits for the listener's SP header before it gives up
+ * (past NNG's 10 s negotiation limit, so the listener hangs up first). */
+#define SL_LISTEN_PROBE_HEADER_MS 12000
+/* Deaf ipc:// listeners kept open for their connected clients (a few KiB
+ * and one descriptor each). They are never closed before the socket:
+ * closing a deaf listener can hang NNG 1.5. Past this many, the watchdog
+ * stops replacing and logs it. */
+#define SL_LISTEN_RETIRED_MAX 64
 
 enum req_state { REQ_RECV, REQ_WAIT, REQ_SEND };
 
@@ -463,30 +471,29 @@ static bool probe(struct sl_transport *t, int i, const struct sockaddr_storage *
     }
     if (send(fd, req_header, sizeof req_header, MSG_NOSIGNAL) != (ssize_t) sizeof req_header)
         goto out_close;
+    /* Hanging up before the listener has sent its header would be the very
+     * hang-up that deafens it (a loaded server is slow, not deaf): read it
+     * first, for as long as NNG's own 10 s negotiation limit lets it. */
+    uint8_t got[8];
+    size_t n = 0;
+    uint64_t header_deadline = mono_ns() + SL_LISTEN_PROBE_HEADER_MS * 1000000ull;
+    while (n < sizeof got && wait_fd(fd, POLLIN, header_deadline)) {
+        ssize_t r = recv(fd, got + n, sizeof got - n, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            goto out_close; /* the listener hung up: its handshake is over */
+        if (r > 0)
+            n += (size_t) r;
+    }
+    if (n < sizeof got)
+        goto out_close;
+    if (mono_ns() > deadline)
+        deadline = mono_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
     struct timespec nap = {0, 5 * 1000 * 1000};
     while (!(ok = atomic_load(&t->pipes_added[i]) != before) && mono_ns() < deadline)
         nanosleep(&nap, NULL);
 out_close:
     close(fd);
     return ok;
-}
-
-/* Closes a retired ipc:// listener. NNG unlinks the listener's path when
- * it closes it, and that path is now the live listener's: a second link
- * keeps the socket file, and renaming it back restores the path (an atomic
- * replace), so new clients miss it for microseconds at most (their dialers
- * retry). */
-static void close_retired(const char *path, nng_listener l)
-{
-    char keep[sizeof(((struct sockaddr_un *) 0)->sun_path) + 16];
-    bool kept = (size_t) snprintf(keep, sizeof keep, "%s.keep", path) < sizeof keep &&
-                link(path, keep) == 0;
-    nng_listener_close(l);
-    if (kept && rename(keep, path) != 0) {
-        sl_log_err("net.watch", "cannot restore %s after closing a deaf listener: %s", path,
-                   strerror(errno));
-        (void) unlink(keep);
-    }
 }
 
 /* Replaces the deaf listener i by a new one on the same address. */
@@ -503,13 +510,20 @@ static void replace_listener(sl_server *srv, struct sl_transport *t, int i)
         (size_t) snprintf(bound, sizeof bound, "%.*s:%d", (int) (ulen - 2), url, port) <
             sizeof bound)
         url = bound;
-    if (url_is_ipc(url)) {
+    bool already_retired = false; /* its replacement failed last time */
+    for (int r = 0; r < t->n_retired; r++)
+        already_retired |= nng_listener_id(t->retired[r]) == nng_listener_id(old);
+    if (url_is_ipc(url) && already_retired) {
+        (void) unlink(url + 6);
+    } else if (url_is_ipc(url)) {
         /* the deaf listener keeps its connections; its path goes to the new one */
         if (t->n_retired == SL_LISTEN_RETIRED_MAX) {
-            close_retired(url + 6, t->retired[0]);
-            memmove(&t->retired[0], &t->retired[1],
-                    (size_t) (t->n_retired - 1) * sizeof *t->retired);
-            t->n_retired--;
+            /* closing a deaf listener can hang NNG 1.5 (seen in the soak):
+             * stop replacing rather than risk the whole socket */
+            sl_log_err("net.watch",
+                       "%d deaf listeners on %s already kept open; not replacing another",
+                       t->n_retired, url);
+            return;
         }
         t->retired[t->n_retired++] = old;
         (void) unlink(url + 6);
