@@ -302,6 +302,20 @@ out_close:
     return rc;
 }
 
+/* SALUS_CONNECT_TIMEOUT_MS, or the default; a bad value is the default. */
+static nng_duration connect_timeout_ms(void)
+{
+    const char *env = getenv("SALUS_CONNECT_TIMEOUT_MS");
+    if (!env || !*env)
+        return SL_CLIENT_CONNECT_TIMEOUT_MS;
+    char *end;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno || *end || v <= 0 || v > INT32_MAX)
+        return SL_CLIENT_CONNECT_TIMEOUT_MS;
+    return (nng_duration) v;
+}
+
 int salus_connect(const char *url, salus_client **out)
 {
     connect_error[0] = '\0';
@@ -342,7 +356,16 @@ int salus_connect(const char *url, salus_client **out)
     req.body_case = SALUS__REQUEST__BODY_HELLO;
     req.hello = &hello;
     Salus__Reply *rep;
+    /* a server that accepted the connection but never answers must not
+     * hold the caller forever; later calls wait as long as they take */
+    nng_duration timeout = connect_timeout_ms();
+    nng_aio_set_timeout(c->aio, timeout);
     rc = sl_client_call(c, &req, &rep);
+    nng_aio_set_timeout(c->aio, NNG_DURATION_DEFAULT);
+    if (rc == SL_ETIMEDOUT)
+        snprintf(c->last_error, sizeof c->last_error,
+                 "salusd at %.400s did not answer within %d ms (SALUS_CONNECT_TIMEOUT_MS)", url,
+                 (int) timeout);
     if (rc) {
         snprintf(connect_error, sizeof connect_error, "%s", c->last_error);
         close_client(c);

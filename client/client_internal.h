@@ -15,6 +15,9 @@
 
 /* Largest reply the client accepts (a fetched tensor travels in one). */
 #define SL_CLIENT_MAX_MSG (1ull << 31)
+/* How long salus_connect waits for the server's answer to its Hello when
+ * SALUS_CONNECT_TIMEOUT_MS does not say (salus.h). */
+#define SL_CLIENT_CONNECT_TIMEOUT_MS 5000
 
 struct salus_client {
     nng_socket sock;

@@ -69,11 +69,24 @@ int mgr_place_block(sl_mem_mgr *m, uint64_t size, uint64_t *addr)
     return rc;
 }
 
+/* The lowest id no lane holds: m->lanes is sorted by id, so it is one more
+ * than the index of the first gap. O(lanes). */
+static size_t lowest_free_slot(const sl_mem_mgr *m)
+{
+    size_t i = 0;
+    while (i < m->n_lanes && m->lanes[i]->id == i + 1)
+        i++;
+    return i;
+}
+
 int mgr_lane_create(sl_mem_mgr *m, uint64_t size, struct mgr_lane **out)
 {
-    /* Lane ids are never reused, so a stale id can never name a new lane;
-     * 2^32 - 1 creations is the limit. */
-    if (m->next_lane_id == 0)
+    /* Ids are reused, lowest first, so every table indexed by lane id stays
+     * as small as the most lanes that ever lived at once. What may outlive a
+     * lane under its id (the server's per-lane records, the scheduler's lane
+     * state) tells a reused id from the lane it knew by the serial, which is
+     * never reused. */
+    if (m->n_lanes >= UINT32_MAX || m->next_lane_serial == UINT64_MAX)
         return SL_ENOMEM;
     if (m->n_lanes == m->lanes_cap) {
         size_t cap = m->lanes_cap ? 2 * m->lanes_cap : 8;
@@ -86,19 +99,23 @@ int mgr_lane_create(sl_mem_mgr *m, uint64_t size, struct mgr_lane **out)
     struct mgr_lane *l = sl_calloc(1, sizeof(*l));
     if (!l)
         return SL_ENOMEM;
-    l->id = m->next_lane_id;
+    size_t slot = lowest_free_slot(m);
+    l->id = (uint32_t) (slot + 1);
     int rc = sl_map_put(&m->lane_ids, l->id, l);
     if (rc != SL_OK)
         goto out_free_lane;
     /* The lane is not in m->lanes yet, so a compaction here does not see
-     * it half made. */
+     * it half made (and moves lanes without changing which ids exist, so
+     * slot stays the first gap). */
     rc = mgr_place_block(m, m->framework + size, &l->addr);
     if (rc != SL_OK)
         goto out_unmap;
     l->size = size;
-    m->lanes[m->n_lanes++] = l;
+    l->serial = ++m->next_lane_serial;
+    memmove(&m->lanes[slot + 1], &m->lanes[slot], (m->n_lanes - slot) * sizeof(*m->lanes));
+    m->lanes[slot] = l;
+    m->n_lanes++;
     m->lane_bytes += size;
-    m->next_lane_id++;
     *out = l;
     return SL_OK;
 
@@ -315,6 +332,7 @@ static void lane_info(const sl_mem_mgr *m, const struct mgr_lane *l, sl_mem_lane
 {
     memset(out, 0, sizeof(*out));
     out->id = l->id;
+    out->serial = l->serial;
     out->framework_base = l->addr;
     out->framework = m->framework;
     out->base = l->addr + m->framework;

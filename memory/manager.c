@@ -112,7 +112,6 @@ int sl_mem_mgr_create(const sl_mem_config *cfg, sl_mem_mgr **out)
     m->framework = framework;
     m->default_e = default_e;
     m->spread_limit = cfg->spread_limit;
-    m->next_lane_id = 1;
     *out = m;
     return SL_OK;
 }

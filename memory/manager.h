@@ -196,15 +196,19 @@ void sl_mem_lane_busy(sl_mem_mgr *m, uint32_t lane);
 void sl_mem_lane_idle(sl_mem_mgr *m, uint32_t lane);
 
 typedef struct sl_mem_lane_info {
-    uint32_t id;
-    uint64_t base, size;                /* the ephemeral part: [base, base + size) */
+    uint32_t id;         /* from 1; a reclaimed lane's id goes to the next new lane */
+    uint64_t serial;     /* from 1, never reused: a new lane under an old id differs */
+    uint64_t base, size; /* the ephemeral part: [base, base + size) */
     uint64_t framework_base, framework; /* the workspace part, just below base */
     uint32_t n_sessions;
     uint64_t max_peak; /* largest need among its sessions (see "Ephemeral need") */
     bool busy;
 } sl_mem_lane_info;
 
-/* Geometry of lane id (ids start at 1 and are never reused). Errors:
+/* Geometry of lane id. Ids start at 1 and a new lane takes the lowest id
+ * no lane holds, so ids stay below the most lanes that ever existed at once;
+ * whoever keeps an id while not a member of the lane (a lane record, a
+ * statistic) compares the serial to tell a new lane under that id. Errors:
  * SL_ENOTFOUND. */
 int sl_mem_lane_get(const sl_mem_mgr *m, uint32_t id, sl_mem_lane_info *out);
 

@@ -79,7 +79,8 @@ struct mgr_list {
 };
 
 struct mgr_lane {
-    uint32_t id;
+    uint32_t id;       /* the lowest free one at creation: ids are reused */
+    uint64_t serial;   /* never reused: tells this lane from others with its id */
     uint64_t addr;     /* start of the block: the framework part comes first */
     uint64_t size;     /* ephemeral part, after it */
     uint64_t max_need; /* largest need among its sessions (0 when empty) */
@@ -101,7 +102,7 @@ struct sl_mem_mgr {
     sl_map lane_ids;         /* id -> mgr_lane */
     struct mgr_lane **lanes; /* ascending ids */
     size_t n_lanes, lanes_cap;
-    uint32_t next_lane_id;
+    uint64_t next_lane_serial; /* the last serial given (0 = none yet) */
     struct mgr_list queue, ready;
     uint32_t n_admitted; /* READY + ADMITTED */
     uint64_t persistent_used;

@@ -30,6 +30,7 @@
 #include "sl_log.h"
 
 typedef struct lane_state {
+    uint64_t serial;       /* which lane the id names (sl_sched_lane_bind); 0 = unbound */
     sl_sched_job *running; /* job with an item in flight; NULL = idle */
     sl_sched_job *last;    /* job of the previous item, for switch counting */
     uint64_t switches;
@@ -148,6 +149,19 @@ int sl_sched_reserve_lanes(sl_sched *s, uint32_t n_lanes)
 uint32_t sl_sched_lane_capacity(const sl_sched *s)
 {
     return s->n_lanes;
+}
+
+void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial)
+{
+    if (lane >= s->n_lanes || s->lanes[lane].serial == serial)
+        return;
+    lane_state *ls = &s->lanes[lane];
+    check(!ls->running, "lane_bind: an item is running on the lane");
+    /* The epoch stays: jobs already on the new lane compare against it. */
+    uint64_t epoch = ls->epoch;
+    memset(ls, 0, sizeof(*ls));
+    ls->epoch = epoch;
+    ls->serial = serial;
 }
 
 sl_sched_job *sl_sched_lane_running(const sl_sched *s, uint32_t lane)

@@ -155,6 +155,16 @@ sl_sched_job *sl_sched_lane_running(const sl_sched *s, uint32_t lane);
  * (the next pick is not a switch), so a job that runs alone until it leaves
  * (fifo) causes no switches. */
 uint64_t sl_sched_lane_switches(const sl_sched *s, uint32_t lane);
+/* Tells the scheduler which lane the id `lane` names now, as a serial that is
+ * never reused (the memory manager's; ids are). When the serial differs from
+ * the one the lane was last bound to, the id was reused for a new lane: its
+ * switches, gaps, idle time and previous job start afresh, as for a lane never
+ * used. Membership (which jobs have job->lane == lane) is the caller's and is
+ * not touched; neither is rr's epoch, which only ever grows. A lane at or
+ * above the capacity is ignored (nothing is known about it). Precondition:
+ * no item is running on the lane when its serial changes. O(1), never
+ * allocates. */
+void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial);
 /* Whether the current policy runs in its strict (paper) variant. */
 bool sl_sched_strict(const sl_sched *s);
 

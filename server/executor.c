@@ -21,8 +21,9 @@
 
 /* The server side of manager lane id, created (with a stream, reused from a
  * reclaimed lane when possible) the first time the lane runs something. */
-static sl_lane *lane_get(sl_server *srv, uint32_t id)
+static sl_lane *lane_get(sl_server *srv, const sl_mem_lane_info *info)
 {
+    uint32_t id = info->id;
     sl_lane *l = sl_map_get(&srv->lanes, id);
     if (l)
         return l;
@@ -31,6 +32,7 @@ static sl_lane *lane_get(sl_server *srv, uint32_t id)
         return NULL;
     l->id = id;
     l->workspace_bytes = UINT64_MAX; /* a reused stream may hold another lane's */
+    l->serial = info->serial;
     if (srv->n_spare)
         l->stream = srv->spare_streams[--srv->n_spare];
     else if (srv->dev->ops->stream_create(srv->dev, 0, &l->stream) != SL_OK)
@@ -46,7 +48,8 @@ out_free:
     return NULL;
 }
 
-/* Lanes the manager reclaimed give their stream back to the spare list. */
+/* Lanes the manager reclaimed give their stream back to the spare list,
+ * also when their id already names a new lane (different serial). */
 static void lanes_collect(sl_server *srv)
 {
     size_t i = 0;
@@ -56,7 +59,8 @@ static void lanes_collect(sl_server *srv)
     while (n < 16 && sl_map_next(&srv->lanes, &i, NULL, &v)) {
         sl_lane *l = v;
         sl_mem_lane_info info;
-        if (!l->busy && sl_mem_lane_get(srv->mem, l->id, &info) != SL_OK)
+        if (!l->busy &&
+            (sl_mem_lane_get(srv->mem, l->id, &info) != SL_OK || info.serial != l->serial))
             gone[n++] = l->id;
     }
     for (int k = 0; k < n; k++) {
@@ -397,11 +401,19 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
     sl_lane *l = sl_map_get(&srv->lanes, info->id);
     if (l && l->busy)
         return false;
+    if (l && l->serial != info->serial) {
+        /* the record of a reclaimed lane whose id was reused: keep its
+         * stream (idle), forget whose iteration ran last */
+        l->serial = info->serial;
+        l->last_job_id = 0;
+    }
+    /* the same for the scheduler's lane statistics; a no-op once bound */
+    sl_sched_lane_bind(srv->sched, info->id, info->serial);
     uint64_t idle_since = sl_sched_lane_idle_since(srv->sched, info->id);
     if (!sl_sched_next(srv->sched, info->id, now, &job, &item))
         return false;
     sl_work *w = container_of(item, sl_work, item);
-    if (!l && !(l = lane_get(srv, info->id))) {
+    if (!l && !(l = lane_get(srv, info))) {
         sl_sched_complete(srv->sched, job, 0, now);
         sl_reply_error(w->reply, SL_ENOMEM, "cannot start a stream for lane %u", info->id);
         sl_session_work_done(srv, w->session, box);

@@ -188,9 +188,12 @@ struct sl_session {
 };
 
 /* The server side of a memory-manager lane: the stream its iterations run on.
- * Lanes come and go with the manager; their streams are kept and reused. */
+ * Lanes come and go with the manager; their streams are kept and reused.
+ * Manager lane ids are reused too: a record whose serial differs from the
+ * manager's lane under its id belongs to a reclaimed lane. */
 typedef struct sl_lane {
     uint32_t id;
+    uint64_t serial; /* the manager's: ids are reused, serials are not */
     sl_stream *stream;
     bool busy;
     uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */

@@ -8,22 +8,64 @@
  * permissions; every request carries the peer uid of its connection, which
  * dispatch checks against the session owner's. tls+tcp:// listeners use
  * --tls-cert/--tls-key, and require client certificates signed by --tls-ca
- * when given. Plain tcp:// (or ws://) needs --allow-plain-tcp. */
+ * when given. Plain tcp:// (or ws://) needs --allow-plain-tcp.
+ *
+ * Listener watchdog (issue 6). NNG 1.5.2 (nanomsg/nng#1518, fixed in 1.6)
+ * hands a peer's hang-up in the middle of the SP handshake to the listener as
+ * NNG_ECLOSED, which the listener takes for its own close: it never accepts
+ * again, and salusd is deaf to every new client while the kernel still queues
+ * their connections. The transport still completes the SP handshake of
+ * those connections; they just never join the socket. No NNG call restarts
+ * that accept loop, so a thread probes every ipc:// and tcp:// listener once
+ * a second: a raw SP handshake as a REQ peer (never hanging up before the
+ * listener's header is in, which would itself trigger the bug), then it
+ * waits for the listener
+ * to hand a new pipe to the socket (NNG_PIPE_EV_ADD_POST; any pipe of that
+ * listener counts: exactly what stops). After two failed probes in a row it
+ * replaces the listener. An ipc:// path is unlinked and bound anew while the deaf
+ * listener stays open, so connected clients keep their pipes (and sessions)
+ * (at most SL_LISTEN_RETIRED_MAX times);
+ * a tcp:// port cannot be bound twice, so there the old listener (and its
+ * connections) is closed first. tls+tcp:// and ws:// are not probed (a probe
+ * would need their handshakes). */
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_nng.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/ipc/ipc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Watchdog timing: a probe a second, a second and a half for the answer,
+ * two failures in a row before a listener is replaced (a loaded server may
+ * miss one). Deaf listeners are found within about five seconds. */
+#define SL_LISTEN_PROBE_MS 1000
+#define SL_LISTEN_PROBE_TIMEOUT_MS 1500
+#define SL_LISTEN_PROBE_FAILURES 2
+/* How long a probe waits for the listener's SP header before it gives up
+ * (past NNG's 10 s negotiation limit, so the listener hangs up first). */
+#define SL_LISTEN_PROBE_HEADER_MS 12000
+/* Deaf ipc:// listeners kept open for their connected clients (a few KiB
+ * and one descriptor each). They are never closed before the socket:
+ * closing a deaf listener can hang NNG 1.5. Past this many, the watchdog
+ * stops replacing and logs it. */
+#define SL_LISTEN_RETIRED_MAX 64
 
 enum req_state { REQ_RECV, REQ_WAIT, REQ_SEND };
 
@@ -39,10 +81,25 @@ struct sl_req {
 
 struct sl_transport {
     nng_socket sock;
-    nng_listener listeners[SL_MAX_LISTEN];
+    nng_listener listeners[SL_MAX_LISTEN]; /* listeners[i] serves cfg.listen[i] */
     int n_listeners;
     sl_req *reqs;
     int n_reqs;
+    /* the watchdog; listeners and retired change only on its thread once
+     * it runs */
+    pthread_t watch_thread;
+    bool watch_started;
+    bool watch_stop; /* guarded by watch_lock */
+    pthread_mutex_t watch_lock;
+    pthread_cond_t watch_cond;
+    int probe_failures[SL_MAX_LISTEN];
+    nng_listener retired[SL_LISTEN_RETIRED_MAX]; /* deaf ipc:// listeners, oldest first */
+    int n_retired;
+    uint64_t replaced; /* listeners replaced so far */
+    /* pipes each listener gave the socket, for the probes; written by
+     * NNG's pipe callbacks */
+    _Atomic uint32_t listener_ids[SL_MAX_LISTEN];
+    _Atomic uint64_t pipes_added[SL_MAX_LISTEN];
 };
 
 static void rearm(sl_req *r)
@@ -153,8 +210,17 @@ bool sl_req_is_operator(const sl_req *req)
 
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    if (ev == NNG_PIPE_EV_REM_POST)
-        sl_dispatch_pipe_gone(arg, nng_pipe_id(p));
+    sl_server *srv = arg;
+    if (ev == NNG_PIPE_EV_REM_POST) {
+        sl_dispatch_pipe_gone(srv, nng_pipe_id(p));
+        return;
+    }
+    /* ADD_POST: the listener is alive (the watchdog's probe) */
+    struct sl_transport *t = srv->transport;
+    uint32_t from = nng_listener_id(nng_pipe_listener(p));
+    for (int i = 0; t && i < SL_MAX_LISTEN; i++)
+        if (atomic_load(&t->listener_ids[i]) == from)
+            atomic_fetch_add(&t->pipes_added[i], 1);
 }
 
 bool sl_url_is_plain_network(const char *url)
@@ -283,9 +349,9 @@ static int configure_listener(sl_server *srv, nng_listener l, const char *url)
     return SL_OK;
 }
 
-static int start_listener(sl_server *srv, struct sl_transport *t, const char *url)
+/* Creates, configures and starts the listener for url into *l. */
+static int start_listener(sl_server *srv, struct sl_transport *t, const char *url, nng_listener *l)
 {
-    nng_listener *l = &t->listeners[t->n_listeners];
     int rv = nng_listener_create(l, t->sock, url);
     if (rv) {
         sl_log_err("net.listen", "cannot listen on %s: %s", url, nng_strerror(rv));
@@ -308,7 +374,6 @@ static int start_listener(sl_server *srv, struct sl_transport *t, const char *ur
         nng_listener_close(*l);
         return rv == NNG_EADDRINVAL ? SL_EINVAL : SL_ECONN;
     }
-    t->n_listeners++;
     int port = 0;
     size_t len = strlen(url);
     if (len > 2 && strcmp(url + len - 2, ":0") == 0 &&
@@ -317,6 +382,256 @@ static int start_listener(sl_server *srv, struct sl_transport *t, const char *ur
     else
         sl_log_info("net.listen", "listening on %s", url);
     return SL_OK;
+}
+
+/* ---- listener watchdog (nanomsg/nng#1518) ---- */
+
+static bool url_is_ipc(const char *url)
+{
+    return strncmp(url, "ipc://", 6) == 0;
+}
+
+/* Where a probe connects for listener l: the ipc:// path, or the bound tcp
+ * address with a wildcard turned into loopback. False for transports the
+ * watchdog does not probe. */
+static bool probe_address(const char *url, nng_listener l, struct sockaddr_storage *ss,
+                          socklen_t *len)
+{
+    memset(ss, 0, sizeof *ss);
+    if (url_is_ipc(url)) {
+        struct sockaddr_un *un = (struct sockaddr_un *) ss;
+        const char *path = url + 6;
+        if (strlen(path) >= sizeof un->sun_path)
+            return false;
+        un->sun_family = AF_UNIX;
+        strcpy(un->sun_path, path);
+        *len = sizeof *un;
+        return true;
+    }
+    if (!sl_url_is_plain_network(url) || strncmp(url, "ws", 2) == 0)
+        return false;
+    nng_sockaddr sa;
+    if (nng_listener_get_addr(l, NNG_OPT_LOCADDR, &sa) != 0)
+        return false;
+    if (sa.s_family == NNG_AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *) ss;
+        in->sin_family = AF_INET;
+        in->sin_port = sa.s_in.sa_port; /* both in network order */
+        in->sin_addr.s_addr = sa.s_in.sa_addr ? sa.s_in.sa_addr : htonl(INADDR_LOOPBACK);
+        *len = sizeof *in;
+        return true;
+    }
+    if (sa.s_family == NNG_AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = sa.s_in6.sa_port;
+        memcpy(&in6->sin6_addr, sa.s_in6.sa_addr, sizeof in6->sin6_addr);
+        if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+            in6->sin6_addr = in6addr_loopback;
+        *len = sizeof *in6;
+        return true;
+    }
+    return false;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+/* Waits for fd to be ready for events until deadline_ns. */
+static bool wait_fd(int fd, short events, uint64_t deadline_ns)
+{
+    for (;;) {
+        uint64_t now = mono_ns();
+        if (now >= deadline_ns)
+            return false;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, (int) ((deadline_ns - now) / 1000000 + 1));
+        if (n > 0)
+            return (p.revents & events) != 0;
+        if (n < 0 && errno != EINTR)
+            return false;
+    }
+}
+
+/* A raw SP handshake as a REQ peer, then waits, connection open, until
+ * listener i gives the socket a pipe (this one or any other). True when
+ * that happened in time. The whole REQ header is sent before anything is
+ * awaited, so the probe never itself hangs up mid-handshake. */
+static bool probe(struct sl_transport *t, int i, const struct sockaddr_storage *ss, socklen_t len)
+{
+    static const uint8_t req_header[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+    uint64_t before = atomic_load(&t->pipes_added[i]);
+    uint64_t deadline = mono_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true; /* out of descriptors: not the listener's fault */
+    bool ok = false;
+    if (connect(fd, (const struct sockaddr *) ss, len) != 0) {
+        int err = 0;
+        socklen_t elen = sizeof err;
+        if (errno != EINPROGRESS || !wait_fd(fd, POLLOUT, deadline) ||
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err != 0)
+            goto out_close;
+    }
+    if (send(fd, req_header, sizeof req_header, MSG_NOSIGNAL) != (ssize_t) sizeof req_header)
+        goto out_close;
+    /* Hanging up before the listener has sent its header would be the very
+     * hang-up that deafens it (a loaded server is slow, not deaf): read it
+     * first, for as long as NNG's own 10 s negotiation limit lets it. */
+    uint8_t got[8];
+    size_t n = 0;
+    uint64_t header_deadline = mono_ns() + SL_LISTEN_PROBE_HEADER_MS * 1000000ull;
+    while (n < sizeof got && wait_fd(fd, POLLIN, header_deadline)) {
+        ssize_t r = recv(fd, got + n, sizeof got - n, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            goto out_close; /* the listener hung up: its handshake is over */
+        if (r > 0)
+            n += (size_t) r;
+    }
+    if (n < sizeof got)
+        goto out_close;
+    if (mono_ns() > deadline)
+        deadline = mono_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
+    struct timespec nap = {0, 5 * 1000 * 1000};
+    while (!(ok = atomic_load(&t->pipes_added[i]) != before) && mono_ns() < deadline)
+        nanosleep(&nap, NULL);
+out_close:
+    close(fd);
+    return ok;
+}
+
+/* Replaces the deaf listener i by a new one on the same address. */
+static void replace_listener(sl_server *srv, struct sl_transport *t, int i)
+{
+    const char *url = srv->cfg.listen[i];
+    nng_listener old = t->listeners[i];
+    char bound[256];
+    /* a tcp port chosen by the system (":0") must be kept: clients know it */
+    size_t ulen = strlen(url);
+    int port = 0;
+    if (!url_is_ipc(url) && ulen > 2 && strcmp(url + ulen - 2, ":0") == 0 &&
+        nng_listener_get_int(old, NNG_OPT_TCP_BOUND_PORT, &port) == 0 &&
+        (size_t) snprintf(bound, sizeof bound, "%.*s:%d", (int) (ulen - 2), url, port) <
+            sizeof bound)
+        url = bound;
+    bool already_retired = false; /* its replacement failed last time */
+    for (int r = 0; r < t->n_retired; r++)
+        already_retired |= nng_listener_id(t->retired[r]) == nng_listener_id(old);
+    if (url_is_ipc(url) && already_retired) {
+        (void) unlink(url + 6);
+    } else if (url_is_ipc(url)) {
+        /* the deaf listener keeps its connections; its path goes to the new one */
+        if (t->n_retired == SL_LISTEN_RETIRED_MAX) {
+            /* closing a deaf listener can hang NNG 1.5 (seen in the soak):
+             * stop replacing rather than risk the whole socket */
+            sl_log_err("net.watch",
+                       "%d deaf listeners on %s already kept open; not replacing another",
+                       t->n_retired, url);
+            return;
+        }
+        t->retired[t->n_retired++] = old;
+        (void) unlink(url + 6);
+    } else {
+        nng_listener_close(old);
+    }
+    t->replaced++;
+    nng_listener fresh;
+    int rc = start_listener(srv, t, url, &fresh);
+    if (rc != SL_OK) {
+        /* logged by start_listener; the next probes fail and try again */
+        sl_log_err("net.watch", "cannot replace the deaf listener on %s: %s", url, sl_strerror(rc));
+        return;
+    }
+    t->listeners[i] = fresh;
+    atomic_store(&t->listener_ids[i], (uint32_t) nng_listener_id(fresh));
+}
+
+static void *watch_main(void *arg)
+{
+    sl_server *srv = arg;
+    struct sl_transport *t = srv->transport;
+    pthread_mutex_lock(&t->watch_lock);
+    while (!t->watch_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += SL_LISTEN_PROBE_MS / 1000;
+        until.tv_nsec += (SL_LISTEN_PROBE_MS % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!t->watch_stop &&
+               pthread_cond_timedwait(&t->watch_cond, &t->watch_lock, &until) != ETIMEDOUT)
+            ;
+        if (t->watch_stop)
+            break;
+        pthread_mutex_unlock(&t->watch_lock);
+        for (int i = 0; i < t->n_listeners; i++) {
+            struct sockaddr_storage ss;
+            socklen_t len;
+            if (!probe_address(srv->cfg.listen[i], t->listeners[i], &ss, &len))
+                continue;
+            if (probe(t, i, &ss, len)) {
+                t->probe_failures[i] = 0;
+                continue;
+            }
+            if (++t->probe_failures[i] < SL_LISTEN_PROBE_FAILURES)
+                continue;
+            t->probe_failures[i] = 0;
+            sl_log_warn("net.deaf",
+                        "listener on %s stopped accepting connections (a peer hung up mid-"
+                        "handshake, nanomsg/nng#1518 in NNG %s); replacing it",
+                        srv->cfg.listen[i], nng_version());
+            replace_listener(srv, t, i);
+        }
+        pthread_mutex_lock(&t->watch_lock);
+    }
+    pthread_mutex_unlock(&t->watch_lock);
+    return NULL;
+}
+
+static void watch_start(sl_server *srv, struct sl_transport *t)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        goto out_fail;
+    (void) pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rv = pthread_cond_init(&t->watch_cond, &ca);
+    (void) pthread_condattr_destroy(&ca);
+    if (rv != 0)
+        goto out_fail;
+    if (pthread_mutex_init(&t->watch_lock, NULL) != 0)
+        goto out_cond;
+    if (pthread_create(&t->watch_thread, NULL, watch_main, srv) != 0)
+        goto out_lock;
+    t->watch_started = true;
+    return;
+
+out_lock:
+    pthread_mutex_destroy(&t->watch_lock);
+out_cond:
+    pthread_cond_destroy(&t->watch_cond);
+out_fail:
+    sl_log_warn("net.watch", "cannot start the listener watchdog: a listener that NNG stops "
+                             "(nanomsg/nng#1518) will not be replaced");
+}
+
+static void watch_stop(struct sl_transport *t)
+{
+    if (!t->watch_started)
+        return;
+    pthread_mutex_lock(&t->watch_lock);
+    t->watch_stop = true;
+    pthread_cond_signal(&t->watch_cond);
+    pthread_mutex_unlock(&t->watch_lock);
+    (void) pthread_join(t->watch_thread, NULL);
+    pthread_cond_destroy(&t->watch_cond);
+    pthread_mutex_destroy(&t->watch_lock);
+    t->watch_started = false;
 }
 
 int sl_transport_start(sl_server *srv)
@@ -333,6 +648,7 @@ int sl_transport_start(sl_server *srv)
     /* before any listener starts, so no message over the limit gets in */
     (void) nng_socket_set_size(t->sock, NNG_OPT_RECVMAXSZ, srv->cfg.max_message);
     (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_REM_POST, pipe_cb, srv);
+    (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, srv);
 
     t->reqs = sl_calloc((size_t) srv->cfg.contexts, sizeof *t->reqs);
     if (!t->reqs) {
@@ -350,11 +666,14 @@ int sl_transport_start(sl_server *srv)
     }
     srv->transport = t;
     for (int i = 0; i < srv->cfg.n_listen; i++) {
-        if ((rc = start_listener(srv, t, srv->cfg.listen[i])) != SL_OK)
+        if ((rc = start_listener(srv, t, srv->cfg.listen[i], &t->listeners[i])) != SL_OK)
             goto out_close;
+        atomic_store(&t->listener_ids[i], (uint32_t) nng_listener_id(t->listeners[i]));
+        t->n_listeners++;
     }
     for (int i = 0; i < t->n_reqs; i++)
         rearm(&t->reqs[i]);
+    watch_start(srv, t); /* a server without it still serves: not fatal */
     return SL_OK;
 
 out_close:
@@ -375,6 +694,7 @@ bool sl_transport_stop(sl_server *srv)
     struct sl_transport *t = srv->transport;
     if (!t)
         return true;
+    watch_stop(t); /* before the socket: it replaces listeners */
     /* closing the socket closes its listeners, pipes and contexts and
      * aborts every pending aio (callbacks then see NNG_ECLOSED and do not
      * re-arm); stopping each aio afterwards waits for running callbacks */

@@ -213,8 +213,10 @@ static void test_lane_reclaim(void **state)
     assert_int_equal(stats(m).n_lanes, 1);
 
     /* a busy lane that loses its last session stays until it goes idle */
+    sl_mem_lane_info gone = lane_info(m, l1);
     uint32_t l3 = admit_ok(m, 3, 0, 300 * K);
-    assert_true(l3 > l2); /* ids are never reused */
+    assert_int_equal(l3, l2);                           /* the lowest free id is reused ... */
+    assert_true(lane_info(m, l3).serial > gone.serial); /* ... serials are not */
     sl_mem_lane_busy(m, l3);
     release_ok(m, 3);
     sl_mem_lane_info li = lane_info(m, l3);
@@ -427,6 +429,53 @@ static void test_spread_then_share(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* Lanes made and reclaimed many times: ids are reused lowest first, so they
+ * stay below the most lanes alive at once, while every new lane gets a new
+ * serial. Tables indexed by lane id (the scheduler's, the server's) then
+ * stay that small too. */
+static void test_lane_id_reuse(void **state)
+{
+    (void) state;
+    enum { LIVE = 5, ROUNDS = 2000 };
+    sl_mem_mgr *m = mgr_new(4 * M, 0, 16 * K, 64 * K);
+    uint64_t ids[LIVE] = {0};
+    uint64_t next_id = 1, last_serial = 0;
+    uint32_t max_lane = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        int k = round % LIVE;
+        if (ids[k])
+            release_ok(m, ids[k]); /* its lane goes with it */
+        ids[k] = next_id++;
+        uint32_t lane;
+        assert_sl_ok(sl_mem_admit_ex(m, ids[k], 0, 32 * K, SL_MEM_ADMIT_EXCLUSIVE, NULL, &lane));
+        assert_sl_ok(sl_mem_check(m));
+        sl_mem_lane_info li = lane_info(m, lane);
+        assert_true(li.serial > last_serial);
+        last_serial = li.serial;
+        if (lane > max_lane)
+            max_lane = lane;
+        assert_int_equal(stats(m).n_lanes, round < LIVE ? round + 1 : LIVE);
+    }
+    assert_int_equal(max_lane, LIVE);
+    /* the lowest free id first, also when it is not the last one freed */
+    uint32_t freed_a = session_info(m, ids[3]).lane, freed_b = session_info(m, ids[1]).lane;
+    release_ok(m, ids[3]);
+    release_ok(m, ids[1]);
+    uint32_t lane;
+    assert_sl_ok(sl_mem_admit_ex(m, next_id++, 0, 32 * K, SL_MEM_ADMIT_EXCLUSIVE, NULL, &lane));
+    assert_int_equal(lane, freed_a < freed_b ? freed_a : freed_b);
+    sl_mem_lane_info all[LIVE];
+    assert_int_equal(sl_mem_lanes(m, all, LIVE), LIVE - 1);
+    for (size_t i = 1; i < LIVE - 1; i++)
+        assert_true(all[i - 1].id < all[i].id); /* still ascending */
+    for (int k = 0; k < LIVE; k++)
+        if (k != 1 && k != 3)
+            release_ok(m, ids[k]);
+    release_ok(m, next_id - 1);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 static void test_free_errors(void **state)
 {
     (void) state;
@@ -463,6 +512,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_grow_instead_of_new_lane, reset_alloc_failures),
         cmocka_unit_test_teardown(test_exclusive_lanes, reset_alloc_failures),
         cmocka_unit_test_teardown(test_spread_then_share, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_lane_id_reuse, reset_alloc_failures),
         cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
     };
     return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);

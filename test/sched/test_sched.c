@@ -100,6 +100,44 @@ static void test_lanes_reserve(void **state)
     run_one(63, &a, 5, 1); /* state of lanes below the old capacity survived */
 }
 
+/* A lane id reused for a new lane (a new serial) starts with fresh
+ * statistics; the same serial again changes nothing; membership stays. */
+static void test_lane_bind(void **state)
+{
+    (void) state;
+    make("fair", false);
+    sl_sched_lane_bind(fx.s, 100000, 1); /* above the capacity: ignored */
+    sl_sched_job a, b;
+    add(&a, 1, 1, 3, 0);
+    add(&b, 2, 1, 3, 0);
+    sl_sched_lane_bind(fx.s, 3, 7);
+    enq(&a, 0, 0);
+    run_one(3, &a, 5, 10);
+    enq(&b, 1, 20);
+    run_one(3, &b, 5, 30);
+    sl_sched_note_gap(fx.s, 3, 4, false);
+    assert_int_equal(sl_sched_lane_switches(fx.s, 3), 1);
+    assert_int_equal(sl_sched_lane_idle_since(fx.s, 3), 35);
+    assert_int_equal(sl_sched_lane_gap_count(fx.s, 3, false), 1);
+    uint64_t b_iterations = sl_sched_job_lane_iterations(fx.s, &b);
+    assert_int_equal(b_iterations, 1);
+
+    sl_sched_lane_bind(fx.s, 3, 7); /* the same lane: nothing changes */
+    assert_int_equal(sl_sched_lane_switches(fx.s, 3), 1);
+    assert_int_equal(sl_sched_lane_idle_since(fx.s, 3), 35);
+
+    sl_sched_lane_bind(fx.s, 3, 8); /* a new lane under id 3 */
+    assert_int_equal(sl_sched_lane_switches(fx.s, 3), 0);
+    assert_int_equal(sl_sched_lane_idle_since(fx.s, 3), 0);
+    assert_int_equal(sl_sched_lane_gap_count(fx.s, 3, false), 0);
+    assert_int_equal(sl_sched_job_lane_iterations(fx.s, &b), b_iterations); /* epoch kept */
+    enq(&a, 0, 40);
+    run_one(3, &a, 5, 40); /* b ran last on the old lane: not a switch here */
+    assert_int_equal(sl_sched_lane_switches(fx.s, 3), 0);
+    release_list(sl_sched_job_remove(fx.s, &a));
+    release_list(sl_sched_job_remove(fx.s, &b));
+}
+
 static void test_bookkeeping(void **state)
 {
     (void) state;
@@ -638,25 +676,16 @@ static void test_switch_same_job(void **state)
 int sched_group_core(void)
 {
     const struct CMUnitTest tests[] = {
-        SCHED_TEST(test_policy_lookup),
-        SCHED_TEST(test_create_errors),
-        SCHED_TEST(test_lanes_reserve),
-        SCHED_TEST(test_bookkeeping),
-        SCHED_TEST(test_fifo_scripted),
-        SCHED_TEST(test_fifo_strict_idles),
-        SCHED_TEST(test_fifo_property_work_conserving),
-        SCHED_TEST(test_fifo_property_strict),
-        SCHED_TEST(test_fair_picks_least),
-        SCHED_TEST(test_fair_weighted_shares),
-        SCHED_TEST(test_fair_no_starvation),
-        SCHED_TEST(test_core_property_fifo),
-        SCHED_TEST(test_core_property_fair),
-        SCHED_TEST(test_one_item_per_lane),
-        SCHED_TEST(test_lanes_independent),
-        SCHED_TEST(test_remove_returns_items),
-        SCHED_TEST(test_policy_change_runtime),
-        SCHED_TEST(test_switch_counting),
-        SCHED_TEST(test_switch_same_job),
+        SCHED_TEST(test_policy_lookup),        SCHED_TEST(test_create_errors),
+        SCHED_TEST(test_lanes_reserve),        SCHED_TEST(test_lane_bind),
+        SCHED_TEST(test_bookkeeping),          SCHED_TEST(test_fifo_scripted),
+        SCHED_TEST(test_fifo_strict_idles),    SCHED_TEST(test_fifo_property_work_conserving),
+        SCHED_TEST(test_fifo_property_strict), SCHED_TEST(test_fair_picks_least),
+        SCHED_TEST(test_fair_weighted_shares), SCHED_TEST(test_fair_no_starvation),
+        SCHED_TEST(test_core_property_fifo),   SCHED_TEST(test_core_property_fair),
+        SCHED_TEST(test_one_item_per_lane),    SCHED_TEST(test_lanes_independent),
+        SCHED_TEST(test_remove_returns_items), SCHED_TEST(test_policy_change_runtime),
+        SCHED_TEST(test_switch_counting),      SCHED_TEST(test_switch_same_job),
     };
     return cmocka_run_group_tests_name("sched core", tests, NULL, NULL);
 }

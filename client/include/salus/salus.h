@@ -104,8 +104,17 @@ const char *salus_default_url(void);
  *   SALUS_TLS_CERT, SALUS_TLS_KEY  PEM client certificate and key, for a
  *                          salusd started with --tls-ca (client auth)
  *
- * Errors: SALUS_ECONN (nobody listening), SALUS_EPROTO (version mismatch),
- * SALUS_EINVAL (bad URL; tls+tcp:// without SALUS_TLS_CA or with unreadable
+ * Bounded: where nobody listens it fails at once; a server that takes the
+ * connection but does not answer the protocol check within
+ * SALUS_CONNECT_TIMEOUT_MS milliseconds (environment; default 5000; a value
+ * that is not a positive integer means the default) fails it then. A peer
+ * that accepts but never completes NNG's own handshake is cut off by NNG
+ * after 10 s. Only connecting is bounded: later calls wait as long as their
+ * request takes.
+ *
+ * Errors: SALUS_ECONN (nobody listening, or the connection failed),
+ * SALUS_ETIMEDOUT (no answer within SALUS_CONNECT_TIMEOUT_MS), SALUS_EPROTO
+ * (version mismatch), SALUS_EINVAL (bad URL; tls+tcp:// without SALUS_TLS_CA or with unreadable
  * files), SALUS_EPERM (TLS: a certificate was refused, by either side),
  * SALUS_ENOMEM. salus_last_error(NULL) then says why. */
 int salus_connect(const char *url, salus_client **out);
