@@ -1,7 +1,9 @@
 /* nn: a stack of layers compiled into a training graph (forward, backward
  * with softmax cross-entropy, optimizer updates) and an inference graph
  * (forward, argmax). Shapes are tracked per sample while layers are added;
- * the graph builder checks them again, with the batch, at compile time. */
+ * the graph builder checks them again, with the batch, at compile time.
+ * Under momentum a dense layer's weight gradient is never a tensor: it
+ * accumulates into the velocity (matmul_acc), as fused optimizers do. */
 #include "client_internal.h"
 
 #include <math.h>
@@ -42,6 +44,9 @@ typedef struct param {
     int ndim;
     int64_t dims[4];
     salus_value value, grad, state_value[2];
+    /* momentum: the gradient went straight into the velocity (matmul_acc),
+     * so grad is SALUS_NO_VALUE and the update only applies it */
+    int grad_in_velocity;
 } param;
 
 struct salus_model {
@@ -468,6 +473,16 @@ static void update(salus_graph *g, const param *p, const salus_optimizer *o, sal
     if (o->kind == SALUS_SGD) {
         const float f[] = {o->lr};
         OPF(g, "sgd_update", f, p->value, p->grad);
+    } else if (o->kind == SALUS_MOMENTUM && p->grad_in_velocity) {
+        /* v = momentum * v + g is done: v += weight decay * p, then
+         * p -= lr * v, which is momentum_update's math */
+        salus_value v = state_value(g, p->state[0], p);
+        if (o->weight_decay != 0) {
+            const float wd[] = {-o->weight_decay};
+            OPF(g, "sgd_update", wd, v, p->value);
+        }
+        const float lr[] = {o->lr};
+        OPF(g, "sgd_update", lr, p->value, v);
     } else if (o->kind == SALUS_MOMENTUM) {
         const float f[] = {o->lr, o->momentum, o->weight_decay};
         OPF(g, "momentum_update", f, p->value, p->grad, state_value(g, p->state[0], p));
@@ -500,7 +515,17 @@ static void backward(salus_model *m, salus_graph *g, salus_value dy, const salus
         const int64_t ta[] = {1, 0}, tb[] = {0, 1};
         switch (l->kind) {
         case L_DENSE:
-            w->grad = OPI(g, "matmul", ta, l->x, dy);
+            if (o->kind == SALUS_MOMENTUM) {
+                /* the weight gradient accumulates into the velocity: no
+                 * [in, units] dW tensor in the iteration's memory */
+                const float alpha_beta[] = {1.0f, o->momentum};
+                salus_graph_op(g, "matmul_acc", 3,
+                               (salus_value[]){l->x, dy, state_value(g, w->state[0], w)}, 2, ta, 2,
+                               alpha_beta);
+                w->grad_in_velocity = 1;
+            } else {
+                w->grad = OPI(g, "matmul", ta, l->x, dy);
+            }
             b->grad = OP(g, "bias_grad", dy);
             if (need_dx)
                 dx = OPI(g, "matmul", tb, dy, w->value);

@@ -14,6 +14,8 @@
  *   axpy         2n flops,   reads 2n, writes n
  *   add_scalar   n flops (n = in0 elems), reads n, writes n
  *   matmul       2MNK flops, reads MK + KN, writes MN
+ *   matmul_acc   2MNK + 2MN flops, reads MK + KN + MN (acc; not when beta =
+ *                0), writes MN
  *   bias_add     MN flops,   reads MN + N, writes MN
  *   bias_grad    MN flops,   reads MN, writes N
  *   relu         n flops,    reads n, writes n
@@ -48,11 +50,11 @@
  *   batchnorm_grad   10n + 4C flops; reads dy and x twice (reductions, then
  *                dx) + 3C, writes dx + 2C
  *
- * Float attributes: scale and axpy factors, add_scalar's value and every
- * learning rate must be finite; fill's value may be anything (-inf masks are
- * legitimate). Momentum and weight decay are finite and >= 0, Adam's betas in
- * [0, 1) and its epsilon finite and >= 0; batch norm's epsilon is finite and
- * > 0, its momentum in [0, 1]. */
+ * Float attributes: scale and axpy factors, matmul_acc's alpha and beta,
+ * add_scalar's value and every learning rate must be finite; fill's value
+ * may be anything (-inf masks are legitimate). Momentum and weight decay are
+ * finite and >= 0, Adam's betas in [0, 1) and its epsilon finite and >= 0;
+ * batch norm's epsilon is finite and > 0, its momentum in [0, 1]. */
 #include "ops_impl.h"
 
 #include "sl_error.h"
@@ -397,6 +399,22 @@ static int infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
     return SL_OK;
 }
 
+/* The product's shape from matmul's rules, then acc (in2) must be it. */
+static int infer_matmul_acc(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                            size_t errlen)
+{
+    (void) out;
+    sl_shape product;
+    int rc = sl_ops_need_finite(a->f[0], "f[0] (alpha)", err, errlen);
+    if (rc == SL_OK)
+        rc = sl_ops_need_finite(a->f[1], "f[1] (beta)", err, errlen);
+    if (rc == SL_OK)
+        rc = infer_matmul(a, in, &product, err, errlen);
+    if (rc == SL_OK)
+        rc = sl_ops_need_shape(in, 2, &product, "the product", err, errlen);
+    return rc;
+}
+
 static int infer_bias_add(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {
@@ -536,6 +554,18 @@ static void cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape
     c->bytes = (m * k + k * n + m * n) * 4;
 }
 
+static void cost_matmul_acc(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                            sl_op_cost *c)
+{
+    (void) out;
+    const sl_shape *acc = &in[2];
+    cost_matmul(a, in, acc, c);
+    uint64_t mn = sl_shape_elems(acc);
+    c->flops += 2 * mn;
+    if (a->f[1] != 0.0f)
+        c->bytes += mn * 4;
+}
+
 static void cost_bias_add(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                           sl_op_cost *c)
 {
@@ -604,6 +634,8 @@ static const sl_op_def defs[SL_OP_COUNT] = {
     /* param (in0), m (in2) and v (in3) are updated in place. */
     [SL_OP_ADAM_UPDATE] = {"adam_update", 5, 0, 0xd, 0, 4, infer_adam, cost_adam, 0},
     [SL_OP_RESHAPE] = {"reshape", 1, 1, 0, SL_MAX_DIMS, 0, infer_reshape, cost_reshape, 0},
+    /* the accumulator (in2) is updated in place. */
+    [SL_OP_MATMUL_ACC] = {"matmul_acc", 3, 0, 0x4, 2, 2, infer_matmul_acc, cost_matmul_acc, 0},
 };
 #undef NN
 const sl_op_def *sl_op_get(unsigned id)

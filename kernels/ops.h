@@ -17,6 +17,15 @@
  *   add_scalar   in0 (mutated) += f[0]; no outputs    (e.g. Adam's step count)
  *   matmul       out = op(in0) @ op(in1)  i[0] = transA, i[1] = transB (0/1)
  *                in0 [M,K] (or [K,M] if transA), in1 [K,N] (or [N,K] if transB)
+ *   matmul_acc   in2 acc[M,N] (mutated) = f[1](beta) * acc + f[0](alpha) *
+ *                op(in0) @ op(in1); no outputs. in0, in1 and i[0..1] as
+ *                matmul; acc must have the product's shape. alpha and beta
+ *                finite; beta = 0 does not read acc (BLAS: NaN or inf there
+ *                do not propagate). acc sharing memory with in0 or in1 gives
+ *                unspecified values (never an out-of-bounds access). A fused
+ *                optimiser's gradient: matmul_acc(x, dy, velocity; 1,
+ *                momentum) then sgd_update(W, velocity; lr) is
+ *                momentum_update without a dW tensor.
  *   bias_add     out[M,N] = in0[M,N] + in1[N]
  *   bias_grad    out[N] = sum over rows of in0[M,N]  (gradient of bias_add)
  *   relu         out = max(in0, 0)
@@ -141,6 +150,7 @@ enum sl_op_id {
     SL_OP_MOMENTUM_UPDATE,
     SL_OP_ADAM_UPDATE,
     SL_OP_RESHAPE,
+    SL_OP_MATMUL_ACC,
     SL_OP_COUNT
 };
 

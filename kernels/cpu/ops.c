@@ -71,6 +71,21 @@ static int k_matmul(const sl_op_call *c)
     return SL_OK;
 }
 
+/* acc = beta * acc + alpha * op(A) op(B): GEMM's own C operand, so no
+ * product tensor exists. OpenBLAS does not read C when beta is 0. */
+static int k_matmul_acc(const sl_op_call *c)
+{
+    bool ta = c->attrs.i[0], tb = c->attrs.i[1];
+    const sl_shape *a = &c->in[0].shape, *b = &c->in[1].shape, *acc = &c->in[2].shape;
+    /* sl_cpu_op_check made sure every dimension fits in int. */
+    int m = (int) acc->dims[0], n = (int) acc->dims[1];
+    int k = (int) a->dims[ta ? 0 : 1];
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, c->attrs.f[0], f32(&c->in[0]), (int) a->dims[1], f32(&c->in[1]),
+                (int) b->dims[1], c->attrs.f[1], f32(&c->in[2]), n);
+    return SL_OK;
+}
+
 static int k_bias_add(const sl_op_call *c)
 {
     const float *x = f32(&c->in[0]), *bias = f32(&c->in[1]);
@@ -309,6 +324,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_MOMENTUM_UPDATE] = k_momentum_update,
     [SL_OP_ADAM_UPDATE] = k_adam_update,
     [SL_OP_RESHAPE] = k_reshape,
+    [SL_OP_MATMUL_ACC] = k_matmul_acc,
 };
 
 static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
@@ -329,7 +345,8 @@ int sl_cpu_op_check(const sl_op_call *call)
         return SL_EINVAL;
     /* cblas takes int dimensions; oneDNN's kernels index with int; argmax
      * writes i32 column indices. */
-    if ((call->op == SL_OP_MATMUL || call->op == SL_OP_ARGMAX || sl_cpu_op_uses_dnnl(call->op)) &&
+    if ((call->op == SL_OP_MATMUL || call->op == SL_OP_MATMUL_ACC || call->op == SL_OP_ARGMAX ||
+         sl_cpu_op_uses_dnnl(call->op)) &&
         (!dims_fit_int(call->in, call->n_in) || !dims_fit_int(call->out, call->n_out)))
         return SL_EUNSUPPORTED;
     return SL_OK;

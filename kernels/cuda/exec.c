@@ -274,6 +274,21 @@ static int run_matmul(sl_cuda_exec *x, const sl_op_call *c)
                                  (int) b[1], c->in[0].data, (int) a[1], &zero, c->out[0].data, n));
 }
 
+/* acc = beta * acc + alpha * op(A) op(B), in place: acc is GEMM's C, laid
+ * out as run_matmul's. cuBLAS does not read C when beta is 0. */
+static int run_matmul_acc(sl_cuda_exec *x, const sl_op_call *c)
+{
+    const float alpha = c->attrs.f[0], beta = c->attrs.f[1];
+    bool ta = c->attrs.i[0], tb = c->attrs.i[1];
+    const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
+    int m = (int) c->in[2].shape.dims[0], n = (int) c->in[2].shape.dims[1];
+    int k = (int) a[ta ? 0 : 1];
+    return SL_CUBLAS("cuda.gemm_acc",
+                     cublasSgemm(x->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, c->in[1].data,
+                                 (int) b[1], c->in[0].data, (int) a[1], &beta, c->in[2].data, n));
+}
+
 static family_fn family_of(unsigned op)
 {
     switch (op) {
@@ -282,6 +297,8 @@ static family_fn family_of(unsigned op)
         return run_copy;
     case SL_OP_MATMUL:
         return run_matmul;
+    case SL_OP_MATMUL_ACC:
+        return run_matmul_acc;
     case SL_OP_FILL:
     case SL_OP_ADD:
     case SL_OP_SCALE:
@@ -338,7 +355,8 @@ int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c)
     if (c->n_in != def->n_in || c->n_out != def->n_out)
         return SL_EINVAL;
     switch (c->op) {
-    case SL_OP_MATMUL: { /* cuBLAS takes int dimensions */
+    case SL_OP_MATMUL:
+    case SL_OP_MATMUL_ACC: { /* cuBLAS takes int dimensions */
         const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
         if (a[0] > INT_MAX || a[1] > INT_MAX || b[0] > INT_MAX || b[1] > INT_MAX)
             return SL_EUNSUPPORTED;

@@ -74,6 +74,12 @@ void kt_ref_batchnorm_grad(const double *dy, const double *x, const double *scal
                            const double *saved_mean, const double *saved_inv, double *dx,
                            double *dscale, double *dbias, size_t n, size_t c, size_t inner);
 
+/* matmul_acc: acc[m,n] = beta * acc + alpha * op(a) op(b), op as matmul's
+ * transposes (a is [m,k] or [k,m], b [k,n] or [n,k]); beta = 0 does not read
+ * acc. */
+void kt_ref_matmul_acc(const double *a, const double *b, double *acc, size_t m, size_t n, size_t k,
+                       bool ta, bool tb, double alpha, double beta);
+
 /* Row-wise over [n, c]. */
 void kt_ref_softmax(const double *x, double *p, size_t n, size_t c);
 /* Mean cross-entropy of softmax(x) against labels (all in [0, c)). */

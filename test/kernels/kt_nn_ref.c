@@ -372,3 +372,15 @@ void kt_ref_argmax(const float *x, int32_t *out, size_t n, size_t c)
         out[r] = (int32_t) best;
     }
 }
+
+void kt_ref_matmul_acc(const double *a, const double *b, double *acc, size_t m, size_t n, size_t k,
+                       bool ta, bool tb, double alpha, double beta)
+{
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            double sum = 0;
+            for (size_t p = 0; p < k; p++)
+                sum += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            acc[i * n + j] = (beta == 0 ? 0 : beta * acc[i * n + j]) + alpha * sum;
+        }
+}

@@ -278,6 +278,12 @@ static void test_refused_dims(void **state)
     am.in[0] = (sl_tensor_ref){e->arena, KT_F32(2, 1, 1ll << 31)};
     am.out[0] = (sl_tensor_ref){e->arena, KT_SHAPE(SL_I32, 1, 1)};
     assert_sl_err(e->dev->ops->launch(e->dev, e->stream, &am), SL_EUNSUPPORTED);
+    /* cblas takes int dimensions: matmul_acc's K = 2^31 */
+    sl_op_call acc = {.op = SL_OP_MATMUL_ACC, .n_in = 3, .n_out = 0, .attrs = {.f = {1, 1}}};
+    acc.in[0] = (sl_tensor_ref){e->arena, KT_F32(2, 1, 1ll << 31)};
+    acc.in[1] = (sl_tensor_ref){e->arena, KT_F32(2, 1ll << 31, 1)};
+    acc.in[2] = (sl_tensor_ref){e->arena, KT_F32(2, 1, 1)};
+    assert_sl_err(e->dev->ops->launch(e->dev, e->stream, &acc), SL_EUNSUPPORTED);
     assert_sl_ok(e->dev->ops->synchronize(e->dev, e->stream));
 }
 

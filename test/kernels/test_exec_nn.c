@@ -1,7 +1,8 @@
 /* The non-convolutional ops of issue 3 on any backend spec: mul, axpy,
  * add_scalar, sigmoid/tanh and their gradients, softmax, softmax_xent and
  * its gradient (with the run-time label check: a sticky SL_EINVAL), the
- * reductions, argmax (ties), momentum and Adam over several steps. Against
+ * reductions, argmax (ties), momentum and Adam over several steps, matmul_acc
+ * (and momentum fused into it, as client/nn.c emits it). Against
  * the double references of kt_nn_ref.c and hand-rolled optimiser steps;
  * gradients also against finite differences of the forward references. */
 #include "kt_nn.h"
@@ -341,6 +342,129 @@ static void test_momentum(void **state)
     kt_expect_close("momentum velocity", v, vd, NP, 1e-5);
 }
 
+/* ---- matmul_acc ---- */
+
+static void check_matmul_acc(kt_env *e, size_t m, size_t n, size_t k, bool ta, bool tb, float alpha,
+                             float beta)
+{
+    size_t na = m * k, nb = k * n, nc = m * n;
+    float *a = kt_fvec(na), *b = kt_fvec(nb), *acc = kt_fvec(nc);
+    double *ad = kt_dvec(na), *bd = kt_dvec(nb), *want = kt_dvec(nc);
+    kt_rand(a, na, 60 + m, -1, 1);
+    kt_rand(b, nb, 61 + n, -1, 1);
+    kt_rand(acc, nc, 62 + k, -2, 2);
+    if (beta == 0) /* BLAS semantics: acc is not read, its NaNs do not propagate */
+        for (size_t i = 0; i < nc; i++)
+            acc[i] = NAN;
+    kt_widen(a, ad, na);
+    kt_widen(b, bd, nb);
+    kt_widen(acc, want, nc);
+    kt_ref_matmul_acc(ad, bd, want, m, n, k, ta, tb, alpha, beta);
+    sl_shape sh[3] = {ta ? KT_F32(2, k, m) : KT_F32(2, m, k),
+                      tb ? KT_F32(2, n, k) : KT_F32(2, k, n), KT_F32(2, m, n)};
+    sl_op_attrs at = {.i = {ta, tb}, .f = {alpha, beta}};
+    kt_run_op(e, SL_OP_MATMUL_ACC, &at, sh, (float *[]){a, b, acc}, 3, NULL);
+    char what[96];
+    snprintf(what, sizeof what, "matmul_acc %zux%zux%zu ta=%d tb=%d alpha=%g beta=%g", m, n, k, ta,
+             tb, (double) alpha, (double) beta);
+    kt_expect_close(what, acc, want, nc, 1e-5 * (double) k);
+    sl_free(a), sl_free(b), sl_free(acc), sl_free(ad), sl_free(bd), sl_free(want);
+}
+
+static void test_matmul_acc(void **state)
+{
+    static const float ab[][2] = {{1, 0}, {1, 0.9f}, {-1.5f, 0.5f}, {0.25f, 1}, {0, -1}};
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++) {
+            check_matmul_acc(*state, 5, 3, 7, t & 1, t & 2, ab[i][0], ab[i][1]);
+            check_matmul_acc(*state, 1, 1, 1, t & 1, t & 2, ab[i][0], ab[i][1]);
+            check_matmul_acc(*state, 64, 33, 130, t & 1, t & 2, ab[i][0], ab[i][1]);
+        }
+}
+
+/* The weight gradient of y = x W (x [B,I], W [I,U]) for an upstream dy:
+ * matmul_acc(x, dy, dW; transA, alpha 1, beta 0) against central finite
+ * differences of sum(dy * (x W)) over W. */
+enum { FD_B = 6, FD_I = 5, FD_U = 4 };
+
+struct dense_ctx {
+    const double *x, *dy;
+};
+
+static double dense_dot(const double *w, const void *ctx)
+{
+    const struct dense_ctx *c = ctx;
+    double s = 0;
+    for (size_t r = 0; r < FD_B; r++)
+        for (size_t j = 0; j < FD_U; j++) {
+            double y = 0;
+            for (size_t i = 0; i < FD_I; i++)
+                y += c->x[r * FD_I + i] * w[i * FD_U + j];
+            s += c->dy[r * FD_U + j] * y;
+        }
+    return s;
+}
+
+static void test_matmul_acc_weight_grad(void **state)
+{
+    float x[FD_B * FD_I], dy[FD_B * FD_U], w[FD_I * FD_U], dw[FD_I * FD_U];
+    double xd[FD_B * FD_I], dyd[FD_B * FD_U], wd[FD_I * FD_U], fd[FD_I * FD_U];
+    kt_rand(x, FD_B * FD_I, 70, -1, 1);
+    kt_rand(dy, FD_B * FD_U, 71, -1, 1);
+    kt_rand(w, FD_I * FD_U, 72, -1, 1);
+    for (size_t i = 0; i < FD_I * FD_U; i++)
+        dw[i] = NAN;
+    kt_widen(x, xd, FD_B * FD_I);
+    kt_widen(dy, dyd, FD_B * FD_U);
+    kt_widen(w, wd, FD_I * FD_U);
+    sl_op_attrs a = {.i = {1, 0}, .f = {1, 0}};
+    sl_shape sh[3] = {KT_F32(2, FD_B, FD_I), KT_F32(2, FD_B, FD_U), KT_F32(2, FD_I, FD_U)};
+    kt_run_op(*state, SL_OP_MATMUL_ACC, &a, sh, (float *[]){x, dy, dw}, 3, NULL);
+    struct dense_ctx ctx = {xd, dyd};
+    kt_fd_grad(dense_dot, &ctx, wd, FD_I * FD_U, fd);
+    kt_expect_close("matmul_acc weight gradient vs finite differences", dw, fd, FD_I * FD_U,
+                    FD_TOL);
+}
+
+/* momentum_update's math with the gradient accumulated into the velocity
+ * (client/nn.c's dense layers): matmul_acc(x, dy, v; 1, momentum), then
+ * v += weight decay * p (sgd_update with -wd), then p -= lr * v, against
+ * the double reference of momentum_update with g = x^T dy. */
+static void test_momentum_fused(void **state)
+{
+    kt_env *e = *state;
+    enum { B = 9, I = 7, U = 11 };
+    float p[I * U], v[I * U] = {0}, x[B * I], dy[B * U];
+    double pd[I * U], vd[I * U] = {0}, g[I * U];
+    kt_rand(p, I * U, 80, -1, 1);
+    kt_widen(p, pd, I * U);
+    const float lr = 0.05f, mom = 0.9f, wds[] = {0, 0.01f};
+    sl_shape ps = KT_F32(2, I, U), acc_sh[3] = {KT_F32(2, B, I), KT_F32(2, B, U), ps},
+             upd[2] = {ps, ps};
+    for (int step = 0; step < STEPS; step++) {
+        float wd = wds[step & 1];
+        kt_rand(x, B * I, 81 + (uint64_t) step, -1, 1);
+        kt_rand(dy, B * U, 91 + (uint64_t) step, -1, 1);
+        sl_op_attrs acc = {.i = {1, 0}, .f = {1, mom}}, decay = {.f = {-wd}}, sgd = {.f = {lr}};
+        kt_run_op(e, SL_OP_MATMUL_ACC, &acc, acc_sh, (float *[]){x, dy, v}, 3, NULL);
+        if (wd != 0)
+            kt_run_op(e, SL_OP_SGD_UPDATE, &decay, upd, (float *[]){v, p}, 2, NULL);
+        kt_run_op(e, SL_OP_SGD_UPDATE, &sgd, upd, (float *[]){p, v}, 2, NULL);
+        for (size_t i = 0; i < I; i++)
+            for (size_t j = 0; j < U; j++) {
+                g[i * U + j] = 0;
+                for (size_t r = 0; r < B; r++)
+                    g[i * U + j] += (double) x[r * I + i] * dy[r * U + j];
+            }
+        for (size_t i = 0; i < I * U; i++) {
+            vd[i] = (double) mom * vd[i] + g[i] + (double) wd * pd[i];
+            pd[i] -= (double) lr * vd[i];
+        }
+    }
+    kt_expect_close("fused momentum param", p, pd, I * U, 1e-5);
+    kt_expect_close("fused momentum velocity", v, vd, I * U, 1e-5);
+}
+
 static void test_adam(void **state)
 {
     kt_env *e = *state;
@@ -380,6 +504,9 @@ int kt_run_nn_tests(const char *spec)
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_momentum),
         cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_matmul_acc),
+        cmocka_unit_test(test_matmul_acc_weight_grad),
+        cmocka_unit_test(test_momentum_fused),
     };
     nn_spec = spec;
     char name[64];

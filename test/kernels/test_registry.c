@@ -59,6 +59,8 @@ static void test_lookup(void **state)
     assert_int_equal(sl_op_get(SL_OP_BATCHNORM)->mutates, 0x18);
     assert_int_equal(sl_op_get(SL_OP_MOMENTUM_UPDATE)->mutates, 0x5);
     assert_int_equal(sl_op_get(SL_OP_ADAM_UPDATE)->mutates, 0xd);
+    assert_int_equal(sl_op_get(SL_OP_MATMUL_ACC)->mutates, 0x4); /* the accumulator */
+    assert_int_equal(sl_op_get(SL_OP_MATMUL_ACC)->n_out, 0);
     for (unsigned op = 0; op < SL_OP_COUNT; op++) {
         const sl_op_def *d = sl_op_get(op);
         assert_true(d->n_in <= SL_OP_MAX_IN && d->n_out <= SL_OP_MAX_OUT);
@@ -126,6 +128,24 @@ static const struct infer_case cases[] = {
     {"matmul rank 3", SL_OP_MATMUL, NONE, 2, {A2(3, 4), KT_F32(3, 4, 5, 1)}, SL_EINVAL, {0}, "in1 f32[4,5,1]: expected rank 2"},
     {"matmul too big", SL_OP_MATMUL, NONE, 2, {A2(1 << 21, 1), A2(1, 1 << 21)}, SL_EINVAL, {0}, "exceeds"},
     {"matmul i32", SL_OP_MATMUL, NONE, 2, {I32(3, 4), I32(4, 5)}, SL_EINVAL, {0}, "only f32"},
+    /* matmul_acc: acc (in2) must be the product's shape */
+    {"matmul_acc", SL_OP_MATMUL_ACC, {.f = {1, 0.9f}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_OK, {0}, NULL},
+    {"matmul_acc tA", SL_OP_MATMUL_ACC, {.i = {1, 0}, .f = {1, 0}}, 3, {A2(4, 3), A2(4, 5), A2(3, 5)}, SL_OK, {0}, NULL},
+    {"matmul_acc tB", SL_OP_MATMUL_ACC, {.i = {0, 1}, .f = {-2, 1}}, 3, {A2(3, 4), A2(5, 4), A2(3, 5)}, SL_OK, {0}, NULL},
+    {"matmul_acc tA tB", SL_OP_MATMUL_ACC, {.i = {1, 1}, .f = {0, -1}}, 3, {A2(4, 3), A2(5, 4), A2(3, 5)}, SL_OK, {0}, NULL},
+    {"matmul_acc acc transposed", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(3, 4), A2(4, 5), A2(5, 3)}, SL_EINVAL, {0}, "in2 f32[5,3] does not match the product f32[3,5]"},
+    {"matmul_acc acc small", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(3, 4), A2(4, 5), A2(3, 4)}, SL_EINVAL, {0}, "does not match the product"},
+    {"matmul_acc acc flat", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(3, 4), A2(4, 5), V(15)}, SL_EINVAL, {0}, "in2 f32[15] does not match"},
+    {"matmul_acc acc i32", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(3, 4), A2(4, 5), I32(3, 5)}, SL_EINVAL, {0}, "does not match"},
+    {"matmul_acc K", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(3, 4), A2(5, 4), A2(3, 5)}, SL_EINVAL, {0}, "inner dimensions"},
+    {"matmul_acc transA 2", SL_OP_MATMUL_ACC, {.i = {2, 0}, .f = {1, 1}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_EINVAL, {0}, "i[0] (transA) must be 0 or 1"},
+    {"matmul_acc alpha nan", SL_OP_MATMUL_ACC, {.f = {NAN, 1}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_EINVAL, {0}, "f[0] (alpha) must be finite"},
+    {"matmul_acc beta inf", SL_OP_MATMUL_ACC, {.f = {1, INFINITY}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_EINVAL, {0}, "f[1] (beta) must be finite"},
+    {"matmul_acc i[2]", SL_OP_MATMUL_ACC, {.i = {0, 0, 1}, .f = {1, 1}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_EINVAL, {0}, "i[2] is not used"},
+    {"matmul_acc f[2]", SL_OP_MATMUL_ACC, {.f = {1, 1, 1}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_EINVAL, {0}, "f[2] is not used"},
+    {"matmul_acc 2 inputs", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 2, {A2(3, 4), A2(4, 5)}, SL_EINVAL, {0}, "expected 3 inputs"},
+    {"matmul_acc rank 3", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(3, 4), KT_F32(3, 4, 5, 1), A2(3, 5)}, SL_EINVAL, {0}, "expected rank 2"},
+    {"matmul_acc too big", SL_OP_MATMUL_ACC, {.f = {1, 1}}, 3, {A2(1 << 21, 1), A2(1, 1 << 21), A2(1, 1)}, SL_EINVAL, {0}, "exceeds"},
     /* bias_add */
     {"bias_add", SL_OP_BIAS_ADD, NONE, 2, {A2(8, 3), V(3)}, SL_OK, A2(8, 3), NULL},
     {"bias_add rows", SL_OP_BIAS_ADD, NONE, 2, {A2(8, 3), V(8)}, SL_EINVAL, {0}, "does not match the columns"},
@@ -371,6 +391,16 @@ static void test_costs(void **state)
     c = cost_of(SL_OP_MATMUL, &none, (sl_shape[]){A2(1024, 1024), A2(1024, 1024)}, 2);
     assert_int_equal(c.flops, 2ull << 30);
     assert_int_equal(c.bytes, 3ull * 4 << 20);
+
+    /* matmul_acc [3,4] @ [4,5] into [3,5]: the matmul's 120 flops + 2 per
+     * accumulator element (scale, add); reads acc too unless beta is 0. */
+    sl_op_attrs acc_b = {.i = {1, 0}, .f = {1, 0.5f}}, acc_0 = {.f = {2, 0}};
+    c = cost_of(SL_OP_MATMUL_ACC, &acc_b, (sl_shape[]){A2(4, 3), A2(4, 5), A2(3, 5)}, 3);
+    assert_int_equal(c.flops, 150);
+    assert_int_equal(c.bytes, 188 + 60);
+    c = cost_of(SL_OP_MATMUL_ACC, &acc_0, (sl_shape[]){A2(3, 4), A2(4, 5), A2(3, 5)}, 3);
+    assert_int_equal(c.flops, 150);
+    assert_int_equal(c.bytes, 188);
 
     /* add [10,10]: 100 flops, reads 2 * 400 bytes, writes 400. */
     c = cost_of(SL_OP_ADD, &none, (sl_shape[]){A2(10, 10), A2(10, 10)}, 2);
