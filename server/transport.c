@@ -100,7 +100,36 @@ struct sl_transport {
      * NNG's pipe callbacks */
     _Atomic uint32_t listener_ids[SL_MAX_LISTEN];
     _Atomic uint64_t pipes_added[SL_MAX_LISTEN];
+    /* peer uid of each live pipe, filled as pipes join (SO_PEERCRED is
+     * otherwise a system call per request): pipe id -> uid + 1 over ipc://,
+     * PEER_NONE on other transports */
+    pthread_mutex_t peers_lock;
+    sl_map peers;
 };
+
+#define PEER_NONE ((void *) UINTPTR_MAX)
+
+static void *peer_lookup(nng_pipe p)
+{
+    uint64_t uid;
+    return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0 ? (void *) (uintptr_t) (uid + 1)
+                                                                   : PEER_NONE;
+}
+
+/* The peer uid of p: false when its transport has none. A pipe whose join
+ * callback has not run yet is asked directly. */
+static bool peer_uid(struct sl_transport *t, nng_pipe p, uint64_t *uid)
+{
+    pthread_mutex_lock(&t->peers_lock);
+    void *v = sl_map_get(&t->peers, nng_pipe_id(p));
+    pthread_mutex_unlock(&t->peers_lock);
+    if (!v)
+        v = peer_lookup(p);
+    if (v == PEER_NONE)
+        return false;
+    *uid = (uint64_t) (uintptr_t) v - 1;
+    return true;
+}
 
 static void rearm(sl_req *r)
 {
@@ -130,9 +159,9 @@ static void req_cb(void *arg)
     nng_msg *msg = nng_aio_get_msg(r->aio);
     nng_pipe pipe = nng_msg_get_pipe(msg);
     uint32_t pipe_id = nng_pipe_id(pipe);
-    /* ipc:// only (SO_PEERCRED); other transports answer NNG_ENOTSUP */
+    /* ipc:// only (SO_PEERCRED); other transports have no peer identity */
     uint64_t uid = 0;
-    r->has_uid = nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0;
+    r->has_uid = peer_uid(r->srv->transport, pipe, &uid);
     r->uid = uid;
     r->pipe = pipe;
     Salus__Request *req = salus__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
@@ -211,12 +240,23 @@ bool sl_req_is_operator(const sl_req *req)
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     sl_server *srv = arg;
+    struct sl_transport *t = srv->transport;
     if (ev == NNG_PIPE_EV_REM_POST) {
+        if (t) {
+            pthread_mutex_lock(&t->peers_lock);
+            (void) sl_map_del(&t->peers, nng_pipe_id(p));
+            pthread_mutex_unlock(&t->peers_lock);
+        }
         sl_dispatch_pipe_gone(srv, nng_pipe_id(p));
         return;
     }
+    if (t) { /* no room: its requests ask the system each time */
+        void *peer = peer_lookup(p);
+        pthread_mutex_lock(&t->peers_lock);
+        (void) sl_map_put(&t->peers, nng_pipe_id(p), peer);
+        pthread_mutex_unlock(&t->peers_lock);
+    }
     /* ADD_POST: the listener is alive (the watchdog's probe) */
-    struct sl_transport *t = srv->transport;
     uint32_t from = nng_listener_id(nng_pipe_listener(p));
     for (int i = 0; t && i < SL_MAX_LISTEN; i++)
         if (atomic_load(&t->listener_ids[i]) == from)
@@ -640,6 +680,8 @@ int sl_transport_start(sl_server *srv)
     if (!t)
         return SL_ENOMEM;
     int rc = SL_ECONN;
+    if (pthread_mutex_init(&t->peers_lock, NULL) != 0)
+        goto out_free_t;
     int rv = nng_rep0_open(&t->sock);
     if (rv) {
         sl_log_err("net.open", "cannot open socket: %s", nng_strerror(rv));
@@ -684,7 +726,10 @@ out_close:
         nng_ctx_close(t->reqs[i].ctx);
     }
     sl_free(t->reqs);
+    sl_map_fini(&t->peers);
 out_free:
+    pthread_mutex_destroy(&t->peers_lock);
+out_free_t:
     sl_free(t);
     return rc;
 }
@@ -708,6 +753,8 @@ bool sl_transport_stop(sl_server *srv)
         nng_aio_free(t->reqs[i].aio);
     }
     sl_free(t->reqs);
+    sl_map_fini(&t->peers);
+    pthread_mutex_destroy(&t->peers_lock);
     sl_free(t);
     srv->transport = NULL;
     return true;
