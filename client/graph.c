@@ -336,14 +336,19 @@ int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, 
         snprintf(c->last_error, sizeof c->last_error, "graph is not registered with session");
         return SL_EINVAL;
     }
+    /* the request's arrays, in one allocation (a small run makes none) */
     size_t n_slices = g->n_inputs + n_fetch;
-    ProtobufCBinaryData *feed_data = sl_calloc(g->n_inputs, sizeof *feed_data);
-    uint32_t *fetch_numbers = sl_calloc(n_fetch, sizeof *fetch_numbers);
-    Salus__ShmSlice *slices = sl_calloc(n_slices, sizeof *slices);
-    Salus__ShmSlice **slice_ptrs = sl_calloc(n_slices, sizeof *slice_ptrs);
+    size_t each = sizeof(Salus__ShmSlice) + sizeof(ProtobufCBinaryData) +
+                  sizeof(Salus__ShmSlice *) + sizeof(uint32_t);
+    _Alignas(16) unsigned char small[8 * each];
+    unsigned char *mem = n_slices <= 8 ? small : sl_calloc(n_slices, each);
     int rc = SL_ENOMEM;
-    if (!feed_data || !fetch_numbers || !slices || !slice_ptrs)
-        goto out_free;
+    if (!mem)
+        return rc;
+    Salus__ShmSlice *slices = (Salus__ShmSlice *) mem;
+    ProtobufCBinaryData *feed_data = (ProtobufCBinaryData *) (slices + n_slices);
+    Salus__ShmSlice **slice_ptrs = (Salus__ShmSlice **) (feed_data + g->n_inputs);
+    uint32_t *fetch_numbers = (uint32_t *) (slice_ptrs + n_slices);
     for (unsigned j = 0; j < n_fetch; j++) {
         rc = SL_EINVAL;
         if (fetch[j] >= g->n_values)
@@ -403,9 +408,7 @@ int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, 
 out_unlock:
     pthread_mutex_unlock(&s->shm_lock);
 out_free:
-    sl_free(feed_data);
-    sl_free(fetch_numbers);
-    sl_free(slices);
-    sl_free(slice_ptrs);
+    if (mem != small)
+        sl_free(mem);
     return rc;
 }

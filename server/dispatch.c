@@ -618,15 +618,12 @@ static void control_done(void *arg, int status)
 void sl_complete_unlock_and_flush(sl_server *srv, sl_outbox *box)
 {
     /* the replies go out after the lock is released; a drain must not tear
-     * the transport down until they have */
+     * the transport down until they have (the flush that sends them drops
+     * the count) */
     srv->completing++;
+    box->completing++;
     pthread_mutex_unlock(&srv->lock);
     sl_outbox_flush(srv, box);
-    pthread_mutex_lock(&srv->lock);
-    srv->completing--;
-    if (srv->draining)
-        pthread_cond_broadcast(&srv->idle_cond);
-    pthread_mutex_unlock(&srv->lock);
 }
 
 void sl_session_work_done(sl_server *srv, sl_session *s, sl_outbox *box)

@@ -99,16 +99,60 @@ void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply)
     box->tail = reply;
 }
 
+/* Replies produced while this thread runs a held stream's work for an
+ * outbox (sl_outbox_flush below): sent once that work is done. */
+static __thread sl_outbox *deferred;
+
+static void outbox_append(sl_outbox *to, sl_outbox *from)
+{
+    if (!from->head)
+        return;
+    if (to->tail)
+        to->tail->next = from->head;
+    else
+        to->head = from->head;
+    to->tail = from->tail;
+    from->head = from->tail = NULL;
+}
+
+static void outbox_move(sl_outbox *to, sl_outbox *from)
+{
+    outbox_append(to, from);
+    to->completing += from->completing;
+    from->completing = 0;
+}
+
 void sl_outbox_flush(sl_server *srv, sl_outbox *box)
 {
+    if (box->run_here) {
+        /* The iteration runs here; its reply waits until the stream is
+         * released and every lock dropped. Sent from inside, it would wake
+         * the client, whose next request would find the stream still
+         * borrowed (and go to the stream's thread) or a lock still held. */
+        sl_stream *st = box->run_here;
+        box->run_here = NULL;
+        sl_outbox later = {0}, *outer = deferred;
+        deferred = &later;
+        srv->dev->ops->stream_release(srv->dev, st, true);
+        deferred = outer;
+        outbox_move(box, &later);
+    }
+    if (deferred) {
+        outbox_move(deferred, box);
+        return;
+    }
     for (sl_reply *r = box->head, *next; r; r = next) {
         next = r->next;
         sl_transport_reply(srv, r->req, r);
     }
     box->head = box->tail = NULL;
-    if (box->run_here) {
-        sl_stream *st = box->run_here;
-        box->run_here = NULL;
-        srv->dev->ops->stream_release(srv->dev, st, true);
+    if (box->completing) {
+        srv->completing -= box->completing;
+        box->completing = 0;
+        if (srv->draining) { /* it waits for completing under the lock */
+            pthread_mutex_lock(&srv->lock);
+            pthread_cond_broadcast(&srv->idle_cond);
+            pthread_mutex_unlock(&srv->lock);
+        }
     }
 }

@@ -20,6 +20,7 @@
 
 #include <nng/nng.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -240,8 +241,11 @@ struct sl_server {
     pthread_cond_t timer_cond;
     uint64_t timer_deadline; /* 0 = none */
     bool timer_running, timer_stop;
-    uint32_t completing; /* completion callbacks still sending replies */
-    bool draining;
+    /* replies of finished work not sent yet (sl_complete_unlock_and_flush);
+     * atomic so the sender need not take the lock again after sending.
+     * draining is written under the lock, read anywhere. */
+    _Atomic uint32_t completing;
+    _Atomic bool draining;
     bool stopped; /* transport closing: connection events are ignored */
     struct sl_transport *transport;
     sl_fault_state fault;
@@ -333,6 +337,7 @@ void sl_reply_free(sl_reply *r);
 struct sl_outbox {
     sl_reply *head, *tail;
     sl_stream *run_here; /* held with a small iteration the flushing thread runs */
+    uint32_t completing; /* srv->completing counts it holds, dropped once sent */
 };
 /* Queues reply for req (req NULL: nobody to send to; just freed on flush). */
 void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply);
