@@ -16,8 +16,10 @@
 /* Largest reply the client accepts (a fetched tensor travels in one). */
 #define SL_CLIENT_MAX_MSG (1ull << 31)
 /* How long salus_connect waits for the server's answer to its Hello when
- * SALUS_CONNECT_TIMEOUT_MS does not say (salus.h). */
-#define SL_CLIENT_CONNECT_TIMEOUT_MS 5000
+ * SALUS_CONNECT_TIMEOUT_MS does not say (salus.h): longer than salusd's
+ * listener watchdog takes to replace a listener NNG 1.5 stopped (about 5 s,
+ * more under load), so a client arriving then waits instead of failing. */
+#define SL_CLIENT_CONNECT_TIMEOUT_MS 15000
 
 struct salus_client {
     nng_socket sock;

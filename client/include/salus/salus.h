@@ -106,7 +106,7 @@ const char *salus_default_url(void);
  *
  * Bounded: where nobody listens it fails at once; a server that takes the
  * connection but does not answer the protocol check within
- * SALUS_CONNECT_TIMEOUT_MS milliseconds (environment; default 5000; a value
+ * SALUS_CONNECT_TIMEOUT_MS milliseconds (environment; default 15000; a value
  * that is not a positive integer means the default) fails it then. A peer
  * that accepts but never completes NNG's own handshake is cut off by NNG
  * after 10 s. Only connecting is bounded: later calls wait as long as their
