@@ -2,7 +2,7 @@
  * one salusd, watching its memory.
  *
  *   soak --salusd PATH [--seconds 600] [--clients 64] [--kill-every-ms 500]
- *        [--json FILE]
+ *        [--json FILE] [--server-log error|warn|info (salusd's --log-level)]
  *
  * salusd (cpu device, 512 MiB, ipc:// in a temp folder) and every client are
  * child processes; this supervisor only spawns them (fork + exec, so no child
@@ -357,12 +357,15 @@ int main(int argc, char **argv)
     if (argc == 7 && strcmp(argv[1], "--worker") == 0)
         return worker_main(atoi(argv[2]), argv[3], argv[4], strtoull(argv[5], NULL, 10),
                            strtoull(argv[6], NULL, 10));
-    const char *salusd = NULL, *json = NULL;
+    const char *salusd = NULL, *json = NULL, *server_log = "error";
     int seconds = 600, clients = 64, kill_ms = 500;
-    static const struct option opts[] = {
-        {"salusd", required_argument, NULL, 's'},  {"seconds", required_argument, NULL, 't'},
-        {"clients", required_argument, NULL, 'c'}, {"kill-every-ms", required_argument, NULL, 'k'},
-        {"json", required_argument, NULL, 'j'},    {0}};
+    static const struct option opts[] = {{"salusd", required_argument, NULL, 's'},
+                                         {"seconds", required_argument, NULL, 't'},
+                                         {"clients", required_argument, NULL, 'c'},
+                                         {"kill-every-ms", required_argument, NULL, 'k'},
+                                         {"json", required_argument, NULL, 'j'},
+                                         {"server-log", required_argument, NULL, 'l'},
+                                         {0}};
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (o == 's')
@@ -375,13 +378,15 @@ int main(int argc, char **argv)
             kill_ms = atoi(optarg);
         else if (o == 'j')
             json = optarg;
+        else if (o == 'l')
+            server_log = optarg;
         else
             return 2;
     }
     if (!salusd || seconds < 5 || clients < 1 || clients > MAX_CLIENTS || kill_ms < 10) {
         fprintf(stderr,
                 "usage: soak --salusd PATH [--seconds N>=5] [--clients 1..%d] "
-                "[--kill-every-ms N>=10] [--json FILE]\n",
+                "[--kill-every-ms N>=10] [--json FILE] [--server-log LEVEL]\n",
                 MAX_CLIENTS);
         return 2;
     }
@@ -403,7 +408,7 @@ int main(int argc, char **argv)
         return 1;
 
     const char *sargv[] = {salusd,           "--listen", url,           "--device", "cpu",
-                           "--memory-limit", "512M",     "--log-level", "error",    NULL};
+                           "--memory-limit", "512M",     "--log-level", server_log, NULL};
     pid_t server = bench_spawn(sargv);
     salus_client *probe = NULL;
     for (int i = 0; i < 500 && salus_connect(url, &probe) != SALUS_OK; i++)
