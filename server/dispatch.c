@@ -656,6 +656,12 @@ static bool session_open(sl_server *srv, const Salus__OpenSession *m, sl_req *re
         sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
         return false;
     }
+    for (unsigned i = 0; pipe_id && i < SL_GONE_PIPES; i++) {
+        if (srv->gone_pipes[i] == pipe_id) {
+            sl_reply_error(r, SL_ECONN, "the connection closed before the session was opened");
+            return false;
+        }
+    }
     uint32_t max_sessions = srv->cfg.max_sessions ? srv->cfg.max_sessions : SL_DEFAULT_MAX_SESSIONS;
     if (srv->sessions.count >= max_sessions) {
         sl_reply_error(r, SL_EEXHAUSTED,
@@ -964,6 +970,7 @@ void sl_dispatch_pipe_gone(sl_server *srv, uint32_t pipe_id)
         pthread_mutex_unlock(&srv->lock);
         return;
     }
+    srv->gone_pipes[srv->gone_next++ % SL_GONE_PIPES] = pipe_id;
     size_t i = 0;
     void *v;
     sl_session *lost[64];

@@ -74,6 +74,7 @@ typedef struct sl_config {
 } sl_config;
 
 #define SL_DEFAULT_MAX_SESSIONS 1024
+#define SL_GONE_PIPES 256
 #define SL_DEFAULT_MAX_TENSORS 65536
 
 /* A persistent tensor of a session. */
@@ -249,6 +250,11 @@ struct sl_server {
     bool stopped; /* transport closing: connection events are ignored */
     struct sl_transport *transport;
     sl_fault_state fault;
+    /* connections that went away most recently (ring; guarded by lock): an
+     * open-session request read before its connection closed but handled
+     * after must not make a session nobody can ever close */
+    uint32_t gone_pipes[SL_GONE_PIPES];
+    uint32_t gone_next;
 };
 
 /* ---- server.c ---- */
