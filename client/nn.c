@@ -37,6 +37,7 @@ typedef struct layer {
     uint64_t running_mean, running_var; /* batchnorm state tensors */
     /* training-graph values */
     salus_value x, y, saved_mean, saved_invstd;
+    salus_value relu_bits; /* relu: relu_mask's bits, all its gradient reads */
 } layer;
 
 typedef struct param {
@@ -433,7 +434,15 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             break;
         }
         case L_RELU:
-            y = OP(g, "relu", x);
+            if (training) {
+                /* the backward pass needs only where y > 0: keeping that as
+                 * bits lets y die once the next layer's weight gradient has
+                 * read it (1/32 of the memory) */
+                y = OP(g, "relu_mask", x);
+                l->relu_bits = y + 1;
+            } else {
+                y = OP(g, "relu", x);
+            }
             break;
         case L_SIGMOID:
             y = OP(g, "sigmoid", x);
@@ -547,9 +556,8 @@ static void backward(salus_model *m, salus_graph *g, salus_value dy, const salus
             w->grad = dx + 1;
             b->grad = dx + 2;
             break;
-        case L_RELU: /* relu's output is positive exactly where its input is: reading
-                      * it lets relu run in place over a dying input */
-            dx = OP(g, "relu_grad", dy, l->y);
+        case L_RELU:
+            dx = OP(g, "relu_grad_mask", dy, l->relu_bits);
             break;
         case L_SIGMOID:
             dx = OP(g, "sigmoid_grad", dy, l->y);

@@ -37,6 +37,12 @@ SL_HD static inline float sl_ew_relu_grad(float dy, float x)
     return x > 0.0f ? dy : 0.0f;
 }
 
+/* relu_grad_mask: dy where the low bit of bit (relu_mask's, shifted) is set. */
+SL_HD static inline float sl_ew_relu_grad_bit(float dy, unsigned bit)
+{
+    return (bit & 1u) ? dy : 0.0f;
+}
+
 /* One term of mse_loss before the mean: (pred - target)^2. */
 SL_HD static inline float sl_ew_sq_err(float pred, float target)
 {

@@ -149,6 +149,34 @@ static int infer_like_in0(const sl_op_attrs *a, const sl_shape *in, sl_shape *ou
     return rc;
 }
 
+/* The bit mask of relu_mask for an input of n elements: i32[ceil(n/32)]. */
+static sl_shape relu_bits_shape(uint64_t n)
+{
+    sl_shape s = {.dtype = SL_I32, .ndim = 1};
+    s.dims[0] = (int64_t) ((n + 31) / 32);
+    return s;
+}
+
+static int infer_relu_mask(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                           size_t errlen)
+{
+    int rc = infer_like_in0(a, in, out, err, errlen);
+    if (rc == SL_OK)
+        out[1] = relu_bits_shape(sl_shape_elems(&in[0]));
+    return rc;
+}
+
+static int infer_relu_grad_mask(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                                size_t errlen)
+{
+    int rc = infer_like_in0(a, in, out, err, errlen);
+    if (rc == SL_OK) {
+        sl_shape bits = relu_bits_shape(sl_shape_elems(&in[0]));
+        rc = sl_ops_need_shape(in, 1, &bits, "relu_mask's bits for in0", err, errlen);
+    }
+    return rc;
+}
+
 static int infer_scale(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                        size_t errlen)
 {
@@ -468,6 +496,15 @@ COST_EW(cost_copy, &out[0], 0, 2)
 COST_EW(cost_unary, &out[0], 1, 2)  /* scale, relu */
 COST_EW(cost_binary, &out[0], 1, 3) /* add, mul, relu_grad */
 COST_EW(cost_axpy, &out[0], 2, 3)
+
+/* relu_mask and relu_grad_mask: x (or dy) and y (or dx), plus the bits. */
+static void cost_relu_bits(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                           sl_op_cost *c)
+{
+    (void) a, (void) out;
+    cost_ew(&in[0], 1, 2, c);
+    c->bytes += (sl_shape_elems(&in[0]) + 31) / 32 * 4;
+}
 COST_EW(cost_add_scalar, &in[0], 1, 2)
 COST_EW(cost_transcendental, &out[0], 4, 2) /* sigmoid, tanh */
 COST_EW(cost_act_grad, &out[0], 3, 3)       /* sigmoid_grad, tanh_grad */
@@ -635,6 +672,9 @@ static const sl_op_def defs[SL_OP_COUNT] = {
     [SL_OP_ADAM_UPDATE] = {"adam_update", 5, 0, 0xd, 0, 4, infer_adam, cost_adam, 0},
     [SL_OP_RESHAPE] = {"reshape", 1, 1, 0, SL_MAX_DIMS, 0, infer_reshape, cost_reshape, 0},
     /* the accumulator (in2) is updated in place. */
+    [SL_OP_RELU_MASK] = {"relu_mask", 1, 2, 0, 0, 0, infer_relu_mask, cost_relu_bits, 0x1},
+    [SL_OP_RELU_GRAD_MASK] = {"relu_grad_mask", 2, 1, 0, 0, 0, infer_relu_grad_mask, cost_relu_bits,
+                              0x1},
     [SL_OP_MATMUL_ACC] = {"matmul_acc", 3, 0, 0x4, 2, 2, infer_matmul_acc, cost_matmul_acc, 0},
 };
 #undef NN

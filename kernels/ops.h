@@ -30,6 +30,11 @@
  *   bias_grad    out[N] = sum over rows of in0[M,N]  (gradient of bias_add)
  *   relu         out = max(in0, 0)
  *   relu_grad    out = in0(dy) * (in1(x) > 0)
+ *   relu_mask    out0 = relu(in0), out1 = i32[ceil(n/32)] bits: bit i of
+ *                word i/32 set iff in0[i] > 0 (n = elements of in0). The
+ *                bits are all its gradient needs: 1/32 of keeping x or y.
+ *   relu_grad_mask  out = in0(dy) where in1's bit is set, else 0; in1 as
+ *                relu_mask's out1 for dy's element count
  *   sigmoid      out = 1 / (1 + exp(-in0))
  *   sigmoid_grad out = in0(dy) * in1(y) * (1 - in1(y))   (y: sigmoid's output)
  *   tanh         out = tanh(in0)
@@ -151,6 +156,8 @@ enum sl_op_id {
     SL_OP_ADAM_UPDATE,
     SL_OP_RESHAPE,
     SL_OP_MATMUL_ACC,
+    SL_OP_RELU_MASK,
+    SL_OP_RELU_GRAD_MASK,
     SL_OP_COUNT
 };
 

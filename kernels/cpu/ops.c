@@ -124,6 +124,36 @@ static int k_relu(const sl_op_call *c)
     return SL_OK;
 }
 
+/* y may be x (in place): each element is read before it is written. */
+static int k_relu_mask(const sl_op_call *c)
+{
+    const float *x = f32(&c->in[0]);
+    float *y = f32(&c->out[0]);
+    uint32_t *bits = c->out[1].data;
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    for (uint64_t w = 0; w * 32 < n; w++) {
+        uint64_t end = n - w * 32 < 32 ? n : w * 32 + 32;
+        uint32_t word = 0;
+        for (uint64_t i = w * 32; i < end; i++) {
+            word |= (uint32_t) (x[i] > 0.0f) << (i - w * 32);
+            y[i] = sl_ew_relu(x[i]);
+        }
+        bits[w] = word;
+    }
+    return SL_OK;
+}
+
+static int k_relu_grad_mask(const sl_op_call *c)
+{
+    const float *dy = f32(&c->in[0]);
+    const uint32_t *bits = c->in[1].data;
+    float *dx = f32(&c->out[0]);
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        dx[i] = sl_ew_relu_grad_bit(dy[i], bits[i / 32] >> (i % 32));
+    return SL_OK;
+}
+
 static int k_relu_grad(const sl_op_call *c)
 {
     const float *dy = f32(&c->in[0]), *x = f32(&c->in[1]);
@@ -299,6 +329,8 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_BIAS_GRAD] = k_bias_grad,
     [SL_OP_RELU] = k_relu,
     [SL_OP_RELU_GRAD] = k_relu_grad,
+    [SL_OP_RELU_MASK] = k_relu_mask,
+    [SL_OP_RELU_GRAD_MASK] = k_relu_grad_mask,
     [SL_OP_MSE_LOSS] = k_mse_loss,
     [SL_OP_MSE_GRAD] = k_mse_grad,
     [SL_OP_SGD_UPDATE] = k_sgd_update,

@@ -305,6 +305,8 @@ static family_fn family_of(unsigned op)
     case SL_OP_BIAS_ADD:
     case SL_OP_RELU:
     case SL_OP_RELU_GRAD:
+    case SL_OP_RELU_MASK:
+    case SL_OP_RELU_GRAD_MASK:
     case SL_OP_MSE_GRAD:
     case SL_OP_SGD_UPDATE:
     case SL_OP_MUL:

@@ -124,6 +124,31 @@ __global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *fai
     y[i] = f(x[i]);
 }
 
+/* relu_mask: one thread per 32-element word; y may be x (each element is
+ * read before it is written). */
+__global__ void k_relu_mask(float *y, uint32_t *bits, const float *x, uint64_t n, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, w, (n + 31) / 32)
+    {
+        uint64_t end = n - w * 32 < 32 ? n : w * 32 + 32;
+        uint32_t word = 0;
+        for (uint64_t i = w * 32; i < end; i++) {
+            word |= (uint32_t) (x[i] > 0.0f) << (i - w * 32);
+            y[i] = sl_ew_relu(x[i]);
+        }
+        bits[w] = word;
+    }
+}
+
+__global__ void k_relu_grad_mask(float *dx, const float *dy, const uint32_t *bits, uint64_t n,
+                                 const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    dx[i] = sl_ew_relu_grad_bit(dy[i], bits[i / 32] >> (i % 32));
+}
+
 /* y may alias a or b (in-place updates and in-place execution, ops.h): each
  * thread reads a[i] and b[i] before it writes y[i]. */
 template <class F>
@@ -310,6 +335,13 @@ extern "C" int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c)
         break;
     case SL_OP_RELU_GRAD:
         k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_relu_grad{}, failed);
+        break;
+    case SL_OP_RELU_MASK:
+        k_relu_mask<<<blocks_for((n + 31) / 32), BLOCK, 0, st>>>(y, (uint32_t *) c->out[1].data, a,
+                                                                 n, failed);
+        break;
+    case SL_OP_RELU_GRAD_MASK:
+        k_relu_grad_mask<<<grid, BLOCK, 0, st>>>(y, a, (const uint32_t *) c->in[1].data, n, failed);
         break;
     case SL_OP_SIGMOID_GRAD:
         k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_sigmoid_grad{}, failed);

@@ -198,6 +198,27 @@ static void test_relu(void **state)
         want[i] = x[i] > 0 ? dy[i] : 0;
     expect_close("relu_grad", y, want, N_EW, 0);
 
+    /* relu_mask: relu plus where x > 0 as bits (1073 elements: a partial last
+     * word); relu_grad_mask gives relu_grad's result from the bits alone */
+    size_t words = (N_EW + 31) / 32;
+    uint32_t *bits = sl_calloc(words, sizeof *bits);
+    assert_non_null(bits);
+    kt_run_op(e, SL_OP_RELU_MASK, NULL, &s, (float *[]){x}, 1, (float *[]){y, (float *) bits});
+    for (size_t i = 0; i < N_EW; i++) {
+        want[i] = ref_relu(x[i]);
+        assert_int_equal((bits[i / 32] >> (i % 32)) & 1u, x[i] > 0);
+    }
+    expect_close("relu_mask", y, want, N_EW, 0);
+    for (size_t i = N_EW; i < words * 32; i++) /* the tail of the last word stays clear */
+        assert_int_equal((bits[i / 32] >> (i % 32)) & 1u, 0);
+    sl_shape bits_shape = KT_SHAPE(SL_I32, 1, (int64_t) words);
+    kt_run_op(e, SL_OP_RELU_GRAD_MASK, NULL, (sl_shape[]){s, bits_shape},
+              (float *[]){dy, (float *) bits}, 2, (float *[]){y});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = x[i] > 0 ? dy[i] : 0;
+    expect_close("relu_grad_mask", y, want, N_EW, 0);
+    sl_free(bits);
+
     /* A scalar (rank 0) is one element. */
     float sx = -4.0f, sy = 1.0f;
     kt_run_op(e, SL_OP_RELU, NULL, &(sl_shape){.dtype = SL_F32}, (float *[]){&sx}, 1,

@@ -128,6 +128,14 @@ static const struct infer_case cases[] = {
     {"matmul rank 3", SL_OP_MATMUL, NONE, 2, {A2(3, 4), KT_F32(3, 4, 5, 1)}, SL_EINVAL, {0}, "in1 f32[4,5,1]: expected rank 2"},
     {"matmul too big", SL_OP_MATMUL, NONE, 2, {A2(1 << 21, 1), A2(1, 1 << 21)}, SL_EINVAL, {0}, "exceeds"},
     {"matmul i32", SL_OP_MATMUL, NONE, 2, {I32(3, 4), I32(4, 5)}, SL_EINVAL, {0}, "only f32"},
+    /* relu_mask: y like x, bits i32[ceil(n/32)]; relu_grad_mask checks them */
+    {"relu_mask", SL_OP_RELU_MASK, NONE, 1, {A2(3, 11)}, SL_OK, A2(3, 11), NULL},
+    {"relu_mask i32", SL_OP_RELU_MASK, NONE, 1, {I32(3, 11)}, SL_EINVAL, {0}, "f32"},
+    {"relu_grad_mask", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(3, 11), KT_SHAPE(SL_I32, 1, 2)}, SL_OK, A2(3, 11), NULL},
+    {"relu_grad_mask 32", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(4, 8), KT_SHAPE(SL_I32, 1, 1)}, SL_OK, A2(4, 8), NULL},
+    {"relu_grad_mask short", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(3, 11), KT_SHAPE(SL_I32, 1, 1)}, SL_EINVAL, {0}, "relu_mask's bits"},
+    {"relu_grad_mask f32 bits", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(3, 11), V(2)}, SL_EINVAL, {0}, "relu_mask's bits"},
+    {"relu_grad_mask 2-d bits", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(3, 11), I32(1, 2)}, SL_EINVAL, {0}, "relu_mask's bits"},
     /* matmul_acc: acc (in2) must be the product's shape */
     {"matmul_acc", SL_OP_MATMUL_ACC, {.f = {1, 0.9f}}, 3, {A2(3, 4), A2(4, 5), A2(3, 5)}, SL_OK, {0}, NULL},
     {"matmul_acc tA", SL_OP_MATMUL_ACC, {.i = {1, 0}, .f = {1, 0}}, 3, {A2(4, 3), A2(4, 5), A2(3, 5)}, SL_OK, {0}, NULL},

@@ -339,10 +339,9 @@ static void train_both(bool cnn, const salus_optimizer *opt)
         assert_sl_ok(salus_graph_memory(salus_model_training_graph(m[k]), &peak[k], &naive[k]));
     }
     /* the plan never grows (registration keeps the separate plan when the
-     * greedy planner would place the aliased one worse, as for this MLP
-     * under momentum); the CNN's peak step holds a relu over a dying input,
-     * the MLP's none */
-    assert_true(cnn ? peak[0] < peak[1] : peak[0] <= peak[1]);
+     * greedy planner would place the aliased one worse); whether it shrinks
+     * depends on what the peak step holds */
+    assert_true(peak[0] <= peak[1]);
     assert_int_equal(naive[0], naive[1]);
     uint32_t seed = 12345;
     float x[BATCH * 64];
