@@ -196,13 +196,23 @@ static void register_graph(struct slot sl, uint32_t pipe, Salus__Graph *g)
     dispatch_built(&req, pipe);
 }
 
+/* Connections 1 and 2 of this input: fresh ids every input, as NNG never
+ * reuses a pipe id (salusd refuses sessions on a connection it saw close). */
+static uint32_t pipe_base;
+
+static uint32_t pipe_of(unsigned which)
+{
+    return pipe_base + which;
+}
+
 static void prelude(void)
 {
+    pipe_base += 2;
     memset(slots, 0, sizeof slots);
     n_opened = 0;
-    slots[0] = open_session(1, NULL);
+    slots[0] = open_session(pipe_of(1), NULL);
     for (int i = 0; i < FG_N_TENSORS; i++)
-        create_tensor(slots[0], 1, &fg_tensors[i]);
+        create_tensor(slots[0], pipe_of(1), &fg_tensors[i]);
     /* graph 9: x f32[2,3] @ t3 f32[3,2] -> relu -> reduce_sum */
     int64_t d23[] = {2, 3}, d4[] = {4};
     Salus__TensorDesc x = SALUS__TENSOR_DESC__INIT;
@@ -229,14 +239,14 @@ static void prelude(void)
     g.params = params;
     g.n_ops = 3;
     g.ops = ops;
-    register_graph(slots[0], 1, &g);
+    register_graph(slots[0], pipe_of(1), &g);
 
     Salus__SessionHints hints = SALUS__SESSION_HINTS__INIT;
     hints.name = (char *) "b";
     hints.persistent_bytes = 64 << 10;
     hints.ephemeral_bytes = 64 << 10;
-    slots[1] = open_session(2, &hints);
-    create_tensor(slots[1], 2, &fg_tensors[0]);
+    slots[1] = open_session(pipe_of(2), &hints);
+    create_tensor(slots[1], pipe_of(2), &fg_tensors[0]);
     /* graph 2: x f32[4] + t1 -> sgd_update(t1, lr 0.1) */
     x.n_dims = 1;
     x.dims = d4;
@@ -255,7 +265,7 @@ static void prelude(void)
     Salus__Op *ops_b[] = {&add, &sgd};
     g.n_ops = 2;
     g.ops = ops_b;
-    register_graph(slots[1], 2, &g);
+    register_graph(slots[1], pipe_of(2), &g);
     wait_quiet();
 }
 
@@ -267,10 +277,10 @@ static void cleanup(void)
     sp.policy = (char *) "fair";
     req.body_case = SALUS__REQUEST__BODY_SET_POLICY;
     req.set_policy = &sp;
-    dispatch_built(&req, 1);
+    dispatch_built(&req, pipe_of(1));
     wait_quiet();
-    sl_dispatch_pipe_gone(&srv, 1);
-    sl_dispatch_pipe_gone(&srv, 2);
+    sl_dispatch_pipe_gone(&srv, pipe_of(1));
+    sl_dispatch_pipe_gone(&srv, pipe_of(2));
     struct timespec nap = {0, 50 * 1000};
     size_t left = 1;
     for (int i = 0; i < 200000 && left; i++) {
@@ -333,9 +343,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const uint8_t *payload = data;
         data += len;
         size -= len;
-        uint32_t pipe = kind & FR_PIPE_BIT ? 2 : 1;
+        uint32_t pipe = pipe_of(kind & FR_PIPE_BIT ? 2 : 1);
         if ((kind & 7) == FR_PIPE_GONE) {
-            sl_dispatch_pipe_gone(&srv, (arg & 1) + 1);
+            sl_dispatch_pipe_gone(&srv, pipe_of((arg & 1) + 1));
             wait_quiet();
             continue;
         }
