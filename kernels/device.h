@@ -104,8 +104,10 @@ typedef struct sl_device_ops {
     int (*synchronize)(sl_device *dev, sl_stream *s);
 
     /* Optional pair (NULL on backends whose streams run elsewhere, cuda).
-     * stream_hold: work submitted to s from now on waits, unstarted, for the
-     * matching stream_release (holds nest; every hold must be released).
+     * stream_hold: once the command running on s (if any) is done, nothing
+     * more starts until the matching stream_release (holds nest; every hold
+     * must be released, and synchronize on a held stream would wait for
+     * ever).
      * stream_release(run_here): when s's own thread is idle, the caller
      * runs what s holds itself, host callbacks included, before returning;
      * so it must hold no lock those callbacks take. That saves the thread
