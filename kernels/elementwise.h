@@ -6,6 +6,7 @@
 #define SL_ELEMENTWISE_H
 
 #include <math.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #define SL_HD __host__ __device__
@@ -35,6 +36,20 @@ SL_HD static inline float sl_ew_relu(float x)
 SL_HD static inline float sl_ew_relu_grad(float dy, float x)
 {
     return x > 0.0f ? dy : 0.0f;
+}
+
+/* relu_mask, word w of n elements: y = relu(x) over its (up to) 32
+ * elements, and the word of bits where x > 0. y may be x: each element is
+ * read before it is written. */
+SL_HD static inline uint32_t sl_ew_relu_mask_word(float *y, const float *x, uint64_t n, uint64_t w)
+{
+    uint64_t begin = w * 32, end = n - begin < 32 ? n : begin + 32;
+    uint32_t word = 0;
+    for (uint64_t i = begin; i < end; i++) {
+        word |= (uint32_t) (x[i] > 0.0f) << (i - begin);
+        y[i] = sl_ew_relu(x[i]);
+    }
+    return word;
 }
 
 /* relu_grad_mask: dy where the low bit of bit (relu_mask's, shifted) is set. */

@@ -103,21 +103,17 @@ void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply)
  * outbox (sl_outbox_flush below): sent once that work is done. */
 static __thread sl_outbox *deferred;
 
-static void outbox_append(sl_outbox *to, sl_outbox *from)
-{
-    if (!from->head)
-        return;
-    if (to->tail)
-        to->tail->next = from->head;
-    else
-        to->head = from->head;
-    to->tail = from->tail;
-    from->head = from->tail = NULL;
-}
-
+/* Moves from's replies (after to's) and its completing counts into to. */
 static void outbox_move(sl_outbox *to, sl_outbox *from)
 {
-    outbox_append(to, from);
+    if (from->head) {
+        if (to->tail)
+            to->tail->next = from->head;
+        else
+            to->head = from->head;
+        to->tail = from->tail;
+        from->head = from->tail = NULL;
+    }
     to->completing += from->completing;
     from->completing = 0;
 }

@@ -124,22 +124,14 @@ static int k_relu(const sl_op_call *c)
     return SL_OK;
 }
 
-/* y may be x (in place): each element is read before it is written. */
 static int k_relu_mask(const sl_op_call *c)
 {
     const float *x = f32(&c->in[0]);
     float *y = f32(&c->out[0]);
     uint32_t *bits = c->out[1].data;
     uint64_t n = sl_shape_elems(&c->in[0].shape);
-    for (uint64_t w = 0; w * 32 < n; w++) {
-        uint64_t end = n - w * 32 < 32 ? n : w * 32 + 32;
-        uint32_t word = 0;
-        for (uint64_t i = w * 32; i < end; i++) {
-            word |= (uint32_t) (x[i] > 0.0f) << (i - w * 32);
-            y[i] = sl_ew_relu(x[i]);
-        }
-        bits[w] = word;
-    }
+    for (uint64_t w = 0; w * 32 < n; w++)
+        bits[w] = sl_ew_relu_mask_word(y, x, n, w);
     return SL_OK;
 }
 

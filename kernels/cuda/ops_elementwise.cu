@@ -124,21 +124,12 @@ __global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *fai
     y[i] = f(x[i]);
 }
 
-/* relu_mask: one thread per 32-element word; y may be x (each element is
- * read before it is written). */
+/* relu_mask: one thread per 32-element word. */
 __global__ void k_relu_mask(float *y, uint32_t *bits, const float *x, uint64_t n, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, w, (n + 31) / 32)
-    {
-        uint64_t end = n - w * 32 < 32 ? n : w * 32 + 32;
-        uint32_t word = 0;
-        for (uint64_t i = w * 32; i < end; i++) {
-            word |= (uint32_t) (x[i] > 0.0f) << (i - w * 32);
-            y[i] = sl_ew_relu(x[i]);
-        }
-        bits[w] = word;
-    }
+    bits[w] = sl_ew_relu_mask_word(y, x, n, w);
 }
 
 __global__ void k_relu_grad_mask(float *dx, const float *dy, const uint32_t *bits, uint64_t n,

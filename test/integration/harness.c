@@ -102,3 +102,21 @@ salus_client *sl_test_connect(const sl_test_server *srv)
         fail_msg("connect %s: %s", srv->url, salus_strerror(rc));
     return c;
 }
+
+sl_test_server *sl_test_group;
+
+int sl_test_group_start(void **state)
+{
+    (void) state;
+    sl_test_server_start(sl_test_group, NULL);
+    return 0;
+}
+
+int sl_test_group_stop(void **state)
+{
+    (void) state;
+    int st = sl_test_server_stop(sl_test_group);
+    if (st != 0)
+        fprintf(stderr, "salusd exited with %d\n", st);
+    return st == 0 ? 0 : -1;
+}

@@ -20,6 +20,13 @@ void sl_test_server_start(sl_test_server *srv, const char *const *extra_args);
 /* SIGTERM, then waits up to 10 s; returns salusd's exit status (-1 if it had
  * to be killed or died by a signal). Removes the temp folder. */
 int sl_test_server_stop(sl_test_server *srv);
+/* cmocka group fixtures for a suite around one salusd: point sl_test_group
+ * at the suite's server before cmocka_run_group_tests. Setup starts it with
+ * no extra args; teardown stops it and fails the group (printing the status)
+ * unless salusd drained and exited 0. */
+extern sl_test_server *sl_test_group;
+int sl_test_group_start(void **state);
+int sl_test_group_stop(void **state);
 /* Connects a client to srv; fails the test on error. */
 salus_client *sl_test_connect(const sl_test_server *srv);
 /* Spawns program (env var name, e.g. "MLP_REGRESSION") with args; returns

@@ -224,22 +224,6 @@ static void killed_clients_leave_nothing_behind(void **state)
     salus_disconnect(c);
 }
 
-static int start(void **state)
-{
-    (void) state;
-    sl_test_server_start(&server, NULL);
-    return 0;
-}
-
-static int stop(void **state)
-{
-    (void) state;
-    int st = sl_test_server_stop(&server);
-    if (st != 0)
-        fprintf(stderr, "salusd exited with %d\n", st);
-    return st == 0 ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--child") == 0)
@@ -248,5 +232,6 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(killed_clients_leave_nothing_behind),
     };
-    return cmocka_run_group_tests_name("crash", tests, start, stop);
+    sl_test_group = &server;
+    return cmocka_run_group_tests_name("crash", tests, sl_test_group_start, sl_test_group_stop);
 }

@@ -87,15 +87,6 @@ static int start(void **state)
     return 0;
 }
 
-static int stop(void **state)
-{
-    (void) state;
-    int st = sl_test_server_stop(&server);
-    if (st != 0)
-        fprintf(stderr, "salusd exited with %d\n", st);
-    return st == 0 ? 0 : -1;
-}
-
 /* Sends raw bytes on a fresh REQ socket; the decoded reply, or NULL when
  * none came within 3 s. The socket never redials: closing it in the middle
  * of a redial's handshake would trip nanomsg/nng#1518 (see the last test). */
@@ -805,5 +796,6 @@ int main(void)
         cmocka_unit_test(thousands_of_sessions_and_tensors),
         cmocka_unit_test(peers_dropping_mid_handshake_leave_others_served),
     };
-    return cmocka_run_group_tests_name("hostile", tests, start, stop);
+    sl_test_group = &server;
+    return cmocka_run_group_tests_name("hostile", tests, start, sl_test_group_stop);
 }

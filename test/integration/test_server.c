@@ -16,22 +16,6 @@
 
 static sl_test_server server;
 
-static int start(void **state)
-{
-    (void) state;
-    sl_test_server_start(&server, NULL);
-    return 0;
-}
-
-static int stop(void **state)
-{
-    (void) state;
-    int st = sl_test_server_stop(&server);
-    if (st != 0)
-        fprintf(stderr, "salusd exited with %d\n", st);
-    return st == 0 ? 0 : -1;
-}
-
 /* Reads the server's status: number of sessions and persistent bytes used. */
 static void server_usage(salus_client *c, size_t *sessions, uint64_t *persistent)
 {
@@ -572,5 +556,7 @@ int main(void)
         cmocka_unit_test(admission_quota_and_capacity_leave_a_trainer_undisturbed),
         cmocka_unit_test(sigterm_drains_and_exits_zero),
     };
-    return cmocka_run_group_tests_name("integration", tests, start, stop);
+    sl_test_group = &server;
+    return cmocka_run_group_tests_name("integration", tests, sl_test_group_start,
+                                       sl_test_group_stop);
 }

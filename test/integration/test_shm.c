@@ -18,19 +18,6 @@
 
 static sl_test_server server;
 
-static int start(void **state)
-{
-    (void) state;
-    sl_test_server_start(&server, NULL);
-    return 0;
-}
-
-static int stop(void **state)
-{
-    (void) state;
-    return sl_test_server_stop(&server) == 0 ? 0 : -1;
-}
-
 /* A session with W [K, N] and the graph relu(x W) for x [rows, K]. */
 typedef struct job {
     salus_client *c;
@@ -281,5 +268,6 @@ int main(void)
         cmocka_unit_test(segments_grow_with_the_run),
         cmocka_unit_test(malformed_attaches_and_slices_are_refused),
     };
-    return cmocka_run_group_tests(tests, start, stop);
+    sl_test_group = &server;
+    return cmocka_run_group_tests(tests, sl_test_group_start, sl_test_group_stop);
 }

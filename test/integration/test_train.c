@@ -24,12 +24,6 @@ static int start(void **state)
     return 0;
 }
 
-static int stop(void **state)
-{
-    (void) state;
-    return sl_test_server_stop(&server) == 0 ? 0 : -1;
-}
-
 /* Runs fashion_train with args and returns the accuracy of its RESULT line. */
 static double train(const char *args)
 {
@@ -83,5 +77,6 @@ int main(void)
         cmocka_unit_test(cnn_learns_on_a_subset),
         cmocka_unit_test(adam_and_sgd_learn_too),
     };
-    return cmocka_run_group_tests_name("train", tests, start, stop);
+    sl_test_group = &server;
+    return cmocka_run_group_tests_name("train", tests, start, sl_test_group_stop);
 }
