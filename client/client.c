@@ -333,13 +333,15 @@ int salus_connect(const char *url, salus_client **out)
         sl_free(c);
         return from_nng(rv);
     }
+    /* A queued or long iteration must never be re-sent: the default 60 s
+     * resend would run it twice. A context copies the socket's resend time
+     * when it opens, so this comes first (a context left with a finite one
+     * also arms a timer per request: one more thread wake-up per call). */
+    (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     if ((rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0 || (rv = nng_ctx_open(&c->ctx, c->sock)))
         goto out_close;
     (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
     (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
-    /* A queued or long iteration must never be re-sent: the default 60 s
-     * resend would run it twice. */
-    (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     (void) nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, SL_CLIENT_MAX_MSG);
     const char *shm_env = getenv("SALUS_SHM");
     c->local = strncmp(url, "ipc://", 6) == 0 && !(shm_env && strcmp(shm_env, "0") == 0);

@@ -297,6 +297,19 @@ static void protocol_version_mismatch_is_refused(void **state)
     salus__reply__free_unpacked(rep, NULL);
 }
 
+/* An iteration may queue or run for minutes: the client's request context
+ * must never re-send it (NNG's REQ default is every 60 s). */
+static void requests_are_never_resent(void **state)
+{
+    (void) state;
+    salus_client *c;
+    assert_int_equal(salus_connect(server.url, &c), SALUS_OK);
+    nng_duration resend = 0;
+    assert_int_equal(nng_ctx_get_ms(c->ctx, NNG_OPT_REQ_RESENDTIME, &resend), 0);
+    assert_int_equal(resend, NNG_DURATION_INFINITE);
+    salus_disconnect(c);
+}
+
 static void policy_and_weights_change_at_run_time(void **state)
 {
     (void) state;
@@ -551,6 +564,7 @@ int main(void)
         cmocka_unit_test(unknown_session_wrong_token_unknown_graph),
         cmocka_unit_test(killed_client_memory_returns),
         cmocka_unit_test(protocol_version_mismatch_is_refused),
+        cmocka_unit_test(requests_are_never_resent),
         cmocka_unit_test(session_handles_outlive_their_client),
         cmocka_unit_test(policy_and_weights_change_at_run_time),
         cmocka_unit_test(admission_quota_and_capacity_leave_a_trainer_undisturbed),
