@@ -61,8 +61,13 @@ typedef struct sl_device_ops {
     int (*mem_alloc)(sl_device *dev, size_t bytes, void **out);
     void (*mem_free)(sl_device *dev, void *ptr);
 
-    /* priority: 0 = normal, > 0 = more urgent (mapped to stream priorities on
-     * cuda; advisory elsewhere). */
+    /* priority: 0 = normal, > 0 = more urgent, < 0 = less, fixed for the
+     * stream's life. cuda: stream priorities (> 0 above the default, the
+     * default being CUDA's lowest); cpu: < 0 runs the stream's threads under
+     * SCHED_IDLE, so they take only the cores normal threads leave, and off
+     * the first core (kept for high-priority work and the transport); sim:
+     * advisory. salusd gives a lane a stream of its session's
+     * class (executor.c) and swaps streams when the class changes. */
     int (*stream_create)(sl_device *dev, int priority, sl_stream **out);
     /* Waits for the stream's pending work, then frees it. */
     void (*stream_destroy)(sl_device *dev, sl_stream *s);
@@ -131,6 +136,9 @@ struct sl_device {
     /* framework bytes per lane that comfortably hold the workspaces of this
      * backend's ops (stream_set_workspace); salusd's default */
     uint64_t workspace_hint;
+    /* its work runs on the host's own cores (cpu), competing with the
+     * server's and its clients' threads for them */
+    bool host_cores;
     char description[128]; /* e.g. "cpu (2 cores, OpenBLAS)" */
     void *priv;            /* backend state, ops->priv_size bytes */
 };

@@ -100,6 +100,8 @@ static void run_head(sl_workq *q)
 static void *worker_main(void *arg)
 {
     sl_workq *q = arg;
+    if (q->cfg->worker_start)
+        q->cfg->worker_start(q->ctx);
     pthread_mutex_lock(&q->lock);
     for (;;) {
         while (q->borrowed || (q->held && !q->stopping) || (!q->head && !q->stopping)) {

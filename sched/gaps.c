@@ -124,18 +124,36 @@ sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns)
     if (g->n_pending > 0)
         return SL_GAPS_WAIT_PENDING;
     sl_gaps_decision d = SL_GAPS_ISSUE_FREE;
+    double host = (double) g->cfg.host_ns;
     for (const sl_gaps_hp *hp = g->first; hp; hp = hp->next) {
-        if (!hp->idle || hp->gaps_seen == 0)
-            continue; /* never ran, or no prediction yet */
+        if (!hp->idle)
+            continue; /* never ran */
         double elapsed = now > hp->idle_since_ns ? (double) (now - hp->idle_since_ns) : 0;
+        if (elapsed < host)
+            return SL_GAPS_WAIT_GAP; /* its reply is still on its way out */
+        if (hp->gaps_seen == 0)
+            continue; /* no prediction yet */
         double overdue = g->cfg.overdue_factor * (hp->gap_mean_ns + g->cfg.dev_k * hp->gap_dev_ns);
         if (elapsed > overdue)
             continue;
-        if (predicted_gap(&g->cfg, hp) - elapsed <= (double) op_ns)
+        if (predicted_gap(&g->cfg, hp) - elapsed - host <= (double) op_ns)
             return SL_GAPS_WAIT_GAP;
         d = SL_GAPS_ISSUE_GAP;
     }
     return d;
+}
+
+uint64_t sl_gaps_host_wait(const sl_gaps *g, uint64_t now)
+{
+    uint64_t wait = 0;
+    for (const sl_gaps_hp *hp = g->first; hp; hp = hp->next) {
+        if (!hp->idle || now >= hp->idle_since_ns + g->cfg.host_ns)
+            continue;
+        uint64_t left = hp->idle_since_ns + g->cfg.host_ns - now;
+        if (left > wait)
+            wait = left;
+    }
+    return wait;
 }
 
 bool sl_gaps_may_issue_low_op(const sl_gaps *g, uint64_t now, uint64_t op_ns)

@@ -26,6 +26,9 @@
  *    An hp job with no prediction yet (it has not completed a gap) does not
  *    constrain: lp work is not held back on a guess, and the bound above
  *    still holds.
+ *    With a host margin h (cfg.host_ns): an hp job that went idle less than
+ *    h ago makes lp wait (its reply is still on its way out), and an op must
+ *    fit g - e - h (the next request's way in).
  *  - issue when every hp job allows it.
  *
  * Pure: no I/O, no threads, no clock (now is passed in), no allocation at
@@ -44,12 +47,17 @@ typedef struct sl_gaps_config {
     double overdue_factor;  /* >= 1 */
     double op_alpha;        /* weight of a new op duration in its EWMA, (0, 1] */
     uint64_t unknown_op_ns; /* prediction for an op never measured, nor its job */
+    /* Host time around each hp iteration kept free of lp ops: its reply's
+     * way to the client after completion, its next request's way in before
+     * the predicted arrival. Matters where the device is the host's own
+     * cores (cpu): there an lp op competes with that work for a core. */
+    uint64_t host_ns;
 } sl_gaps_config;
 
 /* The defaults: gap_alpha 1/8, gap_beta 1/4 (RFC 6298), dev_k 1,
  * overdue_factor 2, op_alpha 1/4, unknown_op_ns 0 (an unmeasured op is
  * issued into any open gap once, which measures it: at worst it delays one
- * hp arrival by one op, the bound that holds anyway). */
+ * hp arrival by one op, the bound that holds anyway), host_ns 0. */
 sl_gaps_config sl_gaps_config_default(void);
 
 /* One EWMA: the mean of what it has seen, weighting recent samples. */
@@ -119,6 +127,9 @@ uint64_t sl_gaps_hp_predicted_gap(const sl_gaps *g, const sl_gaps_hp *hp);
 /* The decision described at the top, for an lp op predicted to take op_ns,
  * at time now. O(number of hp jobs), no side effects. */
 sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns);
+/* How long from now until no hp job is within its host margin after a
+ * completion (0 = none is): when a WAIT_GAP decision may change first. */
+uint64_t sl_gaps_host_wait(const sl_gaps *g, uint64_t now);
 /* sl_gaps_decide(...) is one of the two ISSUE outcomes. Always false while
  * any hp job has work pending. */
 bool sl_gaps_may_issue_low_op(const sl_gaps *g, uint64_t now, uint64_t op_ns);

@@ -18,10 +18,53 @@
 /* Longest a low-priority iteration waits for a gap its next op fits before
  * it is given one op in whatever gap there is. */
 #define SL_EXEC_STARVE_NS (5 * 1000 * 1000ull)
+/* The gap filler's host margin (sched/gaps.h) on a device made of the
+ * host's own cores: a reply's way out to a local client and a request's way
+ * in take about 100 us each here (bench/rtt); bench/priority measured
+ * 100, 150 and 200 us, and the tail only came within 1.2x from 150 on. */
+#define SL_EXEC_HOST_MARGIN_NS (200 * 1000ull)
 
-/* The server side of manager lane id, created (with a stream, reused from a
- * reclaimed lane when possible) the first time the lane runs something. */
-static sl_lane *lane_get(sl_server *srv, const sl_mem_lane_info *info)
+/* The stream class a session's iterations run in (device.h): above normal
+ * for high-priority sessions under the priority policy, below normal for
+ * everyone else while such sessions exist, normal otherwise. */
+static int stream_priority(const sl_server *srv, const sl_session *s)
+{
+    if (s->high_priority)
+        return 1;
+    return srv->gaps.n_hp > 0 ? -1 : 0;
+}
+
+/* Room for one more spare stream; false without memory. */
+static bool spare_reserve(sl_server *srv)
+{
+    if (srv->n_spare < srv->cap_spare)
+        return true;
+    size_t cap = srv->cap_spare ? srv->cap_spare * 2 : 8;
+    sl_spare_stream *s = sl_reallocarray(srv->spare_streams, cap, sizeof *s);
+    if (!s)
+        return false;
+    srv->spare_streams = s;
+    srv->cap_spare = cap;
+    return true;
+}
+
+/* A stream of the given priority: a spare one, or a new one. */
+static int stream_take(sl_server *srv, int priority, sl_stream **out)
+{
+    for (size_t k = srv->n_spare; k-- > 0;) {
+        if (srv->spare_streams[k].priority == priority) {
+            *out = srv->spare_streams[k].stream;
+            srv->spare_streams[k] = srv->spare_streams[--srv->n_spare];
+            return SL_OK;
+        }
+    }
+    return srv->dev->ops->stream_create(srv->dev, priority, out);
+}
+
+/* The server side of manager lane id, created (with a stream of the given
+ * priority, a spare one when there is one) the first time the lane runs
+ * something. */
+static sl_lane *lane_get(sl_server *srv, const sl_mem_lane_info *info, int priority)
 {
     uint32_t id = info->id;
     sl_lane *l = sl_map_get(&srv->lanes, id);
@@ -33,9 +76,8 @@ static sl_lane *lane_get(sl_server *srv, const sl_mem_lane_info *info)
     l->id = id;
     l->workspace_bytes = UINT64_MAX; /* a reused stream may hold another lane's */
     l->serial = info->serial;
-    if (srv->n_spare)
-        l->stream = srv->spare_streams[--srv->n_spare];
-    else if (srv->dev->ops->stream_create(srv->dev, 0, &l->stream) != SL_OK)
+    l->priority = priority;
+    if (stream_take(srv, priority, &l->stream) != SL_OK)
         goto out_free;
     if (sl_sched_reserve_lanes(srv->sched, id + 1) != SL_OK || sl_map_put(&srv->lanes, id, l))
         goto out_stream;
@@ -46,6 +88,22 @@ out_stream:
 out_free:
     sl_free(l);
     return NULL;
+}
+
+/* Gives an idle lane a stream of another priority (its session's class
+ * changed), keeping the old one spare. Streams are plain in-order queues,
+ * so the old one may still be finishing the callback that called this.
+ * Without memory the lane stays in its old class. */
+static void lane_restream(sl_server *srv, sl_lane *l, int priority)
+{
+    sl_stream *st;
+    if (!spare_reserve(srv) || stream_take(srv, priority, &st) != SL_OK)
+        return;
+    srv->spare_streams[srv->n_spare++] = (sl_spare_stream){l->stream, l->priority};
+    l->stream = st;
+    l->priority = priority;
+    l->workspace = NULL;
+    l->workspace_bytes = UINT64_MAX; /* the new stream gets the lane's block */
 }
 
 /* Lanes the manager reclaimed give their stream back to the spare list,
@@ -64,16 +122,10 @@ static void lanes_collect(sl_server *srv)
             gone[n++] = l->id;
     }
     for (int k = 0; k < n; k++) {
-        if (srv->n_spare == srv->cap_spare) {
-            size_t cap = srv->cap_spare ? srv->cap_spare * 2 : 8;
-            sl_stream **s = sl_reallocarray(srv->spare_streams, cap, sizeof *s);
-            if (!s)
-                return; /* keep the lane record; collected next time */
-            srv->spare_streams = s;
-            srv->cap_spare = cap;
-        }
+        if (!spare_reserve(srv))
+            return; /* keep the lane record; collected next time */
         sl_lane *l = sl_map_del(&srv->lanes, gone[k]);
-        srv->spare_streams[srv->n_spare++] = l->stream;
+        srv->spare_streams[srv->n_spare++] = (sl_spare_stream){l->stream, l->priority};
         sl_free(l);
     }
 }
@@ -89,7 +141,7 @@ void sl_exec_lanes_fini(sl_server *srv)
     }
     sl_map_fini(&srv->lanes);
     for (size_t k = 0; k < srv->n_spare; k++)
-        srv->dev->ops->stream_destroy(srv->dev, srv->spare_streams[k]);
+        srv->dev->ops->stream_destroy(srv->dev, srv->spare_streams[k].stream);
     sl_free(srv->spare_streams);
     srv->spare_streams = NULL;
     srv->n_spare = srv->cap_spare = 0;
@@ -269,7 +321,9 @@ void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box)
         sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
         /* starvation guard: a low-priority iteration that waited a whole
          * starve period for a gap its next op fits gets one op anyway when no
-         * high-priority work is pending (the bound of one op still holds) */
+         * high-priority work is pending (the bound of one op still holds).
+         * Issuing it only as a gap opens, where it has the most room, was
+         * tried: bench/priority's tail got worse, not better. */
         bool starved = d == SL_GAPS_WAIT_GAP && now - w->parked_ns > SL_EXEC_STARVE_NS;
         if (force || starved || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
             *pp = w->parked_next;
@@ -279,8 +333,10 @@ void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box)
             continue;
         }
         if (d == SL_GAPS_WAIT_GAP) {
-            /* re-check when the predicted gap would be overdue at the latest */
-            uint64_t at = now + 1000000; /* 1 ms: cheap and bounded */
+            /* re-check when the host margin ends, or a little later: when
+             * the predicted gap would be overdue at the latest */
+            uint64_t host = sl_gaps_host_wait(&srv->gaps, now);
+            uint64_t at = now + (host ? host : 1000000); /* 1 ms: cheap and bounded */
             if (!wake || at < wake)
                 wake = at;
         }
@@ -330,6 +386,8 @@ int sl_exec_timer_start(sl_server *srv)
     pthread_cond_init(&srv->timer_cond, &ca);
     pthread_condattr_destroy(&ca);
     sl_gaps_config gc = sl_gaps_config_default();
+    if (srv->dev->host_cores)
+        gc.host_ns = SL_EXEC_HOST_MARGIN_NS;
     int rc = sl_gaps_init(&srv->gaps, &gc);
     if (rc)
         return rc;
@@ -413,7 +471,10 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
     if (!sl_sched_next(srv->sched, info->id, now, &job, &item))
         return false;
     sl_work *w = container_of(item, sl_work, item);
-    if (!l && !(l = lane_get(srv, info))) {
+    int priority = stream_priority(srv, w->session);
+    if (l && l->priority != priority)
+        lane_restream(srv, l, priority);
+    if (!l && !(l = lane_get(srv, info, priority))) {
         sl_sched_complete(srv->sched, job, 0, now);
         sl_reply_error(w->reply, SL_ENOMEM, "cannot start a stream for lane %u", info->id);
         sl_session_work_done(srv, w->session, box);

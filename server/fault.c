@@ -198,7 +198,7 @@ static int reset_device(sl_server *srv)
     /* take everything device-side out of the server first: nothing may find
      * a stream that is being destroyed */
     sl_map lanes = srv->lanes;
-    sl_stream **spare = srv->spare_streams;
+    sl_spare_stream *spare = srv->spare_streams;
     size_t n_spare = srv->n_spare;
     sl_stream *copy = srv->copy_stream;
     void *arena = srv->arena;
@@ -219,7 +219,7 @@ static int reset_device(sl_server *srv)
     }
     sl_map_fini(&lanes);
     for (size_t k = 0; k < n_spare; k++)
-        dev->ops->stream_destroy(dev, spare[k]);
+        dev->ops->stream_destroy(dev, spare[k].stream);
     sl_free(spare);
     if (copy)
         dev->ops->stream_destroy(dev, copy);

@@ -197,6 +197,7 @@ typedef struct sl_lane {
     uint32_t id;
     uint64_t serial; /* the manager's: ids are reused, serials are not */
     sl_stream *stream;
+    int priority; /* its stream's (device.h): the class of what it runs */
     bool busy;
     uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
     /* the workspace its stream was given (the lane's framework block; it
@@ -204,6 +205,12 @@ typedef struct sl_lane {
     void *workspace;
     uint64_t workspace_bytes;
 } sl_lane;
+
+/* An idle stream kept for the next lane that needs one of its priority. */
+typedef struct sl_spare_stream {
+    sl_stream *stream;
+    int priority;
+} sl_spare_stream;
 
 /* Device faults (fault.c), guarded by srv->lock. Zeroed = no fault. */
 typedef struct sl_fault_state {
@@ -225,8 +232,8 @@ struct sl_server {
     void *arena;       /* device address of offset 0 */
     uint64_t capacity; /* arena bytes */
     sl_mem_mgr *mem;
-    sl_map lanes;              /* manager lane id -> sl_lane */
-    sl_stream **spare_streams; /* streams of lanes the manager reclaimed */
+    sl_map lanes;                   /* manager lane id -> sl_lane */
+    sl_spare_stream *spare_streams; /* streams of reclaimed lanes (or classes left) */
     size_t n_spare, cap_spare;
     uint32_t lanes_busy;
     sl_stream *copy_stream; /* control requests' copies */

@@ -44,6 +44,7 @@ typedef struct sl_cpu_exec {
     sl_cpu_shared *shared;
     sl_cpu_dnnl *dnnl; /* NULL until the first oneDNN op on this stream */
     int threads;       /* threads the current op may use (>= 1) */
+    int max_threads;   /* at most this many (the stream's cores); 0 = no cap */
     /* the stream's workspace (stream_set_workspace): oneDNN's scratch comes
      * from it when set; NULL = the stream's own, grown on demand */
     void *workspace;

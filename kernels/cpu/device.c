@@ -53,6 +53,7 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
     /* oneDNN scratch of a small CNN at batch 128 (blocked layouts of the
      * largest activation, reorders, scratchpad) with room to spare */
     dev->workspace_hint = 32ull << 20;
+    dev->host_cores = true;
     atomic_init(&d->shared.running, 0);
     atomic_init(&d->shared.forced_threads, 0);
     snprintf(dev->description, sizeof dev->description, "cpu (%d cores, OpenBLAS, oneDNN)",

@@ -4,8 +4,11 @@
 
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_log.h"
 #include "workq.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +34,7 @@ struct cmd {
 
 struct sl_stream {
     sl_workq *q;
+    int priority;     /* as created (device.h) */
     sl_cpu_exec exec; /* the worker's alone */
 };
 
@@ -42,6 +46,8 @@ static int run_op(sl_cpu_exec *x, const sl_op_call *call)
     int running = atomic_fetch_add(&sh->running, 1) + 1;
     int forced = atomic_load(&sh->forced_threads), share = sh->cores / running;
     x->threads = forced > 0 ? forced : share > 1 ? share : 1;
+    if (x->max_threads && x->threads > x->max_threads)
+        x->threads = x->max_threads;
     int rc = sl_cpu_run_op(x, call);
     atomic_fetch_sub(&sh->running, 1);
     return rc;
@@ -66,6 +72,37 @@ static int execute(void *ctx, void *payload)
     return SL_EINTERNAL;
 }
 
+/* A low-priority stream's worker moves itself to SCHED_IDLE and off the
+ * first of the cores it may use before it runs anything; the OpenMP threads
+ * it starts later for oneDNN inherit both. A normal thread waking next to it
+ * then takes the core at once, where a nice-19 one may first wait out the
+ * low one's time slice (measured with bench/priority: about a millisecond
+ * at the tail), and the first core stays free for high-priority work and
+ * the transport. A thread cannot leave SCHED_IDLE without CAP_SYS_NICE,
+ * which is why a stream's priority is fixed when it is created; priorities
+ * above normal would need that privilege too, so they run as normal. */
+static void worker_start(void *ctx)
+{
+    sl_stream *s = ctx;
+    if (s->priority >= 0)
+        return;
+    struct sched_param none = {0};
+    if (sched_setscheduler(0, SCHED_IDLE, &none) != 0)
+        sl_log_warn("cpu.stream.idle", "cannot lower a low-priority stream's thread: %s",
+                    strerror(errno));
+    cpu_set_t cores;
+    if (sched_getaffinity(0, sizeof cores, &cores) != 0 || CPU_COUNT(&cores) < 2)
+        return;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &cores)) {
+            CPU_CLR(c, &cores);
+            break;
+        }
+    }
+    if (sched_setaffinity(0, sizeof cores, &cores) == 0)
+        s->exec.max_threads = CPU_COUNT(&cores);
+}
+
 /* oneDNN state is freed by the thread that made it: its OpenMP pool
  * belongs to the worker thread too. */
 static void worker_exit(void *ctx)
@@ -87,6 +124,7 @@ static bool runs_anywhere(void *ctx, const void *payload)
 static const sl_workq_config cpu_workq = {
     .payload_size = sizeof(struct cmd),
     .exec = execute,
+    .worker_start = worker_start,
     .runs_anywhere = runs_anywhere,
     .worker_exit = worker_exit,
     .log_id = "cpu.stream",
@@ -95,14 +133,14 @@ static const sl_workq_config cpu_workq = {
 
 int sl_cpu_stream_create(sl_device *dev, int priority, sl_stream **out)
 {
-    (void) priority; /* advisory on cpu: lanes get equal threads */
     sl_stream *s = sl_calloc(1, sizeof *s);
     if (!s)
         return SL_ENOMEM;
+    s->priority = priority;
     s->exec.shared = sl_cpu_shared_of(dev);
     s->exec.threads = 1;
     char name[16];
-    snprintf(name, sizeof name, "sl-cpu%d-s", dev->index);
+    snprintf(name, sizeof name, "sl-cpu%d-%s", dev->index, priority < 0 ? "bg" : "s");
     int rc = sl_workq_create(&cpu_workq, s, name, &s->q);
     if (rc != SL_OK) {
         sl_free(s);

@@ -4,6 +4,8 @@
 #include "sl_test.h"
 
 #include <nng/protocol/reqrep0/req.h>
+#include <dirent.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -334,6 +336,71 @@ static void policy_and_weights_change_at_run_time(void **state)
     salus_disconnect(c);
 }
 
+/* Threads of process pid named `name` whose scheduling policy is `policy`. */
+static int count_threads(pid_t pid, const char *name, int policy)
+{
+    char path[320], comm[32], stat[1024];
+    snprintf(path, sizeof path, "/proc/%d/task", (int) pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int) pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* the thread ended */
+        bool named = fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0 &&
+                     comm[strlen(name)] == '\n';
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/%d/task/%s/stat", (int) pid, e->d_name);
+        if (!named || !(f = fopen(path, "r")))
+            continue;
+        /* field 41 is the policy; the name (field 2) ends at the last ')' */
+        const char *p = fgets(stat, sizeof stat, f) ? strrchr(stat, ')') : NULL;
+        fclose(f);
+        int field = 2;
+        for (; p && *p && field < 41; p++)
+            field += *p == ' ';
+        n += p && field == 41 && atoi(p) == policy;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Under the priority policy, while a high-priority session is open, other
+ * sessions' lanes run on below-normal streams: SCHED_IDLE threads on cpu.
+ * Both sessions' iterations keep working, also after the class changes. */
+static void low_priority_lanes_run_on_idle_threads(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    assert_sl_ok(salus_set_policy(c, "priority", 0));
+    salus_session_opts hp_opts = {.name = "hp", .priority = 10};
+    salus_session *hp, *lp;
+    assert_sl_ok(salus_session_open(c, &hp_opts, &hp));
+    assert_sl_ok(salus_session_open(c, NULL, &lp));
+    salus_graph *hg = salus_graph_new(), *lg = salus_graph_new();
+    assert_sl_ok(salus_graph_register(hp, hg, NULL));
+    assert_sl_ok(salus_graph_register(lp, lg, NULL));
+    int before = count_threads(server.pid, "sl-cpu0-bg", SCHED_IDLE);
+    assert_sl_ok(salus_run(hp, hg, NULL, 0, NULL, NULL));
+    assert_sl_ok(salus_run(lp, lg, NULL, 0, NULL, NULL));
+    assert_true(count_threads(server.pid, "sl-cpu0-bg", SCHED_IDLE) >= 1);
+    assert_true(count_threads(server.pid, "sl-cpu0-bg", SCHED_IDLE) >= before);
+    assert_int_equal(count_threads(server.pid, "sl-cpu0-bg", SCHED_OTHER), 0);
+    /* the high-priority session goes: the low one's lane is normal again */
+    salus_graph_free(hg);
+    assert_sl_ok(salus_session_close(hp));
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(salus_run(lp, lg, NULL, 0, NULL, NULL));
+    salus_graph_free(lg);
+    assert_sl_ok(salus_session_close(lp));
+    assert_sl_ok(salus_set_policy(c, "fair", 0));
+    salus_disconnect(c);
+}
+
 typedef struct waiter {
     const char *url;
     int rc;
@@ -567,6 +634,7 @@ int main(void)
         cmocka_unit_test(requests_are_never_resent),
         cmocka_unit_test(session_handles_outlive_their_client),
         cmocka_unit_test(policy_and_weights_change_at_run_time),
+        cmocka_unit_test(low_priority_lanes_run_on_idle_threads),
         cmocka_unit_test(admission_quota_and_capacity_leave_a_trainer_undisturbed),
         cmocka_unit_test(sigterm_drains_and_exits_zero),
     };

@@ -9,6 +9,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -483,6 +484,51 @@ static void test_launch_overhead(void **state)
     kt_env_close(&e);
 }
 
+/* ---- stream priorities ---- */
+
+struct sched_seen {
+    int policy;
+    cpu_set_t cores;
+};
+
+static void note_sched(void *arg, int status)
+{
+    struct sched_seen *seen = arg;
+    assert_sl_ok(status);
+    seen->policy = sched_getscheduler(0);
+    assert_int_equal(sched_getaffinity(0, sizeof seen->cores, &seen->cores), 0);
+}
+
+/* A cpu stream created below normal priority runs its work on a SCHED_IDLE
+ * thread kept off the first core (and the OpenMP threads it starts inherit
+ * both); normal and higher ones run as normal threads on every core. */
+static void test_stream_priority(void **state)
+{
+    (void) state;
+    sl_device *dev;
+    assert_sl_ok(sl_dev_open("cpu", &dev));
+    const sl_device_ops *ops = dev->ops;
+    cpu_set_t all;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    const int priorities[] = {-1, 0, 1}, expect[] = {SCHED_IDLE, SCHED_OTHER, SCHED_OTHER};
+    for (int i = 0; i < 3; i++) {
+        sl_stream *st;
+        struct sched_seen seen = {.policy = -1};
+        assert_sl_ok(ops->stream_create(dev, priorities[i], &st));
+        assert_sl_ok(ops->host_callback(dev, st, note_sched, &seen));
+        assert_sl_ok(ops->synchronize(dev, st));
+        assert_int_equal(seen.policy, expect[i]);
+        bool low_off_first = priorities[i] < 0 && CPU_COUNT(&all) > 1;
+        assert_int_equal(CPU_COUNT(&seen.cores), CPU_COUNT(&all) - low_off_first);
+        assert_int_equal(!CPU_ISSET(first, &seen.cores), low_off_first);
+        ops->stream_destroy(dev, st);
+    }
+    sl_dev_close(dev);
+}
+
 /* ---- holding a stream and running it on the submitting thread ---- */
 
 struct where {
@@ -621,6 +667,7 @@ int kt_run_device_tests(void)
         cmocka_unit_test(test_concurrent_streams),
         cmocka_unit_test(test_callbacks_and_drain),
         cmocka_unit_test(test_launch_overhead),
+        cmocka_unit_test(test_stream_priority),
         cmocka_unit_test(test_hold_runs_here),
         cmocka_unit_test(test_borrow_stops_at_pinned_work),
     };

@@ -366,6 +366,52 @@ static void test_gaps_hp_goes_quiet(void **state)
     assert_true(r.lp_busy_ns > 140000);
 }
 
+/* The host margin (cfg.host_ns): lp waits while an hp reply is on its way
+ * out, and an op must leave the margin free before the predicted arrival. */
+static void test_gaps_host_margin(void **state)
+{
+    (void) state;
+    sl_gaps_config c = sl_gaps_config_default();
+    c.host_ns = 100;
+    sl_gaps g;
+    sl_gaps_hp hp;
+    assert_sl_ok(sl_gaps_init(&g, &c));
+    sl_gaps_hp_add(&g, &hp);
+    assert_int_equal(sl_gaps_host_wait(&g, 0), 0); /* never ran */
+    sl_gaps_hp_arrival(&g, &hp, 0);
+    assert_int_equal(sl_gaps_decide(&g, 5, 0), SL_GAPS_WAIT_PENDING);
+    sl_gaps_hp_complete(&g, &hp, 10);
+    /* no prediction yet, but the reply is still going out */
+    assert_int_equal(sl_gaps_decide(&g, 50, 0), SL_GAPS_WAIT_GAP);
+    assert_int_equal(sl_gaps_host_wait(&g, 50), 60);
+    assert_int_equal(sl_gaps_decide(&g, 110, 1000000), SL_GAPS_ISSUE_FREE);
+    assert_int_equal(sl_gaps_host_wait(&g, 110), 0);
+
+    /* one gap of 1000 seen: the op must fit g - elapsed - margin */
+    sl_gaps_hp_arrival(&g, &hp, 1010);
+    sl_gaps_hp_complete(&g, &hp, 1020);
+    uint64_t gap = sl_gaps_hp_predicted_gap(&g, &hp);
+    assert_true(gap > 300);
+    uint64_t now = 1020 + 150, room = gap - 150 - 100;
+    assert_int_equal(sl_gaps_decide(&g, now, room - 1), SL_GAPS_ISSUE_GAP);
+    assert_int_equal(sl_gaps_decide(&g, now, room), SL_GAPS_WAIT_GAP);
+    assert_int_equal(sl_gaps_decide(&g, 1020 + 99, 0), SL_GAPS_WAIT_GAP);
+
+    /* without a margin the same op fits by the margin's worth more */
+    sl_gaps g0;
+    sl_gaps_hp hp0;
+    assert_sl_ok(sl_gaps_init(&g0, NULL));
+    sl_gaps_hp_add(&g0, &hp0);
+    sl_gaps_hp_arrival(&g0, &hp0, 0);
+    sl_gaps_hp_complete(&g0, &hp0, 10);
+    assert_int_equal(sl_gaps_decide(&g0, 11, 0), SL_GAPS_ISSUE_FREE);
+    sl_gaps_hp_arrival(&g0, &hp0, 1010);
+    sl_gaps_hp_complete(&g0, &hp0, 1020);
+    assert_int_equal(sl_gaps_hp_predicted_gap(&g0, &hp0), gap);
+    assert_int_equal(sl_gaps_decide(&g0, now, room + 99), SL_GAPS_ISSUE_GAP);
+    assert_int_equal(sl_gaps_host_wait(&g0, 1021), 0);
+}
+
 int sched_group_gaps(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +419,7 @@ int sched_group_gaps(void)
         SCHED_TEST(test_gaps_multi_hp),        SCHED_TEST(test_gaps_lp_predictor),
         SCHED_TEST(test_gaps_property),        SCHED_TEST(test_gaps_periodic_exact),
         SCHED_TEST(test_gaps_periodic_jitter), SCHED_TEST(test_gaps_hp_goes_quiet),
+        SCHED_TEST(test_gaps_host_margin),
     };
     return cmocka_run_group_tests_name("sched gaps", tests, NULL, NULL);
 }
