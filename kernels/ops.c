@@ -747,3 +747,63 @@ int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned 
         memcpy(out, tmp, d->n_out * sizeof *out);
     return SL_OK;
 }
+
+/* ---- splitting (ops.h) ---- */
+
+enum split_dim { SPLIT_NONE, SPLIT_M, SPLIT_K };
+
+static enum split_dim split_dim(const sl_op_call *c)
+{
+    if (c->op != SL_OP_MATMUL && c->op != SL_OP_MATMUL_ACC)
+        return SPLIT_NONE;
+    if (!c->attrs.i[0])
+        return SPLIT_M;
+    return c->attrs.i[1] ? SPLIT_NONE : SPLIT_K;
+}
+
+uint64_t sl_op_split_max(const sl_op_call *c)
+{
+    enum split_dim d = split_dim(c);
+    int64_t rows = d == SPLIT_NONE ? 1 : c->in[0].shape.dims[0];
+    return rows > 1 ? (uint64_t) rows : 1;
+}
+
+/* Rows [from, to) of a dense 2-D f32 tensor. */
+static sl_tensor_ref rows_of(sl_tensor_ref t, int64_t from, int64_t to)
+{
+    t.data = (char *) t.data + (size_t) from * (size_t) t.shape.dims[1] * sizeof(float);
+    t.shape.dims[0] = to - from;
+    return t;
+}
+
+int sl_op_split(const sl_op_call *c, uint32_t parts, uint32_t part, sl_op_call *out)
+{
+    enum split_dim d = split_dim(c);
+    if (d == SPLIT_NONE)
+        return SL_EUNSUPPORTED;
+    if (parts == 0 || parts > sl_op_split_max(c) || part >= parts)
+        return SL_EINVAL;
+    int64_t rows = c->in[0].shape.dims[0];
+    int64_t from = rows * part / parts, to = rows * (part + 1) / parts;
+    *out = *c;
+    out->in[0] = rows_of(c->in[0], from, to);
+    bool acc = c->op == SL_OP_MATMUL_ACC;
+    if (d == SPLIT_M) { /* the output's rows: acc (in2) or out0 */
+        if (acc)
+            out->in[2] = rows_of(c->in[2], from, to);
+        else
+            out->out[0] = rows_of(c->out[0], from, to);
+        return SL_OK;
+    }
+    out->in[1] = rows_of(c->in[1], from, to);
+    if (part == 0)
+        return SL_OK;
+    /* later K parts add into what the first ones wrote */
+    out->op = SL_OP_MATMUL_ACC;
+    out->n_in = 3;
+    out->n_out = 0;
+    out->in[2] = acc ? c->in[2] : c->out[0];
+    out->attrs.f[0] = acc ? c->attrs.f[0] : 1.0f;
+    out->attrs.f[1] = 1.0f;
+    return SL_OK;
+}

@@ -211,4 +211,21 @@ int sl_op_lookup(const char *name, unsigned *id);
 int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned n_in, sl_shape *out,
                 char *err, size_t errlen);
 
+/* Splitting one op into parts that run one after another on the same
+ * stream and together compute the whole op, so that a scheduler can fit a
+ * long op into short idle gaps (server/executor.c). matmul and matmul_acc
+ * split along M when A is not transposed (rows of A and of the output:
+ * each part computes its rows exactly as the whole op does), else along K
+ * when B is not transposed (rows of A and B: part 0 is the op on the first
+ * rows, later parts add theirs with matmul_acc, beta 1; the sum's order
+ * changes with the parts). Nothing else splits. */
+
+/* How many parts c may be split into at most (its rows along the split
+ * dimension); 1 when it does not split. c must have passed sl_op_infer. */
+uint64_t sl_op_split_max(const sl_op_call *c);
+/* Part `part` of c split into `parts` (rows divided as evenly as they go).
+ * Errors: SL_EUNSUPPORTED (c does not split), SL_EINVAL (parts 0 or more
+ * than sl_op_split_max, part >= parts). */
+int sl_op_split(const sl_op_call *c, uint32_t parts, uint32_t part, sl_op_call *out);
+
 #endif

@@ -18,11 +18,14 @@
 /* Longest a low-priority iteration waits for a gap its next op fits before
  * it is given one op in whatever gap there is. */
 #define SL_EXEC_STARVE_NS (5 * 1000 * 1000ull)
+/* Stepwise, a long op is split into at most this many parts (ops.h). */
+#define SL_EXEC_MAX_PARTS 16
 /* The gap filler's host margin (sched/gaps.h) on a device made of the
- * host's own cores: a reply's way out to a local client and a request's way
- * in take about 100 us each here (bench/rtt); bench/priority measured
- * 100, 150 and 200 us, and the tail only came within 1.2x from 150 on. */
-#define SL_EXEC_HOST_MARGIN_NS (200 * 1000ull)
+ * host's own cores: a reply's way out to a local client, or a request's way
+ * in, takes some tens of microseconds here (bench/rtt); bench/priority
+ * measured 100, 120, 150 and 200 us: 120 kept the tail within 1.1x and the
+ * most low-priority throughput. */
+#define SL_EXEC_HOST_MARGIN_NS (120 * 1000ull)
 
 /* The stream class a session's iterations run in (device.h): above normal
  * for high-priority sessions under the priority policy, below normal for
@@ -192,44 +195,99 @@ static int fetch_at(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bo
     return SL_OK;
 }
 
-/* Submits ops [from, to) with their fetches. */
+/* The call of graph op k of w's iteration. */
+static sl_op_call op_call(sl_server *srv, const sl_work *w, uint32_t k)
+{
+    const sl_graph *g = w->graph;
+    const sl_graph_op *op = &g->ops[k];
+    sl_op_call call = {.op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
+    for (unsigned i = 0; i < op->n_in; i++)
+        call.in[i] = (sl_tensor_ref){value_ptr(srv, w, op->in[i]), g->values[op->in[i]].shape};
+    for (unsigned o = 0; o < op->n_out; o++)
+        call.out[o] = (sl_tensor_ref){value_ptr(srv, w, op->out[o]), g->values[op->out[o]].shape};
+    return call;
+}
+
+/* Submits part `part` of `parts` of op k (parts 1: the whole op), with the
+ * fetches due before its first part and after its last. */
+static int submit_op(sl_server *srv, sl_work *w, sl_stream *st, uint32_t k, uint32_t part,
+                     uint32_t parts)
+{
+    const sl_graph *g = w->graph;
+    const sl_graph_op *op = &g->ops[k];
+    bool last_op = k + 1 == g->n_ops;
+    int rc = SL_OK;
+    if (part == 0 && op->inplace_in >= 0)
+        rc = fetch_at(srv, w, st, k + 1, last_op, true);
+    if (rc == SL_OK && op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
+        sl_op_call call = op_call(srv, w, k), piece;
+        if (parts > 1 && (rc = sl_op_split(&call, parts, part, &piece)) == SL_OK)
+            call = piece;
+        if (rc == SL_OK)
+            rc = srv->dev->ops->launch(srv->dev, st, &call);
+    }
+    if (rc == SL_OK && part + 1 == parts)
+        rc = fetch_at(srv, w, st, k + 1, last_op, false);
+    return rc;
+}
+
+/* Submits ops [from, to) whole, with their fetches. */
 static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, uint32_t to)
 {
-    sl_device *dev = srv->dev;
-    const sl_graph *g = w->graph;
     int rc = SL_OK;
-    for (uint32_t k = from; k < to && rc == SL_OK; k++) {
-        const sl_graph_op *op = &g->ops[k];
-        if (op->inplace_in >= 0)
-            rc = fetch_at(srv, w, st, k + 1, k + 1 == g->n_ops, true);
-        if (rc == SL_OK && op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
-            sl_op_call call = {
-                .op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
-            for (unsigned i = 0; i < op->n_in; i++)
-                call.in[i] =
-                    (sl_tensor_ref){value_ptr(srv, w, op->in[i]), g->values[op->in[i]].shape};
-            for (unsigned o = 0; o < op->n_out; o++)
-                call.out[o] =
-                    (sl_tensor_ref){value_ptr(srv, w, op->out[o]), g->values[op->out[o]].shape};
-            rc = dev->ops->launch(dev, st, &call);
-        }
-        if (rc == SL_OK)
-            rc = fetch_at(srv, w, st, k + 1, k + 1 == g->n_ops, false);
-    }
+    for (uint32_t k = from; k < to && rc == SL_OK; k++)
+        rc = submit_op(srv, w, st, k, 0, 1);
     return rc;
 }
 
 static void op_done(void *arg, int status);
 
-/* Stepwise: submits the next op and a callback after it (iteration_done
- * after the last). An error stops submission; the callback still comes. */
+/* Stepwise, the parts op k goes in: as many as bring each under the
+ * configured part length by its predicted duration, when it splits (ops.h):
+ * small enough to fit a high-priority job's idle gaps, large enough that a
+ * part is not mostly its launch and callback. */
+static uint32_t plan_parts(sl_server *srv, const sl_work *w, uint32_t k)
+{
+    uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, k);
+    uint64_t part_ns = srv->cfg.op_part_ns ? srv->cfg.op_part_ns : SL_DEFAULT_OP_PART_NS;
+    if (op_ns <= part_ns || w->graph->ops[k].op == SL_OP_RESHAPE)
+        return 1;
+    sl_op_call call = op_call(srv, w, k);
+    uint64_t parts = (op_ns + part_ns - 1) / part_ns, most = sl_op_split_max(&call);
+    if (parts > SL_EXEC_MAX_PARTS)
+        parts = SL_EXEC_MAX_PARTS;
+    return (uint32_t) (parts < most ? parts : most);
+}
+
+/* The predicted duration of w's next step: its next op, or a part of it. */
+static uint64_t next_step_ns(sl_server *srv, const sl_work *w)
+{
+    uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
+    uint32_t parts = w->parts ? w->parts : plan_parts(srv, w, w->next_op);
+    return op_ns / parts;
+}
+
+/* Stepwise: submits the next step (an op, or the next part of a long one)
+ * and a callback after it (iteration_done after the last). An error stops
+ * submission; the callback still comes. */
 static int submit_next_op(sl_server *srv, sl_work *w, sl_stream *st)
 {
-    uint32_t k = w->next_op++;
+    uint32_t k = w->next_op;
+    if (w->parts == 0) {
+        w->parts = w->status == SL_OK ? plan_parts(srv, w, k) : 1;
+        w->part = 0;
+        srv->ops_split += w->parts > 1;
+    }
+    w->step_op = k;
+    w->step_parts = w->parts;
     w->op_start_ns = sl_now_ns();
-    int rc = w->status == SL_OK ? submit_ops(srv, w, st, k, k + 1) : SL_OK;
+    int rc = w->status == SL_OK ? submit_op(srv, w, st, k, w->part, w->parts) : SL_OK;
     if (rc != SL_OK && w->status == SL_OK)
         w->status = rc;
+    if (++w->part >= w->parts) {
+        w->next_op++;
+        w->parts = 0;
+    }
     bool last = w->next_op >= w->graph->n_ops || w->status != SL_OK;
     return srv->dev->ops->host_callback(srv->dev, st, last ? iteration_done : op_done, w);
 }
@@ -267,6 +325,7 @@ static int launch(sl_server *srv, sl_work *w, sl_lane *l, const sl_mem_lane_info
     w->status = rc;
     if (w->stepwise && g->n_ops > 0) {
         w->next_op = 0;
+        w->parts = 0;
         return submit_next_op(srv, w, st);
     }
     if (rc == SL_OK)
@@ -317,7 +376,7 @@ void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box)
     sl_work **pp = &srv->parked;
     while (*pp) {
         sl_work *w = *pp;
-        uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
+        uint64_t op_ns = next_step_ns(srv, w);
         sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
         /* starvation guard: a low-priority iteration that waited a whole
          * starve period for a gap its next op fits gets one op anyway when no
@@ -417,10 +476,12 @@ static void op_done(void *arg, int status)
     sl_outbox box = {0};
     pthread_mutex_lock(&srv->lock);
     uint64_t now = sl_now_ns();
-    sl_gaps_lp_observe(&srv->gaps, &w->graph->lp, w->next_op - 1, now - w->op_start_ns);
+    /* a part stands for its whole op: parts are even shares of its rows */
+    sl_gaps_lp_observe(&srv->gaps, &w->graph->lp, w->step_op,
+                       (now - w->op_start_ns) * w->step_parts);
     if (status != SL_OK && w->status == SL_OK)
         w->status = status;
-    uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
+    uint64_t op_ns = next_step_ns(srv, w);
     sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
     if (srv->draining || w->status != SL_OK || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
         if (submit_next_op(srv, w, lane_stream(srv, w)) != SL_OK)

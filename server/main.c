@@ -38,6 +38,9 @@ static void usage(FILE *f)
             "                          RESOURCE_EXHAUSTED (default: 32M on cpu, 64M on\n"
             "                          cuda and sim, at most a 16th of the memory)\n"
             "      --no-inplace        never run element-wise ops in place over a dying input\n"
+            "      --op-part-us N      under the priority policy, split a low-priority op\n"
+            "                          predicted longer than N us into parts of about N us\n"
+            "                          (matmuls; default 600)\n"
             "                          (debugging: planned peaks grow)\n"
             "      --spread-limit SIZE sessions get lanes of their own (run concurrently)\n"
             "                          while at most this much memory is held, then share\n"
@@ -147,6 +150,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_QUOTA,
         OPT_FRAMEWORK,
         OPT_NOINPLACE,
+        OPT_OP_PART,
         OPT_STRICT,
         OPT_CONTEXTS,
         OPT_MAXMSG,
@@ -168,6 +172,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"session-quota", required_argument, NULL, OPT_QUOTA},
         {"framework-per-lane", required_argument, NULL, OPT_FRAMEWORK},
         {"no-inplace", no_argument, NULL, OPT_NOINPLACE},
+        {"op-part-us", required_argument, NULL, OPT_OP_PART},
         {"spread-limit", required_argument, NULL, OPT_SPREAD},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
@@ -235,6 +240,15 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         case OPT_NOINPLACE:
             cfg->no_inplace = true;
             break;
+        case OPT_OP_PART: {
+            long us = strtol(optarg, &end, 10);
+            if (*end || us < 1 || us > 10 * 1000 * 1000) {
+                fprintf(stderr, "salusd: --op-part-us takes 1..10000000\n");
+                return 2;
+            }
+            cfg->op_part_ns = (uint64_t) us * 1000;
+            break;
+        }
         case 'p':
             cfg->policy = optarg;
             break;

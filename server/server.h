@@ -51,6 +51,10 @@ typedef struct sl_config {
     bool framework_set;          /* framework_per_lane given (default: the device's
                                     workspace_hint, at most a 16th of the memory) */
     bool no_inplace;             /* graphs never run element-wise ops in place */
+    /* op by op (low priority beside high priority), an op predicted longer
+     * than this runs in parts of about this much (kernels/ops.h: matmuls);
+     * 0 = SL_DEFAULT_OP_PART_NS */
+    uint64_t op_part_ns;
     const char *policy;
     bool strict;
     int contexts;         /* NNG contexts = requests in flight */
@@ -73,6 +77,10 @@ typedef struct sl_config {
     void (*device_dead)(void);
 } sl_config;
 
+/* Half of a high-priority job's idle gap in bench/priority (2 ms period):
+ * measured with 250, 400, 600 and 800 us parts, 600 kept the most
+ * low-priority throughput with the tail still within 1.1x. */
+#define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
 #define SL_DEFAULT_MAX_SESSIONS 1024
 #define SL_GONE_PIPES 256
 #define SL_DEFAULT_MAX_TENSORS 65536
@@ -153,10 +161,12 @@ typedef struct sl_work {
     int status;
     /* op by op (low priority while high-priority sessions exist) */
     bool stepwise;
-    uint32_t next_op;            /* first op not yet submitted */
-    uint64_t op_start_ns;        /* when the op in flight was submitted */
-    struct sl_work *parked_next; /* in srv->parked while waiting for a gap */
-    uint64_t parked_ns;          /* when it was parked */
+    uint32_t next_op;             /* first op not yet submitted whole */
+    uint32_t part, parts;         /* next_op's next part of its parts; 0 parts = not begun */
+    uint32_t step_op, step_parts; /* the step in flight: its op, and that op's parts */
+    uint64_t op_start_ns;         /* when the step in flight was submitted */
+    struct sl_work *parked_next;  /* in srv->parked while waiting for a gap */
+    uint64_t parked_ns;           /* when it was parked */
 } sl_work;
 
 struct sl_session {
@@ -242,6 +252,7 @@ struct sl_server {
     uint64_t next_session_id;
     uint64_t start_ns;
     uint64_t requests_total, errors_total, iterations_total;
+    uint64_t ops_split; /* stepwise ops run in parts (executor.c) */
     uint32_t control_in_flight;
     sl_gaps gaps;    /* high-priority sessions' idle-gap predictions */
     sl_work *parked; /* low-priority iterations waiting for a gap */

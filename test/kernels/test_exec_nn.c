@@ -382,6 +382,84 @@ static void test_matmul_acc(void **state)
         }
 }
 
+/* ---- ops split into parts (ops.h sl_op_split) ---- */
+
+/* matmul / matmul_acc run as `parts` parts one after another on one stream
+ * compute what the whole op computes (against a double reference). */
+static void check_split(kt_env *e, bool acc, bool ta, bool tb, uint32_t parts)
+{
+    const size_t m = 13, n = 9, k = 20, na = m * k, nb = k * n, nc = m * n;
+    const float alpha = acc ? 0.5f : 1.0f, beta = acc ? 0.75f : 0.0f;
+    float *a = kt_fvec(na), *b = kt_fvec(nb), *c = kt_fvec(nc);
+    double *ad = kt_dvec(na), *bd = kt_dvec(nb), *want = kt_dvec(nc);
+    kt_rand(a, na, 70 + parts, -1, 1);
+    kt_rand(b, nb, 71 + parts, -1, 1);
+    kt_rand(c, nc, 72 + parts, -2, 2);
+    kt_widen(a, ad, na);
+    kt_widen(b, bd, nb);
+    kt_widen(c, want, nc);
+    kt_ref_matmul_acc(ad, bd, want, m, n, k, ta, tb, alpha, beta);
+    size_t used = e->used;
+    float *da = kt_dev_alloc(e, na * 4), *db = kt_dev_alloc(e, nb * 4),
+          *dc = kt_dev_alloc(e, nc * 4);
+    const sl_device_ops *ops = e->dev->ops;
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, da, a, na * 4));
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, db, b, nb * 4));
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, dc, c, nc * 4));
+    sl_op_call call = {.op = acc ? SL_OP_MATMUL_ACC : SL_OP_MATMUL,
+                       .n_in = acc ? 3 : 2,
+                       .n_out = acc ? 0 : 1,
+                       .attrs = {.i = {ta, tb}, .f = {alpha, beta}}};
+    call.in[0] = (sl_tensor_ref){da, ta ? KT_F32(2, k, m) : KT_F32(2, m, k)};
+    call.in[1] = (sl_tensor_ref){db, tb ? KT_F32(2, n, k) : KT_F32(2, k, n)};
+    sl_tensor_ref dst = {dc, KT_F32(2, m, n)};
+    if (acc)
+        call.in[2] = dst;
+    else
+        call.out[0] = dst;
+    assert_int_equal(sl_op_split_max(&call), ta ? k : m);
+    for (uint32_t p = 0; p < parts; p++) {
+        sl_op_call piece;
+        assert_sl_ok(sl_op_split(&call, parts, p, &piece));
+        assert_sl_ok(ops->launch(e->dev, e->stream, &piece));
+    }
+    assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, c, dc, nc * 4));
+    assert_sl_ok(ops->synchronize(e->dev, e->stream));
+    e->used = used;
+    char what[96];
+    snprintf(what, sizeof what, "%s ta=%d tb=%d in %u parts", acc ? "matmul_acc" : "matmul", ta, tb,
+             parts);
+    kt_expect_close(what, c, want, nc, 1e-5 * (double) k);
+    sl_free(a), sl_free(b), sl_free(c), sl_free(ad), sl_free(bd), sl_free(want);
+}
+
+static void test_split(void **state)
+{
+    static const uint32_t parts[] = {1, 2, 3, 7, 13};
+    for (int acc = 0; acc < 2; acc++)
+        for (int t = 0; t < 3; t++) /* both transposed does not split */
+            for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+                check_split(*state, acc, t & 1, t & 2, parts[i]);
+
+    sl_op_call mm = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1, .attrs = {.i = {1, 1}}}, piece;
+    mm.in[0].shape = KT_F32(2, 4, 3);
+    mm.in[1].shape = KT_F32(2, 5, 4);
+    mm.out[0].shape = KT_F32(2, 3, 5);
+    assert_int_equal(sl_op_split_max(&mm), 1);
+    assert_sl_err(sl_op_split(&mm, 2, 0, &piece), SL_EUNSUPPORTED);
+    mm.attrs.i[0] = mm.attrs.i[1] = 0;
+    mm.in[0].shape = KT_F32(2, 3, 4);
+    mm.in[1].shape = KT_F32(2, 4, 5);
+    assert_int_equal(sl_op_split_max(&mm), 3);
+    assert_sl_err(sl_op_split(&mm, 0, 0, &piece), SL_EINVAL);
+    assert_sl_err(sl_op_split(&mm, 4, 0, &piece), SL_EINVAL); /* more parts than rows */
+    assert_sl_err(sl_op_split(&mm, 3, 3, &piece), SL_EINVAL);
+    sl_op_call relu = {.op = SL_OP_RELU, .n_in = 1, .n_out = 1};
+    relu.in[0].shape = relu.out[0].shape = KT_F32(2, 8, 8);
+    assert_int_equal(sl_op_split_max(&relu), 1);
+    assert_sl_err(sl_op_split(&relu, 2, 0, &piece), SL_EUNSUPPORTED);
+}
+
 /* The weight gradient of y = x W (x [B,I], W [I,U]) for an upstream dy:
  * matmul_acc(x, dy, dW; transA, alpha 1, beta 0) against central finite
  * differences of sum(dy * (x W)) over W. */
@@ -505,6 +583,7 @@ int kt_run_nn_tests(const char *spec)
         cmocka_unit_test(test_momentum),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_matmul_acc),
+        cmocka_unit_test(test_split),
         cmocka_unit_test(test_matmul_acc_weight_grad),
         cmocka_unit_test(test_momentum_fused),
     };
