@@ -143,6 +143,20 @@ sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns)
     return d;
 }
 
+uint64_t sl_gaps_min_room(const sl_gaps *g)
+{
+    double room = -1, host2 = 2.0 * (double) g->cfg.host_ns;
+    for (const sl_gaps_hp *hp = g->first; hp; hp = hp->next) {
+        if (hp->gaps_seen == 0)
+            continue;
+        double r = predicted_gap(&g->cfg, hp) - host2;
+        r = r > 0 ? r : 0;
+        if (room < 0 || r < room)
+            room = r;
+    }
+    return room < 0 ? UINT64_MAX : (uint64_t) room;
+}
+
 uint64_t sl_gaps_host_wait(const sl_gaps *g, uint64_t now)
 {
     uint64_t wait = 0;

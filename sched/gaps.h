@@ -127,6 +127,10 @@ uint64_t sl_gaps_hp_predicted_gap(const sl_gaps *g, const sl_gaps_hp *hp);
 /* The decision described at the top, for an lp op predicted to take op_ns,
  * at time now. O(number of hp jobs), no side effects. */
 sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns);
+/* The room the smallest predicted gap leaves an lp op: over the hp jobs
+ * with a prediction, the least g - 2 * host_ns (0 when that is none);
+ * UINT64_MAX when no hp job has a prediction. */
+uint64_t sl_gaps_min_room(const sl_gaps *g);
 /* How long from now until no hp job is within its host margin after a
  * completion (0 = none is): when a WAIT_GAP decision may change first. */
 uint64_t sl_gaps_host_wait(const sl_gaps *g, uint64_t now);

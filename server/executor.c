@@ -18,8 +18,10 @@
 /* Longest a low-priority iteration waits for a gap its next op fits before
  * it is given one op in whatever gap there is. */
 #define SL_EXEC_STARVE_NS (5 * 1000 * 1000ull)
-/* Stepwise, a long op is split into at most this many parts (ops.h). */
+/* Stepwise, a long op is split into at most this many parts (ops.h), of
+ * at least this long (shorter ones would be mostly launch and callback). */
 #define SL_EXEC_MAX_PARTS 16
+#define SL_EXEC_MIN_PART_NS (100 * 1000ull)
 /* The gap filler's host margin (sched/gaps.h) on a device made of the
  * host's own cores: a reply's way out to a local client, or a request's way
  * in, takes some tens of microseconds here (bench/rtt); bench/priority
@@ -242,14 +244,19 @@ static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, 
 
 static void op_done(void *arg, int status);
 
-/* Stepwise, the parts op k goes in: as many as bring each under the
- * configured part length by its predicted duration, when it splits (ops.h):
- * small enough to fit a high-priority job's idle gaps, large enough that a
- * part is not mostly its launch and callback. */
+/* Stepwise, the parts op k goes in: as many as bring each under the part
+ * length by its predicted duration, when it splits (ops.h). The length is
+ * the configured one, or half the room the shortest high-priority gap
+ * leaves when that is less (but not under SL_EXEC_MIN_PART_NS): small
+ * enough to fit the gaps, large enough that a part is not mostly its launch
+ * and callback. */
 static uint32_t plan_parts(sl_server *srv, const sl_work *w, uint32_t k)
 {
     uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, k);
     uint64_t part_ns = srv->cfg.op_part_ns ? srv->cfg.op_part_ns : SL_DEFAULT_OP_PART_NS;
+    uint64_t half_room = sl_gaps_min_room(&srv->gaps) / 2;
+    if (half_room < part_ns)
+        part_ns = half_room > SL_EXEC_MIN_PART_NS ? half_room : SL_EXEC_MIN_PART_NS;
     if (op_ns <= part_ns || w->graph->ops[k].op == SL_OP_RESHAPE)
         return 1;
     sl_op_call call = op_call(srv, w, k);

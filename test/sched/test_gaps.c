@@ -377,7 +377,8 @@ static void test_gaps_host_margin(void **state)
     sl_gaps_hp hp;
     assert_sl_ok(sl_gaps_init(&g, &c));
     sl_gaps_hp_add(&g, &hp);
-    assert_int_equal(sl_gaps_host_wait(&g, 0), 0); /* never ran */
+    assert_int_equal(sl_gaps_host_wait(&g, 0), 0);   /* never ran */
+    assert_true(sl_gaps_min_room(&g) == UINT64_MAX); /* no prediction */
     sl_gaps_hp_arrival(&g, &hp, 0);
     assert_int_equal(sl_gaps_decide(&g, 5, 0), SL_GAPS_WAIT_PENDING);
     sl_gaps_hp_complete(&g, &hp, 10);
@@ -392,6 +393,7 @@ static void test_gaps_host_margin(void **state)
     sl_gaps_hp_complete(&g, &hp, 1020);
     uint64_t gap = sl_gaps_hp_predicted_gap(&g, &hp);
     assert_true(gap > 300);
+    assert_true(sl_gaps_min_room(&g) == gap - 200); /* a margin at each end */
     uint64_t now = 1020 + 150, room = gap - 150 - 100;
     assert_int_equal(sl_gaps_decide(&g, now, room - 1), SL_GAPS_ISSUE_GAP);
     assert_int_equal(sl_gaps_decide(&g, now, room), SL_GAPS_WAIT_GAP);
@@ -408,8 +410,18 @@ static void test_gaps_host_margin(void **state)
     sl_gaps_hp_arrival(&g0, &hp0, 1010);
     sl_gaps_hp_complete(&g0, &hp0, 1020);
     assert_int_equal(sl_gaps_hp_predicted_gap(&g0, &hp0), gap);
+    assert_true(sl_gaps_min_room(&g0) == gap);
     assert_int_equal(sl_gaps_decide(&g0, now, room + 99), SL_GAPS_ISSUE_GAP);
     assert_int_equal(sl_gaps_host_wait(&g0, 1021), 0);
+    /* the smallest room of several hp jobs counts */
+    sl_gaps_hp hp1;
+    sl_gaps_hp_add(&g0, &hp1);
+    sl_gaps_hp_arrival(&g0, &hp1, 2000);
+    sl_gaps_hp_complete(&g0, &hp1, 2010);
+    sl_gaps_hp_arrival(&g0, &hp1, 2110); /* a gap of 100 */
+    sl_gaps_hp_complete(&g0, &hp1, 2120);
+    assert_true(sl_gaps_min_room(&g0) == sl_gaps_hp_predicted_gap(&g0, &hp1));
+    assert_true(sl_gaps_min_room(&g0) < gap);
 }
 
 int sched_group_gaps(void)
