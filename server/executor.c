@@ -29,14 +29,21 @@
  * most low-priority throughput. */
 #define SL_EXEC_HOST_MARGIN_NS (120 * 1000ull)
 
+/* Low-priority iterations go op by op while high-priority sessions exist
+ * under the priority policy; everything else runs whole. */
+static bool is_stepwise(const sl_server *srv, const sl_session *s)
+{
+    return srv->gaps.n_hp > 0 && !s->high_priority;
+}
+
 /* The stream class a session's iterations run in (device.h): above normal
  * for high-priority sessions under the priority policy, below normal for
- * everyone else while such sessions exist, normal otherwise. */
+ * the stepwise ones, normal otherwise. */
 static int stream_priority(const sl_server *srv, const sl_session *s)
 {
     if (s->high_priority)
         return 1;
-    return srv->gaps.n_hp > 0 ? -1 : 0;
+    return is_stepwise(srv, s) ? -1 : 0;
 }
 
 /* Room for one more spare stream; false without memory. */
@@ -341,13 +348,6 @@ static int launch(sl_server *srv, sl_work *w, sl_lane *l, const sl_mem_lane_info
 }
 
 /* ---- gap filling ---------------------------------------------------- */
-
-/* Low-priority iterations go op by op while high-priority sessions exist
- * under the priority policy; everything else runs whole. */
-static bool is_stepwise(const sl_server *srv, const sl_session *s)
-{
-    return srv->gaps.n_hp > 0 && !s->high_priority;
-}
 
 void sl_exec_update_class(sl_server *srv, sl_session *s, bool leaving)
 {
