@@ -42,4 +42,8 @@ static inline uint64_t sl_align_up(uint64_t x, uint64_t align)
     return (x + align - 1) & ~(align - 1);
 }
 
+/* The struct of type `type` whose member `member` p points to (intrusive
+ * links: a scheduler item inside an iteration, a task inside a request). */
+#define sl_container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
+
 #endif

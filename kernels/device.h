@@ -127,7 +127,27 @@ typedef struct sl_device_ops {
      * freshly opened. May block. Errors: SL_ENODEV (not recoverable: stop
      * using the device). */
     int (*reset)(sl_device *dev);
+
+    /* Optional (NULL: the backend injects no faults; only sim does). Makes
+     * the device misbehave on purpose, for tests of the fault paths:
+     *   SL_FAULT_ALLOC n    the next n ops fail with SL_EEXHAUSTED
+     *   SL_FAULT_STICKY     the next op loses the device (SL_EDEVICERESET)
+     *   SL_FAULT_FATAL      as STICKY, and the reset that follows fails
+     *   SL_FAULT_SLOW n     every op and copy takes n times as long
+     *   SL_FAULT_CLEAR      none of the above
+     * Thread-safe; never blocks. Errors: SL_EINVAL (kind or n out of range:
+     * n in [1, 1000000] for ALLOC and SLOW). */
+    int (*inject_fault)(sl_device *dev, int kind, unsigned n);
 } sl_device_ops;
+
+/* Fault kinds of sl_device_ops.inject_fault. */
+enum sl_fault_kind {
+    SL_FAULT_ALLOC,
+    SL_FAULT_STICKY,
+    SL_FAULT_FATAL,
+    SL_FAULT_SLOW,
+    SL_FAULT_CLEAR,
+};
 
 struct sl_device {
     const sl_device_ops *ops;

@@ -177,13 +177,6 @@ void mgr_pump(sl_mem_mgr *m)
     }
 }
 
-static int refuse(int *out, int reason)
-{
-    if (out)
-        *out = reason;
-    return SL_EEXHAUSTED;
-}
-
 int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, int *reason,
                  uint32_t *lane)
 {
@@ -199,14 +192,14 @@ int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned
     /* QUOTA: can never fit, whatever else leaves. The bounds first keep the
      * rounding from overflowing. */
     if (p > m->capacity || e > m->capacity)
-        return refuse(reason, SL_MEM_QUOTA);
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
     struct mgr_session probe = {.declared_e = e,
                                 .e = e ? sl_align_up(e, MGR_ALIGN) : m->default_e,
                                 .p = sl_align_up(p, MGR_ALIGN)};
     uint64_t need = mgr_need(m, &probe);
     if (probe.p > m->quota || need > m->quota - probe.p ||
         m->framework > m->capacity - probe.p - need)
-        return refuse(reason, SL_MEM_QUOTA);
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
 
     struct mgr_session *s = sl_calloc(1, sizeof(*s));
     if (!s)
@@ -242,9 +235,9 @@ int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned
         s->state = MGR_QUEUED;
         s->reason = why;
         mgr_list_push(&m->queue, s);
-        return refuse(reason, why);
+        return sl_mem_refuse(reason, why);
     }
-    rc = refuse(reason, why);
+    rc = sl_mem_refuse(reason, why);
 
 out_unmap:
     (void) sl_map_del(&m->sessions, id);

@@ -219,13 +219,6 @@ void mgr_lane_tidy(sl_mem_mgr *m, struct mgr_lane *l)
 
 /* ---- public: ephemeral memory and lanes ---- */
 
-static int refuse(int *reason, int why)
-{
-    if (reason)
-        *reason = why;
-    return SL_EEXHAUSTED;
-}
-
 static void set_peak(sl_mem_mgr *m, struct mgr_session *s, uint64_t peak)
 {
     s->peak = peak;
@@ -252,11 +245,11 @@ static void move_session(sl_mem_mgr *m, struct mgr_session *s, struct mgr_lane *
 static int set_ephemeral(sl_mem_mgr *m, struct mgr_session *s, uint64_t peak, int *reason)
 {
     if (peak > m->capacity)
-        return refuse(reason, SL_MEM_QUOTA);
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t need = mgr_need_with(m, s, peak, true);
     uint64_t held = s->used > s->p ? s->used : s->p;
     if (held > m->quota || need > m->quota - held || need > m->capacity - m->framework)
-        return refuse(reason, SL_MEM_QUOTA);
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
     struct mgr_lane *l = s->lane;
     if (l->size >= need) {
         set_peak(m, s, peak);
@@ -290,7 +283,7 @@ static int set_ephemeral(sl_mem_mgr *m, struct mgr_session *s, uint64_t peak, in
         if (rc != SL_EEXHAUSTED)
             return rc;
     }
-    return refuse(reason, fragmented ? SL_MEM_FRAGMENTATION : SL_MEM_CAPACITY);
+    return sl_mem_refuse(reason, fragmented ? SL_MEM_FRAGMENTATION : SL_MEM_CAPACITY);
 }
 
 int sl_mem_set_ephemeral(sl_mem_mgr *m, uint64_t id, uint64_t peak, uint32_t *lane, int *reason)

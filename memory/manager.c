@@ -202,13 +202,6 @@ void sl_mem_release(sl_mem_mgr *m, uint64_t id)
 
 /* ---- persistent memory ---- */
 
-static int refuse(int *reason, int why)
-{
-    if (reason)
-        *reason = why;
-    return SL_EEXHAUSTED;
-}
-
 /* A persistent block lives in its session's region, or in the arena for a
  * session without one. */
 static void free_block(sl_mem_mgr *m, struct mgr_session *s, uint64_t addr)
@@ -231,14 +224,14 @@ int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int
     /* Larger than the arena can never fit; this also keeps the rounding and
      * the sums below from overflowing. */
     if (bytes > m->capacity)
-        return refuse(reason, SL_MEM_QUOTA);
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t size = sl_align_up(bytes, MGR_ALIGN);
     uint64_t after = s->used + size;
     if (s->p ? after > s->p : after > m->quota || mgr_need(m, s) > m->quota - after)
-        return refuse(reason, SL_MEM_QUOTA);
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t delta = max_u64(s->p, after) - max_u64(s->p, s->used);
     if (!mgr_rule_allows(m, delta))
-        return refuse(reason, SL_MEM_CAPACITY);
+        return sl_mem_refuse(reason, SL_MEM_CAPACITY);
 
     struct mgr_block *b = sl_calloc(1, sizeof(*b));
     if (!b)
@@ -250,7 +243,7 @@ int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int
         /* The bytes are free (in its region, or by the rule in the arena):
          * they are just not in one piece, even with the idle lanes out of
          * the way. */
-        return refuse(reason, SL_MEM_FRAGMENTATION);
+        return sl_mem_refuse(reason, SL_MEM_FRAGMENTATION);
     }
     if (rc != SL_OK)
         goto out_free_block;

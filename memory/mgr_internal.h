@@ -31,6 +31,7 @@
 
 #include "manager.h"
 #include "pool.h"
+#include "sl_error.h"
 #include "sl_map.h"
 
 #define MGR_ALIGN 256u
@@ -201,5 +202,14 @@ int mgr_try_place(sl_mem_mgr *m, struct mgr_session *s, int *reason);
  * bound, moving them to the ready list. Called at the end of every public
  * call that may have freed memory; never from inside another operation. */
 void mgr_pump(sl_mem_mgr *m);
+
+/* A refusal for lack of device memory: *reason (when asked for) says why
+ * (SL_MEM_QUOTA, _CAPACITY or _FRAGMENTATION). Returns SL_EEXHAUSTED. */
+static inline int sl_mem_refuse(int *reason, int why)
+{
+    if (reason)
+        *reason = why;
+    return SL_EEXHAUSTED;
+}
 
 #endif

@@ -42,4 +42,5 @@ const sl_policy_ops sl_policy_priority = {
     .name = "priority",
     .pick = priority_pick,
     .has_strict = false,
+    .caps = SL_POLICY_EXCLUSIVE_LANES | SL_POLICY_STEPWISE | SL_POLICY_GAP_FILL,
 };

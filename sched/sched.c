@@ -229,6 +229,20 @@ sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job)
     return items;
 }
 
+sl_sched_item *sl_sched_job_drop_queued(sl_sched *s, sl_sched_job *job)
+{
+    (void) s;
+    sl_sched_item *items = job->head;
+    job->head = job->tail = NULL;
+    job->n_queued = 0;
+    return items;
+}
+
+bool sl_sched_job_high_priority(const sl_sched *s, const sl_sched_job *job)
+{
+    return s->policy->caps != 0 && job->priority > 0;
+}
+
 void sl_sched_enqueue(sl_sched *s, sl_sched_job *job, sl_sched_item *item, uint64_t now)
 {
     item->next = NULL;

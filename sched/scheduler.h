@@ -72,7 +72,25 @@ typedef struct sl_policy_ops {
     /* Whether strict changes anything for this policy (fifo, srtf). The
      * others are work-conserving either way. */
     bool has_strict;
+    /* What the policy asks of the executor beyond its picks (SL_POLICY_*).
+     * The server acts on these, never on a policy's name. */
+    unsigned caps;
 } sl_policy_ops;
+
+/* Policy capabilities. A policy with any of them has priority classes: a
+ * job is high-priority while its priority is above 0
+ * (sl_sched_job_high_priority). */
+enum {
+    /* high-priority jobs get lanes of their own: their iterations never wait
+     * behind another job's whole iteration in the same lane */
+    SL_POLICY_EXCLUSIVE_LANES = 1u << 0,
+    /* while high-priority jobs exist, the others' iterations run op by op,
+     * at most one low-priority op on the device at a time */
+    SL_POLICY_STEPWISE = 1u << 1,
+    /* those ops go into the high-priority jobs' predicted idle gaps
+     * (sched/gaps.h); needs SL_POLICY_STEPWISE */
+    SL_POLICY_GAP_FILL = 1u << 2,
+};
 
 /* The policies, each in sched/policy_<name>.c; see there for the exact rule
  * and its tie breaks. */
@@ -107,6 +125,16 @@ void sl_sched_job_add(sl_sched *s, sl_sched_job *job, uint64_t now);
 /* Removes a job. Precondition: not running. Its queued items are unlinked
  * and returned as a list (through item->next) for the caller to fail. */
 sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job);
+
+/* Unlinks and returns job's queued (not running) items as a list through
+ * item->next, leaving the job in the scheduler: for failing what waits
+ * (drain, device reset) without the job losing its place or accounting.
+ * O(1), never allocates. */
+sl_sched_item *sl_sched_job_drop_queued(sl_sched *s, sl_sched_job *job);
+
+/* Whether job is high-priority under the current policy: the policy has
+ * capabilities (SL_POLICY_*) and job->priority > 0. */
+bool sl_sched_job_high_priority(const sl_sched *s, const sl_sched_job *job);
 
 /* Appends item to job's queue, stamping enqueue_ns = now and the next
  * submission sequence number. */

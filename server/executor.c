@@ -1,117 +1,137 @@
-/* The executor: when a lane is free, the scheduler's pick for it is launched
- * onto the lane's stream in one go (feed copies, ops, fetch copies, a
- * completion callback). Completion charges device time, queues the reply, and
- * launches the next picks from the callback itself: no executor thread, no
- * polling. Lanes run concurrently, each on its own stream. */
-#include "server.h"
+/* The executor (exec.h): when a lane is free, the scheduler's pick for it is
+ * launched onto the lane's stream in one go (feed copies, ops, fetch copies,
+ * a completion callback). Completion charges device time, hands the lane to
+ * the next pick and reports through the done hook: no executor thread, no
+ * polling. Lanes run concurrently, each on its own stream.
+ *
+ * Beside high-priority jobs, under a policy that asks for it
+ * (SL_POLICY_STEPWISE), the other jobs' iterations go op by op, and at most
+ * one such op is on the device at a time, whatever the number of
+ * low-priority lanes: a high-priority iteration then waits for at most one
+ * low-priority op. With SL_POLICY_GAP_FILL those ops are issued only into
+ * the high-priority jobs' predicted idle gaps (sched/gaps.h), and long ones
+ * are split into parts that fit (kernels/ops.h sl_op_split). */
+#include "exec.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
-#include <stddef.h>
 #include <string.h>
-#include <time.h>
 
-#define container_of(p, type, member) ((type *) ((char *) (p) -offsetof(type, member)))
 #define MAX_LANES_PER_KICK 256
 /* Longest a low-priority iteration waits for a gap its next op fits before
  * it is given one op in whatever gap there is. */
-#define SL_EXEC_STARVE_NS (5 * 1000 * 1000ull)
-/* Stepwise, a long op is split into at most this many parts (ops.h), of
- * at least this long (shorter ones would be mostly launch and callback). */
-#define SL_EXEC_MAX_PARTS 16
-#define SL_EXEC_MIN_PART_NS (100 * 1000ull)
+#define STARVE_NS (5 * 1000 * 1000ull)
+/* Stepwise, a long op is split into at most this many parts, of at least
+ * this long (shorter ones would be mostly launch and callback). */
+#define MAX_PARTS 16
+#define MIN_PART_NS (100 * 1000ull)
 /* The gap filler's host margin (sched/gaps.h) on a device made of the
  * host's own cores: a reply's way out to a local client, or a request's way
- * in, takes some tens of microseconds here (bench/rtt); bench/priority
- * measured 100, 120, 150 and 200 us: 120 kept the tail within 1.1x and the
- * most low-priority throughput. */
-#define SL_EXEC_HOST_MARGIN_NS (120 * 1000ull)
+ * in, takes some tens of microseconds there (bench/rtt). */
+#define HOST_MARGIN_NS (120 * 1000ull)
+/* Iterations that measured at most this long run on the thread that
+ * dispatched them when their lane's stream is idle (device.h
+ * stream_hold): handing them to the stream's thread and the completion back
+ * costs two thread wake-ups, most of a small iteration's round trip. The
+ * bound keeps that (network) thread from being taken for long. */
+#define RUN_HERE_MAX_NS 100000u
 
-/* Low-priority iterations go op by op while high-priority sessions exist
- * under the priority policy; everything else runs whole. */
-static bool is_stepwise(const sl_server *srv, const sl_session *s)
+static void iteration_done(void *arg, int status);
+static void op_done(void *arg, int status);
+static void resume(sl_exec *ex, bool force);
+
+static unsigned caps(const sl_exec *ex)
 {
-    return srv->gaps.n_hp > 0 && !s->high_priority;
+    return sl_sched_policy(ex->sched)->caps;
 }
 
-/* The stream class a session's iterations run in (device.h): above normal
- * for high-priority sessions under the priority policy, below normal for
- * the stepwise ones, normal otherwise. */
-static int stream_priority(const sl_server *srv, const sl_session *s)
+/* Low-priority iterations go op by op while high-priority jobs exist,
+ * when the policy asks for it; everything else runs whole. */
+static bool is_stepwise(const sl_exec *ex, const sl_exec_job *j)
 {
-    if (s->high_priority)
+    return (caps(ex) & SL_POLICY_STEPWISE) && !ex->cfg->no_stepwise && ex->gaps.n_hp > 0 &&
+           !j->high_priority;
+}
+
+/* The stream class a job's iterations run in (device.h): above normal for
+ * high-priority jobs, below normal for the stepwise ones, normal otherwise. */
+static int stream_priority(const sl_exec *ex, const sl_exec_job *j)
+{
+    if (ex->cfg->no_stream_classes)
+        return 0;
+    if (j->high_priority)
         return 1;
-    return is_stepwise(srv, s) ? -1 : 0;
+    return is_stepwise(ex, j) ? -1 : 0;
 }
 
-/* Room for one more spare stream; false without memory. */
-static bool spare_reserve(sl_server *srv)
+/* ---- lanes and their streams ---------------------------------------- */
+
+static bool spare_reserve(sl_exec *ex)
 {
-    if (srv->n_spare < srv->cap_spare)
+    if (ex->n_spare < ex->cap_spare)
         return true;
-    size_t cap = srv->cap_spare ? srv->cap_spare * 2 : 8;
-    sl_spare_stream *s = sl_reallocarray(srv->spare_streams, cap, sizeof *s);
+    size_t cap = ex->cap_spare ? ex->cap_spare * 2 : 8;
+    sl_spare_stream *s = sl_reallocarray(ex->spare, cap, sizeof *s);
     if (!s)
         return false;
-    srv->spare_streams = s;
-    srv->cap_spare = cap;
+    ex->spare = s;
+    ex->cap_spare = cap;
     return true;
 }
 
 /* A stream of the given priority: a spare one, or a new one. */
-static int stream_take(sl_server *srv, int priority, sl_stream **out)
+static int stream_take(sl_exec *ex, int priority, sl_stream **out)
 {
-    for (size_t k = srv->n_spare; k-- > 0;) {
-        if (srv->spare_streams[k].priority == priority) {
-            *out = srv->spare_streams[k].stream;
-            srv->spare_streams[k] = srv->spare_streams[--srv->n_spare];
+    for (size_t k = ex->n_spare; k-- > 0;) {
+        if (ex->spare[k].priority == priority) {
+            *out = ex->spare[k].stream;
+            ex->spare[k] = ex->spare[--ex->n_spare];
             return SL_OK;
         }
     }
-    return srv->dev->ops->stream_create(srv->dev, priority, out);
+    return ex->dev->ops->stream_create(ex->dev, priority, out);
 }
 
-/* The server side of manager lane id, created (with a stream of the given
- * priority, a spare one when there is one) the first time the lane runs
- * something. */
-static sl_lane *lane_get(sl_server *srv, const sl_mem_lane_info *info, int priority)
+/* The record of manager lane info->id, created (with a stream of the given
+ * priority) the first time the lane runs something. */
+static sl_lane *lane_get(sl_exec *ex, const sl_mem_lane_info *info, int priority)
 {
-    uint32_t id = info->id;
-    sl_lane *l = sl_map_get(&srv->lanes, id);
+    sl_lane *l = sl_map_get(&ex->lanes, info->id);
     if (l)
         return l;
     l = sl_calloc(1, sizeof *l);
     if (!l)
         return NULL;
-    l->id = id;
+    l->id = info->id;
     l->workspace_bytes = UINT64_MAX; /* a reused stream may hold another lane's */
     l->serial = info->serial;
     l->priority = priority;
-    if (stream_take(srv, priority, &l->stream) != SL_OK)
+    if (stream_take(ex, priority, &l->stream) != SL_OK)
         goto out_free;
-    if (sl_sched_reserve_lanes(srv->sched, id + 1) != SL_OK || sl_map_put(&srv->lanes, id, l))
+    if (sl_sched_reserve_lanes(ex->sched, info->id + 1) != SL_OK ||
+        sl_map_put(&ex->lanes, info->id, l))
         goto out_stream;
     return l;
 
 out_stream:
-    srv->dev->ops->stream_destroy(srv->dev, l->stream); /* idle: returns at once */
+    ex->dev->ops->stream_destroy(ex->dev, l->stream); /* idle: returns at once */
 out_free:
     sl_free(l);
     return NULL;
 }
 
-/* Gives an idle lane a stream of another priority (its session's class
- * changed), keeping the old one spare. Streams are plain in-order queues,
- * so the old one may still be finishing the callback that called this.
+/* Gives an idle lane a stream of another priority (its jobs' class
+ * changed), keeping the old one spare: a stream's priority is fixed when it
+ * is created (on cpu, a thread cannot leave SCHED_IDLE unprivileged).
  * Without memory the lane stays in its old class. */
-static void lane_restream(sl_server *srv, sl_lane *l, int priority)
+static void lane_restream(sl_exec *ex, sl_lane *l, int priority)
 {
     sl_stream *st;
-    if (!spare_reserve(srv) || stream_take(srv, priority, &st) != SL_OK)
+    if (!spare_reserve(ex) || stream_take(ex, priority, &st) != SL_OK)
         return;
-    srv->spare_streams[srv->n_spare++] = (sl_spare_stream){l->stream, l->priority};
+    ex->spare[ex->n_spare++] = (sl_spare_stream){l->stream, l->priority};
     l->stream = st;
     l->priority = priority;
     l->workspace = NULL;
@@ -120,53 +140,52 @@ static void lane_restream(sl_server *srv, sl_lane *l, int priority)
 
 /* Lanes the manager reclaimed give their stream back to the spare list,
  * also when their id already names a new lane (different serial). */
-static void lanes_collect(sl_server *srv)
+static void lanes_collect(sl_exec *ex)
 {
     size_t i = 0;
     void *v;
     uint64_t gone[16];
     int n = 0;
-    while (n < 16 && sl_map_next(&srv->lanes, &i, NULL, &v)) {
+    while (n < 16 && sl_map_next(&ex->lanes, &i, NULL, &v)) {
         sl_lane *l = v;
         sl_mem_lane_info info;
         if (!l->busy &&
-            (sl_mem_lane_get(srv->mem, l->id, &info) != SL_OK || info.serial != l->serial))
+            (sl_mem_lane_get(ex->mem, l->id, &info) != SL_OK || info.serial != l->serial))
             gone[n++] = l->id;
     }
     for (int k = 0; k < n; k++) {
-        if (!spare_reserve(srv))
+        if (!spare_reserve(ex))
             return; /* keep the lane record; collected next time */
-        sl_lane *l = sl_map_del(&srv->lanes, gone[k]);
-        srv->spare_streams[srv->n_spare++] = (sl_spare_stream){l->stream, l->priority};
+        sl_lane *l = sl_map_del(&ex->lanes, gone[k]);
+        ex->spare[ex->n_spare++] = (sl_spare_stream){l->stream, l->priority};
         sl_free(l);
     }
 }
 
-void sl_exec_lanes_fini(sl_server *srv)
+/* Destroys every stream (nothing may run) and forgets the lanes. */
+static void streams_destroy(sl_device *dev, sl_map *lanes, sl_spare_stream *spare, size_t n_spare)
 {
     size_t i = 0;
     void *v;
-    while (sl_map_next(&srv->lanes, &i, NULL, &v)) {
+    while (sl_map_next(lanes, &i, NULL, &v)) {
         sl_lane *l = v;
-        srv->dev->ops->stream_destroy(srv->dev, l->stream);
+        dev->ops->stream_destroy(dev, l->stream);
         sl_free(l);
     }
-    sl_map_fini(&srv->lanes);
-    for (size_t k = 0; k < srv->n_spare; k++)
-        srv->dev->ops->stream_destroy(srv->dev, srv->spare_streams[k].stream);
-    sl_free(srv->spare_streams);
-    srv->spare_streams = NULL;
-    srv->n_spare = srv->cap_spare = 0;
+    sl_map_fini(lanes);
+    for (size_t k = 0; k < n_spare; k++)
+        dev->ops->stream_destroy(dev, spare[k].stream);
+    sl_free(spare);
 }
 
-static void *value_ptr(sl_server *srv, const sl_work *w, uint32_t v)
+/* ---- submitting an iteration ---------------------------------------- */
+
+static void *value_ptr(const sl_exec *ex, const sl_exec_task *t, uint32_t v)
 {
-    const sl_value *val = &w->graph->values[v];
-    uint64_t addr = val->kind == SL_VALUE_PARAM ? val->tensor->addr : w->ephemeral_base + val->addr;
-    return (char *) srv->arena + addr;
+    const sl_value *val = &t->graph->values[v];
+    uint64_t addr = val->kind == SL_VALUE_PARAM ? val->tensor->addr : t->ephemeral_base + val->addr;
+    return sl_exec_ptr(ex, addr);
 }
-
-static void iteration_done(void *arg, int status);
 
 /* Whether value v must be copied out before the op of its last step runs:
  * that op writes its output over v's memory (in-place execution, graph.c).
@@ -183,137 +202,144 @@ static bool fetch_before_op(const sl_graph *g, uint32_t v)
 
 /* Copies out every fetch whose value is final once `step` has run, or (with
  * before_op) those that step's op is about to overwrite in place. */
-static int fetch_at(sl_server *srv, sl_work *w, sl_stream *st, uint32_t step, bool last,
+static int fetch_at(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t step, bool last,
                     bool before_op)
 {
-    const Salus__Run *m = w->msg->run;
-    for (size_t j = 0; j < m->n_fetches; j++) {
-        const sl_value *val = &w->graph->values[m->fetches[j]];
+    for (size_t j = 0; j < t->n_fetches; j++) {
+        const sl_value *val = &t->graph->values[t->fetches[j]];
         bool due =
             val->kind == SL_VALUE_PARAM
                 ? last && !before_op /* params: after the whole iteration */
-                : val->last_step == step && fetch_before_op(w->graph, m->fetches[j]) == before_op;
+                : val->last_step == step && fetch_before_op(t->graph, t->fetches[j]) == before_op;
         if (!due)
             continue;
-        int rc = srv->dev->ops->memcpy_d2h(srv->dev, st, w->fetch_dst[j],
-                                           value_ptr(srv, w, m->fetches[j]),
-                                           sl_shape_bytes(&val->shape));
+        int rc =
+            ex->dev->ops->memcpy_d2h(ex->dev, st, t->fetch_dst[j], value_ptr(ex, t, t->fetches[j]),
+                                     sl_shape_bytes(&val->shape));
         if (rc)
             return rc;
     }
     return SL_OK;
 }
 
-/* The call of graph op k of w's iteration. */
-static sl_op_call op_call(sl_server *srv, const sl_work *w, uint32_t k)
+/* The call of graph op k of t's iteration. */
+static sl_op_call op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 {
-    const sl_graph *g = w->graph;
+    const sl_graph *g = t->graph;
     const sl_graph_op *op = &g->ops[k];
     sl_op_call call = {.op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
     for (unsigned i = 0; i < op->n_in; i++)
-        call.in[i] = (sl_tensor_ref){value_ptr(srv, w, op->in[i]), g->values[op->in[i]].shape};
+        call.in[i] = (sl_tensor_ref){value_ptr(ex, t, op->in[i]), g->values[op->in[i]].shape};
     for (unsigned o = 0; o < op->n_out; o++)
-        call.out[o] = (sl_tensor_ref){value_ptr(srv, w, op->out[o]), g->values[op->out[o]].shape};
+        call.out[o] = (sl_tensor_ref){value_ptr(ex, t, op->out[o]), g->values[op->out[o]].shape};
     return call;
 }
 
 /* Submits part `part` of `parts` of op k (parts 1: the whole op), with the
  * fetches due before its first part and after its last. */
-static int submit_op(sl_server *srv, sl_work *w, sl_stream *st, uint32_t k, uint32_t part,
+static int submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t part,
                      uint32_t parts)
 {
-    const sl_graph *g = w->graph;
-    const sl_graph_op *op = &g->ops[k];
-    bool last_op = k + 1 == g->n_ops;
+    const sl_graph_op *op = &t->graph->ops[k];
+    bool last_op = k + 1 == t->graph->n_ops;
     int rc = SL_OK;
     if (part == 0 && op->inplace_in >= 0)
-        rc = fetch_at(srv, w, st, k + 1, last_op, true);
+        rc = fetch_at(ex, t, st, k + 1, last_op, true);
     if (rc == SL_OK && op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
-        sl_op_call call = op_call(srv, w, k), piece;
+        sl_op_call call = op_call(ex, t, k), piece;
         if (parts > 1 && (rc = sl_op_split(&call, parts, part, &piece)) == SL_OK)
             call = piece;
         if (rc == SL_OK)
-            rc = srv->dev->ops->launch(srv->dev, st, &call);
+            rc = ex->dev->ops->launch(ex->dev, st, &call);
     }
     if (rc == SL_OK && part + 1 == parts)
-        rc = fetch_at(srv, w, st, k + 1, last_op, false);
+        rc = fetch_at(ex, t, st, k + 1, last_op, false);
     return rc;
 }
-
-/* Submits ops [from, to) whole, with their fetches. */
-static int submit_ops(sl_server *srv, sl_work *w, sl_stream *st, uint32_t from, uint32_t to)
-{
-    int rc = SL_OK;
-    for (uint32_t k = from; k < to && rc == SL_OK; k++)
-        rc = submit_op(srv, w, st, k, 0, 1);
-    return rc;
-}
-
-static void op_done(void *arg, int status);
 
 /* Stepwise, the parts op k goes in: as many as bring each under the part
  * length by its predicted duration, when it splits (ops.h). The length is
  * the configured one, or half the room the shortest high-priority gap
- * leaves when that is less (but not under SL_EXEC_MIN_PART_NS): small
- * enough to fit the gaps, large enough that a part is not mostly its launch
- * and callback. */
-static uint32_t plan_parts(sl_server *srv, const sl_work *w, uint32_t k)
+ * leaves when that is less (but not under MIN_PART_NS). */
+static uint32_t plan_parts(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 {
-    uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, k);
-    uint64_t part_ns = srv->cfg.op_part_ns ? srv->cfg.op_part_ns : SL_DEFAULT_OP_PART_NS;
-    uint64_t half_room = sl_gaps_min_room(&srv->gaps) / 2;
-    if (half_room < part_ns)
-        part_ns = half_room > SL_EXEC_MIN_PART_NS ? half_room : SL_EXEC_MIN_PART_NS;
-    if (op_ns <= part_ns || w->graph->ops[k].op == SL_OP_RESHAPE)
+    if (ex->cfg->no_gap_fill || !(caps(ex) & SL_POLICY_GAP_FILL))
         return 1;
-    sl_op_call call = op_call(srv, w, k);
+    uint64_t op_ns = sl_gaps_lp_predict(&ex->gaps, &t->graph->lp, k);
+    uint64_t part_ns = ex->cfg->op_part_ns ? ex->cfg->op_part_ns : SL_DEFAULT_OP_PART_NS;
+    uint64_t half_room = sl_gaps_min_room(&ex->gaps) / 2;
+    if (half_room < part_ns)
+        part_ns = half_room > MIN_PART_NS ? half_room : MIN_PART_NS;
+    if (op_ns <= part_ns || t->graph->ops[k].op == SL_OP_RESHAPE)
+        return 1;
+    sl_op_call call = op_call(ex, t, k);
     uint64_t parts = (op_ns + part_ns - 1) / part_ns, most = sl_op_split_max(&call);
-    if (parts > SL_EXEC_MAX_PARTS)
-        parts = SL_EXEC_MAX_PARTS;
+    if (parts > MAX_PARTS)
+        parts = MAX_PARTS;
     return (uint32_t) (parts < most ? parts : most);
 }
 
-/* The predicted duration of w's next step: its next op, or a part of it. */
-static uint64_t next_step_ns(sl_server *srv, const sl_work *w)
+/* The predicted duration of t's next step: its next op, or a part of it. */
+static uint64_t next_step_ns(const sl_exec *ex, const sl_exec_task *t)
 {
-    uint64_t op_ns = sl_gaps_lp_predict(&srv->gaps, &w->graph->lp, w->next_op);
-    uint32_t parts = w->parts ? w->parts : plan_parts(srv, w, w->next_op);
+    uint64_t op_ns = sl_gaps_lp_predict(&ex->gaps, &t->graph->lp, t->next_op);
+    uint32_t parts = t->parts ? t->parts : plan_parts(ex, t, t->next_op);
     return op_ns / parts;
 }
 
-/* Stepwise: submits the next step (an op, or the next part of a long one)
+static sl_stream *task_stream(sl_exec *ex, const sl_exec_task *t)
+{
+    sl_lane *l = sl_map_get(&ex->lanes, t->lane);
+    return l->stream;
+}
+
+/* Stepwise: submits t's next step (an op, or the next part of a long one)
  * and a callback after it (iteration_done after the last). An error stops
  * submission; the callback still comes. */
-static int submit_next_op(sl_server *srv, sl_work *w, sl_stream *st)
+static int submit_step(sl_exec *ex, sl_exec_task *t)
 {
-    uint32_t k = w->next_op;
-    if (w->parts == 0) {
-        w->parts = w->status == SL_OK ? plan_parts(srv, w, k) : 1;
-        w->part = 0;
-        srv->ops_split += w->parts > 1;
+    sl_stream *st = task_stream(ex, t);
+    uint32_t k = t->next_op;
+    if (t->parts == 0) {
+        t->parts = t->status == SL_OK ? plan_parts(ex, t, k) : 1;
+        t->part = 0;
+        ex->stats.ops_split += t->parts > 1;
     }
-    w->step_op = k;
-    w->step_parts = w->parts;
-    w->op_start_ns = sl_now_ns();
-    int rc = w->status == SL_OK ? submit_op(srv, w, st, k, w->part, w->parts) : SL_OK;
-    if (rc != SL_OK && w->status == SL_OK)
-        w->status = rc;
-    if (++w->part >= w->parts) {
-        w->next_op++;
-        w->parts = 0;
+    t->step_op = k;
+    t->step_parts = t->parts;
+    t->op_start_ns = sl_now_ns();
+    int rc = t->status == SL_OK ? submit_op(ex, t, st, k, t->part, t->parts) : SL_OK;
+    if (rc != SL_OK && t->status == SL_OK)
+        t->status = rc;
+    if (++t->part >= t->parts) {
+        t->next_op++;
+        t->parts = 0;
     }
-    bool last = w->next_op >= w->graph->n_ops || w->status != SL_OK;
-    return srv->dev->ops->host_callback(srv->dev, st, last ? iteration_done : op_done, w);
+    bool last = t->next_op >= t->graph->n_ops || t->status != SL_OK;
+    rc = ex->dev->ops->host_callback(ex->dev, st, last ? iteration_done : op_done, t);
+    if (rc == SL_OK && ++ex->stats.lp_in_flight > ex->stats.lp_in_flight_max)
+        ex->stats.lp_in_flight_max = ex->stats.lp_in_flight;
+    return rc;
+}
+
+static void park(sl_exec *ex, sl_exec_task *t, uint64_t now)
+{
+    t->parked_ns = now;
+    t->parked_next = NULL;
+    sl_exec_task **pp = &ex->parked;
+    while (*pp) /* oldest first: low-priority lanes take turns */
+        pp = &(*pp)->parked_next;
+    *pp = t;
 }
 
 /* Gives the lane's stream the lane's framework block as its workspace
  * (device.h), when it is not already its workspace: idle lanes move. */
-static int lane_workspace(sl_server *srv, sl_lane *l, const sl_mem_lane_info *info)
+static int lane_workspace(sl_exec *ex, sl_lane *l, const sl_mem_lane_info *info)
 {
-    void *ws = info->framework ? (char *) srv->arena + info->framework_base : NULL;
+    void *ws = info->framework ? sl_exec_ptr(ex, info->framework_base) : NULL;
     if (ws == l->workspace && info->framework == l->workspace_bytes)
         return SL_OK;
-    int rc = srv->dev->ops->stream_set_workspace(srv->dev, l->stream, ws, info->framework);
+    int rc = ex->dev->ops->stream_set_workspace(ex->dev, l->stream, ws, info->framework);
     if (rc == SL_OK) {
         l->workspace = ws;
         l->workspace_bytes = info->framework;
@@ -322,209 +348,170 @@ static int lane_workspace(sl_server *srv, sl_lane *l, const sl_mem_lane_info *in
 }
 
 /* Submits the lane's workspace, the feeds, then the whole iteration, or
- * (stepwise) its first op. An error stops submission; the completion
- * callback is still queued so the iteration finishes through one path. */
-static int launch(sl_server *srv, sl_work *w, sl_lane *l, const sl_mem_lane_info *info)
+ * (stepwise) parks it for its first step. An error stops submission; the
+ * completion callback is still queued so the iteration finishes through one
+ * path. */
+static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_info *info)
 {
-    sl_device *dev = srv->dev;
+    sl_device *dev = ex->dev;
     sl_stream *st = l->stream;
-    const sl_graph *g = w->graph;
-    int rc = lane_workspace(srv, l, info);
+    const sl_graph *g = t->graph;
+    int rc = lane_workspace(ex, l, info);
 
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
-        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(srv, w, i), w->feed_src[i],
+        rc = dev->ops->memcpy_h2d(dev, st, value_ptr(ex, t, i), t->feed_src[i],
                                   sl_shape_bytes(&g->values[i].shape));
     if (rc == SL_OK)
-        rc = fetch_at(srv, w, st, 0, g->n_ops == 0, false);
-    w->status = rc;
-    if (w->stepwise && g->n_ops > 0) {
-        w->next_op = 0;
-        w->parts = 0;
-        return submit_next_op(srv, w, st);
+        rc = fetch_at(ex, t, st, 0, g->n_ops == 0, false);
+    t->status = rc;
+    if (t->stepwise) {
+        t->next_op = 0;
+        t->parts = 0;
+        park(ex, t, sl_now_ns());
+        resume(ex, false);
+        return SL_OK;
     }
-    if (rc == SL_OK)
-        w->status = submit_ops(srv, w, st, 0, g->n_ops);
-    return dev->ops->host_callback(dev, st, iteration_done, w);
+    for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++)
+        t->status = submit_op(ex, t, st, k, 0, 1);
+    return dev->ops->host_callback(dev, st, iteration_done, t);
 }
 
-/* ---- gap filling ---------------------------------------------------- */
+/* ---- gap filling ------------------------------------------------------ */
 
-void sl_exec_update_class(sl_server *srv, sl_session *s, bool leaving)
+static void update_class(sl_exec *ex, sl_exec_job *j, bool leaving)
 {
-    bool hp = !leaving && s->admitted && s->job.priority > 0 &&
-              strcmp(sl_sched_policy(srv->sched)->name, "priority") == 0;
-    if (hp == s->high_priority)
+    bool hp = !leaving && j->joined && sl_sched_job_high_priority(ex->sched, &j->sched);
+    if (hp == j->high_priority)
         return;
     if (hp)
-        sl_gaps_hp_add(&srv->gaps, &s->hp);
+        sl_gaps_hp_add(&ex->gaps, &j->hp);
     else
-        sl_gaps_hp_remove(&srv->gaps, &s->hp);
-    s->high_priority = hp;
+        sl_gaps_hp_remove(&ex->gaps, &j->hp);
+    j->high_priority = hp;
 }
 
-void sl_exec_hp_arrival(sl_server *srv, sl_session *s)
+/* Whether a low-priority step of op_ns may be issued now: no other one is
+ * on the device, and (gap filling) it fits the high-priority jobs' gaps. */
+static sl_gaps_decision decide(const sl_exec *ex, uint64_t now, uint64_t op_ns)
 {
-    if (s->high_priority)
-        sl_gaps_hp_arrival(&srv->gaps, &s->hp, sl_now_ns());
+    if (ex->cfg->no_gap_fill || !(caps(ex) & SL_POLICY_GAP_FILL))
+        return sl_gaps_hp_pending(&ex->gaps) ? SL_GAPS_WAIT_PENDING : SL_GAPS_ISSUE_FREE;
+    return sl_gaps_decide(&ex->gaps, now, op_ns);
 }
 
-static sl_stream *lane_stream(sl_server *srv, const sl_work *w)
+/* Issues parked iterations' next steps while the one low-priority slot is
+ * free and the gap model allows (all of them when force); arms the timer
+ * for the rest. */
+static void resume(sl_exec *ex, bool force)
 {
-    sl_lane *l = sl_map_get(&srv->lanes, w->lane);
-    return l->stream;
-}
-
-/* Issues parked iterations' next ops where the gap model allows; arms the
- * timer for the rest. */
-void sl_exec_resume(sl_server *srv, bool force, sl_outbox *box)
-{
-    (void) box;
     uint64_t now = sl_now_ns(), wake = 0;
-    sl_work **pp = &srv->parked;
+    sl_exec_task **pp = &ex->parked;
+    force |= ex->finishing;
     while (*pp) {
-        sl_work *w = *pp;
-        uint64_t op_ns = next_step_ns(srv, w);
-        sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
+        sl_exec_task *t = *pp;
+        if (!force && ex->stats.lp_in_flight > 0)
+            return; /* its completion resumes the rest */
+        sl_gaps_decision d = decide(ex, now, next_step_ns(ex, t));
         /* starvation guard: a low-priority iteration that waited a whole
          * starve period for a gap its next op fits gets one op anyway when no
-         * high-priority work is pending (the bound of one op still holds).
-         * Issuing it only as a gap opens, where it has the most room, was
-         * tried: bench/priority's tail got worse, not better. */
-        bool starved = d == SL_GAPS_WAIT_GAP && now - w->parked_ns > SL_EXEC_STARVE_NS;
-        if (force || starved || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
-            *pp = w->parked_next;
-            if (submit_next_op(srv, w, lane_stream(srv, w)) != SL_OK)
-                sl_log_err("exe.resume", "cannot resume an iteration of session %llu",
-                           (unsigned long long) w->session->id);
+         * high-priority work is pending (the bound of one op still holds) */
+        bool starved = d == SL_GAPS_WAIT_GAP && now - t->parked_ns > STARVE_NS;
+        if (force || starved || t->status != SL_OK || d == SL_GAPS_ISSUE_FREE ||
+            d == SL_GAPS_ISSUE_GAP) {
+            *pp = t->parked_next;
+            if (submit_step(ex, t) != SL_OK)
+                sl_log_err("exe.resume", "cannot submit the next op of job %llu",
+                           (unsigned long long) t->job->sched.id);
             continue;
         }
         if (d == SL_GAPS_WAIT_GAP) {
             /* re-check when the host margin ends, or a little later: when
              * the predicted gap would be overdue at the latest */
-            uint64_t host = sl_gaps_host_wait(&srv->gaps, now);
+            uint64_t host = sl_gaps_host_wait(&ex->gaps, now);
             uint64_t at = now + (host ? host : 1000000); /* 1 ms: cheap and bounded */
             if (!wake || at < wake)
                 wake = at;
         }
-        pp = &w->parked_next;
+        pp = &t->parked_next;
     }
-    if (wake && srv->timer_running && (!srv->timer_deadline || wake < srv->timer_deadline)) {
-        srv->timer_deadline = wake;
-        pthread_cond_signal(&srv->timer_cond);
+    if (wake && ex->timer_running && (!ex->timer_deadline || wake < ex->timer_deadline)) {
+        ex->timer_deadline = wake;
+        pthread_cond_signal(&ex->timer_cond);
     }
+}
+
+void sl_exec_finish_parked(sl_exec *ex, sl_outbox *box)
+{
+    (void) box;
+    ex->finishing = true;
+    resume(ex, true);
 }
 
 static void *timer_main(void *arg)
 {
-    sl_server *srv = arg;
-    pthread_mutex_lock(&srv->lock);
-    while (!srv->timer_stop) {
-        if (!srv->timer_deadline) {
-            pthread_cond_wait(&srv->timer_cond, &srv->lock);
+    sl_exec *ex = arg;
+    pthread_mutex_lock(ex->lock);
+    while (!ex->timer_stop) {
+        if (!ex->timer_deadline) {
+            pthread_cond_wait(&ex->timer_cond, ex->lock);
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t now = (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-        if (now < srv->timer_deadline) {
-            uint64_t at = srv->timer_deadline;
-            ts.tv_sec = (time_t) (at / 1000000000ull);
-            ts.tv_nsec = (long) (at % 1000000000ull);
-            pthread_cond_timedwait(&srv->timer_cond, &srv->lock, &ts);
+        if (sl_now_ns() < ex->timer_deadline) {
+            (void) sl_cond_wait_until(&ex->timer_cond, ex->lock, ex->timer_deadline);
             continue;
         }
-        srv->timer_deadline = 0;
+        ex->timer_deadline = 0;
         sl_outbox box = {0};
-        sl_exec_resume(srv, srv->draining, &box);
-        pthread_mutex_unlock(&srv->lock);
-        sl_outbox_flush(srv, &box);
-        pthread_mutex_lock(&srv->lock);
+        resume(ex, false);
+        ex->hooks.unlock_send(ex->hooks.arg, &box);
+        pthread_mutex_lock(ex->lock);
     }
-    pthread_mutex_unlock(&srv->lock);
+    pthread_mutex_unlock(ex->lock);
     return NULL;
-}
-
-int sl_exec_timer_start(sl_server *srv)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&srv->timer_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    sl_gaps_config gc = sl_gaps_config_default();
-    if (srv->dev->host_cores)
-        gc.host_ns = SL_EXEC_HOST_MARGIN_NS;
-    int rc = sl_gaps_init(&srv->gaps, &gc);
-    if (rc)
-        return rc;
-    if (pthread_create(&srv->timer, NULL, timer_main, srv) != 0)
-        return SL_ENOMEM;
-    srv->timer_running = true;
-    return SL_OK;
-}
-
-void sl_exec_timer_stop(sl_server *srv)
-{
-    if (!srv->timer_running)
-        return;
-    pthread_mutex_lock(&srv->lock);
-    srv->timer_stop = true;
-    pthread_cond_signal(&srv->timer_cond);
-    pthread_mutex_unlock(&srv->lock);
-    pthread_join(srv->timer, NULL);
-    srv->timer_running = false;
-    pthread_cond_destroy(&srv->timer_cond);
 }
 
 static void op_done(void *arg, int status)
 {
-    sl_work *w = arg;
-    sl_server *srv = w->session->srv;
+    sl_exec_task *t = arg;
+    sl_exec *ex = t->ex;
     sl_outbox box = {0};
-    pthread_mutex_lock(&srv->lock);
+    pthread_mutex_lock(ex->lock);
     uint64_t now = sl_now_ns();
+    ex->stats.lp_in_flight--;
     /* a part stands for its whole op: parts are even shares of its rows */
-    sl_gaps_lp_observe(&srv->gaps, &w->graph->lp, w->step_op,
-                       (now - w->op_start_ns) * w->step_parts);
-    if (status != SL_OK && w->status == SL_OK)
-        w->status = status;
-    uint64_t op_ns = next_step_ns(srv, w);
-    sl_gaps_decision d = sl_gaps_decide(&srv->gaps, now, op_ns);
-    if (srv->draining || w->status != SL_OK || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
-        if (submit_next_op(srv, w, lane_stream(srv, w)) != SL_OK)
-            sl_log_err("exe.step", "cannot submit the next op of session %llu",
-                       (unsigned long long) w->session->id);
-    } else {
-        w->parked_ns = now;
-        w->parked_next = srv->parked;
-        srv->parked = w;
-        sl_exec_resume(srv, false, &box); /* arms the timer if the gap may open */
-    }
-    sl_complete_unlock_and_flush(srv, &box);
+    sl_gaps_lp_observe(&ex->gaps, &t->graph->lp, t->step_op,
+                       (now - t->op_start_ns) * t->step_parts);
+    if (status != SL_OK && t->status == SL_OK)
+        t->status = status;
+    if (status == SL_EDEVICERESET)
+        ex->halted = true;
+    park(ex, t, now);
+    resume(ex, false);
+    ex->hooks.unlock_send(ex->hooks.arg, &box);
 }
 
-/* Starts lane's next pick if it is idle; returns true if it started one. */
-/* Whether w is small enough to run on the thread that dispatched it: on an
- * idle cpu stream, handing an iteration to the stream's thread and its
- * completion back costs two thread wake-ups, which is most of a small
- * iteration's round trip. The bound keeps the dispatching (network) thread
- * from being taken for long. The first iteration of a graph always goes to
- * the stream's thread, to be measured. */
-#define RUN_HERE_MAX_NS 100000u
-
-static bool runs_here(const sl_server *srv, const sl_work *w)
+static bool runs_here(const sl_exec *ex, const sl_exec_task *t)
 {
-    return srv->dev->ops->stream_hold && !w->stepwise && w->graph->iter_ewma_ns &&
-           w->graph->iter_ewma_ns <= RUN_HERE_MAX_NS;
+    return ex->dev->ops->stream_hold && !t->stepwise && t->graph->iter_ewma_ns &&
+           t->graph->iter_ewma_ns <= RUN_HERE_MAX_NS;
 }
 
-static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now, sl_outbox *box)
+/* Ends a task that never reached the device. */
+static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
 {
-    sl_sched_job *job;
+    sl_sched_complete(ex->sched, &t->job->sched, 0, sl_now_ns());
+    t->status = status;
+    ex->hooks.done(ex->hooks.arg, t, status, false, box);
+}
+
+/* Starts lane's next pick if it is idle; true if it started one. */
+static bool kick_lane(sl_exec *ex, const sl_mem_lane_info *info, uint64_t now, sl_outbox *box)
+{
     sl_sched_item *item;
-    if (srv->fault.lost || srv->fault.dead) /* issue 6: no device work until reset (fault.c) */
+    sl_sched_job *job;
+    if (ex->halted)
         return false;
-    sl_lane *l = sl_map_get(&srv->lanes, info->id);
+    sl_lane *l = sl_map_get(&ex->lanes, info->id);
     if (l && l->busy)
         return false;
     if (l && l->serial != info->serial) {
@@ -534,118 +521,339 @@ static bool kick_lane(sl_server *srv, const sl_mem_lane_info *info, uint64_t now
         l->last_job_id = 0;
     }
     /* the same for the scheduler's lane statistics; a no-op once bound */
-    sl_sched_lane_bind(srv->sched, info->id, info->serial);
-    uint64_t idle_since = sl_sched_lane_idle_since(srv->sched, info->id);
-    if (!sl_sched_next(srv->sched, info->id, now, &job, &item))
+    sl_sched_lane_bind(ex->sched, info->id, info->serial);
+    uint64_t idle_since = sl_sched_lane_idle_since(ex->sched, info->id);
+    if (!sl_sched_next(ex->sched, info->id, now, &job, &item))
         return false;
-    sl_work *w = container_of(item, sl_work, item);
-    int priority = stream_priority(srv, w->session);
+    sl_exec_task *t = sl_container_of(item, sl_exec_task, item);
+    int priority = stream_priority(ex, t->job);
     if (l && l->priority != priority)
-        lane_restream(srv, l, priority);
-    if (!l && !(l = lane_get(srv, info, priority))) {
-        sl_sched_complete(srv->sched, job, 0, now);
-        sl_reply_error(w->reply, SL_ENOMEM, "cannot start a stream for lane %u", info->id);
-        sl_session_work_done(srv, w->session, box);
+        lane_restream(ex, l, priority);
+    if (!l && !(l = lane_get(ex, info, priority))) {
+        sl_log_err("exe.stream", "cannot start a stream for lane %u", info->id);
+        fail_task(ex, t, SL_ENOMEM, box);
         return false;
     }
-    w->start_ns = now;
-    w->lane = info->id;
-    w->stepwise = is_stepwise(srv, w->session);
+    t->start_ns = now;
+    t->lane = info->id;
+    t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;
     l->busy = true;
-    srv->lanes_busy++;
-    sl_mem_lane_busy(srv->mem, info->id);
+    ex->stats.lanes_busy++;
+    sl_mem_lane_busy(ex->mem, info->id);
     /* idle lanes move (compaction): the base counts only once it is busy */
     sl_mem_lane_info fresh;
-    if (sl_mem_lane_get(srv->mem, info->id, &fresh) != SL_OK)
+    if (sl_mem_lane_get(ex->mem, info->id, &fresh) != SL_OK)
         fresh = *info;
-    w->ephemeral_base = fresh.base;
+    t->ephemeral_base = fresh.base;
     /* small iterations skip the thread hand-off (device.h stream_hold) */
-    bool here = !box->run_here && runs_here(srv, w);
+    bool here = !box->run_here && runs_here(ex, t);
     if (here)
-        srv->dev->ops->stream_hold(srv->dev, l->stream);
-    int rc = launch(srv, w, l, &fresh);
+        ex->dev->ops->stream_hold(ex->dev, l->stream);
+    int rc = launch(ex, t, l, &fresh);
     if (here)
         box->run_here = l->stream;
     /* the switch cost: how long the lane sat idle, from the previous
-     * iteration's completion (or this one's arrival at the server, if later)
-     * until this one's work is on the stream */
+     * iteration's completion (or this one's arrival, if later) until this
+     * one's work is on the stream */
     if (l->last_job_id) {
-        uint64_t from = idle_since > w->arrival_ns ? idle_since : w->arrival_ns;
+        uint64_t from = idle_since > t->arrival_ns ? idle_since : t->arrival_ns;
         uint64_t end = sl_now_ns();
-        sl_sched_note_gap(srv->sched, info->id, end > from ? end - from : 0,
+        sl_sched_note_gap(ex->sched, info->id, end > from ? end - from : 0,
                           l->last_job_id == job->id);
     }
     l->last_job_id = job->id;
     if (rc == SL_OK)
         return true;
     /* not even the completion callback could be queued: finish here */
-    sl_log_err("exe.launch", "cannot submit iteration of session %llu: %s",
+    sl_log_err("exe.launch", "cannot submit an iteration of job %llu: %s",
                (unsigned long long) job->id, sl_strerror(rc));
     l->busy = false;
-    srv->lanes_busy--;
-    sl_mem_lane_idle(srv->mem, info->id);
-    sl_sched_complete(srv->sched, job, 0, sl_now_ns());
-    sl_reply_error(w->reply, rc, "cannot submit the iteration: %s", sl_strerror(rc));
-    sl_session_work_done(srv, w->session, box);
+    ex->stats.lanes_busy--;
+    sl_mem_lane_idle(ex->mem, info->id);
+    fail_task(ex, t, rc, box);
     return false;
 }
 
-void sl_exec_kick(sl_server *srv, sl_outbox *box)
+void sl_exec_kick(sl_exec *ex, sl_outbox *box)
 {
     sl_mem_lane_info lanes[MAX_LANES_PER_KICK];
-    size_t n = sl_mem_lanes(srv->mem, lanes, MAX_LANES_PER_KICK);
+    size_t n = sl_mem_lanes(ex->mem, lanes, MAX_LANES_PER_KICK);
     uint64_t now = sl_now_ns();
     for (size_t i = 0; i < n && i < MAX_LANES_PER_KICK; i++)
-        (void) kick_lane(srv, &lanes[i], now, box);
+        (void) kick_lane(ex, &lanes[i], now, box);
 }
 
 static void iteration_done(void *arg, int status)
 {
-    sl_work *w = arg;
-    sl_session *s = w->session;
-    sl_server *srv = s->srv;
+    sl_exec_task *t = arg;
+    sl_exec *ex = t->ex;
+    sl_exec_job *j = t->job;
     uint64_t now = sl_now_ns();
     sl_outbox box = {0};
 
-    pthread_mutex_lock(&srv->lock);
-    uint64_t device_ns = now - w->start_ns;
-    sl_sched_complete(srv->sched, &s->job, device_ns, now);
-    sl_lane *l = sl_map_get(&srv->lanes, w->lane);
+    pthread_mutex_lock(ex->lock);
+    uint64_t device_ns = now - t->start_ns;
+    sl_sched_complete(ex->sched, &j->sched, device_ns, now);
+    sl_lane *l = sl_map_get(&ex->lanes, t->lane);
     l->busy = false;
-    srv->lanes_busy--;
-    srv->iterations_total++;
-    if (w->status == SL_OK)
-        w->status = status;
-    if (w->status != SL_OK) {
-        sl_log_warn("exe.fail", "iteration of session %llu failed: %s", (unsigned long long) s->id,
-                    sl_strerror(w->status));
-        sl_reply_error(w->reply, w->status, "iteration failed on the device: %s",
-                       sl_strerror(w->status));
-    } else {
-        Salus__RunReply *body = sl_reply_msg(w->reply)->run;
-        uint64_t *avg = &w->graph->iter_ewma_ns;
+    ex->stats.lanes_busy--;
+    ex->stats.iterations++;
+    if (t->stepwise)
+        ex->stats.lp_in_flight--;
+    if (t->status == SL_OK)
+        t->status = status;
+    if (t->status == SL_OK) {
+        uint64_t *avg = &t->graph->iter_ewma_ns;
         *avg = *avg ? *avg - *avg / 8 + device_ns / 8 : device_ns;
-        body->device_ns = device_ns;
-        body->queue_ns = w->start_ns - w->item.enqueue_ns;
+        t->device_ns = device_ns;
+        t->queue_ns = t->start_ns - t->item.enqueue_ns;
+    } else if (t->status == SL_EDEVICERESET) {
+        ex->halted = true; /* the device is lost: start nothing more */
     }
-    /* issue 6: a lost device (SL_EDEVICERESET) stops new work and resets (fault.c) */
-    sl_fault_handle(srv, s, w->status, w->reply, &box);
     /* hot path first: hand the lane to the next pick before any bookkeeping,
      * so the device idles only for this (the switch cost) */
     sl_mem_lane_info info;
     bool relaunched =
-        sl_mem_lane_get(srv->mem, l->id, &info) == SL_OK && kick_lane(srv, &info, now, &box);
-    if (s->high_priority) {
-        sl_gaps_hp_complete(&srv->gaps, &s->hp, now);
-        sl_exec_resume(srv, false, &box);
-    }
-    sl_session_work_done(srv, s, &box);
-    if (!relaunched && !l->busy) {
+        sl_mem_lane_get(ex->mem, l->id, &info) == SL_OK && kick_lane(ex, &info, now, &box);
+    if (j->high_priority)
+        sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
+    if (j->high_priority || t->stepwise)
+        resume(ex, false);
+    bool lane_idle = !relaunched && !l->busy;
+    if (lane_idle) {
         /* an idle lane may shrink or go, letting queued sessions in */
-        sl_mem_lane_idle(srv->mem, l->id);
-        sl_dispatch_memory_changed(srv, &box);
-        lanes_collect(srv);
+        sl_mem_lane_idle(ex->mem, l->id);
+        lanes_collect(ex);
     }
-    sl_exec_kick(srv, &box);
-    sl_complete_unlock_and_flush(srv, &box);
+    ex->hooks.done(ex->hooks.arg, t, t->status, lane_idle, &box);
+    sl_exec_kick(ex, &box);
+    ex->hooks.unlock_send(ex->hooks.arg, &box);
+}
+
+/* ---- the contract ------------------------------------------------------ */
+
+void sl_exec_run(sl_exec *ex, sl_exec_task *t, sl_outbox *box)
+{
+    t->ex = ex;
+    t->status = SL_OK;
+    if (t->job->high_priority)
+        sl_gaps_hp_arrival(&ex->gaps, &t->job->hp, sl_now_ns());
+    sl_sched_enqueue(ex->sched, &t->job->sched, &t->item, sl_now_ns());
+    sl_exec_kick(ex, box);
+}
+
+sl_exec_task *sl_exec_unqueue(sl_exec *ex, sl_exec_job *j)
+{
+    if (j->sched.running || !j->sched.n_queued)
+        return NULL;
+    sl_sched_item *items = sl_sched_job_drop_queued(ex->sched, &j->sched);
+    return items ? sl_container_of(items, sl_exec_task, item) : NULL;
+}
+
+static void control_done(void *arg, int status)
+{
+    sl_exec_task *t = arg;
+    sl_exec *ex = t->ex;
+    sl_outbox box = {0};
+    pthread_mutex_lock(ex->lock);
+    ex->stats.control_in_flight--;
+    if (status == SL_EDEVICERESET)
+        ex->halted = true;
+    t->status = status;
+    ex->hooks.done(ex->hooks.arg, t, status, false, &box);
+    ex->hooks.unlock_send(ex->hooks.arg, &box);
+}
+
+int sl_exec_control(sl_exec *ex, sl_exec_task *t, int kind, uint64_t addr, void *host,
+                    uint64_t bytes, const sl_shape *shape)
+{
+    sl_device *dev = ex->dev;
+    if (ex->halted || !ex->copy_stream)
+        return SL_ENODEV;
+    t->ex = ex;
+    t->status = SL_OK;
+    int rc;
+    if (kind == SL_EXEC_COPY_IN) {
+        rc = dev->ops->memcpy_h2d(dev, ex->copy_stream, sl_exec_ptr(ex, addr), host, bytes);
+    } else if (kind == SL_EXEC_COPY_OUT) {
+        rc = dev->ops->memcpy_d2h(dev, ex->copy_stream, host, sl_exec_ptr(ex, addr), bytes);
+    } else {
+        sl_op_call fill = {.op = SL_OP_FILL, .n_in = 1, .n_out = 1};
+        fill.in[0] = fill.out[0] = (sl_tensor_ref){sl_exec_ptr(ex, addr), *shape};
+        rc = dev->ops->launch(dev, ex->copy_stream, &fill);
+    }
+    if (rc == SL_OK)
+        rc = dev->ops->host_callback(dev, ex->copy_stream, control_done, t);
+    if (rc == SL_OK)
+        ex->stats.control_in_flight++;
+    return rc;
+}
+
+int sl_exec_join(sl_exec *ex, sl_exec_job *j, uint64_t now)
+{
+    int rc = sl_sched_reserve_lanes(ex->sched, j->sched.lane + 1);
+    if (rc)
+        return rc;
+    sl_sched_job_add(ex->sched, &j->sched, now);
+    j->joined = true;
+    update_class(ex, j, false);
+    return SL_OK;
+}
+
+void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box)
+{
+    (void) box;
+    if (!j->joined)
+        return;
+    (void) sl_sched_job_remove(ex->sched, &j->sched);
+    update_class(ex, j, true);
+    j->joined = false;
+    resume(ex, false); /* one fewer high-priority job to wait for */
+}
+
+int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane)
+{
+    if (lane == j->sched.lane)
+        return SL_OK;
+    int rc = sl_sched_reserve_lanes(ex->sched, lane + 1);
+    if (rc == SL_OK)
+        sl_sched_job_set_lane(ex->sched, &j->sched, lane);
+    return rc;
+}
+
+void sl_exec_set_share(sl_exec *ex, sl_exec_job *j, const int *priority, const double *weight,
+                       sl_outbox *box)
+{
+    (void) box;
+    if (priority)
+        sl_sched_job_set_priority(ex->sched, &j->sched, *priority);
+    if (weight)
+        sl_sched_job_set_weight(ex->sched, &j->sched, *weight);
+    update_class(ex, j, false);
+    resume(ex, ex->gaps.n_hp == 0);
+}
+
+void sl_exec_set_policy(sl_exec *ex, const sl_policy_ops *policy, bool strict, sl_outbox *box)
+{
+    sl_sched_set_policy(ex->sched, policy, strict);
+    for (sl_sched_job *sj = sl_sched_first_job(ex->sched); sj; sj = sl_sched_next_job(sj))
+        update_class(ex, sl_container_of(sj, sl_exec_job, sched), false);
+    resume(ex, ex->gaps.n_hp == 0);
+    sl_exec_kick(ex, box); /* a work-conserving policy may start what a strict one held */
+}
+
+bool sl_exec_wants_exclusive(const sl_exec *ex, int priority)
+{
+    return priority > 0 && (caps(ex) & SL_POLICY_EXCLUSIVE_LANES) && !ex->cfg->no_exclusive_lanes;
+}
+
+bool sl_exec_idle(const sl_exec *ex)
+{
+    return !ex->stats.lanes_busy && !ex->stats.control_in_flight;
+}
+
+void sl_exec_halt(sl_exec *ex)
+{
+    ex->halted = true;
+}
+
+int sl_exec_reset_device(sl_exec *ex)
+{
+    sl_device *dev = ex->dev;
+    /* take everything device-side out first: nothing may find a stream that
+     * is being destroyed */
+    sl_map lanes = ex->lanes;
+    sl_spare_stream *spare = ex->spare;
+    size_t n_spare = ex->n_spare;
+    sl_stream *copy = ex->copy_stream;
+    void *arena = ex->arena;
+    ex->lanes = (sl_map){0};
+    ex->spare = NULL;
+    ex->n_spare = ex->cap_spare = 0;
+    ex->copy_stream = NULL;
+    ex->arena = NULL;
+    pthread_mutex_unlock(ex->lock);
+
+    streams_destroy(dev, &lanes, spare, n_spare);
+    if (copy)
+        dev->ops->stream_destroy(dev, copy);
+    if (arena)
+        dev->ops->mem_free(dev, arena);
+    arena = NULL;
+    copy = NULL;
+    int rc = dev->ops->reset ? dev->ops->reset(dev) : SL_ENODEV;
+    if (rc == SL_OK)
+        rc = dev->ops->mem_alloc(dev, ex->capacity, &arena);
+    if (rc == SL_OK)
+        rc = dev->ops->stream_create(dev, 0, &copy);
+
+    pthread_mutex_lock(ex->lock);
+    ex->arena = arena; /* also on failure: freed with the executor */
+    ex->copy_stream = copy;
+    if (rc == SL_OK)
+        ex->halted = false;
+    return rc;
+}
+
+int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *mem,
+                 uint64_t capacity, pthread_mutex_t *lock, const sl_exec_hooks *hooks)
+{
+    ex->lock = lock;
+    ex->cfg = cfg;
+    ex->dev = dev;
+    ex->mem = mem;
+    ex->hooks = *hooks;
+    int rc;
+    const sl_policy_ops *policy = sl_sched_policy_find(cfg->policy);
+    if (!policy)
+        return SL_EINVAL;
+    if ((rc = sl_sched_create(policy, cfg->strict, &ex->sched)) != SL_OK)
+        return rc;
+    if ((rc = dev->ops->mem_alloc(dev, capacity, &ex->arena)) != SL_OK) {
+        sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",
+                   (unsigned long long) capacity, sl_strerror(rc));
+        return rc;
+    }
+    ex->capacity = capacity;
+    if ((rc = dev->ops->stream_create(dev, 0, &ex->copy_stream)) != SL_OK)
+        return rc;
+    sl_gaps_config gc = sl_gaps_config_default();
+    if (dev->host_cores)
+        gc.host_ns = HOST_MARGIN_NS;
+    if ((rc = sl_gaps_init(&ex->gaps, &gc)) != SL_OK)
+        return rc;
+    if (sl_cond_init_monotonic(&ex->timer_cond) != 0)
+        return SL_ENOMEM;
+    if (pthread_create(&ex->timer, NULL, timer_main, ex) != 0) {
+        pthread_cond_destroy(&ex->timer_cond);
+        return SL_ENOMEM;
+    }
+    ex->timer_running = true;
+    return SL_OK;
+}
+
+void sl_exec_fini(sl_exec *ex)
+{
+    if (ex->timer_running) {
+        pthread_mutex_lock(ex->lock);
+        ex->timer_stop = true;
+        pthread_cond_signal(&ex->timer_cond);
+        pthread_mutex_unlock(ex->lock);
+        pthread_join(ex->timer, NULL);
+        ex->timer_running = false;
+        pthread_cond_destroy(&ex->timer_cond);
+    }
+    if (ex->dev) {
+        streams_destroy(ex->dev, &ex->lanes, ex->spare, ex->n_spare);
+        ex->spare = NULL;
+        ex->n_spare = ex->cap_spare = 0;
+        if (ex->copy_stream)
+            ex->dev->ops->stream_destroy(ex->dev, ex->copy_stream);
+        if (ex->arena)
+            ex->dev->ops->mem_free(ex->dev, ex->arena);
+        ex->copy_stream = NULL;
+        ex->arena = NULL;
+    }
+    sl_sched_destroy(ex->sched);
+    ex->sched = NULL;
 }

@@ -1,15 +1,13 @@
 /* Graph registration: every op validated by the registry, every value's
- * shape inferred, ephemeral values planned into one block. After this,
- * nothing a client sends at run time can make a kernel touch memory outside
- * the session's own tensors and the iteration's block. */
-#include "server.h"
+ * shape inferred, ephemeral values planned into one block (graph.h). */
+#include "graph.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* The planner is O(values^2) and runs under srv->lock: these bound how long
+/* The planner is O(values^2) and runs under the server lock: these bound how long
  * one registration can hold up every other session (under a second on a
  * 2-core machine; 2^16 ops took 8 s, 2^20 would take half an hour). Real
  * training graphs have a few thousand ops. */
@@ -178,7 +176,38 @@ out_free_roots:
         goto out_free;                                                                             \
     } while (0)
 
-int sl_graph_build(sl_session *s, const Salus__Graph *m, bool inplace, sl_graph **out, char *err,
+int sl_shape_from_desc(const Salus__TensorDesc *d, sl_shape *out, char *why, size_t whylen)
+{
+    if (!d) {
+        snprintf(why, whylen, "no tensor description");
+        return SL_EINVAL;
+    }
+    if ((unsigned) d->dtype >= SL_DTYPE_COUNT) {
+        snprintf(why, whylen, "unknown dtype %d (F32 = 0, I32 = 1)", (int) d->dtype);
+        return SL_EINVAL;
+    }
+    if (d->n_dims > SL_MAX_DIMS) {
+        snprintf(why, whylen, "%zu dims, at most %d allowed", d->n_dims, SL_MAX_DIMS);
+        return SL_EINVAL;
+    }
+    sl_shape s = {.dtype = (uint8_t) d->dtype, .ndim = (uint8_t) d->n_dims};
+    for (size_t i = 0; i < d->n_dims; i++) {
+        if (d->dims[i] < 1) {
+            snprintf(why, whylen, "dim %zu is %lld; every dim must be at least 1", i,
+                     (long long) d->dims[i]);
+            return SL_EINVAL;
+        }
+        s.dims[i] = d->dims[i];
+    }
+    if (!sl_shape_valid(&s)) {
+        snprintf(why, whylen, "more than 2^40 elements");
+        return SL_EINVAL;
+    }
+    *out = s;
+    return SL_OK;
+}
+
+int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_graph **out, char *err,
                    size_t errlen)
 {
     int rc = SL_ENOMEM;
@@ -213,24 +242,18 @@ int sl_graph_build(sl_session *s, const Salus__Graph *m, bool inplace, sl_graph 
 
     uint32_t nv = 0;
     for (size_t i = 0; i < m->n_inputs; i++, nv++) {
-        const Salus__TensorDesc *d = m->inputs[i];
-        sl_shape *sh = &g->values[nv].shape;
-        if (!d || d->n_dims > SL_MAX_DIMS || (unsigned) d->dtype >= SL_DTYPE_COUNT)
-            FAIL(SL_EINVAL, "input %zu: invalid tensor description", i);
-        *sh = (sl_shape){.dtype = (uint8_t) d->dtype, .ndim = (uint8_t) d->n_dims};
-        if (d->n_dims) /* a scalar's dims may be NULL */
-            memcpy(sh->dims, d->dims, d->n_dims * sizeof *d->dims);
-        if (!sl_shape_valid(sh))
-            FAIL(SL_EINVAL, "input %zu: invalid shape", i);
+        char why[96];
+        if (sl_shape_from_desc(m->inputs[i], &g->values[nv].shape, why, sizeof why) != SL_OK)
+            FAIL(SL_EINVAL, "graph input %zu: %s", i, why);
         g->values[nv].kind = SL_VALUE_INPUT;
         g->values[nv].root = nv;
     }
     g->n_inputs = (uint32_t) m->n_inputs;
     for (size_t i = 0; i < m->n_params; i++, nv++) {
-        sl_tensor *t = sl_map_get(&s->tensors, m->params[i]);
+        sl_tensor *t = sl_map_get(tensors, m->params[i]);
         if (!t)
-            FAIL(SL_ENOTFOUND, "param %zu: session %llu has no tensor %llu", i,
-                 (unsigned long long) s->id, (unsigned long long) m->params[i]);
+            FAIL(SL_ENOTFOUND, "param %zu: the session has no tensor %llu", i,
+                 (unsigned long long) m->params[i]);
         g->values[nv] =
             (sl_value){.shape = t->shape, .kind = SL_VALUE_PARAM, .tensor = t, .root = nv};
         t->graph_refs++;

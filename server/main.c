@@ -38,10 +38,16 @@ static void usage(FILE *f)
             "                          RESOURCE_EXHAUSTED (default: 32M on cpu, 64M on\n"
             "                          cuda and sim, at most a 16th of the memory)\n"
             "      --no-inplace        never run element-wise ops in place over a dying input\n"
+            "                          (debugging: planned peaks grow)\n"
             "      --op-part-us N      under the priority policy, split a low-priority op\n"
             "                          predicted longer than N us into parts of about N us\n"
             "                          (matmuls; default 600)\n"
-            "                          (debugging: planned peaks grow)\n"
+            "      --no-exclusive-lanes, --no-stepwise, --no-gap-fill, --no-stream-classes\n"
+            "                          turn off one of the priority policy's mechanisms\n"
+            "                          (measuring each alone): high-priority sessions' own\n"
+            "                          lanes; low-priority iterations op by op, one op on the\n"
+            "                          device at a time; those ops only into predicted gaps;\n"
+            "                          lane streams of their sessions' class\n"
             "      --spread-limit SIZE sessions get lanes of their own (run concurrently)\n"
             "                          while at most this much memory is held, then share\n"
             "                          lanes (take turns); 0 = always share (default: half)\n"
@@ -162,7 +168,11 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_TLSKEY,
         OPT_TLSCA,
         OPT_PLAINTCP,
-        OPT_FAULT
+        OPT_FAULT,
+        OPT_NO_EXCLUSIVE,
+        OPT_NO_STEPWISE,
+        OPT_NO_GAPFILL,
+        OPT_NO_CLASSES
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -187,6 +197,10 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"tls-ca", required_argument, NULL, OPT_TLSCA},
         {"allow-plain-tcp", no_argument, NULL, OPT_PLAINTCP},
         {"fault-inject", required_argument, NULL, OPT_FAULT},
+        {"no-exclusive-lanes", no_argument, NULL, OPT_NO_EXCLUSIVE},
+        {"no-stepwise", no_argument, NULL, OPT_NO_STEPWISE},
+        {"no-gap-fill", no_argument, NULL, OPT_NO_GAPFILL},
+        {"no-stream-classes", no_argument, NULL, OPT_NO_CLASSES},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -308,6 +322,18 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         case OPT_FAULT:
             cfg->fault_file = optarg;
             break;
+        case OPT_NO_EXCLUSIVE:
+            cfg->no_exclusive_lanes = true;
+            break;
+        case OPT_NO_STEPWISE:
+            cfg->no_stepwise = true;
+            break;
+        case OPT_NO_GAPFILL:
+            cfg->no_gap_fill = true;
+            break;
+        case OPT_NO_CLASSES:
+            cfg->no_stream_classes = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -359,13 +385,7 @@ int main(int argc, char **argv)
     char default_url[512];
     default_listen_url(default_url, sizeof default_url);
     const char *default_urls[1] = {default_url};
-    sl_server srv = {
-        .cfg = {.device = "cpu",
-                .policy = "fair",
-                .contexts = 256,
-                .max_message = 1ull << 30,
-                .ipc_mode = 0600},
-    };
+    sl_server srv = {.cfg = SL_CONFIG_DEFAULTS};
     int rc = parse_args(argc, argv, &srv.cfg, default_urls);
     if (rc >= 0)
         return rc;
@@ -389,7 +409,7 @@ int main(int argc, char **argv)
     int sig = 0;
     while (sigwait(&sigs, &sig) != 0 || sig == SIGUSR1) {
         if (sig == SIGUSR1)
-            (void) sl_fault_inject_file(&srv);
+            (void) sl_server_inject_faults(&srv);
         sig = 0;
     }
     sl_log_info("srv.drain", "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -1,7 +1,7 @@
 /* Replies: an envelope plus a chunked arena, so a reply of any shape (a
  * status table, fetched tensors) is built without per-field bookkeeping and
- * freed in one call. */
-#include "server.h"
+ * freed in one call; outboxes are plain lists of them. */
+#include "reply.h"
 #include "sl_alloc.h"
 
 #include <stdarg.h>
@@ -19,6 +19,9 @@ struct sl_reply {
     sl_req *req;
     sl_reply *next; /* outbox link */
     struct chunk *chunks;
+    bool tracked; /* answers a request the gate tracks for repeats */
+    uint32_t pipe_id;
+    uint64_t session_id;
     char message[256];
 };
 
@@ -75,6 +78,36 @@ Salus__Reply *sl_reply_msg(sl_reply *r)
     return &r->msg;
 }
 
+Salus__TensorDesc *sl_reply_desc(sl_reply *r, const sl_shape *s)
+{
+    Salus__TensorDesc *d = sl_reply_alloc(r, sizeof *d);
+    int64_t *dims = sl_reply_alloc(r, SL_MAX_DIMS * sizeof *dims);
+    if (!d || !dims)
+        return NULL;
+    salus__tensor_desc__init(d);
+    d->dtype = (Salus__DType) s->dtype;
+    d->n_dims = s->ndim;
+    d->dims = dims;
+    memcpy(dims, s->dims, s->ndim * sizeof *dims);
+    return d;
+}
+
+void sl_reply_track(sl_reply *r, uint32_t pipe_id, uint64_t session_id)
+{
+    r->tracked = true;
+    r->pipe_id = pipe_id;
+    r->session_id = session_id;
+}
+
+bool sl_reply_tracked(const sl_reply *r, uint32_t *pipe_id, uint64_t *session_id)
+{
+    if (!r->tracked)
+        return false;
+    *pipe_id = r->pipe_id;
+    *session_id = r->session_id;
+    return true;
+}
+
 void sl_reply_free(sl_reply *r)
 {
     if (!r)
@@ -99,12 +132,20 @@ void sl_outbox_put(sl_outbox *box, sl_req *req, sl_reply *reply)
     box->tail = reply;
 }
 
-/* Replies produced while this thread runs a held stream's work for an
- * outbox (sl_outbox_flush below): sent once that work is done. */
-static __thread sl_outbox *deferred;
+sl_reply *sl_outbox_take(sl_outbox *box, sl_req **req)
+{
+    sl_reply *r = box->head;
+    if (!r)
+        return NULL;
+    box->head = r->next;
+    if (!box->head)
+        box->tail = NULL;
+    r->next = NULL;
+    *req = r->req;
+    return r;
+}
 
-/* Moves from's replies (after to's) and its completing counts into to. */
-static void outbox_move(sl_outbox *to, sl_outbox *from)
+void sl_outbox_move(sl_outbox *to, sl_outbox *from)
 {
     if (from->head) {
         if (to->tail)
@@ -116,39 +157,4 @@ static void outbox_move(sl_outbox *to, sl_outbox *from)
     }
     to->completing += from->completing;
     from->completing = 0;
-}
-
-void sl_outbox_flush(sl_server *srv, sl_outbox *box)
-{
-    if (box->run_here) {
-        /* The iteration runs here; its reply waits until the stream is
-         * released and every lock dropped. Sent from inside, it would wake
-         * the client, whose next request would find the stream still
-         * borrowed (and go to the stream's thread) or a lock still held. */
-        sl_stream *st = box->run_here;
-        box->run_here = NULL;
-        sl_outbox later = {0}, *outer = deferred;
-        deferred = &later;
-        srv->dev->ops->stream_release(srv->dev, st, true);
-        deferred = outer;
-        outbox_move(box, &later);
-    }
-    if (deferred) {
-        outbox_move(deferred, box);
-        return;
-    }
-    for (sl_reply *r = box->head, *next; r; r = next) {
-        next = r->next;
-        sl_transport_reply(srv, r->req, r);
-    }
-    box->head = box->tail = NULL;
-    if (box->completing) {
-        srv->completing -= box->completing;
-        box->completing = 0;
-        if (srv->draining) { /* it waits for completing under the lock */
-            pthread_mutex_lock(&srv->lock);
-            pthread_cond_broadcast(&srv->idle_cond);
-            pthread_mutex_unlock(&srv->lock);
-        }
-    }
 }

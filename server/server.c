@@ -1,18 +1,50 @@
-/* Server life cycle: start-up in steps that unwind on failure, and a stop
- * that drains. Used by salusd's main and by anything that embeds a server
- * (benchmarks run one in-process over inproc://). */
+/* Server life cycle (server.h): start-up in steps that unwind on failure,
+ * the hooks that tie the parts together, and a stop that drains. */
 #include "server.h"
+#include "gate.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
 #include <stdio.h>
-#include <sys/random.h>
-#include <unistd.h>
 
-/* Opens the arena: the whole memory limit, managed by the memory manager
- * (persistent regions, lanes with their framework part). */
-static int memory_init(sl_server *srv)
+/* ---- hooks: how completion and faults reach back up ---- */
+
+static void exec_done(void *arg, sl_exec_task *t, int status, bool lane_idle, sl_outbox *box)
+{
+    sl_server *srv = arg;
+    sl_sessions_task_done(&srv->sessions, t, status, lane_idle, box);
+}
+
+static void exec_unlock_send(void *arg, sl_outbox *box)
+{
+    sl_server *srv = arg;
+    sl_sender_unlock_send(&srv->sender, box);
+}
+
+static bool fault_idle(void *arg)
+{
+    sl_server *srv = arg;
+    return sl_exec_idle(&srv->exec) && sl_sender_quiet(&srv->sender);
+}
+
+static void fault_recovered(void *arg, bool dead)
+{
+    sl_server *srv = arg;
+    sl_outbox box = {0};
+    sl_sessions_fail_queued_runs(&srv->sessions, &box); /* runs queued meanwhile */
+    if (!dead)
+        sl_exec_kick(&srv->exec, &box); /* sessions opened during the reset */
+    sl_sender_unlock_send(&srv->sender, &box);
+    pthread_mutex_lock(&srv->lock);
+}
+
+/* ---- start and stop ---- */
+
+/* The memory manager over the whole memory limit: persistent regions, and
+ * lanes with their framework part (every lane's stream takes its
+ * workspaces from the lane's framework block). */
+static int memory_init(sl_server *srv, uint64_t *capacity)
 {
     sl_device *dev = srv->dev;
     uint64_t cap = srv->cfg.memory_limit;
@@ -24,9 +56,8 @@ static int memory_init(sl_server *srv)
         return SL_EINVAL;
     }
     cap &= ~(uint64_t) 255;
-    /* every lane's stream takes its workspaces from the lane's framework
-     * block (executor.c): by default what the backend suggests, bounded so
-     * that small memory limits still hold several lanes */
+    /* by default what the backend suggests, bounded so that small memory
+     * limits still hold several lanes */
     uint64_t framework = dev->workspace_hint < cap / 16 ? dev->workspace_hint : cap / 16;
     if (srv->cfg.framework_set)
         framework = srv->cfg.framework_per_lane;
@@ -47,86 +78,73 @@ static int memory_init(sl_server *srv)
                    (unsigned long long) mc.framework_per_lane);
         return rc;
     }
-    if ((rc = dev->ops->mem_alloc(dev, cap, &srv->arena)) != SL_OK) {
-        sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",
-                   (unsigned long long) cap, sl_strerror(rc));
-        return rc;
-    }
-    srv->capacity = cap;
-    if ((rc = dev->ops->stream_create(dev, 0, &srv->copy_stream)) != SL_OK)
-        return rc;
+    srv->sessions.capacity = cap;
+    srv->sessions.quota = mc.session_quota && mc.session_quota < cap ? mc.session_quota : cap;
+    srv->sessions.default_ephemeral = mc.default_ephemeral;
+    srv->sessions.framework_per_lane = mc.framework_per_lane;
     sl_log_info("mem.init",
                 "device memory %.1f MiB; default lane %.1f MiB, framework %.1f MiB per lane",
                 (double) cap / (1 << 20), (double) mc.default_ephemeral / (1 << 20),
                 (double) mc.framework_per_lane / (1 << 20));
+    *capacity = cap;
     return SL_OK;
 }
 
-/* Session ids start at a random point in [2^39, 2^40) per server instance:
- * a client of a previous instance (salusd restarted) gets SESSION_LOST for
- * its old session, never PERMISSION_DENIED for someone else's session that
- * happens to have the same number. */
-static uint64_t session_id_base(void)
+bool sl_server_fini(sl_server *srv)
 {
-    uint32_t r = 0;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t) sizeof r)
-        r = (uint32_t) sl_now_ns();
-    return ((uint64_t) (r & 0x7fffff) | (1u << 23)) << 16;
-}
-
-/* Frees everything; safe on a half-initialised server. */
-void sl_server_fini(sl_server *srv)
-{
-    size_t i = 0;
-    void *v;
-    srv->stopped = true;
-    sl_fault_fini(srv); /* before the transport: held requests get SHUTTING_DOWN */
-    if (!sl_transport_stop(srv)) {
-        fflush(stderr);
-        _exit(0); /* NNG still owns threads that may call into srv */
-    }
-    /* sessions left open at exit: their memory goes with the arena, but
-     * their host-side records are freed for leak checkers */
-    sl_exec_timer_stop(srv);
-    while (sl_map_next(&srv->sessions, &i, NULL, &v))
-        sl_dispatch_session_free(srv, v);
-    sl_map_fini(&srv->sessions);
-    if (srv->dev) {
-        sl_exec_lanes_fini(srv);
-        if (srv->copy_stream)
-            srv->dev->ops->stream_destroy(srv->dev, srv->copy_stream);
-        if (srv->arena)
-            srv->dev->ops->mem_free(srv->dev, srv->arena);
-    }
+    atomic_store(&srv->stopping, true);
+    sl_fault_fini(&srv->fault); /* before the transport: held requests are answered */
+    bool closed = sl_transport_stop(srv->transport);
+    srv->transport = NULL;
+    sl_exec_fini(&srv->exec); /* stops the gap timer, frees streams and the arena */
+    /* sessions left open: their memory went with the arena, their host-side
+     * records go now */
+    sl_sessions_fini(&srv->sessions);
     sl_mem_mgr_destroy(srv->mem);
-    sl_sched_destroy(srv->sched);
+    srv->mem = NULL;
     sl_dev_close(srv->dev);
-    pthread_cond_destroy(&srv->idle_cond);
-    pthread_mutex_destroy(&srv->lock);
+    srv->dev = NULL;
+    sl_sender_fini(&srv->sender);
+    if (srv->lock_ready) {
+        sl_repeats_fini(&srv->repeats);
+        pthread_mutex_destroy(&srv->lock);
+        srv->lock_ready = false;
+    }
+    return closed;
 }
 
 int sl_server_start(sl_server *srv)
 {
     int rc;
-    pthread_mutex_init(&srv->lock, NULL);
-    pthread_cond_init(&srv->idle_cond, NULL);
+    if (pthread_mutex_init(&srv->lock, NULL) != 0)
+        return SL_ENOMEM;
+    if (sl_repeats_init(&srv->repeats) != SL_OK) {
+        pthread_mutex_destroy(&srv->lock);
+        return SL_ENOMEM;
+    }
+    srv->lock_ready = true;
     srv->start_ns = sl_now_ns();
-    srv->next_session_id = session_id_base();
     if ((rc = sl_dev_open(srv->cfg.device, &srv->dev)) != SL_OK) {
         sl_log_err("dev.open", "cannot open device '%s': %s", srv->cfg.device, sl_strerror(rc));
         return rc;
     }
     sl_log_info("dev.open", "device %s", srv->dev->description);
-    if ((rc = memory_init(srv)) != SL_OK)
+    if ((rc = sl_sender_init(&srv->sender, &srv->lock, srv->dev, &srv->repeats)) != SL_OK)
         return rc;
-    const sl_policy_ops *policy = sl_sched_policy_find(srv->cfg.policy);
-    if (!policy)
-        return SL_EINVAL;
-    if ((rc = sl_sched_create(policy, srv->cfg.strict, &srv->sched)) != SL_OK)
+    uint64_t capacity;
+    if ((rc = memory_init(srv, &capacity)) != SL_OK)
         return rc;
-    if ((rc = sl_exec_timer_start(srv)) != SL_OK)
+    const sl_exec_hooks eh = {.arg = srv, .done = exec_done, .unlock_send = exec_unlock_send};
+    if ((rc = sl_exec_init(&srv->exec, &srv->cfg, srv->dev, srv->mem, capacity, &srv->lock, &eh)) !=
+        SL_OK)
         return rc;
-    if ((rc = sl_transport_start(srv)) != SL_OK)
+    const sl_fault_hooks fh = {
+        .arg = srv, .idle = fault_idle, .recovered = fault_recovered, .release = sl_gate_release};
+    sl_fault_init(&srv->fault, &srv->cfg, &srv->exec, &srv->lock, &fh);
+    sl_sessions_init(&srv->sessions, &srv->cfg, &srv->exec, &srv->fault, srv->mem);
+    const sl_transport_hooks th = {
+        .arg = srv, .request = sl_gate_request, .pipe_gone = sl_gate_pipe_gone};
+    if ((rc = sl_transport_start(&srv->cfg, &th, &srv->transport)) != SL_OK)
         return rc;
     sl_log_info("srv.ready", "salusd %s ready: policy %s%s, %d contexts", SL_SERVER_VERSION,
                 srv->cfg.policy, srv->cfg.strict ? " (strict)" : "", srv->cfg.contexts);
@@ -135,11 +153,39 @@ int sl_server_start(sl_server *srv)
 
 void sl_server_stop(sl_server *srv)
 {
-    sl_dispatch_drain(srv);
+    sl_outbox box = {0};
     pthread_mutex_lock(&srv->lock);
-    srv->stopped = true;
+    sl_sessions_drain(&srv->sessions, &box);
+    atomic_store(&srv->sender.draining, true);
+    pthread_mutex_unlock(&srv->lock);
+    sl_sender_send(&srv->sender, &box);
+    /* no reset, and no held request replayed, from here on */
+    sl_fault_fini(&srv->fault);
+
+    pthread_mutex_lock(&srv->lock);
+    while (!sl_exec_idle(&srv->exec) || !sl_sender_quiet(&srv->sender))
+        pthread_cond_wait(&srv->sender.idle, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
     sl_log_info("srv.exit", "drained after %llu iterations; exiting",
-                (unsigned long long) srv->iterations_total);
-    sl_server_fini(srv);
+                (unsigned long long) srv->exec.stats.iterations);
+    (void) sl_server_fini(srv);
+}
+
+int sl_server_inject_faults(sl_server *srv)
+{
+    return sl_fault_inject_file(&srv->fault);
+}
+
+void sl_server_get_counters(sl_server *srv, sl_server_counters *out)
+{
+    pthread_mutex_lock(&srv->lock);
+    *out = (sl_server_counters){
+        .requests = atomic_load(&srv->requests),
+        .replies = atomic_load(&srv->sender.replies),
+        .errors = atomic_load(&srv->sender.errors),
+        .repeats = atomic_load(&srv->repeats.seen),
+        .exec = srv->exec.stats,
+        .sessions = srv->sessions.table.count,
+    };
+    pthread_mutex_unlock(&srv->lock);
 }

@@ -26,43 +26,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "server.h"
+#include "shm.h"
 #include "sl_error.h"
-#include "sl_log.h"
 
-/* Mappings beyond this are refused: address space, not memory, but a
- * client should not make the server map terabytes. */
-#define SHM_MAX_BYTES (16ull << 30)
-
-void sl_shm_detach(sl_session *s)
+void sl_shm_detach(sl_shm *seg)
 {
-    if (s->shm)
-        (void) munmap(s->shm, s->shm_size);
-    s->shm = NULL;
-    s->shm_size = 0;
+    if (seg->base)
+        (void) munmap(seg->base, seg->size);
+    seg->base = NULL;
+    seg->size = 0;
 }
 
 /* Opens and checks the client's segment; the fd on success. */
-static int open_segment(const sl_session *s, const sl_req *req, uint32_t fd, uint64_t size,
-                        int *out, sl_reply *r)
+static int open_segment(uint64_t pid, uint64_t uid, uint32_t fd, uint64_t size, int *out,
+                        const char **why)
 {
-    uint64_t pid;
-    if (!s->has_uid || !sl_req_peer_pid(req, &pid)) {
-        sl_reply_error(r, SL_EUNSUPPORTED, "shared memory needs an ipc:// connection");
-        return SL_EUNSUPPORTED;
-    }
-    if (size == 0 || size > SHM_MAX_BYTES) {
-        sl_reply_error(r, SL_EINVAL, "shared memory of %" PRIu64 " bytes (1 to %llu allowed)", size,
-                       (unsigned long long) SHM_MAX_BYTES);
-        return SL_EINVAL;
-    }
     char path[64];
     snprintf(path, sizeof path, "/proc/%" PRIu64 "/fd/%" PRIu32, pid, fd);
     int f = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
     if (f < 0) {
-        int e = errno;
-        sl_reply_error(r, SL_EPERM, "cannot open the client's descriptor %" PRIu32 ": %s", fd,
-                       strerror(e));
+        *why = "cannot be opened by salusd (cannot open it through /proc)";
         return SL_EPERM;
     }
     struct stat st;
@@ -70,7 +53,7 @@ static int open_segment(const sl_session *s, const sl_req *req, uint32_t fd, uin
     const char *bad = NULL;
     if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode))
         bad = "is not a regular file";
-    else if ((uint64_t) st.st_uid != s->uid)
+    else if ((uint64_t) st.st_uid != uid)
         bad = "belongs to another user";
     else if ((uint64_t) st.st_size < size)
         bad = "is smaller than the size asked for";
@@ -78,37 +61,39 @@ static int open_segment(const sl_session *s, const sl_req *req, uint32_t fd, uin
         bad = "is not sealed against shrinking (memfd with F_SEAL_SHRINK)";
     if (bad) {
         (void) close(f);
-        sl_reply_error(r, SL_EPERM, "descriptor %" PRIu32 " %s", fd, bad);
+        *why = bad;
         return SL_EPERM;
     }
     *out = f;
     return SL_OK;
 }
 
-void sl_shm_attach(sl_session *s, const sl_req *req, const Salus__AttachShm *m, sl_reply *r)
+int sl_shm_attach(sl_shm *seg, uint64_t pid, uint64_t uid, uint32_t fd, uint64_t size,
+                  const char **why)
 {
-    int f;
-    if (open_segment(s, req, m->fd, m->size, &f, r) != SL_OK)
-        return;
-    void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
-    int e = errno;
+    if (size == 0 || size > SL_SHM_MAX_BYTES) {
+        *why = "has a size out of range";
+        return SL_EINVAL;
+    }
+    int f, rc = open_segment(pid, uid, fd, size, &f, why);
+    if (rc != SL_OK)
+        return rc;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     (void) close(f); /* the mapping keeps the segment */
     if (p == MAP_FAILED) {
-        sl_reply_error(r, SL_ENOMEM, "cannot map %" PRIu64 " bytes of shared memory: %s", m->size,
-                       strerror(e));
-        return;
+        *why = "cannot be mapped";
+        return SL_ENOMEM;
     }
-    sl_shm_detach(s); /* runs of s are done: requests of a session run in order */
-    s->shm = p;
-    s->shm_size = m->size;
-    sl_log_debug("ses.shm", "session %llu attached %llu bytes of shared memory",
-                 (unsigned long long) s->id, (unsigned long long) m->size);
+    sl_shm_detach(seg);
+    seg->base = p;
+    seg->size = size;
+    return SL_OK;
 }
 
-void *sl_shm_slice(const sl_session *s, const Salus__ShmSlice *slice, uint64_t bytes)
+void *sl_shm_slice(const sl_shm *seg, const Salus__ShmSlice *slice, uint64_t bytes)
 {
-    if (!s->shm || !slice || slice->length != bytes || slice->offset > s->shm_size ||
-        bytes > s->shm_size - slice->offset)
+    if (!seg->base || !slice || slice->length != bytes || slice->offset > seg->size ||
+        bytes > seg->size - slice->offset)
         return NULL;
-    return (char *) s->shm + slice->offset;
+    return (char *) seg->base + slice->offset;
 }

@@ -1,4 +1,5 @@
-/* The status reply: memory per class, sessions, counters. */
+/* The status reply (status.h). */
+#include "status.h"
 #include "server.h"
 #include "sl_error.h"
 #include "sl_time.h"
@@ -17,7 +18,7 @@ int sl_status_build(sl_server *srv, sl_reply *r)
 {
     Salus__StatusReply *st = sl_reply_alloc(r, sizeof *st);
     Salus__MemoryStatus *mem = sl_reply_alloc(r, sizeof *mem);
-    size_t n = srv->sessions.count;
+    size_t n = srv->sessions.table.count;
     Salus__SessionStatus **list = sl_reply_alloc(r, n * sizeof *list);
     if (!st || !mem || (n && !list))
         return SL_ENOMEM;
@@ -25,16 +26,16 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     salus__memory_status__init(mem);
     st->server_version = (char *) SL_SERVER_VERSION;
     st->device = srv->dev->description;
-    st->policy = (char *) sl_sched_policy(srv->sched)->name;
+    st->policy = (char *) sl_sched_policy(srv->exec.sched)->name;
     st->uptime_ns = sl_now_ns() - srv->start_ns;
-    st->requests_total = srv->requests_total;
-    st->errors_total = srv->errors_total;
-    st->iterations_total = srv->iterations_total;
-    st->strict = sl_sched_strict(srv->sched);
-    st->switch_same_p50_ns = sl_sched_gap_quantile(srv->sched, true, 0.5);
-    st->switch_same_p99_ns = sl_sched_gap_quantile(srv->sched, true, 0.99);
-    st->switch_other_p50_ns = sl_sched_gap_quantile(srv->sched, false, 0.5);
-    st->switch_other_p99_ns = sl_sched_gap_quantile(srv->sched, false, 0.99);
+    st->requests_total = atomic_load(&srv->requests);
+    st->errors_total = atomic_load(&srv->sender.errors);
+    st->iterations_total = srv->exec.stats.iterations;
+    st->strict = sl_sched_strict(srv->exec.sched);
+    st->switch_same_p50_ns = sl_sched_gap_quantile(srv->exec.sched, true, 0.5);
+    st->switch_same_p99_ns = sl_sched_gap_quantile(srv->exec.sched, true, 0.99);
+    st->switch_other_p50_ns = sl_sched_gap_quantile(srv->exec.sched, false, 0.5);
+    st->switch_other_p99_ns = sl_sched_gap_quantile(srv->exec.sched, false, 0.99);
 
     sl_mem_stats ms;
     sl_mem_get_stats(srv->mem, &ms);
@@ -51,7 +52,7 @@ int sl_status_build(sl_server *srv, sl_reply *r)
 
     size_t i = 0, k = 0;
     void *v;
-    while (sl_map_next(&srv->sessions, &i, NULL, &v) && k < n) {
+    while (sl_map_next(&srv->sessions.table, &i, NULL, &v) && k < n) {
         const sl_session *s = v;
         if (!s->admitted)
             continue; /* listed in the admission queue */
@@ -66,19 +67,19 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         x->persistent_bytes = s->persistent_bytes;
         x->n_tensors = s->tensors.count;
         x->n_graphs = s->graphs.count;
-        x->iterations = s->job.iterations_done;
-        x->attained_ns = s->job.attained_ns;
-        x->queued = s->job.n_queued;
-        x->lane = s->job.lane;
-        x->priority = s->job.priority;
-        x->weight = s->job.weight;
+        x->iterations = s->job.sched.iterations_done;
+        x->attained_ns = s->job.sched.attained_ns;
+        x->queued = s->job.sched.n_queued;
+        x->lane = s->job.sched.lane;
+        x->priority = s->job.sched.priority;
+        x->weight = s->job.sched.weight;
         x->ephemeral_peak = s->ephemeral_peak;
         x->declared_persistent = s->declared_persistent;
         x->declared_ephemeral = s->declared_ephemeral;
-        x->queue_delay_ns = s->job.queue_sum_ns;
-        x->switches = s->job.switches;
-        x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job);
-        x->slowdown = sl_sched_job_slowdown(&s->job);
+        x->queue_delay_ns = s->job.sched.queue_sum_ns;
+        x->switches = s->job.sched.switches;
+        x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job.sched);
+        x->slowdown = sl_sched_job_slowdown(&s->job.sched);
         list[k++] = x;
     }
     qsort(list, k, sizeof *list, by_id);
@@ -115,7 +116,7 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     uint64_t now = sl_now_ns();
     for (size_t j = 0; j < nq; j++) {
         Salus__QueuedSession *q = sl_reply_alloc(r, sizeof *q);
-        const sl_session *s = sl_map_get(&srv->sessions, queue[j].id);
+        const sl_session *s = sl_map_get(&srv->sessions.table, queue[j].id);
         if (!q)
             return SL_ENOMEM;
         salus__queued_session__init(q);

@@ -1,16 +1,16 @@
 /* The NNG side of salusd: one REP socket, a fixed pool of contexts (each one
  * request in flight), one aio per context that alternates receive and send.
- * Callbacks only decode and hand over; replies are sent from whichever thread
+ * Callbacks only hand the bytes over; replies are sent from whichever thread
  * completes the request.
  *
  * Security (DESIGN.md section 8). ipc:// socket files are created with
  * --ipc-mode permissions (0600: salusd's user only), with no window at other
  * permissions; every request carries the peer uid of its connection, which
- * dispatch checks against the session owner's. tls+tcp:// listeners use
+ * the gate checks against the session owner's. tls+tcp:// listeners use
  * --tls-cert/--tls-key, and require client certificates signed by --tls-ca
  * when given. Plain tcp:// (or ws://) needs --allow-plain-tcp.
  *
- * Listener watchdog (issue 6). NNG 1.5.2 (nanomsg/nng#1518, fixed in 1.6)
+ * Listener watchdog. NNG 1.5.2 (nanomsg/nng#1518, fixed in 1.6)
  * hands a peer's hang-up in the middle of the SP handshake to the listener as
  * NNG_ECLOSED, which the listener takes for its own close: it never accepts
  * again, and salusd is deaf to every new client while the kernel still queues
@@ -28,11 +28,13 @@
  * a tcp:// port cannot be bound twice, so there the old listener (and its
  * connections) is closed first. tls+tcp:// and ws:// are not probed (a probe
  * would need their handshakes). */
-#include "server.h"
+#include "transport.h"
+#include "sl_map.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_nng.h"
+#include "sl_time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -70,16 +72,23 @@
 enum req_state { REQ_RECV, REQ_WAIT, REQ_SEND };
 
 struct sl_req {
-    sl_server *srv;
+    sl_transport *t;
     nng_ctx ctx;
     nng_aio *aio;
-    enum req_state state;
-    bool has_uid; /* the request in hand came over ipc:// from uid */
+    _Atomic int state; /* enum req_state; read by stop */
+    bool has_uid;      /* the request in hand came over ipc:// from uid */
     uint64_t uid;
     nng_pipe pipe; /* the connection it came on */
 };
 
 struct sl_transport {
+    const sl_config *cfg;
+    sl_transport_hooks hooks;
+    /* set as the transport stops: from then on callbacks do not reach the
+     * hooks (whose state the server frees next); in_hook counts callbacks
+     * inside a hook, which stop waits out */
+    _Atomic bool mute;
+    _Atomic int in_hook;
     nng_socket sock;
     nng_listener listeners[SL_MAX_LISTEN]; /* listeners[i] serves cfg.listen[i] */
     int n_listeners;
@@ -118,7 +127,7 @@ static void *peer_lookup(nng_pipe p)
 
 /* The peer uid of p: false when its transport has none. A pipe whose join
  * callback has not run yet is asked directly. */
-static bool peer_uid(struct sl_transport *t, nng_pipe p, uint64_t *uid)
+static bool peer_uid(sl_transport *t, nng_pipe p, uint64_t *uid)
 {
     pthread_mutex_lock(&t->peers_lock);
     void *v = sl_map_get(&t->peers, nng_pipe_id(p));
@@ -137,9 +146,22 @@ static void rearm(sl_req *r)
     nng_ctx_recv(r->ctx, r->aio);
 }
 
+/* Whether a callback may call a hook (always pair with hook_leave). */
+static bool hook_enter(sl_transport *t)
+{
+    atomic_fetch_add(&t->in_hook, 1);
+    return !atomic_load(&t->mute);
+}
+
+static void hook_leave(sl_transport *t)
+{
+    atomic_fetch_sub(&t->in_hook, 1);
+}
+
 static void req_cb(void *arg)
 {
     sl_req *r = arg;
+    sl_transport *t = r->t;
     int rv = nng_aio_result(r->aio);
 
     if (r->state == REQ_SEND) {
@@ -147,46 +169,37 @@ static void req_cb(void *arg)
             /* the requester went away; the message is still ours */
             nng_msg_free(nng_aio_get_msg(r->aio));
         }
-        if (rv != NNG_ECLOSED)
+        if (rv != NNG_ECLOSED && !atomic_load(&t->mute))
             rearm(r);
         return;
     }
     if (rv) {
-        if (rv != NNG_ECLOSED && rv != NNG_ECANCELED)
+        if (rv != NNG_ECLOSED && rv != NNG_ECANCELED && !atomic_load(&t->mute))
             rearm(r);
         return;
     }
     nng_msg *msg = nng_aio_get_msg(r->aio);
-    nng_pipe pipe = nng_msg_get_pipe(msg);
-    uint32_t pipe_id = nng_pipe_id(pipe);
-    /* ipc:// only (SO_PEERCRED); other transports have no peer identity */
-    uint64_t uid = 0;
-    r->has_uid = peer_uid(r->srv->transport, pipe, &uid);
-    r->uid = uid;
-    r->pipe = pipe;
-    Salus__Request *req = salus__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
-    nng_msg_free(msg);
-    /* set before handing over: the reply may be sent (and this context
-     * re-armed) by another thread before sl_dispatch returns */
-    r->state = REQ_WAIT;
-    if (!req) {
-        sl_reply *reply = sl_reply_new(0);
-        if (reply)
-            sl_reply_error(reply, SL_EPROTO, "undecodable request");
-        pthread_mutex_lock(&r->srv->lock);
-        r->srv->requests_total++;
-        r->srv->errors_total++;
-        pthread_mutex_unlock(&r->srv->lock);
-        sl_log_debug("net.decode", "undecodable request from pipe %u", pipe_id);
-        sl_transport_reply(r->srv, r, reply);
+    if (atomic_load(&t->mute)) {
+        nng_msg_free(msg);
         return;
     }
-    sl_dispatch(r->srv, r, req, pipe_id);
+    nng_pipe pipe = nng_msg_get_pipe(msg);
+    /* ipc:// only (SO_PEERCRED); other transports have no peer identity */
+    uint64_t uid = 0;
+    r->has_uid = peer_uid(t, pipe, &uid);
+    r->uid = uid;
+    r->pipe = pipe;
+    /* set before handing over: the reply may be sent (and this context
+     * re-armed) by another thread before the hook returns */
+    r->state = REQ_WAIT;
+    if (hook_enter(t))
+        t->hooks.request(t->hooks.arg, r, nng_msg_body(msg), nng_msg_len(msg));
+    hook_leave(t);
+    nng_msg_free(msg);
 }
 
-void sl_transport_reply(sl_server *srv, sl_req *r, sl_reply *reply)
+void sl_transport_send(sl_req *r, sl_reply *reply)
 {
-    (void) srv;
     if (!r) {
         sl_reply_free(reply);
         return;
@@ -211,6 +224,27 @@ void sl_transport_reply(sl_server *srv, sl_req *r, sl_reply *reply)
     nng_ctx_send(r->ctx, r->aio);
 }
 
+void sl_transport_send_bytes(sl_req *r, const void *bytes, size_t len)
+{
+    nng_msg *msg;
+    if (!r)
+        return;
+    if (nng_msg_alloc(&msg, len) != 0) {
+        sl_log_err("net.oom", "cannot allocate a %zu-byte reply", len);
+        rearm(r);
+        return;
+    }
+    memcpy(nng_msg_body(msg), bytes, len);
+    r->state = REQ_SEND;
+    nng_aio_set_msg(r->aio, msg);
+    nng_ctx_send(r->ctx, r->aio);
+}
+
+uint32_t sl_req_pipe(const sl_req *req)
+{
+    return (uint32_t) nng_pipe_id(req->pipe);
+}
+
 bool sl_req_peer_uid(const sl_req *req, uint64_t *uid)
 {
     if (!req || !req->has_uid)
@@ -225,12 +259,6 @@ bool sl_req_peer_pid(const sl_req *req, uint64_t *pid)
     return req && req->has_uid && nng_pipe_get_uint64(req->pipe, NNG_OPT_IPC_PEER_PID, pid) == 0;
 }
 
-bool sl_req_same_user(const sl_req *req, const sl_session *s)
-{
-    uint64_t uid;
-    return !s->has_uid || (sl_req_peer_uid(req, &uid) && uid == s->uid);
-}
-
 bool sl_req_is_operator(const sl_req *req)
 {
     uint64_t uid;
@@ -239,26 +267,26 @@ bool sl_req_is_operator(const sl_req *req)
 
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    sl_server *srv = arg;
-    struct sl_transport *t = srv->transport;
+    sl_transport *t = arg;
+    if (atomic_load(&t->mute))
+        return;
     if (ev == NNG_PIPE_EV_REM_POST) {
-        if (t) {
-            pthread_mutex_lock(&t->peers_lock);
-            (void) sl_map_del(&t->peers, nng_pipe_id(p));
-            pthread_mutex_unlock(&t->peers_lock);
-        }
-        sl_dispatch_pipe_gone(srv, nng_pipe_id(p));
+        pthread_mutex_lock(&t->peers_lock);
+        (void) sl_map_del(&t->peers, nng_pipe_id(p));
+        pthread_mutex_unlock(&t->peers_lock);
+        if (hook_enter(t))
+            t->hooks.pipe_gone(t->hooks.arg, (uint32_t) nng_pipe_id(p));
+        hook_leave(t);
         return;
     }
-    if (t) { /* no room: its requests ask the system each time */
-        void *peer = peer_lookup(p);
-        pthread_mutex_lock(&t->peers_lock);
-        (void) sl_map_put(&t->peers, nng_pipe_id(p), peer);
-        pthread_mutex_unlock(&t->peers_lock);
-    }
+    /* no room: its requests ask the system each time */
+    void *peer = peer_lookup(p);
+    pthread_mutex_lock(&t->peers_lock);
+    (void) sl_map_put(&t->peers, nng_pipe_id(p), peer);
+    pthread_mutex_unlock(&t->peers_lock);
     /* ADD_POST: the listener is alive (the watchdog's probe) */
     uint32_t from = nng_listener_id(nng_pipe_listener(p));
-    for (int i = 0; t && i < SL_MAX_LISTEN; i++)
+    for (int i = 0; i < SL_MAX_LISTEN; i++)
         if (atomic_load(&t->listener_ids[i]) == from)
             atomic_fetch_add(&t->pipes_added[i], 1);
 }
@@ -349,11 +377,11 @@ out_free:
 }
 
 /* Options of one listener before it starts. */
-static int configure_listener(sl_server *srv, nng_listener l, const char *url)
+static int configure_listener(const sl_config *cfg, nng_listener l, const char *url)
 {
     int rv;
     if (sl_url_is_plain_network(url)) {
-        if (!srv->cfg.allow_plain_tcp) {
+        if (!cfg->allow_plain_tcp) {
             sl_log_err(
                 "net.plain",
                 "refusing to listen on %s: plain tcp is unauthenticated and unencrypted; use "
@@ -368,7 +396,7 @@ static int configure_listener(sl_server *srv, nng_listener l, const char *url)
                     url);
     } else if (sl_url_is_tls(url)) {
         nng_tls_config *tc;
-        int rc = tls_config(&srv->cfg, &tc);
+        int rc = tls_config(cfg, &tc);
         if (rc)
             return rc;
         rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tc);
@@ -379,9 +407,9 @@ static int configure_listener(sl_server *srv, nng_listener l, const char *url)
             return SL_EINVAL;
         }
     } else if (strncmp(url, "ipc://", 6) == 0) {
-        rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, srv->cfg.ipc_mode);
+        rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, cfg->ipc_mode);
         if (rv) {
-            sl_log_err("net.perm", "cannot set permissions %o on %s: %s", srv->cfg.ipc_mode, url,
+            sl_log_err("net.perm", "cannot set permissions %o on %s: %s", cfg->ipc_mode, url,
                        nng_strerror(rv));
             return SL_EINVAL;
         }
@@ -390,14 +418,14 @@ static int configure_listener(sl_server *srv, nng_listener l, const char *url)
 }
 
 /* Creates, configures and starts the listener for url into *l. */
-static int start_listener(sl_server *srv, struct sl_transport *t, const char *url, nng_listener *l)
+static int start_listener(sl_transport *t, const char *url, nng_listener *l)
 {
     int rv = nng_listener_create(l, t->sock, url);
     if (rv) {
         sl_log_err("net.listen", "cannot listen on %s: %s", url, nng_strerror(rv));
         return rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? SL_EINVAL : SL_ECONN;
     }
-    int rc = configure_listener(srv, *l, url);
+    int rc = configure_listener(t->cfg, *l, url);
     if (rc) {
         nng_listener_close(*l);
         return rc;
@@ -405,7 +433,7 @@ static int start_listener(sl_server *srv, struct sl_transport *t, const char *ur
     /* NNG binds, then chmods: the umask makes the socket file born with the
      * final permissions, so it is never connectable by others meanwhile */
     bool ipc = strncmp(url, "ipc://", 6) == 0;
-    mode_t old_mask = ipc ? umask((mode_t) (~srv->cfg.ipc_mode & 0777)) : 0;
+    mode_t old_mask = ipc ? umask((mode_t) (~t->cfg->ipc_mode & 0777)) : 0;
     rv = nng_listener_start(*l, 0);
     if (ipc)
         umask(old_mask);
@@ -474,18 +502,11 @@ static bool probe_address(const char *url, nng_listener l, struct sockaddr_stora
     return false;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
 /* Waits for fd to be ready for events until deadline_ns. */
 static bool wait_fd(int fd, short events, uint64_t deadline_ns)
 {
     for (;;) {
-        uint64_t now = mono_ns();
+        uint64_t now = sl_now_ns();
         if (now >= deadline_ns)
             return false;
         struct pollfd p = {.fd = fd, .events = events};
@@ -501,11 +522,11 @@ static bool wait_fd(int fd, short events, uint64_t deadline_ns)
  * listener i gives the socket a pipe (this one or any other). True when
  * that happened in time. The whole REQ header is sent before anything is
  * awaited, so the probe never itself hangs up mid-handshake. */
-static bool probe(struct sl_transport *t, int i, const struct sockaddr_storage *ss, socklen_t len)
+static bool probe(sl_transport *t, int i, const struct sockaddr_storage *ss, socklen_t len)
 {
     static const uint8_t req_header[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
     uint64_t before = atomic_load(&t->pipes_added[i]);
-    uint64_t deadline = mono_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
+    uint64_t deadline = sl_now_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
     int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return true; /* out of descriptors: not the listener's fault */
@@ -524,7 +545,7 @@ static bool probe(struct sl_transport *t, int i, const struct sockaddr_storage *
      * first, for as long as NNG's own 10 s negotiation limit lets it. */
     uint8_t got[8];
     size_t n = 0;
-    uint64_t header_deadline = mono_ns() + SL_LISTEN_PROBE_HEADER_MS * 1000000ull;
+    uint64_t header_deadline = sl_now_ns() + SL_LISTEN_PROBE_HEADER_MS * 1000000ull;
     while (n < sizeof got && wait_fd(fd, POLLIN, header_deadline)) {
         ssize_t r = recv(fd, got + n, sizeof got - n, 0);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
@@ -534,10 +555,10 @@ static bool probe(struct sl_transport *t, int i, const struct sockaddr_storage *
     }
     if (n < sizeof got)
         goto out_close;
-    if (mono_ns() > deadline)
-        deadline = mono_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
+    if (sl_now_ns() > deadline)
+        deadline = sl_now_ns() + SL_LISTEN_PROBE_TIMEOUT_MS * 1000000ull;
     struct timespec nap = {0, 5 * 1000 * 1000};
-    while (!(ok = atomic_load(&t->pipes_added[i]) != before) && mono_ns() < deadline)
+    while (!(ok = atomic_load(&t->pipes_added[i]) != before) && sl_now_ns() < deadline)
         nanosleep(&nap, NULL);
 out_close:
     close(fd);
@@ -545,9 +566,9 @@ out_close:
 }
 
 /* Replaces the deaf listener i by a new one on the same address. */
-static void replace_listener(sl_server *srv, struct sl_transport *t, int i)
+static void replace_listener(sl_transport *t, int i)
 {
-    const char *url = srv->cfg.listen[i];
+    const char *url = t->cfg->listen[i];
     nng_listener old = t->listeners[i];
     char bound[256];
     /* a tcp port chosen by the system (":0") must be kept: clients know it */
@@ -580,7 +601,7 @@ static void replace_listener(sl_server *srv, struct sl_transport *t, int i)
     }
     t->replaced++;
     nng_listener fresh;
-    int rc = start_listener(srv, t, url, &fresh);
+    int rc = start_listener(t, url, &fresh);
     if (rc != SL_OK) {
         /* logged by start_listener; the next probes fail and try again */
         sl_log_err("net.watch", "cannot replace the deaf listener on %s: %s", url, sl_strerror(rc));
@@ -592,20 +613,12 @@ static void replace_listener(sl_server *srv, struct sl_transport *t, int i)
 
 static void *watch_main(void *arg)
 {
-    sl_server *srv = arg;
-    struct sl_transport *t = srv->transport;
+    sl_transport *t = arg;
     pthread_mutex_lock(&t->watch_lock);
     while (!t->watch_stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += SL_LISTEN_PROBE_MS / 1000;
-        until.tv_nsec += (SL_LISTEN_PROBE_MS % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        uint64_t until = sl_now_ns() + SL_LISTEN_PROBE_MS * 1000000ull;
         while (!t->watch_stop &&
-               pthread_cond_timedwait(&t->watch_cond, &t->watch_lock, &until) != ETIMEDOUT)
+               sl_cond_wait_until(&t->watch_cond, &t->watch_lock, until) != ETIMEDOUT)
             ;
         if (t->watch_stop)
             break;
@@ -613,7 +626,7 @@ static void *watch_main(void *arg)
         for (int i = 0; i < t->n_listeners; i++) {
             struct sockaddr_storage ss;
             socklen_t len;
-            if (!probe_address(srv->cfg.listen[i], t->listeners[i], &ss, &len))
+            if (!probe_address(t->cfg->listen[i], t->listeners[i], &ss, &len))
                 continue;
             if (probe(t, i, &ss, len)) {
                 t->probe_failures[i] = 0;
@@ -625,8 +638,8 @@ static void *watch_main(void *arg)
             sl_log_warn("net.deaf",
                         "listener on %s stopped accepting connections (a peer hung up mid-"
                         "handshake, nanomsg/nng#1518 in NNG %s); replacing it",
-                        srv->cfg.listen[i], nng_version());
-            replace_listener(srv, t, i);
+                        t->cfg->listen[i], nng_version());
+            replace_listener(t, i);
         }
         pthread_mutex_lock(&t->watch_lock);
     }
@@ -634,19 +647,13 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-static void watch_start(sl_server *srv, struct sl_transport *t)
+static void watch_start(sl_transport *t)
 {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        goto out_fail;
-    (void) pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rv = pthread_cond_init(&t->watch_cond, &ca);
-    (void) pthread_condattr_destroy(&ca);
-    if (rv != 0)
+    if (sl_cond_init_monotonic(&t->watch_cond) != 0)
         goto out_fail;
     if (pthread_mutex_init(&t->watch_lock, NULL) != 0)
         goto out_cond;
-    if (pthread_create(&t->watch_thread, NULL, watch_main, srv) != 0)
+    if (pthread_create(&t->watch_thread, NULL, watch_main, t) != 0)
         goto out_lock;
     t->watch_started = true;
     return;
@@ -660,7 +667,7 @@ out_fail:
                              "(nanomsg/nng#1518) will not be replaced");
 }
 
-static void watch_stop(struct sl_transport *t)
+static void watch_stop(sl_transport *t)
 {
     if (!t->watch_started)
         return;
@@ -674,11 +681,13 @@ static void watch_stop(struct sl_transport *t)
     t->watch_started = false;
 }
 
-int sl_transport_start(sl_server *srv)
+int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl_transport **out)
 {
-    struct sl_transport *t = sl_calloc(1, sizeof *t);
+    sl_transport *t = sl_calloc(1, sizeof *t);
     if (!t)
         return SL_ENOMEM;
+    t->cfg = cfg;
+    t->hooks = *hooks;
     int rc = SL_ECONN;
     if (pthread_mutex_init(&t->peers_lock, NULL) != 0)
         goto out_free_t;
@@ -688,38 +697,37 @@ int sl_transport_start(sl_server *srv)
         goto out_free;
     }
     /* before any listener starts, so no message over the limit gets in */
-    (void) nng_socket_set_size(t->sock, NNG_OPT_RECVMAXSZ, srv->cfg.max_message);
-    (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_REM_POST, pipe_cb, srv);
-    (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, srv);
+    (void) nng_socket_set_size(t->sock, NNG_OPT_RECVMAXSZ, cfg->max_message);
+    (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_REM_POST, pipe_cb, t);
+    (void) nng_pipe_notify(t->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, t);
 
-    t->reqs = sl_calloc((size_t) srv->cfg.contexts, sizeof *t->reqs);
+    t->reqs = sl_calloc((size_t) cfg->contexts, sizeof *t->reqs);
     if (!t->reqs) {
         rc = SL_ENOMEM;
         goto out_close;
     }
-    for (int i = 0; i < srv->cfg.contexts; i++) {
+    for (int i = 0; i < cfg->contexts; i++) {
         sl_req *r = &t->reqs[i];
-        r->srv = srv;
+        r->t = t;
         if (nng_ctx_open(&r->ctx, t->sock) != 0 || nng_aio_alloc(&r->aio, req_cb, r) != 0) {
             rc = SL_ENOMEM;
             goto out_close;
         }
         t->n_reqs++;
     }
-    srv->transport = t;
-    for (int i = 0; i < srv->cfg.n_listen; i++) {
-        if ((rc = start_listener(srv, t, srv->cfg.listen[i], &t->listeners[i])) != SL_OK)
+    for (int i = 0; i < cfg->n_listen; i++) {
+        if ((rc = start_listener(t, cfg->listen[i], &t->listeners[i])) != SL_OK)
             goto out_close;
         atomic_store(&t->listener_ids[i], (uint32_t) nng_listener_id(t->listeners[i]));
         t->n_listeners++;
     }
     for (int i = 0; i < t->n_reqs; i++)
         rearm(&t->reqs[i]);
-    watch_start(srv, t); /* a server without it still serves: not fatal */
+    watch_start(t); /* a server without it still serves: not fatal */
+    *out = t;
     return SL_OK;
 
 out_close:
-    srv->transport = NULL;
     nng_close(t->sock);
     for (int i = 0; i < t->n_reqs; i++) {
         nng_aio_free(t->reqs[i].aio);
@@ -734,18 +742,29 @@ out_free_t:
     return rc;
 }
 
-bool sl_transport_stop(sl_server *srv)
+bool sl_transport_stop(sl_transport *t)
 {
-    struct sl_transport *t = srv->transport;
     if (!t)
         return true;
     watch_stop(t); /* before the socket: it replaces listeners */
+    /* replies on their way out leave first (a client must get its answer
+     * even when salusd exits right after, as on an unrecoverable device) */
+    uint64_t flush_until = sl_now_ns() + 2000000000ull;
+    struct timespec nap = {0, 100 * 1000};
+    for (int i = 0; i < t->n_reqs && sl_now_ns() < flush_until; i++)
+        while (atomic_load(&t->reqs[i].state) == REQ_SEND && sl_now_ns() < flush_until)
+            nanosleep(&nap, NULL);
+    /* no hook runs from here on: the server may free their state even if
+     * NNG cannot close (hooks never block, so this wait is short) */
+    atomic_store(&t->mute, true);
+    while (atomic_load(&t->in_hook) > 0)
+        nanosleep(&nap, NULL);
     /* closing the socket closes its listeners, pipes and contexts and
      * aborts every pending aio (callbacks then see NNG_ECLOSED and do not
      * re-arm); stopping each aio afterwards waits for running callbacks */
     if (!sl_nng_close_bounded(t->sock, 3)) {
         sl_log_warn("net.close", "the NNG socket did not close within 3 s (a known NNG 1.5 bug); "
-                                 "leaving it to the exit");
+                                 "its callbacks are muted and its memory is left to the exit");
         return false;
     }
     for (int i = 0; i < t->n_reqs; i++) {
@@ -756,6 +775,5 @@ bool sl_transport_stop(sl_server *srv)
     sl_map_fini(&t->peers);
     pthread_mutex_destroy(&t->peers_lock);
     sl_free(t);
-    srv->transport = NULL;
     return true;
 }

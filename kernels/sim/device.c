@@ -196,6 +196,27 @@ int sl_sim_break_next_reset(sl_device *dev)
     return SL_OK;
 }
 
+static int sim_inject_fault(sl_device *dev, int kind, unsigned n)
+{
+    int rc;
+    switch (kind) {
+    case SL_FAULT_ALLOC:
+        return n >= 1 && n <= 1000000 ? sl_sim_fail_next_ops(dev, n, SL_EEXHAUSTED) : SL_EINVAL;
+    case SL_FAULT_STICKY:
+        return sl_sim_fail_next_ops(dev, 1, SL_EDEVICERESET);
+    case SL_FAULT_FATAL:
+        rc = sl_sim_break_next_reset(dev);
+        return rc == SL_OK ? sl_sim_fail_next_ops(dev, 1, SL_EDEVICERESET) : rc;
+    case SL_FAULT_SLOW:
+        return sl_sim_set_slowdown(dev, n);
+    case SL_FAULT_CLEAR:
+        rc = sl_sim_fail_next_ops(dev, 0, SL_EDEVICE);
+        return rc == SL_OK ? sl_sim_set_slowdown(dev, 1) : rc;
+    default:
+        return SL_EINVAL;
+    }
+}
+
 /* A lost sim device recovers at once; the caller has destroyed its streams
  * and freed its memory (device.h). An injected slowdown stays: a reset does
  * not make a slow device fast. */
@@ -236,4 +257,5 @@ const sl_device_ops sl_sim_device_ops = {
     .host_callback = sl_sim_host_callback,
     .synchronize = sl_sim_synchronize,
     .reset = sim_reset,
+    .inject_fault = sim_inject_fault,
 };

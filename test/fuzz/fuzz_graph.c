@@ -164,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     char err[256];
     sl_graph *g = NULL;
-    int rc = sl_graph_build(fg_session, m, true, &g, err, sizeof err);
+    int rc = sl_graph_build(&fg_session->tensors, m, true, &g, err, sizeof err);
     if (rc == SL_OK) {
         CHECK(g != NULL, "success without a graph");
         check_graph(g);
@@ -174,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (long k = 1; k < 64; k++) {
             sl_alloc_fail_after(k);
             g = NULL;
-            rc = sl_graph_build(fg_session, m, true, &g, err, sizeof err);
+            rc = sl_graph_build(&fg_session->tensors, m, true, &g, err, sizeof err);
             sl_alloc_fail_after(0);
             if (rc == SL_OK) {
                 sl_graph_free(g);

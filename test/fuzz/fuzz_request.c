@@ -1,4 +1,4 @@
-/* libFuzzer target: bytes -> protobuf Request -> sl_dispatch, against one
+/* libFuzzer target: bytes -> protobuf Request -> the request gate, against one
  * long-lived server embedded in this process (no transport: replies to a
  * NULL request are just freed) on the sim device, which models an H100's
  * timing and never touches memory.
@@ -18,10 +18,11 @@
  * After the records both connections drop: every session must go within
  * 10 s and the memory manager must be back at its start-up state exactly
  * (no persistent bytes, no lanes). Every reply is packed and decoded again
- * as the transport would (sl_transport_reply is wrapped at link time), and
+ * as the transport would (sl_transport_send is wrapped at link time), and
  * an error reply must carry a known code and a message. A violation, a
  * crash, UB, a leak or a hang aborts. */
 #include "fuzz_common.h"
+#include "gate.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -49,11 +50,11 @@ static void die(const char *what)
     abort();
 }
 
-void __real_sl_transport_reply(sl_server *srv, sl_req *req, sl_reply *reply);
+void __real_sl_transport_send(sl_req *req, sl_reply *reply);
 
 /* Every reply, from whichever thread sends it: packed as the transport
  * would, decoded again, and checked. */
-void __wrap_sl_transport_reply(sl_server *srv, sl_req *req, sl_reply *reply)
+void __wrap_sl_transport_send(sl_req *req, sl_reply *reply)
 {
     if (reply) {
         const Salus__Reply *m = sl_reply_msg(reply);
@@ -75,13 +76,13 @@ void __wrap_sl_transport_reply(sl_server *srv, sl_req *req, sl_reply *reply)
         salus__reply__free_unpacked(back, NULL);
         free(buf);
     }
-    __real_sl_transport_reply(srv, req, reply);
+    __real_sl_transport_send(req, reply);
 }
 
 static bool quiet(void)
 {
     pthread_mutex_lock(&srv.lock);
-    bool q = !srv.lanes_busy && !srv.control_in_flight && !srv.completing && !srv.parked;
+    bool q = sl_exec_idle(&srv.exec) && sl_sender_quiet(&srv.sender) && !srv.exec.parked;
     pthread_mutex_unlock(&srv.lock);
     return q;
 }
@@ -105,8 +106,8 @@ static void wait_quiet(void)
 static void note_opened(uint64_t before)
 {
     pthread_mutex_lock(&srv.lock);
-    if (srv.next_session_id != before) {
-        sl_session *s = sl_map_get(&srv.sessions, srv.next_session_id);
+    if (srv.sessions.next_id != before) {
+        sl_session *s = sl_map_get(&srv.sessions.table, srv.sessions.next_id);
         if (s) {
             slots[2 + (n_opened++ & 1)] = (struct slot){s->id, s->token};
         }
@@ -116,14 +117,14 @@ static void note_opened(uint64_t before)
 
 static void dispatch(Salus__Request *m, uint32_t pipe)
 {
-    uint64_t before = srv.next_session_id;
-    sl_dispatch(&srv, NULL, m, pipe);
+    uint64_t before = srv.sessions.next_id;
+    sl_gate_dispatch(&srv, NULL, m, pipe);
     wait_quiet();
     note_opened(before);
 }
 
 /* Dispatches a request built on the stack (through a pack/unpack round
- * trip: sl_dispatch takes ownership of an unpacked message). The prelude
+ * trip: the gate takes ownership of an unpacked message). The prelude
  * does not wait in between: each session's requests run in order anyway. */
 static void dispatch_built(const Salus__Request *m, uint32_t pipe)
 {
@@ -136,7 +137,7 @@ static void dispatch_built(const Salus__Request *m, uint32_t pipe)
     free(buf);
     if (!u)
         die("cannot decode a request it built");
-    sl_dispatch(&srv, NULL, u, pipe);
+    sl_gate_dispatch(&srv, NULL, u, pipe);
 }
 
 static struct slot open_session(uint32_t pipe, Salus__SessionHints *hints)
@@ -146,10 +147,11 @@ static struct slot open_session(uint32_t pipe, Salus__SessionHints *hints)
     open.hints = hints;
     req.body_case = SALUS__REQUEST__BODY_OPEN_SESSION;
     req.open_session = &open;
-    uint64_t before = srv.next_session_id;
+    uint64_t before = srv.sessions.next_id;
     dispatch_built(&req, pipe);
     pthread_mutex_lock(&srv.lock);
-    sl_session *s = srv.next_session_id != before ? sl_map_get(&srv.sessions, before + 1) : NULL;
+    sl_session *s =
+        srv.sessions.next_id != before ? sl_map_get(&srv.sessions.table, before + 1) : NULL;
     struct slot sl = s ? (struct slot){s->id, s->token} : (struct slot){0, 0};
     pthread_mutex_unlock(&srv.lock);
     if (!s)
@@ -279,13 +281,13 @@ static void cleanup(void)
     req.set_policy = &sp;
     dispatch_built(&req, pipe_of(1));
     wait_quiet();
-    sl_dispatch_pipe_gone(&srv, pipe_of(1));
-    sl_dispatch_pipe_gone(&srv, pipe_of(2));
+    sl_gate_pipe_gone(&srv, pipe_of(1));
+    sl_gate_pipe_gone(&srv, pipe_of(2));
     struct timespec nap = {0, 50 * 1000};
     size_t left = 1;
     for (int i = 0; i < 200000 && left; i++) {
         pthread_mutex_lock(&srv.lock);
-        left = srv.sessions.count;
+        left = srv.sessions.table.count;
         pthread_mutex_unlock(&srv.lock);
         if (left)
             nanosleep(&nap, NULL);
@@ -345,7 +347,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size -= len;
         uint32_t pipe = pipe_of(kind & FR_PIPE_BIT ? 2 : 1);
         if ((kind & 7) == FR_PIPE_GONE) {
-            sl_dispatch_pipe_gone(&srv, pipe_of((arg & 1) + 1));
+            sl_gate_pipe_gone(&srv, pipe_of((arg & 1) + 1));
             wait_quiet();
             continue;
         }
@@ -367,9 +369,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case FR_OOM: {
             on_session(m, sl);
-            uint64_t before = srv.next_session_id;
+            uint64_t before = srv.sessions.next_id;
             sl_alloc_fail_after((long) (arg >> 2) + 1);
-            sl_dispatch(&srv, NULL, m, pipe);
+            sl_gate_dispatch(&srv, NULL, m, pipe);
             sl_alloc_fail_after(0);
             wait_quiet();
             note_opened(before);

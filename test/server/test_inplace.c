@@ -114,7 +114,7 @@ static sl_graph *build(fixture *f, gb *b, bool inplace)
 {
     sl_graph *g = NULL;
     char err[256] = "";
-    int rc = sl_graph_build(&f->session, &b->g, inplace, &g, err, sizeof err);
+    int rc = sl_graph_build(&f->session.tensors, &b->g, inplace, &g, err, sizeof err);
     if (rc != SL_OK)
         fail_msg("sl_graph_build: %s: %s", sl_errname(rc), err);
     return g;

@@ -83,11 +83,11 @@ static void split_training_matches_whole(void **state)
     assert_memory_equal(classes[0], classes[1], sizeof classes[0]);
 
     /* the split server really ran op by op, in parts; the other never did */
-    pthread_mutex_lock(&split.srv.lock);
-    uint64_t ops_split = split.srv.ops_split;
-    pthread_mutex_unlock(&split.srv.lock);
-    assert_true(ops_split >= STEPS);
-    assert_int_equal(whole.srv.ops_split, 0);
+    sl_server_counters split_c, whole_c;
+    sl_server_get_counters(&split.srv, &split_c);
+    sl_server_get_counters(&whole.srv, &whole_c);
+    assert_true(split_c.exec.ops_split >= STEPS);
+    assert_int_equal(whole_c.exec.ops_split, 0);
 
     for (int k = 0; k < 2; k++) {
         salus_model_free(m[k]);

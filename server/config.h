@@ -1,0 +1,72 @@
+/* salusd's configuration: what the flags set (main.c) and every part of the
+ * server reads. Read-only once the server starts. */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SL_SERVER_VERSION "0.1.0"
+#define SL_PROTOCOL_VERSION 1
+#define SL_MAX_LISTEN 8
+
+/* The length of a low-priority op's parts beside high-priority work
+ * (executor.c): long enough that a part is mostly work, not its launch and
+ * callback; short enough to fit a high-priority job's idle gaps. */
+#define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
+#define SL_DEFAULT_MAX_SESSIONS 1024
+#define SL_DEFAULT_MAX_TENSORS 65536
+
+/* Defaults for every field; fill cfg.listen before starting. */
+#define SL_CONFIG_DEFAULTS                                                                         \
+    {                                                                                              \
+        .device = "cpu", .policy = "fair", .contexts = 256, .max_message = 1ull << 30,             \
+        .ipc_mode = 0600                                                                           \
+    }
+
+typedef struct sl_config {
+    const char *listen[SL_MAX_LISTEN];
+    int n_listen;
+    const char *device;          /* "cpu", "cuda:0", ... */
+    uint64_t memory_limit;       /* 0 = what the device reports minus a reserve */
+    uint64_t lane_bytes;         /* ephemeral need of a session that declares none */
+    uint64_t spread_limit;       /* lanes of their own below this much held memory */
+    bool spread_set;             /* spread_limit given (default: half the memory) */
+    uint64_t session_quota;      /* max persistent + ephemeral of one session; 0 = all */
+    uint64_t framework_per_lane; /* workspace bytes per lane (device workspaces) */
+    bool framework_set;          /* framework_per_lane given (default: the device's
+                                    workspace_hint, at most a 16th of the memory) */
+    bool no_inplace;             /* graphs never run element-wise ops in place */
+    /* op by op (low priority beside high priority), an op predicted longer
+     * than this runs in parts of about this much (kernels/ops.h: matmuls);
+     * 0 = SL_DEFAULT_OP_PART_NS */
+    uint64_t op_part_ns;
+    /* Ablations of what a policy's capabilities (sched/scheduler.h
+     * SL_POLICY_*) turn on, for measuring each mechanism alone: */
+    bool no_exclusive_lanes; /* high-priority sessions share lanes like others */
+    bool no_stepwise;        /* low-priority iterations run whole (no gap filling) */
+    bool no_gap_fill;        /* stepwise, but ops issue at once, not into gaps */
+    bool no_stream_classes;  /* every lane's stream has normal priority */
+    const char *policy;
+    bool strict;
+    int contexts;         /* NNG contexts = requests in flight */
+    uint64_t max_message; /* NNG_OPT_RECVMAXSZ */
+    int ipc_mode;         /* permissions of ipc:// socket files */
+    /* what one client can make the server hold (0 = the SL_DEFAULT_ value);
+     * over the limit a request fails with RESOURCE_EXHAUSTED */
+    uint32_t max_sessions;            /* open sessions, waiting ones included */
+    uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
+    /* network security (transport.c) */
+    bool allow_plain_tcp;   /* tcp:// and ws:// listeners allowed (trusted networks) */
+    const char *tls_cert;   /* PEM certificate (chain) of tls+tcp:// listeners */
+    const char *tls_key;    /* its PEM private key */
+    const char *tls_ca;     /* PEM CAs: when set, clients must present a cert they sign */
+    const char *fault_file; /* fault commands read on SIGUSR1 (fault.c) */
+    /* called once (fault thread; must not block) when a lost device cannot
+     * be reset; NULL: session requests get NO_DEVICE from then on. salusd's
+     * asks for a drain and exits 3, for a supervisor to restart it (CUDA's
+     * sticky errors are unrecoverable in-process) */
+    void (*device_dead)(void);
+} sl_config;
+
+#endif

@@ -1,0 +1,200 @@
+/* The executor: the device side of salusd. It owns the arena, the lanes'
+ * streams, the scheduler and gap filling. Iterations and control copies are
+ * handed to it as tasks; each comes back through one hook when the device is
+ * done with it. It knows nothing of sessions, requests or replies' contents:
+ * a session embeds an sl_exec_job, a request an sl_exec_task.
+ *
+ * Threads and locking. Every function here is called with the server lock
+ * (`lock` given at init) held, and never blocks; the executor's own threads
+ * (device callbacks, the gap timer) take that lock themselves. Device work
+ * is only ever submitted under it, never waited for. */
+#ifndef SL_EXEC_H
+#define SL_EXEC_H
+
+#include "config.h"
+#include "device.h"
+#include "gaps.h"
+#include "graph.h"
+#include "manager.h"
+#include "reply.h"
+#include "scheduler.h"
+#include "sl_map.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl_exec sl_exec;
+
+/* The executor's part of a session. Zero it, set sched's "in" fields
+ * (scheduler.h), then sl_exec_join. Only executor.c writes it. */
+typedef struct sl_exec_job {
+    sl_sched_job sched;
+    bool joined;
+    bool high_priority; /* in the gap predictor as a high-priority job */
+    sl_gaps_hp hp;
+} sl_exec_job;
+
+/* What a control task does (one copy on the control stream). */
+enum { SL_EXEC_COPY_IN, SL_EXEC_COPY_OUT, SL_EXEC_FILL };
+
+/* One unit of device work: an iteration (sl_exec_run) or a control copy
+ * (sl_exec_control). The caller fills the "in" fields and keeps the task
+ * alive until the done hook; the rest is the executor's. */
+typedef struct sl_exec_task {
+    /* in */
+    sl_exec_job *job;
+    sl_graph *graph;       /* iterations: the registered graph */
+    const void **feed_src; /* per graph input: its bytes */
+    void **fetch_dst;      /* per fetch: where its bytes go */
+    const uint32_t *fetches;
+    size_t n_fetches;
+    uint64_t arrival_ns; /* when the request was received */
+    /* out, valid in the done hook of a finished iteration */
+    uint64_t device_ns, queue_ns;
+    /* the executor's */
+    sl_exec *ex;
+    sl_sched_item item;
+    int status;
+    uint64_t start_ns;
+    uint64_t ephemeral_base; /* arena offset of the iteration's block */
+    uint32_t lane;
+    bool stepwise;                    /* op by op, beside high-priority work */
+    uint32_t next_op;                 /* first op not yet submitted whole */
+    uint32_t part, parts;             /* next_op's next part of its parts; 0 parts = not begun */
+    uint32_t step_op, step_parts;     /* the step in flight: its op, and that op's parts */
+    uint64_t op_start_ns;             /* when the step in flight was submitted */
+    struct sl_exec_task *parked_next; /* waiting for a gap (or for the one lp op) */
+    uint64_t parked_ns;
+} sl_exec_task;
+
+typedef struct sl_exec_hooks {
+    void *arg;
+    /* Task t finished with status (lock held; must not block). lane_idle:
+     * an iteration's lane went idle, so memory may have been freed for
+     * waiting sessions. Replies go into box. */
+    void (*done)(void *arg, sl_exec_task *t, int status, bool lane_idle, sl_outbox *box);
+    /* Releases the lock (held on entry) and sends what box holds. */
+    void (*unlock_send)(void *arg, sl_outbox *box);
+} sl_exec_hooks;
+
+/* The server side of a memory-manager lane: the stream its iterations run
+ * on (streams are kept and reused; manager lane ids are reused too, so a
+ * record whose serial differs from the manager's belongs to a reclaimed
+ * lane). */
+typedef struct sl_lane {
+    uint32_t id;
+    uint64_t serial;
+    sl_stream *stream;
+    int priority; /* its stream's (device.h): the class of what it runs */
+    bool busy;
+    uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
+    /* the workspace its stream was given (the lane's framework block; it
+     * moves with the lane); workspace_bytes UINT64_MAX = none given yet */
+    void *workspace;
+    uint64_t workspace_bytes;
+} sl_lane;
+
+typedef struct sl_spare_stream {
+    sl_stream *stream;
+    int priority;
+} sl_spare_stream;
+
+/* Counters, for status. */
+typedef struct sl_exec_stats {
+    uint64_t iterations; /* finished */
+    uint64_t ops_split;  /* stepwise ops run in parts */
+    uint32_t lanes_busy;
+    uint32_t control_in_flight;
+    uint32_t lp_in_flight;     /* low-priority steps on the device now */
+    uint32_t lp_in_flight_max; /* the most there ever were while stepwise */
+    uint32_t parked;           /* stepwise iterations waiting for a gap */
+} sl_exec_stats;
+
+struct sl_exec {
+    pthread_mutex_t *lock;
+    const sl_config *cfg;
+    sl_device *dev;
+    sl_mem_mgr *mem;
+    void *arena; /* device address of offset 0 */
+    uint64_t capacity;
+    sl_sched *sched;
+    sl_exec_hooks hooks;
+    sl_map lanes; /* manager lane id -> sl_lane */
+    sl_spare_stream *spare;
+    size_t n_spare, cap_spare;
+    sl_stream *copy_stream; /* control tasks */
+    bool halted;            /* the device is lost: nothing new starts */
+    sl_gaps gaps;           /* high-priority jobs' idle-gap predictions */
+    sl_exec_task *parked;   /* stepwise iterations waiting to issue their next step */
+    pthread_t timer;        /* re-checks parked iterations when a gap may open */
+    pthread_cond_t timer_cond;
+    uint64_t timer_deadline; /* 0 = none */
+    bool timer_running, timer_stop;
+    bool finishing; /* draining: parked iterations run to their end at once */
+    sl_exec_stats stats;
+};
+
+/* Opens the executor on dev: the arena (capacity bytes), the control
+ * stream, the scheduler with cfg's policy, the gap timer. On failure call
+ * sl_exec_fini. Errors: SL_EINVAL (unknown policy), the device's, SL_ENOMEM. */
+int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *mem,
+                 uint64_t capacity, pthread_mutex_t *lock, const sl_exec_hooks *hooks);
+/* Stops the timer and frees every stream and the arena. Nothing may run;
+ * call without the lock. Safe on a zeroed or half-initialised executor. */
+void sl_exec_fini(sl_exec *ex);
+
+/* The device address of arena offset addr. */
+static inline void *sl_exec_ptr(const sl_exec *ex, uint64_t addr)
+{
+    return (char *) ex->arena + addr;
+}
+
+/* Job j (sched "in" fields set, sched.lane its lane) starts being
+ * scheduled. Errors: SL_ENOMEM. */
+int sl_exec_join(sl_exec *ex, sl_exec_job *j, uint64_t now);
+/* Job j leaves (nothing of it may be running or queued). */
+void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box);
+/* Moves job j (not running) to lane. Errors: SL_ENOMEM. */
+int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane);
+/* Changes job j's priority and/or weight (takes effect at the next pick). */
+void sl_exec_set_share(sl_exec *ex, sl_exec_job *j, const int *priority, const double *weight,
+                       sl_outbox *box);
+/* Changes the policy (every job's class follows). */
+void sl_exec_set_policy(sl_exec *ex, const sl_policy_ops *policy, bool strict, sl_outbox *box);
+/* Whether a job of this priority gets a lane of its own under the current
+ * policy (SL_POLICY_EXCLUSIVE_LANES, unless ablated). */
+bool sl_exec_wants_exclusive(const sl_exec *ex, int priority);
+
+/* Queues iteration t of t->job and starts whatever may start. The done
+ * hook comes once, from a device callback or (when it cannot even be
+ * submitted) from within this call's kick of the lanes. */
+void sl_exec_run(sl_exec *ex, sl_exec_task *t, sl_outbox *box);
+/* Takes job j's queued, not started iteration out (at most one is queued:
+ * a session's requests run in order); NULL when there is none. The done
+ * hook will not come for it. */
+sl_exec_task *sl_exec_unqueue(sl_exec *ex, sl_exec_job *j);
+/* Submits one control copy for t: kind SL_EXEC_COPY_IN (host to arena
+ * offset addr), SL_EXEC_COPY_OUT (arena to host) or SL_EXEC_FILL (zeros of
+ * shape at addr). The done hook follows. Errors (no hook then): the
+ * device's, SL_ENODEV while halted. */
+int sl_exec_control(sl_exec *ex, sl_exec_task *t, int kind, uint64_t addr, void *host,
+                    uint64_t bytes, const sl_shape *shape);
+/* Starts the next iteration on every idle lane whose policy picks one. */
+void sl_exec_kick(sl_exec *ex, sl_outbox *box);
+/* Parked stepwise iterations run on to their end without waiting for gaps
+ * (drain, device loss); finishing stays set. */
+void sl_exec_finish_parked(sl_exec *ex, sl_outbox *box);
+
+/* Whether nothing runs on the device (no lane busy, no control copy). */
+bool sl_exec_idle(const sl_exec *ex);
+/* Stops starting device work (a device-lost error was seen). */
+void sl_exec_halt(sl_exec *ex);
+/* Recovers a lost device: destroys every stream and the arena, resets the
+ * device, allocates the arena again (same size and offsets; contents lost)
+ * and un-halts. Lock held on entry and return, dropped while the device
+ * works. Precondition: sl_exec_idle. Errors: the device's (the executor
+ * stays halted). */
+int sl_exec_reset_device(sl_exec *ex);
+
+#endif

@@ -1,0 +1,304 @@
+/* The request gate (gate.h). */
+#include "gate.h"
+#include "server.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "status.h"
+
+#include <string.h>
+
+static void answer_hello(sl_server *srv, const Salus__Hello *m, sl_reply *r)
+{
+    if (m->protocol_version != SL_PROTOCOL_VERSION) {
+        sl_reply_error(r, SL_EPROTO, "protocol version %u is not supported (server speaks %u)",
+                       m->protocol_version, SL_PROTOCOL_VERSION);
+        return;
+    }
+    Salus__HelloReply *body = sl_reply_alloc(r, sizeof *body);
+    if (!body) {
+        sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        return;
+    }
+    salus__hello_reply__init(body);
+    body->protocol_version = SL_PROTOCOL_VERSION;
+    body->server_version = (char *) SL_SERVER_VERSION;
+    body->device = srv->dev->description;
+    body->policy = (char *) sl_sched_policy(srv->exec.sched)->name;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_HELLO;
+    sl_reply_msg(r)->hello = body;
+}
+
+static void set_policy(sl_server *srv, const Salus__SetPolicy *m, sl_reply *r, sl_outbox *box)
+{
+    const sl_policy_ops *p = m->policy ? sl_sched_policy_find(m->policy) : NULL;
+    if (!p) {
+        sl_reply_error(r, SL_EINVAL, "unknown policy '%s' (known: %s)", m->policy ? m->policy : "",
+                       sl_sched_policy_names());
+        return;
+    }
+    sl_exec_set_policy(&srv->exec, p, m->strict, box);
+    sl_log_info("sch.policy", "policy set to %s%s", p->name, m->strict ? " (strict)" : "");
+}
+
+static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r, sl_outbox *box)
+{
+    sl_session *t = sl_sessions_find(&srv->sessions, m->target_session);
+    if (!t) {
+        sl_reply_error(r, SL_ENOTFOUND, "no open session %llu",
+                       (unsigned long long) m->target_session);
+        return;
+    }
+    if (m->set_weight && !(m->weight > 0 && m->weight < 1e6)) {
+        sl_reply_error(r, SL_EINVAL, "weight must be in (0, 1e6)");
+        return;
+    }
+    int priority = m->priority;
+    double weight = m->weight;
+    sl_exec_set_share(&srv->exec, &t->job, m->set_priority ? &priority : NULL,
+                      m->set_weight ? &weight : NULL, box);
+    sl_log_info("sch.session", "session %llu: priority %d, weight %.3g", (unsigned long long) t->id,
+                t->job.sched.priority, t->job.sched.weight);
+}
+
+/* Whether req may use session s: s was not opened over ipc://, or req
+ * comes from a peer with the same uid. */
+static bool same_user(const sl_req *req, const sl_session *s)
+{
+    uint64_t uid;
+    return !s->has_uid || (sl_req_peer_uid(req, &uid) && uid == s->uid);
+}
+
+/* Over ipc://, operator requests come from root or salusd's user, and a
+ * session's share may also be set by its owner. */
+static bool operator_allowed(sl_server *srv, const sl_req *req, const Salus__Request *msg,
+                             sl_reply *r)
+{
+    if (sl_req_is_operator(req))
+        return true;
+    if (msg->body_case == SALUS__REQUEST__BODY_SET_SESSION) {
+        const sl_session *t = sl_sessions_find(&srv->sessions, msg->set_session->target_session);
+        if (!t || same_user(req, t))
+            return true;
+    }
+    sl_reply_error(r, SL_EPERM, "operator requests are for root and salusd's own user");
+    return false;
+}
+
+/* Requests that read or write no device memory. */
+static bool touches_no_device(const Salus__Request *msg)
+{
+    return msg->body_case == SALUS__REQUEST__BODY_CLOSE_SESSION ||
+           msg->body_case == SALUS__REQUEST__BODY_FREE_TENSOR ||
+           msg->body_case == SALUS__REQUEST__BODY_FREE_GRAPH;
+}
+
+/* The session a request names, checked; NULL with the refusal in r. */
+static sl_session *session_of(sl_server *srv, const sl_req *req, const Salus__Request *msg,
+                              uint32_t pipe_id, sl_reply *r)
+{
+    if (msg->session_id == 0) {
+        sl_reply_error(r, SL_EINVAL,
+                       "this request needs a session: set session_id and token from "
+                       "OpenSession's reply (only Hello, OpenSession, Status, SetPolicy and "
+                       "SetSession go without)");
+        return NULL;
+    }
+    sl_session *s = sl_sessions_find(&srv->sessions, msg->session_id);
+    if (!s) {
+        sl_reply_error(r, SL_ESESSIONLOST,
+                       "no session %llu: it was closed, its connection closed (a session lives "
+                       "as long as the connection that opened it: open a new one on this "
+                       "connection), or salusd restarted",
+                       (unsigned long long) msg->session_id);
+        return NULL;
+    }
+    if (msg->token != s->token) {
+        sl_log_warn("ses.token", "wrong token for session %llu from pipe %u",
+                    (unsigned long long) s->id, pipe_id);
+        sl_reply_error(r, SL_EPERM, "wrong token for session %llu", (unsigned long long) s->id);
+        return NULL;
+    }
+    if (!same_user(req, s)) {
+        sl_log_warn("ses.uid", "session %llu refused to pipe %u: another user",
+                    (unsigned long long) s->id, pipe_id);
+        sl_reply_error(r, SL_EPERM, "session %llu belongs to another user",
+                       (unsigned long long) s->id);
+        return NULL;
+    }
+    return s;
+}
+
+/* Lock held. Returns true when req and msg were taken (held for a device
+ * reset, queued on a session, or kept for admission); r is then taken too. */
+static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id, sl_reply *r,
+                  sl_outbox *box)
+{
+    switch (msg->body_case) {
+    case SALUS__REQUEST__BODY_HELLO:
+        answer_hello(srv, msg->hello, r);
+        return false;
+    case SALUS__REQUEST__BODY_STATUS:
+        if (sl_status_build(srv, r) != SL_OK)
+            sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        return false;
+    case SALUS__REQUEST__BODY_OPEN_SESSION: {
+        uint64_t uid = 0;
+        bool has_uid = sl_req_peer_uid(req, &uid);
+        if (sl_sessions_open(&srv->sessions, msg->open_session, req, pipe_id, has_uid, uid, r)) {
+            salus__request__free_unpacked(msg, NULL);
+            return true; /* answered at admission */
+        }
+        return false;
+    }
+    case SALUS__REQUEST__BODY_SET_POLICY:
+        if (operator_allowed(srv, req, msg, r))
+            set_policy(srv, msg->set_policy, r, box);
+        return false;
+    case SALUS__REQUEST__BODY_SET_SESSION:
+        if (operator_allowed(srv, req, msg, r))
+            set_session(srv, msg->set_session, r, box);
+        return false;
+    case SALUS__REQUEST__BODY__NOT_SET:
+        sl_reply_error(r, SL_EINVAL, "empty request: set one of the request bodies");
+        return false;
+    default:
+        break;
+    }
+    sl_session *s = session_of(srv, req, msg, pipe_id, r);
+    if (!s)
+        return false;
+    sl_fault *f = &srv->fault;
+    if (f->dead && !touches_no_device(msg)) {
+        sl_reply_error(r, SL_ENODEV, "the device was lost and could not be reset; restart salusd");
+        return false;
+    }
+    if (f->lost) {
+        /* even a close or a free waits: what it sets off (admissions,
+         * waiting registrations) must not reach a stream being replaced */
+        if (sl_fault_hold(f, req, msg)) {
+            sl_reply_free(r);
+            return true;
+        }
+        sl_reply_error(r, SL_EDEVICERESET, "the device is being reset; " SL_RESET_NOTICE);
+        s->reset_pending = false;
+        return false;
+    }
+    if (s->reset_pending && !touches_no_device(msg)) {
+        s->reset_pending = false;
+        sl_reply_error(r, SL_EDEVICERESET,
+                       "the device was reset after a fault (session %llu); " SL_RESET_NOTICE,
+                       (unsigned long long) s->id);
+        return false;
+    }
+    sl_sessions_submit(&srv->sessions, s, req, msg, r, box);
+    return true;
+}
+
+static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id,
+                     bool first_time)
+{
+    if (first_time) {
+        void *copy = NULL;
+        size_t len = 0;
+        switch (sl_repeats_check(&srv->repeats, pipe_id, msg->session_id, msg->seq, &copy, &len)) {
+        case SL_REPEAT_IN_FLIGHT:
+            salus__request__free_unpacked(msg, NULL);
+            sl_transport_send(req, NULL); /* the first one's reply answers it */
+            return;
+        case SL_REPEAT_ANSWERED:
+            if (copy) {
+                salus__request__free_unpacked(msg, NULL);
+                sl_transport_send_bytes(req, copy, len);
+                sl_free(copy);
+                return;
+            }
+            sl_reply *r = sl_reply_new(msg->seq);
+            if (r)
+                sl_reply_error(r, SL_EINVAL,
+                               "request %llu was answered already (a repeat: disable REQ "
+                               "resend, NNG_OPT_REQ_RESENDTIME = -1); its %zu-byte reply was "
+                               "too large to keep",
+                               (unsigned long long) msg->seq, len);
+            salus__request__free_unpacked(msg, NULL);
+            sl_transport_send(req, r);
+            return;
+        default:
+            break;
+        }
+    }
+    sl_reply *r = sl_reply_new(msg->seq);
+    if (!r) {
+        salus__request__free_unpacked(msg, NULL);
+        sl_transport_send(req, NULL);
+        return;
+    }
+    sl_reply_track(r, pipe_id, msg->session_id);
+    sl_outbox box = {0};
+    pthread_mutex_lock(&srv->lock);
+    if (!route(srv, req, msg, pipe_id, r, &box)) {
+        salus__request__free_unpacked(msg, NULL);
+        sl_outbox_put(&box, req, r);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    sl_sender_send(&srv->sender, &box);
+}
+
+void sl_gate_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id)
+{
+    atomic_fetch_add(&srv->requests, 1);
+    dispatch(srv, req, msg, pipe_id, true);
+}
+
+void sl_gate_request(void *arg, sl_req *req, const void *body, size_t len)
+{
+    sl_server *srv = arg;
+    Salus__Request *msg = salus__request__unpack(NULL, len, body);
+    if (!msg) {
+        atomic_fetch_add(&srv->requests, 1);
+        sl_reply *r = sl_reply_new(0);
+        if (r)
+            sl_reply_error(r, SL_EPROTO, "undecodable request: not a salus.Request message");
+        sl_log_debug("net.decode", "undecodable request from pipe %u", sl_req_pipe(req));
+        sl_outbox box = {0};
+        sl_outbox_put(&box, req, r);
+        sl_sender_send(&srv->sender, &box);
+        if (!r)
+            sl_transport_send(req, NULL);
+        return;
+    }
+    sl_gate_dispatch(srv, req, msg, sl_req_pipe(req));
+}
+
+void sl_gate_release(void *arg, sl_req *req, Salus__Request *msg, bool dropping)
+{
+    sl_server *srv = arg;
+    if (!dropping) {
+        dispatch(srv, req, msg, req ? sl_req_pipe(req) : 0, false);
+        return;
+    }
+    sl_reply *r = sl_reply_new(msg->seq);
+    if (r) {
+        sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
+        sl_reply_track(r, req ? sl_req_pipe(req) : 0, msg->session_id);
+    }
+    salus__request__free_unpacked(msg, NULL);
+    sl_outbox box = {0};
+    sl_outbox_put(&box, req, r);
+    sl_sender_send(&srv->sender, &box);
+    if (!r)
+        sl_transport_send(req, NULL);
+}
+
+void sl_gate_pipe_gone(void *arg, uint32_t pipe_id)
+{
+    sl_server *srv = arg;
+    sl_repeats_pipe_gone(&srv->repeats, pipe_id);
+    if (atomic_load(&srv->stopping))
+        return;
+    sl_outbox box = {0};
+    pthread_mutex_lock(&srv->lock);
+    sl_sessions_pipe_gone(&srv->sessions, pipe_id, &box);
+    pthread_mutex_unlock(&srv->lock);
+    sl_sender_send(&srv->sender, &box);
+}

@@ -1,0 +1,86 @@
+/* Graphs and the persistent tensors they use: what a session registers.
+ * Registration validates every op through the op registry, infers every
+ * value's shape and plans the ephemeral memory once; after that, nothing a
+ * client sends at run time can make a kernel touch memory outside the
+ * session's own tensors and the iteration's block. */
+#ifndef SL_GRAPH_H
+#define SL_GRAPH_H
+
+#include "gaps.h"
+#include "ops.h"
+#include "planner.h"
+#include "salus.pb-c.h"
+#include "sl_map.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A persistent tensor of a session. */
+typedef struct sl_tensor {
+    uint64_t id;
+    sl_shape shape;
+    uint64_t addr;       /* offset in the device arena */
+    uint64_t bytes;      /* as allocated (rounded) */
+    uint32_t graph_refs; /* registered graphs that use it; free refused while > 0 */
+} sl_tensor;
+
+/* A value of a registered graph: where it lives during an iteration. */
+typedef struct sl_value {
+    sl_shape shape;
+    uint8_t kind;       /* SL_VALUE_* */
+    uint32_t last_step; /* last step reading or writing it (0 = the feed copies) */
+    /* the value whose memory it is: itself, what it views (reshape), or the
+     * dying input an in-place op wrote it over */
+    uint32_t root;
+    uint64_t addr;     /* ephemeral: offset inside the iteration's block */
+    sl_tensor *tensor; /* params */
+} sl_value;
+
+enum { SL_VALUE_INPUT, SL_VALUE_PARAM, SL_VALUE_OUTPUT };
+
+typedef struct sl_graph_op {
+    uint16_t op;
+    uint8_t n_in, n_out;
+    uint32_t in[SL_OP_MAX_IN];
+    uint32_t out[SL_OP_MAX_OUT];
+    sl_op_attrs attrs;
+    /* in-place execution: the input whose memory out[0] is written over, or
+     * -1. Values sharing that memory whose last step is this op are fetched
+     * before it runs (executor.c). */
+    int8_t inplace_in;
+} sl_graph_op;
+
+/* A validated, planned graph. Its structure is immutable once registered;
+ * the measurements at the end are the executor's. */
+typedef struct sl_graph {
+    uint64_t id;
+    uint32_t n_inputs, n_params, n_values, n_ops;
+    sl_value *values;
+    sl_graph_op *ops;
+    sl_plan_result plan;
+    uint64_t flops;
+    /* executor.c: per-op duration predictions (gap filling) and the
+     * iterations' device time, smoothed (0: none yet) */
+    sl_gaps_lp lp;
+    sl_gaps_ewma *op_ewma; /* n_ops of them */
+    uint64_t iter_ewma_ns;
+} sl_graph;
+
+/* Validates msg against tensors (a session's: id -> sl_tensor), infers
+ * shapes and plans the ephemeral memory; with inplace, element-wise ops
+ * write their output over an ephemeral input that dies at them
+ * (sl_graph_op.inplace_in). On success *out is owned by the caller
+ * (sl_graph_free) and param tensors' graph_refs are incremented. Errors:
+ * SL_EINVAL (reason in err), SL_ENOTFOUND (unknown param tensor, reason in
+ * err), SL_ENOMEM. Runs in O(values^2) at most: bounded by its limits. */
+int sl_graph_build(sl_map *tensors, const Salus__Graph *msg, bool inplace, sl_graph **out,
+                   char *err, size_t errlen);
+/* Drops the graph's references on its tensors and frees it (NULL is fine). */
+void sl_graph_free(sl_graph *g);
+
+/* The shape a wire descriptor names. Errors: SL_EINVAL with what is wrong
+ * in why (unknown dtype, too many dims, a dim below 1, too many elements). */
+int sl_shape_from_desc(const Salus__TensorDesc *d, sl_shape *out, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,32 @@
+/* The handlers of a session's requests: tensors, graphs and shared memory
+ * (tensors.c), runs (runs.c). The session layer calls one for its head
+ * request; each validates everything the client sent, fills the head's
+ * reply, and says whether the request is done or waits. Lock held; never
+ * blocks. */
+#ifndef SL_HANDLERS_H
+#define SL_HANDLERS_H
+
+#include "session.h"
+
+enum sl_handled {
+    SL_HANDLED,       /* the reply is complete */
+    SL_HANDLED_LATER, /* device work is in flight: the executor's done hook ends it */
+    SL_HANDLED_WAIT,  /* a registration waits for its lane to go idle */
+};
+
+int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w);
+int sl_handle_write_tensor(sl_sessions *ss, sl_session *s, sl_work *w);
+int sl_handle_read_tensor(sl_sessions *ss, sl_session *s, sl_work *w);
+/* *freed: device memory was released (waiting sessions may fit now). */
+int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *freed);
+int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w);
+/* A registration that waited (SL_HANDLED_WAIT): tries its lane again. */
+int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w);
+int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w);
+int sl_handle_attach_shm(sl_sessions *ss, sl_session *s, sl_work *w);
+/* Validates a run and queues it on the executor. */
+int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box);
+/* A finished run's reply gets its timings (status OK). */
+void sl_handle_run_done(sl_work *w);
+
+#endif

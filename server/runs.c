@@ -1,0 +1,135 @@
+/* The run handler (handlers.h): everything a run names is checked against
+ * its graph and the session's shared memory before anything is committed;
+ * the reply's outputs are laid out so the executor copies fetched values
+ * straight into them (or into the client's shared memory). */
+#include "handlers.h"
+#include "sl_error.h"
+#include "sl_time.h"
+
+/* Most tensor bytes one reply carries (tensors.c has the same bound). */
+#define MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
+
+static int refuse_slice(sl_session *s, sl_reply *r)
+{
+    sl_reply_error(r, SL_EINVAL,
+                   "a shared-memory slice lies outside the attached segment (%llu bytes) or "
+                   "does not match its value's size",
+                   (unsigned long long) s->shm.size);
+    return SL_HANDLED;
+}
+
+static int refuse_oom(sl_reply *r)
+{
+    sl_reply_error(r, SL_ENOMEM, "out of host memory for the run's outputs");
+    return SL_HANDLED;
+}
+
+int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
+{
+    const Salus__Run *m = w->msg->run;
+    sl_reply *r = w->reply;
+    if (ss->draining) {
+        sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
+        return SL_HANDLED;
+    }
+    sl_graph *g = sl_map_get(&s->graphs, m->graph_id);
+    if (!g) {
+        sl_reply_error(r, SL_ENOTFOUND, "session %llu has no graph %llu",
+                       (unsigned long long) s->id, (unsigned long long) m->graph_id);
+        return SL_HANDLED;
+    }
+    bool shm_in = m->n_shm_feeds > 0, shm_out = m->n_shm_fetches > 0;
+    if ((shm_in ? m->n_shm_feeds : m->n_feeds) != g->n_inputs || (shm_in && m->n_feeds)) {
+        sl_reply_error(r, SL_EINVAL,
+                       "graph %llu takes %u feeds, got %zu inline and %zu in shared memory",
+                       (unsigned long long) g->id, g->n_inputs, m->n_feeds, m->n_shm_feeds);
+        return SL_HANDLED;
+    }
+    if (shm_out && m->n_shm_fetches != m->n_fetches) {
+        sl_reply_error(r, SL_EINVAL, "%zu fetches but %zu shared-memory slices for them",
+                       m->n_fetches, m->n_shm_fetches);
+        return SL_HANDLED;
+    }
+    /* bound the reply before allocating it: fetching one value many times
+     * would otherwise commit any amount of host memory */
+    if (m->n_fetches > g->n_values) {
+        sl_reply_error(r, SL_EINVAL, "%zu fetches, but graph %llu has only %u values", m->n_fetches,
+                       (unsigned long long) g->id, g->n_values);
+        return SL_HANDLED;
+    }
+    for (size_t j = 0; j < m->n_fetches; j++) {
+        if (m->fetches[j] >= g->n_values) {
+            sl_reply_error(r, SL_EINVAL, "fetch %zu: graph %llu has no value %u", j,
+                           (unsigned long long) g->id, m->fetches[j]);
+            return SL_HANDLED;
+        }
+    }
+    uint64_t reply_bytes = 0; /* at most 2^14 values of at most 2^42 bytes: no overflow */
+    for (size_t j = 0; j < m->n_fetches && !shm_out; j++)
+        reply_bytes += sl_shape_bytes(&g->values[m->fetches[j]].shape);
+    if (reply_bytes > MAX_REPLY_BYTES) {
+        sl_reply_error(r, SL_EINVAL,
+                       "the fetches total %llu bytes, more than one reply carries (%llu)",
+                       (unsigned long long) reply_bytes, (unsigned long long) MAX_REPLY_BYTES);
+        return SL_HANDLED;
+    }
+    sl_exec_task *t = &w->task;
+    Salus__RunReply *body = sl_reply_alloc(r, sizeof *body);
+    Salus__Tensor **outs = sl_reply_alloc(r, m->n_fetches * sizeof *outs);
+    t->feed_src = sl_reply_alloc(r, g->n_inputs * sizeof *t->feed_src);
+    t->fetch_dst = sl_reply_alloc(r, m->n_fetches * sizeof *t->fetch_dst);
+    if (!body || (m->n_fetches && (!outs || !t->fetch_dst)) || (g->n_inputs && !t->feed_src))
+        return refuse_oom(r);
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+        uint64_t want = sl_shape_bytes(&g->values[i].shape);
+        if (shm_in) {
+            t->feed_src[i] = sl_shm_slice(&s->shm, m->shm_feeds[i], want);
+        } else if (m->feeds[i].len == want) {
+            t->feed_src[i] = m->feeds[i].data;
+        } else {
+            sl_reply_error(r, SL_EINVAL, "feed %u has %zu bytes, input needs %llu", i,
+                           m->feeds[i].len, (unsigned long long) want);
+            return SL_HANDLED;
+        }
+        if (!t->feed_src[i])
+            return refuse_slice(s, r);
+    }
+    salus__run_reply__init(body);
+    for (size_t j = 0; j < m->n_fetches; j++) {
+        const sl_shape *shape = &g->values[m->fetches[j]].shape;
+        Salus__Tensor *out = sl_reply_alloc(r, sizeof *out);
+        Salus__TensorDesc *desc = sl_reply_desc(r, shape);
+        if (!out || !desc)
+            return refuse_oom(r);
+        salus__tensor__init(out);
+        out->desc = desc;
+        if (shm_out) {
+            t->fetch_dst[j] = sl_shm_slice(&s->shm, m->shm_fetches[j], sl_shape_bytes(shape));
+            if (!t->fetch_dst[j])
+                return refuse_slice(s, r);
+        } else {
+            if (!(out->data.data = sl_reply_alloc(r, sl_shape_bytes(shape))))
+                return refuse_oom(r);
+            out->data.len = sl_shape_bytes(shape);
+            t->fetch_dst[j] = out->data.data;
+        }
+        outs[j] = out;
+    }
+    body->n_outputs = m->n_fetches;
+    body->outputs = outs;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_RUN;
+    sl_reply_msg(r)->run = body;
+    t->job = &s->job;
+    t->graph = g;
+    t->fetches = m->fetches;
+    t->n_fetches = m->n_fetches;
+    sl_exec_run(ss->ex, t, box);
+    return SL_HANDLED_LATER;
+}
+
+void sl_handle_run_done(sl_work *w)
+{
+    Salus__RunReply *body = sl_reply_msg(w->reply)->run;
+    body->device_ns = w->task.device_ns;
+    body->queue_ns = w->task.queue_ns;
+}

@@ -1,0 +1,502 @@
+/* Sessions (session.h): the table, admission, and each session's queue of
+ * work, run strictly in order through the handlers. */
+#include "handlers.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+static uint64_t random_u64(void)
+{
+    uint64_t t = 0;
+    if (getrandom(&t, sizeof t, 0) != (ssize_t) sizeof t)
+        t = sl_now_ns() * 0x9E3779B97F4A7C15ull; /* getrandom cannot fail for 8 bytes */
+    return t;
+}
+
+void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fault *fault,
+                      sl_mem_mgr *mem)
+{
+    ss->cfg = cfg;
+    ss->ex = ex;
+    ss->fault = fault;
+    ss->mem = mem;
+    ss->next_id = ((random_u64() & 0x7fffff) | (1u << 23)) << 16;
+}
+
+/* The request a lost connection's sessions are closed with. */
+static Salus__Request lost_close = {
+    .base = PROTOBUF_C_MESSAGE_INIT(&salus__request__descriptor),
+    .body_case = SALUS__REQUEST__BODY_CLOSE_SESSION,
+};
+
+static void work_free(sl_work *w)
+{
+    sl_graph_free(w->graph); /* a registration that never got its lane */
+    if (w->msg && w->msg != &lost_close)
+        salus__request__free_unpacked(w->msg, NULL);
+    sl_reply_free(w->reply);
+    sl_free(w);
+}
+
+/* Pops the session's head work, queues its reply and frees it. */
+static void finish_head(sl_session *s, sl_outbox *box)
+{
+    sl_work *w = s->head;
+    s->head = w->next;
+    if (!s->head)
+        s->tail = NULL;
+    s->busy = false;
+    s->blocked = false;
+    sl_outbox_put(box, w->req, w->reply);
+    w->reply = NULL;
+    work_free(w);
+}
+
+/* Fails every piece of work still queued on s (the head included). */
+static void fail_pending(sl_session *s, int code, const char *why, sl_outbox *box)
+{
+    while (s->head) {
+        sl_reply_error(s->head->reply, code, "%s", why);
+        finish_head(s, box);
+    }
+}
+
+static void session_free(sl_session *s)
+{
+    size_t i = 0;
+    void *v;
+    while (s->head) {
+        sl_work *w = s->head;
+        s->head = w->next;
+        work_free(w);
+    }
+    while (sl_map_next(&s->graphs, &i, NULL, &v))
+        sl_graph_free(v);
+    /* the blocks themselves go back with sl_mem_release */
+    i = 0;
+    while (sl_map_next(&s->tensors, &i, NULL, &v))
+        sl_free(v);
+    sl_map_fini(&s->graphs);
+    sl_map_fini(&s->tensors);
+    sl_shm_detach(&s->shm);
+    sl_reply_free(s->admit_reply);
+    sl_free(s);
+}
+
+void sl_sessions_fini(sl_sessions *ss)
+{
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v))
+        session_free(v);
+    sl_map_fini(&ss->table);
+}
+
+static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box);
+
+/* CLOSE_SESSION (or a lost connection): everything of s goes. */
+static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
+{
+    sl_work *w = s->head;
+    s->head = w->next;
+    sl_outbox_put(box, w->req, w->reply);
+    w->reply = NULL;
+    work_free(w);
+    /* work queued after a close has no session to run in */
+    fail_pending(s, SL_ESESSIONLOST, "session closed", box);
+    sl_exec_leave(ss->ex, &s->job, box);
+    if (s->admit_reply) { /* still waiting for admission: that wait ends too */
+        sl_reply_error(s->admit_reply, SL_ESESSIONLOST,
+                       "session closed while waiting for admission");
+        sl_outbox_put(box, s->admit_req, s->admit_reply);
+        s->admit_req = NULL;
+        s->admit_reply = NULL;
+    }
+    sl_mem_release(ss->mem, s->id);
+    (void) sl_map_del(&ss->table, s->id);
+    sl_log_info("ses.close", "session %llu (%s) closed: %llu iterations, %.3f s on device",
+                (unsigned long long) s->id, s->name,
+                (unsigned long long) s->job.sched.iterations_done,
+                (double) s->job.sched.attained_ns / 1e9);
+    session_free(s);
+    sl_sessions_memory_changed(ss, box);
+}
+
+/* Runs s's queued work until something must wait for the device. May free
+ * s (close). */
+static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box)
+{
+    while (s->head && !s->busy) {
+        sl_work *w = s->head;
+        bool freed = false;
+        int h = SL_HANDLED;
+        s->busy = true;
+        switch (w->msg->body_case) {
+        case SALUS__REQUEST__BODY_CLOSE_SESSION:
+            session_close(ss, s, box);
+            return;
+        case SALUS__REQUEST__BODY_CREATE_TENSOR:
+            h = sl_handle_create_tensor(ss, s, w);
+            break;
+        case SALUS__REQUEST__BODY_WRITE_TENSOR:
+            h = sl_handle_write_tensor(ss, s, w);
+            break;
+        case SALUS__REQUEST__BODY_READ_TENSOR:
+            h = sl_handle_read_tensor(ss, s, w);
+            break;
+        case SALUS__REQUEST__BODY_FREE_TENSOR:
+            h = sl_handle_free_tensor(ss, s, w, &freed);
+            break;
+        case SALUS__REQUEST__BODY_REGISTER_GRAPH:
+            h = sl_handle_register_graph(ss, s, w);
+            break;
+        case SALUS__REQUEST__BODY_FREE_GRAPH:
+            h = sl_handle_free_graph(ss, s, w);
+            break;
+        case SALUS__REQUEST__BODY_RUN:
+            h = sl_handle_run(ss, s, w, box);
+            break;
+        case SALUS__REQUEST__BODY_ATTACH_SHM:
+            h = sl_handle_attach_shm(ss, s, w);
+            break;
+        default:
+            sl_reply_error(w->reply, SL_EINVAL,
+                           "request type %d does not name a session's object (Hello, Status, "
+                           "SetPolicy and SetSession carry no session)",
+                           (int) w->msg->body_case);
+            break;
+        }
+        if (h == SL_HANDLED_WAIT)
+            s->blocked = true;
+        if (h != SL_HANDLED)
+            return;
+        finish_head(s, box);
+        if (freed)
+            sl_sessions_memory_changed(ss, box); /* may close, but not free s */
+    }
+}
+
+void sl_sessions_submit(sl_sessions *ss, sl_session *s, sl_req *req, Salus__Request *msg,
+                        sl_reply *r, sl_outbox *box)
+{
+    sl_work *w = sl_calloc(1, sizeof *w);
+    if (!w) {
+        sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        salus__request__free_unpacked(msg, NULL);
+        sl_outbox_put(box, req, r);
+        return;
+    }
+    w->req = req;
+    w->msg = msg;
+    w->reply = r;
+    w->task.arrival_ns = sl_now_ns();
+    w->session = s;
+    if (msg->body_case == SALUS__REQUEST__BODY_CLOSE_SESSION)
+        s->closing = true;
+    if (s->tail)
+        s->tail->next = w;
+    else
+        s->head = w;
+    s->tail = w;
+    pump(ss, s, box);
+}
+
+void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool lane_idle,
+                           sl_outbox *box)
+{
+    sl_work *w = sl_container_of(t, sl_work, task);
+    sl_session *s = w->session;
+    bool run = w->msg->body_case == SALUS__REQUEST__BODY_RUN;
+    if (status == SL_EDEVICERESET) {
+        sl_reply_error(w->reply, status,
+                       "the device failed (sticky device error) and is being reset; this "
+                       "request did not complete; " SL_RESET_NOTICE);
+        if (sl_fault_lost(ss->fault))
+            sl_sessions_device_lost(ss, box);
+        s->reset_pending = false; /* told by this reply */
+    } else if (status != SL_OK) {
+        sl_log_warn("exe.fail", "%s of session %llu failed: %s", run ? "iteration" : "copy",
+                    (unsigned long long) s->id, sl_strerror(status));
+        sl_reply_error(w->reply, status, "%s failed on the device: %s",
+                       run ? "the iteration" : "the copy", sl_strerror(status));
+    } else if (run) {
+        sl_handle_run_done(w);
+    }
+    finish_head(s, box);
+    pump(ss, s, box);
+    if (status == SL_EDEVICERESET)
+        sl_sessions_fail_queued_runs(ss, box);
+    if (lane_idle)
+        sl_sessions_memory_changed(ss, box);
+}
+
+/* A session the memory manager admitted: it joins the executor on its lane. */
+static int admit(sl_sessions *ss, sl_session *s, uint32_t lane)
+{
+    s->job.sched.lane = lane;
+    int rc = sl_exec_join(ss->ex, &s->job, sl_now_ns());
+    if (rc)
+        return rc;
+    s->admitted = true;
+    sl_log_info("ses.admit", "session %llu (%s) admitted on lane %u after %.3f s",
+                (unsigned long long) s->id, s->name, lane,
+                (double) (sl_now_ns() - s->open_ns) / 1e9);
+    return SL_OK;
+}
+
+/* The refusal of a session that does not fit, with what counted. */
+static void refuse_admission(sl_sessions *ss, const sl_session *s, int rc, int reason, sl_reply *r)
+{
+    sl_mem_stats st;
+    sl_mem_get_stats(ss->mem, &st);
+    uint64_t e = s->declared_ephemeral ? s->declared_ephemeral : ss->default_ephemeral;
+    const char *why = rc == SL_EEXHAUSTED ? sl_mem_reason_name(reason) : sl_strerror(rc);
+    if (rc == SL_EEXHAUSTED && reason == SL_MEM_QUOTA)
+        sl_reply_error(r, rc,
+                       "cannot admit the session: quota: it needs %llu persistent + %llu "
+                       "ephemeral bytes%s + %llu of lane workspace, more than the session quota "
+                       "(%llu) or the device (%llu) allows; declare a smaller ephemeral_bytes "
+                       "or ask for a larger --session-quota / --memory-limit",
+                       (unsigned long long) s->declared_persistent, (unsigned long long) e,
+                       s->declared_ephemeral ? "" : " (undeclared: the default lane, --lane-size)",
+                       (unsigned long long) ss->framework_per_lane, (unsigned long long) ss->quota,
+                       (unsigned long long) ss->capacity);
+    else
+        sl_reply_error(r, rc,
+                       "cannot admit the session (persistent %llu, ephemeral %llu bytes%s): %s; "
+                       "%llu bytes free, largest block %llu",
+                       (unsigned long long) s->declared_persistent, (unsigned long long) e,
+                       s->declared_ephemeral ? "" : " by default", why,
+                       (unsigned long long) st.free, (unsigned long long) st.largest_free);
+}
+
+bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req, uint32_t pipe_id,
+                      bool has_uid, uint64_t uid, sl_reply *r)
+{
+    if (ss->draining) {
+        sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
+        return false;
+    }
+    for (unsigned i = 0; pipe_id && i < sizeof ss->gone_pipes / sizeof ss->gone_pipes[0]; i++) {
+        if (ss->gone_pipes[i] == pipe_id) {
+            sl_reply_error(r, SL_ECONN, "the connection closed before the session was opened");
+            return false;
+        }
+    }
+    uint32_t max_sessions = ss->cfg->max_sessions ? ss->cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS;
+    if (ss->table.count >= max_sessions) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "too many sessions: %zu open (limit %u, salusd --max-sessions); close some",
+                       ss->table.count, max_sessions);
+        return false;
+    }
+    const Salus__SessionHints *h = m->hints;
+    sl_session *s = sl_calloc(1, sizeof *s);
+    Salus__OpenSessionReply *body = sl_reply_alloc(r, sizeof *body);
+    if (!s || !body)
+        goto out_oom;
+    s->id = ++ss->next_id;
+    do
+        s->token = random_u64();
+    while (!s->token);
+    s->pipe_id = pipe_id;
+    s->has_uid = has_uid; /* over ipc://, the session is its user's */
+    s->uid = uid;
+    s->open_ns = sl_now_ns();
+    s->job.sched.weight = 1.0;
+    if (h) {
+        snprintf(s->name, sizeof s->name, "%s", h->name ? h->name : "");
+        s->declared_persistent = h->persistent_bytes;
+        s->declared_ephemeral = h->ephemeral_bytes;
+        if (h->weight > 0 && h->weight < 1e6)
+            s->job.sched.weight = h->weight;
+        s->job.sched.priority = h->priority;
+        s->job.sched.expected_iterations = h->expected_iterations;
+        if (h->expected_total_s > 0 && h->expected_total_s < 1e9)
+            s->job.sched.expected_total_ns = (uint64_t) (h->expected_total_s * 1e9);
+    }
+    s->job.sched.id = s->id;
+    salus__open_session_reply__init(body);
+    body->session_id = s->id;
+    body->token = s->token;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_OPEN_SESSION;
+    sl_reply_msg(r)->open_session = body;
+
+    bool wait = h && h->wait_for_admission;
+    int reason = SL_MEM_FITS;
+    uint32_t lane = 0;
+    unsigned flags =
+        (wait ? SL_MEM_ADMIT_WAIT : 0) |
+        (sl_exec_wants_exclusive(ss->ex, s->job.sched.priority) ? SL_MEM_ADMIT_EXCLUSIVE : 0);
+    int rc = sl_mem_admit_ex(ss->mem, s->id, s->declared_persistent, s->declared_ephemeral, flags,
+                             &reason, &lane);
+    if (rc == SL_EEXHAUSTED && wait && reason != SL_MEM_QUOTA) {
+        if (sl_map_put(&ss->table, s->id, s) != SL_OK) {
+            sl_mem_release(ss->mem, s->id);
+            goto out_oom;
+        }
+        s->admit_req = req;
+        s->admit_reply = r;
+        sl_log_info("ses.wait", "session %llu (%s) waits for admission: %s",
+                    (unsigned long long) s->id, s->name, sl_mem_reason_name(reason));
+        return true;
+    }
+    if (rc) {
+        refuse_admission(ss, s, rc, reason, r);
+        sl_free(s);
+        return false;
+    }
+    if (sl_map_put(&ss->table, s->id, s) != SL_OK || admit(ss, s, lane) != SL_OK) {
+        (void) sl_map_del(&ss->table, s->id);
+        sl_mem_release(ss->mem, s->id);
+        goto out_oom;
+    }
+    sl_log_info("ses.open", "session %llu (%s) opened on pipe %u", (unsigned long long) s->id,
+                s->name, pipe_id);
+    return false;
+
+out_oom:
+    sl_free(s);
+    sl_reply_error(r, SL_ENOMEM, "out of host memory");
+    return false;
+}
+
+sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id)
+{
+    sl_session *s = sl_map_get(&ss->table, id);
+    return s && !s->closing && s->admitted ? s : NULL;
+}
+
+void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)
+{
+    uint64_t id;
+    uint32_t lane;
+    while (sl_mem_next_admitted(ss->mem, &id, &lane)) {
+        sl_session *s = sl_map_get(&ss->table, id);
+        if (!s || s->admitted)
+            continue;
+        bool failed = admit(ss, s, lane) != SL_OK;
+        if (failed)
+            sl_reply_error(s->admit_reply, SL_ENOMEM, "out of host memory");
+        sl_outbox_put(box, s->admit_req, s->admit_reply);
+        s->admit_req = NULL;
+        s->admit_reply = NULL;
+        if (failed || s->closing) {
+            (void) sl_map_del(&ss->table, s->id);
+            sl_mem_release(ss->mem, s->id);
+            session_free(s);
+        }
+    }
+    /* registrations that waited for their lane to go idle */
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v)) {
+        sl_session *s = v;
+        if (s->blocked && s->head && sl_handle_place_graph(ss, s, s->head) != SL_HANDLED_WAIT) {
+            finish_head(s, box);
+            pump(ss, s, box); /* may close, but not free other sessions */
+            i = 0;            /* the table may have changed: rescan */
+        }
+    }
+}
+
+void sl_sessions_pipe_gone(sl_sessions *ss, uint32_t pipe_id, sl_outbox *box)
+{
+    ss->gone_pipes[ss->gone_next++ % (sizeof ss->gone_pipes / sizeof ss->gone_pipes[0])] = pipe_id;
+    sl_session *lost[64];
+    int n_lost;
+    /* closing frees sessions, which would disturb the iteration: collect
+     * first, in rounds */
+    do {
+        n_lost = 0;
+        size_t i = 0;
+        void *v;
+        while (n_lost < 64 && sl_map_next(&ss->table, &i, NULL, &v)) {
+            sl_session *s = v;
+            if (s->pipe_id == pipe_id && !s->closing)
+                lost[n_lost++] = s;
+        }
+        for (int k = 0; k < n_lost; k++) {
+            sl_session *s = lost[k];
+            sl_reply *r = sl_reply_new(0);
+            s->closing = true;
+            if (!r) {
+                /* cannot queue a close: leave the session to be reclaimed
+                 * at shutdown rather than crash */
+                sl_log_err("ses.lost", "out of memory closing session %llu",
+                           (unsigned long long) s->id);
+                continue;
+            }
+            sl_log_info("ses.lost", "connection of session %llu went away; closing it",
+                        (unsigned long long) s->id);
+            sl_sessions_submit(ss, s, NULL, &lost_close, r, box);
+        }
+    } while (n_lost == 64);
+}
+
+void sl_sessions_drain(sl_sessions *ss, sl_outbox *box)
+{
+    ss->draining = true;
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v)) {
+        sl_session *s = v;
+        if (s->admit_reply) {
+            sl_reply_error(s->admit_reply, SL_ESHUTDOWN, "server is shutting down");
+            sl_outbox_put(box, s->admit_req, s->admit_reply);
+            s->admit_req = NULL;
+            s->admit_reply = NULL;
+            continue; /* freed with the server */
+        }
+        /* a queued run is the session's head: fail it, and everything
+         * queued behind it */
+        if (sl_exec_unqueue(ss->ex, &s->job))
+            fail_pending(s, SL_ESHUTDOWN, "server is shutting down: iteration not started", box);
+    }
+    sl_exec_finish_parked(ss->ex, box); /* parked iterations run to their end */
+}
+
+void sl_sessions_device_lost(sl_sessions *ss, sl_outbox *box)
+{
+    (void) box;
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v)) {
+        sl_session *s = v;
+        s->reset_pending = s->admitted;
+    }
+}
+
+void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box)
+{
+    /* in rounds: finishing a run may close and free its session */
+    for (;;) {
+        uint64_t ids[64];
+        int n = 0;
+        size_t i = 0;
+        void *v;
+        while (n < 64 && sl_map_next(&ss->table, &i, NULL, &v)) {
+            sl_session *s = v;
+            if (s->reset_pending && s->head && s->job.sched.n_queued && !s->job.sched.running)
+                ids[n++] = s->id;
+        }
+        if (!n)
+            return;
+        for (int k = 0; k < n; k++) {
+            sl_session *s = sl_map_get(&ss->table, ids[k]);
+            if (!s || !s->reset_pending || !sl_exec_unqueue(ss->ex, &s->job))
+                continue;
+            s->reset_pending = false;
+            sl_reply_error(s->head->reply, SL_EDEVICERESET,
+                           "the device was reset after a fault before this iteration "
+                           "started; " SL_RESET_NOTICE);
+            finish_head(s, box);
+            pump(ss, s, box);
+        }
+    }
+}

@@ -1,0 +1,118 @@
+/* Sessions: the table of open sessions, admission, and each session's queue
+ * of work. A session's requests run strictly in the order they arrived:
+ * its head runs (through the tensor, graph and run handlers) while the rest
+ * waits. A session lives as long as the connection that opened it.
+ *
+ * Every function here is called with the server lock held and never
+ * blocks; replies go into the outbox given. */
+#ifndef SL_SESSION_H
+#define SL_SESSION_H
+
+#include "config.h"
+#include "exec.h"
+#include "fault.h"
+#include "graph.h"
+#include "manager.h"
+#include "reply.h"
+#include "shm.h"
+#include "sl_map.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl_session sl_session;
+
+/* One request queued on a session. */
+typedef struct sl_work {
+    struct sl_work *next;
+    sl_session *session;
+    sl_req *req;         /* NULL for a close from a lost connection */
+    Salus__Request *msg; /* decoded request, owned (or the static lost-close) */
+    sl_reply *reply;     /* built while it runs, sent when it ends */
+    sl_graph *graph;     /* a registration waiting for its lane */
+    sl_exec_task task;   /* its device work (runs, control copies) */
+} sl_work;
+
+struct sl_session {
+    uint64_t id;
+    uint64_t token;
+    uint32_t pipe_id; /* connection that opened it */
+    bool has_uid;     /* opened over ipc://: only peers of uid may use it */
+    uint64_t uid;
+    bool reset_pending; /* the device was reset: its next request gets DEVICE_RESET */
+    char name[64];
+    sl_exec_job job;
+    sl_map tensors; /* id -> sl_tensor */
+    sl_map graphs;  /* id -> sl_graph */
+    uint64_t next_object_id;
+    uint64_t persistent_bytes;
+    uint64_t declared_persistent, declared_ephemeral;
+    uint64_t ephemeral_peak; /* largest planned peak of its graphs */
+    sl_work *head, *tail;    /* pending work, head is executing when busy */
+    bool busy;
+    bool closing;
+    bool admitted;     /* false while it waits in the admission queue */
+    bool blocked;      /* its head waits for its lane to go idle (lane move) */
+    sl_req *admit_req; /* the open request answered at admission */
+    sl_reply *admit_reply;
+    uint64_t open_ns;
+    sl_shm shm; /* its shared-memory segment */
+};
+
+/* The session table and what the session layer needs of the others. */
+typedef struct sl_sessions {
+    const sl_config *cfg;
+    sl_exec *ex;
+    sl_fault *fault;
+    sl_mem_mgr *mem;
+    /* the memory manager's sizes, for explaining refusals */
+    uint64_t capacity, quota, default_ephemeral, framework_per_lane;
+    sl_map table; /* id -> sl_session */
+    uint64_t next_id;
+    bool draining; /* no new sessions or runs */
+    /* connections that went away most recently (a ring): an open-session
+     * request read before its connection closed but handled after must not
+     * make a session nobody can ever close */
+    uint32_t gone_pipes[256];
+    uint32_t gone_next;
+} sl_sessions;
+
+/* Sets up an empty table; session ids start at a random point in [2^39,
+ * 2^40) so that a client of a previous salusd gets SESSION_LOST for its old
+ * session, never someone else's that happens to have the same number. */
+void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fault *fault,
+                      sl_mem_mgr *mem);
+/* Frees every session left (their device memory goes with the arena). */
+void sl_sessions_fini(sl_sessions *ss);
+
+/* OPEN_SESSION from connection pipe_id (peer: uid when has_uid). The reply
+ * r is filled now, or (returns true) kept with req and sent at admission. */
+bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req, uint32_t pipe_id,
+                      bool has_uid, uint64_t uid, sl_reply *r);
+/* The open, admitted session id, or NULL. */
+sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id);
+/* Queues a request on s (taking msg and r) and runs what can run now. */
+void sl_sessions_submit(sl_sessions *ss, sl_session *s, sl_req *req, Salus__Request *msg,
+                        sl_reply *r, sl_outbox *box);
+/* Closes every session opened over connection pipe_id (it went away). */
+void sl_sessions_pipe_gone(sl_sessions *ss, uint32_t pipe_id, sl_outbox *box);
+/* A task of a session finished (the executor's done hook). */
+void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool lane_idle,
+                           sl_outbox *box);
+/* Admits the sessions the memory manager let in and retries registrations
+ * blocked on a lane move. Call after anything that frees device memory. */
+void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box);
+/* Starts draining: waiting opens and queued runs fail with SHUTTING_DOWN;
+ * running ones go on. */
+void sl_sessions_drain(sl_sessions *ss, sl_outbox *box);
+/* The device was lost: every admitted session is told once (its next
+ * request, or its queued run now, gets DEVICE_RESET). */
+void sl_sessions_device_lost(sl_sessions *ss, sl_outbox *box);
+/* Fails the queued, not started runs of sessions still to be told. */
+void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box);
+/* What a client is told after a device reset. */
+#define SL_RESET_NOTICE                                                                            \
+    "tensors keep their ids and shapes but their contents are lost: re-upload persistent state "   \
+    "(write every tensor) and retry"
+
+#endif

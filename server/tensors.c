@@ -1,0 +1,317 @@
+/* Handlers of a session's tensor, graph and shared-memory requests
+ * (handlers.h). Copies to and from the device go through the executor's
+ * control stream, in order with the session's other work. */
+#include "handlers.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "transport.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Most tensor bytes one reply carries: a client accepts replies of up to 2 GiB
+ * (SL_CLIENT_MAX_MSG), less room for the envelope. Bigger reads and fetches
+ * are refused before any host memory is committed to them. */
+#define MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
+
+static sl_tensor *find_tensor(sl_session *s, uint64_t id, sl_reply *r)
+{
+    sl_tensor *t = sl_map_get(&s->tensors, id);
+    if (!t)
+        sl_reply_error(r, SL_ENOTFOUND, "session %llu has no tensor %llu",
+                       (unsigned long long) s->id, (unsigned long long) id);
+    return t;
+}
+
+static uint32_t max_objects(const sl_sessions *ss)
+{
+    return ss->cfg->max_tensors_per_session ? ss->cfg->max_tensors_per_session
+                                            : SL_DEFAULT_MAX_TENSORS;
+}
+
+static bool set_empty_body(sl_reply *r)
+{
+    Salus__Empty *e = sl_reply_alloc(r, sizeof *e);
+    if (!e)
+        return false;
+    salus__empty__init(e);
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_EMPTY;
+    sl_reply_msg(r)->empty = e;
+    return true;
+}
+
+/* Submits w's control copy; completes it now with the error when it cannot
+ * be submitted. */
+static int control(sl_sessions *ss, sl_work *w, int kind, const sl_tensor *t, void *host)
+{
+    w->task.job = &w->session->job;
+    int rc = sl_exec_control(ss->ex, &w->task, kind, t->addr, host, sl_shape_bytes(&t->shape),
+                             &t->shape);
+    if (rc == SL_OK)
+        return SL_HANDLED_LATER;
+    sl_reply_error(w->reply, rc, "device copy failed: %s", sl_strerror(rc));
+    return SL_HANDLED;
+}
+
+int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    const Salus__CreateTensor *m = w->msg->create_tensor;
+    sl_reply *r = w->reply;
+    sl_shape shape;
+    char why[96];
+    if (sl_shape_from_desc(m->desc, &shape, why, sizeof why) != SL_OK) {
+        sl_reply_error(r, SL_EINVAL, "invalid tensor shape: %s", why);
+        return SL_HANDLED;
+    }
+    if (s->tensors.count >= max_objects(ss)) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "session %llu already holds %zu tensors (limit %u, salusd "
+                       "--max-tensors-per-session)",
+                       (unsigned long long) s->id, s->tensors.count, max_objects(ss));
+        return SL_HANDLED;
+    }
+    uint64_t bytes = sl_shape_bytes(&shape);
+    if (m->init.len != 0 && m->init.len != bytes) {
+        sl_reply_error(r, SL_EINVAL, "init has %zu bytes, tensor has %llu", m->init.len,
+                       (unsigned long long) bytes);
+        return SL_HANDLED;
+    }
+    sl_tensor *t = sl_calloc(1, sizeof *t);
+    if (!t) {
+        sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        return SL_HANDLED;
+    }
+    int reason = SL_MEM_FITS;
+    int rc = sl_mem_alloc(ss->mem, s->id, bytes, &t->addr, &reason);
+    if (rc) {
+        sl_free(t);
+        if (rc == SL_EEXHAUSTED && s->declared_persistent)
+            sl_reply_error(r, rc,
+                           "cannot allocate %llu persistent bytes: %s (the session uses %llu of "
+                           "the %llu it declared)",
+                           (unsigned long long) bytes, sl_mem_reason_name(reason),
+                           (unsigned long long) s->persistent_bytes,
+                           (unsigned long long) s->declared_persistent);
+        else if (rc == SL_EEXHAUSTED)
+            sl_reply_error(r, rc,
+                           "cannot allocate %llu persistent bytes: %s (the session holds %llu "
+                           "persistent bytes; its lane of %llu ephemeral bytes and %llu of "
+                           "workspace count too; session quota %llu)",
+                           (unsigned long long) bytes, sl_mem_reason_name(reason),
+                           (unsigned long long) s->persistent_bytes,
+                           (unsigned long long) (s->ephemeral_peak ? s->ephemeral_peak
+                                                                   : ss->default_ephemeral),
+                           (unsigned long long) ss->framework_per_lane,
+                           (unsigned long long) ss->quota);
+        else
+            sl_reply_error(r, rc, "cannot allocate %llu persistent bytes: %s",
+                           (unsigned long long) bytes, sl_strerror(rc));
+        return SL_HANDLED;
+    }
+    t->id = ++s->next_object_id;
+    t->shape = shape;
+    t->bytes = sl_align_up(bytes, 256);
+    Salus__CreateTensorReply *body = sl_reply_alloc(r, sizeof *body);
+    if (!body || sl_map_put(&s->tensors, t->id, t) != SL_OK) {
+        (void) sl_mem_free(ss->mem, s->id, t->addr);
+        sl_free(t);
+        sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        return SL_HANDLED;
+    }
+    s->persistent_bytes += t->bytes;
+    salus__create_tensor_reply__init(body);
+    body->tensor_id = t->id;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_CREATE_TENSOR;
+    sl_reply_msg(r)->create_tensor = body;
+    if (m->init.len)
+        return control(ss, w, SL_EXEC_COPY_IN, t, m->init.data);
+    return control(ss, w, SL_EXEC_FILL, t, NULL);
+}
+
+int sl_handle_write_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    const Salus__WriteTensor *m = w->msg->write_tensor;
+    sl_tensor *t = find_tensor(s, m->tensor_id, w->reply);
+    if (!t)
+        return SL_HANDLED;
+    uint64_t bytes = sl_shape_bytes(&t->shape);
+    if (m->data.len != bytes) {
+        sl_reply_error(w->reply, SL_EINVAL, "data has %zu bytes, tensor %llu has %llu", m->data.len,
+                       (unsigned long long) t->id, (unsigned long long) bytes);
+        return SL_HANDLED;
+    }
+    if (!set_empty_body(w->reply)) {
+        sl_reply_error(w->reply, SL_ENOMEM, "out of host memory");
+        return SL_HANDLED;
+    }
+    return control(ss, w, SL_EXEC_COPY_IN, t, m->data.data);
+}
+
+int sl_handle_read_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    sl_reply *r = w->reply;
+    sl_tensor *t = find_tensor(s, w->msg->read_tensor->tensor_id, r);
+    if (!t)
+        return SL_HANDLED;
+    uint64_t bytes = sl_shape_bytes(&t->shape);
+    if (bytes > MAX_REPLY_BYTES) {
+        sl_reply_error(r, SL_EINVAL,
+                       "tensor %llu has %llu bytes, more than one reply carries (%llu)",
+                       (unsigned long long) t->id, (unsigned long long) bytes,
+                       (unsigned long long) MAX_REPLY_BYTES);
+        return SL_HANDLED;
+    }
+    Salus__ReadTensorReply *body = sl_reply_alloc(r, sizeof *body);
+    Salus__Tensor *tensor = sl_reply_alloc(r, sizeof *tensor);
+    void *data = sl_reply_alloc(r, bytes);
+    Salus__TensorDesc *desc = sl_reply_desc(r, &t->shape);
+    if (!body || !tensor || !data || !desc) {
+        sl_reply_error(r, SL_ENOMEM, "out of host memory for a %llu-byte read",
+                       (unsigned long long) bytes);
+        return SL_HANDLED;
+    }
+    salus__read_tensor_reply__init(body);
+    salus__tensor__init(tensor);
+    tensor->desc = desc;
+    tensor->data.data = data;
+    tensor->data.len = bytes;
+    body->tensor = tensor;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_READ_TENSOR;
+    sl_reply_msg(r)->read_tensor = body;
+    return control(ss, w, SL_EXEC_COPY_OUT, t, data);
+}
+
+int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *freed)
+{
+    sl_tensor *t = find_tensor(s, w->msg->free_tensor->tensor_id, w->reply);
+    if (!t)
+        return SL_HANDLED;
+    if (t->graph_refs) {
+        sl_reply_error(w->reply, SL_EBUSY,
+                       "tensor %llu is used by %u registered graph(s): free them first",
+                       (unsigned long long) t->id, t->graph_refs);
+        return SL_HANDLED;
+    }
+    (void) sl_map_del(&s->tensors, t->id);
+    s->persistent_bytes -= t->bytes;
+    (void) sl_mem_free(ss->mem, s->id, t->addr);
+    sl_free(t);
+    *freed = true;
+    return SL_HANDLED;
+}
+
+int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    sl_reply *r = w->reply;
+    char err[256];
+    if (!w->msg->register_graph->graph) {
+        sl_reply_error(r, SL_EINVAL, "register_graph without a graph");
+        return SL_HANDLED;
+    }
+    if (s->graphs.count >= max_objects(ss)) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "session %llu already holds %zu graphs (limit %u, salusd "
+                       "--max-tensors-per-session)",
+                       (unsigned long long) s->id, s->graphs.count, max_objects(ss));
+        return SL_HANDLED;
+    }
+    int rc = sl_graph_build(&s->tensors, w->msg->register_graph->graph, !ss->cfg->no_inplace,
+                            &w->graph, err, sizeof err);
+    if (rc) {
+        sl_reply_error(r, rc, "%s", err);
+        return SL_HANDLED;
+    }
+    return sl_handle_place_graph(ss, s, w);
+}
+
+int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    sl_reply *r = w->reply;
+    sl_graph *g = w->graph;
+    uint64_t need = g->plan.peak > s->ephemeral_peak ? g->plan.peak : s->ephemeral_peak;
+    uint32_t lane;
+    int reason = SL_MEM_FITS;
+    int rc = sl_mem_set_ephemeral(ss->mem, s->id, need ? need : 256, &lane, &reason);
+    if (rc == SL_EBUSY) /* the session must move, and its lane is running someone's iteration */
+        return SL_HANDLED_WAIT;
+    w->graph = NULL;
+    if (rc) {
+        sl_reply_error(r, rc,
+                       "graph needs %llu ephemeral bytes per iteration: %s (session quota %llu, "
+                       "of which its persistent tensors hold %llu)",
+                       (unsigned long long) g->plan.peak,
+                       rc == SL_EEXHAUSTED ? sl_mem_reason_name(reason) : sl_strerror(rc),
+                       (unsigned long long) ss->quota, (unsigned long long) s->persistent_bytes);
+        sl_graph_free(g);
+        return SL_HANDLED;
+    }
+    if (sl_exec_move(ss->ex, &s->job, lane) != SL_OK) {
+        sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        sl_graph_free(g);
+        return SL_HANDLED;
+    }
+    g->id = ++s->next_object_id;
+    Salus__RegisterGraphReply *body = sl_reply_alloc(r, sizeof *body);
+    Salus__TensorDesc **descs = sl_reply_alloc(r, g->n_values * sizeof *descs);
+    if (!body || !descs || sl_map_put(&s->graphs, g->id, g) != SL_OK) {
+        sl_graph_free(g);
+        sl_reply_error(r, SL_ENOMEM, "out of host memory");
+        return SL_HANDLED;
+    }
+    salus__register_graph_reply__init(body);
+    body->graph_id = g->id;
+    body->planned_peak = g->plan.peak;
+    body->naive_bytes = g->plan.naive;
+    body->n_values = g->n_values;
+    body->values = descs;
+    for (uint32_t v = 0; v < g->n_values; v++) {
+        if (!(descs[v] = sl_reply_desc(r, &g->values[v].shape))) {
+            body->n_values = v;
+            break;
+        }
+    }
+    if (g->plan.peak > s->ephemeral_peak)
+        s->ephemeral_peak = g->plan.peak;
+    sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_REGISTER_GRAPH;
+    sl_reply_msg(r)->register_graph = body;
+    sl_log_debug("ses.graph",
+                 "session %llu graph %llu: %u ops, peak %llu of naive %llu bytes, lane %u",
+                 (unsigned long long) s->id, (unsigned long long) g->id, g->n_ops,
+                 (unsigned long long) g->plan.peak, (unsigned long long) g->plan.naive, lane);
+    return SL_HANDLED;
+}
+
+int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    (void) ss;
+    sl_graph *g = sl_map_del(&s->graphs, w->msg->free_graph->graph_id);
+    if (!g)
+        sl_reply_error(w->reply, SL_ENOTFOUND, "session %llu has no graph %llu",
+                       (unsigned long long) s->id,
+                       (unsigned long long) w->msg->free_graph->graph_id);
+    sl_graph_free(g);
+    return SL_HANDLED;
+}
+
+int sl_handle_attach_shm(sl_sessions *ss, sl_session *s, sl_work *w)
+{
+    (void) ss;
+    const Salus__AttachShm *m = w->msg->attach_shm;
+    uint64_t pid;
+    if (!s->has_uid || !sl_req_peer_pid(w->req, &pid)) {
+        sl_reply_error(w->reply, SL_EUNSUPPORTED, "shared memory needs an ipc:// connection");
+        return SL_HANDLED;
+    }
+    const char *why = "";
+    int rc = sl_shm_attach(&s->shm, pid, s->uid, m->fd, m->size, &why);
+    if (rc == SL_EINVAL)
+        sl_reply_error(w->reply, rc, "shared memory of %llu bytes: 1 to %llu allowed",
+                       (unsigned long long) m->size, (unsigned long long) SL_SHM_MAX_BYTES);
+    else if (rc)
+        sl_reply_error(w->reply, rc, "the client's descriptor %u %s", m->fd, why);
+    else
+        sl_log_debug("ses.shm", "session %llu attached %llu bytes of shared memory",
+                     (unsigned long long) s->id, (unsigned long long) m->size);
+    return SL_HANDLED;
+}

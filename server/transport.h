@@ -1,0 +1,67 @@
+/* The NNG side of salusd: one REP socket, a fixed pool of contexts (each one
+ * request in flight), listeners and their watchdog. It knows nothing of what
+ * a request means: it hands each request's bytes to a hook and sends the
+ * replies it is given. */
+#ifndef SL_TRANSPORT_H
+#define SL_TRANSPORT_H
+
+#include "config.h"
+#include "reply.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_transport sl_transport;
+
+typedef struct sl_transport_hooks {
+    void *arg;
+    /* A request arrived on req (body: its bytes, valid during the call).
+     * Runs on an NNG callback thread: must not block. The request must be
+     * answered exactly once, now or later, with sl_transport_send. */
+    void (*request)(void *arg, sl_req *req, const void *body, size_t len);
+    /* Connection pipe_id closed (after its last request was handed over).
+     * Same thread rules. */
+    void (*pipe_gone)(void *arg, uint32_t pipe_id);
+} sl_transport_hooks;
+
+/* Opens the socket, the context pool and every listener of cfg (which must
+ * outlive the transport). Errors: SL_EINVAL (bad URL or TLS files),
+ * SL_ECONN (listen failed), SL_ENOMEM. */
+int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl_transport **out);
+/* Stops receiving, closes the socket and waits for every callback, then
+ * frees t. Returns false when NNG could not close the socket in time (a
+ * known NNG 1.5 hang): t is then left allocated and mute (its callbacks
+ * return at once without calling the hooks), so the caller may free what
+ * the hooks use. NULL is fine. May block (at most a few seconds). */
+bool sl_transport_stop(sl_transport *t);
+/* Sends reply for req (takes ownership of reply) and re-arms req's context;
+ * reply NULL re-arms it without answering. req NULL (nobody to answer)
+ * just frees reply. Never blocks; call without the server lock. */
+void sl_transport_send(sl_req *req, sl_reply *reply);
+
+/* Sends an already encoded reply (len bytes, copied) for req and re-arms
+ * its context. Same rules as sl_transport_send. */
+void sl_transport_send_bytes(sl_req *req, const void *bytes, size_t len);
+
+/* The connection req arrived on (never 0). */
+uint32_t sl_req_pipe(const sl_req *req);
+/* The peer uid of req's connection: true and *uid for ipc://, false for
+ * other transports (no peer identity) or req NULL. Never blocks. */
+bool sl_req_peer_uid(const sl_req *req, uint64_t *uid);
+/* The peer process id of an ipc:// connection (SO_PEERCRED, as of connect);
+ * false for other transports or when the connection is gone. */
+bool sl_req_peer_pid(const sl_req *req, uint64_t *pid);
+/* Whether req may make operator requests (policy, other sessions' shares):
+ * it does not come over ipc://, or its peer is root or salusd's own user. */
+bool sl_req_is_operator(const sl_req *req);
+
+/* Whether url is a network transport without encryption or authentication
+ * (tcp://, ws://, and their 4/6 variants): refused without
+ * cfg.allow_plain_tcp. */
+bool sl_url_is_plain_network(const char *url);
+/* Whether url is a TLS transport (tls+tcp://, wss://): needs cfg.tls_cert
+ * and cfg.tls_key. */
+bool sl_url_is_tls(const char *url);
+
+#endif
