@@ -77,14 +77,17 @@ static const sl_op_attr avgpool_attrs[] = {
 };
 #undef POOL_ATTRS
 
+/* 0 ends the shape: the dims after it must be 0 too. */
+#define RESHAPE_DIM(d, doc) OPT("dim" #d, doc, "the shape ends before dimension " #d)
 static const sl_op_attr reshape_attrs[SL_MAX_DIMS] = {
-    OPT("dim0", "extent of dimension 0; -1: inferred from the element count", "no dimension 0"),
-    OPT("dim1", "extent of dimension 1 (likewise)", "no dimension 1"),
-    OPT("dim2", "extent of dimension 2", "no dimension 2"),
-    OPT("dim3", "extent of dimension 3", "no dimension 3"),
-    OPT("dim4", "extent of dimension 4", "no dimension 4"),
-    OPT("dim5", "extent of dimension 5", "no dimension 5"),
+    RESHAPE_DIM(0, "extent of dimension 0, >= 1, or -1: inferred from the element count"),
+    RESHAPE_DIM(1, "extent of dimension 1 (>= 1 or -1, as every one; at most one -1)"),
+    RESHAPE_DIM(2, "extent of dimension 2"),
+    RESHAPE_DIM(3, "extent of dimension 3"),
+    RESHAPE_DIM(4, "extent of dimension 4"),
+    RESHAPE_DIM(5, "extent of dimension 5"),
 };
+#undef RESHAPE_DIM
 
 #define BN_EPSILON REQ("epsilon", "added to the variance; finite and > 0")
 
