@@ -33,7 +33,7 @@ struct salus_graph {
     salus_session *session; /* set once registered */
     uint64_t graph_id;
     uint64_t planned_peak, naive_bytes;
-    char error[256];
+    char error[512]; /* the size of the client's last_error, which it is copied into */
 };
 
 salus_graph *salus_graph_new(void)
@@ -136,10 +136,19 @@ salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
         return SALUS_NO_VALUE;
     if (g->session)
         return fail(g, "graph is already registered");
-    if (!type || sl_op_lookup(type, &id) != SL_OK)
-        return fail(g, "unknown op '%s'", type ? type : "(null)");
+    if (!type || sl_op_lookup(type, &id) != SL_OK) {
+        char known[384];
+        sl_op_names(known, sizeof known);
+        return fail(g, "op %zu: unknown op type '%.64s'; known: %s", g->n_ops,
+                    type ? type : "(null)", known);
+    }
     if (n_in > SL_OP_MAX_IN || n_iattrs > SL_OP_MAX_IATTRS || n_fattrs > SL_OP_MAX_FATTRS)
         return fail(g, "op %s: too many inputs or attributes", type);
+    /* the same refusal the server would give at registration, but here,
+     * where the program names the op */
+    char err[160];
+    if (sl_op_check_attrs(id, n_iattrs, n_fattrs, err, sizeof err) != SL_OK)
+        return fail(g, "op %zu (%s): %s", g->n_ops, type, err);
     struct op op = {
         .id = id, .n_in = n_in, .n_iattrs = (uint8_t) n_iattrs, .n_fattrs = (uint8_t) n_fattrs};
     sl_shape in[SL_OP_MAX_IN], out[SL_OP_MAX_OUT];
@@ -153,7 +162,6 @@ salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
         op.attrs.i[i] = iattrs[i];
     for (unsigned i = 0; i < n_fattrs; i++)
         op.attrs.f[i] = fattrs[i];
-    char err[160];
     if (sl_op_infer(id, &op.attrs, in, n_in, out, err, sizeof err) != SL_OK)
         return fail(g, "op %zu (%s): %s", g->n_ops, type, err);
     const sl_op_def *def = sl_op_get(id);

@@ -1,6 +1,7 @@
-/* The op registry: validation, shape inference and cost of every op. This
- * file holds the table, the element-wise, dense, loss, reduction and
- * optimiser ops; ops_nn.c holds convolution, pooling and normalisation.
+/* The op registry: validation, shape inference and cost. This file holds
+ * the registry's functions (ops.h) and the infer and cost functions of the
+ * element-wise, dense, loss, reduction, optimiser and shape ops; ops_nn.c
+ * holds convolution, pooling and normalisation, ops_table.c the table.
  *
  * Cost model: flops are floating-point operations (a comparison counts as
  * one, exp/log/sqrt as one each), bytes are bytes read + written, counting
@@ -50,11 +51,8 @@
  *   batchnorm_grad   10n + 4C flops; reads dy and x twice (reductions, then
  *                dx) + 3C, writes dx + 2C
  *
- * Float attributes: scale and axpy factors, matmul_acc's alpha and beta,
- * add_scalar's value and every learning rate must be finite; fill's value
- * may be anything (-inf masks are legitimate). Momentum and weight decay are
- * finite and >= 0, Adam's betas in [0, 1) and its epsilon finite and >= 0;
- * batch norm's epsilon is finite and > 0, its momentum in [0, 1]. */
+ * What each op reads and the values its attributes may take are documented
+ * with the op in ops_table.c. */
 #include "ops_impl.h"
 
 #include "sl_error.h"
@@ -139,7 +137,7 @@ static const sl_shape scalar_f32 = {.dtype = SL_F32, .ndim = 0};
 /* ---- infer ---- */
 
 /* fill, copy, relu, sigmoid, tanh: out = in0's shape. */
-static int infer_like_in0(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_like_in0(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {
     (void) a;
@@ -157,19 +155,19 @@ static sl_shape relu_bits_shape(uint64_t n)
     return s;
 }
 
-static int infer_relu_mask(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_relu_mask(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                            size_t errlen)
 {
-    int rc = infer_like_in0(a, in, out, err, errlen);
+    int rc = sl_ops_infer_like_in0(a, in, out, err, errlen);
     if (rc == SL_OK)
         out[1] = relu_bits_shape(sl_shape_elems(&in[0]));
     return rc;
 }
 
-static int infer_relu_grad_mask(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_relu_grad_mask(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                                 size_t errlen)
 {
-    int rc = infer_like_in0(a, in, out, err, errlen);
+    int rc = sl_ops_infer_like_in0(a, in, out, err, errlen);
     if (rc == SL_OK) {
         sl_shape bits = relu_bits_shape(sl_shape_elems(&in[0]));
         rc = sl_ops_need_shape(in, 1, &bits, "relu_mask's bits for in0", err, errlen);
@@ -177,16 +175,16 @@ static int infer_relu_grad_mask(const sl_op_attrs *a, const sl_shape *in, sl_sha
     return rc;
 }
 
-static int infer_scale(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_scale(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                        size_t errlen)
 {
     int rc = sl_ops_need_finite(a->f[0], "f[0] (scale factor)", err, errlen);
-    return rc ? rc : infer_like_in0(a, in, out, err, errlen);
+    return rc ? rc : sl_ops_infer_like_in0(a, in, out, err, errlen);
 }
 
 /* add, mul, relu_grad, sigmoid_grad, tanh_grad, mse_grad: two inputs of one
  * shape, out = that shape. */
-static int infer_same2(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_same2(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                        size_t errlen)
 {
     (void) a;
@@ -198,14 +196,14 @@ static int infer_same2(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, 
     return rc;
 }
 
-static int infer_axpy(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_axpy(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                       size_t errlen)
 {
     int rc = sl_ops_need_finite(a->f[0], "f[0] (factor)", err, errlen);
-    return rc ? rc : infer_same2(a, in, out, err, errlen);
+    return rc ? rc : sl_ops_infer_same2(a, in, out, err, errlen);
 }
 
-static int infer_add_scalar(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_add_scalar(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                             size_t errlen)
 {
     (void) out;
@@ -213,16 +211,16 @@ static int infer_add_scalar(const sl_op_attrs *a, const sl_shape *in, sl_shape *
     return rc ? rc : sl_ops_need_f32(in, 1, err, errlen);
 }
 
-static int infer_mse_loss(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_mse_loss(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {
-    int rc = infer_same2(a, in, out, err, errlen);
+    int rc = sl_ops_infer_same2(a, in, out, err, errlen);
     if (rc == SL_OK)
         out[0] = scalar_f32;
     return rc;
 }
 
-static int infer_reduce(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_reduce(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                         size_t errlen)
 {
     (void) a;
@@ -239,7 +237,7 @@ static int need_rows(const sl_shape *in, char *err, size_t errlen)
     return rc ? rc : sl_ops_need_rank(in, 0, 2, err, errlen);
 }
 
-static int infer_softmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_softmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                          size_t errlen)
 {
     (void) a;
@@ -259,7 +257,7 @@ static int need_labels(const sl_shape *in, char *err, size_t errlen)
     return sl_ops_need_shape(in, 1, &labels, "one i32 label per row of in0", err, errlen);
 }
 
-static int infer_softmax_xent(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_softmax_xent(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                               size_t errlen)
 {
     (void) a;
@@ -271,7 +269,7 @@ static int infer_softmax_xent(const sl_op_attrs *a, const sl_shape *in, sl_shape
     return rc;
 }
 
-static int infer_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
+int sl_ops_infer_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
                                    char *err, size_t errlen)
 {
     (void) a;
@@ -281,7 +279,7 @@ static int infer_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, sl_
     return rc;
 }
 
-static int infer_argmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_argmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                         size_t errlen)
 {
     (void) a;
@@ -291,7 +289,7 @@ static int infer_argmax(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
     return rc;
 }
 
-static int infer_sgd(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_sgd(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                      size_t errlen)
 {
     (void) out;
@@ -301,7 +299,7 @@ static int infer_sgd(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, ch
     return rc ? rc : need_same(in, 2, err, errlen);
 }
 
-static int infer_momentum(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_momentum(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {
     (void) out;
@@ -322,7 +320,7 @@ static int need_beta(float v, const char *what, char *err, size_t errlen)
     return sl_ops_fail(err, errlen, "%s must be in [0, 1), got %g", what, (double) v);
 }
 
-static int infer_adam(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_adam(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                       size_t errlen)
 {
     (void) out;
@@ -348,7 +346,7 @@ static int infer_adam(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, c
 /* out = in0 viewed with dims i[0..ndim): ndim counts the leading nonzero
  * attributes (none: a scalar); one dim may be -1, inferred from the element
  * count, which must be unchanged. Any dtype. */
-static int infer_reshape(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_reshape(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                          size_t errlen)
 {
     unsigned ndim = 0;
@@ -395,7 +393,7 @@ static int infer_reshape(const sl_op_attrs *a, const sl_shape *in, sl_shape *out
     return SL_OK;
 }
 
-static int infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                         size_t errlen)
 {
     for (unsigned i = 0; i < 2; i++)
@@ -428,7 +426,7 @@ static int infer_matmul(const sl_op_attrs *a, const sl_shape *in, sl_shape *out,
 }
 
 /* The product's shape from matmul's rules, then acc (in2) must be it. */
-static int infer_matmul_acc(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_matmul_acc(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                             size_t errlen)
 {
     (void) out;
@@ -437,13 +435,13 @@ static int infer_matmul_acc(const sl_op_attrs *a, const sl_shape *in, sl_shape *
     if (rc == SL_OK)
         rc = sl_ops_need_finite(a->f[1], "f[1] (beta)", err, errlen);
     if (rc == SL_OK)
-        rc = infer_matmul(a, in, &product, err, errlen);
+        rc = sl_ops_infer_matmul(a, in, &product, err, errlen);
     if (rc == SL_OK)
         rc = sl_ops_need_shape(in, 2, &product, "the product", err, errlen);
     return rc;
 }
 
-static int infer_bias_add(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_bias_add(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {
     (void) a;
@@ -464,7 +462,7 @@ static int infer_bias_add(const sl_op_attrs *a, const sl_shape *in, sl_shape *ou
     return SL_OK;
 }
 
-static int infer_bias_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+int sl_ops_infer_bias_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                            size_t errlen)
 {
     (void) a;
@@ -486,36 +484,36 @@ static void cost_ew(const sl_shape *s, unsigned flops_per_elem, unsigned tensors
 }
 
 #define COST_EW(fn, shape, flops, tensors)                                                         \
-    static void fn(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)   \
+    void fn(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)          \
     {                                                                                              \
         (void) a, (void) in, (void) out;                                                           \
         cost_ew(shape, flops, tensors, c);                                                         \
     }
-COST_EW(cost_fill, &out[0], 0, 1)
-COST_EW(cost_copy, &out[0], 0, 2)
-COST_EW(cost_unary, &out[0], 1, 2)  /* scale, relu */
-COST_EW(cost_binary, &out[0], 1, 3) /* add, mul, relu_grad */
-COST_EW(cost_axpy, &out[0], 2, 3)
+COST_EW(sl_ops_cost_fill, &out[0], 0, 1)
+COST_EW(sl_ops_cost_copy, &out[0], 0, 2)
+COST_EW(sl_ops_cost_unary, &out[0], 1, 2)  /* scale, relu */
+COST_EW(sl_ops_cost_binary, &out[0], 1, 3) /* add, mul, relu_grad */
+COST_EW(sl_ops_cost_axpy, &out[0], 2, 3)
 
 /* relu_mask and relu_grad_mask: x (or dy) and y (or dx), plus the bits. */
-static void cost_relu_bits(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_relu_bits(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                            sl_op_cost *c)
 {
     (void) a, (void) out;
     cost_ew(&in[0], 1, 2, c);
     c->bytes += (sl_shape_elems(&in[0]) + 31) / 32 * 4;
 }
-COST_EW(cost_add_scalar, &in[0], 1, 2)
-COST_EW(cost_transcendental, &out[0], 4, 2) /* sigmoid, tanh */
-COST_EW(cost_act_grad, &out[0], 3, 3)       /* sigmoid_grad, tanh_grad */
-COST_EW(cost_mse_grad, &out[0], 2, 3)
-COST_EW(cost_softmax, &out[0], 5, 2)
-COST_EW(cost_sgd, &in[0], 2, 3)
-COST_EW(cost_momentum, &in[0], 6, 5)
+COST_EW(sl_ops_cost_add_scalar, &in[0], 1, 2)
+COST_EW(sl_ops_cost_transcendental, &out[0], 4, 2) /* sigmoid, tanh */
+COST_EW(sl_ops_cost_act_grad, &out[0], 3, 3)       /* sigmoid_grad, tanh_grad */
+COST_EW(sl_ops_cost_mse_grad, &out[0], 2, 3)
+COST_EW(sl_ops_cost_softmax, &out[0], 5, 2)
+COST_EW(sl_ops_cost_sgd, &in[0], 2, 3)
+COST_EW(sl_ops_cost_momentum, &in[0], 6, 5)
 #undef COST_EW
 
 /* A view: salusd never launches it. */
-static void cost_reshape(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_reshape(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                          sl_op_cost *c)
 {
     (void) a, (void) in, (void) out;
@@ -523,7 +521,7 @@ static void cost_reshape(const sl_op_attrs *a, const sl_shape *in, const sl_shap
     c->bytes = 0;
 }
 
-static void cost_mse_loss(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_mse_loss(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                           sl_op_cost *c)
 {
     (void) a, (void) out;
@@ -531,7 +529,7 @@ static void cost_mse_loss(const sl_op_attrs *a, const sl_shape *in, const sl_sha
     c->bytes += 4;
 }
 
-static void cost_reduce_sum(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_reduce_sum(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                             sl_op_cost *c)
 {
     (void) a, (void) out;
@@ -539,14 +537,14 @@ static void cost_reduce_sum(const sl_op_attrs *a, const sl_shape *in, const sl_s
     c->bytes += 4;
 }
 
-static void cost_reduce_mean(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_reduce_mean(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                              sl_op_cost *c)
 {
-    cost_reduce_sum(a, in, out, c);
+    sl_ops_cost_reduce_sum(a, in, out, c);
     c->flops += 1;
 }
 
-static void cost_softmax_xent(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_softmax_xent(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                               sl_op_cost *c)
 {
     (void) a, (void) out;
@@ -555,7 +553,7 @@ static void cost_softmax_xent(const sl_op_attrs *a, const sl_shape *in, const sl
     c->bytes = (2 * n + rows + 1) * 4;
 }
 
-static void cost_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                                    sl_op_cost *c)
 {
     (void) a, (void) out;
@@ -564,7 +562,7 @@ static void cost_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, con
     c->bytes = (2 * n + rows) * 4;
 }
 
-static void cost_argmax(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_argmax(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                         sl_op_cost *c)
 {
     (void) a, (void) out;
@@ -573,7 +571,7 @@ static void cost_argmax(const sl_op_attrs *a, const sl_shape *in, const sl_shape
     c->bytes = (n + rows) * 4;
 }
 
-static void cost_adam(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)
+void sl_ops_cost_adam(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)
 {
     (void) a, (void) out;
     uint64_t n = sl_shape_elems(&in[0]);
@@ -581,7 +579,7 @@ static void cost_adam(const sl_op_attrs *a, const sl_shape *in, const sl_shape *
     c->bytes = (7 * n + 1) * 4;
 }
 
-static void cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                         sl_op_cost *c)
 {
     uint64_t m = (uint64_t) out[0].dims[0], n = (uint64_t) out[0].dims[1];
@@ -591,19 +589,19 @@ static void cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape
     c->bytes = (m * k + k * n + m * n) * 4;
 }
 
-static void cost_matmul_acc(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_matmul_acc(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                             sl_op_cost *c)
 {
     (void) out;
     const sl_shape *acc = &in[2];
-    cost_matmul(a, in, acc, c);
+    sl_ops_cost_matmul(a, in, acc, c);
     uint64_t mn = sl_shape_elems(acc);
     c->flops += 2 * mn;
     if (a->f[1] != 0.0f)
         c->bytes += mn * 4;
 }
 
-static void cost_bias_add(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_bias_add(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                           sl_op_cost *c)
 {
     (void) a, (void) out;
@@ -611,7 +609,7 @@ static void cost_bias_add(const sl_op_attrs *a, const sl_shape *in, const sl_sha
     c->bytes = 2 * sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]);
 }
 
-static void cost_bias_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+void sl_ops_cost_bias_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                            sl_op_cost *c)
 {
     (void) a;
@@ -619,80 +617,63 @@ static void cost_bias_grad(const sl_op_attrs *a, const sl_shape *in, const sl_sh
     c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&out[0]);
 }
 
-/* ---- the table ---- */
-
-#define NN(name) sl_ops_infer_##name, sl_ops_cost_##name
-
-/* name, n_in, n_out, mutates, n_iattrs, n_fattrs, infer, cost, inplace */
-static const sl_op_def defs[SL_OP_COUNT] = {
-    [SL_OP_FILL] = {"fill", 1, 1, 0, 0, 1, infer_like_in0, cost_fill, 0x1},
-    [SL_OP_COPY] = {"copy", 1, 1, 0, 0, 0, infer_like_in0, cost_copy, 0},
-    [SL_OP_ADD] = {"add", 2, 1, 0, 0, 0, infer_same2, cost_binary, 0x3},
-    [SL_OP_SCALE] = {"scale", 1, 1, 0, 0, 1, infer_scale, cost_unary, 0x1},
-    [SL_OP_MATMUL] = {"matmul", 2, 1, 0, 2, 0, infer_matmul, cost_matmul, 0},
-    [SL_OP_BIAS_ADD] = {"bias_add", 2, 1, 0, 0, 0, infer_bias_add, cost_bias_add, 0x1},
-    [SL_OP_BIAS_GRAD] = {"bias_grad", 1, 1, 0, 0, 0, infer_bias_grad, cost_bias_grad, 0},
-    [SL_OP_RELU] = {"relu", 1, 1, 0, 0, 0, infer_like_in0, cost_unary, 0x1},
-    [SL_OP_RELU_GRAD] = {"relu_grad", 2, 1, 0, 0, 0, infer_same2, cost_binary, 0x3},
-    [SL_OP_MSE_LOSS] = {"mse_loss", 2, 1, 0, 0, 0, infer_mse_loss, cost_mse_loss, 0},
-    [SL_OP_MSE_GRAD] = {"mse_grad", 2, 1, 0, 0, 0, infer_same2, cost_mse_grad, 0x3},
-    [SL_OP_SGD_UPDATE] = {"sgd_update", 2, 0, 1, 0, 1, infer_sgd, cost_sgd, 0},
-    [SL_OP_MUL] = {"mul", 2, 1, 0, 0, 0, infer_same2, cost_binary, 0x3},
-    [SL_OP_AXPY] = {"axpy", 2, 1, 0, 0, 1, infer_axpy, cost_axpy, 0x3},
-    [SL_OP_ADD_SCALAR] = {"add_scalar", 1, 0, 1, 0, 1, infer_add_scalar, cost_add_scalar, 0},
-    [SL_OP_SIGMOID] = {"sigmoid", 1, 1, 0, 0, 0, infer_like_in0, cost_transcendental, 0x1},
-    [SL_OP_SIGMOID_GRAD] = {"sigmoid_grad", 2, 1, 0, 0, 0, infer_same2, cost_act_grad, 0x3},
-    [SL_OP_TANH] = {"tanh", 1, 1, 0, 0, 0, infer_like_in0, cost_transcendental, 0x1},
-    [SL_OP_TANH_GRAD] = {"tanh_grad", 2, 1, 0, 0, 0, infer_same2, cost_act_grad, 0x3},
-    [SL_OP_CONV2D] = {"conv2d", 2, 1, 0, 9, 0, NN(conv2d), 0},
-    [SL_OP_CONV2D_GRAD_INPUT] = {"conv2d_grad_input", 3, 1, 0, 9, 0, NN(conv2d_grad_input), 0},
-    [SL_OP_CONV2D_GRAD_FILTER] = {"conv2d_grad_filter", 3, 1, 0, 9, 0, NN(conv2d_grad_filter), 0},
-    [SL_OP_CHANNEL_BIAS_ADD] = {"channel_bias_add", 2, 1, 0, 0, 0, NN(channel_bias_add), 0x1},
-    [SL_OP_CHANNEL_BIAS_GRAD] = {"channel_bias_grad", 1, 1, 0, 0, 0, NN(channel_bias_grad), 0},
-    [SL_OP_MAXPOOL] = {"maxpool", 1, 1, 0, 8, 0, NN(maxpool), 0},
-    [SL_OP_MAXPOOL_GRAD] = {"maxpool_grad", 3, 1, 0, 8, 0, NN(maxpool_grad), 0},
-    [SL_OP_AVGPOOL] = {"avgpool", 1, 1, 0, 9, 0, NN(avgpool), 0},
-    [SL_OP_AVGPOOL_GRAD] = {"avgpool_grad", 2, 1, 0, 9, 0, NN(avgpool_grad), 0},
-    /* batchnorm updates the running mean (in3) and variance (in4) in place. */
-    [SL_OP_BATCHNORM] = {"batchnorm", 5, 3, 0x18, 0, 2, NN(batchnorm), 0},
-    [SL_OP_BATCHNORM_INFER] = {"batchnorm_infer", 5, 1, 0, 0, 1, NN(batchnorm_infer), 0},
-    [SL_OP_BATCHNORM_GRAD] = {"batchnorm_grad", 5, 3, 0, 0, 0, NN(batchnorm_grad), 0},
-    [SL_OP_SOFTMAX] = {"softmax", 1, 1, 0, 0, 0, infer_softmax, cost_softmax, 0},
-    [SL_OP_SOFTMAX_XENT] = {"softmax_xent", 2, 2, 0, 0, 0, infer_softmax_xent, cost_softmax_xent,
-                            0},
-    [SL_OP_SOFTMAX_XENT_GRAD] = {"softmax_xent_grad", 2, 1, 0, 0, 0, infer_softmax_xent_grad,
-                                 cost_softmax_xent_grad, 0},
-    [SL_OP_REDUCE_SUM] = {"reduce_sum", 1, 1, 0, 0, 0, infer_reduce, cost_reduce_sum, 0},
-    [SL_OP_REDUCE_MEAN] = {"reduce_mean", 1, 1, 0, 0, 0, infer_reduce, cost_reduce_mean, 0},
-    [SL_OP_ARGMAX] = {"argmax", 1, 1, 0, 0, 0, infer_argmax, cost_argmax, 0},
-    /* param (in0) and velocity (in2) are updated in place. */
-    [SL_OP_MOMENTUM_UPDATE] = {"momentum_update", 3, 0, 0x5, 0, 3, infer_momentum, cost_momentum,
-                               0},
-    /* param (in0), m (in2) and v (in3) are updated in place. */
-    [SL_OP_ADAM_UPDATE] = {"adam_update", 5, 0, 0xd, 0, 4, infer_adam, cost_adam, 0},
-    [SL_OP_RESHAPE] = {"reshape", 1, 1, 0, SL_MAX_DIMS, 0, infer_reshape, cost_reshape, 0},
-    /* the accumulator (in2) is updated in place. */
-    [SL_OP_RELU_MASK] = {"relu_mask", 1, 2, 0, 0, 0, infer_relu_mask, cost_relu_bits, 0x1},
-    [SL_OP_RELU_GRAD_MASK] = {"relu_grad_mask", 2, 1, 0, 0, 0, infer_relu_grad_mask, cost_relu_bits,
-                              0x1},
-    [SL_OP_MATMUL_ACC] = {"matmul_acc", 3, 0, 0x4, 2, 2, infer_matmul_acc, cost_matmul_acc, 0},
-};
-#undef NN
-const sl_op_def *sl_op_get(unsigned id)
-{
-    return id < SL_OP_COUNT ? &defs[id] : NULL;
-}
-
 int sl_op_lookup(const char *name, unsigned *id)
 {
     if (!name || !id)
         return SL_EINVAL;
     for (unsigned i = 0; i < SL_OP_COUNT; i++)
-        if (strcmp(defs[i].name, name) == 0) {
+        if (strcmp(sl_ops_table[i].name, name) == 0) {
             *id = i;
             return SL_OK;
         }
     return SL_ENOTFOUND;
+}
+
+size_t sl_op_names(char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < SL_OP_COUNT; i++) {
+        const char *sep = i ? ", " : "", *name = sl_ops_table[i].name;
+        unsigned after = SL_OP_COUNT - 1 - i;
+        /* a name goes in only with room for the ", and N more" that a later
+         * name that does not fit would need */
+        char more[32] = "";
+        if (after)
+            snprintf(more, sizeof more, ", and %u more", after);
+        if (used + strlen(sep) + strlen(name) + strlen(more) >= len) {
+            char tail[32];
+            int n = snprintf(tail, sizeof tail, "%sand %u more", sep, after + 1);
+            if (used + (size_t) n < len) {
+                memcpy(buf + used, tail, (size_t) n + 1);
+                used += (size_t) n;
+            }
+            return used;
+        }
+        used += (size_t) snprintf(buf + used, len - used, "%s%s", sep, name);
+    }
+    return used;
+}
+
+int sl_op_check_attrs(unsigned id, size_t n_iattrs, size_t n_fattrs, char *err, size_t errlen)
+{
+    const sl_op_def *d = sl_op_get(id);
+    if (!d)
+        return sl_ops_fail(err, errlen, "unknown op id %u", id);
+    if (n_iattrs > SL_OP_MAX_IATTRS || n_fattrs > SL_OP_MAX_FATTRS)
+        return sl_ops_fail(err, errlen, "%zu iattrs and %zu fattrs: at most %d and %d", n_iattrs,
+                           n_fattrs, SL_OP_MAX_IATTRS, SL_OP_MAX_FATTRS);
+    for (size_t i = n_iattrs; i < d->n_iattrs; i++)
+        if (d->iattrs[i].required)
+            return sl_ops_fail(err, errlen, "missing required attribute iattrs[%zu] (%s)", i,
+                               d->iattrs[i].name);
+    for (size_t i = n_fattrs; i < d->n_fattrs; i++)
+        if (d->fattrs[i].required)
+            return sl_ops_fail(err, errlen, "missing required attribute fattrs[%zu] (%s)", i,
+                               d->fattrs[i].name);
+    return SL_OK;
 }
 
 /* Attributes an op does not read must be zero, so that a future meaning of

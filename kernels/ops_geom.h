@@ -1,7 +1,7 @@
 /* Geometry of the windowed ops (conv2d and its gradients, maxpool, avgpool):
  * their positional attributes decoded once, with ONNX defaults applied, so
  * the registry and every backend read them the same way. Contracts of the
- * attributes are in ops.h. */
+ * attributes are in ops_table.c (docs/ops.md). */
 #ifndef SL_OPS_GEOM_H
 #define SL_OPS_GEOM_H
 

@@ -221,8 +221,10 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
     for (size_t k = 0; k < m->n_ops; k++) {
         unsigned id;
         if (!m->ops[k]->type || sl_op_lookup(m->ops[k]->type, &id) != SL_OK) {
-            snprintf(err, errlen, "op %zu: unknown op type '%s'", k,
-                     m->ops[k]->type ? m->ops[k]->type : "");
+            int n = snprintf(err, errlen, "op %zu: unknown op type '%.64s'; known: ", k,
+                             m->ops[k]->type ? m->ops[k]->type : "");
+            if (n > 0 && (size_t) n < errlen)
+                sl_op_names(err + n, errlen - (size_t) n);
             return SL_EINVAL;
         }
         n_values += sl_op_get(id)->n_out;
@@ -271,6 +273,9 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
         if (mo->n_inputs > SL_OP_MAX_IN || mo->n_iattrs > SL_OP_MAX_IATTRS ||
             mo->n_fattrs > SL_OP_MAX_FATTRS)
             FAIL(SL_EINVAL, "op %u (%s): too many inputs or attributes", k, def->name);
+        char why[160];
+        if (sl_op_check_attrs(id, mo->n_iattrs, mo->n_fattrs, why, sizeof why))
+            FAIL(SL_EINVAL, "op %u (%s): %s", k, def->name, why);
         sl_shape in[SL_OP_MAX_IN], outs[SL_OP_MAX_OUT];
         for (size_t i = 0; i < mo->n_inputs; i++) {
             if (mo->inputs[i] >= nv)
@@ -283,7 +288,6 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
             op->attrs.i[i] = mo->iattrs[i];
         for (size_t i = 0; i < mo->n_fattrs; i++)
             op->attrs.f[i] = mo->fattrs[i];
-        char why[160];
         if (sl_op_infer(id, &op->attrs, in, (unsigned) mo->n_inputs, outs, why, sizeof why))
             FAIL(SL_EINVAL, "op %u (%s): %s", k, def->name, why);
         op->op = (uint16_t) id;

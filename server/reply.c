@@ -65,10 +65,21 @@ void *sl_reply_alloc(sl_reply *r, size_t bytes)
 
 void sl_reply_error(sl_reply *r, int code, const char *fmt, ...)
 {
+    char text[SL_REPLY_MAX_MESSAGE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t) n < sizeof text ? (size_t) n : sizeof text - 1;
+    /* short messages (all but a few) live in the reply itself */
+    char *to = r->message;
+    if (len >= sizeof r->message && !(to = sl_reply_alloc(r, len + 1))) {
+        to = r->message;
+        len = sizeof r->message - 1;
+    }
+    memcpy(to, text, len);
+    to[len] = '\0';
+    r->msg.message = to;
     r->msg.code = (Salus__Code) code;
     r->msg.body_case = SALUS__REPLY__BODY__NOT_SET;
 }

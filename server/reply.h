@@ -23,7 +23,11 @@ typedef struct sl_req sl_req;
 sl_reply *sl_reply_new(uint64_t seq);
 /* Zeroed, 16-byte aligned memory that lives as long as r. NULL on OOM. */
 void *sl_reply_alloc(sl_reply *r, size_t bytes);
-/* Sets the code and a formatted message (the body, if any, is dropped). */
+/* Longest error message a reply carries (the list of known ops fits). */
+#define SL_REPLY_MAX_MESSAGE 1024
+
+/* Sets the code and a formatted message, cut at SL_REPLY_MAX_MESSAGE - 1
+ * bytes (the body, if any, is dropped). */
 void sl_reply_error(sl_reply *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The envelope, to fill in a body. */

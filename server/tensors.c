@@ -204,7 +204,7 @@ int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *free
 int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w)
 {
     sl_reply *r = w->reply;
-    char err[256];
+    char err[SL_REPLY_MAX_MESSAGE];
     if (!w->msg->register_graph->graph) {
         sl_reply_error(r, SL_EINVAL, "register_graph without a graph");
         return SL_HANDLED;

@@ -1,7 +1,7 @@
 /* maxpool, avgpool and their gradients over NCHW: custom kernels rather than
  * cuDNN, which has neither asymmetric pads nor a defined tie rule.
  *
- * Semantics (ops.h): windows are clipped to the input (padding never wins a
+ * Semantics (docs/ops.md): windows are clipped to the input (padding never wins a
  * max; the registry keeps every pad below the kernel, so no window is
  * empty). A window's max is its first maximum in row-major order, NaN above
  * every number. avgpool divides by KH*KW with count_include_pad (with the

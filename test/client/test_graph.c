@@ -71,6 +71,29 @@ static void the_first_error_sticks_and_names_the_op(void **state)
     salus_graph_free(g);
 }
 
+/* The builder refuses what the server would, with the same words: a missing
+ * required attribute by name and position, an unknown op with the known. */
+static void missing_attributes_and_unknown_ops_are_explained(void **state)
+{
+    (void) state;
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 1, (int64_t[]){4});
+    salus_value y = salus_graph_op(g, "relu", 1, &x, 0, NULL, 0, NULL);
+    assert_int_equal(salus_graph_op(g, "scale", 1, &y, 0, NULL, 0, NULL), SALUS_NO_VALUE);
+    assert_string_equal(salus_graph_error(g),
+                        "op 1 (scale): missing required attribute fattrs[0] (alpha)");
+    salus_graph_free(g);
+
+    g = salus_graph_new();
+    x = salus_graph_input(g, SALUS_F32, 1, (int64_t[]){4});
+    assert_int_not_equal(salus_graph_op(g, "scale", 1, &x, 0, NULL, 1, (float[]){0.5f}),
+                         SALUS_NO_VALUE);
+    assert_int_equal(salus_graph_op(g, "scal", 1, &x, 0, NULL, 1, (float[]){0.5f}), SALUS_NO_VALUE);
+    const char *err = salus_graph_error(g);
+    assert_non_null(strstr(err, "op 1: unknown op type 'scal'; known: fill, copy, add, scale"));
+    salus_graph_free(g);
+}
+
 static void error_texts_exist_for_every_code(void **state)
 {
     (void) state;
@@ -86,6 +109,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shapes_are_inferred_as_the_graph_is_built),
         cmocka_unit_test(the_first_error_sticks_and_names_the_op),
+        cmocka_unit_test(missing_attributes_and_unknown_ops_are_explained),
         cmocka_unit_test(error_texts_exist_for_every_code),
     };
     return cmocka_run_group_tests_name("client", tests, NULL, NULL);

@@ -4,7 +4,7 @@
  * (test_exec_nn.c, test_exec_cnn.c) run on any backend spec, so the cpu and
  * cuda backends are held to the same references.
  *
- * References follow ops.h literally and are written independently of the
+ * References follow docs/ops.md literally and are written independently of the
  * registry's own geometry code (kernels/ops_geom.h), so that they check it
  * too. Every gradient reference is the exact adjoint of its forward
  * reference; the test groups also compare device gradients with central

@@ -1,5 +1,5 @@
 /* Helpers and double-precision references of kt_nn.h: direct loops over the
- * definitions in ops.h, no cleverness. */
+ * definitions in docs/ops.md, no cleverness. */
 #include "kt_nn.h"
 
 #include "sl_alloc.h"

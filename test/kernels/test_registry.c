@@ -69,6 +69,97 @@ static void test_lookup(void **state)
     }
 }
 
+/* Every op is documented in full (docs/ops.md is generated from this), and
+ * an attribute is either required or has a default. */
+static void test_docs(void **state)
+{
+    (void) state;
+    for (unsigned g = 0; g < SL_OP_GROUP_COUNT; g++) {
+        assert_non_null(sl_op_group_get(g));
+        assert_true(sl_op_group_get(g)->title[0] && sl_op_group_get(g)->doc[0]);
+    }
+    assert_null(sl_op_group_get(SL_OP_GROUP_COUNT));
+    for (unsigned id = 0; id < SL_OP_COUNT; id++) {
+        const sl_op_def *d = sl_op_get(id);
+        assert_true(d->group < SL_OP_GROUP_COUNT);
+        assert_true(d->doc && d->doc[0]);
+        assert_true(d->n_in >= 1 && d->ins);
+        assert_true(d->n_out == 0 || d->outs);
+        const sl_op_arg *args[2] = {d->ins, d->outs};
+        unsigned n_args[2] = {d->n_in, d->n_out};
+        for (int k = 0; k < 2; k++)
+            for (unsigned i = 0; i < n_args[k]; i++)
+                assert_true(args[k][i].name[0] && args[k][i].doc[0]);
+        const sl_op_attr *attrs[2] = {d->iattrs, d->fattrs};
+        unsigned n_attrs[2] = {d->n_iattrs, d->n_fattrs};
+        for (int k = 0; k < 2; k++) {
+            assert_true(n_attrs[k] == 0 || attrs[k]);
+            for (unsigned i = 0; i < n_attrs[k]; i++) {
+                const sl_op_attr *a = &attrs[k][i];
+                assert_true(a->name[0] && a->doc[0]);
+                if (a->required)
+                    assert_null(a->dflt);
+                else
+                    assert_true(a->dflt && a->dflt[0]);
+            }
+        }
+    }
+}
+
+/* Required attributes must be within what a client sent. */
+static void test_required_attrs(void **state)
+{
+    (void) state;
+    char err[160];
+    assert_sl_err(sl_op_check_attrs(SL_OP_SCALE, 0, 0, err, sizeof err), SL_EINVAL);
+    assert_string_equal(err, "missing required attribute fattrs[0] (alpha)");
+    assert_sl_ok(sl_op_check_attrs(SL_OP_SCALE, 0, 1, err, sizeof err));
+    assert_sl_err(sl_op_check_attrs(SL_OP_MAXPOOL, 1, 0, err, sizeof err), SL_EINVAL);
+    assert_string_equal(err, "missing required attribute iattrs[1] (kernel_w)");
+    assert_sl_ok(sl_op_check_attrs(SL_OP_MAXPOOL, 2, 0, err, sizeof err)); /* rest optional */
+    assert_sl_err(sl_op_check_attrs(SL_OP_ADAM_UPDATE, 0, 3, err, sizeof err), SL_EINVAL);
+    assert_string_equal(err, "missing required attribute fattrs[3] (epsilon)");
+    assert_sl_ok(sl_op_check_attrs(SL_OP_MOMENTUM_UPDATE, 0, 2, err, sizeof err)); /* no decay */
+    assert_sl_ok(sl_op_check_attrs(SL_OP_MATMUL, 0, 0, err, sizeof err));
+    assert_sl_ok(sl_op_check_attrs(SL_OP_RESHAPE, 0, 0, err, sizeof err)); /* to a scalar */
+    assert_sl_ok(sl_op_check_attrs(SL_OP_RELU, 0, 0, err, sizeof err));
+    assert_sl_err(sl_op_check_attrs(SL_OP_RELU, SL_OP_MAX_IATTRS + 1, 0, err, sizeof err),
+                  SL_EINVAL);
+    assert_sl_err(sl_op_check_attrs(SL_OP_COUNT, 0, 0, err, sizeof err), SL_EINVAL);
+    /* the ops whose 0 is no default: every one of them requires it */
+    const unsigned needs_f[] = {SL_OP_FILL,       SL_OP_SCALE,          SL_OP_AXPY,
+                                SL_OP_ADD_SCALAR, SL_OP_SGD_UPDATE,     SL_OP_MATMUL_ACC,
+                                SL_OP_BATCHNORM,  SL_OP_BATCHNORM_INFER};
+    for (size_t i = 0; i < sizeof needs_f / sizeof needs_f[0]; i++)
+        assert_sl_err(sl_op_check_attrs(needs_f[i], 0, 0, NULL, 0), SL_EINVAL);
+}
+
+static void test_op_names(void **state)
+{
+    (void) state;
+    char all[1024], few[64];
+    size_t n = sl_op_names(all, sizeof all);
+    assert_int_equal(n, strlen(all));
+    assert_memory_equal(all, "fill, copy, add, ", 17);
+    for (unsigned id = 0; id < SL_OP_COUNT; id++)
+        assert_non_null(strstr(all, sl_op_get(id)->name));
+    assert_null(strstr(all, "more"));
+    /* whole names only, then how many did not fit */
+    n = sl_op_names(few, sizeof few);
+    assert_int_equal(n, strlen(few));
+    assert_true(n < sizeof few);
+    const char *tail = strstr(few, ", and ");
+    assert_non_null(tail);
+    unsigned shown = 1, more = 0;
+    for (const char *p = few; p < tail; p++)
+        shown += *p == ',';
+    assert_int_equal(sscanf(tail, ", and %u more", &more), 1);
+    assert_int_equal(shown + more, SL_OP_COUNT);
+    assert_int_equal(sl_op_names(few, 0), 0);
+    assert_int_equal(sl_op_names(few, 5), 0); /* not even "fill" and its tail */
+    assert_string_equal(few, "");
+}
+
 /* One case: an op instance and what sl_op_infer must say about it. */
 struct infer_case {
     const char *what;
@@ -470,9 +561,10 @@ static void test_costs(void **state)
 int kt_run_registry_tests(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes),      cmocka_unit_test(test_lookup),
-        cmocka_unit_test(test_infer_cases), cmocka_unit_test(test_infer_edges),
-        cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_shapes),         cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_infer_cases),    cmocka_unit_test(test_infer_edges),
+        cmocka_unit_test(test_costs),          cmocka_unit_test(test_docs),
+        cmocka_unit_test(test_required_attrs), cmocka_unit_test(test_op_names),
     };
     return cmocka_run_group_tests_name("registry", tests, NULL, NULL);
 }

@@ -212,8 +212,8 @@ static void a_view_keeps_its_memory_alive(void **state)
     gb_init(&b);
     uint32_t x = gb_input(&b, 2, v4x8);
     uint32_t v = gb_op(&b, "reshape", 1, &x, 1, v32);
-    uint32_t a = gb_op(&b, "relu", 1, &x, 0, NULL);  /* x's memory is read later via v */
-    uint32_t c = gb_op(&b, "scale", 1, &v, 0, NULL); /* the last reader: over it */
+    uint32_t a = gb_op(&b, "relu", 1, &x, 0, NULL);    /* x's memory is read later via v */
+    uint32_t c = gb_op(&b, "sigmoid", 1, &v, 0, NULL); /* the last reader: over it */
     uint32_t cv = gb_op(&b, "reshape", 1, &c, 2, v4x8);
     uint32_t d = gb_op(&b, "add", 2, (uint32_t[]){cv, a}, 0, NULL);
     sl_graph *g = build(*state, &b, true);

@@ -202,7 +202,10 @@ salus_value salus_graph_param(salus_graph *g, uint64_t tensor_id, int dtype, int
                               const int64_t *dims);
 /* Adds an op; returns its first output (outputs are consecutive handles). Ops
  * without outputs (sgd_update) return the handle of their first input.
- * Attribute arrays may be NULL when their count is 0. */
+ * type, inputs and attributes are as docs/ops.md lists them; iattrs and
+ * fattrs are positional, and n_iattrs / n_fattrs say how many are sent: an
+ * optional attribute may be left out, a required one may not (the op fails,
+ * naming the attribute). Attribute arrays may be NULL when their count is 0. */
 salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
                            const salus_value *inputs, unsigned n_iattrs, const int64_t *iattrs,
                            unsigned n_fattrs, const float *fattrs);

@@ -1,0 +1,333 @@
+/* The op registry's table: every op defined once, with its documentation.
+ * An op's arity and attribute counts are the lengths of its documented
+ * input, output and attribute lists (the macros below count them), so what
+ * the reference (docs/ops.md, generated from this table by docs/ops_md.c)
+ * says an op takes is what validation accepts, and which attributes are
+ * required is what sl_op_check_attrs enforces.
+ *
+ * Text is Markdown. Inputs are in0, in1, ... and outputs out0, ... in the
+ * order listed; attributes are iattrs[i] / fattrs[i] in the order listed.
+ * dtypes are f32 unless said otherwise. */
+#include "ops_impl.h"
+
+#define N_OF(type, ...) (sizeof((const type[]){__VA_ARGS__}) / sizeof(type))
+#define INS(...) .ins = (const sl_op_arg[]){__VA_ARGS__}, .n_in = N_OF(sl_op_arg, __VA_ARGS__)
+#define OUTS(...) .outs = (const sl_op_arg[]){__VA_ARGS__}, .n_out = N_OF(sl_op_arg, __VA_ARGS__)
+#define IATTRS(...)                                                                                \
+    .iattrs = (const sl_op_attr[]){__VA_ARGS__}, .n_iattrs = N_OF(sl_op_attr, __VA_ARGS__)
+#define FATTRS(...)                                                                                \
+    .fattrs = (const sl_op_attr[]){__VA_ARGS__}, .n_fattrs = N_OF(sl_op_attr, __VA_ARGS__)
+#define IATTRS_OF(list) .iattrs = list, .n_iattrs = sizeof list / sizeof list[0]
+#define REQ(name, doc)                                                                             \
+    {                                                                                              \
+        name, doc, true, NULL                                                                      \
+    }
+#define OPT(name, doc, dflt)                                                                       \
+    {                                                                                              \
+        name, doc, false, dflt                                                                     \
+    }
+#define FNS(infer_name, cost_name)                                                                 \
+    .infer = sl_ops_infer_##infer_name, .cost = sl_ops_cost_##cost_name
+#define NN(name) FNS(name, name)
+
+static const sl_op_group_def groups[SL_OP_GROUP_COUNT] = {
+    [SL_OP_GROUP_DENSE] = {"Element-wise and dense", "Element-wise ops take inputs of one shape "
+                                                     "(any rank) and produce that shape."},
+    [SL_OP_GROUP_CONV] =
+        {"Convolution and pooling",
+         "Tensors are NCHW. Pads are in ONNX order: `h_begin, w_begin, h_end, w_end`. An output "
+         "extent is `floor((in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride) + "
+         "1` and must be at least 1."},
+    [SL_OP_GROUP_NORM] = {"Normalisation", "`x` is `[N,C]` or `[N,C,H,W]`; statistics are per "
+                                           "channel `C`, over every other dimension."},
+    [SL_OP_GROUP_LOSS] = {"Losses and reductions", "A loss or a full reduction is a scalar "
+                                                   "(shape `[]`)."},
+    [SL_OP_GROUP_OPTIM] = {"Optimisers", "Optimisers update their parameter and state tensors "
+                                         "in place and have no outputs."},
+    [SL_OP_GROUP_SHAPE] = {"Views", "A view gives a value a new shape over the same memory; "
+                                    "salusd never launches it."},
+};
+
+/* The attributes of conv2d and both its gradients. */
+static const sl_op_attr conv_attrs[] = {
+    OPT("stride_h", "vertical stride", "1"),
+    OPT("stride_w", "horizontal stride", "1"),
+    OPT("pad_h_begin", "rows of zeros above", "0"),
+    OPT("pad_w_begin", "columns of zeros on the left", "0"),
+    OPT("pad_h_end", "rows of zeros below", "0"),
+    OPT("pad_w_end", "columns of zeros on the right", "0"),
+    OPT("dilation_h", "vertical dilation of the filter", "1"),
+    OPT("dilation_w", "horizontal dilation of the filter", "1"),
+    OPT("group", "groups; `C` and `K` must both be divisible by it", "1"),
+};
+
+/* The attributes of maxpool and maxpool_grad. */
+#define POOL_ATTRS                                                                                 \
+    REQ("kernel_h", "window height, >= 1"), REQ("kernel_w", "window width, >= 1"),                 \
+        OPT("stride_h", "vertical stride", "1"), OPT("stride_w", "horizontal stride", "1"),        \
+        OPT("pad_h_begin", "rows of padding above, < kernel_h", "0"),                              \
+        OPT("pad_w_begin", "columns of padding on the left, < kernel_w", "0"),                     \
+        OPT("pad_h_end", "rows of padding below, < kernel_h", "0"),                                \
+        OPT("pad_w_end", "columns of padding on the right, < kernel_w", "0")
+static const sl_op_attr maxpool_attrs[] = {POOL_ATTRS};
+static const sl_op_attr avgpool_attrs[] = {
+    POOL_ATTRS,
+    OPT("count_include_pad", "1: padding counts in the divisor (as zeros); 0: only real elements",
+        "0"),
+};
+#undef POOL_ATTRS
+
+/* 0 ends the shape: the dims after it must be 0 too. */
+#define RESHAPE_DIM(d, doc) OPT("dim" #d, doc, "the shape ends before dimension " #d)
+static const sl_op_attr reshape_attrs[SL_MAX_DIMS] = {
+    RESHAPE_DIM(0, "extent of dimension 0, >= 1, or -1: inferred from the element count"),
+    RESHAPE_DIM(1, "extent of dimension 1 (>= 1 or -1, as every one; at most one -1)"),
+    RESHAPE_DIM(2, "extent of dimension 2"),
+    RESHAPE_DIM(3, "extent of dimension 3"),
+    RESHAPE_DIM(4, "extent of dimension 4"),
+    RESHAPE_DIM(5, "extent of dimension 5"),
+};
+#undef RESHAPE_DIM
+
+#define BN_EPSILON REQ("epsilon", "added to the variance; finite and > 0")
+
+const sl_op_def sl_ops_table[SL_OP_COUNT] = {
+    /* ---- element-wise and dense ---- */
+    [SL_OP_FILL] = {"fill", .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(like_in0, fill),
+                    .doc = "Every element of the output is `value`.",
+                    INS({"like", "any shape; gives the output's shape only (not read)"}),
+                    OUTS({"y", "`like`'s shape"}),
+                    FATTRS(REQ("value", "the value; any float, infinities and NaN included"))},
+    [SL_OP_COPY] = {"copy", .group = SL_OP_GROUP_DENSE, FNS(like_in0, copy), .doc = "`y = x`.",
+                    INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
+    [SL_OP_ADD] = {"add", .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(same2, binary),
+                   .doc = "`y = a + b`.", INS({"a", "any shape"}, {"b", "`a`'s shape"}),
+                   OUTS({"y", "`a`'s shape"})},
+    [SL_OP_MUL] = {"mul", .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(same2, binary),
+                   .doc = "`y = a * b`, element by element.",
+                   INS({"a", "any shape"}, {"b", "`a`'s shape"}), OUTS({"y", "`a`'s shape"})},
+    [SL_OP_SCALE] = {"scale", .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(scale, unary),
+                     .doc = "`y = alpha * x`.", INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"}),
+                     FATTRS(REQ("alpha", "the factor; finite"))},
+    [SL_OP_AXPY] = {"axpy", .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(axpy, axpy),
+                    .doc = "`out = alpha * x + y`.", INS({"x", "any shape"}, {"y", "`x`'s shape"}),
+                    OUTS({"out", "`x`'s shape"}), FATTRS(REQ("alpha", "the factor; finite"))},
+    [SL_OP_ADD_SCALAR] = {"add_scalar", .group = SL_OP_GROUP_DENSE, .mutates = 0x1,
+                          FNS(add_scalar, add_scalar),
+                          .doc = "`x += value` in place, e.g. to count an optimiser's steps. No "
+                                 "outputs.",
+                          INS({"x", "any shape"}), FATTRS(REQ("value", "the addend; finite"))},
+    [SL_OP_MATMUL] = {"matmul", .group = SL_OP_GROUP_DENSE, FNS(matmul, matmul),
+                      .doc = "`y = op(a) @ op(b)`, where `op` transposes when the attribute "
+                             "says so.",
+                      INS({"a", "`[M,K]`, or `[K,M]` when `transA`"},
+                          {"b", "`[K,N]`, or `[N,K]` when `transB`"}),
+                      OUTS({"y", "`[M,N]`"}),
+                      IATTRS(OPT("transA", "1: use `a` transposed; 0 or 1", "0"),
+                             OPT("transB", "1: use `b` transposed; 0 or 1", "0"))},
+    [SL_OP_MATMUL_ACC] =
+        {"matmul_acc", .group = SL_OP_GROUP_DENSE, .mutates = 0x4, FNS(matmul_acc, matmul_acc),
+         .doc = "`acc = beta * acc + alpha * op(a) @ op(b)` in place; no outputs. With `beta = "
+                "0`, `acc` is not read (NaN or infinity there do not propagate). `acc` sharing "
+                "memory with `a` or `b` gives unspecified values (never an out-of-bounds "
+                "access). A fused optimiser's gradient: `matmul_acc(x, dy, velocity; 1, "
+                "momentum)` then `sgd_update(W, velocity; lr)` is `momentum_update` without a "
+                "`dW` tensor.",
+         INS({"a", "as matmul's `a`"}, {"b", "as matmul's `b`"},
+             {"acc", "`[M,N]`, the product's shape"}),
+         IATTRS(OPT("transA", "1: use `a` transposed; 0 or 1", "0"),
+                OPT("transB", "1: use `b` transposed; 0 or 1", "0")),
+         FATTRS(REQ("alpha", "factor of the product; finite"),
+                REQ("beta", "factor of the old `acc`; finite"))},
+    [SL_OP_BIAS_ADD] = {"bias_add", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+                        FNS(bias_add, bias_add), .doc = "`y[m,n] = x[m,n] + b[n]`.",
+                        INS({"x", "`[M,N]`"}, {"b", "`[N]`"}), OUTS({"y", "`[M,N]`"})},
+    [SL_OP_BIAS_GRAD] = {"bias_grad", .group = SL_OP_GROUP_DENSE, FNS(bias_grad, bias_grad),
+                         .doc = "The gradient of bias_add's bias: `db[n] = sum over m of "
+                                "dy[m,n]`.",
+                         INS({"dy", "`[M,N]`"}), OUTS({"db", "`[N]`"})},
+    [SL_OP_RELU] = {"relu", .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(like_in0, unary),
+                    .doc = "`y = max(x, 0)`.", INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
+    [SL_OP_RELU_GRAD] = {"relu_grad", .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
+                         FNS(same2, binary), .doc = "`dx = dy * (x > 0)`.",
+                         INS({"dy", "any shape"}, {"x", "relu's input, `dy`'s shape"}),
+                         OUTS({"dx", "`dy`'s shape"})},
+    [SL_OP_RELU_MASK] = {"relu_mask", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+                         FNS(relu_mask, relu_bits),
+                         .doc = "relu, and the bits its gradient needs: 1/32 of the memory of "
+                                "keeping `x` or `y` for the backward pass.",
+                         INS({"x", "any shape, n elements"}),
+                         OUTS({"y", "`max(x, 0)`, `x`'s shape"},
+                              {"bits", "i32 `[ceil(n/32)]`: bit `i % 32` of word `i / 32` is set "
+                                       "iff `x[i] > 0`"})},
+    [SL_OP_RELU_GRAD_MASK] = {"relu_grad_mask", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+                              FNS(relu_grad_mask, relu_bits),
+                              .doc = "`dx = dy` where relu_mask's bit is set, else 0.",
+                              INS({"dy", "any shape, n elements"},
+                                  {"bits", "relu_mask's `bits` for n elements"}),
+                              OUTS({"dx", "`dy`'s shape"})},
+    [SL_OP_SIGMOID] = {"sigmoid", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+                       FNS(like_in0, transcendental), .doc = "`y = 1 / (1 + exp(-x))`.",
+                       INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
+    [SL_OP_SIGMOID_GRAD] = {"sigmoid_grad", .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
+                            FNS(same2, act_grad), .doc = "`dx = dy * y * (1 - y)`.",
+                            INS({"dy", "any shape"}, {"y", "sigmoid's output, `dy`'s shape"}),
+                            OUTS({"dx", "`dy`'s shape"})},
+    [SL_OP_TANH] = {"tanh", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+                    FNS(like_in0, transcendental), .doc = "`y = tanh(x)`.", INS({"x", "any shape"}),
+                    OUTS({"y", "`x`'s shape"})},
+    [SL_OP_TANH_GRAD] = {"tanh_grad", .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
+                         FNS(same2, act_grad), .doc = "`dx = dy * (1 - y^2)`.",
+                         INS({"dy", "any shape"}, {"y", "tanh's output, `dy`'s shape"}),
+                         OUTS({"dx", "`dy`'s shape"})},
+
+    /* ---- convolution and pooling ---- */
+    [SL_OP_CONV2D] = {"conv2d", .group = SL_OP_GROUP_CONV, NN(conv2d),
+                      .doc = "2-D convolution (cross-correlation, as ONNX Conv), no bias.",
+                      INS({"x", "`[N,C,H,W]`"}, {"w", "`[K,C/group,R,S]`"}),
+                      OUTS({"y", "`[N,K,OH,OW]`"}), IATTRS_OF(conv_attrs)},
+    [SL_OP_CONV2D_GRAD_INPUT] = {"conv2d_grad_input", .group = SL_OP_GROUP_CONV,
+                                 NN(conv2d_grad_input),
+                                 .doc = "conv2d's gradient with respect to its input.",
+                                 INS({"dy", "conv2d's output shape for `x` and `w`"},
+                                     {"w", "the filter"}, {"x", "gives the shape only (not read)"}),
+                                 OUTS({"dx", "`x`'s shape"}), IATTRS_OF(conv_attrs)},
+    [SL_OP_CONV2D_GRAD_FILTER] = {"conv2d_grad_filter", .group = SL_OP_GROUP_CONV,
+                                  NN(conv2d_grad_filter),
+                                  .doc = "conv2d's gradient with respect to its filter.",
+                                  INS({"dy", "conv2d's output shape for `x` and `w`"},
+                                      {"x", "the input"}, {"w", "gives the shape only (not read)"}),
+                                  OUTS({"dw", "`w`'s shape"}), IATTRS_OF(conv_attrs)},
+    [SL_OP_CHANNEL_BIAS_ADD] = {"channel_bias_add", .group = SL_OP_GROUP_CONV, .inplace = 0x1,
+                                NN(channel_bias_add), .doc = "`y[n,c,h,w] = x[n,c,h,w] + b[c]`.",
+                                INS({"x", "`[N,C,H,W]`"}, {"b", "`[C]`"}),
+                                OUTS({"y", "`[N,C,H,W]`"})},
+    [SL_OP_CHANNEL_BIAS_GRAD] = {"channel_bias_grad", .group = SL_OP_GROUP_CONV,
+                                 NN(channel_bias_grad),
+                                 .doc = "`db[c] = sum over n, h, w of dy[n,c,h,w]`.",
+                                 INS({"dy", "`[N,C,H,W]`"}), OUTS({"db", "`[C]`"})},
+    [SL_OP_MAXPOOL] = {"maxpool", .group = SL_OP_GROUP_CONV, NN(maxpool),
+                       .doc = "Maximum over each window. Padding never wins: each pad is "
+                              "smaller than the kernel, so every window holds a real element.",
+                       INS({"x", "`[N,C,H,W]`"}), OUTS({"y", "`[N,C,OH,OW]`"}),
+                       IATTRS_OF(maxpool_attrs)},
+    [SL_OP_MAXPOOL_GRAD] = {"maxpool_grad", .group = SL_OP_GROUP_CONV, NN(maxpool_grad),
+                            .doc = "maxpool's gradient: each window's `dy` goes to the position "
+                                   "of its maximum (the first one on ties).",
+                            INS({"dy", "maxpool's output shape"}, {"x", "maxpool's input"},
+                                {"y", "maxpool's output"}),
+                            OUTS({"dx", "`x`'s shape"}), IATTRS_OF(maxpool_attrs)},
+    [SL_OP_AVGPOOL] = {"avgpool", .group = SL_OP_GROUP_CONV, NN(avgpool),
+                       .doc = "Mean over each window.", INS({"x", "`[N,C,H,W]`"}),
+                       OUTS({"y", "`[N,C,OH,OW]`"}), IATTRS_OF(avgpool_attrs)},
+    [SL_OP_AVGPOOL_GRAD] = {"avgpool_grad", .group = SL_OP_GROUP_CONV, NN(avgpool_grad),
+                            .doc = "avgpool's gradient.",
+                            INS({"dy", "avgpool's output shape"},
+                                {"x", "avgpool's input; gives the shape only (not read)"}),
+                            OUTS({"dx", "`x`'s shape"}), IATTRS_OF(avgpool_attrs)},
+
+    /* ---- normalisation ---- */
+    [SL_OP_BATCHNORM] = {"batchnorm", .group = SL_OP_GROUP_NORM, .mutates = 0x18, NN(batchnorm),
+                         .doc = "Batch normalisation, training: normalises with the batch's "
+                                "statistics and updates the running ones (ONNX: `running = "
+                                "running * momentum + batch * (1 - momentum)`; the running "
+                                "variance takes the unbiased batch variance, so `N*H*W >= 2`).",
+                         INS({"x", "`[N,C]` or `[N,C,H,W]`"}, {"scale", "`[C]`"}, {"bias", "`[C]`"},
+                             {"running_mean", "`[C]`"}, {"running_var", "`[C]`"}),
+                         OUTS({"y", "`x`'s shape"}, {"saved_mean", "`[C]`, the batch mean"},
+                              {"saved_invstd", "`[C]`, the batch's `1 / sqrt(var + epsilon)`"}),
+                         FATTRS(BN_EPSILON, REQ("momentum", "weight of the old running "
+                                                            "statistics; in [0, 1]"))},
+    [SL_OP_BATCHNORM_INFER] = {"batchnorm_infer", .group = SL_OP_GROUP_NORM, NN(batchnorm_infer),
+                               .doc = "Batch normalisation, inference: `y = scale * (x - mean) / "
+                                      "sqrt(var + epsilon) + bias`.",
+                               INS({"x", "`[N,C]` or `[N,C,H,W]`"}, {"scale", "`[C]`"},
+                                   {"bias", "`[C]`"}, {"mean", "`[C]`"}, {"var", "`[C]`"}),
+                               OUTS({"y", "`x`'s shape"}), FATTRS(BN_EPSILON)},
+    [SL_OP_BATCHNORM_GRAD] = {"batchnorm_grad", .group = SL_OP_GROUP_NORM, NN(batchnorm_grad),
+                              .doc = "batchnorm's gradients (training mode).",
+                              INS({"dy", "`x`'s shape"}, {"x", "batchnorm's input"},
+                                  {"scale", "`[C]`"}, {"saved_mean", "batchnorm's `saved_mean`"},
+                                  {"saved_invstd", "batchnorm's `saved_invstd`"}),
+                              OUTS({"dx", "`x`'s shape"}, {"dscale", "`[C]`"}, {"dbias", "`[C]`"})},
+
+    /* ---- losses and reductions ---- */
+    [SL_OP_MSE_LOSS] = {"mse_loss", .group = SL_OP_GROUP_LOSS, FNS(mse_loss, mse_loss),
+                        .doc = "`loss = mean((pred - target)^2)`.",
+                        INS({"pred", "any shape"}, {"target", "`pred`'s shape"}),
+                        OUTS({"loss", "`[]`"})},
+    [SL_OP_MSE_GRAD] = {"mse_grad", .group = SL_OP_GROUP_LOSS, .inplace = 0x3, FNS(same2, mse_grad),
+                        .doc = "mse_loss's gradient: `dpred = 2 * (pred - target) / n`, n "
+                               "the elements of `pred`.",
+                        INS({"pred", "any shape"}, {"target", "`pred`'s shape"}),
+                        OUTS({"dpred", "`pred`'s shape"})},
+    [SL_OP_SOFTMAX] = {"softmax", .group = SL_OP_GROUP_LOSS, FNS(softmax, softmax),
+                       .doc = "Softmax of each row.", INS({"x", "`[N,C]`"}),
+                       OUTS({"y", "`[N,C]`"})},
+    [SL_OP_SOFTMAX_XENT] = {"softmax_xent", .group = SL_OP_GROUP_LOSS,
+                            FNS(softmax_xent, softmax_xent),
+                            .doc = "Softmax cross-entropy, averaged over the rows. A label "
+                                   "outside `[0, C)` fails the run (`INVALID_ARGUMENT`); it is "
+                                   "never used as an index.",
+                            INS({"logits", "`[N,C]`"}, {"labels", "i32 `[N]`, one class per row"}),
+                            OUTS({"loss", "`[]`"}, {"probs", "`[N,C]`, the softmax"})},
+    [SL_OP_SOFTMAX_XENT_GRAD] = {"softmax_xent_grad", .group = SL_OP_GROUP_LOSS,
+                                 FNS(softmax_xent_grad, softmax_xent_grad),
+                                 .doc = "softmax_xent's gradient: `dlogits = (probs - "
+                                        "onehot(labels)) / N`.",
+                                 INS({"probs", "softmax_xent's `probs`, `[N,C]`"},
+                                     {"labels", "i32 `[N]`"}),
+                                 OUTS({"dlogits", "`[N,C]`"})},
+    [SL_OP_REDUCE_SUM] = {"reduce_sum", .group = SL_OP_GROUP_LOSS, FNS(reduce, reduce_sum),
+                          .doc = "The sum of all elements.", INS({"x", "any shape"}),
+                          OUTS({"sum", "`[]`"})},
+    [SL_OP_REDUCE_MEAN] = {"reduce_mean", .group = SL_OP_GROUP_LOSS, FNS(reduce, reduce_mean),
+                           .doc = "The mean of all elements.", INS({"x", "any shape"}),
+                           OUTS({"mean", "`[]`"})},
+    [SL_OP_ARGMAX] = {"argmax", .group = SL_OP_GROUP_LOSS, FNS(argmax, argmax),
+                      .doc = "The index of each row's maximum (the first one on ties).",
+                      INS({"x", "`[N,C]`"}), OUTS({"index", "i32 `[N]`"})},
+
+    /* ---- optimisers ---- */
+    [SL_OP_SGD_UPDATE] = {"sgd_update", .group = SL_OP_GROUP_OPTIM, .mutates = 0x1, FNS(sgd, sgd),
+                          .doc = "`param -= lr * grad`.",
+                          INS({"param", "any shape"}, {"grad", "`param`'s shape"}),
+                          FATTRS(REQ("lr", "learning rate; finite"))},
+    [SL_OP_MOMENTUM_UPDATE] =
+        {"momentum_update", .group = SL_OP_GROUP_OPTIM, .mutates = 0x5, FNS(momentum, momentum),
+         .doc = "SGD with momentum, as PyTorch's: `v = momentum * v + grad "
+                "+ weight_decay * param; param -= lr * v`.",
+         INS({"param", "any shape"}, {"grad", "`param`'s shape"}, {"velocity", "`param`'s shape"}),
+         FATTRS(REQ("lr", "learning rate; finite"), REQ("momentum", "finite, >= 0"),
+                OPT("weight_decay", "finite, >= 0", "0"))},
+    [SL_OP_ADAM_UPDATE] = {"adam_update", .group = SL_OP_GROUP_OPTIM, .mutates = 0xd,
+                           FNS(adam, adam),
+                           .doc = "Adam: `m = beta1 * m + (1 - beta1) * grad; v = beta2 * v + (1 "
+                                  "- beta2) * grad^2; param -= lr * (m / (1 - beta1^t)) / "
+                                  "(sqrt(v / (1 - beta2^t)) + epsilon)`.",
+                           INS({"param", "any shape"}, {"grad", "`param`'s shape"},
+                               {"m", "`param`'s shape"}, {"v", "`param`'s shape"},
+                               {"t", "`[1]` (or `[]`): the step count, 1 at the first step (count "
+                                     "it with add_scalar before the updates); read only"}),
+                           FATTRS(REQ("lr", "learning rate; finite"), REQ("beta1", "in [0, 1)"),
+                                  REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"))},
+
+    /* ---- views ---- */
+    [SL_OP_RESHAPE] = {"reshape", .group = SL_OP_GROUP_SHAPE, FNS(reshape, reshape),
+                       .doc = "`y` is `x` with the dimensions given by the leading nonzero "
+                              "attributes (none: a scalar), one of which may be -1 (inferred); "
+                              "the element count is unchanged. Any dtype. A view: `y` aliases "
+                              "`x`'s memory.",
+                       INS({"x", "any shape"}), OUTS({"y", "the new shape, `x`'s dtype"}),
+                       IATTRS_OF(reshape_attrs)},
+};
+
+const sl_op_def *sl_op_get(unsigned id)
+{
+    return id < SL_OP_COUNT ? &sl_ops_table[id] : NULL;
+}
+
+const sl_op_group_def *sl_op_group_get(unsigned g)
+{
+    return g < SL_OP_GROUP_COUNT ? &groups[g] : NULL;
+}
