@@ -14,6 +14,33 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The three spellings of a status code are one set of numbers: the wire's
+ * (proto Code), the modules' (SL_E*) and the public API's (SALUS_E*), so
+ * codes cross every boundary without translation. */
+#define SAME_CODE(sl, salus, wire)                                                                 \
+    _Static_assert(SL_##sl == (int) SALUS_##salus && SL_##sl == (int) SALUS__CODE__##wire,         \
+                   #sl " differs between sl_error.h, salus.h and salus.proto")
+SAME_CODE(OK, OK, OK);
+SAME_CODE(EINVAL, EINVAL, INVALID_ARGUMENT);
+SAME_CODE(ENOMEM, ENOMEM, HOST_OUT_OF_MEMORY);
+SAME_CODE(EEXHAUSTED, EEXHAUSTED, RESOURCE_EXHAUSTED);
+SAME_CODE(ENOTFOUND, ENOTFOUND, NOT_FOUND);
+SAME_CODE(EPERM, EPERM, PERMISSION_DENIED);
+SAME_CODE(EPROTO, EPROTO, PROTOCOL_ERROR);
+SAME_CODE(EDEVICE, EDEVICE, DEVICE_ERROR);
+SAME_CODE(ENODEV, ENODEV, NO_DEVICE);
+SAME_CODE(ESHUTDOWN, ESHUTDOWN, SHUTTING_DOWN);
+SAME_CODE(EUNSUPPORTED, EUNSUPPORTED, UNSUPPORTED);
+SAME_CODE(ETIMEDOUT, ETIMEDOUT, TIMED_OUT);
+SAME_CODE(ECONN, ECONN, TRANSPORT_ERROR);
+SAME_CODE(EINTERNAL, EINTERNAL, INTERNAL);
+SAME_CODE(ESESSIONLOST, ESESSIONLOST, SESSION_LOST);
+SAME_CODE(EDEVICERESET, EDEVICERESET, DEVICE_RESET);
+SAME_CODE(EBUSY, EBUSY, BUSY);
+_Static_assert(SL_E_COUNT == SALUS__CODE__BUSY + 1,
+               "a status code is missing from salus.h or salus.proto");
+#undef SAME_CODE
+
 /* Why the calling thread's last salus_connect failed (salus_last_error(NULL)). */
 static _Thread_local char connect_error[512];
 

@@ -38,7 +38,7 @@ typedef struct sl_config {
                                     workspace_hint, at most a 16th of the memory) */
     bool no_inplace;             /* graphs never run element-wise ops in place */
     /* op by op (low priority beside high priority), an op predicted longer
-     * than this runs in parts of about this much (kernels/ops.h: matmuls);
+     * than this runs in parts of about this much (kernels/ops/ops.h: matmuls);
      * 0 = SL_DEFAULT_OP_PART_NS */
     uint64_t op_part_ns;
     /* Ablations of what a policy's capabilities (sched/scheduler.h

@@ -10,7 +10,7 @@
  * low-priority lanes: a high-priority iteration then waits for at most one
  * low-priority op. With SL_POLICY_GAP_FILL those ops are issued only into
  * the high-priority jobs' predicted idle gaps (sched/gaps.h), and long ones
- * are split into parts that fit (kernels/ops.h sl_op_split). */
+ * are split into parts that fit (kernels/ops/ops.h sl_op_split). */
 #include "exec.h"
 #include "sl_alloc.h"
 #include "sl_error.h"

@@ -1,5 +1,5 @@
 /* Low-priority iterations run op by op beside a high-priority session
- * (policy priority), and their long matmuls run in parts (kernels/ops.h
+ * (policy priority), and their long matmuls run in parts (kernels/ops/ops.h
  * sl_op_split, server/executor.c): training that way gives the losses and
  * predictions of training whole, on an embedded server over inproc:// on
  * the cpu device. */
