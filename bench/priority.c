@@ -1,22 +1,39 @@
 /* bench/priority: a high-priority job with small iterations (an inference
- * service: 2 dense layers, batch 32, a request every --period-us) against a
- * low-priority training job (the Fashion-MNIST MLP shapes, batch 128), in
- * four phases per round, interleaved over rounds:
- *   A  hp alone                          -> hp latency
- *   B  hp + lp, policy priority (op-level gap filling: hp has its own lane,
- *      lp runs op by op and parks while hp work is pending)
- *   C  hp + lp, policy fair (Salus's baseline: one lane, whole iterations)
- *   D  lp alone                          -> lp throughput
- * Prints medians over rounds of hp p50/p99 latency per phase and
- *   BENCH priority p99_inflation=B/A p50_inflation=... lp_retained=B/D
- *         fair_p99_inflation=C/A
- *   priority --salusd PATH [--rounds 5] [--seconds 2] [--period-us 2000] [--json FILE] */
+ * service: 2 dense layers, batch 32, a request every period) beside two
+ * low-priority training jobs (the Fashion-MNIST MLP shapes, batch 128), as
+ * an ablation of the priority policy's mechanisms. Five salusd run side by
+ * side, all with --policy priority and --spread-limit 0 (memory is short:
+ * sessions share lanes unless a mechanism gives them their own):
+ *   none       --no-exclusive-lanes --no-stepwise --no-stream-classes
+ *              (strict priority at iteration boundaries only)
+ *   placement  low-priority lanes on below-normal streams alone
+ *              (--no-exclusive-lanes --no-stepwise)
+ *   exclusive  high-priority sessions' own lanes alone
+ *              (--no-stepwise --no-stream-classes)
+ *   gap_fill   low-priority iterations op by op into high-priority gaps,
+ *              alone (--no-exclusive-lanes --no-stream-classes)
+ *   all        every mechanism (salusd --policy priority as shipped)
+ * For each high-priority period and round, interleaved: hp alone and the
+ * two lp jobs alone (on `all`), then hp + 2 lp on each configuration.
+ * Inflation = hp latency with lp / hp alone (medians over rounds of each
+ * round's p50 and p99); lp retained = lp iterations/s with hp / lp alone.
+ * The gap filler's constants (host margin, part length) were fixed before
+ * this benchmark existed, on one low-priority job at a 2 ms period; nothing
+ * is tuned here. Prints one line per period and configuration,
+ *   BENCH priority_ablation period_us=P phase=NAME p99_inflation=...
+ *         p50_inflation=... lp_retained=...
+ * and last the shipped configuration at the first period:
+ *   BENCH priority p99_inflation=... p50_inflation=... lp_retained=...
+ *         lp_sessions=2 period_us=P
+ *   priority --salusd PATH [--rounds 5] [--seconds 2]
+ *            [--periods-us 1000,2000,5000] [--json FILE] */
 #include "bench_util.h"
 
 #include <salus/salus.h>
 
 #include <getopt.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -126,48 +143,102 @@ typedef struct phase {
     double p50, p99, lp_ips;
 } phase;
 
-/* One phase: optional hp service and optional lp training under policy. */
-static int run_phase(salus_client *c, const char *url, const char *policy, bool hp, bool lp,
-                     double seconds, int period_us, phase *out)
+#define N_LP 2
+
+/* One phase: optional hp service and n_lp low-priority trainers. */
+static int run_phase(salus_client *c, const char *url, bool hp, int n_lp, double seconds,
+                     int period_us, phase *out)
 {
     static double lat[200000];
     hp_job h = {0};
-    lp_job l = {0};
-    pthread_t th;
-    if (salus_set_policy(c, policy, 0))
+    lp_job l[N_LP] = {0};
+    pthread_t th[N_LP];
+    if (hp && hp_open(c, &h))
         return -1;
-    if ((hp && hp_open(c, &h)) || (lp && lp_open(url, &l)))
-        return -1;
+    for (int k = 0; k < n_lp; k++)
+        if (lp_open(url, &l[k]))
+            return -1;
     uint64_t t0 = bench_now_ns();
-    if (lp)
-        pthread_create(&th, NULL, lp_train, &l);
+    for (int k = 0; k < n_lp; k++)
+        pthread_create(&th[k], NULL, lp_train, &l[k]);
     size_t n = 0;
     if (hp)
         n = hp_serve(&h, seconds, period_us, lat, sizeof lat / sizeof *lat);
     else
         usleep((useconds_t) (seconds * 1e6));
-    if (lp) {
-        atomic_store(&l.stop, 1);
-        pthread_join(th, NULL);
+    long iters = 0;
+    for (int k = 0; k < n_lp; k++) {
+        atomic_store(&l[k].stop, 1);
+        pthread_join(th[k], NULL);
+        iters += l[k].iters;
     }
     double dt = (double) (bench_now_ns() - t0) / 1e9;
     out->p50 = n ? bench_median(lat, n) : 0;
     out->p99 = n ? bench_percentile(lat, n, 99) : 0;
-    out->lp_ips = lp ? (double) l.iters / dt : 0;
+    out->lp_ips = (double) iters / dt;
     if (hp)
         hp_close(&h);
-    if (lp)
-        lp_close(&l);
+    for (int k = 0; k < n_lp; k++)
+        lp_close(&l[k]);
     return 0;
 }
 
+enum { CONF_NONE, CONF_PLACEMENT, CONF_EXCLUSIVE, CONF_GAP_FILL, CONF_ALL, N_CONF };
+static const char *const conf_name[N_CONF] = {"none", "placement", "exclusive", "gap_fill", "all"};
+static const char *const conf_flags[N_CONF][4] = {
+    {"--no-exclusive-lanes", "--no-stepwise", "--no-stream-classes", NULL},
+    {"--no-exclusive-lanes", "--no-stepwise", NULL},
+    {"--no-stepwise", "--no-stream-classes", NULL},
+    {"--no-exclusive-lanes", "--no-stream-classes", NULL},
+    {NULL},
+};
+
+typedef struct server {
+    char dir[64], url[128];
+    pid_t pid;
+    salus_client *c;
+} server;
+
+static int server_start(server *s, const char *salusd, int conf)
+{
+    snprintf(s->dir, sizeof s->dir, "/tmp/salus-prio-XXXXXX");
+    if (!mkdtemp(s->dir))
+        return -1;
+    snprintf(s->url, sizeof s->url, "ipc://%.63s/salus.sock", s->dir);
+    const char *argv[16] = {salusd,     "--listen",       s->url, "--memory-limit",
+                            "1G",       "--spread-limit", "0",    "--policy",
+                            "priority", "--log-level",    "warn"};
+    int n = 11;
+    for (int k = 0; conf_flags[conf][k]; k++)
+        argv[n++] = conf_flags[conf][k];
+    argv[n] = NULL;
+    s->pid = bench_spawn(argv);
+    for (int i = 0; i < 500 && salus_connect(s->url, &s->c) != SALUS_OK; i++)
+        usleep(10000);
+    return s->c ? 0 : -1;
+}
+
+static void server_stop(server *s)
+{
+    if (s->c)
+        salus_disconnect(s->c);
+    bench_stop(s->pid);
+    char path[256];
+    snprintf(path, sizeof path, "%.63s/salus.sock", s->dir);
+    unlink(path);
+    rmdir(s->dir);
+}
+
+#define MAX_ROUNDS 32
+#define MAX_PERIODS 8
+
 int main(int argc, char **argv)
 {
-    const char *salusd = NULL, *json = NULL;
-    int rounds = 5, period_us = 2000;
+    const char *salusd = NULL, *json = NULL, *periods_arg = "1000,2000,5000";
+    int rounds = 5;
     double seconds = 2;
     static const struct option lo[] = {{"salusd", 1, NULL, 's'},  {"rounds", 1, NULL, 'r'},
-                                       {"seconds", 1, NULL, 't'}, {"period-us", 1, NULL, 'p'},
+                                       {"seconds", 1, NULL, 't'}, {"periods-us", 1, NULL, 'p'},
                                        {"json", 1, NULL, 'j'},    {0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 's')
@@ -177,74 +248,103 @@ int main(int argc, char **argv)
         else if (c == 't')
             seconds = atof(optarg);
         else if (c == 'p')
-            period_us = atoi(optarg);
+            periods_arg = optarg;
         else if (c == 'j')
             json = optarg;
         else
             return 2;
     }
-    if (!salusd || rounds < 1 || rounds > 32 || seconds <= 0 || period_us < 100) {
-        fprintf(stderr,
-                "usage: priority --salusd PATH [--rounds N] [--seconds S] [--period-us N]\n");
+    int periods[MAX_PERIODS], n_periods = 0;
+    for (const char *p = periods_arg; *p && n_periods < MAX_PERIODS;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 100 || v > 1000000)
+            break;
+        periods[n_periods++] = (int) v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (!salusd || rounds < 1 || rounds > MAX_ROUNDS || seconds <= 0 || n_periods == 0) {
+        fprintf(stderr, "usage: priority --salusd PATH [--rounds N] [--seconds S] "
+                        "[--periods-us P1,P2,...]\n");
         return 2;
     }
     for (size_t i = 0; i < sizeof lp_x / sizeof *lp_x; i++)
         lp_x[i] = (float) (i % 97) / 97.0f;
     for (size_t i = 0; i < 128; i++)
         lp_y[i] = (int32_t) (i % 10);
-    char dir[] = "/tmp/salus-prio-XXXXXX", url[128];
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
-    pid_t pid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", "1G",
-                                             "--log-level", "warn", NULL});
-    salus_client *c = NULL;
-    for (int i = 0; i < 500 && salus_connect(url, &c) != SALUS_OK; i++)
-        usleep(10000);
-    if (!c)
-        return 1;
-    phase a[32], b[32], cf[32], d[32];
-    double a99[32], b99[32], c99[32], a50[32], b50[32], bl[32], dl[32];
-    for (int r = 0; r < rounds; r++) {
-        if (run_phase(c, url, "priority", true, false, seconds, period_us, &a[r]) ||
-            run_phase(c, url, "priority", true, true, seconds, period_us, &b[r]) ||
-            run_phase(c, url, "fair", true, true, seconds, period_us, &cf[r]) ||
-            run_phase(c, url, "priority", false, true, seconds, period_us, &d[r])) {
-            fprintf(stderr, "priority: phase failed: %s\n", salus_last_error(c));
-            bench_stop(pid);
+    static server srv[N_CONF];
+    for (int k = 0; k < N_CONF; k++) {
+        if (server_start(&srv[k], salusd, k)) {
+            fprintf(stderr, "priority: cannot start salusd (%s)\n", conf_name[k]);
+            for (int j = 0; j <= k; j++)
+                server_stop(&srv[j]);
             return 1;
         }
-        a99[r] = a[r].p99, b99[r] = b[r].p99, c99[r] = cf[r].p99;
-        a50[r] = a[r].p50, b50[r] = b[r].p50, bl[r] = b[r].lp_ips, dl[r] = d[r].lp_ips;
-        printf("round %d: hp alone p50 %.0f p99 %.0f us | with lp, priority p50 %.0f p99 %.0f us "
-               "(lp %.0f it/s) | with lp, fair p50 %.0f p99 %.0f us | lp alone %.0f it/s\n",
-               r, a[r].p50, a[r].p99, b[r].p50, b[r].p99, b[r].lp_ips, cf[r].p50, cf[r].p99,
-               d[r].lp_ips);
-        fflush(stdout);
     }
-    salus_disconnect(c);
-    bench_stop(pid);
-    char path[256];
-    snprintf(path, sizeof path, "%s/salus.sock", dir);
-    unlink(path);
-    rmdir(dir);
-    size_t n = (size_t) rounds;
-    double p99_inf = bench_median(b99, n) / bench_median(a99, n);
-    double p50_inf = bench_median(b50, n) / bench_median(a50, n);
-    double fair_inf = bench_median(c99, n) / bench_median(a99, n);
-    double retained = bench_median(bl, n) / bench_median(dl, n);
-    if (json) {
-        FILE *f = fopen(json, "w");
-        if (f) {
-            fprintf(f,
-                    "{\"bench\":\"priority\",\"p99_inflation\":%.3f,\"p50_inflation\":%.3f,"
-                    "\"lp_retained\":%.3f,\"fair_p99_inflation\":%.3f}\n",
-                    p99_inf, p50_inf, retained, fair_inf);
-            fclose(f);
+    /* per period and round: hp alone, lp alone, then each configuration */
+    static phase alone[MAX_PERIODS][MAX_ROUNDS], lp_alone[MAX_PERIODS][MAX_ROUNDS],
+        mixed[MAX_PERIODS][N_CONF][MAX_ROUNDS];
+    server *all = &srv[CONF_ALL];
+    for (int r = 0; r < rounds; r++) {
+        for (int p = 0; p < n_periods; p++) {
+            int rc = run_phase(all->c, all->url, true, 0, seconds, periods[p], &alone[p][r]) ||
+                     run_phase(all->c, all->url, false, N_LP, seconds, periods[p], &lp_alone[p][r]);
+            for (int k = 0; k < N_CONF && !rc; k++)
+                rc = run_phase(srv[k].c, srv[k].url, true, N_LP, seconds, periods[p],
+                               &mixed[p][k][r]);
+            if (rc) {
+                fprintf(stderr, "priority: a phase failed: %s\n", salus_last_error(all->c));
+                for (int k = 0; k < N_CONF; k++)
+                    server_stop(&srv[k]);
+                return 1;
+            }
+            printf("round %d period %d us: hp alone p50 %.0f p99 %.0f us, lp alone %.0f it/s |", r,
+                   periods[p], alone[p][r].p50, alone[p][r].p99, lp_alone[p][r].lp_ips);
+            for (int k = 0; k < N_CONF; k++)
+                printf(" %s p99 %.0f lp %.0f |", conf_name[k], mixed[p][k][r].p99,
+                       mixed[p][k][r].lp_ips);
+            printf("\n");
+            fflush(stdout);
         }
     }
-    printf("BENCH priority p99_inflation=%.3f p50_inflation=%.3f lp_retained=%.3f "
-           "fair_p99_inflation=%.3f\n",
-           p99_inf, p50_inf, retained, fair_inf);
+    for (int k = 0; k < N_CONF; k++)
+        server_stop(&srv[k]);
+
+    FILE *f = json ? fopen(json, "w") : NULL;
+    if (f)
+        fprintf(f, "{\"bench\":\"priority\",\"lp_sessions\":%d,\"phases\":[", N_LP);
+    double head[3] = {0};
+    size_t n = (size_t) rounds;
+    for (int p = 0; p < n_periods; p++) {
+        double a50[MAX_ROUNDS], a99[MAX_ROUNDS], lpa[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++)
+            a50[r] = alone[p][r].p50, a99[r] = alone[p][r].p99, lpa[r] = lp_alone[p][r].lp_ips;
+        for (int k = 0; k < N_CONF; k++) {
+            double m50[MAX_ROUNDS], m99[MAX_ROUNDS], lpm[MAX_ROUNDS];
+            for (int r = 0; r < rounds; r++)
+                m50[r] = mixed[p][k][r].p50, m99[r] = mixed[p][k][r].p99,
+                lpm[r] = mixed[p][k][r].lp_ips;
+            double p99_inf = bench_median(m99, n) / bench_median(a99, n);
+            double p50_inf = bench_median(m50, n) / bench_median(a50, n);
+            double retained = bench_median(lpm, n) / bench_median(lpa, n);
+            printf("BENCH priority_ablation period_us=%d phase=%s p99_inflation=%.3f "
+                   "p50_inflation=%.3f lp_retained=%.3f\n",
+                   periods[p], conf_name[k], p99_inf, p50_inf, retained);
+            if (f)
+                fprintf(f,
+                        "%s{\"period_us\":%d,\"phase\":\"%s\",\"p99_inflation\":%.3f,"
+                        "\"p50_inflation\":%.3f,\"lp_retained\":%.3f}",
+                        p || k ? "," : "", periods[p], conf_name[k], p99_inf, p50_inf, retained);
+            if (p == 0 && k == CONF_ALL)
+                head[0] = p99_inf, head[1] = p50_inf, head[2] = retained;
+        }
+    }
+    if (f) {
+        fprintf(f, "]}\n");
+        fclose(f);
+    }
+    printf("BENCH priority p99_inflation=%.3f p50_inflation=%.3f lp_retained=%.3f lp_sessions=%d "
+           "period_us=%d\n",
+           head[0], head[1], head[2], N_LP, periods[0]);
     return 0;
 }

@@ -19,7 +19,8 @@
 
 #include <string.h>
 
-#define MAX_LANES_PER_KICK 256
+/* Lanes kicked at once from the stack; more go through the heap. */
+#define KICK_STACK_LANES 64
 /* Longest a low-priority iteration waits for a gap its next op fits before
  * it is given one op in whatever gap there is. */
 #define STARVE_NS (5 * 1000 * 1000ull)
@@ -142,6 +143,10 @@ static void lane_restream(sl_exec *ex, sl_lane *l, int priority)
  * also when their id already names a new lane (different serial). */
 static void lanes_collect(sl_exec *ex)
 {
+    /* only records of lanes that no longer exist need collecting (a reused
+     * id is taken over in kick_lane): cheap to rule out per iteration */
+    if (ex->lanes.count <= sl_mem_lanes(ex->mem, NULL, 0))
+        return;
     size_t i = 0;
     void *v;
     uint64_t gone[16];
@@ -574,13 +579,32 @@ static bool kick_lane(sl_exec *ex, const sl_mem_lane_info *info, uint64_t now, s
     return false;
 }
 
+/* Kicks one lane (a job there may have become ready). */
+static void kick_one(sl_exec *ex, uint32_t lane, sl_outbox *box)
+{
+    sl_mem_lane_info info;
+    if (sl_mem_lane_get(ex->mem, lane, &info) == SL_OK)
+        (void) kick_lane(ex, &info, sl_now_ns(), box);
+}
+
 void sl_exec_kick(sl_exec *ex, sl_outbox *box)
 {
-    sl_mem_lane_info lanes[MAX_LANES_PER_KICK];
-    size_t n = sl_mem_lanes(ex->mem, lanes, MAX_LANES_PER_KICK);
+    sl_mem_lane_info stack[KICK_STACK_LANES], *lanes = stack;
+    size_t n = sl_mem_lanes(ex->mem, stack, KICK_STACK_LANES);
+    if (n > KICK_STACK_LANES) {
+        sl_mem_lane_info *heap = sl_calloc(n, sizeof *heap);
+        if (heap) {
+            n = sl_mem_lanes(ex->mem, heap, n);
+            lanes = heap;
+        } else {
+            n = KICK_STACK_LANES; /* the rest at their next completion or request */
+        }
+    }
     uint64_t now = sl_now_ns();
-    for (size_t i = 0; i < n && i < MAX_LANES_PER_KICK; i++)
+    for (size_t i = 0; i < n; i++)
         (void) kick_lane(ex, &lanes[i], now, box);
+    if (lanes != stack)
+        sl_free(lanes);
 }
 
 static void iteration_done(void *arg, int status)
@@ -625,8 +649,9 @@ static void iteration_done(void *arg, int status)
         sl_mem_lane_idle(ex->mem, l->id);
         lanes_collect(ex);
     }
+    /* the lane was handed on above; whatever the done hook queues kicks
+     * its own lane */
     ex->hooks.done(ex->hooks.arg, t, t->status, lane_idle, &box);
-    sl_exec_kick(ex, &box);
     ex->hooks.unlock_send(ex->hooks.arg, &box);
 }
 
@@ -639,7 +664,7 @@ void sl_exec_run(sl_exec *ex, sl_exec_task *t, sl_outbox *box)
     if (t->job->high_priority)
         sl_gaps_hp_arrival(&ex->gaps, &t->job->hp, sl_now_ns());
     sl_sched_enqueue(ex->sched, &t->job->sched, &t->item, sl_now_ns());
-    sl_exec_kick(ex, box);
+    kick_one(ex, t->job->sched.lane, box); /* only its lane can have changed */
 }
 
 sl_exec_task *sl_exec_unqueue(sl_exec *ex, sl_exec_job *j)
@@ -702,13 +727,13 @@ int sl_exec_join(sl_exec *ex, sl_exec_job *j, uint64_t now)
 
 void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box)
 {
-    (void) box;
     if (!j->joined)
         return;
     (void) sl_sched_job_remove(ex->sched, &j->sched);
     update_class(ex, j, true);
     j->joined = false;
-    resume(ex, false); /* one fewer high-priority job to wait for */
+    resume(ex, false);                /* one fewer high-priority job to wait for */
+    kick_one(ex, j->sched.lane, box); /* a strict policy may have kept its lane for it */
 }
 
 int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane)
@@ -724,13 +749,13 @@ int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane)
 void sl_exec_set_share(sl_exec *ex, sl_exec_job *j, const int *priority, const double *weight,
                        sl_outbox *box)
 {
-    (void) box;
     if (priority)
         sl_sched_job_set_priority(ex->sched, &j->sched, *priority);
     if (weight)
         sl_sched_job_set_weight(ex->sched, &j->sched, *weight);
     update_class(ex, j, false);
     resume(ex, ex->gaps.n_hp == 0);
+    kick_one(ex, j->sched.lane, box);
 }
 
 void sl_exec_set_policy(sl_exec *ex, const sl_policy_ops *policy, bool strict, sl_outbox *box)

@@ -119,15 +119,6 @@ static sl_session *session_of(sl_server *srv, const sl_req *req, const Salus__Re
         sl_reply_error(r, SL_EPERM, "wrong token for session %llu", (unsigned long long) s->id);
         return NULL;
     }
-    if (s->pipe_id != pipe_id) {
-        sl_log_warn("ses.pipe", "session %llu refused to pipe %u: it belongs to pipe %u",
-                    (unsigned long long) s->id, pipe_id, s->pipe_id);
-        sl_reply_error(r, SL_EPERM,
-                       "session %llu belongs to another connection: a session lives as long as "
-                       "the connection that opened it and is used only on it",
-                       (unsigned long long) s->id);
-        return NULL;
-    }
     if (!same_user(req, s)) {
         sl_log_warn("ses.uid", "session %llu refused to pipe %u: another user",
                     (unsigned long long) s->id, pipe_id);

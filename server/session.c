@@ -44,13 +44,15 @@ static void work_free(sl_work *w)
 }
 
 /* Pops the session's head work, queues its reply and frees it. */
-static void finish_head(sl_session *s, sl_outbox *box)
+static void finish_head(sl_sessions *ss, sl_session *s, sl_outbox *box)
 {
     sl_work *w = s->head;
     s->head = w->next;
     if (!s->head)
         s->tail = NULL;
     s->busy = false;
+    if (s->blocked)
+        ss->n_blocked--;
     s->blocked = false;
     sl_outbox_put(box, w->req, w->reply);
     w->reply = NULL;
@@ -58,11 +60,11 @@ static void finish_head(sl_session *s, sl_outbox *box)
 }
 
 /* Fails every piece of work still queued on s (the head included). */
-static void fail_pending(sl_session *s, int code, const char *why, sl_outbox *box)
+static void fail_pending(sl_sessions *ss, sl_session *s, int code, const char *why, sl_outbox *box)
 {
     while (s->head) {
         sl_reply_error(s->head->reply, code, "%s", why);
-        finish_head(s, box);
+        finish_head(ss, s, box);
     }
 }
 
@@ -108,7 +110,7 @@ static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
     w->reply = NULL;
     work_free(w);
     /* work queued after a close has no session to run in */
-    fail_pending(s, SL_ESESSIONLOST, "session closed", box);
+    fail_pending(ss, s, SL_ESESSIONLOST, "session closed", box);
     sl_exec_leave(ss->ex, &s->job, box);
     if (s->admit_reply) { /* still waiting for admission: that wait ends too */
         sl_reply_error(s->admit_reply, SL_ESESSIONLOST,
@@ -171,11 +173,13 @@ static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box)
                            (int) w->msg->body_case);
             break;
         }
-        if (h == SL_HANDLED_WAIT)
+        if (h == SL_HANDLED_WAIT && !s->blocked) {
             s->blocked = true;
+            ss->n_blocked++;
+        }
         if (h != SL_HANDLED)
             return;
-        finish_head(s, box);
+        finish_head(ss, s, box);
         if (freed)
             sl_sessions_memory_changed(ss, box); /* may close, but not free s */
     }
@@ -227,7 +231,7 @@ void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool la
     } else if (run) {
         sl_handle_run_done(w);
     }
-    finish_head(s, box);
+    finish_head(ss, s, box);
     pump(ss, s, box);
     if (status == SL_EDEVICERESET)
         sl_sessions_fail_queued_runs(ss, box);
@@ -395,10 +399,10 @@ void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)
     /* registrations that waited for their lane to go idle */
     size_t i = 0;
     void *v;
-    while (sl_map_next(&ss->table, &i, NULL, &v)) {
+    while (ss->n_blocked && sl_map_next(&ss->table, &i, NULL, &v)) {
         sl_session *s = v;
         if (s->blocked && s->head && sl_handle_place_graph(ss, s, s->head) != SL_HANDLED_WAIT) {
-            finish_head(s, box);
+            finish_head(ss, s, box);
             pump(ss, s, box); /* may close, but not free other sessions */
             i = 0;            /* the table may have changed: rescan */
         }
@@ -456,7 +460,8 @@ void sl_sessions_drain(sl_sessions *ss, sl_outbox *box)
         /* a queued run is the session's head: fail it, and everything
          * queued behind it */
         if (sl_exec_unqueue(ss->ex, &s->job))
-            fail_pending(s, SL_ESHUTDOWN, "server is shutting down: iteration not started", box);
+            fail_pending(ss, s, SL_ESHUTDOWN, "server is shutting down: iteration not started",
+                         box);
     }
     sl_exec_finish_parked(ss->ex, box); /* parked iterations run to their end */
 }
@@ -495,7 +500,7 @@ void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box)
             sl_reply_error(s->head->reply, SL_EDEVICERESET,
                            "the device was reset after a fault before this iteration "
                            "started; " SL_RESET_NOTICE);
-            finish_head(s, box);
+            finish_head(ss, s, box);
             pump(ss, s, box);
         }
     }

@@ -69,7 +69,8 @@ typedef struct sl_sessions {
     uint64_t capacity, quota, default_ephemeral, framework_per_lane;
     sl_map table; /* id -> sl_session */
     uint64_t next_id;
-    bool draining; /* no new sessions or runs */
+    bool draining;      /* no new sessions or runs */
+    uint32_t n_blocked; /* sessions whose head waits for its lane to go idle */
     /* connections that went away most recently (a ring): an open-session
      * request read before its connection closed but handled after must not
      * make a session nobody can ever close */

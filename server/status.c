@@ -87,12 +87,12 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     st->n_sessions = k;
     st->sessions = list;
 
-    sl_mem_lane_info lanes[256];
-    size_t nl = sl_mem_lanes(srv->mem, lanes, 256);
-    nl = nl < 256 ? nl : 256;
+    size_t nl = sl_mem_lanes(srv->mem, NULL, 0);
+    sl_mem_lane_info *lanes = sl_reply_alloc(r, nl * sizeof *lanes);
     st->lanes = sl_reply_alloc(r, nl * sizeof *st->lanes);
-    if (nl && !st->lanes)
+    if (nl && (!lanes || !st->lanes))
         return SL_ENOMEM;
+    nl = sl_mem_lanes(srv->mem, lanes, nl);
     for (size_t j = 0; j < nl; j++) {
         Salus__LaneStatus *l = sl_reply_alloc(r, sizeof *l);
         if (!l)
