@@ -430,10 +430,14 @@ int main(int argc, char **argv)
     int rounds = 10, calls = 2000, n_sessions = 256, window_ms = 400;
     long reply_bytes = -1;
     static const struct option opts[] = {
-        {"salusd", required_argument, NULL, 's'},      {"rounds", required_argument, NULL, 'r'},
-        {"calls", required_argument, NULL, 'c'},       {"json", required_argument, NULL, 'j'},
-        {"echo", required_argument, NULL, 'e'},        {"reply-bytes", required_argument, NULL, 'b'},
-        {"sessions", required_argument, NULL, 'n'},    {"window-ms", required_argument, NULL, 'w'},
+        {"salusd", required_argument, NULL, 's'},
+        {"rounds", required_argument, NULL, 'r'},
+        {"calls", required_argument, NULL, 'c'},
+        {"json", required_argument, NULL, 'j'},
+        {"echo", required_argument, NULL, 'e'},
+        {"reply-bytes", required_argument, NULL, 'b'},
+        {"sessions", required_argument, NULL, 'n'},
+        {"window-ms", required_argument, NULL, 'w'},
         {0},
     };
     int o;
@@ -475,8 +479,8 @@ int main(int argc, char **argv)
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
         return echo_server(echo_url, reply_bytes < 0 ? 0 : (size_t) reply_bytes);
     }
-    if (!salusd || rounds < 5 || rounds > 64 || calls < 10 || n_sessions < 2 ||
-        n_sessions > 4096 || window_ms < 50) {
+    if (!salusd || rounds < 5 || rounds > 64 || calls < 10 || n_sessions < 2 || n_sessions > 4096 ||
+        window_ms < 50) {
         usage();
         return 2;
     }
@@ -499,11 +503,17 @@ int main(int argc, char **argv)
      * a lane of its own (salusd's default while memory is plentiful: lanes
      * stay private below --spread-limit, half the memory), so the growth
      * phases meet as many lanes as sessions, the most lanes salusd makes. */
-    const char *const flags[] = {"--memory-limit", "8G",         "--framework-per-lane",
-                                 "8M",             "--max-sessions", max_sessions,
-                                 "--log-level",    "warn",         NULL};
-    const char *argv_one[12] = {salusd, "--listen", url_one}, *argv_big[12] = {salusd, "--listen",
-                                                                             url_big};
+    const char *const flags[] = {"--memory-limit",
+                                 "8G",
+                                 "--framework-per-lane",
+                                 "8M",
+                                 "--max-sessions",
+                                 max_sessions,
+                                 "--log-level",
+                                 "warn",
+                                 NULL};
+    const char *argv_one[12] = {salusd, "--listen", url_one},
+               *argv_big[12] = {salusd, "--listen", url_big};
     memcpy(argv_one + 3, flags, sizeof flags);
     memcpy(argv_big + 3, flags, sizeof flags);
     pid_t s_one = bench_spawn(argv_one), s_big = bench_spawn(argv_big);
@@ -649,9 +659,10 @@ int main(int argc, char **argv)
     double *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
     double *oa = calloc(n, sizeof *oa), *ob = calloc(n, sizeof *ob);
     series ph[6] = {0}; /* S_n, E_n, S_1, E_1, S_i, E_i */
-    static const char *const ph_name[6] = {"salus n", "echo n", "salus 1",
+    static const char *const ph_name[6] = {"salus n", "echo n",  "salus 1",
                                            "echo 1",  "salus i", "echo i"};
-    const enum target ph_target[6] = {T_SALUS_N, T_ECHO_N, T_SALUS_1, T_ECHO_1, T_SALUS_N, T_ECHO_N};
+    const enum target ph_target[6] = {T_SALUS_N, T_ECHO_N,  T_SALUS_1,
+                                      T_ECHO_1,  T_SALUS_N, T_ECHO_N};
     const int ph_active[6] = {n_sessions, n_sessions, 1, 1, 1, 1};
     if (!a || !b || !oa || !ob) {
         free(a);
@@ -744,10 +755,10 @@ int main(int argc, char **argv)
                     "\"growth_idle\":{\"sessions\":%d,\"ratio\":%.3f,\"server_us\":%.2f,"
                     "\"one_us\":%.2f,\"server_p99_us\":%.1f,\"one_p99_us\":%.1f,"
                     "\"echo_ratio\":%.3f}}\n",
-                    am, bm, am / bm, ap, bp, rounds, calls, sizes[0], sizes[1], oam, obm,
-                    oam / obm, oap, obp, sizes[2], sizes[3], n_sessions, growth, sn, s1, en_, e1_,
-                    p99(&ph[0]), p99(&ph[1]), window_ms, n_sessions, idle, si, s1, p99(&ph[4]),
-                    p99(&ph[2]), idle_echo);
+                    am, bm, am / bm, ap, bp, rounds, calls, sizes[0], sizes[1], oam, obm, oam / obm,
+                    oap, obp, sizes[2], sizes[3], n_sessions, growth, sn, s1, en_, e1_, p99(&ph[0]),
+                    p99(&ph[1]), window_ms, n_sessions, idle, si, s1, p99(&ph[4]), p99(&ph[2]),
+                    idle_echo);
             fclose(f);
         }
     }
