@@ -19,7 +19,7 @@ static sl_sched_job *fair_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
     sl_sched_job *best = NULL;
     double best_share = 0;
     /* Admission order plus a strict "<" gives ties to the earlier arrival. */
-    for (sl_sched_job *j = sl_sched_first_job(s); j; j = sl_sched_next_job(j)) {
+    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
         if (!sl_sched_job_ready(j, lane))
             continue;
         double sh = share(j);

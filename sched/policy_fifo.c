@@ -6,7 +6,7 @@
 static sl_sched_job *fifo_pick(const sl_sched *s, uint32_t lane, uint64_t now, bool strict)
 {
     (void) now;
-    for (sl_sched_job *j = sl_sched_first_job(s); j; j = sl_sched_next_job(j)) {
+    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
         if (j->lane != lane)
             continue;
         /* Strict is the paper's behaviour: the oldest job owns the lane even

@@ -17,7 +17,7 @@ static sl_sched_job *pack_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
     (void) now;
     (void) strict;
     sl_sched_job *best = NULL;
-    for (sl_sched_job *j = sl_sched_first_job(s); j; j = sl_sched_next_job(j)) {
+    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
         if (!sl_sched_job_ready(j, lane))
             continue;
         if (!best || j->head->seq < best->head->seq)

@@ -24,7 +24,7 @@ static sl_sched_job *priority_pick(const sl_sched *s, uint32_t lane, uint64_t no
     (void) strict;
     sl_sched_job *best = NULL;
     double best_share = 0;
-    for (sl_sched_job *j = sl_sched_first_job(s); j; j = sl_sched_next_job(j)) {
+    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
         if (!sl_sched_job_ready(j, lane))
             continue;
         double sh = share(j);

@@ -24,7 +24,7 @@ static sl_sched_job *rr_pick(const sl_sched *s, uint32_t lane, uint64_t now, boo
     sl_sched_job *best = NULL;
     uint64_t best_done = 0;
     /* Admission order plus a strict "<" gives ties to the earlier arrival. */
-    for (sl_sched_job *j = sl_sched_first_job(s); j; j = sl_sched_next_job(j)) {
+    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
         if (!sl_sched_job_ready(j, lane))
             continue;
         uint64_t done = sl_sched_job_lane_iterations(s, j);

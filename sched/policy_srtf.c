@@ -75,7 +75,7 @@ static sl_sched_job *srtf_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
     (void) now;
     sl_sched_job *best = NULL;
     rank best_rank = {0};
-    for (sl_sched_job *j = sl_sched_first_job(s); j; j = sl_sched_next_job(j)) {
+    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
         /* Strict ranks every job on the lane, ready or not; the lane is
          * idle when we are asked, so none of them is running. */
         if (strict ? j->lane != lane : !sl_sched_job_ready(j, lane))

@@ -38,7 +38,40 @@ typedef struct lane_state {
     uint64_t idle_since_ns; /* completion time of the last item */
     uint64_t gap_count[2];  /* [same_job] */
     uint64_t gap_sum_ns[2];
+    sl_sched_job *jobs_head, *jobs_tail; /* its jobs, admission order */
 } lane_state;
+
+/* Links job into its lane's list at its place in admission order (at the
+ * tail for a new job; a moved job may go further in). */
+static void lane_link(lane_state *ls, sl_sched_job *job)
+{
+    sl_sched_job *after = ls->jobs_tail;
+    while (after && after->arrival_seq > job->arrival_seq)
+        after = after->lane_prev;
+    job->lane_prev = after;
+    job->lane_next = after ? after->lane_next : ls->jobs_head;
+    if (job->lane_next)
+        job->lane_next->lane_prev = job;
+    else
+        ls->jobs_tail = job;
+    if (after)
+        after->lane_next = job;
+    else
+        ls->jobs_head = job;
+}
+
+static void lane_unlink(lane_state *ls, sl_sched_job *job)
+{
+    if (job->lane_prev)
+        job->lane_prev->lane_next = job->lane_next;
+    else
+        ls->jobs_head = job->lane_next;
+    if (job->lane_next)
+        job->lane_next->lane_prev = job->lane_prev;
+    else
+        ls->jobs_tail = job->lane_prev;
+    job->lane_prev = job->lane_next = NULL;
+}
 
 struct sl_sched {
     const sl_policy_ops *policy;
@@ -157,11 +190,15 @@ void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial)
         return;
     lane_state *ls = &s->lanes[lane];
     check(!ls->running, "lane_bind: an item is running on the lane");
-    /* The epoch stays: jobs already on the new lane compare against it. */
+    /* The epoch stays: jobs already on the new lane compare against it;
+     * so does its membership (the caller's). */
     uint64_t epoch = ls->epoch;
+    sl_sched_job *head = ls->jobs_head, *tail = ls->jobs_tail;
     memset(ls, 0, sizeof(*ls));
     ls->epoch = epoch;
     ls->serial = serial;
+    ls->jobs_head = head;
+    ls->jobs_tail = tail;
 }
 
 sl_sched_job *sl_sched_lane_running(const sl_sched *s, uint32_t lane)
@@ -201,6 +238,7 @@ void sl_sched_job_add(sl_sched *s, sl_sched_job *job, uint64_t now)
     else
         s->first = job;
     s->last = job;
+    lane_link(&s->lanes[job->lane], job);
 }
 
 sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job)
@@ -215,6 +253,7 @@ sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job)
     else
         s->last = job->prev_job;
     job->prev_job = job->next_job = NULL;
+    lane_unlink(&s->lanes[job->lane], job);
     s->lanes[job->lane].epoch++; /* leaving changes the membership too */
 
     /* set_lane may have left the job as "last" on an earlier lane too, and
@@ -323,6 +362,11 @@ void sl_sched_complete(sl_sched *s, sl_sched_job *job, uint64_t device_ns, uint6
     job->lane_iterations++;
 }
 
+sl_sched_job *sl_sched_lane_first_job(const sl_sched *s, uint32_t lane)
+{
+    return lane < s->n_lanes ? s->lanes[lane].jobs_head : NULL;
+}
+
 sl_sched_job *sl_sched_first_job(const sl_sched *s)
 {
     return s->first;
@@ -347,8 +391,10 @@ void sl_sched_job_set_lane(sl_sched *s, sl_sched_job *job, uint32_t lane)
     if (lane == job->lane)
         return;
     /* It leaves one lane and joins another: both memberships change. */
+    lane_unlink(&s->lanes[job->lane], job);
     s->lanes[job->lane].epoch++;
     job->lane = lane;
+    lane_link(&s->lanes[lane], job);
     job->lane_epoch = ++s->lanes[lane].epoch;
     job->lane_iterations = 0;
 }

@@ -44,7 +44,8 @@ typedef struct sl_sched_job {
     uint32_t n_queued;
     bool running; /* has an item picked and not completed */
     sl_sched_item *head, *tail;
-    struct sl_sched_job *prev_job, *next_job; /* all jobs, admission order */
+    struct sl_sched_job *prev_job, *next_job;   /* all jobs, admission order */
+    struct sl_sched_job *lane_prev, *lane_next; /* its lane's jobs, admission order */
     /* accounting (all saturating; see the sl_sched_job_* queries below) */
     uint64_t iterations_started; /* items picked */
     uint64_t queue_sum_ns;       /* sum over picked items of (pick - enqueue) */
@@ -158,6 +159,15 @@ sl_sched_job *sl_sched_first_job(const sl_sched *s);
 static inline sl_sched_job *sl_sched_next_job(const sl_sched_job *j)
 {
     return j->next_job;
+}
+
+/* The jobs of one lane, in admission order: what a policy's pick scans
+ * (a pick costs O(jobs on its lane), not O(all jobs)). NULL for a lane with
+ * none or at or above the capacity. */
+sl_sched_job *sl_sched_lane_first_job(const sl_sched *s, uint32_t lane);
+static inline sl_sched_job *sl_sched_lane_next_job(const sl_sched_job *j)
+{
+    return j->lane_next;
 }
 
 /* True when job may be picked on lane: it lives there, has queued work and

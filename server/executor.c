@@ -495,10 +495,20 @@ static void op_done(void *arg, int status)
     ex->hooks.unlock_send(ex->hooks.arg, &box);
 }
 
+/* Small by the registry's cost model: a few microseconds of work on one
+ * core, whatever the load. The measured time alone is not enough: on a
+ * saturated host an iteration's wall time includes waiting for a core, so
+ * tiny iterations would stop qualifying exactly when hand-offs cost most. */
+#define RUN_HERE_MAX_FLOPS (1u << 20)
+#define RUN_HERE_MAX_BYTES (1u << 20)
+
 static bool runs_here(const sl_exec *ex, const sl_exec_task *t)
 {
-    return ex->dev->ops->stream_hold && !t->stepwise && t->graph->iter_ewma_ns &&
-           t->graph->iter_ewma_ns <= RUN_HERE_MAX_NS;
+    const sl_graph *g = t->graph;
+    if (!ex->dev->ops->stream_hold || t->stepwise)
+        return false;
+    bool tiny = g->flops <= RUN_HERE_MAX_FLOPS && g->plan.peak <= RUN_HERE_MAX_BYTES;
+    return tiny || (g->iter_ewma_ns && g->iter_ewma_ns <= RUN_HERE_MAX_NS);
 }
 
 /* Ends a task that never reached the device. */

@@ -673,19 +673,66 @@ static void test_switch_same_job(void **state)
     assert_int_equal(sl_sched_lane_switches(fx.s, 1), 0);
 }
 
+/* A pick scans only its lane's jobs, in admission order: a job that moves
+ * away and back takes its old place, so fifo still picks the oldest and
+ * ties still go to the earlier arrival; drop_queued empties a queue but
+ * keeps the job. */
+static void test_lane_lists_keep_admission_order(void **state)
+{
+    (void) state;
+    make("fifo", false);
+    sl_sched_job a, b, c;
+    add(&a, 1, 1, 0, 0);
+    add(&b, 2, 1, 0, 1);
+    add(&c, 3, 1, 0, 2);
+    assert_ptr_equal(sl_sched_lane_first_job(fx.s, 0), &a);
+    sl_sched_job_set_lane(fx.s, &a, 1);
+    assert_ptr_equal(sl_sched_lane_first_job(fx.s, 0), &b);
+    assert_ptr_equal(sl_sched_lane_first_job(fx.s, 1), &a);
+    assert_null(sl_sched_lane_next_job(&a));
+    sl_sched_job_set_lane(fx.s, &a, 0);
+    assert_ptr_equal(sl_sched_lane_first_job(fx.s, 0), &a);
+    assert_ptr_equal(sl_sched_lane_next_job(&a), &b);
+    assert_ptr_equal(sl_sched_lane_next_job(&b), &c);
+    assert_null(sl_sched_lane_first_job(fx.s, 1));
+    enq(&c, 0, 3);
+    enq(&a, 1, 4);
+    run_one(0, &a, 1, 5); /* the oldest, though it queued last */
+    run_one(0, &c, 1, 6);
+
+    enq(&b, 2, 7);
+    enq(&b, 3, 8);
+    assert_int_equal(release_list(sl_sched_job_drop_queued(fx.s, &b)), 2);
+    assert_int_equal(b.n_queued, 0);
+    assert_ptr_equal(sl_sched_lane_next_job(&a), &b); /* still there */
+    assert_null(sl_sched_job_remove(fx.s, &b));
+    assert_ptr_equal(sl_sched_lane_next_job(&a), &c);
+}
+
 int sched_group_core(void)
 {
     const struct CMUnitTest tests[] = {
-        SCHED_TEST(test_policy_lookup),        SCHED_TEST(test_create_errors),
-        SCHED_TEST(test_lanes_reserve),        SCHED_TEST(test_lane_bind),
-        SCHED_TEST(test_bookkeeping),          SCHED_TEST(test_fifo_scripted),
-        SCHED_TEST(test_fifo_strict_idles),    SCHED_TEST(test_fifo_property_work_conserving),
-        SCHED_TEST(test_fifo_property_strict), SCHED_TEST(test_fair_picks_least),
-        SCHED_TEST(test_fair_weighted_shares), SCHED_TEST(test_fair_no_starvation),
-        SCHED_TEST(test_core_property_fifo),   SCHED_TEST(test_core_property_fair),
-        SCHED_TEST(test_one_item_per_lane),    SCHED_TEST(test_lanes_independent),
-        SCHED_TEST(test_remove_returns_items), SCHED_TEST(test_policy_change_runtime),
-        SCHED_TEST(test_switch_counting),      SCHED_TEST(test_switch_same_job),
+        SCHED_TEST(test_policy_lookup),
+        SCHED_TEST(test_create_errors),
+        SCHED_TEST(test_lanes_reserve),
+        SCHED_TEST(test_lane_bind),
+        SCHED_TEST(test_bookkeeping),
+        SCHED_TEST(test_fifo_scripted),
+        SCHED_TEST(test_fifo_strict_idles),
+        SCHED_TEST(test_fifo_property_work_conserving),
+        SCHED_TEST(test_fifo_property_strict),
+        SCHED_TEST(test_fair_picks_least),
+        SCHED_TEST(test_fair_weighted_shares),
+        SCHED_TEST(test_fair_no_starvation),
+        SCHED_TEST(test_core_property_fifo),
+        SCHED_TEST(test_core_property_fair),
+        SCHED_TEST(test_one_item_per_lane),
+        SCHED_TEST(test_lanes_independent),
+        SCHED_TEST(test_remove_returns_items),
+        SCHED_TEST(test_policy_change_runtime),
+        SCHED_TEST(test_switch_counting),
+        SCHED_TEST(test_switch_same_job),
+        SCHED_TEST(test_lane_lists_keep_admission_order),
     };
     return cmocka_run_group_tests_name("sched core", tests, NULL, NULL);
 }
