@@ -1,4 +1,5 @@
-/* The executor (exec.h): when a lane is free, the scheduler's pick for it is
+/* The executor (exec.h), its whole-iteration half (stepwise.c has the
+ * other): when a lane is free, the scheduler's pick for it is
  * launched onto the lane's stream in one go (feed copies, ops, fetch copies,
  * a completion callback). Completion charges device time, hands the lane to
  * the next pick and reports through the done hook: no executor thread, no
@@ -11,7 +12,7 @@
  * low-priority op. With SL_POLICY_GAP_FILL those ops are issued only into
  * the high-priority jobs' predicted idle gaps (sched/gaps.h), and long ones
  * are split into parts that fit (kernels/ops/ops.h sl_op_split). */
-#include "exec.h"
+#include "exec_internal.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -21,13 +22,6 @@
 
 /* Lanes kicked at once from the stack; more go through the heap. */
 #define KICK_STACK_LANES 64
-/* Longest a low-priority iteration waits for a gap its next op fits before
- * it is given one op in whatever gap there is. */
-#define STARVE_NS (5 * 1000 * 1000ull)
-/* Stepwise, a long op is split into at most this many parts, of at least
- * this long (shorter ones would be mostly launch and callback). */
-#define MAX_PARTS 16
-#define MIN_PART_NS (100 * 1000ull)
 /* The gap filler's host margin (sched/gaps.h) on a device made of the
  * host's own cores: a reply's way out to a local client, or a request's way
  * in, takes some tens of microseconds there (bench/rtt). */
@@ -39,20 +33,16 @@
  * bound keeps that (network) thread from being taken for long. */
 #define RUN_HERE_MAX_NS 100000u
 
-static void iteration_done(void *arg, int status);
-static void op_done(void *arg, int status);
-static void resume(sl_exec *ex, bool force);
-
-static unsigned caps(const sl_exec *ex)
+unsigned sl_exec_caps(const sl_exec *ex)
 {
     return sl_sched_policy(ex->sched)->caps;
 }
 
 /* Low-priority iterations go op by op while high-priority jobs exist,
  * when the policy asks for it; everything else runs whole. */
-static bool is_stepwise(const sl_exec *ex, const sl_exec_job *j)
+bool sl_exec_is_stepwise(const sl_exec *ex, const sl_exec_job *j)
 {
-    return (caps(ex) & SL_POLICY_STEPWISE) && !ex->cfg->no_stepwise && ex->gaps.n_hp > 0 &&
+    return (sl_exec_caps(ex) & SL_POLICY_STEPWISE) && !ex->cfg->no_stepwise && ex->gaps.n_hp > 0 &&
            !j->high_priority;
 }
 
@@ -64,7 +54,7 @@ static int stream_priority(const sl_exec *ex, const sl_exec_job *j)
         return 0;
     if (j->high_priority)
         return 1;
-    return is_stepwise(ex, j) ? -1 : 0;
+    return sl_exec_is_stepwise(ex, j) ? -1 : 0;
 }
 
 /* ---- lanes and their streams ---------------------------------------- */
@@ -228,7 +218,7 @@ static int fetch_at(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t step, 
 }
 
 /* The call of graph op k of t's iteration. */
-static sl_op_call op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
+sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 {
     const sl_graph *g = t->graph;
     const sl_graph_op *op = &g->ops[k];
@@ -242,8 +232,8 @@ static sl_op_call op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 
 /* Submits part `part` of `parts` of op k (parts 1: the whole op), with the
  * fetches due before its first part and after its last. */
-static int submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t part,
-                     uint32_t parts)
+int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t part,
+                      uint32_t parts)
 {
     const sl_graph_op *op = &t->graph->ops[k];
     bool last_op = k + 1 == t->graph->n_ops;
@@ -251,7 +241,7 @@ static int submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, ui
     if (part == 0 && op->inplace_in >= 0)
         rc = fetch_at(ex, t, st, k + 1, last_op, true);
     if (rc == SL_OK && op->op != SL_OP_RESHAPE) { /* a view: nothing to run */
-        sl_op_call call = op_call(ex, t, k), piece;
+        sl_op_call call = sl_exec_op_call(ex, t, k), piece;
         if (parts > 1 && (rc = sl_op_split(&call, parts, part, &piece)) == SL_OK)
             call = piece;
         if (rc == SL_OK)
@@ -262,79 +252,10 @@ static int submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, ui
     return rc;
 }
 
-/* Stepwise, the parts op k goes in: as many as bring each under the part
- * length by its predicted duration, when it splits (ops.h). The length is
- * the configured one, or half the room the shortest high-priority gap
- * leaves when that is less (but not under MIN_PART_NS). */
-static uint32_t plan_parts(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
-{
-    if (ex->cfg->no_gap_fill || !(caps(ex) & SL_POLICY_GAP_FILL))
-        return 1;
-    uint64_t op_ns = sl_gaps_lp_predict(&ex->gaps, &t->graph->lp, k);
-    uint64_t part_ns = ex->cfg->op_part_ns ? ex->cfg->op_part_ns : SL_DEFAULT_OP_PART_NS;
-    uint64_t half_room = sl_gaps_min_room(&ex->gaps) / 2;
-    if (half_room < part_ns)
-        part_ns = half_room > MIN_PART_NS ? half_room : MIN_PART_NS;
-    if (op_ns <= part_ns || t->graph->ops[k].op == SL_OP_RESHAPE)
-        return 1;
-    sl_op_call call = op_call(ex, t, k);
-    uint64_t parts = (op_ns + part_ns - 1) / part_ns, most = sl_op_split_max(&call);
-    if (parts > MAX_PARTS)
-        parts = MAX_PARTS;
-    return (uint32_t) (parts < most ? parts : most);
-}
-
-/* The predicted duration of t's next step: its next op, or a part of it. */
-static uint64_t next_step_ns(const sl_exec *ex, const sl_exec_task *t)
-{
-    uint64_t op_ns = sl_gaps_lp_predict(&ex->gaps, &t->graph->lp, t->next_op);
-    uint32_t parts = t->parts ? t->parts : plan_parts(ex, t, t->next_op);
-    return op_ns / parts;
-}
-
-static sl_stream *task_stream(sl_exec *ex, const sl_exec_task *t)
+sl_stream *sl_exec_task_stream(sl_exec *ex, const sl_exec_task *t)
 {
     sl_lane *l = sl_map_get(&ex->lanes, t->lane);
     return l->stream;
-}
-
-/* Stepwise: submits t's next step (an op, or the next part of a long one)
- * and a callback after it (iteration_done after the last). An error stops
- * submission; the callback still comes. */
-static int submit_step(sl_exec *ex, sl_exec_task *t)
-{
-    sl_stream *st = task_stream(ex, t);
-    uint32_t k = t->next_op;
-    if (t->parts == 0) {
-        t->parts = t->status == SL_OK ? plan_parts(ex, t, k) : 1;
-        t->part = 0;
-        ex->stats.ops_split += t->parts > 1;
-    }
-    t->step_op = k;
-    t->step_parts = t->parts;
-    t->op_start_ns = sl_now_ns();
-    int rc = t->status == SL_OK ? submit_op(ex, t, st, k, t->part, t->parts) : SL_OK;
-    if (rc != SL_OK && t->status == SL_OK)
-        t->status = rc;
-    if (++t->part >= t->parts) {
-        t->next_op++;
-        t->parts = 0;
-    }
-    bool last = t->next_op >= t->graph->n_ops || t->status != SL_OK;
-    rc = ex->dev->ops->host_callback(ex->dev, st, last ? iteration_done : op_done, t);
-    if (rc == SL_OK && ++ex->stats.lp_in_flight > ex->stats.lp_in_flight_max)
-        ex->stats.lp_in_flight_max = ex->stats.lp_in_flight;
-    return rc;
-}
-
-static void park(sl_exec *ex, sl_exec_task *t, uint64_t now)
-{
-    t->parked_ns = now;
-    t->parked_next = NULL;
-    sl_exec_task **pp = &ex->parked;
-    while (*pp) /* oldest first: low-priority lanes take turns */
-        pp = &(*pp)->parked_next;
-    *pp = t;
 }
 
 /* Gives the lane's stream the lane's framework block as its workspace
@@ -372,128 +293,16 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
     if (t->stepwise) {
         t->next_op = 0;
         t->parts = 0;
-        park(ex, t, sl_now_ns());
-        resume(ex, false);
+        sl_exec_park(ex, t, sl_now_ns());
+        sl_exec_resume(ex, false);
         return SL_OK;
     }
     for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++)
-        t->status = submit_op(ex, t, st, k, 0, 1);
-    return dev->ops->host_callback(dev, st, iteration_done, t);
+        t->status = sl_exec_submit_op(ex, t, st, k, 0, 1);
+    return dev->ops->host_callback(dev, st, sl_exec_iteration_done, t);
 }
 
 /* ---- gap filling ------------------------------------------------------ */
-
-static void update_class(sl_exec *ex, sl_exec_job *j, bool leaving)
-{
-    bool hp = !leaving && j->joined && sl_sched_job_high_priority(ex->sched, &j->sched);
-    if (hp == j->high_priority)
-        return;
-    if (hp)
-        sl_gaps_hp_add(&ex->gaps, &j->hp);
-    else
-        sl_gaps_hp_remove(&ex->gaps, &j->hp);
-    j->high_priority = hp;
-}
-
-/* Whether a low-priority step of op_ns may be issued now: no other one is
- * on the device, and (gap filling) it fits the high-priority jobs' gaps. */
-static sl_gaps_decision decide(const sl_exec *ex, uint64_t now, uint64_t op_ns)
-{
-    if (ex->cfg->no_gap_fill || !(caps(ex) & SL_POLICY_GAP_FILL))
-        return sl_gaps_hp_pending(&ex->gaps) ? SL_GAPS_WAIT_PENDING : SL_GAPS_ISSUE_FREE;
-    return sl_gaps_decide(&ex->gaps, now, op_ns);
-}
-
-/* Issues parked iterations' next steps while the one low-priority slot is
- * free and the gap model allows (all of them when force); arms the timer
- * for the rest. */
-static void resume(sl_exec *ex, bool force)
-{
-    uint64_t now = sl_now_ns(), wake = 0;
-    sl_exec_task **pp = &ex->parked;
-    force |= ex->finishing;
-    while (*pp) {
-        sl_exec_task *t = *pp;
-        if (!force && ex->stats.lp_in_flight > 0)
-            return; /* its completion resumes the rest */
-        sl_gaps_decision d = decide(ex, now, next_step_ns(ex, t));
-        /* starvation guard: a low-priority iteration that waited a whole
-         * starve period for a gap its next op fits gets one op anyway when no
-         * high-priority work is pending (the bound of one op still holds) */
-        bool starved = d == SL_GAPS_WAIT_GAP && now - t->parked_ns > STARVE_NS;
-        if (force || starved || t->status != SL_OK || d == SL_GAPS_ISSUE_FREE ||
-            d == SL_GAPS_ISSUE_GAP) {
-            *pp = t->parked_next;
-            if (submit_step(ex, t) != SL_OK)
-                sl_log_err("exe.resume", "cannot submit the next op of job %llu",
-                           (unsigned long long) t->job->sched.id);
-            continue;
-        }
-        if (d == SL_GAPS_WAIT_GAP) {
-            /* re-check when the host margin ends, or a little later: when
-             * the predicted gap would be overdue at the latest */
-            uint64_t host = sl_gaps_host_wait(&ex->gaps, now);
-            uint64_t at = now + (host ? host : 1000000); /* 1 ms: cheap and bounded */
-            if (!wake || at < wake)
-                wake = at;
-        }
-        pp = &t->parked_next;
-    }
-    if (wake && ex->timer_running && (!ex->timer_deadline || wake < ex->timer_deadline)) {
-        ex->timer_deadline = wake;
-        pthread_cond_signal(&ex->timer_cond);
-    }
-}
-
-void sl_exec_finish_parked(sl_exec *ex, sl_outbox *box)
-{
-    (void) box;
-    ex->finishing = true;
-    resume(ex, true);
-}
-
-static void *timer_main(void *arg)
-{
-    sl_exec *ex = arg;
-    pthread_mutex_lock(ex->lock);
-    while (!ex->timer_stop) {
-        if (!ex->timer_deadline) {
-            pthread_cond_wait(&ex->timer_cond, ex->lock);
-            continue;
-        }
-        if (sl_now_ns() < ex->timer_deadline) {
-            (void) sl_cond_wait_until(&ex->timer_cond, ex->lock, ex->timer_deadline);
-            continue;
-        }
-        ex->timer_deadline = 0;
-        sl_outbox box = {0};
-        resume(ex, false);
-        ex->hooks.unlock_send(ex->hooks.arg, &box);
-        pthread_mutex_lock(ex->lock);
-    }
-    pthread_mutex_unlock(ex->lock);
-    return NULL;
-}
-
-static void op_done(void *arg, int status)
-{
-    sl_exec_task *t = arg;
-    sl_exec *ex = t->ex;
-    sl_outbox box = {0};
-    pthread_mutex_lock(ex->lock);
-    uint64_t now = sl_now_ns();
-    ex->stats.lp_in_flight--;
-    /* a part stands for its whole op: parts are even shares of its rows */
-    sl_gaps_lp_observe(&ex->gaps, &t->graph->lp, t->step_op,
-                       (now - t->op_start_ns) * t->step_parts);
-    if (status != SL_OK && t->status == SL_OK)
-        t->status = status;
-    if (status == SL_EDEVICERESET)
-        ex->halted = true;
-    park(ex, t, now);
-    resume(ex, false);
-    ex->hooks.unlock_send(ex->hooks.arg, &box);
-}
 
 /* Small by the registry's cost model: a few microseconds of work on one
  * core, whatever the load. The measured time alone is not enough: on a
@@ -551,7 +360,7 @@ static bool kick_lane(sl_exec *ex, const sl_mem_lane_info *info, uint64_t now, s
     }
     t->start_ns = now;
     t->lane = info->id;
-    t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;
+    t->stepwise = sl_exec_is_stepwise(ex, t->job) && t->graph->n_ops > 0;
     l->busy = true;
     ex->stats.lanes_busy++;
     sl_mem_lane_busy(ex->mem, info->id);
@@ -617,7 +426,7 @@ void sl_exec_kick(sl_exec *ex, sl_outbox *box)
         sl_free(lanes);
 }
 
-static void iteration_done(void *arg, int status)
+void sl_exec_iteration_done(void *arg, int status)
 {
     sl_exec_task *t = arg;
     sl_exec *ex = t->ex;
@@ -652,7 +461,7 @@ static void iteration_done(void *arg, int status)
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
     if (j->high_priority || t->stepwise)
-        resume(ex, false);
+        sl_exec_resume(ex, false);
     bool lane_idle = !relaunched && !l->busy;
     if (lane_idle) {
         /* an idle lane may shrink or go, letting queued sessions in */
@@ -731,7 +540,7 @@ int sl_exec_join(sl_exec *ex, sl_exec_job *j, uint64_t now)
         return rc;
     sl_sched_job_add(ex->sched, &j->sched, now);
     j->joined = true;
-    update_class(ex, j, false);
+    sl_exec_update_class(ex, j, false);
     return SL_OK;
 }
 
@@ -740,9 +549,9 @@ void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box)
     if (!j->joined)
         return;
     (void) sl_sched_job_remove(ex->sched, &j->sched);
-    update_class(ex, j, true);
+    sl_exec_update_class(ex, j, true);
     j->joined = false;
-    resume(ex, false);                /* one fewer high-priority job to wait for */
+    sl_exec_resume(ex, false);        /* one fewer high-priority job to wait for */
     kick_one(ex, j->sched.lane, box); /* a strict policy may have kept its lane for it */
 }
 
@@ -763,8 +572,8 @@ void sl_exec_set_share(sl_exec *ex, sl_exec_job *j, const int *priority, const d
         sl_sched_job_set_priority(ex->sched, &j->sched, *priority);
     if (weight)
         sl_sched_job_set_weight(ex->sched, &j->sched, *weight);
-    update_class(ex, j, false);
-    resume(ex, ex->gaps.n_hp == 0);
+    sl_exec_update_class(ex, j, false);
+    sl_exec_resume(ex, ex->gaps.n_hp == 0);
     kick_one(ex, j->sched.lane, box);
 }
 
@@ -772,14 +581,15 @@ void sl_exec_set_policy(sl_exec *ex, const sl_policy_ops *policy, bool strict, s
 {
     sl_sched_set_policy(ex->sched, policy, strict);
     for (sl_sched_job *sj = sl_sched_first_job(ex->sched); sj; sj = sl_sched_next_job(sj))
-        update_class(ex, sl_container_of(sj, sl_exec_job, sched), false);
-    resume(ex, ex->gaps.n_hp == 0);
+        sl_exec_update_class(ex, sl_container_of(sj, sl_exec_job, sched), false);
+    sl_exec_resume(ex, ex->gaps.n_hp == 0);
     sl_exec_kick(ex, box); /* a work-conserving policy may start what a strict one held */
 }
 
 bool sl_exec_wants_exclusive(const sl_exec *ex, int priority)
 {
-    return priority > 0 && (caps(ex) & SL_POLICY_EXCLUSIVE_LANES) && !ex->cfg->no_exclusive_lanes;
+    return priority > 0 && (sl_exec_caps(ex) & SL_POLICY_EXCLUSIVE_LANES) &&
+           !ex->cfg->no_exclusive_lanes;
 }
 
 bool sl_exec_idle(const sl_exec *ex)
@@ -859,7 +669,7 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         return rc;
     if (sl_cond_init_monotonic(&ex->timer_cond) != 0)
         return SL_ENOMEM;
-    if (pthread_create(&ex->timer, NULL, timer_main, ex) != 0) {
+    if (pthread_create(&ex->timer, NULL, sl_exec_timer_main, ex) != 0) {
         pthread_cond_destroy(&ex->timer_cond);
         return SL_ENOMEM;
     }

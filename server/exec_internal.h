@@ -1,0 +1,31 @@
+/* What the executor's two halves (executor.c: lanes and whole iterations;
+ * stepwise.c: op by op and gap filling) share. Private to them. */
+#ifndef SL_EXEC_INTERNAL_H
+#define SL_EXEC_INTERNAL_H
+
+#include "exec.h"
+
+/* The current policy's capabilities (SL_POLICY_*). */
+unsigned sl_exec_caps(const sl_exec *ex);
+/* Whether job j's iterations go op by op now. */
+bool sl_exec_is_stepwise(const sl_exec *ex, const sl_exec_job *j);
+/* The stream of the lane task t runs on. */
+sl_stream *sl_exec_task_stream(sl_exec *ex, const sl_exec_task *t);
+/* The call of graph op k of t's iteration. */
+sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k);
+/* Submits part `part` of `parts` of op k onto st, with its fetches. */
+int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t part,
+                      uint32_t parts);
+/* The device callback that ends an iteration. */
+void sl_exec_iteration_done(void *arg, int status);
+
+/* Job j's gap-filling class follows its priority and the policy. */
+void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving);
+/* Parks a stepwise iteration for its next step (oldest first). */
+void sl_exec_park(sl_exec *ex, sl_exec_task *t, uint64_t now);
+/* Issues parked steps that may go now (all of them when force). */
+void sl_exec_resume(sl_exec *ex, bool force);
+/* The gap timer thread. */
+void *sl_exec_timer_main(void *arg);
+
+#endif
