@@ -8,6 +8,11 @@
 
 #include "session.h"
 
+/* Most tensor bytes one reply carries: a client accepts replies of up to
+ * 2 GiB (SL_CLIENT_MAX_MSG), less room for the envelope. Bigger reads and
+ * fetches are refused before any host memory is committed to them. */
+#define SL_MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
+
 enum sl_handled {
     SL_HANDLED,       /* the reply is complete */
     SL_HANDLED_LATER, /* device work is in flight: the executor's done hook ends it */

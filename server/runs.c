@@ -6,9 +6,6 @@
 #include "sl_error.h"
 #include "sl_time.h"
 
-/* Most tensor bytes one reply carries (tensors.c has the same bound). */
-#define MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
-
 static int refuse_slice(sl_session *s, sl_reply *r)
 {
     sl_reply_error(r, SL_EINVAL,
@@ -67,10 +64,10 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
     uint64_t reply_bytes = 0; /* at most 2^14 values of at most 2^42 bytes: no overflow */
     for (size_t j = 0; j < m->n_fetches && !shm_out; j++)
         reply_bytes += sl_shape_bytes(&g->values[m->fetches[j]].shape);
-    if (reply_bytes > MAX_REPLY_BYTES) {
+    if (reply_bytes > SL_MAX_REPLY_BYTES) {
         sl_reply_error(r, SL_EINVAL,
                        "the fetches total %llu bytes, more than one reply carries (%llu)",
-                       (unsigned long long) reply_bytes, (unsigned long long) MAX_REPLY_BYTES);
+                       (unsigned long long) reply_bytes, (unsigned long long) SL_MAX_REPLY_BYTES);
         return SL_HANDLED;
     }
     sl_exec_task *t = &w->task;

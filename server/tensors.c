@@ -10,11 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Most tensor bytes one reply carries: a client accepts replies of up to 2 GiB
- * (SL_CLIENT_MAX_MSG), less room for the envelope. Bigger reads and fetches
- * are refused before any host memory is committed to them. */
-#define MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
-
 static sl_tensor *find_tensor(sl_session *s, uint64_t id, sl_reply *r)
 {
     sl_tensor *t = sl_map_get(&s->tensors, id);
@@ -24,10 +19,19 @@ static sl_tensor *find_tensor(sl_session *s, uint64_t id, sl_reply *r)
     return t;
 }
 
-static uint32_t max_objects(const sl_sessions *ss)
+/* Whether s may hold one more of what `held` counts (its tensors, or its
+ * graphs: as many of each); the refusal goes into r when not. */
+static bool below_limit(const sl_sessions *ss, const sl_session *s, const sl_map *held,
+                        const char *what, sl_reply *r)
 {
-    return ss->cfg->max_tensors_per_session ? ss->cfg->max_tensors_per_session
-                                            : SL_DEFAULT_MAX_TENSORS;
+    uint32_t most = ss->cfg->max_tensors_per_session ? ss->cfg->max_tensors_per_session
+                                                     : SL_DEFAULT_MAX_TENSORS;
+    if (held->count < most)
+        return true;
+    sl_reply_error(r, SL_EEXHAUSTED,
+                   "session %llu already holds %zu %s (limit %u, salusd --max-tensors-per-session)",
+                   (unsigned long long) s->id, held->count, what, most);
+    return false;
 }
 
 static bool set_empty_body(sl_reply *r)
@@ -64,13 +68,8 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
         sl_reply_error(r, SL_EINVAL, "invalid tensor shape: %s", why);
         return SL_HANDLED;
     }
-    if (s->tensors.count >= max_objects(ss)) {
-        sl_reply_error(r, SL_EEXHAUSTED,
-                       "session %llu already holds %zu tensors (limit %u, salusd "
-                       "--max-tensors-per-session)",
-                       (unsigned long long) s->id, s->tensors.count, max_objects(ss));
+    if (!below_limit(ss, s, &s->tensors, "tensors", r))
         return SL_HANDLED;
-    }
     uint64_t bytes = sl_shape_bytes(&shape);
     if (m->init.len != 0 && m->init.len != bytes) {
         sl_reply_error(r, SL_EINVAL, "init has %zu bytes, tensor has %llu", m->init.len,
@@ -155,11 +154,11 @@ int sl_handle_read_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
     if (!t)
         return SL_HANDLED;
     uint64_t bytes = sl_shape_bytes(&t->shape);
-    if (bytes > MAX_REPLY_BYTES) {
+    if (bytes > SL_MAX_REPLY_BYTES) {
         sl_reply_error(r, SL_EINVAL,
                        "tensor %llu has %llu bytes, more than one reply carries (%llu)",
                        (unsigned long long) t->id, (unsigned long long) bytes,
-                       (unsigned long long) MAX_REPLY_BYTES);
+                       (unsigned long long) SL_MAX_REPLY_BYTES);
         return SL_HANDLED;
     }
     Salus__ReadTensorReply *body = sl_reply_alloc(r, sizeof *body);
@@ -209,13 +208,8 @@ int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w)
         sl_reply_error(r, SL_EINVAL, "register_graph without a graph");
         return SL_HANDLED;
     }
-    if (s->graphs.count >= max_objects(ss)) {
-        sl_reply_error(r, SL_EEXHAUSTED,
-                       "session %llu already holds %zu graphs (limit %u, salusd "
-                       "--max-tensors-per-session)",
-                       (unsigned long long) s->id, s->graphs.count, max_objects(ss));
+    if (!below_limit(ss, s, &s->graphs, "graphs", r))
         return SL_HANDLED;
-    }
     int rc = sl_graph_build(&s->tensors, w->msg->register_graph->graph, !ss->cfg->no_inplace,
                             &w->graph, err, sizeof err);
     if (rc) {

@@ -1,4 +1,5 @@
 #include "salusd_ctl.h"
+#include "status_call.h"
 
 #include "client_internal.h"
 #include "sl_test.h"
@@ -218,12 +219,7 @@ void sl_ctl_fault(const sl_test_server *srv, const char *cmd)
 
 int sl_ctl_queued(salus_client *c, uint64_t session_id)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     int queued = -1;
     for (size_t i = 0; i < rep->status->n_sessions; i++)
         if (rep->status->sessions[i]->id == session_id)
@@ -234,12 +230,7 @@ int sl_ctl_queued(salus_client *c, uint64_t session_id)
 
 bool sl_ctl_running(salus_client *c, uint64_t session_id)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     const Salus__StatusReply *sr = rep->status;
     bool busy = false;
     for (size_t i = 0; i < sr->n_sessions; i++) {

@@ -9,6 +9,7 @@
  * (fork + exec before any NNG use in the child: NNG is not fork-safe). */
 #include "client_internal.h"
 #include "harness.h"
+#include "status_call.h"
 #include "sl_test.h"
 
 #include <errno.h>
@@ -82,12 +83,7 @@ typedef struct seen {
 
 static seen look(salus_client *c, const char *name)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     const Salus__StatusReply *r = rep->status;
     seen v = {.sessions = r->n_sessions,
               .queue = r->n_queue,

@@ -7,6 +7,7 @@
  * taken at start: no session, no persistent byte, no lane. */
 #include "client_internal.h"
 #include "harness.h"
+#include "status_call.h"
 #include "sl_nng.h"
 #include "sl_test.h"
 
@@ -34,12 +35,7 @@ static usage baseline;
 
 static usage server_usage(salus_client *c)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     const Salus__MemoryStatus *m = rep->status->memory;
     usage u = {
         rep->status->n_sessions, rep->status->n_queue, rep->status->n_lanes, m->persistent_used,

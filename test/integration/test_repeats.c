@@ -6,6 +6,7 @@
  * own counters show what ran. */
 #include "client_internal.h"
 #include "harness.h"
+#include "status_call.h"
 #include "sl_test.h"
 
 #include <nng/protocol/reqrep0/req.h>
@@ -25,12 +26,7 @@ typedef struct counts {
 static counts server_counts(void)
 {
     salus_client *c = sl_test_connect(&server);
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     counts k = {rep->status->iterations_total, rep->status->repeats_total,
                 rep->status->n_sessions + rep->status->n_queue};
     salus__reply__free_unpacked(rep, NULL);

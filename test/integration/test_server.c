@@ -1,6 +1,7 @@
 /* Integration tests against a real salusd process on ipc://. */
 #include "client_internal.h"
 #include "harness.h"
+#include "status_call.h"
 #include "sl_test.h"
 
 #include <nng/protocol/reqrep0/req.h>
@@ -21,13 +22,7 @@ static sl_test_server server;
 /* Reads the server's status: number of sessions and persistent bytes used. */
 static void server_usage(salus_client *c, size_t *sessions, uint64_t *persistent)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
-    assert_int_equal(rep->body_case, SALUS__REPLY__BODY_STATUS);
+    Salus__Reply *rep = sl_test_status(c);
     *sessions = rep->status->n_sessions;
     *persistent = rep->status->memory->persistent_used;
     salus__reply__free_unpacked(rep, NULL);
@@ -234,12 +229,7 @@ static void unknown_session_wrong_token_unknown_graph(void **state)
 /* Number of iterations the server has run in total. */
 static uint64_t server_iterations(salus_client *c)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     uint64_t n = rep->status->iterations_total;
     salus__reply__free_unpacked(rep, NULL);
     return n;
@@ -488,12 +478,7 @@ static void admission_quota_and_capacity_leave_a_trainer_undisturbed(void **stat
  * session); *busy: whether its lane runs something. */
 static int session_queued(salus_client *c, uint64_t id, bool *busy)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Status st = SALUS__STATUS__INIT;
-    req.body_case = SALUS__REQUEST__BODY_STATUS;
-    req.status = &st;
-    Salus__Reply *rep;
-    assert_sl_ok(sl_client_call(c, &req, &rep));
+    Salus__Reply *rep = sl_test_status(c);
     const Salus__StatusReply *sr = rep->status;
     int queued = -1;
     *busy = false;
