@@ -47,14 +47,15 @@ bool sl_exec_is_stepwise(const sl_exec *ex, const sl_exec_job *j)
 }
 
 /* The stream class a job's iterations run in (device.h): above normal for
- * high-priority jobs, below normal for the stepwise ones, normal otherwise. */
+ * high-priority jobs, below normal for the others while high-priority jobs
+ * exist, normal otherwise. */
 static int stream_priority(const sl_exec *ex, const sl_exec_job *j)
 {
     if (ex->cfg->no_stream_classes)
         return 0;
     if (j->high_priority)
         return 1;
-    return sl_exec_is_stepwise(ex, j) ? -1 : 0;
+    return ex->gaps.n_hp > 0 ? -1 : 0;
 }
 
 /* ---- lanes and their streams ---------------------------------------- */
