@@ -7,7 +7,9 @@
  * than its GEMM-based convolution on plain NCHW for the shapes of a small
  * CNN, and dnnl.c reorders to and from salus's NCHW tensors. Pooling is
  * memory-bound, so it runs on the plain layouts directly: a reorder would
- * cost as much as the pooling. */
+ * cost as much as the pooling. Max pooling whose windows tile the plane
+ * (the usual 2x2/2) does not come here: oneDNN has no fast kernel for it
+ * on NCHW, and pool.c's loop is one streaming pass. */
 #include "dnnl_cache.h"
 #include "ops_geom.h"
 
@@ -239,6 +241,10 @@ int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c)
         build = build_conv_bwd_weights;
         break;
     case SL_OP_MAXPOOL:
+        if (sl_cpu_maxpool_tiles(c))
+            return sl_cpu_maxpool_tiled(c);
+        build = build_pool;
+        break;
     case SL_OP_AVGPOOL:
         build = build_pool;
         break;

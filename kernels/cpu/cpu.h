@@ -79,6 +79,12 @@ int sl_cpu_batchnorm_infer(const sl_op_call *c);
 int sl_cpu_batchnorm_grad(const sl_op_call *c);
 /* pool.c (maxpool_grad in plain C, ties to the first max): */
 int sl_cpu_maxpool_grad(const sl_op_call *c);
+/* Whether maxpool call c's windows tile the plane (stride = kernel, no
+ * padding, no dilation): sl_cpu_maxpool_tiled then runs it. */
+bool sl_cpu_maxpool_tiles(const sl_op_call *c);
+/* maxpool in plain C for windows that tile (sl_cpu_maxpool_tiles); a NaN
+ * in a window is its max. Returns SL_OK. */
+int sl_cpu_maxpool_tiled(const sl_op_call *c);
 /* conv.c, through oneDNN: conv2d and its gradients, maxpool, avgpool and
  * avgpool_grad. */
 int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c);

@@ -10,6 +10,9 @@
 #include "sl_error.h"
 
 #include <cblas.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -124,14 +127,57 @@ static int k_relu(const sl_op_call *c)
     return SL_OK;
 }
 
+/* relu_mask and relu_grad_mask over whole 32-element words. Written with
+ * SSE2 (part of x86-64) because GCC leaves the bit packing scalar: a shift
+ * and an or per element made these two ops a fifth of a small CNN's
+ * training step. The per-element math is elementwise.h's: y = x < 0 ? 0 : x
+ * (NaN and -0 pass through), bit = x > 0. */
+#ifdef __SSE2__
+static uint32_t relu_mask_word32(float *y, const float *x)
+{
+    const __m128 zero = _mm_setzero_ps();
+    uint32_t word = 0;
+    for (int k = 0; k < 32; k += 4) {
+        __m128 v = _mm_loadu_ps(x + k);
+        word |= (uint32_t) _mm_movemask_ps(_mm_cmpgt_ps(v, zero)) << k;
+        _mm_storeu_ps(y + k, _mm_andnot_ps(_mm_cmplt_ps(v, zero), v));
+    }
+    return word;
+}
+
+static void relu_grad_word32(float *dx, const float *dy, uint32_t word)
+{
+    const __m128i lanes = _mm_set_epi32(8, 4, 2, 1);
+    __m128i w = _mm_set1_epi32((int) word);
+    for (int k = 0; k < 32; k += 4) {
+        __m128i bit = _mm_slli_epi32(lanes, k);
+        __m128i on = _mm_cmpeq_epi32(_mm_and_si128(w, bit), bit);
+        _mm_storeu_ps(dx + k, _mm_and_ps(_mm_castsi128_ps(on), _mm_loadu_ps(dy + k)));
+    }
+}
+#else
+static uint32_t relu_mask_word32(float *y, const float *x)
+{
+    return sl_ew_relu_mask_word(y, x, 32, 0);
+}
+
+static void relu_grad_word32(float *dx, const float *dy, uint32_t word)
+{
+    for (int k = 0; k < 32; k++)
+        dx[k] = sl_ew_relu_grad_bit(dy[k], word >> k);
+}
+#endif
+
 static int k_relu_mask(const sl_op_call *c)
 {
     const float *x = f32(&c->in[0]);
     float *y = f32(&c->out[0]);
     uint32_t *bits = c->out[1].data;
-    uint64_t n = sl_shape_elems(&c->in[0].shape);
-    for (uint64_t w = 0; w * 32 < n; w++)
-        bits[w] = sl_ew_relu_mask_word(y, x, n, w);
+    uint64_t n = sl_shape_elems(&c->in[0].shape), full = n / 32;
+    for (uint64_t w = 0; w < full; w++)
+        bits[w] = relu_mask_word32(y + w * 32, x + w * 32);
+    if (full * 32 < n)
+        bits[full] = sl_ew_relu_mask_word(y, x, n, full);
     return SL_OK;
 }
 
@@ -140,8 +186,10 @@ static int k_relu_grad_mask(const sl_op_call *c)
     const float *dy = f32(&c->in[0]);
     const uint32_t *bits = c->in[1].data;
     float *dx = f32(&c->out[0]);
-    uint64_t n = sl_shape_elems(&c->in[0].shape);
-    for (uint64_t i = 0; i < n; i++)
+    uint64_t n = sl_shape_elems(&c->in[0].shape), full = n / 32;
+    for (uint64_t w = 0; w < full; w++)
+        relu_grad_word32(dx + w * 32, dy + w * 32, bits[w]);
+    for (uint64_t i = full * 32; i < n; i++)
         dx[i] = sl_ew_relu_grad_bit(dy[i], bits[i / 32] >> (i % 32));
     return SL_OK;
 }

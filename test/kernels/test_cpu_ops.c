@@ -62,10 +62,11 @@ static void test_cache_and_threads(void **state)
     conv_once(e, x, w, y1); /* a hit: nothing new */
     assert_int_equal(sl_cpu_cached_prims(e->stream), before + 1);
     kt_expect_close("conv2d, 1 thread", y1, want, ny, 1e-5);
-    /* Little work stays on one thread whatever the share: no new variant. */
+    /* Little work stays on one thread whatever the share: no new variant.
+     * (Overlapping windows: tiling ones run in C, without oneDNN.) */
     sl_cpu_force_threads(e->dev, 2);
-    float pool_x[4 * 4] = {0}, pool_y[2 * 2];
-    sl_op_attrs pool = {.i = {2, 2, 2, 2}};
+    float pool_x[4 * 4] = {0}, pool_y[3 * 3];
+    sl_op_attrs pool = {.i = {2, 2, 1, 1}};
     kt_run_op(e, SL_OP_MAXPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
               (float *[]){pool_y});
     sl_cpu_force_threads(e->dev, 1);
@@ -319,6 +320,37 @@ static void test_maxpool_grad_tiled(void **state)
     }
 }
 
+/* maxpool's C path for windows that tile the plane, against the reference
+ * (2x2 and 3x2 windows, uncovered rows and columns), and NaN: a window
+ * holding one has NaN as its max wherever the NaN sits. */
+static void test_maxpool_tiled(void **state)
+{
+    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}};
+    static const sl_op_attrs attrs[] = {{.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}};
+    for (int k = 0; k < 2; k++) {
+        int64_t yd[4];
+        kt_pool_out(xd[k], &attrs[k], yd);
+        size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
+        float *x = kt_fvec(nx), *y = kt_fvec(ny);
+        double *xdd = kt_dvec(nx), *want = kt_dvec(ny);
+        kt_rand(x, nx, 750 + (uint64_t) k, -2, 2);
+        kt_widen(x, xdd, nx);
+        sl_shape xs = KT_F32(4, xd[k][0], xd[k][1], xd[k][2], xd[k][3]);
+        kt_run_op(*state, SL_OP_MAXPOOL, &attrs[k], &xs, (float *[]){x}, 1, (float *[]){y});
+        kt_ref_pool(true, xdd, want, xd[k], &attrs[k]);
+        kt_expect_close("maxpool, tiled windows", y, want, ny, 0);
+        sl_free(x), sl_free(y), sl_free(xdd), sl_free(want);
+    }
+    sl_op_attrs a = {.i = {2, 2, 2, 2}};
+    for (int at = 0; at < 4; at++) {
+        float x[4] = {1, 2, 3, 4}, y = 0;
+        x[at] = NAN;
+        kt_run_op(*state, SL_OP_MAXPOOL, &a, &KT_F32(4, 1, 1, 2, 2), (float *[]){x}, 1,
+                  (float *[]){&y});
+        assert_true(isnan(y));
+    }
+}
+
 /* salusd never launches reshape (a view); a launch that arrives anyway
  * copies. */
 static void test_reshape_launch(void **state)
@@ -336,6 +368,7 @@ int kt_run_cpu_ops_tests(void)
         cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
         cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
         cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
+        cmocka_unit_test(test_maxpool_tiled),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }
