@@ -319,6 +319,28 @@ static int ensure_scratch(sl_cpu_dnnl *d, size_t bytes)
     return SL_OK;
 }
 
+int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out)
+{
+    int rc;
+    if (x->workspace) {
+        if (bytes > x->workspace_bytes) {
+            sl_log_err("cpu.scratch.ws",
+                       "an op needs %zu bytes of scratch; the stream's workspace has %zu (salusd "
+                       "--framework-per-lane)",
+                       bytes, x->workspace_bytes);
+            return SL_EEXHAUSTED;
+        }
+        *out = x->workspace;
+        return SL_OK;
+    }
+    if (!x->dnnl && (rc = dnnl_new(&x->dnnl)) != SL_OK)
+        return rc;
+    if ((rc = ensure_scratch(x->dnnl, bytes)) != SL_OK)
+        return rc;
+    *out = x->dnnl->scratch;
+    return SL_OK;
+}
+
 static void *tensor_data(const sl_op_call *c, int tensor)
 {
     return tensor >= 0 ? c->in[tensor].data : c->out[-1 - tensor].data;

@@ -290,12 +290,14 @@ static void test_refused_dims(void **state)
 
 /* maxpool_grad's fast path for windows that tile the plane (stride =
  * kernel, no pads), with rows and columns that no window covers, ties and
- * overlap-free windows of 2x2 and 3x2. */
+ * overlap-free windows of 2x2 and 3x2; 10 windows a row take the vector
+ * loop and its scalar tail. */
 static void test_maxpool_grad_tiled(void **state)
 {
-    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}};
-    static const sl_op_attrs attrs[] = {{.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}};
-    for (int k = 0; k < 2; k++) {
+    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}, {2, 2, 6, 21}};
+    static const sl_op_attrs attrs[] = {
+        {.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}, {.i = {2, 2, 2, 2}}};
+    for (int k = 0; k < 3; k++) {
         int64_t yd[4];
         kt_pool_out(xd[k], &attrs[k], yd);
         size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
@@ -321,13 +323,15 @@ static void test_maxpool_grad_tiled(void **state)
 }
 
 /* maxpool's C path for windows that tile the plane, against the reference
- * (2x2 and 3x2 windows, uncovered rows and columns), and NaN: a window
+ * (2x2 and 3x2 windows, uncovered rows and columns, rows long enough for
+ * the vector loop), and NaN: a window
  * holding one has NaN as its max wherever the NaN sits. */
 static void test_maxpool_tiled(void **state)
 {
-    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}};
-    static const sl_op_attrs attrs[] = {{.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}};
-    for (int k = 0; k < 2; k++) {
+    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}, {2, 2, 6, 21}};
+    static const sl_op_attrs attrs[] = {
+        {.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}, {.i = {2, 2, 2, 2}}};
+    for (int k = 0; k < 3; k++) {
         int64_t yd[4];
         kt_pool_out(xd[k], &attrs[k], yd);
         size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);

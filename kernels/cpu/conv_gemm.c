@@ -1,0 +1,78 @@
+/* conv2d_grad_filter as im2col + GEMM, for inputs with few channels.
+ *
+ * oneDNN's fast convolutions on AVX2 work on channels in blocks of 8 (16 on
+ * AVX-512) and pad a short channel dimension up to a block: a first layer
+ * over grayscale images (one channel) then computes its weight gradient on
+ * 8x the data, after reordering the input into that padded layout. Its
+ * GEMM-based alternative is no faster on one thread and degrades badly on
+ * two. Here each sample's patches are unrolled into a [C*R*S, P] matrix
+ * (P = output pixels, the layout dy already has per sample) and
+ * dw[K, C*R*S] accumulates dy_n[K, P] * cols_n^T through OpenBLAS: no
+ * padding, no reorder of x or dy, and the multiplication runs at GEMM speed.
+ * The unrolled matrix is R*S times one sample of x, a few tens of KiB for
+ * such inputs. */
+#include "dnnl_cache.h"
+#include "ops_geom.h"
+
+#include "sl_error.h"
+
+#include <cblas.h>
+#include <string.h>
+
+/* Input channels below oneDNN's smallest channel block (AVX2's 8): where its
+ * blocked kernels waste most of their work on padding. */
+#define GEMM_MAX_CHANNELS 7
+
+bool sl_cpu_conv_grad_filter_by_gemm(const sl_op_call *c)
+{
+    sl_window2d g = sl_conv_window(&c->attrs, &c->in[2].shape);
+    return g.group == 1 && c->in[1].shape.dims[1] <= GEMM_MAX_CHANNELS;
+}
+
+/* Unrolls sample x[C, H, W] into cols[C*R*S, OH*OW]: row (c, r, s) holds,
+ * for every output pixel, the input element its window puts under kernel
+ * tap (r, s), or 0 in the padding. */
+static void im2col(const float *x, float *cols, int64_t ch, int64_t h, int64_t w, int64_t oh,
+                   int64_t ow, const sl_window2d *g)
+{
+    for (int64_t c = 0; c < ch; c++)
+        for (int64_t r = 0; r < g->kernel[0]; r++)
+            for (int64_t s = 0; s < g->kernel[1]; s++) {
+                const float *xc = x + c * h * w;
+                for (int64_t i = 0; i < oh; i++, cols += ow) {
+                    int64_t ih = i * g->stride[0] - g->pad_begin[0] + r * g->dilation[0];
+                    if (ih < 0 || ih >= h) {
+                        memset(cols, 0, (size_t) ow * sizeof *cols);
+                        continue;
+                    }
+                    const float *row = xc + ih * w;
+                    int64_t off = s * g->dilation[1] - g->pad_begin[1];
+                    for (int64_t j = 0; j < ow; j++) {
+                        int64_t iw = j * g->stride[1] + off;
+                        cols[j] = iw >= 0 && iw < w ? row[iw] : 0.0f;
+                    }
+                }
+            }
+}
+
+int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c)
+{
+    const float *dy = c->in[0].data, *xs = c->in[1].data;
+    float *dw = c->out[0].data;
+    const int64_t *dyd = c->in[0].shape.dims, *xd = c->in[1].shape.dims;
+    sl_window2d g = sl_conv_window(&c->attrs, &c->in[2].shape);
+    int64_t n = xd[0], ch = xd[1], h = xd[2], w = xd[3];
+    int64_t k = dyd[1], oh = dyd[2], ow = dyd[3], p = oh * ow;
+    int64_t taps = ch * g.kernel[0] * g.kernel[1];
+    float *cols;
+    int rc = sl_cpu_scratch(x, (size_t) (taps * p) * sizeof *cols, (void **) &cols);
+    if (rc != SL_OK)
+        return rc;
+    memset(dw, 0, (size_t) (k * taps) * sizeof *dw);
+    for (int64_t b = 0; b < n; b++) {
+        im2col(xs + b * ch * h * w, cols, ch, h, w, oh, ow, &g);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) k, (int) taps, (int) p, 1.0f,
+                    dy + b * k * p, (int) p, cols, (int) p, 1.0f, dw, (int) taps);
+    }
+    return SL_OK;
+}
