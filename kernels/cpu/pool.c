@@ -21,9 +21,6 @@
 #include "sl_error.h"
 
 #include <math.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 #include <stdint.h>
 #include <string.h>
 
@@ -107,67 +104,15 @@ static inline float bits_float(uint32_t b)
     return v;
 }
 
-#ifdef __SSE2__
-/* m where it is the max so far, else a, lane by lane; a NaN stays. */
-static inline __m128 max_nan4(__m128 m, __m128 a)
-{
-    __m128 take = _mm_or_ps(_mm_cmpgt_ps(a, m), _mm_cmpunord_ps(a, a));
-    return _mm_or_ps(_mm_and_ps(take, a), _mm_andnot_ps(take, m));
-}
-
-/* Masks of the first hit in each pair of lanes (0,1) and (2,3) of eq,
- * given that an earlier row already hit where `before` is set: lane 1 (3)
- * loses to lane 0 (2). */
-static inline __m128 first_in_pairs(__m128 eq, __m128 before)
-{
-    const __m128 odd = _mm_castsi128_ps(_mm_set_epi32(-1, 0, -1, 0));
-    eq = _mm_andnot_ps(before, eq);
-    __m128 even_to_odd = _mm_and_ps(_mm_shuffle_ps(eq, eq, _MM_SHUFFLE(2, 2, 0, 0)), odd);
-    return _mm_andnot_ps(even_to_odd, eq);
-}
-
-/* Either lane of each pair, in both lanes of the pair. */
-static inline __m128 pair_any(__m128 m)
-{
-    return _mm_or_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-
-/* Four outputs' 2x2 windows: x0 and x1 hold 8 elements of the two rows,
- * y and g one max and one gradient per window. */
-static inline void grad_quad_2x2(const float *x0, const float *x1, __m128 y, __m128 g, float *d0,
-                                 float *d1)
-{
-    for (int half = 0; half < 2; half++) {
-        __m128 yy = half ? _mm_unpackhi_ps(y, y) : _mm_unpacklo_ps(y, y);
-        __m128 gg = half ? _mm_unpackhi_ps(g, g) : _mm_unpacklo_ps(g, g);
-        __m128 top =
-            first_in_pairs(_mm_cmpeq_ps(_mm_loadu_ps(x0 + 4 * half), yy), _mm_setzero_ps());
-        __m128 bottom =
-            first_in_pairs(_mm_cmpeq_ps(_mm_loadu_ps(x1 + 4 * half), yy), pair_any(top));
-        _mm_storeu_ps(d0 + 4 * half, _mm_and_ps(top, gg));
-        _mm_storeu_ps(d1 + 4 * half, _mm_and_ps(bottom, gg));
-    }
-}
-#endif
-
 /* One row of 2x2 windows: per output, masks pick the first of a, b, c, d
- * equal to the max, all in integer bit operations (SSE2 four outputs at a
- * time where available: GCC does not vectorise the stride-2 accesses).
+ * equal to the max, all in integer bit operations so the loop vectorises.
  * A NaN max matches nothing; returns true when one was seen, and the caller
  * redoes the row with first_max. */
 static bool grad_row_2x2(const float *x0, const float *x1, const float *y, const float *dy,
                          float *d0, float *d1, int64_t ow)
 {
     uint32_t nan_seen = 0;
-    int64_t j = 0;
-#ifdef __SSE2__
-    for (; j + 4 <= ow; j += 4) {
-        __m128 yv = _mm_loadu_ps(y + j);
-        nan_seen |= (uint32_t) _mm_movemask_ps(_mm_cmpunord_ps(yv, yv));
-        grad_quad_2x2(x0 + 2 * j, x1 + 2 * j, yv, _mm_loadu_ps(dy + j), d0 + 2 * j, d1 + 2 * j);
-    }
-#endif
-    for (; j < ow; j++) {
+    for (int64_t j = 0; j < ow; j++) {
         float m = y[j];
         uint32_t g = float_bits(dy[j]);
         uint32_t ma = 0u - (uint32_t) (x0[2 * j] == m);
@@ -236,17 +181,7 @@ static inline float max_nan(float m, float a)
 /* One output row of 2x2 windows over input rows x0 and x1. */
 static void pool_row_2x2(const float *x0, const float *x1, float *y, int64_t ow)
 {
-    int64_t j = 0;
-#ifdef __SSE2__
-    for (; j + 4 <= ow; j += 4) {
-        __m128 lo = max_nan4(_mm_loadu_ps(x0 + 2 * j), _mm_loadu_ps(x1 + 2 * j));
-        __m128 hi = max_nan4(_mm_loadu_ps(x0 + 2 * j + 4), _mm_loadu_ps(x1 + 2 * j + 4));
-        __m128 left = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-        __m128 right = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-        _mm_storeu_ps(y + j, max_nan4(left, right));
-    }
-#endif
-    for (; j < ow; j++) {
+    for (int64_t j = 0; j < ow; j++) {
         float m = x0[2 * j];
         m = max_nan(m, x0[2 * j + 1]);
         m = max_nan(m, x1[2 * j]);
