@@ -434,13 +434,16 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
         case L_MAXPOOL:
             y = OPI(g, "maxpool", pool, x);
             if (i > 0 && l[-1].after_pool) {
-                /* the ReLU moved here; the pool's gradient needs its own
-                 * output before the ReLU */
+                /* The ReLU moved here. maxpool_grad gets the ReLU's output
+                 * as the pool's: they differ only in windows whose max is
+                 * not positive, where the ReLU's gradient already zeroed
+                 * dy, so the pool's own output can die in place. */
+                salus_value r = activate(g, &l[-1], y, training);
                 if (training) {
                     l->x = x;
-                    l->y = y;
+                    l->y = r;
                 }
-                x = activate(g, &l[-1], y, training);
+                x = r;
                 continue;
             }
             break;
