@@ -7,12 +7,11 @@
  * than its GEMM-based convolution on plain NCHW for the shapes of a small
  * CNN, and dnnl.c reorders to and from salus's NCHW tensors. The weight
  * gradient of a convolution over fewer channels than those layouts block
- * (a first layer over grayscale or RGB images) goes to conv_gemm.c
- * instead. Pooling is
- * memory-bound, so it runs on the plain layouts directly: a reorder would
- * cost as much as the pooling. Max pooling whose windows tile the plane
- * (the usual 2x2/2) does not come here: oneDNN has no fast kernel for it
- * on NCHW, and pool.c's loop is one streaming pass. */
+ * (a first layer over grayscale or RGB images) goes to conv_gemm.c instead.
+ * Pooling is memory-bound, so it runs on the plain layouts directly: a
+ * reorder would cost as much as the pooling. Max pooling whose windows tile
+ * the plane (the usual 2x2/2) does not come here: oneDNN has no fast kernel
+ * for it on NCHW, and pool.c's loop is one streaming pass. */
 #include "dnnl_cache.h"
 #include "ops_geom.h"
 

@@ -22,11 +22,19 @@
 /* Input channels below oneDNN's smallest channel block (AVX2's 8): where its
  * blocked kernels waste most of their work on padding. */
 #define GEMM_MAX_CHANNELS 7
+/* Largest unrolled sample: beyond it (huge kernels or planes) oneDNN's path,
+ * which needs no such buffer, is the safer choice; it also keeps every
+ * GEMM dimension within cblas's int. */
+#define GEMM_MAX_COLS_BYTES (64ll << 20)
 
 bool sl_cpu_conv_grad_filter_by_gemm(const sl_op_call *c)
 {
+    const int64_t *dyd = c->in[0].shape.dims, *xd = c->in[1].shape.dims;
+    const int64_t *wd = c->in[2].shape.dims;
     sl_window2d g = sl_conv_window(&c->attrs, &c->in[2].shape);
-    return g.group == 1 && c->in[1].shape.dims[1] <= GEMM_MAX_CHANNELS;
+    int64_t taps = xd[1] * wd[2] * wd[3], p = dyd[2] * dyd[3]; /* each at most SL_MAX_ELEMS */
+    return g.group == 1 && xd[1] <= GEMM_MAX_CHANNELS &&
+           p <= GEMM_MAX_COLS_BYTES / (int64_t) sizeof(float) / taps;
 }
 
 /* Unrolls sample x[C, H, W] into cols[C*R*S, OH*OW]: row (c, r, s) holds,
