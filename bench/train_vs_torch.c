@@ -311,6 +311,11 @@ int main(int argc, char **argv)
         usleep(10000);
     salus_disconnect(probe);
 
+    /* other users of the machine move every figure: say how busy it was (the
+     * figure after the rounds includes this benchmark's own work, about 1) */
+    double load[2][3] = {{0}};
+    if (getloadavg(load[0], 3) < 1)
+        load[0][0] = -1;
     series s[N_MODELS];
     summary sum[N_MODELS];
     for (int k = 0; k < N_MODELS; k++) {
@@ -359,6 +364,9 @@ int main(int argc, char **argv)
             job_close(&cj);
     }
     status = 0;
+    if (getloadavg(load[1], 3) < 1)
+        load[1][0] = -1;
+    printf("load average (1 min) %.2f before, %.2f after\n", load[0][0], load[1][0]);
 
     double overhead = 100.0 * (sum[MLP].inproc - sum[MLP].salus) / sum[MLP].inproc;
     if (json) {
@@ -377,7 +385,10 @@ int main(int argc, char **argv)
                         m->salus_lo, m->salus_hi, m->best, m->best_lo, m->best_hi, m->best_threads,
                         m->torch[0], m->torch[1]);
             }
-            fprintf(f, "},\"inproc_sps\":%.1f,\"overhead_pct\":%.2f}\n", sum[MLP].inproc, overhead);
+            fprintf(f,
+                    "},\"inproc_sps\":%.1f,\"overhead_pct\":%.2f,\"load_before\":%.2f,"
+                    "\"load_after\":%.2f}\n",
+                    sum[MLP].inproc, overhead, load[0][0], load[1][0]);
             fclose(f);
         }
     }
