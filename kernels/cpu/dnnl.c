@@ -33,10 +33,6 @@
 /* Alignment of every buffer carved out of the scratch: a cache line, and
  * what oneDNN's vector loads like. */
 #define SCRATCH_ALIGN 64
-/* Ops with less work than this run on one thread whatever their share of
- * the cores: waking a second thread and splitting (tens of microseconds)
- * would cost about what it saves. Pooling always stays below it. */
-#define PARALLEL_MIN_FLOPS (16ull << 20)
 
 struct key {
     uint16_t op;
@@ -405,7 +401,7 @@ int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build
     if (!x->dnnl && (rc = dnnl_new(&x->dnnl)) != SL_OK)
         return rc;
     sl_cpu_dnnl *d = x->dnnl;
-    int threads = x->threads > 1 && op_flops(c) >= PARALLEL_MIN_FLOPS ? x->threads : 1;
+    int threads = x->threads > 1 && op_flops(c) >= SL_CPU_PARALLEL_MIN_FLOPS ? x->threads : 1;
     /* The OpenMP team size is per calling thread: this worker's setting
      * reaches the primitive built (and run) below and no other lane. */
     if (d->omp_threads != threads) {

@@ -61,31 +61,72 @@ static int k_scale(const sl_op_call *c)
     return SL_OK;
 }
 
+/* One GEMM as cblas takes it: C[m, n] = alpha op(A) op(B) + beta C. */
+struct gemm {
+    bool ta, tb;
+    int m, n, k, lda, ldb;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+};
+
+/* matmul (C = the output, beta 0) or matmul_acc (C = in2, updated in
+ * place; OpenBLAS does not read C when beta is 0), so no product tensor
+ * exists for the accumulating form. sl_cpu_op_check made sure every
+ * dimension fits in int. */
+static struct gemm gemm_of(const sl_op_call *c)
+{
+    bool acc = c->op == SL_OP_MATMUL_ACC;
+    const sl_shape *a = &c->in[0].shape, *out = acc ? &c->in[2].shape : &c->out[0].shape;
+    struct gemm g = {
+        .ta = c->attrs.i[0] != 0,
+        .tb = c->attrs.i[1] != 0,
+        .m = (int) out->dims[0],
+        .n = (int) out->dims[1],
+        .k = (int) a->dims[c->attrs.i[0] ? 0 : 1],
+        .lda = (int) a->dims[1],
+        .ldb = (int) c->in[1].shape.dims[1],
+        .alpha = acc ? c->attrs.f[0] : 1.0f,
+        .beta = acc ? c->attrs.f[1] : 0.0f,
+        .a = f32(&c->in[0]),
+        .b = f32(&c->in[1]),
+        .c = f32(acc ? &c->in[2] : &c->out[0]),
+    };
+    return g;
+}
+
+/* Rows [r0, r1) of g's C: they need only the matching rows of op(A). */
+static void gemm_rows(const struct gemm *g, int r0, int r1)
+{
+    if (r1 <= r0)
+        return;
+    const float *a = g->ta ? g->a + r0 : g->a + (size_t) r0 * (size_t) g->lda;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                r1 - r0, g->n, g->k, g->alpha, a, g->lda, g->b, g->ldb, g->beta,
+                g->c + (size_t) r0 * (size_t) g->n, g->n);
+}
+
 static int k_matmul(const sl_op_call *c)
 {
-    bool ta = c->attrs.i[0], tb = c->attrs.i[1];
-    const sl_shape *a = &c->in[0].shape, *b = &c->in[1].shape;
-    /* sl_cpu_op_check made sure every dimension fits in int. */
-    int m = (int) c->out[0].shape.dims[0], n = (int) c->out[0].shape.dims[1];
-    int k = (int) a->dims[ta ? 0 : 1];
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-                k, 1.0f, f32(&c->in[0]), (int) a->dims[1], f32(&c->in[1]), (int) b->dims[1], 0.0f,
-                f32(&c->out[0]), n);
+    struct gemm g = gemm_of(c);
+    gemm_rows(&g, 0, g.m);
     return SL_OK;
 }
 
-/* acc = beta * acc + alpha * op(A) op(B): GEMM's own C operand, so no
- * product tensor exists. OpenBLAS does not read C when beta is 0. */
-static int k_matmul_acc(const sl_op_call *c)
+/* A GEMM big enough to pay for waking threads is cut into bands of C's
+ * rows, one per thread, each a single-threaded OpenBLAS call: OpenBLAS's
+ * own thread count is process-wide, and lanes must not change each
+ * other's. The bands share no output: each element of C comes from one
+ * call over the whole of K, as on one thread. */
+static int matmul_threads(const sl_op_call *c, int threads)
 {
-    bool ta = c->attrs.i[0], tb = c->attrs.i[1];
-    const sl_shape *a = &c->in[0].shape, *b = &c->in[1].shape, *acc = &c->in[2].shape;
-    /* sl_cpu_op_check made sure every dimension fits in int. */
-    int m = (int) acc->dims[0], n = (int) acc->dims[1];
-    int k = (int) a->dims[ta ? 0 : 1];
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-                k, c->attrs.f[0], f32(&c->in[0]), (int) a->dims[1], f32(&c->in[1]),
-                (int) b->dims[1], c->attrs.f[1], f32(&c->in[2]), n);
+    struct gemm g = gemm_of(c);
+    if (threads > g.m)
+        threads = g.m;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++)
+        gemm_rows(&g, (int) ((int64_t) g.m * t / threads),
+                  (int) ((int64_t) g.m * (t + 1) / threads));
     return SL_OK;
 }
 
@@ -396,7 +437,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_MOMENTUM_UPDATE] = k_momentum_update,
     [SL_OP_ADAM_UPDATE] = k_adam_update,
     [SL_OP_RESHAPE] = k_reshape,
-    [SL_OP_MATMUL_ACC] = k_matmul_acc,
+    [SL_OP_MATMUL_ACC] = k_matmul,
 };
 
 static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
@@ -428,5 +469,10 @@ int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call)
 {
     if (sl_cpu_op_uses_dnnl(call->op))
         return sl_cpu_dnnl_op(x, call);
+    if ((call->op == SL_OP_MATMUL || call->op == SL_OP_MATMUL_ACC) && x->threads > 1) {
+        struct gemm g = gemm_of(call);
+        if (2ull * (uint64_t) g.m * (uint64_t) g.n * (uint64_t) g.k >= SL_CPU_PARALLEL_MIN_FLOPS)
+            return matmul_threads(call, x->threads);
+    }
     return kernels[call->op](call);
 }

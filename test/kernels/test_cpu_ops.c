@@ -355,6 +355,46 @@ static void test_maxpool_tiled(void **state)
     }
 }
 
+/* Big GEMMs are cut into row bands across the threads: matmul (every
+ * transpose) and matmul_acc on 2 threads, an odd row count for uneven
+ * bands, against a double reference (float sums of 300 products: 1e-4). */
+static void test_matmul_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { M = 301, N = 130, K = 300 }; /* 23 Mflop: above the one-thread limit */
+    float *a = kt_fvec(M * K), *b = kt_fvec(K * N), *c = kt_fvec(M * N), *acc = kt_fvec(M * N);
+    double *want = kt_dvec(M * N);
+    kt_rand(a, M * K, 760, -1, 1);
+    kt_rand(b, K * N, 761, -1, 1);
+    sl_cpu_force_threads(e->dev, 2);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        /* the same buffers read as [K,M] / [N,K] when transposed */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double sum = 0;
+                for (int k = 0; k < K; k++)
+                    sum += (double) a[ta ? k * M + i : i * K + k] *
+                           (double) b[tb ? j * K + k : k * N + j];
+                want[i * N + j] = sum;
+            }
+        sl_op_attrs at = {.i = {ta, tb}};
+        sl_shape sh[3] = {ta ? KT_F32(2, K, M) : KT_F32(2, M, K),
+                          tb ? KT_F32(2, N, K) : KT_F32(2, K, N), KT_F32(2, M, N)};
+        kt_run_op(e, SL_OP_MATMUL, &at, sh, (float *[]){a, b}, 2, (float *[]){c});
+        kt_expect_close("matmul, 2 threads", c, want, M * N, 1e-4);
+        /* acc = 0.5 acc + 2 a b, from acc = c */
+        sl_op_attrs aa = {.i = {ta, tb}, .f = {2.0f, 0.5f}};
+        memcpy(acc, c, sizeof(float) * M * N);
+        for (int i = 0; i < M * N; i++)
+            want[i] = 0.5 * (double) c[i] + 2.0 * want[i];
+        kt_run_op(e, SL_OP_MATMUL_ACC, &aa, sh, (float *[]){a, b, acc}, 3, NULL);
+        kt_expect_close("matmul_acc, 2 threads", acc, want, M * N, 1e-4);
+    }
+    sl_cpu_force_threads(e->dev, 0);
+    sl_free(a), sl_free(b), sl_free(c), sl_free(acc), sl_free(want);
+}
+
 /* salusd never launches reshape (a view); a launch that arrives anyway
  * copies. */
 static void test_reshape_launch(void **state)
@@ -372,7 +412,7 @@ int kt_run_cpu_ops_tests(void)
         cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
         cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
         cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
-        cmocka_unit_test(test_maxpool_tiled),
+        cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_matmul_threads),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }
