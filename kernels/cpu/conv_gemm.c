@@ -14,6 +14,7 @@
 #include "dnnl_cache.h"
 #include "ops_geom.h"
 
+#include "sl_alloc.h"
 #include "sl_error.h"
 
 #include <cblas.h>
@@ -24,8 +25,9 @@
 #define GEMM_MAX_CHANNELS 7
 /* Largest unrolled sample: beyond it (huge kernels or planes) oneDNN's path,
  * which needs no such buffer, is the safer choice; it also keeps every
- * GEMM dimension within cblas's int. */
-#define GEMM_MAX_COLS_BYTES (64ll << 20)
+ * GEMM dimension within cblas's int, and one sample per thread within a
+ * lane's default workspace (32 MiB on cpu). */
+#define GEMM_MAX_COLS_BYTES (4ll << 20)
 
 bool sl_cpu_conv_grad_filter_by_gemm(const sl_op_call *c)
 {
@@ -63,24 +65,59 @@ static void im2col(const float *x, float *cols, int64_t ch, int64_t h, int64_t w
             }
 }
 
-int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c)
+/* Samples [b0, b1) into acc[K, C*R*S] (zeroed first), unrolling each into
+ * cols. */
+static void grad_filter_samples(const sl_op_call *c, const sl_window2d *g, int64_t b0, int64_t b1,
+                                float *cols, float *acc)
 {
     const float *dy = c->in[0].data, *xs = c->in[1].data;
-    float *dw = c->out[0].data;
     const int64_t *dyd = c->in[0].shape.dims, *xd = c->in[1].shape.dims;
-    sl_window2d g = sl_conv_window(&c->attrs, &c->in[2].shape);
-    int64_t n = xd[0], ch = xd[1], h = xd[2], w = xd[3];
+    int64_t ch = xd[1], h = xd[2], w = xd[3];
     int64_t k = dyd[1], oh = dyd[2], ow = dyd[3], p = oh * ow;
-    int64_t taps = ch * g.kernel[0] * g.kernel[1];
-    float *cols;
-    int rc = sl_cpu_scratch(x, (size_t) (taps * p) * sizeof *cols, (void **) &cols);
+    int64_t taps = ch * g->kernel[0] * g->kernel[1];
+    memset(acc, 0, (size_t) (k * taps) * sizeof *acc);
+    for (int64_t b = b0; b < b1; b++) {
+        im2col(xs + b * ch * h * w, cols, ch, h, w, oh, ow, g);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) k, (int) taps, (int) p, 1.0f,
+                    dy + b * k * p, (int) p, cols, (int) p, 1.0f, acc, (int) taps);
+    }
+}
+
+/* With more than one thread each takes a band of samples into a partial
+ * sum of its own (the first straight into dw), and the partials are added
+ * at the end; OpenBLAS itself stays on one thread (cpu.h). */
+int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c)
+{
+    float *dw = c->out[0].data;
+    const int64_t *dyd = c->in[0].shape.dims;
+    sl_window2d g = sl_conv_window(&c->attrs, &c->in[2].shape);
+    int64_t n = dyd[0], k = dyd[1], p = dyd[2] * dyd[3];
+    int64_t taps = c->in[1].shape.dims[1] * g.kernel[0] * g.kernel[1];
+    uint64_t flops = 2ull * (uint64_t) (n * k) * (uint64_t) (taps * p);
+    int threads = x->threads > 1 && flops >= SL_CPU_PARALLEL_MIN_FLOPS ? x->threads : 1;
+    if (threads > n)
+        threads = (int) n;
+    size_t cols_bytes = sl_align_up((size_t) (taps * p) * sizeof(float), 64);
+    size_t part_bytes = sl_align_up((size_t) (k * taps) * sizeof(float), 64);
+    size_t need = (size_t) threads * cols_bytes + (size_t) (threads - 1) * part_bytes;
+    if (x->workspace && need > x->workspace_bytes) { /* a small workspace: one thread fits best */
+        threads = 1;
+        need = cols_bytes;
+    }
+    char *scratch;
+    int rc = sl_cpu_scratch(x, need, (void **) &scratch);
     if (rc != SL_OK)
         return rc;
-    memset(dw, 0, (size_t) (k * taps) * sizeof *dw);
-    for (int64_t b = 0; b < n; b++) {
-        im2col(xs + b * ch * h * w, cols, ch, h, w, oh, ow, &g);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) k, (int) taps, (int) p, 1.0f,
-                    dy + b * k * p, (int) p, cols, (int) p, 1.0f, dw, (int) taps);
+    char *parts = scratch + (size_t) threads * cols_bytes;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++)
+        grad_filter_samples(c, &g, n * t / threads, n * (t + 1) / threads,
+                            (float *) (scratch + (size_t) t * cols_bytes),
+                            t ? (float *) (parts + (size_t) (t - 1) * part_bytes) : dw);
+    for (int t = 1; t < threads; t++) {
+        const float *part = (const float *) (parts + (size_t) (t - 1) * part_bytes);
+        for (int64_t i = 0; i < k * taps; i++)
+            dw[i] += part[i];
     }
     return SL_OK;
 }

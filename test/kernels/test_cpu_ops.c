@@ -395,6 +395,34 @@ static void test_matmul_threads(void **state)
     sl_free(a), sl_free(b), sl_free(c), sl_free(acc), sl_free(want);
 }
 
+/* conv2d_grad_filter over few channels (im2col + GEMM) on 2 threads: each
+ * takes a band of samples (an odd count) into its own partial sum. */
+static void test_conv_grad_filter_threads(void **state)
+{
+    kt_env *e = *state;
+    static const int64_t xd[4] = {57, 3, 20, 18}, wd[4] = {16, 3, 3, 3};
+    static const sl_op_attrs a = {.i = {1, 1, 1, 1, 1, 1}}; /* 3x3 pad 1: 18 Mflop */
+    int64_t yd[4];
+    kt_conv_out(xd, wd, &a, yd);
+    size_t nx = kt_elems(xd, 4), nw = kt_elems(wd, 4), ny = kt_elems(yd, 4);
+    float *x = kt_fvec(nx), *w = kt_fvec(nw), *dy = kt_fvec(ny), *dw = kt_fvec(nw);
+    double *xdd = kt_dvec(nx), *dyd = kt_dvec(ny), *want = kt_dvec(nw);
+    kt_rand(x, nx, 770, -1, 1);
+    kt_rand(dy, ny, 771, -1, 1);
+    kt_widen(x, xdd, nx);
+    kt_widen(dy, dyd, ny);
+    kt_ref_conv2d_grad_filter(dyd, xdd, want, xd, wd, &a);
+    sl_cpu_force_threads(e->dev, 2);
+    kt_run_op(e, SL_OP_CONV2D_GRAD_FILTER, &a,
+              (sl_shape[]){KT_F32(4, yd[0], yd[1], yd[2], yd[3]),
+                           KT_F32(4, xd[0], xd[1], xd[2], xd[3]),
+                           KT_F32(4, wd[0], wd[1], wd[2], wd[3])},
+              (float *[]){dy, x, w}, 3, (float *[]){dw});
+    sl_cpu_force_threads(e->dev, 0);
+    kt_expect_close("conv2d_grad_filter, 2 threads", dw, want, nw, 1e-4);
+    sl_free(x), sl_free(w), sl_free(dy), sl_free(dw), sl_free(xdd), sl_free(dyd), sl_free(want);
+}
+
 /* salusd never launches reshape (a view); a launch that arrives anyway
  * copies. */
 static void test_reshape_launch(void **state)
@@ -408,11 +436,17 @@ static void test_reshape_launch(void **state)
 int kt_run_cpu_ops_tests(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
-        cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
-        cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
-        cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
-        cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_matmul_threads),
+        cmocka_unit_test(test_cache_and_threads),
+        cmocka_unit_test(test_cache_eviction),
+        cmocka_unit_test(test_concurrent_lanes),
+        cmocka_unit_test(test_adam_step_zero),
+        cmocka_unit_test(test_refused_dims),
+        cmocka_unit_test(test_maxpool_grad_tiled),
+        cmocka_unit_test(test_reshape_launch),
+        cmocka_unit_test(test_lane_workspace),
+        cmocka_unit_test(test_maxpool_tiled),
+        cmocka_unit_test(test_matmul_threads),
+        cmocka_unit_test(test_conv_grad_filter_threads),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }
