@@ -1,16 +1,27 @@
-/* bench/train_vs_torch: the same MLP (784-256-128-10), batch (128),
- * optimizer (SGD with momentum 0.9) and Fashion-MNIST batches trained three
- * ways, interleaved round by round:
- *   A  salus through salusd over ipc:// (a separate process),
- *   B  PyTorch (Debian's python3-torch, 2 threads) in a separate process,
- *   C  salus through a server embedded in this process over inproc:// (the
- *      same graph with no inter-process communication).
- * Prints per-round samples/s, then
+/* bench/train_vs_torch: salus against PyTorch's best configuration on the
+ * same models, batch (128), optimizer (SGD with momentum 0.9, lr 0.02) and
+ * Fashion-MNIST batches (taken in order), for two models: the MLP
+ * 784-256-128-10 and the CNN of examples/fashion_train.c (conv 16 3x3 pad 1,
+ * relu, maxpool 2, conv 32 3x3 pad 1, relu, maxpool 2, dense 128, relu,
+ * dense 10). Trained side by side:
+ *   salus   through salusd over ipc:// (a separate process);
+ *   torch1  PyTorch (Debian's python3-torch) with torch.set_num_threads(1),
+ *   torch2  and with 2 threads, each in a process of its own;
+ *   inproc  (MLP only) salus through a server embedded in this process over
+ *           inproc://: the same graph without inter-process communication.
+ * Every process runs with OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads
+ * sleep instead of spinning on a machine that others use too). A round is
+ * salus, torch1, salus, torch2 [, inproc]: both sides are measured
+ * alternately, and samples/s counts whole training steps as the client
+ * sees them (feeding the batch, running the step, fetching the loss).
+ * PyTorch's best is the thread count with the higher median; the ratio is
+ * salus's median over that median. Prints per-round figures, then
  *   BENCH server_overhead ipc_sps=... inproc_sps=... overhead_pct=...
- *   BENCH train_vs_torch salus_sps=... torch_sps=... ratio=...   (last line)
+ *   BENCH train_vs_torch model=mlp ratio=... salus_sps=... torch_sps=... torch_threads=... ...
+ *   BENCH train_vs_torch model=cnn ratio=... ...                            (last line)
  *
- *   train_vs_torch --salusd PATH --script bench/torch_mlp.py [--python /usr/bin/python3]
- *                  [--rounds 5] [--steps 150] [--json FILE] */
+ *   train_vs_torch --salusd PATH --script bench/torch_train.py [--python /usr/bin/python3]
+ *                  [--rounds 7] [--steps 150] [--cnn-steps 50] [--json FILE] */
 #include "bench_util.h"
 #include "fashion_mnist.h"
 #include "server.h"
@@ -27,23 +38,52 @@
 
 #define BATCH 128
 #define LR 0.02f
+#define WARMUP_STEPS 20
+
+enum model { MLP, CNN, N_MODELS };
+static const char *const model_name[N_MODELS] = {"mlp", "cnn"};
 
 typedef struct job {
     salus_client *client;
     salus_session *session;
     salus_model *model;
+    int64_t pos;
+    float loss;
 } job;
 
-static int job_open(job *j, const char *url)
+static salus_model *build(enum model kind)
+{
+    salus_model *m;
+    if (kind == MLP) {
+        m = salus_model_new(1, (int64_t[]){FMNIST_PIXELS});
+        salus_model_dense(m, 256);
+        salus_model_relu(m);
+        salus_model_dense(m, 128);
+        salus_model_relu(m);
+        salus_model_dense(m, FMNIST_CLASSES);
+    } else {
+        m = salus_model_new(3, (int64_t[]){1, 28, 28});
+        salus_model_conv2d(m, 16, 3, 1, 1);
+        salus_model_relu(m);
+        salus_model_maxpool(m, 2, 2);
+        salus_model_conv2d(m, 32, 3, 1, 1);
+        salus_model_relu(m);
+        salus_model_maxpool(m, 2, 2);
+        salus_model_flatten(m);
+        salus_model_dense(m, 128);
+        salus_model_relu(m);
+        salus_model_dense(m, FMNIST_CLASSES);
+    }
+    return m;
+}
+
+static int job_open(job *j, const char *url, enum model kind)
 {
     salus_optimizer opt = {.kind = SALUS_MOMENTUM, .lr = LR, .momentum = 0.9f};
     int rc;
-    j->model = salus_model_new(1, (int64_t[]){FMNIST_PIXELS});
-    salus_model_dense(j->model, 256);
-    salus_model_relu(j->model);
-    salus_model_dense(j->model, 128);
-    salus_model_relu(j->model);
-    salus_model_dense(j->model, FMNIST_CLASSES);
+    j->model = build(kind);
+    if (!j->model)
+        return SL_ENOMEM;
     if ((rc = salus_connect(url, &j->client)) ||
         (rc = salus_session_open(j->client, NULL, &j->session)) ||
         (rc = salus_model_compile(j->model, j->session, &opt, BATCH, BATCH, 1))) {
@@ -60,37 +100,147 @@ static void job_close(job *j)
     if (j->session)
         (void) salus_session_close(j->session);
     salus_disconnect(j->client);
+    memset(j, 0, sizeof *j);
 }
 
-/* Trains `steps` iterations over consecutive batches; returns samples/s. */
-static double job_round(job *j, const fmnist *d, int64_t *pos, int steps, float *loss)
+/* Trains `steps` iterations over consecutive batches; returns samples/s
+ * (0 on failure). */
+static double job_round(job *j, const fmnist *d, int steps)
 {
     uint64_t t0 = bench_now_ns();
     for (int s = 0; s < steps; s++) {
-        if (*pos + BATCH > d->n)
-            *pos = 0;
-        if (salus_model_train_step(j->model, d->images + *pos * FMNIST_PIXELS, d->labels + *pos,
-                                   loss) != SALUS_OK) {
+        if (j->pos + BATCH > d->n)
+            j->pos = 0;
+        if (salus_model_train_step(j->model, d->images + j->pos * FMNIST_PIXELS, d->labels + j->pos,
+                                   &j->loss) != SALUS_OK) {
             fprintf(stderr, "train_vs_torch: step failed: %s\n", salus_last_error(j->client));
             return 0;
         }
-        *pos += BATCH;
+        j->pos += BATCH;
     }
     return (double) steps * BATCH / ((double) (bench_now_ns() - t0) / 1e9);
+}
+
+/* One PyTorch process: its thread count and the pipes to it. */
+typedef struct torch_proc {
+    int threads;
+    pid_t pid;
+    FILE *in, *out;
+} torch_proc;
+
+static int torch_start(torch_proc *t, const char *python, const char *script)
+{
+    int to_py[2], from_py[2];
+    if (pipe(to_py) || pipe(from_py))
+        return -1;
+    char threads[16], batch[16], lr[16];
+    snprintf(threads, sizeof threads, "%d", t->threads);
+    snprintf(batch, sizeof batch, "%d", BATCH);
+    snprintf(lr, sizeof lr, "%g", (double) LR);
+    t->pid = fork();
+    if (t->pid < 0)
+        return -1;
+    if (t->pid == 0) {
+        dup2(to_py[0], 0);
+        dup2(from_py[1], 1);
+        close(to_py[0]);
+        close(to_py[1]);
+        close(from_py[0]);
+        close(from_py[1]);
+        execl(python, python, script, threads, batch, lr, (char *) NULL);
+        perror(python);
+        _exit(127);
+    }
+    close(to_py[0]);
+    close(from_py[1]);
+    t->in = fdopen(to_py[1], "w");
+    t->out = fdopen(from_py[0], "r");
+    return t->in && t->out ? 0 : -1;
+}
+
+/* Sends one command and reads one answer line into line. */
+static int torch_ask(torch_proc *t, char *line, size_t n, const char *fmt, const char *model,
+                     int steps)
+{
+    fprintf(t->in, fmt, model, steps);
+    fflush(t->in);
+    if (!fgets(line, (int) n, t->out)) {
+        fprintf(stderr, "train_vs_torch: PyTorch (%d threads) stopped\n", t->threads);
+        return -1;
+    }
+    line[strcspn(line, "\n")] = 0;
+    return 0;
+}
+
+static double torch_round(torch_proc *t, enum model kind, int steps)
+{
+    char line[256];
+    double sps;
+    if (torch_ask(t, line, sizeof line, "run %s %d\n", model_name[kind], steps))
+        return 0;
+    if (sscanf(line, "sps %lf", &sps) != 1) {
+        fprintf(stderr, "train_vs_torch: bad answer from PyTorch: %s\n", line);
+        return 0;
+    }
+    return sps;
+}
+
+static void torch_stop(torch_proc *t)
+{
+    if (t->in) {
+        fprintf(t->in, "quit\n");
+        fclose(t->in);
+    }
+    if (t->out)
+        fclose(t->out);
+    if (t->pid > 0)
+        (void) waitpid(t->pid, NULL, 0);
+}
+
+/* The figures of one model. */
+typedef struct series {
+    double *salus, *torch[2], *inproc, *ratio; /* salus: 2 per round */
+} series;
+
+typedef struct summary {
+    double salus, torch[2], inproc, best, ratio, ratio_min;
+    double salus_lo, salus_hi, best_lo, best_hi;
+    int best_threads;
+} summary;
+
+static summary summarise(const series *s, int rounds, bool with_inproc)
+{
+    summary m = {0};
+    size_t n = (size_t) rounds;
+    m.salus = bench_median(s->salus, 2 * n);
+    m.salus_lo = bench_percentile(s->salus, 2 * n, 0);
+    m.salus_hi = bench_percentile(s->salus, 2 * n, 100);
+    for (int t = 0; t < 2; t++)
+        m.torch[t] = bench_median(s->torch[t], n);
+    int b = m.torch[1] > m.torch[0];
+    m.best_threads = b + 1;
+    m.best = m.torch[b];
+    m.best_lo = bench_percentile(s->torch[b], n, 0);
+    m.best_hi = bench_percentile(s->torch[b], n, 100);
+    m.ratio = m.salus / m.best;
+    /* per round: salus's mean of its two runs over the best thread count's run */
+    for (int r = 0; r < rounds; r++)
+        s->ratio[r] = (s->salus[2 * r] + s->salus[2 * r + 1]) / 2 / s->torch[b][r];
+    m.ratio_min = bench_percentile(s->ratio, n, 0);
+    if (with_inproc)
+        m.inproc = bench_median(s->inproc, n);
+    return m;
 }
 
 int main(int argc, char **argv)
 {
     const char *salusd = NULL, *script = NULL, *python = "/usr/bin/python3", *json = NULL;
-    int rounds = 5, steps = 150;
+    int rounds = 7, steps[N_MODELS] = {150, 50};
     static const struct option lo[] = {
-        {"salusd", 1, NULL, 's'},
-        {"script", 1, NULL, 'S'},
-        {"python", 1, NULL, 'p'},
-        {"rounds", 1, NULL, 'r'},
-        {"steps", 1, NULL, 'n'},
-        {"json", 1, NULL, 'j'},
-        {0},
+        {"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'},
+        {"python", 1, NULL, 'p'}, {"rounds", 1, NULL, 'r'},
+        {"steps", 1, NULL, 'n'},  {"cnn-steps", 1, NULL, 'c'},
+        {"json", 1, NULL, 'j'},   {0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -108,7 +258,10 @@ int main(int argc, char **argv)
             rounds = atoi(optarg);
             break;
         case 'n':
-            steps = atoi(optarg);
+            steps[MLP] = atoi(optarg);
+            break;
+        case 'c':
+            steps[CNN] = atoi(optarg);
             break;
         case 'j':
             json = optarg;
@@ -117,14 +270,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!salusd || !script || rounds < 1 || steps < 1) {
-        fprintf(stderr, "usage: train_vs_torch --salusd PATH --script torch_mlp.py [--python PY] "
-                        "[--rounds N] [--steps N] [--json FILE]\n");
+    if (!salusd || !script || rounds < 1 || steps[MLP] < 1 || steps[CNN] < 1) {
+        fprintf(stderr, "usage: train_vs_torch --salusd PATH --script torch_train.py [--python PY] "
+                        "[--rounds N] [--steps N] [--cnn-steps N] [--json FILE]\n");
         return 2;
     }
     fmnist data;
     if (fmnist_load(NULL, "train", 0, &data))
         return 1;
+    /* the same OpenMP behaviour for salusd and both PyTorch processes */
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 
     /* children first: NNG must not be initialised in a process that forks */
     char dir[] = "/tmp/salus-tvt-XXXXXX";
@@ -134,27 +289,15 @@ int main(int argc, char **argv)
     snprintf(ipc_url, sizeof ipc_url, "ipc://%s/salus.sock", dir);
     pid_t spid = bench_spawn((const char *[]){salusd, "--listen", ipc_url, "--memory-limit", "1G",
                                               "--log-level", "warn", NULL});
-    int to_py[2], from_py[2];
-    if (pipe(to_py) || pipe(from_py))
-        return 1;
-    pid_t ppid = fork();
-    if (ppid == 0) {
-        dup2(to_py[0], 0);
-        dup2(from_py[1], 1);
-        close(to_py[1]);
-        close(from_py[0]);
-        execl(python, python, script, "2", "128", "0.02", (char *) NULL);
-        perror(python);
-        _exit(127);
-    }
-    close(to_py[0]);
-    close(from_py[1]);
-    FILE *py_in = fdopen(to_py[1], "w"), *py_out = fdopen(from_py[0], "r");
+    torch_proc torch[2] = {{.threads = 1}, {.threads = 2}};
     char line[256];
-    if (!fgets(line, sizeof line, py_out) || strncmp(line, "ready", 5) != 0) {
-        fprintf(stderr, "train_vs_torch: the PyTorch side did not start (python3-torch?)\n");
-        bench_stop(spid);
-        return 1;
+    for (int t = 0; t < 2; t++) {
+        if (torch_start(&torch[t], python, script) || !fgets(line, sizeof line, torch[t].out) ||
+            strncmp(line, "ready", 5) != 0) {
+            fprintf(stderr, "train_vs_torch: the PyTorch side did not start (python3-torch?)\n");
+            bench_stop(spid);
+            return 1;
+        }
     }
 
     sl_server inproc = {.cfg = SL_CONFIG_DEFAULTS};
@@ -163,68 +306,117 @@ int main(int argc, char **argv)
     sl_log_set_level("warn");
     if (sl_server_start(&inproc) != SL_OK)
         return 1;
-    job a = {0}, cjob = {0};
-    for (int i = 0; i < 500 && salus_connect(ipc_url, &a.client) != SALUS_OK; i++)
+    salus_client *probe = NULL;
+    for (int i = 0; i < 500 && salus_connect(ipc_url, &probe) != SALUS_OK; i++)
         usleep(10000);
-    salus_disconnect(a.client);
-    a.client = NULL;
-    if (job_open(&a, ipc_url) || job_open(&cjob, "inproc://salus-bench"))
-        return 1;
+    salus_disconnect(probe);
 
-    double *sa = calloc((size_t) rounds, sizeof *sa), *sb = calloc((size_t) rounds, sizeof *sb),
-           *sc = calloc((size_t) rounds, sizeof *sc);
-    int64_t pa = 0, pc = 0;
-    float la = 0, lc = 0;
-    (void) job_round(&a, &data, &pa, 20, &la); /* warm-up */
-    (void) job_round(&cjob, &data, &pc, 20, &lc);
-    for (int r = 0; r < rounds; r++) {
-        sa[r] = job_round(&a, &data, &pa, steps, &la);
-        fprintf(py_in, "run %d\n", steps);
-        fflush(py_in);
-        if (!fgets(line, sizeof line, py_out) || sscanf(line, "sps %lf", &sb[r]) != 1) {
-            fprintf(stderr, "train_vs_torch: bad answer from PyTorch: %s\n", line);
-            return 1;
-        }
-        sc[r] = job_round(&cjob, &data, &pc, steps, &lc);
-        printf("round %d: salus/ipc %.0f  torch %.0f  salus/inproc %.0f samples/s  (%s)\n", r,
-               sa[r], sb[r], sc[r], strtok(line, "\n"));
-        fflush(stdout);
+    /* other users of the machine move every figure: say how busy it was (the
+     * figure after the rounds includes this benchmark's own work, about 1) */
+    double load[2][3] = {{0}};
+    if (getloadavg(load[0], 3) < 1)
+        load[0][0] = -1;
+    series s[N_MODELS];
+    summary sum[N_MODELS];
+    for (int k = 0; k < N_MODELS; k++) {
+        s[k].salus = calloc(2 * (size_t) rounds, sizeof(double));
+        s[k].torch[0] = calloc((size_t) rounds, sizeof(double));
+        s[k].torch[1] = calloc((size_t) rounds, sizeof(double));
+        s[k].inproc = calloc((size_t) rounds, sizeof(double));
+        s[k].ratio = calloc((size_t) rounds, sizeof(double));
     }
-    fprintf(py_in, "quit\n");
-    fclose(py_in);
-    fclose(py_out);
-    (void) waitpid(ppid, NULL, 0);
-    job_close(&a);
-    job_close(&cjob);
-    sl_server_stop(&inproc);
-    bench_stop(spid);
-    char path[256];
-    snprintf(path, sizeof path, "%s/salus.sock", dir);
-    unlink(path);
-    rmdir(dir);
+    int status = 1;
+    for (enum model k = 0; k < N_MODELS; k++) {
+        bool with_inproc = k == MLP;
+        job a = {0}, cj = {0};
+        if (job_open(&a, ipc_url, k) || (with_inproc && job_open(&cj, "inproc://salus-bench", k)))
+            goto out;
+        (void) job_round(&a, &data, WARMUP_STEPS);
+        if (with_inproc)
+            (void) job_round(&cj, &data, WARMUP_STEPS);
+        for (int t = 0; t < 2; t++)
+            if (torch_ask(&torch[t], line, sizeof line, "warm %s %d\n", model_name[k],
+                          WARMUP_STEPS))
+                goto out;
+        for (int r = 0; r < rounds; r++) {
+            series *x = &s[k];
+            x->salus[2 * r] = job_round(&a, &data, steps[k]);
+            x->torch[0][r] = torch_round(&torch[0], k, steps[k]);
+            x->salus[2 * r + 1] = job_round(&a, &data, steps[k]);
+            x->torch[1][r] = torch_round(&torch[1], k, steps[k]);
+            if (with_inproc)
+                x->inproc[r] = job_round(&cj, &data, steps[k]);
+            if (!x->salus[2 * r] || !x->salus[2 * r + 1] || !x->torch[0][r] || !x->torch[1][r] ||
+                (with_inproc && !x->inproc[r]))
+                goto out;
+            printf("%s round %d: salus %.0f %.0f  torch/1 %.0f  torch/2 %.0f", model_name[k], r,
+                   x->salus[2 * r], x->salus[2 * r + 1], x->torch[0][r], x->torch[1][r]);
+            if (with_inproc)
+                printf("  salus/inproc %.0f", x->inproc[r]);
+            printf(" samples/s\n");
+            fflush(stdout);
+        }
+        printf("%s: salus final loss %.4f, batch %d, SGD momentum 0.9, lr %.2f\n", model_name[k],
+               (double) a.loss, BATCH, (double) LR);
+        sum[k] = summarise(&s[k], rounds, with_inproc);
+        job_close(&a);
+        if (with_inproc)
+            job_close(&cj);
+    }
+    status = 0;
+    if (getloadavg(load[1], 3) < 1)
+        load[1][0] = -1;
+    printf("load average (1 min) %.2f before, %.2f after\n", load[0][0], load[1][0]);
 
-    double ma = bench_median(sa, (size_t) rounds), mb = bench_median(sb, (size_t) rounds),
-           mc = bench_median(sc, (size_t) rounds);
-    double overhead = 100.0 * (mc - ma) / mc;
-    printf("salus (ipc) final loss %.4f; MLP 784-256-128-10, batch %d, SGD momentum 0.9, lr %.2f\n",
-           la, BATCH, (double) LR);
+    double overhead = 100.0 * (sum[MLP].inproc - sum[MLP].salus) / sum[MLP].inproc;
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
+            fprintf(f, "{\"bench\":\"train_vs_torch\",\"rounds\":%d,\"batch\":%d,\"models\":{",
+                    rounds, BATCH);
+            for (int k = 0; k < N_MODELS; k++) {
+                const summary *m = &sum[k];
+                fprintf(f,
+                        "%s\"%s\":{\"steps\":%d,\"ratio\":%.3f,\"ratio_min\":%.3f,"
+                        "\"salus_sps\":%.1f,\"salus_min\":%.1f,\"salus_max\":%.1f,"
+                        "\"torch_sps\":%.1f,\"torch_min\":%.1f,\"torch_max\":%.1f,"
+                        "\"torch_threads\":%d,\"torch1_sps\":%.1f,\"torch2_sps\":%.1f}",
+                        k ? "," : "", model_name[k], steps[k], m->ratio, m->ratio_min, m->salus,
+                        m->salus_lo, m->salus_hi, m->best, m->best_lo, m->best_hi, m->best_threads,
+                        m->torch[0], m->torch[1]);
+            }
             fprintf(f,
-                    "{\"bench\":\"train_vs_torch\",\"salus_sps\":%.1f,\"torch_sps\":%.1f,"
-                    "\"ratio\":%.3f,\"inproc_sps\":%.1f,\"overhead_pct\":%.2f,\"rounds\":%d,"
-                    "\"steps\":%d}\n",
-                    ma, mb, ma / mb, mc, overhead, rounds, steps);
+                    "},\"inproc_sps\":%.1f,\"overhead_pct\":%.2f,\"load_before\":%.2f,"
+                    "\"load_after\":%.2f}\n",
+                    sum[MLP].inproc, overhead, load[0][0], load[1][0]);
             fclose(f);
         }
     }
-    printf("BENCH server_overhead ipc_sps=%.0f inproc_sps=%.0f overhead_pct=%.2f\n", ma, mc,
-           overhead);
-    printf("BENCH train_vs_torch salus_sps=%.0f torch_sps=%.0f ratio=%.3f\n", ma, mb, ma / mb);
-    free(sa);
-    free(sb);
-    free(sc);
+    printf("BENCH server_overhead ipc_sps=%.0f inproc_sps=%.0f overhead_pct=%.2f\n", sum[MLP].salus,
+           sum[MLP].inproc, overhead);
+    for (int k = 0; k < N_MODELS; k++) {
+        const summary *m = &sum[k];
+        printf("BENCH train_vs_torch model=%s ratio=%.3f salus_sps=%.0f torch_sps=%.0f "
+               "torch_threads=%d torch1_sps=%.0f torch2_sps=%.0f ratio_min=%.3f "
+               "salus_range=%.0f-%.0f torch_range=%.0f-%.0f rounds=%d\n",
+               model_name[k], m->ratio, m->salus, m->best, m->best_threads, m->torch[0],
+               m->torch[1], m->ratio_min, m->salus_lo, m->salus_hi, m->best_lo, m->best_hi, rounds);
+    }
+out:
+    for (int t = 0; t < 2; t++)
+        torch_stop(&torch[t]);
+    sl_server_stop(&inproc);
+    bench_stop(spid);
+    snprintf(line, sizeof line, "%s/salus.sock", dir);
+    unlink(line);
+    rmdir(dir);
+    for (int k = 0; k < N_MODELS; k++) {
+        free(s[k].salus);
+        free(s[k].torch[0]);
+        free(s[k].torch[1]);
+        free(s[k].inproc);
+        free(s[k].ratio);
+    }
     fmnist_free(&data);
-    return 0;
+    return status;
 }

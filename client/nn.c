@@ -3,7 +3,11 @@
  * (forward, argmax). Shapes are tracked per sample while layers are added;
  * the graph builder checks them again, with the batch, at compile time.
  * Under momentum a dense layer's weight gradient is never a tensor: it
- * accumulates into the velocity (matmul_acc), as fused optimizers do. */
+ * accumulates into the velocity (matmul_acc), as fused optimizers do.
+ * A ReLU followed by a max pool runs after the pool instead: the max of
+ * ReLUs is the ReLU of the max (ReLU never decreases), and the gradient
+ * reaches the same element (the first max of the window, when it is
+ * positive), but the ReLU and its gradient touch a quarter of the data. */
 #include "client_internal.h"
 
 #include <math.h>
@@ -38,6 +42,9 @@ typedef struct layer {
     /* training-graph values */
     salus_value x, y, saved_mean, saved_invstd;
     salus_value relu_bits; /* relu: relu_mask's bits, all its gradient reads */
+    /* relu: runs after the max pool that follows it (see the top); the
+     * pool layer then emits both, and this layer passes values through */
+    int after_pool;
 } layer;
 
 typedef struct param {
@@ -388,6 +395,18 @@ static int batched(int64_t batch, int ndim, const int64_t *sample, int64_t *out)
     return ndim + 1;
 }
 
+/* ReLU layer l over x: relu_mask when training (the backward pass needs
+ * only where y > 0: keeping that as bits lets y die once the next layer has
+ * read it, 1/32 of the memory), plain relu otherwise. */
+static salus_value activate(salus_graph *g, layer *l, salus_value x, int training)
+{
+    if (!training)
+        return OP(g, "relu", x);
+    salus_value y = OP(g, "relu_mask", x);
+    l->relu_bits = y + 1;
+    return y;
+}
+
 /* Emits the forward pass; records per-layer values when training. */
 static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_t batch,
                            int training)
@@ -414,6 +433,19 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             break;
         case L_MAXPOOL:
             y = OPI(g, "maxpool", pool, x);
+            if (i > 0 && l[-1].after_pool) {
+                /* The ReLU moved here. maxpool_grad gets the ReLU's output
+                 * as the pool's: they differ only in windows whose max is
+                 * not positive, where the ReLU's gradient already zeroed
+                 * dy, so the pool's own output can die in place. */
+                salus_value r = activate(g, &l[-1], y, training);
+                if (training) {
+                    l->x = x;
+                    l->y = r;
+                }
+                x = r;
+                continue;
+            }
             break;
         case L_AVGPOOL:
             y = OPI(g, "avgpool", pool, x);
@@ -434,15 +466,8 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             break;
         }
         case L_RELU:
-            if (training) {
-                /* the backward pass needs only where y > 0: keeping that as
-                 * bits lets y die once the next layer's weight gradient has
-                 * read it (1/32 of the memory) */
-                y = OP(g, "relu_mask", x);
-                l->relu_bits = y + 1;
-            } else {
-                y = OP(g, "relu", x);
-            }
+            l->after_pool = i + 1 < m->n_layers && l[1].kind == L_MAXPOOL;
+            y = l->after_pool ? x : activate(g, l, x, training);
             break;
         case L_SIGMOID:
             y = OP(g, "sigmoid", x);
@@ -546,6 +571,8 @@ static void backward(salus_model *m, salus_graph *g, salus_value dy, const salus
                 dx = OPI(g, "conv2d_grad_input", conv, dy, w->value, l->x);
             break;
         case L_MAXPOOL:
+            if (i > 0 && l[-1].after_pool)
+                dy = OP(g, "relu_grad_mask", dy, l[-1].relu_bits);
             dx = OPI(g, "maxpool_grad", pool, dy, l->x, l->y);
             break;
         case L_AVGPOOL:
@@ -557,7 +584,7 @@ static void backward(salus_model *m, salus_graph *g, salus_value dy, const salus
             b->grad = dx + 2;
             break;
         case L_RELU:
-            dx = OP(g, "relu_grad_mask", dy, l->relu_bits);
+            dx = l->after_pool ? dy : OP(g, "relu_grad_mask", dy, l->relu_bits);
             break;
         case L_SIGMOID:
             dx = OP(g, "sigmoid_grad", dy, l->y);

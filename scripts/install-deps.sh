@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages salus needs to build, test and run the demo;
 # only what is missing, so a second run costs one dpkg query.
+#   scripts/install-deps.sh          build, test, demo
+#   scripts/install-deps.sh bench    the same plus what the benchmarks need
+#                                    (PyTorch for bench/train_vs_torch)
 set -euo pipefail
 
 packages=(
@@ -10,6 +13,15 @@ packages=(
   dataset-fashion-mnist
   openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
 )
+for group in "$@"; do
+  case "$group" in
+  bench) # bench/train_vs_torch trains the same models in PyTorch (/usr/bin/python3)
+    packages+=(python3-torch python3-numpy) ;;
+  *)
+    echo "install-deps.sh: unknown group '$group' (known: bench)" >&2
+    exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,9 +5,13 @@
  * Convolutions let oneDNN pick the layouts (format "any"): on AVX2/AVX-512
  * it then chooses its direct JIT kernels on blocked layouts, about 3x faster
  * than its GEMM-based convolution on plain NCHW for the shapes of a small
- * CNN, and dnnl.c reorders to and from salus's NCHW tensors. Pooling is
- * memory-bound, so it runs on the plain layouts directly: a reorder would
- * cost as much as the pooling. */
+ * CNN, and dnnl.c reorders to and from salus's NCHW tensors. The weight
+ * gradient of a convolution over fewer channels than those layouts block
+ * (a first layer over grayscale or RGB images) goes to conv_gemm.c instead.
+ * Pooling is memory-bound, so it runs on the plain layouts directly: a
+ * reorder would cost as much as the pooling. Max pooling whose windows tile
+ * the plane (the usual 2x2/2) does not come here: oneDNN has no fast kernel
+ * for it on NCHW, and pool.c's loop is one streaming pass. */
 #include "dnnl_cache.h"
 #include "ops_geom.h"
 
@@ -236,9 +240,15 @@ int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c)
         build = build_conv_bwd_data;
         break;
     case SL_OP_CONV2D_GRAD_FILTER:
+        if (sl_cpu_conv_grad_filter_by_gemm(c))
+            return sl_cpu_conv_grad_filter_gemm(x, c);
         build = build_conv_bwd_weights;
         break;
     case SL_OP_MAXPOOL:
+        if (sl_cpu_maxpool_tiles(c))
+            return sl_cpu_maxpool_tiled(c);
+        build = build_pool;
+        break;
     case SL_OP_AVGPOOL:
         build = build_pool;
         break;

@@ -33,10 +33,6 @@
 /* Alignment of every buffer carved out of the scratch: a cache line, and
  * what oneDNN's vector loads like. */
 #define SCRATCH_ALIGN 64
-/* Ops with less work than this run on one thread whatever their share of
- * the cores: waking a second thread and splitting (tens of microseconds)
- * would cost about what it saves. Pooling always stays below it. */
-#define PARALLEL_MIN_FLOPS (16ull << 20)
 
 struct key {
     uint16_t op;
@@ -319,6 +315,28 @@ static int ensure_scratch(sl_cpu_dnnl *d, size_t bytes)
     return SL_OK;
 }
 
+int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out)
+{
+    int rc;
+    if (x->workspace) {
+        if (bytes > x->workspace_bytes) {
+            sl_log_err("cpu.scratch.ws",
+                       "an op needs %zu bytes of scratch; the stream's workspace has %zu (salusd "
+                       "--framework-per-lane)",
+                       bytes, x->workspace_bytes);
+            return SL_EEXHAUSTED;
+        }
+        *out = x->workspace;
+        return SL_OK;
+    }
+    if (!x->dnnl && (rc = dnnl_new(&x->dnnl)) != SL_OK)
+        return rc;
+    if ((rc = ensure_scratch(x->dnnl, bytes)) != SL_OK)
+        return rc;
+    *out = x->dnnl->scratch;
+    return SL_OK;
+}
+
 static void *tensor_data(const sl_op_call *c, int tensor)
 {
     return tensor >= 0 ? c->in[tensor].data : c->out[-1 - tensor].data;
@@ -383,7 +401,7 @@ int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build
     if (!x->dnnl && (rc = dnnl_new(&x->dnnl)) != SL_OK)
         return rc;
     sl_cpu_dnnl *d = x->dnnl;
-    int threads = x->threads > 1 && op_flops(c) >= PARALLEL_MIN_FLOPS ? x->threads : 1;
+    int threads = x->threads > 1 && op_flops(c) >= SL_CPU_PARALLEL_MIN_FLOPS ? x->threads : 1;
     /* The OpenMP team size is per calling thread: this worker's setting
      * reaches the primitive built (and run) below and no other lane. */
     if (d->omp_threads != threads) {

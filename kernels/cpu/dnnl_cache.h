@@ -42,6 +42,20 @@ typedef dnnl_status_t (*sl_cpu_prim_build)(dnnl_engine_t eng, const_dnnl_primiti
  * or SL_EDEVICE (oneDNN failed; logged). */
 int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build);
 
+/* Scratch memory for a kernel of this stream, at least `bytes`, aligned to
+ * 64 bytes, valid until the next op: the stream's workspace when it has one
+ * (SL_EEXHAUSTED, logged, when bytes exceed it), else the stream's own
+ * buffer, grown on demand (SL_ENOMEM). The oneDNN primitives share it. */
+int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out);
+
+/* conv2d_grad_filter for inputs with fewer channels than oneDNN's blocking
+ * wants and one group (sl_cpu_conv_grad_filter_by_gemm tells): im2col and
+ * OpenBLAS per sample (conv_gemm.c). Returns SL_OK or sl_cpu_scratch's
+ * errors. The forward pass stays with oneDNN: its kernel reads a plain
+ * one-channel input directly, and measured faster than im2col + GEMM. */
+bool sl_cpu_conv_grad_filter_by_gemm(const sl_op_call *c);
+int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c);
+
 /* Fills md with a dense f32 layout of dims (ndim 4 or 5; tag nchw, oihw or
  * goihw). Returns the oneDNN status. */
 dnnl_status_t sl_cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,

@@ -62,10 +62,11 @@ static void test_cache_and_threads(void **state)
     conv_once(e, x, w, y1); /* a hit: nothing new */
     assert_int_equal(sl_cpu_cached_prims(e->stream), before + 1);
     kt_expect_close("conv2d, 1 thread", y1, want, ny, 1e-5);
-    /* Little work stays on one thread whatever the share: no new variant. */
+    /* Little work stays on one thread whatever the share: no new variant.
+     * (Overlapping windows: tiling ones run in C, without oneDNN.) */
     sl_cpu_force_threads(e->dev, 2);
-    float pool_x[4 * 4] = {0}, pool_y[2 * 2];
-    sl_op_attrs pool = {.i = {2, 2, 2, 2}};
+    float pool_x[4 * 4] = {0}, pool_y[3 * 3];
+    sl_op_attrs pool = {.i = {2, 2, 1, 1}};
     kt_run_op(e, SL_OP_MAXPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
               (float *[]){pool_y});
     sl_cpu_force_threads(e->dev, 1);
@@ -289,12 +290,14 @@ static void test_refused_dims(void **state)
 
 /* maxpool_grad's fast path for windows that tile the plane (stride =
  * kernel, no pads), with rows and columns that no window covers, ties and
- * overlap-free windows of 2x2 and 3x2. */
+ * overlap-free windows of 2x2 and 3x2; 10 windows a row take the vector
+ * loop and its scalar tail. */
 static void test_maxpool_grad_tiled(void **state)
 {
-    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}};
-    static const sl_op_attrs attrs[] = {{.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}};
-    for (int k = 0; k < 2; k++) {
+    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}, {2, 2, 6, 21}};
+    static const sl_op_attrs attrs[] = {
+        {.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}, {.i = {2, 2, 2, 2}}};
+    for (int k = 0; k < 3; k++) {
         int64_t yd[4];
         kt_pool_out(xd[k], &attrs[k], yd);
         size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
@@ -319,6 +322,107 @@ static void test_maxpool_grad_tiled(void **state)
     }
 }
 
+/* maxpool's C path for windows that tile the plane, against the reference
+ * (2x2 and 3x2 windows, uncovered rows and columns, rows long enough for
+ * the vector loop), and NaN: a window
+ * holding one has NaN as its max wherever the NaN sits. */
+static void test_maxpool_tiled(void **state)
+{
+    static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}, {2, 2, 6, 21}};
+    static const sl_op_attrs attrs[] = {
+        {.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}, {.i = {2, 2, 2, 2}}};
+    for (int k = 0; k < 3; k++) {
+        int64_t yd[4];
+        kt_pool_out(xd[k], &attrs[k], yd);
+        size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
+        float *x = kt_fvec(nx), *y = kt_fvec(ny);
+        double *xdd = kt_dvec(nx), *want = kt_dvec(ny);
+        kt_rand(x, nx, 750 + (uint64_t) k, -2, 2);
+        kt_widen(x, xdd, nx);
+        sl_shape xs = KT_F32(4, xd[k][0], xd[k][1], xd[k][2], xd[k][3]);
+        kt_run_op(*state, SL_OP_MAXPOOL, &attrs[k], &xs, (float *[]){x}, 1, (float *[]){y});
+        kt_ref_pool(true, xdd, want, xd[k], &attrs[k]);
+        kt_expect_close("maxpool, tiled windows", y, want, ny, 0);
+        sl_free(x), sl_free(y), sl_free(xdd), sl_free(want);
+    }
+    sl_op_attrs a = {.i = {2, 2, 2, 2}};
+    for (int at = 0; at < 4; at++) {
+        float x[4] = {1, 2, 3, 4}, y = 0;
+        x[at] = NAN;
+        kt_run_op(*state, SL_OP_MAXPOOL, &a, &KT_F32(4, 1, 1, 2, 2), (float *[]){x}, 1,
+                  (float *[]){&y});
+        assert_true(isnan(y));
+    }
+}
+
+/* Big GEMMs are cut into row bands across the threads: matmul (every
+ * transpose) and matmul_acc on 2 threads, an odd row count for uneven
+ * bands, against a double reference (float sums of 300 products: 1e-4). */
+static void test_matmul_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { M = 301, N = 130, K = 300 }; /* 23 Mflop: above the one-thread limit */
+    float *a = kt_fvec(M * K), *b = kt_fvec(K * N), *c = kt_fvec(M * N), *acc = kt_fvec(M * N);
+    double *want = kt_dvec(M * N);
+    kt_rand(a, M * K, 760, -1, 1);
+    kt_rand(b, K * N, 761, -1, 1);
+    sl_cpu_force_threads(e->dev, 2);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        /* the same buffers read as [K,M] / [N,K] when transposed */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double sum = 0;
+                for (int k = 0; k < K; k++)
+                    sum += (double) a[ta ? k * M + i : i * K + k] *
+                           (double) b[tb ? j * K + k : k * N + j];
+                want[i * N + j] = sum;
+            }
+        sl_op_attrs at = {.i = {ta, tb}};
+        sl_shape sh[3] = {ta ? KT_F32(2, K, M) : KT_F32(2, M, K),
+                          tb ? KT_F32(2, N, K) : KT_F32(2, K, N), KT_F32(2, M, N)};
+        kt_run_op(e, SL_OP_MATMUL, &at, sh, (float *[]){a, b}, 2, (float *[]){c});
+        kt_expect_close("matmul, 2 threads", c, want, M * N, 1e-4);
+        /* acc = 0.5 acc + 2 a b, from acc = c */
+        sl_op_attrs aa = {.i = {ta, tb}, .f = {2.0f, 0.5f}};
+        memcpy(acc, c, sizeof(float) * M * N);
+        for (int i = 0; i < M * N; i++)
+            want[i] = 0.5 * (double) c[i] + 2.0 * want[i];
+        kt_run_op(e, SL_OP_MATMUL_ACC, &aa, sh, (float *[]){a, b, acc}, 3, NULL);
+        kt_expect_close("matmul_acc, 2 threads", acc, want, M * N, 1e-4);
+    }
+    sl_cpu_force_threads(e->dev, 0);
+    sl_free(a), sl_free(b), sl_free(c), sl_free(acc), sl_free(want);
+}
+
+/* conv2d_grad_filter over few channels (im2col + GEMM) on 2 threads: each
+ * takes a band of samples (an odd count) into its own partial sum. */
+static void test_conv_grad_filter_threads(void **state)
+{
+    kt_env *e = *state;
+    static const int64_t xd[4] = {57, 3, 20, 18}, wd[4] = {16, 3, 3, 3};
+    static const sl_op_attrs a = {.i = {1, 1, 1, 1, 1, 1}}; /* 3x3 pad 1: 18 Mflop */
+    int64_t yd[4];
+    kt_conv_out(xd, wd, &a, yd);
+    size_t nx = kt_elems(xd, 4), nw = kt_elems(wd, 4), ny = kt_elems(yd, 4);
+    float *x = kt_fvec(nx), *w = kt_fvec(nw), *dy = kt_fvec(ny), *dw = kt_fvec(nw);
+    double *xdd = kt_dvec(nx), *dyd = kt_dvec(ny), *want = kt_dvec(nw);
+    kt_rand(x, nx, 770, -1, 1);
+    kt_rand(dy, ny, 771, -1, 1);
+    kt_widen(x, xdd, nx);
+    kt_widen(dy, dyd, ny);
+    kt_ref_conv2d_grad_filter(dyd, xdd, want, xd, wd, &a);
+    sl_cpu_force_threads(e->dev, 2);
+    kt_run_op(e, SL_OP_CONV2D_GRAD_FILTER, &a,
+              (sl_shape[]){KT_F32(4, yd[0], yd[1], yd[2], yd[3]),
+                           KT_F32(4, xd[0], xd[1], xd[2], xd[3]),
+                           KT_F32(4, wd[0], wd[1], wd[2], wd[3])},
+              (float *[]){dy, x, w}, 3, (float *[]){dw});
+    sl_cpu_force_threads(e->dev, 0);
+    kt_expect_close("conv2d_grad_filter, 2 threads", dw, want, nw, 1e-4);
+    sl_free(x), sl_free(w), sl_free(dy), sl_free(dw), sl_free(xdd), sl_free(dyd), sl_free(want);
+}
+
 /* salusd never launches reshape (a view); a launch that arrives anyway
  * copies. */
 static void test_reshape_launch(void **state)
@@ -332,10 +436,17 @@ static void test_reshape_launch(void **state)
 int kt_run_cpu_ops_tests(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
-        cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
-        cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
-        cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
+        cmocka_unit_test(test_cache_and_threads),
+        cmocka_unit_test(test_cache_eviction),
+        cmocka_unit_test(test_concurrent_lanes),
+        cmocka_unit_test(test_adam_step_zero),
+        cmocka_unit_test(test_refused_dims),
+        cmocka_unit_test(test_maxpool_grad_tiled),
+        cmocka_unit_test(test_reshape_launch),
+        cmocka_unit_test(test_lane_workspace),
+        cmocka_unit_test(test_maxpool_tiled),
+        cmocka_unit_test(test_matmul_threads),
+        cmocka_unit_test(test_conv_grad_filter_threads),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }

@@ -51,6 +51,9 @@ struct conv_case {
     sl_op_attrs a; /* i[0..1] strides, i[2..5] pads, i[6..7] dilations, i[8] group */
 };
 
+/* On cpu, conv2d_grad_filter of the cases with fewer than 8 input channels
+ * and one group runs as im2col + GEMM (kernels/cpu/conv_gemm.c), the rest
+ * through oneDNN: both paths meet the same references. */
 static const struct conv_case conv_cases[] = {
     {"3x3 pad 1", {2, 3, 7, 6}, {4, 3, 3, 3}, {.i = {0, 0, 1, 1, 1, 1}}},
     {"stride 2, 3x2 kernel", {2, 4, 9, 8}, {5, 4, 3, 2}, {.i = {2, 2}}},
