@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -371,6 +372,18 @@ static void default_listen_url(char *buf, size_t len)
 }
 
 static volatile sig_atomic_t device_dead;
+static pid_t main_tid;
+
+/* Threads that libraries start before main blocks the signals (OpenBLAS's
+ * pool, from its constructor) may still receive them, and their default
+ * action would end salusd without a drain: such a thread passes the signal
+ * on to the main thread, where it is blocked and sigwait takes it. */
+static void forward_to_main(int sig)
+{
+    int saved = errno;
+    (void) syscall(SYS_tgkill, getpid(), main_tid, sig);
+    errno = saved;
+}
 
 /* The device is lost for good: drain and exit 3 (a supervisor restarts us). */
 static void on_device_dead(void)
@@ -401,6 +414,13 @@ int main(int argc, char **argv)
         sigaddset(&sigs, SIGUSR1); /* fault injection (fault.c) */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    main_tid = (pid_t) syscall(SYS_gettid);
+    struct sigaction fwd = {.sa_handler = forward_to_main, .sa_flags = SA_RESTART};
+    sigfillset(&fwd.sa_mask);
+    (void) sigaction(SIGTERM, &fwd, NULL);
+    (void) sigaction(SIGINT, &fwd, NULL);
+    if (srv.cfg.fault_file)
+        (void) sigaction(SIGUSR1, &fwd, NULL);
 
     if ((rc = sl_server_start(&srv)) != SL_OK) {
         sl_server_fini(&srv);

@@ -60,6 +60,12 @@
 #define SL_LISTEN_PROBE_MS 1000
 #define SL_LISTEN_PROBE_TIMEOUT_MS 1500
 #define SL_LISTEN_PROBE_FAILURES 2
+/* How long the stop waits after the latest reply was handed to NNG. A REP
+ * context's send completes as soon as its message is queued on the pipe,
+ * before the pipe has written it, and closing the socket drops what a pipe
+ * has not written; NNG 1.5 neither lingers nor tells when a pipe is done.
+ * Writes normally take microseconds; this covers a loaded host. */
+#define SL_LINGER_NS (200 * 1000 * 1000ull)
 /* How long a probe waits for the listener's SP header before it gives up
  * (past NNG's 10 s negotiation limit, so the listener hangs up first). */
 #define SL_LISTEN_PROBE_HEADER_MS 12000
@@ -89,6 +95,7 @@ struct sl_transport {
      * inside a hook, which stop waits out */
     _Atomic bool mute;
     _Atomic int in_hook;
+    _Atomic uint64_t last_send_ns; /* when the latest reply was handed to NNG */
     nng_socket sock;
     nng_listener listeners[SL_MAX_LISTEN]; /* listeners[i] serves cfg.listen[i] */
     int n_listeners;
@@ -219,6 +226,7 @@ void sl_transport_send(sl_req *r, sl_reply *reply)
     }
     salus__reply__pack(m, nng_msg_body(msg));
     sl_reply_free(reply);
+    atomic_store(&r->t->last_send_ns, sl_now_ns());
     r->state = REQ_SEND;
     nng_aio_set_msg(r->aio, msg);
     nng_ctx_send(r->ctx, r->aio);
@@ -235,6 +243,7 @@ void sl_transport_send_bytes(sl_req *r, const void *bytes, size_t len)
         return;
     }
     memcpy(nng_msg_body(msg), bytes, len);
+    atomic_store(&r->t->last_send_ns, sl_now_ns());
     r->state = REQ_SEND;
     nng_aio_set_msg(r->aio, msg);
     nng_ctx_send(r->ctx, r->aio);
@@ -754,6 +763,8 @@ bool sl_transport_stop(sl_transport *t)
     for (int i = 0; i < t->n_reqs && sl_now_ns() < flush_until; i++)
         while (atomic_load(&t->reqs[i].state) == REQ_SEND && sl_now_ns() < flush_until)
             nanosleep(&nap, NULL);
+    while (sl_now_ns() - atomic_load(&t->last_send_ns) < SL_LINGER_NS && sl_now_ns() < flush_until)
+        nanosleep(&nap, NULL);
     /* no hook runs from here on: the server may free their state even if
      * NNG cannot close (hooks never block, so this wait is short) */
     atomic_store(&t->mute, true);
