@@ -6,6 +6,7 @@
  * peak without in-place execution (salusd --no-inplace). One line per model:
  *   BENCH planner model=mlp planned=... naive=... ratio=... planned_no_inplace=...
  * (goal: ratio <= 0.5) */
+#include "fashion_mnist.h"
 #include "server.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -15,32 +16,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-
-static salus_model *build(const char *kind)
-{
-    salus_model *m;
-    if (strcmp(kind, "mlp") == 0) {
-        m = salus_model_new(1, (int64_t[]){784});
-        salus_model_dense(m, 256);
-        salus_model_relu(m);
-        salus_model_dense(m, 128);
-        salus_model_relu(m);
-        salus_model_dense(m, 10);
-    } else {
-        m = salus_model_new(3, (int64_t[]){1, 28, 28});
-        salus_model_conv2d(m, 16, 3, 1, 1);
-        salus_model_relu(m);
-        salus_model_maxpool(m, 2, 2);
-        salus_model_conv2d(m, 32, 3, 1, 1);
-        salus_model_relu(m);
-        salus_model_maxpool(m, 2, 2);
-        salus_model_flatten(m);
-        salus_model_dense(m, 128);
-        salus_model_relu(m);
-        salus_model_dense(m, 10);
-    }
-    return m;
-}
 
 int main(int argc, char **argv)
 {
@@ -65,7 +40,7 @@ int main(int argc, char **argv)
         salus_model *m = NULL;
         for (int inplace = 0; inplace < 2; inplace++) { /* without first, then as reported */
             salus_model_free(m);
-            m = build(models[i]);
+            m = fmnist_model(models[i]);
             pthread_mutex_lock(&srv.lock);
             srv.cfg.no_inplace = !inplace;
             pthread_mutex_unlock(&srv.lock);

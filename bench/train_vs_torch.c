@@ -51,37 +51,11 @@ typedef struct job {
     float loss;
 } job;
 
-static salus_model *build(enum model kind)
-{
-    salus_model *m;
-    if (kind == MLP) {
-        m = salus_model_new(1, (int64_t[]){FMNIST_PIXELS});
-        salus_model_dense(m, 256);
-        salus_model_relu(m);
-        salus_model_dense(m, 128);
-        salus_model_relu(m);
-        salus_model_dense(m, FMNIST_CLASSES);
-    } else {
-        m = salus_model_new(3, (int64_t[]){1, 28, 28});
-        salus_model_conv2d(m, 16, 3, 1, 1);
-        salus_model_relu(m);
-        salus_model_maxpool(m, 2, 2);
-        salus_model_conv2d(m, 32, 3, 1, 1);
-        salus_model_relu(m);
-        salus_model_maxpool(m, 2, 2);
-        salus_model_flatten(m);
-        salus_model_dense(m, 128);
-        salus_model_relu(m);
-        salus_model_dense(m, FMNIST_CLASSES);
-    }
-    return m;
-}
-
 static int job_open(job *j, const char *url, enum model kind)
 {
     salus_optimizer opt = {.kind = SALUS_MOMENTUM, .lr = LR, .momentum = 0.9f};
     int rc;
-    j->model = build(kind);
+    j->model = fmnist_model(kind == MLP ? "mlp" : "cnn");
     if (!j->model)
         return SL_ENOMEM;
     if ((rc = salus_connect(url, &j->client)) ||

@@ -1,6 +1,7 @@
 #include "fashion_mnist.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <zlib.h>
 
@@ -89,4 +90,33 @@ void fmnist_free(fmnist *d)
     d->images = NULL;
     d->labels = NULL;
     d->n = 0;
+}
+
+salus_model *fmnist_model(const char *kind)
+{
+    salus_model *m;
+    if (strcmp(kind, "mlp") == 0) {
+        if (!(m = salus_model_new(1, (int64_t[]){FMNIST_PIXELS})))
+            return NULL;
+        salus_model_dense(m, 256);
+        salus_model_relu(m);
+        salus_model_dense(m, 128);
+        salus_model_relu(m);
+    } else if (strcmp(kind, "cnn") == 0) {
+        if (!(m = salus_model_new(3, (int64_t[]){1, 28, 28})))
+            return NULL;
+        salus_model_conv2d(m, 16, 3, 1, 1);
+        salus_model_relu(m);
+        salus_model_maxpool(m, 2, 2);
+        salus_model_conv2d(m, 32, 3, 1, 1);
+        salus_model_relu(m);
+        salus_model_maxpool(m, 2, 2);
+        salus_model_flatten(m);
+        salus_model_dense(m, 128);
+        salus_model_relu(m);
+    } else {
+        return NULL;
+    }
+    salus_model_dense(m, FMNIST_CLASSES);
+    return m;
 }

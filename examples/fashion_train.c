@@ -102,33 +102,6 @@ static int parse(int argc, char **argv, opts *o)
     return -1;
 }
 
-/* The two models of the issue: MLP 784-256-128-10 and 2 conv + pool + dense. */
-static salus_model *build(const char *kind)
-{
-    salus_model *m;
-    if (strcmp(kind, "mlp") == 0) {
-        m = salus_model_new(1, (int64_t[]){FMNIST_PIXELS});
-        salus_model_dense(m, 256);
-        salus_model_relu(m);
-        salus_model_dense(m, 128);
-        salus_model_relu(m);
-        salus_model_dense(m, FMNIST_CLASSES);
-    } else {
-        m = salus_model_new(3, (int64_t[]){1, 28, 28});
-        salus_model_conv2d(m, 16, 3, 1, 1);
-        salus_model_relu(m);
-        salus_model_maxpool(m, 2, 2);
-        salus_model_conv2d(m, 32, 3, 1, 1);
-        salus_model_relu(m);
-        salus_model_maxpool(m, 2, 2);
-        salus_model_flatten(m);
-        salus_model_dense(m, 128);
-        salus_model_relu(m);
-        salus_model_dense(m, FMNIST_CLASSES);
-    }
-    return m;
-}
-
 static int parse_optimizer(const opts *o, salus_optimizer *opt)
 {
     memset(opt, 0, sizeof *opt);
@@ -191,7 +164,7 @@ int main(int argc, char **argv)
     int status = 1;
     salus_client *c = NULL;
     salus_session *s = NULL;
-    salus_model *m = build(o.model);
+    salus_model *m = fmnist_model(o.model);
     int64_t ib = test.n < 500 ? test.n : 500, B = o.batch;
     float *x = malloc(sizeof(float) * (size_t) (B > ib ? B : ib) * FMNIST_PIXELS);
     int32_t *y = malloc(sizeof(int32_t) * (size_t) (B > ib ? B : ib));
