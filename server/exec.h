@@ -108,7 +108,6 @@ typedef struct sl_exec_stats {
     uint32_t control_in_flight;
     uint32_t lp_in_flight;     /* low-priority steps on the device now */
     uint32_t lp_in_flight_max; /* the most there ever were while stepwise */
-    uint32_t parked;           /* stepwise iterations waiting for a gap */
 } sl_exec_stats;
 
 struct sl_exec {
@@ -183,8 +182,8 @@ int sl_exec_control(sl_exec *ex, sl_exec_task *t, int kind, uint64_t addr, void 
 /* Starts the next iteration on every idle lane whose policy picks one. */
 void sl_exec_kick(sl_exec *ex, sl_outbox *box);
 /* Parked stepwise iterations run on to their end without waiting for gaps
- * (drain, device loss); finishing stays set. */
-void sl_exec_finish_parked(sl_exec *ex, sl_outbox *box);
+ * (drain); finishing stays set. */
+void sl_exec_finish_parked(sl_exec *ex);
 
 /* Whether nothing runs on the device (no lane busy, no control copy). */
 bool sl_exec_idle(const sl_exec *ex);

@@ -7,8 +7,6 @@
 
 /* The current policy's capabilities (SL_POLICY_*). */
 unsigned sl_exec_caps(const sl_exec *ex);
-/* Whether job j's iterations go op by op now. */
-bool sl_exec_is_stepwise(const sl_exec *ex, const sl_exec_job *j);
 /* The stream of the lane task t runs on. */
 sl_stream *sl_exec_task_stream(sl_exec *ex, const sl_exec_task *t);
 /* The call of graph op k of t's iteration. */

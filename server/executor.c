@@ -40,7 +40,7 @@ unsigned sl_exec_caps(const sl_exec *ex)
 
 /* Low-priority iterations go op by op while high-priority jobs exist,
  * when the policy asks for it; everything else runs whole. */
-bool sl_exec_is_stepwise(const sl_exec *ex, const sl_exec_job *j)
+static bool is_stepwise(const sl_exec *ex, const sl_exec_job *j)
 {
     return (sl_exec_caps(ex) & SL_POLICY_STEPWISE) && !ex->cfg->no_stepwise && ex->gaps.n_hp > 0 &&
            !j->high_priority;
@@ -361,7 +361,7 @@ static bool kick_lane(sl_exec *ex, const sl_mem_lane_info *info, uint64_t now, s
     }
     t->start_ns = now;
     t->lane = info->id;
-    t->stepwise = sl_exec_is_stepwise(ex, t->job) && t->graph->n_ops > 0;
+    t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;
     l->busy = true;
     ex->stats.lanes_busy++;
     sl_mem_lane_busy(ex->mem, info->id);

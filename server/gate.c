@@ -195,42 +195,54 @@ static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pip
     return true;
 }
 
+/* Answers req with r alone, through the sender; r NULL (no memory for a
+ * reply) re-arms req's context unanswered. */
+static void answer(sl_server *srv, sl_req *req, sl_reply *r)
+{
+    if (!r) {
+        sl_transport_send(req, NULL, NULL, NULL);
+        return;
+    }
+    sl_outbox box = {0};
+    sl_outbox_put(&box, req, r);
+    sl_sender_send(&srv->sender, &box);
+}
+
 static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id,
                      bool first_time)
 {
-    if (first_time) {
-        void *copy = NULL;
-        size_t len = 0;
-        switch (sl_repeats_check(&srv->repeats, pipe_id, msg->session_id, msg->seq, &copy, &len)) {
-        case SL_REPEAT_IN_FLIGHT:
-            salus__request__free_unpacked(msg, NULL);
-            sl_transport_send(req, NULL); /* the first one's reply answers it */
-            return;
-        case SL_REPEAT_ANSWERED:
-            if (copy) {
-                salus__request__free_unpacked(msg, NULL);
-                sl_transport_send_bytes(req, copy, len);
-                sl_free(copy);
-                return;
-            }
-            sl_reply *r = sl_reply_new(msg->seq);
-            if (r)
-                sl_reply_error(r, SL_EINVAL,
-                               "request %llu was answered already (a repeat: disable REQ "
-                               "resend, NNG_OPT_REQ_RESENDTIME = -1); its %zu-byte reply was "
-                               "too large to keep",
-                               (unsigned long long) msg->seq, len);
-            salus__request__free_unpacked(msg, NULL);
-            sl_transport_send(req, r);
-            return;
-        default:
-            break;
-        }
-    }
-    sl_reply *r = sl_reply_new(msg->seq);
-    if (!r) {
+    void *copy = NULL;
+    size_t len = 0;
+    sl_reply *r = NULL;
+    switch (first_time
+                ? sl_repeats_check(&srv->repeats, pipe_id, msg->session_id, msg->seq, &copy, &len)
+                : SL_REPEAT_NEW) {
+    case SL_REPEAT_IN_FLIGHT: /* the first one's reply answers it */
         salus__request__free_unpacked(msg, NULL);
-        sl_transport_send(req, NULL);
+        answer(srv, req, NULL);
+        return;
+    case SL_REPEAT_ANSWERED:
+        if (copy) {
+            sl_transport_send_bytes(req, copy, len);
+            sl_free(copy);
+        } else if ((r = sl_reply_new(msg->seq))) {
+            sl_reply_error(r, SL_EINVAL,
+                           "request %llu was answered already (a repeat: disable REQ resend, "
+                           "NNG_OPT_REQ_RESENDTIME = -1); its %zu-byte reply was too large to "
+                           "keep",
+                           (unsigned long long) msg->seq, len);
+            answer(srv, req, r);
+        } else {
+            answer(srv, req, NULL);
+        }
+        salus__request__free_unpacked(msg, NULL);
+        return;
+    default:
+        break;
+    }
+    if (!(r = sl_reply_new(msg->seq))) {
+        salus__request__free_unpacked(msg, NULL);
+        answer(srv, req, NULL);
         return;
     }
     sl_reply_track(r, pipe_id, msg->session_id);
@@ -254,20 +266,16 @@ void sl_gate_request(void *arg, sl_req *req, const void *body, size_t len)
 {
     sl_server *srv = arg;
     Salus__Request *msg = salus__request__unpack(NULL, len, body);
-    if (!msg) {
-        atomic_fetch_add(&srv->requests, 1);
-        sl_reply *r = sl_reply_new(0);
-        if (r)
-            sl_reply_error(r, SL_EPROTO, "undecodable request: not a salus.Request message");
-        sl_log_debug("net.decode", "undecodable request from pipe %u", sl_req_pipe(req));
-        sl_outbox box = {0};
-        sl_outbox_put(&box, req, r);
-        sl_sender_send(&srv->sender, &box);
-        if (!r)
-            sl_transport_send(req, NULL);
+    if (msg) {
+        sl_gate_dispatch(srv, req, msg, sl_req_pipe(req));
         return;
     }
-    sl_gate_dispatch(srv, req, msg, sl_req_pipe(req));
+    atomic_fetch_add(&srv->requests, 1);
+    sl_log_debug("net.decode", "undecodable request from pipe %u", sl_req_pipe(req));
+    sl_reply *r = sl_reply_new(0);
+    if (r)
+        sl_reply_error(r, SL_EPROTO, "undecodable request: not a salus.Request message");
+    answer(srv, req, r);
 }
 
 void sl_gate_release(void *arg, sl_req *req, Salus__Request *msg, bool dropping)
@@ -283,11 +291,7 @@ void sl_gate_release(void *arg, sl_req *req, Salus__Request *msg, bool dropping)
         sl_reply_track(r, req ? sl_req_pipe(req) : 0, msg->session_id);
     }
     salus__request__free_unpacked(msg, NULL);
-    sl_outbox box = {0};
-    sl_outbox_put(&box, req, r);
-    sl_sender_send(&srv->sender, &box);
-    if (!r)
-        sl_transport_send(req, NULL);
+    answer(srv, req, r);
 }
 
 void sl_gate_pipe_gone(void *arg, uint32_t pipe_id)

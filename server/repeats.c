@@ -9,8 +9,9 @@ struct pipe_rec {
     sl_map in_flight; /* seq -> session id + 1 */
     bool has_last;
     uint64_t last_seq, last_session;
-    void *last_reply; /* its encoded reply, or NULL when it was too large */
-    size_t last_len;
+    size_t last_len; /* its encoded reply's length */
+    bool last_kept;  /* last_reply holds it (it was small enough) */
+    uint8_t last_reply[SL_REPEATS_KEEP];
 };
 
 int sl_repeats_init(sl_repeats *rp)
@@ -21,7 +22,6 @@ int sl_repeats_init(sl_repeats *rp)
 static void rec_free(struct pipe_rec *p)
 {
     sl_map_fini(&p->in_flight);
-    sl_free(p->last_reply);
     sl_free(p);
 }
 
@@ -59,7 +59,7 @@ int sl_repeats_check(sl_repeats *rp, uint32_t pipe_id, uint64_t session_id, uint
         verdict = SL_REPEAT_ANSWERED;
         *copy = NULL;
         *len = p->last_len;
-        if (p->last_reply && (*copy = sl_malloc(p->last_len)))
+        if (p->last_kept && (*copy = sl_malloc(p->last_len)))
             memcpy(*copy, p->last_reply, p->last_len);
     } else {
         (void) sl_map_put(&p->in_flight, seq, (void *) (uintptr_t) (session_id + 1));
@@ -71,34 +71,27 @@ out:
     return verdict;
 }
 
-void sl_repeats_answered(sl_repeats *rp, sl_reply *r)
+void sl_repeats_answered(void *arg, sl_reply *r, const void *bytes, size_t len)
 {
+    sl_repeats *rp = arg;
     uint32_t pipe_id;
     uint64_t session_id;
-    if (!sl_reply_tracked(r, &pipe_id, &session_id))
-        return;
     const Salus__Reply *m = sl_reply_msg(r);
-    if (m->seq == 0)
+    if (!sl_reply_tracked(r, &pipe_id, &session_id) || m->seq == 0)
         return;
-    /* encoded outside the lock: replies kept are small */
-    size_t len = salus__reply__get_packed_size(m);
-    void *bytes = len <= SL_REPEATS_KEEP ? sl_malloc(len) : NULL;
-    if (bytes)
-        salus__reply__pack(m, bytes);
     pthread_mutex_lock(&rp->lock);
     struct pipe_rec *p = sl_map_get(&rp->pipes, pipe_id);
     if (p) {
         (void) sl_map_del(&p->in_flight, m->seq);
-        sl_free(p->last_reply);
         p->has_last = true;
         p->last_seq = m->seq;
         p->last_session = session_id;
-        p->last_reply = bytes;
         p->last_len = len;
-        bytes = NULL;
+        p->last_kept = bytes && len <= SL_REPEATS_KEEP;
+        if (p->last_kept)
+            memcpy(p->last_reply, bytes, len);
     }
     pthread_mutex_unlock(&rp->lock);
-    sl_free(bytes);
 }
 
 void sl_repeats_pipe_gone(sl_repeats *rp, uint32_t pipe_id)

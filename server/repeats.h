@@ -11,7 +11,8 @@
  *
  * Thread-safe: one lock of its own, never held across anything else.
  * Memory: a record per connection (dropped when it closes) holding its
- * requests in flight (at most the server's contexts) and one kept reply. */
+ * requests in flight (at most the server's contexts) and a buffer of
+ * SL_REPEATS_KEEP bytes for its last reply. */
 #ifndef SL_REPEATS_H
 #define SL_REPEATS_H
 
@@ -48,9 +49,10 @@ enum sl_repeat {
  * caller frees it), or NULL when it was too large to keep. */
 int sl_repeats_check(sl_repeats *rp, uint32_t pipe_id, uint64_t session_id, uint64_t seq,
                      void **copy, size_t *len);
-/* Reply r is about to be sent: when it answers a tracked request it is no
- * longer in flight, and becomes its connection's last answer. */
-void sl_repeats_answered(sl_repeats *rp, sl_reply *r);
+/* Reply r is leaving (a transport tap, transport.h: bytes is its encoded
+ * form, or NULL): when it answers a tracked request, that request is no
+ * longer in flight and r becomes its connection's last answer. */
+void sl_repeats_answered(void *rp, sl_reply *r, const void *bytes, size_t len);
 /* Connection pipe_id closed: its record goes. */
 void sl_repeats_pipe_gone(sl_repeats *rp, uint32_t pipe_id);
 

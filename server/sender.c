@@ -45,8 +45,7 @@ void sl_sender_send(sl_sender *s, sl_outbox *box)
         atomic_fetch_add(&s->replies, 1);
         if (sl_reply_msg(r)->code != SALUS__CODE__OK)
             atomic_fetch_add(&s->errors, 1);
-        sl_repeats_answered(s->repeats, r);
-        sl_transport_send(req, r);
+        sl_transport_send(req, r, sl_repeats_answered, s->repeats);
     }
     if (box->completing) {
         atomic_fetch_sub(&s->completing, box->completing);

@@ -221,7 +221,7 @@ void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool la
                        "the device failed (sticky device error) and is being reset; this "
                        "request did not complete; " SL_RESET_NOTICE);
         if (sl_fault_lost(ss->fault))
-            sl_sessions_device_lost(ss, box);
+            sl_sessions_device_lost(ss);
         s->reset_pending = false; /* told by this reply */
     } else if (status != SL_OK) {
         sl_log_warn("exe.fail", "%s of session %llu failed: %s", run ? "iteration" : "copy",
@@ -463,12 +463,11 @@ void sl_sessions_drain(sl_sessions *ss, sl_outbox *box)
             fail_pending(ss, s, SL_ESHUTDOWN, "server is shutting down: iteration not started",
                          box);
     }
-    sl_exec_finish_parked(ss->ex, box); /* parked iterations run to their end */
+    sl_exec_finish_parked(ss->ex); /* parked iterations run to their end */
 }
 
-void sl_sessions_device_lost(sl_sessions *ss, sl_outbox *box)
+void sl_sessions_device_lost(sl_sessions *ss)
 {
-    (void) box;
     size_t i = 0;
     void *v;
     while (sl_map_next(&ss->table, &i, NULL, &v)) {

@@ -108,7 +108,7 @@ void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box);
 void sl_sessions_drain(sl_sessions *ss, sl_outbox *box);
 /* The device was lost: every admitted session is told once (its next
  * request, or its queued run now, gets DEVICE_RESET). */
-void sl_sessions_device_lost(sl_sessions *ss, sl_outbox *box);
+void sl_sessions_device_lost(sl_sessions *ss);
 /* Fails the queued, not started runs of sessions still to be told. */
 void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box);
 /* What a client is told after a device reset. */

@@ -151,9 +151,8 @@ void sl_exec_resume(sl_exec *ex, bool force)
     }
 }
 
-void sl_exec_finish_parked(sl_exec *ex, sl_outbox *box)
+void sl_exec_finish_parked(sl_exec *ex)
 {
-    (void) box;
     ex->finishing = true;
     sl_exec_resume(ex, true);
 }

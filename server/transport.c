@@ -205,26 +205,30 @@ static void req_cb(void *arg)
     nng_msg_free(msg);
 }
 
-void sl_transport_send(sl_req *r, sl_reply *reply)
+void sl_transport_send(sl_req *r, sl_reply *reply, sl_send_tap tap, void *tap_arg)
 {
-    if (!r) {
-        sl_reply_free(reply);
-        return;
-    }
     nng_msg *msg;
-    if (!reply) {
-        rearm(r);
+    if (!r || !reply) {
+        if (reply && tap)
+            tap(tap_arg, reply, NULL, 0);
+        sl_reply_free(reply);
+        if (r)
+            rearm(r);
         return;
     }
     Salus__Reply *m = sl_reply_msg(reply);
     size_t len = salus__reply__get_packed_size(m);
     if (nng_msg_alloc(&msg, len) != 0) {
         sl_log_err("net.oom", "cannot allocate a %zu-byte reply", len);
+        if (tap)
+            tap(tap_arg, reply, NULL, 0);
         sl_reply_free(reply);
         rearm(r);
         return;
     }
     salus__reply__pack(m, nng_msg_body(msg));
+    if (tap)
+        tap(tap_arg, reply, nng_msg_body(msg), len);
     sl_reply_free(reply);
     atomic_store(&r->t->last_send_ns, sl_now_ns());
     r->state = REQ_SEND;

@@ -35,10 +35,15 @@ int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl
  * return at once without calling the hooks), so the caller may free what
  * the hooks use. NULL is fine. May block (at most a few seconds). */
 bool sl_transport_stop(sl_transport *t);
+/* Sees a reply as it leaves: its encoded bytes (len of them), or NULL when
+ * it was not encoded (nobody to send to, or no memory). */
+typedef void (*sl_send_tap)(void *arg, sl_reply *reply, const void *bytes, size_t len);
+
 /* Sends reply for req (takes ownership of reply) and re-arms req's context;
  * reply NULL re-arms it without answering. req NULL (nobody to answer)
- * just frees reply. Never blocks; call without the server lock. */
-void sl_transport_send(sl_req *req, sl_reply *reply);
+ * just frees reply. tap (may be NULL) sees the reply once, before it is
+ * freed. Never blocks; call without the server lock. */
+void sl_transport_send(sl_req *req, sl_reply *reply, sl_send_tap tap, void *tap_arg);
 
 /* Sends an already encoded reply (len bytes, copied) for req and re-arms
  * its context. Same rules as sl_transport_send. */

@@ -50,11 +50,11 @@ static void die(const char *what)
     abort();
 }
 
-void __real_sl_transport_send(sl_req *req, sl_reply *reply);
+void __real_sl_transport_send(sl_req *req, sl_reply *reply, sl_send_tap tap, void *tap_arg);
 
 /* Every reply, from whichever thread sends it: packed as the transport
  * would, decoded again, and checked. */
-void __wrap_sl_transport_send(sl_req *req, sl_reply *reply)
+void __wrap_sl_transport_send(sl_req *req, sl_reply *reply, sl_send_tap tap, void *tap_arg)
 {
     if (reply) {
         const Salus__Reply *m = sl_reply_msg(reply);
@@ -76,7 +76,7 @@ void __wrap_sl_transport_send(sl_req *req, sl_reply *reply)
         salus__reply__free_unpacked(back, NULL);
         free(buf);
     }
-    __real_sl_transport_send(req, reply);
+    __real_sl_transport_send(req, reply, tap, tap_arg);
 }
 
 static bool quiet(void)
