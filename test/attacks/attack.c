@@ -1,0 +1,270 @@
+#include "attack.h"
+#include "sl_test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The victim: a small MLP training as fast as it can, one iteration about a
+ * millisecond on the cpu backend. */
+#define VICTIM_BATCH 32
+#define VICTIM_IN 64
+#define VICTIM_WARMUP 50
+/* Baseline tolerances: a few descriptors for logs and NNG's own threads,
+ * and allocator caches that a process rarely hands back. */
+#define FD_SLACK 2
+#define RSS_SLACK_MIN (64ull << 20)
+#define SETTLE_S 10
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t) t.tv_sec * 1000000000ull + (uint64_t) t.tv_nsec;
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+int sl_attack_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int) pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+uint64_t sl_attack_rss(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen(path, "r");
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb << 10;
+}
+
+const char *sl_attack_socket_path(const sl_attack *a)
+{
+    return a->srv.url + strlen("ipc://");
+}
+
+bool sl_attack_cross_user(void)
+{
+    return geteuid() == 0;
+}
+
+int sl_attack_as_tenant(int (*fn)(void *arg), void *arg, int timeout_s)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (sl_attack_cross_user() &&
+            (setgroups(0, NULL) != 0 || setgid(SL_ATTACK_UID) != 0 || setuid(SL_ATTACK_UID) != 0)) {
+            fprintf(stderr, "attacker: cannot become uid %d: %s\n", SL_ATTACK_UID, strerror(errno));
+            _exit(126);
+        }
+        _exit(fn(arg) & 0xff);
+    }
+    return sl_test_wait(pid, timeout_s);
+}
+
+static void victim_failed(sl_attack *a, int rc, const char *what, salus_client *c)
+{
+    pthread_mutex_lock(&a->lock);
+    if (a->error == SALUS_OK) {
+        a->error = rc;
+        snprintf(a->error_text, sizeof a->error_text, "%s: %s (%s)", what, salus_strerror(rc),
+                 c ? salus_last_error(c) : "");
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void *victim_main(void *arg)
+{
+    sl_attack *a = arg;
+    salus_client *c = NULL;
+    salus_session *s = NULL;
+    salus_model *m = NULL;
+    int rc = salus_connect(a->srv.url, &c);
+    if (rc != SALUS_OK) {
+        victim_failed(a, rc, "connect", NULL);
+        return NULL;
+    }
+    salus_session_opts opts = {.name = "victim"};
+    const int64_t in[1] = {VICTIM_IN};
+    if ((rc = salus_session_open(c, &opts, &s)) != SALUS_OK) {
+        victim_failed(a, rc, "open session", c);
+        goto out;
+    }
+    m = salus_model_new(1, in);
+    salus_optimizer sgd = {.kind = SALUS_SGD, .lr = 0.01f};
+    if (!m || salus_model_dense(m, 64) || salus_model_relu(m) || salus_model_dense(m, 10) ||
+        (rc = salus_model_compile(m, s, &sgd, VICTIM_BATCH, 1, 7)) != SALUS_OK) {
+        victim_failed(a, rc ? rc : SALUS_EINVAL, "compile", c);
+        goto out;
+    }
+    float x[VICTIM_BATCH * VICTIM_IN];
+    int32_t y[VICTIM_BATCH];
+    for (int i = 0; i < VICTIM_BATCH * VICTIM_IN; i++)
+        x[i] = (float) (i % 17) / 17.0f;
+    for (int i = 0; i < VICTIM_BATCH; i++)
+        y[i] = i % 10;
+    for (;;) {
+        pthread_mutex_lock(&a->lock);
+        bool stop = a->stop;
+        pthread_mutex_unlock(&a->lock);
+        if (stop)
+            break;
+        uint64_t t0 = now_ns();
+        if ((rc = salus_model_train_step(m, x, y, NULL)) != SALUS_OK) {
+            victim_failed(a, rc, "train step", c);
+            break;
+        }
+        uint64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&a->lock);
+        if (++a->iterations > VICTIM_WARMUP && dt > a->worst_ns)
+            a->worst_ns = dt;
+        pthread_mutex_unlock(&a->lock);
+    }
+out:
+    salus_model_free(m);
+    if (s)
+        (void) salus_session_close(s);
+    salus_disconnect(c);
+    return NULL;
+}
+
+static uint64_t victim_iterations(sl_attack *a)
+{
+    pthread_mutex_lock(&a->lock);
+    uint64_t n = a->error == SALUS_OK ? a->iterations : UINT64_MAX;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args)
+{
+    memset(a, 0, sizeof *a);
+    a->name = name;
+    printf("ATTACK %s tried\n", name);
+    fflush(stdout);
+    const char *args[24] = {"--ipc-mode", "0666"};
+    int n = 2;
+    for (; extra_args && extra_args[n - 2] && n < 23; n++)
+        args[n] = extra_args[n - 2];
+    args[n] = NULL;
+    sl_test_server_start(&a->srv, args);
+    /* mkdtemp made the folder 0700; other users' tenants must reach the
+     * socket in it */
+    if (chmod(a->srv.dir, 0755) != 0)
+        fail_msg("chmod %s: %s", a->srv.dir, strerror(errno));
+    pthread_mutex_init(&a->lock, NULL);
+    a->victim_bound_ms = SL_ATTACK_VICTIM_BOUND_MS;
+    a->fd_slack = FD_SLACK;
+    if (pthread_create(&a->victim, NULL, victim_main, a) != 0)
+        fail_msg("cannot start the victim");
+    uint64_t deadline = now_ns() + 30ull * 1000000000ull;
+    uint64_t it;
+    while ((it = victim_iterations(a)) < VICTIM_WARMUP && now_ns() < deadline)
+        nap_ms(10);
+    if (it == UINT64_MAX || it < VICTIM_WARMUP)
+        fail_msg("the victim did not warm up: %s", a->error_text);
+    a->fds0 = sl_attack_fds(a->srv.pid);
+    a->rss0 = sl_attack_rss(a->srv.pid);
+    a->rss_slack = a->rss0 / 4 > RSS_SLACK_MIN ? a->rss0 / 4 : RSS_SLACK_MIN;
+}
+
+/* Polls up to SETTLE_S for salusd's descriptors and memory to come back. */
+static bool settled(sl_attack *a, int *fds, uint64_t *rss)
+{
+    for (int i = 0; i < SETTLE_S * 10; i++) {
+        *fds = sl_attack_fds(a->srv.pid);
+        *rss = sl_attack_rss(a->srv.pid);
+        if (*fds >= 0 && *fds <= a->fds0 + a->fd_slack && *rss <= a->rss0 + a->rss_slack)
+            return true;
+        nap_ms(100);
+    }
+    return false;
+}
+
+bool sl_attack_end(sl_attack *a, const char *detail)
+{
+    char why[512] = "";
+    int fds = -1;
+    uint64_t rss = 0;
+    bool alive = waitpid(a->srv.pid, NULL, WNOHANG) == 0;
+    if (!alive)
+        snprintf(why, sizeof why, "salusd died");
+    else if (!settled(a, &fds, &rss))
+        snprintf(why, sizeof why,
+                 "did not settle: %d descriptors (baseline %d), RSS %lu MiB (baseline %lu MiB)",
+                 fds, a->fds0, (unsigned long) (rss >> 20), (unsigned long) (a->rss0 >> 20));
+    uint64_t before = victim_iterations(a);
+    if (alive && !*why) { /* the victim still moves */
+        uint64_t deadline = now_ns() + a->victim_bound_ms * 1000000ull;
+        while (victim_iterations(a) == before && now_ns() < deadline)
+            nap_ms(5);
+        if (victim_iterations(a) == before)
+            snprintf(why, sizeof why, "the victim stopped training");
+    }
+    pthread_mutex_lock(&a->lock);
+    a->stop = true;
+    pthread_mutex_unlock(&a->lock);
+    pthread_join(a->victim, NULL);
+    if (!*why && a->error != SALUS_OK)
+        snprintf(why, sizeof why, "the victim got an error: %s", a->error_text);
+    if (!*why && a->worst_ns > a->victim_bound_ms * 1000000ull)
+        snprintf(why, sizeof why, "a victim iteration took %.0f ms (bound %lu ms)",
+                 (double) a->worst_ns / 1e6, (unsigned long) a->victim_bound_ms);
+    if (!*why) {
+        salus_client *c = NULL;
+        if (salus_connect(a->srv.url, &c) != SALUS_OK)
+            snprintf(why, sizeof why, "a new client is not served");
+        salus_disconnect(c);
+    }
+    int st = alive ? sl_test_server_stop(&a->srv) : -1;
+    if (!*why && st != 0)
+        snprintf(why, sizeof why, "salusd exited with %d", st);
+    if (!alive)
+        sl_test_server_stop(&a->srv); /* removes the folder */
+    pthread_mutex_destroy(&a->lock);
+    printf("ATTACK %s %s%s%s (victim: %lu iterations, worst %.1f ms; salusd %d fds, %lu MiB, "
+           "baseline %d, %lu MiB)%s%s\n",
+           a->name, *why ? "BROKEN: " : "held", why, "", (unsigned long) a->iterations,
+           (double) a->worst_ns / 1e6, fds, (unsigned long) (rss >> 20), a->fds0,
+           (unsigned long) (a->rss0 >> 20), detail ? "; " : "", detail ? detail : "");
+    fflush(stdout);
+    return !*why;
+}
+
+void sl_attack_skip(const char *name, const char *why)
+{
+    printf("ATTACK %s skipped: %s\n", name, why);
+    fflush(stdout);
+}

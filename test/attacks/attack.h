@@ -1,0 +1,79 @@
+/* The attack suite's frame (test/attacks/README.md): each attack runs
+ * against a real salusd while a victim tenant trains beside it, and counts
+ * as held only when
+ *   - salusd is alive and still answers a new client,
+ *   - the victim never waited longer than a bound for one iteration, and
+ *     never got an error,
+ *   - salusd's descriptors and memory came back to the baseline taken
+ *     before the attack.
+ * Every attack prints "ATTACK <name> tried" when it starts and
+ * "ATTACK <name> held" or "ATTACK <name> BROKEN: <why>" when it ends;
+ * scripts/testsummary counts these lines into "ATTACKS tried=N held=N". An
+ * attack that cannot be performed here prints "ATTACK <name> skipped: <why>"
+ * instead and counts as neither.
+ *
+ * The attacker runs as another user than the victim and than salusd where
+ * the test runs as root (sl_attack_as_tenant), as a hostile second tenant
+ * on a shared host would. */
+#ifndef SL_ATTACK_H
+#define SL_ATTACK_H
+
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The uid attackers run as when the test runs as root (nobody). */
+#define SL_ATTACK_UID 65534
+/* Default bound on one victim iteration during an attack: generous for a
+ * loaded 2-core machine, far below the freezes the attacks cause when they
+ * work (tens of seconds). */
+#define SL_ATTACK_VICTIM_BOUND_MS 2000
+
+typedef struct sl_attack {
+    const char *name;
+    sl_test_server srv;
+    /* checks; set after sl_attack_begin, before sl_attack_end */
+    uint64_t victim_bound_ms; /* longest acceptable victim iteration */
+    int fd_slack;             /* descriptors above the baseline tolerated */
+    uint64_t rss_slack;       /* bytes of RSS above the baseline tolerated */
+    /* the baseline (after the victim's warm-up) */
+    int fds0;
+    uint64_t rss0;
+    /* the victim */
+    pthread_t victim;
+    pthread_mutex_t lock;
+    bool stop;
+    uint64_t iterations;
+    uint64_t worst_ns; /* longest iteration since sl_attack_begin returned */
+    int error;         /* first error the victim got (SALUS_OK: none) */
+    char error_text[256];
+} sl_attack;
+
+/* Starts salusd (ipc://, cpu backend, sockets mode 0666 so that other users'
+ * tenants can connect, plus extra args, NULL-terminated, may be NULL) and
+ * the victim, waits for the victim's warm-up and takes the baseline. Prints
+ * "ATTACK <name> tried". */
+void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args);
+/* Checks everything listed at the top, prints the verdict, stops salusd.
+ * Returns true when the attack was held; `detail` (may be NULL) is added to
+ * the verdict line (what was tried, how many times). */
+bool sl_attack_end(sl_attack *a, const char *detail);
+/* Prints "ATTACK <name> skipped: <why>". */
+void sl_attack_skip(const char *name, const char *why);
+
+/* Runs fn(arg) in a child process as SL_ATTACK_UID (when root; as the
+ * current user otherwise) and returns fn's result as the exit status, or -1
+ * if the child died by a signal or ran past timeout_s. */
+int sl_attack_as_tenant(int (*fn)(void *arg), void *arg, int timeout_s);
+/* True when attackers really run as another user (the test runs as root). */
+bool sl_attack_cross_user(void);
+
+/* salusd's open descriptors and resident bytes right now. */
+int sl_attack_fds(pid_t pid);
+uint64_t sl_attack_rss(pid_t pid);
+/* The path of salusd's ipc socket (srv.url without "ipc://"). */
+const char *sl_attack_socket_path(const sl_attack *a);
+
+#endif
