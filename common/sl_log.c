@@ -1,5 +1,6 @@
 #include "sl_log.h"
 #include "sl_error.h"
+#include "sl_text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,13 +36,16 @@ void sl_log_write(int level, const char *id, const char *fmt, ...)
                              : level > 3 ? 3
                                          : level],
                   id);
+    char text[1024];
     va_list ap;
     va_start(ap, fmt);
-    if (n < (int) sizeof line)
-        n += vsnprintf(line + n, sizeof line - (size_t) n, fmt, ap);
+    int len = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (n > (int) sizeof line - 2)
-        n = (int) sizeof line - 2;
+    len = len < 0 ? 0 : len < (int) sizeof text ? len : (int) sizeof text - 1;
+    /* the message may carry a client's words: one call stays one line,
+     * and nothing in it reaches a terminal as a control sequence */
+    if (n < (int) sizeof line - 1)
+        n += (int) sl_escape(line + n, sizeof line - 1 - (size_t) n, text, (size_t) len, 0);
     line[n++] = '\n';
     /* one fwrite per line: stdio locks the stream, so lines never interleave */
     fwrite(line, 1, (size_t) n, stderr);

@@ -13,7 +13,11 @@ trap 'kill $a $b $server 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 status() { "$build/client/salusctl" --url "$url" status; }
 
-"$build/server/salusd" --listen "$url" --memory-limit 512M --policy fair &
+# as root (the demo's usual set-up) salusd must be told it may stay root:
+# the jobs run as root too, and shared memory only works between one user
+as_root=()
+[ "$(id -u)" = 0 ] && as_root=(--allow-root)
+"$build/server/salusd" --listen "$url" --memory-limit 512M --policy fair "${as_root[@]}" &
 server=$!
 for _ in $(seq 100); do status >/dev/null 2>&1 && break; sleep 0.05; done
 

@@ -3,6 +3,8 @@
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
+#include "tenants.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -57,10 +59,22 @@ typedef struct sl_config {
     uint32_t max_sessions;            /* open sessions, waiting ones included */
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
     /* network security (transport.c) */
-    bool allow_plain_tcp;   /* tcp:// and ws:// listeners allowed (trusted networks) */
-    const char *tls_cert;   /* PEM certificate (chain) of tls+tcp:// listeners */
-    const char *tls_key;    /* its PEM private key */
-    const char *tls_ca;     /* PEM CAs: when set, clients must present a cert they sign */
+    bool allow_plain_tcp; /* tcp:// and ws:// listeners allowed (trusted networks) */
+    const char *tls_cert; /* PEM certificate (chain) of tls+tcp:// listeners */
+    const char *tls_key;  /* its PEM private key */
+    const char *tls_ca;   /* PEM CAs: when set, clients must present a cert they sign */
+    /* rights (tenants.h): listen[i] is an operator listener when
+     * listen_operator[i]; its TLS clients must present a certificate that
+     * operator_tls_ca signs, and are then operators */
+    bool listen_operator[SL_MAX_LISTEN];
+    const char *operator_tls_ca;
+    sl_limits tenant_limits;                       /* --tenant-limits: every non-operator tenant */
+    sl_limit_rule limit_rules[SL_MAX_LIMIT_RULES]; /* --user-limits, in order */
+    int n_limit_rules;
+    /* privileges (privileges.h), applied by salusd's main */
+    const char *run_user;   /* --user: switch to it after start-up */
+    const char *run_group;  /* --group (default: the user's) */
+    bool allow_root;        /* --allow-root: stay root, without capabilities */
     const char *fault_file; /* fault commands read on SIGUSR1 (fault.c) */
     /* called once (fault thread; must not block) when a lost device cannot
      * be reset; NULL: session requests get NO_DEVICE from then on. salusd's

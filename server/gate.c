@@ -41,17 +41,52 @@ static void set_policy(sl_server *srv, const Salus__SetPolicy *m, sl_reply *r, s
     sl_log_info("sch.policy", "policy set to %s%s", p->name, m->strict ? " (strict)" : "");
 }
 
-static void set_session(sl_server *srv, const Salus__SetSession *m, sl_reply *r, sl_outbox *box)
+/* Who sent req (over connection pipe_id). */
+static void peer_of(const sl_req *req, uint32_t pipe_id, sl_peer *out)
+{
+    *out = (sl_peer){.pipe_id = pipe_id, .is_operator = sl_req_is_operator(req)};
+    out->has_uid = sl_req_peer_uid(req, &out->uid);
+}
+
+/* Operators change any session; an owner changes its own, within its
+ * tenant's limits. Asking for more is refused, not clamped: the caller
+ * asked for a change, and a silent partial one would mislead it. */
+static void set_session(sl_server *srv, const sl_peer *peer, const Salus__SetSession *m,
+                        sl_reply *r, sl_outbox *box)
 {
     sl_session *t = sl_sessions_find(&srv->sessions, m->target_session);
-    if (!t) {
-        sl_reply_error(r, SL_ENOTFOUND, "no open session %llu",
+    if (!t || (!peer->is_operator && !sl_session_owned_by(t, peer))) {
+        if (t)
+            sl_log_warn("ses.foreign", "pipe %u tried to change session %llu of another tenant",
+                        peer->pipe_id, (unsigned long long) t->id);
+        sl_reply_error(r, t ? SL_EPERM : SL_ENOTFOUND,
+                       t ? "session %llu belongs to another tenant; changing it takes operator "
+                           "rights"
+                         : "no open session %llu",
                        (unsigned long long) m->target_session);
         return;
     }
     if (m->set_weight && !(m->weight > 0 && m->weight < 1e6)) {
         sl_reply_error(r, SL_EINVAL, "weight must be in (0, 1e6)");
         return;
+    }
+    if (!peer->is_operator) {
+        sl_limits lim;
+        sl_sessions_limits(&srv->sessions, peer, &lim);
+        if (m->set_priority && m->priority > lim.max_priority) {
+            sl_reply_error(r, SL_EPERM,
+                           "priority %d is above your limit %d (salusd --tenant-limits / "
+                           "--user-limits priority=, or ask an operator)",
+                           m->priority, lim.max_priority);
+            return;
+        }
+        if (m->set_weight && m->weight > lim.max_weight) {
+            sl_reply_error(r, SL_EPERM,
+                           "weight %.3g is above your limit %.3g (salusd --tenant-limits / "
+                           "--user-limits weight=, or ask an operator)",
+                           m->weight, lim.max_weight);
+            return;
+        }
     }
     int priority = m->priority;
     double weight = m->weight;
@@ -69,19 +104,16 @@ static bool same_user(const sl_req *req, const sl_session *s)
     return !s->has_uid || (sl_req_peer_uid(req, &uid) && uid == s->uid);
 }
 
-/* Over ipc://, operator requests come from root or salusd's user, and a
- * session's share may also be set by its owner. */
-static bool operator_allowed(sl_server *srv, const sl_req *req, const Salus__Request *msg,
-                             sl_reply *r)
+/* SetPolicy is for operators only (tenants.h says who they are). */
+static bool operator_allowed(const sl_peer *peer, sl_reply *r)
 {
-    if (sl_req_is_operator(req))
+    if (peer->is_operator)
         return true;
-    if (msg->body_case == SALUS__REQUEST__BODY_SET_SESSION) {
-        const sl_session *t = sl_sessions_find(&srv->sessions, msg->set_session->target_session);
-        if (!t || same_user(req, t))
-            return true;
-    }
-    sl_reply_error(r, SL_EPERM, "operator requests are for root and salusd's own user");
+    sl_log_warn("net.operator", "operator request refused to pipe %u (%s)", peer->pipe_id,
+                peer->has_uid ? "not root or salusd's user" : "not an operator listener");
+    sl_reply_error(r, SL_EPERM,
+                   "operator requests are for root and salusd's own user over ipc://, and for "
+                   "clients of an --operator-listen listener");
     return false;
 }
 
@@ -134,30 +166,28 @@ static sl_session *session_of(sl_server *srv, const sl_req *req, const Salus__Re
 static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pipe_id, sl_reply *r,
                   sl_outbox *box)
 {
+    sl_peer peer;
+    peer_of(req, pipe_id, &peer);
     switch (msg->body_case) {
     case SALUS__REQUEST__BODY_HELLO:
         answer_hello(srv, msg->hello, r);
         return false;
     case SALUS__REQUEST__BODY_STATUS:
-        if (sl_status_build(srv, r) != SL_OK)
+        if (sl_status_build(srv, &peer, r) != SL_OK)
             sl_reply_error(r, SL_ENOMEM, "out of host memory");
         return false;
-    case SALUS__REQUEST__BODY_OPEN_SESSION: {
-        uint64_t uid = 0;
-        bool has_uid = sl_req_peer_uid(req, &uid);
-        if (sl_sessions_open(&srv->sessions, msg->open_session, req, pipe_id, has_uid, uid, r)) {
+    case SALUS__REQUEST__BODY_OPEN_SESSION:
+        if (sl_sessions_open(&srv->sessions, msg->open_session, req, &peer, r)) {
             salus__request__free_unpacked(msg, NULL);
             return true; /* answered at admission */
         }
         return false;
-    }
     case SALUS__REQUEST__BODY_SET_POLICY:
-        if (operator_allowed(srv, req, msg, r))
+        if (operator_allowed(&peer, r))
             set_policy(srv, msg->set_policy, r, box);
         return false;
     case SALUS__REQUEST__BODY_SET_SESSION:
-        if (operator_allowed(srv, req, msg, r))
-            set_session(srv, msg->set_session, r, box);
+        set_session(srv, &peer, msg->set_session, r, box);
         return false;
     case SALUS__REQUEST__BODY__NOT_SET:
         sl_reply_error(r, SL_EINVAL, "empty request: set one of the request bodies");

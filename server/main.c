@@ -1,9 +1,11 @@
 /* salusd: flags, start-up in steps that unwind on failure, and a main thread
  * that only waits for SIGTERM/SIGINT to drain and exit. */
+#include "privileges.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "sl_text.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -68,6 +70,43 @@ static void usage(FILE *f)
             "                          they signed (default: no client certificates)\n"
             "      --allow-plain-tcp   allow tcp:// listeners (no encryption, no authentication:\n"
             "                          trusted networks only); refused without it\n"
+            "\n"
+            "Rights. Operator requests (SetPolicy, other tenants' sessions, shares beyond a\n"
+            "tenant's limits) are for root and salusd's own user over ipc://, and for clients\n"
+            "of operator listeners; clients of ordinary tcp:// and tls+tcp:// listeners never\n"
+            "have them. Over ipc:// a tenant is a uid; all other network clients are one\n"
+            "tenant, 'remote'. Status shows a non-operator only its own sessions.\n"
+            "      --operator-listen URL  an operator listener (repeatable): tls+tcp://...\n"
+            "                          whose clients must present a certificate signed by\n"
+            "                          --operator-tls-ca (uses --tls-cert/--tls-key), or, with\n"
+            "                          --allow-plain-tcp, a tcp:// one whose every client is an\n"
+            "                          operator (trusted networks only)\n"
+            "      --operator-tls-ca FILE  PEM CA(s) signing operators' client certificates\n"
+            "      --tenant-limits SPEC  limits of every non-operator tenant, SPEC a list of\n"
+            "                          priority=N (highest priority), weight=W (highest\n"
+            "                          fair-share weight), sessions=N (open at once),\n"
+            "                          memory=SIZE (what its sessions together may declare,\n"
+            "                          persistent + ephemeral; 0 = no quota of its own), e.g.\n"
+            "                          priority=0,weight=1,sessions=8,memory=4G (default:\n"
+            "                          priority=%d,weight=%g,sessions=<max-sessions/%d>)\n"
+            "      --user-limits WHO:SPEC  overrides for one tenant (repeatable; the last\n"
+            "                          wins): WHO a user name, a uid, or 'remote'\n"
+            "                          OpenSession hints above a limit are clamped to it;\n"
+            "                          SetSession above it is refused (PERMISSION_DENIED);\n"
+            "                          sessions or memory beyond it are RESOURCE_EXHAUSTED.\n"
+            "                          Status shows each tenant its effective limits.\n"
+            "\n"
+            "Privileges. salusd needs no root powers to serve. Started as root it switches\n"
+            "to --user once its listeners are bound and its device is open, or refuses to\n"
+            "start unless --allow-root.\n"
+            "      --user NAME         run as this user (name or uid) after start-up: all\n"
+            "                          threads, no capabilities, checked; its ipc:// socket\n"
+            "                          files are handed to it (their folder should be its,\n"
+            "                          so it can remove them at exit)\n"
+            "      --group NAME        and this group (default: the user's primary group)\n"
+            "      --allow-root        stay root, giving up every capability (but\n"
+            "                          CAP_NET_BIND_SERVICE for a port below 1024)\n"
+            "\n"
             "      --fault-inject FILE sim devices, tests: on SIGUSR1 read fault commands from\n"
             "                          FILE (alloc [N] | sticky | fatal | slow N | clear), then\n"
             "                          delete it\n"
@@ -79,43 +118,8 @@ static void usage(FILE *f)
             "SHUTTING_DOWN, then salusd exits 0. After a sticky device error salusd resets the\n"
             "device; sessions get DEVICE_RESET once and re-upload their tensors. If the device\n"
             "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n",
-            sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS);
-}
-
-/* Parses "123", "64K", "512M", "2G" (binary units). */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
-        return SL_EINVAL;
-    uint64_t mult = 1;
-    switch (*end) {
-    case '\0':
-        break;
-    case 'k':
-    case 'K':
-        mult = 1ull << 10;
-        break;
-    case 'm':
-    case 'M':
-        mult = 1ull << 20;
-        break;
-    case 'g':
-    case 'G':
-        mult = 1ull << 30;
-        break;
-    case 't':
-    case 'T':
-        mult = 1ull << 40;
-        break;
-    default:
-        return SL_EINVAL;
-    }
-    if (*end && end[1] && !((end[1] == 'i' || end[1] == 'B') && (!end[2] || end[2] == 'B')))
-        return SL_EINVAL;
-    return sl_mul_ok(v, mult, out) ? SL_OK : SL_EINVAL;
+            sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS,
+            SL_TENANT_DEFAULT_PRIORITY, SL_TENANT_DEFAULT_WEIGHT, SL_TENANT_DEFAULT_SESSIONS_DIV);
 }
 
 /* Listener and fault-injection flags that cannot work together. */
@@ -132,6 +136,28 @@ static int check_security(const sl_config *cfg)
             return 2;
         }
         tls |= sl_url_is_tls(cfg->listen[i]);
+    }
+    bool operator_tls = false;
+    for (int i = 0; i < cfg->n_listen; i++) {
+        if (!cfg->listen_operator[i])
+            continue;
+        if (!sl_url_is_tls(cfg->listen[i]) && !sl_url_is_plain_network(cfg->listen[i])) {
+            fprintf(stderr,
+                    "salusd: --operator-listen %s: operator listeners are tls+tcp:// (or tcp:// "
+                    "with --allow-plain-tcp); over ipc:// root and salusd's user are operators "
+                    "already\n",
+                    cfg->listen[i]);
+            return 2;
+        }
+        operator_tls |= sl_url_is_tls(cfg->listen[i]);
+    }
+    if (operator_tls != (cfg->operator_tls_ca != NULL)) {
+        fprintf(stderr, operator_tls ? "salusd: a tls+tcp:// --operator-listen needs "
+                                       "--operator-tls-ca FILE (the CA of operators' client "
+                                       "certificates)\n"
+                                     : "salusd: --operator-tls-ca given without a tls+tcp:// "
+                                       "--operator-listen\n");
+        return 2;
     }
     if (tls && (!cfg->tls_cert || !cfg->tls_key)) {
         fprintf(stderr, "salusd: tls+tcp:// listeners need --tls-cert FILE and --tls-key FILE\n");
@@ -173,7 +199,14 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_NO_EXCLUSIVE,
         OPT_NO_STEPWISE,
         OPT_NO_GAPFILL,
-        OPT_NO_CLASSES
+        OPT_NO_CLASSES,
+        OPT_OPLISTEN,
+        OPT_OPCA,
+        OPT_TENANT_LIMITS,
+        OPT_USER_LIMITS,
+        OPT_USER,
+        OPT_GROUP,
+        OPT_ALLOW_ROOT
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -202,51 +235,89 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"no-stepwise", no_argument, NULL, OPT_NO_STEPWISE},
         {"no-gap-fill", no_argument, NULL, OPT_NO_GAPFILL},
         {"no-stream-classes", no_argument, NULL, OPT_NO_CLASSES},
+        {"operator-listen", required_argument, NULL, OPT_OPLISTEN},
+        {"operator-tls-ca", required_argument, NULL, OPT_OPCA},
+        {"tenant-limits", required_argument, NULL, OPT_TENANT_LIMITS},
+        {"user-limits", required_argument, NULL, OPT_USER_LIMITS},
+        {"user", required_argument, NULL, OPT_USER},
+        {"group", required_argument, NULL, OPT_GROUP},
+        {"allow-root", no_argument, NULL, OPT_ALLOW_ROOT},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
     };
     int c;
-    char *end;
+    char *end, why[256];
     while ((c = getopt_long(argc, argv, "l:d:m:p:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'l':
+        case OPT_OPLISTEN:
             if (cfg->n_listen == SL_MAX_LISTEN) {
-                fprintf(stderr, "salusd: at most %d --listen URLs\n", SL_MAX_LISTEN);
+                fprintf(stderr, "salusd: at most %d --listen and --operator-listen URLs\n",
+                        SL_MAX_LISTEN);
                 return 2;
             }
+            cfg->listen_operator[cfg->n_listen] = c == OPT_OPLISTEN;
             cfg->listen[cfg->n_listen++] = optarg;
+            break;
+        case OPT_OPCA:
+            cfg->operator_tls_ca = optarg;
+            break;
+        case OPT_TENANT_LIMITS:
+            if (sl_limits_parse(optarg, &cfg->tenant_limits, why, sizeof why) != SL_OK) {
+                fprintf(stderr, "salusd: bad --tenant-limits '%s': %s\n", optarg, why);
+                return 2;
+            }
+            break;
+        case OPT_USER_LIMITS:
+            if (cfg->n_limit_rules == SL_MAX_LIMIT_RULES ||
+                sl_limit_rule_parse(optarg, &cfg->limit_rules[cfg->n_limit_rules], why,
+                                    sizeof why) != SL_OK) {
+                fprintf(stderr, "salusd: bad --user-limits '%s': %s\n", optarg,
+                        cfg->n_limit_rules == SL_MAX_LIMIT_RULES ? "too many" : why);
+                return 2;
+            }
+            cfg->n_limit_rules++;
+            break;
+        case OPT_USER:
+            cfg->run_user = optarg;
+            break;
+        case OPT_GROUP:
+            cfg->run_group = optarg;
+            break;
+        case OPT_ALLOW_ROOT:
+            cfg->allow_root = true;
             break;
         case 'd':
             cfg->device = optarg;
             break;
         case 'm':
-            if (parse_size(optarg, &cfg->memory_limit) || !cfg->memory_limit) {
+            if (sl_parse_size(optarg, &cfg->memory_limit) || !cfg->memory_limit) {
                 fprintf(stderr, "salusd: bad --memory-limit '%s' (e.g. 2G, 512M)\n", optarg);
                 return 2;
             }
             break;
         case OPT_LANE:
-            if (parse_size(optarg, &cfg->lane_bytes) || !cfg->lane_bytes) {
+            if (sl_parse_size(optarg, &cfg->lane_bytes) || !cfg->lane_bytes) {
                 fprintf(stderr, "salusd: bad --lane-size '%s' (e.g. 256M)\n", optarg);
                 return 2;
             }
             break;
         case OPT_SPREAD:
-            if (parse_size(optarg, &cfg->spread_limit)) {
+            if (sl_parse_size(optarg, &cfg->spread_limit)) {
                 fprintf(stderr, "salusd: bad --spread-limit '%s' (e.g. 8G, or 0)\n", optarg);
                 return 2;
             }
             cfg->spread_set = true;
             break;
         case OPT_QUOTA:
-            if (parse_size(optarg, &cfg->session_quota) || !cfg->session_quota) {
+            if (sl_parse_size(optarg, &cfg->session_quota) || !cfg->session_quota) {
                 fprintf(stderr, "salusd: bad --session-quota '%s' (e.g. 4G)\n", optarg);
                 return 2;
             }
             break;
         case OPT_FRAMEWORK:
-            if (parse_size(optarg, &cfg->framework_per_lane)) {
+            if (sl_parse_size(optarg, &cfg->framework_per_lane)) {
                 fprintf(stderr, "salusd: bad --framework-per-lane '%s' (e.g. 64M)\n", optarg);
                 return 2;
             }
@@ -278,7 +349,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
             }
             break;
         case OPT_MAXMSG:
-            if (parse_size(optarg, &cfg->max_message) || cfg->max_message < 1024) {
+            if (sl_parse_size(optarg, &cfg->max_message) || cfg->max_message < 1024) {
                 fprintf(stderr, "salusd: bad --max-message '%s'\n", optarg);
                 return 2;
             }
@@ -371,6 +442,59 @@ static void default_listen_url(char *buf, size_t len)
         snprintf(buf, len, "ipc:///tmp/salus-%u.sock", (unsigned) getuid());
 }
 
+/* Before start-up: who salusd will run as (*as, when it switches), or the
+ * refusal to run as root unasked. Returns -1 to go on, else an exit
+ * status. */
+static int privileges_before(const sl_config *cfg, sl_run_as *as, bool *do_switch)
+{
+    char why[256];
+    *do_switch = false;
+    if (cfg->run_group && !cfg->run_user) {
+        fprintf(stderr, "salusd: --group needs --user\n");
+        return 2;
+    }
+    if (cfg->run_user && cfg->allow_root) {
+        fprintf(stderr, "salusd: --user and --allow-root contradict each other\n");
+        return 2;
+    }
+    if (cfg->run_user) {
+        if (sl_priv_resolve(cfg->run_user, cfg->run_group, as, why, sizeof why) != SL_OK) {
+            fprintf(stderr, "salusd: --user: %s\n", why);
+            return 2;
+        }
+        if (geteuid() != 0) {
+            if (as->uid == geteuid() && as->gid == getegid())
+                return -1; /* already that user */
+            fprintf(stderr, "salusd: --user %s needs salusd to be started as root\n",
+                    cfg->run_user);
+            return 2;
+        }
+        *do_switch = true;
+        return -1;
+    }
+    if (geteuid() != 0)
+        return -1;
+    if (!cfg->allow_root) {
+        fprintf(stderr,
+                "salusd: refusing to run as root: salusd needs no root powers, and a flaw in "
+                "it would hand them to any client. Start it with --user NAME (a dedicated "
+                "user: it switches once its listeners are bound and its device is open), or "
+                "say --allow-root to stay root without capabilities.\n");
+        return 2;
+    }
+    bool keep_bind = false;
+    for (int i = 0; i < cfg->n_listen; i++)
+        keep_bind |= sl_priv_url_needs_bind(cfg->listen[i]);
+    if (sl_priv_drop_capabilities(keep_bind, why, sizeof why) != SL_OK) {
+        fprintf(stderr, "salusd: --allow-root: %s\n", why);
+        return 1;
+    }
+    sl_log_warn("srv.root",
+                "running as root (--allow-root), without capabilities%s; prefer --user NAME",
+                keep_bind ? " but CAP_NET_BIND_SERVICE" : "");
+    return -1;
+}
+
 static volatile sig_atomic_t device_dead;
 static pid_t main_tid;
 
@@ -403,6 +527,10 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     srv.cfg.device_dead = on_device_dead;
+    sl_run_as run_as;
+    bool do_switch;
+    if ((rc = privileges_before(&srv.cfg, &run_as, &do_switch)) >= 0)
+        return rc;
 
     /* every thread created from here on inherits the blocked set, so only
      * the main thread's sigwait sees these */
@@ -425,6 +553,12 @@ int main(int argc, char **argv)
     if ((rc = sl_server_start(&srv)) != SL_OK) {
         sl_server_fini(&srv);
         return 1;
+    }
+    /* listeners bound and the device open: root's powers go for good */
+    char why[256];
+    if (do_switch && sl_priv_switch_user(&srv.cfg, &run_as, why, sizeof why) != SL_OK) {
+        sl_log_err("srv.user", "cannot give up root: %s; exiting", why);
+        _exit(1); /* half switched: nothing of this process may go on */
     }
     int sig = 0;
     while (sigwait(&sigs, &sig) != 0 || sig == SIGUSR1) {

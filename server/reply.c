@@ -2,6 +2,7 @@
  * status table, fetched tensors) is built without per-field bookkeeping and
  * freed in one call; outboxes are plain lists of them. */
 #include "reply.h"
+#include "sl_text.h"
 #include "sl_alloc.h"
 
 #include <stdarg.h>
@@ -71,6 +72,13 @@ void sl_reply_error(sl_reply *r, int code, const char *fmt, ...)
     int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     size_t len = n < 0 ? 0 : (size_t) n < sizeof text ? (size_t) n : sizeof text - 1;
+    if (!sl_text_is_clean(text, len, 0)) {
+        /* a client's words in the message (a graph's op name, a policy
+         * name) reach a terminal through salusctl or a log */
+        char raw[SL_REPLY_MAX_MESSAGE];
+        memcpy(raw, text, len);
+        len = sl_escape(text, sizeof text, raw, len, 0);
+    }
     /* short messages (all but a few) live in the reply itself */
     char *to = r->message;
     if (len >= sizeof r->message && !(to = sl_reply_alloc(r, len + 1))) {

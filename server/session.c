@@ -4,6 +4,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "sl_text.h"
 #include "sl_time.h"
 
 #include <stdio.h>
@@ -97,6 +98,13 @@ void sl_sessions_fini(sl_sessions *ss)
     while (sl_map_next(&ss->table, &i, NULL, &v))
         session_free(v);
     sl_map_fini(&ss->table);
+    sl_tenants_fini(&ss->tenants);
+}
+
+/* s leaves the table: its tenant holds it no longer. */
+static void tenant_release(sl_sessions *ss, const sl_session *s)
+{
+    sl_tenants_remove(&ss->tenants, s->tenant, s->tenant_charge);
 }
 
 static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box);
@@ -121,6 +129,7 @@ static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
     }
     sl_mem_release(ss->mem, s->id);
     (void) sl_map_del(&ss->table, s->id);
+    tenant_release(ss, s);
     sl_log_info("ses.close", "session %llu (%s) closed: %llu iterations, %.3f s on device",
                 (unsigned long long) s->id, s->name,
                 (unsigned long long) s->job.sched.iterations_done,
@@ -279,9 +288,68 @@ static void refuse_admission(sl_sessions *ss, const sl_session *s, int rc, int r
                        (unsigned long long) st.free, (unsigned long long) st.largest_free);
 }
 
-bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req, uint32_t pipe_id,
-                      bool has_uid, uint64_t uid, sl_reply *r)
+bool sl_session_owned_by(const sl_session *s, const sl_peer *peer)
 {
+    return s->has_uid ? peer->has_uid && peer->uid == s->uid : peer->pipe_id == s->pipe_id;
+}
+
+void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out)
+{
+    const sl_config *cfg = ss->cfg;
+    sl_limits_for(&cfg->tenant_limits, cfg->limit_rules, cfg->n_limit_rules,
+                  cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS, peer, out);
+}
+
+/* A limited tenant's hints within its limits: priority and weight are
+ * clamped (a job asking for more than it may have still runs, at what it
+ * may have); memory beyond the quota is refused, since a session cannot
+ * run in less than it declared. A session that declares no persistent
+ * bytes gets what is left of the quota, so that its allocations stay
+ * inside it. Returns false with the refusal in r. */
+static bool within_limits(sl_sessions *ss, sl_session *s, const sl_peer *peer, const sl_limits *lim,
+                          sl_reply *r)
+{
+    char who[96];
+    sl_tenant_name(s->tenant, who, sizeof who);
+    sl_sched_job *j = &s->job.sched;
+    if (j->priority > lim->max_priority || j->weight > lim->max_weight) {
+        sl_log_info("ses.clamp",
+                    "session of %s on pipe %u asked for priority %d, weight %.3g: clamped to its "
+                    "limits (priority %d, weight %.3g)",
+                    who, peer->pipe_id, j->priority, j->weight, lim->max_priority, lim->max_weight);
+        if (j->priority > lim->max_priority)
+            j->priority = lim->max_priority;
+        if (j->weight > lim->max_weight)
+            j->weight = lim->max_weight;
+    }
+    if (!lim->memory)
+        return true;
+    sl_tenant_use use = sl_tenants_get(&ss->tenants, s->tenant);
+    uint64_t left = lim->memory > use.memory ? lim->memory - use.memory : 0;
+    uint64_t e = s->declared_ephemeral ? s->declared_ephemeral : ss->default_ephemeral;
+    if (!s->declared_persistent && left > e) {
+        uint64_t room = ss->quota > e ? ss->quota - e : 0;
+        s->declared_persistent = left - e < room ? left - e : room;
+    }
+    uint64_t charge = s->declared_persistent + e;
+    if (charge < e || charge > left || !s->declared_persistent) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "memory quota of %s: this session needs %llu persistent + %llu ephemeral "
+                       "bytes, and %llu of its %llu bytes are left (its sessions hold %llu); "
+                       "declare less, or close a session (salusd --tenant-limits / --user-limits "
+                       "memory=)",
+                       who, (unsigned long long) s->declared_persistent, (unsigned long long) e,
+                       (unsigned long long) left, (unsigned long long) lim->memory,
+                       (unsigned long long) use.memory);
+        return false;
+    }
+    return true;
+}
+
+bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
+                      const sl_peer *peer, sl_reply *r)
+{
+    uint32_t pipe_id = peer->pipe_id;
     if (ss->draining) {
         sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
         return false;
@@ -299,6 +367,21 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
                        ss->table.count, max_sessions);
         return false;
     }
+    uint64_t tenant = sl_tenant_key(peer);
+    sl_limits lim = {0};
+    if (!peer->is_operator) {
+        sl_sessions_limits(ss, peer, &lim);
+        sl_tenant_use use = sl_tenants_get(&ss->tenants, tenant);
+        if (use.sessions >= lim.max_sessions) {
+            char who[96];
+            sl_tenant_name(tenant, who, sizeof who);
+            sl_reply_error(r, SL_EEXHAUSTED,
+                           "too many sessions for %s: %u open (its limit %u, salusd "
+                           "--tenant-limits / --user-limits sessions=); close some",
+                           who, use.sessions, lim.max_sessions);
+            return false;
+        }
+    }
     const Salus__SessionHints *h = m->hints;
     sl_session *s = sl_calloc(1, sizeof *s);
     Salus__OpenSessionReply *body = sl_reply_alloc(r, sizeof *body);
@@ -309,12 +392,16 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         s->token = random_u64();
     while (!s->token);
     s->pipe_id = pipe_id;
-    s->has_uid = has_uid; /* over ipc://, the session is its user's */
-    s->uid = uid;
+    s->has_uid = peer->has_uid; /* over ipc://, the session is its user's */
+    s->uid = peer->uid;
+    s->tenant = tenant;
+    s->limited = !peer->is_operator;
     s->open_ns = sl_now_ns();
     s->job.sched.weight = 1.0;
     if (h) {
-        snprintf(s->name, sizeof s->name, "%s", h->name ? h->name : "");
+        /* a client's name reaches logs and terminals (salusctl status) */
+        if (h->name)
+            sl_escape(s->name, sizeof s->name, h->name, strlen(h->name), SL_ESCAPE_BACKSLASH);
         s->declared_persistent = h->persistent_bytes;
         s->declared_ephemeral = h->ephemeral_bytes;
         if (h->weight > 0 && h->weight < 1e6)
@@ -324,10 +411,19 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         if (h->expected_total_s > 0 && h->expected_total_s < 1e9)
             s->job.sched.expected_total_ns = (uint64_t) (h->expected_total_s * 1e9);
     }
+    if (s->limited && !within_limits(ss, s, peer, &lim, r)) {
+        sl_free(s);
+        return false;
+    }
+    uint64_t e = s->declared_ephemeral ? s->declared_ephemeral : ss->default_ephemeral;
+    s->tenant_charge = s->declared_persistent + e < e ? UINT64_MAX : s->declared_persistent + e;
     s->job.sched.id = s->id;
     salus__open_session_reply__init(body);
     body->session_id = s->id;
     body->token = s->token;
+    body->priority = s->job.sched.priority;
+    body->weight = s->job.sched.weight;
+    body->persistent_bytes = s->declared_persistent;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_OPEN_SESSION;
     sl_reply_msg(r)->open_session = body;
 
@@ -340,7 +436,12 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
     int rc = sl_mem_admit_ex(ss->mem, s->id, s->declared_persistent, s->declared_ephemeral, flags,
                              &reason, &lane);
     if (rc == SL_EEXHAUSTED && wait && reason != SL_MEM_QUOTA) {
+        if (sl_tenants_add(&ss->tenants, s->tenant, s->tenant_charge) != SL_OK) {
+            sl_mem_release(ss->mem, s->id);
+            goto out_oom;
+        }
         if (sl_map_put(&ss->table, s->id, s) != SL_OK) {
+            tenant_release(ss, s);
             sl_mem_release(ss->mem, s->id);
             goto out_oom;
         }
@@ -355,8 +456,13 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         sl_free(s);
         return false;
     }
+    if (sl_tenants_add(&ss->tenants, s->tenant, s->tenant_charge) != SL_OK) {
+        sl_mem_release(ss->mem, s->id);
+        goto out_oom;
+    }
     if (sl_map_put(&ss->table, s->id, s) != SL_OK || admit(ss, s, lane) != SL_OK) {
         (void) sl_map_del(&ss->table, s->id);
+        tenant_release(ss, s);
         sl_mem_release(ss->mem, s->id);
         goto out_oom;
     }
@@ -392,6 +498,7 @@ void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)
         s->admit_reply = NULL;
         if (failed || s->closing) {
             (void) sl_map_del(&ss->table, s->id);
+            tenant_release(ss, s);
             sl_mem_release(ss->mem, s->id);
             session_free(s);
         }

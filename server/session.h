@@ -16,6 +16,7 @@
 #include "reply.h"
 #include "shm.h"
 #include "sl_map.h"
+#include "tenants.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,8 +40,11 @@ struct sl_session {
     uint32_t pipe_id; /* connection that opened it */
     bool has_uid;     /* opened over ipc://: only peers of uid may use it */
     uint64_t uid;
-    bool reset_pending; /* the device was reset: its next request gets DEVICE_RESET */
-    char name[64];
+    uint64_t tenant;        /* its tenant's key (tenants.h) */
+    bool limited;           /* opened without operator rights: its tenant's limits hold */
+    uint64_t tenant_charge; /* memory counted against its tenant's quota */
+    bool reset_pending;     /* the device was reset: its next request gets DEVICE_RESET */
+    char name[64];          /* escaped (sl_text.h): safe in logs and status */
     sl_exec_job job;
     sl_map tensors; /* id -> sl_tensor */
     sl_map graphs;  /* id -> sl_graph */
@@ -67,7 +71,8 @@ typedef struct sl_sessions {
     sl_mem_mgr *mem;
     /* the memory manager's sizes, for explaining refusals */
     uint64_t capacity, quota, default_ephemeral, framework_per_lane;
-    sl_map table; /* id -> sl_session */
+    sl_map table;       /* id -> sl_session */
+    sl_tenants tenants; /* what each tenant holds */
     uint64_t next_id;
     bool draining;      /* no new sessions or runs */
     uint32_t n_blocked; /* sessions whose head waits for its lane to go idle */
@@ -86,10 +91,18 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
 /* Frees every session left (their device memory goes with the arena). */
 void sl_sessions_fini(sl_sessions *ss);
 
-/* OPEN_SESSION from connection pipe_id (peer: uid when has_uid). The reply
- * r is filled now, or (returns true) kept with req and sent at admission. */
-bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req, uint32_t pipe_id,
-                      bool has_uid, uint64_t uid, sl_reply *r);
+/* OPEN_SESSION from peer. Without operator rights its tenant's limits
+ * apply (tenants.h): priority and weight hints are clamped, and a session
+ * beyond the tenant's session count or memory quota is refused with
+ * RESOURCE_EXHAUSTED. The reply r is filled now, or (returns true) kept
+ * with req and sent at admission. */
+bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
+                      const sl_peer *peer, sl_reply *r);
+/* Whether s belongs to peer: over ipc:// the same uid, else the same
+ * connection. */
+bool sl_session_owned_by(const sl_session *s, const sl_peer *peer);
+/* The limits of peer's tenant (every field set; see tenants.h). */
+void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out);
 /* The open, admitted session id, or NULL. */
 sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id);
 /* Queues a request on s (taking msg and r) and runs what can run now. */

@@ -14,7 +14,33 @@ static int by_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int sl_status_build(sl_server *srv, sl_reply *r)
+/* The caller's rights, limits and holdings. */
+static Salus__TenantLimits *tenant_limits(sl_server *srv, const sl_peer *peer, sl_reply *r)
+{
+    Salus__TenantLimits *you = sl_reply_alloc(r, sizeof *you);
+    char *name = sl_reply_alloc(r, 96);
+    if (!you || !name)
+        return NULL;
+    salus__tenant_limits__init(you);
+    uint64_t key = sl_tenant_key(peer);
+    sl_tenant_name(key, name, 96);
+    you->tenant = name;
+    you->operator_ = peer->is_operator;
+    if (!peer->is_operator) {
+        sl_limits lim;
+        sl_sessions_limits(&srv->sessions, peer, &lim);
+        you->max_priority = lim.max_priority;
+        you->max_weight = lim.max_weight;
+        you->max_sessions = lim.max_sessions;
+        you->memory = lim.memory;
+    }
+    sl_tenant_use use = sl_tenants_get(&srv->sessions.tenants, key);
+    you->sessions = use.sessions;
+    you->memory_used = use.memory;
+    return you;
+}
+
+int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
 {
     Salus__StatusReply *st = sl_reply_alloc(r, sizeof *st);
     Salus__MemoryStatus *mem = sl_reply_alloc(r, sizeof *mem);
@@ -23,6 +49,8 @@ int sl_status_build(sl_server *srv, sl_reply *r)
     if (!st || !mem || (n && !list))
         return SL_ENOMEM;
     salus__status_reply__init(st);
+    if (!(st->you = tenant_limits(srv, peer, r)))
+        return SL_ENOMEM;
     salus__memory_status__init(mem);
     st->server_version = (char *) SL_SERVER_VERSION;
     st->device = srv->dev->description;
@@ -57,14 +85,20 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         const sl_session *s = v;
         if (!s->admitted)
             continue; /* listed in the admission queue */
+        if (!peer->is_operator && !sl_session_owned_by(s, peer))
+            continue; /* other tenants' jobs are theirs to know */
         Salus__SessionStatus *x = sl_reply_alloc(r, sizeof *x);
         char *name = sl_reply_alloc(r, sizeof s->name);
-        if (!x || !name)
+        char *owner = sl_reply_alloc(r, 96);
+        if (!x || !name || !owner)
             return SL_ENOMEM;
         salus__session_status__init(x);
         memcpy(name, s->name, sizeof s->name);
+        sl_tenant_name(s->tenant, owner, 96);
         x->id = s->id;
         x->name = name;
+        x->owner = owner;
+        x->limited = s->limited;
         x->persistent_bytes = s->persistent_bytes;
         x->n_tensors = s->tensors.count;
         x->n_graphs = s->graphs.count;
@@ -116,8 +150,10 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         return SL_ENOMEM;
     uint64_t now = sl_now_ns();
     for (size_t j = 0; j < nq; j++) {
-        Salus__QueuedSession *q = sl_reply_alloc(r, sizeof *q);
         const sl_session *s = sl_map_get(&srv->sessions.table, queue[j].id);
+        if (!peer->is_operator && (!s || !sl_session_owned_by(s, peer)))
+            continue;
+        Salus__QueuedSession *q = sl_reply_alloc(r, sizeof *q);
         if (!q)
             return SL_ENOMEM;
         salus__queued_session__init(q);

@@ -8,7 +8,11 @@
  * permissions; every request carries the peer uid of its connection, which
  * the gate checks against the session owner's. tls+tcp:// listeners use
  * --tls-cert/--tls-key, and require client certificates signed by --tls-ca
- * when given. Plain tcp:// (or ws://) needs --allow-plain-tcp.
+ * when given. Plain tcp:// (or ws://) needs --allow-plain-tcp. Operator
+ * listeners (--operator-listen) require certificates signed by
+ * --operator-tls-ca instead, and mark their verified clients as operators:
+ * NNG 1.5 tells whether a peer's certificate was verified, but not whose it
+ * is, so the listener a pipe came through is what tells operators apart.
  *
  * Listener watchdog. NNG 1.5.2 (nanomsg/nng#1518, fixed in 1.6)
  * hands a peer's hang-up in the middle of the SP handshake to the listener as
@@ -84,7 +88,8 @@ struct sl_req {
     _Atomic int state; /* enum req_state; read by stop */
     bool has_uid;      /* the request in hand came over ipc:// from uid */
     uint64_t uid;
-    nng_pipe pipe; /* the connection it came on */
+    bool is_operator; /* ... from a verified client of an operator listener */
+    nng_pipe pipe;    /* the connection it came on */
 };
 
 struct sl_transport {
@@ -116,35 +121,65 @@ struct sl_transport {
      * NNG's pipe callbacks */
     _Atomic uint32_t listener_ids[SL_MAX_LISTEN];
     _Atomic uint64_t pipes_added[SL_MAX_LISTEN];
-    /* peer uid of each live pipe, filled as pipes join (SO_PEERCRED is
-     * otherwise a system call per request): pipe id -> uid + 1 over ipc://,
-     * PEER_NONE on other transports */
+    /* identity of each live pipe, filled as pipes join (SO_PEERCRED is
+     * otherwise a system call per request): pipe id -> PEER_KNOWN, plus
+     * uid + 1 over ipc://, plus PEER_OPERATOR for a verified client of an
+     * operator listener */
     pthread_mutex_t peers_lock;
     sl_map peers;
+    bool has_operator_listener;
 };
 
-#define PEER_NONE ((void *) UINTPTR_MAX)
+#define PEER_KNOWN (1ull << 63)
+#define PEER_OPERATOR (1ull << 62)
+#define PEER_UID_MASK ((1ull << 40) - 1)
+_Static_assert(sizeof(uintptr_t) == sizeof(uint64_t), "peer identities are kept in pointers");
 
-static void *peer_lookup(nng_pipe p)
+/* Whether pipe p came through an operator listener and, for TLS, its
+ * client presented a certificate the operator CA signed (the listener
+ * requires one; asking the pipe as well costs nothing and keeps a
+ * misconfigured listener from granting rights). */
+static bool operator_pipe(sl_transport *t, nng_pipe p)
 {
-    uint64_t uid;
-    return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0 ? (void *) (uintptr_t) (uid + 1)
-                                                                   : PEER_NONE;
+    uint32_t from = (uint32_t) nng_listener_id(nng_pipe_listener(p));
+    for (int i = 0; i < SL_MAX_LISTEN; i++) {
+        if (!t->cfg->listen_operator[i] || atomic_load(&t->listener_ids[i]) != from)
+            continue;
+        if (!sl_url_is_tls(t->cfg->listen[i]))
+            return true; /* plain tcp, named an operator listener explicitly */
+        bool verified = false;
+        return nng_pipe_get_bool(p, NNG_OPT_TLS_VERIFIED, &verified) == 0 && verified;
+    }
+    return false;
 }
 
-/* The peer uid of p: false when its transport has none. A pipe whose join
- * callback has not run yet is asked directly. */
-static bool peer_uid(sl_transport *t, nng_pipe p, uint64_t *uid)
+static void *peer_lookup(sl_transport *t, nng_pipe p)
+{
+    uint64_t uid, v = PEER_KNOWN;
+    if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0)
+        v |= (uid + 1) & PEER_UID_MASK;
+    else if (operator_pipe(t, p))
+        v |= PEER_OPERATOR;
+    return (void *) (uintptr_t) v;
+}
+
+/* The identity of p: its uid over ipc:// (has_uid), whether it is an
+ * operator listener's verified client. A pipe whose join callback has not
+ * run yet is asked directly. */
+static void peer_identity(sl_transport *t, nng_pipe p, sl_req *r)
 {
     pthread_mutex_lock(&t->peers_lock);
-    void *v = sl_map_get(&t->peers, nng_pipe_id(p));
+    void *found = sl_map_get(&t->peers, nng_pipe_id(p));
     pthread_mutex_unlock(&t->peers_lock);
-    if (!v)
-        v = peer_lookup(p);
-    if (v == PEER_NONE)
-        return false;
-    *uid = (uint64_t) (uintptr_t) v - 1;
-    return true;
+    uint64_t v = (uint64_t) (uintptr_t) (found ? found : peer_lookup(t, p));
+    /* a pipe can join before its listener's id is recorded (at start, or
+     * as the watchdog replaces a listener): ask again rather than keep a
+     * refusal that was never meant */
+    if (v == PEER_KNOWN && t->has_operator_listener && operator_pipe(t, p))
+        v |= PEER_OPERATOR;
+    r->has_uid = (v & PEER_UID_MASK) != 0;
+    r->uid = r->has_uid ? (v & PEER_UID_MASK) - 1 : 0;
+    r->is_operator = (v & PEER_OPERATOR) != 0;
 }
 
 static void rearm(sl_req *r)
@@ -191,10 +226,8 @@ static void req_cb(void *arg)
         return;
     }
     nng_pipe pipe = nng_msg_get_pipe(msg);
-    /* ipc:// only (SO_PEERCRED); other transports have no peer identity */
-    uint64_t uid = 0;
-    r->has_uid = peer_uid(t, pipe, &uid);
-    r->uid = uid;
+    /* a uid over ipc:// (SO_PEERCRED); elsewhere only the listener's kind */
+    peer_identity(t, pipe, r);
     r->pipe = pipe;
     /* set before handing over: the reply may be sent (and this context
      * re-armed) by another thread before the hook returns */
@@ -274,8 +307,11 @@ bool sl_req_peer_pid(const sl_req *req, uint64_t *pid)
 
 bool sl_req_is_operator(const sl_req *req)
 {
-    uint64_t uid;
-    return !sl_req_peer_uid(req, &uid) || uid == 0 || uid == (uint64_t) geteuid();
+    if (!req)
+        return true; /* salusd's own callers (tests), not a peer */
+    if (req->has_uid)
+        return req->uid == 0 || req->uid == (uint64_t) geteuid();
+    return req->is_operator;
 }
 
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -293,7 +329,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
         return;
     }
     /* no room: its requests ask the system each time */
-    void *peer = peer_lookup(p);
+    void *peer = peer_lookup(t, p);
     pthread_mutex_lock(&t->peers_lock);
     (void) sl_map_put(&t->peers, nng_pipe_id(p), peer);
     pthread_mutex_unlock(&t->peers_lock);
@@ -343,8 +379,10 @@ static char *read_pem(const char *path)
     return buf;
 }
 
-/* The server's TLS configuration from --tls-cert/--tls-key[/--tls-ca]. */
-static int tls_config(const sl_config *cfg, nng_tls_config **out)
+/* The server's TLS configuration from --tls-cert/--tls-key, requiring
+ * client certificates signed by ca when given (--tls-ca, or
+ * --operator-tls-ca for operator listeners). */
+static int tls_config(const sl_config *cfg, const char *ca, nng_tls_config **out)
 {
     if (!cfg->tls_cert || !cfg->tls_key) {
         sl_log_err("net.tls", "tls+tcp:// needs --tls-cert FILE and --tls-key FILE");
@@ -366,9 +404,9 @@ static int tls_config(const sl_config *cfg, nng_tls_config **out)
                    nng_strerror(rv));
         goto out_free;
     }
-    if (cfg->tls_ca) {
-        if ((rv = nng_tls_config_ca_file(tc, cfg->tls_ca)) != 0) {
-            sl_log_err("net.tls", "bad CA file %s: %s", cfg->tls_ca, nng_strerror(rv));
+    if (ca) {
+        if ((rv = nng_tls_config_ca_file(tc, ca)) != 0) {
+            sl_log_err("net.tls", "bad CA file %s: %s", ca, nng_strerror(rv));
             goto out_free;
         }
         rv = nng_tls_config_auth_mode(tc, NNG_TLS_AUTH_MODE_REQUIRED);
@@ -389,8 +427,9 @@ out_free:
     return SL_OK;
 }
 
-/* Options of one listener before it starts. */
-static int configure_listener(const sl_config *cfg, nng_listener l, const char *url)
+/* Options of one listener before it starts (operator: an operator listener,
+ * whose TLS clients must present a certificate --operator-tls-ca signs). */
+static int configure_listener(const sl_config *cfg, nng_listener l, const char *url, bool operator)
 {
     int rv;
     if (sl_url_is_plain_network(url)) {
@@ -409,7 +448,7 @@ static int configure_listener(const sl_config *cfg, nng_listener l, const char *
                     url);
     } else if (sl_url_is_tls(url)) {
         nng_tls_config *tc;
-        int rc = tls_config(cfg, &tc);
+        int rc = tls_config(cfg, operator? cfg->operator_tls_ca : cfg->tls_ca, &tc);
         if (rc)
             return rc;
         rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tc);
@@ -431,14 +470,14 @@ static int configure_listener(const sl_config *cfg, nng_listener l, const char *
 }
 
 /* Creates, configures and starts the listener for url into *l. */
-static int start_listener(sl_transport *t, const char *url, nng_listener *l)
+static int start_listener(sl_transport *t, const char *url, bool operator, nng_listener * l)
 {
     int rv = nng_listener_create(l, t->sock, url);
     if (rv) {
         sl_log_err("net.listen", "cannot listen on %s: %s", url, nng_strerror(rv));
         return rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? SL_EINVAL : SL_ECONN;
     }
-    int rc = configure_listener(t->cfg, *l, url);
+    int rc = configure_listener(t->cfg, *l, url, operator);
     if (rc) {
         nng_listener_close(*l);
         return rc;
@@ -614,7 +653,7 @@ static void replace_listener(sl_transport *t, int i)
     }
     t->replaced++;
     nng_listener fresh;
-    int rc = start_listener(t, url, &fresh);
+    int rc = start_listener(t, url, t->cfg->listen_operator[i], &fresh);
     if (rc != SL_OK) {
         /* logged by start_listener; the next probes fail and try again */
         sl_log_err("net.watch", "cannot replace the deaf listener on %s: %s", url, sl_strerror(rc));
@@ -701,6 +740,8 @@ int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl
         return SL_ENOMEM;
     t->cfg = cfg;
     t->hooks = *hooks;
+    for (int i = 0; i < cfg->n_listen; i++)
+        t->has_operator_listener |= cfg->listen_operator[i];
     int rc = SL_ECONN;
     if (pthread_mutex_init(&t->peers_lock, NULL) != 0)
         goto out_free_t;
@@ -729,7 +770,8 @@ int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl
         t->n_reqs++;
     }
     for (int i = 0; i < cfg->n_listen; i++) {
-        if ((rc = start_listener(t, cfg->listen[i], &t->listeners[i])) != SL_OK)
+        if ((rc = start_listener(t, cfg->listen[i], cfg->listen_operator[i], &t->listeners[i])) !=
+            SL_OK)
             goto out_close;
         atomic_store(&t->listener_ids[i], (uint32_t) nng_listener_id(t->listeners[i]));
         t->n_listeners++;

@@ -57,8 +57,12 @@ bool sl_req_peer_uid(const sl_req *req, uint64_t *uid);
 /* The peer process id of an ipc:// connection (SO_PEERCRED, as of connect);
  * false for other transports or when the connection is gone. */
 bool sl_req_peer_pid(const sl_req *req, uint64_t *pid);
-/* Whether req may make operator requests (policy, other sessions' shares):
- * it does not come over ipc://, or its peer is root or salusd's own user. */
+/* Whether req has operator rights (tenants.h): over ipc:// its peer is
+ * root or salusd's effective uid (the --user it switched to); over a
+ * network transport it came through an operator listener (cfg
+ * listen_operator) and, for TLS, its client's certificate was verified
+ * against --operator-tls-ca. Clients of other network listeners never are.
+ * req NULL (salusd's own in-process callers) is. Never blocks. */
 bool sl_req_is_operator(const sl_req *req);
 
 /* Whether url is a network transport without encryption or authentication

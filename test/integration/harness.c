@@ -2,6 +2,7 @@
 #include "sl_test.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,9 +64,15 @@ void sl_test_server_start(sl_test_server *srv, const char *const *extra)
         fail_msg("mkdtemp: %s", strerror(errno));
     snprintf(srv->url, sizeof srv->url, "ipc://%s/salus.sock", srv->dir);
     const char *args[24] = {"--listen", srv->url, "--memory-limit", "256M", "--log-level", "warn"};
-    int n = 6;
-    for (; extra && extra[n - 6] && n < 23; n++)
-        args[n] = extra[n - 6];
+    int n = 6, k = 0;
+    /* salusd refuses root unasked; a test that drops privileges says --user */
+    bool own_user = false;
+    for (int i = 0; extra && extra[i]; i++)
+        own_user |= strcmp(extra[i], "--user") == 0 || strcmp(extra[i], "--allow-root") == 0;
+    if (geteuid() == 0 && !own_user)
+        args[n++] = "--allow-root";
+    for (; extra && extra[k] && n < 23; n++, k++)
+        args[n] = extra[k];
     args[n] = NULL;
     srv->pid = sl_test_spawn("SALUSD", args);
     struct timespec nap = {0, 20 * 1000 * 1000};

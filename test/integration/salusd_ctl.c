@@ -82,9 +82,15 @@ void sl_ctl_spawn(sl_test_server *srv, const char *const *args)
     if (!path || !*path)
         fail_msg("environment variable SALUSD (path of salusd) is not set");
     const char *argv[48] = {path};
-    int n = 1;
-    for (; args && args[n - 1] && n < 47; n++)
-        argv[n] = args[n - 1];
+    int n = 1, k = 0;
+    /* salusd refuses root unasked; tests that drop privileges say --user */
+    bool own_user = false;
+    for (int i = 0; args && args[i]; i++)
+        own_user |= strcmp(args[i], "--user") == 0 || strcmp(args[i], "--allow-root") == 0;
+    if (geteuid() == 0 && !own_user)
+        argv[n++] = "--allow-root";
+    for (; args && args[k] && n < 47; n++, k++)
+        argv[n] = args[k];
     argv[n] = NULL;
     char log[400];
     sl_ctl_path(srv, "salusd.log", log, sizeof log);

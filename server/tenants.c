@@ -1,0 +1,220 @@
+/* Tenants, rights and limits (tenants.h). */
+#include "tenants.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_text.h"
+
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Network clients: above every uid + 1. */
+#define TENANT_REMOTE (1ull << 40)
+
+/* One "key=value" of a SPEC (len bytes at s). */
+static int parse_field(const char *s, size_t len, sl_limits *out, char *why, size_t why_len)
+{
+    char item[128];
+    if (len >= sizeof item) {
+        snprintf(why, why_len, "'%.*s...' is too long", 32, s);
+        return SL_EINVAL;
+    }
+    memcpy(item, s, len);
+    item[len] = '\0';
+    char *eq = strchr(item, '=');
+    if (!eq || eq == item || !eq[1]) {
+        snprintf(why, why_len, "'%s' is not key=value", item);
+        return SL_EINVAL;
+    }
+    *eq = '\0';
+    const char *key = item, *val = eq + 1;
+    char *end;
+    errno = 0;
+    if (strcmp(key, "priority") == 0) {
+        long p = strtol(val, &end, 10);
+        if (errno || *end || p < INT32_MIN || p > INT32_MAX)
+            goto out_bad;
+        out->max_priority = (int32_t) p;
+        out->has_priority = true;
+    } else if (strcmp(key, "weight") == 0) {
+        double w = strtod(val, &end);
+        if (errno || *end || !(w > 0 && w < 1e6))
+            goto out_bad;
+        out->max_weight = w;
+        out->has_weight = true;
+    } else if (strcmp(key, "sessions") == 0) {
+        long n = strtol(val, &end, 10);
+        if (errno || *end || n < 1 || n > (1l << 30))
+            goto out_bad;
+        out->max_sessions = (uint32_t) n;
+        out->has_sessions = true;
+    } else if (strcmp(key, "memory") == 0) {
+        if (sl_parse_size(val, &out->memory) != SL_OK)
+            goto out_bad;
+        out->has_memory = true;
+    } else {
+        snprintf(why, why_len, "unknown limit '%s' (known: priority, weight, sessions, memory)",
+                 key);
+        return SL_EINVAL;
+    }
+    return SL_OK;
+
+out_bad:
+    snprintf(why, why_len,
+             "bad value '%s' for %s (priority: an integer; weight: in (0, 1e6); sessions: "
+             "1..2^30; memory: a size like 4G, 0 = none)",
+             val, key);
+    return SL_EINVAL;
+}
+
+int sl_limits_parse(const char *spec, sl_limits *out, char *why, size_t why_len)
+{
+    sl_limits l = *out;
+    if (!*spec) {
+        snprintf(why, why_len, "no limits given");
+        return SL_EINVAL;
+    }
+    for (const char *s = spec; *s;) {
+        size_t len = strcspn(s, ",");
+        int rc = parse_field(s, len, &l, why, why_len);
+        if (rc)
+            return rc;
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    *out = l;
+    return SL_OK;
+}
+
+int sl_limit_rule_parse(const char *arg, sl_limit_rule *out, char *why, size_t why_len)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg) {
+        snprintf(why, why_len, "'%s' is not WHO:SPEC (WHO: a user, a uid or remote)", arg);
+        return SL_EINVAL;
+    }
+    char who[256];
+    size_t len = (size_t) (colon - arg);
+    if (len >= sizeof who) {
+        snprintf(why, why_len, "user name too long");
+        return SL_EINVAL;
+    }
+    memcpy(who, arg, len);
+    who[len] = '\0';
+    sl_limit_rule r = {0};
+    char *end;
+    errno = 0;
+    unsigned long uid = strtoul(who, &end, 10);
+    if (strcmp(who, "remote") == 0) {
+        r.remote = true;
+    } else if (!*end && !errno && uid < UINT32_MAX && who[0] != '-') {
+        r.uid = (uint32_t) uid;
+    } else {
+        struct passwd *pw = getpwnam(who);
+        if (!pw) {
+            snprintf(why, why_len, "no user '%s'", who);
+            return SL_EINVAL;
+        }
+        r.uid = (uint32_t) pw->pw_uid;
+    }
+    int rc = sl_limits_parse(colon + 1, &r.limits, why, why_len);
+    if (rc)
+        return rc;
+    *out = r;
+    return SL_OK;
+}
+
+/* Copies the fields src sets over dst. */
+static void overlay(sl_limits *dst, const sl_limits *src)
+{
+    if (src->has_priority)
+        dst->max_priority = src->max_priority;
+    if (src->has_weight)
+        dst->max_weight = src->max_weight;
+    if (src->has_sessions)
+        dst->max_sessions = src->max_sessions;
+    if (src->has_memory)
+        dst->memory = src->memory;
+}
+
+void sl_limits_for(const sl_limits *defaults, const sl_limit_rule *rules, int n_rules,
+                   uint32_t max_sessions_all, const sl_peer *peer, sl_limits *out)
+{
+    uint32_t sessions = max_sessions_all / SL_TENANT_DEFAULT_SESSIONS_DIV;
+    *out = (sl_limits){
+        .has_priority = true,
+        .has_weight = true,
+        .has_sessions = true,
+        .has_memory = true,
+        .max_priority = SL_TENANT_DEFAULT_PRIORITY,
+        .max_weight = SL_TENANT_DEFAULT_WEIGHT,
+        .max_sessions = sessions ? sessions : 1,
+    };
+    if (defaults)
+        overlay(out, defaults);
+    for (int i = 0; i < n_rules; i++) {
+        const sl_limit_rule *r = &rules[i];
+        if (r->remote ? !peer->has_uid : peer->has_uid && peer->uid == r->uid)
+            overlay(out, &r->limits); /* a later rule for the same tenant wins */
+    }
+}
+
+uint64_t sl_tenant_key(const sl_peer *peer)
+{
+    return peer->has_uid ? peer->uid + 1 : TENANT_REMOTE;
+}
+
+void sl_tenant_name(uint64_t key, char *buf, size_t len)
+{
+    /* numbers only: a name lookup can go to the network (NSS), and this
+     * runs under the server lock */
+    if (key == TENANT_REMOTE || key == 0)
+        snprintf(buf, len, "remote");
+    else
+        snprintf(buf, len, "uid %llu", (unsigned long long) (key - 1));
+}
+
+sl_tenant_use sl_tenants_get(const sl_tenants *t, uint64_t key)
+{
+    const sl_tenant_use *u = sl_map_get(&t->use, key);
+    return u ? *u : (sl_tenant_use){0};
+}
+
+int sl_tenants_add(sl_tenants *t, uint64_t key, uint64_t memory)
+{
+    sl_tenant_use *u = sl_map_get(&t->use, key);
+    if (!u) {
+        if (!(u = sl_calloc(1, sizeof *u)))
+            return SL_ENOMEM;
+        if (sl_map_put(&t->use, key, u) != SL_OK) {
+            sl_free(u);
+            return SL_ENOMEM;
+        }
+    }
+    u->sessions++;
+    u->memory += memory;
+    return SL_OK;
+}
+
+void sl_tenants_remove(sl_tenants *t, uint64_t key, uint64_t memory)
+{
+    sl_tenant_use *u = sl_map_get(&t->use, key);
+    if (!u)
+        return;
+    u->sessions--;
+    u->memory -= memory < u->memory ? memory : u->memory;
+    if (!u->sessions)
+        sl_free(sl_map_del(&t->use, key));
+}
+
+void sl_tenants_fini(sl_tenants *t)
+{
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&t->use, &i, NULL, &v))
+        sl_free(v);
+    sl_map_fini(&t->use);
+}
