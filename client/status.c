@@ -1,5 +1,6 @@
 /* salus_status_text: the server's status reply rendered for people. */
 #include "client_internal.h"
+#include "sl_text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,6 +49,16 @@ static const char *mib(uint64_t bytes, char *buf)
     return buf;
 }
 
+/* A string from the server made safe for a terminal (a server escapes
+ * names already; an older or hostile one may not). */
+static const char *safe(const char *s, char *buf, size_t len)
+{
+    if (!s)
+        return "";
+    sl_escape(buf, len, s, strlen(s), 0);
+    return buf;
+}
+
 int salus_status_text(salus_client *c, char **out)
 {
     Salus__Request req = SALUS__REQUEST__INIT;
@@ -64,9 +75,20 @@ int salus_status_text(salus_client *c, char **out)
     }
     const Salus__StatusReply *s = rep->status;
     text t = {0};
-    char a[32], b[32], d[32];
-    put(&t, "salusd %s  device: %s  policy: %s%s  up %.1f s\n", s->server_version, s->device,
-        s->policy, s->strict ? " (strict)" : "", (double) s->uptime_ns / 1e9);
+    char a[32], b[32], d[32], e1[256], e2[256], e3[256];
+    put(&t, "salusd %s  device: %s  policy: %s%s  up %.1f s\n",
+        safe(s->server_version, e1, sizeof e1), safe(s->device, e2, sizeof e2),
+        safe(s->policy, e3, sizeof e3), s->strict ? " (strict)" : "", (double) s->uptime_ns / 1e9);
+    if (s->you && s->you->operator_)
+        put(&t, "you: %s, operator (every session, no limits)\n",
+            safe(s->you->tenant, e1, sizeof e1));
+    else if (s->you)
+        put(&t,
+            "you: %s (your sessions only); limits: priority <= %d, weight <= %g, sessions "
+            "%u of %u, memory %s of %s\n",
+            safe(s->you->tenant, e1, sizeof e1), s->you->max_priority, s->you->max_weight,
+            s->you->sessions, s->you->max_sessions, mib(s->you->memory_used, a),
+            s->you->memory ? mib(s->you->memory, b) : "no quota");
     put(&t, "requests %llu  errors %llu  iterations %llu\n", (unsigned long long) s->requests_total,
         (unsigned long long) s->errors_total, (unsigned long long) s->iterations_total);
     if (s->memory) {
@@ -97,23 +119,24 @@ int salus_status_text(salus_client *c, char **out)
     for (size_t i = 0; i < s->n_queue; i++) {
         const Salus__QueuedSession *q = s->queue[i];
         put(&t, "  session %llu %-16.16s persistent %s ephemeral %s waiting %.1f s: %s\n",
-            (unsigned long long) q->id, q->name, mib(q->persistent, a), mib(q->ephemeral, b),
-            (double) q->waited_ns / 1e9, q->reason);
+            (unsigned long long) q->id, safe(q->name, e1, sizeof e1), mib(q->persistent, a),
+            mib(q->ephemeral, b), (double) q->waited_ns / 1e9, safe(q->reason, e2, sizeof e2));
     }
     put(&t, "%zu session%s\n", s->n_sessions, s->n_sessions == 1 ? "" : "s");
     if (s->n_sessions)
-        put(&t, "  %6s %-16s %4s %4s %6s %12s %12s %10s %10s %6s %9s %8s %8s\n", "id", "name",
+        put(&t, "  %6s %-16s %4s %4s %6s %12s %12s %10s %10s %6s %9s %8s %8s  %s\n", "id", "name",
             "lane", "prio", "weight", "persistent", "eph. peak", "iters", "device s", "queued",
-            "switches", "wait ms", "slowdown");
+            "switches", "wait ms", "slowdown", "owner");
     for (size_t i = 0; i < s->n_sessions; i++) {
         const Salus__SessionStatus *x = s->sessions[i];
-        put(&t, "  %6llu %-16.16s %4u %4d %6.2f %12s %12s %10llu %10.3f %6u %9llu %8.2f %8.2f\n",
-            (unsigned long long) x->id, x->name, x->lane, x->priority, x->weight,
-            mib(x->persistent_bytes, a), mib(x->ephemeral_peak, b),
+        put(&t,
+            "  %6llu %-16.16s %4u %4d %6.2f %12s %12s %10llu %10.3f %6u %9llu %8.2f %8.2f  %s%s\n",
+            (unsigned long long) x->id, safe(x->name, e1, sizeof e1), x->lane, x->priority,
+            x->weight, mib(x->persistent_bytes, a), mib(x->ephemeral_peak, b),
             (unsigned long long) x->iterations, (double) x->attained_ns / 1e9, x->queued,
             (unsigned long long) x->switches,
             x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0,
-            x->slowdown);
+            x->slowdown, safe(x->owner, e2, sizeof e2), x->limited ? "" : " (operator)");
     }
     salus__reply__free_unpacked(rep, NULL);
     if (t.failed) {

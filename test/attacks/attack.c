@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -94,6 +95,47 @@ int sl_attack_as_tenant(int (*fn)(void *arg), void *arg, int timeout_s)
     return sl_test_wait(pid, timeout_s);
 }
 
+int sl_attack_exec_tenant(const char *const *args, int timeout_s)
+{
+    return sl_test_wait(sl_attack_spawn_tenant(args), timeout_s);
+}
+
+pid_t sl_attack_spawn_tenant(const char *const *args)
+{
+    char self[512];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        fail_msg("readlink /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    const char *argv[32] = {self, "--attack-tenant"};
+    int k = 2;
+    for (; args && args[k - 2] && k < 31; k++)
+        argv[k] = args[k - 2];
+    argv[k] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execv(self, (char *const *) argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+bool sl_attack_tenant_start(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--attack-tenant") != 0)
+        return false;
+    if (sl_attack_cross_user() &&
+        (setgroups(0, NULL) != 0 || setgid(SL_ATTACK_UID) != 0 || setuid(SL_ATTACK_UID) != 0)) {
+        fprintf(stderr, "attacker: cannot become uid %d: %s\n", SL_ATTACK_UID, strerror(errno));
+        exit(126);
+    }
+    return true;
+}
+
 static void victim_failed(sl_attack *a, int rc, const char *what, salus_client *c)
 {
     pthread_mutex_lock(&a->lock);
@@ -122,6 +164,9 @@ static void *victim_main(void *arg)
         victim_failed(a, rc, "open session", c);
         goto out;
     }
+    pthread_mutex_lock(&a->lock);
+    a->victim_session = salus_session_id(s);
+    pthread_mutex_unlock(&a->lock);
     m = salus_model_new(1, in);
     salus_optimizer sgd = {.kind = SALUS_SGD, .lr = 0.01f};
     if (!m || salus_model_dense(m, 64) || salus_model_relu(m) || salus_model_dense(m, 10) ||
@@ -168,18 +213,64 @@ static uint64_t victim_iterations(sl_attack *a)
     return n;
 }
 
+static void begin(sl_attack *a, const char *name, const char *const *extra_args, bool logged);
+
 void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args)
+{
+    begin(a, name, extra_args, false);
+}
+
+void sl_attack_begin_logged(sl_attack *a, const char *name, const char *const *extra_args)
+{
+    begin(a, name, extra_args, true);
+}
+
+bool sl_attack_log_has(const sl_attack *a, const char *text, char *copy, size_t len)
+{
+    static char buf[1 << 20];
+    FILE *f = a->log_path[0] ? fopen(a->log_path, "r") : NULL;
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (copy && len) {
+        size_t k = n < len - 1 ? n : len - 1;
+        memcpy(copy, buf, k);
+        copy[k] = '\0';
+    }
+    return strstr(buf, text) != NULL;
+}
+
+static void begin(sl_attack *a, const char *name, const char *const *extra_args, bool logged)
 {
     memset(a, 0, sizeof *a);
     a->name = name;
     printf("ATTACK %s tried\n", name);
     fflush(stdout);
+    int saved_err = -1;
+    if (logged) {
+        /* salusd inherits stderr: point it at the log file while it starts */
+        snprintf(a->log_path, sizeof a->log_path, "/tmp/salus-attack-%d-%s.log", (int) getpid(),
+                 name);
+        int fd = open(a->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+            fail_msg("cannot create %s: %s", a->log_path, strerror(errno));
+        fflush(stderr);
+        saved_err = dup(2);
+        dup2(fd, 2);
+        close(fd);
+    }
     const char *args[24] = {"--ipc-mode", "0666"};
     int n = 2;
     for (; extra_args && extra_args[n - 2] && n < 23; n++)
         args[n] = extra_args[n - 2];
     args[n] = NULL;
     sl_test_server_start(&a->srv, args);
+    if (saved_err >= 0) {
+        dup2(saved_err, 2);
+        close(saved_err);
+    }
     /* mkdtemp made the folder 0700; other users' tenants must reach the
      * socket in it */
     if (chmod(a->srv.dir, 0755) != 0)
@@ -248,12 +339,22 @@ bool sl_attack_end(sl_attack *a, const char *detail)
             snprintf(why, sizeof why, "a new client is not served");
         salus_disconnect(c);
     }
-    int st = alive ? sl_test_server_stop(&a->srv) : -1;
+    int st = -1;
+    if (alive) {
+        kill(a->srv.pid, SIGTERM);
+        st = sl_test_wait(a->srv.pid, 10);
+        struct stat sb;
+        a->socket_removed = stat(sl_attack_socket_path(a), &sb) != 0;
+        (void) unlink(sl_attack_socket_path(a));
+        (void) rmdir(a->srv.dir);
+    }
     if (!*why && st != 0)
         snprintf(why, sizeof why, "salusd exited with %d", st);
     if (!alive)
         sl_test_server_stop(&a->srv); /* removes the folder */
     pthread_mutex_destroy(&a->lock);
+    if (a->log_path[0] && !*why)
+        (void) unlink(a->log_path); /* kept to look at when broken */
     printf("ATTACK %s %s%s%s (victim: %lu iterations, worst %.1f ms; salusd %d fds, %lu MiB, "
            "baseline %d, %lu MiB)%s%s\n",
            a->name, *why ? "BROKEN: " : "held", why, "", (unsigned long) a->iterations,

@@ -49,6 +49,11 @@ typedef struct sl_attack {
     uint64_t worst_ns; /* longest iteration since sl_attack_begin returned */
     int error;         /* first error the victim got (SALUS_OK: none) */
     char error_text[256];
+    uint64_t victim_session; /* its session id, once open */
+    /* salusd's stderr, when started by sl_attack_begin_logged ("" if not) */
+    char log_path[320];
+    /* set by sl_attack_end: salusd removed its socket file as it exited */
+    bool socket_removed;
 } sl_attack;
 
 /* Starts salusd (ipc://, cpu backend, sockets mode 0666 so that other users'
@@ -56,6 +61,12 @@ typedef struct sl_attack {
  * the victim, waits for the victim's warm-up and takes the baseline. Prints
  * "ATTACK <name> tried". */
 void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args);
+/* sl_attack_begin with salusd's stderr (its log) in a file that
+ * sl_attack_log_has reads; the file goes with sl_attack_end. */
+void sl_attack_begin_logged(sl_attack *a, const char *name, const char *const *extra_args);
+/* Whether salusd's log (sl_attack_begin_logged) contains text; with
+ * copy, the whole log (up to len bytes, NUL-terminated) goes there too. */
+bool sl_attack_log_has(const sl_attack *a, const char *text, char *copy, size_t len);
 /* Checks everything listed at the top, prints the verdict, stops salusd.
  * Returns true when the attack was held; `detail` (may be NULL) is added to
  * the verdict line (what was tried, how many times). */
@@ -67,6 +78,21 @@ void sl_attack_skip(const char *name, const char *why);
  * current user otherwise) and returns fn's result as the exit status, or -1
  * if the child died by a signal or ran past timeout_s. */
 int sl_attack_as_tenant(int (*fn)(void *arg), void *arg, int timeout_s);
+/* Attacks whose tenant uses NNG (libsalusclient): a child forked from a
+ * process whose NNG threads run cannot use NNG, so the tenant is this
+ * program run again, "--attack-tenant" then args (NULL-terminated), which
+ * main hands to sl_attack_tenant_start before anything else. Returns its
+ * exit status, or -1 (killed by a signal, or past timeout_s). */
+int sl_attack_exec_tenant(const char *const *args, int timeout_s);
+/* sl_attack_exec_tenant without the wait: returns the tenant's pid (for
+ * sl_test_wait), so the test can look at salusd while the tenant holds
+ * what it made. */
+pid_t sl_attack_spawn_tenant(const char *const *args);
+/* First thing in main: when argv asks for the tenant part, becomes
+ * SL_ATTACK_UID (when root) and returns true; the tenant's arguments start
+ * at argv[2]. False otherwise (the test itself). */
+bool sl_attack_tenant_start(int argc, char **argv);
+
 /* True when attackers really run as another user (the test runs as root). */
 bool sl_attack_cross_user(void);
 
