@@ -97,7 +97,8 @@ static int tenant_network(const char *url, uint64_t victim)
     const Salus__SessionStatus *mine =
         rep && s ? session_in(rep->status, salus_session_id(s)) : NULL;
     ok &= mine && mine->priority == 0 && mine->weight <= 1.0;
-    ok &= rep && !session_in(rep->status, victim) && !rep->status->you->operator_;
+    ok &=
+        rep && !session_in(rep->status, victim) && rep->status->you && !rep->status->you->operator_;
     printf("tenant: own session granted priority %d weight %g; sees %zu sessions\n",
            mine ? mine->priority : -1, mine ? mine->weight : -1.0,
            rep ? rep->status->n_sessions : 0);
@@ -127,12 +128,12 @@ static int tenant_greedy(const char *url)
     Salus__Reply *rep = status_of(c);
     const Salus__SessionStatus *mine = rep ? session_in(rep->status, id) : NULL;
     ok &= mine && mine->priority == 0 && mine->weight == 2.0;
+    const Salus__TenantLimits *you = rep ? rep->status->you : NULL;
     printf("tenant: granted priority %d weight %g (limits: priority %d weight %g sessions %u "
            "memory %llu)\n",
-           mine ? mine->priority : -1, mine ? mine->weight : -1.0,
-           rep ? rep->status->you->max_priority : -1, rep ? rep->status->you->max_weight : -1.0,
-           rep ? rep->status->you->max_sessions : 0,
-           rep ? (unsigned long long) rep->status->you->memory : 0ull);
+           mine ? mine->priority : -1, mine ? mine->weight : -1.0, you ? you->max_priority : -1,
+           you ? you->max_weight : -1.0, you ? you->max_sessions : 0,
+           you ? (unsigned long long) you->memory : 0ull);
     if (rep)
         salus__reply__free_unpacked(rep, NULL);
     ok &= expect("SetSession own priority INT32_MAX", salus_set_session(c, id, 1, INT32_MAX, 0, 0),
