@@ -104,8 +104,9 @@ static void usage(FILE *f)
             "                          files are handed to it (their folder should be its,\n"
             "                          so it can remove them at exit)\n"
             "      --group NAME        and this group (default: the user's primary group)\n"
-            "      --allow-root        stay root, giving up every capability (but\n"
-            "                          CAP_NET_BIND_SERVICE for a port below 1024)\n"
+            "      --allow-root        stay root, giving up every capability but\n"
+            "                          CAP_SYS_PTRACE (clients' shared memory) and\n"
+            "                          CAP_NET_BIND_SERVICE for a port below 1024\n"
             "\n"
             "      --fault-inject FILE sim devices, tests: on SIGUSR1 read fault commands from\n"
             "                          FILE (alloc [N] | sticky | fatal | slow N | clear), then\n"
@@ -479,7 +480,7 @@ static int privileges_before(const sl_config *cfg, sl_run_as *as, bool *do_switc
                 "salusd: refusing to run as root: salusd needs no root powers, and a flaw in "
                 "it would hand them to any client. Start it with --user NAME (a dedicated "
                 "user: it switches once its listeners are bound and its device is open), or "
-                "say --allow-root to stay root without capabilities.\n");
+                "say --allow-root to stay root with almost no capabilities.\n");
         return 2;
     }
     bool keep_bind = false;
@@ -490,8 +491,9 @@ static int privileges_before(const sl_config *cfg, sl_run_as *as, bool *do_switc
         return 1;
     }
     sl_log_warn("srv.root",
-                "running as root (--allow-root), without capabilities%s; prefer --user NAME",
-                keep_bind ? " but CAP_NET_BIND_SERVICE" : "");
+                "running as root (--allow-root), without capabilities but CAP_SYS_PTRACE%s; "
+                "prefer --user NAME",
+                keep_bind ? " and CAP_NET_BIND_SERVICE" : "");
     return -1;
 }
 

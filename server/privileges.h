@@ -3,8 +3,8 @@
  * that may need privileges, and both happen at start-up. So salusd started
  * as root either switches to a dedicated user once its listeners are bound
  * and its device is open (--user, --group), or, asked to stay root
- * (--allow-root), gives up every capability before it starts a thread of
- * its own; otherwise it refuses to start.
+ * (--allow-root), gives up every capability it does not need before it
+ * starts a thread of its own; otherwise it refuses to start.
  *
  * After the switch, "salusd's own uid" in the operator rule (tenants.h) is
  * that user's. ipc:// socket files are handed to that user first, so that
@@ -35,9 +35,11 @@ typedef struct sl_run_as {
 int sl_priv_resolve(const char *user, const char *group, sl_run_as *out, char *why, size_t why_len);
 /* Called as root before any thread of salusd's own starts, when salusd
  * stays root: drops every capability of this thread (and so of the threads
- * it starts), keeping CAP_NET_BIND_SERVICE only when keep_bind (a listener
- * on a port below 1024), and the capability bounding set. Errors:
- * SL_EPERM with the reason in why. */
+ * it starts) and of the bounding set but CAP_SYS_PTRACE (shared memory:
+ * opening a client's descriptor through /proc/<pid>/fd is a ptrace access
+ * check, refused for a client holding capabilities salusd lacks) and, when
+ * keep_bind (a listener on a port below 1024), CAP_NET_BIND_SERVICE.
+ * Errors: SL_EPERM with the reason in why. */
 int sl_priv_drop_capabilities(bool keep_bind, char *why, size_t why_len);
 /* Switches every thread of salusd to as->uid and as->gid for good (supplementary
  * groups: the user's), after handing cfg's ipc:// socket files to that

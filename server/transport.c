@@ -138,13 +138,18 @@ _Static_assert(sizeof(uintptr_t) == sizeof(uint64_t), "peer identities are kept 
 /* Whether pipe p came through an operator listener and, for TLS, its
  * client presented a certificate the operator CA signed (the listener
  * requires one; asking the pipe as well costs nothing and keeps a
- * misconfigured listener from granting rights). */
+ * misconfigured listener from granting rights), or through an inproc://
+ * listener (only salusd's own process can reach one). */
 static bool operator_pipe(sl_transport *t, nng_pipe p)
 {
     uint32_t from = (uint32_t) nng_listener_id(nng_pipe_listener(p));
-    for (int i = 0; i < SL_MAX_LISTEN; i++) {
-        if (!t->cfg->listen_operator[i] || atomic_load(&t->listener_ids[i]) != from)
+    for (int i = 0; i < t->cfg->n_listen && from; i++) {
+        if (atomic_load(&t->listener_ids[i]) != from)
             continue;
+        if (strncmp(t->cfg->listen[i], "inproc://", 9) == 0)
+            return true; /* salusd's own process: an embedding program */
+        if (!t->cfg->listen_operator[i])
+            return false;
         if (!sl_url_is_tls(t->cfg->listen[i]))
             return true; /* plain tcp, named an operator listener explicitly */
         bool verified = false;
@@ -741,7 +746,8 @@ int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl
     t->cfg = cfg;
     t->hooks = *hooks;
     for (int i = 0; i < cfg->n_listen; i++)
-        t->has_operator_listener |= cfg->listen_operator[i];
+        t->has_operator_listener |=
+            cfg->listen_operator[i] || strncmp(cfg->listen[i], "inproc://", 9) == 0;
     int rc = SL_ECONN;
     if (pthread_mutex_init(&t->peers_lock, NULL) != 0)
         goto out_free_t;

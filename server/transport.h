@@ -61,7 +61,8 @@ bool sl_req_peer_pid(const sl_req *req, uint64_t *pid);
  * root or salusd's effective uid (the --user it switched to); over a
  * network transport it came through an operator listener (cfg
  * listen_operator) and, for TLS, its client's certificate was verified
- * against --operator-tls-ca. Clients of other network listeners never are.
+ * against --operator-tls-ca; over inproc:// it is salusd's own process
+ * (an embedding program). Clients of other network listeners never are.
  * req NULL (salusd's own in-process callers) is. Never blocks. */
 bool sl_req_is_operator(const sl_req *req);
 
