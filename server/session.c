@@ -300,6 +300,46 @@ void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *o
                   cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS, peer, out);
 }
 
+/* The ephemeral bytes s is charged for (what is not its declared P). */
+static uint64_t charged_ephemeral(const sl_session *s)
+{
+    return s->tenant_charge -
+           (s->declared_persistent < s->tenant_charge ? s->declared_persistent : s->tenant_charge);
+}
+
+bool sl_sessions_tenant_room(sl_sessions *ss, const sl_session *s, uint64_t need, sl_reply *r)
+{
+    uint64_t charged = charged_ephemeral(s);
+    if (!s->limited || need <= charged)
+        return true;
+    sl_peer owner = {.pipe_id = s->pipe_id, .has_uid = s->has_uid, .uid = s->uid};
+    sl_limits lim;
+    sl_sessions_limits(ss, &owner, &lim);
+    sl_tenant_use use = sl_tenants_get(&ss->tenants, s->tenant);
+    uint64_t more = need - charged;
+    if (!lim.memory || (use.memory <= lim.memory && more <= lim.memory - use.memory))
+        return true;
+    char who[32];
+    sl_tenant_name(s->tenant, who, sizeof who);
+    sl_reply_error(r, SL_EEXHAUSTED,
+                   "memory quota of %s: this graph needs %llu ephemeral bytes per iteration, "
+                   "%llu more than the session holds, and %llu of its %llu bytes are left "
+                   "(salusd --tenant-limits / --user-limits memory=)",
+                   who, (unsigned long long) need, (unsigned long long) more,
+                   (unsigned long long) (lim.memory > use.memory ? lim.memory - use.memory : 0),
+                   (unsigned long long) lim.memory);
+    return false;
+}
+
+void sl_sessions_tenant_grow(sl_sessions *ss, sl_session *s, uint64_t need)
+{
+    uint64_t charged = charged_ephemeral(s);
+    if (need <= charged)
+        return;
+    sl_tenants_charge(&ss->tenants, s->tenant, need - charged);
+    s->tenant_charge += need - charged;
+}
+
 /* A limited tenant's hints within its limits: priority and weight are
  * clamped (a job asking for more than it may have still runs, at what it
  * may have); memory beyond the quota is refused, since a session cannot

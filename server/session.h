@@ -103,6 +103,12 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
 bool sl_session_owned_by(const sl_session *s, const sl_peer *peer);
 /* The limits of peer's tenant (every field set; see tenants.h). */
 void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out);
+/* A graph of s needs an ephemeral need of bytes: whether s's tenant may
+ * hold that much more than it was charged (false, with the refusal in r,
+ * when it would pass its memory quota). Changes nothing. */
+bool sl_sessions_tenant_room(sl_sessions *ss, const sl_session *s, uint64_t need, sl_reply *r);
+/* The need was granted: s's tenant is charged for it. */
+void sl_sessions_tenant_grow(sl_sessions *ss, sl_session *s, uint64_t need);
 /* The open, admitted session id, or NULL. */
 sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id);
 /* Queues a request on s (taking msg and r) and runs what can run now. */

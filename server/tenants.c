@@ -199,6 +199,13 @@ int sl_tenants_add(sl_tenants *t, uint64_t key, uint64_t memory)
     return SL_OK;
 }
 
+void sl_tenants_charge(sl_tenants *t, uint64_t key, uint64_t memory)
+{
+    sl_tenant_use *u = sl_map_get(&t->use, key);
+    if (u)
+        u->memory = u->memory + memory < u->memory ? UINT64_MAX : u->memory + memory;
+}
+
 void sl_tenants_remove(sl_tenants *t, uint64_t key, uint64_t memory)
 {
     sl_tenant_use *u = sl_map_get(&t->use, key);

@@ -17,9 +17,11 @@
  *   sessions  sessions open at once, waiting ones included (refused beyond)
  *   memory    device memory all its sessions together may declare, each
  *             session counting persistent + ephemeral bytes (ephemeral: its
- *             declared bytes or the default lane); a session that declares
- *             no persistent bytes is given what is left of the quota, so
- *             that what it can allocate stays inside it (refused beyond)
+ *             declared bytes or the default lane, or its graphs' planned
+ *             peak when larger); a session that declares no persistent
+ *             bytes is given what is left of the quota, so that what it can
+ *             allocate stays inside it (refused beyond: OpenSession and a
+ *             RegisterGraph whose peak would pass the quota)
  * SPEC is a comma-separated list of those, e.g. "priority=0,weight=2,
  * sessions=8,memory=4G"; a configuration file mirrors it as one section
  * per WHO with the same keys. */
@@ -95,6 +97,9 @@ typedef struct sl_tenants {
 sl_tenant_use sl_tenants_get(const sl_tenants *t, uint64_t key);
 /* Counts one more session of key holding memory bytes. Errors: SL_ENOMEM. */
 int sl_tenants_add(sl_tenants *t, uint64_t key, uint64_t memory);
+/* Counts memory bytes more for a session of key already counted (its
+ * ephemeral need grew). */
+void sl_tenants_charge(sl_tenants *t, uint64_t key, uint64_t memory);
 /* Undoes one sl_tenants_add. */
 void sl_tenants_remove(sl_tenants *t, uint64_t key, uint64_t memory);
 /* Frees the table. */

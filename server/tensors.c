@@ -226,10 +226,17 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
     uint64_t need = g->plan.peak > s->ephemeral_peak ? g->plan.peak : s->ephemeral_peak;
     uint32_t lane;
     int reason = SL_MEM_FITS;
+    if (!sl_sessions_tenant_room(ss, s, need, r)) {
+        w->graph = NULL;
+        sl_graph_free(g);
+        return SL_HANDLED;
+    }
     int rc = sl_mem_set_ephemeral(ss->mem, s->id, need ? need : 256, &lane, &reason);
     if (rc == SL_EBUSY) /* the session must move, and its lane is running someone's iteration */
         return SL_HANDLED_WAIT;
     w->graph = NULL;
+    if (rc == SL_OK)
+        sl_sessions_tenant_grow(ss, s, need);
     if (rc) {
         sl_reply_error(r, rc,
                        "graph needs %llu ephemeral bytes per iteration: %s (session quota %llu, "

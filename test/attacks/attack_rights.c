@@ -7,7 +7,8 @@
  *                      a client of the operator listener may
  *   greedy-tenant      a tenant asks for priority INT32_MAX and weight
  *                      999999, raises them with SetSession, opens sessions
- *                      beyond its limit and a quota beyond its memory, and
+ *                      beyond its limit and a quota beyond its memory,
+ *                      registers a graph whose peak passes the quota, and
  *                      trains flat out under the priority policy
  *   hostile-names      a session named with newlines and terminal escapes,
  *                      an op type likewise; and the tenant's Status must not
@@ -155,6 +156,18 @@ static int tenant_greedy(const char *url)
     ok &= expect("session declaring 200 MiB (quota 64 MiB)", salus_session_open(c, &big, &s[2]),
                  SALUS_EEXHAUSTED, c);
     ok &= strstr(salus_last_error(c), "memory quota") != NULL;
+    /* a small session whose graph then needs more ephemeral memory than
+     * the quota has left */
+    salus_session_opts grow = {
+        .name = "grow", .persistent_bytes = 4 << 20, .ephemeral_bytes = 1 << 20};
+    ok &= expect("small session", salus_session_open(c, &grow, &s[2]), SALUS_OK, c);
+    salus_model *wide = salus_model_new(1, (const int64_t[]){16});
+    salus_optimizer plain = {.kind = SALUS_SGD, .lr = 0.01f};
+    if (s[2] && wide && !salus_model_dense(wide, 16384))
+        ok &= expect("its graph with a 64 MiB peak",
+                     salus_model_compile(wide, s[2], &plain, 1024, 1, 3), SALUS_EEXHAUSTED, c) &&
+              strstr(salus_last_error(c), "memory quota") != NULL;
+    salus_model_free(wide);
 
     /* flat out for a few seconds at whatever priority it was given: at
      * INT32_MAX under the priority policy this would starve the victim */
