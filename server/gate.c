@@ -1,5 +1,6 @@
 /* The request gate (gate.h). */
 #include "gate.h"
+#include "decode.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -146,7 +147,7 @@ static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pip
         uint64_t uid = 0;
         bool has_uid = sl_req_peer_uid(req, &uid);
         if (sl_sessions_open(&srv->sessions, msg->open_session, req, pipe_id, has_uid, uid, r)) {
-            salus__request__free_unpacked(msg, NULL);
+            sl_request_free(msg);
             return true; /* answered at admission */
         }
         return false;
@@ -218,7 +219,7 @@ static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t 
                 ? sl_repeats_check(&srv->repeats, pipe_id, msg->session_id, msg->seq, &copy, &len)
                 : SL_REPEAT_NEW) {
     case SL_REPEAT_IN_FLIGHT: /* the first one's reply answers it */
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         answer(srv, req, NULL);
         return;
     case SL_REPEAT_ANSWERED:
@@ -235,13 +236,13 @@ static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t 
         } else {
             answer(srv, req, NULL);
         }
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         return;
     default:
         break;
     }
     if (!(r = sl_reply_new(msg->seq))) {
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         answer(srv, req, NULL);
         return;
     }
@@ -249,7 +250,7 @@ static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t 
     sl_outbox box = {0};
     pthread_mutex_lock(&srv->lock);
     if (!route(srv, req, msg, pipe_id, r, &box)) {
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         sl_outbox_put(&box, req, r);
     }
     pthread_mutex_unlock(&srv->lock);
@@ -265,16 +266,21 @@ void sl_gate_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t
 void sl_gate_request(void *arg, sl_req *req, const void *body, size_t len)
 {
     sl_server *srv = arg;
-    Salus__Request *msg = salus__request__unpack(NULL, len, body);
-    if (msg) {
+    Salus__Request *msg = NULL;
+    char why[SL_REPLY_MAX_MESSAGE];
+    int rc = sl_decode_request(&srv->decoder, body, len, &msg, why, sizeof why);
+    if (rc == SL_OK) {
         sl_gate_dispatch(srv, req, msg, sl_req_pipe(req));
         return;
     }
     atomic_fetch_add(&srv->requests, 1);
-    sl_log_debug("net.decode", "undecodable request from pipe %u", sl_req_pipe(req));
-    sl_reply *r = sl_reply_new(0);
+    sl_log_debug("net.decode", "request of %zu bytes from pipe %u refused: %s", len,
+                 sl_req_pipe(req), why);
+    /* an undecodable request has no seq; a refused one keeps its own so that
+     * the client matches the refusal to its request */
+    sl_reply *r = sl_reply_new(rc == SL_EPROTO ? 0 : sl_decode_peek_seq(body, len));
     if (r)
-        sl_reply_error(r, SL_EPROTO, "undecodable request: not a salus.Request message");
+        sl_reply_error(r, rc, "%s", why);
     answer(srv, req, r);
 }
 
@@ -290,7 +296,7 @@ void sl_gate_release(void *arg, sl_req *req, Salus__Request *msg, bool dropping)
         sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
         sl_reply_track(r, req ? sl_req_pipe(req) : 0, msg->session_id);
     }
-    salus__request__free_unpacked(msg, NULL);
+    sl_request_free(msg);
     answer(srv, req, r);
 }
 

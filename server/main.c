@@ -55,10 +55,20 @@ static void usage(FILE *f)
             "  -p, --policy NAME       iteration scheduling policy: %s (default: fair)\n"
             "      --strict            the Salus paper's non-work-conserving fifo/srtf\n"
             "      --contexts N        requests in flight at once (default: 256)\n"
-            "      --max-message SIZE  largest request accepted (default: 1G)\n"
+            "      --max-message SIZE  largest request accepted, and most tensor bytes one\n"
+            "                          reply carries (default: 64M; larger tensors move in\n"
+            "                          chunks, larger feeds and fetches by shared memory)\n"
+            "      --max-decoding SIZE decoded requests held at once, queued ones included;\n"
+            "                          over it a request larger than about 30K gets\n"
+            "                          RESOURCE_EXHAUSTED (default: 512M). A request may take\n"
+            "                          at most its size + min(32 x its size, 16M) + 64K\n"
+            "                          decoded\n"
             "      --max-sessions N    sessions open at once, waiting ones included (default: %d)\n"
             "      --max-tensors-per-session N  tensors one session may hold, and as many\n"
             "                          graphs (default: %d)\n"
+            "      --session-metadata SIZE  host memory one session's registered graphs and\n"
+            "                          tensors may hold; over it RegisterGraph and\n"
+            "                          CreateTensor get RESOURCE_EXHAUSTED (default: 64M)\n"
             "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600:\n"
             "                          salusd's user only); over ipc:// a session also belongs\n"
             "                          to the uid that opened it\n"
@@ -78,7 +88,13 @@ static void usage(FILE *f)
             "SIGTERM or SIGINT drains: running iterations finish, queued ones fail with\n"
             "SHUTTING_DOWN, then salusd exits 0. After a sticky device error salusd resets the\n"
             "device; sessions get DEVICE_RESET once and re-upload their tensors. If the device\n"
-            "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n",
+            "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n"
+            "\n"
+            "Host memory a tenant can make salusd hold: per session, --session-metadata of\n"
+            "graphs and tensors; per request in flight, a reply of at most --max-message and\n"
+            "its decoded form; all decoded requests together, at most --max-decoding +\n"
+            "--contexts x 1M. With the defaults and S sessions: S x 64M, plus at most\n"
+            "768M of decoded requests and --contexts x 64M of replies shared by all.\n",
             sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS);
 }
 
@@ -165,6 +181,8 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_LOG,
         OPT_MAXSESSIONS,
         OPT_MAXTENSORS,
+        OPT_MAXDECODING,
+        OPT_METADATA,
         OPT_TLSCERT,
         OPT_TLSKEY,
         OPT_TLSCA,
@@ -193,6 +211,8 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"log-level", required_argument, NULL, OPT_LOG},
         {"max-sessions", required_argument, NULL, OPT_MAXSESSIONS},
         {"max-tensors-per-session", required_argument, NULL, OPT_MAXTENSORS},
+        {"max-decoding", required_argument, NULL, OPT_MAXDECODING},
+        {"session-metadata", required_argument, NULL, OPT_METADATA},
         {"tls-cert", required_argument, NULL, OPT_TLSCERT},
         {"tls-key", required_argument, NULL, OPT_TLSKEY},
         {"tls-ca", required_argument, NULL, OPT_TLSCA},
@@ -280,6 +300,16 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         case OPT_MAXMSG:
             if (parse_size(optarg, &cfg->max_message) || cfg->max_message < 1024) {
                 fprintf(stderr, "salusd: bad --max-message '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_MAXDECODING:
+        case OPT_METADATA:
+            if (parse_size(optarg,
+                           c == OPT_METADATA ? &cfg->session_metadata : &cfg->max_decoding) ||
+                !(c == OPT_METADATA ? cfg->session_metadata : cfg->max_decoding)) {
+                fprintf(stderr, "salusd: bad --%s '%s' (e.g. 256M)\n",
+                        c == OPT_METADATA ? "session-metadata" : "max-decoding", optarg);
                 return 2;
             }
             break;

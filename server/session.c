@@ -1,5 +1,6 @@
 /* Sessions (session.h): the table, admission, and each session's queue of
  * work, run strictly in order through the handlers. */
+#include "decode.h"
 #include "handlers.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -38,7 +39,7 @@ static void work_free(sl_work *w)
 {
     sl_graph_free(w->graph); /* a registration that never got its lane */
     if (w->msg && w->msg != &lost_close)
-        salus__request__free_unpacked(w->msg, NULL);
+        sl_request_free(w->msg);
     sl_reply_free(w->reply);
     sl_free(w);
 }
@@ -191,7 +192,7 @@ void sl_sessions_submit(sl_sessions *ss, sl_session *s, sl_req *req, Salus__Requ
     sl_work *w = sl_calloc(1, sizeof *w);
     if (!w) {
         sl_reply_error(r, SL_ENOMEM, "out of host memory");
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         sl_outbox_put(box, req, r);
         return;
     }
