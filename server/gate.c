@@ -26,6 +26,7 @@ static void answer_hello(sl_server *srv, const Salus__Hello *m, sl_reply *r)
     body->server_version = (char *) SL_SERVER_VERSION;
     body->device = srv->dev->description;
     body->policy = (char *) sl_sched_policy(srv->exec.sched)->name;
+    body->max_message = srv->cfg.max_message;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_HELLO;
     sl_reply_msg(r)->hello = body;
 }

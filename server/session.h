@@ -46,6 +46,9 @@ struct sl_session {
     sl_map graphs;  /* id -> sl_graph */
     uint64_t next_object_id;
     uint64_t persistent_bytes;
+    /* host memory held for it: its graphs' and tensors' bookkeeping, at
+     * most cfg->session_metadata */
+    uint64_t host_bytes;
     uint64_t declared_persistent, declared_ephemeral;
     uint64_t ephemeral_peak; /* largest planned peak of its graphs */
     sl_work *head, *tail;    /* pending work, head is executing when busy */

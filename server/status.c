@@ -68,6 +68,7 @@ int sl_status_build(sl_server *srv, sl_reply *r)
         x->persistent_bytes = s->persistent_bytes;
         x->n_tensors = s->tensors.count;
         x->n_graphs = s->graphs.count;
+        x->host_bytes = s->host_bytes;
         x->iterations = s->job.sched.iterations_done;
         x->attained_ns = s->job.sched.attained_ns;
         x->queued = s->job.sched.n_queued;
