@@ -19,13 +19,16 @@
 #define ALIGN 16u
 #define FIRST_MIN 1024u
 #define FIRST_MAX (64u << 10)
+#define CHUNK_MIN (64u << 10) /* chunks after the first: pages of their own */
 #define CHUNK_MAX (1u << 20)
+#define PAGE 4096u
 
 /* A block of an arena after its first: linked for freeing. Its size keeps
- * the data after it aligned like malloc's. */
+ * the data after it aligned like malloc's. Blocks are pages of their own:
+ * a flood of large requests leaves nothing behind in the heap. */
 typedef struct block {
     struct block *next;
-    uint64_t unused;
+    uint64_t size;
 } block;
 
 typedef struct arena {
@@ -80,16 +83,20 @@ static bool charge(arena *a, uint64_t bytes)
 
 static void *new_block(arena *a, size_t size)
 {
-    if (size > SIZE_MAX - sizeof(block) || !charge(a, sizeof(block) + size))
+    if (size > SIZE_MAX - sizeof(block) - PAGE)
         return NULL;
-    block *b = sl_malloc(sizeof(block) + size);
+    size_t total = (size_t) sl_align_up(sizeof(block) + size, PAGE);
+    if (!charge(a, total))
+        return NULL;
+    block *b = sl_pages_alloc(total);
     if (!b) {
-        atomic_fetch_sub(&a->dec->held, sizeof(block) + size);
-        a->charged -= sizeof(block) + size;
+        atomic_fetch_sub(&a->dec->held, total);
+        a->charged -= total;
         a->failure = SL_ENOMEM;
         return NULL;
     }
     b->next = a->blocks;
+    b->size = total;
     a->blocks = b;
     return b + 1;
 }
@@ -97,7 +104,7 @@ static void *new_block(arena *a, size_t size)
 static void *arena_alloc(void *data, size_t size)
 {
     arena *a = data;
-    if (size > SIZE_MAX - ALIGN) {
+    if (size > SIZE_MAX / 2) {
         a->failure = SL_EEXHAUSTED;
         return NULL;
     }
@@ -109,7 +116,7 @@ static void *arena_alloc(void *data, size_t size)
     } else if (need > a->next_chunk / 4) {
         p = new_block(a, need);
     } else {
-        size_t chunk = a->next_chunk;
+        size_t chunk = a->next_chunk - sizeof(block);
         if (!(p = new_block(a, chunk)))
             return NULL;
         a->cur = (char *) p + need;
@@ -132,7 +139,7 @@ static void arena_release(arena *a)
 {
     for (block *b = a->blocks, *next; b; b = next) {
         next = b->next;
-        sl_free(b);
+        sl_pages_free(b, (size_t) b->size);
     }
     atomic_fetch_sub(&a->dec->held, a->charged);
     sl_free(a);
@@ -155,7 +162,7 @@ int sl_decode_request(sl_decoder *d, const void *body, size_t len, Salus__Reques
                  .end = (char *) a + first,
                  .budget = budget,
                  .charged = first,
-                 .next_chunk = (size_t) first * 2,
+                 .next_chunk = CHUNK_MIN,
                  .large = budget > SL_DECODE_SMALL};
     /* the first chunk is at most FIRST_MAX and one exists per request in
      * flight: it is counted, never refused */
