@@ -19,13 +19,16 @@
 #define ALIGN 16u
 #define FIRST_MIN 1024u
 #define FIRST_MAX (64u << 10)
-#define CHUNK_MIN (64u << 10) /* chunks after the first: pages of their own */
+#define CHUNK_MIN (16u << 10) /* chunks after the first */
 #define CHUNK_MAX (1u << 20)
 #define PAGE 4096u
+#define PAGES_FROM (256u << 10)
 
 /* A block of an arena after its first: linked for freeing. Its size keeps
- * the data after it aligned like malloc's. Blocks are pages of their own:
- * a flood of large requests leaves nothing behind in the heap. */
+ * the data after it aligned like malloc's. Blocks of PAGES_FROM bytes or
+ * more are pages of their own, so that a flood of large requests leaves
+ * nothing behind in the heap; smaller ones come from malloc, which is
+ * faster for them. */
 typedef struct block {
     struct block *next;
     uint64_t size;
@@ -85,10 +88,12 @@ static void *new_block(arena *a, size_t size)
 {
     if (size > SIZE_MAX - sizeof(block) - PAGE)
         return NULL;
-    size_t total = (size_t) sl_align_up(sizeof(block) + size, PAGE);
+    size_t total = sizeof(block) + size;
+    if (total >= PAGES_FROM)
+        total = (size_t) sl_align_up(total, PAGE);
     if (!charge(a, total))
         return NULL;
-    block *b = sl_pages_alloc(total);
+    block *b = total >= PAGES_FROM ? sl_pages_alloc(total) : sl_malloc(total);
     if (!b) {
         atomic_fetch_sub(&a->dec->held, total);
         a->charged -= total;
@@ -139,7 +144,10 @@ static void arena_release(arena *a)
 {
     for (block *b = a->blocks, *next; b; b = next) {
         next = b->next;
-        sl_pages_free(b, (size_t) b->size);
+        if (b->size >= PAGES_FROM)
+            sl_pages_free(b, (size_t) b->size);
+        else
+            sl_free(b);
     }
     atomic_fetch_sub(&a->dec->held, a->charged);
     sl_free(a);
