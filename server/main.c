@@ -90,11 +90,12 @@ static void usage(FILE *f)
             "device; sessions get DEVICE_RESET once and re-upload their tensors. If the device\n"
             "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n"
             "\n"
-            "Host memory a tenant can make salusd hold: per session, --session-metadata of\n"
-            "graphs and tensors; per request in flight, a reply of at most --max-message and\n"
-            "its decoded form; all decoded requests together, at most --max-decoding +\n"
-            "--contexts x 1M. With the defaults and S sessions: S x 64M, plus at most\n"
-            "768M of decoded requests and --contexts x 64M of replies shared by all.\n",
+            "Host memory a tenant can make salusd hold: for each of its sessions, at most\n"
+            "--session-metadata of graphs and tensors and one reply of at most --max-message\n"
+            "being built (a session runs one request at a time); decoded requests of all\n"
+            "tenants together, at most --max-decoding + --contexts x 1M. With the defaults:\n"
+            "128M per session (S sessions: S x 128M; S <= --max-sessions), and 768M of\n"
+            "decoded requests shared by all.\n",
             sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS);
 }
 
