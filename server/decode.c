@@ -86,8 +86,10 @@ static bool charge(arena *a, uint64_t bytes)
 
 static void *new_block(arena *a, size_t size)
 {
-    if (size > SIZE_MAX - sizeof(block) - PAGE)
+    if (size > SIZE_MAX - sizeof(block) - PAGE) {
+        a->failure = SL_EEXHAUSTED;
         return NULL;
+    }
     size_t total = sizeof(block) + size;
     if (total >= PAGES_FROM)
         total = (size_t) sl_align_up(total, PAGE);
@@ -183,7 +185,9 @@ int sl_decode_request(sl_decoder *d, const void *body, size_t len, Salus__Reques
     }
     int rc = msg ? SL_EINTERNAL : a->failure ? a->failure : SL_EPROTO;
     if (rc == SL_EINTERNAL)
-        snprintf(why, whylen, "decoding misplaced the request (protobuf-c changed?)");
+        snprintf(why, whylen,
+                 "protobuf-c did not allocate the request first: decoding is "
+                 "unusable with this protobuf-c");
     else if (rc == SL_EPROTO)
         snprintf(why, whylen, "undecodable request: not a salus.Request message");
     else if (rc == SL_ENOMEM)
