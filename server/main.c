@@ -69,6 +69,8 @@ static void usage(FILE *f)
             "      --session-metadata SIZE  host memory one session's registered graphs and\n"
             "                          tensors may hold; over it RegisterGraph and\n"
             "                          CreateTensor get RESOURCE_EXHAUSTED (default: 64M)\n"
+            "      --max-metadata SIZE the same for all sessions together (default: a quarter\n"
+            "                          of the host's memory)\n"
             "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600:\n"
             "                          salusd's user only); over ipc:// a session also belongs\n"
             "                          to the uid that opened it\n"
@@ -92,10 +94,11 @@ static void usage(FILE *f)
             "\n"
             "Host memory a tenant can make salusd hold: for each of its sessions, at most\n"
             "--session-metadata of graphs and tensors and one reply of at most --max-message\n"
-            "being built (a session runs one request at a time); decoded requests of all\n"
-            "tenants together, at most --max-decoding + --contexts x 1M. With the defaults:\n"
-            "128M per session (S sessions: S x 128M; S <= --max-sessions), and 768M of\n"
-            "decoded requests shared by all.\n",
+            "being built (a session runs one request at a time); all sessions' graphs and\n"
+            "tensors together, at most --max-metadata; decoded requests of all tenants\n"
+            "together, at most --max-decoding + --contexts x 1M. With the defaults: 128M\n"
+            "per session (S sessions: S x 128M, S <= --max-sessions), at most a quarter of\n"
+            "the host's memory in graphs and tensors, and 768M of decoded requests.\n",
             sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS);
 }
 
@@ -184,6 +187,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_MAXTENSORS,
         OPT_MAXDECODING,
         OPT_METADATA,
+        OPT_MAXMETADATA,
         OPT_TLSCERT,
         OPT_TLSKEY,
         OPT_TLSCA,
@@ -214,6 +218,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"max-tensors-per-session", required_argument, NULL, OPT_MAXTENSORS},
         {"max-decoding", required_argument, NULL, OPT_MAXDECODING},
         {"session-metadata", required_argument, NULL, OPT_METADATA},
+        {"max-metadata", required_argument, NULL, OPT_MAXMETADATA},
         {"tls-cert", required_argument, NULL, OPT_TLSCERT},
         {"tls-key", required_argument, NULL, OPT_TLSKEY},
         {"tls-ca", required_argument, NULL, OPT_TLSCA},
@@ -306,14 +311,20 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
             break;
         case OPT_MAXDECODING:
         case OPT_METADATA:
-            if (parse_size(optarg,
-                           c == OPT_METADATA ? &cfg->session_metadata : &cfg->max_decoding) ||
-                !(c == OPT_METADATA ? cfg->session_metadata : cfg->max_decoding)) {
+        case OPT_MAXMETADATA: {
+            uint64_t *size = c == OPT_METADATA      ? &cfg->session_metadata
+                             : c == OPT_MAXMETADATA ? &cfg->max_metadata
+                                                    : &cfg->max_decoding;
+            if (parse_size(optarg, size) || !*size) {
                 fprintf(stderr, "salusd: bad --%s '%s' (e.g. 256M)\n",
-                        c == OPT_METADATA ? "session-metadata" : "max-decoding", optarg);
+                        c == OPT_METADATA      ? "session-metadata"
+                        : c == OPT_MAXMETADATA ? "max-metadata"
+                                               : "max-decoding",
+                        optarg);
                 return 2;
             }
             break;
+        }
         case OPT_IPCMODE:
             cfg->ipc_mode = (int) strtol(optarg, &end, 8);
             if (*end || cfg->ipc_mode < 0 || cfg->ipc_mode > 0777) {

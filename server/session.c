@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 static uint64_t random_u64(void)
 {
@@ -27,6 +28,10 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
     ss->fault = fault;
     ss->mem = mem;
     ss->next_id = ((random_u64() & 0x7fffff) | (1u << 23)) << 16;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    ss->host_limit = cfg->max_metadata       ? cfg->max_metadata
+                     : pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 4
+                                             : SL_DEFAULT_SESSION_METADATA * 16;
 }
 
 /* The request a lost connection's sessions are closed with. */
@@ -121,6 +126,7 @@ static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
         s->admit_reply = NULL;
     }
     sl_mem_release(ss->mem, s->id);
+    ss->host_bytes -= s->host_bytes;
     (void) sl_map_del(&ss->table, s->id);
     sl_log_info("ses.close", "session %llu (%s) closed: %llu iterations, %.3f s on device",
                 (unsigned long long) s->id, s->name,

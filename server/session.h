@@ -72,6 +72,9 @@ typedef struct sl_sessions {
     uint64_t capacity, quota, default_ephemeral, framework_per_lane;
     sl_map table; /* id -> sl_session */
     uint64_t next_id;
+    /* host bytes held by all sessions' graphs and tensors, and the most
+     * they may hold (cfg->max_metadata, or a quarter of the host's memory) */
+    uint64_t host_bytes, host_limit;
     bool draining;      /* no new sessions or runs */
     uint32_t n_blocked; /* sessions whose head waits for its lane to go idle */
     /* connections that went away most recently (a ring): an open-session

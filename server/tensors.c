@@ -34,22 +34,39 @@ static bool below_limit(const sl_sessions *ss, const sl_session *s, const sl_map
     return false;
 }
 
-/* Whether s may hold `more` bytes of host bookkeeping; the refusal goes
- * into r when not. */
+/* Whether s may hold `more` bytes of host bookkeeping, within its own
+ * budget and all sessions' together; the refusal goes into r when not. */
 static bool below_metadata(const sl_sessions *ss, const sl_session *s, uint64_t more,
                            const char *what, sl_reply *r)
 {
     uint64_t most =
         ss->cfg->session_metadata ? ss->cfg->session_metadata : SL_DEFAULT_SESSION_METADATA;
-    if (s->host_bytes + more <= most)
-        return true;
-    sl_reply_error(r, SL_EEXHAUSTED,
-                   "%s needs %llu bytes of salusd's host memory; session %llu holds %llu in its "
-                   "graphs and tensors (limit %llu, salusd --session-metadata): free graphs or "
-                   "raise the limit",
-                   what, (unsigned long long) more, (unsigned long long) s->id,
-                   (unsigned long long) s->host_bytes, (unsigned long long) most);
-    return false;
+    if (s->host_bytes + more > most) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "%s needs %llu bytes of salusd's host memory; session %llu holds %llu in "
+                       "its graphs and tensors (limit %llu, salusd --session-metadata): free "
+                       "graphs or raise the limit",
+                       what, (unsigned long long) more, (unsigned long long) s->id,
+                       (unsigned long long) s->host_bytes, (unsigned long long) most);
+        return false;
+    }
+    if (ss->host_bytes + more > ss->host_limit) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "%s needs %llu bytes of salusd's host memory; all sessions' graphs and "
+                       "tensors hold %llu (limit %llu, salusd --max-metadata): retry when others "
+                       "have freed theirs, or raise the limit",
+                       what, (unsigned long long) more, (unsigned long long) ss->host_bytes,
+                       (unsigned long long) ss->host_limit);
+        return false;
+    }
+    return true;
+}
+
+/* s holds delta more (or fewer) bytes of host bookkeeping. */
+static void hold_host(sl_sessions *ss, sl_session *s, int64_t delta)
+{
+    s->host_bytes += (uint64_t) delta;
+    ss->host_bytes += (uint64_t) delta;
 }
 
 static bool set_empty_body(sl_reply *r)
@@ -154,7 +171,7 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
         return SL_HANDLED;
     }
     s->persistent_bytes += t->bytes;
-    s->host_bytes += SL_TENSOR_HOST_BYTES;
+    hold_host(ss, s, (int64_t) SL_TENSOR_HOST_BYTES);
     salus__create_tensor_reply__init(body);
     body->tensor_id = t->id;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_CREATE_TENSOR;
@@ -248,7 +265,7 @@ int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *free
     }
     (void) sl_map_del(&s->tensors, t->id);
     s->persistent_bytes -= t->bytes;
-    s->host_bytes -= SL_TENSOR_HOST_BYTES;
+    hold_host(ss, s, -(int64_t) SL_TENSOR_HOST_BYTES);
     (void) sl_mem_free(ss->mem, s->id, t->addr);
     sl_free(t);
     *freed = true;
@@ -325,7 +342,7 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
             break;
         }
     }
-    s->host_bytes += g->host_bytes;
+    hold_host(ss, s, (int64_t) g->host_bytes);
     if (g->plan.peak > s->ephemeral_peak)
         s->ephemeral_peak = g->plan.peak;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_REGISTER_GRAPH;
@@ -339,14 +356,13 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
 
 int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w)
 {
-    (void) ss;
     sl_graph *g = sl_map_del(&s->graphs, w->msg->free_graph->graph_id);
     if (!g)
         sl_reply_error(w->reply, SL_ENOTFOUND, "session %llu has no graph %llu",
                        (unsigned long long) s->id,
                        (unsigned long long) w->msg->free_graph->graph_id);
     else
-        s->host_bytes -= g->host_bytes;
+        hold_host(ss, s, -(int64_t) g->host_bytes);
     sl_graph_free(g);
     return SL_HANDLED;
 }

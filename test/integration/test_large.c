@@ -141,6 +141,83 @@ static void shared_memory_runs_past_the_limit(void **state)
     big_run_close(&r);
 }
 
+/* RegisterGraph of a chain of 8192 relus, sent again and again (each time
+ * a new graph, kept until its session closes). */
+#define CHAIN 8192
+static Salus__Op chain_ops[CHAIN], *chain_op_ptrs[CHAIN];
+static uint32_t chain_inputs[CHAIN];
+
+static void chain_request(Salus__Request *req, Salus__RegisterGraph *rg, Salus__Graph *g,
+                          Salus__TensorDesc *in, Salus__TensorDesc **ins, int64_t *dim)
+{
+    salus__tensor_desc__init(in);
+    *dim = 1;
+    in->n_dims = 1;
+    in->dims = dim;
+    ins[0] = in;
+    for (uint32_t i = 0; i < CHAIN; i++) {
+        salus__op__init(&chain_ops[i]);
+        chain_ops[i].type = (char *) "relu";
+        chain_inputs[i] = i;
+        chain_ops[i].n_inputs = 1;
+        chain_ops[i].inputs = &chain_inputs[i];
+        chain_op_ptrs[i] = &chain_ops[i];
+    }
+    salus__graph__init(g);
+    g->n_inputs = 1;
+    g->inputs = ins;
+    g->n_ops = CHAIN;
+    g->ops = chain_op_ptrs;
+    salus__register_graph__init(rg);
+    rg->graph = g;
+    salus__request__init(req);
+    req->body_case = SALUS__REQUEST__BODY_REGISTER_GRAPH;
+    req->register_graph = rg;
+}
+
+/* Registers chains on s until refused naming flag; returns how many. */
+static int register_until_refused(salus_session *s, const char *flag)
+{
+    Salus__Request req;
+    Salus__RegisterGraph rg;
+    Salus__Graph g;
+    Salus__TensorDesc in, *ins[1];
+    int64_t dim;
+    chain_request(&req, &rg, &g, &in, ins, &dim);
+    Salus__Reply *rep;
+    int n = 0, rc;
+    while ((rc = sl_client_session_call(s, &req, &rep)) == SALUS_OK) {
+        salus__reply__free_unpacked(rep, NULL);
+        assert_true(++n < 64);
+    }
+    assert_int_equal(rc, SALUS_EEXHAUSTED);
+    if (!strstr(salus_last_error(s->client), flag))
+        fail_msg("refused for another reason than %s: %s", flag, salus_last_error(s->client));
+    return n;
+}
+
+/* Graphs count against their session's host-memory budget and all
+ * sessions' together, and a closed session gives its share back. */
+static void metadata_budgets(void **state)
+{
+    (void) state;
+    sl_test_server small;
+    sl_test_server_start(
+        &small, (const char *const[]){"--session-metadata", "8M", "--max-metadata", "12M", NULL});
+    salus_client *c = sl_test_connect(&small);
+    salus_session *a, *b;
+    assert_sl_ok(salus_session_open(c, NULL, &a));
+    assert_sl_ok(salus_session_open(c, NULL, &b));
+    /* a chain holds about 2.2 MB: three fit in 8M, then five in 12M */
+    assert_int_equal(register_until_refused(a, "--session-metadata"), 3);
+    assert_int_equal(register_until_refused(b, "--max-metadata"), 2);
+    assert_sl_ok(salus_session_close(a));
+    assert_int_equal(register_until_refused(b, "--session-metadata"), 1);
+    assert_sl_ok(salus_session_close(b));
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&small), 0);
+}
+
 /* 8192 one-input ops, the most a graph may have, in the fewest wire bytes
  * an op can take: its decoded form is the largest per byte sent. */
 static void largest_graph_decodes(void **state)
@@ -176,6 +253,7 @@ int main(void)
         cmocka_unit_test(inline_runs_at_the_limit),
         cmocka_unit_test(shared_memory_runs_past_the_limit),
         cmocka_unit_test(largest_graph_decodes),
+        cmocka_unit_test(metadata_budgets),
     };
     sl_test_group = &server;
     return cmocka_run_group_tests(tests, start, sl_test_group_stop);
