@@ -117,6 +117,16 @@ int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out)
     atomic_store(&c->lost, 0);
     req->seq = ++c->seq;
     size_t len = salus__request__get_packed_size(req);
+    if (c->max_message && len > c->max_message) {
+        /* salusd's NNG would drop the connection, and every session on it */
+        snprintf(c->last_error, sizeof c->last_error,
+                 "a request of %zu bytes is larger than salusd accepts (--max-message %llu): "
+                 "tensors move in chunks by themselves; send a run's large feeds through shared "
+                 "memory (ipc://, SALUS_SHM unset), fewer per run, or raise salusd --max-message",
+                 len, (unsigned long long) c->max_message);
+        rc = SL_EINVAL;
+        goto out_unlock;
+    }
     if ((rv = nng_msg_alloc(&msg, len)) != 0) {
         rc = from_nng(rv);
         goto out_unlock;
@@ -400,6 +410,8 @@ int salus_connect(const char *url, salus_client **out)
         close_client(c);
         return rc;
     }
+    if (rep->body_case == SALUS__REPLY__BODY_HELLO)
+        c->max_message = rep->hello->max_message;
     if (rep->body_case == SALUS__REPLY__BODY_HELLO && rep->hello->device)
         snprintf(c->device, sizeof c->device, "%s (policy %s)", rep->hello->device,
                  rep->hello->policy ? rep->hello->policy : "?");
@@ -530,6 +542,16 @@ int sl_client_desc(int dtype, int ndim, const int64_t *dims, Salus__TensorDesc *
     return SL_OK;
 }
 
+/* The most tensor bytes one request or reply of c carries; 0: the server
+ * does not take chunks (it predates them), so tensors move whole. */
+static uint64_t chunk_bytes(const salus_client *c)
+{
+    if (!c->max_message)
+        return 0;
+    uint64_t chunk = c->max_message / 2;
+    return (chunk < SL_CLIENT_CHUNK ? chunk : SL_CLIENT_CHUNK) & ~(uint64_t) 3;
+}
+
 int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *dims,
                         const void *init, uint64_t *id)
 {
@@ -542,6 +564,22 @@ int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *di
     memcpy(shape.dims, dims, (size_t) ndim * sizeof *dims);
     if (!sl_shape_valid(&shape))
         return SL_EINVAL;
+    uint64_t chunk = s->client ? chunk_bytes(s->client) : 0;
+    if (init && chunk && sl_shape_bytes(&shape) > chunk) {
+        /* too large for one message: created zeroed, then written in chunks */
+        uint64_t made;
+        if ((rc = salus_tensor_create(s, dtype, ndim, dims, NULL, &made)) != SL_OK)
+            return rc;
+        if ((rc = salus_tensor_write(s, made, init, sl_shape_bytes(&shape))) != SL_OK) {
+            char why[sizeof s->client->last_error];
+            snprintf(why, sizeof why, "%s", s->client->last_error);
+            (void) salus_tensor_free(s, made);
+            snprintf(s->client->last_error, sizeof s->client->last_error, "%s", why);
+            return rc;
+        }
+        *id = made;
+        return SL_OK;
+    }
     Salus__Request req = SALUS__REQUEST__INIT;
     Salus__CreateTensor create = SALUS__CREATE_TENSOR__INIT;
     create.desc = &desc;
@@ -562,41 +600,83 @@ int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *di
     return rc;
 }
 
-int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes)
+static int write_part(salus_session *s, uint64_t id, const void *data, size_t bytes,
+                      uint64_t offset, uint64_t total)
 {
     Salus__Request req = SALUS__REQUEST__INIT;
     Salus__WriteTensor write = SALUS__WRITE_TENSOR__INIT;
     write.tensor_id = id;
     write.data.data = (uint8_t *) data;
     write.data.len = bytes;
+    write.offset = offset;
+    write.total_bytes = total;
     req.body_case = SALUS__REQUEST__BODY_WRITE_TENSOR;
     req.write_tensor = &write;
-    int rc = session_call_no_body(s, &req);
+    return session_call_no_body(s, &req);
+}
+
+int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes)
+{
+    uint64_t chunk = s->client ? chunk_bytes(s->client) : 0;
+    if (!chunk || bytes <= chunk)
+        return write_part(s, id, data, bytes, 0, 0);
+    int rc = SL_OK;
+    for (uint64_t off = 0; off < bytes && rc == SL_OK; off += chunk)
+        rc = write_part(s, id, (const uint8_t *) data + off,
+                        (size_t) (bytes - off < chunk ? bytes - off : chunk), off, bytes);
     return rc;
 }
 
-int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes)
+/* Reads bytes [offset, offset + len) of tensor id into buf (len 0: the
+ * whole tensor, which must have `whole` bytes). */
+static int read_part(salus_session *s, uint64_t id, void *buf, uint64_t offset, uint64_t len,
+                     uint64_t whole)
 {
     Salus__Request req = SALUS__REQUEST__INIT;
     Salus__ReadTensor read = SALUS__READ_TENSOR__INIT;
     read.tensor_id = id;
+    read.offset = offset;
+    read.length = len;
     req.body_case = SALUS__REQUEST__BODY_READ_TENSOR;
     req.read_tensor = &read;
     Salus__Reply *rep;
     int rc = sl_client_session_call(s, &req, &rep);
     if (rc)
         return rc;
-    if (rep->body_case != SALUS__REPLY__BODY_READ_TENSOR || !rep->read_tensor->tensor) {
+    const Salus__Tensor *t =
+        rep->body_case == SALUS__REPLY__BODY_READ_TENSOR ? rep->read_tensor->tensor : NULL;
+    uint64_t tensor_bytes = 0;
+    if (t && t->desc) {
+        sl_shape shape = {.dtype = (uint8_t) t->desc->dtype,
+                          .ndim = (uint8_t) (t->desc->n_dims <= SL_MAX_DIMS ? t->desc->n_dims : 0)};
+        for (unsigned i = 0; i < shape.ndim; i++)
+            shape.dims[i] = t->desc->dims[i];
+        tensor_bytes = sl_shape_valid(&shape) ? sl_shape_bytes(&shape) : 0;
+    }
+    if (!t) {
         rc = SL_EPROTO;
-    } else if (rep->read_tensor->tensor->data.len != bytes) {
+    } else if ((t->desc && tensor_bytes != whole) || t->data.len != (len ? len : whole)) {
         snprintf(s->client->last_error, sizeof s->client->last_error,
-                 "tensor %llu has %zu bytes, buffer has %zu", (unsigned long long) id,
-                 rep->read_tensor->tensor->data.len, bytes);
+                 "tensor %llu has %llu bytes, buffer has %llu", (unsigned long long) id,
+                 (unsigned long long) (t->desc ? tensor_bytes : t->data.len),
+                 (unsigned long long) whole);
         rc = SL_EINVAL;
     } else {
-        memcpy(buf, rep->read_tensor->tensor->data.data, bytes);
+        memcpy(buf, t->data.data, t->data.len);
     }
     salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes)
+{
+    uint64_t chunk = s->client ? chunk_bytes(s->client) : 0;
+    if (!chunk || bytes <= chunk)
+        return read_part(s, id, buf, 0, 0, bytes);
+    int rc = SL_OK;
+    for (uint64_t off = 0; off < bytes && rc == SL_OK; off += chunk)
+        rc = read_part(s, id, (uint8_t *) buf + off, off, bytes - off < chunk ? bytes - off : chunk,
+                       bytes);
     return rc;
 }
 

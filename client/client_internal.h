@@ -13,8 +13,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* Largest reply the client accepts (a fetched tensor travels in one). */
+/* Largest reply the client accepts: salusd's replies carry at most its
+ * --max-message of tensor data and never more than 2 GiB less 2 MiB
+ * (server/handlers.h), so every reply of any salusd fits. */
 #define SL_CLIENT_MAX_MSG (1ull << 31)
+/* Largest tensor chunk the client moves in one request or reply; below the
+ * server's --max-message it is half of that (room for the envelope). */
+#define SL_CLIENT_CHUNK (16ull << 20)
 /* How long salus_connect waits for the server's answer to its Hello when
  * SALUS_CONNECT_TIMEOUT_MS does not say (salus.h): longer than salusd's
  * listener watchdog takes to replace a listener NNG 1.5 stopped (about 5 s,
@@ -31,7 +36,8 @@ struct salus_client {
     atomic_int pipes;              /* live connections to the server */
     atomic_int lost;               /* a connection dropped while a request was out */
     uint64_t seq;
-    bool local; /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */
+    uint64_t max_message; /* the server's (HelloReply), 0: unknown, send anything */
+    bool local;           /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */
     char device[192];
     char last_error[512];
 };

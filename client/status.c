@@ -99,6 +99,9 @@ int salus_status_text(salus_client *c, char **out)
         put(&t, "  free %s, largest block %s (fragmentation %.2f)\n", mib(m->free, a),
             mib(m->largest_free, b), m->fragmentation);
     }
+    put(&t, "host memory: graphs and tensors %s  decoded requests %s (%llu refused for it)\n",
+        mib(s->metadata_bytes, a), mib(s->decoded_bytes, b),
+        (unsigned long long) s->decode_refusals);
     if (s->switch_other_p50_ns || s->switch_same_p50_ns)
         put(&t,
             "lane idle gap between iterations: same session p50 %.1f us p99 %.1f us, "

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* <0: never fail. Otherwise the number of successful allocations left. */
 static atomic_long fail_countdown = -1;
@@ -69,4 +70,19 @@ char *sl_strdup(const char *s)
 void sl_free(void *p)
 {
     free(p);
+}
+
+void *sl_pages_alloc(size_t size)
+{
+    if (should_fail())
+        return NULL;
+    void *p =
+        mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void sl_pages_free(void *p, size_t size)
+{
+    if (p)
+        (void) munmap(p, size ? size : 1);
 }

@@ -20,6 +20,11 @@ void *sl_aligned_alloc(size_t align, size_t size);
 /* strdup; NULL on failure or when s is NULL. */
 char *sl_strdup(const char *s);
 void sl_free(void *p);
+/* size bytes of fresh pages of their own (mmap), zeroed: for large buffers
+ * that must go back to the system when freed, whatever the heap's state;
+ * NULL on failure. Free with sl_pages_free and the same size. */
+void *sl_pages_alloc(size_t size);
+void sl_pages_free(void *p, size_t size);
 
 /* Test hook: the n-th allocation from now (1 = the next) and every one after
  * it fail until sl_alloc_fail_after(0) resets. Thread-safe. */

@@ -18,11 +18,19 @@
 #define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
 #define SL_DEFAULT_MAX_SESSIONS 1024
 #define SL_DEFAULT_MAX_TENSORS 65536
+/* The largest message either way: large enough for a big graph or a 16M
+ * element tensor chunk, small enough that every request in flight fits in
+ * memory (decode.h). Larger tensors move in chunks (WriteTensor and
+ * ReadTensor offsets), larger feeds and fetches through shared memory. */
+#define SL_DEFAULT_MAX_MESSAGE (64ull << 20)
+/* Host memory a session's graphs and tensors may hold (graph.h): about ten
+ * graphs of the largest size allowed, thousands of a typical model's. */
+#define SL_DEFAULT_SESSION_METADATA (64ull << 20)
 
 /* Defaults for every field; fill cfg.listen before starting. */
 #define SL_CONFIG_DEFAULTS                                                                         \
     {                                                                                              \
-        .device = "cpu", .policy = "fair", .contexts = 256, .max_message = 1ull << 30,             \
+        .device = "cpu", .policy = "fair", .contexts = 256, .max_message = SL_DEFAULT_MAX_MESSAGE, \
         .ipc_mode = 0600                                                                           \
     }
 
@@ -51,13 +59,16 @@ typedef struct sl_config {
     bool no_stream_classes;  /* every lane's stream has normal priority */
     const char *policy;
     bool strict;
-    int contexts;         /* NNG contexts = requests in flight */
-    uint64_t max_message; /* NNG_OPT_RECVMAXSZ */
-    int ipc_mode;         /* permissions of ipc:// socket files */
+    int contexts;          /* NNG contexts = requests in flight */
+    uint64_t max_message;  /* NNG_OPT_RECVMAXSZ, and the most tensor bytes a reply carries */
+    uint64_t max_decoding; /* decoded requests held at once (decode.h); 0 = default */
+    int ipc_mode;          /* permissions of ipc:// socket files */
     /* what one client can make the server hold (0 = the SL_DEFAULT_ value);
      * over the limit a request fails with RESOURCE_EXHAUSTED */
     uint32_t max_sessions;            /* open sessions, waiting ones included */
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
+    uint64_t session_metadata;        /* host bytes of one session's graphs and tensors */
+    uint64_t max_metadata;            /* of all sessions' together; 0 = a quarter of RAM */
     /* network security (transport.c) */
     bool allow_plain_tcp; /* tcp:// and ws:// listeners allowed (trusted networks) */
     const char *tls_cert; /* PEM certificate (chain) of tls+tcp:// listeners */

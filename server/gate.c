@@ -1,5 +1,6 @@
 /* The request gate (gate.h). */
 #include "gate.h"
+#include "decode.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -25,6 +26,7 @@ static void answer_hello(sl_server *srv, const Salus__Hello *m, sl_reply *r)
     body->server_version = (char *) SL_SERVER_VERSION;
     body->device = srv->dev->description;
     body->policy = (char *) sl_sched_policy(srv->exec.sched)->name;
+    body->max_message = srv->cfg.max_message;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_HELLO;
     sl_reply_msg(r)->hello = body;
 }
@@ -178,7 +180,7 @@ static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pip
         return false;
     case SALUS__REQUEST__BODY_OPEN_SESSION:
         if (sl_sessions_open(&srv->sessions, msg->open_session, req, &peer, r)) {
-            salus__request__free_unpacked(msg, NULL);
+            sl_request_free(msg);
             return true; /* answered at admission */
         }
         return false;
@@ -248,7 +250,7 @@ static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t 
                 ? sl_repeats_check(&srv->repeats, pipe_id, msg->session_id, msg->seq, &copy, &len)
                 : SL_REPEAT_NEW) {
     case SL_REPEAT_IN_FLIGHT: /* the first one's reply answers it */
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         answer(srv, req, NULL);
         return;
     case SL_REPEAT_ANSWERED:
@@ -265,13 +267,13 @@ static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t 
         } else {
             answer(srv, req, NULL);
         }
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         return;
     default:
         break;
     }
     if (!(r = sl_reply_new(msg->seq))) {
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         answer(srv, req, NULL);
         return;
     }
@@ -279,7 +281,7 @@ static void dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t 
     sl_outbox box = {0};
     pthread_mutex_lock(&srv->lock);
     if (!route(srv, req, msg, pipe_id, r, &box)) {
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         sl_outbox_put(&box, req, r);
     }
     pthread_mutex_unlock(&srv->lock);
@@ -295,16 +297,21 @@ void sl_gate_dispatch(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t
 void sl_gate_request(void *arg, sl_req *req, const void *body, size_t len)
 {
     sl_server *srv = arg;
-    Salus__Request *msg = salus__request__unpack(NULL, len, body);
-    if (msg) {
+    Salus__Request *msg = NULL;
+    char why[SL_REPLY_MAX_MESSAGE];
+    int rc = sl_decode_request(&srv->decoder, body, len, &msg, why, sizeof why);
+    if (rc == SL_OK) {
         sl_gate_dispatch(srv, req, msg, sl_req_pipe(req));
         return;
     }
     atomic_fetch_add(&srv->requests, 1);
-    sl_log_debug("net.decode", "undecodable request from pipe %u", sl_req_pipe(req));
-    sl_reply *r = sl_reply_new(0);
+    sl_log_debug("net.decode", "request of %zu bytes from pipe %u refused: %s", len,
+                 sl_req_pipe(req), why);
+    /* an undecodable request has no seq; a refused one keeps its own so that
+     * the client matches the refusal to its request */
+    sl_reply *r = sl_reply_new(rc == SL_EPROTO ? 0 : sl_decode_peek_seq(body, len));
     if (r)
-        sl_reply_error(r, SL_EPROTO, "undecodable request: not a salus.Request message");
+        sl_reply_error(r, rc, "%s", why);
     answer(srv, req, r);
 }
 
@@ -320,7 +327,7 @@ void sl_gate_release(void *arg, sl_req *req, Salus__Request *msg, bool dropping)
         sl_reply_error(r, SL_ESHUTDOWN, "server is shutting down");
         sl_reply_track(r, req ? sl_req_pipe(req) : 0, msg->session_id);
     }
-    salus__request__free_unpacked(msg, NULL);
+    sl_request_free(msg);
     answer(srv, req, r);
 }
 

@@ -319,6 +319,10 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
     if (g->n_ops && !(g->op_ewma = sl_calloc(g->n_ops, sizeof *g->op_ewma)))
         goto out_free;
     sl_gaps_lp_init(&g->lp, g->op_ewma, g->n_ops);
+    /* what stays allocated while it is registered, its id table slot included */
+    g->host_bytes = sizeof *g + n_values * sizeof *g->values +
+                    (uint64_t) g->n_ops * (sizeof *g->ops + sizeof *g->op_ewma) +
+                    2 * (sizeof(uint64_t) + sizeof(void *));
     if ((rc = inplace ? plan_inplace(g) : plan(g)) != SL_OK)
         FAIL(rc, "cannot plan the graph's memory: %s", sl_strerror(rc));
     *out = g;

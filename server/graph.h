@@ -60,6 +60,7 @@ typedef struct sl_graph {
     sl_graph_op *ops;
     sl_plan_result plan;
     uint64_t flops;
+    uint64_t host_bytes; /* host memory it holds while registered (its session's budget) */
     /* executor.c: per-op duration predictions (gap filling) and the
      * iterations' device time, smoothed (0: none yet) */
     sl_gaps_lp lp;
@@ -71,11 +72,16 @@ typedef struct sl_graph {
  * shapes and plans the ephemeral memory; with inplace, element-wise ops
  * write their output over an ephemeral input that dies at them
  * (sl_graph_op.inplace_in). On success *out is owned by the caller
- * (sl_graph_free) and param tensors' graph_refs are incremented. Errors:
+ * (sl_graph_free), (*out)->host_bytes says what it holds, and param
+ * tensors' graph_refs are incremented. Errors:
  * SL_EINVAL (reason in err), SL_ENOTFOUND (unknown param tensor, reason in
  * err), SL_ENOMEM. Runs in O(values^2) at most: bounded by its limits. */
 int sl_graph_build(sl_map *tensors, const Salus__Graph *msg, bool inplace, sl_graph **out,
                    char *err, size_t errlen);
+/* Host memory one tensor's bookkeeping holds (its struct and its id table
+ * slot), counted against its session's metadata budget like graphs. */
+#define SL_TENSOR_HOST_BYTES (sizeof(sl_tensor) + 2 * (sizeof(uint64_t) + sizeof(void *)))
+
 /* Drops the graph's references on its tensors and frees it (NULL is fine). */
 void sl_graph_free(sl_graph *g);
 

@@ -8,10 +8,16 @@
 
 #include "session.h"
 
-/* Most tensor bytes one reply carries: a client accepts replies of up to
- * 2 GiB (SL_CLIENT_MAX_MSG), less room for the envelope. Bigger reads and
- * fetches are refused before any host memory is committed to them. */
+/* Most tensor bytes one reply carries: no more than a request may carry
+ * (--max-message), so that no message either way outgrows the limit, and
+ * never more than a client accepts (libsalusclient: 2 GiB,
+ * SL_CLIENT_MAX_MSG) less room for the envelope. Bigger reads and fetches
+ * are refused before any host memory is committed to them. */
 #define SL_MAX_REPLY_BYTES ((1ull << 31) - (2u << 20))
+static inline uint64_t sl_max_reply_bytes(const sl_config *cfg)
+{
+    return cfg->max_message < SL_MAX_REPLY_BYTES ? cfg->max_message : SL_MAX_REPLY_BYTES;
+}
 
 enum sl_handled {
     SL_HANDLED,       /* the reply is complete */

@@ -57,10 +57,22 @@ static void usage(FILE *f)
             "  -p, --policy NAME       iteration scheduling policy: %s (default: fair)\n"
             "      --strict            the Salus paper's non-work-conserving fifo/srtf\n"
             "      --contexts N        requests in flight at once (default: 256)\n"
-            "      --max-message SIZE  largest request accepted (default: 1G)\n"
+            "      --max-message SIZE  largest request accepted, and most tensor bytes one\n"
+            "                          reply carries (default: 64M; larger tensors move in\n"
+            "                          chunks, larger feeds and fetches by shared memory)\n"
+            "      --max-decoding SIZE decoded requests held at once, queued ones included;\n"
+            "                          over it a request larger than about 30K gets\n"
+            "                          RESOURCE_EXHAUSTED (default: 512M). A request may take\n"
+            "                          at most its size + min(32 x its size, 16M) + 64K\n"
+            "                          decoded\n"
             "      --max-sessions N    sessions open at once, waiting ones included (default: %d)\n"
             "      --max-tensors-per-session N  tensors one session may hold, and as many\n"
             "                          graphs (default: %d)\n"
+            "      --session-metadata SIZE  host memory one session's registered graphs and\n"
+            "                          tensors may hold; over it RegisterGraph and\n"
+            "                          CreateTensor get RESOURCE_EXHAUSTED (default: 64M)\n"
+            "      --max-metadata SIZE the same for all sessions together (default: a quarter\n"
+            "                          of the host's memory)\n"
             "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600:\n"
             "                          salusd's user only); over ipc:// a session also belongs\n"
             "                          to the uid that opened it\n"
@@ -118,7 +130,16 @@ static void usage(FILE *f)
             "SIGTERM or SIGINT drains: running iterations finish, queued ones fail with\n"
             "SHUTTING_DOWN, then salusd exits 0. After a sticky device error salusd resets the\n"
             "device; sessions get DEVICE_RESET once and re-upload their tensors. If the device\n"
-            "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n",
+            "cannot be recovered in-process, salusd drains and exits 3 (restart it).\n"
+            "\n"
+            "Host memory a tenant can make salusd hold: for each of its sessions, at most\n"
+            "--session-metadata of graphs and tensors and one reply of at most --max-message\n"
+            "being built (a session runs one request at a time); all sessions' graphs and\n"
+            "tensors together, at most --max-metadata; decoded requests of all tenants\n"
+            "together, at most --max-decoding + --contexts x 1M. With the defaults: 128M\n"
+            "per session (S sessions: S x 128M, S <= the tenant's sessions limit), at most a "
+            "quarter of\n"
+            "the host's memory in graphs and tensors, and 768M of decoded requests.\n",
             sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS,
             SL_TENANT_DEFAULT_PRIORITY, SL_TENANT_DEFAULT_WEIGHT, SL_TENANT_DEFAULT_SESSIONS_DIV);
 }
@@ -192,6 +213,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_LOG,
         OPT_MAXSESSIONS,
         OPT_MAXTENSORS,
+        OPT_MAXDECODING,
+        OPT_METADATA,
+        OPT_MAXMETADATA,
         OPT_TLSCERT,
         OPT_TLSKEY,
         OPT_TLSCA,
@@ -227,6 +251,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"log-level", required_argument, NULL, OPT_LOG},
         {"max-sessions", required_argument, NULL, OPT_MAXSESSIONS},
         {"max-tensors-per-session", required_argument, NULL, OPT_MAXTENSORS},
+        {"max-decoding", required_argument, NULL, OPT_MAXDECODING},
+        {"session-metadata", required_argument, NULL, OPT_METADATA},
+        {"max-metadata", required_argument, NULL, OPT_MAXMETADATA},
         {"tls-cert", required_argument, NULL, OPT_TLSCERT},
         {"tls-key", required_argument, NULL, OPT_TLSKEY},
         {"tls-ca", required_argument, NULL, OPT_TLSCA},
@@ -355,6 +382,22 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             break;
+        case OPT_MAXDECODING:
+        case OPT_METADATA:
+        case OPT_MAXMETADATA: {
+            uint64_t *size = c == OPT_METADATA      ? &cfg->session_metadata
+                             : c == OPT_MAXMETADATA ? &cfg->max_metadata
+                                                    : &cfg->max_decoding;
+            if (sl_parse_size(optarg, size) || !*size) {
+                fprintf(stderr, "salusd: bad --%s '%s' (e.g. 256M)\n",
+                        c == OPT_METADATA      ? "session-metadata"
+                        : c == OPT_MAXMETADATA ? "max-metadata"
+                                               : "max-decoding",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
         case OPT_IPCMODE:
             cfg->ipc_mode = (int) strtol(optarg, &end, 8);
             if (*end || cfg->ipc_mode < 0 || cfg->ipc_mode > 0777) {

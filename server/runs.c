@@ -64,10 +64,13 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
     uint64_t reply_bytes = 0; /* at most 2^14 values of at most 2^42 bytes: no overflow */
     for (size_t j = 0; j < m->n_fetches && !shm_out; j++)
         reply_bytes += sl_shape_bytes(&g->values[m->fetches[j]].shape);
-    if (reply_bytes > SL_MAX_REPLY_BYTES) {
+    if (reply_bytes > sl_max_reply_bytes(ss->cfg)) {
         sl_reply_error(r, SL_EINVAL,
-                       "the fetches total %llu bytes, more than one reply carries (%llu)",
-                       (unsigned long long) reply_bytes, (unsigned long long) SL_MAX_REPLY_BYTES);
+                       "the fetches total %llu bytes, more than one reply carries (%llu, salusd "
+                       "--max-message): fetch through shared memory (ipc://, Run shm_fetches), "
+                       "fetch fewer values per run, or raise --max-message",
+                       (unsigned long long) reply_bytes,
+                       (unsigned long long) sl_max_reply_bytes(ss->cfg));
         return SL_HANDLED;
     }
     sl_exec_task *t = &w->task;

@@ -123,6 +123,7 @@ int sl_server_start(sl_server *srv)
         return SL_ENOMEM;
     }
     srv->lock_ready = true;
+    sl_decoder_init(&srv->decoder, srv->cfg.max_decoding);
     srv->start_ns = sl_now_ns();
     if ((rc = sl_dev_open(srv->cfg.device, &srv->dev)) != SL_OK) {
         sl_log_err("dev.open", "cannot open device '%s': %s", srv->cfg.device, sl_strerror(rc));

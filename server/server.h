@@ -27,6 +27,7 @@
 #define SL_SERVER_H
 
 #include "config.h"
+#include "decode.h"
 #include "exec.h"
 #include "fault.h"
 #include "repeats.h"
@@ -48,6 +49,7 @@ struct sl_server {
     sl_exec exec;
     sl_sessions sessions;
     sl_fault fault;
+    sl_decoder decoder; /* the gate's */
     sl_repeats repeats;
     sl_sender sender;
     sl_transport *transport;

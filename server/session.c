@@ -1,5 +1,6 @@
 /* Sessions (session.h): the table, admission, and each session's queue of
  * work, run strictly in order through the handlers. */
+#include "decode.h"
 #include "handlers.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 static uint64_t random_u64(void)
 {
@@ -27,6 +29,10 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
     ss->fault = fault;
     ss->mem = mem;
     ss->next_id = ((random_u64() & 0x7fffff) | (1u << 23)) << 16;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    ss->host_limit = cfg->max_metadata       ? cfg->max_metadata
+                     : pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 4
+                                             : SL_DEFAULT_SESSION_METADATA * 16;
 }
 
 /* The request a lost connection's sessions are closed with. */
@@ -39,7 +45,7 @@ static void work_free(sl_work *w)
 {
     sl_graph_free(w->graph); /* a registration that never got its lane */
     if (w->msg && w->msg != &lost_close)
-        salus__request__free_unpacked(w->msg, NULL);
+        sl_request_free(w->msg);
     sl_reply_free(w->reply);
     sl_free(w);
 }
@@ -128,6 +134,7 @@ static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
         s->admit_reply = NULL;
     }
     sl_mem_release(ss->mem, s->id);
+    ss->host_bytes -= s->host_bytes;
     (void) sl_map_del(&ss->table, s->id);
     tenant_release(ss, s);
     sl_log_info("ses.close", "session %llu (%s) closed: %llu iterations, %.3f s on device",
@@ -200,7 +207,7 @@ void sl_sessions_submit(sl_sessions *ss, sl_session *s, sl_req *req, Salus__Requ
     sl_work *w = sl_calloc(1, sizeof *w);
     if (!w) {
         sl_reply_error(r, SL_ENOMEM, "out of host memory");
-        salus__request__free_unpacked(msg, NULL);
+        sl_request_free(msg);
         sl_outbox_put(box, req, r);
         return;
     }

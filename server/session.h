@@ -50,6 +50,9 @@ struct sl_session {
     sl_map graphs;  /* id -> sl_graph */
     uint64_t next_object_id;
     uint64_t persistent_bytes;
+    /* host memory held for it: its graphs' and tensors' bookkeeping, at
+     * most cfg->session_metadata */
+    uint64_t host_bytes;
     uint64_t declared_persistent, declared_ephemeral;
     uint64_t ephemeral_peak; /* largest planned peak of its graphs */
     sl_work *head, *tail;    /* pending work, head is executing when busy */
@@ -74,6 +77,9 @@ typedef struct sl_sessions {
     sl_map table;       /* id -> sl_session */
     sl_tenants tenants; /* what each tenant holds */
     uint64_t next_id;
+    /* host bytes held by all sessions' graphs and tensors, and the most
+     * they may hold (cfg->max_metadata, or a quarter of the host's memory) */
+    uint64_t host_bytes, host_limit;
     bool draining;      /* no new sessions or runs */
     uint32_t n_blocked; /* sessions whose head waits for its lane to go idle */
     /* connections that went away most recently (a ring): an open-session

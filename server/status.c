@@ -59,6 +59,9 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
     st->requests_total = atomic_load(&srv->requests);
     st->errors_total = atomic_load(&srv->sender.errors);
     st->repeats_total = atomic_load(&srv->repeats.seen);
+    st->decoded_bytes = atomic_load(&srv->decoder.held);
+    st->decode_refusals = atomic_load(&srv->decoder.refused);
+    st->metadata_bytes = srv->sessions.host_bytes;
     st->iterations_total = srv->exec.stats.iterations;
     st->strict = sl_sched_strict(srv->exec.sched);
     st->switch_same_p50_ns = sl_sched_gap_quantile(srv->exec.sched, true, 0.5);
@@ -102,6 +105,7 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
         x->persistent_bytes = s->persistent_bytes;
         x->n_tensors = s->tensors.count;
         x->n_graphs = s->graphs.count;
+        x->host_bytes = s->host_bytes;
         x->iterations = s->job.sched.iterations_done;
         x->attained_ns = s->job.sched.attained_ns;
         x->queued = s->job.sched.n_queued;

@@ -34,6 +34,41 @@ static bool below_limit(const sl_sessions *ss, const sl_session *s, const sl_map
     return false;
 }
 
+/* Whether s may hold `more` bytes of host bookkeeping, within its own
+ * budget and all sessions' together; the refusal goes into r when not. */
+static bool below_metadata(const sl_sessions *ss, const sl_session *s, uint64_t more,
+                           const char *what, sl_reply *r)
+{
+    uint64_t most =
+        ss->cfg->session_metadata ? ss->cfg->session_metadata : SL_DEFAULT_SESSION_METADATA;
+    if (s->host_bytes + more > most) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "%s needs %llu bytes of salusd's host memory; session %llu holds %llu in "
+                       "its graphs and tensors (limit %llu, salusd --session-metadata): free "
+                       "graphs or raise the limit",
+                       what, (unsigned long long) more, (unsigned long long) s->id,
+                       (unsigned long long) s->host_bytes, (unsigned long long) most);
+        return false;
+    }
+    if (ss->host_bytes + more > ss->host_limit) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "%s needs %llu bytes of salusd's host memory; all sessions' graphs and "
+                       "tensors hold %llu (limit %llu, salusd --max-metadata): retry when others "
+                       "have freed theirs, or raise the limit",
+                       what, (unsigned long long) more, (unsigned long long) ss->host_bytes,
+                       (unsigned long long) ss->host_limit);
+        return false;
+    }
+    return true;
+}
+
+/* s holds delta more (or fewer) bytes of host bookkeeping. */
+static void hold_host(sl_sessions *ss, sl_session *s, int64_t delta)
+{
+    s->host_bytes += (uint64_t) delta;
+    ss->host_bytes += (uint64_t) delta;
+}
+
 static bool set_empty_body(sl_reply *r)
 {
     Salus__Empty *e = sl_reply_alloc(r, sizeof *e);
@@ -45,17 +80,33 @@ static bool set_empty_body(sl_reply *r)
     return true;
 }
 
-/* Submits w's control copy; completes it now with the error when it cannot
- * be submitted. */
-static int control(sl_sessions *ss, sl_work *w, int kind, const sl_tensor *t, void *host)
+/* Submits w's control copy of `bytes` bytes at byte `offset` of t;
+ * completes it now with the error when it cannot be submitted. */
+static int control(sl_sessions *ss, sl_work *w, int kind, const sl_tensor *t, void *host,
+                   uint64_t offset, uint64_t bytes)
 {
     w->task.job = &w->session->job;
-    int rc = sl_exec_control(ss->ex, &w->task, kind, t->addr, host, sl_shape_bytes(&t->shape),
-                             &t->shape);
+    int rc = sl_exec_control(ss->ex, &w->task, kind, t->addr + offset, host, bytes, &t->shape);
     if (rc == SL_OK)
         return SL_HANDLED_LATER;
     sl_reply_error(w->reply, rc, "device copy failed: %s", sl_strerror(rc));
     return SL_HANDLED;
+}
+
+/* Whether [offset, offset + len) is a nonempty run of whole elements of t;
+ * the refusal goes into r when not. */
+static bool valid_chunk(const sl_tensor *t, uint64_t offset, uint64_t len, sl_reply *r)
+{
+    uint64_t bytes = sl_shape_bytes(&t->shape), elem = sl_dtype_size(t->shape.dtype);
+    if (len && offset % elem == 0 && len % elem == 0 && offset < bytes && len <= bytes - offset)
+        return true;
+    sl_reply_error(r, SL_EINVAL,
+                   "chunk of %llu bytes at offset %llu: tensor %llu has %llu bytes; a chunk is "
+                   "nonempty, inside the tensor, and made of whole %llu-byte elements",
+                   (unsigned long long) len, (unsigned long long) offset,
+                   (unsigned long long) t->id, (unsigned long long) bytes,
+                   (unsigned long long) elem);
+    return false;
 }
 
 int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
@@ -68,7 +119,8 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
         sl_reply_error(r, SL_EINVAL, "invalid tensor shape: %s", why);
         return SL_HANDLED;
     }
-    if (!below_limit(ss, s, &s->tensors, "tensors", r))
+    if (!below_limit(ss, s, &s->tensors, "tensors", r) ||
+        !below_metadata(ss, s, SL_TENSOR_HOST_BYTES, "a tensor", r))
         return SL_HANDLED;
     uint64_t bytes = sl_shape_bytes(&shape);
     if (m->init.len != 0 && m->init.len != bytes) {
@@ -119,13 +171,14 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
         return SL_HANDLED;
     }
     s->persistent_bytes += t->bytes;
+    hold_host(ss, s, (int64_t) SL_TENSOR_HOST_BYTES);
     salus__create_tensor_reply__init(body);
     body->tensor_id = t->id;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_CREATE_TENSOR;
     sl_reply_msg(r)->create_tensor = body;
     if (m->init.len)
-        return control(ss, w, SL_EXEC_COPY_IN, t, m->init.data);
-    return control(ss, w, SL_EXEC_FILL, t, NULL);
+        return control(ss, w, SL_EXEC_COPY_IN, t, m->init.data, 0, bytes);
+    return control(ss, w, SL_EXEC_FILL, t, NULL, 0, bytes);
 }
 
 int sl_handle_write_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
@@ -135,30 +188,48 @@ int sl_handle_write_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
     if (!t)
         return SL_HANDLED;
     uint64_t bytes = sl_shape_bytes(&t->shape);
-    if (m->data.len != bytes) {
+    if (!m->offset && !m->total_bytes && m->data.len != bytes) {
         sl_reply_error(w->reply, SL_EINVAL, "data has %zu bytes, tensor %llu has %llu", m->data.len,
                        (unsigned long long) t->id, (unsigned long long) bytes);
         return SL_HANDLED;
     }
+    if ((m->offset || m->total_bytes) && m->total_bytes != bytes) {
+        sl_reply_error(w->reply, SL_EINVAL,
+                       "a chunked write of tensor %llu says it has %llu bytes; it has %llu",
+                       (unsigned long long) t->id, (unsigned long long) m->total_bytes,
+                       (unsigned long long) bytes);
+        return SL_HANDLED;
+    }
+    if (m->total_bytes && !valid_chunk(t, m->offset, m->data.len, w->reply))
+        return SL_HANDLED;
     if (!set_empty_body(w->reply)) {
         sl_reply_error(w->reply, SL_ENOMEM, "out of host memory");
         return SL_HANDLED;
     }
-    return control(ss, w, SL_EXEC_COPY_IN, t, m->data.data);
+    return control(ss, w, SL_EXEC_COPY_IN, t, m->data.data, m->offset, m->data.len);
 }
 
 int sl_handle_read_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
 {
+    const Salus__ReadTensor *m = w->msg->read_tensor;
     sl_reply *r = w->reply;
-    sl_tensor *t = find_tensor(s, w->msg->read_tensor->tensor_id, r);
+    sl_tensor *t = find_tensor(s, m->tensor_id, r);
     if (!t)
         return SL_HANDLED;
-    uint64_t bytes = sl_shape_bytes(&t->shape);
-    if (bytes > SL_MAX_REPLY_BYTES) {
+    uint64_t bytes = m->length ? m->length : sl_shape_bytes(&t->shape);
+    if (m->length ? !valid_chunk(t, m->offset, m->length, r) : m->offset != 0) {
+        if (!m->length)
+            sl_reply_error(r, SL_EINVAL, "a read at offset %llu needs a length",
+                           (unsigned long long) m->offset);
+        return SL_HANDLED;
+    }
+    uint64_t most = sl_max_reply_bytes(ss->cfg);
+    if (bytes > most) {
         sl_reply_error(r, SL_EINVAL,
-                       "tensor %llu has %llu bytes, more than one reply carries (%llu)",
-                       (unsigned long long) t->id, (unsigned long long) bytes,
-                       (unsigned long long) SL_MAX_REPLY_BYTES);
+                       "%llu bytes of tensor %llu: more than one reply carries (%llu, salusd "
+                       "--max-message); read it in chunks (ReadTensor offset and length)",
+                       (unsigned long long) bytes, (unsigned long long) t->id,
+                       (unsigned long long) most);
         return SL_HANDLED;
     }
     Salus__ReadTensorReply *body = sl_reply_alloc(r, sizeof *body);
@@ -178,7 +249,7 @@ int sl_handle_read_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
     body->tensor = tensor;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_READ_TENSOR;
     sl_reply_msg(r)->read_tensor = body;
-    return control(ss, w, SL_EXEC_COPY_OUT, t, data);
+    return control(ss, w, SL_EXEC_COPY_OUT, t, data, m->offset, bytes);
 }
 
 int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *freed)
@@ -194,6 +265,7 @@ int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *free
     }
     (void) sl_map_del(&s->tensors, t->id);
     s->persistent_bytes -= t->bytes;
+    hold_host(ss, s, -(int64_t) SL_TENSOR_HOST_BYTES);
     (void) sl_mem_free(ss->mem, s->id, t->addr);
     sl_free(t);
     *freed = true;
@@ -214,6 +286,11 @@ int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w)
                             &w->graph, err, sizeof err);
     if (rc) {
         sl_reply_error(r, rc, "%s", err);
+        return SL_HANDLED;
+    }
+    if (!below_metadata(ss, s, w->graph->host_bytes, "the graph", r)) {
+        sl_graph_free(w->graph);
+        w->graph = NULL;
         return SL_HANDLED;
     }
     return sl_handle_place_graph(ss, s, w);
@@ -272,6 +349,7 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
             break;
         }
     }
+    hold_host(ss, s, (int64_t) g->host_bytes);
     if (g->plan.peak > s->ephemeral_peak)
         s->ephemeral_peak = g->plan.peak;
     sl_reply_msg(r)->body_case = SALUS__REPLY__BODY_REGISTER_GRAPH;
@@ -285,12 +363,13 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
 
 int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w)
 {
-    (void) ss;
     sl_graph *g = sl_map_del(&s->graphs, w->msg->free_graph->graph_id);
     if (!g)
         sl_reply_error(w->reply, SL_ENOTFOUND, "session %llu has no graph %llu",
                        (unsigned long long) s->id,
                        (unsigned long long) w->msg->free_graph->graph_id);
+    else
+        hold_host(ss, s, -(int64_t) g->host_bytes);
     sl_graph_free(g);
     return SL_HANDLED;
 }

@@ -213,6 +213,23 @@ static uint64_t victim_iterations(sl_attack *a)
     return n;
 }
 
+/* Samples salusd's RSS until the victim is told to stop. */
+static void *monitor_main(void *arg)
+{
+    sl_attack *a = arg;
+    for (;;) {
+        uint64_t rss = sl_attack_rss(a->srv.pid);
+        pthread_mutex_lock(&a->lock);
+        bool stop = a->stop;
+        if (rss > a->rss_peak)
+            a->rss_peak = rss;
+        pthread_mutex_unlock(&a->lock);
+        if (stop)
+            return NULL;
+        nap_ms(10);
+    }
+}
+
 static void begin(sl_attack *a, const char *name, const char *const *extra_args, bool logged);
 
 void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args)
@@ -289,6 +306,9 @@ static void begin(sl_attack *a, const char *name, const char *const *extra_args,
     a->fds0 = sl_attack_fds(a->srv.pid);
     a->rss0 = sl_attack_rss(a->srv.pid);
     a->rss_slack = a->rss0 / 4 > RSS_SLACK_MIN ? a->rss0 / 4 : RSS_SLACK_MIN;
+    a->rss_peak = a->rss0;
+    if (pthread_create(&a->monitor, NULL, monitor_main, a) != 0)
+        fail_msg("cannot start the memory monitor");
 }
 
 /* Polls up to SETTLE_S for salusd's descriptors and memory to come back. */
@@ -310,8 +330,16 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     int fds = -1;
     uint64_t rss = 0;
     bool alive = waitpid(a->srv.pid, NULL, WNOHANG) == 0;
+    pthread_mutex_lock(&a->lock);
+    uint64_t peak = a->rss_peak;
+    pthread_mutex_unlock(&a->lock);
     if (!alive)
         snprintf(why, sizeof why, "salusd died");
+    else if (a->rss_peak_bound && peak > a->rss0 + a->rss_peak_bound)
+        snprintf(why, sizeof why,
+                 "RSS reached %lu MiB during the attack (baseline %lu + bound %lu)",
+                 (unsigned long) (peak >> 20), (unsigned long) (a->rss0 >> 20),
+                 (unsigned long) (a->rss_peak_bound >> 20));
     else if (!settled(a, &fds, &rss))
         snprintf(why, sizeof why,
                  "did not settle: %d descriptors (baseline %d), RSS %lu MiB (baseline %lu MiB)",
@@ -328,6 +356,7 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     a->stop = true;
     pthread_mutex_unlock(&a->lock);
     pthread_join(a->victim, NULL);
+    pthread_join(a->monitor, NULL);
     if (!*why && a->error != SALUS_OK)
         snprintf(why, sizeof why, "the victim got an error: %s", a->error_text);
     if (!*why && a->worst_ns > a->victim_bound_ms * 1000000ull)
@@ -356,10 +385,11 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     if (a->log_path[0] && !*why)
         (void) unlink(a->log_path); /* kept to look at when broken */
     printf("ATTACK %s %s%s%s (victim: %lu iterations, worst %.1f ms; salusd %d fds, %lu MiB, "
-           "baseline %d, %lu MiB)%s%s\n",
+           "baseline %d, %lu MiB, peak %lu MiB)%s%s\n",
            a->name, *why ? "BROKEN: " : "held", why, "", (unsigned long) a->iterations,
            (double) a->worst_ns / 1e6, fds, (unsigned long) (rss >> 20), a->fds0,
-           (unsigned long) (a->rss0 >> 20), detail ? "; " : "", detail ? detail : "");
+           (unsigned long) (a->rss0 >> 20), (unsigned long) (peak >> 20), detail ? "; " : "",
+           detail ? detail : "");
     fflush(stdout);
     return !*why;
 }

@@ -5,7 +5,9 @@
  *   - the victim never waited longer than a bound for one iteration, and
  *     never got an error,
  *   - salusd's descriptors and memory came back to the baseline taken
- *     before the attack.
+ *     before the attack,
+ *   - where the attack sets a bound, salusd's memory never rose more than
+ *     that above the baseline while it ran (sampled every 10 ms).
  * Every attack prints "ATTACK <name> tried" when it starts and
  * "ATTACK <name> held" or "ATTACK <name> BROKEN: <why>" when it ends;
  * scripts/testsummary counts these lines into "ATTACKS tried=N held=N". An
@@ -38,6 +40,7 @@ typedef struct sl_attack {
     uint64_t victim_bound_ms; /* longest acceptable victim iteration */
     int fd_slack;             /* descriptors above the baseline tolerated */
     uint64_t rss_slack;       /* bytes of RSS above the baseline tolerated */
+    uint64_t rss_peak_bound;  /* 0, or bytes above the baseline RSS may reach during it */
     /* the baseline (after the victim's warm-up) */
     int fds0;
     uint64_t rss0;
@@ -54,6 +57,9 @@ typedef struct sl_attack {
     char log_path[320];
     /* set by sl_attack_end: salusd removed its socket file as it exited */
     bool socket_removed;
+    /* salusd's RSS, sampled from sl_attack_begin to sl_attack_end */
+    pthread_t monitor;
+    uint64_t rss_peak;
 } sl_attack;
 
 /* Starts salusd (ipc://, cpu backend, sockets mode 0666 so that other users'

@@ -133,7 +133,9 @@ static void dispatch_built(const Salus__Request *m, uint32_t pipe)
     if (!buf)
         die("out of memory");
     salus__request__pack(m, buf);
-    Salus__Request *u = salus__request__unpack(NULL, n, buf);
+    Salus__Request *u = NULL;
+    char why[256];
+    (void) sl_decode_request(&srv.decoder, buf, n, &u, why, sizeof why);
     free(buf);
     if (!u)
         die("cannot decode a request it built");
@@ -351,9 +353,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             wait_quiet();
             continue;
         }
-        Salus__Request *m = salus__request__unpack(NULL, len, payload);
-        if (!m)
-            continue; /* the transport answers these itself */
+        Salus__Request *m = NULL;
+        char why[256];
+        if (sl_decode_request(&srv.decoder, payload, len, &m, why, sizeof why) != SL_OK)
+            continue; /* the gate answers these itself */
         struct slot sl = slots[arg & 3];
         switch (kind & 7) {
         case FR_STAMP:

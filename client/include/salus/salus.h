@@ -165,13 +165,19 @@ uint64_t salus_session_id(const salus_session *s);
 size_t salus_session_shm_bytes(salus_session *s);
 
 /* Creates a persistent tensor of the given shape. init: NULL = zeros, else
- * exactly elems * 4 bytes. Writes its id to *id.
- * Errors: SALUS_EINVAL (bad shape), SALUS_EEXHAUSTED (quota or capacity). */
+ * exactly elems * 4 bytes (larger than one message: created zeroed, then
+ * written in chunks). Writes its id to *id.
+ * Errors: SALUS_EINVAL (bad shape), SALUS_EEXHAUSTED (quota or capacity;
+ * the session's host-memory budget, salusd --session-metadata). */
 int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *dims,
                         const void *init, uint64_t *id);
-/* Overwrites a tensor; bytes must equal its size. */
+/* Overwrites a tensor; bytes must equal its size. A tensor larger than
+ * salusd's message limit (--max-message) moves in chunks of at most half
+ * of it (16 MiB at most), one request each; a call that fails part-way
+ * leaves the tensor partly written. */
 int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes);
-/* Reads a tensor into buf; bytes must equal its size. */
+/* Reads a tensor into buf; bytes must equal its size. Chunked like
+ * salus_tensor_write. */
 int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes);
 /* Frees a tensor. Errors: SALUS_EBUSY while a registered graph uses it. */
 int salus_tensor_free(salus_session *s, uint64_t id);
@@ -235,6 +241,9 @@ uint64_t salus_graph_id(const salus_graph *g);
  * i-th input (in the order salus_graph_input was called; exact sizes), and
  * the values fetch[0..n_fetch) are copied into out[j] (each
  * salus_graph_bytes(g, fetch[j]) bytes). Blocks until the iteration is done.
+ * Feeds and fetches travel inline unless the run uses shared memory (local
+ * ipc:// clients, from 16 KiB moved): inline, a run whose request or reply
+ * would pass salusd's --max-message fails with SALUS_EINVAL saying so.
  * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_EEXHAUSTED (a
  * device allocation failed), SALUS_EDEVICERESET (see "Device faults" above),
  * SALUS_ESHUTDOWN (salusd is draining: the iteration did not start),
