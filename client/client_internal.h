@@ -31,7 +31,8 @@ struct salus_client {
     atomic_int pipes;              /* live connections to the server */
     atomic_int lost;               /* a connection dropped while a request was out */
     uint64_t seq;
-    bool local; /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */
+    bool local;        /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */
+    char fd_path[108]; /* the descriptor socket next to the ipc:// path (shm.c) */
     char device[192];
     char last_error[512];
 };
@@ -46,6 +47,7 @@ struct salus_session {
     int shm_state;
     void *shm;
     size_t shm_size;
+    size_t shm_refused; /* smallest size refused for the budget; 0: none */
 };
 
 /* Sends req (seq filled in) and waits for its reply. On SL_OK *out is the

@@ -56,6 +56,8 @@ typedef struct sl_config {
      * over the limit a request fails with RESOURCE_EXHAUSTED */
     uint32_t max_sessions;            /* open sessions, waiting ones included */
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
+    uint64_t shm_session_bytes;       /* shared memory one session may map */
+    uint64_t shm_total_bytes;         /* shared memory all sessions may map */
     /* network security (transport.c) */
     bool allow_plain_tcp;   /* tcp:// and ws:// listeners allowed (trusted networks) */
     const char *tls_cert;   /* PEM certificate (chain) of tls+tcp:// listeners */

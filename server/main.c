@@ -61,7 +61,13 @@ static void usage(FILE *f)
             "                          graphs (default: %d)\n"
             "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600:\n"
             "                          salusd's user only); over ipc:// a session also belongs\n"
-            "                          to the uid that opened it\n"
+            "                          to the uid that opened it. Each ipc://PATH also gets a\n"
+            "                          descriptor socket PATH.fd (shared-memory hand-over)\n"
+            "      --shm-session-bytes SIZE  shared memory one session may make salusd map\n"
+            "                          (its attached and staged segments; default: 1G)\n"
+            "      --shm-total-bytes SIZE  shared memory all sessions together may make\n"
+            "                          salusd map (default: a quarter of the host's memory,\n"
+            "                          at most 8G)\n"
             "      --tls-cert FILE     PEM certificate (chain) for tls+tcp:// listeners\n"
             "      --tls-key FILE      its PEM private key\n"
             "      --tls-ca FILE       PEM CA(s): tls+tcp:// clients must present a certificate\n"
@@ -173,7 +179,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_NO_EXCLUSIVE,
         OPT_NO_STEPWISE,
         OPT_NO_GAPFILL,
-        OPT_NO_CLASSES
+        OPT_NO_CLASSES,
+        OPT_SHM_SESSION,
+        OPT_SHM_TOTAL
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -202,6 +210,8 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"no-stepwise", no_argument, NULL, OPT_NO_STEPWISE},
         {"no-gap-fill", no_argument, NULL, OPT_NO_GAPFILL},
         {"no-stream-classes", no_argument, NULL, OPT_NO_CLASSES},
+        {"shm-session-bytes", required_argument, NULL, OPT_SHM_SESSION},
+        {"shm-total-bytes", required_argument, NULL, OPT_SHM_TOTAL},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -290,6 +300,16 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             break;
+        case OPT_SHM_SESSION:
+        case OPT_SHM_TOTAL: {
+            uint64_t *v = c == OPT_SHM_SESSION ? &cfg->shm_session_bytes : &cfg->shm_total_bytes;
+            if (parse_size(optarg, v) || !*v) {
+                fprintf(stderr, "salusd: bad --%s '%s' (e.g. 512M)\n",
+                        c == OPT_SHM_SESSION ? "shm-session-bytes" : "shm-total-bytes", optarg);
+                return 2;
+            }
+            break;
+        }
         case OPT_MAXSESSIONS:
         case OPT_MAXTENSORS: {
             long n = strtol(optarg, &end, 10);

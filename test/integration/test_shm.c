@@ -1,9 +1,11 @@
 /* The shared-memory data plane against a real salusd on ipc://: runs through
  * shared memory give exactly what inline runs give (and the math is right),
- * segments grow when a run needs more, and every malformed attach or slice
- * is refused with a clear error while the server keeps serving. */
+ * segments grow when a run needs more, and every malformed descriptor,
+ * attach or slice is refused with a clear error while the server keeps
+ * serving. */
 #include "client_internal.h"
 #include "harness.h"
+#include "shm_stage.h"
 #include "sl_test.h"
 
 #include <fcntl.h>
@@ -148,12 +150,15 @@ static void segments_grow_with_the_run(void **state)
     job_close(&small);
 }
 
-/* Sends an AttachShm for fd; expects code and a message containing msg. */
-static void expect_attach(salus_session *s, int fd, uint64_t size, int code, const char *msg)
+/* Sends an AttachShm naming ticket (and fd, the old way, when not 0);
+ * expects code and a message containing msg. */
+static void expect_attach(salus_session *s, int fd, uint64_t ticket, uint64_t size, int code,
+                          const char *msg)
 {
     Salus__Request req = SALUS__REQUEST__INIT;
     Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
     m.fd = (uint32_t) fd;
+    m.ticket = ticket;
     m.size = size;
     req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
     req.attach_shm = &m;
@@ -164,6 +169,20 @@ static void expect_attach(salus_session *s, int fd, uint64_t size, int code, con
     assert_sl_err(rc, code);
     if (msg && !strstr(salus_last_error(s->client), msg))
         fail_msg("attach: message \"%s\" lacks \"%s\"", salus_last_error(s->client), msg);
+}
+
+/* Stages fd for s over the descriptor socket; expects code and a message
+ * containing msg; returns the ticket. */
+static uint64_t expect_stage(salus_session *s, int fd, uint64_t size, int code, const char *msg)
+{
+    char text[300];
+    uint64_t ticket = 0;
+    int rc = sl_test_stage_shm(server.url + strlen("ipc://"), s->id, s->token, fd, size, &ticket,
+                               text, sizeof text);
+    assert_sl_err(rc, code);
+    if (msg && !strstr(text, msg))
+        fail_msg("stage: message \"%s\" lacks \"%s\"", text, msg);
+    return ticket;
 }
 
 /* A run of j's graph whose feed and first fetch are the given slices. */
@@ -212,22 +231,43 @@ static void malformed_attaches_and_slices_are_refused(void **state)
 
     expect_slice_run(&j, feed, fetch, SALUS_EINVAL); /* nothing attached yet */
     int unsealed = sealed_memfd(1 << 20, 0);
-    expect_attach(j.s, unsealed, 1 << 20, SALUS_EPERM, "sealed");
+    expect_stage(j.s, unsealed, 1 << 20, SALUS_EPERM, "sealed");
     char path[] = "/tmp/salus-shm-XXXXXX";
     int file = mkstemp(path);
     assert_true(file >= 0);
     assert_int_equal(ftruncate(file, 1 << 20), 0);
     unlink(path);
-    expect_attach(j.s, file, 1 << 20, SALUS_EPERM, "sealed");
-    expect_attach(j.s, 1000, 1 << 20, SALUS_EPERM, "cannot open");
+    expect_stage(j.s, file, 1 << 20, SALUS_EPERM, "sealed");
+    expect_stage(j.s, -1, 1 << 20, SALUS_EINVAL, "exactly one descriptor");
     int fd = sealed_memfd(1 << 20, F_SEAL_SHRINK);
-    expect_attach(j.s, fd, 2 << 20, SALUS_EPERM, "smaller");
-    expect_attach(j.s, fd, 0, SALUS_EINVAL, NULL);
-    expect_attach(j.s, fd, 1ull << 40, SALUS_EINVAL, NULL);
+    expect_stage(j.s, fd, 2 << 20, SALUS_EINVAL, "smaller");
+    expect_stage(j.s, fd, 0, SALUS_EINVAL, "size");
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int opath = open(self, O_PATH | O_CLOEXEC), rdonly = open(self, O_RDONLY | O_CLOEXEC);
+    assert_true(opath >= 0 && rdonly >= 0);
+    expect_stage(j.s, opath, 1 << 20, SALUS_EPERM, "O_PATH");
+    expect_stage(j.s, rdonly, 1 << 20, SALUS_EPERM, "read-write");
+    close(opath);
+    close(rdonly);
+    {
+        char text[300];
+        uint64_t ticket;
+        assert_sl_err(sl_test_stage_shm(server.url + strlen("ipc://"), j.s->id, j.s->token ^ 1, fd,
+                                        1 << 20, &ticket, text, sizeof text),
+                      SALUS_EPERM);
+    }
     /* the seal is what keeps the server safe from SIGBUS: it holds */
     assert_int_not_equal(ftruncate(fd, 4096), 0);
+    /* naming a descriptor number (salusd would have to open it) is over */
+    expect_attach(j.s, fd, 0, 1 << 20, SALUS_EINVAL, "no longer supported");
+    expect_attach(j.s, 0, 12345, 1 << 20, SALUS_EINVAL, "ticket");
 
-    expect_attach(j.s, fd, 1 << 20, SALUS_OK, NULL);
+    uint64_t ticket = expect_stage(j.s, fd, 1 << 20, SALUS_OK, NULL);
+    assert_true(ticket != 0);
+    expect_attach(j.s, 0, ticket, 2 << 20, SALUS_EINVAL, "staged");
+    expect_attach(j.s, 0, ticket, 1 << 20, SALUS_OK, NULL);
+    expect_attach(j.s, 0, ticket, 1 << 20, SALUS_EINVAL, "ticket"); /* used once */
     Salus__ShmSlice past = feed;
     past.offset = (1 << 20) - in + 4;
     expect_slice_run(&j, past, fetch, SALUS_EINVAL);
