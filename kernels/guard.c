@@ -20,8 +20,7 @@ struct guard {
 
 static _Thread_local struct guard *volatile active;
 static struct sigaction previous_bus, previous_segv;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int init_rc = SL_EINTERNAL;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool inside(const struct guard *g, uintptr_t a)
 {
@@ -51,21 +50,30 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     raise(sig);
 }
 
-static void install(void)
+/* Installs on_fault for sig unless it is installed already, keeping what
+ * was there to chain to. */
+static int install(int sig, struct sigaction *previous)
 {
-    struct sigaction sa;
+    struct sigaction sa, now;
+    if (sigaction(sig, NULL, &now) != 0)
+        return SL_EINTERNAL;
+    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_fault)
+        return SL_OK;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &previous_bus) == 0 && sigaction(SIGSEGV, &sa, &previous_segv) == 0)
-        init_rc = SL_OK;
+    return sigaction(sig, &sa, previous) == 0 ? SL_OK : SL_EINTERNAL;
 }
 
 int sl_guard_init(void)
 {
-    pthread_once(&once, install);
-    return init_rc;
+    pthread_mutex_lock(&init_lock);
+    int rc = install(SIGBUS, &previous_bus);
+    if (rc == SL_OK)
+        rc = install(SIGSEGV, &previous_segv);
+    pthread_mutex_unlock(&init_lock);
+    return rc;
 }
 
 /* Runs memmove (src non-NULL) or memset under the guard. */

@@ -13,9 +13,11 @@
 
 #include <stddef.h>
 
-/* Installs the SIGBUS and SIGSEGV handlers once per process (later calls do
- * nothing); sl_dev_open calls it. SL_OK or SL_EINTERNAL (sigaction
- * failed: copies are then unguarded, and a fault kills the process). */
+/* Installs the SIGBUS and SIGSEGV handlers, chaining to those installed
+ * before; a later call does nothing unless someone replaced them since
+ * (then they go back in front of the replacement). sl_dev_open calls it.
+ * SL_OK or SL_EINTERNAL (sigaction failed: copies are then unguarded, and
+ * a fault kills the process). */
 int sl_guard_init(void);
 
 /* memmove(dst, src, n), or SL_EINVAL when a page of [src, src + n) or

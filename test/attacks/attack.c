@@ -221,6 +221,8 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     bool alive = waitpid(a->srv.pid, NULL, WNOHANG) == 0;
     if (!alive)
         snprintf(why, sizeof why, "salusd died");
+    else if (a->broken[0])
+        snprintf(why, sizeof why, "%s", a->broken);
     else if (!settled(a, &fds, &rss))
         snprintf(why, sizeof why,
                  "did not settle: %d descriptors (baseline %d), RSS %lu MiB (baseline %lu MiB)",

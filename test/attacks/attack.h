@@ -49,6 +49,9 @@ typedef struct sl_attack {
     uint64_t worst_ns; /* longest iteration since sl_attack_begin returned */
     int error;         /* first error the victim got (SALUS_OK: none) */
     char error_text[256];
+    /* set by the attack before sl_attack_end when it got through in a way
+     * the frame cannot see (a file opened, a budget passed): why */
+    char broken[256];
 } sl_attack;
 
 /* Starts salusd (ipc://, cpu backend, sockets mode 0666 so that other users'
