@@ -29,9 +29,9 @@ typedef struct job {
     float w[K * N];
 } job;
 
-static void job_open(job *j, int64_t rows)
+static void job_open_on(job *j, const sl_test_server *srv, int64_t rows)
 {
-    j->c = sl_test_connect(&server);
+    j->c = sl_test_connect(srv);
     assert_sl_ok(salus_session_open(j->c, NULL, &j->s));
     for (int i = 0; i < K * N; i++)
         j->w[i] = (float) ((i * 7919) % 201 - 100) / 1000.0f;
@@ -45,6 +45,11 @@ static void job_open(job *j, int64_t rows)
     j->z = salus_graph_op(j->g, "relu", 1, &y, 0, NULL, 0, NULL);
     assert_null(salus_graph_error(j->g));
     assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+}
+
+static void job_open(job *j, int64_t rows)
+{
+    job_open_on(j, &server, rows);
 }
 
 static void job_close(job *j)
@@ -148,6 +153,33 @@ static void segments_grow_with_the_run(void **state)
     free(z);
     salus_graph_free(big.g);
     job_close(&small);
+}
+
+/* Past --shm-session-bytes a run goes inline (and computes the same); runs
+ * that fit still get a segment. */
+static void runs_past_the_budget_stay_inline(void **state)
+{
+    (void) state;
+    sl_test_server small;
+    const char *const args[] = {"--shm-session-bytes", "2M", NULL};
+    sl_test_server_start(&small, args);
+    job big, little;
+    job_open_on(&big, &small, 4096); /* 4 MiB in, 1 MiB out: an 8 MiB segment */
+    float *x = random_input(4096, 3), *z = malloc(sizeof(float) * 4096 * N);
+    assert_non_null(z);
+    run_and_check(&big, x, 4096, z);
+    assert_int_equal(salus_session_shm_bytes(big.s), 0);
+    run_and_check(&big, x, 4096, z); /* not asked again, still right */
+    free(x);
+    job_open_on(&little, &small, 64);
+    x = random_input(64, 4);
+    run_and_check(&little, x, 64, z);
+    assert_int_equal(salus_session_shm_bytes(little.s), 1 << 20);
+    free(x);
+    free(z);
+    job_close(&big);
+    job_close(&little);
+    assert_int_equal(sl_test_server_stop(&small), 0);
 }
 
 /* Sends an AttachShm naming ticket (and fd, the old way, when not 0);
@@ -306,6 +338,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shared_memory_runs_match_inline_runs),
         cmocka_unit_test(segments_grow_with_the_run),
+        cmocka_unit_test(runs_past_the_budget_stay_inline),
         cmocka_unit_test(malformed_attaches_and_slices_are_refused),
     };
     sl_test_group = &server;
