@@ -14,9 +14,11 @@
  * lives at most SL_SHM_SOCKET_DEADLINE_MS, and a user holds at most
  * SL_SHM_SOCKET_CONNS_PER_UID of the SL_SHM_SOCKET_CONNS slots, so a
  * tenant that stalls or floods delays only descriptor hand-overs (its own
- * first). The server lock is taken twice per hand-over, each time for an
- * O(1) lookup: checking the descriptor, mapping it and registering it with
- * the device all happen without it. */
+ * first). Descriptors that fail the checks are closed on a closer thread,
+ * since their last close may block as long as the client likes. The
+ * server lock is taken twice per hand-over, each time for an O(1) lookup:
+ * checking the descriptor, mapping it and registering it with the device
+ * all happen without it. */
 #include "shm_socket.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -32,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A staging request is a few dozen bytes; anything longer is refused. */
@@ -39,6 +42,26 @@
 /* Room for every descriptor one message can carry (the kernel's SCM_MAX_FD),
  * so none is dropped inside recvmsg: each one received is closed here. */
 #define FDS_MAX 253
+
+/* Descriptors waiting for the closer; when it is this far behind, the
+ * socket's thread closes them itself. */
+#define CLOSE_QUEUE 256
+/* How long stopping waits for a closer stuck in a close. */
+#define CLOSER_STOP_MS 2000
+
+/* The closer: the last close of a client's file can block for as long as
+ * the client likes (a FUSE file's flush, a socket lingering on unsent
+ * data), so descriptors that failed the checks are closed on a thread of
+ * their own. Heap-allocated: a closer stuck at shutdown is left behind, not
+ * freed under it. */
+struct closer {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool stop;
+    int fds[CLOSE_QUEUE];
+    int head, n;
+    pthread_t thread;
+};
 
 struct conn {
     int fd; /* -1: free slot */
@@ -54,11 +77,97 @@ struct sl_shm_socket {
     _Atomic bool stop;
     pthread_t thread;
     bool thread_started;
+    struct closer *closer; /* NULL: close on this thread */
     int n_listen;
     int listen_fd[SL_MAX_LISTEN];
     char path[SL_MAX_LISTEN][sizeof(((struct sockaddr_un *) 0)->sun_path)];
     struct conn conns[SL_SHM_SOCKET_CONNS];
 };
+
+static void *closer_main(void *arg)
+{
+    struct closer *cl = arg;
+    pthread_mutex_lock(&cl->lock);
+    for (;;) {
+        while (!cl->n && !cl->stop)
+            pthread_cond_wait(&cl->cv, &cl->lock);
+        if (!cl->n)
+            break;
+        int fd = cl->fds[cl->head];
+        cl->head = (cl->head + 1) % CLOSE_QUEUE;
+        cl->n--;
+        pthread_mutex_unlock(&cl->lock);
+        (void) close(fd);
+        pthread_mutex_lock(&cl->lock);
+    }
+    pthread_mutex_unlock(&cl->lock);
+    return NULL;
+}
+
+static struct closer *closer_start(void)
+{
+    struct closer *cl = sl_calloc(1, sizeof *cl);
+    if (!cl)
+        return NULL;
+    if (pthread_mutex_init(&cl->lock, NULL) != 0)
+        goto out_free;
+    if (pthread_cond_init(&cl->cv, NULL) != 0)
+        goto out_destroy_lock;
+    if (pthread_create(&cl->thread, NULL, closer_main, cl) != 0)
+        goto out_destroy_cv;
+    return cl;
+
+out_destroy_cv:
+    pthread_cond_destroy(&cl->cv);
+out_destroy_lock:
+    pthread_mutex_destroy(&cl->lock);
+out_free:
+    sl_free(cl);
+    return NULL;
+}
+
+/* Stops the closer once its queue is closed, waiting a bounded time: one
+ * stuck in a client's close is abandoned (with what it holds) rather than
+ * hanging salusd's shutdown. */
+static void closer_stop(struct closer *cl)
+{
+    if (!cl)
+        return;
+    pthread_mutex_lock(&cl->lock);
+    cl->stop = true;
+    pthread_cond_signal(&cl->cv);
+    pthread_mutex_unlock(&cl->lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += CLOSER_STOP_MS / 1000;
+    if (pthread_timedjoin_np(cl->thread, NULL, &until) != 0) {
+        sl_log_warn("shm.closer",
+                    "a client's descriptor is still closing at shutdown; left behind");
+        (void) pthread_detach(cl->thread);
+        return;
+    }
+    pthread_cond_destroy(&cl->cv);
+    pthread_mutex_destroy(&cl->lock);
+    sl_free(cl);
+}
+
+/* Closes a received descriptor that failed the checks, off this thread. */
+static void close_later(sl_shm_socket *t, int fd)
+{
+    struct closer *cl = t->closer;
+    bool queued = false;
+    if (cl) {
+        pthread_mutex_lock(&cl->lock);
+        if (cl->n < CLOSE_QUEUE) {
+            cl->fds[(cl->head + cl->n++) % CLOSE_QUEUE] = fd;
+            pthread_cond_signal(&cl->cv);
+            queued = true;
+        }
+        pthread_mutex_unlock(&cl->lock);
+    }
+    if (!queued)
+        (void) close(fd);
+}
 
 /* Sends one packed Reply on connection fd; a client that does not read
  * loses its answer, the thread never waits for it. */
@@ -88,12 +197,13 @@ static void answer(int fd, uint64_t seq, int code, const char *why, uint64_t tic
 /* Checks, maps and stages descriptor seg_fd for the request m of peer uid;
  * returns the code, with the reason in *why or the ticket. */
 static int stage(sl_shm_socket *t, const Salus__Request *m, uid_t uid, int seg_fd, uint64_t *ticket,
-                 const char **why)
+                 bool *checked, const char **why)
 {
     uint64_t size = m->stage_shm->size;
     int rc = sl_shm_check_fd(seg_fd, size, why);
     if (rc != SL_OK)
         return rc;
+    *checked = true;
     pthread_mutex_lock(t->lock);
     rc = sl_sessions_stage_begin(t->ss, m->session_id, m->token, uid, size, why);
     pthread_mutex_unlock(t->lock);
@@ -144,6 +254,7 @@ static void serve(sl_shm_socket *t, struct conn *c)
                             : NULL;
     uint64_t ticket = 0;
     const char *why = "";
+    bool checked = false; /* fds[0] is a memfd: closing it is quick */
     int rc;
     if (n <= 0) {
         rc = SL_ECONN; /* hung up or failed: nobody to answer */
@@ -155,7 +266,7 @@ static void serve(sl_shm_socket *t, struct conn *c)
         rc = SL_EINVAL;
         why = "did not come as exactly one descriptor (SCM_RIGHTS)";
     } else {
-        rc = stage(t, m, c->uid, fds[0], &ticket, &why);
+        rc = stage(t, m, c->uid, fds[0], &ticket, &checked, &why);
     }
     if (rc != SL_ECONN)
         answer(c->fd, m ? m->seq : 0, rc, why, ticket);
@@ -165,8 +276,12 @@ static void serve(sl_shm_socket *t, struct conn *c)
     else if (rc != SL_ECONN)
         sl_log_info("shm.refuse", "descriptor of uid %u for session %llu refused: it %s",
                     (unsigned) c->uid, (unsigned long long) (m ? m->session_id : 0), why);
-    for (int i = 0; i < n_fds; i++)
-        (void) close(fds[i]); /* the mapping keeps a staged segment */
+    for (int i = 0; i < n_fds; i++) { /* the mapping keeps a staged segment */
+        if (i == 0 && checked)
+            (void) close(fds[i]);
+        else
+            close_later(t, fds[i]);
+    }
     if (m)
         salus__request__free_unpacked(m, NULL);
     (void) close(c->fd);
@@ -320,6 +435,8 @@ int sl_shm_socket_start(const sl_config *cfg, pthread_mutex_t *lock, sl_sessions
     if ((t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
         goto out_close;
     plane->wake_fd = t->wake_fd;
+    if (!(t->closer = closer_start()))
+        sl_log_warn("shm.closer", "no closer thread: refused descriptors are closed inline");
     if (pthread_create(&t->thread, NULL, socket_main, t) != 0) {
         rc = SL_EINTERNAL;
         goto out_close;
@@ -343,6 +460,7 @@ void sl_shm_socket_stop(sl_shm_socket *t)
         (void) !write(t->wake_fd, &one, sizeof one);
         pthread_join(t->thread, NULL);
     }
+    closer_stop(t->closer);
     for (int i = 0; i < SL_SHM_SOCKET_CONNS; i++)
         if (t->conns[i].fd >= 0)
             (void) close(t->conns[i].fd);
