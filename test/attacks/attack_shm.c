@@ -29,6 +29,8 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -469,6 +471,83 @@ static void lease_freeze(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* ---- lingering-descriptor ---------------------------------------------- */
+
+#define LINGER_S 5
+
+/* Hands over a TCP socket that lingers LINGER_S seconds on unsent data,
+ * letting go of its own copy at once, so that salusd's close of it is the
+ * last and blocks; then hands over a good segment, which must go through
+ * at once. 0: the socket was refused and the segment taken quickly. */
+static int linger_tenant(void *varg)
+{
+    struct tenant_arg *arg = varg;
+    salus_client *c;
+    salus_session *s;
+    int rc = tenant_session(arg->url, &c, &s);
+    if (rc)
+        return rc;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int small = 4096, lst = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
+        tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    (void) setsockopt(lst, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    (void) setsockopt(tcp, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    if (lst < 0 || tcp < 0 || bind(lst, (struct sockaddr *) &sa, sizeof sa) != 0 ||
+        listen(lst, 1) != 0 || getsockname(lst, (struct sockaddr *) &sa, &len) != 0 ||
+        connect(tcp, (struct sockaddr *) &sa, sizeof sa) != 0)
+        return 130;
+    /* the peer is never accepted and never reads: fill both buffers */
+    (void) fcntl(tcp, F_SETFL, O_NONBLOCK);
+    static char junk[1 << 16];
+    while (send(tcp, junk, sizeof junk, MSG_NOSIGNAL) > 0)
+        ;
+    (void) fcntl(tcp, F_SETFL, 0);
+    struct linger lg = {1, LINGER_S};
+    (void) setsockopt(tcp, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    char msg[300];
+    uint64_t ticket, t0 = now_ms();
+    int bad = sl_test_stage_shm_ex(arg->sock, s->id, s->token, tcp, true, 4096, &ticket, msg,
+                                   sizeof msg) != SL_EPERM;
+    printf("  tenant: a lingering TCP socket, given away: refused in %llu ms (%s)\n",
+           (unsigned long long) (now_ms() - t0), msg);
+    int fd = memfd_create("after-linger", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, 1 << 20) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+        return 131;
+    t0 = now_ms();
+    int after = attach_by_socket(arg->sock, s, fd, 1 << 20, msg, sizeof msg);
+    uint64_t took = now_ms() - t0;
+    printf("  tenant: a segment right after it: %s in %llu ms\n", salus_strerror(after),
+           (unsigned long long) took);
+    bad += after != SL_OK || took > 1000;
+    close(fd);
+    close(lst);
+    tenant_done(c, s);
+    return bad ? 1 : 0;
+}
+
+static void lingering_descriptor(void **state)
+{
+    (void) state;
+    sl_attack a;
+    sl_attack_begin(&a, "lingering-descriptor", NULL);
+    struct tenant_arg arg = {.which = "linger", .url = a.srv.url};
+    tenant_pipes(&arg);
+    int rc = sl_test_wait(start_tenant(&arg, 60), 70);
+    close_pipes(&arg);
+    if (rc != 0)
+        snprintf(a.broken, sizeof a.broken,
+                 "the hand-over after a lingering descriptor was held up or failed (tenant exit "
+                 "%d)",
+                 rc);
+    char detail[128];
+    snprintf(detail, sizeof detail, "a TCP socket lingering %d s on unsent data, given away",
+             LINGER_S);
+    bool held = sl_attack_end(&a, detail);
+    assert_true(held);
+    assert_int_equal(rc, 0);
+}
+
 /* ---- opath-root-files ------------------------------------------------- */
 
 /* Opens every path O_PATH (which needs no permission on the file), tells
@@ -693,6 +772,7 @@ static int tenant_main(int argc, char **argv)
         bool paths;
     } tenants[] = {{"hugetlb", hugetlb_tenant, false},
                    {"lease", lease_tenant, false},
+                   {"linger", linger_tenant, false},
                    {"opath", opath_tenant, true},
                    {"budget", budget_tenant, false}};
     for (size_t t = 0; t < sizeof tenants / sizeof tenants[0]; t++) {
@@ -720,6 +800,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hugetlb_memfd_sigbus),
         cmocka_unit_test(lease_freeze),
+        cmocka_unit_test(lingering_descriptor),
         cmocka_unit_test(opath_root_files),
         cmocka_unit_test(mapped_bytes_budget_default),
         cmocka_unit_test(mapped_bytes_budget_configured),

@@ -7,6 +7,7 @@
 #include "salus.pb-c.h"
 #include "sl_error.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,10 +18,13 @@
 
 /* Stages descriptor fd (none when fd < 0) as size bytes for session id
  * with token, over the descriptor socket of ipc:// path sock_path (the
- * socket is sock_path + ".fd"). Returns the reply's code (SL_ECONN: no
- * socket or no answer), its ticket in *ticket and its message in msg. */
-static inline int sl_test_stage_shm(const char *sock_path, uint64_t id, uint64_t token, int fd,
-                                    uint64_t size, uint64_t *ticket, char *msg, size_t msg_len)
+ * socket is sock_path + ".fd"); give_away closes fd as soon as it is sent,
+ * so that salusd holds the last reference. Returns the reply's code
+ * (SL_ECONN: no socket or no answer), its ticket in *ticket and its
+ * message in msg. */
+static inline int sl_test_stage_shm_ex(const char *sock_path, uint64_t id, uint64_t token, int fd,
+                                       bool give_away, uint64_t size, uint64_t *ticket, char *msg,
+                                       size_t msg_len)
 {
     if (msg_len)
         msg[0] = '\0';
@@ -65,9 +69,10 @@ static inline int sl_test_stage_shm(const char *sock_path, uint64_t id, uint64_t
     }
     int rc = SL_ECONN;
     uint8_t answer[512];
-    ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t) len
-                    ? recv(sock, answer, sizeof answer, 0)
-                    : -1;
+    bool sent = sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t) len;
+    if (give_away && fd >= 0)
+        close(fd);
+    ssize_t n = sent ? recv(sock, answer, sizeof answer, 0) : -1;
     Salus__Reply *rep = n > 0 ? salus__reply__unpack(NULL, (size_t) n, answer) : NULL;
     if (rep) {
         rc = (int) rep->code;
@@ -80,6 +85,12 @@ static inline int sl_test_stage_shm(const char *sock_path, uint64_t id, uint64_t
     }
     close(sock);
     return rc;
+}
+
+static inline int sl_test_stage_shm(const char *sock_path, uint64_t id, uint64_t token, int fd,
+                                    uint64_t size, uint64_t *ticket, char *msg, size_t msg_len)
+{
+    return sl_test_stage_shm_ex(sock_path, id, token, fd, false, size, ticket, msg, msg_len);
 }
 
 #endif
