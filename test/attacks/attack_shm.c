@@ -202,9 +202,9 @@ static bool wait_byte(int fd, int timeout_s)
 #define HUGE_ROWS (HUGE_PAGE / 4 / 2) /* feed and fetch: half a huge page each */
 
 /* Attaches a huge-page memfd, takes its pages away, then runs on it. 0:
- * salusd refused the segment, or the run failed cleanly; 1: the run read
- * pages that were gone and succeeded (impossible) or the attack could not
- * be set up. */
+ * salusd refused the segment, or the run failed cleanly; 2: the run read
+ * pages that were gone and succeeded (impossible); others: the attack
+ * could not be set up. */
 static int hugetlb_tenant(void *varg)
 {
     struct tenant_arg *arg = varg;
@@ -232,6 +232,7 @@ static int hugetlb_tenant(void *varg)
     for (uint64_t i = 0; i < size / 4; i += 1024)
         seg[i] = 1.0f;
     if (attach_any(arg->sock, s, fd, size) != SL_OK) {
+        salus_graph_free(g);
         tenant_done(c, s);
         return 0; /* refused: the attack ends here */
     }
@@ -275,8 +276,9 @@ static int hugetlb_tenant(void *varg)
            salus_last_error(c));
     if (rep)
         salus__reply__free_unpacked(rep, NULL);
+    salus_graph_free(g);
     tenant_done(c, s);
-    return rc == SL_OK ? 1 : 0;
+    return rc == SL_OK ? 2 : 0;
 }
 
 static long read_long(const char *path)
@@ -332,12 +334,12 @@ static void hugetlb_memfd_sigbus(void **state)
     int rc = sl_test_wait(start_tenant(&arg, 120), 130);
     close_pipes(&arg);
     (void) write_long(knob, before);
-    if (rc == 1)
+    if (rc == 2)
         snprintf(a.broken, sizeof a.broken, "a run read huge pages that were gone");
     char detail[160];
     snprintf(detail, sizeof detail, "tenant %s (exit %d)",
              rc == 0   ? "was refused or its run failed cleanly"
-             : rc == 1 ? "read pages that were gone"
+             : rc == 2 ? "read pages that were gone"
                        : "could not carry out the attack",
              rc);
     bool held = sl_attack_end(&a, detail);
