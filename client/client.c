@@ -382,6 +382,9 @@ int salus_connect(const char *url, salus_client **out)
     (void) nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, SL_CLIENT_MAX_MSG);
     const char *shm_env = getenv("SALUS_SHM");
     c->local = strncmp(url, "ipc://", 6) == 0 && !(shm_env && strcmp(shm_env, "0") == 0);
+    if (c->local &&
+        (size_t) snprintf(c->fd_path, sizeof c->fd_path, "%s.fd", url + 6) >= sizeof c->fd_path)
+        c->local = false; /* no room for the descriptor socket's path */
     int rc = dial(c, url);
     if (rc) {
         close_client(c);

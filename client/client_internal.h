@@ -38,6 +38,7 @@ struct salus_client {
     uint64_t seq;
     uint64_t max_message; /* the server's (HelloReply), 0: unknown, send anything */
     bool local;           /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */
+    char fd_path[108];    /* the descriptor socket next to the ipc:// path (shm.c) */
     char device[192];
     char last_error[512];
 };
@@ -52,6 +53,7 @@ struct salus_session {
     int shm_state;
     void *shm;
     size_t shm_size;
+    size_t shm_refused; /* smallest size refused for the budget; 0: none */
 };
 
 /* Sends req (seq filled in) and waits for its reply. On SL_OK *out is the

@@ -1,5 +1,6 @@
 /* Device specs and the backend-independent part of opening a device. */
 #include "device.h"
+#include "guard.h"
 #include "sim/sim.h"
 
 #include "sl_alloc.h"
@@ -94,6 +95,11 @@ int sl_dev_open(const char *spec, sl_device **out)
                    sp.backend);
         return SL_EUNSUPPORTED;
     }
+
+    /* before any stream can copy a client's memory */
+    if (sl_guard_init() != SL_OK)
+        sl_log_warn("dev.guard", "cannot install the SIGBUS/SIGSEGV guard: a client's shared "
+                                 "memory that faults will kill salusd");
 
     /* Backend state follows the struct, aligned for any type. */
     size_t head = sl_align_up(sizeof(sl_device), alignof(max_align_t));

@@ -73,7 +73,13 @@ typedef struct sl_device_ops {
     void (*stream_destroy)(sl_device *dev, sl_stream *s);
 
     /* Asynchronous copies. Host buffers must stay valid (and unmodified, for
-     * sources) until a later host callback on the same stream has run. */
+     * sources) until a later host callback on the same stream has run. The
+     * host side of h2d and d2h may be a client's shared memory (mapped by
+     * salusd, registered with host_register when the backend has it) that
+     * the client can make fault: the backend must turn a fault into an error
+     * of that copy (SL_EINVAL, sticky as any stream error), never a signal
+     * that kills the process (guard.h), and must not let such memory be
+     * touched by code it cannot guard (a driver's own staging copy). */
     int (*memcpy_h2d)(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
     int (*memcpy_d2h)(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
     int (*memcpy_d2d)(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
@@ -138,6 +144,19 @@ typedef struct sl_device_ops {
      * Thread-safe; never blocks. Errors: SL_EINVAL (kind or n out of range:
      * n in [1, 1000000] for ALLOC and SLOW). */
     int (*inject_fault)(sl_device *dev, int kind, unsigned n);
+
+    /* Optional pair (NULL: copies of host memory need no preparation; cpu
+     * and sim guard each copy instead). host_register prepares [ptr, ptr +
+     * n), a client's shared memory that salusd mapped, for copies in and
+     * out of the device, before any copy names it; host_unregister undoes
+     * it before the memory is unmapped, once no copy uses it. cuda pins it:
+     * copies are then DMA the CPU never performs, so nothing in salusd can
+     * fault on the client's pages, and the client's later changes to the
+     * file cannot take pinned pages away. May block (pinning faults every
+     * page in): never under the server lock. Errors: SL_EEXHAUSTED (cannot
+     * pin), SL_EINVAL. */
+    int (*host_register)(sl_device *dev, void *ptr, size_t n);
+    void (*host_unregister)(sl_device *dev, void *ptr);
 } sl_device_ops;
 
 /* Fault kinds of sl_device_ops.inject_fault. */

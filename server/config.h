@@ -69,6 +69,8 @@ typedef struct sl_config {
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
     uint64_t session_metadata;        /* host bytes of one session's graphs and tensors */
     uint64_t max_metadata;            /* of all sessions' together; 0 = a quarter of RAM */
+    uint64_t shm_session_bytes;       /* shared memory one session may map */
+    uint64_t shm_total_bytes;         /* shared memory all sessions may map */
     /* network security (transport.c) */
     bool allow_plain_tcp; /* tcp:// and ws:// listeners allowed (trusted networks) */
     const char *tls_cert; /* PEM certificate (chain) of tls+tcp:// listeners */

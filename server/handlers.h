@@ -34,6 +34,9 @@ int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w);
 /* A registration that waited (SL_HANDLED_WAIT): tries its lane again. */
 int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w);
 int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w);
+/* Installs the segment staged under the request's ticket (shm_socket.c),
+ * retiring the one the session had: in session order, so no run of the
+ * session uses it any more. Opens and maps nothing. */
 int sl_handle_attach_shm(sl_sessions *ss, sl_session *s, sl_work *w);
 /* Validates a run and queues it on the executor. */
 int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box);

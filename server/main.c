@@ -75,7 +75,13 @@ static void usage(FILE *f)
             "                          of the host's memory)\n"
             "      --ipc-mode MODE     permissions of ipc:// socket files, octal (default: 0600:\n"
             "                          salusd's user only); over ipc:// a session also belongs\n"
-            "                          to the uid that opened it\n"
+            "                          to the uid that opened it. Each ipc://PATH also gets a\n"
+            "                          descriptor socket PATH.fd (shared-memory hand-over)\n"
+            "      --shm-session-bytes SIZE  shared memory one session may make salusd map\n"
+            "                          (its attached and staged segments; default: 1G)\n"
+            "      --shm-total-bytes SIZE  shared memory all sessions together may make\n"
+            "                          salusd map (default: a quarter of the host's memory,\n"
+            "                          at most 8G)\n"
             "      --tls-cert FILE     PEM certificate (chain) for tls+tcp:// listeners\n"
             "      --tls-key FILE      its PEM private key\n"
             "      --tls-ca FILE       PEM CA(s): tls+tcp:// clients must present a certificate\n"
@@ -117,7 +123,6 @@ static void usage(FILE *f)
             "                          so it can remove them at exit)\n"
             "      --group NAME        and this group (default: the user's primary group)\n"
             "      --allow-root        stay root, giving up every capability but\n"
-            "                          CAP_SYS_PTRACE (clients' shared memory) and\n"
             "                          CAP_NET_BIND_SERVICE for a port below 1024\n"
             "\n"
             "      --fault-inject FILE sim devices, tests: on SIGUSR1 read fault commands from\n"
@@ -231,7 +236,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_USER_LIMITS,
         OPT_USER,
         OPT_GROUP,
-        OPT_ALLOW_ROOT
+        OPT_ALLOW_ROOT,
+        OPT_SHM_SESSION,
+        OPT_SHM_TOTAL
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -270,6 +277,8 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"user", required_argument, NULL, OPT_USER},
         {"group", required_argument, NULL, OPT_GROUP},
         {"allow-root", no_argument, NULL, OPT_ALLOW_ROOT},
+        {"shm-session-bytes", required_argument, NULL, OPT_SHM_SESSION},
+        {"shm-total-bytes", required_argument, NULL, OPT_SHM_TOTAL},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -405,6 +414,16 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             break;
+        case OPT_SHM_SESSION:
+        case OPT_SHM_TOTAL: {
+            uint64_t *v = c == OPT_SHM_SESSION ? &cfg->shm_session_bytes : &cfg->shm_total_bytes;
+            if (sl_parse_size(optarg, v) || !*v) {
+                fprintf(stderr, "salusd: bad --%s '%s' (e.g. 512M)\n",
+                        c == OPT_SHM_SESSION ? "shm-session-bytes" : "shm-total-bytes", optarg);
+                return 2;
+            }
+            break;
+        }
         case OPT_MAXSESSIONS:
         case OPT_MAXTENSORS: {
             long n = strtol(optarg, &end, 10);
@@ -534,9 +553,8 @@ static int privileges_before(const sl_config *cfg, sl_run_as *as, bool *do_switc
         return 1;
     }
     sl_log_warn("srv.root",
-                "running as root (--allow-root), without capabilities but CAP_SYS_PTRACE%s; "
-                "prefer --user NAME",
-                keep_bind ? " and CAP_NET_BIND_SERVICE" : "");
+                "running as root (--allow-root), without capabilities%s; prefer --user NAME",
+                keep_bind ? " but CAP_NET_BIND_SERVICE" : "");
     return -1;
 }
 

@@ -90,7 +90,7 @@ int sl_priv_drop_capabilities(bool keep_bind, char *why, size_t why_len)
     /* the bounding set first: dropping from it needs CAP_SETPCAP, which
      * goes next */
     for (int cap = 0; cap <= last_cap(); cap++) {
-        if ((keep_bind && cap == CAP_NET_BIND_SERVICE) || cap == CAP_SYS_PTRACE)
+        if (keep_bind && cap == CAP_NET_BIND_SERVICE)
             continue;
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
             snprintf(why, why_len, "cannot drop capability %d from the bounding set: %s", cap,
@@ -101,11 +101,7 @@ int sl_priv_drop_capabilities(bool keep_bind, char *why, size_t why_len)
     (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
     struct __user_cap_data_struct data[2] = {{0}};
-    /* opening clients' shared-memory descriptors through /proc/<pid>/fd
-     * is a ptrace access check: a client with capabilities salusd lacks
-     * (any root process) would be refused without this one */
-    data[0].effective = data[0].permitted =
-        (1u << CAP_SYS_PTRACE) | (keep_bind ? 1u << CAP_NET_BIND_SERVICE : 0);
+    data[0].effective = data[0].permitted = keep_bind ? 1u << CAP_NET_BIND_SERVICE : 0;
     if (syscall(SYS_capset, &hdr, data) != 0) {
         snprintf(why, why_len, "cannot drop capabilities: %s", strerror(errno));
         return SL_EPERM;

@@ -35,10 +35,8 @@ typedef struct sl_run_as {
 int sl_priv_resolve(const char *user, const char *group, sl_run_as *out, char *why, size_t why_len);
 /* Called as root before any thread of salusd's own starts, when salusd
  * stays root: drops every capability of this thread (and so of the threads
- * it starts) and of the bounding set but CAP_SYS_PTRACE (shared memory:
- * opening a client's descriptor through /proc/<pid>/fd is a ptrace access
- * check, refused for a client holding capabilities salusd lacks) and, when
- * keep_bind (a listener on a port below 1024), CAP_NET_BIND_SERVICE.
+ * it starts) and of the bounding set but, when keep_bind (a listener on a
+ * port below 1024), CAP_NET_BIND_SERVICE.
  * Errors: SL_EPERM with the reason in why. */
 int sl_priv_drop_capabilities(bool keep_bind, char *why, size_t why_len);
 /* Switches every thread of salusd to as->uid and as->gid for good (supplementary

@@ -11,7 +11,7 @@ static int refuse_slice(sl_session *s, sl_reply *r)
     sl_reply_error(r, SL_EINVAL,
                    "a shared-memory slice lies outside the attached segment (%llu bytes) or "
                    "does not match its value's size",
-                   (unsigned long long) s->shm.size);
+                   (unsigned long long) (s->shm ? s->shm->size : 0));
     return SL_HANDLED;
 }
 
@@ -83,7 +83,7 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
     for (uint32_t i = 0; i < g->n_inputs; i++) {
         uint64_t want = sl_shape_bytes(&g->values[i].shape);
         if (shm_in) {
-            t->feed_src[i] = sl_shm_slice(&s->shm, m->shm_feeds[i], want);
+            t->feed_src[i] = sl_shm_slice(s->shm, m->shm_feeds[i], want);
         } else if (m->feeds[i].len == want) {
             t->feed_src[i] = m->feeds[i].data;
         } else {
@@ -104,7 +104,7 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
         salus__tensor__init(out);
         out->desc = desc;
         if (shm_out) {
-            t->fetch_dst[j] = sl_shm_slice(&s->shm, m->shm_fetches[j], sl_shape_bytes(shape));
+            t->fetch_dst[j] = sl_shm_slice(s->shm, m->shm_fetches[j], sl_shape_bytes(shape));
             if (!t->fetch_dst[j])
                 return refuse_slice(s, r);
         } else {

@@ -96,10 +96,13 @@ bool sl_server_fini(sl_server *srv)
     sl_fault_fini(&srv->fault); /* before the transport: held requests are answered */
     bool closed = sl_transport_stop(srv->transport);
     srv->transport = NULL;
+    sl_shm_socket_stop(srv->shm_socket); /* from here segments unmap at once */
+    srv->shm_socket = NULL;
     sl_exec_fini(&srv->exec); /* stops the gap timer, frees streams and the arena */
     /* sessions left open: their memory went with the arena, their host-side
      * records go now */
     sl_sessions_fini(&srv->sessions);
+    sl_shm_plane_fini(&srv->shm);
     sl_mem_mgr_destroy(srv->mem);
     srv->mem = NULL;
     sl_dev_close(srv->dev);
@@ -142,10 +145,17 @@ int sl_server_start(sl_server *srv)
     const sl_fault_hooks fh = {
         .arg = srv, .idle = fault_idle, .recovered = fault_recovered, .release = sl_gate_release};
     sl_fault_init(&srv->fault, &srv->cfg, &srv->exec, &srv->lock, &fh);
-    sl_sessions_init(&srv->sessions, &srv->cfg, &srv->exec, &srv->fault, srv->mem);
+    if ((rc = sl_shm_plane_init(&srv->shm, srv->dev, srv->cfg.shm_session_bytes,
+                                srv->cfg.shm_total_bytes)) != SL_OK)
+        return rc;
+    sl_sessions_init(&srv->sessions, &srv->cfg, &srv->exec, &srv->fault, srv->mem, &srv->shm);
     const sl_transport_hooks th = {
         .arg = srv, .request = sl_gate_request, .pipe_gone = sl_gate_pipe_gone};
     if ((rc = sl_transport_start(&srv->cfg, &th, &srv->transport)) != SL_OK)
+        return rc;
+    /* after the ipc:// listeners: their paths are then known to be free */
+    if ((rc = sl_shm_socket_start(&srv->cfg, &srv->lock, &srv->sessions, &srv->shm,
+                                  &srv->shm_socket)) != SL_OK)
         return rc;
     sl_log_info("srv.ready", "salusd %s ready: policy %s%s, %d contexts", SL_SERVER_VERSION,
                 srv->cfg.policy, srv->cfg.strict ? " (strict)" : "", srv->cfg.contexts);

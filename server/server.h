@@ -21,7 +21,9 @@
  * and the memory manager; it is held only for bookkeeping and for
  * submitting device work (which never waits), never across a device wait
  * or an NNG call that may block. The transport and the repeat table have
- * locks of their own, never held with another. Lock order: `lock`, then a
+ * locks of their own, never held with another. The shared-memory plane's
+ * lock is a leaf, taken with `lock` held or not. The descriptor socket's
+ * thread (shm_socket.h) takes `lock` only for O(1) session lookups. Lock order: `lock`, then a
  * backend's internal stream locks. */
 #ifndef SL_SERVER_H
 #define SL_SERVER_H
@@ -33,6 +35,8 @@
 #include "repeats.h"
 #include "sender.h"
 #include "session.h"
+#include "shm.h"
+#include "shm_socket.h"
 #include "transport.h"
 
 #include <pthread.h>
@@ -53,6 +57,8 @@ struct sl_server {
     sl_repeats repeats;
     sl_sender sender;
     sl_transport *transport;
+    sl_shm_plane shm;          /* shared-memory segments' budget */
+    sl_shm_socket *shm_socket; /* where segments are handed over */
     uint64_t start_ns;
     _Atomic uint64_t requests;
     _Atomic bool stopping; /* connection events are ignored */

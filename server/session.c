@@ -22,8 +22,9 @@ static uint64_t random_u64(void)
 }
 
 void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fault *fault,
-                      sl_mem_mgr *mem)
+                      sl_mem_mgr *mem, sl_shm_plane *shm)
 {
+    ss->shm = shm;
     ss->cfg = cfg;
     ss->ex = ex;
     ss->fault = fault;
@@ -75,7 +76,7 @@ static void fail_pending(sl_sessions *ss, sl_session *s, int code, const char *w
     }
 }
 
-static void session_free(sl_session *s)
+static void session_free(sl_sessions *ss, sl_session *s)
 {
     size_t i = 0;
     void *v;
@@ -92,7 +93,8 @@ static void session_free(sl_session *s)
         sl_free(v);
     sl_map_fini(&s->graphs);
     sl_map_fini(&s->tensors);
-    sl_shm_detach(&s->shm);
+    sl_shm_retire(ss->shm, s->shm);
+    sl_shm_retire(ss->shm, s->shm_staged);
     sl_reply_free(s->admit_reply);
     sl_free(s);
 }
@@ -102,7 +104,7 @@ void sl_sessions_fini(sl_sessions *ss)
     size_t i = 0;
     void *v;
     while (sl_map_next(&ss->table, &i, NULL, &v))
-        session_free(v);
+        session_free(ss, v);
     sl_map_fini(&ss->table);
     sl_tenants_fini(&ss->tenants);
 }
@@ -141,7 +143,7 @@ static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
                 (unsigned long long) s->id, s->name,
                 (unsigned long long) s->job.sched.iterations_done,
                 (double) s->job.sched.attained_ns / 1e9);
-    session_free(s);
+    session_free(ss, s);
     sl_sessions_memory_changed(ss, box);
 }
 
@@ -181,6 +183,11 @@ static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box)
             break;
         case SALUS__REQUEST__BODY_ATTACH_SHM:
             h = sl_handle_attach_shm(ss, s, w);
+            break;
+        case SALUS__REQUEST__BODY_STAGE_SHM:
+            sl_reply_error(w->reply, SL_EINVAL,
+                           "StageShm goes over the descriptor socket (ipc path + \".fd\") with "
+                           "the memfd attached, not over NNG");
             break;
         default:
             sl_reply_error(w->reply, SL_EINVAL,
@@ -242,8 +249,13 @@ void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool la
     } else if (status != SL_OK) {
         sl_log_warn("exe.fail", "%s of session %llu failed: %s", run ? "iteration" : "copy",
                     (unsigned long long) s->id, sl_strerror(status));
-        sl_reply_error(w->reply, status, "%s failed on the device: %s",
-                       run ? "the iteration" : "the copy", sl_strerror(status));
+        bool shm = run && (w->msg->run->n_shm_feeds || w->msg->run->n_shm_fetches);
+        sl_reply_error(w->reply, status, "%s failed on the device: %s%s",
+                       run ? "the iteration" : "the copy", sl_strerror(status),
+                       shm && status == SL_EINVAL
+                           ? " (an op's input outside its domain, or the session's shared memory "
+                             "could not be read or written: its segment faulted)"
+                           : "");
     } else if (run) {
         sl_handle_run_done(w);
     }
@@ -547,7 +559,7 @@ void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)
             (void) sl_map_del(&ss->table, s->id);
             tenant_release(ss, s);
             sl_mem_release(ss->mem, s->id);
-            session_free(s);
+            session_free(ss, s);
         }
     }
     /* registrations that waited for their lane to go idle */
@@ -657,4 +669,54 @@ void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box)
             pump(ss, s, box);
         }
     }
+}
+
+/* The session a staging names, checked as the gate checks a request's. */
+static sl_session *staging_session(sl_sessions *ss, uint64_t id, uint64_t token, uint64_t uid,
+                                   int *rc, const char **why)
+{
+    sl_session *s = sl_sessions_find(ss, id);
+    if (!s) {
+        *rc = SL_ESESSIONLOST;
+        *why = "no such open session";
+    } else if (token != s->token) {
+        *rc = SL_EPERM;
+        *why = "wrong token for the session";
+        s = NULL;
+    } else if (!s->has_uid) {
+        *rc = SL_EUNSUPPORTED;
+        *why = "the session was not opened over ipc://";
+        s = NULL;
+    } else if (uid != s->uid) {
+        *rc = SL_EPERM;
+        *why = "the session belongs to another user";
+        s = NULL;
+    }
+    return s;
+}
+
+int sl_sessions_stage_begin(sl_sessions *ss, uint64_t id, uint64_t token, uint64_t uid,
+                            uint64_t size, const char **why)
+{
+    int rc = SL_OK;
+    sl_session *s = staging_session(ss, id, token, uid, &rc, why);
+    if (!s)
+        return rc;
+    /* a staged segment is replaced by this one: only the attached one counts */
+    return sl_shm_reserve(ss->shm, s->shm ? s->shm->size : 0, size, why);
+}
+
+int sl_sessions_stage_end(sl_sessions *ss, uint64_t id, uint64_t token, sl_shm *seg,
+                          uint64_t *ticket)
+{
+    sl_session *s = sl_sessions_find(ss, id);
+    if (!s || token != s->token) /* closed while the segment was mapped */
+        return SL_ESESSIONLOST;
+    sl_shm_retire(ss->shm, s->shm_staged);
+    s->shm_staged = seg;
+    do
+        s->shm_ticket = random_u64();
+    while (!s->shm_ticket);
+    *ticket = s->shm_ticket;
+    return SL_OK;
 }

@@ -63,7 +63,9 @@ struct sl_session {
     sl_req *admit_req; /* the open request answered at admission */
     sl_reply *admit_reply;
     uint64_t open_ns;
-    sl_shm shm; /* its shared-memory segment */
+    sl_shm *shm;         /* its shared-memory segment, or NULL */
+    sl_shm *shm_staged;  /* one handed over and waiting for AttachShm */
+    uint64_t shm_ticket; /* names shm_staged in AttachShm */
 };
 
 /* The session table and what the session layer needs of the others. */
@@ -72,6 +74,7 @@ typedef struct sl_sessions {
     sl_exec *ex;
     sl_fault *fault;
     sl_mem_mgr *mem;
+    sl_shm_plane *shm; /* segments' budget; retired ones are unmapped there */
     /* the memory manager's sizes, for explaining refusals */
     uint64_t capacity, quota, default_ephemeral, framework_per_lane;
     sl_map table;       /* id -> sl_session */
@@ -93,7 +96,7 @@ typedef struct sl_sessions {
  * 2^40) so that a client of a previous salusd gets SESSION_LOST for its old
  * session, never someone else's that happens to have the same number. */
 void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fault *fault,
-                      sl_mem_mgr *mem);
+                      sl_mem_mgr *mem, sl_shm_plane *shm);
 /* Frees every session left (their device memory goes with the arena). */
 void sl_sessions_fini(sl_sessions *ss);
 
@@ -136,6 +139,20 @@ void sl_sessions_drain(sl_sessions *ss, sl_outbox *box);
 void sl_sessions_device_lost(sl_sessions *ss);
 /* Fails the queued, not started runs of sessions still to be told. */
 void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box);
+/* Staging a segment for session id (shm_socket.c), in two steps around the
+ * mapping, which happens without the lock. begin: the session exists, the
+ * token is its token, the peer uid is its owner's, and size bytes fit its
+ * budget (then charged to the plane). end: installs seg as the session's
+ * staged segment (retiring one staged before) and makes the ticket that
+ * AttachShm names. Errors, with the reason in *why (static text):
+ * SL_ESESSIONLOST, SL_EPERM, SL_EUNSUPPORTED (not opened over ipc://),
+ * SL_EEXHAUSTED and SL_EINVAL (budget, size). On an error of end the caller
+ * still owns seg. */
+int sl_sessions_stage_begin(sl_sessions *ss, uint64_t id, uint64_t token, uint64_t uid,
+                            uint64_t size, const char **why);
+int sl_sessions_stage_end(sl_sessions *ss, uint64_t id, uint64_t token, sl_shm *seg,
+                          uint64_t *ticket);
+
 /* What a client is told after a device reset. */
 #define SL_RESET_NOTICE                                                                            \
     "tensors keep their ids and shapes but their contents are lost: re-upload persistent state "   \

@@ -5,94 +5,226 @@
  * protobuf, written through the socket, read, unpacked and only then copied
  * to the device: four copies and a large allocation per iteration. A client
  * on this host instead hands over a memfd once per session; runs then name
- * slices of it, so an iteration's bytes are copied exactly once each way
- * (client buffer to segment, segment to device, and back for fetches).
+ * slices of it, so an iteration's bytes are copied exactly once each way.
  *
- * NNG cannot pass descriptors, so the server opens the client's descriptor
- * through /proc/<pid>/fd/<n>, which needs the same access as reading the
- * client's memory (same uid, or root). What it opens is checked, not
- * trusted: a regular file owned by the session's uid, at least as large as
- * asked, and sealed against shrinking. The seal is what makes the mapping
- * safe for the server: without it the client could truncate the file and
- * turn the server's next access into SIGBUS. Contents may change under the
- * server at any time; it only ever copies bytes in and out, so a client
- * racing its own segment can only garble its own data. */
+ * The client's descriptor arrives as an open file description of its own
+ * (SCM_RIGHTS, shm_socket.c): salusd never opens a path for a client, so a
+ * root salusd cannot be made to open a file the client could not open
+ * itself, and nothing a client controls (a lease, a FIFO without a writer,
+ * a FUSE file) can make an open block. What arrives is checked, not
+ * trusted, before it is mapped:
+ *  - an ordinary shared-memory file: a regular file on tmpfs. hugetlbfs is
+ *    refused: its pages come from a pool the client can drain after
+ *    punching a hole, and the server's next access of the hole is SIGBUS;
+ *    any other filesystem could fail or block a page fault in ways the
+ *    client controls (FUSE, network filesystems);
+ *  - open read-write: an O_PATH descriptor carries no access at all, and
+ *    a read-only one would make fetches fail;
+ *  - sealed against shrinking (F_SEAL_SHRINK): otherwise the client could
+ *    truncate the file and turn the server's next access into SIGBUS;
+ *  - at least as large as asked.
+ * Contents may change under the server at any time; it only ever copies
+ * bytes in and out, and those copies are guarded (kernels/guard.h), so a
+ * client racing its own segment can only garble its own data, and a fault
+ * fails that client's run, never the server.
+ *
+ * Every mapped byte is charged to a per-session and a server-wide budget
+ * before it is mapped: mapping is cheap, but the copies fault the pages into
+ * salusd's memory. */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "shm.h"
+#include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_log.h"
 
-void sl_shm_detach(sl_shm *seg)
+int sl_shm_plane_init(sl_shm_plane *p, sl_device *dev, uint64_t session_max, uint64_t total_max)
 {
-    if (seg->base)
-        (void) munmap(seg->base, seg->size);
-    seg->base = NULL;
-    seg->size = 0;
+    memset(p, 0, sizeof *p);
+    p->wake_fd = -1;
+    p->dev = dev;
+    if (!total_max) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        uint64_t quarter = pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 4 : 0;
+        total_max =
+            quarter && quarter < SL_SHM_DEFAULT_TOTAL_BYTES ? quarter : SL_SHM_DEFAULT_TOTAL_BYTES;
+    }
+    p->session_max = session_max ? session_max : SL_SHM_DEFAULT_SESSION_BYTES;
+    p->total_max = total_max;
+    if (pthread_mutex_init(&p->lock, NULL) != 0)
+        return SL_ENOMEM;
+    p->lock_ready = true;
+    return SL_OK;
 }
 
-/* Opens and checks the client's segment; the fd on success. */
-static int open_segment(uint64_t pid, uint64_t uid, uint32_t fd, uint64_t size, int *out,
-                        const char **why)
+void sl_shm_plane_fini(sl_shm_plane *p)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%" PRIu64 "/fd/%" PRIu32, pid, fd);
-    int f = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
-    if (f < 0) {
-        *why = "cannot be opened by salusd (cannot open it through /proc)";
+    if (!p->lock_ready)
+        return;
+    sl_shm_reap(p);
+    pthread_mutex_destroy(&p->lock);
+    p->lock_ready = false;
+}
+
+int sl_shm_check_fd(int fd, uint64_t size, const char **why)
+{
+    /* seals first: only shared-memory files have them, and asking costs no
+     * I/O, whereas fstat or fstatfs on a FUSE or network file could wait
+     * for a server the client runs */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0) {
+        *why = "cannot be examined";
+        return SL_EINVAL;
+    }
+    if (flags & O_PATH) {
+        *why = "is an O_PATH descriptor (it grants no access; send a memfd opened read-write)";
+        return SL_EPERM;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        *why = "is not a memfd sealed against shrinking (F_SEAL_SHRINK)";
+        return SL_EPERM;
+    }
+    if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) {
+        *why = "is sealed against writing (fetches are written into it)";
         return SL_EPERM;
     }
     struct stat st;
-    int seals = fcntl(f, F_GET_SEALS);
-    const char *bad = NULL;
-    if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode))
-        bad = "is not a regular file";
-    else if ((uint64_t) st.st_uid != uid)
-        bad = "belongs to another user";
-    else if ((uint64_t) st.st_size < size)
-        bad = "is smaller than the size asked for";
-    else if (seals < 0 || !(seals & F_SEAL_SHRINK))
-        bad = "is not sealed against shrinking (memfd with F_SEAL_SHRINK)";
-    if (bad) {
-        (void) close(f);
-        *why = bad;
+    struct statfs fs;
+    if (fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
+        *why = "cannot be examined";
+        return SL_EINVAL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        *why = "is not a regular file (send a memfd)";
         return SL_EPERM;
     }
-    *out = f;
+    if (fs.f_type == HUGETLBFS_MAGIC) {
+        *why = "is on hugetlbfs (huge-page memfds are refused: send an ordinary memfd)";
+        return SL_EPERM;
+    }
+    if (fs.f_type != TMPFS_MAGIC) {
+        *why = "is not an ordinary shared-memory file (send a memfd)";
+        return SL_EPERM;
+    }
+    if ((flags & O_ACCMODE) != O_RDWR) {
+        *why = "is not open read-write";
+        return SL_EPERM;
+    }
+    if (st.st_size < 0 || (uint64_t) st.st_size < size) {
+        *why = "is smaller than the size asked for";
+        return SL_EINVAL;
+    }
     return SL_OK;
 }
 
-int sl_shm_attach(sl_shm *seg, uint64_t pid, uint64_t uid, uint32_t fd, uint64_t size,
-                  const char **why)
+int sl_shm_reserve(sl_shm_plane *p, uint64_t session_bytes, uint64_t size, const char **why)
 {
     if (size == 0 || size > SL_SHM_MAX_BYTES) {
-        *why = "has a size out of range";
+        *why = "has a size out of range (1 byte to 16 GiB)";
         return SL_EINVAL;
     }
-    int f, rc = open_segment(pid, uid, fd, size, &f, why);
-    if (rc != SL_OK)
-        return rc;
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
-    (void) close(f); /* the mapping keeps the segment */
-    if (p == MAP_FAILED) {
-        *why = "cannot be mapped";
+    if (size > p->session_max || session_bytes > p->session_max - size) {
+        *why = "would take the session's shared memory past salusd --shm-session-bytes";
+        return SL_EEXHAUSTED;
+    }
+    int rc = SL_OK;
+    pthread_mutex_lock(&p->lock);
+    if (p->mapped > p->total_max || size > p->total_max - p->mapped) {
+        *why = "would take salusd's shared memory past --shm-total-bytes";
+        rc = SL_EEXHAUSTED;
+    } else {
+        p->mapped += size;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+void sl_shm_unreserve(sl_shm_plane *p, uint64_t size)
+{
+    pthread_mutex_lock(&p->lock);
+    p->mapped -= size;
+    pthread_mutex_unlock(&p->lock);
+}
+
+int sl_shm_map(sl_shm_plane *p, int fd, uint64_t size, sl_shm **out)
+{
+    sl_shm *seg = sl_calloc(1, sizeof *seg);
+    if (!seg)
+        return SL_ENOMEM;
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        sl_free(seg);
         return SL_ENOMEM;
     }
-    sl_shm_detach(seg);
-    seg->base = p;
+    seg->base = base;
     seg->size = size;
+    if (p->dev && p->dev->ops->host_register) {
+        int rc = p->dev->ops->host_register(p->dev, base, size);
+        if (rc != SL_OK) {
+            (void) munmap(base, size);
+            sl_free(seg);
+            return rc;
+        }
+        seg->registered = true;
+    }
+    *out = seg;
     return SL_OK;
+}
+
+/* Unregisters and unmaps seg, uncharges it and frees it. */
+static void unmap(sl_shm_plane *p, sl_shm *seg)
+{
+    if (seg->registered)
+        p->dev->ops->host_unregister(p->dev, seg->base);
+    (void) munmap(seg->base, seg->size);
+    sl_shm_unreserve(p, seg->size);
+    sl_free(seg);
+}
+
+void sl_shm_retire(sl_shm_plane *p, sl_shm *seg)
+{
+    if (!seg)
+        return;
+    pthread_mutex_lock(&p->lock);
+    bool later = p->wake_fd >= 0;
+    if (later) {
+        seg->next = p->retired;
+        p->retired = seg;
+        uint64_t one = 1;
+        /* a non-blocking eventfd: a write fails only when the counter would
+         * overflow, and then the thread is awake anyway */
+        (void) !write(p->wake_fd, &one, sizeof one);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (!later)
+        unmap(p, seg);
+}
+
+void sl_shm_reap(sl_shm_plane *p)
+{
+    pthread_mutex_lock(&p->lock);
+    sl_shm *list = p->retired;
+    p->retired = NULL;
+    pthread_mutex_unlock(&p->lock);
+    while (list) {
+        sl_shm *next = list->next;
+        unmap(p, list);
+        list = next;
+    }
 }
 
 void *sl_shm_slice(const sl_shm *seg, const Salus__ShmSlice *slice, uint64_t bytes)
 {
-    if (!seg->base || !slice || slice->length != bytes || slice->offset > seg->size ||
+    if (!seg || !slice || slice->length != bytes || slice->offset > seg->size ||
         bytes > seg->size - slice->offset)
         return NULL;
     return (char *) seg->base + slice->offset;

@@ -376,22 +376,36 @@ int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w)
 
 int sl_handle_attach_shm(sl_sessions *ss, sl_session *s, sl_work *w)
 {
-    (void) ss;
     const Salus__AttachShm *m = w->msg->attach_shm;
-    uint64_t pid;
-    if (!s->has_uid || !sl_req_peer_pid(w->req, &pid)) {
+    if (m->fd) {
+        sl_reply_error(w->reply, SL_EINVAL,
+                       "AttachShm.fd is no longer supported (salusd opens no descriptor on a "
+                       "client's behalf): send the memfd over the descriptor socket (ipc path + "
+                       "\".fd\") and attach its ticket");
+        return SL_HANDLED;
+    }
+    if (!s->has_uid) {
         sl_reply_error(w->reply, SL_EUNSUPPORTED, "shared memory needs an ipc:// connection");
         return SL_HANDLED;
     }
-    const char *why = "";
-    int rc = sl_shm_attach(&s->shm, pid, s->uid, m->fd, m->size, &why);
-    if (rc == SL_EINVAL)
-        sl_reply_error(w->reply, rc, "shared memory of %llu bytes: 1 to %llu allowed",
-                       (unsigned long long) m->size, (unsigned long long) SL_SHM_MAX_BYTES);
-    else if (rc)
-        sl_reply_error(w->reply, rc, "the client's descriptor %u %s", m->fd, why);
-    else
-        sl_log_debug("ses.shm", "session %llu attached %llu bytes of shared memory",
-                     (unsigned long long) s->id, (unsigned long long) m->size);
+    if (!s->shm_staged || !m->ticket || m->ticket != s->shm_ticket) {
+        sl_reply_error(w->reply, SL_EINVAL,
+                       "no segment is staged under ticket %llu: stage one on the descriptor "
+                       "socket first (a ticket is used once)",
+                       (unsigned long long) m->ticket);
+        return SL_HANDLED;
+    }
+    if (m->size != s->shm_staged->size) {
+        sl_reply_error(w->reply, SL_EINVAL, "the segment staged is %llu bytes, not %llu",
+                       (unsigned long long) s->shm_staged->size, (unsigned long long) m->size);
+        return SL_HANDLED;
+    }
+    /* in session order: no run of this session uses the old segment now */
+    sl_shm_retire(ss->shm, s->shm);
+    s->shm = s->shm_staged;
+    s->shm_staged = NULL;
+    s->shm_ticket = 0;
+    sl_log_debug("ses.shm", "session %llu attached %llu bytes of shared memory",
+                 (unsigned long long) s->id, (unsigned long long) m->size);
     return SL_HANDLED;
 }

@@ -304,12 +304,6 @@ bool sl_req_peer_uid(const sl_req *req, uint64_t *uid)
     return true;
 }
 
-bool sl_req_peer_pid(const sl_req *req, uint64_t *pid)
-{
-    /* asked when needed, not per request: only attaching shared memory does */
-    return req && req->has_uid && nng_pipe_get_uint64(req->pipe, NNG_OPT_IPC_PEER_PID, pid) == 0;
-}
-
 bool sl_req_is_operator(const sl_req *req)
 {
     if (!req)

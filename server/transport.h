@@ -54,9 +54,6 @@ uint32_t sl_req_pipe(const sl_req *req);
 /* The peer uid of req's connection: true and *uid for ipc://, false for
  * other transports (no peer identity) or req NULL. Never blocks. */
 bool sl_req_peer_uid(const sl_req *req, uint64_t *uid);
-/* The peer process id of an ipc:// connection (SO_PEERCRED, as of connect);
- * false for other transports or when the connection is gone. */
-bool sl_req_peer_pid(const sl_req *req, uint64_t *pid);
 /* Whether req has operator rights (tenants.h): over ipc:// its peer is
  * root or salusd's effective uid (the --user it switched to); over a
  * network transport it came through an operator listener (cfg

@@ -110,6 +110,10 @@ unsigned sl_cpu_dnnl_count(const sl_cpu_dnnl *d);
 int sl_cpu_stream_create(sl_device *dev, int priority, sl_stream **out);
 void sl_cpu_stream_destroy(sl_device *dev, sl_stream *s);
 int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
+/* The same for copies in and out of the device, whose host side may be a
+ * client's memory: guarded (guard.h), a fault fails the copy with
+ * SL_EINVAL. */
+int sl_cpu_memcpy_host(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
 int sl_cpu_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
 int sl_cpu_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);

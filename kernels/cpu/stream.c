@@ -2,6 +2,8 @@
  * queue (workq.h); the worker runs each op or copy itself. */
 #include "cpu.h"
 
+#include "guard.h"
+
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -24,6 +26,7 @@ struct cmd {
             void *dst;
             const void *src;
             size_t n;
+            bool guarded; /* host memory that may be a client's */
         } copy;
         struct {
             void *ptr;
@@ -62,6 +65,8 @@ static int execute(void *ctx, void *payload)
     case CMD_OP:
         return run_op(&s->exec, &c->u.op);
     case CMD_COPY:
+        if (c->u.copy.guarded)
+            return sl_guarded_copy(c->u.copy.dst, c->u.copy.src, c->u.copy.n);
         memmove(c->u.copy.dst, c->u.copy.src, c->u.copy.n);
         return SL_OK;
     case CMD_WORKSPACE:
@@ -159,9 +164,8 @@ void sl_cpu_stream_destroy(sl_device *dev, sl_stream *s)
     sl_free(s);
 }
 
-int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n)
+static int copy(sl_stream *s, void *dst, const void *src, size_t n, bool guarded)
 {
-    (void) dev;
     if (n == 0)
         return SL_OK;
     if (!dst || !src)
@@ -174,7 +178,22 @@ int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size
     c->u.copy.dst = dst;
     c->u.copy.src = src;
     c->u.copy.n = n;
+    c->u.copy.guarded = guarded;
     return sl_workq_commit(s->q, c);
+}
+
+/* Host buffers of copies in and out may be a client's shared memory
+ * (server/shm.c): a fault there fails the copy, not the server. */
+int sl_cpu_memcpy_host(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n)
+{
+    (void) dev;
+    return copy(s, dst, src, n, true);
+}
+
+int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n)
+{
+    (void) dev;
+    return copy(s, dst, src, n, false);
 }
 
 int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)

@@ -38,7 +38,15 @@
  * and probes it. CUDA documents its sticky errors as leaving the process in
  * an inconsistent state that only a new process clears: when the probe
  * still fails, reset() returns SL_ENODEV and salusd exits (status 3) for
- * its supervisor to restart it; its clients then reconnect (salus.h). */
+ * its supervisor to restart it; its clients then reconnect (salus.h).
+ *
+ * Clients' shared memory. The host side of a copy in or out may be a
+ * client's segment (device.h). cudaMemcpyAsync on pageable memory has the
+ * driver copy it through its own staging buffer on the CPU, where a fault
+ * on a client's page would be a signal inside the driver that nothing can
+ * recover from. Segments are therefore pinned when they are attached
+ * (host_register): copies of them are DMA, and the pinned pages stay with
+ * salusd whatever the client does to its file. */
 #include "cuda.h"
 
 #include "sl_alloc.h"
@@ -81,6 +89,18 @@ struct cuda_dev {
     struct cb_node *pending; /* callbacks CUDA has not called back yet */
     struct cb_node *zombies; /* abandoned nodes, freed by reset or close */
     bool lost;               /* a context fault: see the header comment */
+    /* host memory pinned for copies (host_register), pinned again after a
+     * reset (which drops every registration); reg_lock serialises pinning,
+     * never taken with cb_lock */
+    bool reg_ready;
+    pthread_mutex_t reg_lock;
+    struct host_reg *regs;
+};
+
+struct host_reg {
+    struct host_reg *next;
+    void *ptr;
+    size_t bytes;
 };
 
 struct sl_stream {
@@ -268,6 +288,9 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     snprintf(dev->description, sizeof dev->description, "cuda:%d (%.64s, %.1f GiB, sm_%d%d)", index,
              prop.name, (double) prop.totalGlobalMem / (1 << 30), prop.major, prop.minor);
 
+    if (pthread_mutex_init(&d->reg_lock, NULL) != 0)
+        return SL_ENOMEM;
+    d->reg_ready = true;
     if (pthread_mutex_init(&d->cb_lock, NULL) != 0)
         return SL_ENOMEM;
     if (pthread_cond_init(&d->cb_work_cv, NULL) != 0)
@@ -303,6 +326,16 @@ static void cuda_close(sl_device *dev)
         sl_free(n);
     }
     d->zombies = NULL;
+    if (d->reg_ready) {
+        for (struct host_reg *r = d->regs, *next; r; r = next) {
+            next = r->next;
+            (void) SL_CUDA_RT("cuda.unpin", cudaHostUnregister(r->ptr));
+            sl_free(r);
+        }
+        d->regs = NULL;
+        pthread_mutex_destroy(&d->reg_lock);
+        d->reg_ready = false;
+    }
     if (d->cb_ready) {
         pthread_cond_destroy(&d->cb_done_cv);
         pthread_cond_destroy(&d->cb_work_cv);
@@ -573,8 +606,60 @@ static int cuda_reset(sl_device *dev)
         sl_log_err("cuda.reset", "cuda:%d could not be reset: %s", d->ordinal, sl_strerror(rc));
         return SL_ENODEV;
     }
+    /* the reset dropped every registration: pin the segments again, or a
+     * later copy of one would be a pageable copy inside the driver */
+    pthread_mutex_lock(&d->reg_lock);
+    for (struct host_reg *r = d->regs; r && rc == SL_OK; r = r->next)
+        rc = SL_CUDA_RT("cuda.pin", cudaHostRegister(r->ptr, r->bytes, cudaHostRegisterPortable));
+    pthread_mutex_unlock(&d->reg_lock);
+    if (rc != SL_OK) {
+        sl_log_err("cuda.reset", "cuda:%d: clients' shared memory cannot be pinned again: %s",
+                   d->ordinal, sl_strerror(rc));
+        return SL_ENODEV;
+    }
     sl_log_info("cuda.reset", "cuda:%d reset: fresh context", d->ordinal);
     return SL_OK;
+}
+
+static int cuda_host_register(sl_device *dev, void *ptr, size_t bytes)
+{
+    struct cuda_dev *d = dev->priv;
+    struct host_reg *r = sl_calloc(1, sizeof *r);
+    if (!r)
+        return SL_ENOMEM;
+    r->ptr = ptr;
+    r->bytes = bytes;
+    pthread_mutex_lock(&d->reg_lock);
+    int rc = use_device(d);
+    if (rc == SL_OK)
+        rc = SL_CUDA_RT("cuda.pin", cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+    if (rc == SL_OK) {
+        r->next = d->regs;
+        d->regs = r;
+    }
+    pthread_mutex_unlock(&d->reg_lock);
+    if (rc != SL_OK) {
+        sl_free(r);
+        return rc == SL_EDEVICERESET ? SL_EDEVICE : SL_EEXHAUSTED;
+    }
+    return SL_OK;
+}
+
+static void cuda_host_unregister(sl_device *dev, void *ptr)
+{
+    struct cuda_dev *d = dev->priv;
+    pthread_mutex_lock(&d->reg_lock);
+    struct host_reg **link = &d->regs;
+    while (*link && (*link)->ptr != ptr)
+        link = &(*link)->next;
+    struct host_reg *r = *link;
+    if (r) {
+        *link = r->next;
+        if (use_device(d) == SL_OK)
+            (void) SL_CUDA_RT("cuda.unpin", cudaHostUnregister(ptr));
+    }
+    pthread_mutex_unlock(&d->reg_lock);
+    sl_free(r);
 }
 
 static const sl_device_ops cuda_device_ops = {
@@ -594,6 +679,8 @@ static const sl_device_ops cuda_device_ops = {
     .host_callback = cuda_host_callback,
     .synchronize = cuda_synchronize,
     .reset = cuda_reset,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };
 
 const sl_device_ops *const sl_cuda_device_ops_ptr = &cuda_device_ops;

@@ -17,6 +17,7 @@
  * Device to host copies write zeros into the host destination: the host
  * side is real memory that salusd hands to clients, so it must not keep
  * stale or uninitialised bytes. Device addresses are never touched. */
+#include "guard.h"
 #include "sim_dev.h"
 
 #include "sl_alloc.h"
@@ -60,7 +61,7 @@ static struct timespec to_timespec(uint64_t ns)
 
 /* Occupies the modeled time of one op or copy on its resource. Called on the
  * worker thread without the stream lock. */
-static void run_work(sl_stream *s, const struct cmd *c)
+static int run_work(sl_stream *s, const struct cmd *c)
 {
     struct sl_sim_dev *d = s->dev;
     const sl_sim_timing *t = &c->timing;
@@ -89,8 +90,8 @@ static void run_work(sl_stream *s, const struct cmd *c)
     }
     pthread_mutex_unlock(&d->model_lock);
     s->clock_ns = job.done_ns;
-    if (c->zero_n)
-        memset(c->zero_dst, 0, c->zero_n);
+    /* the destination may be a client's shared memory */
+    return sl_guarded_zero(c->zero_dst, c->zero_n);
 }
 
 /* Runs one work command on the worker thread: an injected fault, or its
@@ -100,9 +101,7 @@ static int execute(void *ctx, void *payload)
     sl_stream *s = ctx;
     const struct cmd *c = payload;
     int rc = sl_sim_take_fault(s->dev, c->is_op);
-    if (rc == SL_OK)
-        run_work(s, c);
-    return rc;
+    return rc == SL_OK ? run_work(s, c) : rc;
 }
 
 /* Host callbacks take real time: work after one starts when it returned. */

@@ -340,6 +340,8 @@ bool sl_attack_end(sl_attack *a, const char *detail)
                  "RSS reached %lu MiB during the attack (baseline %lu + bound %lu)",
                  (unsigned long) (peak >> 20), (unsigned long) (a->rss0 >> 20),
                  (unsigned long) (a->rss_peak_bound >> 20));
+    else if (a->broken[0])
+        snprintf(why, sizeof why, "%s", a->broken);
     else if (!settled(a, &fds, &rss))
         snprintf(why, sizeof why,
                  "did not settle: %d descriptors (baseline %d), RSS %lu MiB (baseline %lu MiB)",

@@ -60,6 +60,9 @@ typedef struct sl_attack {
     /* salusd's RSS, sampled from sl_attack_begin to sl_attack_end */
     pthread_t monitor;
     uint64_t rss_peak;
+    /* set by the attack before sl_attack_end when it got through in a way
+     * the frame cannot see (a file opened, a budget passed): why */
+    char broken[256];
 } sl_attack;
 
 /* Starts salusd (ipc://, cpu backend, sockets mode 0666 so that other users'

@@ -1,9 +1,11 @@
 /* The shared-memory data plane against a real salusd on ipc://: runs through
  * shared memory give exactly what inline runs give (and the math is right),
- * segments grow when a run needs more, and every malformed attach or slice
- * is refused with a clear error while the server keeps serving. */
+ * segments grow when a run needs more, and every malformed descriptor,
+ * attach or slice is refused with a clear error while the server keeps
+ * serving. */
 #include "client_internal.h"
 #include "harness.h"
+#include "shm_stage.h"
 #include "sl_test.h"
 
 #include <fcntl.h>
@@ -27,9 +29,9 @@ typedef struct job {
     float w[K * N];
 } job;
 
-static void job_open(job *j, int64_t rows)
+static void job_open_on(job *j, const sl_test_server *srv, int64_t rows)
 {
-    j->c = sl_test_connect(&server);
+    j->c = sl_test_connect(srv);
     assert_sl_ok(salus_session_open(j->c, NULL, &j->s));
     for (int i = 0; i < K * N; i++)
         j->w[i] = (float) ((i * 7919) % 201 - 100) / 1000.0f;
@@ -43,6 +45,11 @@ static void job_open(job *j, int64_t rows)
     j->z = salus_graph_op(j->g, "relu", 1, &y, 0, NULL, 0, NULL);
     assert_null(salus_graph_error(j->g));
     assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+}
+
+static void job_open(job *j, int64_t rows)
+{
+    job_open_on(j, &server, rows);
 }
 
 static void job_close(job *j)
@@ -148,12 +155,42 @@ static void segments_grow_with_the_run(void **state)
     job_close(&small);
 }
 
-/* Sends an AttachShm for fd; expects code and a message containing msg. */
-static void expect_attach(salus_session *s, int fd, uint64_t size, int code, const char *msg)
+/* Past --shm-session-bytes a run goes inline (and computes the same); runs
+ * that fit still get a segment. */
+static void runs_past_the_budget_stay_inline(void **state)
+{
+    (void) state;
+    sl_test_server small;
+    const char *const args[] = {"--shm-session-bytes", "2M", NULL};
+    sl_test_server_start(&small, args);
+    job big, little;
+    job_open_on(&big, &small, 4096); /* 4 MiB in, 1 MiB out: an 8 MiB segment */
+    float *x = random_input(4096, 3), *z = malloc(sizeof(float) * 4096 * N);
+    assert_non_null(z);
+    run_and_check(&big, x, 4096, z);
+    assert_int_equal(salus_session_shm_bytes(big.s), 0);
+    run_and_check(&big, x, 4096, z); /* not asked again, still right */
+    free(x);
+    job_open_on(&little, &small, 64);
+    x = random_input(64, 4);
+    run_and_check(&little, x, 64, z);
+    assert_int_equal(salus_session_shm_bytes(little.s), 1 << 20);
+    free(x);
+    free(z);
+    job_close(&big);
+    job_close(&little);
+    assert_int_equal(sl_test_server_stop(&small), 0);
+}
+
+/* Sends an AttachShm naming ticket (and fd, the old way, when not 0);
+ * expects code and a message containing msg. */
+static void expect_attach(salus_session *s, int fd, uint64_t ticket, uint64_t size, int code,
+                          const char *msg)
 {
     Salus__Request req = SALUS__REQUEST__INIT;
     Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
     m.fd = (uint32_t) fd;
+    m.ticket = ticket;
     m.size = size;
     req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
     req.attach_shm = &m;
@@ -164,6 +201,20 @@ static void expect_attach(salus_session *s, int fd, uint64_t size, int code, con
     assert_sl_err(rc, code);
     if (msg && !strstr(salus_last_error(s->client), msg))
         fail_msg("attach: message \"%s\" lacks \"%s\"", salus_last_error(s->client), msg);
+}
+
+/* Stages fd for s over the descriptor socket; expects code and a message
+ * containing msg; returns the ticket. */
+static uint64_t expect_stage(salus_session *s, int fd, uint64_t size, int code, const char *msg)
+{
+    char text[300];
+    uint64_t ticket = 0;
+    int rc = sl_test_stage_shm(server.url + strlen("ipc://"), s->id, s->token, fd, size, &ticket,
+                               text, sizeof text);
+    assert_sl_err(rc, code);
+    if (msg && !strstr(text, msg))
+        fail_msg("stage: message \"%s\" lacks \"%s\"", text, msg);
+    return ticket;
 }
 
 /* A run of j's graph whose feed and first fetch are the given slices. */
@@ -212,22 +263,43 @@ static void malformed_attaches_and_slices_are_refused(void **state)
 
     expect_slice_run(&j, feed, fetch, SALUS_EINVAL); /* nothing attached yet */
     int unsealed = sealed_memfd(1 << 20, 0);
-    expect_attach(j.s, unsealed, 1 << 20, SALUS_EPERM, "sealed");
+    expect_stage(j.s, unsealed, 1 << 20, SALUS_EPERM, "sealed");
     char path[] = "/tmp/salus-shm-XXXXXX";
     int file = mkstemp(path);
     assert_true(file >= 0);
     assert_int_equal(ftruncate(file, 1 << 20), 0);
     unlink(path);
-    expect_attach(j.s, file, 1 << 20, SALUS_EPERM, "sealed");
-    expect_attach(j.s, 1000, 1 << 20, SALUS_EPERM, "cannot open");
+    expect_stage(j.s, file, 1 << 20, SALUS_EPERM, "sealed");
+    expect_stage(j.s, -1, 1 << 20, SALUS_EINVAL, "exactly one descriptor");
     int fd = sealed_memfd(1 << 20, F_SEAL_SHRINK);
-    expect_attach(j.s, fd, 2 << 20, SALUS_EPERM, "smaller");
-    expect_attach(j.s, fd, 0, SALUS_EINVAL, NULL);
-    expect_attach(j.s, fd, 1ull << 40, SALUS_EINVAL, NULL);
+    expect_stage(j.s, fd, 2 << 20, SALUS_EINVAL, "smaller");
+    expect_stage(j.s, fd, 0, SALUS_EINVAL, "size");
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int opath = open(self, O_PATH | O_CLOEXEC), rdonly = open(self, O_RDONLY | O_CLOEXEC);
+    assert_true(opath >= 0 && rdonly >= 0);
+    expect_stage(j.s, opath, 1 << 20, SALUS_EPERM, "O_PATH");
+    expect_stage(j.s, rdonly, 1 << 20, SALUS_EPERM, "read-write");
+    close(opath);
+    close(rdonly);
+    {
+        char text[300];
+        uint64_t ticket;
+        assert_sl_err(sl_test_stage_shm(server.url + strlen("ipc://"), j.s->id, j.s->token ^ 1, fd,
+                                        1 << 20, &ticket, text, sizeof text),
+                      SALUS_EPERM);
+    }
     /* the seal is what keeps the server safe from SIGBUS: it holds */
     assert_int_not_equal(ftruncate(fd, 4096), 0);
+    /* naming a descriptor number (salusd would have to open it) is over */
+    expect_attach(j.s, fd, 0, 1 << 20, SALUS_EINVAL, "no longer supported");
+    expect_attach(j.s, 0, 12345, 1 << 20, SALUS_EINVAL, "ticket");
 
-    expect_attach(j.s, fd, 1 << 20, SALUS_OK, NULL);
+    uint64_t ticket = expect_stage(j.s, fd, 1 << 20, SALUS_OK, NULL);
+    assert_true(ticket != 0);
+    expect_attach(j.s, 0, ticket, 2 << 20, SALUS_EINVAL, "staged");
+    expect_attach(j.s, 0, ticket, 1 << 20, SALUS_OK, NULL);
+    expect_attach(j.s, 0, ticket, 1 << 20, SALUS_EINVAL, "ticket"); /* used once */
     Salus__ShmSlice past = feed;
     past.offset = (1 << 20) - in + 4;
     expect_slice_run(&j, past, fetch, SALUS_EINVAL);
@@ -266,6 +338,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shared_memory_runs_match_inline_runs),
         cmocka_unit_test(segments_grow_with_the_run),
+        cmocka_unit_test(runs_past_the_budget_stay_inline),
         cmocka_unit_test(malformed_attaches_and_slices_are_refused),
     };
     sl_test_group = &server;

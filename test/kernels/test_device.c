@@ -3,17 +3,23 @@
 #include "kt.h"
 
 #include "cpu/cpu.h"
+#include "guard.h"
 #include "sl_alloc.h"
 #include "sl_time.h"
 #include "workq.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static void test_specs(void **state)
 {
@@ -225,6 +231,63 @@ static void test_sticky(void **state)
     assert_sl_err(ops->memcpy_h2d(e.dev, e.stream, NULL, src, 4), SL_EINVAL);
     assert_sl_ok(ops->memcpy_h2d(e.dev, e.stream, NULL, NULL, 0));
     assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    kt_env_close(&e);
+}
+
+/* ---- guarded copies of client memory ---- */
+
+/* Host memory whose pages are gone: a mapping of a memfd truncated under
+ * it, as a client's segment would be without its seal (every access is
+ * SIGBUS). */
+static void *vanished_pages(size_t bytes)
+{
+    int fd = memfd_create("vanished", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t) bytes), 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(p != MAP_FAILED);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    close(fd);
+    return p;
+}
+
+/* A copy in or out whose host side faults fails that copy (sticky up to
+ * the next callback, like any stream error) and the process lives on; a
+ * fault anywhere else still kills. */
+static void test_guarded_copies(void **state)
+{
+    kt_env e;
+    (void) state;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    assert_sl_ok(sl_guard_init()); /* in front of cmocka's own handlers */
+    const sl_device_ops *ops = e.dev->ops;
+    const size_t bytes = 2 * 4096;
+    float *y = kt_dev_alloc(&e, bytes), host[4] = {1, 2, 3, 4}, back[4] = {0};
+    char *gone = vanished_pages(bytes);
+    assert_sl_ok(ops->memcpy_h2d(e.dev, e.stream, y, gone + 4096, 4096));
+    assert_sl_err(ops->synchronize(e.dev, e.stream), SL_EINVAL);
+    assert_sl_ok(ops->memcpy_d2h(e.dev, e.stream, gone, y, 4096));
+    assert_sl_err(ops->synchronize(e.dev, e.stream), SL_EINVAL);
+    /* the stream goes on */
+    assert_sl_ok(ops->memcpy_h2d(e.dev, e.stream, y, host, sizeof host));
+    assert_sl_ok(ops->memcpy_d2h(e.dev, e.stream, back, y, sizeof back));
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_memory_equal(back, host, sizeof host);
+    /* not inside a guarded copy: the default action, as before */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGBUS, SIG_DFL); /* no cmocka handler behind the guard */
+        (void) sl_guard_init();
+        volatile char c = gone[0];
+        (void) c;
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
+    munmap(gone, bytes);
     kt_env_close(&e);
 }
 
@@ -664,6 +727,7 @@ int kt_run_device_tests(void)
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_ordering),
         cmocka_unit_test(test_sticky),
+        cmocka_unit_test(test_guarded_copies),
         cmocka_unit_test(test_concurrent_streams),
         cmocka_unit_test(test_callbacks_and_drain),
         cmocka_unit_test(test_launch_overhead),

@@ -158,10 +158,12 @@ uint64_t salus_session_id(const salus_session *s);
 
 /* Bytes of shared memory the session's runs move their feeds and fetches
  * through (0: they travel inside the messages). Over ipc:// a session
- * attaches a sealed memfd to salusd the first time a run moves 16 KiB or
- * more, and grows it as needed; salusd must be able to open the client's
- * descriptors (same user, or root), otherwise runs stay inline. Set
- * SALUS_SHM=0 before salus_connect to keep everything inline. */
+ * hands salusd a sealed memfd (over the descriptor socket next to the ipc
+ * path, as SCM_RIGHTS) the first time a run moves 16 KiB or more, and grows
+ * it as needed, within salusd's per-session budget (--shm-session-bytes;
+ * runs needing more stay inline). Where salusd refuses it (no descriptor
+ * socket, or a session opened over another transport) runs stay inline.
+ * Set SALUS_SHM=0 before salus_connect to keep everything inline. */
 size_t salus_session_shm_bytes(salus_session *s);
 
 /* Creates a persistent tensor of the given shape. init: NULL = zeros, else
