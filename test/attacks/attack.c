@@ -396,6 +396,12 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     return !*why;
 }
 
+void sl_attack_expect(sl_attack *a, bool ok, const char *what)
+{
+    if (!ok && !a->broken[0])
+        snprintf(a->broken, sizeof a->broken, "%s", what);
+}
+
 void sl_attack_skip(const char *name, const char *why)
 {
     printf("ATTACK %s skipped: %s\n", name, why);

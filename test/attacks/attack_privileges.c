@@ -101,6 +101,8 @@ static void privilege_drop(void **state)
     char detail[400];
     snprintf(detail, sizeof detail, "salusd %s (%s); tenant %s", dropped ? "dropped" : "KEPT ROOT",
              why, rc == 0 ? "still no operator" : "GOT OPERATOR RIGHTS");
+    sl_attack_expect(&a, dropped, "salusd kept root");
+    sl_attack_expect(&a, rc == 0, "the tenant got operator rights");
     bool held = sl_attack_end(&a, detail);
     printf("privilege-drop: socket file %s at exit\n",
            a.socket_removed ? "removed" : "LEFT BEHIND");
