@@ -16,12 +16,18 @@
 #define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
 #define SL_DEFAULT_MAX_SESSIONS 1024
 #define SL_DEFAULT_MAX_TENSORS 65536
+/* A connection without a session that completes no request for this long
+ * is closed (transport.c: it may hold a partial message's memory). */
+#define SL_DEFAULT_IDLE_TIMEOUT_MS 15000
+/* ipc:// connections one uid other than root and salusd's may hold. */
+#define SL_DEFAULT_MAX_CONNS_PER_USER 64
 
 /* Defaults for every field; fill cfg.listen before starting. */
 #define SL_CONFIG_DEFAULTS                                                                         \
     {                                                                                              \
         .device = "cpu", .policy = "fair", .contexts = 256, .max_message = 1ull << 30,             \
-        .ipc_mode = 0600                                                                           \
+        .ipc_mode = 0600, .idle_timeout_ms = SL_DEFAULT_IDLE_TIMEOUT_MS,                           \
+        .max_conns_per_user = SL_DEFAULT_MAX_CONNS_PER_USER                                        \
     }
 
 typedef struct sl_config {
@@ -57,11 +63,14 @@ typedef struct sl_config {
     uint32_t max_sessions;            /* open sessions, waiting ones included */
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
     /* network security (transport.c) */
-    bool allow_plain_tcp;   /* tcp:// and ws:// listeners allowed (trusted networks) */
-    const char *tls_cert;   /* PEM certificate (chain) of tls+tcp:// listeners */
-    const char *tls_key;    /* its PEM private key */
-    const char *tls_ca;     /* PEM CAs: when set, clients must present a cert they sign */
-    const char *fault_file; /* fault commands read on SIGUSR1 (fault.c) */
+    bool allow_plain_tcp;        /* tcp:// and ws:// listeners allowed (trusted networks) */
+    const char *tls_cert;        /* PEM certificate (chain) of tls+tcp:// listeners */
+    const char *tls_key;         /* its PEM private key */
+    const char *tls_ca;          /* PEM CAs: when set, clients must present a cert they sign */
+    bool tls_allow_anonymous;    /* tls+tcp:// without --tls-ca: clients need no certificate */
+    uint64_t idle_timeout_ms;    /* close sessionless connections idle this long; 0 = never */
+    uint32_t max_conns_per_user; /* ipc:// connections per uid; 0 = no limit */
+    const char *fault_file;      /* fault commands read on SIGUSR1 (fault.c) */
     /* called once (fault thread; must not block) when a lost device cannot
      * be reset; NULL: session requests get NO_DEVICE from then on. salusd's
      * asks for a drain and exits 3, for a supervisor to restart it (CUDA's

@@ -263,6 +263,20 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     return !*why;
 }
 
+void sl_attack_tried(const char *name)
+{
+    printf("ATTACK %s tried\n", name);
+    fflush(stdout);
+}
+
+bool sl_attack_verdict(const char *name, const char *why, const char *detail)
+{
+    printf("ATTACK %s %s%s%s%s\n", name, why ? "BROKEN: " : "held", why ? why : "",
+           detail ? "; " : "", detail ? detail : "");
+    fflush(stdout);
+    return !why;
+}
+
 void sl_attack_skip(const char *name, const char *why)
 {
     printf("ATTACK %s skipped: %s\n", name, why);

@@ -60,6 +60,12 @@ void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_ar
  * Returns true when the attack was held; `detail` (may be NULL) is added to
  * the verdict line (what was tried, how many times). */
 bool sl_attack_end(sl_attack *a, const char *detail);
+/* For attacks that need no running victim (salusd refusing to start, a
+ * client refusing a server): prints "ATTACK <name> tried" now, and
+ * sl_attack_verdict prints "ATTACK <name> held" or "... BROKEN: <why>"
+ * (why NULL: held) and returns whether it held. */
+void sl_attack_tried(const char *name);
+bool sl_attack_verdict(const char *name, const char *why, const char *detail);
 /* Prints "ATTACK <name> skipped: <why>". */
 void sl_attack_skip(const char *name, const char *why);
 
