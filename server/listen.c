@@ -381,13 +381,14 @@ static int start_one(sl_transport *t, int i, bool first, nng_listener *out)
         return start_ipc(t, i, first, out);
     char bound[256];
     size_t ulen = strlen(url);
-    int port = 0;
-    if (!first && ulen > 2 && strcmp(url + ulen - 2, ":0") == 0 &&
-        nng_listener_get_int(t->listeners[i], NNG_OPT_TCP_BOUND_PORT, &port) == 0 &&
-        (size_t) snprintf(bound, sizeof bound, "%.*s:%d", (int) (ulen - 2), url, port) <
+    if (!first && t->tcp_port[i] && ulen > 2 && strcmp(url + ulen - 2, ":0") == 0 &&
+        (size_t) snprintf(bound, sizeof bound, "%.*s:%d", (int) (ulen - 2), url, t->tcp_port[i]) <
             sizeof bound)
         url = bound;
-    return start_nng_listener(t, url, out);
+    int rc = start_nng_listener(t, url, out);
+    if (rc == SL_OK && nng_listener_get_int(*out, NNG_OPT_TCP_BOUND_PORT, &t->tcp_port[i]) != 0)
+        t->tcp_port[i] = 0;
+    return rc;
 }
 
 int sl_listen_start(sl_transport *t)
@@ -399,10 +400,8 @@ int sl_listen_start(sl_transport *t)
         t->n_listeners++;
         const char *url = t->cfg->listen[i];
         size_t len = strlen(url);
-        int port = 0;
-        if (len > 2 && strcmp(url + len - 2, ":0") == 0 &&
-            nng_listener_get_int(t->listeners[i], NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-            sl_log_info("net.listen", "listening on %.*s:%d", (int) (len - 2), url, port);
+        if (len > 2 && strcmp(url + len - 2, ":0") == 0 && t->tcp_port[i])
+            sl_log_info("net.listen", "listening on %.*s:%d", (int) (len - 2), url, t->tcp_port[i]);
         else
             sl_log_info("net.listen", "listening on %s", url);
     }
@@ -633,6 +632,10 @@ static void suspect(sl_transport *t, int i)
             nap_ms(SL_PROBE_BACKOFF_MS);
             v = probe(t->listeners[i]);
         }
+        sl_log_debug("net.probe", "%s: %s", url,
+                     v == PROBE_DEAF        ? "deaf"
+                     : v == PROBE_LISTENING ? "still listening"
+                                            : "no answer to the probe");
         if (v != PROBE_DEAF)
             return;
     }

@@ -67,6 +67,7 @@ struct sl_transport {
     ino_t ipc_inode[SL_MAX_LISTEN];                 /* the socket file we put at an ipc:// path */
     char ipc_bound[SL_MAX_LISTEN][SL_SUN_PATH_MAX]; /* the name it was bound at */
     uint64_t bind_seq;                              /* makes temporary socket names unique */
+    int tcp_port[SL_MAX_LISTEN]; /* the port a tcp listener got (kept on a restart) */
     uint64_t other_seen[SL_MAX_LISTEN];
     sl_retired *retired;
     int n_retired, cap_retired;
