@@ -1,8 +1,8 @@
 /* The NNG side of salusd: one REP socket, a fixed pool of contexts (each one
  * request in flight), one aio per context that alternates receive and send.
  * Callbacks only hand the bytes over; replies are sent from whichever thread
- * completes the request. Listeners, their watchdog and connection deadlines
- * are in listen.c.
+ * completes the request. Listeners are started in listen.c; their watchdog
+ * and the connection deadlines are in watchdog.c.
  *
  * Security (DESIGN.md section 8). ipc:// sockets live in a directory that
  * only salusd's user (or root) can write, checked up the whole path before

@@ -1,7 +1,7 @@
 /* Internals of the transport shared by transport.c (socket, contexts,
- * requests, pipe bookkeeping) and listen.c (listeners, their watchdog,
- * connection deadlines), like nng's sockimpl.h. Nothing outside these two
- * files includes it. */
+ * requests, pipe bookkeeping), listen.c (starting listeners) and
+ * watchdog.c (replacing them, connection deadlines), like nng's
+ * sockimpl.h. Nothing outside these files includes it. */
 #ifndef SL_TRANSPORT_INTERNAL_H
 #define SL_TRANSPORT_INTERNAL_H
 
@@ -104,6 +104,13 @@ static inline void sl_transport_hook_leave(sl_transport *t)
 /* Starts every listener of cfg (t->sock open). Errors as sl_transport_start;
  * on error the listeners started are closed by closing the socket. */
 int sl_listen_start(sl_transport *t);
+/* Starts listener i of cfg.listen into *out: first at start-up (checks the
+ * ipc:// directory and that no server uses the path), else as a replacement
+ * (a tcp port the system chose is kept). Errors as sl_transport_start. */
+int sl_listen_start_one(sl_transport *t, int i, bool first, nng_listener *out);
+
+/* watchdog.c */
+
 /* Starts the watchdog thread (failure is logged, not fatal). */
 void sl_listen_watch_start(sl_transport *t);
 /* Stops the watchdog thread (before the socket closes). */

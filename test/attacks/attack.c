@@ -89,6 +89,8 @@ int sl_attack_as_tenant(int (*fn)(void *arg), void *arg, int timeout_s)
             fprintf(stderr, "attacker: cannot become uid %d: %s\n", SL_ATTACK_UID, strerror(errno));
             _exit(126);
         }
+        /* changing credentials cleared the parent-death signal */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         _exit(fn(arg) & 0xff);
     }
     return sl_test_wait(pid, timeout_s);
