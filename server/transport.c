@@ -154,11 +154,16 @@ static void pipe_joins(sl_transport *t, nng_pipe p)
         }
     }
     pthread_mutex_unlock(&t->peers_lock);
-    if (refused) {
+    /* one line a second at most: the refused peer decides how often */
+    static _Atomic uint64_t cap_logged_ns;
+    uint64_t now = sl_now_ns(), logged = atomic_load(&cap_logged_ns);
+    if (refused && now - logged >= 1000000000ull &&
+        atomic_compare_exchange_strong(&cap_logged_ns, &logged, now))
         sl_log_warn("net.cap",
                     "uid %llu already holds %u connections (--max-connections-per-user); "
                     "refusing another",
                     (unsigned long long) uid, t->cfg->max_conns_per_user);
+    if (refused) {
         (void) nng_pipe_close(p);
     } else if (peer) {
         /* no memory to track it: it could never be held to a deadline */

@@ -72,7 +72,7 @@ struct sl_transport {
     sl_retired *retired;
     int n_retired, cap_retired;
     uint64_t replaced;
-    uint64_t pressure_logged_ns;
+    uint64_t pressure_logged_ns, deaf_logged_ns;
     pthread_t watch_thread;
     bool watch_started;
     bool watch_stop; /* guarded by watch_lock */
@@ -119,7 +119,7 @@ void sl_listen_watch_stop(sl_transport *t);
  * place (when they are still its own) and frees listener bookkeeping. */
 void sl_listen_fini(sl_transport *t);
 
-/* Counter helpers for listen.c, in transport.c: live connections of
+/* For watchdog.c, in transport.c: live connections of
  * listener id (peers_lock taken inside). */
 uint64_t sl_transport_listener_pipes(sl_transport *t, uint32_t listener_id);
 

@@ -271,11 +271,16 @@ static void suspect(sl_transport *t, int i)
         if (v != PROBE_DEAF)
             return;
     }
-    sl_log_info("net.deaf",
-                "listener on %s stopped accepting (a peer hung up before the handshake, "
-                "nanomsg/nng#1518 in NNG %s) or may have; replacing it",
-                url, nng_version());
     replace_listener(t, i);
+    /* one line a second at most: a peer decides how often this happens */
+    uint64_t now = sl_now_ns();
+    if (now - t->deaf_logged_ns >= 1000000000ull) {
+        sl_log_info("net.deaf",
+                    "listener on %s stopped accepting (a peer hung up before the handshake, "
+                    "nanomsg/nng#1518 in NNG %s) or may have; replaced (%llu replacements so far)",
+                    url, nng_version(), (unsigned long long) t->replaced);
+        t->deaf_logged_ns = now;
+    }
 }
 
 /* Closes the descriptors left behind by closed ipc:// listeners: NNG 1.5.2
