@@ -455,8 +455,7 @@ int salus_connect(const char *url, salus_client **out)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         waited = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - start_ms;
         if (rc != SL_ECONN || atomic_load(&c->refused_uid) >= 0 ||
-            waited + SL_CLIENT_RETRY_MS >= (int64_t) timeout ||
-            waited >= SL_CLIENT_RETRY_WINDOW_MS)
+            waited + SL_CLIENT_RETRY_MS >= (int64_t) timeout || waited >= SL_CLIENT_RETRY_WINDOW_MS)
             break;
         struct timespec nap = {0, SL_CLIENT_RETRY_MS * 1000000L};
         nanosleep(&nap, NULL);
