@@ -41,7 +41,7 @@
 /* How long after closing a retired ipc:// listener its leftover
  * descriptors are swept: by then NNG's reaper has freed everything it ever
  * will (connections still negotiating are freed within milliseconds). */
-#define SL_SWEEP_AFTER_MS 2000
+#define SL_SWEEP_AFTER_MS 5000
 /* A probe of a tcp:// or tls+tcp:// listener: how long it waits for the
  * listener to hang up on its bad handshake, then for the listener's
  * statistics to count it. Probing waits out NNG's 100 ms back-off first. */
