@@ -46,9 +46,9 @@
  *  - the retired listener keeps its connected clients and is closed as soon
  *    as it has none left (pipes are counted per listener in the pipe
  *    callbacks). Closing a listener with no pipes does not hang NNG 1.5.2:
- *    its reaper only waits for the listener's own pipes (hundreds of
- *    thousands closed in the attack tests, none hung). There is no limit
- *    on replacements;
+ *    its reaper only waits for the listener's own pipes (over ten thousand
+ *    closed in one attack test, none hung). There is no limit on
+ *    replacements;
  *  - what NNG never frees of a closed ipc:// listener (its parked
  *    connections and, while they exist, its listening socket: two
  *    descriptors per client caught in the window) is closed by salusd a few
