@@ -84,6 +84,12 @@ bool sl_attack_end(sl_attack *a, const char *detail);
  * frame cannot see (a file opened, a limit passed) unless ok: the verdict
  * is then BROKEN with `what`. The first such record wins. */
 void sl_attack_expect(sl_attack *a, bool ok, const char *what);
+/* For attacks that need no running victim (salusd refusing to start, a
+ * client refusing a server): prints "ATTACK <name> tried" now, and
+ * sl_attack_verdict prints "ATTACK <name> held" or "... BROKEN: <why>"
+ * (why NULL: held) and returns whether it held. */
+void sl_attack_tried(const char *name);
+bool sl_attack_verdict(const char *name, const char *why, const char *detail);
 /* Prints "ATTACK <name> skipped: <why>". */
 void sl_attack_skip(const char *name, const char *why);
 

@@ -316,7 +316,9 @@ static void network_operator(void **state)
     sl_attack a;
     sl_attack_begin(&a, "network-operator",
                     (const char *[]){"--listen", tls, "--listen", tcp, "--allow-plain-tcp",
-                                     "--tls-cert", crt, "--tls-key", key, "--operator-listen", op,
+                                     "--tls-cert", crt, "--tls-key", key,
+                                     /* the weakest ordinary listener: anyone may connect */
+                                     "--tls-allow-anonymous", "--operator-listen", op,
                                      "--operator-tls-ca", opca, NULL});
     char victim[32], why[160] = "";
     snprintf(victim, sizeof victim, "%llu", (unsigned long long) a.victim_session);
