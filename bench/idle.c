@@ -8,6 +8,7 @@
 #include <salus/salus.h>
 
 #include <getopt.h>
+#include <stdbool.h>
 
 /* utime + stime of pid in clock ticks. */
 static long long cpu_ticks(pid_t pid)
@@ -32,11 +33,10 @@ int main(int argc, char **argv)
 {
     const char *salusd = NULL, *json = NULL;
     int seconds = 10, n_sessions = 10;
-    static const struct option lo[] = {{"salusd", 1, NULL, 's'},
-                                       {"seconds", 1, NULL, 't'},
-                                       {"sessions", 1, NULL, 'n'},
-                                       {"json", 1, NULL, 'j'},
-                                       {0}};
+    bool help = false;
+    static const struct option lo[] = {{"salusd", 1, NULL, 's'},   {"seconds", 1, NULL, 't'},
+                                       {"sessions", 1, NULL, 'n'}, {"json", 1, NULL, 'j'},
+                                       {"help", 0, NULL, 'h'},     {0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 's')
             salusd = optarg;
@@ -46,12 +46,16 @@ int main(int argc, char **argv)
             n_sessions = atoi(optarg);
         else if (c == 'j')
             json = optarg;
+        else if (c == 'h')
+            help = true;
         else
             return 2;
     }
-    if (!salusd || seconds < 1 || n_sessions < 1 || n_sessions > 64) {
-        fprintf(stderr, "usage: idle --salusd PATH [--seconds N] [--sessions N] [--json FILE]\n");
-        return 2;
+    if (help || !salusd || seconds < 1 || n_sessions < 1 || n_sessions > 64) {
+        fprintf(stderr, "usage: idle --salusd PATH [--seconds N] [--sessions N] [--json FILE]\n"
+                        "The CPU time a salusd holding --sessions idle sessions (default 10)\n"
+                        "spends over --seconds (default 10).\n");
+        return help ? 0 : 2;
     }
     char dir[] = "/tmp/salus-idle-XXXXXX", url[128];
     if (!mkdtemp(dir))
