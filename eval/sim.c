@@ -1,0 +1,572 @@
+/* The discrete-event simulator (sim.h). One event heap on a virtual clock;
+ * per GPU the salusd state (a scheduler, a memory manager, lane records)
+ * and one processor-sharing device (kernels/sim sl_sim_ps). The handlers
+ * below follow salusd's code paths step for step; each names the server
+ * function it stands for, so a change there shows where to change here
+ * (eval/README.md lists what is duplicated). */
+#include "sim.h"
+
+#include "manager.h"
+#include "scheduler.h"
+#include "sim/sim.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* salusd's defaults (server/server.c memory_init, kernels/sim/device.c). */
+#define SIM_WORKSPACE_HINT (64ull << 20)
+
+enum ev_kind {
+    EV_ARRIVAL, /* a job opens its session */
+    EV_CLIENT,  /* a job's client sends its next request (run or close) */
+    EV_GPU,     /* the next departure on a GPU's device (if still current) */
+};
+
+typedef struct event {
+    uint64_t t;
+    uint64_t seq; /* scheduling order: ties at one time run first-scheduled first */
+    uint32_t kind;
+    uint32_t gpu;
+    uint64_t arg; /* job index, or the GPU's event version */
+} event;
+
+typedef struct sim_job {
+    sl_sched_job sched; /* salusd embeds this in its session */
+    sl_sched_item item; /* and this in its iteration: one in flight per job */
+    sl_sim_ps_job ps;   /* the iteration's work on the device */
+    const sl_eval_job_spec *spec;
+    sl_eval_job_result res;
+    unsigned gpu;
+    uint64_t started, done;
+    uint64_t start_ns; /* of the iteration on the device */
+    struct sim_job *next_done;
+    bool joined;
+} sim_job;
+
+typedef struct lane_rec {
+    bool busy;
+    uint64_t serial;
+    uint64_t last_job_id; /* 0 = none since the lane (serial) began */
+} lane_rec;
+
+typedef struct gpu {
+    sl_sched *sched;
+    sl_mem_mgr *mem;
+    sl_sim_ps ps;
+    uint64_t version;   /* of the GPU event that is current */
+    uint64_t event_t;   /* when that event fires; UINT64_MAX = none */
+    sim_job *done_head; /* departures collected by the device, in order */
+    sim_job **done_tail;
+    lane_rec *lanes;
+    uint32_t n_lane_recs;
+    uint32_t n_jobs; /* placed and not finished */
+} gpu;
+
+typedef struct sim {
+    const sl_eval_config *cfg;
+    const sl_policy_ops *policy;
+    sim_job *jobs;
+    size_t n_jobs;
+    gpu *gpus;
+    event *heap;
+    size_t n_heap, cap_heap;
+    uint64_t seq;
+    sl_eval_summary *sum;
+    int error; /* the first library error: ends the run */
+} sim;
+
+/* ---- the event heap --------------------------------------------------- */
+
+static bool ev_before(const event *a, const event *b)
+{
+    return a->t != b->t ? a->t < b->t : a->seq < b->seq;
+}
+
+static void push(sim *s, uint64_t t, uint32_t kind, uint32_t g, uint64_t arg)
+{
+    if (s->n_heap == s->cap_heap) {
+        size_t cap = s->cap_heap ? s->cap_heap * 2 : 1024;
+        event *h = sl_reallocarray(s->heap, cap, sizeof *h);
+        if (!h) {
+            s->error = SL_ENOMEM;
+            return;
+        }
+        s->heap = h;
+        s->cap_heap = cap;
+    }
+    event e = {.t = t, .seq = s->seq++, .kind = kind, .gpu = g, .arg = arg};
+    size_t i = s->n_heap++;
+    while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) {
+        s->heap[i] = s->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->heap[i] = e;
+}
+
+static event pop(sim *s)
+{
+    event top = s->heap[0], last = s->heap[--s->n_heap];
+    size_t i = 0, n = s->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && ev_before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!ev_before(&s->heap[c], &last))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n)
+        s->heap[i] = last;
+    return top;
+}
+
+/* ---- the device --------------------------------------------------------- */
+
+static void collect_done(void *arg, sl_sim_ps_job *psj)
+{
+    gpu *g = arg;
+    sim_job *j = psj->user;
+    j->next_done = NULL;
+    *g->done_tail = j;
+    g->done_tail = &j->next_done;
+}
+
+/* Brings the device's state to now; departures up to now wait in the done
+ * list for handle_done (same instant, so their order among this instant's
+ * other events does not move time). */
+static void device_sync(gpu *g, uint64_t now)
+{
+    (void) sl_sim_ps_advance(&g->ps, now, collect_done, g);
+}
+
+/* Makes the GPU's next device event the current one. */
+static void device_rearm(sim *s, uint32_t gi)
+{
+    gpu *g = &s->gpus[gi];
+    uint64_t t = sl_sim_ps_next_event_ns(&g->ps);
+    if (t == g->event_t)
+        return;
+    g->event_t = t;
+    g->version++;
+    if (t != UINT64_MAX)
+        push(s, t, EV_GPU, gi, g->version);
+}
+
+/* ---- memory accounting (check_memory and the summary) ------------------- */
+
+static void memory_observe(sim *s, gpu *g)
+{
+    sl_mem_stats st;
+    sl_mem_get_stats(g->mem, &st);
+    uint64_t held = st.persistent_reserved + st.lanes + st.framework;
+    if (held > s->sum->max_held_bytes)
+        s->sum->max_held_bytes = held;
+    if (held > st.capacity)
+        s->sum->memory_violations++;
+    if (s->cfg->check_memory && sl_mem_check(g->mem) != SL_OK)
+        s->sum->memory_violations++;
+}
+
+/* ---- lanes: server/executor.c kick_lane --------------------------------- */
+
+static lane_rec *lane_rec_get(sim *s, gpu *g, uint32_t lane)
+{
+    if (lane >= g->n_lane_recs) {
+        uint32_t n = g->n_lane_recs ? g->n_lane_recs : 8;
+        while (n <= lane)
+            n *= 2;
+        lane_rec *r = sl_reallocarray(g->lanes, n, sizeof *r);
+        if (!r) {
+            s->error = SL_ENOMEM;
+            return NULL;
+        }
+        memset(r + g->n_lane_recs, 0, (n - g->n_lane_recs) * sizeof *r);
+        g->lanes = r;
+        g->n_lane_recs = n;
+    }
+    return &g->lanes[lane];
+}
+
+/* Starts the lane's next pick if it is idle; true if it started one. The
+ * order of calls is kick_lane's: bind, pick, busy, note the gap. */
+static bool kick_lane(sim *s, uint32_t gi, uint32_t lane, uint64_t now)
+{
+    gpu *g = &s->gpus[gi];
+    sl_mem_lane_info info;
+    if (sl_mem_lane_get(g->mem, lane, &info) != SL_OK)
+        return false; /* reclaimed */
+    lane_rec *l = lane_rec_get(s, g, lane);
+    if (!l || l->busy)
+        return false;
+    if (l->serial != info.serial) {
+        l->serial = info.serial;
+        l->last_job_id = 0;
+    }
+    sl_sched_lane_bind(g->sched, lane, info.serial);
+    uint64_t idle_since = sl_sched_lane_idle_since(g->sched, lane);
+    sl_sched_job *sj;
+    sl_sched_item *item;
+    if (!sl_sched_next(g->sched, lane, now, &sj, &item))
+        return false;
+    sim_job *j = sl_container_of(sj, sim_job, sched);
+    l->busy = true;
+    sl_mem_lane_busy(g->mem, lane);
+    if (l->last_job_id) {
+        /* the switch cost: zero device time in the model, kept so the
+         * scheduler's gap statistics exist as they do in salusd */
+        uint64_t from = idle_since > item->enqueue_ns ? idle_since : item->enqueue_ns;
+        sl_sched_note_gap(g->sched, lane, now > from ? now - from : 0, l->last_job_id == sj->id);
+    }
+    l->last_job_id = sj->id;
+    if (s->cfg->on_start)
+        s->cfg->on_start(s->cfg->arg, gi, lane, info.serial, j->spec->id, j->started, now);
+    if (j->started++ == 0)
+        j->res.start_ns = now;
+    j->start_ns = now;
+    device_sync(g, now);
+    j->ps.user = j;
+    sl_sim_ps_submit(&g->ps, &j->ps, now, j->spec->iteration_ns);
+    return true;
+}
+
+/* ---- sessions: server/session.c ----------------------------------------- */
+
+static void client_next(sim *s, sim_job *j, uint64_t now);
+
+/* admit(): the session joins the scheduler on its lane (sl_exec_join) and
+ * its client, told so, starts sending. */
+static void session_admitted(sim *s, sim_job *j, uint32_t lane, uint64_t now)
+{
+    gpu *g = &s->gpus[j->gpu];
+    const sl_eval_job_spec *sp = j->spec;
+    int rc = sl_sched_reserve_lanes(g->sched, lane + 1);
+    if (rc != SL_OK) {
+        s->error = rc;
+        return;
+    }
+    memset(&j->sched, 0, sizeof j->sched);
+    j->sched.id = sp->id;
+    j->sched.weight = sp->weight > 0 ? sp->weight : 1.0;
+    j->sched.priority = sp->priority;
+    j->sched.lane = lane;
+    if (sp->declare_length)
+        j->sched.expected_iterations = sp->iterations; /* the session hint */
+    sl_sched_job_add(g->sched, &j->sched, now);
+    j->joined = true;
+    j->res.admitted_ns = now;
+    client_next(s, j, now);
+}
+
+/* sl_sessions_memory_changed: sessions that waited and fit now. */
+static void memory_changed(sim *s, uint32_t gi, uint64_t now)
+{
+    gpu *g = &s->gpus[gi];
+    uint64_t id;
+    uint32_t lane;
+    while (!s->error && sl_mem_next_admitted(g->mem, &id, &lane))
+        session_admitted(s, &s->jobs[id - 1], lane, now);
+    memory_observe(s, g);
+}
+
+/* The session's last reply has reached its client, which closes it:
+ * sl_exec_leave, then the memory goes back. */
+static void session_close(sim *s, sim_job *j, uint64_t now)
+{
+    gpu *g = &s->gpus[j->gpu];
+    uint32_t lane = j->sched.lane;
+    s->sum->lane_switches += j->sched.switches;
+    j->res.attained_ns = j->sched.attained_ns;
+    (void) sl_sched_job_remove(g->sched, &j->sched); /* nothing queued: it waited for the reply */
+    j->joined = false;
+    (void) kick_lane(s, j->gpu, lane, now); /* a strict policy may have kept the lane for it */
+    sl_mem_release(g->mem, (uint64_t) (j - s->jobs) + 1);
+    memory_changed(s, j->gpu, now);
+    j->res.completed = true;
+    g->n_jobs--;
+}
+
+/* A request of j's client reaches salusd: the next Run (sl_exec_run:
+ * enqueue, then kick only its lane) or, all done, the close. */
+static void client_request(sim *s, sim_job *j, uint64_t now)
+{
+    if (j->done >= j->spec->iterations) {
+        session_close(s, j, now);
+        return;
+    }
+    gpu *g = &s->gpus[j->gpu];
+    sl_sched_enqueue(g->sched, &j->sched, &j->item, now);
+    (void) kick_lane(s, j->gpu, j->sched.lane, now);
+}
+
+/* The client's turnaround: its next request after client_gap_ns. */
+static void client_next(sim *s, sim_job *j, uint64_t now)
+{
+    if (s->cfg->client_gap_ns == 0)
+        client_request(s, j, now);
+    else
+        push(s, now + s->cfg->client_gap_ns, EV_CLIENT, j->gpu, (uint64_t) (j - s->jobs));
+}
+
+/* sl_exec_iteration_done: charge, hand the lane on before anything else,
+ * mark it idle only when nobody took it, then reply. */
+static void iteration_done(sim *s, sim_job *j, uint64_t now)
+{
+    gpu *g = &s->gpus[j->gpu];
+    uint32_t lane = j->sched.lane;
+    sl_sched_complete(g->sched, &j->sched, now - j->start_ns, now);
+    g->lanes[lane].busy = false;
+    j->done++;
+    j->res.iterations = j->done;
+    j->res.finish_ns = now;
+    s->sum->iterations++;
+    bool relaunched = kick_lane(s, j->gpu, lane, now);
+    if (!relaunched && !g->lanes[lane].busy) {
+        sl_mem_lane_idle(g->mem, lane);
+        memory_changed(s, j->gpu, now);
+    }
+    client_next(s, j, now);
+}
+
+/* Completes every departure the device has collected (handlers may start
+ * new iterations, which depart later, never now: work is > 0). */
+static void handle_done(sim *s, uint32_t gi, uint64_t now)
+{
+    gpu *g = &s->gpus[gi];
+    while (g->done_head && !s->error) {
+        sim_job *j = g->done_head;
+        g->done_head = j->next_done;
+        if (!g->done_head)
+            g->done_tail = &g->done_head;
+        iteration_done(s, j, now);
+    }
+}
+
+/* ---- placement (the simulator's library policy, not salus's) ------------ */
+
+static uint32_t place_least_jobs(const sim *s)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < s->cfg->n_gpus; i++)
+        if (s->gpus[i].n_jobs < s->gpus[best].n_jobs)
+            best = i;
+    return best;
+}
+
+/* The session opens on a GPU: sl_mem_admit_ex as session.c calls it, with
+ * wait_for_admission set (a training job waits rather than fail). */
+static void job_arrival(sim *s, sim_job *j, uint64_t now)
+{
+    const sl_eval_job_spec *sp = j->spec;
+    uint64_t mem_id = (uint64_t) (j - s->jobs) + 1;
+    bool exclusive = sp->priority > 0 && (s->policy->caps & SL_POLICY_EXCLUSIVE_LANES);
+    unsigned flags = exclusive ? SL_MEM_ADMIT_EXCLUSIVE : 0;
+    int reason = SL_MEM_FITS, rc = SL_EEXHAUSTED;
+    uint32_t lane = 0, gi = 0;
+    if (s->cfg->placement == SL_EVAL_PLACE_FIRST_FIT) {
+        for (gi = 0; gi < s->cfg->n_gpus; gi++) {
+            rc = sl_mem_admit_ex(s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes,
+                                 flags, &reason, &lane);
+            if (rc != SL_EEXHAUSTED)
+                break;
+        }
+    }
+    if (rc == SL_EEXHAUSTED) {
+        gi = place_least_jobs(s);
+        rc = sl_mem_admit_ex(s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes,
+                             flags | SL_MEM_ADMIT_WAIT, &reason, &lane);
+    }
+    j->gpu = gi;
+    j->res.gpu = gi;
+    if (rc == SL_OK) {
+        s->gpus[gi].n_jobs++;
+        session_admitted(s, j, lane, now);
+    } else if (rc == SL_EEXHAUSTED && reason != SL_MEM_QUOTA) {
+        s->gpus[gi].n_jobs++; /* waits in the GPU's admission queue */
+    } else if (rc == SL_EEXHAUSTED) {
+        j->res.refused = true;
+    } else {
+        s->error = rc;
+    }
+    memory_observe(s, &s->gpus[gi]);
+}
+
+/* ---- the run ------------------------------------------------------------ */
+
+sl_eval_config sl_eval_config_default(const char *policy, bool strict, unsigned n_gpus,
+                                      uint64_t gpu_bytes)
+{
+    sl_eval_config c = {
+        .policy = policy,
+        .strict = strict,
+        .n_gpus = n_gpus,
+        .gpu_bytes = gpu_bytes,
+        .placement = SL_EVAL_PLACE_LEAST_JOBS,
+        .client_gap_ns = 124000,
+    };
+    return c;
+}
+
+/* One salusd's memory manager, configured as memory_init configures it. */
+static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu *g)
+{
+    uint64_t cap = (cfg->gpu_bytes - cfg->gpu_bytes / 20) & ~(uint64_t) 255;
+    uint64_t framework = cfg->framework_per_lane;
+    if (!framework)
+        framework = SIM_WORKSPACE_HINT < cap / 16 ? SIM_WORKSPACE_HINT : cap / 16;
+    sl_mem_config mc = {
+        .capacity = cap,
+        .framework_per_lane = framework & ~(uint64_t) 255,
+        .default_ephemeral = cap / 8,
+        .spread_limit = cfg->spread_set ? cfg->spread_limit : cap / 2,
+    };
+    int rc = sl_mem_mgr_create(&mc, &g->mem);
+    if (rc == SL_OK)
+        rc = sl_sched_create(policy, cfg->strict, &g->sched);
+    sl_sim_ps_init(&g->ps, 0);
+    g->event_t = UINT64_MAX;
+    g->done_tail = &g->done_head;
+    return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+    return x < y ? -1 : x > y;
+}
+
+static int summarise(sim *s)
+{
+    sl_eval_summary *sum = s->sum;
+    uint64_t first = UINT64_MAX, last = 0;
+    double queue = 0, jct = 0;
+    uint64_t *jcts = sl_calloc(s->n_jobs ? s->n_jobs : 1, sizeof *jcts);
+    if (!jcts)
+        return SL_ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        const sl_eval_job_result *r = &s->jobs[i].res;
+        if (r->arrival_ns < first)
+            first = r->arrival_ns;
+        sum->refused += r->refused;
+        if (!r->completed)
+            continue;
+        if (r->finish_ns > last)
+            last = r->finish_ns;
+        queue += (double) (r->start_ns - r->arrival_ns);
+        jct += (double) (r->finish_ns - r->arrival_ns);
+        jcts[n++] = r->finish_ns - r->arrival_ns;
+    }
+    sum->n_jobs = s->n_jobs;
+    sum->completed = n;
+    sum->makespan_ns = n ? last - first : 0;
+    if (n) {
+        sum->avg_queue_ns = queue / (double) n;
+        sum->avg_jct_ns = jct / (double) n;
+        qsort(jcts, n, sizeof *jcts, cmp_u64);
+        /* nearest rank: the smallest value with at least q of all at or below it */
+        sum->p95_jct_ns = jcts[(size_t) ((double) n * 0.95 + 0.999999) - 1];
+        sum->median_jct_ns = jcts[(n + 1) / 2 - 1];
+    }
+    sl_free(jcts);
+    return SL_OK;
+}
+
+static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n)
+{
+    if (!cfg || (!jobs && n) || !cfg->policy || cfg->n_gpus == 0 || cfg->gpu_bytes < (64u << 20))
+        return SL_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns)
+            return SL_EINVAL;
+    /* duplicate ids: the scheduler breaks ties by id, so they must differ */
+    uint64_t *ids = sl_calloc(n ? n : 1, sizeof *ids);
+    if (!ids)
+        return SL_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = jobs[i].id;
+    qsort(ids, n, sizeof *ids, cmp_u64);
+    int rc = SL_OK;
+    for (size_t i = 1; i < n && rc == SL_OK; i++)
+        if (ids[i] == ids[i - 1])
+            rc = SL_EINVAL;
+    sl_free(ids);
+    return rc;
+}
+
+int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n,
+                sl_eval_job_result *results, sl_eval_summary *summary)
+{
+    int rc = validate(cfg, jobs, n);
+    if (rc != SL_OK)
+        return rc;
+    sim s = {.cfg = cfg, .n_jobs = n, .sum = summary};
+    if (!(s.policy = sl_sched_policy_find(cfg->policy)))
+        return SL_EINVAL;
+    memset(summary, 0, sizeof *summary);
+    s.jobs = sl_calloc(n ? n : 1, sizeof *s.jobs);
+    s.gpus = sl_calloc(cfg->n_gpus, sizeof *s.gpus);
+    if (!s.jobs || !s.gpus) {
+        rc = SL_ENOMEM;
+        goto out;
+    }
+    for (unsigned i = 0; i < cfg->n_gpus && rc == SL_OK; i++)
+        rc = gpu_init(cfg, s.policy, &s.gpus[i]);
+    if (rc != SL_OK)
+        goto out;
+    summary->capacity_bytes = (cfg->gpu_bytes - cfg->gpu_bytes / 20) & ~(uint64_t) 255;
+    for (size_t i = 0; i < n; i++) {
+        sim_job *j = &s.jobs[i];
+        j->spec = &jobs[i];
+        j->res.id = jobs[i].id;
+        j->res.workload = jobs[i].workload;
+        j->res.arrival_ns = jobs[i].arrival_ns;
+        j->res.solo_ns = jobs[i].iterations * jobs[i].iteration_ns;
+        push(&s, jobs[i].arrival_ns, EV_ARRIVAL, 0, i);
+    }
+    while (s.n_heap && !s.error) {
+        event e = pop(&s);
+        summary->events++;
+        uint32_t gi;
+        if (e.kind == EV_GPU) {
+            gi = e.gpu;
+            if (e.arg != s.gpus[gi].version)
+                continue; /* superseded: the device's state changed since */
+            s.gpus[gi].event_t = UINT64_MAX;
+            device_sync(&s.gpus[gi], e.t);
+        } else {
+            sim_job *j = &s.jobs[e.arg];
+            if (e.kind == EV_ARRIVAL)
+                job_arrival(&s, j, e.t);
+            else
+                client_request(&s, j, e.t);
+            gi = j->gpu;
+        }
+        handle_done(&s, gi, e.t);
+        device_rearm(&s, gi);
+    }
+    rc = s.error;
+    if (rc == SL_OK)
+        rc = summarise(&s);
+    if (rc == SL_OK && results)
+        for (size_t i = 0; i < n; i++)
+            results[i] = s.jobs[i].res;
+
+out:
+    if (s.gpus) {
+        for (unsigned i = 0; i < cfg->n_gpus; i++) {
+            /* jobs still joined only after an error: unlink before freeing */
+            sl_sched_destroy(s.gpus[i].sched);
+            sl_mem_mgr_destroy(s.gpus[i].mem);
+            sl_free(s.gpus[i].lanes);
+        }
+    }
+    sl_free(s.gpus);
+    sl_free(s.jobs);
+    sl_free(s.heap);
+    return rc;
+}

@@ -1,0 +1,151 @@
+/* The discrete-event simulator: salus's real scheduler (sched/) and memory
+ * manager (memory/) on a virtual clock, on many simulated GPUs, with the sim
+ * backend's cost model (kernels/sim) for device time.
+ *
+ * What is real and what is modeled. Every decision is taken by the libraries
+ * salusd links, called in the order salusd calls them:
+ * - admission and lane assignment: sl_mem_admit_ex (waiting sessions come
+ *   back through sl_mem_next_admitted after every call that may free
+ *   memory, as in server/session.c);
+ * - which iteration runs next on a lane: sl_sched_next, at every iteration
+ *   boundary of the lane, handed on before any bookkeeping, as in
+ *   server/executor.c (kick_lane, sl_exec_iteration_done);
+ * - device time charged: the wall time of the iteration (sl_sched_complete),
+ *   as the executor charges it;
+ * - lanes busy and idle: sl_mem_lane_busy / sl_mem_lane_idle exactly where
+ *   the executor marks them (a lane handed straight to the next pick is
+ *   never marked idle).
+ * What is modeled: the device is one processor-sharing resource per GPU
+ * (kernels/sim sl_sim_ps: k iterations running in k lanes each progress at
+ * 1/k of the rate, no free speed-up from concurrency); an iteration's work
+ * is its profile's solo iteration time; a client turns a reply into its next
+ * request after client_gap_ns. Which executor logic is duplicated here rather
+ * than shared is listed in eval/README.md.
+ *
+ * One GPU = one salusd: its own scheduler and memory manager, configured as
+ * salusd configures them for a device of that capacity (server/server.c
+ * memory_init). Jobs reach a GPU through a cluster placement policy
+ * (enum sl_eval_placement), a library policy of the simulator: salus itself
+ * has none (DESIGN.md section 12).
+ *
+ * Determinism: the simulator has no source of randomness and no clock of its
+ * own; events at the same virtual time run in the order they were
+ * scheduled. The same config and jobs give bit-identical results.
+ *
+ * Not thread-safe; one simulation runs on the calling thread and allocates
+ * what it needs (O(jobs + GPUs)); nothing survives the call. */
+#ifndef SL_EVAL_SIM_H
+#define SL_EVAL_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One job of a trace: a training session that runs `iterations` iterations
+ * back to back (each request sent when the previous reply arrived). */
+typedef struct sl_eval_job_spec {
+    uint64_t id;               /* unique, nonzero; ties in the scheduler break by it */
+    uint64_t arrival_ns;       /* when the session opens (virtual time) */
+    uint64_t iterations;       /* > 0 */
+    uint64_t iteration_ns;     /* device time of one iteration running alone, > 0 */
+    uint64_t persistent_bytes; /* declared P (weights, optimizer state) */
+    uint64_t ephemeral_bytes;  /* declared E (planned ephemeral peak), 0 = salusd's default */
+    int priority;              /* as the session hint; 0 = normal */
+    double weight;             /* fair-share weight; 0 = 1 */
+    /* Declares the job's length (expected iterations and solo iteration
+     * time) as the session hints do: what srtf ranks by. Without it srtf
+     * sees an unknown length. */
+    bool declare_length;
+    int workload; /* caller's tag (an index into its workload table), copied out */
+} sl_eval_job_spec;
+
+/* Cluster placement: which GPU's salusd a new job opens its session on. */
+enum sl_eval_placement {
+    /* the GPU holding the fewest unfinished jobs (admitted or waiting),
+     * lowest index on ties: spreads load, ignores memory */
+    SL_EVAL_PLACE_LEAST_JOBS = 0,
+    /* the lowest-index GPU that admits the job now without waiting, else
+     * least-jobs: packs GPUs (a bin-packing first fit on memory) */
+    SL_EVAL_PLACE_FIRST_FIT,
+};
+
+typedef struct sl_eval_config {
+    const char *policy; /* a sched/ policy name: "fifo", "srtf", "pack", "fair", ... */
+    bool strict;        /* salusd --strict: the paper's non-work-conserving variant */
+    unsigned n_gpus;    /* >= 1 */
+    /* Device memory of one GPU in bytes (a kernels/sim profile's capacity).
+     * salusd manages capacity - capacity/20 of it (server/server.c). */
+    uint64_t gpu_bytes;
+    /* salusd's memory flags, 0 = its default: --framework-per-lane (the sim
+     * device's 64 MiB workspace hint, capped at 1/16), --spread-limit (half
+     * the managed memory; spread_set with 0 = always share a lane). */
+    uint64_t framework_per_lane;
+    uint64_t spread_limit;
+    bool spread_set;
+    enum sl_eval_placement placement;
+    /* From a reply reaching the client to its next request reaching
+     * salusd. 0 = at once, in the same event. */
+    uint64_t client_gap_ns;
+    /* Checks the memory manager's invariants (sl_mem_check) after every
+     * admission and release, and that the held memory never exceeds the
+     * capacity after every event that changes it: for tests (O(n log n)
+     * per check). */
+    bool check_memory;
+    /* Called when an iteration starts on a lane (NULL = none): gpu, the
+     * lane id and its never-reused serial, the job's id and how many of its
+     * iterations started before this one. For tests and traces. */
+    void (*on_start)(void *arg, unsigned gpu, uint32_t lane, uint64_t lane_serial, uint64_t job_id,
+                     uint64_t iteration, uint64_t now_ns);
+    void *arg;
+} sl_eval_config;
+
+/* What happened to one job. Times are virtual ns. */
+typedef struct sl_eval_job_result {
+    uint64_t id;
+    int workload;
+    unsigned gpu;
+    bool completed;       /* ran all its iterations */
+    bool refused;         /* refused at admission: can never fit (QUOTA) */
+    uint64_t arrival_ns;  /* its spec's */
+    uint64_t admitted_ns; /* session admitted (memory) */
+    uint64_t start_ns;    /* first iteration started */
+    uint64_t finish_ns;   /* last iteration completed */
+    uint64_t iterations;  /* completed */
+    uint64_t attained_ns; /* device time charged by the scheduler */
+    uint64_t solo_ns;     /* iterations * iteration_ns: its length running alone */
+} sl_eval_job_result;
+
+typedef struct sl_eval_summary {
+    size_t n_jobs, completed, refused;
+    uint64_t makespan_ns;       /* last completion - first arrival */
+    double avg_queue_ns;        /* mean over completed jobs of start - arrival */
+    double avg_jct_ns;          /* mean of finish - arrival */
+    uint64_t p95_jct_ns;        /* nearest-rank 95th percentile */
+    uint64_t median_jct_ns;     /* nearest-rank 50th percentile */
+    uint64_t events;            /* events processed */
+    uint64_t iterations;        /* iterations completed */
+    uint64_t lane_switches;     /* sum over lanes of sl_sched_lane_switches */
+    uint64_t max_held_bytes;    /* most memory held on one GPU at once (persistent reserved +
+                                 * lanes + framework) */
+    uint64_t capacity_bytes;    /* what salusd manages on one GPU */
+    uint64_t memory_violations; /* held > capacity, or sl_mem_check failed (check_memory) */
+} sl_eval_summary;
+
+/* Runs the jobs on the configured cluster until every job completed or was
+ * refused. jobs need not be sorted by arrival. results (n entries, may be
+ * NULL) gets one entry per job, in the order of jobs. Errors: SL_EINVAL (an
+ * unknown policy, n_gpus 0, gpu_bytes too small for salusd's layout, a job
+ * with id 0, a duplicate id, 0 iterations or 0 iteration_ns), SL_ENOMEM,
+ * SL_EINTERNAL (a library broke its contract: a bug). On error *summary and
+ * results are unspecified. Never blocks; runs as fast as the host allows. */
+int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n,
+                sl_eval_job_result *results, sl_eval_summary *summary);
+
+/* The config salusd would run with on a cluster of n_gpus GPUs of gpu_bytes
+ * each, under the named policy: every other field zero (salusd's defaults),
+ * least-jobs placement, client gap 124 us (the measured one-op round trip
+ * of a local client, README bench rtt_op). */
+sl_eval_config sl_eval_config_default(const char *policy, bool strict, unsigned n_gpus,
+                                      uint64_t gpu_bytes);
+
+#endif
