@@ -96,8 +96,8 @@ int main(int argc, char **argv)
            "seed %llu; %.1f GPU-hours of work running alone; one %s (%.1f GiB)\n",
            n_jobs, n_w, interarrival_s, (unsigned long long) seed, solo / 3.6e12, gpu->name,
            (double) gpu->capacity / (1u << 30));
-    printf("%-5s %-8s %12s %14s %12s %12s %9s\n", "policy", "variant", "makespan_min",
-           "avg_queue_min", "avg_jct_min", "p95_jct_min", "switches");
+    printf("%-5s %-8s %12s %14s %12s %12s %9s %8s %5s\n", "policy", "variant", "makespan_min",
+           "avg_queue_min", "avg_jct_min", "p95_jct_min", "switches", "admitted", "lanes");
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;
     if (jf)
         fprintf(jf,
@@ -119,9 +119,10 @@ int main(int argc, char **argv)
             }
             const char *vname = variant == 0 ? "paper" : "salus";
             avg[variant][p] = sum.avg_jct_ns / 6e10;
-            printf("%-6s %-8s %12.1f %14.1f %12.1f %12.1f %9llu%s\n", policies[p], vname,
+            printf("%-6s %-8s %12.1f %14.1f %12.1f %12.1f %9llu %8u %5u%s\n", policies[p], vname,
                    (double) sum.makespan_ns / 6e10, sum.avg_queue_ns / 6e10, avg[variant][p],
                    (double) sum.p95_jct_ns / 6e10, (unsigned long long) sum.lane_switches,
+                   sum.max_admitted, sum.max_lanes,
                    sum.completed == n_jobs ? "" : " (not all completed)");
             if (jf)
                 fprintf(jf,

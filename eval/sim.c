@@ -166,6 +166,10 @@ static void memory_observe(sim *s, gpu *g)
     uint64_t held = st.persistent_reserved + st.lanes + st.framework;
     if (held > s->sum->max_held_bytes)
         s->sum->max_held_bytes = held;
+    if (st.n_sessions > s->sum->max_admitted)
+        s->sum->max_admitted = st.n_sessions;
+    if (st.n_lanes > s->sum->max_lanes)
+        s->sum->max_lanes = st.n_lanes;
     if (held > st.capacity)
         s->sum->memory_violations++;
     if (s->cfg->check_memory && sl_mem_check(g->mem) != SL_OK)

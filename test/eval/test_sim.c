@@ -1,0 +1,236 @@
+/* Tests of the simulator (eval/sim.h) at a tiny scale: the Salus section
+ * 5.1 experiment with its iterations cut 100-fold, checked for the
+ * invariants the experiment's figures rest on. */
+#include "sl_test.h"
+
+#include "sim.h"
+#include "sim/profiles.h"
+#include "sl_alloc.h"
+#include "workload.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#define N_JOBS 24
+
+static sl_eval_workload *workloads;
+static size_t n_workloads;
+static uint64_t p100_bytes;
+
+static int setup(void **state)
+{
+    (void) state;
+    const sl_sim_profile *p;
+    if (sl_sim_profile_find("p100", &p) != SL_OK)
+        return -1;
+    p100_bytes = p->capacity;
+    return sl_eval_workloads_load(SL_EVAL_CSV, &workloads, &n_workloads) == SL_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void) state;
+    sl_free(workloads);
+    return 0;
+}
+
+/* The trace, shortened: every job keeps its profile but runs 1/100 of its
+ * iterations (at least 2), arriving 100 times as fast. */
+static void tiny_trace(uint64_t seed, sl_eval_job_spec *jobs)
+{
+    assert_sl_ok(sl_eval_trace_salus(workloads, n_workloads, N_JOBS, 3.0, seed, jobs));
+    for (size_t i = 0; i < N_JOBS; i++)
+        jobs[i].iterations = jobs[i].iterations / 100 > 2 ? jobs[i].iterations / 100 : 2;
+}
+
+static void test_profiles(void **state)
+{
+    (void) state;
+    assert_int_equal(n_workloads, 99);
+    unsigned classes[11] = {0};
+    for (size_t i = 0; i < n_workloads; i++) {
+        const sl_eval_workload *w = &workloads[i];
+        classes[w->length_min]++;
+        /* a job's length running alone is what its class says, within the
+         * start-up the shorter classes include (up to half a 1-minute job) */
+        double solo_s = (double) (w->iterations * w->iteration_ns) / 1e9;
+        assert_true(solo_s <= w->jct_s + 1e-6);
+        assert_true(solo_s > 0.45 * w->jct_s); /* inception4_75_1min: 0.496 */
+        assert_true(w->persistent_bytes > 0 && w->ephemeral_bytes > 0);
+    }
+    /* the upstream mislabel (vgg16_100_1min twice) lands in the 10 class */
+    assert_int_equal(classes[1], 33);
+    assert_int_equal(classes[5], 33);
+    assert_int_equal(classes[10], 33);
+}
+
+static void test_deterministic(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[N_JOBS];
+    sl_eval_job_result a[N_JOBS], b[N_JOBS];
+    sl_eval_summary sa, sb;
+    tiny_trace(7, jobs);
+    sl_eval_config cfg = sl_eval_config_default("srtf", false, 2, p100_bytes);
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N_JOBS, a, &sa));
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N_JOBS, b, &sb));
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(&sa, &sb, sizeof sa);
+    /* and the trace itself depends on the seed alone */
+    sl_eval_job_spec again[N_JOBS], other[N_JOBS];
+    tiny_trace(7, again);
+    tiny_trace(8, other);
+    assert_memory_equal(jobs, again, sizeof jobs);
+    assert_memory_not_equal(jobs, other, sizeof jobs);
+}
+
+/* Per (gpu, lane serial): the jobs in the order they first ran there, and
+ * whether a job ran again after another had taken the lane. */
+#define MAX_LANES 64
+typedef struct order_log {
+    struct {
+        unsigned gpu;
+        uint64_t serial;
+        uint64_t last_job;
+        uint64_t seen[N_JOBS];
+        size_t n_seen;
+    } lanes[MAX_LANES];
+    size_t n_lanes;
+    bool interleaved;
+} order_log;
+
+static void log_start(void *arg, unsigned gpu, uint32_t lane, uint64_t serial, uint64_t job_id,
+                      uint64_t iteration, uint64_t now)
+{
+    (void) lane;
+    (void) iteration;
+    (void) now;
+    order_log *log = arg;
+    size_t k = 0;
+    while (k < log->n_lanes && (log->lanes[k].gpu != gpu || log->lanes[k].serial != serial))
+        k++;
+    if (k == log->n_lanes) {
+        assert_true(log->n_lanes < MAX_LANES);
+        log->n_lanes++;
+        log->lanes[k].gpu = gpu;
+        log->lanes[k].serial = serial;
+    }
+    if (log->lanes[k].last_job == job_id)
+        return;
+    log->lanes[k].last_job = job_id;
+    for (size_t i = 0; i < log->lanes[k].n_seen; i++)
+        if (log->lanes[k].seen[i] == job_id)
+            log->interleaved = true;
+    log->lanes[k].seen[log->lanes[k].n_seen++] = job_id;
+}
+
+/* Strict fifo (the paper's): on every lane a job runs alone until it
+ * leaves, and jobs take the lane in the order they were admitted. */
+static void test_fifo_order(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[N_JOBS];
+    sl_eval_job_result res[N_JOBS];
+    sl_eval_summary sum;
+    tiny_trace(3, jobs);
+    static order_log log;
+    memset(&log, 0, sizeof log);
+    sl_eval_config cfg = sl_eval_config_default("fifo", true, 1, p100_bytes);
+    cfg.spread_set = true; /* --spread-limit 0: sessions share lanes */
+    cfg.on_start = log_start;
+    cfg.arg = &log;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N_JOBS, res, &sum));
+    assert_int_equal(sum.completed, N_JOBS);
+    assert_false(log.interleaved);
+    assert_int_equal(sum.lane_switches, 0);
+    for (size_t k = 0; k < log.n_lanes; k++) {
+        for (size_t i = 1; i < log.lanes[k].n_seen; i++) {
+            const sl_eval_job_result *prev = &res[log.lanes[k].seen[i - 1] - 1];
+            const sl_eval_job_result *cur = &res[log.lanes[k].seen[i] - 1];
+            assert_true(prev->admitted_ns <= cur->admitted_ns);
+            /* and it started only once the previous owner had finished */
+            assert_true(cur->start_ns >= prev->finish_ns);
+        }
+    }
+    /* work-conserving fifo (salusd's default) does interleave: the check
+     * above is not vacuous */
+    memset(&log, 0, sizeof log);
+    cfg.strict = false;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N_JOBS, res, &sum));
+    assert_true(log.interleaved);
+}
+
+/* Every policy, both variants, one and several GPUs: every job completes,
+ * memory is never over capacity and the manager's invariants hold after
+ * every admission and release, and each job's device time is at least its
+ * length running alone (sharing only ever adds time). */
+static void test_all_complete(void **state)
+{
+    (void) state;
+    static const char *const policies[] = {"fifo", "srtf", "pack", "fair", "rr", "priority"};
+    sl_eval_job_spec jobs[N_JOBS];
+    sl_eval_job_result res[N_JOBS];
+    tiny_trace(11, jobs);
+    for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++) {
+        for (int variant = 0; variant < 4; variant++) {
+            unsigned gpus = variant < 2 ? 1 : 3;
+            sl_eval_config cfg = sl_eval_config_default(policies[p], variant & 1, gpus, p100_bytes);
+            cfg.check_memory = true;
+            if (variant == 3)
+                cfg.placement = SL_EVAL_PLACE_FIRST_FIT;
+            sl_eval_summary sum;
+            assert_sl_ok(sl_eval_run(&cfg, jobs, N_JOBS, res, &sum));
+            assert_int_equal(sum.completed, N_JOBS);
+            assert_int_equal(sum.refused, 0);
+            assert_int_equal(sum.memory_violations, 0);
+            assert_true(sum.max_held_bytes <= sum.capacity_bytes);
+            for (size_t i = 0; i < N_JOBS; i++) {
+                assert_true(res[i].completed);
+                assert_int_equal(res[i].iterations, jobs[i].iterations);
+                assert_true(res[i].gpu < gpus);
+                assert_true(res[i].attained_ns >= res[i].solo_ns);
+                assert_true(res[i].arrival_ns <= res[i].admitted_ns);
+                assert_true(res[i].admitted_ns <= res[i].start_ns);
+                assert_true(res[i].start_ns < res[i].finish_ns);
+                /* completion no earlier than the job's length alone allows */
+                assert_true(res[i].finish_ns - res[i].start_ns >= res[i].solo_ns);
+            }
+        }
+    }
+}
+
+static void test_refused_and_invalid(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[2] = {
+        {.id = 1, .iterations = 3, .iteration_ns = 1000, .persistent_bytes = 1ull << 20},
+        /* more than the whole GPU: QUOTA, refused at once */
+        {.id = 2, .iterations = 3, .iteration_ns = 1000, .persistent_bytes = 64ull << 30},
+    };
+    sl_eval_job_result res[2];
+    sl_eval_summary sum;
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+    assert_int_equal(sum.completed, 1);
+    assert_int_equal(sum.refused, 1);
+    assert_true(res[1].refused);
+    /* alone: three iterations back to back, a client gap between them */
+    assert_int_equal(res[0].finish_ns - res[0].start_ns, 3 * 1000 + 2 * cfg.client_gap_ns);
+    jobs[1].id = 1;
+    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
+    jobs[1].id = 2;
+    cfg.policy = "nonesuch";
+    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_all_complete),
+        cmocka_unit_test(test_refused_and_invalid),
+    };
+    return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
+}
