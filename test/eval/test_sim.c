@@ -52,10 +52,11 @@ static void test_profiles(void **state)
         const sl_eval_workload *w = &workloads[i];
         classes[w->length_min]++;
         /* a job's length running alone is what its class says, within the
-         * start-up the shorter classes include (up to half a 1-minute job) */
+         * start-up the shorter classes include (up to half a 1-minute job),
+         * or the measurements' noise */
         double solo_s = (double) (w->iterations * w->iteration_ns) / 1e9;
-        assert_true(solo_s <= w->jct_s + 1e-6);
-        assert_true(solo_s > 0.45 * w->jct_s); /* inception4_75_1min: 0.496 */
+        assert_true(solo_s <= 1.01 * w->jct_s); /* overfeat_50_5min: 1.002 */
+        assert_true(solo_s > 0.45 * w->jct_s);  /* inception4_75_1min: 0.496 */
         assert_true(w->persistent_bytes > 0 && w->ephemeral_bytes > 0);
     }
     /* the upstream mislabel (vgg16_100_1min twice) lands in the 10 class */
