@@ -487,6 +487,15 @@ static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, siz
     for (size_t i = 0; i < n; i++)
         if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns)
             return SL_EINVAL;
+    /* high-priority jobs under a policy that runs the others op by op
+     * (stepwise, gap filling): iterations here are whole, so the result
+     * would not be salusd's; refuse rather than mislead */
+    const sl_policy_ops *policy = sl_sched_policy_find(cfg->policy);
+    if (!policy)
+        return SL_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].priority > 0 && (policy->caps & (SL_POLICY_STEPWISE | SL_POLICY_GAP_FILL)))
+            return SL_EUNSUPPORTED;
     /* duplicate ids: the scheduler breaks ties by id, so they must differ */
     uint64_t *ids = sl_calloc(n ? n : 1, sizeof *ids);
     if (!ids)

@@ -137,7 +137,10 @@ typedef struct sl_eval_summary {
  * refused. jobs need not be sorted by arrival. results (n entries, may be
  * NULL) gets one entry per job, in the order of jobs. Errors: SL_EINVAL (an
  * unknown policy, n_gpus 0, gpu_bytes too small for salusd's layout, a job
- * with id 0, a duplicate id, 0 iterations or 0 iteration_ns), SL_ENOMEM,
+ * with id 0, a duplicate id, 0 iterations or 0 iteration_ns),
+ * SL_EUNSUPPORTED (a job with priority > 0 under a policy with
+ * SL_POLICY_STEPWISE or SL_POLICY_GAP_FILL: op-level execution is not
+ * simulated yet, and whole iterations would not be what salusd does), SL_ENOMEM,
  * SL_EINTERNAL (a library broke its contract: a bug). On error *summary and
  * results are unspecified. Never blocks; runs as fast as the host allows. */
 int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n,

@@ -31,19 +31,17 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    const char *csv = SL_EVAL_CSV, *policy = "srtf";
+    const char *csv = SL_EVAL_CSV, *policy = "srtf", *json_path = NULL;
     size_t n_jobs = 10000;
     unsigned n_gpus = 512;
     uint64_t seed = 1;
     double interarrival_s = 0.5;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"jobs", required_argument, NULL, 'n'},
-                                             {"gpus", required_argument, NULL, 'g'},
-                                             {"interarrival-s", required_argument, NULL, 'i'},
-                                             {"policy", required_argument, NULL, 'p'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:g:i:p:s:", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
+        {"gpus", required_argument, NULL, 'g'},   {"interarrival-s", required_argument, NULL, 'i'},
+        {"policy", required_argument, NULL, 'p'}, {"seed", required_argument, NULL, 's'},
+        {"json", required_argument, NULL, 'j'},   {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:g:i:p:s:j:", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -63,10 +61,13 @@ int main(int argc, char **argv)
         case 's':
             seed = strtoull(optarg, NULL, 10);
             break;
+        case 'j':
+            json_path = optarg;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--csv FILE] [--jobs N] [--gpus G] [--interarrival-s X] "
-                    "[--policy NAME] [--seed S]\n",
+                    "[--policy NAME] [--seed S] [--json FILE]\n",
                     argv[0]);
             return 2;
         }
@@ -96,6 +97,15 @@ int main(int argc, char **argv)
            sum.avg_jct_ns / 6e10, (unsigned long long) sum.events,
            (unsigned long long) sum.iterations,
            wall * 1e9 / (double) (sum.events ? sum.events : 1));
+    FILE *jf = json_path ? fopen(json_path, "w") : NULL;
+    if (jf) {
+        fprintf(jf,
+                "{\"bench\": \"eval_speed\", \"jobs\": %zu, \"gpus\": %u, \"policy\": \"%s\", "
+                "\"wall_s\": %.3f, \"events\": %llu, \"iterations\": %llu, \"completed\": %zu}\n",
+                n_jobs, n_gpus, policy, wall, (unsigned long long) sum.events,
+                (unsigned long long) sum.iterations, sum.completed);
+        fclose(jf);
+    }
     printf("BENCH eval_speed jobs=%zu gpus=%u wall_s=%.2f events=%llu iterations=%llu\n", n_jobs,
            n_gpus, wall, (unsigned long long) sum.events, (unsigned long long) sum.iterations);
     sl_free(jobs);

@@ -220,6 +220,9 @@ static void test_refused_and_invalid(void **state)
     jobs[1].id = 1;
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
     jobs[1].id = 2;
+    jobs[1].priority = 1;
+    cfg.policy = "priority";
+    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EUNSUPPORTED);
     cfg.policy = "nonesuch";
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
 }
