@@ -572,7 +572,8 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
 out:
     if (s.gpus) {
         for (unsigned i = 0; i < cfg->n_gpus; i++) {
-            /* jobs still joined only after an error: unlink before freeing */
+            /* after an error jobs may still be linked in a scheduler and
+             * a device: both only point at memory freed just below */
             sl_sched_destroy(s.gpus[i].sched);
             sl_mem_mgr_destroy(s.gpus[i].mem);
             sl_free(s.gpus[i].lanes);
