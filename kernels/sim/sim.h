@@ -1,5 +1,5 @@
 /* The sim backend: a GPU *timing model*. Internal header for kernels/ and for
- * other modules that need the model without a device (bench/'s discrete-event
+ * other modules that need the model without a device (eval/'s discrete-event
  * simulator, tests). No CUDA type appears here.
  *
  * Two clocks share one model:
