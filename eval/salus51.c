@@ -3,7 +3,11 @@
  * fair, in the paper's variant and in salusd's defaults.
  *
  *   salus51 [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X]
- *           [--gpu PROFILE] [--json FILE]
+ *           [--gpu PROFILE] [--timing measured|graph] [--json FILE]
+ *
+ * --timing measured (default): the Salus artifact's P100 iteration times;
+ * --gpu then changes only the memory. --timing graph: the rows whose model
+ * eval/graphs.c builds, timed op by op on --gpu (workload.h).
  *
  * Paper variant: salusd --strict --spread-limit 0 (fifo and srtf idle the
  * lane for the chosen job; every session shares a lane when its peak fits,
@@ -23,6 +27,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef SL_EVAL_CSV
 #define SL_EVAL_CSV "eval/data/salus-workloads.csv"
@@ -84,18 +89,16 @@ static const char *const policies[] = {"fifo", "srtf", "pack", "fair"};
 
 int main(int argc, char **argv)
 {
-    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
+    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured";
     size_t n_jobs = 100;
     uint64_t seed = 1;
     double interarrival_s = 120;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"jobs", required_argument, NULL, 'n'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"interarrival-s", required_argument, NULL, 'i'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
+        {"seed", required_argument, NULL, 's'},   {"interarrival-s", required_argument, NULL, 'i'},
+        {"gpu", required_argument, NULL, 'g'},    {"json", required_argument, NULL, 'j'},
+        {"timing", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -115,10 +118,13 @@ int main(int argc, char **argv)
         case 'j':
             json_path = optarg;
             break;
+        case 't':
+            timing = optarg;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] "
-                    "[--gpu PROFILE] [--json FILE]\n",
+                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE]\n",
                     argv[0]);
             return 2;
         }
@@ -135,6 +141,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "salus51: cannot load %s: %s\n", csv, sl_strerror(rc));
         return 1;
     }
+    bool graph = strcmp(timing, "graph") == 0;
+    if (!graph && strcmp(timing, "measured") != 0) {
+        fprintf(stderr, "salus51: --timing is measured or graph\n");
+        return 2;
+    }
+    if (graph && (rc = sl_eval_workloads_compute(w, &n_w, gpu)) != SL_OK) {
+        fprintf(stderr, "salus51: cannot compute profiles on %s: %s\n", gpu->name, sl_strerror(rc));
+        return 1;
+    }
     sl_eval_job_spec *jobs = sl_calloc(n_jobs, sizeof *jobs);
     if (!jobs || sl_eval_trace_salus(w, n_w, n_jobs, interarrival_s, seed, jobs) != SL_OK) {
         fprintf(stderr, "salus51: cannot build the trace\n");
@@ -144,9 +159,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n_jobs; i++)
         solo += (double) (jobs[i].iterations * jobs[i].iteration_ns);
     printf("trace: %zu jobs from %zu Salus workloads, Poisson arrivals every %.0f s on average, "
-           "seed %llu; %.1f GPU-hours of work running alone; one %s (%.1f GiB)\n",
+           "seed %llu; %.1f GPU-hours of work running alone; one %s (%.1f GiB); iteration times "
+           "%s\n",
            n_jobs, n_w, interarrival_s, (unsigned long long) seed, solo / 3.6e12, gpu->name,
-           (double) gpu->capacity / (1u << 30));
+           (double) gpu->capacity / (1u << 30),
+           graph ? "computed from the op lists on this GPU" : "measured on P100 (Salus artifact)");
     printf("%-5s %-8s %12s %14s %12s %12s %9s %8s %5s\n", "policy", "variant", "makespan_min",
            "avg_queue_min", "avg_jct_min", "p95_jct_min", "switches", "admitted", "lanes");
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;

@@ -2,6 +2,7 @@
  * (workload.h). */
 #include "workload.h"
 
+#include "graphs.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -83,6 +84,7 @@ static int parse_row(char *line, sl_eval_workload *w)
     w->length_min = length_class(w->jct_s);
     uint64_t params = sl_eval_model_params(w->model);
     uint64_t peak = (uint64_t) (peak_mb * 1048576.0);
+    w->peak_bytes = peak;
     w->persistent_bytes = params * 4;
     if (!params || peak <= w->persistent_bytes)
         return SL_EINVAL;
@@ -139,6 +141,32 @@ int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n_o
     }
     *out = w;
     *n_out = n;
+    return SL_OK;
+}
+
+int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (!sl_eval_graph_known(w[i].model))
+            continue;
+        sl_eval_timeline t;
+        int rc = sl_eval_timeline_build(w[i].model, w[i].batch, p, &t);
+        if (rc != SL_OK)
+            return rc;
+        sl_eval_workload c = w[i];
+        c.iteration_ns = t.iteration_ns;
+        c.persistent_bytes = t.params * 4;
+        c.computed = true;
+        sl_eval_timeline_fini(&t);
+        if (c.peak_bytes <= c.persistent_bytes)
+            return SL_EINVAL;
+        c.ephemeral_bytes = c.peak_bytes - c.persistent_bytes;
+        w[kept++] = c;
+    }
+    if (kept == 0)
+        return SL_EINVAL;
+    *n = kept;
     return SL_OK;
 }
 

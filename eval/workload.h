@@ -11,13 +11,16 @@
  *   optimizer is plain SGD, which keeps no per-parameter state); derived;
  * - ephemeral_bytes: peak_mb (MiB) - persistent_bytes: everything else at
  *   the peak is what one iteration creates; derived.
- * Computing profiles from graphs built with the nn helpers on another GPU
- * profile is the next step (eval/README.md). */
+ * sl_eval_workloads_compute replaces the measured timing with one computed
+ * from the model's op list (eval/graphs.h) on any sim profile, for the
+ * models whose op set allows it. */
 #ifndef SL_EVAL_WORKLOAD_H
 #define SL_EVAL_WORKLOAD_H
 
 #include "sim.h"
+#include "sim/profiles.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +34,8 @@ typedef struct sl_eval_workload {
     uint64_t iteration_ns;
     uint64_t persistent_bytes;
     uint64_t ephemeral_bytes;
+    uint64_t peak_bytes; /* measured peak_mb, in bytes */
+    bool computed;       /* iteration_ns and persistent_bytes from the op list */
 } sl_eval_workload;
 
 /* Reads the Salus workload CSV at path. On success *out (sl_free) holds *n
@@ -39,6 +44,18 @@ typedef struct sl_eval_workload {
  * batch without a 10-minute row, a peak below the parameters), SL_ENOMEM.
  * Reads a file; does not block otherwise. */
 int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
+
+/* Computed profiles on profile p: keeps the workloads whose model
+ * eval/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
+ * rows), in order, and for each sets iteration_ns to the modeled time of
+ * one training iteration on p at the row's batch, persistent_bytes to the
+ * op list's parameters x 4 bytes, ephemeral_bytes to the measured peak
+ * minus that, and computed. iterations stay the measured ones (a job is a
+ * number of iterations; its length follows the GPU). *n is updated.
+ * Errors: SL_EINVAL (no workload left, a peak below the parameters),
+ * SL_EUNSUPPORTED, SL_ENOMEM (graphs.h); on error w may be partly
+ * rewritten. */
+int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p);
 
 /* Published parameter count of a model of the CSV ("vgg16"); 0 if unknown. */
 uint64_t sl_eval_model_params(const char *model);

@@ -65,6 +65,37 @@ static void test_profiles(void **state)
     assert_int_equal(classes[10], 33);
 }
 
+/* Computed profiles: the rows the op lists cover, each within the sim
+ * model's goal (0.7..1.3, bench/sim_models) of the measured P100 time, and
+ * parameters that match the published counts within 2 %. */
+static void test_computed_profiles(void **state)
+{
+    (void) state;
+    const sl_sim_profile *p;
+    assert_sl_ok(sl_sim_profile_find("p100", &p));
+    sl_eval_workload *c = sl_calloc(n_workloads, sizeof *c);
+    assert_non_null(c);
+    memcpy(c, workloads, n_workloads * sizeof *c);
+    size_t n = n_workloads;
+    assert_sl_ok(sl_eval_workloads_compute(c, &n, p));
+    assert_int_equal(n, 54);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(c[i].computed);
+        const sl_eval_workload *m = NULL;
+        for (size_t k = 0; k < n_workloads && !m; k++)
+            if (strcmp(workloads[k].name, c[i].name) == 0 && workloads[k].jct_s == c[i].jct_s)
+                m = &workloads[k];
+        assert_non_null(m);
+        double ratio = (double) c[i].iteration_ns / (double) m->iteration_ns;
+        assert_true(ratio > 0.7 && ratio < 1.3);
+        double params = (double) c[i].persistent_bytes / (double) m->persistent_bytes;
+        assert_true(params > 0.98 && params < 1.02);
+        assert_int_equal(c[i].persistent_bytes + c[i].ephemeral_bytes, c[i].peak_bytes);
+        assert_int_equal(c[i].iterations, m->iterations);
+    }
+    sl_free(c);
+}
+
 static void test_deterministic(void **state)
 {
     (void) state;
@@ -230,11 +261,9 @@ static void test_refused_and_invalid(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_profiles),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_all_complete),
-        cmocka_unit_test(test_refused_and_invalid),
+        cmocka_unit_test(test_profiles),      cmocka_unit_test(test_computed_profiles),
+        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_all_complete),  cmocka_unit_test(test_refused_and_invalid),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }
