@@ -59,6 +59,8 @@ typedef struct gpu {
     uint64_t event_t;   /* when that event fires; UINT64_MAX = none */
     sim_job *done_head; /* departures collected by the device, in order */
     sim_job **done_tail;
+    uint64_t synced_ns; /* the device's state time, for busy accounting */
+    uint64_t busy_ns;   /* time with at least one iteration on the device */
     lane_rec *lanes;
     uint32_t n_lane_recs;
     uint32_t n_jobs; /* placed and not finished */
@@ -141,6 +143,13 @@ static void collect_done(void *arg, sl_sim_ps_job *psj)
  * other events does not move time). */
 static void device_sync(gpu *g, uint64_t now)
 {
+    /* every departure is a sync (its event, or an earlier one that saw it
+     * due), so the device was busy for all of (synced, now] or for none */
+    if (now > g->synced_ns) {
+        if (g->ps.n_active > 0)
+            g->busy_ns += now - g->synced_ns;
+        g->synced_ns = now;
+    }
     (void) sl_sim_ps_advance(&g->ps, now, collect_done, g);
 }
 
@@ -477,6 +486,8 @@ static int summarise(sim *s)
         sum->median_jct_ns = jcts[(n + 1) / 2 - 1];
     }
     sl_free(jcts);
+    for (unsigned i = 0; i < s->cfg->n_gpus; i++)
+        sum->gpu_busy_ns += s->gpus[i].busy_ns;
     return SL_OK;
 }
 

@@ -128,6 +128,7 @@ typedef struct sl_eval_summary {
     uint64_t max_held_bytes;    /* most memory held on one GPU at once (persistent reserved +
                                  * lanes + framework) */
     uint64_t capacity_bytes;    /* what salusd manages on one GPU */
+    uint64_t gpu_busy_ns;       /* summed over GPUs: time with an iteration on the device */
     uint32_t max_admitted;      /* most sessions admitted on one GPU at once */
     uint32_t max_lanes;         /* most lanes on one GPU at once */
     uint64_t memory_violations; /* held > capacity, or sl_mem_check failed (check_memory) */

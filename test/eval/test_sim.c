@@ -216,6 +216,16 @@ static void test_all_complete(void **state)
             assert_int_equal(sum.refused, 0);
             assert_int_equal(sum.memory_violations, 0);
             assert_true(sum.max_held_bytes <= sum.capacity_bytes);
+            /* the device does every job's solo work, at one unit of work
+             * per unit of busy time (processor sharing gives no speed-up),
+             * and is never busy longer than the makespan allows */
+            uint64_t work = 0;
+            for (size_t i = 0; i < N_JOBS; i++)
+                work += res[i].solo_ns;
+            /* departures are rounded to whole ns: a few per iteration */
+            assert_true(sum.gpu_busy_ns + 4 * sum.iterations >= work);
+            assert_true(sum.gpu_busy_ns <= work + 4 * sum.iterations);
+            assert_true(sum.gpu_busy_ns <= (uint64_t) gpus * sum.makespan_ns);
             for (size_t i = 0; i < N_JOBS; i++) {
                 assert_true(res[i].completed);
                 assert_int_equal(res[i].iterations, jobs[i].iterations);
