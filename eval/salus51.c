@@ -4,6 +4,7 @@
  *
  *   salus51 [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X]
  *           [--gpu PROFILE] [--timing measured|graph] [--json FILE]
+ *           [--jobs-csv FILE]
  *
  * --timing measured (default): the Salus artifact's P100 iteration times;
  * --gpu then changes only the memory. --timing graph: the rows whose model
@@ -89,16 +90,21 @@ static const char *const policies[] = {"fifo", "srtf", "pack", "fair"};
 
 int main(int argc, char **argv)
 {
-    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured";
+    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured",
+               *jobs_csv = NULL;
     size_t n_jobs = 100;
     uint64_t seed = 1;
     double interarrival_s = 120;
-    static const struct option longopts[] = {
-        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
-        {"seed", required_argument, NULL, 's'},   {"interarrival-s", required_argument, NULL, 'i'},
-        {"gpu", required_argument, NULL, 'g'},    {"json", required_argument, NULL, 'j'},
-        {"timing", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
+                                             {"jobs", required_argument, NULL, 'n'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"interarrival-s", required_argument, NULL, 'i'},
+                                             {"gpu", required_argument, NULL, 'g'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"timing", required_argument, NULL, 't'},
+                                             {"jobs-csv", required_argument, NULL, 'o'},
+                                             {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -121,10 +127,13 @@ int main(int argc, char **argv)
         case 't':
             timing = optarg;
             break;
+        case 'o':
+            jobs_csv = optarg;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] "
-                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE]\n",
+                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE] [--jobs-csv FILE]\n",
                     argv[0]);
             return 2;
         }
@@ -172,6 +181,15 @@ int main(int argc, char **argv)
                 "{\n  \"bench\": \"eval_jct\", \"jobs\": %zu, \"seed\": %llu, "
                 "\"interarrival_s\": %.3f, \"gpu\": \"%s\",\n  \"runs\": [\n",
                 n_jobs, (unsigned long long) seed, interarrival_s, gpu->name);
+    sl_eval_job_result *res = sl_calloc(n_jobs, sizeof *res);
+    FILE *cf = jobs_csv ? fopen(jobs_csv, "w") : NULL;
+    if (!res || (jobs_csv && !cf)) {
+        fprintf(stderr, "salus51: cannot allocate results or open %s\n", jobs_csv);
+        return 1;
+    }
+    if (cf)
+        fprintf(cf, "policy,variant,job,workload,arrival_s,admitted_s,start_s,finish_s,jct_s,"
+                    "solo_s\n");
     double avg[2][N_POLICIES];
     for (int variant = 0; variant < 2; variant++) {
         for (int p = 0; p < N_POLICIES; p++) {
@@ -180,13 +198,20 @@ int main(int argc, char **argv)
             if (variant == 0)
                 cfg.spread_set = true; /* --spread-limit 0 */
             sl_eval_summary sum;
-            rc = sl_eval_run(&cfg, jobs, n_jobs, NULL, &sum);
+            rc = sl_eval_run(&cfg, jobs, n_jobs, res, &sum);
             if (rc != SL_OK) {
                 fprintf(stderr, "salus51: %s: %s\n", policies[p], sl_strerror(rc));
                 return 1;
             }
             const char *vname = variant == 0 ? "paper" : "salus";
             avg[variant][p] = sum.avg_jct_ns / 6e10;
+            for (size_t i = 0; cf && i < n_jobs; i++)
+                fprintf(cf, "%s,%s,%llu,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", policies[p], vname,
+                        (unsigned long long) res[i].id, w[res[i].workload].name,
+                        (double) res[i].arrival_ns / 1e9, (double) res[i].admitted_ns / 1e9,
+                        (double) res[i].start_ns / 1e9, (double) res[i].finish_ns / 1e9,
+                        (double) (res[i].finish_ns - res[i].arrival_ns) / 1e9,
+                        (double) res[i].solo_ns / 1e9);
             printf("%-6s %-8s %12.1f %14.1f %12.1f %12.1f %9llu %8u %5u%s\n", policies[p], vname,
                    (double) sum.makespan_ns / 6e10, sum.avg_queue_ns / 6e10, avg[variant][p],
                    (double) sum.p95_jct_ns / 6e10, (unsigned long long) sum.lane_switches,
@@ -206,6 +231,9 @@ int main(int argc, char **argv)
         fprintf(jf, "  ]\n}\n");
         fclose(jf);
     }
+    if (cf)
+        fclose(cf);
+    sl_free(res);
     double bf = bound_fcfs_min(jobs, n_jobs), bs = bound_srpt_min(jobs, n_jobs);
     printf("reference (one server, whole jobs, no memory limit): fcfs avg_jct_min %.1f, srpt "
            "avg_jct_min %.1f, ratio %.2f\n",
