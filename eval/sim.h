@@ -124,7 +124,7 @@ typedef struct sl_eval_summary {
     uint64_t median_jct_ns;     /* nearest-rank 50th percentile */
     uint64_t events;            /* events processed */
     uint64_t iterations;        /* iterations completed */
-    uint64_t lane_switches;     /* sum over lanes of sl_sched_lane_switches */
+    uint64_t lane_switches;     /* sum over jobs of times it took a lane from another job */
     uint64_t max_held_bytes;    /* most memory held on one GPU at once (persistent reserved +
                                  * lanes + framework) */
     uint64_t capacity_bytes;    /* what salusd manages on one GPU */
