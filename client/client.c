@@ -9,9 +9,13 @@
 #include <errno.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
+#include <nng/transport/ipc/ipc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The three spellings of a status code are one set of numbers: the wire's
@@ -59,12 +63,15 @@ const char *salus_default_url(void)
     static char url[512];
     const char *env = getenv("SALUS_URL");
     const char *dir = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
     if (env && *env)
         snprintf(url, sizeof url, "%s", env);
-    else if (dir && *dir)
-        snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
+    else if (dir && *dir &&
+             (size_t) snprintf(url, sizeof url, "ipc://%s/salus/salus.sock", dir) < sizeof url &&
+             stat(url + 6, &st) == 0)
+        ; /* the user's own salusd */
     else
-        snprintf(url, sizeof url, "ipc:///tmp/salus-%u.sock", (unsigned) getuid());
+        snprintf(url, sizeof url, "ipc:///run/salus/salus.sock");
     return url;
 }
 
@@ -194,11 +201,53 @@ static int session_call_no_body(salus_session *s, Salus__Request *req)
     return rc;
 }
 
+/* Whether an ipc:// server of uid may be trusted with our requests: root,
+ * ourselves, the one SALUS_SERVER_UID names, or the owner of the socket's
+ * directory when root made that directory for it (dir_uid). */
+static bool server_trusted(const salus_client *c, uint64_t uid)
+{
+    return uid == 0 || uid == (uint64_t) getuid() || uid == (uint64_t) geteuid() ||
+           uid == c->trusted_uid || (c->dir_uid >= 0 && uid == (uint64_t) c->dir_uid);
+}
+
+/* The owner of the directory of ipc:// socket path when only root can have
+ * given it that directory: the directory is not writable by others, and its
+ * parent belongs to root and is not writable by others either (as for
+ * `install -d -o salus /run/salus`, salusd --user salus). No other user can
+ * create such a directory, so a server running as its owner was put there
+ * by root. -1 when that does not hold (e.g. a directory made in /tmp). */
+static int64_t socket_dir_owner(const char *path)
+{
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path || (size_t) (slash - path) >= sizeof dir)
+        return -1;
+    snprintf(dir, sizeof dir, "%.*s", (int) (slash - path), path);
+    if (!realpath(dir, real))
+        return -1;
+    struct stat st, up;
+    char *last = strrchr(real, '/');
+    if (!last || last == real || lstat(real, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        (st.st_mode & 022))
+        return -1;
+    *last = '\0';
+    if (lstat(real, &up) != 0 || !S_ISDIR(up.st_mode) || up.st_uid != 0 || (up.st_mode & 022))
+        return -1;
+    return (int64_t) st.st_uid;
+}
+
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     salus_client *c = arg;
-    (void) p;
-    if (ev == NNG_PIPE_EV_ADD_POST) {
+    if (ev == NNG_PIPE_EV_ADD_PRE) {
+        uint64_t uid = INT64_MAX; /* unknown */
+        /* refused before the pipe is used: no request reaches an impostor */
+        if (c->check_uid &&
+            (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0 || !server_trusted(c, uid))) {
+            atomic_store(&c->refused_uid, (int64_t) (uid & INT64_MAX));
+            nng_pipe_close(p);
+        }
+    } else if (ev == NNG_PIPE_EV_ADD_POST) {
         atomic_fetch_add(&c->pipes, 1);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_fetch_sub(&c->pipes, 1);
@@ -353,6 +402,21 @@ static nng_duration connect_timeout_ms(void)
     return (nng_duration) v;
 }
 
+/* rc, or SL_EPERM with the reason when the server's uid was refused. */
+static int refused_server(salus_client *c, const char *url, int rc)
+{
+    int64_t refused = atomic_load(&c->refused_uid);
+    if (refused < 0)
+        return rc;
+    snprintf(connect_error, sizeof connect_error,
+             "refusing salusd at %.200s: it runs as uid %lld, not root, you (uid %u) or the "
+             "owner of a socket folder root made; another "
+             "user may have taken the socket path. If you trust that user, set "
+             "SALUS_SERVER_UID=%lld",
+             url, (long long) refused, (unsigned) getuid(), (long long) refused);
+    return SL_EPERM;
+}
+
 int salus_connect(const char *url, salus_client **out)
 {
     connect_error[0] = '\0';
@@ -377,6 +441,27 @@ int salus_connect(const char *url, salus_client **out)
     (void) nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     if ((rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0 || (rv = nng_ctx_open(&c->ctx, c->sock)))
         goto out_close;
+    atomic_store(&c->refused_uid, -1);
+    c->trusted_uid = 0;
+    c->dir_uid = -1;
+    if (strncmp(url, "ipc://", 6) == 0) {
+        c->check_uid = true;
+        c->dir_uid = socket_dir_owner(url + 6);
+        const char *trust = getenv("SALUS_SERVER_UID");
+        char *end;
+        if (trust && *trust) {
+            errno = 0;
+            unsigned long long v = strtoull(trust, &end, 10);
+            if (errno || *end || trust[0] == '-') {
+                snprintf(connect_error, sizeof connect_error, "SALUS_SERVER_UID=%.64s is not a uid",
+                         trust);
+                close_client(c);
+                return SL_EINVAL;
+            }
+            c->trusted_uid = v;
+        }
+    }
+    (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, pipe_event, c);
     (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
     (void) nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
     (void) nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, SL_CLIENT_MAX_MSG);
@@ -386,7 +471,8 @@ int salus_connect(const char *url, salus_client **out)
         (size_t) snprintf(c->fd_path, sizeof c->fd_path, "%s.fd", url + 6) >= sizeof c->fd_path)
         c->local = false; /* no room for the descriptor socket's path */
     int rc = dial(c, url);
-    if (rc) {
+    if (rc || atomic_load(&c->refused_uid) >= 0) {
+        rc = refused_server(c, url, rc);
         close_client(c);
         return rc;
     }
@@ -401,9 +487,29 @@ int salus_connect(const char *url, salus_client **out)
     /* a server that accepted the connection but never answers must not
      * hold the caller forever; later calls wait as long as they take */
     nng_duration timeout = connect_timeout_ms();
-    nng_aio_set_timeout(c->aio, timeout);
-    rc = sl_client_call(c, &req, &rep);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t start_ms = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000, waited = 0;
+    /* a connection dropped during the handshake (a listener salusd was
+     * replacing at that moment closes the connections it could not serve)
+     * is retried while the dialer reconnects, briefly */
+    for (;;) {
+        nng_aio_set_timeout(c->aio, timeout - (nng_duration) waited);
+        rc = sl_client_call(c, &req, &rep);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        waited = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - start_ms;
+        if (rc != SL_ECONN || atomic_load(&c->refused_uid) >= 0 ||
+            waited + SL_CLIENT_RETRY_MS >= (int64_t) timeout || waited >= SL_CLIENT_RETRY_WINDOW_MS)
+            break;
+        struct timespec nap = {0, SL_CLIENT_RETRY_MS * 1000000L};
+        nanosleep(&nap, NULL);
+    }
     nng_aio_set_timeout(c->aio, NNG_DURATION_DEFAULT);
+    if (rc && atomic_load(&c->refused_uid) >= 0) {
+        rc = refused_server(c, url, rc);
+        close_client(c);
+        return rc;
+    }
     if (rc == SL_ETIMEDOUT)
         snprintf(c->last_error, sizeof c->last_error,
                  "salusd at %.400s did not answer within %d ms (SALUS_CONNECT_TIMEOUT_MS)", url,

@@ -25,6 +25,12 @@
  * listener watchdog takes to replace a listener NNG 1.5 stopped (about 5 s,
  * more under load), so a client arriving then waits instead of failing. */
 #define SL_CLIENT_CONNECT_TIMEOUT_MS 15000
+/* salus_connect retries a handshake whose connection dropped, every
+ * SL_CLIENT_RETRY_MS for at most SL_CLIENT_RETRY_WINDOW_MS (the dialer
+ * reconnects after 100 ms): long enough for salusd to replace a listener,
+ * short enough that a server refusing us is reported soon. */
+#define SL_CLIENT_RETRY_MS 50
+#define SL_CLIENT_RETRY_WINDOW_MS 3000
 
 struct salus_client {
     nng_socket sock;
@@ -35,6 +41,12 @@ struct salus_client {
     salus_session *sessions;       /* open session handles, detached on disconnect */
     atomic_int pipes;              /* live connections to the server */
     atomic_int lost;               /* a connection dropped while a request was out */
+    /* ipc://: the uids a server may run as besides root and ours, and the
+     * uid of the last server refused (-1: none) */
+    bool check_uid;
+    uint64_t trusted_uid;
+    int64_t dir_uid; /* owner of a socket directory root made (client.c), or -1 */
+    _Atomic int64_t refused_uid;
     uint64_t seq;
     uint64_t max_message; /* the server's (HelloReply), 0: unknown, send anything */
     bool local;           /* over ipc:// with shared memory allowed (SALUS_SHM != 0) */

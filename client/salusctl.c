@@ -64,8 +64,8 @@ int main(int argc, char **argv)
     salus_client *c;
     int rc = salus_connect(url, &c);
     if (rc) {
-        fprintf(stderr, "salusctl: cannot connect to %s: %s\n", url ? url : salus_default_url(),
-                salus_strerror(rc));
+        fprintf(stderr, "salusctl: cannot connect to %s: %s (%s)\n",
+                url ? url : salus_default_url(), salus_strerror(rc), salus_last_error(NULL));
         return 1;
     }
     if (strcmp(cmd, "status") == 0) {

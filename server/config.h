@@ -26,12 +26,18 @@
 /* Host memory a session's graphs and tensors may hold (graph.h): about ten
  * graphs of the largest size allowed, thousands of a typical model's. */
 #define SL_DEFAULT_SESSION_METADATA (64ull << 20)
+/* A connection without a session that completes no request for this long
+ * is closed (transport.c: it may hold a partial message's memory). */
+#define SL_DEFAULT_IDLE_TIMEOUT_MS 15000
+/* ipc:// connections one uid other than root and salusd's may hold. */
+#define SL_DEFAULT_MAX_CONNS_PER_USER 64
 
 /* Defaults for every field; fill cfg.listen before starting. */
 #define SL_CONFIG_DEFAULTS                                                                         \
     {                                                                                              \
         .device = "cpu", .policy = "fair", .contexts = 256, .max_message = SL_DEFAULT_MAX_MESSAGE, \
-        .ipc_mode = 0600                                                                           \
+        .ipc_mode = 0600, .idle_timeout_ms = SL_DEFAULT_IDLE_TIMEOUT_MS,                           \
+        .max_conns_per_user = SL_DEFAULT_MAX_CONNS_PER_USER                                        \
     }
 
 typedef struct sl_config {
@@ -72,10 +78,13 @@ typedef struct sl_config {
     uint64_t shm_session_bytes;       /* shared memory one session may map */
     uint64_t shm_total_bytes;         /* shared memory all sessions may map */
     /* network security (transport.c) */
-    bool allow_plain_tcp; /* tcp:// and ws:// listeners allowed (trusted networks) */
-    const char *tls_cert; /* PEM certificate (chain) of tls+tcp:// listeners */
-    const char *tls_key;  /* its PEM private key */
-    const char *tls_ca;   /* PEM CAs: when set, clients must present a cert they sign */
+    bool allow_plain_tcp;        /* tcp:// and ws:// listeners allowed (trusted networks) */
+    const char *tls_cert;        /* PEM certificate (chain) of tls+tcp:// listeners */
+    const char *tls_key;         /* its PEM private key */
+    const char *tls_ca;          /* PEM CAs: when set, clients must present a cert they sign */
+    bool tls_allow_anonymous;    /* tls+tcp:// without --tls-ca: clients need no certificate */
+    uint64_t idle_timeout_ms;    /* close sessionless connections idle this long; 0 = never */
+    uint32_t max_conns_per_user; /* ipc:// connections per uid; 0 = no limit */
     /* rights (tenants.h): listen[i] is an operator listener when
      * listen_operator[i]; its TLS clients must present a certificate that
      * operator_tls_ca signs, and are then operators */
@@ -85,9 +94,11 @@ typedef struct sl_config {
     sl_limit_rule limit_rules[SL_MAX_LIMIT_RULES]; /* --user-limits, in order */
     int n_limit_rules;
     /* privileges (privileges.h), applied by salusd's main */
-    const char *run_user;   /* --user: switch to it after start-up */
-    const char *run_group;  /* --group (default: the user's) */
-    bool allow_root;        /* --allow-root: stay root, without capabilities */
+    const char *run_user;  /* --user: switch to it after start-up */
+    const char *run_group; /* --group (default: the user's) */
+    bool allow_root;       /* --allow-root: stay root, without capabilities */
+    bool run_uid_set;      /* run_uid: the uid --user resolved to (set by main) */
+    uint32_t run_uid;
     const char *fault_file; /* fault commands read on SIGUSR1 (fault.c) */
     /* called once (fault thread; must not block) when a lost device cannot
      * be reset; NULL: session requests get NO_DEVICE from then on. salusd's

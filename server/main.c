@@ -26,8 +26,12 @@ static void usage(FILE *f)
             "iteration at a time; salusd keeps their state resident and schedules them.\n"
             "\n"
             "  -l, --listen URL        listen on URL (repeatable): ipc:///path, tcp://host:port,\n"
-            "                          tls+tcp://... (default: ipc://$XDG_RUNTIME_DIR/salus.sock,\n"
-            "                          or ipc:///tmp/salus-$UID.sock)\n"
+            "                          tls+tcp://... (default: $SALUS_URL, else\n"
+            "                          ipc://$XDG_RUNTIME_DIR/salus/salus.sock, else for root\n"
+            "                          ipc:///run/salus/salus.sock). An ipc:// socket's directory\n"
+            "                          and every one above it must belong to root or salusd's\n"
+            "                          user and not be writable by others (a missing last one\n"
+            "                          is created)\n"
             "  -d, --device SPEC       cpu | cuda[:N] | sim:PROFILE[:N] (default: cpu)\n"
             "  -m, --memory-limit SIZE device memory salus may use, e.g. 2G, 512M (default:\n"
             "                          what the device reports, minus 5%%)\n"
@@ -85,7 +89,14 @@ static void usage(FILE *f)
             "      --tls-cert FILE     PEM certificate (chain) for tls+tcp:// listeners\n"
             "      --tls-key FILE      its PEM private key\n"
             "      --tls-ca FILE       PEM CA(s): tls+tcp:// clients must present a certificate\n"
-            "                          they signed (default: no client certificates)\n"
+            "                          they signed; required for tls+tcp:// unless\n"
+            "      --tls-allow-anonymous  tls+tcp:// clients need no certificate (anyone who can\n"
+            "                          reach the port can use salusd)\n"
+            "      --idle-timeout SEC  close a connection that holds no session and completed\n"
+            "                          no request for SEC seconds (a stalled partial message\n"
+            "                          holds up to --max-message); 0 = never (default: %d)\n"
+            "      --max-connections-per-user N  ipc:// connections one uid other than root\n"
+            "                          and salusd's may hold; 0 = no limit (default: %d)\n"
             "      --allow-plain-tcp   allow tcp:// listeners (no encryption, no authentication:\n"
             "                          trusted networks only); refused without it\n"
             "\n"
@@ -146,6 +157,7 @@ static void usage(FILE *f)
             "quarter of\n"
             "the host's memory in graphs and tensors, and 768M of decoded requests.\n",
             sl_sched_policy_names(), SL_DEFAULT_MAX_SESSIONS, SL_DEFAULT_MAX_TENSORS,
+            SL_DEFAULT_IDLE_TIMEOUT_MS / 1000, SL_DEFAULT_MAX_CONNS_PER_USER,
             SL_TENANT_DEFAULT_PRIORITY, SL_TENANT_DEFAULT_WEIGHT, SL_TENANT_DEFAULT_SESSIONS_DIV);
 }
 
@@ -190,9 +202,14 @@ static int check_security(const sl_config *cfg)
         fprintf(stderr, "salusd: tls+tcp:// listeners need --tls-cert FILE and --tls-key FILE\n");
         return 2;
     }
-    if (!tls && (cfg->tls_cert || cfg->tls_key || cfg->tls_ca)) {
-        fprintf(stderr, "salusd: --tls-cert/--tls-key/--tls-ca given without a tls+tcp:// "
-                        "listener\n");
+    if (tls && !cfg->tls_ca && !cfg->tls_allow_anonymous) {
+        fprintf(stderr, "salusd: tls+tcp:// listeners need --tls-ca FILE (clients must present a "
+                        "certificate it signed), or --tls-allow-anonymous to let any client in\n");
+        return 2;
+    }
+    if (!tls && (cfg->tls_cert || cfg->tls_key || cfg->tls_ca || cfg->tls_allow_anonymous)) {
+        fprintf(stderr, "salusd: --tls-cert/--tls-key/--tls-ca/--tls-allow-anonymous given "
+                        "without a tls+tcp:// listener\n");
         return 2;
     }
     if (cfg->fault_file && strncmp(cfg->device, "sim:", 4) != 0) {
@@ -224,6 +241,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_TLSCERT,
         OPT_TLSKEY,
         OPT_TLSCA,
+        OPT_TLSANON,
+        OPT_IDLE,
+        OPT_MAXCONNS,
         OPT_PLAINTCP,
         OPT_FAULT,
         OPT_NO_EXCLUSIVE,
@@ -264,6 +284,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"tls-cert", required_argument, NULL, OPT_TLSCERT},
         {"tls-key", required_argument, NULL, OPT_TLSKEY},
         {"tls-ca", required_argument, NULL, OPT_TLSCA},
+        {"tls-allow-anonymous", no_argument, NULL, OPT_TLSANON},
+        {"idle-timeout", required_argument, NULL, OPT_IDLE},
+        {"max-connections-per-user", required_argument, NULL, OPT_MAXCONNS},
         {"allow-plain-tcp", no_argument, NULL, OPT_PLAINTCP},
         {"fault-inject", required_argument, NULL, OPT_FAULT},
         {"no-exclusive-lanes", no_argument, NULL, OPT_NO_EXCLUSIVE},
@@ -451,6 +474,27 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         case OPT_TLSCA:
             cfg->tls_ca = optarg;
             break;
+        case OPT_TLSANON:
+            cfg->tls_allow_anonymous = true;
+            break;
+        case OPT_IDLE: {
+            long sec = strtol(optarg, &end, 10);
+            if (*end || sec < 0 || sec > 86400) {
+                fprintf(stderr, "salusd: --idle-timeout takes 0..86400 seconds\n");
+                return 2;
+            }
+            cfg->idle_timeout_ms = (uint64_t) sec * 1000;
+            break;
+        }
+        case OPT_MAXCONNS: {
+            long n = strtol(optarg, &end, 10);
+            if (*end || n < 0 || n > (1l << 20)) {
+                fprintf(stderr, "salusd: --max-connections-per-user takes 0..2^20\n");
+                return 2;
+            }
+            cfg->max_conns_per_user = (uint32_t) n;
+            break;
+        }
         case OPT_PLAINTCP:
             cfg->allow_plain_tcp = true;
             break;
@@ -484,8 +528,17 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         fprintf(stderr, "salusd: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!cfg->n_listen)
+    if (!cfg->n_listen) {
+        if (!default_url[0][0]) {
+            fprintf(stderr,
+                    "salusd: no private place for the default socket: XDG_RUNTIME_DIR is unset "
+                    "and salusd does not run as root (whose default is /run/salus). Set "
+                    "XDG_RUNTIME_DIR (a login session does), or pass --listen "
+                    "ipc:///DIR/salus.sock with DIR a directory only you can write.\n");
+            return 2;
+        }
         cfg->listen[cfg->n_listen++] = default_url[0];
+    }
     if (!sl_sched_policy_find(cfg->policy)) {
         fprintf(stderr, "salusd: unknown policy '%s' (known: %s)\n", cfg->policy,
                 sl_sched_policy_names());
@@ -494,15 +547,21 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
     return check_security(cfg);
 }
 
+/* SALUS_URL, else a socket in a directory of salusd's user's own: the
+ * user's runtime directory, or /run/salus for root (a system service).
+ * Empty when there is none: a shared directory such as /tmp would let
+ * another user take the name first. */
 static void default_listen_url(char *buf, size_t len)
 {
     const char *env = getenv("SALUS_URL"), *dir = getenv("XDG_RUNTIME_DIR");
     if (env && *env)
         snprintf(buf, len, "%s", env);
     else if (dir && *dir)
-        snprintf(buf, len, "ipc://%s/salus.sock", dir);
+        snprintf(buf, len, "ipc://%s/salus/salus.sock", dir);
+    else if (geteuid() == 0)
+        snprintf(buf, len, "ipc:///run/salus/salus.sock");
     else
-        snprintf(buf, len, "ipc:///tmp/salus-%u.sock", (unsigned) getuid());
+        buf[0] = '\0';
 }
 
 /* Before start-up: who salusd will run as (*as, when it switches), or the
@@ -594,6 +653,9 @@ int main(int argc, char **argv)
     bool do_switch;
     if ((rc = privileges_before(&srv.cfg, &run_as, &do_switch)) >= 0)
         return rc;
+    /* the socket's folder may be the user's salusd becomes */
+    srv.cfg.run_uid_set = do_switch;
+    srv.cfg.run_uid = do_switch ? (uint32_t) run_as.uid : 0;
 
     /* every thread created from here on inherits the blocked set, so only
      * the main thread's sigwait sees these */

@@ -194,12 +194,17 @@ int sl_priv_switch_user(const sl_config *cfg, const sl_run_as *as, char *why, si
         char *slash = strrchr(dir, '/');
         if (slash)
             *(slash == dir ? slash + 1 : slash) = '\0';
-        if (access(slash ? dir : ".", W_OK | X_OK) != 0)
-            sl_log_warn("srv.user",
-                        "%s is not writable by %s: its socket file will be left behind at exit "
-                        "and cannot be replaced if NNG stops accepting; give the user a folder "
-                        "of its own (e.g. /run/salus)",
-                        slash ? dir : ".", as->user);
+        /* NNG 1.5.2 stops an ipc:// listener whenever a peer hangs up in
+         * its handshake (clients closing do); the watchdog then binds a
+         * fresh one in this folder, which must therefore be the user's */
+        if (access(slash ? dir : ".", W_OK | X_OK) != 0) {
+            snprintf(why, why_len,
+                     "%s is not writable by %s: salusd could not replace its socket there (nor "
+                     "remove it at exit); give the user a folder of its own (e.g. install -d -o "
+                     "%s /run/salus)",
+                     slash ? dir : ".", as->user, as->user);
+            return SL_EPERM;
+        }
     }
     sl_log_info("srv.user", "running as uid %u gid %u (%s), no capabilities", (unsigned) as->uid,
                 (unsigned) as->gid, as->user);

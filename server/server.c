@@ -116,6 +116,16 @@ bool sl_server_fini(sl_server *srv)
     return closed;
 }
 
+/* The transport's question before it closes an idle connection. */
+static bool pipe_holds(void *arg, uint32_t pipe_id)
+{
+    sl_server *srv = arg;
+    pthread_mutex_lock(&srv->lock);
+    bool holds = sl_sessions_pipe_holds(&srv->sessions, pipe_id);
+    pthread_mutex_unlock(&srv->lock);
+    return holds;
+}
+
 int sl_server_start(sl_server *srv)
 {
     int rc;
@@ -149,8 +159,10 @@ int sl_server_start(sl_server *srv)
                                 srv->cfg.shm_total_bytes)) != SL_OK)
         return rc;
     sl_sessions_init(&srv->sessions, &srv->cfg, &srv->exec, &srv->fault, srv->mem, &srv->shm);
-    const sl_transport_hooks th = {
-        .arg = srv, .request = sl_gate_request, .pipe_gone = sl_gate_pipe_gone};
+    const sl_transport_hooks th = {.arg = srv,
+                                   .request = sl_gate_request,
+                                   .pipe_gone = sl_gate_pipe_gone,
+                                   .pipe_holds = pipe_holds};
     if ((rc = sl_transport_start(&srv->cfg, &th, &srv->transport)) != SL_OK)
         return rc;
     /* after the ipc:// listeners: their paths are then known to be free */

@@ -575,6 +575,16 @@ void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)
     }
 }
 
+bool sl_sessions_pipe_holds(const sl_sessions *ss, uint32_t pipe_id)
+{
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v))
+        if (((const sl_session *) v)->pipe_id == pipe_id)
+            return true;
+    return false;
+}
+
 void sl_sessions_pipe_gone(sl_sessions *ss, uint32_t pipe_id, sl_outbox *box)
 {
     ss->gone_pipes[ss->gone_next++ % (sizeof ss->gone_pipes / sizeof ss->gone_pipes[0])] = pipe_id;

@@ -123,6 +123,9 @@ sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id);
 /* Queues a request on s (taking msg and r) and runs what can run now. */
 void sl_sessions_submit(sl_sessions *ss, sl_session *s, sl_req *req, Salus__Request *msg,
                         sl_reply *r, sl_outbox *box);
+/* Whether a session (open or waiting for admission) belongs to connection
+ * pipe_id. Caller holds the server lock. */
+bool sl_sessions_pipe_holds(const sl_sessions *ss, uint32_t pipe_id);
 /* Closes every session opened over connection pipe_id (it went away). */
 void sl_sessions_pipe_gone(sl_sessions *ss, uint32_t pipe_id, sl_outbox *box);
 /* A task of a session finished (the executor's done hook). */

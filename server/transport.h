@@ -23,6 +23,11 @@ typedef struct sl_transport_hooks {
     /* Connection pipe_id closed (after its last request was handed over).
      * Same thread rules. */
     void (*pipe_gone)(void *arg, uint32_t pipe_id);
+    /* Whether connection pipe_id holds state (an open or waiting session)
+     * and must not be closed for being idle. Runs on the watchdog thread;
+     * may take the server lock briefly, must not block otherwise. NULL:
+     * connections never hold state. */
+    bool (*pipe_holds)(void *arg, uint32_t pipe_id);
 } sl_transport_hooks;
 
 /* Opens the socket, the context pool and every listener of cfg (which must
@@ -67,6 +72,14 @@ bool sl_req_is_operator(const sl_req *req);
  * (tcp://, ws://, and their 4/6 variants): refused without
  * cfg.allow_plain_tcp. */
 bool sl_url_is_plain_network(const char *url);
+/* Checks that the directory of ipc:// socket sock_path (absolute) can be
+ * trusted: it and every directory above it belong to root or salusd's user
+ * (or the --user it will switch to) and cannot be written by others (above the socket's own
+ * directory a sticky one such as /tmp is fine). A missing socket directory is created (mode 0700,
+ * or 0711 when cfg ipc_mode lets others connect) inside a trusted one. Logs why and returns
+ * SL_EINVAL otherwise. */
+int sl_ipc_dir_check(const char *sock_path, const sl_config *cfg);
+
 /* Whether url is a TLS transport (tls+tcp://, wss://): needs cfg.tls_cert
  * and cfg.tls_key. */
 bool sl_url_is_tls(const char *url);

@@ -90,6 +90,8 @@ int sl_attack_as_tenant(int (*fn)(void *arg), void *arg, int timeout_s)
             fprintf(stderr, "attacker: cannot become uid %d: %s\n", SL_ATTACK_UID, strerror(errno));
             _exit(126);
         }
+        /* changing credentials cleared the parent-death signal */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         _exit(fn(arg) & 0xff);
     }
     return sl_test_wait(pid, timeout_s);
@@ -394,6 +396,26 @@ bool sl_attack_end(sl_attack *a, const char *detail)
            detail ? detail : "");
     fflush(stdout);
     return !*why;
+}
+
+void sl_attack_expect(sl_attack *a, bool ok, const char *what)
+{
+    if (!ok && !a->broken[0])
+        snprintf(a->broken, sizeof a->broken, "%s", what);
+}
+
+void sl_attack_tried(const char *name)
+{
+    printf("ATTACK %s tried\n", name);
+    fflush(stdout);
+}
+
+bool sl_attack_verdict(const char *name, const char *why, const char *detail)
+{
+    printf("ATTACK %s %s%s%s%s\n", name, why ? "BROKEN: " : "held", why ? why : "",
+           detail ? "; " : "", detail ? detail : "");
+    fflush(stdout);
+    return !why;
 }
 
 void sl_attack_skip(const char *name, const char *why)

@@ -80,6 +80,16 @@ bool sl_attack_log_has(const sl_attack *a, const char *text, char *copy, size_t 
  * Returns true when the attack was held; `detail` (may be NULL) is added to
  * the verdict line (what was tried, how many times). */
 bool sl_attack_end(sl_attack *a, const char *detail);
+/* Records, before sl_attack_end, that the attack got through in a way the
+ * frame cannot see (a file opened, a limit passed) unless ok: the verdict
+ * is then BROKEN with `what`. The first such record wins. */
+void sl_attack_expect(sl_attack *a, bool ok, const char *what);
+/* For attacks that need no running victim (salusd refusing to start, a
+ * client refusing a server): prints "ATTACK <name> tried" now, and
+ * sl_attack_verdict prints "ATTACK <name> held" or "... BROKEN: <why>"
+ * (why NULL: held) and returns whether it held. */
+void sl_attack_tried(const char *name);
+bool sl_attack_verdict(const char *name, const char *why, const char *detail);
 /* Prints "ATTACK <name> skipped: <why>". */
 void sl_attack_skip(const char *name, const char *why);
 

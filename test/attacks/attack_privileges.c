@@ -91,16 +91,25 @@ static void privilege_drop(void **state)
     uid_t uid = pw->pw_uid;
     gid_t gid = pw->pw_gid;
     sl_attack a;
+    /* as a deployment would give it /run/salus: a folder of its own that
+     * root made (in a directory only root can write), so that it can
+     * remove its socket at exit and clients trust it as the folder's owner
+     * (client.c) */
+    char owner[32];
+    snprintf(owner, sizeof owner, "%u:%u", (unsigned) uid, (unsigned) gid);
+    setenv("SL_TEST_RUNDIR", "/run", 1);
+    setenv("SL_TEST_RUNDIR_OWNER", owner, 1);
     sl_attack_begin(&a, "privilege-drop", (const char *[]){"--user", RUN_USER, NULL});
-    /* as a deployment would give it /run/salus: a folder of its own, so
-     * that it can remove its socket at exit */
-    assert_int_equal(chown(a.srv.dir, uid, gid), 0);
+    unsetenv("SL_TEST_RUNDIR");
+    unsetenv("SL_TEST_RUNDIR_OWNER");
     char why[256];
     bool dropped = all_threads_dropped(a.srv.pid, uid, why, sizeof why);
     int rc = sl_attack_exec_tenant((const char *[]){"operator", a.srv.url, NULL}, 60);
     char detail[400];
     snprintf(detail, sizeof detail, "salusd %s (%s); tenant %s", dropped ? "dropped" : "KEPT ROOT",
              why, rc == 0 ? "still no operator" : "GOT OPERATOR RIGHTS");
+    sl_attack_expect(&a, dropped, "salusd kept root");
+    sl_attack_expect(&a, rc == 0, "the tenant got operator rights");
     bool held = sl_attack_end(&a, detail);
     printf("privilege-drop: socket file %s at exit\n",
            a.socket_removed ? "removed" : "LEFT BEHIND");

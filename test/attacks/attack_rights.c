@@ -316,7 +316,9 @@ static void network_operator(void **state)
     sl_attack a;
     sl_attack_begin(&a, "network-operator",
                     (const char *[]){"--listen", tls, "--listen", tcp, "--allow-plain-tcp",
-                                     "--tls-cert", crt, "--tls-key", key, "--operator-listen", op,
+                                     "--tls-cert", crt, "--tls-key", key,
+                                     /* the weakest ordinary listener: anyone may connect */
+                                     "--tls-allow-anonymous", "--operator-listen", op,
                                      "--operator-tls-ca", opca, NULL});
     char victim[32], why[160] = "";
     snprintf(victim, sizeof victim, "%llu", (unsigned long long) a.victim_session);
@@ -345,6 +347,11 @@ static void network_operator(void **state)
              "%s; %s; operator certificate %s",
              rc_tls == 0 ? "refused" : "GOT THROUGH", rc_tcp == 0 ? "refused" : "GOT THROUGH",
              anon_op == 0 ? "refused" : "GOT THROUGH", why, sl_errname(op_rc));
+    sl_attack_expect(&a, rc_tls == 0, "an anonymous TLS tenant got through");
+    sl_attack_expect(&a, rc_tcp == 0, "a plain tcp tenant got through");
+    sl_attack_expect(&a, anon_op == 0, "an anonymous client got through the operator listener");
+    sl_attack_expect(&a, unchanged, "the victim's share or the policy changed");
+    sl_attack_expect(&a, op_rc == SALUS_OK, "the operator certificate was refused");
     bool held = sl_attack_end(&a, detail);
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
@@ -371,6 +378,8 @@ static void greedy_tenant(void **state)
     char detail[256];
     snprintf(detail, sizeof detail, "tenant %s; %s",
              rc == 0 ? "clamped and refused as configured" : "GOT MORE THAN ITS LIMITS", why);
+    sl_attack_expect(&a, rc == 0, "the tenant got more than its limits");
+    sl_attack_expect(&a, unchanged, "the victim's share changed");
     assert_true(sl_attack_end(&a, detail));
     assert_int_equal(rc, 0);
     assert_true(unchanged);
@@ -412,6 +421,9 @@ static void hostile_names(void **state)
              log_ok   ? "escaped"
              : logged ? "RAW"
                       : "MISSING");
+    sl_attack_expect(&a, rc == 0, "the tenant saw another's session or raw text");
+    sl_attack_expect(&a, status_ok, "status showed the name raw (or not at all)");
+    sl_attack_expect(&a, log_ok, "the log has the name raw (or not at all)");
     assert_true(sl_attack_end(&a, detail));
     assert_int_equal(rc, 0);
     assert_true(status_ok);

@@ -342,6 +342,7 @@ static void hugetlb_memfd_sigbus(void **state)
              : rc == 2 ? "read pages that were gone"
                        : "could not carry out the attack",
              rc);
+    sl_attack_expect(&a, rc == 0, detail);
     bool held = sl_attack_end(&a, detail);
     assert_true(held);
     assert_int_equal(rc, 0);
@@ -468,6 +469,7 @@ static void lease_freeze(void **state)
              "lease held through 2 attaches by number and 2 by socket, %d "
              "stalled connections; tenant exit %d%s",
              FLOOD, rc, other);
+    sl_attack_expect(&a, rc == 0, detail);
     bool held = sl_attack_end(&a, detail);
     assert_true(held);
     assert_int_equal(rc, 0);
@@ -545,6 +547,7 @@ static void lingering_descriptor(void **state)
     char detail[128];
     snprintf(detail, sizeof detail, "a TCP socket lingering %d s on unsent data, given away",
              LINGER_S);
+    sl_attack_expect(&a, rc == 0, detail);
     bool held = sl_attack_end(&a, detail);
     assert_true(held);
     assert_int_equal(rc, 0);
@@ -646,6 +649,7 @@ static void opath_root_files(void **state)
              "3 O_PATH descriptors handed over both ways: %d accepted, %d "
              "opens seen%s",
              rc, opened, seen);
+    sl_attack_expect(&a, rc == 0 && opened == 0, "a descriptor was taken or a file opened");
     bool held = sl_attack_end(&a, detail);
     unlink(secret);
     unlink(fifo);
@@ -736,6 +740,9 @@ static void budget_case(const char *name, const char *const *args, const uint64_
              "salusd mapped %llu MiB (budget %llu MiB)",
              BUDGET_SESSIONS, (unsigned long long) (sizes[0] >> 20), taken,
              (unsigned long long) (mapped >> 20), (unsigned long long) (limit >> 20));
+    sl_attack_expect(&a, mapped <= limit, "salusd mapped more than its budget");
+    sl_attack_expect(&a, want_taken < 0 || taken == want_taken,
+                     "not the configured number of segments taken");
     bool held = sl_attack_end(&a, detail);
     assert_true(held);
     assert_true(mapped <= limit);

@@ -59,9 +59,17 @@ int sl_test_wait(pid_t pid, int timeout_s)
 
 void sl_test_server_start(sl_test_server *srv, const char *const *extra)
 {
-    snprintf(srv->dir, sizeof srv->dir, "/tmp/salus-test-XXXXXX");
+    /* SL_TEST_RUNDIR: a parent other than /tmp (a test that needs one only
+     * root can write, as /run); SL_TEST_RUNDIR_OWNER=UID:GID: the socket's
+     * folder belongs to that user (salusd --user) */
+    const char *base = getenv("SL_TEST_RUNDIR"), *owner = getenv("SL_TEST_RUNDIR_OWNER");
+    snprintf(srv->dir, sizeof srv->dir, "%s/salus-test-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(srv->dir))
         fail_msg("mkdtemp: %s", strerror(errno));
+    unsigned uid, gid;
+    if (owner && sscanf(owner, "%u:%u", &uid, &gid) == 2 &&
+        chown(srv->dir, (uid_t) uid, (gid_t) gid) != 0)
+        fail_msg("chown %s: %s", srv->dir, strerror(errno));
     snprintf(srv->url, sizeof srv->url, "ipc://%s/salus.sock", srv->dir);
     const char *args[24] = {"--listen", srv->url, "--memory-limit", "256M", "--log-level", "warn"};
     int n = 6, k = 0;

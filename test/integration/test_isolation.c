@@ -331,8 +331,8 @@ static void start_tls_server(sl_test_server *srv, char *url, size_t len, bool cl
                           pki.server_crt,
                           "--tls-key",
                           pki.server_key,
-                          client_auth ? "--tls-ca" : NULL,
-                          pki.ca,
+                          client_auth ? "--tls-ca" : "--tls-allow-anonymous",
+                          client_auth ? pki.ca : NULL,
                           NULL};
     sl_ctl_start(srv, args);
 }

@@ -87,9 +87,10 @@ typedef struct salus_client salus_client;
 typedef struct salus_session salus_session;
 typedef struct salus_graph salus_graph;
 
-/* The URL salusd listens on by default: ipc://$XDG_RUNTIME_DIR/salus.sock,
- * or ipc:///tmp/salus-$UID.sock when XDG_RUNTIME_DIR is unset. The env var
- * SALUS_URL overrides it. Returns a static buffer. */
+/* The URL of the salusd to use by default: $SALUS_URL when set, else
+ * ipc://$XDG_RUNTIME_DIR/salus/salus.sock when that socket exists (a salusd
+ * of your own), else ipc:///run/salus/salus.sock (the system's). Returns a
+ * static buffer. */
 const char *salus_default_url(void);
 
 /* Connects to the server at url (NULL = salus_default_url()) and checks the
@@ -104,6 +105,11 @@ const char *salus_default_url(void);
  *   SALUS_TLS_CERT, SALUS_TLS_KEY  PEM client certificate and key, for a
  *                          salusd started with --tls-ca (client auth)
  *
+ * Over ipc:// the server must run as root, as the caller's own user, or as
+ * the uid in SALUS_SERVER_UID (environment): a socket answered by anyone
+ * else (who took the path first) is refused with SALUS_EPERM before any
+ * request is sent. Reconnections are checked the same way.
+ *
  * Bounded: where nobody listens it fails at once; a server that takes the
  * connection but does not answer the protocol check within
  * SALUS_CONNECT_TIMEOUT_MS milliseconds (environment; default 15000; a value
@@ -115,7 +121,8 @@ const char *salus_default_url(void);
  * Errors: SALUS_ECONN (nobody listening, or the connection failed),
  * SALUS_ETIMEDOUT (no answer within SALUS_CONNECT_TIMEOUT_MS), SALUS_EPROTO
  * (version mismatch), SALUS_EINVAL (bad URL; tls+tcp:// without SALUS_TLS_CA or with unreadable
- * files), SALUS_EPERM (TLS: a certificate was refused, by either side),
+ * files), SALUS_EPERM (TLS: a certificate was refused, by either side; ipc://:
+ * the server runs as a user not trusted),
  * SALUS_ENOMEM. salus_last_error(NULL) then says why. */
 int salus_connect(const char *url, salus_client **out);
 

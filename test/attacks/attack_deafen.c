@@ -1,0 +1,102 @@
+/* Deafening the ipc:// listener: another tenant connects and hangs up
+ * before salusd has written its SP header, 200 times in a row. NNG 1.5.2
+ * stops accepting on that listener after each such hang-up
+ * (nanomsg/nng#1518); salusd must put a fresh listener at the path every
+ * time, quickly, without leaking descriptors, and a client that connects
+ * during the storm must be served. */
+#include "attack.h"
+#include "sl_test.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_DEAFENINGS 200
+/* How long one replacement may take before the attack counts as broken
+ * (NNG's own back-off is 100 ms; salusd looks every 20 ms). */
+#define REPLACE_BOUND_MS 2000
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
+}
+
+static int deafen(void *arg)
+{
+    const char *path = arg;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int replaced = 0;
+    for (int i = 0; i < N_DEAFENINGS; i++) {
+        struct stat before, now;
+        if (stat(path, &before) != 0)
+            return 2;
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0) {
+            if (fd >= 0)
+                close(fd);
+            return 3;
+        }
+        close(fd); /* before salusd's header: its write fails with EPIPE */
+        /* salusd puts a new socket file at the path when it replaces */
+        uint64_t deadline = now_ms() + REPLACE_BOUND_MS;
+        while (now_ms() < deadline) {
+            if (stat(path, &now) == 0 && now.st_ino != before.st_ino) {
+                replaced++;
+                break;
+            }
+            struct timespec nap = {0, 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+    }
+    return replaced == N_DEAFENINGS ? 0 : 1;
+}
+
+static void deafenings(void **state)
+{
+    (void) state;
+    sl_attack a;
+    sl_attack_begin(&a, "listener-deafening", NULL);
+    uint64_t t0 = now_ms();
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(sl_attack_as_tenant(deafen, (void *) sl_attack_socket_path(&a), 100) & 0xff);
+    /* new clients keep arriving while the listener is deafened */
+    int served = 0, tried = 0, st = 0;
+    pid_t done;
+    while ((done = waitpid(pid, &st, WNOHANG)) == 0 && tried < 1000) {
+        salus_client *c = NULL;
+        tried++;
+        served += salus_connect(a.srv.url, &c) == SALUS_OK;
+        salus_disconnect(c);
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    int rc = done == pid ? (WIFEXITED(st) ? WEXITSTATUS(st) : -1) : sl_test_wait(pid, 120);
+    double secs = (double) (now_ms() - t0) / 1000.0;
+    char detail[200];
+    snprintf(detail, sizeof detail,
+             "%d hang-ups mid-handshake in %.1f s, %s; %d of %d clients connecting meanwhile "
+             "served",
+             N_DEAFENINGS, secs,
+             rc == 0 ? "the listener replaced after each"
+                     : "the listener NOT replaced within 2 s after some",
+             served, tried);
+    bool held = sl_attack_end(&a, detail);
+    assert_int_equal(rc, 0);
+    assert_int_equal(served, tried);
+    assert_true(held);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(deafenings)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
