@@ -425,8 +425,10 @@ sl_eval_config sl_eval_config_default(const char *policy, bool strict, unsigned 
 }
 
 /* One salusd's memory manager, configured as memory_init configures it. */
-static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu *g)
+int sl_eval_gpu_memory(const sl_eval_config *cfg, sl_mem_mgr **out)
 {
+    if (!cfg || !out || cfg->gpu_bytes < (64u << 20))
+        return SL_EINVAL;
     uint64_t cap = (cfg->gpu_bytes - cfg->gpu_bytes / 20) & ~(uint64_t) 255;
     uint64_t framework = cfg->framework_per_lane;
     if (!framework)
@@ -437,7 +439,12 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
         .default_ephemeral = cap / 8,
         .spread_limit = cfg->spread_set ? cfg->spread_limit : cap / 2,
     };
-    int rc = sl_mem_mgr_create(&mc, &g->mem);
+    return sl_mem_mgr_create(&mc, out);
+}
+
+static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu *g)
+{
+    int rc = sl_eval_gpu_memory(cfg, &g->mem);
     if (rc == SL_OK)
         rc = sl_sched_create(policy, cfg->strict, &g->sched);
     sl_sim_ps_init(&g->ps, 0);

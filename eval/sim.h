@@ -154,4 +154,14 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
 sl_eval_config sl_eval_config_default(const char *policy, bool strict, unsigned n_gpus,
                                       uint64_t gpu_bytes);
 
+/* The memory manager salusd creates on one GPU of cfg (capacity less 5 %,
+ * framework per lane, default ephemeral, spread limit: exactly what
+ * sl_eval_run gives each GPU), for cluster-level simulators that place jobs
+ * themselves and take salusd's admission decision per GPU. Only
+ * cfg->gpu_bytes, framework_per_lane, spread_limit and spread_set are read.
+ * Errors: SL_EINVAL (cfg or out NULL, gpu_bytes below 64 MiB), those of
+ * sl_mem_mgr_create. On success *out is the caller's (sl_mem_mgr_destroy). */
+struct sl_mem_mgr;
+int sl_eval_gpu_memory(const sl_eval_config *cfg, struct sl_mem_mgr **out);
+
 #endif
