@@ -4,7 +4,9 @@
  * no-sharing baseline and gang placement on 8-GPU servers. */
 #include "sl_test.h"
 
+#include "manager.h"
 #include "placement.h"
+#include "sim.h"
 #include "workload.h"
 
 #include <stdbool.h>
@@ -153,12 +155,32 @@ static void test_gang(void **state)
     assert_sl_err(sl_place_gang(c, 1, 8, 1, SL_PLACE_RELAXED, take, &frag), SL_EINVAL);
 }
 
+/* The per-GPU memory manager the cluster experiments use is salusd's for
+ * that device: capacity less 5 %, and admission refuses what cannot fit. */
+static void test_gpu_memory(void **state)
+{
+    (void) state;
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, 16ull << 30);
+    sl_mem_mgr *m;
+    assert_sl_ok(sl_eval_gpu_memory(&cfg, &m));
+    sl_mem_stats st;
+    sl_mem_get_stats(m, &st);
+    assert_int_equal(st.capacity, ((16ull << 30) - (16ull << 30) / 20) & ~(uint64_t) 255);
+    int reason;
+    uint32_t lane;
+    assert_sl_ok(sl_mem_admit_ex(m, 1, 8ull << 30, 1ull << 30, 0, &reason, &lane));
+    assert_sl_err(sl_mem_admit_ex(m, 2, 8ull << 30, 1ull << 30, 0, &reason, &lane), SL_EEXHAUSTED);
+    sl_mem_mgr_destroy(m);
+    cfg.gpu_bytes = 1 << 20;
+    assert_sl_err(sl_eval_gpu_memory(&cfg, &m), SL_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_optimal), cmocka_unit_test(test_greedy_suboptimal),
         cmocka_unit_test(test_invalid),       cmocka_unit_test(test_one_per_gpu),
-        cmocka_unit_test(test_gang),
+        cmocka_unit_test(test_gang),          cmocka_unit_test(test_gpu_memory),
     };
     return cmocka_run_group_tests_name("eval placement", tests, NULL, NULL);
 }
