@@ -3,6 +3,7 @@
  * invariants the experiment's figures rest on. */
 #include "sl_test.h"
 
+#include "graphs.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
@@ -92,8 +93,46 @@ static void test_computed_profiles(void **state)
         assert_true(params > 0.98 && params < 1.02);
         assert_int_equal(c[i].persistent_bytes + c[i].ephemeral_bytes, c[i].peak_bytes);
         assert_int_equal(c[i].iterations, m->iterations);
+        /* big-batch training fills the device: launches are a few % */
+        assert_true(c[i].utilisation > 0.9 && c[i].utilisation <= 1.0);
     }
     sl_free(c);
+}
+
+/* The small networks, forward-only timelines and utilisation: a forward
+ * pass is a part of the training iteration, and batch 1 is launch-bound. */
+static void test_timelines(void **state)
+{
+    (void) state;
+    const sl_sim_profile *p;
+    assert_sl_ok(sl_sim_profile_find("p100", &p));
+    static const char *const names[] = {"vae", "superres", "resnet50", "vgg16"};
+    for (size_t i = 0; i < 4; i++) {
+        sl_eval_timeline train, infer, one;
+        assert_true(sl_eval_graph_known(names[i]));
+        assert_sl_ok(sl_eval_timeline_build(names[i], 32, p, &train));
+        assert_sl_ok(sl_eval_timeline_build_ex(names[i], 32, p, true, &infer));
+        assert_sl_ok(sl_eval_timeline_build_ex(names[i], 1, p, true, &one));
+        assert_true(infer.n_ops < train.n_ops);
+        assert_true(infer.iteration_ns < train.iteration_ns / 2);
+        assert_int_equal(infer.params, train.params); /* counted, not updated */
+        assert_true(train.work_ns < train.iteration_ns);
+        assert_int_equal(train.iteration_ns - train.work_ns, train.n_ops * p->launch_ns);
+        double u = sl_eval_timeline_utilisation(&one);
+        assert_true(u > 0 && u < sl_eval_timeline_utilisation(&infer));
+        sl_eval_timeline_fini(&train);
+        sl_eval_timeline_fini(&infer);
+        sl_eval_timeline_fini(&one);
+    }
+    /* the artifact's VAE: 784-500-500-40 and 20-500-500-784 with biases */
+    sl_eval_timeline t;
+    assert_sl_ok(sl_eval_timeline_build("vae", 128, p, &t));
+    assert_int_equal(t.params, 784 * 500 + 500 + 500 * 500 + 500 + 500 * 40 + 40 + 20 * 500 + 500 +
+                                   500 * 500 + 500 + 500 * 784 + 784);
+    sl_eval_timeline_fini(&t);
+    assert_sl_err(sl_eval_timeline_build_ex("nonesuch", 1, p, true, &t), SL_EINVAL);
+    sl_eval_timeline empty = {0};
+    assert_true(sl_eval_timeline_utilisation(&empty) == 1.0);
 }
 
 static void test_deterministic(void **state)
@@ -384,7 +423,7 @@ int main(void)
         cmocka_unit_test(test_deterministic), cmocka_unit_test(test_fifo_order),
         cmocka_unit_test(test_all_complete),  cmocka_unit_test(test_refused_and_invalid),
         cmocka_unit_test(test_utilisation),   cmocka_unit_test(test_inference),
-        cmocka_unit_test(test_switch_cost),
+        cmocka_unit_test(test_switch_cost),   cmocka_unit_test(test_timelines),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }
