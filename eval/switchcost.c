@@ -17,7 +17,9 @@
  * average JCT (no switches to speak of) for the ratio.
  *
  *   switchcost [--jobs N] [--seed S] [--interarrival-s X] [--gpu PROFILE]
- *              [--csv FILE] [--json FILE] [--tiny]
+ *              [--csv FILE] [--json FILE] [--tiny] [--sweep]
+ * --sweep: also the paper variant's srtf and fifo average JCT under fixed
+ * costs from 0 to 50 ms, to tell a trend from the noise of one trace.
  * Last line: BENCH eval_switch none_avg_min=... salus_avg_min=...
  *   pipeswitch5_avg_min=... pipeswitch35_avg_min=... checkpoint_avg_min=...
  *   (srtf, paper variant) */
@@ -42,7 +44,7 @@ int main(int argc, char **argv)
     size_t n_jobs = 100;
     uint64_t seed = 1;
     double interarrival_s = 120;
-    bool tiny = false;
+    bool tiny = false, sweep = false;
     static const struct option longopts[] = {{"jobs", required_argument, NULL, 'n'},
                                              {"seed", required_argument, NULL, 's'},
                                              {"interarrival-s", required_argument, NULL, 'i'},
@@ -51,8 +53,9 @@ int main(int argc, char **argv)
                                              {"json", required_argument, NULL, 'j'},
                                              {"tiny", no_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'h'},
+                                             {"sweep", no_argument, NULL, 'w'},
                                              {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "n:s:i:g:c:j:th", longopts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc, argv, "n:s:i:g:c:j:thw", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'n':
             n_jobs = strtoul(optarg, NULL, 10);
@@ -75,10 +78,13 @@ int main(int argc, char **argv)
         case 't':
             tiny = true;
             break;
+        case 'w':
+            sweep = true;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--jobs N (100)] [--seed S] [--interarrival-s X (120)] "
-                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny]\n",
+                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--sweep]\n",
                     argv[0]);
             return ch == 'h' ? 0 : 2;
         }
@@ -174,6 +180,20 @@ int main(int argc, char **argv)
                 "\"avg_jct_min\": %.3f}\n]}\n",
                 fifo_avg);
         fclose(jf);
+    }
+    static const double sweep_ms[] = {0, 0.1, 1, 2, 5, 10, 20, 35, 50};
+    for (size_t k = 0; sweep && k < sizeof sweep_ms / sizeof sweep_ms[0]; k++) {
+        double a[2];
+        for (int p = 0; p < 2; p++) {
+            sl_eval_config sc = sl_eval_config_default(p ? "fifo" : "srtf", true, 1, gpu->capacity);
+            sc.spread_set = true;
+            sc.switch_cost_ns = (uint64_t) (sweep_ms[k] * 1e6);
+            if (sl_eval_run(&sc, jobs, n_jobs, NULL, &sum) != SL_OK)
+                return 1;
+            a[p] = sum.avg_jct_ns / 6e10;
+        }
+        printf("sweep: %5.1f ms per switch: srtf avg_jct_min %.2f, fifo %.2f, ratio %.3f\n",
+               sweep_ms[k], a[0], a[1], a[1] / a[0]);
     }
     printf("BENCH eval_switch");
     for (int c = 0; c < N_CASES; c++)
