@@ -3,7 +3,11 @@
  * run one at a time against packed on one GPU; makespan ratio per model.
  *
  *   hparam [--jobs N] [--job-s S] [--submit-s X] [--seed S] [--gpu PROFILE]
- *          [--csv FILE] [--json FILE] [--tiny]
+ *          [--csv FILE] [--json FILE] [--tiny] [--launch-ns N]
+ *
+ * --launch-ns: the profile's per-op launch cost (an ASSUMPTION of 5 us in
+ * kernels/sim/profiles.c) replaced, to show how the computed utilisations,
+ * and so the ratios, depend on it.
  *
  * One at a time: salusd --strict --spread-limit 0 under fifo (every session
  * shares one lane, and strict fifo holds it for the oldest job until it
@@ -90,14 +94,20 @@ int main(int argc, char **argv)
     size_t n_jobs = 300;
     double job_s = 60, submit_s = 0;
     uint64_t seed = 1;
-    bool tiny = false;
-    static const struct option longopts[] = {
-        {"jobs", required_argument, NULL, 'n'},     {"job-s", required_argument, NULL, 'l'},
-        {"submit-s", required_argument, NULL, 'u'}, {"seed", required_argument, NULL, 's'},
-        {"gpu", required_argument, NULL, 'g'},      {"csv", required_argument, NULL, 'c'},
-        {"json", required_argument, NULL, 'j'},     {"tiny", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:th", longopts, NULL)) != -1;) {
+    bool tiny = false, launch_set = false;
+    uint64_t launch_ns = 0;
+    static const struct option longopts[] = {{"jobs", required_argument, NULL, 'n'},
+                                             {"job-s", required_argument, NULL, 'l'},
+                                             {"submit-s", required_argument, NULL, 'u'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"gpu", required_argument, NULL, 'g'},
+                                             {"csv", required_argument, NULL, 'c'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"tiny", no_argument, NULL, 't'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"launch-ns", required_argument, NULL, 'L'},
+                                             {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'n':
             n_jobs = strtoul(optarg, NULL, 10);
@@ -123,11 +133,15 @@ int main(int argc, char **argv)
         case 't':
             tiny = true;
             break;
+        case 'L':
+            launch_ns = strtoull(optarg, NULL, 10);
+            launch_set = true;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--jobs N (300)] [--job-s S: each job's length alone (60)] "
                     "[--submit-s X: arrivals uniform in [0, X) s (0)] [--seed S] "
-                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny]\n",
+                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N]\n",
                     argv[0]);
             return ch == 'h' ? 0 : 2;
         }
@@ -140,6 +154,12 @@ int main(int argc, char **argv)
     if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0 || !(job_s > 0)) {
         fprintf(stderr, "hparam: unknown GPU profile %s, no jobs or no length\n", gpu_name);
         return 2;
+    }
+    sl_sim_profile custom;
+    if (launch_set) {
+        custom = *gpu;
+        custom.launch_ns = launch_ns;
+        gpu = &custom;
     }
     sl_eval_workload *w;
     size_t n_w;
@@ -158,9 +178,9 @@ int main(int argc, char **argv)
                 "{\n  \"bench\": \"eval_hparam\", \"jobs\": %zu, \"job_s\": %.3f, \"seed\": %llu, "
                 "\"gpu\": \"%s\",\n  \"models\": [\n",
                 n_jobs, job_s, (unsigned long long) seed, gpu->name);
-    printf("%zu identical jobs per model, %.0f s each alone, on one %s; one at a time (strict "
-           "fifo, one lane) vs packed (pack, salusd defaults)\n",
-           n_jobs, job_s, gpu->name);
+    printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op); "
+           "one at a time (strict fifo, one lane) vs packed (pack, salusd defaults)\n",
+           n_jobs, job_s, gpu->name, (unsigned long long) gpu->launch_ns);
     printf("%-9s %5s %8s %6s %9s %9s %14s %12s %6s %6s  %s\n", "model", "batch", "iter_ms", "util",
            "P_MiB", "E_MiB", "one_at_a_time", "packed_min", "ratio", "lanes", "source");
     double best = 0, ratio[N_CASES];
