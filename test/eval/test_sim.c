@@ -375,6 +375,16 @@ static void test_inference(void **state)
     assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
     assert_int_equal(res[0].lat_p50_ns, 2000000);
     assert_int_equal(sum.lat_p99_ns, 2000000);
+    /* a session that opens after its first request's time: that request
+     * waits for it (latency 3 ms: opened at 3 ms, served by 4 ms), the
+     * others keep their 1 ms; the pooled figures are those of one job */
+    jobs[0].arrival_ns = 3000000;
+    jobs[0].utilisation = 0.2;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, res, &sum));
+    assert_int_equal(res[0].lat_p99_ns, 3000000);
+    assert_int_equal(res[0].lat_p50_ns, 1000000);
+    assert_true(res[0].lat_mean_ns == (3e6 + (R - 1) * 1e6) / R);
+    assert_true(sum.lat_mean_ns == res[0].lat_mean_ns);
 }
 
 /* A switch delays the incoming iteration by its cost, on the lane's
