@@ -23,8 +23,37 @@ typedef struct net {
     const sl_sim_profile *p;
     int64_t batch;
     sl_eval_timeline *t;
-    int error; /* the first one; later ops are not emitted */
+    bool infer; /* forward only: backward and update ops are not emitted */
+    bool adam;  /* parameters updated by Adam (one fused op each), not SGD */
+    int error;  /* the first one; later ops are not emitted */
 } net;
+
+/* The ops an inference request does not run: gradients and updates. The
+ * transposed matmuls are fc's dW and dx. */
+static bool backward_op(unsigned op, const sl_op_attrs *a)
+{
+    switch (op) {
+    case SL_OP_SGD_UPDATE:
+    case SL_OP_ADAM_UPDATE:
+    case SL_OP_CONV2D_GRAD_FILTER:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CHANNEL_BIAS_GRAD:
+    case SL_OP_BATCHNORM_GRAD:
+    case SL_OP_RELU_GRAD:
+    case SL_OP_SIGMOID_GRAD:
+    case SL_OP_TANH_GRAD:
+    case SL_OP_MAXPOOL_GRAD:
+    case SL_OP_AVGPOOL_GRAD:
+    case SL_OP_BIAS_GRAD:
+    case SL_OP_MSE_GRAD:
+    case SL_OP_SOFTMAX_XENT_GRAD:
+        return true;
+    case SL_OP_MATMUL:
+        return a && (a->i[0] || a->i[1]);
+    default:
+        return false;
+    }
+}
 
 static sl_shape shp(unsigned ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
@@ -45,7 +74,7 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
     sl_shape out[SL_OP_MAX_OUT];
     sl_sim_timing tm;
     char err[128];
-    if (n->error)
+    if (n->error || (n->infer && backward_op(op, a)))
         return in[0];
     if (sl_op_infer(op, a, in, n_in, out, err, sizeof err) != SL_OK) {
         n->error = SL_EINVAL;
@@ -70,6 +99,7 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
     uint64_t ns = tm.launch_ns + tm.work_ns;
     t->ops[t->n_ops++] = (sl_eval_op_time){.op = op, .kind = (uint8_t) k, .ns = ns};
     t->iteration_ns += ns;
+    t->work_ns += tm.work_ns;
     t->kind_ns[k] += ns;
     t->mem_bound_ns += tm.memory_bound ? ns : 0;
     t->flops += (double) tm.flops;
@@ -78,9 +108,15 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
 
 static void sgd(net *n, sl_shape param)
 {
-    sl_op_attrs a = {.f = {0.1f}};
-    sl_shape in[2] = {param, param};
-    (void) emit(n, SL_EVAL_SGD, SL_OP_SGD_UPDATE, &a, in, 2);
+    if (n->adam) { /* TensorFlow's ApplyAdam: one kernel per variable */
+        sl_op_attrs a = {.f = {1e-3f, 0.9f, 0.999f, 1e-8f}};
+        sl_shape in[5] = {param, param, param, param, vec(1)};
+        (void) emit(n, SL_EVAL_SGD, SL_OP_ADAM_UPDATE, &a, in, 5);
+    } else {
+        sl_op_attrs a = {.f = {0.1f}};
+        sl_shape in[2] = {param, param};
+        (void) emit(n, SL_EVAL_SGD, SL_OP_SGD_UPDATE, &a, in, 2);
+    }
     n->t->params += sl_shape_elems(&param);
 }
 
@@ -185,7 +221,8 @@ static sl_shape bottleneck(net *n, sl_shape x, int64_t mid, int64_t out, int64_t
         (void) batchnorm(n, conv(n, x, out, 1, stride, 0, true, false));
     sl_shape add[2] = {y, y};
     (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
-    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
+    if (!n->infer)
+        (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
     return relu(n, y);
 }
 
@@ -223,6 +260,65 @@ static void vgg(net *n, const int per_stage[5])
     softmax_xent(n, fc(n, h, 1000));
 }
 
+/* An activation the registry has (tanh, sigmoid) and its gradient. ELU,
+ * leaky ReLU and softplus are charged as tanh: one transcendental
+ * elementwise pass each way, the same bytes. */
+static sl_shape act(net *n, unsigned op, unsigned grad, sl_shape x)
+{
+    sl_shape y = emit(n, SL_EVAL_ELEMWISE, op, NULL, &x, 1);
+    sl_shape g[2] = {y, y};
+    (void) emit(n, SL_EVAL_ELEMWISE, grad, NULL, g, 2);
+    return y;
+}
+
+/* The Salus artifact's VAE (tests/test_tf/lib/vae/vae.py): MNIST, Gaussian
+ * MLP encoder 784-500-500-(2x20), Bernoulli MLP decoder 20-500-500-784,
+ * Adam. The sampling, clipping and the ELBO's reductions are charged as
+ * elementwise passes over their tensors (mul, add, two losses); dropout is
+ * not modeled. */
+static void vae(net *n)
+{
+    n->adam = true;
+    sl_shape x = shp(2, n->batch, 784, 0, 0);
+    sl_shape h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, x, 500)); /* elu */
+    h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, h, 500));
+    sl_shape g = fc(n, h, 40);
+    (void) act(n, SL_OP_TANH, SL_OP_TANH_GRAD, g); /* softplus of the stddev half */
+    sl_shape z = shp(2, n->batch, 20, 0, 0);
+    sl_shape zz[2] = {z, z};
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_MUL, NULL, zz, 2); /* sigma * eps */
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, zz, 2); /* mu + ... */
+    h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, z, 500));
+    h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, h, 500)); /* elu */
+    sl_shape y = act(n, SL_OP_SIGMOID, SL_OP_SIGMOID_GRAD, fc(n, h, 784));
+    sl_shape l[2] = {y, y};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_LOSS, NULL, l, 2); /* marginal likelihood */
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, l, 2);
+    sl_shape k[2] = {g, g};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_LOSS, NULL, k, 2); /* KL divergence */
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, k, 2);
+}
+
+/* The Salus artifact's super-resolution net (tests/test_tf/lib/subpixel/
+ * model.py, ESPCN-style): 32x32 RGB in, 1x1 to 64 channels, 5x5 64->64, 5x5
+ * 64->48 (stride-1 transposed convolutions: a convolution's cost), leaky
+ * ReLUs (charged as tanh), a 4x pixel shuffle to 128x128x3 (charged as one
+ * copy pass), tanh, mean squared error, Adam. */
+static void superres(net *n)
+{
+    n->adam = true;
+    sl_shape x = shp(4, n->batch, 3, 32, 32);
+    x = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, conv(n, x, 64, 1, 1, 0, false, true));
+    x = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, conv(n, x, 64, 5, 1, 2, true, true));
+    x = conv(n, x, 48, 5, 1, 2, true, true);
+    sl_shape y = shp(4, n->batch, 3, 128, 128);
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_COPY, NULL, &x, 1); /* pixel shuffle */
+    y = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, y);
+    sl_shape l[2] = {y, y};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_LOSS, NULL, l, 2);
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, l, 2);
+}
+
 static const struct {
     const char *name;
     bool is_vgg, v15;
@@ -243,20 +339,48 @@ static int find_model(const char *model)
     return -1;
 }
 
+/* Models outside the CNN table: the Salus artifact's small networks. */
+static const struct {
+    const char *name;
+    void (*build)(net *n);
+} small_models[] = {{"vae", vae}, {"superres", superres}};
+#define N_SMALL (sizeof small_models / sizeof small_models[0])
+
+static int find_small(const char *model)
+{
+    for (unsigned i = 0; model && i < N_SMALL; i++)
+        if (strcmp(small_models[i].name, model) == 0)
+            return (int) i;
+    return -1;
+}
+
 bool sl_eval_graph_known(const char *model)
 {
-    return find_model(model) >= 0;
+    return find_model(model) >= 0 || find_small(model) >= 0;
 }
 
 int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profile *p,
                            sl_eval_timeline *out)
 {
+    return sl_eval_timeline_build_ex(model, batch, p, false, out);
+}
+
+double sl_eval_timeline_utilisation(const sl_eval_timeline *t)
+{
+    return t->iteration_ns ? (double) t->work_ns / (double) t->iteration_ns : 1.0;
+}
+
+int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
+                              bool inference, sl_eval_timeline *out)
+{
     memset(out, 0, sizeof *out);
-    int m = find_model(model);
-    if (m < 0 || batch < 1 || !p)
+    int m = find_model(model), sm = find_small(model);
+    if ((m < 0 && sm < 0) || batch < 1 || !p)
         return SL_EINVAL;
-    net n = {.p = p, .batch = batch, .t = out};
-    if (models[m].is_vgg)
+    net n = {.p = p, .batch = batch, .t = out, .infer = inference};
+    if (sm >= 0)
+        small_models[sm].build(&n);
+    else if (models[m].is_vgg)
         vgg(&n, models[m].layers);
     else
         resnet(&n, models[m].layers, models[m].v15);

@@ -49,11 +49,16 @@ typedef struct sl_eval_timeline {
     uint64_t mem_bound_ns; /* time of ops whose bytes, not flops, decided */
     double flops;          /* charged (after the Winograd rule, sim.h) */
     uint64_t params;       /* parameter elements (fp32) */
+    /* sum of the ops' work_ns (kernels/sim: time on the shared device,
+     * without the launch each stream pays alone) */
+    uint64_t work_ns;
 } sl_eval_timeline;
 
 /* Whether model names a network this module builds: "vgg11", "vgg16",
  * "vgg19", "resnet50", "resnet101", "resnet152" (v1, tf_cnn_benchmarks'),
- * "resnet50_v1.5" (NVIDIA's). */
+ * "resnet50_v1.5" (NVIDIA's), and the Salus artifact's small networks
+ * "vae" (MNIST MLP VAE) and "superres" (ESPCN-style 4x super-resolution,
+ * 32x32 inputs), both trained with Adam. */
 bool sl_eval_graph_known(const char *model);
 
 /* Builds and times one training iteration of model at batch on profile p.
@@ -63,6 +68,17 @@ bool sl_eval_graph_known(const char *model);
  * SL_ENOMEM. On error *out is left empty. Never blocks. */
 int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profile *p,
                            sl_eval_timeline *out);
+
+/* As sl_eval_timeline_build; with inference true, one forward pass only
+ * (no gradient, no update): a request served at batch `batch`. */
+int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
+                              bool inference, sl_eval_timeline *out);
+
+/* The solo device utilisation of the timeline's iteration: work_ns over
+ * iteration_ns (launches are paid on the job's own stream and leave the
+ * device to others); 1 for an empty timeline. The caps of sim.h's
+ * utilisation. */
+double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
 
 /* Frees the timeline's ops; safe on a zeroed timeline. */
 void sl_eval_timeline_fini(sl_eval_timeline *t);

@@ -4,11 +4,15 @@
  *
  *   salus51 [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X]
  *           [--gpu PROFILE] [--timing measured|graph] [--json FILE]
- *           [--jobs-csv FILE]
+ *           [--jobs-csv FILE] [--util graph]
  *
  * --timing measured (default): the Salus artifact's P100 iteration times;
  * --gpu then changes only the memory. --timing graph: the rows whose model
- * eval/graphs.c builds, timed op by op on --gpu (workload.h).
+ * eval/graphs.c builds, timed op by op on --gpu (workload.h), each with its
+ * op list's solo utilisation (sim.h). --util graph: the measured timings
+ * with the op lists' utilisation where the model is built (54 rows; the
+ * others fill the device). Default with measured timings: utilisation 1
+ * (the CSV measures none).
  *
  * Paper variant: salusd --strict --spread-limit 0 (fifo and srtf idle the
  * lane for the chosen job; every session shares a lane when its peak fits,
@@ -95,16 +99,14 @@ int main(int argc, char **argv)
     size_t n_jobs = 100;
     uint64_t seed = 1;
     double interarrival_s = 120;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"jobs", required_argument, NULL, 'n'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"interarrival-s", required_argument, NULL, 'i'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"timing", required_argument, NULL, 't'},
-                                             {"jobs-csv", required_argument, NULL, 'o'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:", longopts, NULL)) != -1;) {
+    bool util_graph = false;
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
+        {"seed", required_argument, NULL, 's'},   {"interarrival-s", required_argument, NULL, 'i'},
+        {"gpu", required_argument, NULL, 'g'},    {"json", required_argument, NULL, 'j'},
+        {"timing", required_argument, NULL, 't'}, {"jobs-csv", required_argument, NULL, 'o'},
+        {"util", required_argument, NULL, 'u'},   {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:u:", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -130,10 +132,14 @@ int main(int argc, char **argv)
         case 'o':
             jobs_csv = optarg;
             break;
+        case 'u':
+            util_graph = strcmp(optarg, "graph") == 0;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] "
-                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE] [--jobs-csv FILE]\n",
+                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE] [--jobs-csv FILE] "
+                    "[--util graph]\n",
                     argv[0]);
             return 2;
         }
@@ -151,6 +157,11 @@ int main(int argc, char **argv)
         return 1;
     }
     bool graph = strcmp(timing, "graph") == 0;
+    if (util_graph && (rc = sl_eval_workloads_utilisation(w, n_w, gpu)) != SL_OK) {
+        fprintf(stderr, "salus51: cannot compute utilisations on %s: %s\n", gpu->name,
+                sl_strerror(rc));
+        return 1;
+    }
     if (!graph && strcmp(timing, "measured") != 0) {
         fprintf(stderr, "salus51: --timing is measured or graph\n");
         return 2;

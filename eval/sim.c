@@ -1,6 +1,7 @@
 /* The discrete-event simulator (sim.h). One event heap on a virtual clock;
  * per GPU the salusd state (a scheduler, a memory manager, lane records)
- * and one processor-sharing device (kernels/sim sl_sim_ps). The handlers
+ * and one processor-sharing device with rate caps (kernels/sim sl_sim_psc,
+ * which is sl_sim_ps when every job fills the device). The handlers
  * below follow salusd's code paths step for step; each names the server
  * function it stands for, so a change there shows where to change here
  * (eval/README.md lists what is duplicated). */
@@ -12,6 +13,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +37,8 @@ typedef struct event {
 typedef struct sim_job {
     sl_sched_job sched; /* salusd embeds this in its session */
     sl_sched_item item; /* and this in its iteration: one in flight per job */
-    sl_sim_ps_job ps;   /* the iteration's work on the device */
+    sl_sim_psc_job ps;  /* the iteration's work on the device */
+    uint64_t *lat;      /* inference: latency of each completed request */
     const sl_eval_job_spec *spec;
     sl_eval_job_result res;
     unsigned gpu;
@@ -49,12 +52,13 @@ typedef struct lane_rec {
     bool busy;
     uint64_t serial;
     uint64_t last_job_id; /* 0 = none since the lane (serial) began */
+    const struct sim_job *last_job;
 } lane_rec;
 
 typedef struct gpu {
     sl_sched *sched;
     sl_mem_mgr *mem;
-    sl_sim_ps ps;
+    sl_sim_psc ps;
     uint64_t version;   /* of the GPU event that is current */
     uint64_t event_t;   /* when that event fires; UINT64_MAX = none */
     sim_job *done_head; /* departures collected by the device, in order */
@@ -76,7 +80,8 @@ typedef struct sim {
     size_t n_heap, cap_heap;
     uint64_t seq;
     sl_eval_summary *sum;
-    int error; /* the first library error: ends the run */
+    uint64_t *lat_all; /* every inference job's latencies, job after job */
+    int error;         /* the first library error: ends the run */
 } sim;
 
 /* ---- the event heap --------------------------------------------------- */
@@ -129,7 +134,7 @@ static event pop(sim *s)
 
 /* ---- the device --------------------------------------------------------- */
 
-static void collect_done(void *arg, sl_sim_ps_job *psj)
+static void collect_done(void *arg, sl_sim_psc_job *psj)
 {
     gpu *g = arg;
     sim_job *j = psj->user;
@@ -150,14 +155,14 @@ static void device_sync(gpu *g, uint64_t now)
             g->busy_ns += now - g->synced_ns;
         g->synced_ns = now;
     }
-    (void) sl_sim_ps_advance(&g->ps, now, collect_done, g);
+    (void) sl_sim_psc_advance(&g->ps, now, collect_done, g);
 }
 
 /* Makes the GPU's next device event the current one. */
 static void device_rearm(sim *s, uint32_t gi)
 {
     gpu *g = &s->gpus[gi];
-    uint64_t t = sl_sim_ps_next_event_ns(&g->ps);
+    uint64_t t = sl_sim_psc_next_event_ns(&g->ps);
     if (t == g->event_t)
         return;
     g->event_t = t;
@@ -205,6 +210,22 @@ static lane_rec *lane_rec_get(sim *s, gpu *g, uint32_t lane)
     return &g->lanes[lane];
 }
 
+/* The config's switch cost when lane l, last running `last_job`, starts an
+ * iteration of j; 0 when it is the same job (or the lane's first). */
+static uint64_t switch_cost(sim *s, const lane_rec *l, sim_job *j)
+{
+    const sl_eval_config *c = s->cfg;
+    if (!l->last_job_id || l->last_job_id == j->spec->id ||
+        (c->switch_cost_ns == 0 && c->switch_ns_per_byte == 0))
+        return 0;
+    double bytes = (double) j->spec->persistent_bytes;
+    if (l->last_job && l->last_job->joined)
+        bytes += (double) l->last_job->spec->persistent_bytes;
+    uint64_t ns = c->switch_cost_ns + (uint64_t) (c->switch_ns_per_byte * bytes + 0.5);
+    j->res.switch_ns += ns;
+    return ns;
+}
+
 /* Starts the lane's next pick if it is idle; true if it started one. The
  * order of calls is kick_lane's: bind, pick, busy, note the gap. */
 static bool kick_lane(sim *s, uint32_t gi, uint32_t lane, uint64_t now)
@@ -235,7 +256,9 @@ static bool kick_lane(sim *s, uint32_t gi, uint32_t lane, uint64_t now)
         uint64_t from = idle_since > item->enqueue_ns ? idle_since : item->enqueue_ns;
         sl_sched_note_gap(g->sched, lane, now > from ? now - from : 0, l->last_job_id == sj->id);
     }
+    uint64_t delay = switch_cost(s, l, j);
     l->last_job_id = sj->id;
+    l->last_job = j;
     if (s->cfg->on_start)
         s->cfg->on_start(s->cfg->arg, gi, lane, info.serial, j->spec->id, j->started, now);
     if (j->started++ == 0)
@@ -243,7 +266,7 @@ static bool kick_lane(sim *s, uint32_t gi, uint32_t lane, uint64_t now)
     j->start_ns = now;
     device_sync(g, now);
     j->ps.user = j;
-    sl_sim_ps_submit(&g->ps, &j->ps, now, j->spec->iteration_ns);
+    sl_sim_psc_submit(&g->ps, &j->ps, now + delay, j->spec->iteration_ns, j->spec->utilisation);
     return true;
 }
 
@@ -316,13 +339,18 @@ static void client_request(sim *s, sim_job *j, uint64_t now)
     (void) kick_lane(s, j->gpu, j->sched.lane, now);
 }
 
-/* The client's turnaround: its next request after client_gap_ns. */
+/* The client's turnaround: its next request after client_gap_ns, and for
+ * an inference job not before that request's time. */
 static void client_next(sim *s, sim_job *j, uint64_t now)
 {
-    if (s->cfg->client_gap_ns == 0)
+    uint64_t t = now + s->cfg->client_gap_ns;
+    const uint64_t *req = j->spec->request_ns;
+    if (req && j->done < j->spec->iterations && req[j->done] > t)
+        t = req[j->done];
+    if (t == now)
         client_request(s, j, now);
     else
-        push(s, now + s->cfg->client_gap_ns, EV_CLIENT, j->gpu, (uint64_t) (j - s->jobs));
+        push(s, t, EV_CLIENT, j->gpu, (uint64_t) (j - s->jobs));
 }
 
 /* sl_exec_iteration_done: charge, hand the lane on before anything else,
@@ -333,6 +361,10 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
     uint32_t lane = j->sched.lane;
     sl_sched_complete(g->sched, &j->sched, now - j->start_ns, now);
     g->lanes[lane].busy = false;
+    if (j->lat) {
+        uint64_t at = j->spec->request_ns[j->done];
+        j->lat[j->done] = now > at ? now - at : 0;
+    }
     j->done++;
     j->res.iterations = j->done;
     j->res.finish_ns = now;
@@ -447,7 +479,7 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
     int rc = sl_eval_gpu_memory(cfg, &g->mem);
     if (rc == SL_OK)
         rc = sl_sched_create(policy, cfg->strict, &g->sched);
-    sl_sim_ps_init(&g->ps, 0);
+    sl_sim_psc_init(&g->ps, 0);
     g->event_t = UINT64_MAX;
     g->done_tail = &g->done_head;
     return rc;
@@ -457,6 +489,48 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
     return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile q of n sorted values (n > 0). */
+static uint64_t rank(const uint64_t *v, size_t n, double q)
+{
+    size_t r = (size_t) ceil((double) n * q - 1e-9);
+    return v[r ? r - 1 : 0];
+}
+
+/* Per inference job, then pooled: each job's completed requests are the
+ * first `done` entries of its slice of lat_all; the slices are compacted
+ * to the front for the pooled figures. */
+static void summarise_latency(sim *s)
+{
+    sl_eval_summary *sum = s->sum;
+    size_t pooled = 0;
+    double total = 0;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        sim_job *j = &s->jobs[i];
+        if (!j->lat || !j->done)
+            continue;
+        size_t n = (size_t) j->done;
+        qsort(j->lat, n, sizeof *j->lat, cmp_u64);
+        double t = 0;
+        for (size_t k = 0; k < n; k++)
+            t += (double) j->lat[k];
+        j->res.lat_mean_ns = t / (double) n;
+        j->res.lat_p50_ns = rank(j->lat, n, 0.50);
+        j->res.lat_p99_ns = rank(j->lat, n, 0.99);
+        memmove(s->lat_all + pooled, j->lat, n * sizeof *j->lat);
+        pooled += n;
+        total += t;
+    }
+    sum->requests = pooled;
+    if (pooled) {
+        qsort(s->lat_all, pooled, sizeof *s->lat_all, cmp_u64);
+        sum->lat_mean_ns = total / (double) pooled;
+        sum->lat_p50_ns = rank(s->lat_all, pooled, 0.50);
+        sum->lat_p99_ns = rank(s->lat_all, pooled, 0.99);
+    }
+    for (size_t i = 0; i < s->n_jobs; i++)
+        sum->switch_ns += s->jobs[i].res.switch_ns;
 }
 
 static int summarise(sim *s)
@@ -495,6 +569,7 @@ static int summarise(sim *s)
     sl_free(jcts);
     for (unsigned i = 0; i < s->cfg->n_gpus; i++)
         sum->gpu_busy_ns += s->gpus[i].busy_ns;
+    summarise_latency(s);
     return SL_OK;
 }
 
@@ -503,8 +578,11 @@ static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, siz
     if (!cfg || (!jobs && n) || !cfg->policy || cfg->n_gpus == 0 || cfg->gpu_bytes < (64u << 20))
         return SL_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns)
+        if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns ||
+            !(jobs[i].utilisation >= 0 && jobs[i].utilisation <= 1))
             return SL_EINVAL;
+    if (!(cfg->switch_ns_per_byte >= 0))
+        return SL_EINVAL;
     /* high-priority jobs under a policy that runs the others op by op
      * (stepwise, gap filling): iterations here are whole, so the result
      * would not be salusd's; refuse rather than mislead */
@@ -550,6 +628,15 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
     if (rc != SL_OK)
         goto out;
     summary->capacity_bytes = (cfg->gpu_bytes - cfg->gpu_bytes / 20) & ~(uint64_t) 255;
+    size_t n_requests = 0;
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].request_ns)
+            n_requests += jobs[i].iterations;
+    if (n_requests && !(s.lat_all = sl_calloc(n_requests, sizeof *s.lat_all))) {
+        rc = SL_ENOMEM;
+        goto out;
+    }
+    n_requests = 0;
     for (size_t i = 0; i < n; i++) {
         sim_job *j = &s.jobs[i];
         j->spec = &jobs[i];
@@ -557,6 +644,10 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
         j->res.workload = jobs[i].workload;
         j->res.arrival_ns = jobs[i].arrival_ns;
         j->res.solo_ns = jobs[i].iterations * jobs[i].iteration_ns;
+        if (jobs[i].request_ns) {
+            j->lat = s.lat_all + n_requests;
+            n_requests += jobs[i].iterations;
+        }
         push(&s, jobs[i].arrival_ns, EV_ARRIVAL, 0, i);
     }
     while (s.n_heap && !s.error) {
@@ -600,5 +691,6 @@ out:
     sl_free(s.gpus);
     sl_free(s.jobs);
     sl_free(s.heap);
+    sl_free(s.lat_all);
     return rc;
 }

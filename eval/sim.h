@@ -16,8 +16,10 @@
  *   the executor marks them (a lane handed straight to the next pick is
  *   never marked idle).
  * What is modeled: the device is one processor-sharing resource per GPU
- * (kernels/sim sl_sim_ps: k iterations running in k lanes each progress at
- * 1/k of the rate, no free speed-up from concurrency); an iteration's work
+ * with per-job rate caps (kernels/sim sl_sim_psc: k iterations that each
+ * fill the device progress at 1/k of the rate, no free speed-up from
+ * concurrency; a job whose solo utilisation u < 1 leaves 1 - u to others,
+ * water-filled); an iteration's work
  * is its profile's solo iteration time; a client turns a reply into its next
  * request after client_gap_ns. Which executor logic is duplicated here rather
  * than shared is listed in eval/README.md.
@@ -42,7 +44,9 @@
 #include <stdint.h>
 
 /* One job of a trace: a training session that runs `iterations` iterations
- * back to back (each request sent when the previous reply arrived). */
+ * back to back (each request sent when the previous reply arrived), or an
+ * inference session whose iterations are requests arriving on their own
+ * schedule (request_ns). */
 typedef struct sl_eval_job_spec {
     uint64_t id;               /* unique, nonzero; ties in the scheduler break by it */
     uint64_t arrival_ns;       /* when the session opens (virtual time) */
@@ -57,6 +61,22 @@ typedef struct sl_eval_job_spec {
      * sees an unknown length. */
     bool declare_length;
     int workload; /* caller's tag (an index into its workload table), copied out */
+    /* Solo device utilisation in (0, 1]; 0 = 1. The fraction of the device
+     * an iteration occupies running alone (for an op timeline: sum of work
+     * over sum of launch + work, kernels/sim). Iterations of several jobs
+     * share the device by water-filling (kernels/sim sl_sim_psc): none runs
+     * faster than alone, and jobs whose utilisations sum to at most 1 run
+     * side by side at full speed. */
+    double utilisation;
+    /* Inference: NULL for training (back to back). Otherwise `iterations`
+     * absolute virtual times, one per request: the client issues request i
+     * at request_ns[i], or when the reply to request i - 1 has reached it
+     * (plus client_gap_ns) if that is later: one request in flight per
+     * session, as a salus session runs one iteration at a time. Latency of
+     * request i = its iteration's completion - request_ns[i]: client-side
+     * waiting, queueing in salusd and device time. The caller owns the array;
+     * it must stay valid during sl_eval_run. */
+    const uint64_t *request_ns;
 } sl_eval_job_spec;
 
 /* Cluster placement: which GPU's salusd a new job opens its session on. */
@@ -97,6 +117,15 @@ typedef struct sl_eval_config {
     void (*on_start)(void *arg, unsigned gpu, uint32_t lane, uint64_t lane_serial, uint64_t job_id,
                      uint64_t iteration, uint64_t now_ns);
     void *arg;
+    /* Cost of a switch: when a lane starts an iteration of a job other than
+     * the one whose iteration it ran last, the iteration reaches the device
+     * switch_cost_ns + switch_ns_per_byte * bytes later, where bytes is the
+     * incoming job's persistent bytes plus the outgoing job's if that job is
+     * still running (its state is saved; a finished job's is not). The lane
+     * is held meanwhile; the device is not (copies and set-up run beside
+     * the SMs). 0 and 0 = salusd's resident state: free switches. */
+    uint64_t switch_cost_ns;
+    double switch_ns_per_byte;
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */
@@ -113,6 +142,11 @@ typedef struct sl_eval_job_result {
     uint64_t iterations;  /* completed */
     uint64_t attained_ns; /* device time charged by the scheduler */
     uint64_t solo_ns;     /* iterations * iteration_ns: its length running alone */
+    /* Inference jobs (request_ns set), over their completed requests; 0 for
+     * training jobs. Percentiles are nearest-rank. */
+    double lat_mean_ns;
+    uint64_t lat_p50_ns, lat_p99_ns;
+    uint64_t switch_ns; /* total switch cost charged to its iterations */
 } sl_eval_job_result;
 
 typedef struct sl_eval_summary {
@@ -132,13 +166,19 @@ typedef struct sl_eval_summary {
     uint32_t max_admitted;      /* most sessions admitted on one GPU at once */
     uint32_t max_lanes;         /* most lanes on one GPU at once */
     uint64_t memory_violations; /* held > capacity, or sl_mem_check failed (check_memory) */
+    /* Every completed request of every inference job, pooled (nearest rank). */
+    uint64_t requests;
+    double lat_mean_ns;
+    uint64_t lat_p50_ns, lat_p99_ns;
+    uint64_t switch_ns; /* switch cost charged, summed over jobs */
 } sl_eval_summary;
 
 /* Runs the jobs on the configured cluster until every job completed or was
  * refused. jobs need not be sorted by arrival. results (n entries, may be
  * NULL) gets one entry per job, in the order of jobs. Errors: SL_EINVAL (an
  * unknown policy, n_gpus 0, gpu_bytes too small for salusd's layout, a job
- * with id 0, a duplicate id, 0 iterations or 0 iteration_ns),
+ * with id 0, a duplicate id, 0 iterations or 0 iteration_ns, a utilisation
+ * outside [0, 1], a negative switch_ns_per_byte),
  * SL_EUNSUPPORTED (a job with priority > 0 under a policy with
  * SL_POLICY_STEPWISE or SL_POLICY_GAP_FILL: op-level execution is not
  * simulated yet, and whole iterations would not be what salusd does), SL_ENOMEM,

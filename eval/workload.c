@@ -157,6 +157,7 @@ int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profi
         sl_eval_workload c = w[i];
         c.iteration_ns = t.iteration_ns;
         c.persistent_bytes = t.params * 4;
+        c.utilisation = sl_eval_timeline_utilisation(&t);
         c.computed = true;
         sl_eval_timeline_fini(&t);
         if (c.peak_bytes <= c.persistent_bytes)
@@ -195,6 +196,21 @@ double sl_eval_rng_exp(sl_eval_rng *r, double mean)
     return -mean * log1p(-sl_eval_rng_uniform(r));
 }
 
+int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!sl_eval_graph_known(w[i].model))
+            continue;
+        sl_eval_timeline t;
+        int rc = sl_eval_timeline_build(w[i].model, w[i].batch, p, &t);
+        if (rc != SL_OK)
+            return rc;
+        w[i].utilisation = sl_eval_timeline_utilisation(&t);
+        sl_eval_timeline_fini(&t);
+    }
+    return SL_OK;
+}
+
 int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
                         double mean_interarrival_s, uint64_t seed, sl_eval_job_spec *out)
 {
@@ -217,6 +233,7 @@ int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
             .ephemeral_bytes = wk->ephemeral_bytes,
             .declare_length = true,
             .workload = (int) (wk - w),
+            .utilisation = wk->utilisation,
         };
     }
     return SL_OK;

@@ -36,6 +36,10 @@ typedef struct sl_eval_workload {
     uint64_t ephemeral_bytes;
     uint64_t peak_bytes; /* measured peak_mb, in bytes */
     bool computed;       /* iteration_ns and persistent_bytes from the op list */
+    /* Solo device utilisation (sim.h): 0 (= 1, the device filled) as
+     * loaded, since the CSV measures none; from the op list after
+     * sl_eval_workloads_compute or sl_eval_workloads_utilisation. */
+    double utilisation;
 } sl_eval_workload;
 
 /* Reads the Salus workload CSV at path. On success *out (sl_free) holds *n
@@ -48,7 +52,8 @@ int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
 /* Computed profiles on profile p: keeps the workloads whose model
  * eval/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
  * rows), in order, and for each sets iteration_ns to the modeled time of
- * one training iteration on p at the row's batch, persistent_bytes to the
+ * one training iteration on p at the row's batch, utilisation to its op
+ * list's (sl_eval_workloads_utilisation), persistent_bytes to the
  * op list's parameters x 4 bytes, ephemeral_bytes to the measured peak
  * minus that, and computed. iterations stay the measured ones (a job is a
  * number of iterations; its length follows the GPU). *n is updated.
@@ -56,6 +61,13 @@ int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
  * SL_EUNSUPPORTED, SL_ENOMEM (graphs.h); on error w may be partly
  * rewritten. */
 int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p);
+
+/* Sets the utilisation of every workload whose model eval/graphs.c builds
+ * to that of its training iteration's op list on profile p at its batch
+ * (sl_eval_timeline_utilisation); leaves the others as they are. The
+ * timing stays what it was (measured or computed). Errors: as
+ * sl_eval_timeline_build. */
+int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p);
 
 /* Published parameter count of a model of the CSV ("vgg16"); 0 if unknown. */
 uint64_t sl_eval_model_params(const char *model);
@@ -76,7 +88,8 @@ double sl_eval_rng_exp(sl_eval_rng *r, double mean);
  * from w[0..n_w) (so the length mix is the CSV's: a third each of 1, 5 and
  * 10 minutes), arriving as a Poisson process of the given mean
  * inter-arrival time (the first at 0). Job i gets id i + 1, declares its
- * length (the paper's SRTF knows job lengths) and its memory. Writes
+ * length (the paper's SRTF knows job lengths) and its memory, and has its
+ * workload's utilisation. Writes
  * out[0..n_jobs). Errors: SL_EINVAL (n_w 0, mean < 0). */
 int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
                         double mean_interarrival_s, uint64_t seed, sl_eval_job_spec *out);

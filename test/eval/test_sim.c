@@ -3,6 +3,7 @@
  * invariants the experiment's figures rest on. */
 #include "sl_test.h"
 
+#include "graphs.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
@@ -92,8 +93,46 @@ static void test_computed_profiles(void **state)
         assert_true(params > 0.98 && params < 1.02);
         assert_int_equal(c[i].persistent_bytes + c[i].ephemeral_bytes, c[i].peak_bytes);
         assert_int_equal(c[i].iterations, m->iterations);
+        /* big-batch training fills the device: launches are a few % */
+        assert_true(c[i].utilisation > 0.9 && c[i].utilisation <= 1.0);
     }
     sl_free(c);
+}
+
+/* The small networks, forward-only timelines and utilisation: a forward
+ * pass is a part of the training iteration, and batch 1 is launch-bound. */
+static void test_timelines(void **state)
+{
+    (void) state;
+    const sl_sim_profile *p;
+    assert_sl_ok(sl_sim_profile_find("p100", &p));
+    static const char *const names[] = {"vae", "superres", "resnet50", "vgg16"};
+    for (size_t i = 0; i < 4; i++) {
+        sl_eval_timeline train, infer, one;
+        assert_true(sl_eval_graph_known(names[i]));
+        assert_sl_ok(sl_eval_timeline_build(names[i], 32, p, &train));
+        assert_sl_ok(sl_eval_timeline_build_ex(names[i], 32, p, true, &infer));
+        assert_sl_ok(sl_eval_timeline_build_ex(names[i], 1, p, true, &one));
+        assert_true(infer.n_ops < train.n_ops);
+        assert_true(infer.iteration_ns < train.iteration_ns / 2);
+        assert_int_equal(infer.params, train.params); /* counted, not updated */
+        assert_true(train.work_ns < train.iteration_ns);
+        assert_int_equal(train.iteration_ns - train.work_ns, train.n_ops * p->launch_ns);
+        double u = sl_eval_timeline_utilisation(&one);
+        assert_true(u > 0 && u < sl_eval_timeline_utilisation(&infer));
+        sl_eval_timeline_fini(&train);
+        sl_eval_timeline_fini(&infer);
+        sl_eval_timeline_fini(&one);
+    }
+    /* the artifact's VAE: 784-500-500-40 and 20-500-500-784 with biases */
+    sl_eval_timeline t;
+    assert_sl_ok(sl_eval_timeline_build("vae", 128, p, &t));
+    assert_int_equal(t.params, 784 * 500 + 500 + 500 * 500 + 500 + 500 * 40 + 40 + 20 * 500 + 500 +
+                                   500 * 500 + 500 + 500 * 784 + 784);
+    sl_eval_timeline_fini(&t);
+    assert_sl_err(sl_eval_timeline_build_ex("nonesuch", 1, p, true, &t), SL_EINVAL);
+    sl_eval_timeline empty = {0};
+    assert_true(sl_eval_timeline_utilisation(&empty) == 1.0);
 }
 
 static void test_deterministic(void **state)
@@ -268,12 +307,133 @@ static void test_refused_and_invalid(void **state)
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
 }
 
+/* Jobs that leave the device under-used run side by side at full speed
+ * when their utilisations fit in 1, and share it fairly when they do not. */
+static void test_utilisation(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[2] = {
+        {.id = 1, .iterations = 10, .iteration_ns = 1000000, .persistent_bytes = 1ull << 20},
+        {.id = 2, .iterations = 10, .iteration_ns = 1000000, .persistent_bytes = 1ull << 20},
+    };
+    sl_eval_config cfg = sl_eval_config_default("fifo", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0;
+    sl_eval_summary sum;
+    sl_eval_job_result res[2];
+    double caps[3] = {0, 0.4, 0.8};
+    uint64_t want[3] = {20000000, 10000000, 16000000};
+    for (int k = 0; k < 3; k++) {
+        jobs[0].utilisation = jobs[1].utilisation = caps[k];
+        assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+        assert_int_equal(sum.max_lanes, 2); /* lanes of their own: side by side */
+        assert_int_equal(sum.makespan_ns, want[k]);
+        /* busy time counts time with work on the device, not its share */
+        assert_int_equal(sum.gpu_busy_ns, want[k]);
+    }
+    jobs[0].utilisation = 1.5;
+    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
+}
+
+/* Inference requests arrive on their own schedule; a small one beside
+ * training keeps its solo latency when its utilisation leaves room. */
+static void test_inference(void **state)
+{
+    (void) state;
+    enum { R = 20 };
+    uint64_t req[R];
+    for (int i = 0; i < R; i++)
+        req[i] = 1000000 + (uint64_t) i * 10000000; /* every 10 ms from 1 ms */
+    sl_eval_job_spec jobs[2] = {
+        {.id = 1,
+         .iterations = R,
+         .iteration_ns = 1000000,
+         .persistent_bytes = 1ull << 20,
+         .utilisation = 0.2,
+         .request_ns = req},
+        {.id = 2, .iterations = 400, .iteration_ns = 1000000, .persistent_bytes = 1ull << 20},
+    };
+    sl_eval_config cfg = sl_eval_config_default("fifo", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0; /* training keeps the device busy without a break */
+    sl_eval_summary sum;
+    sl_eval_job_result res[2];
+    /* alone: every request takes its iteration time */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, res, &sum));
+    assert_int_equal(sum.requests, R);
+    assert_int_equal(res[0].lat_p50_ns, 1000000);
+    assert_int_equal(res[0].lat_p99_ns, 1000000);
+    assert_true(res[0].lat_mean_ns == 1e6);
+    assert_int_equal(res[0].finish_ns, req[R - 1] + 1000000);
+    /* beside training: 0.2 + 1 > 1, but the level 0.8 is above 0.2, so the
+     * inference job still runs at its solo speed; training gets 0.8 */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+    assert_int_equal(sum.requests, R);
+    assert_int_equal(res[0].lat_p99_ns, 1000000);
+    assert_true(res[1].finish_ns - res[1].start_ns > res[1].solo_ns);
+    assert_int_equal(res[1].lat_p50_ns, 0); /* training: no latencies */
+    /* filling the device: both at 0.5, each request takes twice as long */
+    jobs[0].utilisation = 1;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+    assert_int_equal(res[0].lat_p50_ns, 2000000);
+    assert_int_equal(sum.lat_p99_ns, 2000000);
+    /* a session that opens after its first request's time: that request
+     * waits for it (latency 3 ms: opened at 3 ms, served by 4 ms), the
+     * others keep their 1 ms; the pooled figures are those of one job */
+    jobs[0].arrival_ns = 3000000;
+    jobs[0].utilisation = 0.2;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, res, &sum));
+    assert_int_equal(res[0].lat_p99_ns, 3000000);
+    assert_int_equal(res[0].lat_p50_ns, 1000000);
+    assert_true(res[0].lat_mean_ns == (3e6 + (R - 1) * 1e6) / R);
+    assert_true(sum.lat_mean_ns == res[0].lat_mean_ns);
+}
+
+/* A switch delays the incoming iteration by its cost, on the lane's
+ * critical path: one lane, no client gap, the device never waits for a
+ * client, so the makespan is the work plus the switch costs. */
+static void test_switch_cost(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[3] = {
+        {.id = 1, .iterations = 6, .iteration_ns = 1000000, .persistent_bytes = 1ull << 20},
+        {.id = 2, .iterations = 4, .iteration_ns = 2000000, .persistent_bytes = 2ull << 20},
+        {.id = 3, .iterations = 5, .iteration_ns = 500000, .persistent_bytes = 4ull << 20},
+    };
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    cfg.spread_set = true; /* spread limit 0: one lane */
+    cfg.client_gap_ns = 0;
+    sl_eval_summary sum;
+    sl_eval_job_result res[3];
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 3, res, &sum));
+    assert_int_equal(sum.max_lanes, 1);
+    assert_int_equal(sum.switch_ns, 0);
+    uint64_t work = 6000000 + 8000000 + 2500000;
+    assert_int_equal(sum.makespan_ns, work);
+    cfg.switch_cost_ns = 300000;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 3, res, &sum));
+    assert_true(sum.lane_switches > 0);
+    assert_int_equal(sum.switch_ns % 300000, 0);
+    assert_true(sum.switch_ns >= 300000 * sum.lane_switches);
+    assert_int_equal(sum.makespan_ns, work + sum.switch_ns);
+    /* per byte: the incoming job's state, plus the outgoing one's while it
+     * still runs; at 1 ns per KiB a switch costs 1-6 us plus the fixed part */
+    cfg.switch_ns_per_byte = 1.0 / 1024;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 3, res, &sum));
+    assert_int_equal(sum.makespan_ns, work + sum.switch_ns);
+    assert_true(sum.switch_ns % 300000 != 0);
+    uint64_t total = 0;
+    for (int i = 0; i < 3; i++)
+        total += res[i].switch_ns;
+    assert_int_equal(total, sum.switch_ns);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profiles),      cmocka_unit_test(test_computed_profiles),
         cmocka_unit_test(test_deterministic), cmocka_unit_test(test_fifo_order),
         cmocka_unit_test(test_all_complete),  cmocka_unit_test(test_refused_and_invalid),
+        cmocka_unit_test(test_utilisation),   cmocka_unit_test(test_inference),
+        cmocka_unit_test(test_switch_cost),   cmocka_unit_test(test_timelines),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }
