@@ -41,8 +41,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One op of an iteration's timeline (op-level execution): launch_ns on the
+ * issuing stream (not shared), then work_ns on the device (shared),
+ * kernels/sim's model of an op. */
+typedef struct sl_eval_op {
+    uint64_t launch_ns;
+    uint64_t work_ns;
+    uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max); 0 = 1 */
+} sl_eval_op;
+
 /* One job of a trace: a training session that runs `iterations` iterations
- * back to back (each request sent when the previous reply arrived). */
+ * back to back (each request sent when the previous reply arrived), or at
+ * given request times. */
 typedef struct sl_eval_job_spec {
     uint64_t id;               /* unique, nonzero; ties in the scheduler break by it */
     uint64_t arrival_ns;       /* when the session opens (virtual time) */
@@ -57,6 +67,18 @@ typedef struct sl_eval_job_spec {
      * sees an unknown length. */
     bool declare_length;
     int workload; /* caller's tag (an index into its workload table), copied out */
+    /* Op-level execution: the iteration's ops in issue order (n_ops > 0),
+     * borrowed for the run. NULL: the iteration is one op of iteration_ns
+     * with no launch cost. With a timeline every iteration goes op by op on
+     * its lane's stream (slower to simulate); iteration_ns stays what the
+     * job declares and what solo_ns counts (normally the ops' sum). */
+    const sl_eval_op *ops;
+    uint32_t n_ops;
+    /* Request times (an inference job): iteration i's request is meant for
+     * arrival_ns + request_ns[i] (non-decreasing, iterations entries); the
+     * client sends it then, or client_gap_ns after the previous reply if
+     * that is later (one request in flight). NULL: back to back. */
+    const uint64_t *request_ns;
 } sl_eval_job_spec;
 
 /* Cluster placement: which GPU's salusd a new job opens its session on. */
@@ -97,6 +119,23 @@ typedef struct sl_eval_config {
     void (*on_start)(void *arg, unsigned gpu, uint32_t lane, uint64_t lane_serial, uint64_t job_id,
                      uint64_t iteration, uint64_t now_ns);
     void *arg;
+    /* Op-level execution beside high-priority jobs (sched/steps.h), as
+     * salusd's executor: the gap filler's configuration (NULL = salusd's
+     * for a GPU device, sl_gaps_config_default), the part length for split
+     * ops (0 = salusd's default), and salusd's ablations --no-gap-fill and
+     * --no-stepwise. */
+    const struct sl_gaps_config *gaps;
+    uint64_t op_part_ns;
+    bool no_gap_fill;
+    bool no_stepwise;
+    /* Measures the host's wall time spent in the lane hand-off and the
+     * step dispatcher (the sched/ decisions) into the summary. */
+    bool measure_decisions;
+    /* Called when an iteration completes (NULL = none): the job, how many
+     * of its iterations completed before it, when its request was meant to
+     * be sent (request_ns, or when it was sent) and now: its latency. */
+    void (*on_done)(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration,
+                    uint64_t request_ns, uint64_t now_ns);
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */
@@ -132,16 +171,22 @@ typedef struct sl_eval_summary {
     uint32_t max_admitted;      /* most sessions admitted on one GPU at once */
     uint32_t max_lanes;         /* most lanes on one GPU at once */
     uint64_t memory_violations; /* held > capacity, or sl_mem_check failed (check_memory) */
+    /* op-level execution beside high-priority jobs (sched/steps.h) */
+    uint64_t lp_steps;         /* low-priority steps issued */
+    uint64_t ops_split;        /* ops issued in more than one part */
+    uint32_t lp_in_flight_max; /* most low-priority steps on one GPU at once */
+    uint64_t decisions;        /* hand-off and dispatch calls timed (measure_decisions) */
+    uint64_t decision_wall_ns; /* their host wall time */
 } sl_eval_summary;
 
 /* Runs the jobs on the configured cluster until every job completed or was
  * refused. jobs need not be sorted by arrival. results (n entries, may be
- * NULL) gets one entry per job, in the order of jobs. Errors: SL_EINVAL (an
- * unknown policy, n_gpus 0, gpu_bytes too small for salusd's layout, a job
- * with id 0, a duplicate id, 0 iterations or 0 iteration_ns),
- * SL_EUNSUPPORTED (a job with priority > 0 under a policy with
- * SL_POLICY_STEPWISE or SL_POLICY_GAP_FILL: op-level execution is not
- * simulated yet, and whole iterations would not be what salusd does), SL_ENOMEM,
+ * NULL) gets one entry per job, in the order of jobs. Jobs of priority > 0
+ * under a policy with SL_POLICY_STEPWISE make the others' iterations go op
+ * by op, into their gaps with SL_POLICY_GAP_FILL, as in salusd. Errors:
+ * SL_EINVAL (an unknown policy, n_gpus 0, gpu_bytes too small for salusd's
+ * layout, a job with id 0, a duplicate id, 0 iterations or 0 iteration_ns,
+ * ops with n_ops 0, a gap configuration sl_gaps_init refuses), SL_ENOMEM,
  * SL_EINTERNAL (a library broke its contract: a bug). On error *summary and
  * results are unspecified. Never blocks; runs as fast as the host allows. */
 int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n,

@@ -36,7 +36,7 @@ int sl_gaps_init(sl_gaps *g, const sl_gaps_config *cfg)
     sl_gaps_config c = cfg ? *cfg : sl_gaps_config_default();
     if (!weight_ok(c.gap_alpha) || !weight_ok(c.gap_beta) || !weight_ok(c.op_alpha) ||
         !(c.dev_k >= 0) || !isfinite(c.dev_k) || !(c.overdue_factor >= 1) ||
-        !isfinite(c.overdue_factor))
+        !isfinite(c.overdue_factor) || !(c.fit_margin >= 0 && c.fit_margin < 1))
         return SL_EINVAL;
     memset(g, 0, sizeof(*g));
     g->cfg = c;
@@ -114,6 +114,12 @@ static double predicted_gap(const sl_gaps_config *c, const sl_gaps_hp *hp)
     return gap > 0 ? gap : 0;
 }
 
+/* The part of the predicted gap lp ops may use. */
+static double usable_gap(const sl_gaps_config *c, const sl_gaps_hp *hp)
+{
+    return (1.0 - c->fit_margin) * predicted_gap(c, hp);
+}
+
 uint64_t sl_gaps_hp_predicted_gap(const sl_gaps *g, const sl_gaps_hp *hp)
 {
     return hp->gaps_seen ? (uint64_t) predicted_gap(&g->cfg, hp) : 0;
@@ -136,7 +142,7 @@ sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns)
         double overdue = g->cfg.overdue_factor * (hp->gap_mean_ns + g->cfg.dev_k * hp->gap_dev_ns);
         if (elapsed > overdue)
             continue;
-        if (predicted_gap(&g->cfg, hp) - elapsed - host <= (double) op_ns)
+        if (usable_gap(&g->cfg, hp) - elapsed - host <= (double) op_ns)
             return SL_GAPS_WAIT_GAP;
         d = SL_GAPS_ISSUE_GAP;
     }
@@ -149,7 +155,7 @@ uint64_t sl_gaps_min_room(const sl_gaps *g)
     for (const sl_gaps_hp *hp = g->first; hp; hp = hp->next) {
         if (hp->gaps_seen == 0)
             continue;
-        double r = predicted_gap(&g->cfg, hp) - host2;
+        double r = usable_gap(&g->cfg, hp) - host2;
         r = r > 0 ? r : 0;
         if (room < 0 || r < room)
             room = r;

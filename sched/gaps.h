@@ -21,7 +21,8 @@
  *      e > overdue_factor * (m + k*d): the job is idle far longer than it
  *        ever was (finished, or its client is busy elsewhere): it no longer
  *        constrains;
- *      else the op must fit: g - e > predicted op duration, or wait. (Past
+ *      else the op must fit: (1 - fit_margin) * g - e > predicted op
+ *        duration, or wait. (Past
  *        g but not yet overdue, the arrival is imminent: wait.)
  *    An hp job with no prediction yet (it has not completed a gap) does not
  *    constrain: lp work is not held back on a guess, and the bound above
@@ -52,12 +53,17 @@ typedef struct sl_gaps_config {
      * the predicted arrival. Matters where the device is the host's own
      * cores (cpu): there an lp op competes with that work for a core. */
     uint64_t host_ns;
+    /* Share of each predicted gap kept free of lp ops, [0, 1): an op must
+     * fit (1 - fit_margin) * g - e - h. FIKIT's margin (0, 5 or 10 %
+     * there); salusd's default 0 relies on dev_k alone. */
+    double fit_margin;
 } sl_gaps_config;
 
 /* The defaults: gap_alpha 1/8, gap_beta 1/4 (RFC 6298), dev_k 1,
  * overdue_factor 2, op_alpha 1/4, unknown_op_ns 0 (an unmeasured op is
  * issued into any open gap once, which measures it: at worst it delays one
- * hp arrival by one op, the bound that holds anyway), host_ns 0. */
+ * hp arrival by one op, the bound that holds anyway), host_ns 0,
+ * fit_margin 0. */
 sl_gaps_config sl_gaps_config_default(void);
 
 /* One EWMA: the mean of what it has seen, weighting recent samples. */
@@ -128,7 +134,7 @@ uint64_t sl_gaps_hp_predicted_gap(const sl_gaps *g, const sl_gaps_hp *hp);
  * at time now. O(number of hp jobs), no side effects. */
 sl_gaps_decision sl_gaps_decide(const sl_gaps *g, uint64_t now, uint64_t op_ns);
 /* The room the smallest predicted gap leaves an lp op: over the hp jobs
- * with a prediction, the least g - 2 * host_ns (0 when that is none);
+ * with a prediction, the least (1 - fit_margin) * g - 2 * host_ns (0 when that is none);
  * UINT64_MAX when no hp job has a prediction. */
 uint64_t sl_gaps_min_room(const sl_gaps *g);
 /* How long from now until no hp job is within its host margin after a

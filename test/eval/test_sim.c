@@ -261,9 +261,10 @@ static void test_refused_and_invalid(void **state)
     jobs[1].id = 1;
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
     jobs[1].id = 2;
-    jobs[1].priority = 1;
-    cfg.policy = "priority";
-    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EUNSUPPORTED);
+    static const sl_eval_op op = {.launch_ns = 10, .work_ns = 990};
+    jobs[1].ops = &op; /* a timeline of no ops */
+    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
+    jobs[1].ops = NULL;
     cfg.policy = "nonesuch";
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
 }
