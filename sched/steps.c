@@ -19,7 +19,7 @@ void sl_steps_init(sl_steps *s, sl_gaps *gaps, const sl_steps_config *cfg)
 
 /* The parts op k goes in: as many as bring each under the part length by
  * its predicted duration, when it splits. The length is the configured
- * one, or half the room the shortest hp gap leaves when that is less (but
+ * one, or half the room the hp jobs leave (sl_gaps_min_room) when less (but
  * not under SL_STEPS_MIN_PART_NS). */
 static uint32_t plan_parts(const sl_steps *s, const sl_steps_task *t, uint32_t k,
                            const sl_steps_ops *ops, void *arg)
@@ -127,10 +127,11 @@ uint64_t sl_steps_resume(sl_steps *s, uint64_t now, bool force, const sl_steps_o
             continue;
         }
         if (d == SL_GAPS_WAIT_GAP) {
-            /* re-check when the host margin ends, or a little later: when
-             * the predicted gap would be overdue at the latest */
-            uint64_t host = sl_gaps_host_wait(s->gaps, now);
-            uint64_t at = now + (host ? host : 1000000); /* 1 ms: cheap and bounded */
+            /* re-check when the gap filler's decision may turn, or when the
+             * task starves, whichever first */
+            uint64_t at = sl_gaps_recheck_at(s->gaps, now);
+            uint64_t starved_at = t->parked_ns + starve + 1;
+            at = starved_at < at ? starved_at : at;
             if (!wake || at < wake)
                 wake = at;
         }
