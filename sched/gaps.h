@@ -35,6 +35,12 @@
  *    the op would reach the shortest recorded gap, memoryless ones k / n
  *    ~ L / m at every e, so ops of up to about fit_margin * S go at once.
  *    fit_margin 0: only ops no recorded gap would have cut short.
+ *    Limit: the promise assumes k / n estimates the risk. When L / m is
+ *    well under 1 / n (memoryless gaps, short ops), most windows hold no
+ *    recorded gap end and k = 0 understates a risk of ~L / m, and the rule
+ *    issues into exactly those windows: the added delay then approaches
+ *    that of filling every gap (one op's mean residual), whatever the
+ *    margin. A margin above that cost is kept; one below it is not.
  *    n = 0 (idle longer than every recorded gap): past overdue_factor
  *    times the longest recorded gap the job no longer constrains (it
  *    finished, or its client is busy elsewhere); before, wait.
@@ -104,12 +110,12 @@ typedef struct sl_gaps_hp {
     uint64_t sorted[SL_GAPS_HISTORY]; /* the same, ascending */
     uint32_t n_hist, head;
     double hist_sum_ns;
-    sl_gaps_ewma service;    /* S: service time per iteration */
-    uint64_t busy_since_ns;  /* valid while pending */
-    uint32_t busy_done;      /* iterations completed in this busy period */
-    uint64_t idle_since_ns;  /* valid when idle */
-    uint32_t pending;        /* iterations arrived and not completed */
-    bool idle;               /* completed at least once and nothing pending */
+    sl_gaps_ewma service;   /* S: service time per iteration */
+    uint64_t busy_since_ns; /* valid while pending */
+    uint32_t busy_done;     /* iterations completed in this busy period */
+    uint64_t idle_since_ns; /* valid when idle */
+    uint32_t pending;       /* iterations arrived and not completed */
+    bool idle;              /* completed at least once and nothing pending */
     struct sl_gaps_hp *prev, *next;
 } sl_gaps_hp;
 

@@ -249,7 +249,7 @@ static void test_gaps_property(void **state)
                 if (n == 0 || (double) hits > sl_gaps_hp_risk(&g, &hp[k]) * n)
                     allowed = false;
             }
-            assert_int_equal(d, !allowed                ? SL_GAPS_WAIT_GAP
+            assert_int_equal(d, !allowed      ? SL_GAPS_WAIT_GAP
                                 : constrained ? SL_GAPS_ISSUE_GAP
                                               : SL_GAPS_ISSUE_FREE);
             if (d == SL_GAPS_ISSUE_GAP) {
@@ -366,8 +366,8 @@ static sim_result simulate_ex(uint64_t hp_busy, uint64_t gap, uint32_t jitter, b
 static sim_result simulate(uint64_t hp_busy, uint64_t gap, uint32_t jitter, int hp_count,
                            uint64_t end)
 {
-    return simulate_ex(hp_busy, gap, jitter, false, sl_gaps_config_default().fit_margin,
-                       hp_count, end);
+    return simulate_ex(hp_busy, gap, jitter, false, sl_gaps_config_default().fit_margin, hp_count,
+                       end);
 }
 
 static void test_gaps_periodic_exact(void **state)
@@ -430,7 +430,6 @@ static void test_gaps_poisson(void **state)
     assert_true(r.worst_delay <= 200);
     assert_true(mean_delay <= 0.05 * 7000);
     assert_true(r.lp_busy_ns * 10 > r.idle_gap_ns * 8);
-
 }
 
 /* The hp job stops after 20 iterations: once overdue, lp work runs freely. */
