@@ -97,7 +97,22 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
         t->cap_ops = cap;
     }
     uint64_t ns = tm.launch_ns + tm.work_ns;
-    t->ops[t->n_ops++] = (sl_eval_op_time){.op = op, .kind = (uint8_t) k, .ns = ns};
+    /* how far the executor could split it (stepwise parts): its shapes */
+    sl_op_call call = {
+        .op = (uint16_t) op, .n_in = (uint8_t) n_in, .n_out = (uint8_t) sl_op_get(op)->n_out};
+    if (a)
+        call.attrs = *a;
+    for (unsigned i = 0; i < n_in; i++)
+        call.in[i].shape = in[i];
+    for (unsigned o = 0; o < call.n_out; o++)
+        call.out[o].shape = out[o];
+    uint64_t most = sl_op_split_max(&call);
+    t->ops[t->n_ops++] =
+        (sl_eval_op_time){.op = op,
+                          .kind = (uint8_t) k,
+                          .ns = ns,
+                          .launch_ns = tm.launch_ns,
+                          .split_max = most > UINT32_MAX ? UINT32_MAX : (uint32_t) most};
     t->iteration_ns += ns;
     t->work_ns += tm.work_ns;
     t->kind_ns[k] += ns;

@@ -36,9 +36,11 @@ const char *sl_eval_op_kind_name(unsigned kind);
 
 /* One op of the iteration, in issue order. */
 typedef struct sl_eval_op_time {
-    uint32_t op;  /* op registry id */
-    uint8_t kind; /* enum sl_eval_op_kind */
-    uint64_t ns;  /* launch + work, running alone */
+    uint32_t op;        /* op registry id */
+    uint8_t kind;       /* enum sl_eval_op_kind */
+    uint64_t ns;        /* launch + work, running alone */
+    uint64_t launch_ns; /* of ns: paid by the issuing stream, not shared (kernels/sim) */
+    uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
 } sl_eval_op_time;
 
 typedef struct sl_eval_timeline {

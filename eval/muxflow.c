@@ -22,9 +22,10 @@
  * (eval/sim.h sl_eval_gpu_memory: the online service, then the offline job,
  * through sl_mem_admit_ex) is forbidden.
  *
- * The per-GPU model (what is modeled; the `single` branch's device
- * utilisation model and request-driven inference jobs in eval/sim.c will
- * replace it): a GPU runs the service's requests one at a time (batch 1,
+ * The per-GPU model (what is modeled; sl_eval_run has request-driven
+ * inference jobs, the utilisation-capped device and op-level priority, but
+ * runs each op at cap 1, not at an SM share as below, so it does not
+ * replace this yet, eval/README.md): a GPU runs the service's requests one at a time (batch 1,
  * FIFO), each needing t_s seconds alone and occupying a fraction u_s of the
  * SMs; the offline job runs its iteration as ops of op_s seconds, occupying
  * u_o. salus runs the service at high priority and the training job op by

@@ -7,15 +7,19 @@
  * (eval/README.md lists what is duplicated). */
 #include "sim.h"
 
+#include "gaps.h"
+#include "lanes.h"
 #include "manager.h"
 #include "scheduler.h"
 #include "sim/sim.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "steps.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* salusd's defaults (server/server.c memory_init, kernels/sim/device.c). */
 #define SIM_WORKSPACE_HINT (64ull << 20)
@@ -24,6 +28,7 @@ enum ev_kind {
     EV_ARRIVAL, /* a job opens its session */
     EV_CLIENT,  /* a job's client sends its next request (run or close) */
     EV_GPU,     /* the next departure on a GPU's device (if still current) */
+    EV_TIMER,   /* a GPU's gap timer: parked low-priority steps re-checked */
 };
 
 typedef struct event {
@@ -46,14 +51,17 @@ typedef struct sim_job {
     uint64_t start_ns; /* of the iteration on the device */
     struct sim_job *next_done;
     bool joined;
+    /* op-level execution (the executor's sl_exec_job and sl_exec_task) */
+    bool is_hp;            /* in the gap predictor as a high-priority job */
+    sl_gaps_hp hp;         /* its gaps, while is_hp */
+    sl_gaps_lp lp;         /* its ops' durations, when low-priority */
+    sl_steps_task step;    /* its iteration's progress op by op */
+    bool stepwise;         /* the iteration in flight goes through the dispatcher */
+    bool step_last;        /* the step in flight is its iteration's last */
+    uint32_t op;           /* whole iteration with a timeline: the op in flight */
+    uint64_t request_ns;   /* when the request in flight was meant to be sent */
+    uint64_t switch_delay; /* switch cost still to charge to the first op issued */
 } sim_job;
-
-typedef struct lane_rec {
-    bool busy;
-    uint64_t serial;
-    uint64_t last_job_id; /* 0 = none since the lane (serial) began */
-    const struct sim_job *last_job;
-} lane_rec;
 
 typedef struct gpu {
     sl_sched *sched;
@@ -65,9 +73,11 @@ typedef struct gpu {
     sim_job **done_tail;
     uint64_t synced_ns; /* the device's state time, for busy accounting */
     uint64_t busy_ns;   /* time with at least one iteration on the device */
-    lane_rec *lanes;
-    uint32_t n_lane_recs;
-    uint32_t n_jobs; /* placed and not finished */
+    sl_lanes handoff;   /* salusd's lane hand-off (sched/lanes.h) */
+    sl_gaps gaps;       /* high-priority jobs' gaps (sched/gaps.h) */
+    sl_steps steps;     /* low-priority steps (sched/steps.h) */
+    uint64_t timer_t;   /* the gap timer's deadline; 0 = none */
+    uint32_t n_jobs;    /* placed and not finished */
 } gpu;
 
 typedef struct sim {
@@ -80,8 +90,9 @@ typedef struct sim {
     size_t n_heap, cap_heap;
     uint64_t seq;
     sl_eval_summary *sum;
-    uint64_t *lat_all; /* every inference job's latencies, job after job */
-    int error;         /* the first library error: ends the run */
+    uint64_t *lat_all;     /* every inference job's latencies, job after job */
+    const sim_job **by_id; /* the jobs sorted by id, when switches cost */
+    int error;             /* the first library error: ends the run */
 } sim;
 
 /* ---- the event heap --------------------------------------------------- */
@@ -190,84 +201,211 @@ static void memory_observe(sim *s, gpu *g)
         s->sum->memory_violations++;
 }
 
-/* ---- lanes: server/executor.c kick_lane --------------------------------- */
+/* ---- decisions timed (measure_decisions) -------------------------------- */
 
-static lane_rec *lane_rec_get(sim *s, gpu *g, uint32_t lane)
+static uint64_t wall_ns(void)
 {
-    if (lane >= g->n_lane_recs) {
-        uint32_t n = g->n_lane_recs ? g->n_lane_recs : 8;
-        while (n <= lane)
-            n *= 2;
-        lane_rec *r = sl_reallocarray(g->lanes, n, sizeof *r);
-        if (!r) {
-            s->error = SL_ENOMEM;
-            return NULL;
-        }
-        memset(r + g->n_lane_recs, 0, (n - g->n_lane_recs) * sizeof *r);
-        g->lanes = r;
-        g->n_lane_recs = n;
-    }
-    return &g->lanes[lane];
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
 
-/* The config's switch cost when lane l, last running `last_job`, starts an
- * iteration of j; 0 when it is the same job (or the lane's first). */
-static uint64_t switch_cost(sim *s, const lane_rec *l, sim_job *j)
+static uint64_t decision_begin(const sim *s)
+{
+    return s->cfg->measure_decisions ? wall_ns() : 0;
+}
+
+static void decision_end(sim *s, uint64_t t0)
+{
+    if (s->cfg->measure_decisions) {
+        s->sum->decision_wall_ns += wall_ns() - t0;
+        s->sum->decisions++;
+    }
+}
+
+/* ---- the device side of a start: server/executor.c launch ---------------- */
+
+/* What the callbacks of the lane hand-off and the step dispatcher need. */
+typedef struct ctx {
+    sim *s;
+    uint32_t gi;
+    uint64_t now;
+} ctx;
+
+static uint32_t job_ops(const sim_job *j)
+{
+    return j->spec->ops ? j->spec->n_ops : 1;
+}
+
+static int cmp_by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(const sim_job *const *) a)->spec->id,
+             y = (*(const sim_job *const *) b)->spec->id;
+    return x < y ? -1 : x > y;
+}
+
+/* The job of that id (ids are unique, validate()); by_id is sorted. */
+static const sim_job *job_by_id(const sim *s, uint64_t id)
+{
+    size_t lo = 0, hi = s->n_jobs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t m = s->by_id[mid]->spec->id;
+        if (m == id)
+            return s->by_id[mid];
+        if (m < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* The config's switch cost when a lane whose last iteration was prev_id's
+ * (0 = none since the lane began, sl_lanes_start) starts an iteration of
+ * j; 0 when it is the same job. */
+static uint64_t switch_cost(sim *s, uint64_t prev_id, sim_job *j)
 {
     const sl_eval_config *c = s->cfg;
-    if (!l->last_job_id || l->last_job_id == j->spec->id ||
+    if (!prev_id || prev_id == j->spec->id ||
         (c->switch_cost_ns == 0 && c->switch_ns_per_byte == 0))
         return 0;
     double bytes = (double) j->spec->persistent_bytes;
-    if (l->last_job && l->last_job->joined)
-        bytes += (double) l->last_job->spec->persistent_bytes;
+    const sim_job *prev = job_by_id(s, prev_id);
+    if (prev && prev->joined)
+        bytes += (double) prev->spec->persistent_bytes;
     uint64_t ns = c->switch_cost_ns + (uint64_t) (c->switch_ns_per_byte * bytes + 0.5);
     j->res.switch_ns += ns;
     return ns;
 }
 
-/* Starts the lane's next pick if it is idle; true if it started one. The
- * order of calls is kick_lane's: bind, pick, busy, note the gap. */
-static bool kick_lane(sim *s, uint32_t gi, uint32_t lane, uint64_t now)
+/* Op k (or part of it) on the job's stream: its launch, then its work on
+ * the shared device. Without a timeline the iteration is one op, capped at
+ * the job's utilisation; an op of a timeline is capped at 1: its launch is
+ * simulated, so the gaps that make a whole iteration under-use the device
+ * are already there, and an op that runs alone is by definition not
+ * launch-gapped. A switch charged at the start delays the first op. */
+static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
+                      uint64_t now)
 {
     gpu *g = &s->gpus[gi];
-    sl_mem_lane_info info;
-    if (sl_mem_lane_get(g->mem, lane, &info) != SL_OK)
-        return false; /* reclaimed */
-    lane_rec *l = lane_rec_get(s, g, lane);
-    if (!l || l->busy)
-        return false;
-    if (l->serial != info.serial) {
-        l->serial = info.serial;
-        l->last_job_id = 0;
+    uint64_t launch = 0, work = j->spec->iteration_ns;
+    if (j->spec->ops) {
+        launch = j->spec->ops[k].launch_ns;
+        work = j->spec->ops[k].work_ns;
     }
-    sl_sched_lane_bind(g->sched, lane, info.serial);
-    uint64_t idle_since = sl_sched_lane_idle_since(g->sched, lane);
-    sl_sched_job *sj;
-    sl_sched_item *item;
-    if (!sl_sched_next(g->sched, lane, now, &sj, &item))
-        return false;
-    sim_job *j = sl_container_of(sj, sim_job, sched);
-    l->busy = true;
-    sl_mem_lane_busy(g->mem, lane);
-    if (l->last_job_id) {
-        /* the switch cost: zero device time in the model, kept so the
-         * scheduler's gap statistics exist as they do in salusd */
-        uint64_t from = idle_since > item->enqueue_ns ? idle_since : item->enqueue_ns;
-        sl_sched_note_gap(g->sched, lane, now > from ? now - from : 0, l->last_job_id == sj->id);
-    }
-    uint64_t delay = switch_cost(s, l, j);
-    l->last_job_id = sj->id;
-    l->last_job = j;
-    if (s->cfg->on_start)
-        s->cfg->on_start(s->cfg->arg, gi, lane, info.serial, j->spec->id, j->started, now);
-    if (j->started++ == 0)
-        j->res.start_ns = now;
-    j->start_ns = now;
+    /* parts are even shares of the op's rows, each its own launch */
+    uint64_t share = work / parts;
+    if (part + 1 == parts)
+        share = work - share * (parts - 1);
+    uint64_t delay = j->switch_delay;
+    j->switch_delay = 0;
     device_sync(g, now);
     j->ps.user = j;
-    sl_sim_psc_submit(&g->ps, &j->ps, now + delay, j->spec->iteration_ns, j->spec->utilisation);
-    return true;
+    sl_sim_psc_submit(&g->ps, &j->ps, now + delay + launch, share,
+                      j->spec->ops ? 1.0 : j->spec->utilisation);
+}
+
+static void resume(sim *s, uint32_t gi, uint64_t now);
+
+/* The start callback of the lane hand-off: the iteration goes whole (one
+ * op after the other on its stream) or, beside high-priority jobs, to the
+ * step dispatcher, as salusd's executor decides (is_stepwise). */
+static int start_on_device(void *arg, sl_lanes_start *st)
+{
+    ctx *c = arg;
+    sim *s = c->s;
+    gpu *g = &s->gpus[c->gi];
+    sim_job *j = sl_container_of(st->job, sim_job, sched);
+    j->switch_delay = switch_cost(s, st->prev_job_id, j);
+    if (s->cfg->on_start)
+        s->cfg->on_start(s->cfg->arg, c->gi, st->info.id, st->info.serial, j->spec->id, j->started,
+                         c->now);
+    if (j->started++ == 0)
+        j->res.start_ns = c->now;
+    j->start_ns = c->now;
+    j->stepwise = sl_steps_wanted(s->policy->caps, s->cfg->no_stepwise, &g->gaps, j->is_hp);
+    if (j->stepwise) {
+        j->step = (sl_steps_task){.lp = &j->lp, .n_ops = job_ops(j)};
+        sl_steps_begin(&g->steps, &j->step, c->now);
+        return SL_OK; /* the caller resumes the dispatcher */
+    }
+    j->op = 0;
+    submit_op(s, c->gi, j, 0, 0, 1, c->now);
+    return SL_OK;
+}
+
+/* The simulator's starts cannot fail; what a kick started needs nothing
+ * more, except that a stepwise one waits for the dispatcher. */
+static void kicked(sim *s, uint32_t gi, sl_lanes_kicked k, uint64_t now)
+{
+    if (k == SL_LANES_FAILED)
+        s->error = SL_EINTERNAL;
+    else if (k == SL_LANES_STARTED && s->gpus[gi].steps.parked)
+        resume(s, gi, now);
+}
+
+/* ---- op by op: server/stepwise.c ------------------------------------------ */
+
+static uint32_t step_split_max(void *arg, const sl_steps_task *t, uint32_t k)
+{
+    (void) arg;
+    const sim_job *j = sl_container_of(t, const sim_job, step);
+    uint32_t most = j->spec->ops ? j->spec->ops[k].split_max : 1;
+    return most ? most : 1;
+}
+
+static int step_issue(void *arg, sl_steps_task *t, uint32_t k, uint32_t part, uint32_t parts)
+{
+    ctx *c = arg;
+    submit_op(c->s, c->gi, sl_container_of(t, sim_job, step), k, part, parts, c->now);
+    c->s->sum->lp_steps++;
+    if (parts > 1 && part == 0)
+        c->s->sum->ops_split++;
+    return SL_OK;
+}
+
+static int step_finish(void *arg, sl_steps_task *t, bool last)
+{
+    (void) arg;
+    sl_container_of(t, sim_job, step)->step_last = last;
+    return SL_OK;
+}
+
+static const sl_steps_ops step_ops = {
+    .split_max = step_split_max, .issue = step_issue, .finish = step_finish};
+
+/* sl_exec_resume: parked steps that may go now; the gap timer for the
+ * rest (one deadline per GPU, as salusd's one timer thread). */
+static void resume(sim *s, uint32_t gi, uint64_t now)
+{
+    gpu *g = &s->gpus[gi];
+    g->steps.cfg.gap_fill = !s->cfg->no_gap_fill && (s->policy->caps & SL_POLICY_GAP_FILL);
+    ctx c = {s, gi, now};
+    uint64_t t0 = decision_begin(s);
+    uint64_t wake = sl_steps_resume(&g->steps, now, false, &step_ops, &c);
+    decision_end(s, t0);
+    if (g->steps.lp_in_flight_max > s->sum->lp_in_flight_max)
+        s->sum->lp_in_flight_max = g->steps.lp_in_flight_max;
+    if (wake && (!g->timer_t || wake < g->timer_t)) {
+        g->timer_t = wake;
+        push(s, wake, EV_TIMER, gi, wake);
+    }
+}
+
+/* sl_exec_update_class: a job's gap-filling class follows its priority and
+ * the policy. */
+static void update_class(sim *s, sim_job *j, bool leaving)
+{
+    gpu *g = &s->gpus[j->gpu];
+    bool hp = !leaving && j->joined && sl_sched_job_high_priority(g->sched, &j->sched);
+    if (hp == j->is_hp)
+        return;
+    if (hp)
+        sl_gaps_hp_add(&g->gaps, &j->hp);
+    else
+        sl_gaps_hp_remove(&g->gaps, &j->hp);
+    j->is_hp = hp;
 }
 
 /* ---- sessions: server/session.c ----------------------------------------- */
@@ -280,11 +418,6 @@ static void session_admitted(sim *s, sim_job *j, uint32_t lane, uint64_t now)
 {
     gpu *g = &s->gpus[j->gpu];
     const sl_eval_job_spec *sp = j->spec;
-    int rc = sl_sched_reserve_lanes(g->sched, lane + 1);
-    if (rc != SL_OK) {
-        s->error = rc;
-        return;
-    }
     memset(&j->sched, 0, sizeof j->sched);
     j->sched.id = sp->id;
     j->sched.weight = sp->weight > 0 ? sp->weight : 1.0;
@@ -292,8 +425,13 @@ static void session_admitted(sim *s, sim_job *j, uint32_t lane, uint64_t now)
     j->sched.lane = lane;
     if (sp->declare_length)
         j->sched.expected_iterations = sp->iterations; /* the session hint */
-    sl_sched_job_add(g->sched, &j->sched, now);
+    int rc = sl_lanes_join(&g->handoff, &j->sched, now);
+    if (rc != SL_OK) {
+        s->error = rc;
+        return;
+    }
     j->joined = true;
+    update_class(s, j, false);
     j->res.admitted_ns = now;
     client_next(s, j, now);
 }
@@ -314,20 +452,28 @@ static void memory_changed(sim *s, uint32_t gi, uint64_t now)
 static void session_close(sim *s, sim_job *j, uint64_t now)
 {
     gpu *g = &s->gpus[j->gpu];
-    uint32_t lane = j->sched.lane;
     s->sum->lane_switches += j->sched.switches;
     j->res.attained_ns = j->sched.attained_ns;
-    (void) sl_sched_job_remove(g->sched, &j->sched); /* nothing queued: it waited for the reply */
+    update_class(s, j, true);
     j->joined = false;
-    (void) kick_lane(s, j->gpu, lane, now); /* a strict policy may have kept the lane for it */
+    /* nothing queued: it waited for the reply; a strict policy may have
+     * kept the lane for it */
+    ctx c = {s, j->gpu, now};
+    sl_lanes_start st;
+    uint64_t t0 = decision_begin(s);
+    sl_lanes_kicked k = sl_lanes_leave(&g->handoff, &j->sched, now, start_on_device, &c, &st, NULL);
+    decision_end(s, t0);
+    kicked(s, j->gpu, k, now);
+    resume(s, j->gpu, now); /* one fewer high-priority job to wait for */
     sl_mem_release(g->mem, (uint64_t) (j - s->jobs) + 1);
     memory_changed(s, j->gpu, now);
     j->res.completed = true;
     g->n_jobs--;
 }
 
-/* A request of j's client reaches salusd: the next Run (sl_exec_run:
- * enqueue, then kick only its lane) or, all done, the close. */
+/* A request of j's client reaches salusd: the next Run (sl_exec_run: a
+ * high-priority arrival is a gap sample, then enqueue and kick only its
+ * lane) or, all done, the close. */
 static void client_request(sim *s, sim_job *j, uint64_t now)
 {
     if (j->done >= j->spec->iterations) {
@@ -335,46 +481,85 @@ static void client_request(sim *s, sim_job *j, uint64_t now)
         return;
     }
     gpu *g = &s->gpus[j->gpu];
-    sl_sched_enqueue(g->sched, &j->sched, &j->item, now);
-    (void) kick_lane(s, j->gpu, j->sched.lane, now);
+    if (j->is_hp)
+        sl_gaps_hp_arrival(&g->gaps, &j->hp, now);
+    ctx c = {s, j->gpu, now};
+    sl_lanes_start st;
+    uint64_t t0 = decision_begin(s);
+    sl_lanes_kicked k =
+        sl_lanes_ready(&g->handoff, &j->sched, &j->item, now, start_on_device, &c, &st);
+    decision_end(s, t0);
+    kicked(s, j->gpu, k, now);
 }
 
 /* The client's turnaround: its next request after client_gap_ns, and for
- * an inference job not before that request's time. */
+ * an inference job not before that request's time (sim.h request_ns). */
 static void client_next(sim *s, sim_job *j, uint64_t now)
 {
-    uint64_t t = now + s->cfg->client_gap_ns;
+    uint64_t at = now + s->cfg->client_gap_ns;
+    j->request_ns = at;
     const uint64_t *req = j->spec->request_ns;
-    if (req && j->done < j->spec->iterations && req[j->done] > t)
-        t = req[j->done];
-    if (t == now)
+    if (req && j->done < j->spec->iterations) {
+        if (req[j->done] > at)
+            at = req[j->done];
+        j->request_ns = req[j->done]; /* its latency counts from when it was meant */
+    }
+    if (at == now)
         client_request(s, j, now);
     else
-        push(s, t, EV_CLIENT, j->gpu, (uint64_t) (j - s->jobs));
+        push(s, at, EV_CLIENT, j->gpu, (uint64_t) (j - s->jobs));
 }
 
 /* sl_exec_iteration_done: charge, hand the lane on before anything else,
- * mark it idle only when nobody took it, then reply. */
+ * the gap bookkeeping, mark the lane idle only when nobody took it, then
+ * reply. */
 static void iteration_done(sim *s, sim_job *j, uint64_t now)
 {
     gpu *g = &s->gpus[j->gpu];
     uint32_t lane = j->sched.lane;
-    sl_sched_complete(g->sched, &j->sched, now - j->start_ns, now);
-    g->lanes[lane].busy = false;
-    if (j->lat) {
-        uint64_t at = j->spec->request_ns[j->done];
-        j->lat[j->done] = now > at ? now - at : 0;
-    }
+    bool stepwise = j->stepwise;
+    j->stepwise = false;
+    if (stepwise)
+        sl_steps_last_done(&g->steps, &j->step);
+    if (j->lat)
+        j->lat[j->done] = now > j->request_ns ? now - j->request_ns : 0;
     j->done++;
     j->res.iterations = j->done;
     j->res.finish_ns = now;
     s->sum->iterations++;
-    bool relaunched = kick_lane(s, j->gpu, lane, now);
-    if (!relaunched && !g->lanes[lane].busy) {
-        sl_mem_lane_idle(g->mem, lane);
+    ctx c = {s, j->gpu, now};
+    sl_lanes_start st;
+    uint64_t t0 = decision_begin(s);
+    sl_lanes_kicked k = sl_lanes_done(&g->handoff, &j->sched, lane, now - j->start_ns, now,
+                                      start_on_device, &c, &st);
+    decision_end(s, t0);
+    kicked(s, j->gpu, k, now);
+    if (j->is_hp)
+        sl_gaps_hp_complete(&g->gaps, &j->hp, now);
+    if (j->is_hp || stepwise)
+        resume(s, j->gpu, now);
+    if (sl_lanes_settle(&g->handoff, lane))
         memory_changed(s, j->gpu, now);
-    }
+    if (s->cfg->on_done)
+        s->cfg->on_done(s->cfg->arg, j->gpu, j->spec->id, j->done - 1, j->request_ns, now);
     client_next(s, j, now);
+}
+
+/* A job's work left the device: the end of a stepwise step (op_done, or
+ * the iteration's last), of one op of a whole iteration (its stream issues
+ * the next), or of the iteration. */
+static void work_done(sim *s, sim_job *j, uint64_t now)
+{
+    if (j->stepwise && !j->step_last) {
+        sl_steps_op_done(&s->gpus[j->gpu].steps, &j->step, now);
+        resume(s, j->gpu, now);
+        return;
+    }
+    if (!j->stepwise && j->spec->ops && ++j->op < j->spec->n_ops) {
+        submit_op(s, j->gpu, j, j->op, 0, 1, now);
+        return;
+    }
+    iteration_done(s, j, now);
 }
 
 /* Completes every departure the device has collected (handlers may start
@@ -387,7 +572,7 @@ static void handle_done(sim *s, uint32_t gi, uint64_t now)
         g->done_head = j->next_done;
         if (!g->done_head)
             g->done_tail = &g->done_head;
-        iteration_done(s, j, now);
+        work_done(s, j, now);
     }
 }
 
@@ -479,6 +664,11 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
     int rc = sl_eval_gpu_memory(cfg, &g->mem);
     if (rc == SL_OK)
         rc = sl_sched_create(policy, cfg->strict, &g->sched);
+    if (rc == SL_OK)
+        rc = sl_gaps_init(&g->gaps, cfg->gaps);
+    sl_lanes_init(&g->handoff, g->sched, g->mem);
+    sl_steps_config sc = {.gap_fill = true, .part_ns = cfg->op_part_ns};
+    sl_steps_init(&g->steps, &g->gaps, &sc);
     sl_sim_psc_init(&g->ps, 0);
     g->event_t = UINT64_MAX;
     g->done_tail = &g->done_head;
@@ -579,19 +769,11 @@ static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, siz
         return SL_EINVAL;
     for (size_t i = 0; i < n; i++)
         if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns ||
+            (jobs[i].ops && !jobs[i].n_ops) ||
             !(jobs[i].utilisation >= 0 && jobs[i].utilisation <= 1))
             return SL_EINVAL;
-    if (!(cfg->switch_ns_per_byte >= 0))
+    if (!(cfg->switch_ns_per_byte >= 0) || !sl_sched_policy_find(cfg->policy))
         return SL_EINVAL;
-    /* high-priority jobs under a policy that runs the others op by op
-     * (stepwise, gap filling): iterations here are whole, so the result
-     * would not be salusd's; refuse rather than mislead */
-    const sl_policy_ops *policy = sl_sched_policy_find(cfg->policy);
-    if (!policy)
-        return SL_EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (jobs[i].priority > 0 && (policy->caps & (SL_POLICY_STEPWISE | SL_POLICY_GAP_FILL)))
-            return SL_EUNSUPPORTED;
     /* duplicate ids: the scheduler breaks ties by id, so they must differ */
     uint64_t *ids = sl_calloc(n ? n : 1, sizeof *ids);
     if (!ids)
@@ -648,7 +830,24 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
             j->lat = s.lat_all + n_requests;
             n_requests += jobs[i].iterations;
         }
+        if (jobs[i].ops) {
+            sl_gaps_ewma *e = sl_calloc(jobs[i].n_ops, sizeof *e);
+            if (!e) {
+                rc = SL_ENOMEM;
+                goto out;
+            }
+            sl_gaps_lp_init(&j->lp, e, jobs[i].n_ops);
+        }
         push(&s, jobs[i].arrival_ns, EV_ARRIVAL, 0, i);
+    }
+    if (cfg->switch_cost_ns || cfg->switch_ns_per_byte > 0) {
+        if (!(s.by_id = sl_calloc(n ? n : 1, sizeof *s.by_id))) {
+            rc = SL_ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+            s.by_id[i] = &s.jobs[i];
+        qsort(s.by_id, n, sizeof *s.by_id, cmp_by_id);
     }
     while (s.n_heap && !s.error) {
         event e = pop(&s);
@@ -660,6 +859,12 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
                 continue; /* superseded: the device's state changed since */
             s.gpus[gi].event_t = UINT64_MAX;
             device_sync(&s.gpus[gi], e.t);
+        } else if (e.kind == EV_TIMER) {
+            gi = e.gpu;
+            if (e.arg != s.gpus[gi].timer_t)
+                continue; /* superseded by an earlier deadline */
+            s.gpus[gi].timer_t = 0;
+            resume(&s, gi, e.t);
         } else {
             sim_job *j = &s.jobs[e.arg];
             if (e.kind == EV_ARRIVAL)
@@ -685,12 +890,15 @@ out:
              * a device: both only point at memory freed just below */
             sl_sched_destroy(s.gpus[i].sched);
             sl_mem_mgr_destroy(s.gpus[i].mem);
-            sl_free(s.gpus[i].lanes);
+            sl_lanes_fini(&s.gpus[i].handoff);
         }
     }
     sl_free(s.gpus);
+    for (size_t i = 0; s.jobs && i < n; i++)
+        sl_free(s.jobs[i].lp.ops);
     sl_free(s.jobs);
     sl_free(s.heap);
     sl_free(s.lat_all);
+    sl_free(s.by_id);
     return rc;
 }

@@ -19,10 +19,14 @@
  * with per-job rate caps (kernels/sim sl_sim_psc: k iterations that each
  * fill the device progress at 1/k of the rate, no free speed-up from
  * concurrency; a job whose solo utilisation u < 1 leaves 1 - u to others,
- * water-filled); an iteration's work
- * is its profile's solo iteration time; a client turns a reply into its next
- * request after client_gap_ns. Which executor logic is duplicated here rather
- * than shared is listed in eval/README.md.
+ * water-filled); an iteration's work is its profile's solo iteration time,
+ * or, for a job with an op timeline, each op's launch on its lane's stream
+ * followed by its work on the shared device (cap 1: the launch gaps that
+ * make a whole iteration under-use the device are then explicit); a client
+ * turns a reply into its next request after client_gap_ns. The lane
+ * hand-off (sched/lanes.h) and the step dispatcher with the gap filler
+ * (sched/steps.h, sched/gaps.h) are the libraries server/executor.c calls;
+ * what executor logic is still duplicated here is listed in eval/README.md.
  *
  * One GPU = one salusd: its own scheduler and memory manager, configured as
  * salusd configures them for a device of that capacity (server/server.c
@@ -42,6 +46,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* One op of an iteration's timeline (op-level execution): launch_ns on the
+ * issuing stream (not shared), then work_ns on the device (shared),
+ * kernels/sim's model of an op. */
+typedef struct sl_eval_op {
+    uint64_t launch_ns;
+    uint64_t work_ns;
+    uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max); 0 = 1 */
+} sl_eval_op;
 
 /* One job of a trace: a training session that runs `iterations` iterations
  * back to back (each request sent when the previous reply arrived), or an
@@ -66,16 +79,30 @@ typedef struct sl_eval_job_spec {
      * over sum of launch + work, kernels/sim). Iterations of several jobs
      * share the device by water-filling (kernels/sim sl_sim_psc): none runs
      * faster than alone, and jobs whose utilisations sum to at most 1 run
-     * side by side at full speed. */
+     * side by side at full speed. Only for jobs without a timeline (ops
+     * NULL): with one, the launches are simulated and each op's work
+     * fills the device while it runs (cap 1), so the under-use this
+     * number summarises is already there. */
     double utilisation;
+    /* Op-level execution: the iteration's ops in issue order (n_ops > 0),
+     * borrowed for the run. NULL: the iteration is one op of iteration_ns
+     * with no launch cost (at the utilisation above). With a timeline every
+     * iteration goes op by op on its lane's stream (slower to simulate);
+     * iteration_ns stays what the job declares and what solo_ns counts
+     * (normally the ops' sum). */
+    const sl_eval_op *ops;
+    uint32_t n_ops;
     /* Inference: NULL for training (back to back). Otherwise `iterations`
      * absolute virtual times, one per request: the client issues request i
      * at request_ns[i], or when the reply to request i - 1 has reached it
      * (plus client_gap_ns) if that is later: one request in flight per
      * session, as a salus session runs one iteration at a time. Latency of
      * request i = its iteration's completion - request_ns[i]: client-side
-     * waiting, queueing in salusd and device time. The caller owns the array;
-     * it must stay valid during sl_eval_run. */
+     * waiting, queueing in salusd and device time (a request meant before
+     * the session opens waits for it, and that counts). The results carry
+     * each job's latency figures, the summary the pooled ones; on_done
+     * sees every request. The caller owns the array; it must stay valid
+     * during sl_eval_run. */
     const uint64_t *request_ns;
 } sl_eval_job_spec;
 
@@ -118,14 +145,38 @@ typedef struct sl_eval_config {
                      uint64_t iteration, uint64_t now_ns);
     void *arg;
     /* Cost of a switch: when a lane starts an iteration of a job other than
-     * the one whose iteration it ran last, the iteration reaches the device
-     * switch_cost_ns + switch_ns_per_byte * bytes later, where bytes is the
-     * incoming job's persistent bytes plus the outgoing job's if that job is
-     * still running (its state is saved; a finished job's is not). The lane
-     * is held meanwhile; the device is not (copies and set-up run beside
-     * the SMs). 0 and 0 = salusd's resident state: free switches. */
+     * the one whose iteration it ran last, the iteration's first op (the
+     * whole iteration without a timeline, its first step when it goes
+     * through the step dispatcher) reaches the device switch_cost_ns +
+     * switch_ns_per_byte * bytes later, where bytes is the incoming job's
+     * persistent bytes plus the outgoing job's if that job is still
+     * running (its state is saved; a finished job's is not). The lane is
+     * held meanwhile; the device is not (copies and set-up run beside the
+     * SMs). The gap filler is not told: it predicts a step from its work
+     * alone, as salusd's does. 0 and 0 = salusd's resident state: free
+     * switches. */
     uint64_t switch_cost_ns;
     double switch_ns_per_byte;
+    /* Op-level execution beside high-priority jobs (sched/steps.h), as
+     * salusd's executor: the gap filler's configuration (NULL = salusd's
+     * for a GPU device, sl_gaps_config_default), the part length for split
+     * ops (0 = salusd's default), and salusd's ablations --no-gap-fill and
+     * --no-stepwise. */
+    const struct sl_gaps_config *gaps;
+    uint64_t op_part_ns;
+    bool no_gap_fill;
+    bool no_stepwise;
+    /* Measures the host's wall time spent in the lane hand-off and the
+     * step dispatcher (the sched/ decisions) into the summary. */
+    bool measure_decisions;
+    /* Called when an iteration completes (NULL = none): the job, how many
+     * of its iterations completed before it, when its request was sent
+     * (for an inference job: request_ns[iteration], when it was meant to
+     * be) and now. For traces and for counts the results do not hold
+     * (e.g. iterations inside a window); an inference job's latency
+     * figures are in its result. */
+    void (*on_done)(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration,
+                    uint64_t request_ns, uint64_t now_ns);
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */
@@ -171,17 +222,23 @@ typedef struct sl_eval_summary {
     double lat_mean_ns;
     uint64_t lat_p50_ns, lat_p99_ns;
     uint64_t switch_ns; /* switch cost charged, summed over jobs */
+    /* op-level execution beside high-priority jobs (sched/steps.h) */
+    uint64_t lp_steps;         /* low-priority steps issued */
+    uint64_t ops_split;        /* ops issued in more than one part */
+    uint32_t lp_in_flight_max; /* most low-priority steps on one GPU at once */
+    uint64_t decisions;        /* hand-off and dispatch calls timed (measure_decisions) */
+    uint64_t decision_wall_ns; /* their host wall time */
 } sl_eval_summary;
 
 /* Runs the jobs on the configured cluster until every job completed or was
  * refused. jobs need not be sorted by arrival. results (n entries, may be
- * NULL) gets one entry per job, in the order of jobs. Errors: SL_EINVAL (an
- * unknown policy, n_gpus 0, gpu_bytes too small for salusd's layout, a job
- * with id 0, a duplicate id, 0 iterations or 0 iteration_ns, a utilisation
- * outside [0, 1], a negative switch_ns_per_byte),
- * SL_EUNSUPPORTED (a job with priority > 0 under a policy with
- * SL_POLICY_STEPWISE or SL_POLICY_GAP_FILL: op-level execution is not
- * simulated yet, and whole iterations would not be what salusd does), SL_ENOMEM,
+ * NULL) gets one entry per job, in the order of jobs. Jobs of priority > 0
+ * under a policy with SL_POLICY_STEPWISE make the others' iterations go op
+ * by op, into their gaps with SL_POLICY_GAP_FILL, as in salusd. Errors:
+ * SL_EINVAL (an unknown policy, n_gpus 0, gpu_bytes too small for salusd's
+ * layout, a job with id 0, a duplicate id, 0 iterations or 0 iteration_ns,
+ * ops with n_ops 0, a utilisation outside [0, 1], a negative
+ * switch_ns_per_byte, a gap configuration sl_gaps_init refuses), SL_ENOMEM,
  * SL_EINTERNAL (a library broke its contract: a bug). On error *summary and
  * results are unspecified. Never blocks; runs as fast as the host allows. */
 int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n,

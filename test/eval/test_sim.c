@@ -4,6 +4,7 @@
 #include "sl_test.h"
 
 #include "graphs.h"
+#include "gaps.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
@@ -300,9 +301,10 @@ static void test_refused_and_invalid(void **state)
     jobs[1].id = 1;
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
     jobs[1].id = 2;
-    jobs[1].priority = 1;
-    cfg.policy = "priority";
-    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EUNSUPPORTED);
+    static const sl_eval_op op = {.launch_ns = 10, .work_ns = 990};
+    jobs[1].ops = &op; /* a timeline of no ops */
+    assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
+    jobs[1].ops = NULL;
     cfg.policy = "nonesuch";
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
 }
@@ -426,14 +428,258 @@ static void test_switch_cost(void **state)
     assert_int_equal(total, sum.switch_ns);
 }
 
+/* ---- op-level execution beside a high-priority job ---------------------- */
+
+#define HP_OPS 5
+#define LP_OPS 20
+#define HP_REQS 60
+#define N_LP 3
+
+/* hp: 5 ops of 5 us launch + 195 us work (1 ms alone); lp: 20 ops of 5 us
+ * launch + 295 us work (6 ms alone). Made up, round, so bounds are exact. */
+static const sl_eval_op hp_ops[HP_OPS] = {
+    {5000, 195000, 1}, {5000, 195000, 1}, {5000, 195000, 1}, {5000, 195000, 1}, {5000, 195000, 1}};
+static sl_eval_op lp_ops[LP_OPS];
+static uint64_t hp_req[HP_REQS];
+
+typedef struct lat_log {
+    uint64_t lat[HP_REQS];
+    size_t n;
+    uint64_t lp_done;
+} lat_log;
+
+static void log_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration,
+                     uint64_t request_ns, uint64_t now_ns)
+{
+    (void) gpu;
+    lat_log *l = arg;
+    if (job_id == 1) {
+        assert_int_equal(iteration, l->n);
+        l->lat[l->n++] = now_ns - request_ns;
+    } else {
+        l->lp_done++;
+    }
+}
+
+/* One hp job (priority 10) with requests every period_ns (jitter: +-
+ * jitter_ns, deterministic) and N_LP lp jobs, under the priority policy. */
+static void op_level_jobs(sl_eval_job_spec *jobs, uint64_t period_ns, uint64_t jitter_ns)
+{
+    for (int k = 0; k < LP_OPS; k++)
+        lp_ops[k] = (sl_eval_op){5000, 295000, 4};
+    for (int i = 0; i < HP_REQS; i++)
+        hp_req[i] = (uint64_t) (i + 1) * period_ns + (i % 3 == 0 ? jitter_ns : 0);
+    jobs[0] = (sl_eval_job_spec){.id = 1,
+                                 .iterations = HP_REQS,
+                                 .iteration_ns = 1000000,
+                                 .persistent_bytes = 1 << 20,
+                                 .priority = 10,
+                                 .ops = hp_ops,
+                                 .n_ops = HP_OPS,
+                                 .request_ns = hp_req};
+    for (int k = 0; k < N_LP; k++)
+        jobs[1 + k] = (sl_eval_job_spec){.id = 2 + (uint64_t) k,
+                                         .iterations = 40,
+                                         .iteration_ns = 6000000,
+                                         .persistent_bytes = 1 << 20,
+                                         .ops = lp_ops,
+                                         .n_ops = LP_OPS};
+}
+
+static void test_op_level_deterministic(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[1 + N_LP];
+    op_level_jobs(jobs, 7000000, 2500000);
+    sl_eval_job_result r1[1 + N_LP], r2[1 + N_LP];
+    sl_eval_summary s1, s2;
+    lat_log l1 = {0}, l2 = {0};
+    sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
+    cfg.on_done = log_done;
+    cfg.arg = &l1;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1 + N_LP, r1, &s1));
+    cfg.arg = &l2;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1 + N_LP, r2, &s2));
+    assert_int_equal(s1.completed, 1 + N_LP);
+    assert_true(s1.lp_steps > 0); /* the lp jobs did go op by op */
+    assert_memory_equal(r1, r2, sizeof r1);
+    assert_memory_equal(&l1, &l2, sizeof l1);
+    assert_int_equal(s1.events, s2.events);
+    assert_int_equal(s1.lp_steps, s2.lp_steps);
+}
+
+/* Without gap filling (salusd --no-gap-fill), an hp iteration waits for at
+ * most the one lp op already on the device, however many lp lanes: its
+ * latency is at most its time alone plus one lp op's work. */
+static void test_hp_waits_one_lp_op(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[1 + N_LP];
+    op_level_jobs(jobs, 5000000, 1300000);
+    lat_log l = {0};
+    sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
+    cfg.no_gap_fill = true;
+    cfg.on_done = log_done;
+    cfg.arg = &l;
+    sl_eval_summary sum;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1 + N_LP, NULL, &sum));
+    assert_int_equal(l.n, HP_REQS);
+    assert_int_equal(sum.lp_in_flight_max, 1);
+    assert_true(sum.lp_steps > 0); /* lp iterations after the hp job left run whole */
+    uint64_t worst = 0;
+    bool delayed = false;
+    for (size_t i = 0; i < l.n; i++) {
+        assert_true(l.lat[i] >= 1000000);
+        assert_true(l.lat[i] <= 1000000 + 295000);
+        worst = l.lat[i] > worst ? l.lat[i] : worst;
+        delayed |= l.lat[i] > 1000000;
+    }
+    assert_true(delayed); /* the bound is met, not vacuous */
+    /* under plain sharing (fair: no classes) the same hp job waits longer */
+    cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    lat_log f = {0};
+    cfg.on_done = log_done;
+    cfg.arg = &f;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1 + N_LP, NULL, &sum));
+    uint64_t fair_worst = 0;
+    for (size_t i = 0; i < f.n; i++)
+        fair_worst = f.lat[i] > fair_worst ? f.lat[i] : fair_worst;
+    assert_true(fair_worst > worst);
+}
+
+/* Gap filling with regular hp arrivals: once the gaps and the ops are
+ * predicted, lp ops go only where they fit, so no hp request is delayed
+ * at all, at every margin, while the lp jobs still progress. */
+static void test_gap_fill_no_delay(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[1 + N_LP];
+    op_level_jobs(jobs, 10000000, 0);
+    const double margins[] = {0, 0.05, 0.10};
+    for (int m = 0; m < 3; m++) {
+        sl_gaps_config gc = sl_gaps_config_default();
+        gc.fit_margin = margins[m];
+        lat_log l = {0};
+        sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
+        cfg.gaps = &gc;
+        cfg.on_done = log_done;
+        cfg.arg = &l;
+        sl_eval_summary sum;
+        assert_sl_ok(sl_eval_run(&cfg, jobs, 1 + N_LP, NULL, &sum));
+        assert_int_equal(l.n, HP_REQS);
+        assert_int_equal(sum.lp_in_flight_max, 1);
+        for (size_t i = 10; i < l.n; i++) /* the first gaps train the predictor */
+            assert_int_equal(l.lat[i], 1000000);
+        /* the lp jobs ran in the gaps, before the hp job finished */
+        assert_true(l.lp_done > 0);
+        assert_int_equal(sum.completed, 1 + N_LP);
+    }
+}
+
+/* An op-level inference job's latency figures in its result are those of
+ * its requests as on_done sees them: one notion of a request's latency. */
+static void test_op_level_latency(void **state)
+{
+    (void) state;
+    sl_eval_job_spec jobs[1 + N_LP];
+    op_level_jobs(jobs, 5000000, 1300000);
+    lat_log l = {0};
+    sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
+    cfg.no_gap_fill = true;
+    cfg.on_done = log_done;
+    cfg.arg = &l;
+    sl_eval_summary sum;
+    sl_eval_job_result res[1 + N_LP];
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1 + N_LP, res, &sum));
+    assert_int_equal(l.n, HP_REQS);
+    assert_int_equal(sum.requests, HP_REQS);
+    double total = 0;
+    uint64_t worst = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        total += (double) l.lat[i];
+        worst = l.lat[i] > worst ? l.lat[i] : worst;
+    }
+    assert_true(res[0].lat_mean_ns == total / HP_REQS);
+    /* nearest rank 0.99 of 60 values is the largest */
+    assert_int_equal(res[0].lat_p99_ns, worst);
+    assert_true(res[0].lat_p50_ns >= 1000000 && res[0].lat_p50_ns <= worst);
+    for (int k = 1; k <= N_LP; k++)
+        assert_int_equal(res[k].lat_p99_ns, 0); /* training: no latencies */
+}
+
+/* Switch costs apply to iterations that go op by op too: one lane shared
+ * by jobs with timelines, each switch delays the incoming iteration's
+ * first op, on the lane's critical path. */
+static void test_op_level_switch_cost(void **state)
+{
+    (void) state;
+    static const sl_eval_op ops_a[2] = {{10000, 490000, 1}, {10000, 490000, 1}};
+    static const sl_eval_op ops_b[3] = {{5000, 295000, 1}, {5000, 295000, 1}, {5000, 295000, 1}};
+    sl_eval_job_spec jobs[2] = {
+        {.id = 1,
+         .iterations = 5,
+         .iteration_ns = 1000000,
+         .persistent_bytes = 1ull << 20,
+         .ops = ops_a,
+         .n_ops = 2,
+         .utilisation = 0.3}, /* ignored with a timeline: ops run at cap 1 */
+        {.id = 2,
+         .iterations = 4,
+         .iteration_ns = 900000,
+         .persistent_bytes = 2ull << 20,
+         .ops = ops_b,
+         .n_ops = 3},
+    };
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    cfg.spread_set = true; /* spread limit 0: one lane */
+    cfg.client_gap_ns = 0;
+    sl_eval_summary sum;
+    sl_eval_job_result res[2];
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+    assert_int_equal(sum.max_lanes, 1);
+    uint64_t work = 5 * 1000000 + 4 * 900000; /* launches included: one lane, serial */
+    assert_int_equal(sum.makespan_ns, work);
+    cfg.switch_cost_ns = 200000;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+    assert_true(sum.lane_switches > 0);
+    assert_true(sum.switch_ns >= 200000 * sum.lane_switches);
+    assert_int_equal(sum.makespan_ns, work + sum.switch_ns);
+    /* beside a high-priority job the lp iterations go through the step
+     * dispatcher; their switches are charged there as well */
+    sl_eval_job_spec opj[1 + N_LP];
+    op_level_jobs(opj, 5000000, 1300000);
+    cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
+    cfg.spread_set = true;
+    cfg.no_gap_fill = true;
+    assert_sl_ok(sl_eval_run(&cfg, opj, 1 + N_LP, NULL, &sum));
+    uint64_t free_p99 = sum.lat_p99_ns;
+    assert_int_equal(sum.switch_ns, 0);
+    cfg.switch_cost_ns = 100000;
+    assert_sl_ok(sl_eval_run(&cfg, opj, 1 + N_LP, NULL, &sum));
+    assert_int_equal(sum.completed, 1 + N_LP);
+    assert_true(sum.lp_steps > 0);
+    assert_true(sum.switch_ns > 0);
+    assert_true(sum.lat_p99_ns > free_p99);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_profiles),      cmocka_unit_test(test_computed_profiles),
-        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_all_complete),  cmocka_unit_test(test_refused_and_invalid),
-        cmocka_unit_test(test_utilisation),   cmocka_unit_test(test_inference),
-        cmocka_unit_test(test_switch_cost),   cmocka_unit_test(test_timelines),
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_computed_profiles),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_all_complete),
+        cmocka_unit_test(test_refused_and_invalid),
+        cmocka_unit_test(test_utilisation),
+        cmocka_unit_test(test_inference),
+        cmocka_unit_test(test_switch_cost),
+        cmocka_unit_test(test_timelines),
+        cmocka_unit_test(test_op_level_deterministic),
+        cmocka_unit_test(test_hp_waits_one_lp_op),
+        cmocka_unit_test(test_gap_fill_no_delay),
+        cmocka_unit_test(test_op_level_latency),
+        cmocka_unit_test(test_op_level_switch_cost),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }
