@@ -11,6 +11,7 @@ Which experiments exist is meson's to say, in one place each:
     test 'eval-coverage' fails while a benchmark has no tiny run.
 
   experiments.py list BUILD                    the eval benchmarks, one a line
+  experiments.py targets BUILD                 the ninja targets they need
   experiments.py run BUILD OUT [NAME...]       run them (all, or those named);
                                                stdout to OUT/NAME.txt, files they
                                                write into BUILD copied into OUT
@@ -77,6 +78,24 @@ def reject_constant(c):
 def load_json(path):
     with open(path) as f:
         return json.load(f, parse_constant=reject_constant)
+
+
+def cmd_targets(build):
+    """The ninja targets the eval benchmarks need (their executables and
+    what they depend on, salusd for the real-server ones): eval/run builds
+    only these, not the whole project."""
+    with open(os.path.join(build, "meson-info", "intro-targets.json")) as f:
+        files = {t["id"]: t["filename"] for t in json.load(f)}
+    build = os.path.abspath(build)
+    want = []
+    for b in benchmarks(build):
+        for path in [b["cmd"][0]] + [p for d in b.get("depends", []) for p in files.get(d, [])]:
+            rel = os.path.relpath(path, build)
+            if rel not in want:
+                want.append(rel)
+    for t in want:
+        print(t)
+    return 0
 
 
 def cmd_list(build):
@@ -241,6 +260,8 @@ def main(argv):
     cmd, rest = argv[1], argv[2:]
     if cmd == "list" and len(rest) == 1:
         return cmd_list(rest[0])
+    if cmd == "targets" and len(rest) == 1:
+        return cmd_targets(rest[0])
     if cmd == "run" and len(rest) >= 2:
         return cmd_run(rest[0], rest[1], rest[2:])
     if cmd == "check" and len(rest) >= 3:

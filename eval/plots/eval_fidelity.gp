@@ -20,6 +20,7 @@ set boxwidth 0.35
 set ylabel "seconds"
 set xlabel ""
 set yrange [0:*]
+set key below
 g = results . "/eval_fidelity.policies.dat"
 plot g using ($0 - 0.18):"sim_avg_jct_s":xtic(1) with boxes lc rgb "#1f77b4" title "simulator", \
      g using ($0 + 0.18):"real_avg_jct_s" with boxes lc rgb "#ff7f0e" title "real salusd"

@@ -9,7 +9,7 @@ set key top left
 set ylabel "minutes"
 set xrange [-0.6:3.6]
 set yrange [0:*]
-set title "Salus 5.1: average (solid) and p95 (light) JCT per policy (simulator, one P100)"
+set title "Salus 5.1: average (solid) and p95 (light) JCT per policy (simulator)"
 pol(s) = s eq "fifo" ? 0 : s eq "srtf" ? 1 : s eq "pack" ? 2 : 3
 x(s, v, k) = pol(s) + (v eq "paper" ? -0.2 : 0.2) + k
 set xtics ("fifo" 0, "srtf" 1, "pack" 2, "fair" 3)

@@ -9,7 +9,7 @@ set key bottom right
 set xlabel "JCT (min)"
 set ylabel "fraction of jobs"
 set yrange [0:1]
-set multiplot layout 1,2 title "Salus 5.1: JCT CDF, 100 jobs on one P100 (simulator)"
+set multiplot layout 1,2 title "Salus 5.1: JCT CDF per policy (simulator)"
 do for [v in "paper salus"] {
     set title (v eq "paper" ? "paper variant (--strict --spread-limit 0)" : "salusd defaults")
     plot for [p in "fifo srtf pack fair"] f skip 1 \
