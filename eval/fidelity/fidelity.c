@@ -12,7 +12,7 @@
  *
  *   fidelity [--salusd PATH] [--jobs N] [--seed S] [--scale-s X]
  *            [--interarrival-min X] [--policies fifo,srtf] [--variant paper|salus]
- *            [--gpu PROFILE] [--sim-only] [--json FILE] [--tiny]
+ *            [--gpu PROFILE] [--sim-only] [--json FILE] [--tiny] [--max-error X]
  *
  * The trace: N jobs, each of the Salus mix's lengths (1, 5 or 10 minutes,
  * uniformly drawn, as eval/salus51's trace) scaled to --scale-s seconds per
@@ -34,7 +34,8 @@
  * headline). Variant salus: salusd's defaults.
  *
  * --tiny: 10 jobs at 0.1 s per minute (about 15 s of wall time in all), for
- * the test suite. Last line:
+ * the test suite; --max-error X makes an error over X a failure (exit 1).
+ * Last line:
  *   BENCH eval_fidelity ratio_sim=... ratio_real=... error=...
  * with error = |ratio_real / ratio_sim - 1|, the largest over the policies
  * compared with the first. */
@@ -533,13 +534,14 @@ static void usage(FILE *f, const char *argv0)
             "[--interarrival-min X]\n"
             "          [--policies fifo,srtf] [--variant paper|salus] [--gpu PROFILE] "
             "[--sim-only]\n"
-            "          [--json FILE] [--tiny]\n"
+            "          [--json FILE] [--tiny] [--max-error X]\n"
             "Replays a scaled-down training trace through a real salusd --device sim:GPU with\n"
             "one client process per job, and through the simulator; compares the average-JCT\n"
             "ratio between the first policy and each other one. Defaults: 12 jobs, seed 1,\n"
             "0.5 s per paper minute, an arrival every 2 scaled minutes on average, fifo,srtf,\n"
             "the paper variant (--strict --spread-limit 0), p100. --tiny: 10 jobs, 0.1 s per\n"
-            "minute. --sim-only skips the real run.\n",
+            "minute. --sim-only skips the real run. --max-error X: exit 1 when the error is\n"
+            "over X (tests).\n",
             argv0);
 }
 
@@ -562,6 +564,7 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     double scale_s = 0.5, interarrival_min = 2;
     bool sim_only = false;
+    double max_error = -1; /* < 0: no limit */
     static const struct option longopts[] = {{"salusd", required_argument, NULL, 'd'},
                                              {"jobs", required_argument, NULL, 'n'},
                                              {"seed", required_argument, NULL, 's'},
@@ -573,9 +576,10 @@ int main(int argc, char **argv)
                                              {"sim-only", no_argument, NULL, 'S'},
                                              {"json", required_argument, NULL, 'j'},
                                              {"tiny", no_argument, NULL, 't'},
+                                             {"max-error", required_argument, NULL, 'e'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "d:n:s:x:i:p:v:g:Sj:th", longopts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc, argv, "d:n:s:x:i:p:v:g:Sj:te:h", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'd':
             salusd = optarg;
@@ -610,6 +614,9 @@ int main(int argc, char **argv)
         case 't':
             n_jobs = 10;
             scale_s = 0.1;
+            break;
+        case 'e':
+            max_error = atof(optarg);
             break;
         case 'h':
             usage(stdout, argv[0]);
@@ -737,5 +744,9 @@ int main(int argc, char **argv)
     printf("BENCH eval_fidelity ratio_sim=%.3f ratio_real=%.3f error=%.3f policies=%s jobs=%zu "
            "scale_s=%.3g overhead_ms=%.3f\n",
            ratio_sim, ratio_real, err, policy_list, n_jobs, scale_s, over_ms);
+    if (max_error >= 0 && !sim_only && !(err <= max_error)) {
+        fprintf(stderr, "fidelity: error %.3f over --max-error %.3f\n", err, max_error);
+        return 1;
+    }
     return 0;
 }
