@@ -142,8 +142,15 @@ def cmd_run(build, out, names):
         for a in cmd[1:]:
             if a.startswith(build + os.sep) and os.path.isfile(a) and os.path.getmtime(a) >= start - 1:
                 shutil.copyfile(a, os.path.join(out, os.path.basename(a)))
+    # every experiment's BENCH lines, this run's and earlier ones' (a run of
+    # some experiments keeps the others' results)
+    every = []
+    for fn in sorted(os.listdir(out)):
+        if fn.endswith(".txt") and fn != "BENCH.txt":
+            with open(os.path.join(out, fn)) as f:
+                every += bench_lines(f.read())
     with open(os.path.join(out, "BENCH.txt"), "w") as f:
-        f.write("".join(l + "\n" for l in lines))
+        f.write("".join(l + "\n" for l in every))
     if failed:
         print("experiments: failed: %s" % "; ".join(failed), file=sys.stderr)
         return 1
