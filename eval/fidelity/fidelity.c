@@ -203,7 +203,7 @@ static int make_trace(const sl_sim_profile *p, size_t n, uint64_t seed, double s
 /* ---- the simulated side ---- */
 
 static int run_sim(const sl_sim_profile *p, const char *policy, bool paper, const fjob *jobs,
-                   size_t n, double *jct_s, double *makespan_s)
+                   size_t n, double *jct_s, double *makespan_s, unsigned *lanes)
 {
     sl_eval_job_spec spec[MAX_JOBS];
     sl_eval_job_result res[MAX_JOBS];
@@ -227,6 +227,7 @@ static int run_sim(const sl_sim_profile *p, const char *policy, bool paper, cons
     for (size_t i = 0; i < n; i++)
         jct_s[i] = (double) (res[i].finish_ns - res[i].arrival_ns) / 1e9;
     *makespan_s = (double) sum.makespan_ns / 1e9;
+    *lanes = sum.max_lanes;
     return SL_OK;
 }
 
@@ -694,8 +695,9 @@ int main(int argc, char **argv)
         min_run[MAX_POLICIES][MAX_JOBS], setup[MAX_POLICIES][MAX_JOBS];
     double sim_avg[MAX_POLICIES], real_avg[MAX_POLICIES], sim_mk[MAX_POLICIES],
         real_mk[MAX_POLICIES];
+    unsigned lanes[MAX_POLICIES];
     for (size_t p = 0; p < n_pol; p++) {
-        rc = run_sim(gpu, policies[p], paper, jobs, n_jobs, sim_jct[p], &sim_mk[p]);
+        rc = run_sim(gpu, policies[p], paper, jobs, n_jobs, sim_jct[p], &sim_mk[p], &lanes[p]);
         if (rc != SL_OK) {
             fprintf(stderr, "fidelity: simulator, %s: %s\n", policies[p], sl_strerror(rc));
             return 1;
@@ -715,13 +717,13 @@ int main(int argc, char **argv)
         real_avg[p] = mean(real_jct[p], n_jobs);
     }
 
-    printf("%-6s %12s %12s %12s %12s %10s %10s\n", "policy", "sim_avg_s", "real_avg_s",
-           "sim_mksp_s", "real_mksp_s", "ratio_sim", "ratio_real");
+    printf("%-6s %12s %12s %12s %12s %10s %10s %9s\n", "policy", "sim_avg_s", "real_avg_s",
+           "sim_mksp_s", "real_mksp_s", "ratio_sim", "ratio_real", "sim_lanes");
     double err = 0, ratio_sim = 0, ratio_real = 0;
     for (size_t p = 0; p < n_pol; p++) {
         double rs = sim_avg[0] / sim_avg[p], rr = real_avg[0] / real_avg[p];
-        printf("%-6s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f\n", policies[p], sim_avg[p],
-               real_avg[p], sim_mk[p], real_mk[p], rs, rr);
+        printf("%-6s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f %9u\n", policies[p], sim_avg[p],
+               real_avg[p], sim_mk[p], real_mk[p], rs, rr, lanes[p]);
         double e = fabs(rr / rs - 1);
         if (p == 1 || e > err || isnan(e)) { /* the worst pair; NaN when sim-only */
             err = e;
