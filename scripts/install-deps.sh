@@ -12,6 +12,7 @@ packages=(
   libcmocka-dev zlib1g-dev libopenblas-dev libdnnl-dev valgrind python3
   dataset-fashion-mnist
   openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
+  gnuplot-nox # eval/run's PNG plots (eval/plots; the eval tests draw them when present)
 )
 for group in "$@"; do
   case "$group" in

@@ -15,10 +15,12 @@
 #include "device.h"
 #include "gaps.h"
 #include "graph.h"
+#include "lanes.h"
 #include "manager.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "sl_map.h"
+#include "steps.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -59,13 +61,8 @@ typedef struct sl_exec_task {
     uint64_t start_ns;
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
     uint32_t lane;
-    bool stepwise;                    /* op by op, beside high-priority work */
-    uint32_t next_op;                 /* first op not yet submitted whole */
-    uint32_t part, parts;             /* next_op's next part of its parts; 0 parts = not begun */
-    uint32_t step_op, step_parts;     /* the step in flight: its op, and that op's parts */
-    uint64_t op_start_ns;             /* when the step in flight was submitted */
-    struct sl_exec_task *parked_next; /* waiting for a gap (or for the one lp op) */
-    uint64_t parked_ns;
+    bool stepwise;      /* op by op, beside high-priority work */
+    sl_steps_task step; /* its progress op by op (sched/steps.h) */
 } sl_exec_task;
 
 typedef struct sl_exec_hooks {
@@ -87,8 +84,6 @@ typedef struct sl_lane {
     uint64_t serial;
     sl_stream *stream;
     int priority; /* its stream's (device.h): the class of what it runs */
-    bool busy;
-    uint64_t last_job_id; /* whose iteration ran last (switch accounting), 0 = none */
     /* the workspace its stream was given (the lane's framework block; it
      * moves with the lane); workspace_bytes UINT64_MAX = none given yet */
     void *workspace;
@@ -124,14 +119,14 @@ struct sl_exec {
     size_t n_spare, cap_spare;
     sl_stream *copy_stream; /* control tasks */
     bool halted;            /* the device is lost: nothing new starts */
+    sl_lanes handoff;       /* which iteration starts on which lane (sched/lanes.h) */
     sl_gaps gaps;           /* high-priority jobs' idle-gap predictions */
-    sl_exec_task *parked;   /* stepwise iterations waiting to issue their next step */
+    sl_steps steps;         /* stepwise iterations, the one lp slot (sched/steps.h) */
     pthread_t timer;        /* re-checks parked iterations when a gap may open */
     pthread_cond_t timer_cond;
     uint64_t timer_deadline; /* 0 = none */
     bool timer_running, timer_stop;
-    bool finishing; /* draining: parked iterations run to their end at once */
-    sl_exec_stats stats;
+    sl_exec_stats stats; /* lanes_busy and the stepwise counters: sl_exec_get_stats */
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control
@@ -184,6 +179,9 @@ void sl_exec_kick(sl_exec *ex, sl_outbox *box);
 /* Parked stepwise iterations run on to their end without waiting for gaps
  * (drain); finishing stays set. */
 void sl_exec_finish_parked(sl_exec *ex);
+
+/* The counters, current. */
+sl_exec_stats sl_exec_get_stats(const sl_exec *ex);
 
 /* Whether nothing runs on the device (no lane busy, no control copy). */
 bool sl_exec_idle(const sl_exec *ex);

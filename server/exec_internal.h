@@ -19,8 +19,6 @@ void sl_exec_iteration_done(void *arg, int status);
 
 /* Job j's gap-filling class follows its priority and the policy. */
 void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving);
-/* Parks a stepwise iteration for its next step (oldest first). */
-void sl_exec_park(sl_exec *ex, sl_exec_task *t, uint64_t now);
 /* Issues parked steps that may go now (all of them when force). */
 void sl_exec_resume(sl_exec *ex, bool force);
 /* The gap timer thread. */

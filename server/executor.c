@@ -42,8 +42,7 @@ unsigned sl_exec_caps(const sl_exec *ex)
  * when the policy asks for it; everything else runs whole. */
 static bool is_stepwise(const sl_exec *ex, const sl_exec_job *j)
 {
-    return (sl_exec_caps(ex) & SL_POLICY_STEPWISE) && !ex->cfg->no_stepwise && ex->gaps.n_hp > 0 &&
-           !j->high_priority;
+    return sl_steps_wanted(sl_exec_caps(ex), ex->cfg->no_stepwise, &ex->gaps, j->high_priority);
 }
 
 /* The stream class a job's iterations run in (device.h): above normal for
@@ -102,8 +101,7 @@ static sl_lane *lane_get(sl_exec *ex, const sl_mem_lane_info *info, int priority
     l->priority = priority;
     if (stream_take(ex, priority, &l->stream) != SL_OK)
         goto out_free;
-    if (sl_sched_reserve_lanes(ex->sched, info->id + 1) != SL_OK ||
-        sl_map_put(&ex->lanes, info->id, l))
+    if (sl_map_put(&ex->lanes, info->id, l))
         goto out_stream;
     return l;
 
@@ -145,7 +143,7 @@ static void lanes_collect(sl_exec *ex)
     while (n < 16 && sl_map_next(&ex->lanes, &i, NULL, &v)) {
         sl_lane *l = v;
         sl_mem_lane_info info;
-        if (!l->busy &&
+        if (!sl_lanes_busy(&ex->handoff, l->id) &&
             (sl_mem_lane_get(ex->mem, l->id, &info) != SL_OK || info.serial != l->serial))
             gone[n++] = l->id;
     }
@@ -292,9 +290,8 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
         rc = fetch_at(ex, t, st, 0, g->n_ops == 0, false);
     t->status = rc;
     if (t->stepwise) {
-        t->next_op = 0;
-        t->parts = 0;
-        sl_exec_park(ex, t, sl_now_ns());
+        t->step = (sl_steps_task){.lp = &t->graph->lp, .n_ops = g->n_ops, .failed = rc != SL_OK};
+        sl_steps_begin(&ex->steps, &t->step, sl_now_ns());
         sl_exec_resume(ex, false);
         return SL_OK;
     }
@@ -329,82 +326,78 @@ static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
     ex->hooks.done(ex->hooks.arg, t, status, false, box);
 }
 
-/* Starts lane's next pick if it is idle; true if it started one. */
-static bool kick_lane(sl_exec *ex, const sl_mem_lane_info *info, uint64_t now, sl_outbox *box)
+/* What a kick's start callback needs beside the pick. */
+typedef struct kick_ctx {
+    sl_exec *ex;
+    sl_outbox *box;
+    int rc; /* why the start failed */
+} kick_ctx;
+
+/* The start callback of the lane hand-off (sched/lanes.h): the pick goes
+ * onto its lane's stream, in the stream class of its job. */
+static int start_on_lane(void *arg, sl_lanes_start *st)
 {
-    sl_sched_item *item;
-    sl_sched_job *job;
-    if (ex->halted)
-        return false;
-    sl_lane *l = sl_map_get(&ex->lanes, info->id);
-    if (l && l->busy)
-        return false;
-    if (l && l->serial != info->serial) {
-        /* the record of a reclaimed lane whose id was reused: keep its
-         * stream (idle), forget whose iteration ran last */
-        l->serial = info->serial;
-        l->last_job_id = 0;
-    }
-    /* the same for the scheduler's lane statistics; a no-op once bound */
-    sl_sched_lane_bind(ex->sched, info->id, info->serial);
-    uint64_t idle_since = sl_sched_lane_idle_since(ex->sched, info->id);
-    if (!sl_sched_next(ex->sched, info->id, now, &job, &item))
-        return false;
-    sl_exec_task *t = sl_container_of(item, sl_exec_task, item);
+    kick_ctx *c = arg;
+    sl_exec *ex = c->ex;
+    sl_exec_task *t = sl_container_of(st->item, sl_exec_task, item);
+    const sl_mem_lane_info *info = &st->info;
     int priority = stream_priority(ex, t->job);
+    sl_lane *l = sl_map_get(&ex->lanes, info->id);
+    if (l && l->serial != info->serial)
+        l->serial = info->serial; /* a reclaimed lane's id reused: keep its (idle) stream */
     if (l && l->priority != priority)
         lane_restream(ex, l, priority);
     if (!l && !(l = lane_get(ex, info, priority))) {
         sl_log_err("exe.stream", "cannot start a stream for lane %u", info->id);
-        fail_task(ex, t, SL_ENOMEM, box);
-        return false;
+        return c->rc = SL_ENOMEM;
     }
-    t->start_ns = now;
+    t->start_ns = st->launched_ns;
     t->lane = info->id;
     t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;
-    l->busy = true;
-    ex->stats.lanes_busy++;
-    sl_mem_lane_busy(ex->mem, info->id);
-    /* idle lanes move (compaction): the base counts only once it is busy */
-    sl_mem_lane_info fresh;
-    if (sl_mem_lane_get(ex->mem, info->id, &fresh) != SL_OK)
-        fresh = *info;
-    t->ephemeral_base = fresh.base;
+    t->ephemeral_base = info->base;
     /* small iterations skip the thread hand-off (device.h stream_hold) */
-    bool here = !box->run_here && runs_here(ex, t);
+    bool here = !c->box->run_here && runs_here(ex, t);
     if (here)
         ex->dev->ops->stream_hold(ex->dev, l->stream);
-    int rc = launch(ex, t, l, &fresh);
+    int rc = launch(ex, t, l, info);
     if (here)
-        box->run_here = l->stream;
-    /* the switch cost: how long the lane sat idle, from the previous
-     * iteration's completion (or this one's arrival, if later) until this
-     * one's work is on the stream */
-    if (l->last_job_id) {
-        uint64_t from = idle_since > t->arrival_ns ? idle_since : t->arrival_ns;
-        uint64_t end = sl_now_ns();
-        sl_sched_note_gap(ex->sched, info->id, end > from ? end - from : 0,
-                          l->last_job_id == job->id);
-    }
-    l->last_job_id = job->id;
-    if (rc == SL_OK)
+        c->box->run_here = l->stream;
+    st->ready_ns = t->arrival_ns;
+    st->launched_ns = sl_now_ns();
+    if (rc != SL_OK)
+        /* not even the completion callback could be queued: finish here */
+        sl_log_err("exe.launch", "cannot submit an iteration of job %llu: %s",
+                   (unsigned long long) st->job->id, sl_strerror(rc));
+    return c->rc = rc;
+}
+
+/* What a hand-off decided, for the executor: a started iteration counts
+ * as a busy lane; a pick that could not start fails. True if it started. */
+static bool kicked(sl_exec *ex, sl_lanes_kicked k, const sl_lanes_start *st, const kick_ctx *c)
+{
+    if (k == SL_LANES_STARTED) {
+        ex->stats.lanes_busy++;
         return true;
-    /* not even the completion callback could be queued: finish here */
-    sl_log_err("exe.launch", "cannot submit an iteration of job %llu: %s",
-               (unsigned long long) job->id, sl_strerror(rc));
-    l->busy = false;
-    ex->stats.lanes_busy--;
-    sl_mem_lane_idle(ex->mem, info->id);
-    fail_task(ex, t, rc, box);
+    }
+    if (k == SL_LANES_FAILED)
+        fail_task(ex, sl_container_of(st->item, sl_exec_task, item), c->rc, c->box);
     return false;
+}
+
+/* Starts lane's next pick if it is idle; true if it started one. */
+static bool kick_lane(sl_exec *ex, uint32_t lane, uint64_t now, sl_outbox *box)
+{
+    if (ex->halted)
+        return false;
+    kick_ctx c = {ex, box, SL_OK};
+    sl_lanes_start st;
+    return kicked(ex, sl_lanes_kick(&ex->handoff, lane, now, start_on_lane, &c, &st), &st, &c);
 }
 
 /* Kicks one lane (a job there may have become ready). */
 static void kick_one(sl_exec *ex, uint32_t lane, sl_outbox *box)
 {
-    sl_mem_lane_info info;
-    if (sl_mem_lane_get(ex->mem, lane, &info) == SL_OK)
-        (void) kick_lane(ex, &info, sl_now_ns(), box);
+    (void) kick_lane(ex, lane, sl_now_ns(), box);
 }
 
 void sl_exec_kick(sl_exec *ex, sl_outbox *box)
@@ -422,7 +415,7 @@ void sl_exec_kick(sl_exec *ex, sl_outbox *box)
     }
     uint64_t now = sl_now_ns();
     for (size_t i = 0; i < n; i++)
-        (void) kick_lane(ex, &lanes[i], now, box);
+        (void) kick_lane(ex, lanes[i].id, now, box);
     if (lanes != stack)
         sl_free(lanes);
 }
@@ -437,13 +430,10 @@ void sl_exec_iteration_done(void *arg, int status)
 
     pthread_mutex_lock(ex->lock);
     uint64_t device_ns = now - t->start_ns;
-    sl_sched_complete(ex->sched, &j->sched, device_ns, now);
-    sl_lane *l = sl_map_get(&ex->lanes, t->lane);
-    l->busy = false;
     ex->stats.lanes_busy--;
     ex->stats.iterations++;
     if (t->stepwise)
-        ex->stats.lp_in_flight--;
+        sl_steps_last_done(&ex->steps, &t->step);
     if (t->status == SL_OK)
         t->status = status;
     if (t->status == SL_OK) {
@@ -454,21 +444,22 @@ void sl_exec_iteration_done(void *arg, int status)
     } else if (t->status == SL_EDEVICERESET) {
         ex->halted = true; /* the device is lost: start nothing more */
     }
-    /* hot path first: hand the lane to the next pick before any bookkeeping,
-     * so the device idles only for this (the switch cost) */
-    sl_mem_lane_info info;
-    bool relaunched =
-        sl_mem_lane_get(ex->mem, l->id, &info) == SL_OK && kick_lane(ex, &info, now, &box);
+    /* hot path first: charge, and hand the lane to the next pick before any
+     * bookkeeping, so the device idles only for this (the switch cost) */
+    kick_ctx c = {ex, &box, SL_OK};
+    sl_lanes_start st;
+    sl_lanes_start_fn start = ex->halted ? NULL : start_on_lane;
+    (void) kicked(ex,
+                  sl_lanes_done(&ex->handoff, &j->sched, t->lane, device_ns, now, start, &c, &st),
+                  &st, &c);
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
     if (j->high_priority || t->stepwise)
         sl_exec_resume(ex, false);
-    bool lane_idle = !relaunched && !l->busy;
-    if (lane_idle) {
-        /* an idle lane may shrink or go, letting queued sessions in */
-        sl_mem_lane_idle(ex->mem, l->id);
+    /* an idle lane may shrink or go, letting queued sessions in */
+    bool lane_idle = sl_lanes_settle(&ex->handoff, t->lane);
+    if (lane_idle)
         lanes_collect(ex);
-    }
     /* the lane was handed on above; whatever the done hook queues kicks
      * its own lane */
     ex->hooks.done(ex->hooks.arg, t, t->status, lane_idle, &box);
@@ -483,8 +474,13 @@ void sl_exec_run(sl_exec *ex, sl_exec_task *t, sl_outbox *box)
     t->status = SL_OK;
     if (t->job->high_priority)
         sl_gaps_hp_arrival(&ex->gaps, &t->job->hp, sl_now_ns());
-    sl_sched_enqueue(ex->sched, &t->job->sched, &t->item, sl_now_ns());
-    kick_one(ex, t->job->sched.lane, box); /* only its lane can have changed */
+    /* only its lane can have changed */
+    kick_ctx c = {ex, box, SL_OK};
+    sl_lanes_start st;
+    sl_lanes_start_fn start = ex->halted ? NULL : start_on_lane;
+    (void) kicked(
+        ex, sl_lanes_ready(&ex->handoff, &t->job->sched, &t->item, sl_now_ns(), start, &c, &st),
+        &st, &c);
 }
 
 sl_exec_task *sl_exec_unqueue(sl_exec *ex, sl_exec_job *j)
@@ -536,10 +532,9 @@ int sl_exec_control(sl_exec *ex, sl_exec_task *t, int kind, uint64_t addr, void 
 
 int sl_exec_join(sl_exec *ex, sl_exec_job *j, uint64_t now)
 {
-    int rc = sl_sched_reserve_lanes(ex->sched, j->sched.lane + 1);
+    int rc = sl_lanes_join(&ex->handoff, &j->sched, now);
     if (rc)
         return rc;
-    sl_sched_job_add(ex->sched, &j->sched, now);
     j->joined = true;
     sl_exec_update_class(ex, j, false);
     return SL_OK;
@@ -549,21 +544,21 @@ void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box)
 {
     if (!j->joined)
         return;
-    (void) sl_sched_job_remove(ex->sched, &j->sched);
+    /* its class first: what its lane starts next runs in the new one */
     sl_exec_update_class(ex, j, true);
     j->joined = false;
-    sl_exec_resume(ex, false);        /* one fewer high-priority job to wait for */
-    kick_one(ex, j->sched.lane, box); /* a strict policy may have kept its lane for it */
+    /* a strict policy may have kept its lane for it */
+    kick_ctx c = {ex, box, SL_OK};
+    sl_lanes_start st;
+    sl_lanes_start_fn start = ex->halted ? NULL : start_on_lane;
+    (void) kicked(ex, sl_lanes_leave(&ex->handoff, &j->sched, sl_now_ns(), start, &c, &st, NULL),
+                  &st, &c);
+    sl_exec_resume(ex, false); /* one fewer high-priority job to wait for */
 }
 
 int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane)
 {
-    if (lane == j->sched.lane)
-        return SL_OK;
-    int rc = sl_sched_reserve_lanes(ex->sched, lane + 1);
-    if (rc == SL_OK)
-        sl_sched_job_set_lane(ex->sched, &j->sched, lane);
-    return rc;
+    return sl_lanes_move(&ex->handoff, &j->sched, lane);
 }
 
 void sl_exec_set_share(sl_exec *ex, sl_exec_job *j, const int *priority, const double *weight,
@@ -655,6 +650,7 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         return SL_EINVAL;
     if ((rc = sl_sched_create(policy, cfg->strict, &ex->sched)) != SL_OK)
         return rc;
+    sl_lanes_init(&ex->handoff, ex->sched, mem);
     if ((rc = dev->ops->mem_alloc(dev, capacity, &ex->arena)) != SL_OK) {
         sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",
                    (unsigned long long) capacity, sl_strerror(rc));
@@ -668,6 +664,8 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         gc.host_ns = HOST_MARGIN_NS;
     if ((rc = sl_gaps_init(&ex->gaps, &gc)) != SL_OK)
         return rc;
+    sl_steps_config sc = {.gap_fill = true, .part_ns = cfg->op_part_ns};
+    sl_steps_init(&ex->steps, &ex->gaps, &sc);
     if (sl_cond_init_monotonic(&ex->timer_cond) != 0)
         return SL_ENOMEM;
     if (pthread_create(&ex->timer, NULL, sl_exec_timer_main, ex) != 0) {
@@ -700,6 +698,16 @@ void sl_exec_fini(sl_exec *ex)
         ex->copy_stream = NULL;
         ex->arena = NULL;
     }
+    sl_lanes_fini(&ex->handoff);
     sl_sched_destroy(ex->sched);
     ex->sched = NULL;
+}
+
+sl_exec_stats sl_exec_get_stats(const sl_exec *ex)
+{
+    sl_exec_stats st = ex->stats;
+    st.ops_split = ex->steps.ops_split;
+    st.lp_in_flight = ex->steps.lp_in_flight;
+    st.lp_in_flight_max = ex->steps.lp_in_flight_max;
+    return st;
 }

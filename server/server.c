@@ -190,7 +190,7 @@ void sl_server_stop(sl_server *srv)
         pthread_cond_wait(&srv->sender.idle, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
     sl_log_info("srv.exit", "drained after %llu iterations; exiting",
-                (unsigned long long) srv->exec.stats.iterations);
+                (unsigned long long) sl_exec_get_stats(&srv->exec).iterations);
     (void) sl_server_fini(srv);
 }
 
@@ -207,7 +207,7 @@ void sl_server_get_counters(sl_server *srv, sl_server_counters *out)
         .replies = atomic_load(&srv->sender.replies),
         .errors = atomic_load(&srv->sender.errors),
         .repeats = atomic_load(&srv->repeats.seen),
-        .exec = srv->exec.stats,
+        .exec = sl_exec_get_stats(&srv->exec),
         .sessions = srv->sessions.table.count,
     };
     pthread_mutex_unlock(&srv->lock);

@@ -62,7 +62,7 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
     st->decoded_bytes = atomic_load(&srv->decoder.held);
     st->decode_refusals = atomic_load(&srv->decoder.refused);
     st->metadata_bytes = srv->sessions.host_bytes;
-    st->iterations_total = srv->exec.stats.iterations;
+    st->iterations_total = sl_exec_get_stats(&srv->exec).iterations;
     st->strict = sl_sched_strict(srv->exec.sched);
     st->switch_same_p50_ns = sl_sched_gap_quantile(srv->exec.sched, true, 0.5);
     st->switch_same_p99_ns = sl_sched_gap_quantile(srv->exec.sched, true, 0.99);

@@ -1,5 +1,5 @@
 /* The sim backend: a GPU *timing model*. Internal header for kernels/ and for
- * other modules that need the model without a device (bench/'s discrete-event
+ * other modules that need the model without a device (eval/'s discrete-event
  * simulator, tests). No CUDA type appears here.
  *
  * Two clocks share one model:
@@ -131,6 +131,73 @@ uint64_t sl_sim_ps_next_event_ns(const sl_sim_ps *ps);
  * array), SL_ENOMEM. */
 int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *work_ns,
                        uint64_t *done_ns);
+
+/* ---- processor sharing with per-job rate caps (virtual time) ----
+ *
+ * sl_sim_ps for jobs that do not fill the device alone: a job with cap u in
+ * (0, 1] uses at most the fraction u of the resource (its solo device
+ * utilisation, e.g. sum(work) / sum(launch + work) of an iteration's ops:
+ * launch gaps on its stream leave the SMs to others). Rates are water-filled:
+ * with level L the solution of sum_i min(u_i, L) = min(1, sum_i u_i), job i
+ * progresses at min(u_i, L). So a job never runs faster than alone, jobs
+ * whose caps sum to at most 1 all run as if alone, and jobs that together
+ * want more than the device share it fairly, each capped at its own u.
+ * A job is given by its solo duration: alone it takes exactly solo_ns.
+ *
+ * With every cap 1 this computes what sl_sim_ps computes, operation for
+ * operation (same active-list order, same floating-point expressions, same
+ * departure order), so results are bit-identical to sl_sim_ps's; the
+ * real-time sim device keeps using sl_sim_ps.
+ *
+ * Cost: O(active jobs) per arrival, departure and advance. Not thread-safe. */
+typedef struct sl_sim_psc_job {
+    struct sl_sim_psc_job *next; /* private */
+    uint64_t arrive_ns;          /* private: when it joins */
+    uint64_t solo_ns;            /* private: its duration alone */
+    double cap;                  /* private: rate cap u */
+    double finish_v;             /* private, uncapped: service level at which it departs */
+    double left;                 /* private, capped: solo ns left (it runs at its cap) */
+    bool capped;                 /* private: runs at its cap (else at the level) */
+    uint64_t done_ns;            /* completion time, valid once done */
+    bool done;
+    void *user; /* caller's, untouched */
+} sl_sim_psc_job;
+
+typedef struct sl_sim_psc {
+    sl_sim_psc_job *pending; /* arrival in the future, by arrive_ns */
+    sl_sim_psc_job *active;  /* by cap, ascending; the capped ones come first */
+    unsigned n_active;
+    unsigned n_uncapped; /* active jobs at the level */
+    double capped_sum;   /* sum of the caps of the capped jobs */
+    double v;            /* service each uncapped job received since the resource was idle */
+    uint64_t now_ns;
+} sl_sim_psc;
+
+typedef void (*sl_sim_psc_done_fn)(void *arg, sl_sim_psc_job *job);
+
+/* An idle resource at time start_ns. */
+void sl_sim_psc_init(sl_sim_psc *ps, uint64_t start_ns);
+
+/* Adds job, taking solo_ns alone at rate cap, arriving at arrive_ns (earlier
+ * than the state's time is taken as now). cap outside (0, 1] (or NaN) is
+ * taken as 1. solo_ns 0 completes at arrival. job is the caller's and stays
+ * valid and untouched until done. */
+void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
+                       double cap);
+
+/* As sl_sim_ps_advance: arrivals and departures up to t_ns in time order,
+ * done_fn (may resubmit) for each departure. Returns how many departed. */
+unsigned sl_sim_psc_advance(sl_sim_psc *ps, uint64_t t_ns, sl_sim_psc_done_fn done_fn, void *arg);
+
+/* The next arrival or departure if nothing else is submitted; UINT64_MAX
+ * when idle with nothing pending. */
+uint64_t sl_sim_psc_next_event_ns(const sl_sim_psc *ps);
+
+/* Completion times of n jobs (arrive_ns[i], solo_ns[i], cap[i]) on one
+ * resource idle before the first arrival. Errors: SL_EINVAL (a NULL array),
+ * SL_ENOMEM. */
+int sl_sim_psc_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *solo_ns,
+                        const double *cap, uint64_t *done_ns);
 
 /* ---- the real-time device ---- */
 

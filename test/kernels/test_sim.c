@@ -379,6 +379,184 @@ static void test_ps_random(void **state)
     }
 }
 
+/* ---- processor sharing with rate caps ---- */
+
+static void test_psc_basic(void **state)
+{
+    (void) state;
+    uint64_t done[3];
+    /* Alone: exactly the solo time, whatever the cap. */
+    uint64_t a1[1] = {100}, s1[1] = {1000};
+    double c1[1] = {0.25};
+    assert_sl_ok(sl_sim_psc_schedule(1, a1, s1, c1, done));
+    assert_int_equal(done[0], 1100);
+    /* Caps summing to at most 1: both as if alone. */
+    uint64_t a2[2] = {0, 0}, s2[2] = {1000, 1000};
+    double c2[2] = {0.4, 0.5};
+    assert_sl_ok(sl_sim_psc_schedule(2, a2, s2, c2, done));
+    assert_int_equal(done[0], 1000);
+    assert_int_equal(done[1], 1000);
+    /* 0.8 + 0.8: each gets 0.5, 800 of work takes 1600. */
+    double c3[2] = {0.8, 0.8};
+    assert_sl_ok(sl_sim_psc_schedule(2, a2, s2, c3, done));
+    assert_int_equal(done[0], 1600);
+    assert_int_equal(done[1], 1600);
+    /* 0.3 beside 1: the small one keeps its 0.3 (done at its solo time),
+     * the other gets 0.7, then the whole device for its last 300. */
+    double c4[2] = {0.3, 1.0};
+    assert_sl_ok(sl_sim_psc_schedule(2, a2, s2, c4, done));
+    assert_int_equal(done[0], 1000);
+    assert_int_equal(done[1], 1300);
+    /* 0.6 beside 1: the level 0.5 is below both caps; 600 of work takes
+     * 1200, the other has 400 left alone. */
+    double c5[2] = {0.6, 1.0};
+    assert_sl_ok(sl_sim_psc_schedule(2, a2, s2, c5, done));
+    assert_int_equal(done[0], 1200);
+    assert_int_equal(done[1], 1600);
+    /* 0.2, 1, 1: level 0.4 until the small one leaves at 1000, then 0.5
+     * each for the last 600. */
+    uint64_t a6[3] = {0, 0, 0}, s6[3] = {1000, 1000, 1000};
+    double c6[3] = {1.0, 0.2, 1.0};
+    assert_sl_ok(sl_sim_psc_schedule(3, a6, s6, c6, done));
+    assert_int_equal(done[0], 2200);
+    assert_int_equal(done[1], 1000);
+    assert_int_equal(done[2], 2200);
+    /* A status change mid-way, and a cap out of range taken as 1: A (0.9)
+     * runs at its cap alone until B joins at 500; the level 0.5 is then
+     * below both caps, so they share the device equally. */
+    uint64_t a7[2] = {0, 500}, s7[2] = {1000, 1000};
+    double c7[2] = {0.9, 7.0};
+    assert_sl_ok(sl_sim_psc_schedule(2, a7, s7, c7, done));
+    /* A: 450 of work by 500, 450 left at 0.5: done at 1400; B: 450 by
+     * 1400, 550 alone: 1950. */
+    assert_int_equal(done[0], 1400);
+    assert_int_equal(done[1], 1950);
+    assert_sl_ok(sl_sim_psc_schedule(0, NULL, NULL, NULL, NULL));
+    assert_sl_err(sl_sim_psc_schedule(1, a1, s1, NULL, done), SL_EINVAL);
+}
+
+/* With every cap 1 the capped resource is sl_sim_ps to the bit, looked at
+ * all at once or at random times. */
+static void test_psc_equals_ps(void **state)
+{
+    (void) state;
+    enum { N = 64 };
+    uint64_t seed = 777;
+    for (unsigned round = 0; round < 50; round++) {
+        uint64_t arr[N], work[N], done[N], done_c[N];
+        double cap[N];
+        uint64_t t = 0;
+        for (unsigned i = 0; i < N; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            t += (seed >> 33) % 50;
+            arr[i] = t * 1000003;
+            work[i] = 1 + (seed >> 20) % 200000007;
+            cap[i] = 1.0;
+        }
+        assert_sl_ok(sl_sim_ps_schedule(N, arr, work, done));
+        assert_sl_ok(sl_sim_psc_schedule(N, arr, work, cap, done_c));
+        for (unsigned i = 0; i < N; i++)
+            assert_int_equal(done_c[i], done[i]);
+        sl_sim_psc ps;
+        sl_sim_psc_job jobs[N];
+        memset(jobs, 0, sizeof jobs);
+        sl_sim_psc_init(&ps, 0);
+        for (unsigned i = 0; i < N; i++)
+            sl_sim_psc_submit(&ps, &jobs[i], arr[i], work[i], 1.0);
+        unsigned completed = 0;
+        for (uint64_t now = 0; completed < N;) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            now += (seed >> 40) % 97 * 1000003;
+            completed += sl_sim_psc_advance(&ps, now, NULL, NULL);
+        }
+        for (unsigned i = 0; i < N; i++)
+            assert_int_equal(jobs[i].done_ns, done[i]);
+    }
+}
+
+/* Against a direct fluid simulation: at every event recompute the
+ * water-filled rates from scratch and move every job's remaining work. */
+static void psc_reference(unsigned n, const uint64_t *arr, const uint64_t *solo, const double *cap,
+                          double *done)
+{
+    double left[64], now = 0;
+    bool in[64] = {0}, fin[64] = {0};
+    unsigned n_fin = 0;
+    for (unsigned i = 0; i < n; i++)
+        left[i] = (double) solo[i] * cap[i];
+    while (n_fin < n) {
+        double rate[64], level = INFINITY, c = 0;
+        unsigned m = 0, order[64];
+        for (unsigned i = 0; i < n; i++)
+            if (in[i] && !fin[i])
+                order[m++] = i;
+        for (unsigned a = 1; a < m; a++) /* insertion sort by cap */
+            for (unsigned b = a; b > 0 && cap[order[b]] < cap[order[b - 1]]; b--) {
+                unsigned x = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = x;
+            }
+        unsigned rest = m;
+        for (unsigned k = 0; k < m; k++) {
+            if (cap[order[k]] * rest < 1 - c) {
+                c += cap[order[k]];
+                rest--;
+            } else {
+                level = (1 - c) / rest;
+                break;
+            }
+        }
+        double next = INFINITY;
+        for (unsigned k = 0; k < m; k++) {
+            unsigned i = order[k];
+            rate[i] = cap[i] < level ? cap[i] : level;
+            next = fmin(next, now + left[i] / rate[i]);
+        }
+        for (unsigned i = 0; i < n; i++)
+            if (!in[i])
+                next = fmin(next, (double) arr[i]);
+        for (unsigned k = 0; k < m; k++)
+            left[order[k]] -= rate[order[k]] * (next - now);
+        now = next;
+        for (unsigned i = 0; i < n; i++) {
+            if (!in[i] && (double) arr[i] <= now)
+                in[i] = true;
+            else if (in[i] && !fin[i] && left[i] <= 1e-6 * (double) solo[i]) {
+                fin[i] = true;
+                done[i] = now;
+                n_fin++;
+            }
+        }
+    }
+}
+
+static void test_psc_random(void **state)
+{
+    (void) state;
+    enum { N = 40 };
+    uint64_t seed = 4242;
+    for (unsigned round = 0; round < 100; round++) {
+        uint64_t arr[N], solo[N], done[N];
+        double cap[N], ref[N];
+        uint64_t t = 0;
+        for (unsigned i = 0; i < N; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            t += (seed >> 33) % 3000;
+            arr[i] = t;
+            solo[i] = 1 + (seed >> 20) % 20000;
+            cap[i] = round % 4 == 0 ? 1.0 : 0.05 + (double) ((seed >> 45) % 96) / 100.0;
+        }
+        assert_sl_ok(sl_sim_psc_schedule(N, arr, solo, cap, done));
+        psc_reference(N, arr, solo, cap, ref);
+        for (unsigned i = 0; i < N; i++) {
+            /* never faster than alone */
+            assert_true(done[i] >= arr[i] + solo[i]);
+            /* each departure rounds up to a whole ns: N ns at most apart */
+            assert_true(fabs((double) done[i] - ref[i]) <= N + 1e-6 * ref[i]);
+        }
+    }
+}
+
 /* ---- the real-time device ---- */
 
 static void test_open(void **state)
@@ -736,6 +914,9 @@ int main(void)
         cmocka_unit_test(test_ps_basic),
         cmocka_unit_test(test_ps_incremental),
         cmocka_unit_test(test_ps_random),
+        cmocka_unit_test(test_psc_basic),
+        cmocka_unit_test(test_psc_equals_ps),
+        cmocka_unit_test(test_psc_random),
         cmocka_unit_test(test_open),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_launch_timing),

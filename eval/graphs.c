@@ -1,0 +1,413 @@
+/* CNN training iterations as timed op lists (graphs.h). Each layer below
+ * emits its forward op, its backward ops and the update of its parameters:
+ * the iteration's time is a sum, so the order inside a layer does not
+ * change it; the timeline keeps the order they are emitted in. */
+#include "graphs.h"
+
+#include "sim/sim.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+
+#include <string.h>
+
+static const char *const kind_names[SL_EVAL_KIND_COUNT] = {
+    "conv_fwd", "conv_bwd", "batchnorm", "elementwise", "pool", "fc", "loss", "sgd"};
+
+const char *sl_eval_op_kind_name(unsigned kind)
+{
+    return kind < SL_EVAL_KIND_COUNT ? kind_names[kind] : "?";
+}
+
+/* One iteration under construction. */
+typedef struct net {
+    const sl_sim_profile *p;
+    int64_t batch;
+    sl_eval_timeline *t;
+    bool infer; /* forward only: backward and update ops are not emitted */
+    bool adam;  /* parameters updated by Adam (one fused op each), not SGD */
+    int error;  /* the first one; later ops are not emitted */
+} net;
+
+/* The ops an inference request does not run: gradients and updates. The
+ * transposed matmuls are fc's dW and dx. */
+static bool backward_op(unsigned op, const sl_op_attrs *a)
+{
+    switch (op) {
+    case SL_OP_SGD_UPDATE:
+    case SL_OP_ADAM_UPDATE:
+    case SL_OP_CONV2D_GRAD_FILTER:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CHANNEL_BIAS_GRAD:
+    case SL_OP_BATCHNORM_GRAD:
+    case SL_OP_RELU_GRAD:
+    case SL_OP_SIGMOID_GRAD:
+    case SL_OP_TANH_GRAD:
+    case SL_OP_MAXPOOL_GRAD:
+    case SL_OP_AVGPOOL_GRAD:
+    case SL_OP_BIAS_GRAD:
+    case SL_OP_MSE_GRAD:
+    case SL_OP_SOFTMAX_XENT_GRAD:
+        return true;
+    case SL_OP_MATMUL:
+        return a && (a->i[0] || a->i[1]);
+    default:
+        return false;
+    }
+}
+
+static sl_shape shp(unsigned ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    sl_shape s = {.dtype = SL_F32, .ndim = (uint8_t) ndim, .dims = {d0, d1, d2, d3}};
+    return s;
+}
+
+static sl_shape vec(int64_t n)
+{
+    return shp(1, n, 0, 0, 0);
+}
+
+/* Validates and times one op; returns its first output's shape (in[0]'s
+ * for ops without outputs, or after an error). */
+static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_attrs *a,
+                     const sl_shape *in, unsigned n_in)
+{
+    sl_shape out[SL_OP_MAX_OUT];
+    sl_sim_timing tm;
+    char err[128];
+    if (n->error || (n->infer && backward_op(op, a)))
+        return in[0];
+    if (sl_op_infer(op, a, in, n_in, out, err, sizeof err) != SL_OK) {
+        n->error = SL_EINVAL;
+        return in[0];
+    }
+    int rc = sl_sim_op_timing(n->p, op, a, in, out, &tm);
+    if (rc != SL_OK) {
+        n->error = rc;
+        return in[0];
+    }
+    sl_eval_timeline *t = n->t;
+    if (t->n_ops == t->cap_ops) {
+        size_t cap = t->cap_ops ? t->cap_ops * 2 : 256;
+        sl_eval_op_time *ops = sl_reallocarray(t->ops, cap, sizeof *ops);
+        if (!ops) {
+            n->error = SL_ENOMEM;
+            return in[0];
+        }
+        t->ops = ops;
+        t->cap_ops = cap;
+    }
+    uint64_t ns = tm.launch_ns + tm.work_ns;
+    /* how far the executor could split it (stepwise parts): its shapes */
+    sl_op_call call = {
+        .op = (uint16_t) op, .n_in = (uint8_t) n_in, .n_out = (uint8_t) sl_op_get(op)->n_out};
+    if (a)
+        call.attrs = *a;
+    for (unsigned i = 0; i < n_in; i++)
+        call.in[i].shape = in[i];
+    for (unsigned o = 0; o < call.n_out; o++)
+        call.out[o].shape = out[o];
+    uint64_t most = sl_op_split_max(&call);
+    t->ops[t->n_ops++] =
+        (sl_eval_op_time){.op = op,
+                          .kind = (uint8_t) k,
+                          .ns = ns,
+                          .launch_ns = tm.launch_ns,
+                          .split_max = most > UINT32_MAX ? UINT32_MAX : (uint32_t) most};
+    t->iteration_ns += ns;
+    t->work_ns += tm.work_ns;
+    t->kind_ns[k] += ns;
+    t->mem_bound_ns += tm.memory_bound ? ns : 0;
+    t->flops += (double) tm.flops;
+    return sl_op_get(op)->n_out ? out[0] : in[0];
+}
+
+static void sgd(net *n, sl_shape param)
+{
+    if (n->adam) { /* TensorFlow's ApplyAdam: one kernel per variable */
+        sl_op_attrs a = {.f = {1e-3f, 0.9f, 0.999f, 1e-8f}};
+        sl_shape in[5] = {param, param, param, param, vec(1)};
+        (void) emit(n, SL_EVAL_SGD, SL_OP_ADAM_UPDATE, &a, in, 5);
+    } else {
+        sl_op_attrs a = {.f = {0.1f}};
+        sl_shape in[2] = {param, param};
+        (void) emit(n, SL_EVAL_SGD, SL_OP_SGD_UPDATE, &a, in, 2);
+    }
+    n->t->params += sl_shape_elems(&param);
+}
+
+static sl_shape conv(net *n, sl_shape x, int64_t k, int64_t r, int64_t stride, int64_t pad,
+                     bool need_dx, bool bias)
+{
+    sl_op_attrs a = {.i = {stride, stride, pad, pad, pad, pad, 1, 1, 1}};
+    sl_shape w = shp(4, k, x.dims[1], r, r);
+    sl_shape in[3] = {x, w};
+    sl_shape y = emit(n, SL_EVAL_CONV_FWD, SL_OP_CONV2D, &a, in, 2);
+    sl_shape gf[3] = {y, x, w};
+    (void) emit(n, SL_EVAL_CONV_BWD, SL_OP_CONV2D_GRAD_FILTER, &a, gf, 3);
+    if (need_dx) { /* the first layer's input gradient is never needed */
+        sl_shape gi[3] = {y, w, x};
+        (void) emit(n, SL_EVAL_CONV_BWD, SL_OP_CONV2D_GRAD_INPUT, &a, gi, 3);
+    }
+    sgd(n, w);
+    if (bias) {
+        sl_shape bin[2] = {y, vec(k)};
+        (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_CHANNEL_BIAS_ADD, NULL, bin, 2);
+        (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_CHANNEL_BIAS_GRAD, NULL, &y, 1);
+        sgd(n, vec(k));
+    }
+    return y;
+}
+
+static sl_shape batchnorm(net *n, sl_shape x)
+{
+    sl_shape c = vec(x.dims[1]);
+    sl_op_attrs a = {.f = {1e-5f, 0.9f}};
+    sl_shape in[5] = {x, c, c, c, c};
+    sl_shape y = emit(n, SL_EVAL_BN, SL_OP_BATCHNORM, &a, in, 5);
+    sl_shape gin[5] = {y, x, c, c, c};
+    (void) emit(n, SL_EVAL_BN, SL_OP_BATCHNORM_GRAD, NULL, gin, 5);
+    sgd(n, c); /* scale */
+    sgd(n, c); /* bias */
+    return y;
+}
+
+static sl_shape relu(net *n, sl_shape x)
+{
+    sl_shape y = emit(n, SL_EVAL_ELEMWISE, SL_OP_RELU, NULL, &x, 1);
+    sl_shape g[2] = {y, x};
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_RELU_GRAD, NULL, g, 2);
+    return y;
+}
+
+static sl_shape maxpool(net *n, sl_shape x, int64_t k, int64_t stride, int64_t pad)
+{
+    sl_op_attrs a = {.i = {k, k, stride, stride, pad, pad, pad, pad}};
+    sl_shape y = emit(n, SL_EVAL_POOL, SL_OP_MAXPOOL, &a, &x, 1);
+    sl_shape g[3] = {y, x, y};
+    (void) emit(n, SL_EVAL_POOL, SL_OP_MAXPOOL_GRAD, &a, g, 3);
+    return y;
+}
+
+static sl_shape global_avgpool(net *n, sl_shape x)
+{
+    sl_op_attrs a = {.i = {x.dims[2], x.dims[3], 1, 1}};
+    sl_shape y = emit(n, SL_EVAL_POOL, SL_OP_AVGPOOL, &a, &x, 1);
+    sl_shape g[2] = {y, x};
+    (void) emit(n, SL_EVAL_POOL, SL_OP_AVGPOOL_GRAD, &a, g, 2);
+    (void) y;
+    return shp(2, x.dims[0], x.dims[1], 0, 0); /* [N,C,1,1] viewed as [N,C] */
+}
+
+/* Fully connected: y = x W + b, with dW = x^T dy, dx = dy W^T, db. */
+static sl_shape fc(net *n, sl_shape x, int64_t out)
+{
+    sl_shape w = shp(2, x.dims[1], out, 0, 0);
+    sl_shape in[2] = {x, w};
+    sl_shape y = emit(n, SL_EVAL_FC, SL_OP_MATMUL, NULL, in, 2);
+    sl_shape bin[2] = {y, vec(out)};
+    (void) emit(n, SL_EVAL_FC, SL_OP_BIAS_ADD, NULL, bin, 2);
+    (void) emit(n, SL_EVAL_FC, SL_OP_BIAS_GRAD, NULL, &y, 1);
+    sl_op_attrs ta = {.i = {1, 0}}, tb = {.i = {0, 1}};
+    sl_shape dw[2] = {x, y}, dx[2] = {y, w};
+    (void) emit(n, SL_EVAL_FC, SL_OP_MATMUL, &ta, dw, 2);
+    (void) emit(n, SL_EVAL_FC, SL_OP_MATMUL, &tb, dx, 2);
+    sgd(n, w);
+    sgd(n, vec(out));
+    return y;
+}
+
+static void softmax_xent(net *n, sl_shape logits)
+{
+    sl_shape labels = {.dtype = SL_I32, .ndim = 1, .dims = {logits.dims[0]}};
+    sl_shape in[2] = {logits, labels};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_SOFTMAX_XENT, NULL, in, 2);
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_SOFTMAX_XENT_GRAD, NULL, in, 2);
+}
+
+/* ResNet bottleneck. v1 (tf_cnn_benchmarks "resnet50") strides the first
+ * 1x1 convolution, v1.5 (NVIDIA's) the 3x3 one. The residual add runs once
+ * forward and once backward (summing the two branches' input gradients). */
+static sl_shape bottleneck(net *n, sl_shape x, int64_t mid, int64_t out, int64_t stride, bool v15)
+{
+    sl_shape y = relu(n, batchnorm(n, conv(n, x, mid, 1, v15 ? 1 : stride, 0, true, false)));
+    y = relu(n, batchnorm(n, conv(n, y, mid, 3, v15 ? stride : 1, 1, true, false)));
+    y = batchnorm(n, conv(n, y, out, 1, 1, 0, true, false));
+    if (x.dims[1] != out || stride != 1)
+        (void) batchnorm(n, conv(n, x, out, 1, stride, 0, true, false));
+    sl_shape add[2] = {y, y};
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
+    if (!n->infer)
+        (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
+    return relu(n, y);
+}
+
+/* He et al. 2016, Table 1: bottleneck blocks per stage. */
+static void resnet(net *n, const int blocks[4], bool v15)
+{
+    sl_shape x = shp(4, n->batch, 3, 224, 224);
+    x = relu(n, batchnorm(n, conv(n, x, 64, 7, 2, 3, false, false)));
+    x = maxpool(n, x, 3, 2, 1);
+    static const int64_t mid[4] = {64, 128, 256, 512}, out[4] = {256, 512, 1024, 2048},
+                         stride[4] = {1, 2, 2, 2};
+    for (unsigned s = 0; s < 4; s++)
+        for (int b = 0; b < blocks[s]; b++)
+            x = bottleneck(n, x, mid[s], out[s], b == 0 ? stride[s] : 1, v15);
+    softmax_xent(n, fc(n, global_avgpool(n, x), 1000));
+}
+
+/* Simonyan & Zisserman 2015, Table 1: 3x3 convolutions per stage (0 ends a
+ * stage with a 2x2 max pool), then three fully connected layers. */
+static void vgg(net *n, const int per_stage[5])
+{
+    static const int64_t width[5] = {64, 128, 256, 512, 512};
+    sl_shape x = shp(4, n->batch, 3, 224, 224);
+    bool first = true;
+    for (unsigned s = 0; s < 5; s++) {
+        for (int c = 0; c < per_stage[s]; c++) {
+            x = relu(n, conv(n, x, width[s], 3, 1, 1, !first, true));
+            first = false;
+        }
+        x = maxpool(n, x, 2, 2, 0);
+    }
+    sl_shape flat = shp(2, n->batch, x.dims[1] * x.dims[2] * x.dims[3], 0, 0);
+    sl_shape h = relu(n, fc(n, flat, 4096));
+    h = relu(n, fc(n, h, 4096));
+    softmax_xent(n, fc(n, h, 1000));
+}
+
+/* An activation the registry has (tanh, sigmoid) and its gradient. ELU,
+ * leaky ReLU and softplus are charged as tanh: one transcendental
+ * elementwise pass each way, the same bytes. */
+static sl_shape act(net *n, unsigned op, unsigned grad, sl_shape x)
+{
+    sl_shape y = emit(n, SL_EVAL_ELEMWISE, op, NULL, &x, 1);
+    sl_shape g[2] = {y, y};
+    (void) emit(n, SL_EVAL_ELEMWISE, grad, NULL, g, 2);
+    return y;
+}
+
+/* The Salus artifact's VAE (tests/test_tf/lib/vae/vae.py): MNIST, Gaussian
+ * MLP encoder 784-500-500-(2x20), Bernoulli MLP decoder 20-500-500-784,
+ * Adam. The sampling, clipping and the ELBO's reductions are charged as
+ * elementwise passes over their tensors (mul, add, two losses); dropout is
+ * not modeled. */
+static void vae(net *n)
+{
+    n->adam = true;
+    sl_shape x = shp(2, n->batch, 784, 0, 0);
+    sl_shape h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, x, 500)); /* elu */
+    h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, h, 500));
+    sl_shape g = fc(n, h, 40);
+    (void) act(n, SL_OP_TANH, SL_OP_TANH_GRAD, g); /* softplus of the stddev half */
+    sl_shape z = shp(2, n->batch, 20, 0, 0);
+    sl_shape zz[2] = {z, z};
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_MUL, NULL, zz, 2); /* sigma * eps */
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, zz, 2); /* mu + ... */
+    h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, z, 500));
+    h = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, fc(n, h, 500)); /* elu */
+    sl_shape y = act(n, SL_OP_SIGMOID, SL_OP_SIGMOID_GRAD, fc(n, h, 784));
+    sl_shape l[2] = {y, y};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_LOSS, NULL, l, 2); /* marginal likelihood */
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, l, 2);
+    sl_shape k[2] = {g, g};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_LOSS, NULL, k, 2); /* KL divergence */
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, k, 2);
+}
+
+/* The Salus artifact's super-resolution net (tests/test_tf/lib/subpixel/
+ * model.py, ESPCN-style): 32x32 RGB in, 1x1 to 64 channels, 5x5 64->64, 5x5
+ * 64->48 (stride-1 transposed convolutions: a convolution's cost), leaky
+ * ReLUs (charged as tanh), a 4x pixel shuffle to 128x128x3 (charged as one
+ * copy pass), tanh, mean squared error, Adam. */
+static void superres(net *n)
+{
+    n->adam = true;
+    sl_shape x = shp(4, n->batch, 3, 32, 32);
+    x = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, conv(n, x, 64, 1, 1, 0, false, true));
+    x = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, conv(n, x, 64, 5, 1, 2, true, true));
+    x = conv(n, x, 48, 5, 1, 2, true, true);
+    sl_shape y = shp(4, n->batch, 3, 128, 128);
+    (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_COPY, NULL, &x, 1); /* pixel shuffle */
+    y = act(n, SL_OP_TANH, SL_OP_TANH_GRAD, y);
+    sl_shape l[2] = {y, y};
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_LOSS, NULL, l, 2);
+    (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, l, 2);
+}
+
+static const struct {
+    const char *name;
+    bool is_vgg, v15;
+    int layers[5];
+} models[] = {
+    {"vgg11", true, false, {1, 1, 2, 2, 2}},      {"vgg16", true, false, {2, 2, 3, 3, 3}},
+    {"vgg19", true, false, {2, 2, 4, 4, 4}},      {"resnet50", false, false, {3, 4, 6, 3}},
+    {"resnet101", false, false, {3, 4, 23, 3}},   {"resnet152", false, false, {3, 8, 36, 3}},
+    {"resnet50_v1.5", false, true, {3, 4, 6, 3}},
+};
+#define N_MODELS (sizeof models / sizeof models[0])
+
+static int find_model(const char *model)
+{
+    for (unsigned i = 0; model && i < N_MODELS; i++)
+        if (strcmp(models[i].name, model) == 0)
+            return (int) i;
+    return -1;
+}
+
+/* Models outside the CNN table: the Salus artifact's small networks. */
+static const struct {
+    const char *name;
+    void (*build)(net *n);
+} small_models[] = {{"vae", vae}, {"superres", superres}};
+#define N_SMALL (sizeof small_models / sizeof small_models[0])
+
+static int find_small(const char *model)
+{
+    for (unsigned i = 0; model && i < N_SMALL; i++)
+        if (strcmp(small_models[i].name, model) == 0)
+            return (int) i;
+    return -1;
+}
+
+bool sl_eval_graph_known(const char *model)
+{
+    return find_model(model) >= 0 || find_small(model) >= 0;
+}
+
+int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profile *p,
+                           sl_eval_timeline *out)
+{
+    return sl_eval_timeline_build_ex(model, batch, p, false, out);
+}
+
+double sl_eval_timeline_utilisation(const sl_eval_timeline *t)
+{
+    return t->iteration_ns ? (double) t->work_ns / (double) t->iteration_ns : 1.0;
+}
+
+int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
+                              bool inference, sl_eval_timeline *out)
+{
+    memset(out, 0, sizeof *out);
+    int m = find_model(model), sm = find_small(model);
+    if ((m < 0 && sm < 0) || batch < 1 || !p)
+        return SL_EINVAL;
+    net n = {.p = p, .batch = batch, .t = out, .infer = inference};
+    if (sm >= 0)
+        small_models[sm].build(&n);
+    else if (models[m].is_vgg)
+        vgg(&n, models[m].layers);
+    else
+        resnet(&n, models[m].layers, models[m].v15);
+    if (n.error) {
+        sl_eval_timeline_fini(out);
+        return n.error;
+    }
+    return SL_OK;
+}
+
+void sl_eval_timeline_fini(sl_eval_timeline *t)
+{
+    sl_free(t->ops);
+    memset(t, 0, sizeof *t);
+}

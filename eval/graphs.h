@@ -1,0 +1,88 @@
+/* Training iterations of published CNNs as op lists, timed op by op with
+ * the sim backend's cost model on any device profile: the computed side of
+ * the simulator's job profiles (workload.h) and the sim model's validation
+ * (bench/sim_models).
+ *
+ * An iteration is fp32 forward, backward and the SGD update of every
+ * parameter, built from the op registry (every op's shapes validated by
+ * sl_op_infer) and run on one stream, ops back to back, which is how
+ * TensorFlow 1.x runs these models on one GPU. Not modeled (each a few % at
+ * most): dropout in VGG's classifier, L2 weight decay, the framework's own
+ * per-op overhead beyond launch_ns, the input pipeline. */
+#ifndef SL_EVAL_GRAPHS_H
+#define SL_EVAL_GRAPHS_H
+
+#include "sim/profiles.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What an op is, for the per-kind breakdown. */
+enum sl_eval_op_kind {
+    SL_EVAL_CONV_FWD,
+    SL_EVAL_CONV_BWD,
+    SL_EVAL_BN,
+    SL_EVAL_ELEMWISE,
+    SL_EVAL_POOL,
+    SL_EVAL_FC,
+    SL_EVAL_LOSS,
+    SL_EVAL_SGD,
+    SL_EVAL_KIND_COUNT
+};
+
+/* Static name of a kind ("conv_fwd", ...). */
+const char *sl_eval_op_kind_name(unsigned kind);
+
+/* One op of the iteration, in issue order. */
+typedef struct sl_eval_op_time {
+    uint32_t op;        /* op registry id */
+    uint8_t kind;       /* enum sl_eval_op_kind */
+    uint64_t ns;        /* launch + work, running alone */
+    uint64_t launch_ns; /* of ns: paid by the issuing stream, not shared (kernels/sim) */
+    uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
+} sl_eval_op_time;
+
+typedef struct sl_eval_timeline {
+    sl_eval_op_time *ops; /* n_ops entries, owned (sl_eval_timeline_fini) */
+    size_t n_ops, cap_ops;
+    uint64_t iteration_ns; /* sum of ops[].ns */
+    uint64_t kind_ns[SL_EVAL_KIND_COUNT];
+    uint64_t mem_bound_ns; /* time of ops whose bytes, not flops, decided */
+    double flops;          /* charged (after the Winograd rule, sim.h) */
+    uint64_t params;       /* parameter elements (fp32) */
+    /* sum of the ops' work_ns (kernels/sim: time on the shared device,
+     * without the launch each stream pays alone) */
+    uint64_t work_ns;
+} sl_eval_timeline;
+
+/* Whether model names a network this module builds: "vgg11", "vgg16",
+ * "vgg19", "resnet50", "resnet101", "resnet152" (v1, tf_cnn_benchmarks'),
+ * "resnet50_v1.5" (NVIDIA's), and the Salus artifact's small networks
+ * "vae" (MNIST MLP VAE) and "superres" (ESPCN-style 4x super-resolution,
+ * 32x32 inputs), both trained with Adam. */
+bool sl_eval_graph_known(const char *model);
+
+/* Builds and times one training iteration of model at batch on profile p.
+ * On success *out holds the timeline (sl_eval_timeline_fini frees it).
+ * Errors: SL_EINVAL (unknown model, batch < 1, a shape the registry
+ * refuses: a bug here), SL_EUNSUPPORTED (the profile cannot time an op),
+ * SL_ENOMEM. On error *out is left empty. Never blocks. */
+int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profile *p,
+                           sl_eval_timeline *out);
+
+/* As sl_eval_timeline_build; with inference true, one forward pass only
+ * (no gradient, no update): a request served at batch `batch`. */
+int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
+                              bool inference, sl_eval_timeline *out);
+
+/* The solo device utilisation of the timeline's iteration: work_ns over
+ * iteration_ns (launches are paid on the job's own stream and leave the
+ * device to others); 1 for an empty timeline. The caps of sim.h's
+ * utilisation. */
+double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
+
+/* Frees the timeline's ops; safe on a zeroed timeline. */
+void sl_eval_timeline_fini(sl_eval_timeline *t);
+
+#endif

@@ -1,0 +1,919 @@
+/* eval/philly: a Philly-like multi-tenant cluster (Jeon et al., "Analysis of
+ * Large-Scale Multi-Tenant GPU Clusters for DNN Training Workloads", USENIX
+ * ATC'19) under the study's baseline scheduler and under salus packing.
+ *
+ *   philly [--csv FILE] [--jobs N] [--servers S] [--vcs V] [--load X]
+ *          [--relax-min M] [--probe-min P] [--oversub F] [--job-util U] [--gpu PROFILE]
+ *          [--seed S] [--json FILE] [--tiny]
+ *
+ * The trace (philly_trace): jobs of 1 / 2-4 / 5-8 / >8 GPUs with run times
+ * drawn per size class, 30.7 % of them ending early (killed by their users
+ * or failed) after a drawn time, each job in one of V virtual clusters (VCs)
+ * whose GPU quotas sum to the cluster; Poisson arrivals at the rate that
+ * offers --load times the cluster's GPU-hours. Every number of the study
+ * and every assumption is in the table `study` below with its source.
+ *
+ * Schedulers, on the same trace, servers of 8 GPUs:
+ * - gang (the study's baseline): a job starts when its VC's quota has room
+ *   for all its GPUs and they are free on as few servers as possible
+ *   (locality); after --relax-min minutes of waiting any free GPUs do. A job
+ *   owns its GPUs until it ends. Jobs are considered in arrival order at
+ *   every event; a job that cannot start does not block later ones.
+ * - salus: one salusd per GPU, many jobs per GPU. A job is placed on the
+ *   least-loaded GPUs whose salusd admits it (the real memory manager,
+ *   sl_mem_admit_ex, on each GPU of the gang, configured as salusd
+ *   configures itself: eval/sim.h sl_eval_gpu_memory), with the same
+ *   locality rule and relaxation; a VC may hold --oversub times its quota in
+ *   GPU slots (sharing halves each job's speed, so a VC at twice its quota
+ *   gets about its quota's worth of device time).
+ *
+ * What the cluster level models, and what the per-GPU salusd decides.
+ * salusd decides admission: whether a job's persistent and ephemeral memory
+ * (a Salus workload drawn per job, eval/data) fit beside the ones already
+ * on the GPU, with lanes shared or not as sl_mem_admit_ex chooses. The
+ * cluster models time: each GPU is processor-shared (kernels/sim's
+ * sl_sim_ps model, as eval/sim.c: m jobs on a GPU each progress at 1/m, no
+ * gain from concurrency), a gang progresses at the rate of its most shared
+ * GPU (data-parallel replicas synchronise every iteration), and a job's
+ * length is its work running alone. Which iteration runs next on a GPU does
+ * not change the GPU's total rate in this model, so the per-GPU scheduling
+ * policy is not simulated here (eval/salus51 does that on one GPU). Failures
+ * are tied to progress: a job that fails after t minutes alone fails after
+ * the same work under sharing.
+ *
+ * Waits are split, at every instant a job waits, by the first rule it
+ * fails: fair-share (its VC's quota), capacity (fewer usable GPUs in the
+ * whole cluster than it needs) or fragmentation (enough GPUs, but not under
+ * the locality rule; for salus also memory that admits the job nowhere
+ * despite free GPUs counts as capacity).
+ *
+ * Early failure detection (--probe-min, the study's recommendation): a job
+ * of 5 or more GPUs first runs one probe on one GPU for up to P minutes; a
+ * job that fails within it (not one killed by its user: that is not a
+ * fault) ends there, the others then wait for their gang as before (the
+ * probe's work is not counted as progress). GPU-hours saved: of the gang
+ * baseline with and without probes.
+ *
+ * Output: per scheduler, average and p95 JCT, GPU busy fraction (time with
+ * at least one job on a GPU, over GPUs and the makespan), waits split three
+ * ways, beside the study's; the probe's saving. Last line:
+ *   BENCH eval_philly jct_ratio=... busy=... frag_wait_share=...
+ * jct_ratio = gang average JCT / salus average JCT; busy and
+ * frag_wait_share are salus's, with the gang's beside them. */
+#include "manager.h"
+#include "placement.h"
+#include "sim.h"
+#include "sim/profiles.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "workload.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SL_EVAL_CSV
+#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
+#endif
+
+#define PER_SERVER 8u /* the study's servers have 8 GPUs (the task's setting) */
+#define N_CLASSES 4
+
+/* ---- the study's numbers and our assumptions ------------------------------
+ * "paper" = Jeon et al. ATC'19, section as recalled; "assumed" = ours, chosen
+ * before any run and not tuned on the results. */
+typedef struct figure {
+    const char *what;
+    double value;
+    const char *source;
+} figure;
+
+enum {
+    F_SHARE_1,
+    F_SHARE_2_4,
+    F_SHARE_5_8,
+    F_SHARE_GT8,
+    F_MEDIAN_1,
+    F_MEDIAN_2_4,
+    F_MEDIAN_5_8,
+    F_MEDIAN_GT8,
+    F_SIGMA,
+    F_MAX_RUN,
+    F_UNSUCCESSFUL,
+    F_KILLED,
+    F_FAIL_MEDIAN,
+    F_FAIL_SIGMA,
+    F_VCS,
+    F_RELAX,
+    F_N
+};
+
+static const figure study[F_N] = {
+    [F_SHARE_1] = {"share of 1-GPU jobs", 0.70,
+                   "assumed: the study's size classes (section 3.1, Table 2 rows); the study "
+                   "reports most jobs use one GPU, the shares are ours"},
+    [F_SHARE_2_4] = {"share of 2-4-GPU jobs", 0.17, "assumed, as above"},
+    [F_SHARE_5_8] = {"share of 5-8-GPU jobs", 0.10, "assumed, as above"},
+    [F_SHARE_GT8] = {"share of >8-GPU jobs (16 or 32 GPUs)", 0.03, "assumed, as above"},
+    [F_MEDIAN_1] = {"median run time, 1 GPU (min)", 30,
+                    "assumed: log-normal per class; the study's run-time CDF (section 2, "
+                    "Figure 2 as recalled) spans minutes to weeks, larger jobs run longer"},
+    [F_MEDIAN_2_4] = {"median run time, 2-4 GPUs (min)", 60, "assumed, as above"},
+    [F_MEDIAN_5_8] = {"median run time, 5-8 GPUs (min)", 120, "assumed, as above"},
+    [F_MEDIAN_GT8] = {"median run time, >8 GPUs (min)", 240, "assumed, as above"},
+    [F_SIGMA] = {"log-normal sigma of run times", 1.5,
+                 "assumed: spreads the 10-90 % range over ~ 45x"},
+    [F_MAX_RUN] = {"longest run time (min)", 7 * 24 * 60,
+                   "assumed cap (the study's longest jobs run for weeks)"},
+    [F_UNSUCCESSFUL] = {"share of jobs that fail (unsuccessful)", 0.172,
+                        "assumed split of the study's 30.7 % killed or unsuccessful "
+                        "(section 4, Table 5 as recalled: 30.7 % of jobs did not pass)"},
+    [F_KILLED] = {"share of jobs killed by their user", 0.135,
+                  "assumed split; 0.172 + 0.135 = the study's 30.7 %"},
+    [F_FAIL_MEDIAN] = {"median time to failure (min)", 8,
+                       "assumed: the study finds most failures early (section 4, time-to-"
+                       "failure CDF as recalled); log-normal"},
+    [F_FAIL_SIGMA] = {"log-normal sigma of time to failure", 1.5, "assumed"},
+    [F_VCS] = {"virtual clusters", 14,
+               "paper as recalled (section 2: the trace's VCs); quotas drawn, see below"},
+    [F_RELAX] = {"locality relaxed after (min)", 10,
+                 "assumed: the study's scheduler relaxes locality after a wait (section "
+                 "3.1) without giving the wait in a form we have"},
+};
+
+/* ---- the trace ------------------------------------------------------------ */
+
+enum outcome { PASSED, UNSUCCESSFUL, KILLED };
+
+typedef struct pjob {
+    uint32_t id, vc, k;
+    int size_class;
+    enum outcome outcome;
+    double arrival_s;
+    double work_s;    /* time it runs alone before it ends (passes, fails or is killed) */
+    double planned_s; /* its full run time had it passed */
+    uint64_t persistent_bytes, ephemeral_bytes;
+    double util; /* fraction of a GPU the job keeps busy running alone (--job-util) */
+} pjob;
+
+static double lognormal(sl_eval_rng *r, double median, double sigma)
+{
+    /* Box-Muller from two uniforms of the seeded generator */
+    double u1 = sl_eval_rng_uniform(r), u2 = sl_eval_rng_uniform(r);
+    double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+    return median * exp(sigma * z);
+}
+
+static int size_class_of(unsigned k)
+{
+    return k == 1 ? 0 : k <= 4 ? 1 : k <= 8 ? 2 : 3;
+}
+
+static const char *const class_names[N_CLASSES] = {"1", "2-4", "5-8", ">8"};
+
+/* Quotas: VC v's share is drawn log-normal (sigma 0.5, assumed) and the
+ * shares are scaled to the cluster; every VC gets at least 32 GPUs so that
+ * the largest jobs fit its quota. Demand: each job's VC is drawn with
+ * probability proportional to the quota times a second log-normal factor
+ * (sigma 0.5, assumed), so some VCs ask more than their share (fair-share
+ * waits) and others less (idle quota, which the study's scheduler does not
+ * lend). */
+static void make_vcs(sl_eval_rng *r, unsigned n_vcs, unsigned n_gpus, unsigned *quota,
+                     double *demand)
+{
+    double *w = sl_calloc(n_vcs, sizeof *w), sum = 0, dsum = 0;
+    for (unsigned v = 0; v < n_vcs; v++)
+        sum += (w[v] = lognormal(r, 1.0, 0.5));
+    unsigned left = n_gpus;
+    for (unsigned v = 0; v < n_vcs; v++) {
+        unsigned q = (unsigned) floor((double) n_gpus * w[v] / sum);
+        quota[v] = q < 16 ? 16 : q;
+        left = left > quota[v] ? left - quota[v] : 0;
+    }
+    quota[0] += left; /* the rounding's remainder */
+    for (unsigned v = 0; v < n_vcs; v++)
+        dsum += (demand[v] = (double) quota[v] * lognormal(r, 1.0, 0.5));
+    for (unsigned v = 0; v < n_vcs; v++)
+        demand[v] /= dsum;
+    sl_free(w);
+}
+
+static int philly_trace(const sl_eval_workload *w, size_t n_w, size_t n, unsigned n_gpus,
+                        unsigned n_vcs, double load, double job_util, uint64_t seed, pjob *out,
+                        unsigned *quota)
+{
+    sl_eval_rng r;
+    sl_eval_rng_seed(&r, seed);
+    double *demand = sl_calloc(n_vcs, sizeof *demand);
+    if (!demand)
+        return SL_ENOMEM;
+    make_vcs(&r, n_vcs, n_gpus, quota, demand);
+    double gpu_s = 0;
+    for (size_t i = 0; i < n; i++) {
+        pjob *j = &out[i];
+        j->id = (uint32_t) i + 1;
+        double u = sl_eval_rng_uniform(&r);
+        unsigned k;
+        if (u < study[F_SHARE_1].value)
+            k = 1;
+        else if ((u -= study[F_SHARE_1].value) < study[F_SHARE_2_4].value)
+            k = 2 + (unsigned) (sl_eval_rng_next(&r) % 3);
+        else if ((u -= study[F_SHARE_2_4].value) < study[F_SHARE_5_8].value)
+            k = 5 + (unsigned) (sl_eval_rng_next(&r) % 4);
+        else
+            k = sl_eval_rng_next(&r) % 2 ? 32 : 16;
+        double d = sl_eval_rng_uniform(&r), acc = 0;
+        j->vc = n_vcs - 1;
+        for (unsigned v = 0; v < n_vcs; v++)
+            if (d < (acc += demand[v])) {
+                j->vc = v;
+                break;
+            }
+        if (k > quota[j->vc])
+            k = quota[j->vc];
+        j->k = k;
+        j->size_class = size_class_of(k);
+        double run = lognormal(&r, study[F_MEDIAN_1 + j->size_class].value, study[F_SIGMA].value);
+        run = fmin(fmax(run, 1.0), study[F_MAX_RUN].value) * 60.0;
+        j->planned_s = run;
+        double o = sl_eval_rng_uniform(&r);
+        if (o < study[F_UNSUCCESSFUL].value) {
+            j->outcome = UNSUCCESSFUL;
+            double f = lognormal(&r, study[F_FAIL_MEDIAN].value, study[F_FAIL_SIGMA].value) * 60.0;
+            j->work_s = fmin(f, run);
+        } else if (o < study[F_UNSUCCESSFUL].value + study[F_KILLED].value) {
+            j->outcome = KILLED;
+            j->work_s = run * sl_eval_rng_uniform(&r); /* assumed: uniform in the run */
+        } else {
+            j->outcome = PASSED;
+            j->work_s = run;
+        }
+        if (j->work_s < 1.0)
+            j->work_s = 1.0;
+        const sl_eval_workload *m = &w[sl_eval_rng_next(&r) % n_w];
+        j->util = job_util;
+        j->persistent_bytes = m->persistent_bytes;
+        j->ephemeral_bytes = m->ephemeral_bytes;
+        gpu_s += (double) k * j->work_s;
+    }
+    /* Poisson arrivals offering `load` of the cluster's GPU time */
+    double mean_gap = gpu_s / (double) n / ((double) n_gpus * load), t = 0;
+    for (size_t i = 0; i < n; i++) {
+        out[i].arrival_s = t;
+        t += sl_eval_rng_exp(&r, mean_gap);
+    }
+    sl_free(demand);
+    return SL_OK;
+}
+
+/* ---- the cluster simulator ------------------------------------------------ */
+
+enum mode { GANG, SALUS };
+enum reason { R_NONE, R_QUOTA, R_CAPACITY, R_FRAG, R_N };
+enum state { WAITING, PROBING, RUNNING, DONE };
+
+typedef struct cjob {
+    const pjob *p;
+    enum state state;
+    bool probe_pending; /* waits for its probe (one GPU) before its gang */
+    double wait_since;  /* when it began waiting for what it waits for now */
+    double remaining;   /* work left of the current phase, seconds alone */
+    double rate;
+    double start_s, finish_s;
+    double wait[R_N];
+    int reason;
+    bool frozen;     /* set_rates' scratch */
+    unsigned n_gpus; /* held now */
+    uint32_t *gpus;
+} cjob;
+
+typedef struct cluster {
+    enum mode mode;
+    unsigned n_servers, n_gpus, n_vcs;
+    const unsigned *quota;
+    double oversub, relax_s, probe_s;
+    unsigned pack_limit; /* most jobs on one GPU: 1 (gang), oversub (salus) */
+    unsigned *residents; /* jobs on each GPU */
+    unsigned *vc_used;   /* GPU slots held per VC */
+    sl_mem_mgr **mem;    /* salus: one salusd's memory manager per GPU */
+    unsigned *free_per_server;
+    unsigned *take;
+    double *cap;      /* set_rates' scratch, per GPU */
+    double *unfrozen; /* set_rates' scratch, per GPU: utilisation still rising */
+    double busy_gpu_s, gpu_hours_s;
+} cluster;
+
+typedef struct run_result {
+    double avg_jct_s, p95_jct_s, busy, makespan_s;
+    double wait[R_N]; /* summed over jobs, seconds */
+    double wait_class[N_CLASSES][R_N];
+    double gpu_s;  /* GPU time held by jobs (slots x time; the gang's GPU-hours) */
+    size_t caught; /* failures caught by the probe */
+} run_result;
+
+static unsigned quota_of(const cluster *c, unsigned vc)
+{
+    return (unsigned) floor((double) c->quota[vc] * (c->mode == SALUS ? c->oversub : 1.0));
+}
+
+/* The fair-share rule, as a lender: a VC whose jobs hold less than its
+ * quota (in GPU slots: GPUs, or for salus oversub x GPUs) plus this job is
+ * within its share; beyond it, it may still borrow whatever is free (no
+ * job is preempted here, so lending is all a quota can do without
+ * idling GPUs). A job that cannot start is waiting for fair share when it
+ * is beyond its VC's share, for capacity when within it. Assumed: the
+ * study describes quotas and fair-share waits, not the lending rule. */
+static bool within_share(const cluster *c, unsigned vc, unsigned k)
+{
+    return c->vc_used[vc] + k <= quota_of(c, vc);
+}
+
+/* Whether GPU g could take one more job of j (salus: salusd admits it;
+ * the trial admission is released at once). */
+static bool gpu_usable(cluster *c, unsigned g, const cjob *j, uint64_t mem_id)
+{
+    if (c->mode == GANG)
+        return c->residents[g] == 0;
+    sl_mem_stats st;
+    sl_mem_get_stats(c->mem[g], &st);
+    if (st.free < j->p->persistent_bytes)
+        return false; /* the persistent region alone does not fit */
+    int reason;
+    uint32_t lane;
+    int arc = sl_mem_admit_ex(c->mem[g], mem_id, j->p->persistent_bytes, j->p->ephemeral_bytes, 0,
+                              &reason, &lane);
+    if (arc != SL_OK) {
+        return false;
+    }
+    sl_mem_release(c->mem[g], mem_id);
+    return true;
+}
+
+static void release_gpus(cluster *c, cjob *j)
+{
+    for (unsigned i = 0; i < j->n_gpus; i++) {
+        unsigned g = j->gpus[i];
+        c->residents[g]--;
+        if (c->mode == SALUS)
+            sl_mem_release(c->mem[g], j->p->id);
+    }
+    c->vc_used[j->p->vc] -= j->n_gpus;
+    j->n_gpus = 0;
+}
+
+/* Tries to start j's current phase (k GPUs) now; returns R_NONE when it
+ * started, else the reason it waits. */
+static int try_start(cluster *c, cjob *j, unsigned k, double now, int *err)
+{
+    bool relaxed = now - j->wait_since >= c->relax_s;
+    /* which GPUs may take the job: the gang scheduler's free ones; salus's
+     * whose salusd admits it, tried by load level (empty GPUs first, then
+     * GPUs with one job, ...) so that jobs share a GPU only when no
+     * emptier placement exists under the locality rule */
+    unsigned max_res = 0;
+    for (unsigned g = 0; g < c->n_gpus; g++)
+        if (c->residents[g] > max_res)
+            max_res = c->residents[g];
+    unsigned top = c->mode == GANG ? 1 : max_res + 1;
+    if (top > c->pack_limit)
+        top = c->pack_limit;
+    bool placed = false, frag = false;
+    unsigned usable = 0;
+    for (unsigned level = 1; level <= top && !placed; level++) {
+        usable = 0;
+        for (unsigned s = 0; s < c->n_servers; s++) {
+            c->free_per_server[s] = 0;
+            for (unsigned i = 0; i < PER_SERVER; i++) {
+                unsigned g = s * PER_SERVER + i;
+                if (c->residents[g] < level && gpu_usable(c, g, j, j->p->id))
+                    c->free_per_server[s]++;
+            }
+            usable += c->free_per_server[s];
+        }
+        if (usable < k)
+            continue;
+        int rc = sl_place_gang(c->free_per_server, c->n_servers, PER_SERVER, k,
+                               relaxed ? SL_PLACE_RELAXED : SL_PLACE_PACKED, c->take, &frag);
+        if (rc == SL_OK)
+            placed = true;
+        else if (rc != SL_EEXHAUSTED) {
+            *err = rc;
+            return R_CAPACITY;
+        }
+    }
+    if (!placed) {
+        if (usable >= k && frag)
+            return R_FRAG;
+        return within_share(c, j->p->vc, k) ? R_CAPACITY : R_QUOTA;
+    }
+    /* within each server, the least-loaded GPUs first (lowest index on ties)
+     * whose salusd admits the job for real; a trial admission above is not
+     * a promise (the manager's layout may have moved since), so a GPU that
+     * now refuses is skipped, and if a server runs short the whole gang is
+     * rolled back and waits (memory: counted as capacity) */
+    j->n_gpus = 0;
+    for (unsigned s = 0; s < c->n_servers; s++) {
+        unsigned want = c->take[s];
+        bool tried[PER_SERVER] = {false};
+        while (want) {
+            unsigned best = UINT32_MAX;
+            for (unsigned i = 0; i < PER_SERVER; i++) {
+                unsigned g = s * PER_SERVER + i;
+                if (tried[i] || (c->mode == GANG && c->residents[g]))
+                    continue;
+                if (best == UINT32_MAX || c->residents[g] < c->residents[best])
+                    best = g;
+            }
+            if (best == UINT32_MAX) {
+                c->vc_used[j->p->vc] += j->n_gpus; /* release_gpus takes them back */
+                release_gpus(c, j);
+                return R_CAPACITY;
+            }
+            tried[best - s * PER_SERVER] = true;
+            if (c->mode == SALUS) {
+                int reason;
+                uint32_t lane;
+                int arc = sl_mem_admit_ex(c->mem[best], j->p->id, j->p->persistent_bytes,
+                                          j->p->ephemeral_bytes, 0, &reason, &lane);
+                if (arc == SL_EEXHAUSTED)
+                    continue;
+                if (arc != SL_OK) {
+                    *err = arc;
+                    return R_CAPACITY;
+                }
+            }
+            c->residents[best]++;
+            j->gpus[j->n_gpus++] = best;
+            want--;
+        }
+    }
+    c->vc_used[j->p->vc] += k;
+    return R_NONE;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+/* Rates: max-min fair shares of the GPUs (progressive filling). Every
+ * running job's rate rises at the same pace until a GPU it is on is full
+ * (the rates of its residents sum to 1) or the job runs at full speed; a
+ * gang's rate is one number for all its GPUs (its replicas synchronise
+ * every iteration), and what a slowed gang leaves of a GPU goes to the
+ * GPU's other jobs: the fluid form of kernels/sim's processor sharing with
+ * work conservation. A job of utilisation u at rate r keeps r u of its GPU
+ * busy (--job-util; u = 1 is kernels/sim's model: no gain from sharing).
+ * One job per GPU (the gang scheduler) gives rate 1. */
+static void set_rates(cluster *c, cjob *cj, const bool *arrived, size_t n)
+{
+    double *cap = c->cap, *unfrozen = c->unfrozen;
+    for (unsigned g = 0; g < c->n_gpus; g++)
+        cap[g] = 1.0;
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++) {
+        cjob *j = &cj[i];
+        j->frozen = !arrived[i] || (j->state != RUNNING && j->state != PROBING);
+        j->rate = 0;
+        left += !j->frozen;
+    }
+    double level = 0;
+    while (left) {
+        memset(unfrozen, 0, c->n_gpus * sizeof *unfrozen);
+        for (size_t i = 0; i < n; i++)
+            for (unsigned x = 0; !cj[i].frozen && x < cj[i].n_gpus; x++)
+                unfrozen[cj[i].gpus[x]] += cj[i].p->util;
+        double delta = 1.0 - level;
+        for (unsigned g = 0; g < c->n_gpus; g++)
+            if (unfrozen[g] > 0 && cap[g] / unfrozen[g] < delta)
+                delta = cap[g] / unfrozen[g];
+        level += delta;
+        for (unsigned g = 0; g < c->n_gpus; g++)
+            cap[g] -= delta * unfrozen[g];
+        for (size_t i = 0; i < n; i++) {
+            cjob *j = &cj[i];
+            if (j->frozen)
+                continue;
+            j->rate = level;
+            bool full = level >= 1.0 - 1e-12;
+            for (unsigned x = 0; !full && x < j->n_gpus; x++)
+                full = cap[j->gpus[x]] <= 1e-12;
+            if (full) {
+                j->frozen = true;
+                left--;
+            }
+        }
+    }
+}
+
+/* Runs the trace under one scheduler. */
+static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_servers,
+                       unsigned n_vcs, const unsigned *quota, double oversub, double relax_s,
+                       double probe_s, const sl_eval_config *mcfg, run_result *out)
+{
+    cluster c = {.mode = mode,
+                 .n_servers = n_servers,
+                 .n_gpus = n_servers * PER_SERVER,
+                 .n_vcs = n_vcs,
+                 .quota = quota,
+                 .oversub = oversub,
+                 .relax_s = relax_s,
+                 .probe_s = probe_s,
+                 .pack_limit = mode == SALUS ? (unsigned) oversub : 1};
+    int err = SL_OK;
+    memset(out, 0, sizeof *out);
+    c.residents = sl_calloc(c.n_gpus, sizeof *c.residents);
+    c.vc_used = sl_calloc(n_vcs, sizeof *c.vc_used);
+    c.free_per_server = sl_calloc(n_servers, sizeof *c.free_per_server);
+    c.take = sl_calloc(n_servers, sizeof *c.take);
+    c.mem = sl_calloc(c.n_gpus, sizeof *c.mem);
+    c.cap = sl_calloc(c.n_gpus, sizeof *c.cap);
+    c.unfrozen = sl_calloc(c.n_gpus, sizeof *c.unfrozen);
+    cjob *cj = sl_calloc(n, sizeof *cj);
+    uint32_t *gpu_store = sl_calloc(n * 32 + 1, sizeof *gpu_store);
+    double *jct = sl_calloc(n + 1, sizeof *jct);
+    if (!c.residents || !c.vc_used || !c.free_per_server || !c.take || !c.mem || !c.cap ||
+        !c.unfrozen || !cj || !gpu_store || !jct) {
+        err = SL_ENOMEM;
+        goto out;
+    }
+    for (unsigned g = 0; mode == SALUS && g < c.n_gpus && err == SL_OK; g++)
+        err = sl_eval_gpu_memory(mcfg, &c.mem[g]);
+    if (err != SL_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        cj[i].p = &jobs[i];
+        cj[i].gpus = gpu_store + i * 32;
+        cj[i].state = DONE; /* not arrived yet: becomes WAITING at arrival */
+        cj[i].probe_pending = probe_s > 0 && jobs[i].k >= 5;
+    }
+    size_t next_arrival = 0, done = 0;
+    double now = 0, first = jobs[0].arrival_s, last = 0;
+    bool *arrived = sl_calloc(n, sizeof *arrived);
+    if (!arrived) {
+        err = SL_ENOMEM;
+        goto out;
+    }
+    while (done < n && err == SL_OK) {
+        /* the next instant: an arrival, a completion or a relaxation */
+        double t = INFINITY;
+        if (next_arrival < n)
+            t = jobs[next_arrival].arrival_s;
+        for (size_t i = 0; i < n; i++) {
+            cjob *j = &cj[i];
+            if (!arrived[i] || j->state == DONE)
+                continue;
+            if ((j->state == RUNNING || j->state == PROBING) && j->rate > 0)
+                t = fmin(t, now + j->remaining / j->rate);
+            else if (j->state == WAITING && j->wait_since + relax_s > now)
+                t = fmin(t, j->wait_since + relax_s);
+        }
+        double dt = t - now;
+        /* advance: work, busy GPUs, waits by reason */
+        if (dt > 0) {
+            unsigned busy = 0;
+            for (unsigned g = 0; g < c.n_gpus; g++)
+                busy += c.residents[g] > 0;
+            c.busy_gpu_s += dt * busy;
+            for (size_t i = 0; i < n; i++) {
+                cjob *j = &cj[i];
+                if (!arrived[i] || j->state == DONE)
+                    continue;
+                if (j->state == WAITING)
+                    j->wait[j->reason] += dt;
+                else {
+                    j->remaining -= j->rate * dt;
+                    out->gpu_s += dt * j->n_gpus;
+                }
+            }
+        }
+        now = t;
+        /* completions: a phase ends when its work is done (within rounding) */
+        for (size_t i = 0; i < n; i++) {
+            cjob *j = &cj[i];
+            if (!arrived[i] || (j->state != RUNNING && j->state != PROBING))
+                continue;
+            if (j->remaining > 1e-6 * fmax(1.0, j->p->work_s))
+                continue;
+            release_gpus(&c, j);
+            if (j->state == PROBING) {
+                bool caught = j->p->outcome == UNSUCCESSFUL && j->p->work_s <= probe_s;
+                if (caught) {
+                    out->caught++;
+                    j->state = DONE;
+                    j->finish_s = now;
+                    done++;
+                    last = fmax(last, now);
+                } else {
+                    j->state = WAITING;
+                    j->probe_pending = false;
+                    j->wait_since = now;
+                }
+            } else {
+                j->state = DONE;
+                j->finish_s = now;
+                done++;
+                last = fmax(last, now);
+            }
+        }
+        while (next_arrival < n && jobs[next_arrival].arrival_s <= now) {
+            cjob *j = &cj[next_arrival];
+            arrived[next_arrival++] = true;
+            j->state = WAITING;
+            j->wait_since = now;
+            j->start_s = -1;
+        }
+        /* one scheduling pass, in arrival order */
+        for (size_t i = 0; i < n && err == SL_OK; i++) {
+            cjob *j = &cj[i];
+            if (!arrived[i] || j->state != WAITING)
+                continue;
+            unsigned k = j->probe_pending ? 1 : j->p->k;
+            int r = try_start(&c, j, k, now, &err);
+            if (r != R_NONE) {
+                j->reason = r;
+                continue;
+            }
+            if (j->start_s < 0)
+                j->start_s = now;
+            if (j->probe_pending) {
+                j->state = PROBING;
+                j->remaining = fmin(probe_s, j->p->work_s);
+            } else {
+                j->state = RUNNING;
+                j->remaining = j->p->work_s;
+            }
+        }
+        set_rates(&c, cj, arrived, n);
+    }
+    sl_free(arrived);
+    if (err != SL_OK)
+        goto out;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        jct[i] = cj[i].finish_s - jobs[i].arrival_s;
+        sum += jct[i];
+        for (int r = 1; r < R_N; r++) {
+            out->wait[r] += cj[i].wait[r];
+            out->wait_class[jobs[i].size_class][r] += cj[i].wait[r];
+        }
+    }
+    out->avg_jct_s = sum / (double) n;
+    qsort(jct, n, sizeof *jct, cmp_double);
+    out->p95_jct_s = jct[(size_t) ceil(0.95 * (double) n) - 1];
+    out->makespan_s = last - first;
+    out->busy = c.busy_gpu_s / ((double) c.n_gpus * out->makespan_s);
+out:
+    if (c.mem)
+        for (unsigned g = 0; g < c.n_gpus; g++)
+            sl_mem_mgr_destroy(c.mem[g]);
+    sl_free(c.mem);
+    sl_free(c.cap);
+    sl_free(c.unfrozen);
+    sl_free(c.residents);
+    sl_free(c.vc_used);
+    sl_free(c.free_per_server);
+    sl_free(c.take);
+    sl_free(cj);
+    sl_free(gpu_store);
+    sl_free(jct);
+    return err;
+}
+
+/* ---- the driver ----------------------------------------------------------- */
+
+static void print_waits(const char *name, const run_result *r)
+{
+    double tot = r->wait[R_QUOTA] + r->wait[R_CAPACITY] + r->wait[R_FRAG];
+    printf("%-6s waits (GPU-job hours): fair-share %.0f, capacity %.0f, fragmentation %.0f; "
+           "shares %.2f / %.2f / %.2f\n",
+           name, r->wait[R_QUOTA] / 3600, r->wait[R_CAPACITY] / 3600, r->wait[R_FRAG] / 3600,
+           tot > 0 ? r->wait[R_QUOTA] / tot : 0, tot > 0 ? r->wait[R_CAPACITY] / tot : 0,
+           tot > 0 ? r->wait[R_FRAG] / tot : 0);
+    for (int k = 0; k < N_CLASSES; k++) {
+        const double *w = r->wait_class[k];
+        double t = w[R_QUOTA] + w[R_CAPACITY] + w[R_FRAG];
+        printf("  %-6s %-4s GPUs: fair-share %.2f capacity %.2f fragmentation %.2f (of %.0f h)\n",
+               name, class_names[k], t > 0 ? w[R_QUOTA] / t : 0, t > 0 ? w[R_CAPACITY] / t : 0,
+               t > 0 ? w[R_FRAG] / t : 0, t / 3600);
+    }
+}
+
+static double frag_share(const run_result *r)
+{
+    double tot = r->wait[R_QUOTA] + r->wait[R_CAPACITY] + r->wait[R_FRAG];
+    return tot > 0 ? r->wait[R_FRAG] / tot : 0;
+}
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--csv FILE] [--jobs N] [--servers S] [--vcs V] [--load X] "
+            "[--relax-min M] [--probe-min P] [--oversub F] [--job-util U] [--gpu PROFILE] "
+            "[--seed S] [--json FILE] [--tiny]\n"
+            "defaults: 3000 jobs, 64 servers x 8 GPUs, 14 VCs, load 2, relax after 10 min, "
+            "probe 5 min, oversub 2, job util 1, p100, seed 1\n",
+            argv0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
+    size_t n_jobs = 3000;
+    unsigned n_servers = 64, n_vcs = (unsigned) study[F_VCS].value;
+    double load = 2.0, job_util = 1.0, relax_min = study[F_RELAX].value, probe_min = 5, oversub = 2;
+    uint64_t seed = 1;
+    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
+                                             {"jobs", required_argument, NULL, 'n'},
+                                             {"servers", required_argument, NULL, 'S'},
+                                             {"vcs", required_argument, NULL, 'v'},
+                                             {"load", required_argument, NULL, 'l'},
+                                             {"relax-min", required_argument, NULL, 'r'},
+                                             {"probe-min", required_argument, NULL, 'p'},
+                                             {"oversub", required_argument, NULL, 'o'},
+                                             {"gpu", required_argument, NULL, 'g'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"tiny", no_argument, NULL, 't'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"job-util", required_argument, NULL, 'u'},
+                                             {NULL, 0, NULL, 0}};
+    for (int ch;
+         (ch = getopt_long(argc, argv, "c:n:S:v:l:r:p:o:g:s:j:thu:", longopts, NULL)) != -1;) {
+        switch (ch) {
+        case 'c':
+            csv = optarg;
+            break;
+        case 'n':
+            n_jobs = strtoul(optarg, NULL, 10);
+            break;
+        case 'S':
+            n_servers = (unsigned) strtoul(optarg, NULL, 10);
+            break;
+        case 'v':
+            n_vcs = (unsigned) strtoul(optarg, NULL, 10);
+            break;
+        case 'l':
+            load = atof(optarg);
+            break;
+        case 'r':
+            relax_min = atof(optarg);
+            break;
+        case 'p':
+            probe_min = atof(optarg);
+            break;
+        case 'o':
+            oversub = atof(optarg);
+            break;
+        case 'g':
+            gpu_name = optarg;
+            break;
+        case 's':
+            seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'j':
+            json_path = optarg;
+            break;
+        case 't':
+            n_jobs = 150;
+            n_servers = 8;
+            n_vcs = 2;
+            break;
+        case 'u':
+            job_util = atof(optarg);
+            break;
+        case 'h':
+            usage(argv[0]);
+            return 0;
+        default:
+            usage(argv[0]);
+            return 2;
+        }
+    }
+    const sl_sim_profile *gpu;
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0 || n_servers == 0 ||
+        n_vcs == 0 || load <= 0 || oversub < 1 || job_util <= 0 || job_util > 1 ||
+        n_vcs * 16 > n_servers * PER_SERVER) {
+        fprintf(stderr, "philly: bad arguments (every VC needs a quota of 16 GPUs)\n");
+        usage(argv[0]);
+        return 2;
+    }
+    sl_eval_workload *w;
+    size_t n_w;
+    int rc = sl_eval_workloads_load(csv, &w, &n_w);
+    if (rc != SL_OK) {
+        fprintf(stderr, "philly: cannot load %s: %s\n", csv, sl_strerror(rc));
+        return 1;
+    }
+    unsigned n_gpus = n_servers * PER_SERVER;
+    pjob *jobs = sl_calloc(n_jobs, sizeof *jobs);
+    unsigned *quota = sl_calloc(n_vcs, sizeof *quota);
+    if (!jobs || !quota ||
+        philly_trace(w, n_w, n_jobs, n_gpus, n_vcs, load, job_util, seed, jobs, quota) != SL_OK) {
+        fprintf(stderr, "philly: cannot build the trace\n");
+        return 1;
+    }
+    printf("the study's figures and our assumptions:\n");
+    for (int f = 0; f < F_N; f++)
+        printf("  %-42s %8.3f  %s\n", study[f].what, study[f].value, study[f].source);
+    size_t count[N_CLASSES] = {0}, failed = 0, killed = 0;
+    double gpu_h = 0;
+    for (size_t i = 0; i < n_jobs; i++) {
+        count[jobs[i].size_class]++;
+        failed += jobs[i].outcome == UNSUCCESSFUL;
+        killed += jobs[i].outcome == KILLED;
+        gpu_h += jobs[i].k * jobs[i].work_s / 3600;
+    }
+    printf("trace: %zu jobs (1 GPU %zu, 2-4 %zu, 5-8 %zu, >8 %zu; %zu failed, %zu killed), "
+           "%.0f GPU-hours, %u servers x %u GPUs (%s), %u VCs, load %.2f, seed %llu\n",
+           n_jobs, count[0], count[1], count[2], count[3], failed, killed, gpu_h, n_servers,
+           PER_SERVER, gpu->name, n_vcs, load, (unsigned long long) seed);
+    printf("job utilisation alone %.2f (%s)\n", job_util,
+           job_util >= 1 ? "kernels/sim's model: a job alone keeps its GPU busy, sharing gains "
+                           "nothing"
+                         : "assumed: each job leaves the rest of its GPU to others");
+    printf("quotas:");
+    for (unsigned v = 0; v < n_vcs; v++)
+        printf(" %u", quota[v]);
+    printf("\n");
+    sl_eval_config mcfg = sl_eval_config_default("fair", false, 1, gpu->capacity);
+    run_result res[3];
+    const char *names[3] = {"gang", "salus", "gang+probe"};
+    const enum mode modes[3] = {GANG, SALUS, GANG};
+    const double probes[3] = {0, 0, probe_min * 60};
+    for (int m = 0; m < 3; m++) {
+        if (m == 2 && probe_min <= 0)
+            break;
+        fprintf(stderr, "philly: %s ...\n", names[m]);
+        rc = run_cluster(modes[m], jobs, n_jobs, n_servers, n_vcs, quota, oversub, relax_min * 60,
+                         probes[m], &mcfg, &res[m]);
+        if (rc != SL_OK) {
+            fprintf(stderr, "philly: %s: %s\n", names[m], sl_strerror(rc));
+            return 1;
+        }
+    }
+    printf("%-10s %12s %12s %8s %12s %10s\n", "scheduler", "avg_jct_min", "p95_jct_min", "busy",
+           "makespan_h", "gpu_hours");
+    for (int m = 0; m < 3 && !(m == 2 && probe_min <= 0); m++)
+        printf("%-10s %12.1f %12.1f %8.3f %12.1f %10.0f\n", names[m], res[m].avg_jct_s / 60,
+               res[m].p95_jct_s / 60, res[m].busy, res[m].makespan_s / 3600, res[m].gpu_s / 3600);
+    print_waits("gang", &res[0]);
+    print_waits("salus", &res[1]);
+    printf("study (Table 2): delays of small jobs are mostly fair-share, of jobs above 4 GPUs "
+           "mostly fragmentation; its per-class counts are not available offline here, see "
+           "eval/README.md\n");
+    double saved_h = 0;
+    if (probe_min > 0) {
+        /* from the trace: the gang time a caught failure no longer burns,
+         * and the probes of the gangs that pass them (the cost) */
+        double gross = 0, cost = 0;
+        for (size_t i = 0; i < n_jobs; i++) {
+            const pjob *p = &jobs[i];
+            if (p->k < 5)
+                continue;
+            if (p->outcome == UNSUCCESSFUL && p->work_s <= probe_min * 60)
+                gross += (p->k - 1) * p->work_s / 3600;
+            else
+                cost += fmin(probe_min * 60, p->work_s) / 3600;
+        }
+        printf("probe accounting from the trace: %.1f GPU-hours of failing gangs avoided, %.1f "
+               "GPU-hours of probes for gangs that pass them\n",
+               gross, cost);
+        saved_h = (res[0].gpu_s - res[2].gpu_s) / 3600;
+        printf("early failure detection (probe %.0f min on one GPU before gangs of >= 5): %zu "
+               "failures caught, %.0f GPU-hours saved of %.0f (%.1f %%), avg JCT %.1f -> %.1f "
+               "min\n",
+               probe_min, res[2].caught, saved_h, res[0].gpu_s / 3600,
+               100 * saved_h / (res[0].gpu_s / 3600), res[0].avg_jct_s / 60, res[2].avg_jct_s / 60);
+    }
+    if (json_path) {
+        FILE *jf = fopen(json_path, "w");
+        if (jf) {
+            fprintf(jf,
+                    "{\"bench\": \"eval_philly\", \"jobs\": %zu, \"gpus\": %u, \"seed\": %llu, ",
+                    n_jobs, n_gpus, (unsigned long long) seed);
+            fprintf(jf, "\"runs\": [");
+            for (int m = 0; m < 3 && !(m == 2 && probe_min <= 0); m++)
+                fprintf(jf,
+                        "%s{\"scheduler\": \"%s\", \"avg_jct_min\": %.3f, \"p95_jct_min\": %.3f, "
+                        "\"busy\": %.4f, \"wait_quota_h\": %.2f, \"wait_capacity_h\": %.2f, "
+                        "\"wait_frag_h\": %.2f, \"gpu_hours\": %.2f}",
+                        m ? ", " : "", names[m], res[m].avg_jct_s / 60, res[m].p95_jct_s / 60,
+                        res[m].busy, res[m].wait[R_QUOTA] / 3600, res[m].wait[R_CAPACITY] / 3600,
+                        res[m].wait[R_FRAG] / 3600, res[m].gpu_s / 3600);
+            fprintf(jf, "], \"probe_saved_gpu_hours\": %.2f}\n", saved_h);
+            fclose(jf);
+        }
+    }
+    printf("BENCH eval_philly jct_ratio=%.2f busy=%.3f frag_wait_share=%.3f gang_busy=%.3f "
+           "gang_frag_wait_share=%.3f probe_saved_gpu_h=%.0f\n",
+           res[0].avg_jct_s / res[1].avg_jct_s, res[1].busy, frag_share(&res[1]), res[0].busy,
+           frag_share(&res[0]), saved_h);
+    sl_free(jobs);
+    sl_free(quota);
+    sl_free(w);
+    return 0;
+}

@@ -1,0 +1,260 @@
+/* eval/salus51: Salus section 5.1 ("long-running training") in the
+ * simulator: a 100-job training trace on one GPU under fifo, srtf, pack and
+ * fair, in the paper's variant and in salusd's defaults.
+ *
+ *   salus51 [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X]
+ *           [--gpu PROFILE] [--timing measured|graph] [--json FILE]
+ *           [--jobs-csv FILE] [--util graph]
+ *
+ * --timing measured (default): the Salus artifact's P100 iteration times;
+ * --gpu then changes only the memory. --timing graph: the rows whose model
+ * eval/graphs.c builds, timed op by op on --gpu (workload.h), each with its
+ * op list's solo utilisation (sim.h). --util graph: the measured timings
+ * with the op lists' utilisation where the model is built (54 rows; the
+ * others fill the device). Default with measured timings: utilisation 1
+ * (the CSV measures none).
+ *
+ * Paper variant: salusd --strict --spread-limit 0 (fifo and srtf idle the
+ * lane for the chosen job; every session shares a lane when its peak fits,
+ * so jobs take turns rather than run side by side). Defaults: salusd with no
+ * flags (work-conserving; lanes of their own while half the memory is
+ * free). Per policy: makespan, mean queueing (arrival to first iteration),
+ * mean and p95 JCT. Last line:
+ *   BENCH eval_jct fifo_avg_min=... srtf_avg_min=... ratio=... (paper variant)
+ * and the same for the defaults. The paper reports srtf 3.19x better mean
+ * JCT than fifo. */
+#include "sim.h"
+#include "sim/profiles.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "workload.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SL_EVAL_CSV
+#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
+#endif
+
+/* What the trace allows, for scale: the mean JCT of the jobs run whole, one
+ * at a time, on one server that never idles while work waits, in arrival
+ * order (fcfs) and by shortest remaining time with instant preemption
+ * (srpt, which minimises the mean). A reference computed from the trace
+ * alone: no memory, no lanes, no client gaps; not a policy of the
+ * simulator. */
+static double bound_fcfs_min(const sl_eval_job_spec *jobs, size_t n)
+{
+    double now = 0, total = 0;
+    for (size_t i = 0; i < n; i++) { /* the trace is in arrival order */
+        double a = (double) jobs[i].arrival_ns;
+        now = (now > a ? now : a) + (double) (jobs[i].iterations * jobs[i].iteration_ns);
+        total += now - a;
+    }
+    return total / (double) n / 6e10;
+}
+
+static double bound_srpt_min(const sl_eval_job_spec *jobs, size_t n)
+{
+    double *left = sl_calloc(n, sizeof *left), now = 0, total = 0;
+    if (!left)
+        return 0;
+    size_t arrived = 0, done = 0;
+    while (done < n) {
+        size_t best = n;
+        for (size_t i = 0; i < arrived; i++)
+            if (left[i] > 0 && (best == n || left[i] < left[best]))
+                best = i;
+        if (best == n) { /* idle until the next arrival */
+            now = (double) jobs[arrived].arrival_ns;
+            left[arrived] = (double) (jobs[arrived].iterations * jobs[arrived].iteration_ns);
+            arrived++;
+            continue;
+        }
+        double next = arrived < n ? (double) jobs[arrived].arrival_ns : 1e300;
+        if (now + left[best] <= next) {
+            now += left[best];
+            left[best] = 0;
+            total += now - (double) jobs[best].arrival_ns;
+            done++;
+        } else {
+            left[best] -= next - now;
+            now = next;
+            left[arrived] = (double) (jobs[arrived].iterations * jobs[arrived].iteration_ns);
+            arrived++;
+        }
+    }
+    sl_free(left);
+    return total / (double) n / 6e10;
+}
+
+static const char *const policies[] = {"fifo", "srtf", "pack", "fair"};
+#define N_POLICIES 4
+
+int main(int argc, char **argv)
+{
+    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured",
+               *jobs_csv = NULL;
+    size_t n_jobs = 100;
+    uint64_t seed = 1;
+    double interarrival_s = 120;
+    bool util_graph = false;
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
+        {"seed", required_argument, NULL, 's'},   {"interarrival-s", required_argument, NULL, 'i'},
+        {"gpu", required_argument, NULL, 'g'},    {"json", required_argument, NULL, 'j'},
+        {"timing", required_argument, NULL, 't'}, {"jobs-csv", required_argument, NULL, 'o'},
+        {"util", required_argument, NULL, 'u'},   {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:u:", longopts, NULL)) != -1;) {
+        switch (ch) {
+        case 'c':
+            csv = optarg;
+            break;
+        case 'n':
+            n_jobs = strtoul(optarg, NULL, 10);
+            break;
+        case 's':
+            seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'i':
+            interarrival_s = atof(optarg);
+            break;
+        case 'g':
+            gpu_name = optarg;
+            break;
+        case 'j':
+            json_path = optarg;
+            break;
+        case 't':
+            timing = optarg;
+            break;
+        case 'o':
+            jobs_csv = optarg;
+            break;
+        case 'u':
+            util_graph = strcmp(optarg, "graph") == 0;
+            break;
+        default:
+            fprintf(stderr,
+                    "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] "
+                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE] [--jobs-csv FILE] "
+                    "[--util graph]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    const sl_sim_profile *gpu;
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0) {
+        fprintf(stderr, "salus51: unknown GPU profile %s or no jobs\n", gpu_name);
+        return 2;
+    }
+    sl_eval_workload *w;
+    size_t n_w;
+    int rc = sl_eval_workloads_load(csv, &w, &n_w);
+    if (rc != SL_OK) {
+        fprintf(stderr, "salus51: cannot load %s: %s\n", csv, sl_strerror(rc));
+        return 1;
+    }
+    bool graph = strcmp(timing, "graph") == 0;
+    if (util_graph && (rc = sl_eval_workloads_utilisation(w, n_w, gpu)) != SL_OK) {
+        fprintf(stderr, "salus51: cannot compute utilisations on %s: %s\n", gpu->name,
+                sl_strerror(rc));
+        return 1;
+    }
+    if (!graph && strcmp(timing, "measured") != 0) {
+        fprintf(stderr, "salus51: --timing is measured or graph\n");
+        return 2;
+    }
+    if (graph && (rc = sl_eval_workloads_compute(w, &n_w, gpu)) != SL_OK) {
+        fprintf(stderr, "salus51: cannot compute profiles on %s: %s\n", gpu->name, sl_strerror(rc));
+        return 1;
+    }
+    sl_eval_job_spec *jobs = sl_calloc(n_jobs, sizeof *jobs);
+    if (!jobs || sl_eval_trace_salus(w, n_w, n_jobs, interarrival_s, seed, jobs) != SL_OK) {
+        fprintf(stderr, "salus51: cannot build the trace\n");
+        return 1;
+    }
+    double solo = 0;
+    for (size_t i = 0; i < n_jobs; i++)
+        solo += (double) (jobs[i].iterations * jobs[i].iteration_ns);
+    printf("trace: %zu jobs from %zu Salus workloads, Poisson arrivals every %.0f s on average, "
+           "seed %llu; %.1f GPU-hours of work running alone; one %s (%.1f GiB); iteration times "
+           "%s\n",
+           n_jobs, n_w, interarrival_s, (unsigned long long) seed, solo / 3.6e12, gpu->name,
+           (double) gpu->capacity / (1u << 30),
+           graph ? "computed from the op lists on this GPU" : "measured on P100 (Salus artifact)");
+    printf("%-5s %-8s %12s %14s %12s %12s %9s %8s %5s\n", "policy", "variant", "makespan_min",
+           "avg_queue_min", "avg_jct_min", "p95_jct_min", "switches", "admitted", "lanes");
+    FILE *jf = json_path ? fopen(json_path, "w") : NULL;
+    if (jf)
+        fprintf(jf,
+                "{\n  \"bench\": \"eval_jct\", \"jobs\": %zu, \"seed\": %llu, "
+                "\"interarrival_s\": %.3f, \"gpu\": \"%s\",\n  \"runs\": [\n",
+                n_jobs, (unsigned long long) seed, interarrival_s, gpu->name);
+    sl_eval_job_result *res = sl_calloc(n_jobs, sizeof *res);
+    FILE *cf = jobs_csv ? fopen(jobs_csv, "w") : NULL;
+    if (!res || (jobs_csv && !cf)) {
+        fprintf(stderr, "salus51: cannot allocate results or open %s\n", jobs_csv);
+        return 1;
+    }
+    if (cf)
+        fprintf(cf, "policy,variant,job,workload,arrival_s,admitted_s,start_s,finish_s,jct_s,"
+                    "solo_s\n");
+    double avg[2][N_POLICIES];
+    for (int variant = 0; variant < 2; variant++) {
+        for (int p = 0; p < N_POLICIES; p++) {
+            sl_eval_config cfg =
+                sl_eval_config_default(policies[p], variant == 0, 1, gpu->capacity);
+            if (variant == 0)
+                cfg.spread_set = true; /* --spread-limit 0 */
+            sl_eval_summary sum;
+            rc = sl_eval_run(&cfg, jobs, n_jobs, res, &sum);
+            if (rc != SL_OK) {
+                fprintf(stderr, "salus51: %s: %s\n", policies[p], sl_strerror(rc));
+                return 1;
+            }
+            const char *vname = variant == 0 ? "paper" : "salus";
+            avg[variant][p] = sum.avg_jct_ns / 6e10;
+            for (size_t i = 0; cf && i < n_jobs; i++)
+                fprintf(cf, "%s,%s,%llu,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", policies[p], vname,
+                        (unsigned long long) res[i].id, w[res[i].workload].name,
+                        (double) res[i].arrival_ns / 1e9, (double) res[i].admitted_ns / 1e9,
+                        (double) res[i].start_ns / 1e9, (double) res[i].finish_ns / 1e9,
+                        (double) (res[i].finish_ns - res[i].arrival_ns) / 1e9,
+                        (double) res[i].solo_ns / 1e9);
+            printf("%-6s %-8s %12.1f %14.1f %12.1f %12.1f %9llu %8u %5u%s\n", policies[p], vname,
+                   (double) sum.makespan_ns / 6e10, sum.avg_queue_ns / 6e10, avg[variant][p],
+                   (double) sum.p95_jct_ns / 6e10, (unsigned long long) sum.lane_switches,
+                   sum.max_admitted, sum.max_lanes,
+                   sum.completed == n_jobs ? "" : " (not all completed)");
+            if (jf)
+                fprintf(jf,
+                        "    {\"policy\": \"%s\", \"variant\": \"%s\", \"makespan_min\": %.3f, "
+                        "\"avg_queue_min\": %.3f, \"avg_jct_min\": %.3f, \"p95_jct_min\": %.3f, "
+                        "\"completed\": %zu, \"refused\": %zu}%s\n",
+                        policies[p], vname, (double) sum.makespan_ns / 6e10,
+                        sum.avg_queue_ns / 6e10, avg[variant][p], (double) sum.p95_jct_ns / 6e10,
+                        sum.completed, sum.refused, variant == 1 && p == N_POLICIES - 1 ? "" : ",");
+        }
+    }
+    if (jf) {
+        fprintf(jf, "  ]\n}\n");
+        fclose(jf);
+    }
+    if (cf)
+        fclose(cf);
+    sl_free(res);
+    double bf = bound_fcfs_min(jobs, n_jobs), bs = bound_srpt_min(jobs, n_jobs);
+    printf("reference (one server, whole jobs, no memory limit): fcfs avg_jct_min %.1f, srpt "
+           "avg_jct_min %.1f, ratio %.2f\n",
+           bf, bs, bf / bs);
+    printf(
+        "BENCH eval_jct fifo_avg_min=%.2f srtf_avg_min=%.2f ratio=%.2f "
+        "default_fifo_avg_min=%.2f default_srtf_avg_min=%.2f default_ratio=%.2f bound_ratio=%.2f\n",
+        avg[0][0], avg[0][1], avg[0][0] / avg[0][1], avg[1][0], avg[1][1], avg[1][0] / avg[1][1],
+        bf / bs);
+    sl_free(jobs);
+    sl_free(w);
+    return 0;
+}

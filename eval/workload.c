@@ -1,0 +1,240 @@
+/* Workload profiles from the Salus CSV and the section 5.1 trace
+ * (workload.h). */
+#include "workload.h"
+
+#include "graphs.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parameter counts as published; the CSV has no persistent memory, and the
+ * weights are what a training session keeps between iterations. */
+static const struct {
+    const char *model;
+    uint64_t params;
+    const char *source;
+} model_params[] = {
+    /* Simonyan & Zisserman, "Very Deep Convolutional Networks", ICLR 2015,
+     * Table 2: configurations A (11 layers) 133 M, D (16) 138 M, E (19)
+     * 144 M */
+    {"vgg11", 133000000, "Simonyan & Zisserman 2015, Table 2 (A)"},
+    {"vgg16", 138000000, "Simonyan & Zisserman 2015, Table 2 (D)"},
+    {"vgg19", 144000000, "Simonyan & Zisserman 2015, Table 2 (E)"},
+    /* He et al., "Deep Residual Learning", CVPR 2016, as counted by
+     * torchvision's and Keras's model tables: 25.6 M, 44.5 M, 60.2 M */
+    {"resnet50", 25600000, "He et al. 2016 (torchvision table)"},
+    {"resnet101", 44500000, "He et al. 2016 (torchvision table)"},
+    {"resnet152", 60200000, "He et al. 2016 (torchvision table)"},
+    /* Krizhevsky et al., NIPS 2012: "60 million parameters" */
+    {"alexnet", 60000000, "Krizhevsky et al. 2012"},
+    /* Szegedy et al., "Going Deeper with Convolutions", CVPR 2015, Table 1:
+     * about 6.8 M */
+    {"googlenet", 6800000, "Szegedy et al. 2015, Table 1"},
+    /* Szegedy et al., "Rethinking the Inception Architecture", CVPR 2016:
+     * 23.8 M as counted by Keras's table */
+    {"inception3", 23800000, "Szegedy et al. 2016 (Keras table)"},
+    /* Szegedy et al., "Inception-v4", AAAI 2017: 42.7 M as commonly counted */
+    {"inception4", 42700000, "Szegedy et al. 2017"},
+    /* Sermanet et al., "OverFeat", ICLR 2014, Table 1 (fast model): 145 M */
+    {"overfeat", 145000000, "Sermanet et al. 2014, fast model"},
+};
+
+uint64_t sl_eval_model_params(const char *model)
+{
+    for (size_t i = 0; i < sizeof model_params / sizeof model_params[0]; i++)
+        if (strcmp(model_params[i].model, model) == 0)
+            return model_params[i].params;
+    return 0;
+}
+
+/* The length class of a measured JCT: the nearest of 1, 5, 10 minutes. */
+static unsigned length_class(double jct_s)
+{
+    static const unsigned classes[] = {1, 5, 10};
+    unsigned best = 1;
+    for (unsigned i = 0; i < 3; i++)
+        if (fabs(jct_s - 60.0 * classes[i]) < fabs(jct_s - 60.0 * best))
+            best = classes[i];
+    return best;
+}
+
+static int parse_row(char *line, sl_eval_workload *w)
+{
+    char *fields[7];
+    char *save = NULL;
+    unsigned k = 0;
+    for (char *f = strtok_r(line, ",\r\n", &save); f && k < 7; f = strtok_r(NULL, ",\r\n", &save))
+        fields[k++] = f;
+    if (k != 7 || strlen(fields[0]) >= sizeof w->name || strlen(fields[1]) >= sizeof w->model)
+        return SL_EINVAL;
+    memset(w, 0, sizeof *w);
+    strcpy(w->name, fields[0]);
+    strcpy(w->model, fields[1]);
+    char *end;
+    w->batch = (unsigned) strtoul(fields[2], &end, 10);
+    w->jct_s = strtod(fields[4], &end);
+    double peak_mb = strtod(fields[5], &end);
+    w->iterations = strtoull(fields[6], &end, 10);
+    if (!w->batch || !(w->jct_s > 0) || !(peak_mb > 0) || !w->iterations)
+        return SL_EINVAL;
+    w->length_min = length_class(w->jct_s);
+    uint64_t params = sl_eval_model_params(w->model);
+    uint64_t peak = (uint64_t) (peak_mb * 1048576.0);
+    w->peak_bytes = peak;
+    w->persistent_bytes = params * 4;
+    if (!params || peak <= w->persistent_bytes)
+        return SL_EINVAL;
+    w->ephemeral_bytes = peak - w->persistent_bytes;
+    return SL_OK;
+}
+
+int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n_out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return SL_ENOTFOUND;
+    sl_eval_workload *w = NULL;
+    size_t n = 0, cap = 0;
+    char line[256];
+    int rc = SL_OK;
+    bool header = true;
+    while (rc == SL_OK && fgets(line, sizeof line, f)) {
+        if (header) {
+            header = false;
+            continue;
+        }
+        if (line[0] == '\n' || line[0] == '\0')
+            continue;
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 64;
+            sl_eval_workload *nw = sl_reallocarray(w, c, sizeof *nw);
+            if (!nw) {
+                rc = SL_ENOMEM;
+                break;
+            }
+            w = nw;
+            cap = c;
+        }
+        rc = parse_row(line, &w[n]);
+        n += rc == SL_OK;
+    }
+    fclose(f);
+    /* iteration time of every row: its model and batch's 10-minute row */
+    for (size_t i = 0; i < n && rc == SL_OK; i++) {
+        w[i].iteration_ns = 0;
+        for (size_t k = 0; k < n; k++)
+            if (w[k].length_min == 10 && w[k].batch == w[i].batch &&
+                strcmp(w[k].model, w[i].model) == 0)
+                w[i].iteration_ns = (uint64_t) (w[k].jct_s * 1e9 / (double) w[k].iterations);
+        if (!w[i].iteration_ns)
+            rc = SL_EINVAL;
+    }
+    if (rc == SL_OK && n == 0)
+        rc = SL_EINVAL;
+    if (rc != SL_OK) {
+        sl_free(w);
+        return rc;
+    }
+    *out = w;
+    *n_out = n;
+    return SL_OK;
+}
+
+int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (!sl_eval_graph_known(w[i].model))
+            continue;
+        sl_eval_timeline t;
+        int rc = sl_eval_timeline_build(w[i].model, w[i].batch, p, &t);
+        if (rc != SL_OK)
+            return rc;
+        sl_eval_workload c = w[i];
+        c.iteration_ns = t.iteration_ns;
+        c.persistent_bytes = t.params * 4;
+        c.utilisation = sl_eval_timeline_utilisation(&t);
+        c.computed = true;
+        sl_eval_timeline_fini(&t);
+        if (c.peak_bytes <= c.persistent_bytes)
+            return SL_EINVAL;
+        c.ephemeral_bytes = c.peak_bytes - c.persistent_bytes;
+        w[kept++] = c;
+    }
+    if (kept == 0)
+        return SL_EINVAL;
+    *n = kept;
+    return SL_OK;
+}
+
+void sl_eval_rng_seed(sl_eval_rng *r, uint64_t seed)
+{
+    r->state = seed;
+}
+
+uint64_t sl_eval_rng_next(sl_eval_rng *r)
+{
+    /* splitmix64 (Steele, Lea & Flood, OOPSLA 2014): full period, good
+     * enough for traces, and the same on every platform */
+    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double sl_eval_rng_uniform(sl_eval_rng *r)
+{
+    return (double) (sl_eval_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double sl_eval_rng_exp(sl_eval_rng *r, double mean)
+{
+    return -mean * log1p(-sl_eval_rng_uniform(r));
+}
+
+int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!sl_eval_graph_known(w[i].model))
+            continue;
+        sl_eval_timeline t;
+        int rc = sl_eval_timeline_build(w[i].model, w[i].batch, p, &t);
+        if (rc != SL_OK)
+            return rc;
+        w[i].utilisation = sl_eval_timeline_utilisation(&t);
+        sl_eval_timeline_fini(&t);
+    }
+    return SL_OK;
+}
+
+int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
+                        double mean_interarrival_s, uint64_t seed, sl_eval_job_spec *out)
+{
+    if (!w || n_w == 0 || !(mean_interarrival_s >= 0) || (!out && n_jobs))
+        return SL_EINVAL;
+    sl_eval_rng r;
+    sl_eval_rng_seed(&r, seed);
+    double t = 0;
+    for (size_t i = 0; i < n_jobs; i++) {
+        if (i)
+            t += sl_eval_rng_exp(&r, mean_interarrival_s);
+        size_t k = (size_t) (sl_eval_rng_uniform(&r) * (double) n_w);
+        const sl_eval_workload *wk = &w[k < n_w ? k : n_w - 1];
+        out[i] = (sl_eval_job_spec){
+            .id = i + 1,
+            .arrival_ns = (uint64_t) (t * 1e9),
+            .iterations = wk->iterations,
+            .iteration_ns = wk->iteration_ns,
+            .persistent_bytes = wk->persistent_bytes,
+            .ephemeral_bytes = wk->ephemeral_bytes,
+            .declare_length = true,
+            .workload = (int) (wk - w),
+            .utilisation = wk->utilisation,
+        };
+    }
+    return SL_OK;
+}

@@ -1,0 +1,97 @@
+/* Job profiles and traces for the simulator (sim.h).
+ *
+ * Profiles come from the Salus artifact's measurements (eval/data/
+ * salus-workloads.csv: TensorFlow 1.x tf_cnn_benchmarks on the paper's
+ * P100-class GPU), one per (model, batch, length class) row:
+ * - iteration_ns: jct_s / iterations of the same model and batch's
+ *   10-minute row (the one where start-up weighs least); measured;
+ * - iterations: the row's own; measured;
+ * - persistent_bytes: the model's parameter count (published, cited in
+ *   workload.c) x 4 bytes (fp32 weights; tf_cnn_benchmarks' default
+ *   optimizer is plain SGD, which keeps no per-parameter state); derived;
+ * - ephemeral_bytes: peak_mb (MiB) - persistent_bytes: everything else at
+ *   the peak is what one iteration creates; derived.
+ * sl_eval_workloads_compute replaces the measured timing with one computed
+ * from the model's op list (eval/graphs.h) on any sim profile, for the
+ * models whose op set allows it. */
+#ifndef SL_EVAL_WORKLOAD_H
+#define SL_EVAL_WORKLOAD_H
+
+#include "sim.h"
+#include "sim/profiles.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_eval_workload {
+    char name[40];  /* "resnet50_50_5min" */
+    char model[24]; /* "resnet50" */
+    unsigned batch;
+    unsigned length_min; /* 1, 5 or 10: the class, from jct_s (the name is wrong once upstream) */
+    double jct_s;        /* measured, running alone */
+    uint64_t iterations;
+    uint64_t iteration_ns;
+    uint64_t persistent_bytes;
+    uint64_t ephemeral_bytes;
+    uint64_t peak_bytes; /* measured peak_mb, in bytes */
+    bool computed;       /* iteration_ns and persistent_bytes from the op list */
+    /* Solo device utilisation (sim.h): 0 (= 1, the device filled) as
+     * loaded, since the CSV measures none; from the op list after
+     * sl_eval_workloads_compute or sl_eval_workloads_utilisation. */
+    double utilisation;
+} sl_eval_workload;
+
+/* Reads the Salus workload CSV at path. On success *out (sl_free) holds *n
+ * workloads in file order. Errors: SL_ENOTFOUND (cannot open), SL_EINVAL (a
+ * malformed row, a model without a published parameter count, a model and
+ * batch without a 10-minute row, a peak below the parameters), SL_ENOMEM.
+ * Reads a file; does not block otherwise. */
+int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
+
+/* Computed profiles on profile p: keeps the workloads whose model
+ * eval/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
+ * rows), in order, and for each sets iteration_ns to the modeled time of
+ * one training iteration on p at the row's batch, utilisation to its op
+ * list's (sl_eval_workloads_utilisation), persistent_bytes to the
+ * op list's parameters x 4 bytes, ephemeral_bytes to the measured peak
+ * minus that, and computed. iterations stay the measured ones (a job is a
+ * number of iterations; its length follows the GPU). *n is updated.
+ * Errors: SL_EINVAL (no workload left, a peak below the parameters),
+ * SL_EUNSUPPORTED, SL_ENOMEM (graphs.h); on error w may be partly
+ * rewritten. */
+int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p);
+
+/* Sets the utilisation of every workload whose model eval/graphs.c builds
+ * to that of its training iteration's op list on profile p at its batch
+ * (sl_eval_timeline_utilisation); leaves the others as they are. The
+ * timing stays what it was (measured or computed). Errors: as
+ * sl_eval_timeline_build. */
+int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p);
+
+/* Published parameter count of a model of the CSV ("vgg16"); 0 if unknown. */
+uint64_t sl_eval_model_params(const char *model);
+
+/* A small deterministic generator (splitmix64): traces depend on the seed
+ * alone, on every platform. */
+typedef struct sl_eval_rng {
+    uint64_t state;
+} sl_eval_rng;
+void sl_eval_rng_seed(sl_eval_rng *r, uint64_t seed);
+uint64_t sl_eval_rng_next(sl_eval_rng *r);
+/* Uniform in [0, 1). */
+double sl_eval_rng_uniform(sl_eval_rng *r);
+/* Exponential with the given mean. */
+double sl_eval_rng_exp(sl_eval_rng *r, double mean);
+
+/* The Salus section 5.1 trace: n_jobs jobs, each a workload drawn uniformly
+ * from w[0..n_w) (so the length mix is the CSV's: a third each of 1, 5 and
+ * 10 minutes), arriving as a Poisson process of the given mean
+ * inter-arrival time (the first at 0). Job i gets id i + 1, declares its
+ * length (the paper's SRTF knows job lengths) and its memory, and has its
+ * workload's utilisation. Writes
+ * out[0..n_jobs). Errors: SL_EINVAL (n_w 0, mean < 0). */
+int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
+                        double mean_interarrival_s, uint64_t seed, sl_eval_job_spec *out);
+
+#endif

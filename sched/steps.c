@@ -1,0 +1,141 @@
+/* Op-level dispatch of lp iterations (steps.h). */
+#include "steps.h"
+
+#include "scheduler.h"
+#include "sl_error.h"
+
+#include <stddef.h>
+
+bool sl_steps_wanted(unsigned policy_caps, bool ablated, const sl_gaps *gaps, bool job_hp)
+{
+    return (policy_caps & SL_POLICY_STEPWISE) && !ablated && gaps->n_hp > 0 && !job_hp;
+}
+
+void sl_steps_init(sl_steps *s, sl_gaps *gaps, const sl_steps_config *cfg)
+{
+    *s = (sl_steps){.gaps = gaps};
+    s->cfg = cfg ? *cfg : (sl_steps_config){.gap_fill = true};
+}
+
+/* The parts op k goes in: as many as bring each under the part length by
+ * its predicted duration, when it splits. The length is the configured
+ * one, or half the room the hp jobs leave (sl_gaps_min_room) when less (but
+ * not under SL_STEPS_MIN_PART_NS). */
+static uint32_t plan_parts(const sl_steps *s, const sl_steps_task *t, uint32_t k,
+                           const sl_steps_ops *ops, void *arg)
+{
+    if (!s->cfg.gap_fill)
+        return 1;
+    uint64_t op_ns = sl_gaps_lp_predict(s->gaps, t->lp, k);
+    uint64_t part_ns = s->cfg.part_ns ? s->cfg.part_ns : SL_STEPS_PART_NS;
+    uint64_t half_room = sl_gaps_min_room(s->gaps) / 2;
+    if (half_room < part_ns)
+        part_ns = half_room > SL_STEPS_MIN_PART_NS ? half_room : SL_STEPS_MIN_PART_NS;
+    if (op_ns <= part_ns)
+        return 1;
+    uint64_t parts = (op_ns + part_ns - 1) / part_ns, most = ops->split_max(arg, t, k);
+    if (parts > SL_STEPS_MAX_PARTS)
+        parts = SL_STEPS_MAX_PARTS;
+    if (most < 1)
+        most = 1;
+    return (uint32_t) (parts < most ? parts : most);
+}
+
+uint64_t sl_steps_next_ns(const sl_steps *s, const sl_steps_task *t, const sl_steps_ops *ops,
+                          void *arg)
+{
+    uint64_t op_ns = sl_gaps_lp_predict(s->gaps, t->lp, t->next_op);
+    uint32_t parts = t->parts ? t->parts : plan_parts(s, t, t->next_op, ops, arg);
+    return op_ns / parts;
+}
+
+void sl_steps_begin(sl_steps *s, sl_steps_task *t, uint64_t now)
+{
+    t->parked_ns = now;
+    t->parked_next = NULL;
+    sl_steps_task **pp = &s->parked;
+    while (*pp) /* oldest first: lp lanes take turns */
+        pp = &(*pp)->parked_next;
+    *pp = t;
+}
+
+void sl_steps_op_done(sl_steps *s, sl_steps_task *t, uint64_t now)
+{
+    s->lp_in_flight--;
+    sl_gaps_lp_observe(s->gaps, t->lp, t->step_op, (now - t->op_start_ns) * t->step_parts);
+    sl_steps_begin(s, t, now);
+}
+
+void sl_steps_last_done(sl_steps *s, sl_steps_task *t)
+{
+    (void) t;
+    s->lp_in_flight--;
+}
+
+/* Whether an lp step of op_ns may be issued now: (gap filling) it fits the
+ * hp jobs' gaps, or (without) no hp work is pending. */
+static sl_gaps_decision decide(const sl_steps *s, uint64_t now, uint64_t op_ns)
+{
+    if (!s->cfg.gap_fill)
+        return sl_gaps_hp_pending(s->gaps) ? SL_GAPS_WAIT_PENDING : SL_GAPS_ISSUE_FREE;
+    return sl_gaps_decide(s->gaps, now, op_ns);
+}
+
+/* Issues t's next step (an op, or the next part of a long one) and the
+ * completion after it. */
+static void issue_step(sl_steps *s, sl_steps_task *t, uint64_t now, const sl_steps_ops *ops,
+                       void *arg)
+{
+    uint32_t k = t->next_op;
+    if (t->parts == 0) {
+        t->parts = t->failed ? 1 : plan_parts(s, t, k, ops, arg);
+        t->part = 0;
+        s->ops_split += t->parts > 1;
+    }
+    t->step_op = k;
+    t->step_parts = t->parts;
+    t->op_start_ns = now;
+    if (!t->failed && ops->issue(arg, t, k, t->part, t->parts) != SL_OK)
+        t->failed = true;
+    if (++t->part >= t->parts) {
+        t->next_op++;
+        t->parts = 0;
+    }
+    bool last = t->next_op >= t->n_ops || t->failed;
+    if (ops->finish(arg, t, last) == SL_OK && ++s->lp_in_flight > s->lp_in_flight_max)
+        s->lp_in_flight_max = s->lp_in_flight;
+}
+
+uint64_t sl_steps_resume(sl_steps *s, uint64_t now, bool force, const sl_steps_ops *ops, void *arg)
+{
+    uint64_t wake = 0;
+    uint64_t starve = s->cfg.starve_ns ? s->cfg.starve_ns : SL_STEPS_STARVE_NS;
+    sl_steps_task **pp = &s->parked;
+    force |= s->finishing;
+    while (*pp) {
+        sl_steps_task *t = *pp;
+        if (!force && s->lp_in_flight > 0)
+            return 0; /* its completion resumes the rest */
+        sl_gaps_decision d = decide(s, now, sl_steps_next_ns(s, t, ops, arg));
+        /* starvation guard: a task that waited a whole starve period for a
+         * gap its next op fits gets one step anyway when no hp work is
+         * pending (the bound of one step still holds) */
+        bool starved = d == SL_GAPS_WAIT_GAP && now - t->parked_ns > starve;
+        if (force || starved || t->failed || d == SL_GAPS_ISSUE_FREE || d == SL_GAPS_ISSUE_GAP) {
+            *pp = t->parked_next;
+            issue_step(s, t, now, ops, arg);
+            continue;
+        }
+        if (d == SL_GAPS_WAIT_GAP) {
+            /* re-check when the gap filler's decision may turn, or when the
+             * task starves, whichever first */
+            uint64_t at = sl_gaps_recheck_at(s->gaps, now);
+            uint64_t starved_at = t->parked_ns + starve + 1;
+            at = starved_at < at ? starved_at : at;
+            if (!wake || at < wake)
+                wake = at;
+        }
+        pp = &t->parked_next;
+    }
+    return wake;
+}

@@ -1,0 +1,112 @@
+/* Op-level dispatch of low-priority (lp) iterations beside high-priority
+ * (hp) jobs, for salusd's executor (server/stepwise.c) and the simulator
+ * (eval/sim.c) alike. Under a policy with SL_POLICY_STEPWISE, while hp jobs
+ * exist, an lp iteration goes op by op ("steps"), and at most one lp step
+ * is on the device at a time, device-wide, whatever the number of lp lanes:
+ * an hp iteration then waits for at most one lp step. With
+ * SL_POLICY_GAP_FILL a step is issued only when the gap filler
+ * (sched/gaps.h) says it fits the hp jobs' predicted idle gaps, and a long
+ * op goes in parts that fit (as many as bring each part under the part
+ * length, at most what the op can be split into). Lp iterations waiting for
+ * the slot or a gap are parked, oldest first (lp lanes take turns); one
+ * that waited starve_ns for a gap its op fits gets one step anyway when no
+ * hp work is pending (the one-step bound still holds).
+ *
+ * What the caller keeps: the device (the issue callbacks submit a step and
+ * queue its completion), the timer that calls sl_steps_resume again at the
+ * wake time it returns, the hp arrivals and completions (sl_gaps_hp_*).
+ *
+ * Ownership: tasks are the caller's (embedded in its iteration), as is the
+ * gap filler (it outlives the sl_steps). Pure: no clock (now is passed in),
+ * no threads, no allocation. Not thread-safe: calls are serialised with
+ * the gap filler's (salusd: its server lock). */
+#ifndef SL_SCHED_STEPS_H
+#define SL_SCHED_STEPS_H
+
+#include "gaps.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* salusd's defaults (server/stepwise.c, server/config.h). */
+#define SL_STEPS_STARVE_NS (5 * 1000 * 1000ull) /* 5 ms: bounded lp starvation */
+#define SL_STEPS_MAX_PARTS 16u                  /* more parts are mostly launch cost */
+#define SL_STEPS_MIN_PART_NS (100 * 1000ull)    /* shorter ones: mostly launch and callback */
+#define SL_STEPS_PART_NS (600 * 1000ull)        /* the configured part length's default */
+
+typedef struct sl_steps_config {
+    bool gap_fill;      /* issue into predicted gaps (else as soon as no hp work is pending) */
+    uint64_t part_ns;   /* part length; 0 = SL_STEPS_PART_NS */
+    uint64_t starve_ns; /* 0 = SL_STEPS_STARVE_NS */
+} sl_steps_config;
+
+/* One lp iteration going op by op, embedded in the caller's iteration. The
+ * caller sets lp and n_ops before the first sl_steps_park and failed when
+ * a step's submission or execution failed (the rest then issues at once,
+ * each op in one part, to reach the completion). The rest is this
+ * module's; step_op, step_parts and op_start_ns describe the step in
+ * flight. */
+typedef struct sl_steps_task {
+    sl_gaps_lp *lp; /* its graph's op-duration predictor */
+    uint32_t n_ops; /* > 0 */
+    bool failed;
+    uint32_t next_op;     /* first op not yet issued whole */
+    uint32_t part, parts; /* next_op's next part of its parts; 0 parts = not begun */
+    uint32_t step_op, step_parts;
+    uint64_t op_start_ns;
+    struct sl_steps_task *parked_next;
+    uint64_t parked_ns;
+} sl_steps_task;
+
+/* What the caller does for the dispatcher. */
+typedef struct sl_steps_ops {
+    /* The most parts op of t may be split into (1 = it does not split). */
+    uint32_t (*split_max)(void *arg, const sl_steps_task *t, uint32_t op);
+    /* Submits part `part` of `parts` of op of t; returns its status (a
+     * failure marks t failed). */
+    int (*issue)(void *arg, sl_steps_task *t, uint32_t op, uint32_t part, uint32_t parts);
+    /* Queues the completion after the step just issued: the iteration's
+     * own when last, else a step completion (which calls sl_steps_op_done).
+     * A failure here means no completion will come: the step is not
+     * counted in flight. */
+    int (*finish)(void *arg, sl_steps_task *t, bool last);
+} sl_steps_ops;
+
+typedef struct sl_steps {
+    sl_gaps *gaps;
+    sl_steps_config cfg;
+    sl_steps_task *parked; /* oldest first */
+    uint32_t lp_in_flight, lp_in_flight_max;
+    uint64_t ops_split; /* ops issued in more than one part */
+    bool finishing;     /* draining: every parked task issues at once */
+} sl_steps;
+
+/* Whether an iteration of a job goes op by op: the policy's caps ask for it
+ * (SL_POLICY_STEPWISE), it is not ablated, hp jobs exist and the job is
+ * not one of them. */
+bool sl_steps_wanted(unsigned policy_caps, bool ablated, const sl_gaps *gaps, bool job_hp);
+
+/* Binds the gap filler; cfg NULL = salusd's defaults with gap_fill. */
+void sl_steps_init(sl_steps *s, sl_gaps *gaps, const sl_steps_config *cfg);
+
+/* Starts t (its next step is its first) or parks it again after a step:
+ * queued behind the parked ones. Follow with sl_steps_resume. */
+void sl_steps_begin(sl_steps *s, sl_steps_task *t, uint64_t now);
+/* A step of t (not its last) completed: measures its op (a part stands for
+ * its whole op: parts are even shares of its rows), frees the slot and
+ * parks t for its next step. Follow with sl_steps_resume. */
+void sl_steps_op_done(sl_steps *s, sl_steps_task *t, uint64_t now);
+/* t's last step completed (the iteration is done): frees the slot. */
+void sl_steps_last_done(sl_steps *s, sl_steps_task *t);
+
+/* Issues parked tasks' next steps while the one lp slot is free and the
+ * gap filler allows (all of them when force or finishing). Returns when to
+ * call again if some task waits for a gap (0 = no need: a completion will
+ * call it). */
+uint64_t sl_steps_resume(sl_steps *s, uint64_t now, bool force, const sl_steps_ops *ops, void *arg);
+
+/* The predicted duration of t's next step (its next op, or a part of it). */
+uint64_t sl_steps_next_ns(const sl_steps *s, const sl_steps_task *t, const sl_steps_ops *ops,
+                          void *arg);
+
+#endif
