@@ -57,6 +57,11 @@ typedef struct sl_config {
      * than this runs in parts of about this much (kernels/ops/ops.h: matmuls);
      * 0 = SL_DEFAULT_OP_PART_NS */
     uint64_t op_part_ns;
+    /* The expected slow-down low-priority ops filled into gaps may add to a
+     * high-priority iteration, as a share of its time alone (sched/gaps.h
+     * fit_margin), when gap_margin_set; else the library's default */
+    double gap_margin;
+    bool gap_margin_set;
     /* Ablations of what a policy's capabilities (sched/scheduler.h
      * SL_POLICY_*) turn on, for measuring each mechanism alone: */
     bool no_exclusive_lanes; /* high-priority sessions share lanes like others */

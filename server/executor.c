@@ -662,6 +662,8 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
     sl_gaps_config gc = sl_gaps_config_default();
     if (dev->host_cores)
         gc.host_ns = HOST_MARGIN_NS;
+    if (cfg->gap_margin_set)
+        gc.fit_margin = cfg->gap_margin;
     if ((rc = sl_gaps_init(&ex->gaps, &gc)) != SL_OK)
         return rc;
     sl_steps_config sc = {.gap_fill = true, .part_ns = cfg->op_part_ns};

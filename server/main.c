@@ -49,6 +49,11 @@ static void usage(FILE *f)
             "      --op-part-us N      under the priority policy, split a low-priority op\n"
             "                          predicted longer than N us into parts of about N us\n"
             "                          (matmuls; default 600)\n"
+            "      --gap-margin PCT    under the priority policy, low-priority ops go into a\n"
+            "                          high-priority job's idle gaps while the expected delay\n"
+            "                          they add to its iterations stays under PCT %% of their\n"
+            "                          time alone (default 5; 0 = only ops no recorded gap\n"
+            "                          would have cut short)\n"
             "      --no-exclusive-lanes, --no-stepwise, --no-gap-fill, --no-stream-classes\n"
             "                          turn off one of the priority policy's mechanisms\n"
             "                          (measuring each alone): high-priority sessions' own\n"
@@ -228,6 +233,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_FRAMEWORK,
         OPT_NOINPLACE,
         OPT_OP_PART,
+        OPT_GAP_MARGIN,
         OPT_STRICT,
         OPT_CONTEXTS,
         OPT_MAXMSG,
@@ -269,6 +275,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"framework-per-lane", required_argument, NULL, OPT_FRAMEWORK},
         {"no-inplace", no_argument, NULL, OPT_NOINPLACE},
         {"op-part-us", required_argument, NULL, OPT_OP_PART},
+        {"gap-margin", required_argument, NULL, OPT_GAP_MARGIN},
         {"spread-limit", required_argument, NULL, OPT_SPREAD},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
@@ -393,6 +400,16 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             cfg->op_part_ns = (uint64_t) us * 1000;
+            break;
+        }
+        case OPT_GAP_MARGIN: {
+            double pct = strtod(optarg, &end);
+            if (end == optarg || *end || !(pct >= 0 && pct < 100)) {
+                fprintf(stderr, "salusd: --gap-margin takes a percentage, 0 <= PCT < 100\n");
+                return 2;
+            }
+            cfg->gap_margin = pct / 100;
+            cfg->gap_margin_set = true;
             break;
         }
         case 'p':
