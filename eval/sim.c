@@ -863,6 +863,12 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
         qsort(s.by_id, n, sizeof *s.by_id, cmp_by_id);
     }
     while (s.n_heap && !s.error) {
+        if (cfg->until_ns && s.heap[0].t > cfg->until_ns) {
+            /* the horizon: devices' busy time up to it, nothing after */
+            for (unsigned i = 0; i < cfg->n_gpus; i++)
+                device_sync(&s.gpus[i], cfg->until_ns);
+            break;
+        }
         event e = pop(&s);
         summary->events++;
         uint32_t gi;

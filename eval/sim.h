@@ -181,6 +181,13 @@ typedef struct sl_eval_config {
      * figures are in its result. */
     void (*on_done)(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration,
                     uint64_t request_ns, uint64_t now_ns);
+    /* A horizon: 0 = run until every job completed or was refused; else
+     * the run stops at this virtual time, for measurements over a window
+     * (e.g. a day of an online service beside training that would go on):
+     * jobs not finished by then are reported as they stand (completed
+     * false, the iterations and requests completed so far), and device
+     * busy and occupied time count up to it. */
+    uint64_t until_ns;
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */
