@@ -4,7 +4,7 @@
  * maximum-weight matching against greedy and against one job per GPU.
  *
  *   muxflow [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE]
- *           [--seed S] [--json FILE] [--tiny] [--no-timing]
+ *           [--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill]
  *
  * The cluster: N GPUs, each serving one online inference service whose load
  * follows a diurnal curve from 20 to 190 and back to 20 requests per second
@@ -36,6 +36,8 @@
  * - the offline job is a training session of priority 0 whose iterations
  *   go op by op (its computed timeline at the CSV row's batch);
  * - the run stops at T (sl_eval_config.until_ns).
+ * --no-gap-fill is salusd's ablation: offline ops go whenever no request
+ * is pending, not only into predicted gaps.
  * The services alone are the same runs without the offline job.
  *
  * Figures: GPU utilisation as nvidia-smi reports it (the fraction of time
@@ -93,6 +95,9 @@ static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
                                          "vgg11",    "vgg16",     "vgg19"};
 #define N_SVC_MODELS (sizeof svc_models / sizeof svc_models[0])
 #define SVC_PRIORITY 10
+
+/* salusd --no-gap-fill for every GPU (the command line's) */
+static bool no_gap_fill;
 
 /* A model's batch-1 request: its ops, time alone and memory. */
 typedef struct svc_model {
@@ -222,6 +227,7 @@ static int run_gpu(const sl_sim_profile *gpu, const online *on, const svc_model 
     uint64_t T_ns = (uint64_t) (T * 1e9);
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
     cfg.until_ns = T_ns;
+    cfg.no_gap_fill = no_gap_fill;
     size_t off_at = n_jobs;
     if (off) {
         /* more iterations than the day holds: the horizon ends the run */
@@ -305,7 +311,7 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE] "
-            "[--seed S] [--json FILE] [--tiny] [--no-timing]\n"
+            "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill]\n"
             "defaults: 32 GPUs, 32 offline jobs, a 120 s day, p100, seed 1; --tiny: 4 GPUs, "
             "4 jobs, a 10 s day\n",
             argv0);
@@ -321,18 +327,14 @@ int main(int argc, char **argv)
     double T = 120;
     uint64_t seed = 1;
     bool timing = true, tiny = false;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"gpus", required_argument, NULL, 'n'},
-                                             {"offline", required_argument, NULL, 'm'},
-                                             {"day-s", required_argument, NULL, 'd'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"no-timing", no_argument, NULL, 'T'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTh", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},     {"gpus", required_argument, NULL, 'n'},
+        {"offline", required_argument, NULL, 'm'}, {"day-s", required_argument, NULL, 'd'},
+        {"gpu", required_argument, NULL, 'g'},     {"seed", required_argument, NULL, 's'},
+        {"json", required_argument, NULL, 'j'},    {"tiny", no_argument, NULL, 't'},
+        {"no-timing", no_argument, NULL, 'T'},     {"no-gap-fill", no_argument, NULL, 'G'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTGh", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -362,6 +364,9 @@ int main(int argc, char **argv)
             break;
         case 'T':
             timing = false;
+            break;
+        case 'G':
+            no_gap_fill = true;
             break;
         case 'h':
             usage(argv[0]);
