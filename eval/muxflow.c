@@ -96,7 +96,8 @@ static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
 #define N_SVC_MODELS (sizeof svc_models / sizeof svc_models[0])
 #define SVC_PRIORITY 10
 
-/* salusd --no-gap-fill for every GPU (the command line's) */
+/* salusd --no-gap-fill for the GPUs run now (the command line's, then
+ * the ablation row's) */
 static bool no_gap_fill;
 
 /* A model's batch-1 request: its ops, time alone and memory. */
@@ -550,7 +551,7 @@ int main(int argc, char **argv)
         sum_alone_sm += alone[g].sm_s / T;
     }
     fprintf(stderr, "\n");
-    printf("%-12s %8s %8s %10s %10s %12s %10s %8s\n", "policy", "util", "sm_occ", "p99_infl",
+    printf("%-15s %8s %8s %10s %10s %12s %10s %8s\n", "policy", "util", "sm_occ", "p99_infl",
            "p99_worst", "offline_tput", "weight", "placed");
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;
     if (jf)
@@ -566,12 +567,23 @@ int main(int argc, char **argv)
         return 1;
     for (size_t g = 0; g < n_gpus; g++)
         done_o[g] = -1;
-    double res_util[N_POL], res_sm[N_POL], res_infl[N_POL], res_tput[N_POL];
-    for (int p = 0; p < N_POL; p++) {
+    /* rows: the three placements under the command line's gap filling,
+     * then matching under salusd's --no-gap-fill (unless that is the
+     * command line's already) */
+    int n_rows = no_gap_fill ? N_POL : N_POL + 1;
+    double res_util[N_POL + 1], res_sm[N_POL + 1], res_infl[N_POL + 1], res_tput[N_POL + 1];
+    for (int row = 0; row < n_rows; row++) {
+        int p = row < N_POL ? row : P_MATCH;
+        const char *row_name = row < N_POL ? pol_names[p] : "matching-nofill";
+        if (row == N_POL) {
+            no_gap_fill = true; /* the ablation row: its own runs */
+            for (size_t g = 0; g < n_gpus; g++)
+                done_o[g] = -1;
+        }
         double busy = 0, smo = 0, infl = 0, worst = 1, tput = 0;
         size_t placed = 0;
         for (size_t g = 0; g < n_gpus; g++) {
-            fprintf(stderr, "\rmuxflow: %s %zu/%zu", pol_names[p], g + 1, n_gpus);
+            fprintf(stderr, "\rmuxflow: %s %zu/%zu", row_name, g + 1, n_gpus);
             int ok = -1;
             for (size_t k = 0; k < n_off; k++)
                 if (assign[p][k] == (int) g)
@@ -603,28 +615,36 @@ int main(int argc, char **argv)
             placed += ok >= 0;
         }
         fprintf(stderr, "\n");
-        res_util[p] = busy / (double) n_gpus;
-        res_sm[p] = smo / (double) n_gpus;
-        res_infl[p] = infl / (double) n_gpus;
-        res_tput[p] = tput / (double) n_off;
-        printf("%-12s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu\n", pol_names[p], res_util[p],
-               res_sm[p], res_infl[p], worst, res_tput[p], wtot[p], placed);
+        res_util[row] = busy / (double) n_gpus;
+        res_sm[row] = smo / (double) n_gpus;
+        res_infl[row] = infl / (double) n_gpus;
+        res_tput[row] = tput / (double) n_off;
+        printf("%-15s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu\n", row_name, res_util[row],
+               res_sm[row], res_infl[row], worst, res_tput[row], wtot[p], placed);
         if (jf)
             fprintf(jf,
                     "%s{\"policy\": \"%s\", \"util\": %.4f, \"sm_occupancy\": %.4f, "
                     "\"p99_inflation\": %.4f, \"p99_inflation_worst\": %.4f, \"offline_tput\": "
                     "%.4f, \"weight\": %.3f, \"placed\": %zu}",
-                    p ? ", " : "", pol_names[p], res_util[p], res_sm[p], res_infl[p], worst,
-                    res_tput[p], wtot[p], placed);
+                    row ? ", " : "", row_name, res_util[row], res_sm[row], res_infl[row], worst,
+                    res_tput[row], wtot[p], placed);
     }
     printf("services alone: util %.3f, SM occupancy %.3f\n", sum_alone_busy / (double) n_gpus,
            sum_alone_sm / (double) n_gpus);
     printf("paper (MuxFlow): GPU utilisation (nvidia-smi's: time with a kernel running) 26 %% -> "
-           "76 %%, online latency up < 20 %%; ours (matching): util %.0f %% -> %.0f %%, SM "
-           "occupancy %.0f %% -> %.0f %%, p99 x%.3f, offline %.3f of alone\n",
+           "76 %%, SM activity 16 %% -> 33 %%, online latency up < 20 %%\n");
+    printf("ours (matching, %s): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> %.0f %%, p99 "
+           "x%.3f, offline %.3f of alone\n",
+           no_gap_fill && n_rows == N_POL ? "--no-gap-fill" : "salusd's defaults",
            100 * sum_alone_busy / (double) n_gpus, 100 * res_util[P_MATCH],
            100 * sum_alone_sm / (double) n_gpus, 100 * res_sm[P_MATCH], res_infl[P_MATCH],
            res_tput[P_MATCH]);
+    if (n_rows > N_POL)
+        printf("ours (matching, --no-gap-fill): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> "
+               "%.0f %%, p99 x%.3f, offline %.3f of alone\n",
+               100 * sum_alone_busy / (double) n_gpus, 100 * res_util[N_POL],
+               100 * sum_alone_sm / (double) n_gpus, 100 * res_sm[N_POL], res_infl[N_POL],
+               res_tput[N_POL]);
     printf("placement time on this cluster: greedy %.3f ms, matching %.3f ms\n", place_ms[P_GREEDY],
            place_ms[P_MATCH]);
     if (jf) {
@@ -647,10 +667,14 @@ int main(int argc, char **argv)
     }
     printf("BENCH eval_muxflow util=%.3f online_p99_inflation=%.3f offline_tput=%.3f "
            "sm_occupancy=%.3f greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f "
-           "alone_util=%.3f alone_sm_occupancy=%.3f\n",
+           "alone_util=%.3f alone_sm_occupancy=%.3f",
            res_util[P_MATCH], res_infl[P_MATCH], res_tput[P_MATCH], res_sm[P_MATCH],
            res_util[P_GREEDY], res_infl[P_GREEDY], res_tput[P_GREEDY], res_util[P_ONE],
            res_sm[P_ONE]);
+    if (n_rows > N_POL)
+        printf(" nofill_util=%.3f nofill_p99_inflation=%.3f nofill_offline_tput=%.3f",
+               res_util[N_POL], res_infl[N_POL], res_tput[N_POL]);
+    printf("\n");
     sl_free(done_o);
     sl_free(done_r);
     sl_free(gfree);

@@ -1,6 +1,7 @@
 # MuxFlow: GPU utilisation (nvidia-smi's: time with a kernel running) and
 # SM occupancy per placement policy, with the paper's 26 % -> 76 %; online
-# p99 inflation and offline normalised throughput.
+# p99 inflation and offline normalised throughput; matching again under
+# salusd --no-gap-fill.
 # Data: eval_muxflow.runs.dat (muxflow --json, "runs"; columns by name).
 name = "eval_muxflow"
 load plots . "/common.gnuplot"
@@ -8,12 +9,12 @@ f = results . "/eval_muxflow.runs.dat"
 set multiplot layout 1,2 title "MuxFlow: online services + offline training (simulator, salusd priority policy)"
 set style fill solid 0.8 border -1
 set boxwidth 0.25
-set xrange [-0.6:2.6]
+set xrange [-0.6:3.6]
 set yrange [0:1.05]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one-per-gpu" 0, "greedy" 1, "matching" 2)
+set xtics ("one-per-gpu" 0, "greedy" 1, "matching" 2, "matching, no gap fill" 3)
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \
      0.76 with lines dt 2 lc rgb "#d62728" title "paper: 76 % util co-located", \
