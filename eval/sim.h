@@ -79,8 +79,9 @@ typedef struct sl_eval_job_spec {
     bool declare_length;
     int workload; /* caller's tag (an index into its workload table), copied out */
     /* Solo device utilisation in (0, 1]; 0 = 1. The fraction of the device
-     * an iteration occupies running alone (for an op timeline: sum of work
-     * over sum of launch + work, kernels/sim). Iterations of several jobs
+     * an iteration occupies running alone (for an op timeline: sum of
+     * work x occupancy over sum of launch + work, graphs.h
+     * sl_eval_timeline_utilisation). Iterations of several jobs
      * share the device by water-filling (kernels/sim sl_sim_psc): none runs
      * faster than alone, and jobs whose utilisations sum to at most 1 run
      * side by side at full speed. Only for jobs without a timeline (ops

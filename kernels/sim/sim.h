@@ -155,9 +155,10 @@ int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *wo
 /* ---- processor sharing with per-job rate caps (virtual time) ----
  *
  * sl_sim_ps for jobs that do not fill the device alone: a job with cap u in
- * (0, 1] uses at most the fraction u of the resource (its solo device
- * utilisation, e.g. sum(work) / sum(launch + work) of an iteration's ops:
- * launch gaps on its stream leave the SMs to others). Rates are water-filled:
+ * (0, 1] uses at most the fraction u of the resource (an op's occupancy,
+ * or a whole iteration's solo device utilisation, e.g. sum(work x
+ * occupancy) / sum(launch + work) of its ops: launch gaps on its stream and
+ * SMs its kernels cannot fill are left to others). Rates are water-filled:
  * with level L the solution of sum_i min(u_i, L) = min(1, sum_i u_i), job i
  * progresses at min(u_i, L). So a job never runs faster than alone, jobs
  * whose caps sum to at most 1 all run as if alone, and jobs that together

@@ -817,8 +817,9 @@ static void test_sharing(void **state)
     sl_op_call mm = matmul_call(&e, 8192);
     uint64_t t_op = model_ns(&e, &mm); /* ~92 ms */
 
-    /* Two streams, one long op each: both finish at about twice the solo
-     * time (without sharing they would finish at 1x). */
+    /* Two streams, one long op each (it fills the device: occupancy 1):
+     * both finish at about twice the solo time (without sharing they
+     * would finish at 1x). */
     uint64_t t0 = sl_now_ns();
     assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
     assert_sl_ok(o->launch(e.dev, e.s[1], &mm));
@@ -845,6 +846,26 @@ static void test_sharing(void **state)
     assert_about(t_both, t_op, "kernel beside copy");
     assert_true(slow_host() || t_both < t_op * 15 / 10);
     sl_free(host);
+
+    /* Ops too small to fill the SMs run side by side: [128, 65536] x
+     * [65536, 128] is one output tile (occupancy 1/160 on v100), ~0.18 ms,
+     * made 300x slower so that real time can tell 1x from 2x. */
+    char *base = e.arena;
+    sl_op_call narrow = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    narrow.in[0] = (sl_tensor_ref){base, f32_2(128, 65536)};
+    narrow.in[1] = (sl_tensor_ref){base + 128 * 65536 * 4, f32_2(65536, 128)};
+    narrow.out[0] = (sl_tensor_ref){base + 2 * 128 * 65536 * 4, f32_2(128, 128)};
+    uint64_t t_narrow = model_ns(&e, &narrow) * 300;
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 300));
+    t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[0], &narrow));
+    assert_sl_ok(o->launch(e.dev, e.s[1], &narrow));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    uint64_t t_two = sl_now_ns() - t0;
+    assert_about(t_two, t_narrow, "two narrow ops");
+    assert_true(slow_host() || t_two < t_narrow * 15 / 10);
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 1));
     env_close(&e);
 }
 
