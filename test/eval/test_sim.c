@@ -724,17 +724,50 @@ static void test_op_occupancy(void **state)
     assert_true(res[1].finish_ns - res[1].start_ns > 10000000);
 }
 
+/* A horizon stops the run: what completed by then is reported, the
+ * device's busy time counts up to it. */
+static void test_until(void **state)
+{
+    (void) state;
+    sl_eval_job_spec job = {
+        .id = 1, .iterations = 100, .iteration_ns = 1000000, .persistent_bytes = 1ull << 20};
+    sl_eval_config cfg = sl_eval_config_default("fifo", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0;
+    cfg.until_ns = 10500000;
+    sl_eval_summary sum;
+    sl_eval_job_result res;
+    assert_sl_ok(sl_eval_run(&cfg, &job, 1, &res, &sum));
+    assert_false(res.completed);
+    assert_int_equal(res.iterations, 10);
+    assert_int_equal(sum.completed, 0);
+    assert_int_equal(sum.gpu_busy_ns, 10500000);
+    assert_true(fabs(sum.gpu_occupied_ns - 10.5e6) < 1.0);
+    cfg.until_ns = 0; /* to completion */
+    assert_sl_ok(sl_eval_run(&cfg, &job, 1, &res, &sum));
+    assert_true(res.completed);
+    assert_int_equal(sum.gpu_busy_ns, 100000000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_profiles),           cmocka_unit_test(test_computed_profiles),
-        cmocka_unit_test(test_deterministic),      cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_all_complete),       cmocka_unit_test(test_refused_and_invalid),
-        cmocka_unit_test(test_utilisation),        cmocka_unit_test(test_op_occupancy),
-        cmocka_unit_test(test_inference),          cmocka_unit_test(test_switch_cost),
-        cmocka_unit_test(test_timelines),          cmocka_unit_test(test_op_level_deterministic),
-        cmocka_unit_test(test_hp_waits_one_lp_op), cmocka_unit_test(test_gap_fill_no_delay),
-        cmocka_unit_test(test_op_level_latency),   cmocka_unit_test(test_op_level_switch_cost),
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_computed_profiles),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_all_complete),
+        cmocka_unit_test(test_refused_and_invalid),
+        cmocka_unit_test(test_utilisation),
+        cmocka_unit_test(test_op_occupancy),
+        cmocka_unit_test(test_until),
+        cmocka_unit_test(test_inference),
+        cmocka_unit_test(test_switch_cost),
+        cmocka_unit_test(test_timelines),
+        cmocka_unit_test(test_op_level_deterministic),
+        cmocka_unit_test(test_hp_waits_one_lp_op),
+        cmocka_unit_test(test_gap_fill_no_delay),
+        cmocka_unit_test(test_op_level_latency),
+        cmocka_unit_test(test_op_level_switch_cost),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }
