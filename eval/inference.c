@@ -343,10 +343,14 @@ int main(int argc, char **argv)
         return 1;
     }
     double solo_total = 0, max_added_p99 = 0;
+    sl_eval_job_result *solo = sl_calloc(n_run, sizeof *solo);
+    if (!solo)
+        return 1;
     for (size_t i = 0; i < n_run; i++) {
         sl_eval_job_result r1;
         if ((rc = sl_eval_run(&cfg, &jobs[i], 1, &r1, &one)) != SL_OK)
             return 1;
+        solo[i] = r1;
         solo_total += one.lat_mean_ns * (double) one.requests;
         double d = (double) res[i].lat_p99_ns - (double) r1.lat_p99_ns;
         max_added_p99 = d > max_added_p99 ? d : max_added_p99;
@@ -378,10 +382,27 @@ int main(int argc, char **argv)
                 "\"salus_jobs\": %zu, \"salus_capacity\": %zu, \"mps_jobs_bare\": %zu, "
                 "\"mps_jobs_300\": %zu, \"mps_jobs_500\": %zu, \"requests\": %llu, "
                 "\"lat_mean_ms\": %.4f, \"solo_mean_ms\": %.4f, \"added_ms\": %.4f, "
-                "\"lat_p99_ms\": %.4f}\n",
+                "\"lat_p99_ms\": %.4f,\n",
                 (unsigned long long) seed, n, salus_jobs, cap_jobs, mps[0], mps[1], mps[2],
                 (unsigned long long) sum.requests, sum.lat_mean_ns / 1e6, solo_mean / 1e6, added_ms,
                 (double) sum.lat_p99_ns / 1e6);
+        /* for the plot: jobs per system, and every job's latency shared and
+         * alone */
+        fprintf(jf,
+                " \"fit\": [{\"system\": \"salus\", \"jobs\": %zu, \"capacity\": %zu}, "
+                "{\"system\": \"mps_bare\", \"jobs\": %zu, \"capacity\": %zu}, "
+                "{\"system\": \"mps_300MiB\", \"jobs\": %zu, \"capacity\": %zu}, "
+                "{\"system\": \"mps_500MiB\", \"jobs\": %zu, \"capacity\": %zu}],\n",
+                salus_jobs, cap_jobs, mps[0], mps[0], mps[1], mps[1], mps[2], mps[2]);
+        fprintf(jf, " \"per_job\": [");
+        for (size_t i = 0; i < n_run; i++)
+            fprintf(jf,
+                    "%s{\"job\": %zu, \"model\": \"%s\", \"shared_mean_ms\": %.4f, "
+                    "\"solo_mean_ms\": %.4f, \"shared_p99_ms\": %.4f, \"solo_p99_ms\": %.4f}",
+                    i ? ",\n  " : "", i + 1, models[i % N_MODELS].name, res[i].lat_mean_ns / 1e6,
+                    solo[i].lat_mean_ns / 1e6, (double) res[i].lat_p99_ns / 1e6,
+                    (double) solo[i].lat_p99_ns / 1e6);
+        fprintf(jf, "]}\n");
         fclose(jf);
     }
     printf("BENCH eval_inference salus_jobs=%zu mps_jobs=%zu added_ms=%.3f salus_capacity=%zu "
@@ -390,6 +411,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n_run; i++)
         sl_free(req[i]);
     sl_free(req);
+    sl_free(solo);
     sl_free(jobs);
     sl_free(res);
     sl_free(w);

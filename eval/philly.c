@@ -3,7 +3,8 @@
  * ATC'19) under the study's baseline scheduler and under salus packing.
  *
  *   philly [--csv FILE] [--jobs N] [--servers S] [--vcs V] [--load X]
- *          [--relax-min M] [--probe-min P] [--oversub F] [--job-util U] [--gpu PROFILE]
+ *          [--relax-min M] [--probe-min P] [--probe-restart-min R] [--oversub F]
+ *          [--job-util U | --util-scale X] [--no-sweep] [--gpu PROFILE]
  *          [--seed S] [--json FILE] [--tiny]
  *
  * The trace (philly_trace): jobs of 1 / 2-4 / 5-8 / >8 GPUs with run times
@@ -52,14 +53,29 @@
  * job that fails within it (not one killed by its user: that is not a
  * fault) ends there, the others then wait for their gang as before (the
  * probe's work is not counted as progress). GPU-hours saved: of the gang
- * baseline with and without probes.
+ * baseline with and without probes. Two probes: one whose work is thrown
+ * away (gang+probe), and one that runs the job's own first iterations on
+ * one GPU and counts as progress (gang+probe-progress): a job that passes
+ * it resumes in its gang from the probe's checkpoint, with the probe's GPU
+ * time (P GPU-minutes of its k x work GPU-minutes) done, plus
+ * --probe-restart-min of work to restart (assumed).
+ *
+ * Per-job utilisation (the fraction of its GPU a job keeps busy running
+ * alone; what is left, sharing can use): drawn per job from the study's
+ * mean utilisation of its size class (table `study`, F_UTIL_*), uniform
+ * with that mean over the widest interval inside [0, 1], floored at 0.05
+ * (shape ASSUMED); --util-scale X multiplies every draw (capped at 1),
+ * --job-util U gives every job U. A sweep of both (salus only: the gang
+ * runs one job per GPU, at full speed whatever its utilisation) follows
+ * the main table unless --no-sweep.
  *
  * Output: per scheduler, average and p95 JCT, GPU busy fraction (time with
  * at least one job on a GPU, over GPUs and the makespan), waits split three
  * ways, beside the study's; the probe's saving. Last line:
  *   BENCH eval_philly jct_ratio=... busy=... frag_wait_share=...
  * jct_ratio = gang average JCT / salus average JCT; busy and
- * frag_wait_share are salus's, with the gang's beside them. */
+ * frag_wait_share are salus's, with the gang's beside them; then the
+ * utilisation's mean, and both probes' GPU-hours saved. */
 #include "manager.h"
 #include "placement.h"
 #include "sim.h"
@@ -107,6 +123,10 @@ enum {
     F_FAIL_SIGMA,
     F_VCS,
     F_RELAX,
+    F_UTIL_1,
+    F_UTIL_2_4,
+    F_UTIL_5_8,
+    F_UTIL_GT8,
     F_N
 };
 
@@ -141,7 +161,36 @@ static const figure study[F_N] = {
     [F_RELAX] = {"locality relaxed after (min)", 10,
                  "assumed: the study's scheduler relaxes locality after a wait (section "
                  "3.1) without giving the wait in a form we have"},
+    /* The study's mean GPU utilisation per job size, as recalled: Table 3
+     * ("mean GPU utilization for different job sizes", section 3.2), from
+     * the per-minute nvidia-smi utilisation of the GPUs of each job. The
+     * study's sizes are 1, 4, 8 and 16 GPUs; we give each of our classes
+     * the nearest. nvidia-smi's figure is the share of time a kernel runs,
+     * not of the SMs kept busy, so it OVER-states what a job uses (packing
+     * gains less than 1 - u suggests); --util-scale sweeps that. */
+    [F_UTIL_1] = {"mean GPU utilisation, 1-GPU jobs", 0.5238,
+                  "paper as recalled (Table 3, section 3.2: 52.38 % for 1 GPU); the per-job "
+                  "spread around it (uniform, widest inside [0, 1]) is assumed"},
+    [F_UTIL_2_4] = {"mean GPU utilisation, 2-4-GPU jobs", 0.4518,
+                    "paper as recalled (Table 3: 45.18 % for 4 GPUs)"},
+    [F_UTIL_5_8] = {"mean GPU utilisation, 5-8-GPU jobs", 0.5822,
+                    "paper as recalled (Table 3: 58.22 % for 8 GPUs)"},
+    [F_UTIL_GT8] = {"mean GPU utilisation, >8-GPU jobs", 0.4025,
+                    "paper as recalled (Table 3: 40.25 % for 16 GPUs)"},
 };
+
+/* A job's utilisation alone: uniform with the class's mean m over the
+ * widest interval inside [0, 1] ([max(0, 2m - 1), min(1, 2m)]), floored at
+ * 0.05 (a job always uses some of its GPU), times `scale`, capped at 1.
+ * Shape, floor and scale are assumptions (the study gives per-class means
+ * and wide CDFs, Figure 5 as recalled). */
+static double draw_util(sl_eval_rng *r, int size_class, double scale)
+{
+    double m = study[F_UTIL_1 + size_class].value;
+    double lo = fmax(0.0, 2 * m - 1), hi = fmin(1.0, 2 * m);
+    double u = fmax(0.05, lo + (hi - lo) * sl_eval_rng_uniform(r)) * scale;
+    return u > 1.0 ? 1.0 : u;
+}
 
 /* ---- the trace ------------------------------------------------------------ */
 
@@ -155,7 +204,7 @@ typedef struct pjob {
     double work_s;    /* time it runs alone before it ends (passes, fails or is killed) */
     double planned_s; /* its full run time had it passed */
     uint64_t persistent_bytes, ephemeral_bytes;
-    double util; /* fraction of a GPU the job keeps busy running alone (--job-util) */
+    double util; /* fraction of a GPU the job keeps busy running alone */
 } pjob;
 
 static double lognormal(sl_eval_rng *r, double median, double sigma)
@@ -201,8 +250,7 @@ static void make_vcs(sl_eval_rng *r, unsigned n_vcs, unsigned n_gpus, unsigned *
 }
 
 static int philly_trace(const sl_eval_workload *w, size_t n_w, size_t n, unsigned n_gpus,
-                        unsigned n_vcs, double load, double job_util, uint64_t seed, pjob *out,
-                        unsigned *quota)
+                        unsigned n_vcs, double load, uint64_t seed, pjob *out, unsigned *quota)
 {
     sl_eval_rng r;
     sl_eval_rng_seed(&r, seed);
@@ -253,7 +301,6 @@ static int philly_trace(const sl_eval_workload *w, size_t n_w, size_t n, unsigne
         if (j->work_s < 1.0)
             j->work_s = 1.0;
         const sl_eval_workload *m = &w[sl_eval_rng_next(&r) % n_w];
-        j->util = job_util;
         j->persistent_bytes = m->persistent_bytes;
         j->ephemeral_bytes = m->ephemeral_bytes;
         gpu_s += (double) k * j->work_s;
@@ -268,6 +315,19 @@ static int philly_trace(const sl_eval_workload *w, size_t n_w, size_t n, unsigne
     return SL_OK;
 }
 
+/* Gives every job its utilisation: `fixed` when > 0, else the study's draw
+ * times `scale`. A generator of its own (the seed's), so that the rest of
+ * the trace is the same whatever the utilisation. */
+static double set_utils(pjob *jobs, size_t n, double fixed, double scale, uint64_t seed)
+{
+    sl_eval_rng r;
+    sl_eval_rng_seed(&r, seed ^ 0x5ca1ab1eull);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += jobs[i].util = fixed > 0 ? fixed : draw_util(&r, jobs[i].size_class, scale);
+    return sum / (double) n;
+}
+
 /* ---- the cluster simulator ------------------------------------------------ */
 
 enum mode { GANG, SALUS };
@@ -280,6 +340,7 @@ typedef struct cjob {
     bool probe_pending; /* waits for its probe (one GPU) before its gang */
     double wait_since;  /* when it began waiting for what it waits for now */
     double remaining;   /* work left of the current phase, seconds alone */
+    double credit;      /* gang-seconds of work a counted probe did */
     double rate;
     double start_s, finish_s;
     double wait[R_N];
@@ -294,6 +355,8 @@ typedef struct cluster {
     unsigned n_servers, n_gpus, n_vcs;
     const unsigned *quota;
     double oversub, relax_s, probe_s;
+    bool probe_progress; /* a probe's work counts, the gang then pays restart_s */
+    double restart_s;
     unsigned pack_limit; /* most jobs on one GPU: 1 (gang), oversub (salus) */
     unsigned *residents; /* jobs on each GPU */
     unsigned *vc_used;   /* GPU slots held per VC */
@@ -303,11 +366,13 @@ typedef struct cluster {
     double *cap;      /* set_rates' scratch, per GPU */
     double *unfrozen; /* set_rates' scratch, per GPU: utilisation still rising */
     double busy_gpu_s, gpu_hours_s;
+    double used_gpu_s; /* GPU time kept busy: rate x utilisation x GPUs, summed */
 } cluster;
 
 typedef struct run_result {
     double avg_jct_s, p95_jct_s, busy, makespan_s;
-    double wait[R_N]; /* summed over jobs, seconds */
+    double device_util; /* GPU time kept busy by jobs over GPUs x makespan */
+    double wait[R_N];   /* summed over jobs, seconds */
     double wait_class[N_CLASSES][R_N];
     double gpu_s;  /* GPU time held by jobs (slots x time; the gang's GPU-hours) */
     size_t caught; /* failures caught by the probe */
@@ -512,7 +577,8 @@ static void set_rates(cluster *c, cjob *cj, const bool *arrived, size_t n)
 /* Runs the trace under one scheduler. */
 static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_servers,
                        unsigned n_vcs, const unsigned *quota, double oversub, double relax_s,
-                       double probe_s, const sl_eval_config *mcfg, run_result *out)
+                       double probe_s, bool probe_progress, double restart_s,
+                       const sl_eval_config *mcfg, run_result *out)
 {
     cluster c = {.mode = mode,
                  .n_servers = n_servers,
@@ -522,6 +588,8 @@ static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_se
                  .oversub = oversub,
                  .relax_s = relax_s,
                  .probe_s = probe_s,
+                 .probe_progress = probe_progress,
+                 .restart_s = restart_s,
                  .pack_limit = mode == SALUS ? (unsigned) oversub : 1};
     int err = SL_OK;
     memset(out, 0, sizeof *out);
@@ -587,6 +655,7 @@ static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_se
                 else {
                     j->remaining -= j->rate * dt;
                     out->gpu_s += dt * j->n_gpus;
+                    c.used_gpu_s += dt * j->rate * j->p->util * j->n_gpus;
                 }
             }
         }
@@ -611,6 +680,9 @@ static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_se
                     j->state = WAITING;
                     j->probe_pending = false;
                     j->wait_since = now;
+                    /* the probe's P GPU-seconds are P / k of the gang's time */
+                    if (c.probe_progress)
+                        j->credit = fmin(probe_s, j->p->work_s) / (double) j->p->k;
                 }
             } else {
                 j->state = DONE;
@@ -644,7 +716,7 @@ static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_se
                 j->remaining = fmin(probe_s, j->p->work_s);
             } else {
                 j->state = RUNNING;
-                j->remaining = j->p->work_s;
+                j->remaining = j->p->work_s - j->credit + (j->credit > 0 ? c.restart_s : 0);
             }
         }
         set_rates(&c, cj, arrived, n);
@@ -666,6 +738,7 @@ static int run_cluster(enum mode mode, const pjob *jobs, size_t n, unsigned n_se
     out->p95_jct_s = jct[(size_t) ceil(0.95 * (double) n) - 1];
     out->makespan_s = last - first;
     out->busy = c.busy_gpu_s / ((double) c.n_gpus * out->makespan_s);
+    out->device_util = c.used_gpu_s / ((double) c.n_gpus * out->makespan_s);
 out:
     if (c.mem)
         for (unsigned g = 0; g < c.n_gpus; g++)
@@ -712,19 +785,41 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--csv FILE] [--jobs N] [--servers S] [--vcs V] [--load X] "
-            "[--relax-min M] [--probe-min P] [--oversub F] [--job-util U] [--gpu PROFILE] "
-            "[--seed S] [--json FILE] [--tiny]\n"
+            "[--relax-min M] [--probe-min P] [--probe-restart-min R] [--oversub F] "
+            "[--job-util U | --util-scale X] [--no-sweep] [--gpu PROFILE] [--seed S] "
+            "[--json FILE] [--tiny]\n"
+            "  --job-util U     every job keeps U of its GPU busy alone (0 < U <= 1)\n"
+            "  --util-scale X   the study's per-job utilisation draws times X (capped at 1)\n"
+            "  --probe-restart-min R  work a job redoes when its gang resumes a counted probe\n"
+            "  --no-sweep       skip the utilisation sweep (salus runs at other utilisations)\n"
             "defaults: 3000 jobs, 64 servers x 8 GPUs, 14 VCs, load 2, relax after 10 min, "
-            "probe 5 min, oversub 2, job util 1, p100, seed 1\n",
+            "probe 5 min, restart 0 min, oversub 2, utilisation from the study (scale 1), p100, "
+            "seed 1\n",
             argv0);
 }
+
+/* One row of the utilisation sweep: salus on the same trace at another
+ * utilisation (the gang's figures do not depend on it). */
+typedef struct sweep_row {
+    const char *what;
+    double fixed, scale;
+} sweep_row;
+
+static const sweep_row sweep[] = {
+    {"study x 1.00", 0, 1.0}, {"study x 1.25", 0, 1.25}, {"study x 1.50", 0, 1.5},
+    {"study x 2.00", 0, 2.0}, {"all 0.30", 0.3, 0},      {"all 0.50", 0.5, 0},
+    {"all 0.70", 0.7, 0},     {"all 0.90", 0.9, 0},      {"all 1.00", 1.0, 0},
+};
+enum { N_SWEEP = sizeof sweep / sizeof sweep[0] };
 
 int main(int argc, char **argv)
 {
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
     size_t n_jobs = 3000;
     unsigned n_servers = 64, n_vcs = (unsigned) study[F_VCS].value;
-    double load = 2.0, job_util = 1.0, relax_min = study[F_RELAX].value, probe_min = 5, oversub = 2;
+    double load = 2.0, job_util = 0, util_scale = 1.0, relax_min = study[F_RELAX].value,
+           probe_min = 5, restart_min = 0, oversub = 2;
+    bool do_sweep = true;
     uint64_t seed = 1;
     static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
                                              {"jobs", required_argument, NULL, 'n'},
@@ -733,6 +828,7 @@ int main(int argc, char **argv)
                                              {"load", required_argument, NULL, 'l'},
                                              {"relax-min", required_argument, NULL, 'r'},
                                              {"probe-min", required_argument, NULL, 'p'},
+                                             {"probe-restart-min", required_argument, NULL, 'R'},
                                              {"oversub", required_argument, NULL, 'o'},
                                              {"gpu", required_argument, NULL, 'g'},
                                              {"seed", required_argument, NULL, 's'},
@@ -740,9 +836,11 @@ int main(int argc, char **argv)
                                              {"tiny", no_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'h'},
                                              {"job-util", required_argument, NULL, 'u'},
+                                             {"util-scale", required_argument, NULL, 'x'},
+                                             {"no-sweep", no_argument, NULL, 'N'},
                                              {NULL, 0, NULL, 0}};
     for (int ch;
-         (ch = getopt_long(argc, argv, "c:n:S:v:l:r:p:o:g:s:j:thu:", longopts, NULL)) != -1;) {
+         (ch = getopt_long(argc, argv, "c:n:S:v:l:r:p:R:o:g:s:j:thu:x:N", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -765,6 +863,9 @@ int main(int argc, char **argv)
         case 'p':
             probe_min = atof(optarg);
             break;
+        case 'R':
+            restart_min = atof(optarg);
+            break;
         case 'o':
             oversub = atof(optarg);
             break;
@@ -784,6 +885,14 @@ int main(int argc, char **argv)
             break;
         case 'u':
             job_util = atof(optarg);
+            if (job_util <= 0) /* 0 would mean "the study's draw" */
+                job_util = -1;
+            break;
+        case 'x':
+            util_scale = atof(optarg);
+            break;
+        case 'N':
+            do_sweep = false;
             break;
         case 'h':
             usage(argv[0]);
@@ -795,8 +904,8 @@ int main(int argc, char **argv)
     }
     const sl_sim_profile *gpu;
     if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0 || n_servers == 0 ||
-        n_vcs == 0 || load <= 0 || oversub < 1 || job_util <= 0 || job_util > 1 ||
-        n_vcs * 16 > n_servers * PER_SERVER) {
+        n_vcs == 0 || load <= 0 || oversub < 1 || job_util < 0 || job_util > 1 || util_scale <= 0 ||
+        restart_min < 0 || n_vcs * 16 > n_servers * PER_SERVER) {
         fprintf(stderr, "philly: bad arguments (every VC needs a quota of 16 GPUs)\n");
         usage(argv[0]);
         return 2;
@@ -812,10 +921,11 @@ int main(int argc, char **argv)
     pjob *jobs = sl_calloc(n_jobs, sizeof *jobs);
     unsigned *quota = sl_calloc(n_vcs, sizeof *quota);
     if (!jobs || !quota ||
-        philly_trace(w, n_w, n_jobs, n_gpus, n_vcs, load, job_util, seed, jobs, quota) != SL_OK) {
+        philly_trace(w, n_w, n_jobs, n_gpus, n_vcs, load, seed, jobs, quota) != SL_OK) {
         fprintf(stderr, "philly: cannot build the trace\n");
         return 1;
     }
+    double util_mean = set_utils(jobs, n_jobs, job_util, util_scale, seed);
     printf("the study's figures and our assumptions:\n");
     for (int f = 0; f < F_N; f++)
         printf("  %-42s %8.3f  %s\n", study[f].what, study[f].value, study[f].source);
@@ -831,87 +941,145 @@ int main(int argc, char **argv)
            "%.0f GPU-hours, %u servers x %u GPUs (%s), %u VCs, load %.2f, seed %llu\n",
            n_jobs, count[0], count[1], count[2], count[3], failed, killed, gpu_h, n_servers,
            PER_SERVER, gpu->name, n_vcs, load, (unsigned long long) seed);
-    printf("job utilisation alone %.2f (%s)\n", job_util,
-           job_util >= 1 ? "kernels/sim's model: a job alone keeps its GPU busy, sharing gains "
-                           "nothing"
-                         : "assumed: each job leaves the rest of its GPU to others");
+    if (job_util > 0)
+        printf("job utilisation alone: every job %.2f (--job-util)%s\n", job_util,
+               job_util >= 1 ? ": kernels/sim's model, sharing gains nothing" : "");
+    else
+        printf("job utilisation alone: the study's per-size means (Table 3 as recalled) x %.2f, "
+               "drawn per job (assumed shape); mean over the trace %.3f\n",
+               util_scale, util_mean);
     printf("quotas:");
     for (unsigned v = 0; v < n_vcs; v++)
         printf(" %u", quota[v]);
     printf("\n");
     sl_eval_config mcfg = sl_eval_config_default("fair", false, 1, gpu->capacity);
-    run_result res[3];
-    const char *names[3] = {"gang", "salus", "gang+probe"};
-    const enum mode modes[3] = {GANG, SALUS, GANG};
-    const double probes[3] = {0, 0, probe_min * 60};
-    for (int m = 0; m < 3; m++) {
-        if (m == 2 && probe_min <= 0)
-            break;
+    enum { N_RUNS = 4 };
+    run_result res[N_RUNS];
+    const char *names[N_RUNS] = {"gang", "salus", "gang+probe", "gang+probe-progress"};
+    const enum mode modes[N_RUNS] = {GANG, SALUS, GANG, GANG};
+    const double probes[N_RUNS] = {0, 0, probe_min * 60, probe_min * 60};
+    int n_runs = probe_min > 0 ? N_RUNS : 2;
+    for (int m = 0; m < n_runs; m++) {
         fprintf(stderr, "philly: %s ...\n", names[m]);
         rc = run_cluster(modes[m], jobs, n_jobs, n_servers, n_vcs, quota, oversub, relax_min * 60,
-                         probes[m], &mcfg, &res[m]);
+                         probes[m], m == 3, restart_min * 60, &mcfg, &res[m]);
         if (rc != SL_OK) {
             fprintf(stderr, "philly: %s: %s\n", names[m], sl_strerror(rc));
             return 1;
         }
     }
-    printf("%-10s %12s %12s %8s %12s %10s\n", "scheduler", "avg_jct_min", "p95_jct_min", "busy",
-           "makespan_h", "gpu_hours");
-    for (int m = 0; m < 3 && !(m == 2 && probe_min <= 0); m++)
-        printf("%-10s %12.1f %12.1f %8.3f %12.1f %10.0f\n", names[m], res[m].avg_jct_s / 60,
-               res[m].p95_jct_s / 60, res[m].busy, res[m].makespan_s / 3600, res[m].gpu_s / 3600);
+    printf("%-20s %12s %12s %8s %8s %12s %10s\n", "scheduler", "avg_jct_min", "p95_jct_min", "busy",
+           "dev_util", "makespan_h", "gpu_hours");
+    for (int m = 0; m < n_runs; m++)
+        printf("%-20s %12.1f %12.1f %8.3f %8.3f %12.1f %10.0f\n", names[m], res[m].avg_jct_s / 60,
+               res[m].p95_jct_s / 60, res[m].busy, res[m].device_util, res[m].makespan_s / 3600,
+               res[m].gpu_s / 3600);
     print_waits("gang", &res[0]);
     print_waits("salus", &res[1]);
     printf("study (Table 2): delays of small jobs are mostly fair-share, of jobs above 4 GPUs "
            "mostly fragmentation; its per-class counts are not available offline here, see "
            "eval/README.md\n");
-    double saved_h = 0;
+    double saved_h = 0, saved_progress_h = 0;
     if (probe_min > 0) {
         /* from the trace: the gang time a caught failure no longer burns,
-         * and the probes of the gangs that pass them (the cost) */
-        double gross = 0, cost = 0;
+         * and the probes of the gangs that pass them (the cost); with a
+         * counted probe the cost is the restart, and the restart cost at
+         * which the counted probe breaks even */
+        double gross = 0, cost = 0, passing_gpus = 0;
         for (size_t i = 0; i < n_jobs; i++) {
             const pjob *p = &jobs[i];
             if (p->k < 5)
                 continue;
             if (p->outcome == UNSUCCESSFUL && p->work_s <= probe_min * 60)
                 gross += (p->k - 1) * p->work_s / 3600;
-            else
+            else {
                 cost += fmin(probe_min * 60, p->work_s) / 3600;
+                passing_gpus += p->k;
+            }
         }
         printf("probe accounting from the trace: %.1f GPU-hours of failing gangs avoided, %.1f "
-               "GPU-hours of probes for gangs that pass them\n",
-               gross, cost);
+               "GPU-hours of probes for gangs that pass them (thrown away), %.1f GPU-hours of "
+               "restarts with a counted probe (%.1f min each); a counted probe breaks even at a "
+               "restart of %.2f min\n",
+               gross, cost, passing_gpus * restart_min / 60, restart_min,
+               passing_gpus > 0 ? gross * 60 / passing_gpus : 0);
         saved_h = (res[0].gpu_s - res[2].gpu_s) / 3600;
+        saved_progress_h = (res[0].gpu_s - res[3].gpu_s) / 3600;
         printf("early failure detection (probe %.0f min on one GPU before gangs of >= 5): %zu "
-               "failures caught, %.0f GPU-hours saved of %.0f (%.1f %%), avg JCT %.1f -> %.1f "
-               "min\n",
+               "failures caught; probe thrown away: %.0f GPU-hours saved of %.0f (%.1f %%), avg "
+               "JCT %.1f -> %.1f min; probe counted as progress: %.0f GPU-hours saved (%.1f %%), "
+               "avg JCT %.1f min\n",
                probe_min, res[2].caught, saved_h, res[0].gpu_s / 3600,
-               100 * saved_h / (res[0].gpu_s / 3600), res[0].avg_jct_s / 60, res[2].avg_jct_s / 60);
+               100 * saved_h / (res[0].gpu_s / 3600), res[0].avg_jct_s / 60, res[2].avg_jct_s / 60,
+               saved_progress_h, 100 * saved_progress_h / (res[0].gpu_s / 3600),
+               res[3].avg_jct_s / 60);
+    }
+    run_result sw[N_SWEEP];
+    double sw_mean[N_SWEEP] = {0};
+    if (do_sweep) {
+        printf("utilisation sweep (salus on the same trace; gang avg JCT %.1f min at every "
+               "utilisation):\n%-14s %9s %12s %12s %9s %8s %8s\n",
+               res[0].avg_jct_s / 60, "utilisation", "mean_u", "avg_jct_min", "p95_jct_min",
+               "jct_ratio", "busy", "dev_util");
+        for (int k = 0; k < N_SWEEP; k++) {
+            fprintf(stderr, "philly: sweep %s ...\n", sweep[k].what);
+            sw_mean[k] = set_utils(jobs, n_jobs, sweep[k].fixed, sweep[k].scale, seed);
+            rc = run_cluster(SALUS, jobs, n_jobs, n_servers, n_vcs, quota, oversub, relax_min * 60,
+                             0, false, 0, &mcfg, &sw[k]);
+            if (rc != SL_OK) {
+                fprintf(stderr, "philly: sweep: %s\n", sl_strerror(rc));
+                return 1;
+            }
+            printf("%-14s %9.3f %12.1f %12.1f %9.2f %8.3f %8.3f\n", sweep[k].what, sw_mean[k],
+                   sw[k].avg_jct_s / 60, sw[k].p95_jct_s / 60, res[0].avg_jct_s / sw[k].avg_jct_s,
+                   sw[k].busy, sw[k].device_util);
+        }
+        set_utils(jobs, n_jobs, job_util, util_scale, seed);
     }
     if (json_path) {
         FILE *jf = fopen(json_path, "w");
         if (jf) {
             fprintf(jf,
-                    "{\"bench\": \"eval_philly\", \"jobs\": %zu, \"gpus\": %u, \"seed\": %llu, ",
-                    n_jobs, n_gpus, (unsigned long long) seed);
+                    "{\"bench\": \"eval_philly\", \"jobs\": %zu, \"gpus\": %u, \"seed\": %llu, "
+                    "\"util_mean\": %.4f, ",
+                    n_jobs, n_gpus, (unsigned long long) seed, util_mean);
             fprintf(jf, "\"runs\": [");
-            for (int m = 0; m < 3 && !(m == 2 && probe_min <= 0); m++)
+            for (int m = 0; m < n_runs; m++) {
+                const run_result *r = &res[m];
+                double tot = r->wait[R_QUOTA] + r->wait[R_CAPACITY] + r->wait[R_FRAG];
                 fprintf(jf,
                         "%s{\"scheduler\": \"%s\", \"avg_jct_min\": %.3f, \"p95_jct_min\": %.3f, "
-                        "\"busy\": %.4f, \"wait_quota_h\": %.2f, \"wait_capacity_h\": %.2f, "
-                        "\"wait_frag_h\": %.2f, \"gpu_hours\": %.2f}",
-                        m ? ", " : "", names[m], res[m].avg_jct_s / 60, res[m].p95_jct_s / 60,
-                        res[m].busy, res[m].wait[R_QUOTA] / 3600, res[m].wait[R_CAPACITY] / 3600,
-                        res[m].wait[R_FRAG] / 3600, res[m].gpu_s / 3600);
-            fprintf(jf, "], \"probe_saved_gpu_hours\": %.2f}\n", saved_h);
+                        "\"busy\": %.4f, \"device_util\": %.4f, \"wait_quota_h\": %.2f, "
+                        "\"wait_capacity_h\": %.2f, \"wait_frag_h\": %.2f, \"wait_quota_share\": "
+                        "%.4f, \"wait_capacity_share\": %.4f, \"wait_frag_share\": %.4f, "
+                        "\"gpu_hours\": %.2f}",
+                        m ? ", " : "", names[m], r->avg_jct_s / 60, r->p95_jct_s / 60, r->busy,
+                        r->device_util, r->wait[R_QUOTA] / 3600, r->wait[R_CAPACITY] / 3600,
+                        r->wait[R_FRAG] / 3600, tot > 0 ? r->wait[R_QUOTA] / tot : 0,
+                        tot > 0 ? r->wait[R_CAPACITY] / tot : 0,
+                        tot > 0 ? r->wait[R_FRAG] / tot : 0, r->gpu_s / 3600);
+            }
+            fprintf(jf, "], \"sweep\": [");
+            for (int k = 0; do_sweep && k < N_SWEEP; k++)
+                fprintf(jf,
+                        "%s{\"utilisation\": \"%s\", \"mean_util\": %.4f, \"salus_avg_jct_min\": "
+                        "%.3f, \"gang_avg_jct_min\": %.3f, \"jct_ratio\": %.4f, \"busy\": %.4f, "
+                        "\"device_util\": %.4f}",
+                        k ? ", " : "", sweep[k].what, sw_mean[k], sw[k].avg_jct_s / 60,
+                        res[0].avg_jct_s / 60, res[0].avg_jct_s / sw[k].avg_jct_s, sw[k].busy,
+                        sw[k].device_util);
+            fprintf(jf,
+                    "], \"probe_saved_gpu_hours\": %.2f, \"probe_progress_saved_gpu_hours\": "
+                    "%.2f}\n",
+                    saved_h, saved_progress_h);
             fclose(jf);
         }
     }
     printf("BENCH eval_philly jct_ratio=%.2f busy=%.3f frag_wait_share=%.3f gang_busy=%.3f "
-           "gang_frag_wait_share=%.3f probe_saved_gpu_h=%.0f\n",
+           "gang_frag_wait_share=%.3f probe_saved_gpu_h=%.0f util_mean=%.3f "
+           "probe_progress_saved_gpu_h=%.0f\n",
            res[0].avg_jct_s / res[1].avg_jct_s, res[1].busy, frag_share(&res[1]), res[0].busy,
-           frag_share(&res[0]), saved_h);
+           frag_share(&res[0]), saved_h, util_mean, saved_progress_h);
     sl_free(jobs);
     sl_free(quota);
     sl_free(w);

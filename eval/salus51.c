@@ -92,6 +92,21 @@ static double bound_srpt_min(const sl_eval_job_spec *jobs, size_t n)
 static const char *const policies[] = {"fifo", "srtf", "pack", "fair"};
 #define N_POLICIES 4
 
+static void usage(FILE *to, const char *argv0)
+{
+    fprintf(to,
+            "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] [--gpu PROFILE] "
+            "[--timing measured|graph] [--util graph] [--json FILE] [--jobs-csv FILE]\n"
+            "  Salus 5.1: N training jobs (uniform rows of the CSV, Poisson arrivals X s apart)\n"
+            "  on one GPU under fifo, srtf, pack and fair, in the paper's variant (--strict\n"
+            "  --spread-limit 0) and in salusd's defaults\n"
+            "  --timing graph   iteration times and utilisations computed from the op lists\n"
+            "  --util graph     measured timings with the op lists' utilisations\n"
+            "  --jobs-csv FILE  every job of every run (for CDFs)\n"
+            "defaults: 100 jobs, interarrival 120 s, p100, measured timings, seed 1\n",
+            argv0);
+}
+
 int main(int argc, char **argv)
 {
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured",
@@ -100,13 +115,18 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     double interarrival_s = 120;
     bool util_graph = false;
-    static const struct option longopts[] = {
-        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
-        {"seed", required_argument, NULL, 's'},   {"interarrival-s", required_argument, NULL, 'i'},
-        {"gpu", required_argument, NULL, 'g'},    {"json", required_argument, NULL, 'j'},
-        {"timing", required_argument, NULL, 't'}, {"jobs-csv", required_argument, NULL, 'o'},
-        {"util", required_argument, NULL, 'u'},   {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:u:", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
+                                             {"jobs", required_argument, NULL, 'n'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"interarrival-s", required_argument, NULL, 'i'},
+                                             {"gpu", required_argument, NULL, 'g'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"timing", required_argument, NULL, 't'},
+                                             {"jobs-csv", required_argument, NULL, 'o'},
+                                             {"util", required_argument, NULL, 'u'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:u:h", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -135,12 +155,11 @@ int main(int argc, char **argv)
         case 'u':
             util_graph = strcmp(optarg, "graph") == 0;
             break;
+        case 'h':
+            usage(stdout, argv[0]);
+            return 0;
         default:
-            fprintf(stderr,
-                    "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] "
-                    "[--gpu PROFILE] [--timing measured|graph] [--json FILE] [--jobs-csv FILE] "
-                    "[--util graph]\n",
-                    argv[0]);
+            usage(stderr, argv[0]);
             return 2;
         }
     }
@@ -215,6 +234,7 @@ int main(int argc, char **argv)
                 return 1;
             }
             const char *vname = variant == 0 ? "paper" : "salus";
+            fprintf(stderr, "salus51: %s %s done\n", policies[p], vname);
             avg[variant][p] = sum.avg_jct_ns / 6e10;
             for (size_t i = 0; cf && i < n_jobs; i++)
                 fprintf(cf, "%s,%s,%llu,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", policies[p], vname,

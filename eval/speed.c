@@ -22,6 +22,18 @@
 #define SL_EVAL_CSV "eval/data/salus-workloads.csv"
 #endif
 
+static void usage(FILE *to, const char *argv0)
+{
+    fprintf(to,
+            "usage: %s [--csv FILE] [--jobs N] [--gpus G] [--interarrival-s X] [--policy NAME] "
+            "[--seed S] [--json FILE]\n"
+            "  simulates N jobs of the Salus mix (eval/data) on G P100s under salusd's defaults\n"
+            "  for the policy, least-jobs placement, Poisson arrivals X s apart, and reports\n"
+            "  the wall time of the run (one thread)\n"
+            "defaults: 10000 jobs, 512 GPUs, interarrival 0.5 s, srtf, seed 1\n",
+            argv0);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -36,12 +48,16 @@ int main(int argc, char **argv)
     unsigned n_gpus = 512;
     uint64_t seed = 1;
     double interarrival_s = 0.5;
-    static const struct option longopts[] = {
-        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
-        {"gpus", required_argument, NULL, 'g'},   {"interarrival-s", required_argument, NULL, 'i'},
-        {"policy", required_argument, NULL, 'p'}, {"seed", required_argument, NULL, 's'},
-        {"json", required_argument, NULL, 'j'},   {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:g:i:p:s:j:", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
+                                             {"jobs", required_argument, NULL, 'n'},
+                                             {"gpus", required_argument, NULL, 'g'},
+                                             {"interarrival-s", required_argument, NULL, 'i'},
+                                             {"policy", required_argument, NULL, 'p'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:g:i:p:s:j:h", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -64,11 +80,11 @@ int main(int argc, char **argv)
         case 'j':
             json_path = optarg;
             break;
+        case 'h':
+            usage(stdout, argv[0]);
+            return 0;
         default:
-            fprintf(stderr,
-                    "usage: %s [--csv FILE] [--jobs N] [--gpus G] [--interarrival-s X] "
-                    "[--policy NAME] [--seed S] [--json FILE]\n",
-                    argv[0]);
+            usage(stderr, argv[0]);
             return 2;
         }
     }
@@ -84,6 +100,8 @@ int main(int argc, char **argv)
         return 1;
     sl_eval_config cfg = sl_eval_config_default(policy, false, n_gpus, gpu->capacity);
     sl_eval_summary sum;
+    /* progress: the run is one call (a hook per iteration would be timed too) */
+    fprintf(stderr, "speed: %zu jobs on %u GPUs (%s) ...\n", n_jobs, n_gpus, policy);
     double t0 = now_s();
     int rc = sl_eval_run(&cfg, jobs, n_jobs, NULL, &sum);
     double wall = now_s() - t0;
@@ -91,6 +109,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "speed: %s\n", sl_strerror(rc));
         return 1;
     }
+    fprintf(stderr, "speed: done in %.1f s\n", wall);
     printf("%zu jobs on %u GPUs (%s): %zu completed, makespan %.1f h, mean JCT %.1f min; "
            "%llu events, %llu iterations, %.0f ns per event\n",
            n_jobs, n_gpus, policy, sum.completed, (double) sum.makespan_ns / 3.6e12,
