@@ -85,7 +85,8 @@ static sl_eval_op *to_ops(const sl_eval_timeline *t, size_t from, size_t to, uin
     for (size_t i = from; o && i < to; i++) {
         o[i - from] = (sl_eval_op){.launch_ns = t->ops[i].launch_ns,
                                    .work_ns = t->ops[i].ns - t->ops[i].launch_ns,
-                                   .split_max = t->ops[i].split_max};
+                                   .split_max = t->ops[i].split_max,
+                                   .occupancy = t->ops[i].occupancy};
         *sum += t->ops[i].ns;
     }
     return o;

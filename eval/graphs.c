@@ -112,9 +112,11 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
                           .kind = (uint8_t) k,
                           .ns = ns,
                           .launch_ns = tm.launch_ns,
-                          .split_max = most > UINT32_MAX ? UINT32_MAX : (uint32_t) most};
+                          .split_max = most > UINT32_MAX ? UINT32_MAX : (uint32_t) most,
+                          .occupancy = tm.occupancy};
     t->iteration_ns += ns;
     t->work_ns += tm.work_ns;
+    t->occupied_ns += (double) tm.work_ns * tm.occupancy;
     t->kind_ns[k] += ns;
     t->mem_bound_ns += tm.memory_bound ? ns : 0;
     t->flops += (double) tm.flops;
@@ -382,7 +384,7 @@ int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profil
 
 double sl_eval_timeline_utilisation(const sl_eval_timeline *t)
 {
-    return t->iteration_ns ? (double) t->work_ns / (double) t->iteration_ns : 1.0;
+    return t->iteration_ns ? t->occupied_ns / (double) t->iteration_ns : 1.0;
 }
 
 int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,

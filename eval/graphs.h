@@ -41,6 +41,7 @@ typedef struct sl_eval_op_time {
     uint64_t ns;        /* launch + work, running alone */
     uint64_t launch_ns; /* of ns: paid by the issuing stream, not shared (kernels/sim) */
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
+    double occupancy;   /* share of the SMs it keeps busy alone (kernels/sim), (0, 1] */
 } sl_eval_op_time;
 
 typedef struct sl_eval_timeline {
@@ -54,6 +55,8 @@ typedef struct sl_eval_timeline {
     /* sum of the ops' work_ns (kernels/sim: time on the shared device,
      * without the launch each stream pays alone) */
     uint64_t work_ns;
+    /* sum of work_ns x occupancy: SM-time the ops occupy */
+    double occupied_ns;
 } sl_eval_timeline;
 
 /* Whether model names a network this module builds: "vgg11", "vgg16",
@@ -76,10 +79,15 @@ int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profil
 int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
                               bool inference, sl_eval_timeline *out);
 
-/* The solo device utilisation of the timeline's iteration: work_ns over
- * iteration_ns (launches are paid on the job's own stream and leave the
- * device to others); 1 for an empty timeline. The caps of sim.h's
- * utilisation. */
+/* The solo device utilisation of the timeline's iteration: the share of
+ * the device it occupies on average running alone,
+ *     u = sum(work_i x occupancy_i) / sum(launch_i + work_i)
+ * (occupied_ns over iteration_ns): launches are paid on the job's own
+ * stream and leave the whole device to others, and while an op's work
+ * runs it leaves 1 - occupancy_i of the SMs. 1 for an empty timeline. The
+ * cap of sim.h's utilisation for a job run as whole iterations; the same
+ * job run op by op (sl_eval_op with each op's occupancy) occupies the
+ * device the same on average. */
 double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
 
 /* Frees the timeline's ops; safe on a zeroed timeline. */

@@ -122,6 +122,9 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
             double work = 2 * im->gmac * 1e9 / (gpu->peak_flops[SL_SIM_FP32] * gpu->eff_compute);
             uint64_t work_ns = (uint64_t) ceil(work * 1e9);
             im->request_ns = work_ns + (uint64_t) im->n_ops * gpu->launch_ns;
+            /* occupancy 1: no layer shapes to estimate it from (so these
+             * batch-1 requests are taken to fill the SMs while their work
+             * runs; the op-list models' u counts their occupancy) */
             im->util = (double) work_ns / (double) im->request_ns;
         }
         if (!params)

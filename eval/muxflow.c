@@ -4,52 +4,57 @@
  * maximum-weight matching against greedy and against one job per GPU.
  *
  *   muxflow [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE]
- *           [--seed S] [--json FILE] [--tiny] [--no-timing]
+ *           [--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill]
  *
  * The cluster: N GPUs, each serving one online inference service whose load
  * follows a diurnal curve from 20 to 190 and back to 20 requests per second
  * (the paper's production range) over one "day" compressed to T seconds
- * (default 600: latency and utilisation ratios do not depend on T while T
+ * (default 120: latency and utilisation ratios do not depend on T while T
  * is far above a request's service time), scaled per service. M offline
- * training jobs (Salus workloads, eval/data) wait to be co-located, at most
- * one per GPU. Policies (eval/placement.h):
+ * training jobs wait to be co-located, at most one per GPU. Policies
+ * (eval/placement.h):
  * - one-per-gpu: no co-location (the offline jobs need GPUs of their own);
  * - greedy: pairs by descending predicted weight;
  * - matching: maximum-weight bipartite matching (Hungarian).
  * The weight of (offline job, GPU) is the pair's predicted normalised
  * throughput, online plus offline, as MuxFlow's scheduler uses, computed
- * from the profiles (below); a pair whose memory salusd does not admit
- * (eval/sim.h sl_eval_gpu_memory: the online service, then the offline job,
- * through sl_mem_admit_ex) is forbidden.
+ * from the profiles (pair_weight); a pair whose memory salusd does not
+ * admit (eval/sim.h sl_eval_gpu_memory: the service's sessions, then the
+ * offline job, through sl_mem_admit_ex) is forbidden.
  *
- * The per-GPU model (what is modeled; sl_eval_run has request-driven
- * inference jobs, the utilisation-capped device and op-level priority, but
- * runs each op at cap 1, not at an SM share as below, so it does not
- * replace this yet, eval/README.md): a GPU runs the service's requests one at a time (batch 1,
- * FIFO), each needing t_s seconds alone and occupying a fraction u_s of the
- * SMs; the offline job runs its iteration as ops of op_s seconds, occupying
- * u_o. salus runs the service at high priority and the training job op by
- * op (salusd's priority scheduling with stepwise dispatch): no offline op is
- * dispatched while a request waits or runs, and an op already on the device
- * is not preempted, so it overlaps the request that arrived during it.
- * While both are on the device they share it as a fluid: each progresses at
- * min(1, 1 / (u_s + u_o)) (kernels/sim's processor sharing when both fill
- * the GPU, no slowdown when their SMs fit side by side). Offline ops run back
- * to back whenever no request is pending, iterations separated by the
- * client's round trip (124 us); nothing else idles the device, so the
- * utilisation here is an upper bound (eval/README.md).
+ * Each GPU is one sl_eval_run (eval/sim.h), salusd's code on a virtual
+ * clock, policy priority with salusd's defaults (stepwise dispatch and gap
+ * filling: sched/steps.h and sched/gaps.h decide when an offline op goes):
+ * - a service is K sessions (replicas) of priority 10, each an inference
+ *   job (request_ns) whose requests go op by op (the model's batch-1
+ *   forward pass, eval/graphs.c, each op at its occupancy, kernels/sim).
+ *   A session runs one request at a time, so the service's requests are
+ *   dealt round-robin to its K replicas and wait at their replica when it
+ *   is busy (latency counts from the request's arrival). K = the smallest
+ *   number that keeps each replica's load at the service's peak at most
+ *   REPLICA_LOAD (an ASSUMPTION, below);
+ * - the offline job is a training session of priority 0 whose iterations
+ *   go op by op (its computed timeline at the CSV row's batch);
+ * - the run stops at T (sl_eval_config.until_ns).
+ * --no-gap-fill is salusd's ablation: offline ops go whenever no request
+ * is pending, not only into predicted gaps.
+ * The services alone are the same runs without the offline job.
  *
- * Figures: GPU utilisation = the fraction of time a kernel is on the device
- * (nvidia-smi's "GPU util", MuxFlow's metric), and SM occupancy = the time
- * average of sum(rate x u); online p99 inflation = a service's p99 latency
- * co-located / alone on the same arrivals (mean and worst over services);
- * offline normalised throughput = work done / time, over the M jobs (an
- * unplaced job counts 0). Matching time at n = 100, 500, 2000 on random
- * weights. Last lines:
+ * Figures: GPU utilisation as nvidia-smi reports it (the fraction of time
+ * at least one kernel runs: summary.gpu_busy_ns / T) and SM occupancy (the
+ * time average of the share of the SMs in use, summary.gpu_occupied_ns /
+ * T); online p99 inflation = a service's p99 latency (its replicas' requests
+ * pooled) co-located / alone on the same arrivals (mean and worst over
+ * services); offline normalised throughput = iterations completed in the
+ * day / iterations the job completes alone in a day (T / (iteration +
+ * client gap): ops back to back, what sl_eval_run gives it alone), over the
+ * M jobs (an unplaced job counts 0). Matching time at n = 100, 500, 2000 on
+ * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
  * (the matching policy's; the paper: utilisation 26 % -> 76 %, online
  * latency up by less than 20 %). */
+#include "graphs.h"
 #include "manager.h"
 #include "placement.h"
 #include "sim.h"
@@ -69,49 +74,62 @@
 #define SL_EVAL_CSV "eval/data/salus-workloads.csv"
 #endif
 
+#define MIB (1ull << 20)
+
 /* The paper's load range (requests per second, trough and peak). */
 #define QPS_LOW 20.0
 #define QPS_PEAK 190.0
 
 /* Assumptions, chosen before any run and not tuned on the results: */
-/* batch-1 inference service time alone, uniform in [min, max] ms: small
- * CNNs to ResNet-50-class models at batch 1 on a datacenter GPU */
-#define TS_MIN_MS 2.0
-#define TS_MAX_MS 8.0
-/* fraction of the SMs a batch-1 request keeps busy, uniform */
-#define US_MIN 0.3
-#define US_MAX 0.7
 /* a service's peak as a fraction of the paper's 190 QPS, uniform: services
  * differ in popularity */
 #define PEAK_MIN 0.3
 #define PEAK_MAX 1.0
-/* ops per training iteration: an iteration's measured time (Salus CSV) is
- * split into this many equal ops (ResNet-50's training graph has a few
- * hundred kernels; eval/graphs.c) */
-#define OPS_PER_ITER 300
-/* fraction of the SMs a training op keeps busy, uniform (large batches
- * fill the GPU) */
-#define UO_MIN 0.8
-#define UO_MAX 1.0
-/* between two iterations the training client turns a reply into its next
- * request: 124 us, the measured one-op round trip of a local client
- * (README bench rtt_op; eval/sim.h's default client gap). Nothing else
- * (input pipelines, host work) leaves the device idle in this model. */
-#define CLIENT_GAP_S 124e-6
+/* replicas are provisioned so that each is at most half busy at the
+ * service's peak (request rate x request time alone): headroom for a
+ * latency objective, the usual provisioning rule of thumb */
+#define REPLICA_LOAD 0.5
+/* the services' models: the CNNs eval/graphs.c builds, batch-1 forward
+ * passes (as eval/inference.c) */
+static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
+                                         "vgg11",    "vgg16",     "vgg19"};
+#define N_SVC_MODELS (sizeof svc_models / sizeof svc_models[0])
+#define SVC_PRIORITY 10
+
+/* salusd --no-gap-fill for the GPUs run now (the command line's, then
+ * the ablation row's) */
+static bool no_gap_fill;
+
+/* A model's batch-1 request: its ops, time alone and memory. */
+typedef struct svc_model {
+    sl_eval_op *ops;
+    uint32_t n_ops;
+    uint64_t request_ns;
+    double u; /* utilisation alone (graphs.h) */
+    uint64_t p, e;
+} svc_model;
+
+/* An offline training job's computed iteration. */
+typedef struct train_model {
+    sl_eval_op *ops;
+    uint32_t n_ops;
+    uint64_t iteration_ns;
+    double u;
+} train_model;
 
 typedef struct online {
-    double t_s, u, peak;
-    uint64_t p, e; /* memory: the model's weights, its batch-1 activations */
+    int model; /* into svc_models */
+    double peak;
+    unsigned replicas;
 } online;
 
 typedef struct offline {
-    double op_s, u;
-    uint64_t p, e;
-    int workload;
+    int workload; /* into the computed workloads */
+    int timeline; /* into the offline timelines */
 } offline;
 
 typedef struct gpu_out {
-    double busy_s, sm_s, off_work_s, p99_s;
+    double busy_s, sm_s, p99_s, off_iters;
     size_t requests;
 } gpu_out;
 
@@ -123,116 +141,139 @@ static double rate_at(const online *on, double t, double T)
     return low + (high - low) * 0.5 * (1.0 - cos(6.283185307179586 * t / T));
 }
 
-static int cmp_double(const void *a, const void *b)
+/* A timeline's ops as the simulator takes them (each with its occupancy). */
+static sl_eval_op *to_ops(const sl_eval_timeline *t)
 {
-    double x = *(const double *) a, y = *(const double *) b;
-    return x < y ? -1 : x > y;
+    sl_eval_op *o = sl_calloc(t->n_ops ? t->n_ops : 1, sizeof *o);
+    for (size_t i = 0; o && i < t->n_ops; i++)
+        o[i] = (sl_eval_op){.launch_ns = t->ops[i].launch_ns,
+                            .work_ns = t->ops[i].ns - t->ops[i].launch_ns,
+                            .split_max = t->ops[i].split_max,
+                            .occupancy = t->ops[i].occupancy};
+    return o;
 }
 
-/* One GPU for one day: the service alone (off NULL) or with the offline
- * job. Arrivals come from the seed alone (thinning a Poisson process at the
- * peak rate), so both runs see the same requests. lat is scratch of cap
- * entries. */
-static int run_gpu(const online *on, const offline *off, uint64_t seed, double T, double *lat,
-                   size_t cap, gpu_out *out)
+/* The service's request times in [0, T) (ns): a Poisson process at the
+ * diurnal rate, by thinning one at the peak rate. From the seed alone, so
+ * the alone and co-located runs see the same requests. Returns the count;
+ * *out (sl_free) holds them, NULL on allocation failure. */
+static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out)
 {
     sl_eval_rng r;
     sl_eval_rng_seed(&r, seed);
-    double lmax = QPS_PEAK * on->peak;
-    memset(out, 0, sizeof *out);
-    /* requests: arrival times in a ring (FIFO; at most cap waiting) */
-    double *q = sl_calloc(cap, sizeof *q);
-    if (!q)
-        return SL_ENOMEM;
-    size_t qh = 0, qn = 0, nl = 0;
-    double t = 0, next_arr = 0, req_left = 0, op_left = 0, off_ready = 0;
-    bool op_on = false;
-    unsigned ops_done = 0;
-    /* first arrival */
-    for (;;) {
-        next_arr += sl_eval_rng_exp(&r, 1.0 / lmax);
-        if (next_arr >= T || sl_eval_rng_uniform(&r) * lmax < rate_at(on, next_arr, T))
+    double lmax = QPS_PEAK * on->peak, t = 0;
+    size_t n = 0, cap = (size_t) (lmax * T) + 64;
+    uint64_t *at = sl_calloc(cap, sizeof *at);
+    while (at) {
+        t += sl_eval_rng_exp(&r, 1.0 / lmax);
+        if (t >= T)
             break;
-    }
-    if (off && qn == 0) {
-        op_on = true;
-        op_left = off->op_s;
-    }
-    while (t < T) {
-        bool req_on = qn > 0;
-        double rate = 1.0;
-        if (req_on && op_on)
-            rate = fmin(1.0, 1.0 / (on->u + off->u));
-        double tn = fmin(next_arr, T);
-        if (off && !op_on && qn == 0 && off_ready > t)
-            tn = fmin(tn, off_ready);
-        if (req_on)
-            tn = fmin(tn, t + req_left / rate);
-        if (op_on)
-            tn = fmin(tn, t + op_left / rate);
-        double dt = tn - t;
-        if (req_on || op_on)
-            out->busy_s += dt;
-        out->sm_s += dt * rate * ((req_on ? on->u : 0) + (op_on ? off->u : 0));
-        if (req_on)
-            req_left -= rate * dt;
-        if (op_on) {
-            op_left -= rate * dt;
-            out->off_work_s += rate * dt;
-        }
-        t = tn;
-        if (req_on && req_left <= 1e-12) {
-            if (nl < cap)
-                lat[nl++] = t - q[qh];
-            qh = (qh + 1) % cap;
-            qn--;
-            req_left = qn ? on->t_s : 0;
-        }
-        if (op_on && op_left <= 1e-12) {
-            op_on = false;
-            if (++ops_done % OPS_PER_ITER == 0)
-                off_ready = t + CLIENT_GAP_S; /* the iteration's reply, the next request */
-        }
-        if (t >= next_arr && next_arr < T) {
-            if (qn == cap) {
-                sl_free(q);
-                return SL_EEXHAUSTED; /* overloaded: the service cannot keep up */
+        if (sl_eval_rng_uniform(&r) * lmax >= rate_at(on, t, T))
+            continue;
+        if (n == cap) {
+            uint64_t *more = sl_reallocarray(at, cap * 2, sizeof *at);
+            if (!more) {
+                sl_free(at);
+                at = NULL;
+                break;
             }
-            q[(qh + qn) % cap] = t;
-            if (qn++ == 0)
-                req_left = on->t_s;
-            for (;;) {
-                next_arr += sl_eval_rng_exp(&r, 1.0 / lmax);
-                if (next_arr >= T || sl_eval_rng_uniform(&r) * lmax < rate_at(on, next_arr, T))
-                    break;
-            }
+            at = more;
+            cap *= 2;
         }
-        /* priority: the next op only when no request is pending */
-        if (off && !op_on && qn == 0 && t >= off_ready) {
-            op_on = true;
-            op_left = off->op_s;
-        }
+        at[n++] = (uint64_t) (t * 1e9);
     }
-    sl_free(q);
-    out->requests = nl;
-    if (nl) {
-        qsort(lat, nl, sizeof *lat, cmp_double);
-        out->p99_s = lat[(size_t) ceil(0.99 * (double) nl) - 1];
+    *out = at;
+    return at ? n : 0;
+}
+
+/* One GPU for one day through sl_eval_run: the service's replicas and,
+ * unless off is NULL, the offline job. */
+static int run_gpu(const sl_sim_profile *gpu, const online *on, const svc_model *sm,
+                   const offline *off, const sl_eval_workload *cw, const train_model *tm,
+                   uint64_t seed, double T, gpu_out *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t *req;
+    size_t n_req = requests(on, seed, T, &req);
+    if (!req)
+        return SL_ENOMEM;
+    unsigned k = on->replicas;
+    uint64_t *dealt = sl_calloc(n_req ? n_req : 1, sizeof *dealt);
+    sl_eval_job_spec *jobs = sl_calloc(k + 1, sizeof *jobs);
+    if (!dealt || !jobs) {
+        sl_free(req);
+        sl_free(dealt);
+        sl_free(jobs);
+        return SL_ENOMEM;
     }
-    return SL_OK;
+    /* round-robin: replica r gets requests r, r + k, ...; dealt holds
+     * them replica after replica */
+    size_t n_jobs = 0, at = 0;
+    for (unsigned r = 0; r < k; r++) {
+        size_t first = at;
+        for (size_t i = r; i < n_req; i += k)
+            dealt[at++] = req[i];
+        if (at == first)
+            continue;
+        jobs[n_jobs++] = (sl_eval_job_spec){.id = r + 1,
+                                            .iterations = at - first,
+                                            .iteration_ns = sm->request_ns,
+                                            .persistent_bytes = sm->p,
+                                            .ephemeral_bytes = sm->e,
+                                            .priority = SVC_PRIORITY,
+                                            .ops = sm->ops,
+                                            .n_ops = sm->n_ops,
+                                            .request_ns = dealt + first};
+    }
+    uint64_t T_ns = (uint64_t) (T * 1e9);
+    sl_eval_config cfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
+    cfg.until_ns = T_ns;
+    cfg.no_gap_fill = no_gap_fill;
+    size_t off_at = n_jobs;
+    if (off) {
+        /* more iterations than the day holds: the horizon ends the run */
+        jobs[n_jobs++] = (sl_eval_job_spec){
+            .id = 1000,
+            .iterations = T_ns / tm->iteration_ns + 2,
+            .iteration_ns = tm->iteration_ns,
+            .persistent_bytes = cw->persistent_bytes,
+            .ephemeral_bytes = cw->ephemeral_bytes,
+            .ops = tm->ops,
+            .n_ops = tm->n_ops,
+        };
+    }
+    sl_eval_job_result *res = sl_calloc(n_jobs ? n_jobs : 1, sizeof *res);
+    sl_eval_summary sum;
+    int rc = res ? sl_eval_run(&cfg, jobs, n_jobs, res, &sum) : SL_ENOMEM;
+    if (rc == SL_OK) {
+        out->busy_s = (double) sum.gpu_busy_ns / 1e9;
+        out->sm_s = sum.gpu_occupied_ns / 1e9;
+        out->p99_s = (double) sum.lat_p99_ns / 1e9;
+        out->requests = sum.requests;
+        if (off)
+            out->off_iters = (double) res[off_at].iterations;
+    }
+    sl_free(res);
+    sl_free(jobs);
+    sl_free(dealt);
+    sl_free(req);
+    return rc;
 }
 
 /* MuxFlow's weight: the pair's predicted normalised throughput, offline
  * plus online, from the profiles alone. rho = the service's mean busy
  * fraction; the offline job runs when no request is pending (~ 1 - rho);
- * a request arrives during an op with probability ~ 1 - rho and then
- * overlaps half an op on average, slowed by the overlap's rate. */
-static double pair_weight(const online *on, const offline *off, double mean_qps)
+ * a request arrives during an offline op with probability ~ 1 - rho and
+ * then overlaps half an op on average, slowed by the overlap's rate
+ * min(1, 1 / (u_s + u_o)) (the utilisations alone, graphs.h). */
+static double pair_weight(const svc_model *sm, const train_model *tm, double mean_qps)
 {
-    double rho = fmin(0.99, mean_qps * on->t_s);
-    double r = fmin(1.0, 1.0 / (on->u + off->u));
-    double extra = (1.0 - rho) * 0.5 * off->op_s * (1.0 / r - 1.0) + (1.0 - rho) * 0.5 * off->op_s;
-    return (1.0 - rho) + on->t_s / (on->t_s + extra);
+    double t_s = (double) sm->request_ns / 1e9;
+    double op_s = (double) tm->iteration_ns / 1e9 / (double) tm->n_ops;
+    double rho = fmin(0.99, mean_qps * t_s);
+    double r = fmin(1.0, 1.0 / (sm->u + tm->u));
+    double extra = (1.0 - rho) * 0.5 * op_s * (1.0 / r - 1.0) + (1.0 - rho) * 0.5 * op_s;
+    return (1.0 - rho) + t_s / (t_s + extra);
 }
 
 static double now_s(void)
@@ -271,8 +312,9 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE] "
-            "[--seed S] [--json FILE] [--tiny] [--no-timing]\n"
-            "defaults: 64 GPUs, 64 offline jobs, a 600 s day, p100, seed 1\n",
+            "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill]\n"
+            "defaults: 32 GPUs, 32 offline jobs, a 120 s day, p100, seed 1; --tiny: 4 GPUs, "
+            "4 jobs, a 10 s day\n",
             argv0);
 }
 
@@ -282,22 +324,18 @@ static const char *const pol_names[N_POL] = {"one-per-gpu", "greedy", "matching"
 int main(int argc, char **argv)
 {
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
-    size_t n_gpus = 64, n_off = 64;
-    double T = 600;
+    size_t n_gpus = 32, n_off = 32;
+    double T = 120;
     uint64_t seed = 1;
     bool timing = true, tiny = false;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"gpus", required_argument, NULL, 'n'},
-                                             {"offline", required_argument, NULL, 'm'},
-                                             {"day-s", required_argument, NULL, 'd'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"no-timing", no_argument, NULL, 'T'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTh", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},     {"gpus", required_argument, NULL, 'n'},
+        {"offline", required_argument, NULL, 'm'}, {"day-s", required_argument, NULL, 'd'},
+        {"gpu", required_argument, NULL, 'g'},     {"seed", required_argument, NULL, 's'},
+        {"json", required_argument, NULL, 'j'},    {"tiny", no_argument, NULL, 't'},
+        {"no-timing", no_argument, NULL, 'T'},     {"no-gap-fill", no_argument, NULL, 'G'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTGh", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -322,11 +360,14 @@ int main(int argc, char **argv)
             break;
         case 't':
             tiny = true;
-            n_gpus = n_off = 8;
-            T = 60;
+            n_gpus = n_off = 4;
+            T = 10;
             break;
         case 'T':
             timing = false;
+            break;
+        case 'G':
+            no_gap_fill = true;
             break;
         case 'h':
             usage(argv[0]);
@@ -348,6 +389,71 @@ int main(int argc, char **argv)
         fprintf(stderr, "muxflow: cannot load %s: %s\n", csv, sl_strerror(rc));
         return 1;
     }
+    /* offline jobs: the CSV rows whose training iteration eval/graphs.c
+     * computes (memory measured, time and ops computed on this GPU) */
+    size_t n_cw = n_w;
+    sl_eval_workload *cw = sl_calloc(n_w, sizeof *cw);
+    if (!cw)
+        return 1;
+    memcpy(cw, w, n_w * sizeof *cw);
+    if ((rc = sl_eval_workloads_compute(cw, &n_cw, gpu)) != SL_OK) {
+        fprintf(stderr, "muxflow: computed profiles: %s\n", sl_strerror(rc));
+        return 1;
+    }
+    /* every model's batch-1 request, and every distinct offline timeline */
+    svc_model sm[N_SVC_MODELS];
+    for (size_t m = 0; m < N_SVC_MODELS; m++) {
+        sl_eval_timeline t;
+        if ((rc = sl_eval_timeline_build_ex(svc_models[m], 1, gpu, true, &t)) != SL_OK) {
+            fprintf(stderr, "muxflow: %s: %s\n", svc_models[m], sl_strerror(rc));
+            return 1;
+        }
+        sm[m] = (svc_model){.ops = to_ops(&t),
+                            .n_ops = (uint32_t) t.n_ops,
+                            .request_ns = t.iteration_ns,
+                            .u = sl_eval_timeline_utilisation(&t),
+                            .p = t.params * 4};
+        /* batch-1 activations: the CSV's smallest-batch training peak less
+         * weights and gradients, per sample (as eval/inference.c: an
+         * over-statement, since inference keeps only live activations),
+         * at least 16 MiB */
+        const sl_eval_workload *best = NULL;
+        for (size_t i = 0; i < n_w; i++)
+            if (!strcmp(w[i].model, svc_models[m]) && (!best || w[i].batch < best->batch))
+                best = &w[i];
+        sm[m].e = 16 * MIB;
+        if (best && best->peak_bytes > 2 * sm[m].p && best->batch)
+            sm[m].e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm[m].p) / best->batch);
+        sl_eval_timeline_fini(&t);
+        if (!sm[m].ops)
+            return 1;
+    }
+    train_model *tm = sl_calloc(n_cw, sizeof *tm);
+    int *tl_of = sl_calloc(n_cw, sizeof *tl_of); /* computed row -> timeline */
+    size_t n_tm = 0;
+    if (!tm || !tl_of)
+        return 1;
+    for (size_t i = 0; i < n_cw; i++) {
+        tl_of[i] = -1;
+        for (size_t k = 0; k < i && tl_of[i] < 0; k++)
+            if (!strcmp(cw[k].model, cw[i].model) && cw[k].batch == cw[i].batch)
+                tl_of[i] = tl_of[k];
+        if (tl_of[i] >= 0)
+            continue;
+        sl_eval_timeline t;
+        if ((rc = sl_eval_timeline_build(cw[i].model, cw[i].batch, gpu, &t)) != SL_OK) {
+            fprintf(stderr, "muxflow: %s: %s\n", cw[i].name, sl_strerror(rc));
+            return 1;
+        }
+        tm[n_tm] = (train_model){.ops = to_ops(&t),
+                                 .n_ops = (uint32_t) t.n_ops,
+                                 .iteration_ns = t.iteration_ns,
+                                 .u = sl_eval_timeline_utilisation(&t)};
+        sl_eval_timeline_fini(&t);
+        if (!tm[n_tm].ops)
+            return 1;
+        tl_of[i] = (int) n_tm++;
+    }
     sl_eval_rng r;
     sl_eval_rng_seed(&r, seed);
     online *on = sl_calloc(n_gpus, sizeof *on);
@@ -356,28 +462,24 @@ int main(int argc, char **argv)
     int *assign[N_POL];
     for (int p = 0; p < N_POL; p++)
         assign[p] = sl_calloc(n_off, sizeof(int));
-    size_t cap = (size_t) (QPS_PEAK * T) + 1024;
-    double *lat = sl_calloc(cap, sizeof *lat);
     gpu_out *alone = sl_calloc(n_gpus, sizeof *alone);
-    if (!on || !off || !wt || !assign[0] || !assign[1] || !assign[2] || !lat || !alone) {
+    if (!on || !off || !wt || !assign[0] || !assign[1] || !assign[2] || !alone) {
         fprintf(stderr, "muxflow: out of memory\n");
         return 1;
     }
+    unsigned replicas_total = 0;
     for (size_t g = 0; g < n_gpus; g++) {
-        const sl_eval_workload *m = &w[sl_eval_rng_next(&r) % n_w];
-        on[g].t_s = (TS_MIN_MS + (TS_MAX_MS - TS_MIN_MS) * sl_eval_rng_uniform(&r)) / 1e3;
-        on[g].u = US_MIN + (US_MAX - US_MIN) * sl_eval_rng_uniform(&r);
+        on[g].model = (int) (sl_eval_rng_next(&r) % N_SVC_MODELS);
         on[g].peak = PEAK_MIN + (PEAK_MAX - PEAK_MIN) * sl_eval_rng_uniform(&r);
-        on[g].p = m->persistent_bytes;
-        on[g].e = m->ephemeral_bytes / (m->batch ? m->batch : 1); /* batch 1, assumed linear */
+        double peak_load = QPS_PEAK * on[g].peak * (double) sm[on[g].model].request_ns / 1e9;
+        on[g].replicas = (unsigned) ceil(peak_load / REPLICA_LOAD);
+        if (on[g].replicas < 1)
+            on[g].replicas = 1;
+        replicas_total += on[g].replicas;
     }
     for (size_t o = 0; o < n_off; o++) {
-        size_t k = sl_eval_rng_next(&r) % n_w;
-        off[o].workload = (int) k;
-        off[o].op_s = (double) w[k].iteration_ns / 1e9 / OPS_PER_ITER;
-        off[o].u = UO_MIN + (UO_MAX - UO_MIN) * sl_eval_rng_uniform(&r);
-        off[o].p = w[k].persistent_bytes;
-        off[o].e = w[k].ephemeral_bytes;
+        off[o].workload = (int) (sl_eval_rng_next(&r) % n_cw);
+        off[o].timeline = tl_of[off[o].workload];
     }
     /* weights, with salusd's admission on each GPU deciding what fits */
     sl_eval_config mcfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
@@ -385,6 +487,7 @@ int main(int argc, char **argv)
     for (size_t g = 0; g < n_gpus; g++) {
         /* the mean rate of the raised cosine is the midpoint of its range */
         double mean_qps = 0.5 * (QPS_LOW + QPS_PEAK) * on[g].peak;
+        const svc_model *s = &sm[on[g].model];
         for (size_t o = 0; o < n_off; o++) {
             sl_mem_mgr *m;
             if ((rc = sl_eval_gpu_memory(&mcfg, &m)) != SL_OK) {
@@ -393,10 +496,15 @@ int main(int argc, char **argv)
             }
             int reason;
             uint32_t lane;
-            bool fits = sl_mem_admit_ex(m, 1, on[g].p, on[g].e, 0, &reason, &lane) == SL_OK &&
-                        sl_mem_admit_ex(m, 2, off[o].p, off[o].e, 0, &reason, &lane) == SL_OK;
+            bool fits = true;
+            for (unsigned k = 0; k < on[g].replicas && fits; k++)
+                fits = sl_mem_admit_ex(m, k + 1, s->p, s->e, 0, &reason, &lane) == SL_OK;
+            const sl_eval_workload *ow = &cw[off[o].workload];
+            fits = fits && sl_mem_admit_ex(m, 1000, ow->persistent_bytes, ow->ephemeral_bytes, 0,
+                                           &reason, &lane) == SL_OK;
             sl_mem_mgr_destroy(m);
-            wt[o * n_gpus + g] = fits ? pair_weight(&on[g], &off[o], mean_qps) : SL_PLACE_FORBIDDEN;
+            wt[o * n_gpus + g] =
+                fits ? pair_weight(s, &tm[off[o].timeline], mean_qps) : SL_PLACE_FORBIDDEN;
             forbidden += !fits;
         }
     }
@@ -418,15 +526,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "muxflow: placement: %s\n", sl_strerror(rc));
         return 1;
     }
-    printf("cluster: %zu GPUs (%s), one online service each (batch 1, %.0f -> %.0f -> %.0f QPS "
-           "diurnal x a per-service peak in [%.1f, %.1f], a %.0f s day), %zu offline training "
-           "jobs; %zu of %zu pairs do not fit in memory (salusd admission)\n",
-           n_gpus, gpu->name, QPS_LOW, QPS_PEAK, QPS_LOW, PEAK_MIN, PEAK_MAX, T, n_off, forbidden,
-           n_off * n_gpus);
+    printf("cluster: %zu GPUs (%s), one online service each (batch-1 %s..., %.0f -> %.0f -> "
+           "%.0f QPS diurnal x a per-service peak in [%.1f, %.1f], a %.0f s day; %u replicas in "
+           "all), %zu offline training jobs (computed, %zu distinct); %zu of %zu pairs do not fit "
+           "in memory (salusd admission)\n",
+           n_gpus, gpu->name, svc_models[0], QPS_LOW, QPS_PEAK, QPS_LOW, PEAK_MIN, PEAK_MAX, T,
+           replicas_total, n_off, n_tm, forbidden, n_off * n_gpus);
+    for (size_t m = 0; m < N_SVC_MODELS; m++)
+        printf("service %-10s request %.3f ms alone, %u ops, utilisation %.3f, P %.0f MiB, E %.0f "
+               "MiB\n",
+               svc_models[m], (double) sm[m].request_ns / 1e6, sm[m].n_ops, sm[m].u,
+               (double) sm[m].p / MIB, (double) sm[m].e / MIB);
     /* the services alone */
     double sum_alone_busy = 0, sum_alone_sm = 0;
     for (size_t g = 0; g < n_gpus; g++) {
-        rc = run_gpu(&on[g], NULL, seed * 1000003u + g, T, lat, cap, &alone[g]);
+        fprintf(stderr, "\rmuxflow: services alone %zu/%zu", g + 1, n_gpus);
+        rc = run_gpu(gpu, &on[g], &sm[on[g].model], NULL, NULL, NULL, seed * 1000003u + g, T,
+                     &alone[g]);
         if (rc != SL_OK) {
             fprintf(stderr, "muxflow: service %zu: %s\n", g, sl_strerror(rc));
             return 1;
@@ -434,54 +550,101 @@ int main(int argc, char **argv)
         sum_alone_busy += alone[g].busy_s / T;
         sum_alone_sm += alone[g].sm_s / T;
     }
-    printf("%-12s %8s %8s %10s %10s %12s %10s %8s\n", "policy", "util", "sm_occ", "p99_infl",
+    fprintf(stderr, "\n");
+    printf("%-15s %8s %8s %10s %10s %12s %10s %8s\n", "policy", "util", "sm_occ", "p99_infl",
            "p99_worst", "offline_tput", "weight", "placed");
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;
     if (jf)
         fprintf(jf,
                 "{\"bench\": \"eval_muxflow\", \"gpus\": %zu, \"offline\": %zu, \"seed\": %llu, "
-                "\"runs\": [",
-                n_gpus, n_off, (unsigned long long) seed);
-    double res_util[N_POL], res_infl[N_POL], res_tput[N_POL];
-    for (int p = 0; p < N_POL; p++) {
-        fprintf(stderr, "muxflow: %s ...\n", pol_names[p]);
-        double busy = 0, sm = 0, infl = 0, worst = 1, tput = 0;
+                "\"day_s\": %.1f, \"alone_util\": %.4f, \"alone_sm_occupancy\": %.4f, \"runs\": [",
+                n_gpus, n_off, (unsigned long long) seed, T, sum_alone_busy / (double) n_gpus,
+                sum_alone_sm / (double) n_gpus);
+    /* a GPU given the same offline job by two policies runs once */
+    int *done_o = sl_calloc(n_gpus, sizeof *done_o);
+    gpu_out *done_r = sl_calloc(n_gpus, sizeof *done_r);
+    if (!done_o || !done_r)
+        return 1;
+    for (size_t g = 0; g < n_gpus; g++)
+        done_o[g] = -1;
+    /* rows: the three placements under the command line's gap filling,
+     * then matching under salusd's --no-gap-fill (unless that is the
+     * command line's already) */
+    int n_rows = no_gap_fill ? N_POL : N_POL + 1;
+    double res_util[N_POL + 1], res_sm[N_POL + 1], res_infl[N_POL + 1], res_tput[N_POL + 1];
+    for (int row = 0; row < n_rows; row++) {
+        int p = row < N_POL ? row : P_MATCH;
+        const char *row_name = row < N_POL ? pol_names[p] : "matching-nofill";
+        if (row == N_POL) {
+            no_gap_fill = true; /* the ablation row: its own runs */
+            for (size_t g = 0; g < n_gpus; g++)
+                done_o[g] = -1;
+        }
+        double busy = 0, smo = 0, infl = 0, worst = 1, tput = 0;
         size_t placed = 0;
         for (size_t g = 0; g < n_gpus; g++) {
-            const offline *o = NULL;
+            fprintf(stderr, "\rmuxflow: %s %zu/%zu", row_name, g + 1, n_gpus);
+            int ok = -1;
             for (size_t k = 0; k < n_off; k++)
                 if (assign[p][k] == (int) g)
-                    o = &off[k];
-            gpu_out go;
-            rc = run_gpu(&on[g], o, seed * 1000003u + g, T, lat, cap, &go);
-            if (rc != SL_OK) {
-                fprintf(stderr, "muxflow: GPU %zu: %s\n", g, sl_strerror(rc));
-                return 1;
+                    ok = (int) k;
+            gpu_out go = alone[g];
+            if (ok >= 0 && done_o[g] == ok) {
+                go = done_r[g];
+            } else if (ok >= 0) {
+                const offline *o = &off[ok];
+                rc = run_gpu(gpu, &on[g], &sm[on[g].model], o, &cw[o->workload], &tm[o->timeline],
+                             seed * 1000003u + g, T, &go);
+                if (rc != SL_OK) {
+                    fprintf(stderr, "muxflow: GPU %zu: %s\n", g, sl_strerror(rc));
+                    return 1;
+                }
+                done_o[g] = ok;
+                done_r[g] = go;
             }
             busy += go.busy_s / T;
-            sm += go.sm_s / T;
+            smo += go.sm_s / T;
             double ratio = alone[g].p99_s > 0 ? go.p99_s / alone[g].p99_s : 1;
             infl += ratio;
             worst = fmax(worst, ratio);
-            tput += go.off_work_s / T;
-            placed += o != NULL;
+            if (ok >= 0) {
+                const train_model *t = &tm[off[ok].timeline];
+                double solo = T * 1e9 / (double) (t->iteration_ns + mcfg.client_gap_ns);
+                tput += go.off_iters / solo;
+            }
+            placed += ok >= 0;
         }
-        res_util[p] = busy / (double) n_gpus;
-        res_infl[p] = infl / (double) n_gpus;
-        res_tput[p] = tput / (double) n_off;
-        printf("%-12s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu\n", pol_names[p], res_util[p],
-               sm / (double) n_gpus, res_infl[p], worst, res_tput[p], wtot[p], placed);
+        fprintf(stderr, "\n");
+        res_util[row] = busy / (double) n_gpus;
+        res_sm[row] = smo / (double) n_gpus;
+        res_infl[row] = infl / (double) n_gpus;
+        res_tput[row] = tput / (double) n_off;
+        printf("%-15s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu\n", row_name, res_util[row],
+               res_sm[row], res_infl[row], worst, res_tput[row], wtot[p], placed);
         if (jf)
             fprintf(jf,
                     "%s{\"policy\": \"%s\", \"util\": %.4f, \"sm_occupancy\": %.4f, "
                     "\"p99_inflation\": %.4f, \"p99_inflation_worst\": %.4f, \"offline_tput\": "
                     "%.4f, \"weight\": %.3f, \"placed\": %zu}",
-                    p ? ", " : "", pol_names[p], res_util[p], sm / (double) n_gpus, res_infl[p],
-                    worst, res_tput[p], wtot[p], placed);
+                    row ? ", " : "", row_name, res_util[row], res_sm[row], res_infl[row], worst,
+                    res_tput[row], wtot[p], placed);
     }
-    printf("services alone: util %.3f, SM occupancy %.3f (paper: 26 %% utilisation before, 76 %% "
-           "after; online latency up < 20 %%)\n",
-           sum_alone_busy / (double) n_gpus, sum_alone_sm / (double) n_gpus);
+    printf("services alone: util %.3f, SM occupancy %.3f\n", sum_alone_busy / (double) n_gpus,
+           sum_alone_sm / (double) n_gpus);
+    printf("paper (MuxFlow): GPU utilisation (nvidia-smi's: time with a kernel running) 26 %% -> "
+           "76 %%, SM activity 16 %% -> 33 %%, online latency up < 20 %%\n");
+    printf("ours (matching, %s): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> %.0f %%, p99 "
+           "x%.3f, offline %.3f of alone\n",
+           no_gap_fill && n_rows == N_POL ? "--no-gap-fill" : "salusd's defaults",
+           100 * sum_alone_busy / (double) n_gpus, 100 * res_util[P_MATCH],
+           100 * sum_alone_sm / (double) n_gpus, 100 * res_sm[P_MATCH], res_infl[P_MATCH],
+           res_tput[P_MATCH]);
+    if (n_rows > N_POL)
+        printf("ours (matching, --no-gap-fill): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> "
+               "%.0f %%, p99 x%.3f, offline %.3f of alone\n",
+               100 * sum_alone_busy / (double) n_gpus, 100 * res_util[N_POL],
+               100 * sum_alone_sm / (double) n_gpus, 100 * res_sm[N_POL], res_infl[N_POL],
+               res_tput[N_POL]);
     printf("placement time on this cluster: greedy %.3f ms, matching %.3f ms\n", place_ms[P_GREEDY],
            place_ms[P_MATCH]);
     if (jf) {
@@ -503,17 +666,31 @@ int main(int argc, char **argv)
                ms[2]);
     }
     printf("BENCH eval_muxflow util=%.3f online_p99_inflation=%.3f offline_tput=%.3f "
-           "greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f alone_util=%.3f\n",
-           res_util[P_MATCH], res_infl[P_MATCH], res_tput[P_MATCH], res_util[P_GREEDY],
-           res_infl[P_GREEDY], res_tput[P_GREEDY], res_util[P_ONE]);
+           "sm_occupancy=%.3f greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f "
+           "alone_util=%.3f alone_sm_occupancy=%.3f",
+           res_util[P_MATCH], res_infl[P_MATCH], res_tput[P_MATCH], res_sm[P_MATCH],
+           res_util[P_GREEDY], res_infl[P_GREEDY], res_tput[P_GREEDY], res_util[P_ONE],
+           res_sm[P_ONE]);
+    if (n_rows > N_POL)
+        printf(" nofill_util=%.3f nofill_p99_inflation=%.3f nofill_offline_tput=%.3f",
+               res_util[N_POL], res_infl[N_POL], res_tput[N_POL]);
+    printf("\n");
+    sl_free(done_o);
+    sl_free(done_r);
     sl_free(gfree);
     sl_free(on);
     sl_free(off);
     sl_free(wt);
     for (int p = 0; p < N_POL; p++)
         sl_free(assign[p]);
-    sl_free(lat);
     sl_free(alone);
+    for (size_t m = 0; m < N_SVC_MODELS; m++)
+        sl_free(sm[m].ops);
+    for (size_t i = 0; i < n_tm; i++)
+        sl_free(tm[i].ops);
+    sl_free(tm);
+    sl_free(tl_of);
+    sl_free(cw);
     sl_free(w);
     return 0;
 }

@@ -73,6 +73,7 @@ typedef struct gpu {
     sim_job **done_tail;
     uint64_t synced_ns; /* the device's state time, for busy accounting */
     uint64_t busy_ns;   /* time with at least one iteration on the device */
+    double occupied_ns; /* its integral of the share of the device in use */
     sl_lanes handoff;   /* salusd's lane hand-off (sched/lanes.h) */
     sl_gaps gaps;       /* high-priority jobs' gaps (sched/gaps.h) */
     sl_steps steps;     /* low-priority steps (sched/steps.h) */
@@ -162,8 +163,13 @@ static void device_sync(gpu *g, uint64_t now)
     /* every departure is a sync (its event, or an earlier one that saw it
      * due), so the device was busy for all of (synced, now] or for none */
     if (now > g->synced_ns) {
-        if (g->ps.n_active > 0)
+        if (g->ps.n_active > 0) {
             g->busy_ns += now - g->synced_ns;
+            /* the share in use: the level's jobs take what the capped
+             * ones leave, so it is 1 whenever one runs below its cap */
+            double used = g->ps.n_uncapped ? 1.0 : g->ps.capped_sum;
+            g->occupied_ns += (double) (now - g->synced_ns) * used;
+        }
         g->synced_ns = now;
     }
     (void) sl_sim_psc_advance(&g->ps, now, collect_done, g);
@@ -281,10 +287,13 @@ static uint64_t switch_cost(sim *s, uint64_t prev_id, sim_job *j)
 
 /* Op k (or part of it) on the job's stream: its launch, then its work on
  * the shared device. Without a timeline the iteration is one op, capped at
- * the job's utilisation; an op of a timeline is capped at 1: its launch is
+ * the job's utilisation; an op of a timeline is capped at its occupancy
+ * (the share of the SMs it fills alone, kernels/sim): its launch is
  * simulated, so the gaps that make a whole iteration under-use the device
- * are already there, and an op that runs alone is by definition not
- * launch-gapped. A switch charged at the start delays the first op. */
+ * are already there. A part of a split op keeps the op's occupancy (parts
+ * split rows, and a part short enough to fill gaps is still an op of the
+ * same width; an under-estimate of what a part leaves free). A switch
+ * charged at the start delays the first op. */
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
                       uint64_t now)
 {
@@ -302,8 +311,10 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
     j->switch_delay = 0;
     device_sync(g, now);
     j->ps.user = j;
-    sl_sim_psc_submit(&g->ps, &j->ps, now + delay + launch, share,
-                      j->spec->ops ? 1.0 : j->spec->utilisation);
+    double cap = j->spec->utilisation;
+    if (j->spec->ops)
+        cap = j->spec->ops[k].occupancy > 0 ? j->spec->ops[k].occupancy : 1.0;
+    sl_sim_psc_submit(&g->ps, &j->ps, now + delay + launch, share, cap);
 }
 
 static void resume(sim *s, uint32_t gi, uint64_t now);
@@ -759,6 +770,8 @@ static int summarise(sim *s)
     sl_free(jcts);
     for (unsigned i = 0; i < s->cfg->n_gpus; i++)
         sum->gpu_busy_ns += s->gpus[i].busy_ns;
+    for (unsigned i = 0; i < s->cfg->n_gpus; i++)
+        sum->gpu_occupied_ns += s->gpus[i].occupied_ns;
     summarise_latency(s);
     return SL_OK;
 }
@@ -850,6 +863,12 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
         qsort(s.by_id, n, sizeof *s.by_id, cmp_by_id);
     }
     while (s.n_heap && !s.error) {
+        if (cfg->until_ns && s.heap[0].t > cfg->until_ns) {
+            /* the horizon: devices' busy time up to it, nothing after */
+            for (unsigned i = 0; i < cfg->n_gpus; i++)
+                device_sync(&s.gpus[i], cfg->until_ns);
+            break;
+        }
         event e = pop(&s);
         summary->events++;
         uint32_t gi;

@@ -21,8 +21,9 @@
  * concurrency; a job whose solo utilisation u < 1 leaves 1 - u to others,
  * water-filled); an iteration's work is its profile's solo iteration time,
  * or, for a job with an op timeline, each op's launch on its lane's stream
- * followed by its work on the shared device (cap 1: the launch gaps that
- * make a whole iteration under-use the device are then explicit); a client
+ * followed by its work on the shared device (capped at the op's occupancy:
+ * the launch gaps that make a whole iteration under-use the device are
+ * then explicit, and a small kernel leaves SMs to others); a client
  * turns a reply into its next request after client_gap_ns. The lane
  * hand-off (sched/lanes.h) and the step dispatcher with the gap filler
  * (sched/steps.h, sched/gaps.h) are the libraries server/executor.c calls;
@@ -49,11 +50,14 @@
 
 /* One op of an iteration's timeline (op-level execution): launch_ns on the
  * issuing stream (not shared), then work_ns on the device (shared),
- * kernels/sim's model of an op. */
+ * kernels/sim's model of an op, capped at its occupancy: the share of the
+ * SMs it keeps busy alone (kernels/sim sim.h), what it leaves to others'
+ * ops. */
 typedef struct sl_eval_op {
     uint64_t launch_ns;
     uint64_t work_ns;
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max); 0 = 1 */
+    double occupancy;   /* (0, 1]; 0 = 1 (fills the device) */
 } sl_eval_op;
 
 /* One job of a trace: a training session that runs `iterations` iterations
@@ -75,13 +79,14 @@ typedef struct sl_eval_job_spec {
     bool declare_length;
     int workload; /* caller's tag (an index into its workload table), copied out */
     /* Solo device utilisation in (0, 1]; 0 = 1. The fraction of the device
-     * an iteration occupies running alone (for an op timeline: sum of work
-     * over sum of launch + work, kernels/sim). Iterations of several jobs
+     * an iteration occupies running alone (for an op timeline: sum of
+     * work x occupancy over sum of launch + work, graphs.h
+     * sl_eval_timeline_utilisation). Iterations of several jobs
      * share the device by water-filling (kernels/sim sl_sim_psc): none runs
      * faster than alone, and jobs whose utilisations sum to at most 1 run
      * side by side at full speed. Only for jobs without a timeline (ops
      * NULL): with one, the launches are simulated and each op's work
-     * fills the device while it runs (cap 1), so the under-use this
+     * runs at its own occupancy (sl_eval_op), so the under-use this
      * number summarises is already there. */
     double utilisation;
     /* Op-level execution: the iteration's ops in issue order (n_ops > 0),
@@ -177,6 +182,13 @@ typedef struct sl_eval_config {
      * figures are in its result. */
     void (*on_done)(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration,
                     uint64_t request_ns, uint64_t now_ns);
+    /* A horizon: 0 = run until every job completed or was refused; else
+     * the run stops at this virtual time, for measurements over a window
+     * (e.g. a day of an online service beside training that would go on):
+     * jobs not finished by then are reported as they stand (completed
+     * false, the iterations and requests completed so far), and device
+     * busy and occupied time count up to it. */
+    uint64_t until_ns;
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */
@@ -202,18 +214,23 @@ typedef struct sl_eval_job_result {
 
 typedef struct sl_eval_summary {
     size_t n_jobs, completed, refused;
-    uint64_t makespan_ns;       /* last completion - first arrival */
-    double avg_queue_ns;        /* mean over completed jobs of start - arrival */
-    double avg_jct_ns;          /* mean of finish - arrival */
-    uint64_t p95_jct_ns;        /* nearest-rank 95th percentile */
-    uint64_t median_jct_ns;     /* nearest-rank 50th percentile */
-    uint64_t events;            /* events processed */
-    uint64_t iterations;        /* iterations completed */
-    uint64_t lane_switches;     /* sum over jobs of times it took a lane from another job */
-    uint64_t max_held_bytes;    /* most memory held on one GPU at once (persistent reserved +
-                                 * lanes + framework) */
-    uint64_t capacity_bytes;    /* what salusd manages on one GPU */
-    uint64_t gpu_busy_ns;       /* summed over GPUs: time with an iteration on the device */
+    uint64_t makespan_ns;    /* last completion - first arrival */
+    double avg_queue_ns;     /* mean over completed jobs of start - arrival */
+    double avg_jct_ns;       /* mean of finish - arrival */
+    uint64_t p95_jct_ns;     /* nearest-rank 95th percentile */
+    uint64_t median_jct_ns;  /* nearest-rank 50th percentile */
+    uint64_t events;         /* events processed */
+    uint64_t iterations;     /* iterations completed */
+    uint64_t lane_switches;  /* sum over jobs of times it took a lane from another job */
+    uint64_t max_held_bytes; /* most memory held on one GPU at once (persistent reserved +
+                              * lanes + framework) */
+    uint64_t capacity_bytes; /* what salusd manages on one GPU */
+    uint64_t gpu_busy_ns;    /* summed over GPUs: time with an iteration on the device */
+    /* summed over GPUs: the integral of the share of the device in use,
+     * min(1, sum of the running ops' caps) (an op's occupancy, a whole
+     * iteration's utilisation); gpu_busy_ns counts the same time at 1
+     * whenever anything runs (nvidia-smi's "GPU utilisation") */
+    double gpu_occupied_ns;
     uint32_t max_admitted;      /* most sessions admitted on one GPU at once */
     uint32_t max_lanes;         /* most lanes on one GPU at once */
     uint64_t memory_violations; /* held > capacity, or sl_mem_check failed (check_memory) */

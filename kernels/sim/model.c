@@ -13,6 +13,32 @@
  * 16 per 2x2 output tile instead of 36 (Lavin & Gray, CVPR 2016). */
 #define WINOGRAD_3X3_GAIN 2.25
 
+/* Occupancy (sim.h). GEMM-like ops are counted in output tiles of
+ * GEMM_TILE x GEMM_TILE, one thread block each: the threadblock tile of
+ * CUTLASS's default SGEMM (128x128x8, 256 threads; CUTLASS "Efficient GEMM
+ * in CUDA" documentation), the size class cuBLAS and cuDNN's implicit-GEMM
+ * kernels use for large fp32 problems. ASSUMPTION: GEMM_BLOCKS_PER_SM = 2
+ * such blocks are resident per SM: 256 threads with 64 fp32 accumulators
+ * each take ~128 registers per thread, 32 K of an SM's 64 K registers
+ * (P100 through H100), so two fit, not three. Convolutions are implicit
+ * GEMMs (M = batch x output pixels, N = output channels for the forward
+ * pass; M = batch x input pixels, N = input channels for the input
+ * gradient). The filter gradient's GEMM (M = output channels, N = input
+ * channels x kernel extent) has a long K = batch x output pixels that
+ * cuDNN splits across blocks; ASSUMPTION: one block per WGRAD_SPLIT_K of
+ * K, so large-batch filter gradients fill the device as their time says
+ * they do. Every other op (element-wise, normalisation, pooling, losses,
+ * optimiser updates, device copies) is taken as one thread per element of
+ * its largest tensor (ASSUMPTION: TensorFlow's Eigen kernels use one
+ * thread per element or a grid-stride loop sized to the device, either way
+ * this many threads are eligible), so its occupancy is elements /
+ * (sm_count x threads_per_sm). Not modeled: registers or shared memory
+ * limiting an element-wise kernel below full residency, tail effects of a
+ * last partial wave. */
+#define GEMM_TILE 128u
+#define GEMM_BLOCKS_PER_SM 2u
+#define WGRAD_SPLIT_K 4096u
+
 /* Service below this many ns counts as done: absorbs floating-point rounding
  * of the departure time. */
 #define PS_EPS_NS 1e-6
@@ -58,6 +84,78 @@ static const sl_shape *conv_filter(unsigned op, const sl_shape *in, const sl_sha
     }
 }
 
+double sl_sim_occupancy(const sl_sim_profile *p, uint64_t blocks, unsigned per_sm)
+{
+    if (!p || p->sm_count == 0 || per_sm == 0)
+        return 1.0;
+    double o = (double) (blocks ? blocks : 1) / ((double) p->sm_count * (double) per_sm);
+    return o < 1.0 ? o : 1.0;
+}
+
+static uint64_t elements(const sl_shape *s)
+{
+    uint64_t n = 1;
+    for (unsigned i = 0; i < s->ndim; i++)
+        n *= s->dims[i] > 0 ? (uint64_t) s->dims[i] : 0;
+    return n;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static uint64_t gemm_tiles(uint64_t m, uint64_t n)
+{
+    return ceil_div(m, GEMM_TILE) * ceil_div(n, GEMM_TILE);
+}
+
+/* Occupancy of one validated op alone (constants above). */
+static double op_occupancy(const sl_sim_profile *p, const sl_op_def *d, unsigned op,
+                           const sl_shape *in, const sl_shape *out)
+{
+    const sl_shape *c = NULL; /* a GEMM's output */
+    switch (op) {
+    case SL_OP_MATMUL:
+        c = &out[0];
+        break;
+    case SL_OP_MATMUL_ACC:
+        c = &in[2]; /* accumulated in place */
+        break;
+    case SL_OP_CONV2D:            /* y: batch, out channels, h, w */
+    case SL_OP_CONV2D_GRAD_INPUT: /* dx: batch, in channels, h, w */
+        if (out[0].ndim == 4) {
+            const int64_t *y = out[0].dims;
+            uint64_t m = (uint64_t) (y[0] * y[2] * y[3]), n = (uint64_t) y[1];
+            return sl_sim_occupancy(p, gemm_tiles(m, n), GEMM_BLOCKS_PER_SM);
+        }
+        break;
+    case SL_OP_CONV2D_GRAD_FILTER: /* in[1] dy: batch, out channels, h, w */
+        if (out[0].ndim == 4 && in[1].ndim == 4) {
+            const int64_t *w = out[0].dims, *dy = in[1].dims;
+            uint64_t k = (uint64_t) (dy[0] * dy[2] * dy[3]);
+            uint64_t tiles = gemm_tiles((uint64_t) w[0], (uint64_t) (w[1] * w[2] * w[3]));
+            return sl_sim_occupancy(p, tiles * ceil_div(k ? k : 1, WGRAD_SPLIT_K),
+                                    GEMM_BLOCKS_PER_SM);
+        }
+        break;
+    default:
+        break;
+    }
+    if (c && c->ndim >= 2) {
+        uint64_t n = (uint64_t) c->dims[c->ndim - 1];
+        uint64_t m = n ? elements(c) / n : 0;
+        return sl_sim_occupancy(p, gemm_tiles(m, n), GEMM_BLOCKS_PER_SM);
+    }
+    uint64_t most = 0;
+    for (unsigned i = 0; i < d->n_in; i++)
+        most = elements(&in[i]) > most ? elements(&in[i]) : most;
+    for (unsigned i = 0; i < d->n_out; i++)
+        most = elements(&out[i]) > most ? elements(&out[i]) : most;
+    /* one thread per element: blocks of one thread, threads_per_sm per SM */
+    return sl_sim_occupancy(p, most, p->threads_per_sm);
+}
+
 int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
                      const sl_shape *in, const sl_shape *out, sl_sim_timing *t)
 {
@@ -83,7 +181,8 @@ int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *at
     sl_sim_timing r = {.launch_ns = p->launch_ns,
                        .resource = SL_SIM_RES_DEVICE,
                        .flops = c.flops,
-                       .bytes = c.bytes};
+                       .bytes = c.bytes,
+                       .occupancy = op_occupancy(p, d, op, in, out)};
     r.work_ns = sl_sim_work_ns(p, prec, c.flops, c.bytes, &r.memory_bound);
     *t = r;
     return SL_OK;
@@ -103,8 +202,11 @@ int sl_sim_op_time_ns(const sl_sim_profile *p, unsigned op, const sl_op_attrs *a
 
 void sl_sim_copy_timing(const sl_sim_profile *p, unsigned kind, uint64_t bytes, sl_sim_timing *t)
 {
-    sl_sim_timing r = {.launch_ns = p->launch_ns, .bytes = bytes, .memory_bound = true};
+    sl_sim_timing r = {
+        .launch_ns = p->launch_ns, .bytes = bytes, .memory_bound = true, .occupancy = 1.0};
     if (kind == SL_SIM_COPY_D2D) {
+        /* an element-wise kernel over the 4-byte words copied */
+        r.occupancy = sl_sim_occupancy(p, bytes / 4, p->threads_per_sm);
         /* Reads and writes device memory: the SMs' resource. */
         r.resource = SL_SIM_RES_DEVICE;
         r.bytes = 2 * bytes;

@@ -18,6 +18,12 @@
  *   with CUDA Graphs" technical blog (a few us per launch), rounded up to
  *   include a framework's per-op dispatch.
  *
+ * - threads_per_sm: 2048 for every profile: the maximum number of resident
+ *   threads per SM of compute capabilities 6.0 (P100), 7.0 (V100), 8.0
+ *   (A100) and 9.0 (H100, H200), CUDA C++ Programming Guide, "Technical
+ *   Specifications per Compute Capability". With sm_count it bounds how
+ *   many of a small op's threads run at once (occupancy, sim.h).
+ *
  * Efficiency factors (achievable fraction of peak) are calibrated, not
  * published; see EFF_COMPUTE_* / EFF_MEM below. */
 #include "profiles.h"
@@ -58,6 +64,7 @@
 #define EFF_MEM 0.80
 
 #define LAUNCH_NS 5000u
+#define THREADS_PER_SM 2048u
 
 static const sl_sim_profile profiles[] = {
     {
@@ -74,6 +81,7 @@ static const sl_sim_profile profiles[] = {
         .pcie_bw = 12 * GBPS,
         .capacity = 16 * GIB, /* P100 whitepaper: 16 GB HBM2 */
         .sm_count = 56,       /* P100 whitepaper: 56 of GP100's 60 SMs */
+        .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
         .eff_compute = EFF_COMPUTE_PASCAL,
         .eff_mem = EFF_MEM,
@@ -89,6 +97,7 @@ static const sl_sim_profile profiles[] = {
         .pcie_bw = 12 * GBPS,
         .capacity = 16 * GIB, /* V100 datasheet: 16 GB (the 32 GB part is not modeled) */
         .sm_count = 80,       /* NVIDIA Tesla V100 GPU Architecture whitepaper: 80 SMs */
+        .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
@@ -106,6 +115,7 @@ static const sl_sim_profile profiles[] = {
         .pcie_bw = 24 * GBPS,
         .capacity = 40 * GIB, /* A100 whitepaper: 40 GB HBM2 */
         .sm_count = 108,      /* A100 whitepaper: 108 SMs */
+        .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
@@ -123,6 +133,7 @@ static const sl_sim_profile profiles[] = {
         .pcie_bw = 24 * GBPS,  /* A100 datasheet: PCIe Gen4 64 GB/s */
         .capacity = 80 * GIB,  /* A100 datasheet: 80 GB HBM2e */
         .sm_count = 108,
+        .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
@@ -142,6 +153,7 @@ static const sl_sim_profile profiles[] = {
         /* NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs on the
          * SXM5 H100. */
         .sm_count = 132,
+        .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
@@ -161,6 +173,7 @@ static const sl_sim_profile profiles[] = {
         /* The datasheet gives no SM count; H200 is the GH100 GPU of the H100
          * SXM5 (H100 architecture whitepaper: 132 SMs). */
         .sm_count = 132,
+        .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,

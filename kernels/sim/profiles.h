@@ -23,10 +23,11 @@ typedef struct sl_sim_profile {
     double mem_bw;                        /* device memory, bytes/s (peak) */
     double pcie_bw;                       /* achievable host<->device bytes/s, each direction */
     uint64_t capacity;                    /* device memory, bytes */
-    unsigned sm_count;
-    uint64_t launch_ns; /* fixed cost of every op and copy */
-    double eff_compute; /* achievable fraction of peak_flops (0, 1] */
-    double eff_mem;     /* achievable fraction of mem_bw (0, 1] */
+    unsigned sm_count;                    /* streaming multiprocessors (occupancy, sim.h) */
+    unsigned threads_per_sm;              /* most resident threads per SM (occupancy, sim.h) */
+    uint64_t launch_ns;                   /* fixed cost of every op and copy */
+    double eff_compute;                   /* achievable fraction of peak_flops (0, 1] */
+    double eff_mem;                       /* achievable fraction of mem_bw (0, 1] */
 } sl_sim_profile;
 
 /* Finds a profile by name, case-insensitively ("v100", "H100").

@@ -18,7 +18,19 @@
  * Convolutional Neural Networks", CVPR 2016), and without this no efficiency
  * factor fits VGG-class networks (they run faster than direct convolution at
  * peak FLOP/s would allow). Copies cost launch_ns + bytes / pcie_bw (host
- * link) or launch_ns + 2 * bytes / (mem_bw * eff_mem) (device to device). */
+ * link) or launch_ns + 2 * bytes / (mem_bw * eff_mem) (device to device).
+ *
+ * Occupancy. An op alone may not fill the device: a batch-1 convolution has
+ * too few output tiles, a small element-wise op too few elements, to give
+ * every SM work. Its occupancy o in (0, 1] is the fraction of the SMs its
+ * thread blocks can keep busy, estimated from its shapes (sl_sim_occupancy):
+ *     o = min(1, blocks / (sm_count * resident blocks per SM))
+ * with GEMM-like ops (matmul, the convolutions as implicit GEMM) in output
+ * tiles and every other op at one element per thread (model.c gives every
+ * constant's source). The op's time alone is the formula above (calibrated,
+ * unchanged); o says how much of the device it leaves to ops of other
+ * streams: a device shared with caps (sl_sim_psc) runs ops whose
+ * occupancies sum to at most 1 side by side at full speed. */
 #ifndef SL_SIM_H
 #define SL_SIM_H
 
@@ -43,6 +55,9 @@ typedef struct sl_sim_timing {
     uint8_t resource;      /* enum sl_sim_resource that work_ns is spent on */
     bool memory_bound;     /* bytes, not flops, decided work_ns */
     uint64_t flops, bytes; /* what was charged (flops after the Winograd rule) */
+    /* fraction of its resource it occupies alone, (0, 1] (header comment);
+     * 1 for host-link copies, which own their resource */
+    double occupancy;
 } sl_sim_timing;
 
 /* The precision an op of this dtype runs at: SL_SIM_FP32 for every dtype
@@ -56,6 +71,11 @@ unsigned sl_sim_dtype_prec(unsigned dtype);
  * precision). */
 int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
                      const sl_shape *in, const sl_shape *out, sl_sim_timing *t);
+
+/* The occupancy of `blocks` thread blocks of which `per_sm` fit on one SM
+ * at once: min(1, blocks / (p->sm_count * per_sm)); 1 when p has no SM
+ * count. blocks 0 is taken as 1 (a launch runs at least one block). */
+double sl_sim_occupancy(const sl_sim_profile *p, uint64_t blocks, unsigned per_sm);
 
 /* launch + work of one op running alone: the formula in the header comment.
  * Same preconditions and errors as sl_sim_op_timing; *ns written on success. */
@@ -135,9 +155,10 @@ int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *wo
 /* ---- processor sharing with per-job rate caps (virtual time) ----
  *
  * sl_sim_ps for jobs that do not fill the device alone: a job with cap u in
- * (0, 1] uses at most the fraction u of the resource (its solo device
- * utilisation, e.g. sum(work) / sum(launch + work) of an iteration's ops:
- * launch gaps on its stream leave the SMs to others). Rates are water-filled:
+ * (0, 1] uses at most the fraction u of the resource (an op's occupancy,
+ * or a whole iteration's solo device utilisation, e.g. sum(work x
+ * occupancy) / sum(launch + work) of its ops: launch gaps on its stream and
+ * SMs its kernels cannot fill are left to others). Rates are water-filled:
  * with level L the solution of sum_i min(u_i, L) = min(1, sum_i u_i), job i
  * progresses at min(u_i, L). So a job never runs faster than alone, jobs
  * whose caps sum to at most 1 all run as if alone, and jobs that together
@@ -146,8 +167,9 @@ int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *wo
  *
  * With every cap 1 this computes what sl_sim_ps computes, operation for
  * operation (same active-list order, same floating-point expressions, same
- * departure order), so results are bit-identical to sl_sim_ps's; the
- * real-time sim device keeps using sl_sim_ps.
+ * departure order), so results are bit-identical to sl_sim_ps's. The
+ * real-time sim device (stream.c) shares each resource this way, every op
+ * capped at its occupancy.
  *
  * Cost: O(active jobs) per arrival, departure and advance. Not thread-safe. */
 typedef struct sl_sim_psc_job {

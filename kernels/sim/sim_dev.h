@@ -29,7 +29,7 @@ struct sl_sim_dev {
     pthread_mutex_t model_lock; /* guards res */
     pthread_cond_t model_cv;    /* CLOCK_MONOTONIC; a job joined or left a resource */
     bool model_ready;
-    sl_sim_ps res[SL_SIM_RES_COUNT];
+    sl_sim_psc res[SL_SIM_RES_COUNT]; /* capped by each op's occupancy (sim.h) */
 
     /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics
      * because every stream worker reads them. */

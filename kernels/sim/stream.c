@@ -4,7 +4,10 @@
  *
  * Timing. Each command is priced at submission (sl_sim_op_timing /
  * sl_sim_copy_timing). The worker submits its work to the device's
- * processor-sharing resource with the arrival time
+ * processor-sharing resource, capped at the op's occupancy (sl_sim_psc:
+ * a small kernel leaves the SMs it cannot fill to other streams; with
+ * every op at occupancy 1 this is plain processor sharing, sl_sim_ps, to
+ * the bit), with the arrival time
  *     max(the stream's previous completion, submission time) + launch_ns
  * and sleeps on the device's condition variable until the model says the
  * work departed. Departure times come from the model, not from when a thread
@@ -65,9 +68,9 @@ static int run_work(sl_stream *s, const struct cmd *c)
 {
     struct sl_sim_dev *d = s->dev;
     const sl_sim_timing *t = &c->timing;
-    sl_sim_ps *ps = &d->res[t->resource];
+    sl_sim_psc *ps = &d->res[t->resource];
     uint64_t start = s->clock_ns > c->submit_ns ? s->clock_ns : c->submit_ns;
-    sl_sim_ps_job job = {.user = s};
+    sl_sim_psc_job job = {.user = s};
     /* an injected slow device: factor <= 10^6 and modeled times are far
      * below 2^44 ns, so the products cannot overflow */
     uint64_t slow = atomic_load(&d->slowdown);
@@ -75,15 +78,15 @@ static int run_work(sl_stream *s, const struct cmd *c)
         slow = 1;
 
     pthread_mutex_lock(&d->model_lock);
-    sl_sim_ps_submit(ps, &job, start + t->launch_ns * slow, t->work_ns * slow);
+    sl_sim_psc_submit(ps, &job, start + t->launch_ns * slow, t->work_ns * slow, t->occupancy);
     /* Others' departure times move when this job joins: let them recompute. */
     pthread_cond_broadcast(&d->model_cv);
     for (;;) {
-        if (sl_sim_ps_advance(ps, sl_now_ns(), NULL, NULL) > 0)
+        if (sl_sim_psc_advance(ps, sl_now_ns(), NULL, NULL) > 0)
             pthread_cond_broadcast(&d->model_cv);
         if (job.done)
             break;
-        struct timespec until = to_timespec(sl_sim_ps_next_event_ns(ps));
+        struct timespec until = to_timespec(sl_sim_psc_next_event_ns(ps));
         int err = pthread_cond_timedwait(&d->model_cv, &d->model_lock, &until);
         if (err != 0 && err != ETIMEDOUT)
             sl_log_err("sim.wait", "timed wait failed: %s", strerror(err));

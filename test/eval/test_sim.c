@@ -10,6 +10,7 @@
 #include "sl_alloc.h"
 #include "workload.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -94,8 +95,12 @@ static void test_computed_profiles(void **state)
         assert_true(params > 0.98 && params < 1.02);
         assert_int_equal(c[i].persistent_bytes + c[i].ephemeral_bytes, c[i].peak_bytes);
         assert_int_equal(c[i].iterations, m->iterations);
-        /* big-batch training fills the device: launches are a few % */
-        assert_true(c[i].utilisation > 0.9 && c[i].utilisation <= 1.0);
+        /* big-batch training mostly fills the device: launches are a few
+         * %, and only the late 7 x 7 layers of a ResNet at batch 25 have
+         * too few output tiles (u 0.75-0.81 there, 0.89 at batch 50) */
+        assert_true(c[i].utilisation > 0.7 && c[i].utilisation <= 1.0);
+        if (strncmp(c[i].name, "vgg", 3) == 0)
+            assert_true(c[i].utilisation > 0.9);
     }
     sl_free(c);
 }
@@ -119,8 +124,17 @@ static void test_timelines(void **state)
         assert_int_equal(infer.params, train.params); /* counted, not updated */
         assert_true(train.work_ns < train.iteration_ns);
         assert_int_equal(train.iteration_ns - train.work_ns, train.n_ops * p->launch_ns);
+        /* batch 1 leaves most of the device idle: launch gaps, and ops
+         * too small to fill the SMs */
         double u = sl_eval_timeline_utilisation(&one);
         assert_true(u > 0 && u < sl_eval_timeline_utilisation(&infer));
+        double occ = 0;
+        for (size_t k = 0; k < one.n_ops; k++) {
+            assert_true(one.ops[k].occupancy > 0 && one.ops[k].occupancy <= 1);
+            occ += (double) (one.ops[k].ns - one.ops[k].launch_ns) * one.ops[k].occupancy;
+        }
+        assert_true(fabs(occ - one.occupied_ns) < 1e-6 * occ + 1);
+        assert_true(u < (double) one.work_ns / (double) one.iteration_ns);
         sl_eval_timeline_fini(&train);
         sl_eval_timeline_fini(&infer);
         sl_eval_timeline_fini(&one);
@@ -324,6 +338,9 @@ static void test_utilisation(void **state)
     sl_eval_job_result res[2];
     double caps[3] = {0, 0.4, 0.8};
     uint64_t want[3] = {20000000, 10000000, 16000000};
+    /* the share in use over time: 1 (one at a time, full), 2 x 0.4 for
+     * 10 ms, the whole device for 16 ms */
+    double occupied[3] = {20e6, 8e6, 16e6};
     for (int k = 0; k < 3; k++) {
         jobs[0].utilisation = jobs[1].utilisation = caps[k];
         assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
@@ -331,6 +348,7 @@ static void test_utilisation(void **state)
         assert_int_equal(sum.makespan_ns, want[k]);
         /* busy time counts time with work on the device, not its share */
         assert_int_equal(sum.gpu_busy_ns, want[k]);
+        assert_true(fabs(sum.gpu_occupied_ns - occupied[k]) < 1.0);
     }
     jobs[0].utilisation = 1.5;
     assert_sl_err(sl_eval_run(&cfg, jobs, 2, res, &sum), SL_EINVAL);
@@ -437,8 +455,11 @@ static void test_switch_cost(void **state)
 
 /* hp: 5 ops of 5 us launch + 195 us work (1 ms alone); lp: 20 ops of 5 us
  * launch + 295 us work (6 ms alone). Made up, round, so bounds are exact. */
-static const sl_eval_op hp_ops[HP_OPS] = {
-    {5000, 195000, 1}, {5000, 195000, 1}, {5000, 195000, 1}, {5000, 195000, 1}, {5000, 195000, 1}};
+static const sl_eval_op hp_ops[HP_OPS] = {{5000, 195000, 1, 1.0},
+                                          {5000, 195000, 1, 1.0},
+                                          {5000, 195000, 1, 1.0},
+                                          {5000, 195000, 1, 1.0},
+                                          {5000, 195000, 1, 1.0}};
 static sl_eval_op lp_ops[LP_OPS];
 static uint64_t hp_req[HP_REQS];
 
@@ -466,7 +487,7 @@ static void log_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteratio
 static void op_level_jobs(sl_eval_job_spec *jobs, uint64_t period_ns, uint64_t jitter_ns)
 {
     for (int k = 0; k < LP_OPS; k++)
-        lp_ops[k] = (sl_eval_op){5000, 295000, 4};
+        lp_ops[k] = (sl_eval_op){5000, 295000, 4, 1.0};
     for (int i = 0; i < HP_REQS; i++)
         hp_req[i] = (uint64_t) (i + 1) * period_ns + (i % 3 == 0 ? jitter_ns : 0);
     jobs[0] = (sl_eval_job_spec){.id = 1,
@@ -613,8 +634,9 @@ static void test_op_level_latency(void **state)
 static void test_op_level_switch_cost(void **state)
 {
     (void) state;
-    static const sl_eval_op ops_a[2] = {{10000, 490000, 1}, {10000, 490000, 1}};
-    static const sl_eval_op ops_b[3] = {{5000, 295000, 1}, {5000, 295000, 1}, {5000, 295000, 1}};
+    static const sl_eval_op ops_a[2] = {{10000, 490000, 1, 1.0}, {10000, 490000, 1, 1.0}};
+    static const sl_eval_op ops_b[3] = {
+        {5000, 295000, 1, 1.0}, {5000, 295000, 1, 1.0}, {5000, 295000, 1, 1.0}};
     sl_eval_job_spec jobs[2] = {
         {.id = 1,
          .iterations = 5,
@@ -622,7 +644,7 @@ static void test_op_level_switch_cost(void **state)
          .persistent_bytes = 1ull << 20,
          .ops = ops_a,
          .n_ops = 2,
-         .utilisation = 0.3}, /* ignored with a timeline: ops run at cap 1 */
+         .utilisation = 0.3}, /* ignored with a timeline: ops run at their occupancy */
         {.id = 2,
          .iterations = 4,
          .iteration_ns = 900000,
@@ -662,6 +684,70 @@ static void test_op_level_switch_cost(void **state)
     assert_true(sum.lat_p99_ns > free_p99);
 }
 
+/* Ops of a timeline run at their occupancy: two jobs whose ops each fill
+ * 0.4 of the device run side by side as if alone, two that fill it share
+ * it; the occupied share counts what they use. */
+static void test_op_occupancy(void **state)
+{
+    (void) state;
+    static sl_eval_op narrow[4], wide[4];
+    for (int k = 0; k < 4; k++) {
+        narrow[k] = (sl_eval_op){0, 250000, 1, 0.4};
+        wide[k] = (sl_eval_op){0, 250000, 1, 0};
+    }
+    sl_eval_job_spec jobs[2];
+    for (int i = 0; i < 2; i++)
+        jobs[i] = (sl_eval_job_spec){.id = (uint64_t) i + 1,
+                                     .iterations = 10,
+                                     .iteration_ns = 1000000,
+                                     .persistent_bytes = 1ull << 20,
+                                     .ops = narrow,
+                                     .n_ops = 4};
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0;
+    sl_eval_summary sum;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, NULL, &sum));
+    assert_int_equal(sum.max_lanes, 2);
+    assert_int_equal(sum.makespan_ns, 10000000);
+    assert_int_equal(sum.gpu_busy_ns, 10000000);
+    assert_true(fabs(sum.gpu_occupied_ns - 8e6) < 1.0);
+    jobs[0].ops = jobs[1].ops = wide; /* occupancy 0 = 1: they share */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, NULL, &sum));
+    assert_int_equal(sum.makespan_ns, 20000000);
+    assert_true(fabs(sum.gpu_occupied_ns - 20e6) < 1.0);
+    /* one narrow beside one wide: the narrow one keeps its solo speed
+     * (water-filling: 0.4 is below the level 0.6 the wide one leaves) */
+    jobs[0].ops = narrow;
+    sl_eval_job_result res[2];
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
+    assert_int_equal(res[0].finish_ns - res[0].start_ns, 10000000);
+    assert_true(res[1].finish_ns - res[1].start_ns > 10000000);
+}
+
+/* A horizon stops the run: what completed by then is reported, the
+ * device's busy time counts up to it. */
+static void test_until(void **state)
+{
+    (void) state;
+    sl_eval_job_spec job = {
+        .id = 1, .iterations = 100, .iteration_ns = 1000000, .persistent_bytes = 1ull << 20};
+    sl_eval_config cfg = sl_eval_config_default("fifo", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0;
+    cfg.until_ns = 10500000;
+    sl_eval_summary sum;
+    sl_eval_job_result res;
+    assert_sl_ok(sl_eval_run(&cfg, &job, 1, &res, &sum));
+    assert_false(res.completed);
+    assert_int_equal(res.iterations, 10);
+    assert_int_equal(sum.completed, 0);
+    assert_int_equal(sum.gpu_busy_ns, 10500000);
+    assert_true(fabs(sum.gpu_occupied_ns - 10.5e6) < 1.0);
+    cfg.until_ns = 0; /* to completion */
+    assert_sl_ok(sl_eval_run(&cfg, &job, 1, &res, &sum));
+    assert_true(res.completed);
+    assert_int_equal(sum.gpu_busy_ns, 100000000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -672,6 +758,8 @@ int main(void)
         cmocka_unit_test(test_all_complete),
         cmocka_unit_test(test_refused_and_invalid),
         cmocka_unit_test(test_utilisation),
+        cmocka_unit_test(test_op_occupancy),
+        cmocka_unit_test(test_until),
         cmocka_unit_test(test_inference),
         cmocka_unit_test(test_switch_cost),
         cmocka_unit_test(test_timelines),

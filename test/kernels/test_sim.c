@@ -62,6 +62,7 @@ static void test_profiles(void **state)
         assert_true(fabs(p->peak_flops[SL_SIM_FP32] - want[i].fp32) < 1e6);
         assert_true(fabs(p->mem_bw - want[i].bw) < 1e3);
         assert_int_equal(p->sm_count, want[i].sms);
+        assert_int_equal(p->threads_per_sm, 2048); /* compute capabilities 6.0 to 9.0 */
         assert_true(p->pcie_bw >= 10e9 && p->pcie_bw <= 64e9);
         assert_true(p->launch_ns > 0 && p->launch_ns < 100000);
         assert_true(p->eff_compute > 0 && p->eff_compute <= 1);
@@ -228,6 +229,99 @@ static void test_cost_errors(void **state)
     }
     assert_sl_ok(sl_sim_op_time_ns(v100, SL_OP_ADD, NULL, in, out, &ns));
     assert_true(ns >= v100->launch_ns);
+}
+
+/* Occupancy: output tiles of 128 x 128 at 2 blocks per SM for GEMM-like
+ * ops, one thread per element (2048 per SM) for the rest (model.c). */
+static void test_occupancy(void **state)
+{
+    (void) state;
+    const sl_sim_profile *p100 = profile("p100"), *v100 = profile("v100");
+    char err[128];
+    sl_sim_timing t;
+
+    /* a big matmul fills the device; a batch-1 classifier's does not:
+     * [1, 2048] x [2048, 1000] is 1 x 8 tiles, 8 of v100's 160 slots */
+    sl_shape in[3] = {f32_2(4096, 4096), f32_2(4096, 4096)}, out[1];
+    assert_sl_ok(sl_op_infer(SL_OP_MATMUL, NULL, in, 2, out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_MATMUL, NULL, in, out, &t));
+    assert_true(t.occupancy == 1.0);
+    in[0] = f32_2(1, 2048);
+    in[1] = f32_2(2048, 1000);
+    assert_sl_ok(sl_op_infer(SL_OP_MATMUL, NULL, in, 2, out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(v100, SL_OP_MATMUL, NULL, in, out, &t));
+    assert_true(fabs(t.occupancy - 8.0 / 160.0) < 1e-12);
+    uint64_t small_ns = t.launch_ns + t.work_ns;
+    /* occupancy does not change an op's time alone */
+    uint64_t ns;
+    assert_sl_ok(sl_sim_op_time_ns(v100, SL_OP_MATMUL, NULL, in, out, &ns));
+    assert_int_equal(ns, small_ns);
+
+    /* a batch-1 3x3 convolution at 56 x 56 with 64 channels: M = 3136 is
+     * 25 row tiles, N = 64 one column: 25 of the P100's 112 slots */
+    sl_op_attrs pad1 = {.i = {1, 1, 1, 1, 1, 1}};
+    in[0] = f32_4(1, 64, 56, 56);
+    in[1] = f32_4(64, 64, 3, 3);
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D, &pad1, in, 2, out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_CONV2D, &pad1, in, out, &t));
+    assert_true(fabs(t.occupancy - 25.0 / 112.0) < 1e-12);
+    double one = t.occupancy;
+    /* its input gradient is the same GEMM shape */
+    sl_shape gin[3] = {out[0], in[1], in[0]}, gout[1];
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D_GRAD_INPUT, &pad1, gin, 3, gout, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_CONV2D_GRAD_INPUT, &pad1, gin, gout, &t));
+    assert_true(fabs(t.occupancy - one) < 1e-12);
+    /* the filter gradient: 64 x 576 is 1 x 5 tiles, K = 3136 one slice */
+    sl_shape fin[3] = {out[0], in[0], in[1]};
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D_GRAD_FILTER, &pad1, fin, 3, gout, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_CONV2D_GRAD_FILTER, &pad1, fin, gout, &t));
+    assert_true(fabs(t.occupancy - 5.0 / 112.0) < 1e-12);
+    /* at batch 32 the same layers fill the P100 (K split for the filter) */
+    in[0] = f32_4(32, 64, 56, 56);
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D, &pad1, in, 2, out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_CONV2D, &pad1, in, out, &t));
+    assert_true(t.occupancy == 1.0 && one < 1.0);
+    sl_shape fin32[3] = {out[0], in[0], in[1]};
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D_GRAD_FILTER, &pad1, fin32, 3, gout, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_CONV2D_GRAD_FILTER, &pad1, fin32, gout, &t));
+    assert_true(t.occupancy == 1.0);
+
+    /* element-wise: one thread per element of the largest tensor */
+    in[0] = f32_2(10, 100);
+    in[1] = f32_2(10, 100);
+    assert_sl_ok(sl_op_infer(SL_OP_ADD, NULL, in, 2, out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_ADD, NULL, in, out, &t));
+    assert_true(fabs(t.occupancy - 1000.0 / (56.0 * 2048.0)) < 1e-12);
+    in[0] = in[1] = f32_2(1024, 1024);
+    assert_sl_ok(sl_op_infer(SL_OP_ADD, NULL, in, 2, out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(p100, SL_OP_ADD, NULL, in, out, &t));
+    assert_true(t.occupancy == 1.0);
+
+    /* copies: the host link is its own resource; a device copy is an
+     * element-wise kernel over its 4-byte words */
+    sl_sim_copy_timing(v100, SL_SIM_COPY_H2D, 4096, &t);
+    assert_true(t.occupancy == 1.0);
+    sl_sim_copy_timing(v100, SL_SIM_COPY_D2D, 4096, &t);
+    assert_true(fabs(t.occupancy - 1024.0 / (80.0 * 2048.0)) < 1e-12);
+
+    /* the helper: at least one block, capped at 1, 1 without an SM count */
+    assert_true(fabs(sl_sim_occupancy(p100, 0, 2) - 1.0 / 112.0) < 1e-12);
+    assert_true(sl_sim_occupancy(p100, 1000, 2) == 1.0);
+    sl_sim_profile bare = *p100;
+    bare.sm_count = 0;
+    assert_true(sl_sim_occupancy(&bare, 1, 1) == 1.0);
+    assert_true(sl_sim_occupancy(NULL, 1, 1) == 1.0);
+
+    /* on a capped device, two such small ops run side by side at full
+     * speed and two full ones share the device */
+    uint64_t arrive[2] = {0, 0}, solo[2] = {1000000, 1000000}, done[2];
+    double cap[2] = {one, one};
+    assert_sl_ok(sl_sim_psc_schedule(2, arrive, solo, cap, done));
+    assert_int_equal(done[0], 1000000);
+    assert_int_equal(done[1], 1000000);
+    cap[0] = cap[1] = 1.0;
+    assert_sl_ok(sl_sim_psc_schedule(2, arrive, solo, cap, done));
+    assert_int_equal(done[0], 2000000);
 }
 
 /* ---- processor sharing in virtual time ---- */
@@ -723,8 +817,9 @@ static void test_sharing(void **state)
     sl_op_call mm = matmul_call(&e, 8192);
     uint64_t t_op = model_ns(&e, &mm); /* ~92 ms */
 
-    /* Two streams, one long op each: both finish at about twice the solo
-     * time (without sharing they would finish at 1x). */
+    /* Two streams, one long op each (it fills the device: occupancy 1):
+     * both finish at about twice the solo time (without sharing they
+     * would finish at 1x). */
     uint64_t t0 = sl_now_ns();
     assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
     assert_sl_ok(o->launch(e.dev, e.s[1], &mm));
@@ -751,6 +846,26 @@ static void test_sharing(void **state)
     assert_about(t_both, t_op, "kernel beside copy");
     assert_true(slow_host() || t_both < t_op * 15 / 10);
     sl_free(host);
+
+    /* Ops too small to fill the SMs run side by side: [128, 65536] x
+     * [65536, 128] is one output tile (occupancy 1/160 on v100), ~0.18 ms,
+     * made 300x slower so that real time can tell 1x from 2x. */
+    char *base = e.arena;
+    sl_op_call narrow = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    narrow.in[0] = (sl_tensor_ref){base, f32_2(128, 65536)};
+    narrow.in[1] = (sl_tensor_ref){base + 128 * 65536 * 4, f32_2(65536, 128)};
+    narrow.out[0] = (sl_tensor_ref){base + 2 * 128 * 65536 * 4, f32_2(128, 128)};
+    uint64_t t_narrow = model_ns(&e, &narrow) * 300;
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 300));
+    t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[0], &narrow));
+    assert_sl_ok(o->launch(e.dev, e.s[1], &narrow));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    uint64_t t_two = sl_now_ns() - t0;
+    assert_about(t_two, t_narrow, "two narrow ops");
+    assert_true(slow_host() || t_two < t_narrow * 15 / 10);
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 1));
     env_close(&e);
 }
 
@@ -911,6 +1026,7 @@ int main(void)
         cmocka_unit_test(test_cost_memory_bound),
         cmocka_unit_test(test_cost_conv),
         cmocka_unit_test(test_cost_errors),
+        cmocka_unit_test(test_occupancy),
         cmocka_unit_test(test_ps_basic),
         cmocka_unit_test(test_ps_incremental),
         cmocka_unit_test(test_ps_random),
