@@ -207,7 +207,10 @@ static void log_start(void *arg, unsigned gpu, uint32_t lane, uint64_t serial, u
     for (size_t i = 0; i < log->lanes[k].n_seen; i++)
         if (log->lanes[k].seen[i] == job_id)
             log->interleaved = true;
-    log->lanes[k].seen[log->lanes[k].n_seen++] = job_id;
+    /* a job seen again on the lane is not recorded twice: the list holds
+     * each job once, so it never outgrows the trace */
+    if (!log->interleaved)
+        log->lanes[k].seen[log->lanes[k].n_seen++] = job_id;
 }
 
 /* Strict fifo (the paper's): on every lane a job runs alone until it
