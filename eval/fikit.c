@@ -19,6 +19,7 @@
  * its parameters x 4 B, ephemeral salusd's default (assumption: a batch-1
  * forward needs far less than capacity/8); lp from the Salus CSV's peak
  * for that model and batch when it has the row, else salusd's default. */
+#include "cli.h"
 #include "graphs.h"
 #include "sim.h"
 #include "workload.h"
@@ -104,6 +105,7 @@ static void usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *gpu_name = "p100", *hp_model = "resnet50", *lp_model = "resnet50",
                *json_path = NULL;
     unsigned lp_batch = 32, lp_jobs = 2;
@@ -129,19 +131,24 @@ int main(int argc, char **argv)
             lp_model = optarg;
             break;
         case 'b':
-            lp_batch = (unsigned) strtoul(optarg, NULL, 10);
+            if (!sl_cli_uint("--lp-batch", optarg, 1, 4096, &lp_batch))
+                return 2;
             break;
         case 'n':
-            lp_jobs = (unsigned) strtoul(optarg, NULL, 10);
+            if (!sl_cli_uint("--lp-jobs", optarg, 1, 64, &lp_jobs))
+                return 2;
             break;
         case 'q':
-            qps = atof(optarg);
+            if (!sl_cli_double_above("--qps", optarg, 0, 1e6, &qps))
+                return 2;
             break;
         case 'r':
-            n_req = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--requests", optarg, 1, 10000000, &n_req))
+                return 2;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'j':
             json_path = optarg;
@@ -157,10 +164,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || !n_req || !lp_jobs || lp_batch < 1 ||
-        !(qps > 0)) {
-        fprintf(stderr, "fikit: unknown GPU profile %s, or an argument out of range\n", gpu_name);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "fikit: unknown GPU profile %s\n", gpu_name);
         return 2;
     }
     sl_eval_timeline ht = {0}, lt = {0};

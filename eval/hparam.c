@@ -24,6 +24,7 @@
  *   bytes an assumption (128 MiB: two orders of magnitude above their
  *   activations, so memory never decides the packing).
  * Last line: BENCH eval_hparam model=<best> ratio=<best> <model>_ratio=... */
+#include "cli.h"
 #include "graphs.h"
 #include "sim.h"
 #include "sim/profiles.h"
@@ -90,6 +91,7 @@ static int profile_case(model_case *c, const sl_sim_profile *gpu, const sl_eval_
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
     size_t n_jobs = 300;
     double job_s = 60, submit_s = 0;
@@ -110,16 +112,20 @@ int main(int argc, char **argv)
     for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'n':
-            n_jobs = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
+                return 2;
             break;
         case 'l':
-            job_s = atof(optarg);
+            if (!sl_cli_double_above("--job-s", optarg, 0, 1e7, &job_s))
+                return 2;
             break;
         case 'u':
-            submit_s = atof(optarg);
+            if (!sl_cli_double("--submit-s", optarg, 0, 1e7, &submit_s))
+                return 2;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'g':
             gpu_name = optarg;
@@ -134,7 +140,8 @@ int main(int argc, char **argv)
             tiny = true;
             break;
         case 'L':
-            launch_ns = strtoull(optarg, NULL, 10);
+            if (!sl_cli_u64("--launch-ns", optarg, 0, 1000000000, &launch_ns))
+                return 2;
             launch_set = true;
             break;
         default:
@@ -146,13 +153,15 @@ int main(int argc, char **argv)
             return ch == 'h' ? 0 : 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     if (tiny) {
         n_jobs = 12;
         job_s = 2;
     }
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0 || !(job_s > 0)) {
-        fprintf(stderr, "hparam: unknown GPU profile %s, no jobs or no length\n", gpu_name);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "hparam: unknown GPU profile %s\n", gpu_name);
         return 2;
     }
     sl_sim_profile custom;

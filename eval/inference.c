@@ -16,6 +16,7 @@
  * below and eval/README.md; every number not computed is printed with its
  * source. Last line:
  *   BENCH eval_inference salus_jobs=... mps_jobs=... added_ms=... */
+#include "cli.h"
 #include "graphs.h"
 #include "sim.h"
 #include "sim/profiles.h"
@@ -209,6 +210,7 @@ static size_t mps_fit(size_t n, uint64_t capacity, uint64_t overhead)
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
     size_t instances = 3;
     double gap_s = 10, spread = 3, duration_s = 600;
@@ -227,19 +229,24 @@ int main(int argc, char **argv)
     for (int ch; (ch = getopt_long(argc, argv, "k:g:f:d:s:G:c:j:th", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'k':
-            instances = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--instances", optarg, 1, 1000, &instances))
+                return 2;
             break;
         case 'g':
-            gap_s = atof(optarg);
+            if (!sl_cli_double("--gap-s", optarg, 1e-3, 1e5, &gap_s))
+                return 2;
             break;
         case 'f':
-            spread = atof(optarg);
+            if (!sl_cli_double("--spread", optarg, 1, 1000, &spread))
+                return 2;
             break;
         case 'd':
-            duration_s = atof(optarg);
+            if (!sl_cli_double_above("--duration-s", optarg, 1, 1e7, &duration_s))
+                return 2;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'G':
             gpu_name = optarg;
@@ -262,10 +269,11 @@ int main(int argc, char **argv)
             return ch == 'h' ? 0 : 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || instances == 0 || !(gap_s > 0) ||
-        !(spread >= 1) || !(duration_s > 1)) {
-        fprintf(stderr, "inference: bad GPU profile or arguments\n");
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "inference: unknown GPU profile %s\n", gpu_name);
         return 2;
     }
     sl_eval_workload *w;

@@ -54,6 +54,7 @@
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
  * (the matching policy's; the paper: utilisation 26 % -> 76 %, online
  * latency up by less than 20 %). */
+#include "cli.h"
 #include "graphs.h"
 #include "manager.h"
 #include "placement.h"
@@ -323,6 +324,7 @@ static const char *const pol_names[N_POL] = {"one-per-gpu", "greedy", "matching"
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
     size_t n_gpus = 32, n_off = 32;
     double T = 120;
@@ -341,19 +343,23 @@ int main(int argc, char **argv)
             csv = optarg;
             break;
         case 'n':
-            n_gpus = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--gpus", optarg, 1, 4096, &n_gpus))
+                return 2;
             break;
         case 'm':
-            n_off = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--offline", optarg, 1, 100000, &n_off))
+                return 2;
             break;
         case 'd':
-            T = atof(optarg);
+            if (!sl_cli_double_above("--day-s", optarg, 1, 1e7, &T))
+                return 2;
             break;
         case 'g':
             gpu_name = optarg;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'j':
             json_path = optarg;
@@ -377,9 +383,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_gpus == 0 || n_off == 0 || T <= 1) {
-        usage(argv[0]);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "muxflow: unknown GPU profile %s\n", gpu_name);
         return 2;
     }
     sl_eval_workload *w;

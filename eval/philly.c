@@ -76,6 +76,7 @@
  * jct_ratio = gang average JCT / salus average JCT; busy and
  * frag_wait_share are salus's, with the gang's beside them; then the
  * utilisation's mean, and both probes' GPU-hours saved. */
+#include "cli.h"
 #include "manager.h"
 #include "placement.h"
 #include "sim.h"
@@ -814,6 +815,7 @@ enum { N_SWEEP = sizeof sweep / sizeof sweep[0] };
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
     size_t n_jobs = 3000;
     unsigned n_servers = 64, n_vcs = (unsigned) study[F_VCS].value;
@@ -846,34 +848,43 @@ int main(int argc, char **argv)
             csv = optarg;
             break;
         case 'n':
-            n_jobs = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
+                return 2;
             break;
         case 'S':
-            n_servers = (unsigned) strtoul(optarg, NULL, 10);
+            if (!sl_cli_uint("--servers", optarg, 1, 10000, &n_servers))
+                return 2;
             break;
         case 'v':
-            n_vcs = (unsigned) strtoul(optarg, NULL, 10);
+            if (!sl_cli_uint("--vcs", optarg, 1, 1000, &n_vcs))
+                return 2;
             break;
         case 'l':
-            load = atof(optarg);
+            if (!sl_cli_double_above("--load", optarg, 0, 1000, &load))
+                return 2;
             break;
         case 'r':
-            relax_min = atof(optarg);
+            if (!sl_cli_double("--relax-min", optarg, 0, 1e5, &relax_min))
+                return 2;
             break;
         case 'p':
-            probe_min = atof(optarg);
+            if (!sl_cli_double("--probe-min", optarg, 0, 1e5, &probe_min))
+                return 2;
             break;
         case 'R':
-            restart_min = atof(optarg);
+            if (!sl_cli_double("--probe-restart-min", optarg, 0, 1e5, &restart_min))
+                return 2;
             break;
         case 'o':
-            oversub = atof(optarg);
+            if (!sl_cli_double("--oversub", optarg, 1, 64, &oversub))
+                return 2;
             break;
         case 'g':
             gpu_name = optarg;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'j':
             json_path = optarg;
@@ -884,12 +895,12 @@ int main(int argc, char **argv)
             n_vcs = 2;
             break;
         case 'u':
-            job_util = atof(optarg);
-            if (job_util <= 0) /* 0 would mean "the study's draw" */
-                job_util = -1;
+            if (!sl_cli_double_above("--job-util", optarg, 0, 1, &job_util))
+                return 2;
             break;
         case 'x':
-            util_scale = atof(optarg);
+            if (!sl_cli_double_above("--util-scale", optarg, 0, 100, &util_scale))
+                return 2;
             break;
         case 'N':
             do_sweep = false;
@@ -902,12 +913,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0 || n_servers == 0 ||
-        n_vcs == 0 || load <= 0 || oversub < 1 || job_util < 0 || job_util > 1 || util_scale <= 0 ||
-        restart_min < 0 || n_vcs * 16 > n_servers * PER_SERVER) {
-        fprintf(stderr, "philly: bad arguments (every VC needs a quota of 16 GPUs)\n");
-        usage(argv[0]);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "philly: unknown GPU profile %s\n", gpu_name);
+        return 2;
+    }
+    if (n_vcs * 16 > n_servers * PER_SERVER) {
+        fprintf(stderr, "philly: %u VCs need %u GPUs (a quota of 16 each), %u servers have %u\n",
+                n_vcs, n_vcs * 16, n_servers, n_servers * PER_SERVER);
         return 2;
     }
     sl_eval_workload *w;

@@ -23,6 +23,7 @@
  *   BENCH eval_jct fifo_avg_min=... srtf_avg_min=... ratio=... (paper variant)
  * and the same for the defaults. The paper reports srtf 3.19x better mean
  * JCT than fifo. */
+#include "cli.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
@@ -109,6 +110,7 @@ static void usage(FILE *to, const char *argv0)
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured",
                *jobs_csv = NULL;
     size_t n_jobs = 100;
@@ -132,13 +134,16 @@ int main(int argc, char **argv)
             csv = optarg;
             break;
         case 'n':
-            n_jobs = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
+                return 2;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'i':
-            interarrival_s = atof(optarg);
+            if (!sl_cli_double("--interarrival-s", optarg, 0, 1e7, &interarrival_s))
+                return 2;
             break;
         case 'g':
             gpu_name = optarg;
@@ -163,9 +168,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0) {
-        fprintf(stderr, "salus51: unknown GPU profile %s or no jobs\n", gpu_name);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "salus51: unknown GPU profile %s\n", gpu_name);
         return 2;
     }
     sl_eval_workload *w;

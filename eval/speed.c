@@ -7,6 +7,7 @@
  * defaults), least-jobs placement, a Poisson arrival every 0.5 s (enough to
  * keep the cluster loaded). Last line:
  *   BENCH eval_speed jobs=... gpus=... wall_s=... events=... iterations=... */
+#include "cli.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
@@ -43,6 +44,7 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *policy = "srtf", *json_path = NULL;
     size_t n_jobs = 10000;
     unsigned n_gpus = 512;
@@ -63,19 +65,23 @@ int main(int argc, char **argv)
             csv = optarg;
             break;
         case 'n':
-            n_jobs = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--jobs", optarg, 1, 10000000, &n_jobs))
+                return 2;
             break;
         case 'g':
-            n_gpus = (unsigned) strtoul(optarg, NULL, 10);
+            if (!sl_cli_uint("--gpus", optarg, 1, 100000, &n_gpus))
+                return 2;
             break;
         case 'i':
-            interarrival_s = atof(optarg);
+            if (!sl_cli_double("--interarrival-s", optarg, 0, 1e7, &interarrival_s))
+                return 2;
             break;
         case 'p':
             policy = optarg;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'j':
             json_path = optarg;
@@ -88,6 +94,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
     sl_eval_workload *w;
     size_t n_w;

@@ -23,6 +23,7 @@
  * Last line: BENCH eval_switch none_avg_min=... salus_avg_min=...
  *   pipeswitch5_avg_min=... pipeswitch35_avg_min=... checkpoint_avg_min=...
  *   (srtf, paper variant) */
+#include "cli.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
@@ -40,6 +41,7 @@
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
     size_t n_jobs = 100;
     uint64_t seed = 1;
@@ -58,13 +60,16 @@ int main(int argc, char **argv)
     for (int ch; (ch = getopt_long(argc, argv, "n:s:i:g:c:j:thw", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'n':
-            n_jobs = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
+                return 2;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'i':
-            interarrival_s = atof(optarg);
+            if (!sl_cli_double("--interarrival-s", optarg, 0, 1e7, &interarrival_s))
+                return 2;
             break;
         case 'g':
             gpu_name = optarg;
@@ -89,9 +94,11 @@ int main(int argc, char **argv)
             return ch == 'h' ? 0 : 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs == 0) {
-        fprintf(stderr, "switchcost: unknown GPU profile %s or no jobs\n", gpu_name);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
+        fprintf(stderr, "switchcost: unknown GPU profile %s\n", gpu_name);
         return 2;
     }
     sl_eval_workload *w;

@@ -43,6 +43,7 @@
  *   BENCH eval_fidelity ratio_sim=... ratio_real=... error=...
  * with error = |ratio_real / ratio_sim - 1|, the largest over the policies
  * compared with the first. */
+#include "cli.h"
 #include "sim.h"
 #include "sim/profiles.h"
 #include "sim/sim.h"
@@ -559,6 +560,7 @@ static void usage(FILE *f, const char *argv0)
 
 int main(int argc, char **argv)
 {
+    sl_cli_init(argv[0]);
     if (argc == 9 && strcmp(argv[1], "--client") == 0) {
         /* fidelity --client URL FD JOB ROWS ITERATIONS P E */
         fjob j = {.rows = atoll(argv[5]),
@@ -599,16 +601,20 @@ int main(int argc, char **argv)
             salusd = optarg;
             break;
         case 'n':
-            n_jobs = strtoul(optarg, NULL, 10);
+            if (!sl_cli_size("--jobs", optarg, 2, MAX_JOBS, &n_jobs))
+                return 2;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (!sl_cli_seed("--seed", optarg, &seed))
+                return 2;
             break;
         case 'x':
-            scale_s = atof(optarg);
+            if (!sl_cli_double_above("--scale-s", optarg, 0, 60, &scale_s))
+                return 2;
             break;
         case 'i':
-            interarrival_min = atof(optarg);
+            if (!sl_cli_double("--interarrival-min", optarg, 0, 1e4, &interarrival_min))
+                return 2;
             break;
         case 'p':
             policy_list = optarg;
@@ -630,7 +636,8 @@ int main(int argc, char **argv)
             scale_s = 0.1;
             break;
         case 'e':
-            max_error = atof(optarg);
+            if (!sl_cli_double("--max-error", optarg, 0, 100, &max_error))
+                return 2;
             break;
         case 'V':
             verbose = true;
@@ -643,12 +650,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
     bool paper = strcmp(variant, "paper") == 0;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || n_jobs < 2 || n_jobs > MAX_JOBS ||
-        !(scale_s > 0) || !(interarrival_min >= 0) || (!paper && strcmp(variant, "salus"))) {
-        fprintf(stderr, "fidelity: bad arguments (GPU profile, 2..%d jobs, scale > 0, variant)\n",
-                MAX_JOBS);
+    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || (!paper && strcmp(variant, "salus"))) {
+        fprintf(stderr, "fidelity: unknown GPU profile %s or variant %s (paper or salus)\n",
+                gpu_name, variant);
         return 2;
     }
     char plist[128], *policies[MAX_POLICIES], *save = NULL;

@@ -1,0 +1,227 @@
+/* Tests of the drivers' checked option conversions (eval/cli.h): valid
+ * values and both ends of a range, out of range, trailing garbage, empty,
+ * white space, signs on integers, past 2^64, inf and nan, open lower
+ * bounds, and the one line printed on a rejection. */
+#include "sl_test.h"
+
+#include "cli.h"
+
+#include <float.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* stderr goes to a temporary file while a test runs, so that the expected
+ * rejections do not clutter the test log and their text can be read. */
+static FILE *err_file;
+static int saved_stderr = -1;
+
+static int capture(void **state)
+{
+    (void) state;
+    fflush(stderr);
+    err_file = tmpfile();
+    if (!err_file)
+        return -1;
+    saved_stderr = dup(STDERR_FILENO);
+    return dup2(fileno(err_file), STDERR_FILENO) < 0 ? -1 : 0;
+}
+
+static int release(void **state)
+{
+    (void) state;
+    fflush(stderr);
+    dup2(saved_stderr, STDERR_FILENO);
+    close(saved_stderr);
+    /* what no test read (a failure's message) goes to the real stderr */
+    char buf[4096];
+    ssize_t n;
+    for (off_t at = 0; (n = pread(fileno(err_file), buf, sizeof buf, at)) > 0; at += n)
+        fwrite(buf, 1, (size_t) n, stderr);
+    fclose(err_file);
+    return 0;
+}
+
+/* What was printed on stderr since the last call (its first 511 bytes). */
+static const char *printed(void)
+{
+    static char buf[512];
+    int fd = fileno(err_file);
+    fflush(stderr);
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    /* fd 2 shares this offset: the next line goes to the start */
+    if (ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0)
+        buf[0] = 0;
+    return buf;
+}
+
+static void test_u64(void **state)
+{
+    (void) state;
+    uint64_t v = 7;
+    assert_true(sl_cli_u64("--n", "0", 0, 10, &v));
+    assert_int_equal(v, 0);
+    assert_true(sl_cli_u64("--n", "10", 0, 10, &v));
+    assert_int_equal(v, 10);
+    assert_true(sl_cli_u64("--n", "007", 0, 10, &v));
+    assert_int_equal(v, 7);
+    assert_true(sl_cli_u64("--n", "18446744073709551615", 0, UINT64_MAX, &v));
+    assert_true(v == UINT64_MAX);
+    assert_string_equal(printed(), "");
+
+    v = 42;
+    const char *bad[] = {"11",
+                         "",
+                         "abc",
+                         "12x",
+                         " 5",
+                         "5 ",
+                         "-1",
+                         "-0",
+                         "+5",
+                         "0x5",
+                         "1.5",
+                         "1e3",
+                         "inf",
+                         "nan",
+                         "\t",
+                         "18446744073709551616",
+                         "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (sl_cli_u64("--n", bad[i], 0, 10, &v))
+            fail_msg("accepted \"%s\"", bad[i]);
+        assert_int_equal(v, 42); /* untouched */
+    }
+    printed();
+    assert_false(sl_cli_u64("--n", "0", 1, 10, &v)); /* below min */
+    assert_int_equal(v, 42);
+    printed();
+}
+
+static void test_size_uint_seed(void **state)
+{
+    (void) state;
+    size_t z = 3;
+    unsigned u = 3;
+    uint64_t s = 3;
+    assert_true(sl_cli_size("--jobs", "1000000", 1, 1000000, &z));
+    assert_int_equal(z, 1000000);
+    assert_false(sl_cli_size("--jobs", "1000001", 1, 1000000, &z));
+    assert_false(sl_cli_size("--jobs", "0", 1, 1000000, &z));
+    assert_int_equal(z, 1000000);
+    assert_true(sl_cli_uint("--gpus", "4294967295", 0, UINT32_MAX, &u));
+    assert_true(u == UINT32_MAX);
+    assert_false(sl_cli_uint("--gpus", "4294967296", 0, UINT32_MAX, &u)); /* no wrap */
+    assert_false(sl_cli_uint("--gpus", "-1", 0, UINT32_MAX, &u));
+    assert_true(u == UINT32_MAX);
+    assert_true(sl_cli_seed("--seed", "0", &s));
+    assert_int_equal(s, 0);
+    assert_true(sl_cli_seed("--seed", "18446744073709551615", &s));
+    assert_true(s == UINT64_MAX);
+    assert_false(sl_cli_seed("--seed", "-1", &s)); /* strtoull would wrap it */
+    assert_false(sl_cli_seed("--seed", "18446744073709551616", &s));
+    assert_false(sl_cli_seed("--seed", "", &s));
+    assert_true(s == UINT64_MAX);
+    printed();
+}
+
+static void test_double(void **state)
+{
+    (void) state;
+    double d = -5;
+    assert_true(sl_cli_double("--p", "0", 0, 1, &d));
+    assert_true(d == 0);
+    assert_true(sl_cli_double("--p", "1", 0, 1, &d));
+    assert_true(d == 1);
+    assert_true(sl_cli_double("--p", "0.25", 0, 1, &d));
+    assert_true(d == 0.25);
+    assert_true(sl_cli_double("--p", "2.5e-1", 0, 1, &d));
+    assert_true(d == 0.25);
+    assert_true(sl_cli_double("--p", "0x1p-2", 0, 1, &d));
+    assert_true(d == 0.25);
+    assert_true(sl_cli_double("--x", "-3", -10, 10, &d));
+    assert_true(d == -3);
+    assert_true(sl_cli_double("--x", "1e-400", 0, 1, &d)); /* underflow: a finite ~0 */
+    assert_true(d >= 0 && d < 1e-300);
+    assert_true(sl_cli_double("--x", "1e308", 0, DBL_MAX, &d));
+    assert_string_equal(printed(), "");
+
+    d = 42;
+    const char *bad[] = {"",      "abc",    "1.5x",     " 0.5",  "0.5 ", "\n",
+                         "-0.1",  "1.0001", "inf",      "-inf",  "nan",  "NAN",
+                         "1e999", "-1e999", "infinity", "0.5.5", "1,5",  "--"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (sl_cli_double("--p", bad[i], 0, 1, &d))
+            fail_msg("accepted \"%s\"", bad[i]);
+        assert_true(d == 42);
+    }
+    /* inf and nan whatever the range */
+    assert_false(sl_cli_double("--x", "inf", -DBL_MAX, DBL_MAX, &d));
+    assert_false(sl_cli_double("--x", "nan", -DBL_MAX, DBL_MAX, &d));
+    assert_false(sl_cli_double("--x", "1e999", -DBL_MAX, DBL_MAX, &d));
+    assert_true(d == 42);
+    printed();
+}
+
+static void test_double_above(void **state)
+{
+    (void) state;
+    double d = 42;
+    assert_false(sl_cli_double_above("--t", "0", 0, 10, &d));
+    assert_false(sl_cli_double_above("--t", "-0", 0, 10, &d));
+    assert_false(sl_cli_double_above("--t", "-1", 0, 10, &d));
+    assert_false(sl_cli_double_above("--t", "10.5", 0, 10, &d));
+    assert_false(sl_cli_double_above("--t", "nan", 0, 10, &d));
+    assert_true(d == 42);
+    assert_true(sl_cli_double_above("--t", "1e-9", 0, 10, &d));
+    assert_true(d == 1e-9);
+    assert_true(sl_cli_double_above("--t", "10", 0, 10, &d));
+    assert_true(d == 10);
+    assert_false(sl_cli_double_above("--d", "1", 1, 100, &d));
+    assert_true(sl_cli_double_above("--d", "1.5", 1, 100, &d));
+    assert_true(d == 1.5);
+    printed();
+}
+
+static void test_messages(void **state)
+{
+    (void) state;
+    size_t z;
+    double d;
+    sl_cli_init("./build/eval/salus51");
+    assert_string_equal(sl_cli_program(), "salus51");
+    assert_false(sl_cli_size("--jobs", "abc", 1, 1000000, &z));
+    assert_string_equal(printed(), "salus51: --jobs takes an integer 1..1000000, not \"abc\"\n");
+    assert_false(sl_cli_size("--jobs", "", 1, 1000000, &z));
+    assert_string_equal(printed(), "salus51: --jobs takes an integer 1..1000000, not \"\"\n");
+    sl_cli_init("hparam");
+    assert_false(sl_cli_double_above("--job-s", "inf", 0, 1e6, &d));
+    assert_string_equal(printed(), "hparam: --job-s takes a number in (0, 1e+06], not \"inf\"\n");
+    assert_false(sl_cli_double("--p", "2", 0, 1, &d));
+    assert_string_equal(printed(), "hparam: --p takes a number in [0, 1], not \"2\"\n");
+    /* a control character in the argument never reaches the terminal */
+    assert_false(sl_cli_double("--p", "1\x1b[2J", 0, 1, &d));
+    assert_string_equal(printed(), "hparam: --p takes a number in [0, 1], not \"1\\e[2J\"\n");
+
+    char *argv[] = {"prog", "--jobs", "3", "extra", NULL};
+    assert_true(sl_cli_no_operands(4, argv, 4));
+    assert_string_equal(printed(), "");
+    assert_false(sl_cli_no_operands(4, argv, 3));
+    assert_string_equal(printed(), "hparam: unexpected argument \"extra\"\n");
+    sl_cli_init(NULL);
+    assert_string_equal(sl_cli_program(), "eval");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_u64, capture, release),
+        cmocka_unit_test_setup_teardown(test_size_uint_seed, capture, release),
+        cmocka_unit_test_setup_teardown(test_double, capture, release),
+        cmocka_unit_test_setup_teardown(test_double_above, capture, release),
+        cmocka_unit_test_setup_teardown(test_messages, capture, release),
+    };
+    return cmocka_run_group_tests_name("eval cli", tests, NULL, NULL);
+}
