@@ -232,6 +232,13 @@ extern const sl_device_ops sl_sim_device_ops;
 /* The profile of an open sim device (NULL if dev is not a sim device). */
 const sl_sim_profile *sl_sim_device_profile(const sl_device *dev);
 
+/* For tests that must tell modeled times apart without trusting the host's
+ * scheduling: the modeled completion time (sl_now_ns clock) of the last
+ * work that ran on s. Call only after synchronize(s) returned and before
+ * anything new is submitted to s. A late worker thread never moves it
+ * (sl_sim_psc departure times are exact). */
+uint64_t sl_sim_stream_modeled_ns(sl_stream *s);
+
 /* Fault injection: enqueues on s a command that fails with `code` (an SL_E*
  * code other than SL_OK) when it executes, as a failing kernel would: it
  * becomes s's sticky error. Errors: SL_EINVAL (code out of range),

@@ -253,6 +253,13 @@ int sl_sim_synchronize(sl_device *dev, sl_stream *s)
     return sl_workq_synchronize(s->q);
 }
 
+uint64_t sl_sim_stream_modeled_ns(sl_stream *s)
+{
+    /* the worker wrote it before the work completed, and synchronize's
+     * wait ordered that before this read */
+    return s->clock_ns;
+}
+
 int sl_sim_inject_error(sl_stream *s, int code)
 {
     if (!s || code <= SL_OK || code >= SL_E_COUNT)
