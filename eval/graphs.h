@@ -39,7 +39,7 @@ typedef struct sl_eval_op_time {
     uint32_t op;        /* op registry id */
     uint8_t kind;       /* enum sl_eval_op_kind */
     uint64_t ns;        /* launch + work, running alone */
-    uint64_t launch_ns; /* of ns: paid by the issuing stream, not shared (kernels/sim) */
+    uint64_t launch_ns; /* of ns: on the device's launch path (kernels/sim) */
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
     double occupancy;   /* share of the SMs it keeps busy alone (kernels/sim), (0, 1] */
 } sl_eval_op_time;
@@ -89,6 +89,12 @@ int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_pro
  * job run op by op (sl_eval_op with each op's occupancy) occupies the
  * device the same on average. */
 double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
+
+/* The share of the timeline's solo iteration time spent launching,
+ *     l = sum(launch_i) / sum(launch_i + work_i)
+ * in [0, 1); 0 for an empty timeline. What a job run as whole iterations
+ * asks of the GPU's shared launch path (sim.h launch_share). */
+double sl_eval_timeline_launch_share(const sl_eval_timeline *t);
 
 /* Frees the timeline's ops; safe on a zeroed timeline. */
 void sl_eval_timeline_fini(sl_eval_timeline *t);
