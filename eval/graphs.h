@@ -53,7 +53,7 @@ typedef struct sl_eval_timeline {
     double flops;          /* charged (after the Winograd rule, sim.h) */
     uint64_t params;       /* parameter elements (fp32) */
     /* sum of the ops' work_ns (kernels/sim: time on the shared device,
-     * without the launch each stream pays alone) */
+     * without the launch, which goes through the launch path) */
     uint64_t work_ns;
     /* sum of work_ns x occupancy: SM-time the ops occupy */
     double occupied_ns;
@@ -82,8 +82,8 @@ int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_pro
 /* The solo device utilisation of the timeline's iteration: the share of
  * the device it occupies on average running alone,
  *     u = sum(work_i x occupancy_i) / sum(launch_i + work_i)
- * (occupied_ns over iteration_ns): launches are paid on the job's own
- * stream and leave the whole device to others, and while an op's work
+ * (occupied_ns over iteration_ns): launches leave the SMs to others (they
+ * use the launch path, sl_eval_timeline_launch_share), and while an op's work
  * runs it leaves 1 - occupancy_i of the SMs. 1 for an empty timeline. The
  * cap of sim.h's utilisation for a job run as whole iterations; the same
  * job run op by op (sl_eval_op with each op's occupancy) occupies the

@@ -20,7 +20,8 @@
  * fill the device progress at 1/k of the rate, no free speed-up from
  * concurrency; a job whose solo utilisation u < 1 leaves 1 - u to others,
  * water-filled); an iteration's work is its profile's solo iteration time,
- * or, for a job with an op timeline, each op's launch on its lane's stream
+ * or, for a job with an op timeline, each op's launch (through the GPU's
+ * one launch path, FIFO over all its streams) issued from its lane's stream
  * followed by its work on the shared device (capped at the op's occupancy:
  * the launch gaps that make a whole iteration under-use the device are
  * then explicit, and a small kernel leaves SMs to others); a client
