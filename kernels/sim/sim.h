@@ -189,7 +189,7 @@ typedef struct sl_sim_psc_job {
 
 typedef struct sl_sim_psc {
     sl_sim_psc_job *pending; /* arrival in the future, by arrive_ns */
-    sl_sim_psc_job *active;  /* by cap, ascending; the capped ones come first */
+    sl_sim_psc_job *active;  /* by effective cap (cap x rho), ascending; capped ones first */
     unsigned n_active;
     unsigned n_uncapped;  /* active jobs at the level */
     double capped_sum;    /* sum of the caps of the capped jobs */
