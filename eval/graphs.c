@@ -387,6 +387,13 @@ double sl_eval_timeline_utilisation(const sl_eval_timeline *t)
     return t->iteration_ns ? t->occupied_ns / (double) t->iteration_ns : 1.0;
 }
 
+double sl_eval_timeline_launch_share(const sl_eval_timeline *t)
+{
+    if (!t->iteration_ns || t->work_ns >= t->iteration_ns)
+        return 0.0;
+    return (double) (t->iteration_ns - t->work_ns) / (double) t->iteration_ns;
+}
+
 int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
                               bool inference, sl_eval_timeline *out)
 {

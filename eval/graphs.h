@@ -39,7 +39,7 @@ typedef struct sl_eval_op_time {
     uint32_t op;        /* op registry id */
     uint8_t kind;       /* enum sl_eval_op_kind */
     uint64_t ns;        /* launch + work, running alone */
-    uint64_t launch_ns; /* of ns: paid by the issuing stream, not shared (kernels/sim) */
+    uint64_t launch_ns; /* of ns: on the device's launch path (kernels/sim) */
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
     double occupancy;   /* share of the SMs it keeps busy alone (kernels/sim), (0, 1] */
 } sl_eval_op_time;
@@ -53,7 +53,7 @@ typedef struct sl_eval_timeline {
     double flops;          /* charged (after the Winograd rule, sim.h) */
     uint64_t params;       /* parameter elements (fp32) */
     /* sum of the ops' work_ns (kernels/sim: time on the shared device,
-     * without the launch each stream pays alone) */
+     * without the launch, which goes through the launch path) */
     uint64_t work_ns;
     /* sum of work_ns x occupancy: SM-time the ops occupy */
     double occupied_ns;
@@ -82,13 +82,19 @@ int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_pro
 /* The solo device utilisation of the timeline's iteration: the share of
  * the device it occupies on average running alone,
  *     u = sum(work_i x occupancy_i) / sum(launch_i + work_i)
- * (occupied_ns over iteration_ns): launches are paid on the job's own
- * stream and leave the whole device to others, and while an op's work
+ * (occupied_ns over iteration_ns): launches leave the SMs to others (they
+ * use the launch path, sl_eval_timeline_launch_share), and while an op's work
  * runs it leaves 1 - occupancy_i of the SMs. 1 for an empty timeline. The
  * cap of sim.h's utilisation for a job run as whole iterations; the same
  * job run op by op (sl_eval_op with each op's occupancy) occupies the
  * device the same on average. */
 double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
+
+/* The share of the timeline's solo iteration time spent launching,
+ *     l = sum(launch_i) / sum(launch_i + work_i)
+ * in [0, 1); 0 for an empty timeline. What a job run as whole iterations
+ * asks of the GPU's shared launch path (sim.h launch_share). */
+double sl_eval_timeline_launch_share(const sl_eval_timeline *t);
 
 /* Frees the timeline's ops; safe on a zeroed timeline. */
 void sl_eval_timeline_fini(sl_eval_timeline *t);

@@ -3,17 +3,22 @@
  * run one at a time against packed on one GPU; makespan ratio per model.
  *
  *   hparam [--jobs N] [--job-s S] [--submit-s X] [--seed S] [--gpu PROFILE]
- *          [--csv FILE] [--json FILE] [--tiny] [--launch-ns N]
+ *          [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] [--private-launches]
  *
  * --launch-ns: the profile's per-op launch cost (an ASSUMPTION of 5 us in
  * kernels/sim/profiles.c) replaced, to show how the computed utilisations,
- * and so the ratios, depend on it.
+ * and so the ratios, depend on it. --private-launches: every stream
+ * launches on its own (the model before the GPU's launch path was shared,
+ * sim.h private_launches), for comparison.
  *
  * One at a time: salusd --strict --spread-limit 0 under fifo (every session
  * shares one lane, and strict fifo holds it for the oldest job until it
  * ends). Packed: salusd's defaults under pack (lanes of their own while half
  * the memory is free, work-conserving). The device model is sim.h's: a job
- * whose solo utilisation is u leaves 1 - u of the device to others.
+ * whose solo utilisation is u leaves 1 - u of the device to others, and
+ * one whose iterations spend the share l of their time launching needs
+ * that share of the GPU's one launch path (sim.h launch_share): packed
+ * jobs together cannot launch faster than one op per launch_ns.
  *
  * Profiles (every number's source is printed and in eval/README.md):
  * - resnet50 (batch 25): iteration time and memory measured (Salus artifact
@@ -50,6 +55,7 @@ typedef struct model_case {
     /* filled in */
     uint64_t iteration_ns, persistent, ephemeral;
     double util;
+    double launch; /* launch share (graphs.h) */
     const char *source;
 } model_case;
 
@@ -68,6 +74,7 @@ static int profile_case(model_case *c, const sl_sim_profile *gpu, const sl_eval_
     if (rc != SL_OK)
         return rc;
     c->util = sl_eval_timeline_utilisation(&t);
+    c->launch = sl_eval_timeline_launch_share(&t);
     if (c->measured) {
         rc = SL_ENOTFOUND;
         for (size_t i = 0; i < n_w; i++)
@@ -96,7 +103,7 @@ int main(int argc, char **argv)
     size_t n_jobs = 300;
     double job_s = 60, submit_s = 0;
     uint64_t seed = 1;
-    bool tiny = false, launch_set = false;
+    bool tiny = false, launch_set = false, private_launches = false;
     uint64_t launch_ns = 0;
     static const struct option longopts[] = {{"jobs", required_argument, NULL, 'n'},
                                              {"job-s", required_argument, NULL, 'l'},
@@ -108,8 +115,9 @@ int main(int argc, char **argv)
                                              {"tiny", no_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'h'},
                                              {"launch-ns", required_argument, NULL, 'L'},
+                                             {"private-launches", no_argument, NULL, 'P'},
                                              {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:", longopts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:P", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'n':
             if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
@@ -144,11 +152,15 @@ int main(int argc, char **argv)
                 return 2;
             launch_set = true;
             break;
+        case 'P':
+            private_launches = true;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--jobs N (300)] [--job-s S: each job's length alone (60)] "
                     "[--submit-s X: arrivals uniform in [0, X) s (0)] [--seed S] "
-                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N]\n",
+                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] "
+                    "[--private-launches]\n",
                     argv[0]);
             return ch == 'h' ? 0 : 2;
         }
@@ -187,12 +199,14 @@ int main(int argc, char **argv)
                 "{\n  \"bench\": \"eval_hparam\", \"jobs\": %zu, \"job_s\": %.3f, \"seed\": %llu, "
                 "\"gpu\": \"%s\",\n  \"models\": [\n",
                 n_jobs, job_s, (unsigned long long) seed, gpu->name);
-    printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op); "
-           "one at a time (strict fifo, one lane) vs packed (pack, salusd defaults)\n",
-           n_jobs, job_s, gpu->name, (unsigned long long) gpu->launch_ns);
-    printf("%-9s %5s %8s %6s %9s %9s %14s %12s %6s %6s %6s  %s\n", "model", "batch", "iter_ms",
-           "util", "P_MiB", "E_MiB", "one_at_a_time", "packed_min", "ratio", "bound", "lanes",
-           "source");
+    printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op, "
+           "launch path %s); one at a time (strict fifo, one lane) vs packed (pack, salusd "
+           "defaults)\n",
+           n_jobs, job_s, gpu->name, (unsigned long long) gpu->launch_ns,
+           private_launches ? "per stream" : "shared per GPU");
+    printf("%-9s %5s %8s %6s %6s %9s %9s %14s %12s %6s %6s %6s  %s\n", "model", "batch", "iter_ms",
+           "util", "launch", "P_MiB", "E_MiB", "one_at_a_time", "packed_min", "ratio", "bound",
+           "lanes", "source");
     double best = 0, ratio[N_CASES];
     size_t best_i = 0;
     for (size_t m = 0; m < N_CASES; m++) {
@@ -215,6 +229,7 @@ int main(int argc, char **argv)
                 .declare_length = true,
                 .workload = (int) m,
                 .utilisation = c->util,
+                .launch_share = c->launch,
             };
         }
         double makespan[2];
@@ -223,6 +238,7 @@ int main(int argc, char **argv)
             sl_eval_config cfg =
                 sl_eval_config_default(v == 0 ? "fifo" : "pack", v == 0, 1, gpu->capacity);
             cfg.spread_set = v == 0; /* --spread-limit 0: one shared lane */
+            cfg.private_launches = private_launches;
             sl_eval_summary sum;
             if ((rc = sl_eval_run(&cfg, jobs, n_jobs, res, &sum)) != SL_OK) {
                 fprintf(stderr, "hparam: %s: %s\n", c->model, sl_strerror(rc));
@@ -244,20 +260,25 @@ int main(int argc, char **argv)
             best_i = m;
         }
         /* the fluid limit: one at a time pays the client gap after every
-         * iteration; packed, a saturated device does only the work */
+         * iteration; packed, a saturated device (SMs or launch path,
+         * whichever saturates first) does only the work */
         double gap = (double) sl_eval_config_default("fifo", true, 1, gpu->capacity).client_gap_ns;
-        double bound = ((double) c->iteration_ns + gap) / ((double) c->iteration_ns * c->util);
-        printf("%-9s %5lld %8.2f %6.3f %9.1f %9.1f %14.1f %12.1f %6.2f %6.2f %6u  %s\n", c->model,
-               (long long) c->batch, (double) c->iteration_ns / 1e6, c->util,
+        double busiest = c->util;
+        if (!private_launches && c->launch > busiest)
+            busiest = c->launch;
+        double bound = ((double) c->iteration_ns + gap) / ((double) c->iteration_ns * busiest);
+        printf("%-9s %5lld %8.2f %6.3f %6.3f %9.1f %9.1f %14.1f %12.1f %6.2f %6.2f %6u  %s\n",
+               c->model, (long long) c->batch, (double) c->iteration_ns / 1e6, c->util, c->launch,
                (double) c->persistent / MIB, (double) c->ephemeral / MIB, makespan[0], makespan[1],
                ratio[m], bound, lanes, c->source);
         if (jf)
             fprintf(jf,
                     "    {\"model\": \"%s\", \"batch\": %lld, \"iteration_ms\": %.4f, "
-                    "\"utilisation\": %.4f, \"one_at_a_time_min\": %.3f, \"packed_min\": %.3f, "
-                    "\"ratio\": %.4f, \"lanes\": %u}%s\n",
+                    "\"utilisation\": %.4f, \"launch_share\": %.4f, \"one_at_a_time_min\": %.3f, "
+                    "\"packed_min\": %.3f, \"ratio\": %.4f, \"lanes\": %u}%s\n",
                     c->model, (long long) c->batch, (double) c->iteration_ns / 1e6, c->util,
-                    makespan[0], makespan[1], ratio[m], lanes, m + 1 == N_CASES ? "" : ",");
+                    c->launch, makespan[0], makespan[1], ratio[m], lanes,
+                    m + 1 == N_CASES ? "" : ",");
     }
     if (jf) {
         fprintf(jf, "  ]\n}\n");

@@ -53,11 +53,12 @@ typedef struct inf_model {
     /* filled in */
     uint64_t request_ns, persistent, ephemeral;
     double util;
+    double launch; /* launch share (graphs.h), the GPU's launch path it needs */
 } inf_model;
 
 #define M(name, graph, gmac, n_ops, params, source)                                                \
     {                                                                                              \
-        name, graph, gmac, n_ops, params, source, 0, 0, 0, 0                                       \
+        name, graph, gmac, n_ops, params, source, 0, 0, 0, 0, 0                                    \
     }
 static inf_model models[] = {
     M("alexnet", false, 0.72, 25, 0, "Krizhevsky et al. 2012: ~0.72 GMAC"),
@@ -116,6 +117,7 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
                 return rc;
             im->request_ns = t.iteration_ns;
             im->util = sl_eval_timeline_utilisation(&t);
+            im->launch = sl_eval_timeline_launch_share(&t);
             if (!params)
                 params = t.params;
             sl_eval_timeline_fini(&t);
@@ -127,6 +129,7 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
              * batch-1 requests are taken to fill the SMs while their work
              * runs; the op-list models' u counts their occupancy) */
             im->util = (double) work_ns / (double) im->request_ns;
+            im->launch = 1.0 - im->util;
         }
         if (!params)
             params = im->params;
@@ -162,6 +165,7 @@ static void make_jobs(size_t n, sl_eval_job_spec *jobs, uint64_t **req, double g
             .ephemeral_bytes = im->ephemeral,
             .workload = (int) (i % N_MODELS),
             .utilisation = im->util,
+            .launch_share = im->launch,
             .request_ns = req ? req[i] : NULL,
         };
     }

@@ -79,6 +79,7 @@ typedef struct gpu {
     sl_steps steps;     /* low-priority steps (sched/steps.h) */
     uint64_t timer_t;   /* the gap timer's deadline; 0 = none */
     uint32_t n_jobs;    /* placed and not finished */
+    uint64_t launch_t;  /* when the GPU's launch server has served its queue */
 } gpu;
 
 typedef struct sim {
@@ -293,7 +294,21 @@ static uint64_t switch_cost(sim *s, uint64_t prev_id, sim_job *j)
  * are already there. A part of a split op keeps the op's occupancy (parts
  * split rows, and a part short enough to fill gaps is still an op of the
  * same width; an under-estimate of what a part leaves free). A switch
- * charged at the start delays the first op. */
+ * charged at the start delays the first op.
+ *
+ * Launches go through the GPU's one launch server (the driver and front
+ * end of salusd's single context), first come first served: a launch
+ * starts when the stream issues it or when the server has finished the
+ * launches issued before it, whichever is later, and takes launch_ns.
+ * FIFO because a context's launches are serialised in the order the host
+ * issues them (the driver's submission path is per context, one front end
+ * drains the streams' queues). As kernels/sim/stream.c, a stream issues
+ * op k + 1 when op k has completed (the launch does not overlap the
+ * previous op's work): the launch cost stands for the per-op gap a stream
+ * leaves, which is what u counts. (A real CUDA stream is asynchronous: the
+ * host may enqueue op k + 1 while op k runs, hiding the launch behind
+ * long kernels.) A job without a timeline asks for its launch share of the
+ * same path in the fluid model (sl_sim_psc_submit_ex). */
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
                       uint64_t now)
 {
@@ -314,7 +329,19 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
     double cap = j->spec->utilisation;
     if (j->spec->ops)
         cap = j->spec->ops[k].occupancy > 0 ? j->spec->ops[k].occupancy : 1.0;
-    sl_sim_psc_submit(&g->ps, &j->ps, now + delay + launch, share, cap);
+    uint64_t arrive = now + delay + launch;
+    double launch_share = 0.0;
+    if (!s->cfg->private_launches) {
+        if (launch > 0) {
+            uint64_t issue = now + delay;
+            uint64_t begin = issue > g->launch_t ? issue : g->launch_t;
+            g->launch_t = begin + launch;
+            arrive = g->launch_t;
+        }
+        if (!j->spec->ops)
+            launch_share = j->spec->launch_share;
+    }
+    sl_sim_psc_submit_ex(&g->ps, &j->ps, arrive, share, cap, launch_share);
 }
 
 static void resume(sim *s, uint32_t gi, uint64_t now);
@@ -783,7 +810,8 @@ static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, siz
     for (size_t i = 0; i < n; i++)
         if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns ||
             (jobs[i].ops && !jobs[i].n_ops) ||
-            !(jobs[i].utilisation >= 0 && jobs[i].utilisation <= 1))
+            !(jobs[i].utilisation >= 0 && jobs[i].utilisation <= 1) ||
+            !(jobs[i].launch_share >= 0 && jobs[i].launch_share < 1))
             return SL_EINVAL;
     if (!(cfg->switch_ns_per_byte >= 0) || !sl_sched_policy_find(cfg->policy))
         return SL_EINVAL;

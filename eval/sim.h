@@ -20,7 +20,8 @@
  * fill the device progress at 1/k of the rate, no free speed-up from
  * concurrency; a job whose solo utilisation u < 1 leaves 1 - u to others,
  * water-filled); an iteration's work is its profile's solo iteration time,
- * or, for a job with an op timeline, each op's launch on its lane's stream
+ * or, for a job with an op timeline, each op's launch (through the GPU's
+ * one launch path, FIFO over all its streams) issued from its lane's stream
  * followed by its work on the shared device (capped at the op's occupancy:
  * the launch gaps that make a whole iteration under-use the device are
  * then explicit, and a small kernel leaves SMs to others); a client
@@ -49,7 +50,8 @@
 #include <stdint.h>
 
 /* One op of an iteration's timeline (op-level execution): launch_ns on the
- * issuing stream (not shared), then work_ns on the device (shared),
+ * GPU's launch path (one FIFO server per GPU shared by every stream, unless
+ * sl_eval_config.private_launches), then work_ns on the device (shared),
  * kernels/sim's model of an op, capped at its occupancy: the share of the
  * SMs it keeps busy alone (kernels/sim sim.h), what it leaves to others'
  * ops. */
@@ -89,6 +91,14 @@ typedef struct sl_eval_job_spec {
      * runs at its own occupancy (sl_eval_op), so the under-use this
      * number summarises is already there. */
     double utilisation;
+    /* Launch share in [0, 1); 0 = none. The share of an iteration's solo
+     * time spent launching kernels (graphs.h sl_eval_timeline_launch_share),
+     * for jobs without a timeline: the GPU's launch path is shared by all
+     * its jobs (kernels/sim sl_sim_psc_submit_ex), so packed launch-bound
+     * jobs cannot together launch faster than one launch per launch_ns.
+     * Ignored with a timeline (its launches are simulated) and under
+     * private_launches. */
+    double launch_share;
     /* Op-level execution: the iteration's ops in issue order (n_ops > 0),
      * borrowed for the run. NULL: the iteration is one op of iteration_ns
      * with no launch cost (at the utilisation above). With a timeline every
@@ -189,6 +199,12 @@ typedef struct sl_eval_config {
      * false, the iterations and requests completed so far), and device
      * busy and occupied time count up to it. */
     uint64_t until_ns;
+    /* The launch model before the launch path was shared, for comparison:
+     * every op's launch on its own stream, never waiting for another
+     * stream's, and launch_share ignored. false (the default): one launch
+     * server per GPU, FIFO over all its streams (op by op), water-filled
+     * over jobs' launch shares (whole iterations). */
+    bool private_launches;
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */

@@ -69,6 +69,7 @@ static int sim_open(sl_device *dev, int index, const char *arg)
     uint64_t now = sl_now_ns();
     for (unsigned r = 0; r < SL_SIM_RES_COUNT; r++)
         sl_sim_psc_init(&d->res[r], now);
+    d->launch_free_ns = now;
 
     dev->total_bytes = d->profile->capacity;
     dev->workspace_hint = 64ull << 20; /* cuBLAS's 32 MiB (Hopper) + cuDNN's */

@@ -16,7 +16,15 @@
  * - launch_ns: ASSUMPTION of 5 us per op for every profile: the order of the
  *   per-kernel launch cost NVIDIA measures on V100 in the "Getting Started
  *   with CUDA Graphs" technical blog (a few us per launch), rounded up to
- *   include a framework's per-op dispatch.
+ *   include a framework's per-op dispatch. The same number is the service
+ *   time of the device's one launch path (sim.h, sl_sim_psc_submit_ex;
+ *   stream.c; eval/sim.c): every stream of one device shares it, so one
+ *   device launches at most one op per launch_ns in all. ASSUMPTION too:
+ *   the blog measures kernels launched back to back by one host thread,
+ *   i.e. a throughput of one process issuing into one context, which is
+ *   what salusd is; several host threads into one context share the
+ *   driver's per-context submission path and the GPU's front end, and we
+ *   take none of it to run in parallel (no citable per-context figure).
  *
  * - threads_per_sm: 2048 for every profile: the maximum number of resident
  *   threads per SM of compute capabilities 6.0 (P100), 7.0 (V100), 8.0

@@ -24,6 +24,14 @@ void sl_sim_psc_init(sl_sim_psc *ps, uint64_t start_ns)
 void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
                        double cap)
 {
+    sl_sim_psc_submit_ex(ps, job, arrive_ns, solo_ns, cap, 0.0);
+}
+
+void sl_sim_psc_submit_ex(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
+                          double cap, double launch)
+{
+    job->launch = launch > 0 && launch < 1 ? launch : 0.0;
+    job->rho = 1.0;
     job->done = false;
     job->done_ns = 0;
     job->solo_ns = solo_ns;
@@ -39,15 +47,74 @@ void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, 
 /* Water-filling: the capped jobs are the longest prefix (by cap, ascending)
  * whose every cap is below the level the rest would get. A job whose status
  * changes converts its progress at the current service level. */
+/* The launch server's water-filling (sim.h): rho of every active job.
+ * Only called while some active job launches. */
+static void launch_level(sl_sim_psc *ps)
+{
+    double total = 0.0;
+    unsigned n = 0;
+    for (sl_sim_psc_job *j = ps->active; j; j = j->next)
+        if (j->launch > 0) {
+            total += j->launch;
+            n++;
+        }
+    double level = INFINITY;
+    if (total > 1.0) {
+        /* the level M: jobs below it keep their demand, the rest share
+         * what is left equally; each pass moves at least one job below */
+        level = 1.0 / (double) n;
+        for (;;) {
+            double below = 0.0;
+            unsigned above = 0;
+            for (sl_sim_psc_job *j = ps->active; j; j = j->next) {
+                if (j->launch <= 0)
+                    continue;
+                if (j->launch < level)
+                    below += j->launch;
+                else
+                    above++;
+            }
+            double next = above ? (1.0 - below) / (double) above : level;
+            if (next <= level)
+                break;
+            level = next;
+        }
+    }
+    for (sl_sim_psc_job *j = ps->active; j; j = j->next)
+        j->rho = j->launch > level ? level / j->launch : 1.0;
+}
+
+/* The active list by effective cap (cap x rho), ascending, stable: an
+ * insertion sort, the list being nearly sorted from the last call. */
+static void sort_by_effective_cap(sl_sim_psc *ps)
+{
+    sl_sim_psc_job *sorted = NULL;
+    for (sl_sim_psc_job *j = ps->active, *next; j; j = next) {
+        next = j->next;
+        double e = j->cap * j->rho;
+        sl_sim_psc_job **link = &sorted;
+        while (*link && (*link)->cap * (*link)->rho <= e)
+            link = &(*link)->next;
+        j->next = *link;
+        *link = j;
+    }
+    ps->active = sorted;
+}
+
 static void relevel(sl_sim_psc *ps)
 {
+    if (ps->n_launching) {
+        launch_level(ps);
+        sort_by_effective_cap(ps);
+    }
     double c = 0.0;
     unsigned m = ps->n_active;
     bool capping = true;
     for (sl_sim_psc_job *j = ps->active; j; j = j->next) {
-        bool cap_it = capping && j->cap * (double) m < 1.0 - c;
+        double e = j->cap * j->rho; /* rho 1 without launches: e is cap, exactly */
+        bool cap_it = capping && e * (double) m < 1.0 - c;
         if (cap_it) {
-            c += j->cap;
+            c += e;
             m--;
         } else {
             capping = false;
@@ -69,7 +136,7 @@ static uint64_t next_departure(const sl_sim_psc *ps)
     double min_finish = INFINITY, min_left = INFINITY;
     for (const sl_sim_psc_job *j = ps->active; j; j = j->next) {
         if (j->capped)
-            min_left = fmin(min_left, j->left);
+            min_left = fmin(min_left, j->left / j->rho);
         else
             min_finish = fmin(min_finish, j->finish_v);
     }
@@ -97,7 +164,7 @@ static void progress(sl_sim_psc *ps, uint64_t t)
         ps->v += (double) (t - ps->now_ns) * (1.0 - ps->capped_sum) / (double) ps->n_uncapped;
     if (ps->n_uncapped < ps->n_active)
         for (sl_sim_psc_job *j = ps->active; j && j->capped; j = j->next)
-            j->left -= (double) (t - ps->now_ns);
+            j->left -= (double) (t - ps->now_ns) * j->rho;
     ps->now_ns = t;
 }
 
@@ -112,6 +179,8 @@ static unsigned depart(sl_sim_psc *ps, sl_sim_psc_done_fn done_fn, void *arg)
             j->next = gone;
             gone = j;
             ps->n_active--;
+            if (j->launch > 0)
+                ps->n_launching--;
         } else {
             link = &j->next;
         }
@@ -143,6 +212,8 @@ static void activate(sl_sim_psc *ps, sl_sim_psc_job *j)
     j->capped = true; /* its progress as solo time left, converted by relevel */
     j->left = (double) j->solo_ns;
     ps->n_active++;
+    if (j->launch > 0)
+        ps->n_launching++;
     relevel(ps);
 }
 

@@ -50,7 +50,7 @@ enum sl_sim_copy_kind { SL_SIM_COPY_H2D = 0, SL_SIM_COPY_D2H, SL_SIM_COPY_D2D };
 
 /* The model of one op or copy on a profile. */
 typedef struct sl_sim_timing {
-    uint64_t launch_ns;    /* fixed part: paid by the issuing stream, not shared */
+    uint64_t launch_ns;    /* fixed part: on the device's launch path, shared by its streams */
     uint64_t work_ns;      /* time with the whole resource to itself */
     uint8_t resource;      /* enum sl_sim_resource that work_ns is spent on */
     bool memory_bound;     /* bytes, not flops, decided work_ns */
@@ -177,6 +177,8 @@ typedef struct sl_sim_psc_job {
     uint64_t arrive_ns;          /* private: when it joins */
     uint64_t solo_ns;            /* private: its duration alone */
     double cap;                  /* private: rate cap u */
+    double launch;               /* private: launch share l in [0, 1), 0 = none */
+    double rho;                  /* private: the launch server's bound on its speed, (0, 1] */
     double finish_v;             /* private, uncapped: service level at which it departs */
     double left;                 /* private, capped: solo ns left (it runs at its cap) */
     bool capped;                 /* private: runs at its cap (else at the level) */
@@ -187,11 +189,12 @@ typedef struct sl_sim_psc_job {
 
 typedef struct sl_sim_psc {
     sl_sim_psc_job *pending; /* arrival in the future, by arrive_ns */
-    sl_sim_psc_job *active;  /* by cap, ascending; the capped ones come first */
+    sl_sim_psc_job *active;  /* by effective cap (cap x rho), ascending; capped ones first */
     unsigned n_active;
-    unsigned n_uncapped; /* active jobs at the level */
-    double capped_sum;   /* sum of the caps of the capped jobs */
-    double v;            /* service each uncapped job received since the resource was idle */
+    unsigned n_uncapped;  /* active jobs at the level */
+    double capped_sum;    /* sum of the caps of the capped jobs */
+    unsigned n_launching; /* active jobs with a launch share */
+    double v;             /* service each uncapped job received since the resource was idle */
     uint64_t now_ns;
 } sl_sim_psc;
 
@@ -206,6 +209,29 @@ void sl_sim_psc_init(sl_sim_psc *ps, uint64_t start_ns);
  * valid and untouched until done. */
 void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
                        double cap);
+
+/* The launch path. A job run as whole iterations that spends the share
+ * l = sum(launch) / sum(launch + work) of its solo time launching kernels
+ * also needs the device's launch path: one server per device (the host
+ * driver and the GPU's front end, shared by every stream of salusd's one
+ * context) that sustains one launch per launch_ns in all (kernels/sim
+ * profiles.c). At speed r (fraction of its solo speed) the job occupies
+ * r x l of it, so the active jobs must keep sum(r_i x l_i) <= 1. Launches
+ * are shared by water-filling too: with M the solution of
+ * sum min(l_i, M) = min(1, sum l_i), job i may run at most at
+ * rho_i = min(1, M / l_i) of its solo speed (the fluid limit of one FIFO
+ * launch queue fed by streams that each have one launch outstanding: round
+ * robin, so equal launch throughput for every stream that wants more than
+ * its share, all of it for one that wants less). The device then
+ * water-fills on the effective caps u_i x rho_i, and a job at its
+ * effective cap runs at rho_i of its solo speed. Two resources are
+ * filled one after the other (launches first), not jointly: launch share
+ * a device-bound job cannot use is not handed to the others, which errs
+ * on the slow side for mixes (exact for identical jobs). launch 0 (every
+ * job of sl_sim_psc_submit) leaves everything as above, to the bit.
+ * launch outside [0, 1) (or NaN) is taken as 0. */
+void sl_sim_psc_submit_ex(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
+                          double cap, double launch);
 
 /* As sl_sim_ps_advance: arrivals and departures up to t_ns in time order,
  * done_fn (may resubmit) for each departure. Returns how many departed. */

@@ -26,10 +26,14 @@ struct sl_sim_dev {
     uint64_t used;
     uint64_t next_addr; /* offset of the next region in the fake address range */
 
-    pthread_mutex_t model_lock; /* guards res */
+    pthread_mutex_t model_lock; /* guards res and launch_free_ns */
     pthread_cond_t model_cv;    /* CLOCK_MONOTONIC; a job joined or left a resource */
     bool model_ready;
     sl_sim_psc res[SL_SIM_RES_COUNT]; /* capped by each op's occupancy (sim.h) */
+    /* The launch path, one FIFO server for every stream of the device (the
+     * driver and front end of one context): when the launches issued so
+     * far are through, on sl_now_ns's clock. */
+    uint64_t launch_free_ns;
 
     /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics
      * because every stream worker reads them. */

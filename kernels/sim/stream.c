@@ -8,8 +8,13 @@
  * a small kernel leaves the SMs it cannot fill to other streams; with
  * every op at occupancy 1 this is plain processor sharing, sl_sim_ps, to
  * the bit), with the arrival time
- *     max(the stream's previous completion, submission time) + launch_ns
- * and sleeps on the device's condition variable until the model says the
+ *     max(issue, the device's launch server free) + launch_ns,
+ *     issue = max(the stream's previous completion, submission time)
+ * (the launch path is one FIFO server per device, shared by all its
+ * streams: salusd's one context issues every tenant's kernels through one
+ * driver and one front end, so N streams cannot launch N times as fast;
+ * a stream issues a command when its previous one has completed, as the
+ * simulator in eval/ does) and sleeps on the device's condition variable until the model says the
  * work departed. Departure times come from the model, not from when a thread
  * woke up: back-to-back ops on one stream follow each other at the modeled
  * times, and wake-up latency (tens of us on a loaded 2-core machine) does not
@@ -78,7 +83,10 @@ static int run_work(sl_stream *s, const struct cmd *c)
         slow = 1;
 
     pthread_mutex_lock(&d->model_lock);
-    sl_sim_psc_submit(ps, &job, start + t->launch_ns * slow, t->work_ns * slow, t->occupancy);
+    uint64_t launched = start > d->launch_free_ns ? start : d->launch_free_ns;
+    launched += t->launch_ns * slow;
+    d->launch_free_ns = launched;
+    sl_sim_psc_submit(ps, &job, launched, t->work_ns * slow, t->occupancy);
     /* Others' departure times move when this job joins: let them recompute. */
     pthread_cond_broadcast(&d->model_cv);
     for (;;) {

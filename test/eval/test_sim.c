@@ -727,6 +727,77 @@ static void test_op_occupancy(void **state)
     assert_true(res[1].finish_ns - res[1].start_ns > 10000000);
 }
 
+/* The launch path is one per GPU: packed launch-bound jobs cannot launch
+ * faster than one op per launch_ns in all, as whole iterations (their
+ * launch share) and op by op (one FIFO launch server); a job alone, or
+ * one that does not launch, keeps its solo time. */
+static void test_launch_path(void **state)
+{
+    (void) state;
+    enum { N = 8, ITERS = 10 };
+    sl_eval_job_spec jobs[N];
+    for (int i = 0; i < N; i++)
+        jobs[i] = (sl_eval_job_spec){.id = (uint64_t) i + 1,
+                                     .iterations = ITERS,
+                                     .iteration_ns = 1000000,
+                                     .persistent_bytes = 1ull << 20,
+                                     .utilisation = 0.05,
+                                     .launch_share = 0.5};
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0;
+    sl_eval_summary sum, priv;
+    /* whole iterations: the SMs would take all eight at once (0.4), the
+     * launch path only two jobs' worth: N x ITERS x 1 ms x 0.5 of launches */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &sum));
+    cfg.private_launches = true;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &priv));
+    cfg.private_launches = false;
+    assert_int_equal(sum.completed, N);
+    assert_true(sum.max_lanes >= 2);
+    double bound = (double) N * ITERS * 1000000 * 0.5;
+    assert_true((double) sum.makespan_ns >= bound - 1.0);
+    assert_true((double) sum.makespan_ns <= bound * 1.05);
+    assert_true(priv.makespan_ns < sum.makespan_ns);
+    /* alone, a launching job keeps its solo time */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, NULL, &sum));
+    assert_int_equal(sum.makespan_ns, ITERS * 1000000);
+    /* launch share 0 (measured profiles): the same run, to the bit, with
+     * the launch path shared or not */
+    for (int i = 0; i < N; i++)
+        jobs[i].launch_share = 0;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &sum));
+    cfg.private_launches = true;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &priv));
+    cfg.private_launches = false;
+    assert_int_equal(sum.makespan_ns, priv.makespan_ns);
+    assert_true(sum.gpu_occupied_ns == priv.gpu_occupied_ns);
+
+    /* op by op: four ops of 5 us launch + 5 us work at occupancy 0.05 */
+    static sl_eval_op ops[4];
+    for (int k = 0; k < 4; k++)
+        ops[k] = (sl_eval_op){5000, 5000, 1, 0.05};
+    for (int i = 0; i < N; i++) {
+        jobs[i].ops = ops;
+        jobs[i].n_ops = 4;
+        jobs[i].iteration_ns = 40000;
+    }
+    /* alone: launches never wait, the solo time exactly */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, NULL, &sum));
+    assert_int_equal(sum.makespan_ns, ITERS * 40000);
+    /* packed: N x ITERS x 4 launches of 5 us through one server; it is
+     * never idle while another stream waits, so the makespan is that
+     * plus the last op's work */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &sum));
+    uint64_t launches = (uint64_t) N * ITERS * 4 * 5000;
+    assert_true(sum.makespan_ns >= launches);
+    assert_true(sum.makespan_ns <= launches + 40000);
+    assert_true(sum.max_lanes >= 2); /* several streams launching */
+    /* each stream on its own: the lanes run side by side, each as if alone */
+    cfg.private_launches = true;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &priv));
+    assert_true(priv.makespan_ns < launches);
+}
+
 /* A horizon stops the run: what completed by then is reported, the
  * device's busy time counts up to it. */
 static void test_until(void **state)
@@ -754,23 +825,15 @@ static void test_until(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_profiles),
-        cmocka_unit_test(test_computed_profiles),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_all_complete),
-        cmocka_unit_test(test_refused_and_invalid),
-        cmocka_unit_test(test_utilisation),
-        cmocka_unit_test(test_op_occupancy),
-        cmocka_unit_test(test_until),
-        cmocka_unit_test(test_inference),
-        cmocka_unit_test(test_switch_cost),
-        cmocka_unit_test(test_timelines),
-        cmocka_unit_test(test_op_level_deterministic),
-        cmocka_unit_test(test_hp_waits_one_lp_op),
-        cmocka_unit_test(test_gap_fill_no_delay),
-        cmocka_unit_test(test_op_level_latency),
-        cmocka_unit_test(test_op_level_switch_cost),
+        cmocka_unit_test(test_profiles),           cmocka_unit_test(test_computed_profiles),
+        cmocka_unit_test(test_deterministic),      cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_all_complete),       cmocka_unit_test(test_refused_and_invalid),
+        cmocka_unit_test(test_utilisation),        cmocka_unit_test(test_launch_path),
+        cmocka_unit_test(test_op_occupancy),       cmocka_unit_test(test_until),
+        cmocka_unit_test(test_inference),          cmocka_unit_test(test_switch_cost),
+        cmocka_unit_test(test_timelines),          cmocka_unit_test(test_op_level_deterministic),
+        cmocka_unit_test(test_hp_waits_one_lp_op), cmocka_unit_test(test_gap_fill_no_delay),
+        cmocka_unit_test(test_op_level_latency),   cmocka_unit_test(test_op_level_switch_cost),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }

@@ -529,6 +529,88 @@ static void test_psc_basic(void **state)
     assert_sl_err(sl_sim_psc_schedule(1, a1, s1, NULL, done), SL_EINVAL);
 }
 
+/* The launch path: jobs that launch share one launch server, so packed
+ * launch-bound jobs together launch at most one op per launch_ns; a job
+ * that hardly launches keeps its solo speed; launch shares that fit in 1
+ * change nothing, to the bit. */
+static void test_psc_launch(void **state)
+{
+    (void) state;
+    /* four jobs that each fill 0.1 of the SMs and launch half their time:
+     * the SMs would run them side by side (0.4 in all), the launch path
+     * cannot (2 launch servers' worth): each runs at 1/2 of its speed */
+    enum { N = 4 };
+    sl_sim_psc ps;
+    sl_sim_psc_job jobs[N + 1];
+    memset(jobs, 0, sizeof jobs);
+    sl_sim_psc_init(&ps, 0);
+    for (unsigned i = 0; i < N; i++)
+        sl_sim_psc_submit_ex(&ps, &jobs[i], 0, 1000, 0.1, 0.5);
+    (void) sl_sim_psc_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    for (unsigned i = 0; i < N; i++) {
+        assert_true(jobs[i].done);
+        assert_int_equal(jobs[i].done_ns, 2000);
+    }
+    /* the bound: by 2000 they launched N x 1000 x 0.5, the launch path
+     * busy all along: it never serves more than one launch at a time */
+    assert_true((double) N * 1000 * 0.5 <= (double) jobs[0].done_ns);
+    /* without launch shares they run as if alone */
+    sl_sim_psc_init(&ps, 0);
+    for (unsigned i = 0; i < N; i++)
+        sl_sim_psc_submit(&ps, &jobs[i], 0, 1000, 0.1);
+    (void) sl_sim_psc_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(jobs[i].done_ns, 1000);
+    /* a compute-bound job (cap 0.5, launches 1 % of its time) beside three
+     * launch-bound ones (cap 0.05, launch 0.9): it keeps all the launches
+     * it needs (water-filling: 0.01 is below the level) and the SMs have
+     * room, so it ends at its solo time; the others share the rest of the
+     * launch path, 0.99 / 3 each: speed 0.33 / 0.9 */
+    sl_sim_psc_init(&ps, 0);
+    sl_sim_psc_submit_ex(&ps, &jobs[N], 0, 1000, 0.5, 0.01);
+    for (unsigned i = 0; i < 3; i++)
+        sl_sim_psc_submit_ex(&ps, &jobs[i], 0, 1000, 0.05, 0.9);
+    (void) sl_sim_psc_advance(&ps, 1000, NULL, NULL);
+    assert_true(jobs[N].done);
+    assert_int_equal(jobs[N].done_ns, 1000);
+    for (unsigned i = 0; i < 3; i++)
+        assert_false(jobs[i].done);
+    /* from 1000 on the three have the launch path to themselves: 1/3 each,
+     * speed 0.37; 1000 x 0.33 / 0.9 = 366.7 of 1000 done by then */
+    (void) sl_sim_psc_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    for (unsigned i = 0; i < 3; i++) {
+        double left = 1000.0 - 1000.0 * (0.99 / 3) / 0.9;
+        double want = 1000.0 + left / ((1.0 / 3) / 0.9);
+        assert_true(fabs((double) jobs[i].done_ns - want) <= 1.0);
+    }
+    /* launch shares that fit in 1 (each at most 1/N of it) change nothing:
+     * random arrivals, sizes and caps, bit for bit */
+    enum { M = 32 };
+    uint64_t seed = 4242;
+    for (unsigned round = 0; round < 20; round++) {
+        sl_sim_psc a, b;
+        sl_sim_psc_job ja[M], jb[M];
+        memset(ja, 0, sizeof ja);
+        memset(jb, 0, sizeof jb);
+        sl_sim_psc_init(&a, 0);
+        sl_sim_psc_init(&b, 0);
+        uint64_t t = 0;
+        for (unsigned i = 0; i < M; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            t += (seed >> 33) % 50;
+            uint64_t work = 1 + (seed >> 20) % 2000007;
+            double cap = (double) (1 + (seed >> 40) % 100) / 100.0;
+            double launch = (double) ((seed >> 50) % 100) / 100.0 / M;
+            sl_sim_psc_submit(&a, &ja[i], t * 10007, work, cap);
+            sl_sim_psc_submit_ex(&b, &jb[i], t * 10007, work, cap, launch);
+        }
+        (void) sl_sim_psc_advance(&a, UINT64_MAX - 1, NULL, NULL);
+        (void) sl_sim_psc_advance(&b, UINT64_MAX - 1, NULL, NULL);
+        for (unsigned i = 0; i < M; i++)
+            assert_int_equal(jb[i].done_ns, ja[i].done_ns);
+    }
+}
+
 /* With every cap 1 the capped resource is sl_sim_ps to the bit, looked at
  * all at once or at random times. */
 static void test_psc_equals_ps(void **state)
@@ -1040,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_ps_incremental),
         cmocka_unit_test(test_ps_random),
         cmocka_unit_test(test_psc_basic),
+        cmocka_unit_test(test_psc_launch),
         cmocka_unit_test(test_psc_equals_ps),
         cmocka_unit_test(test_psc_random),
         cmocka_unit_test(test_open),
