@@ -113,7 +113,8 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
                           .ns = ns,
                           .launch_ns = tm.launch_ns,
                           .split_max = most > UINT32_MAX ? UINT32_MAX : (uint32_t) most,
-                          .occupancy = tm.occupancy};
+                          .occupancy = tm.occupancy,
+                          .block_ns = tm.block_ns};
     t->iteration_ns += ns;
     t->work_ns += tm.work_ns;
     t->occupied_ns += (double) tm.work_ns * tm.occupancy;

@@ -42,6 +42,7 @@ typedef struct sl_eval_op_time {
     uint64_t launch_ns; /* of ns: on the device's launch path (kernels/sim) */
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
     double occupancy;   /* share of the SMs it keeps busy alone (kernels/sim), (0, 1] */
+    uint64_t block_ns;  /* one of its thread blocks (kernels/sim sl_sim_timing) */
 } sl_eval_op_time;
 
 typedef struct sl_eval_timeline {

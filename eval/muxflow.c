@@ -150,7 +150,8 @@ static sl_eval_op *to_ops(const sl_eval_timeline *t)
         o[i] = (sl_eval_op){.launch_ns = t->ops[i].launch_ns,
                             .work_ns = t->ops[i].ns - t->ops[i].launch_ns,
                             .split_max = t->ops[i].split_max,
-                            .occupancy = t->ops[i].occupancy};
+                            .occupancy = t->ops[i].occupancy,
+                            .block_ns = t->ops[i].block_ns};
     return o;
 }
 

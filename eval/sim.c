@@ -168,7 +168,7 @@ static void device_sync(gpu *g, uint64_t now)
             g->busy_ns += now - g->synced_ns;
             /* the share in use: the level's jobs take what the capped
              * ones leave, so it is 1 whenever one runs below its cap */
-            double used = g->ps.n_uncapped ? 1.0 : g->ps.capped_sum;
+            double used = sl_sim_psc_used(&g->ps);
             g->occupied_ns += (double) (now - g->synced_ns) * used;
         }
         g->synced_ns = now;
@@ -309,6 +309,20 @@ static uint64_t switch_cost(sim *s, uint64_t prev_id, sim_job *j)
  * host may enqueue op k + 1 while op k runs, hiding the launch behind
  * long kernels.) A job without a timeline asks for its launch share of the
  * same path in the fluid model (sl_sim_psc_submit_ex). */
+/* The stream class of a job's ops, as server/executor.c's stream_priority:
+ * above normal for high-priority jobs, below normal for the others while
+ * high-priority jobs exist, normal otherwise. salusd fixes a lane's stream
+ * while the lane is busy and swaps it when idle; here the class is taken
+ * when each op is submitted (the same while the classes do not change). */
+static int stream_priority(const sim *s, const gpu *g, const sim_job *j)
+{
+    if (s->cfg->no_stream_classes)
+        return 0;
+    if (j->is_hp)
+        return 1;
+    return g->gaps.n_hp > 0 ? -1 : 0;
+}
+
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
                       uint64_t now)
 {
@@ -341,7 +355,14 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
         if (!j->spec->ops)
             launch_share = j->spec->launch_share;
     }
-    sl_sim_psc_submit_ex(&g->ps, &j->ps, arrive, share, cap, launch_share);
+    /* an op's block unknown (0) is taken as the whole part: one wave, the
+     * longest a higher class can be made to wait for it; a whole iteration
+     * without a timeline has no blocks to wait for (not modelled: 0) */
+    uint64_t block = 0;
+    if (j->spec->ops)
+        block = j->spec->ops[k].block_ns ? j->spec->ops[k].block_ns : share;
+    sl_sim_psc_submit_prio(&g->ps, &j->ps, arrive, share, cap, launch_share,
+                           stream_priority(s, g, j), block < share ? block : share);
 }
 
 static void resume(sim *s, uint32_t gi, uint64_t now);

@@ -60,6 +60,7 @@ typedef struct sl_eval_op {
     uint64_t work_ns;
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max); 0 = 1 */
     double occupancy;   /* (0, 1]; 0 = 1 (fills the device) */
+    uint64_t block_ns;  /* one of its thread blocks (kernels/sim); 0 = unknown: never waited for */
 } sl_eval_op;
 
 /* One job of a trace: a training session that runs `iterations` iterations
@@ -181,6 +182,11 @@ typedef struct sl_eval_config {
     uint64_t op_part_ns;
     bool no_gap_fill;
     bool no_stepwise;
+    /* salusd --no-stream-classes: every lane's stream at normal priority.
+     * false (salusd's default): as server/executor.c, high-priority jobs'
+     * ops run in the above-normal class, the others' below normal while
+     * high-priority jobs exist (kernels/sim sl_sim_psc's classes). */
+    bool no_stream_classes;
     /* Measures the host's wall time spent in the lane hand-off and the
      * step dispatcher (the sched/ decisions) into the summary. */
     bool measure_decisions;

@@ -66,8 +66,9 @@ typedef struct sl_device_ops {
      * default being CUDA's lowest); cpu: < 0 runs the stream's threads under
      * SCHED_IDLE, so they take only the cores normal threads leave, and off
      * the first core (kept for high-priority work and the transport); sim:
-     * advisory. salusd gives a lane a stream of its session's
-     * class (executor.c) and swaps streams when the class changes. */
+     * as cuda (kernels/sim sim.h, sl_sim_psc's classes). salusd gives a
+     * lane a stream of its session's class (executor.c) and swaps streams
+     * when the class changes. */
     int (*stream_create)(sl_device *dev, int priority, sl_stream **out);
     /* Waits for the stream's pending work, then frees it. */
     void (*stream_destroy)(sl_device *dev, sl_stream *s);

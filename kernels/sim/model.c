@@ -84,12 +84,26 @@ static const sl_shape *conv_filter(unsigned op, const sl_shape *in, const sl_sha
     }
 }
 
-double sl_sim_occupancy(const sl_sim_profile *p, uint64_t blocks, unsigned per_sm)
+/* blocks over the device's resident block slots, unclamped: above 1 it is
+ * the number of waves the blocks run in. */
+static double block_ratio(const sl_sim_profile *p, uint64_t blocks, unsigned per_sm)
 {
     if (!p || p->sm_count == 0 || per_sm == 0)
         return 1.0;
-    double o = (double) (blocks ? blocks : 1) / ((double) p->sm_count * (double) per_sm);
+    return (double) (blocks ? blocks : 1) / ((double) p->sm_count * (double) per_sm);
+}
+
+double sl_sim_occupancy(const sl_sim_profile *p, uint64_t blocks, unsigned per_sm)
+{
+    double o = block_ratio(p, blocks, per_sm);
     return o < 1.0 ? o : 1.0;
+}
+
+/* One block's duration: work_ns over the waves its blocks run in. */
+static uint64_t block_ns(uint64_t work_ns, double ratio)
+{
+    double waves = ceil(ratio);
+    return waves > 1.0 ? (uint64_t) ((double) work_ns / waves) : work_ns;
 }
 
 static uint64_t elements(const sl_shape *s)
@@ -110,9 +124,10 @@ static uint64_t gemm_tiles(uint64_t m, uint64_t n)
     return ceil_div(m, GEMM_TILE) * ceil_div(n, GEMM_TILE);
 }
 
-/* Occupancy of one validated op alone (constants above). */
-static double op_occupancy(const sl_sim_profile *p, const sl_op_def *d, unsigned op,
-                           const sl_shape *in, const sl_shape *out)
+/* One validated op's blocks over the resident block slots (constants above):
+ * its occupancy alone when below 1. */
+static double op_block_ratio(const sl_sim_profile *p, const sl_op_def *d, unsigned op,
+                             const sl_shape *in, const sl_shape *out)
 {
     const sl_shape *c = NULL; /* a GEMM's output */
     switch (op) {
@@ -127,7 +142,7 @@ static double op_occupancy(const sl_sim_profile *p, const sl_op_def *d, unsigned
         if (out[0].ndim == 4) {
             const int64_t *y = out[0].dims;
             uint64_t m = (uint64_t) (y[0] * y[2] * y[3]), n = (uint64_t) y[1];
-            return sl_sim_occupancy(p, gemm_tiles(m, n), GEMM_BLOCKS_PER_SM);
+            return block_ratio(p, gemm_tiles(m, n), GEMM_BLOCKS_PER_SM);
         }
         break;
     case SL_OP_CONV2D_GRAD_FILTER: /* in[1] dy: batch, out channels, h, w */
@@ -135,8 +150,7 @@ static double op_occupancy(const sl_sim_profile *p, const sl_op_def *d, unsigned
             const int64_t *w = out[0].dims, *dy = in[1].dims;
             uint64_t k = (uint64_t) (dy[0] * dy[2] * dy[3]);
             uint64_t tiles = gemm_tiles((uint64_t) w[0], (uint64_t) (w[1] * w[2] * w[3]));
-            return sl_sim_occupancy(p, tiles * ceil_div(k ? k : 1, WGRAD_SPLIT_K),
-                                    GEMM_BLOCKS_PER_SM);
+            return block_ratio(p, tiles * ceil_div(k ? k : 1, WGRAD_SPLIT_K), GEMM_BLOCKS_PER_SM);
         }
         break;
     default:
@@ -145,7 +159,7 @@ static double op_occupancy(const sl_sim_profile *p, const sl_op_def *d, unsigned
     if (c && c->ndim >= 2) {
         uint64_t n = (uint64_t) c->dims[c->ndim - 1];
         uint64_t m = n ? elements(c) / n : 0;
-        return sl_sim_occupancy(p, gemm_tiles(m, n), GEMM_BLOCKS_PER_SM);
+        return block_ratio(p, gemm_tiles(m, n), GEMM_BLOCKS_PER_SM);
     }
     uint64_t most = 0;
     for (unsigned i = 0; i < d->n_in; i++)
@@ -153,7 +167,7 @@ static double op_occupancy(const sl_sim_profile *p, const sl_op_def *d, unsigned
     for (unsigned i = 0; i < d->n_out; i++)
         most = elements(&out[i]) > most ? elements(&out[i]) : most;
     /* one thread per element: blocks of one thread, threads_per_sm per SM */
-    return sl_sim_occupancy(p, most, p->threads_per_sm);
+    return block_ratio(p, most, p->threads_per_sm);
 }
 
 int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
@@ -181,9 +195,11 @@ int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *at
     sl_sim_timing r = {.launch_ns = p->launch_ns,
                        .resource = SL_SIM_RES_DEVICE,
                        .flops = c.flops,
-                       .bytes = c.bytes,
-                       .occupancy = op_occupancy(p, d, op, in, out)};
+                       .bytes = c.bytes};
+    double ratio = op_block_ratio(p, d, op, in, out);
+    r.occupancy = ratio < 1.0 ? ratio : 1.0;
     r.work_ns = sl_sim_work_ns(p, prec, c.flops, c.bytes, &r.memory_bound);
+    r.block_ns = block_ns(r.work_ns, ratio);
     *t = r;
     return SL_OK;
 }
@@ -206,11 +222,13 @@ void sl_sim_copy_timing(const sl_sim_profile *p, unsigned kind, uint64_t bytes, 
         .launch_ns = p->launch_ns, .bytes = bytes, .memory_bound = true, .occupancy = 1.0};
     if (kind == SL_SIM_COPY_D2D) {
         /* an element-wise kernel over the 4-byte words copied */
-        r.occupancy = sl_sim_occupancy(p, bytes / 4, p->threads_per_sm);
+        double ratio = block_ratio(p, bytes / 4, p->threads_per_sm);
+        r.occupancy = ratio < 1.0 ? ratio : 1.0;
         /* Reads and writes device memory: the SMs' resource. */
         r.resource = SL_SIM_RES_DEVICE;
         r.bytes = 2 * bytes;
         r.work_ns = sl_sim_work_ns(p, SL_SIM_FP32, 0, r.bytes, NULL);
+        r.block_ns = block_ns(r.work_ns, ratio);
     } else {
         r.resource = kind == SL_SIM_COPY_H2D ? SL_SIM_RES_H2D : SL_SIM_RES_D2H;
         r.work_ns = (uint64_t) ceil((double) bytes / p->pcie_bw * 1e9);

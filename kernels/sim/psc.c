@@ -21,6 +21,16 @@ void sl_sim_psc_init(sl_sim_psc *ps, uint64_t start_ns)
     ps->now_ns = start_ns;
 }
 
+/* Queues job by arrival, after those arriving at the same time. */
+static void pend(sl_sim_psc *ps, sl_sim_psc_job *job)
+{
+    sl_sim_psc_job **link = &ps->pending;
+    while (*link && (*link)->arrive_ns <= job->arrive_ns)
+        link = &(*link)->next;
+    job->next = *link;
+    *link = job;
+}
+
 void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
                        double cap)
 {
@@ -30,6 +40,16 @@ void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, 
 void sl_sim_psc_submit_ex(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
                           double cap, double launch)
 {
+    sl_sim_psc_submit_prio(ps, job, arrive_ns, solo_ns, cap, launch, 0, 0);
+}
+
+void sl_sim_psc_submit_prio(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns,
+                            uint64_t solo_ns, double cap, double launch, int priority,
+                            uint64_t block_ns)
+{
+    job->cls = priority > 0 ? 0u : priority == 0 ? 1u : 2u;
+    job->block_ns = block_ns;
+    job->waited = false;
     job->launch = launch > 0 && launch < 1 ? launch : 0.0;
     job->rho = 1.0;
     job->done = false;
@@ -37,11 +57,7 @@ void sl_sim_psc_submit_ex(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_n
     job->solo_ns = solo_ns;
     job->cap = cap > 0 && cap <= 1 ? cap : 1.0;
     job->arrive_ns = arrive_ns < ps->now_ns ? ps->now_ns : arrive_ns;
-    sl_sim_psc_job **link = &ps->pending;
-    while (*link && (*link)->arrive_ns <= job->arrive_ns)
-        link = &(*link)->next;
-    job->next = *link;
-    *link = job;
+    pend(ps, job);
 }
 
 /* Water-filling: the capped jobs are the longest prefix (by cap, ascending)
@@ -101,48 +117,83 @@ static void sort_by_effective_cap(sl_sim_psc *ps)
     ps->active = sorted;
 }
 
+/* Each class water-fills what the classes above leave it (sim.h). With one
+ * class in use its share is 1.0 exactly, and the expressions are those of
+ * the single-class model. */
 static void relevel(sl_sim_psc *ps)
 {
     if (ps->n_launching) {
         launch_level(ps);
         sort_by_effective_cap(ps);
     }
-    double c = 0.0;
-    unsigned m = ps->n_active;
-    bool capping = true;
-    for (sl_sim_psc_job *j = ps->active; j; j = j->next) {
-        double e = j->cap * j->rho; /* rho 1 without launches: e is cap, exactly */
-        bool cap_it = capping && e * (double) m < 1.0 - c;
-        if (cap_it) {
-            c += e;
-            m--;
-        } else {
-            capping = false;
+    double avail = 1.0;
+    for (unsigned k = 0; k < SL_SIM_PSC_CLASSES; k++) {
+        sl_sim_psc_class *cl = &ps->cls[k];
+        cl->avail = avail;
+        double c = 0.0;
+        unsigned m = cl->n_active;
+        bool capping = true;
+        for (sl_sim_psc_job *j = ps->active; j && cl->n_active; j = j->next) {
+            if (j->cls != k)
+                continue;
+            double e = j->cap * j->rho; /* rho 1 without launches: e is cap, exactly */
+            bool cap_it = capping && e * (double) m < avail - c;
+            if (cap_it) {
+                c += e;
+                m--;
+            } else {
+                capping = false;
+            }
+            if (cap_it && !j->capped)
+                j->left = (j->finish_v - cl->v) / j->cap;
+            else if (!cap_it && j->capped)
+                j->finish_v = cl->v + j->left * j->cap;
+            j->capped = cap_it;
         }
-        if (cap_it && !j->capped)
-            j->left = (j->finish_v - ps->v) / j->cap;
-        else if (!cap_it && j->capped)
-            j->finish_v = ps->v + j->left * j->cap;
-        j->capped = cap_it;
+        cl->capped_sum = c;
+        cl->n_uncapped = m;
+        /* jobs at the level take all that is left */
+        avail = m ? 0.0 : avail - c;
     }
-    ps->capped_sum = c;
-    ps->n_uncapped = m;
+}
+
+/* The rate at which an uncapped job of class cl gains service level. */
+static double level_rate(const sl_sim_psc_class *cl)
+{
+    double free = cl->avail - cl->capped_sum;
+    return free > 0 ? free : 0.0;
+}
+
+double sl_sim_psc_used(const sl_sim_psc *ps)
+{
+    double used = 0.0;
+    for (unsigned k = 0; k < SL_SIM_PSC_CLASSES; k++) {
+        const sl_sim_psc_class *cl = &ps->cls[k];
+        if (cl->n_uncapped && level_rate(cl) > 0)
+            return 1.0;
+        used += cl->capped_sum;
+    }
+    return used;
 }
 
 static uint64_t next_departure(const sl_sim_psc *ps)
 {
     if (ps->n_active == 0)
         return UINT64_MAX;
-    double min_finish = INFINITY, min_left = INFINITY;
+    double min_finish[SL_SIM_PSC_CLASSES] = {INFINITY, INFINITY, INFINITY}, min_left = INFINITY;
     for (const sl_sim_psc_job *j = ps->active; j; j = j->next) {
         if (j->capped)
             min_left = fmin(min_left, j->left / j->rho);
         else
-            min_finish = fmin(min_finish, j->finish_v);
+            min_finish[j->cls] = fmin(min_finish[j->cls], j->finish_v);
     }
     double dt = min_left;
-    if (ps->n_uncapped)
-        dt = fmin(dt, (min_finish - ps->v) * (double) ps->n_uncapped / (1.0 - ps->capped_sum));
+    for (unsigned k = 0; k < SL_SIM_PSC_CLASSES; k++) {
+        const sl_sim_psc_class *cl = &ps->cls[k];
+        if (cl->n_uncapped && level_rate(cl) > 0)
+            dt = fmin(dt, (min_finish[k] - cl->v) * (double) cl->n_uncapped /
+                              (cl->avail - cl->capped_sum));
+    }
     if (dt <= PSC_EPS_NS)
         return ps->now_ns;
     double step = ceil(dt - PSC_EPS_NS);
@@ -160,11 +211,18 @@ uint64_t sl_sim_psc_next_event_ns(const sl_sim_psc *ps)
 
 static void progress(sl_sim_psc *ps, uint64_t t)
 {
-    if (ps->n_uncapped)
-        ps->v += (double) (t - ps->now_ns) * (1.0 - ps->capped_sum) / (double) ps->n_uncapped;
-    if (ps->n_uncapped < ps->n_active)
-        for (sl_sim_psc_job *j = ps->active; j && j->capped; j = j->next)
-            j->left -= (double) (t - ps->now_ns) * j->rho;
+    unsigned uncapped = 0;
+    for (unsigned k = 0; k < SL_SIM_PSC_CLASSES; k++) {
+        sl_sim_psc_class *cl = &ps->cls[k];
+        uncapped += cl->n_uncapped;
+        if (cl->n_uncapped && level_rate(cl) > 0)
+            cl->v +=
+                (double) (t - ps->now_ns) * (cl->avail - cl->capped_sum) / (double) cl->n_uncapped;
+    }
+    if (uncapped < ps->n_active)
+        for (sl_sim_psc_job *j = ps->active; j; j = j->next)
+            if (j->capped)
+                j->left -= (double) (t - ps->now_ns) * j->rho;
     ps->now_ns = t;
 }
 
@@ -173,20 +231,23 @@ static unsigned depart(sl_sim_psc *ps, sl_sim_psc_done_fn done_fn, void *arg)
     sl_sim_psc_job *gone = NULL, **link = &ps->active;
     while (*link) {
         sl_sim_psc_job *j = *link;
-        bool due = j->capped ? j->left <= PSC_EPS_NS : j->finish_v <= ps->v + PSC_EPS_NS;
+        bool due =
+            j->capped ? j->left <= PSC_EPS_NS : j->finish_v <= ps->cls[j->cls].v + PSC_EPS_NS;
         if (due) {
             *link = j->next;
             j->next = gone;
             gone = j;
             ps->n_active--;
+            ps->cls[j->cls].n_active--;
             if (j->launch > 0)
                 ps->n_launching--;
         } else {
             link = &j->next;
         }
     }
-    if (ps->n_active == 0)
-        ps->v = 0;
+    for (unsigned k = 0; k < SL_SIM_PSC_CLASSES; k++)
+        if (ps->cls[k].n_active == 0)
+            ps->cls[k].v = 0; /* an idle class starts afresh */
     relevel(ps);
     unsigned n = 0;
     for (sl_sim_psc_job *j = gone, *next; j; j = next, n++) {
@@ -200,10 +261,51 @@ static unsigned depart(sl_sim_psc *ps, sl_sim_psc_done_fn done_fn, void *arg)
     return n;
 }
 
+/* The rate at which active job j runs now, as a share of the resource. */
+static double job_rate(const sl_sim_psc *ps, const sl_sim_psc_job *j)
+{
+    if (j->capped)
+        return j->cap * j->rho;
+    const sl_sim_psc_class *cl = &ps->cls[j->cls];
+    return level_rate(cl) / (double) cl->n_uncapped;
+}
+
+/* The wait a job arriving now is charged before it joins (sim.h): the
+ * longest block of the running lower-class jobs, when the SMs it needs are
+ * not free. */
+static uint64_t block_wait(const sl_sim_psc *ps, const sl_sim_psc_job *j)
+{
+    if (j->waited || j->cls + 1 >= SL_SIM_PSC_CLASSES)
+        return 0;
+    if (1.0 - sl_sim_psc_used(ps) >= j->cap)
+        return 0;
+    double wait = 0;
+    for (const sl_sim_psc_job *a = ps->active; a; a = a->next) {
+        if (a->cls <= j->cls || job_rate(ps, a) <= 0)
+            continue;
+        /* a block of it, or what is left of it alone if less: its running
+         * blocks run at full speed and are done by then */
+        double left = a->capped ? a->left : (a->finish_v - ps->cls[a->cls].v) / a->cap;
+        double w = fmin((double) a->block_ns, left);
+        wait = fmax(wait, w);
+    }
+    return wait > 0 ? (uint64_t) ceil(wait) : 0;
+}
+
 /* Joins the active list at its cap's place, ahead of equal caps (with every
- * cap 1 this is sl_sim_ps's push to the front). */
+ * cap 1 this is sl_sim_ps's push to the front), or waits for the lower
+ * classes' running blocks first. */
 static void activate(sl_sim_psc *ps, sl_sim_psc_job *j)
 {
+    uint64_t wait = block_wait(ps, j);
+    if (wait > 0) {
+        j->waited = true;
+        j->arrive_ns = ps->now_ns + wait;
+        ps->block_waits++;
+        ps->block_wait_ns += wait;
+        pend(ps, j);
+        return;
+    }
     sl_sim_psc_job **link = &ps->active;
     while (*link && (*link)->cap < j->cap)
         link = &(*link)->next;
@@ -212,6 +314,7 @@ static void activate(sl_sim_psc *ps, sl_sim_psc_job *j)
     j->capped = true; /* its progress as solo time left, converted by relevel */
     j->left = (double) j->solo_ns;
     ps->n_active++;
+    ps->cls[j->cls].n_active++;
     if (j->launch > 0)
         ps->n_launching++;
     relevel(ps);

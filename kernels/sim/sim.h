@@ -58,6 +58,11 @@ typedef struct sl_sim_timing {
     /* fraction of its resource it occupies alone, (0, 1] (header comment);
      * 1 for host-link copies, which own their resource */
     double occupancy;
+    /* duration of one of its thread blocks (work_ns / its waves of blocks;
+     * work_ns when one wave holds them all): how long a higher-priority
+     * stream's op waits for the SMs this op's running blocks hold (block
+     * schedulers do not preempt blocks). 0 for host-link copies. */
+    uint64_t block_ns;
 } sl_sim_timing;
 
 /* The precision an op of this dtype runs at: SL_SIM_FP32 for every dtype
@@ -171,6 +176,20 @@ int sl_sim_ps_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *wo
  * real-time sim device (stream.c) shares each resource this way, every op
  * capped at its occupancy.
  *
+ * Stream priorities (sl_sim_psc_submit_prio), as CUDA's block scheduler
+ * with stream priorities: when SMs free up it dispatches the blocks of the
+ * highest-priority stream first. Jobs carry one of three classes
+ * (priority > 0, 0, < 0); the highest class is water-filled first over the
+ * whole device (each job up to its effective cap), the next one over what
+ * that class leaves, and so on (a class whose jobs want more than its share
+ * leaves nothing below it). Blocks are not preempted: a job arriving while
+ * the SMs it needs (its cap) are not free and lower-class jobs run is
+ * charged a wait of the longest block_ns among those running lower-class
+ * jobs before it joins (each one's block_ns, or its solo time left when
+ * less; a full block: the upper bound, the mean residual would be half). Not modelled: during that
+ * wait it does not use the SMs that were free. With every job at priority 0 everything is exactly
+ * as above, to the bit.
+ *
  * Cost: O(active jobs) per arrival, departure and advance. Not thread-safe. */
 typedef struct sl_sim_psc_job {
     struct sl_sim_psc_job *next; /* private */
@@ -182,19 +201,33 @@ typedef struct sl_sim_psc_job {
     double finish_v;             /* private, uncapped: service level at which it departs */
     double left;                 /* private, capped: solo ns left (it runs at its cap) */
     bool capped;                 /* private: runs at its cap (else at the level) */
+    unsigned cls;                /* private: class, 0 = highest priority */
+    uint64_t block_ns;           /* private: duration of one of its blocks */
+    bool waited;                 /* private: the block wait was charged */
     uint64_t done_ns;            /* completion time, valid once done */
     bool done;
     void *user; /* caller's, untouched */
 } sl_sim_psc_job;
 
+#define SL_SIM_PSC_CLASSES 3
+
+/* One priority class's share of the resource (private). */
+typedef struct sl_sim_psc_class {
+    unsigned n_active;
+    unsigned n_uncapped; /* its active jobs at its level */
+    double capped_sum;   /* sum of the caps of its capped jobs */
+    double avail;        /* the share the classes above leave it */
+    double v;            /* service each uncapped job received since the class was idle */
+} sl_sim_psc_class;
+
 typedef struct sl_sim_psc {
     sl_sim_psc_job *pending; /* arrival in the future, by arrive_ns */
-    sl_sim_psc_job *active;  /* by effective cap (cap x rho), ascending; capped ones first */
+    sl_sim_psc_job *active;  /* by effective cap (cap x rho), ascending */
     unsigned n_active;
-    unsigned n_uncapped;  /* active jobs at the level */
-    double capped_sum;    /* sum of the caps of the capped jobs */
-    unsigned n_launching; /* active jobs with a launch share */
-    double v;             /* service each uncapped job received since the resource was idle */
+    unsigned n_launching;                     /* active jobs with a launch share */
+    sl_sim_psc_class cls[SL_SIM_PSC_CLASSES]; /* by priority, highest first */
+    uint64_t block_waits;                     /* jobs charged a block wait */
+    uint64_t block_wait_ns;                   /* and the waits' sum */
     uint64_t now_ns;
 } sl_sim_psc;
 
@@ -232,6 +265,17 @@ void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, 
  * launch outside [0, 1) (or NaN) is taken as 0. */
 void sl_sim_psc_submit_ex(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
                           double cap, double launch);
+
+/* As sl_sim_psc_submit_ex, in the class of `priority` (> 0 above normal,
+ * 0 normal, < 0 below: device.h's stream priorities), with block_ns the
+ * duration of one of its blocks (0 = never makes a higher class wait). */
+void sl_sim_psc_submit_prio(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns,
+                            uint64_t solo_ns, double cap, double launch, int priority,
+                            uint64_t block_ns);
+
+/* The share of the resource in use now, in [0, 1]: 1 while some job runs
+ * at a level below its cap, else the sum of the running caps. */
+double sl_sim_psc_used(const sl_sim_psc *ps);
 
 /* As sl_sim_ps_advance: arrivals and departures up to t_ns in time order,
  * done_fn (may resubmit) for each departure. Returns how many departed. */

@@ -7,7 +7,9 @@
  * processor-sharing resource, capped at the op's occupancy (sl_sim_psc:
  * a small kernel leaves the SMs it cannot fill to other streams; with
  * every op at occupancy 1 this is plain processor sharing, sl_sim_ps, to
- * the bit), with the arrival time
+ * the bit) in its stream's priority class (a higher-priority stream's
+ * blocks take the SMs first, after the running blocks of lower ones), with
+ * the arrival time
  *     max(issue, the device's launch server free) + launch_ns,
  *     issue = max(the stream's previous completion, submission time)
  * (the launch path is one FIFO server per device, shared by all its
@@ -54,6 +56,7 @@ struct sl_stream {
     struct sl_sim_dev *dev;
     sl_workq *q;
     uint64_t clock_ns; /* modeled completion of the last work; worker thread only */
+    int priority;      /* stream_create's: its ops' class on the SMs (sim.h, sl_sim_psc) */
     /* stream_set_workspace: accounted, never touched (outputs are not
      * computed); the submitting thread's alone */
     void *workspace;
@@ -86,7 +89,11 @@ static int run_work(sl_stream *s, const struct cmd *c)
     uint64_t launched = start > d->launch_free_ns ? start : d->launch_free_ns;
     launched += t->launch_ns * slow;
     d->launch_free_ns = launched;
-    sl_sim_psc_submit(ps, &job, launched, t->work_ns * slow, t->occupancy);
+    /* stream priorities order block dispatch on the SMs; the copy engines
+     * of the host link serve streams alike */
+    int prio = t->resource == SL_SIM_RES_DEVICE ? s->priority : 0;
+    sl_sim_psc_submit_prio(ps, &job, launched, t->work_ns * slow, t->occupancy, 0.0, prio,
+                           t->block_ns * slow);
     /* Others' departure times move when this job joins: let them recompute. */
     pthread_cond_broadcast(&d->model_cv);
     for (;;) {
@@ -148,10 +155,10 @@ static int commit(sl_stream *s, struct cmd *c)
 
 int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out)
 {
-    (void) priority; /* advisory: the sharing model gives every stream an equal share */
     sl_stream *s = sl_calloc(1, sizeof *s);
     if (!s)
         return SL_ENOMEM;
+    s->priority = priority;
     s->dev = dev->priv;
     s->clock_ns = sl_now_ns();
     char name[16];

@@ -458,11 +458,11 @@ static void test_switch_cost(void **state)
 
 /* hp: 5 ops of 5 us launch + 195 us work (1 ms alone); lp: 20 ops of 5 us
  * launch + 295 us work (6 ms alone). Made up, round, so bounds are exact. */
-static const sl_eval_op hp_ops[HP_OPS] = {{5000, 195000, 1, 1.0},
-                                          {5000, 195000, 1, 1.0},
-                                          {5000, 195000, 1, 1.0},
-                                          {5000, 195000, 1, 1.0},
-                                          {5000, 195000, 1, 1.0}};
+static const sl_eval_op hp_ops[HP_OPS] = {{5000, 195000, 1, 1.0, 0},
+                                          {5000, 195000, 1, 1.0, 0},
+                                          {5000, 195000, 1, 1.0, 0},
+                                          {5000, 195000, 1, 1.0, 0},
+                                          {5000, 195000, 1, 1.0, 0}};
 static sl_eval_op lp_ops[LP_OPS];
 static uint64_t hp_req[HP_REQS];
 
@@ -490,7 +490,7 @@ static void log_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteratio
 static void op_level_jobs(sl_eval_job_spec *jobs, uint64_t period_ns, uint64_t jitter_ns)
 {
     for (int k = 0; k < LP_OPS; k++)
-        lp_ops[k] = (sl_eval_op){5000, 295000, 4, 1.0};
+        lp_ops[k] = (sl_eval_op){5000, 295000, 4, 1.0, 0};
     for (int i = 0; i < HP_REQS; i++)
         hp_req[i] = (uint64_t) (i + 1) * period_ns + (i % 3 == 0 ? jitter_ns : 0);
     jobs[0] = (sl_eval_job_spec){.id = 1,
@@ -637,9 +637,9 @@ static void test_op_level_latency(void **state)
 static void test_op_level_switch_cost(void **state)
 {
     (void) state;
-    static const sl_eval_op ops_a[2] = {{10000, 490000, 1, 1.0}, {10000, 490000, 1, 1.0}};
+    static const sl_eval_op ops_a[2] = {{10000, 490000, 1, 1.0, 0}, {10000, 490000, 1, 1.0, 0}};
     static const sl_eval_op ops_b[3] = {
-        {5000, 295000, 1, 1.0}, {5000, 295000, 1, 1.0}, {5000, 295000, 1, 1.0}};
+        {5000, 295000, 1, 1.0, 0}, {5000, 295000, 1, 1.0, 0}, {5000, 295000, 1, 1.0, 0}};
     sl_eval_job_spec jobs[2] = {
         {.id = 1,
          .iterations = 5,
@@ -695,8 +695,8 @@ static void test_op_occupancy(void **state)
     (void) state;
     static sl_eval_op narrow[4], wide[4];
     for (int k = 0; k < 4; k++) {
-        narrow[k] = (sl_eval_op){0, 250000, 1, 0.4};
-        wide[k] = (sl_eval_op){0, 250000, 1, 0};
+        narrow[k] = (sl_eval_op){0, 250000, 1, 0.4, 0};
+        wide[k] = (sl_eval_op){0, 250000, 1, 0, 0};
     }
     sl_eval_job_spec jobs[2];
     for (int i = 0; i < 2; i++)
@@ -775,7 +775,7 @@ static void test_launch_path(void **state)
     /* op by op: four ops of 5 us launch + 5 us work at occupancy 0.05 */
     static sl_eval_op ops[4];
     for (int k = 0; k < 4; k++)
-        ops[k] = (sl_eval_op){5000, 5000, 1, 0.05};
+        ops[k] = (sl_eval_op){5000, 5000, 1, 0.05, 0};
     for (int i = 0; i < N; i++) {
         jobs[i].ops = ops;
         jobs[i].n_ops = 4;

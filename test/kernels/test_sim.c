@@ -473,6 +473,74 @@ static void test_ps_random(void **state)
     }
 }
 
+/* Stream priorities: the high class is water-filled first, the low one
+ * shares what is left; a high job that needs SMs the low one's running
+ * blocks hold waits for one of its blocks (or what is left of it). */
+static void test_psc_priority(void **state)
+{
+    (void) state;
+    sl_sim_psc ps;
+    sl_sim_psc_job lp = {0}, hp = {0};
+    /* lp alone from 0 at cap 0.8 for 1 ms, blocks of 100 us; hp at 200 us,
+     * cap 0.5 for 300 us: 0.2 free < 0.5, so it waits one lp block */
+    sl_sim_psc_init(&ps, 0);
+    sl_sim_psc_submit_prio(&ps, &lp, 0, 1000000, 0.8, 0.0, -1, 100000);
+    sl_sim_psc_submit_prio(&ps, &hp, 200000, 300000, 0.5, 0.0, 1, 0);
+    (void) sl_sim_psc_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    assert_true(hp.done && lp.done);
+    /* hp joins at 300 us and runs at its cap, alone of its class: 600 us */
+    assert_int_equal(hp.done_ns, 600000);
+    assert_int_equal(ps.block_waits, 1);
+    /* lp: 300 us at 0.8 (300 us of solo), 300 us at 0.5 of 0.8 (187.5 us
+     * of solo time), the remaining 512.5 us at its cap: 1112.5 us */
+    assert_true(lp.done_ns >= 1112499 && lp.done_ns <= 1112501);
+
+    /* with free SMs enough for it, no wait: lp at 0.3 leaves 0.7 >= 0.5 */
+    sl_sim_psc_job lp2 = {0}, hp2 = {0};
+    sl_sim_psc_init(&ps, 0);
+    sl_sim_psc_submit_prio(&ps, &lp2, 0, 1000000, 0.3, 0.0, -1, 100000);
+    sl_sim_psc_submit_prio(&ps, &hp2, 200000, 300000, 0.5, 0.0, 1, 0);
+    (void) sl_sim_psc_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    assert_int_equal(hp2.done_ns, 500000);
+    assert_int_equal(lp2.done_ns, 1000000);
+    assert_int_equal(ps.block_waits, 0);
+
+    /* an uncapped high job leaves the low class nothing */
+    sl_sim_psc_job lp3 = {0}, hp3 = {0};
+    sl_sim_psc_init(&ps, 0);
+    sl_sim_psc_submit_prio(&ps, &hp3, 0, 400000, 1.0, 0.0, 1, 0);
+    sl_sim_psc_submit_prio(&ps, &lp3, 0, 400000, 1.0, 0.0, -1, 0);
+    (void) sl_sim_psc_advance(&ps, UINT64_MAX - 1, NULL, NULL);
+    assert_int_equal(hp3.done_ns, 400000);
+    assert_int_equal(lp3.done_ns, 800000);
+}
+
+/* Priority 0 everywhere is the unprioritised model, to the bit. */
+static void test_psc_priority_zero_same(void **state)
+{
+    (void) state;
+    enum { N = 40 };
+    sl_sim_psc a, b;
+    sl_sim_psc_job ja[N], jb[N];
+    memset(ja, 0, sizeof ja);
+    memset(jb, 0, sizeof jb);
+    sl_sim_psc_init(&a, 0);
+    sl_sim_psc_init(&b, 0);
+    uint64_t seed = 7;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t at = (seed >> 40) % 3000000, solo = 1000 + (seed >> 20) % 900000;
+        double cap = 0.05 + (double) ((seed >> 8) % 96) / 100.0;
+        double launch = i % 3 ? 0.0 : 0.1 * (double) (i % 7);
+        sl_sim_psc_submit_ex(&a, &ja[i], at, solo, cap, launch);
+        sl_sim_psc_submit_prio(&b, &jb[i], at, solo, cap, launch, 0, 50000);
+    }
+    (void) sl_sim_psc_advance(&a, UINT64_MAX - 1, NULL, NULL);
+    (void) sl_sim_psc_advance(&b, UINT64_MAX - 1, NULL, NULL);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(ja[i].done_ns, jb[i].done_ns);
+}
+
 /* ---- processor sharing with rate caps ---- */
 
 static void test_psc_basic(void **state)
@@ -1122,6 +1190,8 @@ int main(void)
         cmocka_unit_test(test_ps_incremental),
         cmocka_unit_test(test_ps_random),
         cmocka_unit_test(test_psc_basic),
+        cmocka_unit_test(test_psc_priority),
+        cmocka_unit_test(test_psc_priority_zero_same),
         cmocka_unit_test(test_psc_launch),
         cmocka_unit_test(test_psc_equals_ps),
         cmocka_unit_test(test_psc_random),
