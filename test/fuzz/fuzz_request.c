@@ -82,7 +82,7 @@ void __wrap_sl_transport_send(sl_req *req, sl_reply *reply, sl_send_tap tap, voi
 static bool quiet(void)
 {
     pthread_mutex_lock(&srv.lock);
-    bool q = sl_exec_idle(&srv.exec) && sl_sender_quiet(&srv.sender) && !srv.exec.parked;
+    bool q = sl_exec_idle(&srv.exec) && sl_sender_quiet(&srv.sender) && !srv.exec.steps.parked;
     pthread_mutex_unlock(&srv.lock);
     return q;
 }
