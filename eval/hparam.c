@@ -8,8 +8,8 @@
  * --launch-ns: the profile's per-op launch cost (an ASSUMPTION of 5 us in
  * kernels/sim/profiles.c) replaced, to show how the computed utilisations,
  * and so the ratios, depend on it. --private-launches: every stream
- * launches on its own (the model before the GPU's launch path was shared,
- * sim.h private_launches), for comparison.
+ * launches on its own, as if the GPU had no shared launch path (sim.h
+ * private_launches), to show what that path costs packed jobs.
  *
  * One at a time: salusd --strict --spread-limit 0 under fifo (every session
  * shares one lane, and strict fifo holds it for the oldest job until it

@@ -205,7 +205,7 @@ typedef struct sl_eval_config {
      * false, the iterations and requests completed so far), and device
      * busy and occupied time count up to it. */
     uint64_t until_ns;
-    /* The launch model before the launch path was shared, for comparison:
+    /* Launches without a shared launch path, to show what it costs:
      * every op's launch on its own stream, never waiting for another
      * stream's, and launch_share ignored. false (the default): one launch
      * server per GPU, FIFO over all its streams (op by op), water-filled

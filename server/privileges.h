@@ -11,7 +11,7 @@
  * salusd can still remove them at exit and replace them (transport.c's
  * watchdog), which also needs their folder to be writable by that user:
  * salusd warns when it is not. Clients using shared memory must then run as
- * that user (salusd can no longer open other users' descriptors); others
+ * that user (salusd, no longer root, cannot open other users' descriptors); others
  * quietly fall back to inline transfers. */
 #ifndef SL_PRIVILEGES_H
 #define SL_PRIVILEGES_H

@@ -1,10 +1,12 @@
 /* Hostile tenants against the shared-memory data plane. Each attack tries
- * both ways a client ever had of handing salusd a segment: naming its
- * descriptor number in AttachShm (which salusd used to reopen through
- * /proc/<pid>/fd) and passing the descriptor over the descriptor socket.
+ * both ways a client can try to hand salusd a segment: naming its
+ * descriptor number in AttachShm (which salusd must refuse: reopening it
+ * through /proc/<pid>/fd opens files on the client's behalf) and passing
+ * the descriptor over the descriptor socket.
  *   hugetlb-memfd-sigbus  a huge-page memfd whose pages the tenant takes
  *                         away (hole punched, pool drained) before a run
- *                         reads it: salusd's copy used to die of SIGBUS
+ *                         reads it: the copy must fail that run, not
+ *                         kill salusd with SIGBUS
  *   lease-freeze          a lease on the segment (an open of it blocks for
  *                         the lease-break time) and a flood of stalled
  *                         descriptor connections: the victim's iterations
@@ -48,7 +50,7 @@ static uint64_t now_ms(void)
 
 /* ---- the tenant's side ---------------------------------------------- */
 
-/* AttachShm naming descriptor fd of this process: the old way. */
+/* AttachShm naming descriptor fd of this process by number (to be refused). */
 static int attach_by_number(salus_session *s, int fd, uint64_t size)
 {
     Salus__Request req = SALUS__REQUEST__INIT;
@@ -355,8 +357,8 @@ static void hugetlb_memfd_sigbus(void **state)
 
 /* Holds a lease on its segment while handing it over both ways, then
  * floods the descriptor socket with connections that never send. 0: the
- * lease was held throughout, the old way was refused and the new way
- * staged the segment without touching the lease. */
+ * lease was held throughout, the attach by number was refused and the
+ * descriptor socket staged the segment without touching the lease. */
 static int lease_tenant(void *varg)
 {
     struct tenant_arg *arg = varg;

@@ -182,7 +182,8 @@ static void runs_past_the_budget_stay_inline(void **state)
     assert_int_equal(sl_test_server_stop(&small), 0);
 }
 
-/* Sends an AttachShm naming ticket (and fd, the old way, when not 0);
+/* Sends an AttachShm naming ticket (and descriptor number fd, which salusd
+ * must refuse, when not 0);
  * expects code and a message containing msg. */
 static void expect_attach(salus_session *s, int fd, uint64_t ticket, uint64_t size, int code,
                           const char *msg)
