@@ -2,6 +2,8 @@
 #include "cli.h"
 
 #include "sl_text.h"
+#include "sim/profiles.h"
+#include "sl_error.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -109,5 +111,15 @@ bool sl_cli_no_operands(int argc, char **argv, int first)
     char esc[128];
     sl_escape(esc, sizeof esc, argv[first], strlen(argv[first]), SL_ESCAPE_BACKSLASH);
     fprintf(stderr, "%s: unexpected argument \"%s\"\n", program, esc);
+    return false;
+}
+
+bool sl_cli_gpu(const char *name, const sl_sim_profile **out)
+{
+    if (sl_sim_profile_find(name, out) == SL_OK)
+        return true;
+    char esc[128];
+    sl_escape(esc, sizeof esc, name, strlen(name), SL_ESCAPE_BACKSLASH);
+    fprintf(stderr, "%s: unknown GPU profile %s\n", program, esc);
     return false;
 }

@@ -46,4 +46,9 @@ bool sl_cli_double_above(const char *opt, const char *arg, double above, double 
  * one, prints 'PROGRAM: unexpected argument "X"' and returns false. */
 bool sl_cli_no_operands(int argc, char **argv, int first);
 
+/* The kernels/sim profile named name (a --gpu value) into *out; if there is
+ * none, prints 'PROGRAM: unknown GPU profile NAME' and returns false. */
+struct sl_sim_profile;
+bool sl_cli_gpu(const char *name, const struct sl_sim_profile **out);
+
 #endif

@@ -168,10 +168,8 @@ int main(int argc, char **argv)
     if (!sl_cli_no_operands(argc, argv, optind))
         return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
-        fprintf(stderr, "fikit: unknown GPU profile %s\n", gpu_name);
+    if (!sl_cli_gpu(gpu_name, &gpu))
         return 2;
-    }
     sl_eval_timeline ht = {0}, lt = {0};
     int rc = sl_eval_timeline_build(hp_model, 1, gpu, &ht);
     if (rc == SL_OK)

@@ -172,10 +172,8 @@ int main(int argc, char **argv)
         job_s = 2;
     }
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
-        fprintf(stderr, "hparam: unknown GPU profile %s\n", gpu_name);
+    if (!sl_cli_gpu(gpu_name, &gpu))
         return 2;
-    }
     sl_sim_profile custom;
     if (launch_set) {
         custom = *gpu;

@@ -276,10 +276,8 @@ int main(int argc, char **argv)
     if (!sl_cli_no_operands(argc, argv, optind))
         return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
-        fprintf(stderr, "inference: unknown GPU profile %s\n", gpu_name);
+    if (!sl_cli_gpu(gpu_name, &gpu))
         return 2;
-    }
     sl_eval_workload *w;
     size_t n_w;
     int rc = sl_eval_workloads_load(csv, &w, &n_w);

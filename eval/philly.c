@@ -916,10 +916,8 @@ int main(int argc, char **argv)
     if (!sl_cli_no_operands(argc, argv, optind))
         return 2;
     const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK) {
-        fprintf(stderr, "philly: unknown GPU profile %s\n", gpu_name);
+    if (!sl_cli_gpu(gpu_name, &gpu))
         return 2;
-    }
     if (n_vcs * 16 > n_servers * PER_SERVER) {
         fprintf(stderr, "philly: %u VCs need %u GPUs (a quota of 16 each), %u servers have %u\n",
                 n_vcs, n_vcs * 16, n_servers, n_servers * PER_SERVER);
