@@ -10,6 +10,7 @@ packages=(
   meson ninja-build cmake pkg-config gcc clang clang-format libclang-rt-14-dev
   libnng-dev nng-utils libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev zlib1g-dev libopenblas-dev libdnnl-dev valgrind python3
+  python3-dev python3-cffi python3-numpy python3-pytest # the Python binding (python/) and its tests
   dataset-fashion-mnist
   openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
   gnuplot-nox # eval/run's PNG plots (eval/plots; the eval tests draw them when present)

@@ -1,0 +1,654 @@
+"""Python binding of libsalusclient: train and serve through a salusd.
+
+    import numpy as np, salus
+
+    with salus.connect() as client, client.session(name="mlp") as s:
+        w = s.tensor(np.random.rand(784, 10).astype(np.float32))
+        g = salus.Graph()
+        x = g.input((128, 784))
+        y = g.op("matmul", [x, g.param(w)])
+        s.register(g)
+        (out,) = s.run(g, [batch], fetch=[y])   # numpy arrays in and out
+
+The objects mirror the C API in <salus/salus.h>, whose comments are the
+reference for every call's semantics:
+
+* Client      one connection to salusd (salus_client)
+* Session     sessions own persistent tensors and registered graphs
+* Tensor      a persistent tensor, read and written as numpy arrays
+* Graph       the validating graph builder; Value is one of its values
+* Model       nn models compiled to a training and an inference graph
+
+Every failure raises salus.Error, carrying the salus status code (`code`,
+a salus.Code) and the server's message (`message`).
+
+Memory: feeds are passed to the server straight from the numpy arrays' own
+buffers when they are C-contiguous and of the graph input's dtype (else one
+converted copy is made), and fetched values are written by the C library
+directly into the numpy arrays returned, so a run copies nothing in Python.
+
+Lifetimes: a Session keeps its Client alive, and a Tensor, Graph or Model
+keeps its Session alive. Closing a Client closes its sessions; closing a
+Session frees the graphs registered with it and the models compiled in it.
+Objects are also released when garbage-collected, but close() (or a `with`
+block) says when.
+"""
+
+import enum
+import threading
+import weakref
+
+import numpy as np
+
+from ._native import ffi, lib
+
+__all__ = [
+    "Code", "Error", "connect", "Client", "Session", "Tensor", "Graph", "Value",
+    "Model", "SGD", "Momentum", "Adam", "default_url", "F32", "I32",
+]
+
+F32 = "f32"
+I32 = "i32"
+_DTYPE_CODE = {F32: lib.SALUS_F32, I32: lib.SALUS_I32}
+_NUMPY = {lib.SALUS_F32: np.dtype(np.float32), lib.SALUS_I32: np.dtype(np.int32)}
+
+
+class Code(enum.IntEnum):
+    """salus status codes: the numbers of the C API and of the wire protocol."""
+    OK = lib.SALUS_OK
+    EINVAL = lib.SALUS_EINVAL
+    ENOMEM = lib.SALUS_ENOMEM
+    EEXHAUSTED = lib.SALUS_EEXHAUSTED
+    ENOTFOUND = lib.SALUS_ENOTFOUND
+    EPERM = lib.SALUS_EPERM
+    EPROTO = lib.SALUS_EPROTO
+    EDEVICE = lib.SALUS_EDEVICE
+    ENODEV = lib.SALUS_ENODEV
+    ESHUTDOWN = lib.SALUS_ESHUTDOWN
+    EUNSUPPORTED = lib.SALUS_EUNSUPPORTED
+    ETIMEDOUT = lib.SALUS_ETIMEDOUT
+    ECONN = lib.SALUS_ECONN
+    EINTERNAL = lib.SALUS_EINTERNAL
+    ESESSIONLOST = lib.SALUS_ESESSIONLOST
+    EDEVICERESET = lib.SALUS_EDEVICERESET
+    EBUSY = lib.SALUS_EBUSY
+
+
+class Error(Exception):
+    """A failed salus call.
+
+    code     the status code (a Code, or a plain int for a code this binding
+             does not know)
+    message  the server's (or library's) explanation; may be empty
+    """
+
+    def __init__(self, code, message=""):
+        try:
+            code = Code(code)
+        except ValueError:
+            pass
+        self.code = code
+        self.message = message
+        text = _text(lib.salus_strerror(int(code)))
+        name = code.name if isinstance(code, Code) else str(int(code))
+        super().__init__(f"{name}: {message}" if message else f"{name}: {text}")
+
+
+def _text(cstr):
+    return ffi.string(cstr).decode("utf-8", "replace") if cstr != ffi.NULL else ""
+
+
+def _dims(shape):
+    shape = tuple(int(d) for d in shape)
+    if not 0 < len(shape) <= lib.SALUS_MAX_DIMS:
+        raise ValueError(f"a shape has 1 to {lib.SALUS_MAX_DIMS} dimensions, not {len(shape)}")
+    return shape, ffi.new("int64_t[]", shape)
+
+
+def _dtype_code(dtype):
+    if isinstance(dtype, str):
+        if dtype not in _DTYPE_CODE:
+            raise ValueError(f"unknown dtype {dtype!r} (known: f32, i32)")
+        return _DTYPE_CODE[dtype]
+    for code, npd in _NUMPY.items():
+        if np.dtype(dtype) == npd:
+            return code
+    raise ValueError(f"salus tensors are float32 or int32, not {np.dtype(dtype)}")
+
+
+def _buffer(array, dtype_code, shape, what):
+    """A C-contiguous array of the right dtype and size (the caller's own
+    array when it already is one) and a pointer into it."""
+    a = np.ascontiguousarray(array, dtype=_NUMPY[dtype_code])
+    if a.size != int(np.prod(shape)):
+        raise ValueError(f"{what}: {a.size} elements given, {tuple(shape)} needs {int(np.prod(shape))}")
+    return a, ffi.from_buffer(a)
+
+
+def default_url():
+    """The URL salus.connect() uses when given none ($SALUS_URL, else the
+    user's own salusd socket, else the system's)."""
+    return _text(lib.salus_default_url())
+
+
+def connect(url=None):
+    """Connects to salusd at `url` (None: default_url()). Returns a Client."""
+    return Client(url)
+
+
+class Client:
+    """One connection to salusd. Usable from several threads (the C library
+    serialises its requests); reconnects by itself after a server restart,
+    but sessions do not survive one (Code.ESESSIONLOST)."""
+
+    def __init__(self, url=None):
+        out = ffi.new("salus_client **")
+        rc = lib.salus_connect(url.encode() if url is not None else ffi.NULL, out)
+        if rc:
+            raise Error(rc, _text(lib.salus_last_error(ffi.NULL)))
+        self._ptr = out[0]
+        self._sessions = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def _check(self, rc):
+        if rc:
+            raise Error(rc, _text(lib.salus_last_error(self._live())))
+
+    def _live(self):
+        if self._ptr is None:
+            raise Error(Code.EINVAL, "the client is closed")
+        return self._ptr
+
+    @property
+    def device(self):
+        """The server's device and policy, as it described them on connect."""
+        return _text(lib.salus_server_device(self._live()))
+
+    def session(self, name="", priority=0, weight=1.0, persistent_bytes=0, ephemeral_bytes=0,
+                expected_total_s=0.0, expected_iterations=0, wait=False):
+        """Opens a session (see salus_session_opts in salus.h for each
+        argument; wait=True waits for admission instead of failing with
+        Code.EEXHAUSTED)."""
+        return Session(self, name, priority, weight, persistent_bytes, ephemeral_bytes,
+                       expected_total_s, expected_iterations, wait)
+
+    def status(self):
+        """The server's status as text (what `salusctl status` prints)."""
+        out = ffi.new("char **")
+        self._check(lib.salus_status_text(self._live(), out))
+        try:
+            return _text(out[0])
+        finally:
+            lib.salus_free(out[0])
+
+    def set_policy(self, policy, strict=False):
+        """Changes the scheduling policy (an operator call)."""
+        self._check(lib.salus_set_policy(self._live(), policy.encode(), int(bool(strict))))
+
+    def set_session(self, session_id, priority=None, weight=None):
+        """Changes a session's priority and/or weight."""
+        self._check(lib.salus_set_session(self._live(), int(session_id), priority is not None,
+                                          int(priority or 0), weight is not None,
+                                          float(weight or 0.0)))
+
+    def close(self):
+        """Closes every session still open, then the connection. Idempotent."""
+        if self._ptr is None:
+            return
+        for s in list(self._sessions):
+            s.close()
+        lib.salus_disconnect(self._ptr)
+        self._ptr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            self.close()
+
+
+class Session:
+    """A session: persistent tensors, registered graphs and runs. It lives as
+    long as its client's connection; open it with Client.session()."""
+
+    def __init__(self, client, name, priority, weight, persistent_bytes, ephemeral_bytes,
+                 expected_total_s, expected_iterations, wait):
+        opts = ffi.new("salus_session_opts *")
+        cname = ffi.new("char[]", name.encode())
+        opts.name = cname
+        opts.priority = int(priority)
+        opts.weight = float(weight)
+        opts.persistent_bytes = int(persistent_bytes)
+        opts.ephemeral_bytes = int(ephemeral_bytes)
+        opts.expected_total_s = float(expected_total_s)
+        opts.expected_iterations = int(expected_iterations)
+        opts.wait_for_admission = int(bool(wait))
+        out = ffi.new("salus_session **")
+        client._check(lib.salus_session_open(client._live(), opts, out))
+        self.client = client
+        self._ptr = out[0]
+        self._dependents = weakref.WeakSet()
+        client._sessions.add(self)
+
+    @property
+    def id(self):
+        """The session's id on the server (what salusctl shows)."""
+        return int(lib.salus_session_id(self._live()))
+
+    @property
+    def shm_bytes(self):
+        """Shared memory the session's runs move data through (0: inline)."""
+        return int(lib.salus_session_shm_bytes(self._live()))
+
+    def _live(self):
+        if self._ptr is None:
+            raise Error(Code.EINVAL, "the session is closed")
+        return self._ptr
+
+    def _check(self, rc):
+        self.client._check(rc)
+
+    def tensor(self, data=None, shape=None, dtype=None):
+        """Creates a persistent tensor: from `data` (an array; int32 if its
+        values are integers, else float32, unless `dtype` says), or zeros of
+        `shape` and `dtype` (default float32)."""
+        if data is not None:
+            arr = np.asarray(data)
+            if dtype is None:
+                dtype = I32 if arr.dtype.kind in "iub" else F32
+            shape = arr.shape if shape is None else shape
+        elif shape is None:
+            raise ValueError("give data or a shape")
+        code = _dtype_code(F32 if dtype is None else dtype)
+        shape, dims = _dims(shape)
+        init = ffi.NULL
+        if data is not None:
+            keep, init = _buffer(data, code, shape, "tensor data")
+        tid = ffi.new("uint64_t *")
+        self._check(lib.salus_tensor_create(self._live(), code, len(shape), dims, init, tid))
+        return Tensor(self, int(tid[0]), shape, code)
+
+    def register(self, graph):
+        """Registers a Graph with this session; returns the ephemeral bytes one
+        iteration needs, as the server planned them."""
+        peak = ffi.new("uint64_t *")
+        graph._check_builder()
+        self._check(lib.salus_graph_register(self._live(), graph._live(), peak))
+        graph._session = self
+        self._dependents.add(graph)
+        return int(peak[0])
+
+    def run(self, graph, feeds=(), fetch=()):
+        """Runs one iteration of a registered graph. feeds: one array per graph
+        input, in the order the inputs were made (or a dict {Value: array}).
+        fetch: Values whose contents to return. Returns a list of new numpy
+        arrays, one per fetched value, written in place by the library."""
+        inputs = graph._inputs
+        if isinstance(feeds, dict):
+            missing = [v for v in inputs if v not in feeds]
+            if missing:
+                raise ValueError(f"no feed for graph input(s) {missing}")
+            feeds = [feeds[v] for v in inputs]
+        feeds = list(feeds)
+        if len(feeds) != len(inputs):
+            raise ValueError(f"the graph has {len(inputs)} inputs, {len(feeds)} feeds given")
+        keep, ptrs = [], ffi.new("void *[]", max(len(feeds), 1))
+        for i, (v, f) in enumerate(zip(inputs, feeds)):
+            a, p = _buffer(f, v.dtype_code, v.shape, f"feed {i}")
+            keep.append(a)
+            ptrs[i] = p
+        fetch = list(fetch)
+        handles = ffi.new("salus_value[]", max(len(fetch), 1))
+        outs, out_ptrs = [], ffi.new("void *[]", max(len(fetch), 1))
+        for j, v in enumerate(fetch):
+            if v.graph is not graph:
+                raise ValueError(f"fetch {j} is a value of another graph")
+            handles[j] = v.handle
+            o = np.empty(v.shape, dtype=_NUMPY[v.dtype_code])
+            outs.append(o)
+            out_ptrs[j] = ffi.from_buffer(o)
+        self._check(lib.salus_run(self._live(), graph._live(), ffi.cast("const void *const *", ptrs),
+                                  len(fetch), handles, out_ptrs))
+        return outs
+
+    def close(self):
+        """Frees the graphs and models of this session, then closes it on the
+        server (freeing its tensors). Idempotent."""
+        if self._ptr is None:
+            return
+        for d in list(self._dependents):
+            d.close()
+        rc = lib.salus_session_close(self._ptr)
+        self._ptr = None
+        self.client._sessions.discard(self)
+        if rc not in (Code.OK, Code.ESESSIONLOST, Code.ECONN):
+            raise Error(rc, "closing the session")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None and self.client._ptr is not None:
+            try:
+                self.close()
+            except Error:
+                pass
+
+
+class Tensor:
+    """A persistent tensor of a session: stays resident in the server."""
+
+    def __init__(self, session, tensor_id, shape, dtype_code):
+        self.session = session
+        self.id = tensor_id
+        self.shape = tuple(shape)
+        self.dtype_code = dtype_code
+
+    @property
+    def dtype(self):
+        return _NUMPY[self.dtype_code]
+
+    def read(self, out=None):
+        """The tensor's contents as a new array (or into `out`, a C-contiguous
+        array of its shape and dtype)."""
+        if out is None:
+            out = np.empty(self.shape, dtype=self.dtype)
+        elif not (out.flags.c_contiguous and out.dtype == self.dtype and out.shape == self.shape):
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.shape}")
+        self.session._check(lib.salus_tensor_read(self.session._live(), self.id,
+                                                  ffi.from_buffer(out), out.nbytes))
+        return out
+
+    def write(self, data):
+        """Overwrites the tensor with `data` (its shape's number of elements)."""
+        a, p = _buffer(data, self.dtype_code, self.shape, "tensor data")
+        self.session._check(lib.salus_tensor_write(self.session._live(), self.id, p, a.nbytes))
+
+    def free(self):
+        """Frees the tensor on the server (Code.EBUSY while a graph uses it)."""
+        self.session._check(lib.salus_tensor_free(self.session._live(), self.id))
+
+    def __repr__(self):
+        return f"salus.Tensor(id={self.id}, shape={self.shape}, dtype={self.dtype})"
+
+
+class Value:
+    """One value of a Graph: an input, a parameter or an op's output."""
+
+    def __init__(self, graph, handle):
+        self.graph = graph
+        self.handle = handle
+        dtype, ndim = ffi.new("int *"), ffi.new("int *")
+        dims = ffi.new("int64_t[]", lib.SALUS_MAX_DIMS)
+        if lib.salus_graph_shape(graph._live(), handle, dtype, ndim, dims):
+            raise Error(Code.EINVAL, f"graph has no value {handle}")
+        self.dtype_code = dtype[0]
+        self.shape = tuple(dims[i] for i in range(ndim[0]))
+
+    @property
+    def dtype(self):
+        return _NUMPY[self.dtype_code]
+
+    def __hash__(self):
+        return hash((id(self.graph), self.handle))
+
+    def __eq__(self, other):
+        return isinstance(other, Value) and other.graph is self.graph and other.handle == self.handle
+
+    def __repr__(self):
+        return f"salus.Value({self.handle}, shape={self.shape}, dtype={self.dtype})"
+
+
+class Graph:
+    """The graph builder. Each call validates as it goes (shapes are inferred
+    with the server's own op registry); the first error is raised at once as
+    Error(Code.EINVAL) naming the op and what is wrong, and the builder then
+    stays failed (build the graph again). Ops, their inputs and attributes
+    are listed in docs/ops.md."""
+
+    def __init__(self, _borrowed=None, _owner=None):
+        if _borrowed is not None:
+            self._ptr, self._owned, self._owner = _borrowed, False, _owner
+        else:
+            self._ptr, self._owned, self._owner = lib.salus_graph_new(), True, None
+            if self._ptr == ffi.NULL:
+                raise MemoryError("salus_graph_new")
+        self._inputs = []
+        self._session = None
+
+    def _live(self):
+        if self._ptr is None:
+            raise Error(Code.EINVAL, "the graph is freed")
+        return self._ptr
+
+    def _check_builder(self):
+        err = lib.salus_graph_error(self._live())
+        if err != ffi.NULL:
+            raise Error(Code.EINVAL, _text(err))
+
+    def _value(self, handle):
+        if handle == lib.SALUS_NO_VALUE:
+            self._check_builder()
+            raise Error(Code.EINVAL, "graph builder failed")
+        return Value(self, handle)
+
+    def input(self, shape, dtype=F32):
+        """An input fed at every run."""
+        shape, dims = _dims(shape)
+        v = self._value(lib.salus_graph_input(self._live(), _dtype_code(dtype), len(shape), dims))
+        self._inputs.append(v)
+        return v
+
+    def param(self, tensor):
+        """A persistent Tensor of the session the graph will be registered with."""
+        shape, dims = _dims(tensor.shape)
+        return self._value(lib.salus_graph_param(self._live(), tensor.id, tensor.dtype_code,
+                                                 len(shape), dims))
+
+    def op(self, type, inputs, iattrs=(), fattrs=(), outputs=1):
+        """Adds an op; returns its output Value, or a tuple of `outputs` Values
+        for ops with several. iattrs/fattrs are the positional integer and
+        float attributes of docs/ops.md."""
+        ins = ffi.new("salus_value[]", [v.handle for v in inputs] or [0])
+        ia = ffi.new("int64_t[]", [int(a) for a in iattrs] or [0])
+        fa = ffi.new("float[]", [float(a) for a in fattrs] or [0.0])
+        for v in inputs:
+            if v.graph is not self:
+                raise ValueError("an input is a value of another graph")
+        first = self._value(lib.salus_graph_op(self._live(), type.encode(), len(inputs), ins,
+                                               len(iattrs), ia, len(fattrs), fa))
+        if outputs == 1:
+            return first
+        return tuple([first] + [self._value(first.handle + i) for i in range(1, outputs)])
+
+    @property
+    def inputs(self):
+        """The graph's inputs, in feed order."""
+        return list(self._inputs)
+
+    @property
+    def id(self):
+        """The server-side id (0 before registration)."""
+        return int(lib.salus_graph_id(self._live()))
+
+    def memory(self):
+        """(planned_peak, naive_bytes) of a registered graph."""
+        peak, naive = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        rc = lib.salus_graph_memory(self._live(), peak, naive)
+        if rc:
+            raise Error(rc, "the graph is not registered")
+        return int(peak[0]), int(naive[0])
+
+    def close(self):
+        """Frees the builder (and the server-side graph, if registered)."""
+        if self._ptr is not None and self._owned:
+            lib.salus_graph_free(self._ptr)
+        self._ptr = None
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None and self._owned:
+            s = self._session
+            if s is None or s._ptr is not None:
+                self.close()
+
+
+class SGD:
+    """Plain stochastic gradient descent."""
+
+    def __init__(self, lr):
+        self.kind, self.lr = lib.SALUS_SGD, lr
+
+
+class Momentum:
+    """SGD with momentum (PyTorch's SGD(momentum=...) update)."""
+
+    def __init__(self, lr, momentum=0.9, weight_decay=0.0):
+        self.kind, self.lr, self.momentum, self.weight_decay = lib.SALUS_MOMENTUM, lr, momentum, weight_decay
+
+
+class Adam:
+    """Adam."""
+
+    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+        if not (beta1 > 0 and beta2 > 0 and eps > 0):
+            raise ValueError("Adam: beta1, beta2 and eps must be > 0 (0 means the default in salus.h)")
+        self.kind, self.lr, self.beta1, self.beta2, self.eps = lib.SALUS_ADAM, lr, beta1, beta2, eps
+
+
+class Model:
+    """A stack of layers on one sample's shape (no batch dimension), compiled
+    in a session to a training graph (softmax cross-entropy over the last
+    layer's class scores, int32 labels) and an inference graph (argmax).
+    Layer methods return the model, so they chain:
+
+        m = salus.Model((784,)).dense(128).relu().dense(10)
+        m.compile(session, salus.Momentum(0.02), batch=128)
+        loss = m.train_step(x, labels)
+    """
+
+    def __init__(self, sample_shape):
+        shape, dims = _dims(sample_shape)
+        self._ptr = lib.salus_model_new(len(shape), dims)
+        if self._ptr == ffi.NULL:
+            raise ValueError(f"invalid sample shape {shape}")
+        self.sample_shape = shape
+        self.session = None
+        self.batch = self.infer_batch = None
+
+    def _live(self):
+        if self._ptr is None:
+            raise Error(Code.EINVAL, "the model is freed")
+        return self._ptr
+
+    def _check(self, rc):
+        if rc:
+            msg = _text(lib.salus_model_error(self._live()))
+            if self.session is not None and not msg:
+                msg = _text(lib.salus_last_error(self.session.client._live()))
+            raise Error(rc, msg)
+
+    def _layer(self, rc):
+        self._check(rc)
+        return self
+
+    def dense(self, units):
+        return self._layer(lib.salus_model_dense(self._live(), units))
+
+    def conv2d(self, filters, kernel, stride=1, pad=0):
+        return self._layer(lib.salus_model_conv2d(self._live(), filters, kernel, stride, pad))
+
+    def maxpool(self, kernel, stride=None):
+        return self._layer(lib.salus_model_maxpool(self._live(), kernel, stride or kernel))
+
+    def avgpool(self, kernel, stride=None):
+        return self._layer(lib.salus_model_avgpool(self._live(), kernel, stride or kernel))
+
+    def batchnorm(self):
+        return self._layer(lib.salus_model_batchnorm(self._live()))
+
+    def relu(self):
+        return self._layer(lib.salus_model_relu(self._live()))
+
+    def sigmoid(self):
+        return self._layer(lib.salus_model_sigmoid(self._live()))
+
+    def tanh(self):
+        return self._layer(lib.salus_model_tanh(self._live()))
+
+    def flatten(self):
+        return self._layer(lib.salus_model_flatten(self._live()))
+
+    def compile(self, session, optimizer, batch, infer_batch=None, seed=0):
+        """Creates the parameters in `session` and registers both graphs."""
+        opt = ffi.new("salus_optimizer *")
+        opt.kind = optimizer.kind
+        opt.lr = optimizer.lr
+        for field in ("momentum", "weight_decay", "beta1", "beta2", "eps"):
+            if hasattr(optimizer, field):
+                setattr(opt, field, getattr(optimizer, field))
+        infer_batch = batch if infer_batch is None else infer_batch
+        self._check(lib.salus_model_compile(self._live(), session._live(), opt, batch,
+                                            infer_batch, seed))
+        self.session, self.batch, self.infer_batch = session, int(batch), int(infer_batch)
+        session._dependents.add(self)
+        return self
+
+    def _compiled(self):
+        if self.session is None:
+            raise Error(Code.EINVAL, "compile the model first")
+
+    def train_step(self, x, labels):
+        """One iteration on x[batch, *sample_shape] and int labels[batch];
+        returns the batch's mean loss before the update."""
+        self._compiled()
+        xa, xp = _buffer(x, lib.SALUS_F32, (self.batch,) + self.sample_shape, "x")
+        la, lp = _buffer(labels, lib.SALUS_I32, (self.batch,), "labels")
+        loss = ffi.new("float *")
+        self._check(lib.salus_model_train_step(self._live(), ffi.cast("float *", xp),
+                                               ffi.cast("int32_t *", lp), loss))
+        return float(loss[0])
+
+    def predict(self, x):
+        """Predicted classes of x[infer_batch, *sample_shape] (int32)."""
+        self._compiled()
+        xa, xp = _buffer(x, lib.SALUS_F32, (self.infer_batch,) + self.sample_shape, "x")
+        out = np.empty(self.infer_batch, dtype=np.int32)
+        self._check(lib.salus_model_predict(self._live(), ffi.cast("float *", xp),
+                                            ffi.cast("int32_t *", ffi.from_buffer(out))))
+        return out
+
+    @property
+    def param_count(self):
+        """Trainable parameters (after compile)."""
+        return int(lib.salus_model_param_count(self._live()))
+
+    @property
+    def training_graph(self):
+        """The compiled training Graph (owned by the model)."""
+        self._compiled()
+        return Graph(_borrowed=lib.salus_model_training_graph(self._live()), _owner=self)
+
+    @property
+    def inference_graph(self):
+        """The compiled inference Graph (owned by the model)."""
+        self._compiled()
+        return Graph(_borrowed=lib.salus_model_inference_graph(self._live()), _owner=self)
+
+    def close(self):
+        """Frees the model and its graphs (its tensors go with the session)."""
+        if self._ptr is not None:
+            lib.salus_model_free(self._ptr)
+        self._ptr = None
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            s = self.session
+            if s is None or s._ptr is not None:
+                self.close()

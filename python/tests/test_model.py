@@ -1,0 +1,54 @@
+"""nn models through the binding: compiling, training, predicting, errors."""
+import numpy as np
+import pytest
+
+import salus
+
+
+def blobs(n, seed):
+    """Two separable Gaussian classes in 8 dimensions."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n).astype(np.int32)
+    x = rng.standard_normal((n, 8)).astype(np.float32) + (2 * y[:, None] - 1) * 1.5
+    return x, y
+
+
+def test_mlp_learns_two_blobs(session):
+    m = salus.Model((8,)).dense(16).relu().dense(2)
+    m.compile(session, salus.Momentum(0.05, momentum=0.9), batch=32, infer_batch=256, seed=3)
+    assert m.param_count == 8 * 16 + 16 + 16 * 2 + 2
+    x, y = blobs(32 * 40, seed=1)
+    losses = [m.train_step(x[i:i + 32], y[i:i + 32]) for i in range(0, len(x), 32)]
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    xt, yt = blobs(256, seed=2)
+    assert (m.predict(xt) == yt).mean() > 0.9
+
+
+def test_sgd_step_lowers_the_loss_of_its_batch(session):
+    m = salus.Model((4,)).dense(3)
+    m.compile(session, salus.SGD(0.5), batch=8, seed=7)
+    g = m.training_graph
+    assert g.id > 0
+    x = np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)
+    y = np.arange(8, dtype=np.int32) % 3
+    l1 = m.train_step(x, y)
+    l2 = m.train_step(x, y)
+    assert np.isfinite(l1) and l2 < l1
+
+
+def test_model_errors_are_raised_with_the_cause(session):
+    with pytest.raises(salus.Error) as e:
+        salus.Model((1, 8, 8)).dense(4)  # dense wants a flat sample
+    assert e.value.code == salus.Code.EINVAL and e.value.message
+    m = salus.Model((4,)).dense(2)
+    with pytest.raises(salus.Error):
+        m.train_step(np.zeros((8, 4), np.float32), np.zeros(8, np.int32))
+
+
+def test_cnn_compiles_and_trains_a_step(session):
+    m = (salus.Model((1, 8, 8)).conv2d(4, 3, pad=1).relu().maxpool(2).flatten().dense(3))
+    m.compile(session, salus.Adam(1e-3), batch=4, infer_batch=2, seed=1)
+    x = np.random.default_rng(0).standard_normal((4, 1, 8, 8)).astype(np.float32)
+    loss = m.train_step(x, np.array([0, 1, 2, 0], np.int32))
+    assert np.isfinite(loss)
+    assert m.predict(x[:2]).shape == (2,)
