@@ -96,6 +96,17 @@ def deserialize(doc, typ, where):
         return None
 
 
+def image_programs():
+    """What the image built by deploy/container/build-image.sh can run: the
+    programs it stages into bin/, and the base's shell."""
+    script = open(os.path.join(os.environ["DEPLOY_DIR"], "container", "build-image.sh")).read()
+    staged = re.search(r'cp "\$salusd"(.*?)"\$ctx/bin/"', script, re.S)
+    names = {"salusd", "/bin/sh"}
+    if staged:
+        names |= {os.path.basename(p.strip('"\\ \n')) for p in staged.group(1).split()}
+    return names - {""}
+
+
 def pod_spec(obj):
     if obj["kind"] == "Pod":
         return obj["spec"], obj["metadata"]
