@@ -122,8 +122,8 @@ KillWait=5
 NodeName=@HOST@ NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1,shard:8 State=UNKNOWN
 PartitionName=debug Nodes=@HOST@ Default=YES MaxTime=10 State=UP OverSubscribe=FORCE:4
 CONF
-cp "${DEPLOY_DIR:-/nonexistent}/slurm/gres.conf" "$tmp/gres.conf" 2>/dev/null ||
-  printf 'Name=gpu File=/dev/null\nName=shard Count=8 File=/dev/null\n' >"$tmp/gres.conf"
+# deploy/slurm/gres.conf's set-up, on /dev/null: this node has no GPU
+printf 'Name=gpu File=/dev/null\nName=shard Count=8 File=/dev/null\n' >"$tmp/gres.conf"
 export SLURM_CONF="$tmp/slurm.conf"
 
 echo "== slurmctld, slurmd"
