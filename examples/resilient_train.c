@@ -144,19 +144,31 @@ int main(int argc, char **argv)
 {
     job j = {.name = "resilient", .steps = 400, .step_ms = 0, .every = 20, .wait_s = 120};
     static const struct option opts[] = {
-        {"steps", required_argument, NULL, 's'},  {"step-ms", required_argument, NULL, 'm'},
+        {"steps", required_argument, NULL, 's'},
+        {"step-ms", required_argument, NULL, 'm'},
         {"checkpoint-every", required_argument, NULL, 'k'},
-        {"wait-s", required_argument, NULL, 'w'}, {"name", required_argument, NULL, 'n'},
+        {"wait-s", required_argument, NULL, 'w'},
+        {"name", required_argument, NULL, 'n'},
         {0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 's': j.steps = atoi(optarg); break;
-        case 'm': j.step_ms = atoi(optarg); break;
-        case 'k': j.every = atoi(optarg); break;
-        case 'w': j.wait_s = atoi(optarg); break;
-        case 'n': j.name = optarg; break;
+        case 's':
+            j.steps = atoi(optarg);
+            break;
+        case 'm':
+            j.step_ms = atoi(optarg);
+            break;
+        case 'k':
+            j.every = atoi(optarg);
+            break;
+        case 'w':
+            j.wait_s = atoi(optarg);
+            break;
+        case 'n':
+            j.name = optarg;
+            break;
         default:
             fprintf(stderr, "usage: resilient_train [--steps N] [--step-ms MS] "
                             "[--checkpoint-every K] [--wait-s S] [--name NAME]\n");
@@ -214,8 +226,8 @@ int main(int argc, char **argv)
         if (j.step_ms)
             usleep((useconds_t) j.step_ms * 1000);
     }
-    printf("[%s] loss %.5f -> %.5f over %d steps, resumed %d times\n", j.name, first, last,
-           j.steps, resumed);
+    printf("[%s] loss %.5f -> %.5f over %d steps, resumed %d times\n", j.name, first, last, j.steps,
+           resumed);
     status = last * 10 < first ? 0 : 1;
 out:
     detach(&j);

@@ -27,7 +27,7 @@ void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits
  * false with the refusal in r. Operators' sessions belong to no step: no
  * limits hold for them anyway. */
 bool sl_sessions_job_of(const sl_sessions *ss, const Salus__OpenSession *m, const sl_peer *peer,
-                   const sl_job **out, sl_reply *r)
+                        const sl_job **out, sl_reply *r)
 {
     *out = NULL;
     if (peer->is_operator || !peer->has_uid)
@@ -67,8 +67,9 @@ void sl_job_request_register(sl_sessions *ss, const Salus__RegisterJob *m, sl_re
     int rc = sl_jobs_register(&ss->jobs, &job);
     switch (rc) {
     case SL_OK:
-        sl_log_info("job.register", "job step %u.%u of uid %u: memory quota %llu bytes, priority %d",
-                    m->job_id, m->step_id, m->uid, (unsigned long long) m->memory, m->priority);
+        sl_log_info("job.register",
+                    "job step %u.%u of uid %u: memory quota %llu bytes, priority %d", m->job_id,
+                    m->step_id, m->uid, (unsigned long long) m->memory, m->priority);
         return;
     case SL_EINVAL:
         sl_reply_error(r, rc, "job step %u.%u is registered for another uid", m->job_id,
@@ -122,6 +123,6 @@ void sl_job_request_close(sl_sessions *ss, const Salus__CloseJob *m, sl_reply *r
         sl_log_info("job.close", "job %u ended: %u steps forgotten, %u sessions closed", m->job_id,
                     body->steps_closed, body->sessions_closed);
     else
-        sl_log_info("job.close", "job step %u.%u ended: %u sessions closed", m->job_id,
-                    m->step_id, body->sessions_closed);
+        sl_log_info("job.close", "job step %u.%u ended: %u sessions closed", m->job_id, m->step_id,
+                    body->sessions_closed);
 }

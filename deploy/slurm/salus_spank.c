@@ -110,11 +110,28 @@ static int parse_size(const char *s, uint64_t *out)
         return -1;
     unsigned shift = 0;
     switch (*end) {
-    case 'K': case 'k': shift = 10; end++; break;
-    case 'M': case 'm': shift = 20; end++; break;
-    case 'G': case 'g': shift = 30; end++; break;
-    case 'T': case 't': shift = 40; end++; break;
-    default: break;
+    case 'K':
+    case 'k':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end || (shift && v > (UINT64_MAX >> shift)))
         return -1;
@@ -138,8 +155,8 @@ static int parse_qos(const char *list)
         long p = strtol(colon + 1, &end, 10);
         if (errno || *end || end == colon + 1 || p < PRIORITY_MIN || p > PRIORITY_MAX)
             return -1;
-        snprintf(conf.qos_name[conf.n_qos], sizeof conf.qos_name[0], "%.*s",
-                 (int) (colon - item), item);
+        snprintf(conf.qos_name[conf.n_qos], sizeof conf.qos_name[0], "%.*s", (int) (colon - item),
+                 item);
         conf.qos_prio[conf.n_qos++] = (int) p;
     }
     return 0;
@@ -195,7 +212,7 @@ static uint64_t shards_in(const char *list)
         bool starts = p == list || p[-1] == ',' || p[-1] == ':' || p[-1] == '/' || p[-1] == ';';
         const char *end = p + strcspn(p, ",;(");
         p += 5;
-        if (!starts || (*p != ':' && *p != '=') )
+        if (!starts || (*p != ':' && *p != '='))
             continue;
         const char *num = end;
         while (num > p && num[-1] >= '0' && num[-1] <= '9')

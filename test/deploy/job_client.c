@@ -137,9 +137,8 @@ static int cmd_probe(const char *id, const char *token)
 {
     salus_client *c = connect_or_die();
     /* a handle on someone else's session, as if its id and token leaked */
-    salus_session other = {.client = c,
-                           .id = strtoull(id, NULL, 10),
-                           .token = strtoull(token, NULL, 10)};
+    salus_session other = {
+        .client = c, .id = strtoull(id, NULL, 10), .token = strtoull(token, NULL, 10)};
     pthread_mutex_init(&other.shm_lock, NULL);
     int read_rc = salus_tensor_free(&other, 1);
     printf("tensor %d: %s\n", read_rc, salus_last_error(c));

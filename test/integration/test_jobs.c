@@ -48,8 +48,8 @@ static void nobody_client(const char *url, int out, int go)
     if (salus_connect(url, &c))
         _exit(4);
     salus_session *a = NULL, *b = NULL, *x = NULL;
-    salus_session_opts o = {.name = "in-job", .persistent_bytes = 3 * MIB,
-                            .ephemeral_bytes = 1 * MIB};
+    salus_session_opts o = {
+        .name = "in-job", .persistent_bytes = 3 * MIB, .ephemeral_bytes = 1 * MIB};
     setenv("SALUS_JOB", "77.0", 1);
     put(out, salus_session_open(c, &o, &a)); /* fits the 4 MiB quota */
     o.persistent_bytes = 1 * MIB;
@@ -59,7 +59,7 @@ static void nobody_client(const char *url, int out, int go)
     setenv("SALUS_JOB", "79.0", 1);
     put(out, salus_session_open(c, &o, &x)); /* another uid's */
     setenv("SALUS_JOB", "77.x", 1);
-    put(out, salus_session_open(c, &o, &x)); /* malformed */
+    put(out, salus_session_open(c, &o, &x));                /* malformed */
     put(out, salus_job_register(c, 80, 0, NOBODY, 0, 100)); /* not an operator */
     put(out, salus_job_close(c, 77, 0, 0, NULL));
     char byte;
