@@ -191,5 +191,14 @@ grep -q "job step $jobid.0 ended: 1 sessions closed\|job $jobid ended: .* 1 sess
 status=$(SALUS_URL="ipc://$sock" "$SALUSCTL" status)
 ! grep -q left-behind <<<"$status" || fail "salusd still lists the session: $status"
 
-echo "PASS: quota, priority, isolation and scancel cleanup through srun --salus"
+echo "== a step asking for salus where salusd is down does not start"
+kill "${pids[0]}"
+wait "${pids[0]}" 2>/dev/null
+out=$(run_as nobody --salus echo started 2>&1)
+echo "$out" | tail -n 3
+! grep -qx started <<<"$out" || fail "the step ran without salusd"
+grep -q 'salus: job step [0-9.]*: cannot reach salusd' <<<"$out" ||
+  grep -q 'cannot reach salusd' "$tmp/log/slurmd.log" || fail "no reason given for the refused step"
+
+echo "PASS: quota, priority, isolation, scancel cleanup and refusal through srun --salus"
 exit 0
