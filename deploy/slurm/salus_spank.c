@@ -363,7 +363,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     uint64_t shards = 0;
     int prio = 0;
     if (job_figures(job, &shards, &prio) != 0)
-        return -1;
+        return asked ? -1 : 0; /* default=on: the step runs, without salus */
     if (has_user_prio && user_prio < prio)
         prio = user_prio;
     uint64_t memory = conf.shard_memory && shards ? shards * conf.shard_memory : 0;
