@@ -340,10 +340,21 @@ static int salus_call(enum call what, uint32_t job, uint32_t step, uint32_t uid,
     return -1;
 }
 
+/* Every callback gets the plugstack.conf arguments, and Slurm calls
+ * slurm_spank_init in some contexts only (not before the job epilog). */
+static int configure(int ac, char **av)
+{
+    static bool done;
+    if (done)
+        return 0;
+    done = true;
+    return parse_args(ac, av);
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     (void) sp;
-    return parse_args(ac, av);
+    return configure(ac, av);
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
@@ -405,8 +416,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
-    (void) ac;
-    (void) av;
+    if (configure(ac, av) != 0)
+        return 0;
     uint32_t job;
     if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
         return 0;

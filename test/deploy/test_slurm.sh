@@ -189,8 +189,14 @@ cat "$tmp/hold/a.end"
 grep -q '^lost 14' "$tmp/hold/a.end" || fail "the holder saw $(cat "$tmp/hold/a.end"), not SESSION_LOST"
 grep -q "job step $jobid.0 ended: 1 sessions closed\|job $jobid ended: .* 1 sessions closed" \
   "$tmp/log/salusd.log" || fail "salusd did not log closing the job's session"
+# the job epilog closes every step of the job once more (for a slurmstepd
+# that died before its step's end)
+for _ in $(seq 50); do grep -q "job $jobid ended" "$tmp/log/salusd.log" && break; sleep 0.2; done
+grep -q "job $jobid ended: 0 steps forgotten, 0 sessions closed" "$tmp/log/salusd.log" ||
+  fail "the job epilog did not close job $jobid"
 status=$(SALUS_URL="ipc://$sock" "$SALUSCTL" status)
 ! grep -q left-behind <<<"$status" || fail "salusd still lists the session: $status"
+grep -E "job\.(register|close)" "$tmp/log/salusd.log" | grep -E "job (step )?$jobid[ .]" | sed 's/^[^ ]* //'
 
 echo "== a step asking for salus where salusd is down does not start"
 kill "${pids[0]}"
