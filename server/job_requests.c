@@ -3,9 +3,6 @@
 #include "sl_error.h"
 #include "sl_log.h"
 
-#include <stdio.h>
-#include <string.h>
-
 /* A job step's figures over its user's limits. */
 void sl_job_limits(const sl_job *job, sl_limits *lim)
 {
@@ -96,14 +93,8 @@ struct close_match {
 static bool step_matches(uint64_t tenant, void *arg)
 {
     const struct close_match *c = arg;
-    if (c->all_steps) {
-        char name[48], want[24];
-        if (!sl_job_tenant_name(tenant, name, sizeof name))
-            return false;
-        int n = snprintf(want, sizeof want, "job %u.", c->job_id);
-        return strncmp(name, want, (size_t) n) == 0;
-    }
-    return tenant == sl_job_tenant(c->job_id, c->step_id);
+    return c->all_steps ? sl_job_tenant_of_job(tenant, c->job_id)
+                        : tenant == sl_job_tenant(c->job_id, c->step_id);
 }
 
 void sl_job_request_close(sl_sessions *ss, const Salus__CloseJob *m, sl_reply *r, sl_outbox *box)

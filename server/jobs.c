@@ -29,6 +29,11 @@ bool sl_job_tenant_name(uint64_t key, char *buf, size_t len)
     return true;
 }
 
+bool sl_job_tenant_of_job(uint64_t key, uint32_t job_id)
+{
+    return (key & JOB_TENANT_BIT) && ((key >> 31) & 0xffffffffu) == job_id;
+}
+
 int sl_jobs_register(sl_jobs *jobs, const sl_job *job)
 {
     uint64_t key = sl_job_tenant(job->job_id, job->step_id);

@@ -39,6 +39,8 @@ typedef struct sl_jobs {
 uint64_t sl_job_tenant(uint32_t job_id, uint32_t step_id);
 /* Whether key is a step's tenant key; if so, writes "job J.S" into buf. */
 bool sl_job_tenant_name(uint64_t key, char *buf, size_t len);
+/* Whether key is the tenant key of a step of job_id. */
+bool sl_job_tenant_of_job(uint64_t key, uint32_t job_id);
 
 /* Registers (or replaces) a step. Errors: SL_EINVAL (registered for another
  * uid), SL_EEXHAUSTED (SL_JOBS_MAX steps already), SL_ENOMEM. */

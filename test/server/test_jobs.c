@@ -33,9 +33,13 @@ static void tenant_keys_name_their_step(void **state)
     assert_int_not_equal(sl_job_tenant(1, 0), sl_job_tenant(1, 1));
     assert_int_not_equal(sl_job_tenant(1, 0), sl_job_tenant(0, 1));
     assert_int_not_equal(sl_job_tenant(12, 0xfffffffbu), sl_job_tenant(12, 0xfffffffcu));
+    assert_true(sl_job_tenant_of_job(sl_job_tenant(12, 0xfffffffbu), 12));
+    assert_true(sl_job_tenant_of_job(sl_job_tenant(4294967295u, 7), 4294967295u));
+    assert_false(sl_job_tenant_of_job(sl_job_tenant(12, 0), 13));
     sl_peer user = {.has_uid = true, .uid = UINT32_MAX}, remote = {.has_uid = false};
     assert_false(sl_job_tenant_name(sl_tenant_key(&user), name, sizeof name));
     assert_false(sl_job_tenant_name(sl_tenant_key(&remote), name, sizeof name));
+    assert_false(sl_job_tenant_of_job(sl_tenant_key(&user), 0));
 }
 
 static void register_replace_and_refuse(void **state)
