@@ -28,6 +28,8 @@ srv=salus-test-srv-$$ job=salus-test-job-$$ vol=salus-test-run-$$
 cleanup() {
   podman rm -f -t 0 "$srv" "$job" >/dev/null 2>&1
   podman volume rm -f "$vol" >/dev/null 2>&1
+  # the top layer goes (remade each run); the Debian base stays cached
+  [ -n "${image:-}" ] && podman rmi -f "$image" >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -37,7 +39,7 @@ export CONTAINERS_CONF="$tmp/containers.conf"
 podman info >/dev/null 2>&1 || skip "podman does not work here: $(podman info 2>&1 | tail -1)"
 
 t0=$(date +%s)
-image=localhost/salus:test
+image=localhost/salus:test-$$
 if ! out=$("${DEPLOY_DIR:?}/container/build-image.sh" "$build" "$image" 2>&1); then
   echo "$out" >&2
   # no mirror or no storage: containers cannot be made here
