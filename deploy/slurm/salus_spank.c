@@ -237,9 +237,10 @@ static int job_figures(uint32_t job_id, uint64_t *shards, int *priority)
         return -1;
     }
     slurm_job_info_t *j = &msg->job_array[0];
-    *shards = shards_in(j->gres_total);
-    if (!*shards)
-        *shards = shards_in(j->tres_per_node);
+    /* per node; the job's total is per node only when it has one node */
+    *shards = shards_in(j->tres_per_node);
+    if (!*shards && j->num_nodes == 1)
+        *shards = shards_in(j->gres_total);
     int prio = 0;
     for (int i = 0; j->qos && i < conf.n_qos; i++)
         if (strcmp(j->qos, conf.qos_name[i]) == 0)
