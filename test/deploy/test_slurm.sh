@@ -4,7 +4,7 @@
 # /dev/null, as deploy/slurm/ describes), the salus SPANK plugin, a salusd,
 # and `srun --salus` jobs of two users running job_client. Checks:
 #   quota      a job holding 2 shards gets 2 x shard_memory and no more
-#   priority   --nice lowers the sessions' priority
+#   priority   --nice lowers the sessions' priority, --salus=priority=N asks less
 #   isolation  a job of another user, knowing a session's id and token,
 #              cannot use it, change it or see it
 #   scancel    a session left behind by a cancelled job (a daemon outside
@@ -158,6 +158,12 @@ echo "== priority: --nice=7 lowers it to -7"
 out=$(run_as nobody --salus --nice=7 --gres=shard:1 "$JOB_CLIENT" open 1000000 2>&1)
 echo "$out" | grep job-client
 awk '/job-client/ {print $4}' <<<"$out" | grep -qx -- -7 || fail "session priority is not -7"
+
+echo "== priority: --salus=priority=-3 asks for less"
+out=$(run_as nobody --salus=priority=-3 --gres=shard:1 "$JOB_CLIENT" open 1000000 2>&1)
+awk '/job-client/ {print $4}' <<<"$out" | grep -qx -- -3 || fail "session priority is not -3: $out"
+out=$(run_as nobody --salus=priority=lots true 2>&1)
+grep -q 'expected priority=N' <<<"$out" || fail "a bad --salus value was taken: $out"
 
 echo "== isolation and scancel"
 rm -f "$tmp/hold/a" "$tmp/hold/a.end"
