@@ -578,6 +578,12 @@ int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_se
     hints.expected_iterations = opts->expected_iterations;
     hints.wait_for_admission = opts->wait_for_admission != 0;
     open.hints = &hints;
+    int job_rc = sl_client_job_from_env(&open.has_job, &open.job_id, &open.step_id);
+    if (job_rc) {
+        set_error(c, "%s", "SALUS_JOB is not JOB.STEP (two numbers; the Slurm plugin sets it)");
+        sl_free(s);
+        return job_rc;
+    }
     req.body_case = SALUS__REQUEST__BODY_OPEN_SESSION;
     req.open_session = &open;
     Salus__Reply *rep;

@@ -85,4 +85,8 @@ void *sl_client_shm_get(salus_session *s, size_t need);
 /* Unmaps s's segment (the server keeps its own mapping until it lets go). */
 void sl_client_shm_fini(salus_session *s);
 
+/* The job step $SALUS_JOB names ("JOB.STEP" or "JOB", step 0): *has is
+ * false when it is unset or empty. Errors: SL_EINVAL (malformed). */
+int sl_client_job_from_env(protobuf_c_boolean *has, uint32_t *job_id, uint32_t *step_id);
+
 #endif

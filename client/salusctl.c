@@ -17,6 +17,8 @@ static void usage(FILE *f)
             "  policy NAME [--strict]         switch the scheduling policy at run time\n"
             "                                 (operators: root or salusd's user over ipc://,\n"
             "                                 clients of salusd --operator-listen)\n"
+            "  health                         exit 0 when salusd answers a handshake and a\n"
+            "                                 status request within 3 s (container probes)\n"
             "  session ID [--priority P] [--weight W]\n"
             "                                 change a session's priority or fair-share weight\n"
             "                                 (your own within your limits; operators: any)\n"
@@ -32,6 +34,29 @@ static int fail(salus_client *c, const char *what, int rc)
     fprintf(stderr, "salusctl: %s failed: %s: %s\n", what, salus_strerror(rc), salus_last_error(c));
     salus_disconnect(c);
     return 1;
+}
+
+/* A liveness/readiness probe: salusd accepts a connection, speaks our
+ * protocol and answers a request, within a short bound of its own so that
+ * a probe's timeout is not what ends it. */
+static int health(const char *url)
+{
+    if (!getenv("SALUS_CONNECT_TIMEOUT_MS"))
+        setenv("SALUS_CONNECT_TIMEOUT_MS", "3000", 1);
+    salus_client *c;
+    int rc = salus_connect(url, &c);
+    if (rc != SALUS_OK) {
+        fprintf(stderr, "salusctl: unhealthy: %s: %s\n", salus_strerror(rc),
+                salus_last_error(NULL));
+        return 1;
+    }
+    char *text;
+    if ((rc = salus_status_text(c, &text)) != SALUS_OK)
+        return fail(c, "status", rc);
+    salus_free(text);
+    printf("ok: %s\n", salus_server_device(c));
+    salus_disconnect(c);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -56,6 +81,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[i++];
+    if (strcmp(cmd, "health") == 0)
+        return health(url);
     if (strcmp(cmd, "status") && strcmp(cmd, "policy") && strcmp(cmd, "session")) {
         fprintf(stderr, "salusctl: unknown command '%s'\n", cmd);
         usage(stderr);

@@ -4,6 +4,9 @@
 #   scripts/install-deps.sh          build, test, demo
 #   scripts/install-deps.sh bench    the same plus what the benchmarks need
 #                                    (PyTorch for bench/train_vs_torch)
+#   scripts/install-deps.sh deploy   the same plus what the deployment tests
+#                                    run (test/deploy: Slurm, podman, systemd,
+#                                    the Kubernetes models)
 set -euo pipefail
 
 packages=(
@@ -19,8 +22,14 @@ for group in "$@"; do
   case "$group" in
   bench) # bench/train_vs_torch trains the same models in PyTorch (/usr/bin/python3)
     packages+=(python3-torch python3-numpy) ;;
+  deploy) # test/deploy: the Slurm plugin and a real slurmctld/slurmd/munged,
+    # containers (podman with runc; mmdebstrap makes the base image), the
+    # systemd unit check, the Kubernetes manifests' models. Not
+    # kubernetes-client: kubectl cannot validate offline anyway.
+    packages+=(slurm-wlm munge libslurm-dev podman runc mmdebstrap systemd
+      python3-kubernetes python3-yaml iproute2) ;;
   *)
-    echo "install-deps.sh: unknown group '$group' (known: bench)" >&2
+    echo "install-deps.sh: unknown group '$group' (known: bench, deploy)" >&2
     exit 2 ;;
   esac
 done

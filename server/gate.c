@@ -1,6 +1,7 @@
 /* The request gate (gate.h). */
 #include "gate.h"
 #include "decode.h"
+#include "job_requests.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -74,7 +75,7 @@ static void set_session(sl_server *srv, const sl_peer *peer, const Salus__SetSes
     }
     if (!peer->is_operator) {
         sl_limits lim;
-        sl_sessions_limits(&srv->sessions, peer, &lim);
+        sl_sessions_limits_of(&srv->sessions, t, &lim);
         if (m->set_priority && m->priority > lim.max_priority) {
             sl_reply_error(r, SL_EPERM,
                            "priority %d is above your limit %d (salusd --tenant-limits / "
@@ -190,6 +191,14 @@ static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pip
         return false;
     case SALUS__REQUEST__BODY_SET_SESSION:
         set_session(srv, &peer, msg->set_session, r, box);
+        return false;
+    case SALUS__REQUEST__BODY_REGISTER_JOB:
+        if (operator_allowed(&peer, r))
+            sl_job_request_register(&srv->sessions, msg->register_job, r);
+        return false;
+    case SALUS__REQUEST__BODY_CLOSE_JOB:
+        if (operator_allowed(&peer, r))
+            sl_job_request_close(&srv->sessions, msg->close_job, r, box);
         return false;
     case SALUS__REQUEST__BODY__NOT_SET:
         sl_reply_error(r, SL_EINVAL, "empty request: set one of the request bodies");

@@ -2,6 +2,7 @@
  * work, run strictly in order through the handlers. */
 #include "decode.h"
 #include "handlers.h"
+#include "job_requests.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -107,6 +108,7 @@ void sl_sessions_fini(sl_sessions *ss)
         session_free(ss, v);
     sl_map_fini(&ss->table);
     sl_tenants_fini(&ss->tenants);
+    sl_jobs_fini(&ss->jobs);
 }
 
 /* s leaves the table: its tenant holds it no longer. */
@@ -331,9 +333,8 @@ bool sl_sessions_tenant_room(sl_sessions *ss, const sl_session *s, uint64_t need
     uint64_t charged = charged_ephemeral(s);
     if (!s->limited || need <= charged)
         return true;
-    sl_peer owner = {.pipe_id = s->pipe_id, .has_uid = s->has_uid, .uid = s->uid};
     sl_limits lim;
-    sl_sessions_limits(ss, &owner, &lim);
+    sl_sessions_limits_of(ss, s, &lim);
     sl_tenant_use use = sl_tenants_get(&ss->tenants, s->tenant);
     uint64_t more = need - charged;
     if (!lim.memory || (use.memory <= lim.memory && more <= lim.memory - use.memory))
@@ -426,10 +427,15 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
                        ss->table.count, max_sessions);
         return false;
     }
-    uint64_t tenant = sl_tenant_key(peer);
+    const sl_job *job;
+    if (!sl_sessions_job_of(ss, m, peer, &job, r))
+        return false;
+    uint64_t tenant = job ? job->tenant : sl_tenant_key(peer);
     sl_limits lim = {0};
     if (!peer->is_operator) {
         sl_sessions_limits(ss, peer, &lim);
+        if (job)
+            sl_job_limits(job, &lim);
         sl_tenant_use use = sl_tenants_get(&ss->tenants, tenant);
         if (use.sessions >= lim.max_sessions) {
             char who[96];
@@ -470,6 +476,8 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         if (h->expected_total_s > 0 && h->expected_total_s < 1e9)
             s->job.sched.expected_total_ns = (uint64_t) (h->expected_total_s * 1e9);
     }
+    if (job && (!h || !h->priority))
+        s->job.sched.priority = job->priority; /* the step's class unless it asks for less */
     if (s->limited && !within_limits(ss, s, peer, &lim, r)) {
         sl_free(s);
         return false;
@@ -617,6 +625,40 @@ void sl_sessions_pipe_gone(sl_sessions *ss, uint32_t pipe_id, sl_outbox *box)
             sl_sessions_submit(ss, s, NULL, &lost_close, r, box);
         }
     } while (n_lost == 64);
+}
+
+uint32_t sl_sessions_close_tenants(sl_sessions *ss, bool (*match)(uint64_t tenant, void *arg),
+                                   void *arg, sl_outbox *box)
+{
+    uint32_t closed = 0;
+    sl_session *doomed[64];
+    int n;
+    /* as for a lost connection: collect first, close in rounds */
+    do {
+        n = 0;
+        size_t i = 0;
+        void *v;
+        while (n < 64 && sl_map_next(&ss->table, &i, NULL, &v)) {
+            sl_session *s = v;
+            if (!s->closing && match(s->tenant, arg))
+                doomed[n++] = s;
+        }
+        for (int k = 0; k < n; k++) {
+            sl_session *s = doomed[k];
+            sl_reply *r = sl_reply_new(0);
+            s->closing = true;
+            if (!r) {
+                sl_log_err("ses.job", "out of memory closing session %llu",
+                           (unsigned long long) s->id);
+                continue;
+            }
+            sl_log_info("ses.job", "session %llu (%s): its job ended; closing it",
+                        (unsigned long long) s->id, s->name);
+            sl_sessions_submit(ss, s, NULL, &lost_close, r, box);
+            closed++;
+        }
+    } while (n == 64);
+    return closed;
 }
 
 void sl_sessions_drain(sl_sessions *ss, sl_outbox *box)

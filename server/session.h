@@ -12,6 +12,7 @@
 #include "exec.h"
 #include "fault.h"
 #include "graph.h"
+#include "jobs.h"
 #include "manager.h"
 #include "reply.h"
 #include "shm.h"
@@ -79,6 +80,7 @@ typedef struct sl_sessions {
     uint64_t capacity, quota, default_ephemeral, framework_per_lane;
     sl_map table;       /* id -> sl_session */
     sl_tenants tenants; /* what each tenant holds */
+    sl_jobs jobs;       /* cluster job steps registered by an operator */
     uint64_t next_id;
     /* host bytes held by all sessions' graphs and tensors, and the most
      * they may hold (cfg->max_metadata, or a quarter of the host's memory) */
@@ -112,6 +114,13 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
 bool sl_session_owned_by(const sl_session *s, const sl_peer *peer);
 /* The limits of peer's tenant (every field set; see tenants.h). */
 void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out);
+/* The limits s lives under: its owner's, with its job step's memory
+ * quota and priority cap when it belongs to a registered step. */
+void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits *out);
+/* Closes every session whose tenant key match() accepts, as if its
+ * connection had gone; returns how many. */
+uint32_t sl_sessions_close_tenants(sl_sessions *ss, bool (*match)(uint64_t tenant, void *arg),
+                                   void *arg, sl_outbox *box);
 /* A graph of s needs an ephemeral need of bytes: whether s's tenant may
  * hold that much more than it was charged (false, with the refusal in r,
  * when it would pass its memory quota). Changes nothing. */

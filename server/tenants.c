@@ -1,5 +1,6 @@
 /* Tenants, rights and limits (tenants.h). */
 #include "tenants.h"
+#include "jobs.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_text.h"
@@ -171,6 +172,8 @@ void sl_tenant_name(uint64_t key, char *buf, size_t len)
 {
     /* numbers only: a name lookup can go to the network (NSS), and this
      * runs under the server lock */
+    if (sl_job_tenant_name(key, buf, len))
+        return;
     if (key == TENANT_REMOTE || key == 0)
         snprintf(buf, len, "remote");
     else

@@ -151,9 +151,12 @@ typedef struct salus_session_opts {
 } salus_session_opts;
 
 /* Opens a session (opts may be NULL for defaults). *out is owned by the caller
- * and must be passed to salus_session_close.
+ * and must be passed to salus_session_close. Inside a cluster job, $SALUS_JOB
+ * ("JOB.STEP", set by the Slurm plugin) names the job step the session
+ * belongs to: it then lives under the step's quota and ends with it.
  * Errors: SALUS_EEXHAUSTED (does not fit and not waiting), SALUS_ESHUTDOWN,
- * SALUS_ECONN, SALUS_ENOMEM. */
+ * SALUS_ECONN, SALUS_ENOMEM, SALUS_EPERM (the step is not running there),
+ * SALUS_EINVAL ($SALUS_JOB is not JOB.STEP). */
 int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_session **out);
 
 /* Closes the session on the server (freeing every tensor and graph of it) and
@@ -328,6 +331,19 @@ int salus_set_policy(salus_client *c, const char *policy, int strict);
  * Errors: SALUS_ENOTFOUND, SALUS_EINVAL (weight not in (0, 1e6)). */
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
                       int set_weight, double weight);
+
+/* Operator calls for a cluster manager (the Slurm plugin, as root on the
+ * node). salus_job_register: sessions that uid opens for job step
+ * job_id.step_id from now on share memory bytes (0 = the user's own limits)
+ * and run at priority at most (and by default). salus_job_close: the step
+ * (all_steps: every step of the job) ended: its sessions are closed and
+ * the step forgotten; *sessions_closed (may be NULL) says how many.
+ * Errors: SALUS_EPERM (not an operator), SALUS_EINVAL (the step belongs to
+ * another uid), SALUS_EEXHAUSTED (too many steps registered), SALUS_ECONN. */
+int salus_job_register(salus_client *c, uint32_t job_id, uint32_t step_id, uint32_t uid,
+                       uint64_t memory, int32_t priority);
+int salus_job_close(salus_client *c, uint32_t job_id, uint32_t step_id, int all_steps,
+                    uint32_t *sessions_closed);
 
 /* Fetches the server status as human-readable text (what `salusctl status`
  * prints). *text is owned by the caller: release with salus_free. */
