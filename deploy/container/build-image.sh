@@ -31,7 +31,8 @@ if ! podman image exists "$base"; then
 fi
 
 salusd="$build/server/salusd"
-if ldd "$salusd" | grep -q 'libcu'; then
+# (not `ldd | grep -q`: grep stopping early fails ldd with SIGPIPE under pipefail)
+if grep -q 'libcu' <<<"$(ldd "$salusd")"; then
   cbuild="$build/deploy-container"
   if [ ! -f "$cbuild/build.ninja" ]; then
     echo "build-image: salusd without CUDA in $cbuild (once)" >&2
