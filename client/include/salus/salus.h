@@ -272,12 +272,33 @@ typedef struct salus_model salus_model;
 
 enum salus_optimizer_kind { SALUS_SGD = 0, SALUS_MOMENTUM = 1, SALUS_ADAM = 2 };
 
+/* Optimisers, with PyTorch's semantics (torch.optim):
+ *   SALUS_SGD       g += weight_decay * p; p -= lr * g
+ *   SALUS_MOMENTUM  g += weight_decay * p; v = momentum * v + g; p -= lr * v
+ *                   (SGD(momentum=m), dampening 0, not Nesterov)
+ *   SALUS_ADAM      g += weight_decay * p (Adam's L2, as torch.optim.Adam), or
+ *                   with SALUS_OPT_DECOUPLED_WD p -= lr * weight_decay * p
+ *                   first (torch.optim.AdamW); then m = b1 m + (1 - b1) g,
+ *                   v = b2 v + (1 - b2) g^2, p -= lr * (m / (1 - b1^t)) /
+ *                   (sqrt(v / (1 - b2^t)) + eps).
+ * weight_decay is applied by every optimiser (never ignored). Adam's beta1,
+ * beta2 and eps read 0 as their defaults (0.9, 0.999, 1e-8) unless flags
+ * has SALUS_OPT_EXACT: then they are taken as written, so beta1 = 0 is
+ * expressible. Invalid values (lr <= 0, a beta outside [0, 1), negative
+ * weight_decay or momentum, unknown flags) are refused with SALUS_EINVAL
+ * and a message naming the field. */
+enum salus_optimizer_flags {
+    SALUS_OPT_EXACT = 1,        /* beta1, beta2, eps as written (0 is 0) */
+    SALUS_OPT_DECOUPLED_WD = 2, /* SALUS_ADAM: AdamW's decoupled weight decay */
+};
+
 typedef struct salus_optimizer {
     int kind;                /* enum salus_optimizer_kind */
     float lr;                /* learning rate (> 0) */
     float momentum;          /* SALUS_MOMENTUM (e.g. 0.9) */
-    float weight_decay;      /* SALUS_MOMENTUM; 0 = none */
-    float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 */
+    float weight_decay;      /* every kind, see above; 0 = none */
+    float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 unless SALUS_OPT_EXACT */
+    unsigned flags;          /* enum salus_optimizer_flags */
 } salus_optimizer;
 
 /* A model whose samples have shape dims[0..ndim) (no batch dimension), e.g.
@@ -333,6 +354,70 @@ int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, in
  * prints). *text is owned by the caller: release with salus_free. */
 int salus_status_text(salus_client *c, char **text);
 void salus_free(void *p);
+
+/* ---- automatic differentiation and training graphs ----------------------
+ * Reverse-mode automatic differentiation over the op registry: every
+ * differentiable op declares its gradient as salus ops (kernels/ops/
+ * ops_grad.c), so a backward pass is built from the forward graph alone.
+ * The nn models' training graphs are built this way too. Differentiable:
+ * add, mul, scale, axpy, copy, matmul, bias_add, relu, relu_mask, sigmoid,
+ * tanh, conv2d, channel_bias_add, maxpool, avgpool, batchnorm (training
+ * form), reshape, and as the loss: softmax_xent, mse_loss, reduce_sum,
+ * reduce_mean. Another op between the loss and a value differentiated
+ * fails with SALUS_EUNSUPPORTED, naming it. */
+
+/* Appends to g the ops computing the gradient of the scalar f32 value loss
+ * with respect to each wrt[i] (values of g: inputs, params or op outputs),
+ * and writes their handles to grads[i] (a value the loss does not depend
+ * on gets zeros). Gradients reaching a value along several paths are
+ * summed. Errors: SALUS_EINVAL (bad values, or g has a builder error),
+ * SALUS_EUNSUPPORTED (an op on the way has no gradient); the reason, naming
+ * the op, is then g's builder error (salus_graph_error). */
+int salus_graph_gradients(salus_graph *g, salus_value loss, unsigned n, const salus_value *wrt,
+                          salus_value *grads);
+
+enum salus_loss_kind {
+    /* softmax cross-entropy of [N, C] logits against i32 labels [N],
+     * averaged over the N rows (PyTorch's CrossEntropyLoss, reduction
+     * "mean") */
+    SALUS_LOSS_SOFTMAX_XENT = 0,
+    /* mean over every element of (output - target)^2 (MSELoss, "mean") */
+    SALUS_LOSS_MSE = 1,
+    /* output already is the scalar loss */
+    SALUS_LOSS_SCALAR = 2,
+};
+
+/* A training graph: one salus_trainer_step runs forward, loss, backward
+ * and the optimiser's updates of every parameter once. */
+typedef struct salus_trainer salus_trainer;
+
+/* Builds a training graph from `forward` (a builder, registered or not; it
+ * is copied, not changed): appends the loss of `output` (a new input
+ * follows the forward graph's inputs: the labels, or the target shaped as
+ * output, except for SALUS_LOSS_SCALAR), the gradients of every trainable
+ * parameter (each f32 salus_graph_param that no op writes in place) and
+ * their updates, creates the optimiser's state tensors in s (zeros; they
+ * go with the session) and registers the graph with s. As for the nn
+ * models, the planner reuses ephemeral memory, element-wise gradients run
+ * in place and each update follows its gradient at once, so gradients die
+ * early. Errors: SALUS_EINVAL (bad arguments, optimiser or graph),
+ * SALUS_EUNSUPPORTED (an op without a gradient), SALUS_EEXHAUSTED and
+ * transport errors; salus_last_error says why. *out is the caller's. */
+int salus_graph_train(salus_session *s, const salus_graph *forward, int loss_kind,
+                      salus_value output, const salus_optimizer *opt, salus_trainer **out);
+/* One iteration: feeds as salus_run's for the training graph (the forward
+ * graph's inputs, then the labels or target). Writes the loss computed
+ * before the update to *loss (may be NULL). */
+int salus_trainer_step(salus_trainer *t, const void *const *feeds, float *loss);
+/* The registered training graph and its loss value (owned by t). */
+const salus_graph *salus_trainer_graph(const salus_trainer *t);
+salus_value salus_trainer_loss(const salus_trainer *t);
+/* The parameters trained, in the order of their values in the graph. */
+unsigned salus_trainer_param_count(const salus_trainer *t);
+uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
+/* Frees the trainer and its graph (state tensors stay with the session).
+ * NULL is fine. */
+void salus_trainer_free(salus_trainer *t);
 
 #ifdef __cplusplus
 }
