@@ -151,7 +151,7 @@ int sl_cuda_run(sl_cuda_exec *x, const sl_op_call *c);
 
 /* ---- per family; same contract as sl_cuda_run, for the ops named ---- */
 
-/* fill, scale, add, mul, axpy, add_scalar, relu(_grad), sigmoid(_grad),
+/* fill, scale, mul_scalar, add, mul, axpy, add_scalar, relu(_grad), sigmoid(_grad),
  * tanh(_grad), mse_grad, bias_add, channel_bias_add, sgd_update,
  * momentum_update, adam_update. */
 int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c);

@@ -132,6 +132,9 @@ static int grad_unary(const sl_grad_emitter *e, sl_grad_args *a, char *err, size
     case SL_OP_SCALE:
         a->din[0] = emit(e, SL_OP_SCALE, IN(dy), 0, NULL, 1, a->attrs->f);
         break;
+    case SL_OP_MUL_SCALAR: /* the factor itself gets no gradient */
+        a->din[0] = emit(e, SL_OP_MUL_SCALAR, IN(dy, a->in[1]), 0, NULL, 0, NULL);
+        break;
     default: /* copy */
         a->din[0] = dy;
         break;
@@ -291,6 +294,7 @@ static const sl_op_grad_fn rules[SL_OP_COUNT] = {
     [SL_OP_BATCHNORM] = grad_batchnorm, [SL_OP_MSE_LOSS] = grad_loss,
     [SL_OP_SOFTMAX_XENT] = grad_loss,   [SL_OP_REDUCE_SUM] = grad_loss,
     [SL_OP_REDUCE_MEAN] = grad_loss,    [SL_OP_RESHAPE] = grad_reshape,
+    [SL_OP_MUL_SCALAR] = grad_unary,
 };
 
 sl_op_grad_fn sl_op_grad(unsigned id)
@@ -303,7 +307,8 @@ bool sl_op_grad_input(unsigned id, unsigned i)
     const sl_op_def *d = sl_op_get(id);
     if (!d || !rules[id] || i >= d->n_in || (d->mutates >> i) & 1)
         return false;
-    if (id == SL_OP_FILL || (id == SL_OP_SOFTMAX_XENT && i == 1))
+    if (id == SL_OP_FILL || (id == SL_OP_SOFTMAX_XENT && i == 1) ||
+        (id == SL_OP_MUL_SCALAR && i == 1))
         return false;
     return true;
 }

@@ -436,7 +436,7 @@ static void test_batchnorm(void **state)
  * into the bias (x * a + (bias - mean * a)) misses by the rounding of
  * mean * a instead: 1e-4 and more here. PyTorch 1.13's cpu batch_norm
  * misses this reference by 3.6e-6 (mean 1000, std 10) and 3.8e-5 (mean
-  * 1e4, std 10) on the same shapes; this bound is below both. */
+ * 1e4, std 10) on the same shapes; this bound is below both. */
 static void test_batchnorm_far_mean(void **state)
 {
     enum { N = 32, C = 4, HW = 64, NX = N * C * HW };

@@ -183,8 +183,12 @@ static void check_rule(kt_env *env, const gcase *c, float *const *inputs)
     mg_run(&g, 0, out0);
 
     const sl_op_def *def = sl_op_get(c->op);
-    sl_grad_args a = {.op = c->op, .attrs = &c->a, .n_iattrs = c->n_i, .n_fattrs = c->n_f,
-                      .n_in = c->n_in, .n_out = def->n_out};
+    sl_grad_args a = {.op = c->op,
+                      .attrs = &c->a,
+                      .n_iattrs = c->n_i,
+                      .n_fattrs = c->n_f,
+                      .n_in = c->n_in,
+                      .n_out = def->n_out};
     float *r = NULL;
     for (unsigned k = 0; k < def->n_out; k++) {
         a.out[k] = y + k;
@@ -328,12 +332,19 @@ static void elementwise_and_dense(void **state)
         {"add", SL_OP_ADD, 2, 0, 0, {F(2, 3, 4), F(2, 3, 4)}, .acc_input = -1},
         {"mul", SL_OP_MUL, 2, 0, 0, {F(2, 3, 4), F(2, 3, 4)}, .acc_input = -1},
         {"scale", SL_OP_SCALE, 1, 0, 1, {F(1, 7)}, {.f = {-1.5f}}, -1},
+        {"mul_scalar", SL_OP_MUL_SCALAR, 2, 0, 0, {F(2, 3, 4), F(1, 1)}, .acc_input = -1},
         {"axpy", SL_OP_AXPY, 2, 0, 1, {F(1, 7), F(1, 7)}, {.f = {0.75f}}, -1},
         {"matmul", SL_OP_MATMUL, 2, 2, 0, {F(2, 3, 4), F(2, 4, 5)}, {.i = {0, 0}}, -1},
         {"matmul transA", SL_OP_MATMUL, 2, 2, 0, {F(2, 4, 3), F(2, 4, 5)}, {.i = {1, 0}}, -1},
         {"matmul transB", SL_OP_MATMUL, 2, 2, 0, {F(2, 3, 4), F(2, 5, 4)}, {.i = {0, 1}}, -1},
         {"matmul both", SL_OP_MATMUL, 2, 2, 0, {F(2, 4, 3), F(2, 5, 4)}, {.i = {1, 1}}, -1},
-        {"matmul into an accumulator", SL_OP_MATMUL, 2, 0, 0, {F(2, 3, 4), F(2, 4, 5)}, .acc_input = 1},
+        {"matmul into an accumulator",
+         SL_OP_MATMUL,
+         2,
+         0,
+         0,
+         {F(2, 3, 4), F(2, 4, 5)},
+         .acc_input = 1},
         {"bias_add", SL_OP_BIAS_ADD, 2, 0, 0, {F(2, 3, 4), F(1, 4)}, .acc_input = -1},
         {"sigmoid", SL_OP_SIGMOID, 1, 0, 0, {F(2, 3, 4)}, .acc_input = -1},
         {"tanh", SL_OP_TANH, 1, 0, 0, {F(2, 3, 4)}, .acc_input = -1},
@@ -353,8 +364,9 @@ static void elementwise_and_dense(void **state)
 static void softmax_xent_by_rows(void **state)
 {
     (void) state;
-    const gcase c = {"softmax_xent", SL_OP_SOFTMAX_XENT, 2, 0, 0,
-                     {F(2, 4, 5), KT_SHAPE(SL_I32, 1, 4)}, .acc_input = -1};
+    const gcase c = {
+        "softmax_xent", SL_OP_SOFTMAX_XENT, 2, 0, 0, {F(2, 4, 5), KT_SHAPE(SL_I32, 1, 4)},
+        .acc_input = -1};
     float **in = rand_inputs(&c, false);
     int32_t labels[4] = {0, 3, 4, 1};
     memcpy(in[1], labels, sizeof labels);
@@ -367,24 +379,66 @@ static void convolution_pooling_norm(void **state)
     (void) state;
     /* stride 2, asymmetric pads, dilation 2, 2 groups */
     const gcase conv[] = {
-        {"conv2d", SL_OP_CONV2D, 2, 9, 0, {F(4, 2, 4, 7, 6), F(4, 6, 2, 3, 2)},
-         {.i = {2, 1, 1, 0, 2, 1, 2, 1, 2}}, -1},
-        {"conv2d plain", SL_OP_CONV2D, 2, 0, 0, {F(4, 2, 3, 5, 5), F(4, 4, 3, 3, 3)}, .acc_input = -1},
-        {"channel_bias_add", SL_OP_CHANNEL_BIAS_ADD, 2, 0, 0, {F(4, 2, 3, 2, 2), F(1, 3)},
+        {"conv2d",
+         SL_OP_CONV2D,
+         2,
+         9,
+         0,
+         {F(4, 2, 4, 7, 6), F(4, 6, 2, 3, 2)},
+         {.i = {2, 1, 1, 0, 2, 1, 2, 1, 2}},
+         -1},
+        {"conv2d plain",
+         SL_OP_CONV2D,
+         2,
+         0,
+         0,
+         {F(4, 2, 3, 5, 5), F(4, 4, 3, 3, 3)},
          .acc_input = -1},
-        {"avgpool", SL_OP_AVGPOOL, 1, 8, 0, {F(4, 2, 2, 5, 5)}, {.i = {3, 2, 2, 1, 1, 1, 1, 0}}, -1},
-        {"avgpool count_include_pad", SL_OP_AVGPOOL, 1, 9, 0, {F(4, 2, 2, 5, 5)},
-         {.i = {3, 3, 2, 2, 1, 1, 1, 1, 1}}, -1},
-        {"batchnorm", SL_OP_BATCHNORM, 5, 0, 2,
-         {F(4, 3, 2, 3, 3), F(1, 2), F(1, 2), F(1, 2), F(1, 2)}, {.f = {1e-5f, 0.9f}}, -1},
-        {"batchnorm [N,C]", SL_OP_BATCHNORM, 5, 0, 2,
-         {F(2, 6, 3), F(1, 3), F(1, 3), F(1, 3), F(1, 3)}, {.f = {1e-5f, 0.9f}}, -1},
+        {"channel_bias_add",
+         SL_OP_CHANNEL_BIAS_ADD,
+         2,
+         0,
+         0,
+         {F(4, 2, 3, 2, 2), F(1, 3)},
+         .acc_input = -1},
+        {"avgpool",
+         SL_OP_AVGPOOL,
+         1,
+         8,
+         0,
+         {F(4, 2, 2, 5, 5)},
+         {.i = {3, 2, 2, 1, 1, 1, 1, 0}},
+         -1},
+        {"avgpool count_include_pad",
+         SL_OP_AVGPOOL,
+         1,
+         9,
+         0,
+         {F(4, 2, 2, 5, 5)},
+         {.i = {3, 3, 2, 2, 1, 1, 1, 1, 1}},
+         -1},
+        {"batchnorm",
+         SL_OP_BATCHNORM,
+         5,
+         0,
+         2,
+         {F(4, 3, 2, 3, 3), F(1, 2), F(1, 2), F(1, 2), F(1, 2)},
+         {.f = {1e-5f, 0.9f}},
+         -1},
+        {"batchnorm [N,C]",
+         SL_OP_BATCHNORM,
+         5,
+         0,
+         2,
+         {F(2, 6, 3), F(1, 3), F(1, 3), F(1, 3), F(1, 3)},
+         {.f = {1e-5f, 0.9f}},
+         -1},
     };
     run_cases(conv, sizeof conv / sizeof conv[0], false);
 
     /* max pool: distinct values 0.1 apart, so no step reorders a window */
-    const gcase pool = {"maxpool", SL_OP_MAXPOOL, 1, 8, 0, {F(4, 2, 2, 5, 5)},
-                        {.i = {3, 3, 2, 2, 1, 1, 1, 1}}, -1};
+    const gcase pool = {
+        "maxpool", SL_OP_MAXPOOL, 1, 8, 0, {F(4, 2, 2, 5, 5)}, {.i = {3, 3, 2, 2, 1, 1, 1, 1}}, -1};
     float **in = rand_inputs(&pool, false);
     for (int j = 0; j < 100; j++)
         in[0][j] = 0.1f * (float) ((j * 37) % 100) - 5.0f;
@@ -400,7 +454,7 @@ static void what_has_no_gradient(void **state)
     assert_null(sl_op_grad(SL_OP_SGD_UPDATE));
     assert_null(sl_op_grad(SL_OP_ARGMAX));
     assert_null(sl_op_grad(SL_OP_COUNT));
-    assert_false(sl_op_grad_input(SL_OP_BATCHNORM, 3)); /* running statistics */
+    assert_false(sl_op_grad_input(SL_OP_BATCHNORM, 3));    /* running statistics */
     assert_false(sl_op_grad_input(SL_OP_SOFTMAX_XENT, 1)); /* labels */
     assert_false(sl_op_grad_input(SL_OP_FILL, 0));         /* shape only */
     assert_true(sl_op_grad_input(SL_OP_CONV2D, 1));
