@@ -110,7 +110,10 @@ static int walk(ad *a, salus_value loss, unsigned n, const salus_value *wrt,
         for (unsigned i = 0; i < o.n_in; i++) {
             a->readers[o.in[i]]++;
             a->last_reader[o.in[i]] = (uint32_t) j;
-            if (sl_op_grad_input(o.id, i) && a->requires[o.in[i]])
+            /* an op without a rule passes the dependence on, so that the
+             * walk reaches it and refuses it rather than silently
+             * leaving the values before it without a gradient */
+            if (a->requires[o.in[i]] && (!sl_op_grad(o.id) || sl_op_grad_input(o.id, i)))
                 req = true;
         }
         for (unsigned k = 0; k < o.n_out && req; k++)
@@ -162,6 +165,13 @@ static int walk(ad *a, salus_value loss, unsigned n, const salus_value *wrt,
                 ga.acc[i] = SL_GV_NONE;
         }
         sl_op_grad_fn rule = sl_op_grad(o.id);
+        if (any && !rule) {
+            snprintf(err, len,
+                     "op %zu (%s) lies between the loss and a value differentiated, and has no "
+                     "gradient",
+                     j, sl_op_get(o.id)->name);
+            return SL_EUNSUPPORTED;
+        }
         if (any) {
             int rc = rule(&e, &ga, err, len);
             if (rc == SL_EINVAL && salus_graph_error(a->g))

@@ -8,6 +8,7 @@
  * reaches the same element (the first max of the window, when it is
  * positive), but the ReLU and its gradient touch a quarter of the data. */
 #include "client_internal.h"
+#include "checkpoint.h"
 #include "train_internal.h"
 
 #include <math.h>
@@ -61,8 +62,11 @@ struct salus_model {
     salus_session *session;
     salus_graph *train, *infer;
     salus_value train_loss, infer_classes;
-    uint64_t step_tensor;
+    uint64_t step_tensor, lr_tensor;
+    salus_optimizer opt; /* resolved */
     int64_t batch, infer_batch;
+    sl_named *named; /* every tensor of the model, by name (after compile) */
+    unsigned n_named;
     char error[256];
 };
 
@@ -101,6 +105,7 @@ void salus_model_free(salus_model *m)
         return;
     salus_graph_free(m->train);
     salus_graph_free(m->infer);
+    sl_free(m->named);
     sl_free(m);
 }
 
@@ -483,10 +488,76 @@ static int backward(salus_model *m, const salus_optimizer *opt)
     for (int i = 0; i < m->n_params; i++)
         memcpy(m->params[i].state, t.params[i].state, sizeof m->params[i].state);
     m->step_tensor = t.step_tensor;
+    m->lr_tensor = t.lr_tensor;
     sl_free(t.params);
     if (rc)
         fail(m, "training graph: %s", err);
     return rc;
+}
+
+/* Appends one named tensor (names fit: layer indexes are < MAX_LAYERS). */
+static void add_named(salus_model *m, uint64_t tensor, int ndim, const int64_t *dims, int kind,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void add_named(salus_model *m, uint64_t tensor, int ndim, const int64_t *dims, int kind,
+                      const char *fmt, ...)
+{
+    sl_named *n = &m->named[m->n_named++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->name, sizeof n->name, fmt, ap);
+    va_end(ap);
+    n->tensor = tensor;
+    n->kind = kind;
+    n->shape = (sl_shape){.dtype = SL_F32, .ndim = (uint8_t) ndim};
+    for (int d = 0; d < ndim; d++)
+        n->shape.dims[d] = dims[d];
+}
+
+/* Names every tensor as PyTorch's state_dict and optimizer state would:
+ * "<layer>.weight", "<layer>.bias", "<layer>.running_mean",
+ * "<layer>.running_var", then the optimizer's "<param>.momentum_buffer" or
+ * "<param>.exp_avg" / "<param>.exp_avg_sq", "optimizer.step" and
+ * "optimizer.lr". */
+static int name_tensors(salus_model *m)
+{
+    static const char *const state_names[3][2] = {
+        {NULL, NULL}, {"momentum_buffer", NULL}, {"exp_avg", "exp_avg_sq"}};
+    m->named = sl_calloc((size_t) m->n_params * 3 + 2 * (size_t) m->n_layers + 2, sizeof *m->named);
+    if (!m->named)
+        return fail(m, "out of memory");
+    int64_t one = 1;
+    for (int i = 0; i < m->n_layers; i++) {
+        const layer *l = &m->layers[i];
+        for (int k = 0; k < 2; k++)
+            if (l->param[k] >= 0) {
+                const param *p = &m->params[l->param[k]];
+                add_named(m, p->tensor, p->ndim, p->dims, SALUS_TENSOR_PARAM, "%d.%s", i,
+                          k ? "bias" : "weight");
+            }
+        if (l->kind == L_BN) {
+            const param *p = &m->params[l->param[0]];
+            add_named(m, l->running_mean, 1, p->dims, SALUS_TENSOR_BUFFER, "%d.running_mean", i);
+            add_named(m, l->running_var, 1, p->dims, SALUS_TENSOR_BUFFER, "%d.running_var", i);
+        }
+    }
+    unsigned n_params = m->n_named;
+    for (unsigned j = 0; j < n_params; j++) {
+        if (m->named[j].kind != SALUS_TENSOR_PARAM)
+            continue;
+        const param *p = NULL;
+        for (int q = 0; q < m->n_params && !p; q++)
+            if (m->params[q].tensor == m->named[j].tensor)
+                p = &m->params[q];
+        for (int k = 0; k < 2; k++)
+            if (state_names[m->opt.kind][k] && p->state[k])
+                add_named(m, p->state[k], p->ndim, p->dims, SALUS_TENSOR_OPTIMIZER, "%s.%s",
+                          m->named[j].name, state_names[m->opt.kind][k]);
+    }
+    if (m->step_tensor)
+        add_named(m, m->step_tensor, 1, &one, SALUS_TENSOR_OPTIMIZER, "optimizer.step");
+    if (m->lr_tensor)
+        add_named(m, m->lr_tensor, 1, &one, SALUS_TENSOR_OPTIMIZER, "optimizer.lr");
+    return SL_OK;
 }
 
 int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt, int64_t batch,
@@ -522,7 +593,10 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
     salus_value labels = salus_graph_input(m->train, SALUS_I32, 1, &batch);
     salus_value logits = forward(m, m->train, x, batch, 1);
     m->train_loss = OP(m->train, "softmax_xent", logits, labels);
+    m->opt = o;
     if (!salus_graph_error(m->train) && (rc = backward(m, &o)) != SL_OK)
+        return rc;
+    if ((rc = name_tensors(m)) != SL_OK)
         return rc;
 
     n = batched(infer_batch, m->sample_ndim, m->sample, dims);
@@ -561,4 +635,110 @@ int salus_model_predict(salus_model *m, const float *x, int32_t *classes)
     const void *feeds[] = {x};
     void *out[] = {classes};
     return salus_run(m->session, m->infer, feeds, 1, &m->infer_classes, out);
+}
+
+/* ---- named tensors, checkpoints, the learning rate ---- */
+
+/* A call on a compiled model whose failure is reported through the client
+ * (salus_last_error), without poisoning the model. */
+static int refuse(salus_model *m, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(salus_model *m, int rc, const char *fmt, ...)
+{
+    if (m->session && m->session->client) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m->session->client->last_error, sizeof m->session->client->last_error, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int salus_model_tensor_count(const salus_model *m)
+{
+    return (int) m->n_named;
+}
+
+const char *salus_model_tensor_name(const salus_model *m, int i)
+{
+    return i >= 0 && (unsigned) i < m->n_named ? m->named[i].name : NULL;
+}
+
+int salus_model_tensor_find(const salus_model *m, const char *name)
+{
+    for (unsigned i = 0; name && i < m->n_named; i++)
+        if (strcmp(m->named[i].name, name) == 0)
+            return (int) i;
+    return -1;
+}
+
+int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim, int64_t *dims,
+                            uint64_t *tensor_id)
+{
+    if (i < 0 || (unsigned) i >= m->n_named)
+        return SL_EINVAL;
+    const sl_named *n = &m->named[i];
+    if (kind)
+        *kind = n->kind;
+    if (ndim)
+        *ndim = n->shape.ndim;
+    if (dims)
+        for (unsigned d = 0; d < n->shape.ndim; d++)
+            dims[d] = n->shape.dims[d];
+    if (tensor_id)
+        *tensor_id = n->tensor;
+    return SL_OK;
+}
+
+static int named_io(salus_model *m, int i, void *buf, size_t bytes, bool write)
+{
+    if (i < 0 || (unsigned) i >= m->n_named)
+        return refuse(m, SL_EINVAL, "model tensor %d: no such tensor (the model has %u)", i,
+                      m->n_named);
+    const sl_named *n = &m->named[i];
+    size_t want = sl_shape_bytes(&n->shape);
+    if (bytes != want)
+        return refuse(m, SL_EINVAL, "model tensor %s: %zu bytes given, it has %zu", n->name, bytes,
+                      want);
+    return write ? salus_tensor_write(m->session, n->tensor, buf, bytes)
+                 : salus_tensor_read(m->session, n->tensor, buf, bytes);
+}
+
+int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes)
+{
+    return named_io(m, i, buf, bytes, false);
+}
+
+int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes)
+{
+    return named_io(m, i, (void *) buf, bytes, true);
+}
+
+int salus_model_save(salus_model *m, const char *path)
+{
+    if (!m->train || !path)
+        return refuse(m, SL_EINVAL, "save: the model is not compiled, or no path");
+    char err[512];
+    int rc = sl_ckpt_save(m->session, m->named, m->n_named, path, err, sizeof err);
+    return rc ? refuse(m, rc, "save: %s", err) : SL_OK;
+}
+
+int salus_model_load(salus_model *m, const char *path)
+{
+    if (!m->train || !path)
+        return refuse(m, SL_EINVAL, "load: the model is not compiled, or no path");
+    char err[512];
+    int rc = sl_ckpt_load(m->session, m->named, m->n_named, path, err, sizeof err);
+    return rc ? refuse(m, rc, "load: %s", err) : SL_OK;
+}
+
+int salus_model_set_lr(salus_model *m, float lr)
+{
+    if (!m->train)
+        return refuse(m, SL_EINVAL, "set_lr: the model is not compiled");
+    sl_train t = {.session = m->session, .lr_tensor = m->lr_tensor, .opt = m->opt};
+    int rc = sl_train_set_lr(&t, lr);
+    if (rc == SL_OK)
+        m->opt.lr = lr;
+    return rc;
 }

@@ -36,7 +36,7 @@ int sl_train_resolve(const salus_optimizer *in, salus_optimizer *out, char *err,
     if (!(in->weight_decay >= 0) || !isfinite(in->weight_decay))
         return seterr(err, len, "optimizer weight_decay %g must be finite and >= 0",
                       (double) in->weight_decay);
-    if (in->flags & ~(unsigned) (SALUS_OPT_EXACT | SALUS_OPT_DECOUPLED_WD))
+    if (in->flags & ~(unsigned) (SALUS_OPT_EXACT | SALUS_OPT_DECOUPLED_WD | SALUS_OPT_LR_PER_STEP))
         return seterr(err, len, "optimizer flags 0x%x: unknown bits", in->flags);
     if ((in->flags & SALUS_OPT_DECOUPLED_WD) && in->kind != SALUS_ADAM)
         return seterr(err, len,
@@ -69,6 +69,7 @@ int sl_train_state_count(const salus_optimizer *o)
 typedef struct emit_ctx {
     sl_train *t;
     salus_value step; /* Adam's step count */
+    salus_value lr;   /* SALUS_OPT_LR_PER_STEP: the learning rate's tensor */
     char *err;
     size_t len;
 } emit_ctx;
@@ -83,6 +84,9 @@ static salus_value state_value(sl_train *t, const sl_trainable *p, int k)
                    (salus_value[]){__VA_ARGS__}, 0, NULL, sizeof(fattrs) / sizeof(float),          \
                    (fattrs))
 
+#define OP2(g, type, a, b)                                                                         \
+    salus_graph_op((g), (type), 2, (salus_value[]){(a), (b)}, 0, NULL, 0, NULL)
+
 /* Momentum's velocity takes a dense layer's weight gradient straight from
  * matmul_acc: no gradient tensor in the iteration's memory. */
 static bool accumulate(void *ctx, unsigned i, salus_value *acc, float *beta)
@@ -93,6 +97,51 @@ static bool accumulate(void *ctx, unsigned i, salus_value *acc, float *beta)
     *acc = state_value(e->t, &e->t->params[i], 0);
     *beta = e->t->opt.momentum;
     return true;
+}
+
+/* The updates with the learning rate read from its tensor at run time
+ * (mul_scalar): each optimiser computes its step d with a unit rate, then
+ * p -= lr * d. Same math as the fixed-rate updates, one more element-wise
+ * pass per parameter (two for Adam, whose step is taken into a zeroed
+ * tensor by adam_update with rate -1). */
+static void per_step(emit_ctx *e, const sl_trainable *p, salus_value g, bool accumulated)
+{
+    sl_train *t = e->t;
+    const salus_optimizer *o = &t->opt;
+    salus_graph *G = t->g;
+    salus_value w = p->value, step;
+    const float one[] = {1.0f};
+    if (o->kind == SALUS_SGD) {
+        if (o->weight_decay != 0) {
+            const float wd[] = {o->weight_decay};
+            g = OPF(G, "axpy", wd, w, g);
+        }
+        step = g;
+    } else if (o->kind == SALUS_MOMENTUM) {
+        salus_value v = state_value(t, p, 0);
+        if (accumulated && o->weight_decay != 0) {
+            const float wd[] = {-o->weight_decay};
+            OPF(G, "sgd_update", wd, v, w);
+        } else if (!accumulated) {
+            /* rate 0: only the velocity moves */
+            const float f[] = {0.0f, o->momentum, o->weight_decay};
+            OPF(G, "momentum_update", f, w, g, v);
+        }
+        step = v;
+    } else {
+        if (o->weight_decay != 0 && (o->flags & SALUS_OPT_DECOUPLED_WD)) {
+            const float wd[] = {o->weight_decay};
+            OPF(G, "sgd_update", wd, w, OP2(G, "mul_scalar", w, e->lr));
+        } else if (o->weight_decay != 0) {
+            const float wd[] = {o->weight_decay};
+            g = OPF(G, "axpy", wd, w, g);
+        }
+        const float zero[] = {0.0f};
+        step = salus_graph_op(G, "fill", 1, &w, 0, NULL, 1, zero);
+        const float f[] = {-1.0f, o->beta1, o->beta2, o->eps};
+        OPF(G, "adam_update", f, step, g, state_value(t, p, 0), state_value(t, p, 1), e->step);
+    }
+    OPF(G, "sgd_update", one, w, OP2(G, "mul_scalar", step, e->lr));
 }
 
 /* The update of parameter i from its gradient g. */
@@ -108,7 +157,9 @@ static int ready(void *ctx, unsigned i, salus_value g, bool accumulated)
         p->unused = true; /* PyTorch too skips a parameter without a gradient */
         return SL_OK;
     }
-    if (o->kind == SALUS_SGD) {
+    if (e->lr != SALUS_NO_VALUE)
+        per_step(e, p, g, accumulated);
+    else if (o->kind == SALUS_SGD) {
         if (o->weight_decay != 0) {
             const float wd[] = {o->weight_decay};
             g = OPF(G, "axpy", wd, w, g);
@@ -160,7 +211,19 @@ int sl_train_emit(sl_train *t, char *err, size_t len)
                     return rc;
                 }
             }
-    emit_ctx e = {.t = t, .step = SALUS_NO_VALUE, .err = err, .len = len};
+    emit_ctx e = {.t = t, .step = SALUS_NO_VALUE, .lr = SALUS_NO_VALUE, .err = err, .len = len};
+    if (t->opt.flags & SALUS_OPT_LR_PER_STEP) {
+        if (!t->lr_tensor) {
+            int rc = salus_tensor_create(t->session, SALUS_F32, 1, (int64_t[]){1}, &t->opt.lr,
+                                         &t->lr_tensor);
+            if (rc) {
+                seterr(err, len, "creating the learning rate: %s",
+                       salus_last_error(t->session->client));
+                return rc;
+            }
+        }
+        e.lr = salus_graph_param(t->g, t->lr_tensor, SALUS_F32, 1, (int64_t[]){1});
+    }
     if (t->opt.kind == SALUS_ADAM) {
         if (!t->step_tensor) {
             int rc = salus_tensor_create(t->session, SALUS_F32, 1, (int64_t[]){1}, NULL,
@@ -377,4 +440,29 @@ void salus_trainer_free(salus_trainer *tr)
     salus_graph_free(tr->t.g);
     sl_free(tr->t.params);
     sl_free(tr);
+}
+
+int sl_train_set_lr(sl_train *t, float lr)
+{
+    char *msg = t->session->client ? t->session->client->last_error : NULL;
+    size_t len = msg ? sizeof t->session->client->last_error : 0;
+    if (!t->lr_tensor) {
+        if (msg)
+            snprintf(msg, len, "the learning rate is fixed: build with SALUS_OPT_LR_PER_STEP");
+        return SL_EINVAL;
+    }
+    if (!(lr >= 0) || !isfinite(lr)) {
+        if (msg)
+            snprintf(msg, len, "learning rate %g must be finite and >= 0", (double) lr);
+        return SL_EINVAL;
+    }
+    int rc = salus_tensor_write(t->session, t->lr_tensor, &lr, sizeof lr);
+    if (rc == SL_OK)
+        t->opt.lr = lr;
+    return rc;
+}
+
+int salus_trainer_set_lr(salus_trainer *tr, float lr)
+{
+    return sl_train_set_lr(&tr->t, lr);
 }

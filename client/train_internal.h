@@ -23,6 +23,9 @@ typedef struct sl_train {
     sl_trainable *params;
     unsigned n_params;
     uint64_t step_tensor; /* Adam's step count (0: created by sl_train_emit) */
+    /* SALUS_OPT_LR_PER_STEP: the learning rate's [1] tensor (created by
+     * sl_train_emit, holding opt.lr) */
+    uint64_t lr_tensor;
 } sl_train;
 
 /* Checks an optimizer and fills in Adam's defaults (unless
@@ -35,5 +38,9 @@ int sl_train_state_count(const salus_optimizer *o);
  * t->params[i].value and their updates. Errors: as sl_autodiff, and the
  * session's when a tensor cannot be created; the reason is in err. */
 int sl_train_emit(sl_train *t, char *err, size_t len);
+/* Writes lr into t's learning-rate tensor (SALUS_OPT_LR_PER_STEP); the next
+ * step uses it. SL_EINVAL (message in the client's last error) when the
+ * rate is fixed or lr is not finite and >= 0. */
+int sl_train_set_lr(sl_train *t, float lr);
 
 #endif

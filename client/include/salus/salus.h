@@ -290,6 +290,11 @@ enum salus_optimizer_kind { SALUS_SGD = 0, SALUS_MOMENTUM = 1, SALUS_ADAM = 2 };
 enum salus_optimizer_flags {
     SALUS_OPT_EXACT = 1,        /* beta1, beta2, eps as written (0 is 0) */
     SALUS_OPT_DECOUPLED_WD = 2, /* SALUS_ADAM: AdamW's decoupled weight decay */
+    /* the learning rate lives in a persistent [1] tensor, so it can be set
+     * before any step (salus_model_set_lr, salus_trainer_set_lr: schedules);
+     * costs one more element-wise pass per parameter and step (two with
+     * Adam). Without it the rate is fixed when the graph is built. */
+    SALUS_OPT_LR_PER_STEP = 4,
 };
 
 typedef struct salus_optimizer {
@@ -340,6 +345,74 @@ const salus_graph *salus_model_training_graph(const salus_model *m);
 const salus_graph *salus_model_inference_graph(const salus_model *m);
 /* Number of trainable parameters (after compile). */
 int64_t salus_model_param_count(const salus_model *m);
+
+/* ---- a compiled model's tensors, by name --------------------------------
+ * After salus_model_compile every tensor of the model has a name, as
+ * PyTorch's state_dict and optimizer state name them, layers counted from
+ * 0 in the order they were added:
+ *   "<i>.weight", "<i>.bias"            parameters (SALUS_TENSOR_PARAM)
+ *   "<i>.running_mean", "<i>.running_var"  batchnorm's (SALUS_TENSOR_BUFFER)
+ *   "<i>.weight.momentum_buffer"        SALUS_MOMENTUM's velocity
+ *   "<i>.weight.exp_avg", ".exp_avg_sq" SALUS_ADAM's moments
+ *   "optimizer.step"                    Adam's step count ([1])
+ *   "optimizer.lr"                      the learning rate (SALUS_OPT_LR_PER_STEP)
+ * (SALUS_TENSOR_OPTIMIZER for the last four).
+ *
+ * Layouts (differences from PyTorch to mind when moving weights):
+ *   - tensors are NCHW, samples [C,H,W]; flatten keeps C,H,W order.
+ *   - a dense layer's weight is [in, out] (y = x W + b): PyTorch's
+ *     nn.Linear weight is [out, in], its transpose.
+ *   - a conv2d weight is [filters, in_channels, k, k], as PyTorch's.
+ *   - batchnorm: epsilon 1e-5; momentum in the ONNX form, the weight of
+ *     the old running statistic: running = 0.9 * running + 0.1 * batch
+ *     (PyTorch's momentum=0.1); the running variance takes the unbiased
+ *     batch variance, normalisation the biased one (as PyTorch).
+ *   - avgpool: padding is not counted in the divisor (the nn layers have
+ *     none; the op's count_include_pad attribute, 0 by default, is ONNX's
+ *     and PyTorch's count_include_pad=False).
+ *   - the loss is softmax cross-entropy averaged over the batch
+ *     (CrossEntropyLoss, reduction "mean").
+ *   - reproducibility: salusd may split a large matmul into parts to fill
+ *     idle gaps (the priority policy, ops.h sl_op_split): a split along K
+ *     sums in a different order, so two runs may differ in the last bits.
+ * Errors of these calls are reported by salus_last_error of the session's
+ * client; they do not mark the model failed. */
+enum salus_tensor_kind {
+    SALUS_TENSOR_PARAM = 0,
+    SALUS_TENSOR_BUFFER = 1,
+    SALUS_TENSOR_OPTIMIZER = 2
+};
+/* Number of named tensors (0 before compile). */
+int salus_model_tensor_count(const salus_model *m);
+/* Name of tensor i (NULL when out of range); valid while m lives. */
+const char *salus_model_tensor_name(const salus_model *m, int i);
+/* Index of the tensor named name, or -1. */
+int salus_model_tensor_find(const salus_model *m, const char *name);
+/* Kind, shape (up to SALUS_MAX_DIMS dims) and session tensor id of tensor
+ * i; any out-pointer may be NULL. Errors: SALUS_EINVAL (no such index). */
+int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim, int64_t *dims,
+                            uint64_t *tensor_id);
+/* Copies tensor i out of / into the server; bytes must be its size. A
+ * write takes effect from the next step or prediction. */
+int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes);
+int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes);
+/* Checkpoints: every named tensor (parameters, buffers and optimizer state,
+ * so training resumes where it stopped) to a file, and back. The file is
+ * replaced at once (written beside it, then renamed). Format, little-endian:
+ *   "SALUSCK1"  8 bytes of magic
+ *   u32         number of entries
+ *   per entry:  u16 name length, the name (UTF-8, no NUL), u8 kind (enum
+ *               salus_tensor_kind), u8 rank, rank x i64 dims, then the f32
+ *               values in row-major order
+ * Loading needs exactly the model's names with the same shapes (a file of
+ * another architecture or optimizer is refused, naming the first tensor
+ * that differs) and writes nothing unless the whole file fits. */
+int salus_model_save(salus_model *m, const char *path);
+int salus_model_load(salus_model *m, const char *path);
+/* Sets the learning rate of the following steps: a model compiled with
+ * SALUS_OPT_LR_PER_STEP in its optimizer's flags (else SALUS_EINVAL, as
+ * for lr not finite or negative). A schedule calls it before each step. */
+int salus_model_set_lr(salus_model *m, float lr);
 
 /* Operator calls (what salusctl does). Changes the scheduling policy at run
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
@@ -415,6 +488,9 @@ salus_value salus_trainer_loss(const salus_trainer *t);
 /* The parameters trained, in the order of their values in the graph. */
 unsigned salus_trainer_param_count(const salus_trainer *t);
 uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
+/* Sets the learning rate of the following steps (graphs built with
+ * SALUS_OPT_LR_PER_STEP; else SALUS_EINVAL). lr finite and >= 0. */
+int salus_trainer_set_lr(salus_trainer *t, float lr);
 /* Frees the trainer and its graph (state tensors stay with the session).
  * NULL is fine. */
 void salus_trainer_free(salus_trainer *t);
