@@ -65,6 +65,10 @@ struct salus_model {
     uint64_t step_tensor, lr_tensor;
     salus_optimizer opt; /* resolved */
     int64_t batch, infer_batch;
+    /* salus_model_predict in parts of part_batch samples (NULL: whole) */
+    salus_graph *part;
+    salus_value part_classes;
+    int64_t part_batch;
     sl_named *named; /* every tensor of the model, by name (after compile) */
     unsigned n_named;
     char error[256];
@@ -105,6 +109,7 @@ void salus_model_free(salus_model *m)
         return;
     salus_graph_free(m->train);
     salus_graph_free(m->infer);
+    salus_graph_free(m->part);
     sl_free(m->named);
     sl_free(m);
 }
@@ -628,13 +633,92 @@ int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels
     return rc;
 }
 
+/* An inference graph for `batch` samples (argmax per sample), registered;
+ * NULL with the reason in the client's last error. */
+static salus_graph *inference_graph(salus_model *m, int64_t batch, salus_value *classes)
+{
+    int64_t dims[4];
+    salus_graph *g = salus_graph_new();
+    if (!g)
+        return NULL;
+    int n = batched(batch, m->sample_ndim, m->sample, dims);
+    salus_value x = salus_graph_input(g, SALUS_F32, n, dims);
+    *classes = OP(g, "argmax", forward(m, g, x, batch, 0));
+    if (salus_graph_error(g) || salus_graph_register(m->session, g, NULL) != SL_OK) {
+        salus_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* Runs x through parts of `part` samples (the last one zero-padded). */
+static int predict_parts(salus_model *m, const float *x, int32_t *classes)
+{
+    size_t sample = 1;
+    for (int d = 0; d < m->sample_ndim; d++)
+        sample *= (size_t) m->sample[d];
+    int64_t part = m->part_batch;
+    float *pad = NULL;
+    int32_t *pad_out = NULL;
+    int rc = SL_OK;
+    for (int64_t at = 0; at < m->infer_batch && rc == SL_OK; at += part) {
+        int64_t n = m->infer_batch - at < part ? m->infer_batch - at : part;
+        const float *src = x + (size_t) at * sample;
+        int32_t *dst = classes + at;
+        if (n < part) {
+            pad = sl_calloc((size_t) part * sample, sizeof *pad);
+            pad_out = sl_calloc((size_t) part, sizeof *pad_out);
+            if (!pad || !pad_out) {
+                rc = SL_ENOMEM;
+                break;
+            }
+            memcpy(pad, src, (size_t) n * sample * sizeof *pad);
+            src = pad;
+            dst = pad_out;
+        }
+        const void *feeds[] = {src};
+        void *out[] = {dst};
+        rc = salus_run(m->session, m->part, feeds, 1, &m->part_classes, out);
+        if (rc == SL_OK && n < part)
+            memcpy(classes + at, pad_out, (size_t) n * sizeof *classes);
+    }
+    sl_free(pad);
+    sl_free(pad_out);
+    return rc;
+}
+
+/* A batch whose iteration needs more lane workspace than salusd gives (a
+ * convolution's scratch grows with the batch) runs in parts, halved until
+ * they fit; the part graph is kept for later calls. Every op of the
+ * inference graph works per sample, so the parts compute what the whole
+ * batch would. */
 int salus_model_predict(salus_model *m, const float *x, int32_t *classes)
 {
     if (!m->infer || m->error[0])
         return SL_EINVAL;
+    if (m->part)
+        return predict_parts(m, x, classes);
     const void *feeds[] = {x};
     void *out[] = {classes};
-    return salus_run(m->session, m->infer, feeds, 1, &m->infer_classes, out);
+    int rc = salus_run(m->session, m->infer, feeds, 1, &m->infer_classes, out);
+    for (int64_t part = m->infer_batch / 2; rc == SL_EEXHAUSTED && part >= 1; part /= 2) {
+        salus_graph_free(m->part);
+        m->part_batch = part;
+        if (!(m->part = inference_graph(m, part, &m->part_classes)))
+            return SL_EEXHAUSTED;
+        rc = predict_parts(m, x, classes);
+        if (rc == SL_EEXHAUSTED && part == 1) {
+            /* not even one sample fits: the reason names that need. Freeing
+             * the graph is a request of its own, which clears the client's
+             * error: the reason goes back after it */
+            char why[sizeof m->session->client->last_error];
+            memcpy(why, m->session->client->last_error, sizeof why);
+            salus_graph_free(m->part);
+            m->part = NULL;
+            memcpy(m->session->client->last_error, why, sizeof why);
+        }
+    }
+    return rc;
 }
 
 /* ---- named tensors, checkpoints, the learning rate ---- */

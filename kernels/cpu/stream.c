@@ -241,6 +241,21 @@ int sl_cpu_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)
     return sl_workq_host_callback(s->q, fn, arg);
 }
 
+/* Runs on the stream's worker (from its host callback): the exec state is
+ * the worker's alone. */
+size_t sl_cpu_stream_failure(sl_device *dev, sl_stream *s, char *buf, size_t len)
+{
+    (void) dev;
+    if (!len)
+        return 0;
+    size_t n = strnlen(s->exec.failure, sizeof s->exec.failure);
+    n = n < len - 1 ? n : len - 1;
+    memcpy(buf, s->exec.failure, n);
+    buf[n] = 0;
+    s->exec.failure[0] = 0;
+    return n;
+}
+
 int sl_cpu_synchronize(sl_device *dev, sl_stream *s)
 {
     (void) dev;

@@ -593,6 +593,70 @@ static void errors_name_their_cause(void **state)
     close_env(&e);
 }
 
+static salus_model *fashion_cnn(salus_session *s, int64_t infer_batch)
+{
+    salus_model *m = salus_model_new(3, (int64_t[]){1, 28, 28});
+    salus_model_conv2d(m, 16, 3, 1, 1);
+    salus_model_relu(m);
+    salus_model_maxpool(m, 2, 2);
+    salus_model_conv2d(m, 32, 3, 1, 1);
+    salus_model_relu(m);
+    salus_model_maxpool(m, 2, 2);
+    salus_model_flatten(m);
+    salus_model_dense(m, 128);
+    salus_model_relu(m);
+    salus_model_dense(m, 10);
+    const salus_optimizer o = {.kind = SALUS_MOMENTUM, .lr = 0.05f, .momentum = 0.9f};
+    if (salus_model_compile(m, s, &o, 16, infer_batch, 1))
+        fail_msg("compile: %s", salus_model_error(m));
+    return m;
+}
+
+/* The Fashion-MNIST CNN at inference batch 1000: its first convolution's
+ * oneDNN scratch (about 50 MB) exceeds the lane's 32 MB workspace. The
+ * prediction runs in parts and agrees with the same weights run 250 at a
+ * time; where not even one sample fits, the error names the op, its bytes
+ * and the workspace. */
+static void predict_fits_the_lane_workspace(void **state)
+{
+    (void) state;
+    enum { N = 1000, PART = 250 };
+    env e;
+    open_env(&e);
+    salus_model *big = fashion_cnn(e.s, N), *small = fashion_cnn(e.s, PART);
+    float *x = malloc(sizeof(float) * N * 784);
+    int32_t *a = malloc(sizeof(int32_t) * N), *b = malloc(sizeof(int32_t) * N);
+    uint32_t seed = 5;
+    rand_fill(x, (size_t) N * 784, &seed, 2.0f);
+    if (salus_model_predict(big, x, a))
+        fail_msg("predict at %d: %s", N, salus_last_error(e.c));
+    for (int k = 0; k < N / PART; k++)
+        assert_int_equal(salus_model_predict(small, x + (size_t) k * PART * 784, b + k * PART),
+                         SALUS_OK);
+    assert_memory_equal(a, b, sizeof(int32_t) * N);
+    salus_model_free(big);
+    salus_model_free(small);
+    close_env(&e);
+
+    sl_test_server tiny;
+    sl_test_server_start(&tiny, (const char *const[]){"--framework-per-lane", "4K", NULL});
+    salus_client *c = sl_test_connect(&tiny);
+    salus_session *s;
+    assert_int_equal(salus_session_open(c, NULL, &s), SALUS_OK);
+    salus_model *m = fashion_cnn(s, 4);
+    assert_int_equal(salus_model_predict(m, x, a), SALUS_EEXHAUSTED);
+    const char *why = salus_last_error(c);
+    if (!strstr(why, "conv2d needs") || !strstr(why, "lane's workspace has 4096"))
+        fail_msg("the error does not name its cause: %s", why);
+    salus_model_free(m);
+    assert_int_equal(salus_session_close(s), SALUS_OK);
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&tiny), 0);
+    free(x);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +667,7 @@ int main(void)
         cmocka_unit_test(optimisers_follow_their_formulas),
         cmocka_unit_test(checkpoints_resume_training),
         cmocka_unit_test(errors_name_their_cause),
+        cmocka_unit_test(predict_fits_the_lane_workspace),
     };
     sl_test_group = &server;
     return cmocka_run_group_tests_name("autodiff", tests, sl_test_group_start, sl_test_group_stop);

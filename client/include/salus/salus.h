@@ -338,7 +338,14 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
 /* One training iteration on x[batch, sample...] and labels[batch]; writes the
  * batch's mean loss (before the update) to *loss (may be NULL). */
 int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels, float *loss);
-/* Predicted classes of x[infer_batch, sample...] into classes[infer_batch]. */
+/* Predicted classes of x[infer_batch, sample...] into classes[infer_batch].
+ * When one iteration of the whole batch needs more lane workspace than
+ * salusd gives its lanes (a convolution's scratch grows with the batch;
+ * salusd --framework-per-lane), the batch runs in parts, halved until they
+ * fit (the part's graph is registered once and kept); only when a single
+ * sample does not fit does it fail with SALUS_EEXHAUSTED, and
+ * salus_last_error then names the op, the bytes it needs and the lane's
+ * workspace. */
 int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
 /* The model's compiled graphs (NULL before compile); owned by the model. */
 const salus_graph *salus_model_training_graph(const salus_model *m);
