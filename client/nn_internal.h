@@ -67,5 +67,9 @@ struct salus_model {
 /* Names every tensor of a compiled model (m->named); SL_EINVAL with the
  * reason in m->error when out of memory. */
 int sl_nn_name_tensors(salus_model *m);
+/* Reports a failed call on a compiled model through the client
+ * (salus_last_error) without marking the model failed; returns rc. */
+__attribute__((format(printf, 3, 4))) int sl_nn_refuse(salus_model *m, int rc, const char *fmt,
+                                                       ...);
 
 #endif

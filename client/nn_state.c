@@ -77,9 +77,7 @@ int sl_nn_name_tensors(salus_model *m)
 
 /* A call on a compiled model whose failure is reported through the client
  * (salus_last_error), without poisoning the model. */
-static int refuse(salus_model *m, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int refuse(salus_model *m, int rc, const char *fmt, ...)
+int sl_nn_refuse(salus_model *m, int rc, const char *fmt, ...)
 {
     if (m->session && m->session->client) {
         va_list ap;
@@ -129,13 +127,13 @@ int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim, i
 static int named_io(salus_model *m, int i, void *buf, size_t bytes, bool write)
 {
     if (i < 0 || (unsigned) i >= m->n_named)
-        return refuse(m, SL_EINVAL, "model tensor %d: no such tensor (the model has %u)", i,
-                      m->n_named);
+        return sl_nn_refuse(m, SL_EINVAL, "model tensor %d: no such tensor (the model has %u)", i,
+                            m->n_named);
     const sl_named *n = &m->named[i];
     size_t want = sl_shape_bytes(&n->shape);
     if (bytes != want)
-        return refuse(m, SL_EINVAL, "model tensor %s: %zu bytes given, it has %zu", n->name, bytes,
-                      want);
+        return sl_nn_refuse(m, SL_EINVAL, "model tensor %s: %zu bytes given, it has %zu", n->name,
+                            bytes, want);
     return write ? salus_tensor_write(m->session, n->tensor, buf, bytes)
                  : salus_tensor_read(m->session, n->tensor, buf, bytes);
 }
@@ -153,25 +151,25 @@ int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t byt
 int salus_model_save(salus_model *m, const char *path)
 {
     if (!m->train || !path)
-        return refuse(m, SL_EINVAL, "save: the model is not compiled, or no path");
+        return sl_nn_refuse(m, SL_EINVAL, "save: the model is not compiled, or no path");
     char err[512];
     int rc = sl_ckpt_save(m->session, m->named, m->n_named, path, err, sizeof err);
-    return rc ? refuse(m, rc, "save: %s", err) : SL_OK;
+    return rc ? sl_nn_refuse(m, rc, "save: %s", err) : SL_OK;
 }
 
 int salus_model_load(salus_model *m, const char *path)
 {
     if (!m->train || !path)
-        return refuse(m, SL_EINVAL, "load: the model is not compiled, or no path");
+        return sl_nn_refuse(m, SL_EINVAL, "load: the model is not compiled, or no path");
     char err[512];
     int rc = sl_ckpt_load(m->session, m->named, m->n_named, path, err, sizeof err);
-    return rc ? refuse(m, rc, "load: %s", err) : SL_OK;
+    return rc ? sl_nn_refuse(m, rc, "load: %s", err) : SL_OK;
 }
 
 int salus_model_set_lr(salus_model *m, float lr)
 {
     if (!m->train)
-        return refuse(m, SL_EINVAL, "set_lr: the model is not compiled");
+        return sl_nn_refuse(m, SL_EINVAL, "set_lr: the model is not compiled");
     sl_train t = {.session = m->session, .lr_tensor = m->lr_tensor, .opt = m->opt};
     int rc = sl_train_set_lr(&t, lr);
     if (rc == SL_OK)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static sl_test_server server;
@@ -657,6 +658,69 @@ static void predict_fits_the_lane_workspace(void **state)
     free(b);
 }
 
+/* A trained model exported to ONNX: the file passes the onnx package's
+ * checker, and an independent float64 evaluation of it (onnx_eval.py)
+ * classifies as salus_model_predict does. */
+static void onnx_export_agrees(void **state)
+{
+    (void) state;
+    enum { N = 64 };
+    env e;
+    open_env(&e);
+    const salus_optimizer o = {.kind = SALUS_ADAM, .lr = 0.01f};
+    salus_model *m = salus_model_new(3, (int64_t[]){2, 8, 8});
+    salus_model_conv2d(m, 4, 3, 1, 1);
+    salus_model_batchnorm(m);
+    salus_model_relu(m);
+    salus_model_maxpool(m, 2, 2);
+    salus_model_conv2d(m, 6, 3, 2, 1);
+    salus_model_avgpool(m, 2, 1);
+    salus_model_flatten(m);
+    salus_model_dense(m, 12);
+    salus_model_tanh(m);
+    salus_model_batchnorm(m);
+    salus_model_dense(m, 5);
+    if (salus_model_compile(m, e.s, &o, N, N, 4))
+        fail_msg("compile: %s", salus_model_error(m));
+    float x[N * 128];
+    int32_t labels[N], classes[N];
+    uint32_t seed = 17;
+    for (int step = 0; step < 3; step++) { /* moves weights and statistics */
+        rand_fill(x, N * 128, &seed, 2.0f);
+        for (int i = 0; i < N; i++)
+            labels[i] = (int32_t) ((seed >> (i % 20)) % 5);
+        assert_int_equal(salus_model_train_step(m, x, labels, NULL), SALUS_OK);
+    }
+    rand_fill(x, N * 128, &seed, 2.0f);
+    assert_int_equal(salus_model_predict(m, x, classes), SALUS_OK);
+    char model[320], xin[320], cls[320], cmd[1400];
+    snprintf(model, sizeof model, "%s/model.onnx", server.dir);
+    snprintf(xin, sizeof xin, "%s/x.f32", server.dir);
+    snprintf(cls, sizeof cls, "%s/classes.i32", server.dir);
+    if (salus_model_export_onnx(m, model))
+        fail_msg("export: %s", salus_last_error(e.c));
+    FILE *f = fopen(xin, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(x, sizeof x, 1, f), 1);
+    fclose(f);
+    f = fopen(cls, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(classes, sizeof classes, 1, f), 1);
+    fclose(f);
+    salus_model_free(m);
+    close_env(&e);
+    const char *script = getenv("ONNX_EVAL");
+    assert_non_null(script);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s' '%s'", script, model, xin, cls);
+    int rc = system(cmd);
+    assert_true(rc != -1 && WIFEXITED(rc));
+    if (WEXITSTATUS(rc) == 77) {
+        fprintf(stderr, "onnx_export_agrees: SKIP: python3-onnx or python3-numpy missing\n");
+        skip();
+    }
+    assert_int_equal(WEXITSTATUS(rc), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -668,6 +732,7 @@ int main(void)
         cmocka_unit_test(checkpoints_resume_training),
         cmocka_unit_test(errors_name_their_cause),
         cmocka_unit_test(predict_fits_the_lane_workspace),
+        cmocka_unit_test(onnx_export_agrees),
     };
     sl_test_group = &server;
     return cmocka_run_group_tests_name("autodiff", tests, sl_test_group_start, sl_test_group_stop);

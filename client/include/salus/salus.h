@@ -420,6 +420,15 @@ int salus_model_load(salus_model *m, const char *path);
  * SALUS_OPT_LR_PER_STEP in its optimizer's flags (else SALUS_EINVAL, as
  * for lr not finite or negative). A schedule calls it before each step. */
 int salus_model_set_lr(salus_model *m, float lr);
+/* Writes the model's inference forward pass, with its current weights and
+ * batchnorm statistics, as an ONNX model file (opset 13): input "input"
+ * [N, sample...], output "logits" [N, classes] (no softmax), N symbolic.
+ * Dense layers become Gemm with the [in, out] weight as B (no transB),
+ * conv2d Conv with bias, pooling MaxPool / AveragePool, batchnorm
+ * BatchNormalization (epsilon 1e-5, momentum 0.9), flatten Flatten.
+ * Errors: SALUS_EINVAL (not compiled, I/O), SALUS_EUNSUPPORTED (built
+ * without onnx.proto), transport errors reading the weights. */
+int salus_model_export_onnx(salus_model *m, const char *path);
 
 /* Operator calls (what salusctl does). Changes the scheduling policy at run
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
