@@ -163,7 +163,8 @@ typedef struct sl_device_ops {
      * code, e.g. "conv2d needs 50176576 bytes of oneDNN scratch; the
      * stream's workspace has 33554432": copies it into buf (terminated;
      * "" when there is none), forgets it, returns its length. Call it from
-     * a host callback of s that follows the failure, where no op of s runs. */
+     * the first host callback of s that follows the failure (the reason is
+     * forgotten after that callback), where no op of s runs. */
     size_t (*stream_failure)(sl_device *dev, sl_stream *s, char *buf, size_t len);
 } sl_device_ops;
 

@@ -58,7 +58,8 @@ typedef struct sl_cpu_exec {
     void *workspace;
     size_t workspace_bytes;
     /* why the last op that failed failed, beyond its code ("": nothing
-     * more); read and cleared by sl_cpu_stream_failure */
+     * more); read by sl_cpu_stream_failure, cleared after each host
+     * callback (stream.c) */
     char failure[192];
 } sl_cpu_exec;
 
