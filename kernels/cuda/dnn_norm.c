@@ -5,13 +5,9 @@
  *
  * Conventions mapped onto cuDNN's:
  *   - x [N,C] is described as [N,C,1,1]; [N,C,H,W] as itself.
- *   - ONNX momentum m: running = running * m + batch * (1 - m). cuDNN:
- *     running = running * (1 - f) + batch * f, so f = 1 - m.
- *   - cuDNN updates the running variance with the unbiased batch variance
- *     (count / (count - 1)), as docs/ops.md requires; the normalisation
- *     itself uses the biased variance. The registry guarantees count >= 2.
  *   - cuDNN's "saved inverse variance" is 1 / sqrt(var + eps): batchnorm's
- *     saved inverse std, consumed as such by batchnorm_grad.
+ *     saved inverse std (ops_norm.cu writes it so), consumed as such by
+ *     batchnorm_grad.
  *   - batchnorm_grad has no epsilon attribute: with the saved mean and
  *     inverse std given, cuDNN does not use its epsilon argument, which only
  *     has to be valid (>= CUDNN_BN_MIN_EPSILON). */
