@@ -253,8 +253,12 @@ uint64_t salus_graph_id(const salus_graph *g);
  * Feeds and fetches travel inline unless the run uses shared memory (local
  * ipc:// clients, from 16 KiB moved): inline, a run whose request or reply
  * would pass salusd's --max-message fails with SALUS_EINVAL saying so.
+ * Reproducibility: under the priority policy salusd may split a long
+ * matmul into parts to fill idle gaps; a split along K sums in another
+ * order, so the same iteration can differ in the last bits between runs.
  * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_EEXHAUSTED (a
- * device allocation failed), SALUS_EDEVICERESET (see "Device faults" above),
+ * device allocation failed; the message names the op and the bytes it
+ * needed where the backend says), SALUS_EDEVICERESET (see "Device faults" above),
  * SALUS_ESHUTDOWN (salusd is draining: the iteration did not start),
  * SALUS_ECONN, SALUS_ESESSIONLOST. */
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
