@@ -89,4 +89,54 @@ void sl_client_shm_fini(salus_session *s);
  * false when it is unset or empty. Errors: SL_EINVAL (malformed). */
 int sl_client_job_from_env(protobuf_c_boolean *has, uint32_t *job_id, uint32_t *step_id);
 
+/* Reading a graph builder (graph.c), for automatic differentiation. */
+enum sl_graph_value_kind { SL_GRAPH_INPUT, SL_GRAPH_PARAM, SL_GRAPH_OUTPUT };
+typedef struct sl_graph_op {
+    unsigned id, n_in, n_out;
+    salus_value in[SL_OP_MAX_IN];
+    salus_value out0;         /* outputs are out0 .. out0 + n_out - 1 */
+    const sl_op_attrs *attrs; /* valid until the next salus_graph_op */
+    unsigned n_iattrs, n_fattrs;
+} sl_graph_op;
+typedef struct sl_graph_value {
+    sl_shape shape;
+    int kind;           /* enum sl_graph_value_kind */
+    uint32_t index;     /* among the values of its kind */
+    uint64_t tensor_id; /* SL_GRAPH_PARAM */
+} sl_graph_value;
+size_t sl_graph_n_ops(const salus_graph *g);
+size_t sl_graph_n_values(const salus_graph *g);
+/* Op i (< sl_graph_n_ops) in the order it was added. */
+void sl_graph_op_info(const salus_graph *g, size_t i, sl_graph_op *out);
+/* SL_EINVAL for no such value. */
+int sl_graph_value_info(const salus_graph *g, salus_value v, sl_graph_value *out);
+/* An unregistered copy of g (same values and handles), or NULL (no memory). */
+salus_graph *sl_graph_clone(const salus_graph *g);
+
+/* Records the builder's first error (kept if one is already recorded). */
+__attribute__((format(printf, 2, 3))) void sl_graph_set_error(salus_graph *g, const char *fmt, ...);
+
+/* Reverse-mode automatic differentiation (autodiff.c). */
+typedef struct sl_autodiff_hooks {
+    void *ctx;
+    /* Offered for wrt[i] when one op alone reads it: a value its gradient
+     * may accumulate into (`acc = beta * acc + gradient`, no gradient
+     * tensor); return true and fill *acc and *beta to accept. May be NULL. */
+    bool (*accumulate)(void *ctx, unsigned i, salus_value *acc, float *beta);
+    /* Called once per wrt[i], as soon as its gradient is complete (so an
+     * update may follow before the rest of the backward pass): grad is the
+     * gradient, or SALUS_NO_VALUE with accumulated set when it went into
+     * the accumulator, or SALUS_NO_VALUE alone when the loss does not
+     * depend on wrt[i]. Returns SL_OK or an error that stops the pass. */
+    int (*ready)(void *ctx, unsigned i, salus_value grad, bool accumulated);
+} sl_autodiff_hooks;
+
+/* Appends to g the ops computing the gradients of the scalar `loss` with
+ * respect to wrt[0..n) (values of g), through the gradient rules of every
+ * op between them (ops_grad.h). Errors: SL_EINVAL (bad values, a builder
+ * error), SL_EUNSUPPORTED (an op on the way has no gradient), SL_ENOMEM;
+ * the reason, naming the op, is written into err. */
+int sl_autodiff(salus_graph *g, salus_value loss, unsigned n, const salus_value *wrt,
+                const sl_autodiff_hooks *hooks, char *err, size_t errlen);
+
 #endif

@@ -22,6 +22,7 @@ struct op {
     salus_value in[SL_OP_MAX_IN];
     sl_op_attrs attrs;
     uint8_t n_iattrs, n_fattrs;
+    salus_value out0; /* its first output (SALUS_NO_VALUE: none) */
 };
 
 struct salus_graph {
@@ -173,12 +174,13 @@ salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
         g->ops = ops;
         g->cap_ops = cap;
     }
+    op.out0 = SALUS_NO_VALUE;
     g->ops[g->n_ops++] = op;
     salus_value first = n_in ? inputs[0] : SALUS_NO_VALUE;
     for (unsigned o = 0; o < def->n_out; o++) {
         salus_value v = add_value(g, &out[o], VALUE_OUTPUT, g->n_outputs++, 0);
         if (o == 0)
-            first = v;
+            first = g->ops[g->n_ops - 1].out0 = v;
     }
     return first;
 }
@@ -419,4 +421,77 @@ out_free:
     if (mem != small)
         sl_free(mem);
     return rc;
+}
+
+/* ---- for autodiff.c: reading a builder's ops and copying it ---- */
+
+size_t sl_graph_n_ops(const salus_graph *g)
+{
+    return g->n_ops;
+}
+
+size_t sl_graph_n_values(const salus_graph *g)
+{
+    return g->n_values;
+}
+
+void sl_graph_op_info(const salus_graph *g, size_t i, sl_graph_op *out)
+{
+    const struct op *op = &g->ops[i];
+    out->id = op->id;
+    out->n_in = op->n_in;
+    out->n_out = sl_op_get(op->id)->n_out;
+    memcpy(out->in, op->in, sizeof out->in);
+    out->out0 = op->out0;
+    out->attrs = &op->attrs;
+    out->n_iattrs = op->n_iattrs;
+    out->n_fattrs = op->n_fattrs;
+}
+
+int sl_graph_value_info(const salus_graph *g, salus_value v, sl_graph_value *out)
+{
+    if (v >= g->n_values)
+        return SL_EINVAL;
+    const struct value *val = &g->values[v];
+    out->shape = val->shape;
+    out->kind = val->kind == VALUE_INPUT   ? SL_GRAPH_INPUT
+                : val->kind == VALUE_PARAM ? SL_GRAPH_PARAM
+                                           : SL_GRAPH_OUTPUT;
+    out->index = val->index;
+    out->tensor_id = val->tensor_id;
+    return SL_OK;
+}
+
+salus_graph *sl_graph_clone(const salus_graph *g)
+{
+    salus_graph *c = salus_graph_new();
+    if (!c)
+        return NULL;
+    c->values = g->n_values ? sl_reallocarray(NULL, g->n_values, sizeof *c->values) : NULL;
+    c->ops = g->n_ops ? sl_reallocarray(NULL, g->n_ops, sizeof *c->ops) : NULL;
+    if ((g->n_values && !c->values) || (g->n_ops && !c->ops)) {
+        salus_graph_free(c);
+        return NULL;
+    }
+    if (g->n_values)
+        memcpy(c->values, g->values, g->n_values * sizeof *c->values);
+    if (g->n_ops)
+        memcpy(c->ops, g->ops, g->n_ops * sizeof *c->ops);
+    c->n_values = c->cap_values = g->n_values;
+    c->n_ops = c->cap_ops = g->n_ops;
+    c->n_inputs = g->n_inputs;
+    c->n_params = g->n_params;
+    c->n_outputs = g->n_outputs;
+    memcpy(c->error, g->error, sizeof c->error);
+    return c;
+}
+
+void sl_graph_set_error(salus_graph *g, const char *fmt, ...)
+{
+    if (g->error[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
 }

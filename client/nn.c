@@ -1,76 +1,19 @@
-/* nn: a stack of layers compiled into a training graph (forward, backward
- * with softmax cross-entropy, optimizer updates) and an inference graph
- * (forward, argmax). Shapes are tracked per sample while layers are added;
- * the graph builder checks them again, with the batch, at compile time.
- * Under momentum a dense layer's weight gradient is never a tensor: it
- * accumulates into the velocity (matmul_acc), as fused optimizers do.
+/* nn: a stack of layers compiled into a training graph (forward, softmax
+ * cross-entropy, then backward and optimizer updates by automatic
+ * differentiation, train.c) and an inference graph (forward, argmax).
+ * Shapes are tracked per sample while layers are added; the graph builder
+ * checks them again, with the batch, at compile time.
  * A ReLU followed by a max pool runs after the pool instead: the max of
  * ReLUs is the ReLU of the max (ReLU never decreases), and the gradient
  * reaches the same element (the first max of the window, when it is
  * positive), but the ReLU and its gradient touch a quarter of the data. */
-#include "client_internal.h"
+#include "nn_internal.h"
+#include "train_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#define MAX_LAYERS 64
-#define MAX_PARAMS (MAX_LAYERS * 2)
-#define BN_EPSILON 1e-5f
-#define BN_MOMENTUM 0.9f
-
-enum layer_kind {
-    L_DENSE,
-    L_CONV,
-    L_MAXPOOL,
-    L_AVGPOOL,
-    L_BN,
-    L_RELU,
-    L_SIGMOID,
-    L_TANH,
-    L_FLATTEN
-};
-
-typedef struct layer {
-    enum layer_kind kind;
-    int64_t size, kernel, stride, pad; /* units / filters and window */
-    int in_ndim, out_ndim;
-    int64_t in[3], out[3];              /* per-sample shapes */
-    int param[2];                       /* indexes into m->params, -1 if none */
-    uint64_t running_mean, running_var; /* batchnorm state tensors */
-    /* training-graph values */
-    salus_value x, y, saved_mean, saved_invstd;
-    salus_value relu_bits; /* relu: relu_mask's bits, all its gradient reads */
-    /* relu: runs after the max pool that follows it (see the top); the
-     * pool layer then emits both, and this layer passes values through */
-    int after_pool;
-} layer;
-
-typedef struct param {
-    uint64_t tensor, state[2];
-    int ndim;
-    int64_t dims[4];
-    salus_value value, grad, state_value[2];
-    /* momentum: the gradient went straight into the velocity (matmul_acc),
-     * so grad is SALUS_NO_VALUE and the update only applies it */
-    int grad_in_velocity;
-} param;
-
-struct salus_model {
-    layer layers[MAX_LAYERS];
-    int n_layers;
-    param params[MAX_PARAMS];
-    int n_params;
-    int sample_ndim;
-    int64_t sample[3];
-    salus_session *session;
-    salus_graph *train, *infer;
-    salus_value train_loss, infer_classes;
-    uint64_t step_tensor;
-    int64_t batch, infer_batch;
-    char error[256];
-};
 
 __attribute__((format(printf, 2, 3))) static int fail(salus_model *m, const char *fmt, ...)
 {
@@ -107,6 +50,8 @@ void salus_model_free(salus_model *m)
         return;
     salus_graph_free(m->train);
     salus_graph_free(m->infer);
+    salus_graph_free(m->part);
+    sl_free(m->named);
     sl_free(m);
 }
 
@@ -312,16 +257,16 @@ static int new_param(salus_model *m, int ndim, const int64_t *dims, int64_t fan_
     return m->n_params++;
 }
 
-/* A zero-filled state tensor shaped like a parameter (optimizer, batchnorm). */
+/* A zero-filled state tensor shaped like a parameter (batchnorm). */
 static int new_state(salus_model *m, int ndim, const int64_t *dims, uint64_t *id)
 {
     int rc = salus_tensor_create(m->session, SALUS_F32, ndim, dims, NULL, id);
     if (rc)
-        fail(m, "creating optimizer state: %s", salus_last_error(m->session->client));
+        fail(m, "creating batchnorm state: %s", salus_last_error(m->session->client));
     return rc;
 }
 
-static int create_params(salus_model *m, const salus_optimizer *opt, uint64_t seed)
+static int create_params(salus_model *m, uint64_t seed)
 {
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
     for (int i = 0; i < m->n_layers; i++) {
@@ -355,13 +300,6 @@ static int create_params(salus_model *m, const salus_optimizer *opt, uint64_t se
         if (m->error[0])
             return SL_EINVAL;
     }
-    int n_state = opt->kind == SALUS_ADAM ? 2 : opt->kind == SALUS_MOMENTUM ? 1 : 0;
-    for (int i = 0; i < m->n_params; i++)
-        for (int k = 0; k < n_state; k++)
-            if (new_state(m, m->params[i].ndim, m->params[i].dims, &m->params[i].state[k]))
-                return SL_EINVAL;
-    if (opt->kind == SALUS_ADAM && new_state(m, 1, (int64_t[]){1}, &m->step_tensor))
-        return SL_EINVAL;
     return SL_OK;
 }
 
@@ -395,16 +333,12 @@ static int batched(int64_t batch, int ndim, const int64_t *sample, int64_t *out)
     return ndim + 1;
 }
 
-/* ReLU layer l over x: relu_mask when training (the backward pass needs
- * only where y > 0: keeping that as bits lets y die once the next layer has
- * read it, 1/32 of the memory), plain relu otherwise. */
-static salus_value activate(salus_graph *g, layer *l, salus_value x, int training)
+/* A ReLU over x: relu_mask when training (the backward pass needs only
+ * where y > 0: keeping that as bits lets y die once the next layer has read
+ * it, 1/32 of the memory), plain relu otherwise. */
+static salus_value activate(salus_graph *g, salus_value x, int training)
 {
-    if (!training)
-        return OP(g, "relu", x);
-    salus_value y = OP(g, "relu_mask", x);
-    l->relu_bits = y + 1;
-    return y;
+    return OP(g, training ? "relu_mask" : "relu", x);
 }
 
 /* Emits the forward pass; records per-layer values when training. */
@@ -438,12 +372,7 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
                  * as the pool's: they differ only in windows whose max is
                  * not positive, where the ReLU's gradient already zeroed
                  * dy, so the pool's own output can die in place. */
-                salus_value r = activate(g, &l[-1], y, training);
-                if (training) {
-                    l->x = x;
-                    l->y = r;
-                }
-                x = r;
+                x = activate(g, y, training);
                 continue;
             }
             break;
@@ -457,8 +386,6 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             if (training) {
                 const float f[] = {BN_EPSILON, BN_MOMENTUM};
                 y = OPF(g, "batchnorm", f, x, w, b, rm, rv);
-                l->saved_mean = y + 1;
-                l->saved_invstd = y + 2;
             } else {
                 const float f[] = {BN_EPSILON};
                 y = OPF(g, "batchnorm_infer", f, x, w, b, rm, rv);
@@ -467,7 +394,7 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
         }
         case L_RELU:
             l->after_pool = i + 1 < m->n_layers && l[1].kind == L_MAXPOOL;
-            y = l->after_pool ? x : activate(g, l, x, training);
+            y = l->after_pool ? x : activate(g, x, training);
             break;
         case L_SIGMOID:
             y = OP(g, "sigmoid", x);
@@ -481,129 +408,37 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             break;
         }
         }
-        if (training) {
-            l->x = x;
-            l->y = y;
-        }
         x = y;
     }
     return x;
 }
 
-/* The optimiser's step counter (Adam): advanced once, before any update. */
-static salus_value step_count(salus_model *m, salus_graph *g, const salus_optimizer *o)
+/* Appends the backward pass and the optimizer's updates of every parameter
+ * to the training graph, by automatic differentiation from its loss. */
+static int backward(salus_model *m, const salus_optimizer *opt)
 {
-    if (o->kind != SALUS_ADAM)
-        return SALUS_NO_VALUE;
-    salus_value t = salus_graph_param(g, m->step_tensor, SALUS_F32, 1, (int64_t[]){1});
-    const float one[] = {1.0f};
-    OPF(g, "add_scalar", one, t);
-    return t;
-}
-
-/* Emits the update of one param from its gradient (t: step_count's value). */
-static void update(salus_graph *g, const param *p, const salus_optimizer *o, salus_value t)
-{
-    if (o->kind == SALUS_SGD) {
-        const float f[] = {o->lr};
-        OPF(g, "sgd_update", f, p->value, p->grad);
-    } else if (o->kind == SALUS_MOMENTUM && p->grad_in_velocity) {
-        /* v = momentum * v + g is done: v += weight decay * p, then
-         * p -= lr * v, which is momentum_update's math */
-        salus_value v = state_value(g, p->state[0], p);
-        if (o->weight_decay != 0) {
-            const float wd[] = {-o->weight_decay};
-            OPF(g, "sgd_update", wd, v, p->value);
-        }
-        const float lr[] = {o->lr};
-        OPF(g, "sgd_update", lr, p->value, v);
-    } else if (o->kind == SALUS_MOMENTUM) {
-        const float f[] = {o->lr, o->momentum, o->weight_decay};
-        OPF(g, "momentum_update", f, p->value, p->grad, state_value(g, p->state[0], p));
-    } else {
-        const float f[] = {o->lr, o->beta1 > 0 ? o->beta1 : 0.9f, o->beta2 > 0 ? o->beta2 : 0.999f,
-                           o->eps > 0 ? o->eps : 1e-8f};
-        OPF(g, "adam_update", f, p->value, p->grad, state_value(g, p->state[0], p),
-            state_value(g, p->state[1], p), t);
+    sl_train t = {.session = m->session, .g = m->train, .loss = m->train_loss, .opt = *opt};
+    t.params = sl_calloc((size_t) m->n_params + 1, sizeof *t.params);
+    if (!t.params)
+        return fail(m, "out of memory");
+    t.n_params = (unsigned) m->n_params;
+    for (int i = 0; i < m->n_params; i++) {
+        const param *p = &m->params[i];
+        t.params[i].tensor = p->tensor;
+        t.params[i].value = p->value;
+        t.params[i].shape = (sl_shape){.dtype = SL_F32, .ndim = (uint8_t) p->ndim};
+        memcpy(t.params[i].shape.dims, p->dims, (size_t) p->ndim * sizeof *p->dims);
     }
-}
-
-/* Emits the backward pass from dy = d loss / d logits, and each layer's
- * param updates as soon as nothing below it reads the params (their
- * gradients die there instead of all living until the end of the pass,
- * which lowers the planned peak; the arithmetic is the same). */
-static void backward(salus_model *m, salus_graph *g, salus_value dy, const salus_optimizer *o)
-{
-    salus_value t = step_count(m, g, o);
-    int first = 0; /* no gradient is needed below the first layer with params */
-    while (first < m->n_layers && m->layers[first].param[0] < 0)
-        first++;
-    for (int i = m->n_layers - 1; i >= first; i--) {
-        layer *l = &m->layers[i];
-        param *w = l->param[0] >= 0 ? &m->params[l->param[0]] : NULL;
-        param *b = l->param[1] >= 0 ? &m->params[l->param[1]] : NULL;
-        int need_dx = i > first;
-        salus_value dx = SALUS_NO_VALUE;
-        const int64_t conv[] = {l->stride, l->stride, l->pad, l->pad, l->pad, l->pad};
-        const int64_t pool[] = {l->kernel, l->kernel, l->stride, l->stride};
-        const int64_t ta[] = {1, 0}, tb[] = {0, 1};
-        switch (l->kind) {
-        case L_DENSE:
-            if (o->kind == SALUS_MOMENTUM) {
-                /* the weight gradient accumulates into the velocity: no
-                 * [in, units] dW tensor in the iteration's memory */
-                const float alpha_beta[] = {1.0f, o->momentum};
-                salus_graph_op(g, "matmul_acc", 3,
-                               (salus_value[]){l->x, dy, state_value(g, w->state[0], w)}, 2, ta, 2,
-                               alpha_beta);
-                w->grad_in_velocity = 1;
-            } else {
-                w->grad = OPI(g, "matmul", ta, l->x, dy);
-            }
-            b->grad = OP(g, "bias_grad", dy);
-            if (need_dx)
-                dx = OPI(g, "matmul", tb, dy, w->value);
-            break;
-        case L_CONV:
-            w->grad = OPI(g, "conv2d_grad_filter", conv, dy, l->x, w->value);
-            b->grad = OP(g, "channel_bias_grad", dy);
-            if (need_dx)
-                dx = OPI(g, "conv2d_grad_input", conv, dy, w->value, l->x);
-            break;
-        case L_MAXPOOL:
-            if (i > 0 && l[-1].after_pool)
-                dy = OP(g, "relu_grad_mask", dy, l[-1].relu_bits);
-            dx = OPI(g, "maxpool_grad", pool, dy, l->x, l->y);
-            break;
-        case L_AVGPOOL:
-            dx = OPI(g, "avgpool_grad", pool, dy, l->x);
-            break;
-        case L_BN:
-            dx = OP(g, "batchnorm_grad", dy, l->x, w->value, l->saved_mean, l->saved_invstd);
-            w->grad = dx + 1;
-            b->grad = dx + 2;
-            break;
-        case L_RELU:
-            dx = l->after_pool ? dy : OP(g, "relu_grad_mask", dy, l->relu_bits);
-            break;
-        case L_SIGMOID:
-            dx = OP(g, "sigmoid_grad", dy, l->y);
-            break;
-        case L_TANH:
-            dx = OP(g, "tanh_grad", dy, l->y);
-            break;
-        case L_FLATTEN: {
-            int64_t dims[4];
-            int n = batched(m->batch, l->in_ndim, l->in, dims);
-            dx = salus_graph_op(g, "reshape", 1, &dy, (unsigned) n, dims, 0, NULL);
-            break;
-        }
-        }
-        for (int p = 0; p < 2; p++)
-            if (l->param[p] >= 0)
-                update(g, &m->params[l->param[p]], o, t);
-        dy = dx;
-    }
+    char err[256];
+    int rc = sl_train_emit(&t, err, sizeof err);
+    for (int i = 0; i < m->n_params; i++)
+        memcpy(m->params[i].state, t.params[i].state, sizeof m->params[i].state);
+    m->step_tensor = t.step_tensor;
+    m->lr_tensor = t.lr_tensor;
+    sl_free(t.params);
+    if (rc)
+        fail(m, "training graph: %s", err);
+    return rc;
 }
 
 int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt, int64_t batch,
@@ -613,8 +448,10 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
         return SL_EINVAL;
     if (m->train)
         return fail(m, "model is already compiled");
-    if (!opt || !(opt->lr > 0) || opt->kind < SALUS_SGD || opt->kind > SALUS_ADAM)
-        return fail(m, "invalid optimizer");
+    salus_optimizer o;
+    char err[200];
+    if (sl_train_resolve(opt, &o, err, sizeof err) != SL_OK)
+        return fail(m, "%s", err);
     if (batch < 1 || infer_batch < 1 || m->n_layers == 0)
         return fail(m, "need layers and batch sizes >= 1");
     const layer *last = &m->layers[m->n_layers - 1];
@@ -623,7 +460,7 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
     m->session = s;
     m->batch = batch;
     m->infer_batch = infer_batch;
-    int rc = create_params(m, opt, seed);
+    int rc = create_params(m, seed);
     if (rc)
         return rc;
 
@@ -637,7 +474,11 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
     salus_value labels = salus_graph_input(m->train, SALUS_I32, 1, &batch);
     salus_value logits = forward(m, m->train, x, batch, 1);
     m->train_loss = OP(m->train, "softmax_xent", logits, labels);
-    backward(m, m->train, OP(m->train, "softmax_xent_grad", m->train_loss + 1, labels), opt);
+    m->opt = o;
+    if (!salus_graph_error(m->train) && (rc = backward(m, &o)) != SL_OK)
+        return rc;
+    if ((rc = sl_nn_name_tensors(m)) != SL_OK)
+        return rc;
 
     n = batched(infer_batch, m->sample_ndim, m->sample, dims);
     x = salus_graph_input(m->infer, SALUS_F32, n, dims);
@@ -668,11 +509,90 @@ int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels
     return rc;
 }
 
+/* An inference graph for `batch` samples (argmax per sample), registered;
+ * NULL with the reason in the client's last error. */
+static salus_graph *inference_graph(salus_model *m, int64_t batch, salus_value *classes)
+{
+    int64_t dims[4];
+    salus_graph *g = salus_graph_new();
+    if (!g)
+        return NULL;
+    int n = batched(batch, m->sample_ndim, m->sample, dims);
+    salus_value x = salus_graph_input(g, SALUS_F32, n, dims);
+    *classes = OP(g, "argmax", forward(m, g, x, batch, 0));
+    if (salus_graph_error(g) || salus_graph_register(m->session, g, NULL) != SL_OK) {
+        salus_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* Runs x through parts of `part` samples (the last one zero-padded). */
+static int predict_parts(salus_model *m, const float *x, int32_t *classes)
+{
+    size_t sample = 1;
+    for (int d = 0; d < m->sample_ndim; d++)
+        sample *= (size_t) m->sample[d];
+    int64_t part = m->part_batch;
+    float *pad = NULL;
+    int32_t *pad_out = NULL;
+    int rc = SL_OK;
+    for (int64_t at = 0; at < m->infer_batch && rc == SL_OK; at += part) {
+        int64_t n = m->infer_batch - at < part ? m->infer_batch - at : part;
+        const float *src = x + (size_t) at * sample;
+        int32_t *dst = classes + at;
+        if (n < part) {
+            pad = sl_calloc((size_t) part * sample, sizeof *pad);
+            pad_out = sl_calloc((size_t) part, sizeof *pad_out);
+            if (!pad || !pad_out) {
+                rc = SL_ENOMEM;
+                break;
+            }
+            memcpy(pad, src, (size_t) n * sample * sizeof *pad);
+            src = pad;
+            dst = pad_out;
+        }
+        const void *feeds[] = {src};
+        void *out[] = {dst};
+        rc = salus_run(m->session, m->part, feeds, 1, &m->part_classes, out);
+        if (rc == SL_OK && n < part)
+            memcpy(classes + at, pad_out, (size_t) n * sizeof *classes);
+    }
+    sl_free(pad);
+    sl_free(pad_out);
+    return rc;
+}
+
+/* A batch whose iteration needs more lane workspace than salusd gives (a
+ * convolution's scratch grows with the batch) runs in parts, halved until
+ * they fit; the part graph is kept for later calls. Every op of the
+ * inference graph works per sample, so the parts compute what the whole
+ * batch would. */
 int salus_model_predict(salus_model *m, const float *x, int32_t *classes)
 {
     if (!m->infer || m->error[0])
         return SL_EINVAL;
+    if (m->part)
+        return predict_parts(m, x, classes);
     const void *feeds[] = {x};
     void *out[] = {classes};
-    return salus_run(m->session, m->infer, feeds, 1, &m->infer_classes, out);
+    int rc = salus_run(m->session, m->infer, feeds, 1, &m->infer_classes, out);
+    for (int64_t part = m->infer_batch / 2; rc == SL_EEXHAUSTED && part >= 1; part /= 2) {
+        salus_graph_free(m->part);
+        m->part_batch = part;
+        if (!(m->part = inference_graph(m, part, &m->part_classes)))
+            return SL_EEXHAUSTED;
+        rc = predict_parts(m, x, classes);
+        if (rc == SL_EEXHAUSTED && part == 1) {
+            /* not even one sample fits: the reason names that need. Freeing
+             * the graph is a request of its own, which clears the client's
+             * error: the reason goes back after it */
+            char why[sizeof m->session->client->last_error];
+            memcpy(why, m->session->client->last_error, sizeof why);
+            salus_graph_free(m->part);
+            m->part = NULL;
+            memcpy(m->session->client->last_error, why, sizeof why);
+        }
+    }
+    return rc;
 }

@@ -158,6 +158,14 @@ typedef struct sl_device_ops {
      * pin), SL_EINVAL. */
     int (*host_register)(sl_device *dev, void *ptr, size_t n);
     void (*host_unregister)(sl_device *dev, void *ptr);
+    /* Optional (NULL: the backend never knows more than the code). Why the
+     * last failed op on s failed, when the backend knows more than its
+     * code, e.g. "conv2d needs 50176576 bytes of oneDNN scratch; the
+     * stream's workspace has 33554432": copies it into buf (terminated;
+     * "" when there is none), forgets it, returns its length. Call it from
+     * the first host callback of s that follows the failure (the reason is
+     * forgotten after that callback), where no op of s runs. */
+    size_t (*stream_failure)(sl_device *dev, sl_stream *s, char *buf, size_t len);
 } sl_device_ops;
 
 /* Fault kinds of sl_device_ops.inject_fault. */

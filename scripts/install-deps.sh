@@ -17,6 +17,8 @@ packages=(
   dataset-fashion-mnist
   openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
   gnuplot-nox # eval/run's PNG plots (eval/plots; the eval tests draw them when present)
+  libonnx-dev # onnx.proto, compiled with protoc-c: ONNX export of nn models (client/)
+  python3-onnx python3-numpy # test_autodiff checks exported ONNX files (onnx_eval.py)
 )
 for group in "$@"; do
   case "$group" in

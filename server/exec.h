@@ -61,6 +61,9 @@ typedef struct sl_exec_task {
     uint64_t start_ns;
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
     uint32_t lane;
+    sl_stream *stream; /* the lane's, where the whole iteration was submitted */
+    /* why it failed, beyond its status (sl_device_ops.stream_failure) */
+    char failure[192];
     bool stepwise;      /* op by op, beside high-priority work */
     sl_steps_task step; /* its progress op by op (sched/steps.h) */
 } sl_exec_task;

@@ -283,6 +283,8 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
     const sl_graph *g = t->graph;
     int rc = lane_workspace(ex, l, info);
 
+    t->stream = st;
+    t->failure[0] = 0;
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
         rc = dev->ops->memcpy_h2d(dev, st, value_ptr(ex, t, i), t->feed_src[i],
                                   sl_shape_bytes(&g->values[i].shape));
@@ -427,6 +429,11 @@ void sl_exec_iteration_done(void *arg, int status)
     sl_exec_job *j = t->job;
     uint64_t now = sl_now_ns();
     sl_outbox box = {0};
+    /* the backend's reason, read on the stream's own thread (no op of it
+     * runs now), before any lock */
+    if (status != SL_OK && status != SL_EDEVICERESET && t->stream && !t->stepwise &&
+        ex->dev->ops->stream_failure)
+        ex->dev->ops->stream_failure(ex->dev, t->stream, t->failure, sizeof t->failure);
 
     pthread_mutex_lock(ex->lock);
     uint64_t device_ns = now - t->start_ns;

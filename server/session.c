@@ -252,8 +252,10 @@ void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool la
         sl_log_warn("exe.fail", "%s of session %llu failed: %s", run ? "iteration" : "copy",
                     (unsigned long long) s->id, sl_strerror(status));
         bool shm = run && (w->msg->run->n_shm_feeds || w->msg->run->n_shm_fetches);
-        sl_reply_error(w->reply, status, "%s failed on the device: %s%s",
-                       run ? "the iteration" : "the copy", sl_strerror(status),
+        const char *why = run ? t->failure : "";
+        sl_reply_error(w->reply, status, "%s failed on the device: %s%s%s%s",
+                       run ? "the iteration" : "the copy", sl_strerror(status), why[0] ? ": " : "",
+                       why,
                        shm && status == SL_EINVAL
                            ? " (an op's input outside its domain, or the session's shared memory "
                              "could not be read or written: its segment faulted)"

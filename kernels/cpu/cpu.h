@@ -57,6 +57,10 @@ typedef struct sl_cpu_exec {
      * from it when set; NULL = the stream's own, grown on demand */
     void *workspace;
     size_t workspace_bytes;
+    /* why the last op that failed failed, beyond its code ("": nothing
+     * more); read by sl_cpu_stream_failure, cleared after each host
+     * callback (stream.c) */
+    char failure[192];
 } sl_cpu_exec;
 
 /* Runs one op synchronously on the calling (worker) thread. The call must
@@ -116,6 +120,7 @@ int sl_cpu_memcpy(sl_device *dev, sl_stream *s, void *dst, const void *src, size
 int sl_cpu_memcpy_host(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
 int sl_cpu_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
+size_t sl_cpu_stream_failure(sl_device *dev, sl_stream *s, char *buf, size_t len);
 int sl_cpu_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);
 int sl_cpu_synchronize(sl_device *dev, sl_stream *s);
 void sl_cpu_stream_hold(sl_device *dev, sl_stream *s);

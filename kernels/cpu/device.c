@@ -173,6 +173,7 @@ const sl_device_ops sl_cpu_device_ops = {
     .launch = sl_cpu_launch,
     .stream_set_workspace = sl_cpu_stream_set_workspace,
     .host_callback = sl_cpu_host_callback,
+    .stream_failure = sl_cpu_stream_failure,
     .synchronize = sl_cpu_synchronize,
     .stream_hold = sl_cpu_stream_hold,
     .stream_release = sl_cpu_stream_release,

@@ -25,6 +25,7 @@
 #include <dnnl_debug.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Distinct (op, shapes, attrs, threads) kept per stream: a CNN's training
@@ -324,6 +325,10 @@ int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out)
                        "an op needs %zu bytes of scratch; the stream's workspace has %zu (salusd "
                        "--framework-per-lane)",
                        bytes, x->workspace_bytes);
+            snprintf(x->failure, sizeof x->failure,
+                     "an op needs %zu bytes of scratch; the lane's workspace has %zu (salusd "
+                     "--framework-per-lane)",
+                     bytes, x->workspace_bytes);
             return SL_EEXHAUSTED;
         }
         *out = x->workspace;
@@ -422,6 +427,10 @@ int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build
                    "%s needs %zu bytes of oneDNN scratch; the stream's workspace has %zu (salusd "
                    "--framework-per-lane)",
                    sl_op_get(c->op)->name, e->scratch_bytes, x->workspace_bytes);
+        snprintf(x->failure, sizeof x->failure,
+                 "%s needs %zu bytes of oneDNN scratch (its scratchpad and layout copies); the "
+                 "lane's workspace has %zu (salusd --framework-per-lane; or run a smaller batch)",
+                 sl_op_get(c->op)->name, e->scratch_bytes, x->workspace_bytes);
         return SL_EEXHAUSTED;
     }
     return execute(d, e, c, x->workspace);

@@ -4,8 +4,11 @@
  * + s. The loops walk channels in blocks so that per-channel accumulators
  * stay in registers or L1 while the batch streams by in memory order (for
  * [N,C] a row at a time), and never allocate. Statistics accumulate in
- * double: one pass computes sum and sum of squares without losing float
- * precision. */
+ * double, in two passes: the mean, then the squared deviations from it
+ * (never E[x^2] - E[x]^2, which cancels when the mean is far above the
+ * deviation). Normalisation subtracts the mean before scaling, never
+ * folding it into the bias: x * a + (bias - mean * a) loses the digits of
+ * x - mean to the rounding of two large terms when |mean| >> std. */
 #include "cpu.h"
 #include "sum.h"
 
@@ -43,18 +46,29 @@ static inline uint64_t block_width(const struct layout *l, uint64_t c0)
     return l->c - c0 < CH_BLOCK ? l->c - c0 : CH_BLOCK;
 }
 
-/* y = x * a[c] + b[c] for the channels [c0, c0 + w). */
-static void affine_block(const struct layout *l, const float *x, float *y, uint64_t c0, uint64_t w,
-                         const float *a, const float *b)
+/* y = ((x - m_hi[c]) - m_lo[c]) * a[c] + b[c] for the channels [c0, c0 +
+ * w): m_hi + m_lo is the mean to about twice float precision, and x - m_hi
+ * is exact for x within a factor 2 of m_hi (Sterbenz), so the centred
+ * value keeps its digits however far the mean is from 0. */
+static void center_affine_block(const struct layout *l, const float *x, float *y, uint64_t c0,
+                                uint64_t w, const float *m_hi, const float *m_lo, const float *a,
+                                const float *b)
 {
     for (uint64_t n = 0; n < l->n; n++)
         for (uint64_t j = 0; j < w; j++) {
             const float *xp = x + at(l, n, c0 + j);
             float *yp = y + at(l, n, c0 + j);
-            float aj = a[j], bj = b[j];
+            float hi = m_hi[j], lo = m_lo[j], aj = a[j], bj = b[j];
             for (uint64_t s = 0; s < l->spatial; s++)
-                yp[s] = xp[s] * aj + bj;
+                yp[s] = ((xp[s] - hi) - lo) * aj + bj;
         }
+}
+
+/* A double mean split into float parts for center_affine_block. */
+static void split_mean(double mean, float *hi, float *lo)
+{
+    *hi = (float) mean;
+    *lo = (float) (mean - (double) *hi);
 }
 
 int sl_cpu_channel_bias_add(const sl_op_call *c)
@@ -72,20 +86,27 @@ int sl_cpu_channel_bias_add(const sl_op_call *c)
     return SL_OK;
 }
 
-/* sum[j] (and sumsq[j] if not NULL) over batch and space for channel c0 + j. */
+/* sum[j] over batch and space for channel c0 + j. */
 static void channel_sums(const struct layout *l, const float *x, uint64_t c0, uint64_t w,
-                         double *sum, double *sumsq)
+                         double *sum)
 {
     for (uint64_t j = 0; j < w; j++)
-        sum[j] = sumsq ? (sumsq[j] = 0) : 0;
+        sum[j] = 0;
     for (uint64_t n = 0; n < l->n; n++)
-        for (uint64_t j = 0; j < w; j++) {
-            const float *xp = x + at(l, n, c0 + j);
-            if (sumsq)
-                sl_cpu_sum_sq(xp, l->spatial, &sum[j], &sumsq[j]);
-            else
-                sum[j] += sl_cpu_sum(xp, l->spatial);
-        }
+        for (uint64_t j = 0; j < w; j++)
+            sum[j] += sl_cpu_sum(x + at(l, n, c0 + j), l->spatial);
+}
+
+/* ssd[j]: the sum of (x - mean[j])^2 over batch and space for channel
+ * c0 + j (the second pass). */
+static void channel_sqdev(const struct layout *l, const float *x, uint64_t c0, uint64_t w,
+                          const double *mean, double *ssd)
+{
+    for (uint64_t j = 0; j < w; j++)
+        ssd[j] = 0;
+    for (uint64_t n = 0; n < l->n; n++)
+        for (uint64_t j = 0; j < w; j++)
+            ssd[j] += sl_cpu_sum_sqdev(x + at(l, n, c0 + j), l->spatial, mean[j]);
 }
 
 int sl_cpu_channel_bias_grad(const sl_op_call *c)
@@ -95,7 +116,7 @@ int sl_cpu_channel_bias_grad(const sl_op_call *c)
     for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
         uint64_t w = block_width(&l, c0);
         double sum[CH_BLOCK];
-        channel_sums(&l, f32(&c->in[0]), c0, w, sum, NULL);
+        channel_sums(&l, f32(&c->in[0]), c0, w, sum);
         for (uint64_t j = 0; j < w; j++)
             db[c0 + j] = (float) sum[j];
     }
@@ -115,24 +136,26 @@ int sl_cpu_batchnorm(const sl_op_call *c)
     double count = (double) (l.n * l.spatial); /* >= 2: the registry checked */
     for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
         uint64_t w = block_width(&l, c0);
-        double sum[CH_BLOCK], sumsq[CH_BLOCK];
-        float a[CH_BLOCK], b[CH_BLOCK];
-        channel_sums(&l, x, c0, w, sum, sumsq);
+        double sum[CH_BLOCK], mean[CH_BLOCK], ssd[CH_BLOCK];
+        float a[CH_BLOCK], b[CH_BLOCK], m_hi[CH_BLOCK], m_lo[CH_BLOCK];
+        channel_sums(&l, x, c0, w, sum);
+        for (uint64_t j = 0; j < w; j++)
+            mean[j] = sum[j] / count;
+        channel_sqdev(&l, x, c0, w, mean, ssd);
         for (uint64_t j = 0; j < w; j++) {
             uint64_t ch = c0 + j;
-            double mean = sum[j] / count;
-            double var = sumsq[j] / count - mean * mean;
-            var = var > 0 ? var : 0; /* rounding can leave a tiny negative */
+            double var = ssd[j] / count;
             double istd = 1.0 / sqrt(var + eps);
             a[j] = (float) (scale[ch] * istd);
-            b[j] = (float) (bias[ch] - mean * scale[ch] * istd);
-            saved_mean[ch] = (float) mean;
+            b[j] = bias[ch];
+            split_mean(mean[j], &m_hi[j], &m_lo[j]);
+            saved_mean[ch] = (float) mean[j];
             saved_istd[ch] = (float) istd;
-            run_mean[ch] = (float) (run_mean[ch] * momentum + mean * (1 - momentum));
+            run_mean[ch] = (float) (run_mean[ch] * momentum + mean[j] * (1 - momentum));
             run_var[ch] =
                 (float) (run_var[ch] * momentum + var * count / (count - 1) * (1 - momentum));
         }
-        affine_block(&l, x, y, c0, w, a, b);
+        center_affine_block(&l, x, y, c0, w, m_hi, m_lo, a, b);
     }
     return SL_OK;
 }
@@ -145,14 +168,15 @@ int sl_cpu_batchnorm_infer(const sl_op_call *c)
     double eps = c->attrs.f[0];
     for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
         uint64_t w = block_width(&l, c0);
-        float a[CH_BLOCK], b[CH_BLOCK];
+        float a[CH_BLOCK], b[CH_BLOCK], m_hi[CH_BLOCK], m_lo[CH_BLOCK];
         for (uint64_t j = 0; j < w; j++) {
             uint64_t ch = c0 + j;
-            double k = scale[ch] / sqrt((double) var[ch] + eps);
-            a[j] = (float) k;
-            b[j] = (float) (bias[ch] - mean[ch] * k);
+            a[j] = (float) (scale[ch] / sqrt((double) var[ch] + eps));
+            b[j] = bias[ch];
+            m_hi[j] = mean[ch]; /* already a float: exact */
+            m_lo[j] = 0;
         }
-        affine_block(&l, f32(&c->in[0]), f32(&c->out[0]), c0, w, a, b);
+        center_affine_block(&l, f32(&c->in[0]), f32(&c->out[0]), c0, w, m_hi, m_lo, a, b);
     }
     return SL_OK;
 }

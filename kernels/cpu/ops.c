@@ -297,6 +297,16 @@ static int k_axpy(const sl_op_call *c)
     return SL_OK;
 }
 
+static int k_mul_scalar(const sl_op_call *c)
+{
+    const float *x = f32(&c->in[0]);
+    float *y = f32(&c->out[0]), s = f32(&c->in[1])[0];
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = x[i] * s;
+    return SL_OK;
+}
+
 static int k_add_scalar(const sl_op_call *c)
 {
     float *x = f32(&c->in[0]), v = c->attrs.f[0];
@@ -418,6 +428,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_MUL] = k_mul,
     [SL_OP_AXPY] = k_axpy,
     [SL_OP_ADD_SCALAR] = k_add_scalar,
+    [SL_OP_MUL_SCALAR] = k_mul_scalar,
     [SL_OP_SIGMOID] = k_sigmoid,
     [SL_OP_SIGMOID_GRAD] = k_sigmoid_grad,
     [SL_OP_TANH] = k_tanh,

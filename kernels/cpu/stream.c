@@ -117,6 +117,16 @@ static void worker_exit(void *ctx)
     s->exec.dnnl = NULL;
 }
 
+/* A failure's reason lives until the host callback that reports its
+ * status has run (the reader takes it there): never attached to a later
+ * failure, possibly another session's, that gave none. Commands run one at
+ * a time in order, so this never races the ops that set it. */
+static void after_callback(void *ctx)
+{
+    sl_stream *s = ctx;
+    s->exec.failure[0] = 0;
+}
+
 /* Copies, workspace changes and ops in C or OpenBLAS run on any thread;
  * oneDNN ops need the worker, which owns their state. */
 static bool runs_anywhere(void *ctx, const void *payload)
@@ -130,6 +140,7 @@ static const sl_workq_config cpu_workq = {
     .payload_size = sizeof(struct cmd),
     .exec = execute,
     .worker_start = worker_start,
+    .after_callback = after_callback,
     .runs_anywhere = runs_anywhere,
     .worker_exit = worker_exit,
     .log_id = "cpu.stream",
@@ -239,6 +250,21 @@ int sl_cpu_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)
     if (!fn)
         return SL_EINVAL;
     return sl_workq_host_callback(s->q, fn, arg);
+}
+
+/* Called from a host callback of s: commands of s run one at a time, in
+ * order, so no op of s touches the exec state meanwhile. */
+size_t sl_cpu_stream_failure(sl_device *dev, sl_stream *s, char *buf, size_t len)
+{
+    (void) dev;
+    if (!len)
+        return 0;
+    size_t n = strnlen(s->exec.failure, sizeof s->exec.failure);
+    n = n < len - 1 ? n : len - 1;
+    memcpy(buf, s->exec.failure, n);
+    buf[n] = 0;
+    s->exec.failure[0] = 0;
+    return n;
 }
 
 int sl_cpu_synchronize(sl_device *dev, sl_stream *s)

@@ -24,27 +24,23 @@ static inline double sl_cpu_sum(const float *x, uint64_t n)
     return s;
 }
 
-/* Adds sum(x) to *sum and sum(x^2) to *sumsq over x[0..n). */
-static inline void sl_cpu_sum_sq(const float *x, uint64_t n, double *sum, double *sumsq)
+/* Sum of (x - m)^2 over x[0..n), each deviation taken in double. */
+static inline double sl_cpu_sum_sqdev(const float *x, uint64_t n, double m)
 {
-    double a[SL_CPU_SUM_LANES] = {0}, b[SL_CPU_SUM_LANES] = {0}, s = 0, q = 0;
+    double acc[SL_CPU_SUM_LANES] = {0}, s = 0;
     uint64_t i = 0;
     for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
         for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
-            double v = x[i + j];
-            a[j] += v;
-            b[j] += v * v;
+            double d = x[i + j] - m;
+            acc[j] += d * d;
         }
     for (; i < n; i++) {
-        s += x[i];
-        q += (double) x[i] * x[i];
+        double d = x[i] - m;
+        s += d * d;
     }
-    for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
-        s += a[j];
-        q += b[j];
-    }
-    *sum += s;
-    *sumsq += q;
+    for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++)
+        s += acc[j];
+    return s;
 }
 
 /* Adds sum(dy) to *sdy and sum(dy * (x - m)) to *sdyx over [0..n). */

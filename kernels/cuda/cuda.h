@@ -151,7 +151,7 @@ int sl_cuda_run(sl_cuda_exec *x, const sl_op_call *c);
 
 /* ---- per family; same contract as sl_cuda_run, for the ops named ---- */
 
-/* fill, scale, add, mul, axpy, add_scalar, relu(_grad), sigmoid(_grad),
+/* fill, scale, mul_scalar, add, mul, axpy, add_scalar, relu(_grad), sigmoid(_grad),
  * tanh(_grad), mse_grad, bias_add, channel_bias_add, sgd_update,
  * momentum_update, adam_update. */
 int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c);
@@ -165,6 +165,8 @@ int sl_cuda_run_pool(sl_cuda_exec *x, const sl_op_call *c);
 int sl_cuda_run_conv(sl_cuda_exec *x, const sl_op_call *c);
 /* batchnorm, batchnorm_infer, batchnorm_grad (needs x->dnn). */
 int sl_cuda_run_norm(sl_cuda_exec *x, const sl_op_call *c);
+/* batchnorm's training forward (ops_norm.cu), for sl_cuda_run_norm. */
+int sl_cuda_run_bn_train(sl_cuda_exec *x, const sl_op_call *c);
 
 /* SL_OK when the conv call's tensors fit cuDNN's int indexing, else
  * SL_EUNSUPPORTED. */

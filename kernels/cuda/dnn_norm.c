@@ -1,15 +1,13 @@
-/* batchnorm, batchnorm_infer and batchnorm_grad through cuDNN's spatial
- * batch normalisation (statistics per channel over N, H, W).
+/* batchnorm_infer and batchnorm_grad through cuDNN's spatial batch
+ * normalisation (statistics per channel over N, H, W); batchnorm's training
+ * forward is our own kernel (ops_norm.cu), which subtracts the mean before
+ * scaling.
  *
  * Conventions mapped onto cuDNN's:
  *   - x [N,C] is described as [N,C,1,1]; [N,C,H,W] as itself.
- *   - ONNX momentum m: running = running * m + batch * (1 - m). cuDNN:
- *     running = running * (1 - f) + batch * f, so f = 1 - m.
- *   - cuDNN updates the running variance with the unbiased batch variance
- *     (count / (count - 1)), as docs/ops.md requires; the normalisation
- *     itself uses the biased variance. The registry guarantees count >= 2.
  *   - cuDNN's "saved inverse variance" is 1 / sqrt(var + eps): batchnorm's
- *     saved inverse std, consumed as such by batchnorm_grad.
+ *     saved inverse std (ops_norm.cu writes it so), consumed as such by
+ *     batchnorm_grad.
  *   - batchnorm_grad has no epsilon attribute: with the saved mean and
  *     inverse std given, cuDNN does not use its epsilon argument, which only
  *     has to be valid (>= CUDNN_BN_MIN_EPSILON). */
@@ -41,15 +39,8 @@ int sl_cuda_run_norm(sl_cuda_exec *x, const sl_op_call *c)
     const sl_tensor_ref *in = c->in, *out = c->out;
     int rc;
     switch (c->op) {
-    case SL_OP_BATCHNORM: /* in0 x, in1 scale, in2 bias, in3 running mean, in4 running var */
-        if ((rc = describe(x, &in[0].shape)) != SL_OK)
-            return rc;
-        return SL_CUDNN("cuda.bn",
-                        cudnnBatchNormalizationForwardTraining(
-                            x->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x->bn_x, in[0].data,
-                            x->bn_x, out[0].data, x->bn_param, in[1].data, in[2].data,
-                            1.0 - (double) c->attrs.f[1], in[3].data, in[4].data,
-                            (double) c->attrs.f[0], out[1].data, out[2].data));
+    case SL_OP_BATCHNORM: /* the mean subtracted first, as on the cpu: ops_norm.cu */
+        return sl_cuda_run_bn_train(x, c);
     case SL_OP_BATCHNORM_INFER: /* in0 x, in1 scale, in2 bias, in3 mean, in4 var */
         if ((rc = describe(x, &in[0].shape)) != SL_OK)
             return rc;

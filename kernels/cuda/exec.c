@@ -302,6 +302,7 @@ static family_fn family_of(unsigned op)
     case SL_OP_FILL:
     case SL_OP_ADD:
     case SL_OP_SCALE:
+    case SL_OP_MUL_SCALAR:
     case SL_OP_BIAS_ADD:
     case SL_OP_RELU:
     case SL_OP_RELU_GRAD:

@@ -124,6 +124,17 @@ __global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *fai
     y[i] = f(x[i]);
 }
 
+/* mul_scalar: the factor is read on the device (set between launches). y
+ * may alias x. */
+__global__ void k_mul_scalar(float *y, const float *x, const float *s, uint64_t n,
+                             const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    float v = *s;
+    GRID_STRIDE(uint64_t, i, n)
+    y[i] = x[i] * v;
+}
+
 /* relu_mask: one thread per 32-element word. */
 __global__ void k_relu_mask(float *y, uint32_t *bits, const float *x, uint64_t n, const int *failed)
 {
@@ -302,6 +313,9 @@ extern "C" int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c)
         break;
     case SL_OP_SCALE:
         k_map1<<<grid, BLOCK, 0, st>>>(y, a, n, f_scale{fa[0]}, failed);
+        break;
+    case SL_OP_MUL_SCALAR:
+        k_mul_scalar<<<grid, BLOCK, 0, st>>>(y, a, b, n, failed);
         break;
     case SL_OP_ADD_SCALAR: /* in place: in0 is both the operand and the result */
         k_map1<<<grid, BLOCK, 0, st>>>(a, a, n, f_add_scalar{fa[0]}, failed);

@@ -211,6 +211,23 @@ int sl_ops_infer_add_scalar(const sl_op_attrs *a, const sl_shape *in, sl_shape *
     return rc ? rc : sl_ops_need_f32(in, 1, err, errlen);
 }
 
+/* mul_scalar: any f32 x times a one-element f32 tensor (a value only known
+ * at run time, such as a learning rate set before each step). */
+int sl_ops_infer_mul_scalar(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                            size_t errlen)
+{
+    (void) a;
+    int rc = sl_ops_need_f32(in, 2, err, errlen);
+    if (rc == SL_OK && sl_shape_elems(&in[1]) != 1) {
+        char s[SL_SHAPE_STR_LEN];
+        sl_shape_str(&in[1], s, sizeof s);
+        return sl_ops_fail(err, errlen, "in1 %s must have one element", s);
+    }
+    if (rc == SL_OK)
+        out[0] = in[0];
+    return rc;
+}
+
 int sl_ops_infer_mse_loss(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                           size_t errlen)
 {

@@ -67,6 +67,7 @@ enum sl_op_id {
     SL_OP_MATMUL_ACC,
     SL_OP_RELU_MASK,
     SL_OP_RELU_GRAD_MASK,
+    SL_OP_MUL_SCALAR,
     SL_OP_COUNT
 };
 

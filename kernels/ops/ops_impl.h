@@ -93,6 +93,7 @@ SL_OPS_FNS(avgpool_grad)
 SL_OPS_FNS(batchnorm)
 SL_OPS_FNS(batchnorm_infer)
 SL_OPS_FNS(batchnorm_grad)
+SL_OPS_INFER(mul_scalar)
 #undef SL_OPS_FNS
 #undef SL_OPS_COST
 #undef SL_OPS_INFER

@@ -320,6 +320,14 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                               "`x`'s memory.",
                        INS({"x", "any shape"}), OUTS({"y", "the new shape, `x`'s dtype"}),
                        IATTRS_OF(reshape_attrs)},
+
+    /* ---- appended: element-wise ---- */
+    [SL_OP_MUL_SCALAR] = {"mul_scalar", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+                          FNS(mul_scalar, unary),
+                          .doc = "`y = x * s[0]`: a factor read at run time, e.g. a learning "
+                                 "rate kept in a persistent tensor and set before each step.",
+                          INS({"x", "any shape"}, {"s", "one element (`[1]` or `[]`)"}),
+                          OUTS({"y", "`x`'s shape"})},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

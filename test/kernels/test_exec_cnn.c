@@ -430,6 +430,58 @@ static void test_batchnorm(void **state)
         check_batchnorm(*state, &cases[i], 400 + 10 * i);
 }
 
+/* Batch normalisation of data whose mean is far above its deviation
+ * (mean / std of 100 and 1000): y must stay within a few float roundings
+ * of the float64 normalisation of the same f32 input. Folding the mean
+ * into the bias (x * a + (bias - mean * a)) misses by the rounding of
+ * mean * a instead (6.5e-6 at mean 1000, std 10). PyTorch 1.13's cpu batch_norm
+ * misses this reference by 3.6e-6 (mean 1000, std 10) and 3.8e-5 (mean
+ * 1e4, std 10) on the same shapes; this bound is below both. */
+static void test_batchnorm_far_mean(void **state)
+{
+    enum { N = 32, C = 4, HW = 64, NX = N * C * HW };
+    static const double cases[][2] = {{1000, 10}, {1e4, 10}, {100, 1}};
+    const double bound[] = {1e-6, 1e-6, 1e-6};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float *x = kt_fvec(NX), *y = kt_fvec(NX), *u = kt_fvec(NX);
+        float scale[C], bias[C], rmean[C], rvar[C], smean[C], sinv[C];
+        kt_rand(u, NX, 900 + k, -1.7f, 1.7f);
+        for (size_t i = 0; i < NX; i++)
+            x[i] = (float) (cases[k][0] + cases[k][1] * u[i] * (1 + (double) (i % C) / 4));
+        for (int c = 0; c < C; c++) {
+            scale[c] = 1, bias[c] = 0, rmean[c] = 0, rvar[c] = 1;
+        }
+        sl_shape xs = KT_F32(4, N, C, 8, 8), cs = KT_F32(1, C);
+        sl_op_attrs at = {.f = {1e-5f, 0.9f}};
+        kt_run_op(*state, SL_OP_BATCHNORM, &at, (sl_shape[]){xs, cs, cs, cs, cs},
+                  (float *[]){x, scale, bias, rmean, rvar}, 5, (float *[]){y, smean, sinv});
+        double worst = 0;
+        for (int c = 0; c < C; c++) {
+            double m = 0, v = 0;
+            for (int n = 0; n < N; n++)
+                for (int s = 0; s < HW; s++)
+                    m += x[(n * C + c) * HW + s];
+            m /= N * HW;
+            for (int n = 0; n < N; n++)
+                for (int s = 0; s < HW; s++) {
+                    double d = x[(n * C + c) * HW + s] - m;
+                    v += d * d;
+                }
+            v /= N * HW;
+            for (int n = 0; n < N; n++)
+                for (int s = 0; s < HW; s++) {
+                    size_t i = (size_t) (n * C + c) * HW + s;
+                    double want = (x[i] - m) / sqrt(v + 1e-5), err = fabs(y[i] - want);
+                    worst = err > worst ? err : worst;
+                }
+        }
+        fprintf(stderr, "batchnorm mean %g std %g: max |y - float64| = %.3g (bound %.3g)\n",
+                cases[k][0], cases[k][1], worst, bound[k]);
+        assert_true(worst <= bound[k]);
+        sl_free(x), sl_free(y), sl_free(u);
+    }
+}
+
 /* L = sum(dy * batchnorm(x, scale, bias).y) with batch statistics; v is x,
  * scale or bias (which = 0, 1, 2). */
 struct bn_fd {
@@ -491,7 +543,7 @@ int kt_run_cnn_tests(const char *spec)
         cmocka_unit_test(test_conv2d),       cmocka_unit_test(test_conv2d_fd),
         cmocka_unit_test(test_channel_bias), cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_fd),      cmocka_unit_test(test_batchnorm),
-        cmocka_unit_test(test_batchnorm_fd),
+        cmocka_unit_test(test_batchnorm_fd), cmocka_unit_test(test_batchnorm_far_mean),
     };
     cnn_spec = spec;
     char name[64];

@@ -62,6 +62,20 @@ static void test_mul_axpy_add_scalar(void **state)
         want[i] = -1.5 * x[i] + y[i];
     kt_expect_close("axpy", z, want, N_EW, 1e-6);
 
+    /* mul_scalar: the factor is a one-element tensor, [1] or [] */
+    float f = -0.375f;
+    kt_run_op(e, SL_OP_MUL_SCALAR, NULL, (sl_shape[]){s, KT_F32(1, 1)}, (float *[]){x, &f}, 2,
+              (float *[]){z});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = -0.375 * x[i];
+    kt_expect_close("mul_scalar", z, want, N_EW, 1e-7);
+    f = 3.0f;
+    kt_run_op(e, SL_OP_MUL_SCALAR, NULL, (sl_shape[]){s, KT_F32(0, 0)}, (float *[]){x, &f}, 2,
+              (float *[]){z});
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = 3.0 * x[i];
+    kt_expect_close("mul_scalar []", z, want, N_EW, 1e-7);
+
     /* add_scalar mutates its input: three steps, as an Adam step count. */
     float t = 0;
     a.f[0] = 1;

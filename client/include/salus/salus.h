@@ -256,8 +256,12 @@ uint64_t salus_graph_id(const salus_graph *g);
  * Feeds and fetches travel inline unless the run uses shared memory (local
  * ipc:// clients, from 16 KiB moved): inline, a run whose request or reply
  * would pass salusd's --max-message fails with SALUS_EINVAL saying so.
+ * Reproducibility: under the priority policy salusd may split a long
+ * matmul into parts to fill idle gaps; a split along K sums in another
+ * order, so the same iteration can differ in the last bits between runs.
  * Errors: SALUS_EINVAL, SALUS_ENOTFOUND, SALUS_EDEVICE, SALUS_EEXHAUSTED (a
- * device allocation failed), SALUS_EDEVICERESET (see "Device faults" above),
+ * device allocation failed; the message names the op and the bytes it
+ * needed where the backend says), SALUS_EDEVICERESET (see "Device faults" above),
  * SALUS_ESHUTDOWN (salusd is draining: the iteration did not start),
  * SALUS_ECONN, SALUS_ESESSIONLOST. */
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
@@ -275,12 +279,38 @@ typedef struct salus_model salus_model;
 
 enum salus_optimizer_kind { SALUS_SGD = 0, SALUS_MOMENTUM = 1, SALUS_ADAM = 2 };
 
+/* Optimisers, with PyTorch's semantics (torch.optim):
+ *   SALUS_SGD       g += weight_decay * p; p -= lr * g
+ *   SALUS_MOMENTUM  g += weight_decay * p; v = momentum * v + g; p -= lr * v
+ *                   (SGD(momentum=m), dampening 0, not Nesterov)
+ *   SALUS_ADAM      g += weight_decay * p (Adam's L2, as torch.optim.Adam), or
+ *                   with SALUS_OPT_DECOUPLED_WD p -= lr * weight_decay * p
+ *                   first (torch.optim.AdamW); then m = b1 m + (1 - b1) g,
+ *                   v = b2 v + (1 - b2) g^2, p -= lr * (m / (1 - b1^t)) /
+ *                   (sqrt(v / (1 - b2^t)) + eps).
+ * weight_decay is applied by every optimiser (never ignored). Adam's beta1,
+ * beta2 and eps read 0 as their defaults (0.9, 0.999, 1e-8) unless flags
+ * has SALUS_OPT_EXACT: then they are taken as written, so beta1 = 0 is
+ * expressible. Invalid values (lr <= 0, a beta outside [0, 1), negative
+ * weight_decay or momentum, unknown flags) are refused with SALUS_EINVAL
+ * and a message naming the field. */
+enum salus_optimizer_flags {
+    SALUS_OPT_EXACT = 1,        /* beta1, beta2, eps as written (0 is 0) */
+    SALUS_OPT_DECOUPLED_WD = 2, /* SALUS_ADAM: AdamW's decoupled weight decay */
+    /* the learning rate lives in a persistent [1] tensor, so it can be set
+     * before any step (salus_model_set_lr, salus_trainer_set_lr: schedules);
+     * costs one more element-wise pass per parameter and step (two with
+     * Adam). Without it the rate is fixed when the graph is built. */
+    SALUS_OPT_LR_PER_STEP = 4,
+};
+
 typedef struct salus_optimizer {
     int kind;                /* enum salus_optimizer_kind */
     float lr;                /* learning rate (> 0) */
     float momentum;          /* SALUS_MOMENTUM (e.g. 0.9) */
-    float weight_decay;      /* SALUS_MOMENTUM; 0 = none */
-    float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 */
+    float weight_decay;      /* every kind, see above; 0 = none */
+    float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 unless SALUS_OPT_EXACT */
+    unsigned flags;          /* enum salus_optimizer_flags */
 } salus_optimizer;
 
 /* A model whose samples have shape dims[0..ndim) (no batch dimension), e.g.
@@ -315,13 +345,97 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
 /* One training iteration on x[batch, sample...] and labels[batch]; writes the
  * batch's mean loss (before the update) to *loss (may be NULL). */
 int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels, float *loss);
-/* Predicted classes of x[infer_batch, sample...] into classes[infer_batch]. */
+/* Predicted classes of x[infer_batch, sample...] into classes[infer_batch].
+ * When one iteration of the whole batch needs more lane workspace than
+ * salusd gives its lanes (a convolution's scratch grows with the batch;
+ * salusd --framework-per-lane), the batch runs in parts, halved until they
+ * fit (the part's graph is registered once and kept); only when a single
+ * sample does not fit does it fail with SALUS_EEXHAUSTED, and
+ * salus_last_error then names the op, the bytes it needs and the lane's
+ * workspace. */
 int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
 /* The model's compiled graphs (NULL before compile); owned by the model. */
 const salus_graph *salus_model_training_graph(const salus_model *m);
 const salus_graph *salus_model_inference_graph(const salus_model *m);
 /* Number of trainable parameters (after compile). */
 int64_t salus_model_param_count(const salus_model *m);
+
+/* ---- a compiled model's tensors, by name --------------------------------
+ * After salus_model_compile every tensor of the model has a name, as
+ * PyTorch's state_dict and optimizer state name them, layers counted from
+ * 0 in the order they were added:
+ *   "<i>.weight", "<i>.bias"            parameters (SALUS_TENSOR_PARAM)
+ *   "<i>.running_mean", "<i>.running_var"  batchnorm's (SALUS_TENSOR_BUFFER)
+ *   "<i>.weight.momentum_buffer"        SALUS_MOMENTUM's velocity
+ *   "<i>.weight.exp_avg", ".exp_avg_sq" SALUS_ADAM's moments
+ *   "optimizer.step"                    Adam's step count ([1])
+ *   "optimizer.lr"                      the learning rate (SALUS_OPT_LR_PER_STEP)
+ * (SALUS_TENSOR_OPTIMIZER for the last four).
+ *
+ * Layouts (differences from PyTorch to mind when moving weights):
+ *   - tensors are NCHW, samples [C,H,W]; flatten keeps C,H,W order.
+ *   - a dense layer's weight is [in, out] (y = x W + b): PyTorch's
+ *     nn.Linear weight is [out, in], its transpose.
+ *   - a conv2d weight is [filters, in_channels, k, k], as PyTorch's.
+ *   - batchnorm: epsilon 1e-5; momentum in the ONNX form, the weight of
+ *     the old running statistic: running = 0.9 * running + 0.1 * batch
+ *     (PyTorch's momentum=0.1); the running variance takes the unbiased
+ *     batch variance, normalisation the biased one (as PyTorch).
+ *   - avgpool: padding is not counted in the divisor (the nn layers have
+ *     none; the op's count_include_pad attribute, 0 by default, is ONNX's
+ *     and PyTorch's count_include_pad=False).
+ *   - the loss is softmax cross-entropy averaged over the batch
+ *     (CrossEntropyLoss, reduction "mean").
+ *   - reproducibility: salusd may split a large matmul into parts to fill
+ *     idle gaps (the priority policy, ops.h sl_op_split): a split along K
+ *     sums in a different order, so two runs may differ in the last bits.
+ * Errors of these calls are reported by salus_last_error of the session's
+ * client; they do not mark the model failed. */
+enum salus_tensor_kind {
+    SALUS_TENSOR_PARAM = 0,
+    SALUS_TENSOR_BUFFER = 1,
+    SALUS_TENSOR_OPTIMIZER = 2
+};
+/* Number of named tensors (0 before compile). */
+int salus_model_tensor_count(const salus_model *m);
+/* Name of tensor i (NULL when out of range); valid while m lives. */
+const char *salus_model_tensor_name(const salus_model *m, int i);
+/* Index of the tensor named name, or -1. */
+int salus_model_tensor_find(const salus_model *m, const char *name);
+/* Kind, shape (up to SALUS_MAX_DIMS dims) and session tensor id of tensor
+ * i; any out-pointer may be NULL. Errors: SALUS_EINVAL (no such index). */
+int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim, int64_t *dims,
+                            uint64_t *tensor_id);
+/* Copies tensor i out of / into the server; bytes must be its size. A
+ * write takes effect from the next step or prediction. */
+int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes);
+int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes);
+/* Checkpoints: every named tensor (parameters, buffers and optimizer state,
+ * so training resumes where it stopped) to a file, and back. The file is
+ * replaced at once (written beside it, then renamed). Format, little-endian:
+ *   "SALUSCK1"  8 bytes of magic
+ *   u32         number of entries
+ *   per entry:  u16 name length, the name (UTF-8, no NUL), u8 kind (enum
+ *               salus_tensor_kind), u8 rank, rank x i64 dims, then the f32
+ *               values in row-major order
+ * Loading needs exactly the model's names with the same shapes (a file of
+ * another architecture or optimizer is refused, naming the first tensor
+ * that differs) and writes nothing unless the whole file fits. */
+int salus_model_save(salus_model *m, const char *path);
+int salus_model_load(salus_model *m, const char *path);
+/* Sets the learning rate of the following steps: a model compiled with
+ * SALUS_OPT_LR_PER_STEP in its optimizer's flags (else SALUS_EINVAL, as
+ * for lr not finite or negative). A schedule calls it before each step. */
+int salus_model_set_lr(salus_model *m, float lr);
+/* Writes the model's inference forward pass, with its current weights and
+ * batchnorm statistics, as an ONNX model file (opset 13): input "input"
+ * [N, sample...], output "logits" [N, classes] (no softmax), N symbolic.
+ * Dense layers become Gemm with the [in, out] weight as B (no transB),
+ * conv2d Conv with bias, pooling MaxPool / AveragePool, batchnorm
+ * BatchNormalization (epsilon 1e-5, momentum 0.9), flatten Flatten.
+ * Errors: SALUS_EINVAL (not compiled, I/O), SALUS_EUNSUPPORTED (built
+ * without onnx.proto), transport errors reading the weights. */
+int salus_model_export_onnx(salus_model *m, const char *path);
 
 /* Operator calls (what salusctl does). Changes the scheduling policy at run
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
@@ -349,6 +463,73 @@ int salus_job_close(salus_client *c, uint32_t job_id, uint32_t step_id, int all_
  * prints). *text is owned by the caller: release with salus_free. */
 int salus_status_text(salus_client *c, char **text);
 void salus_free(void *p);
+
+/* ---- automatic differentiation and training graphs ----------------------
+ * Reverse-mode automatic differentiation over the op registry: every
+ * differentiable op declares its gradient as salus ops (kernels/ops/
+ * ops_grad.c), so a backward pass is built from the forward graph alone.
+ * The nn models' training graphs are built this way too. Differentiable:
+ * add, mul, scale, axpy, copy, matmul, bias_add, relu, relu_mask, sigmoid,
+ * tanh, conv2d, channel_bias_add, maxpool, avgpool, batchnorm (training
+ * form), reshape, and as the loss: softmax_xent, mse_loss, reduce_sum,
+ * reduce_mean. Another op between the loss and a value differentiated
+ * fails with SALUS_EUNSUPPORTED, naming it. */
+
+/* Appends to g the ops computing the gradient of the scalar f32 value loss
+ * with respect to each wrt[i] (values of g: inputs, params or op outputs),
+ * and writes their handles to grads[i] (a value the loss does not depend
+ * on gets zeros). Gradients reaching a value along several paths are
+ * summed. Errors: SALUS_EINVAL (bad values, or g has a builder error),
+ * SALUS_EUNSUPPORTED (an op on the way has no gradient); the reason, naming
+ * the op, is then g's builder error (salus_graph_error). */
+int salus_graph_gradients(salus_graph *g, salus_value loss, unsigned n, const salus_value *wrt,
+                          salus_value *grads);
+
+enum salus_loss_kind {
+    /* softmax cross-entropy of [N, C] logits against i32 labels [N],
+     * averaged over the N rows (PyTorch's CrossEntropyLoss, reduction
+     * "mean") */
+    SALUS_LOSS_SOFTMAX_XENT = 0,
+    /* mean over every element of (output - target)^2 (MSELoss, "mean") */
+    SALUS_LOSS_MSE = 1,
+    /* output already is the scalar loss */
+    SALUS_LOSS_SCALAR = 2,
+};
+
+/* A training graph: one salus_trainer_step runs forward, loss, backward
+ * and the optimiser's updates of every parameter once. */
+typedef struct salus_trainer salus_trainer;
+
+/* Builds a training graph from `forward` (a builder, registered or not; it
+ * is copied, not changed): appends the loss of `output` (a new input
+ * follows the forward graph's inputs: the labels, or the target shaped as
+ * output, except for SALUS_LOSS_SCALAR), the gradients of every trainable
+ * parameter (each f32 salus_graph_param that no op writes in place) and
+ * their updates, creates the optimiser's state tensors in s (zeros; they
+ * go with the session) and registers the graph with s. As for the nn
+ * models, the planner reuses ephemeral memory, element-wise gradients run
+ * in place and each update follows its gradient at once, so gradients die
+ * early. Errors: SALUS_EINVAL (bad arguments, optimiser or graph),
+ * SALUS_EUNSUPPORTED (an op without a gradient), SALUS_EEXHAUSTED and
+ * transport errors; salus_last_error says why. *out is the caller's. */
+int salus_graph_train(salus_session *s, const salus_graph *forward, int loss_kind,
+                      salus_value output, const salus_optimizer *opt, salus_trainer **out);
+/* One iteration: feeds as salus_run's for the training graph (the forward
+ * graph's inputs, then the labels or target). Writes the loss computed
+ * before the update to *loss (may be NULL). */
+int salus_trainer_step(salus_trainer *t, const void *const *feeds, float *loss);
+/* The registered training graph and its loss value (owned by t). */
+const salus_graph *salus_trainer_graph(const salus_trainer *t);
+salus_value salus_trainer_loss(const salus_trainer *t);
+/* The parameters trained, in the order of their values in the graph. */
+unsigned salus_trainer_param_count(const salus_trainer *t);
+uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
+/* Sets the learning rate of the following steps (graphs built with
+ * SALUS_OPT_LR_PER_STEP; else SALUS_EINVAL). lr finite and >= 0. */
+int salus_trainer_set_lr(salus_trainer *t, float lr);
+/* Frees the trainer and its graph (state tensors stay with the session).
+ * NULL is fine. */
+void salus_trainer_free(salus_trainer *t);
 
 #ifdef __cplusplus
 }
