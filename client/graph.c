@@ -430,6 +430,19 @@ size_t sl_graph_n_ops(const salus_graph *g)
     return g->n_ops;
 }
 
+unsigned salus_graph_n_inputs(const salus_graph *g)
+{
+    return g->n_inputs;
+}
+
+salus_value salus_graph_input_value(const salus_graph *g, unsigned i)
+{
+    for (size_t v = 0; i < g->n_inputs && v < g->n_values; v++)
+        if (g->values[v].kind == VALUE_INPUT && g->values[v].index == i)
+            return (salus_value) v;
+    return SALUS_NO_VALUE;
+}
+
 size_t sl_graph_n_values(const salus_graph *g)
 {
     return g->n_values;

@@ -68,18 +68,22 @@ salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
                            unsigned n_fattrs, const float *fattrs);
 int salus_graph_shape(const salus_graph *g, salus_value v, int *dtype, int *ndim, int64_t *dims);
 size_t salus_graph_bytes(const salus_graph *g, salus_value v);
+unsigned salus_graph_n_inputs(const salus_graph *g);
+salus_value salus_graph_input_value(const salus_graph *g, unsigned i);
 int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_peak);
 int salus_graph_memory(const salus_graph *g, uint64_t *planned_peak, uint64_t *naive_bytes);
 uint64_t salus_graph_id(const salus_graph *g);
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
               const salus_value *fetch, void *const *out);
 
+enum salus_optimizer_flags { SALUS_OPT_EXACT, SALUS_OPT_DECOUPLED_WD, SALUS_OPT_LR_PER_STEP, ... };
 typedef struct salus_optimizer {
     int kind;
     float lr;
     float momentum;
     float weight_decay;
     float beta1, beta2, eps;
+    unsigned flags;
 } salus_optimizer;
 
 salus_model *salus_model_new(int ndim, const int64_t *sample_dims);
@@ -102,6 +106,33 @@ int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
 const salus_graph *salus_model_training_graph(const salus_model *m);
 const salus_graph *salus_model_inference_graph(const salus_model *m);
 int64_t salus_model_param_count(const salus_model *m);
+
+enum salus_tensor_kind { SALUS_TENSOR_PARAM, SALUS_TENSOR_BUFFER, SALUS_TENSOR_OPTIMIZER, ... };
+int salus_model_tensor_count(const salus_model *m);
+const char *salus_model_tensor_name(const salus_model *m, int i);
+int salus_model_tensor_find(const salus_model *m, const char *name);
+int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim, int64_t *dims,
+                            uint64_t *tensor_id);
+int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes);
+int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes);
+int salus_model_save(salus_model *m, const char *path);
+int salus_model_load(salus_model *m, const char *path);
+int salus_model_set_lr(salus_model *m, float lr);
+int salus_model_export_onnx(salus_model *m, const char *path);
+
+int salus_graph_gradients(salus_graph *g, salus_value loss, unsigned n, const salus_value *wrt,
+                          salus_value *grads);
+enum salus_loss_kind { SALUS_LOSS_SOFTMAX_XENT, SALUS_LOSS_MSE, SALUS_LOSS_SCALAR, ... };
+typedef struct salus_trainer salus_trainer;
+int salus_graph_train(salus_session *s, const salus_graph *forward, int loss_kind,
+                      salus_value output, const salus_optimizer *opt, salus_trainer **out);
+int salus_trainer_step(salus_trainer *t, const void *const *feeds, float *loss);
+const salus_graph *salus_trainer_graph(const salus_trainer *t);
+salus_value salus_trainer_loss(const salus_trainer *t);
+unsigned salus_trainer_param_count(const salus_trainer *t);
+uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
+int salus_trainer_set_lr(salus_trainer *t, float lr);
+void salus_trainer_free(salus_trainer *t);
 
 int salus_set_policy(salus_client *c, const char *policy, int strict);
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,

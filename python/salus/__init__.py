@@ -17,7 +17,10 @@ reference for every call's semantics:
 * Session     sessions own persistent tensors and registered graphs
 * Tensor      a persistent tensor, read and written as numpy arrays
 * Graph       the validating graph builder; Value is one of its values
-* Model       nn models compiled to a training and an inference graph
+* Model       nn models compiled to a training and an inference graph, their
+              named tensors (state_dict), checkpoints and ONNX export
+* Trainer     a training graph made from any forward Graph by automatic
+              differentiation, with a loss and an optimizer
 
 Every failure raises salus.Error, carrying the salus status code (`code`,
 a salus.Code) and the server's message (`message`).
@@ -44,7 +47,7 @@ from ._native import ffi, lib
 
 __all__ = [
     "Code", "Error", "connect", "Client", "Session", "Tensor", "Graph", "Value",
-    "Model", "SGD", "Momentum", "Adam", "default_url", "F32", "I32",
+    "Model", "Trainer", "SGD", "Momentum", "Adam", "AdamW", "default_url", "F32", "I32",
 ]
 
 F32 = "f32"
@@ -287,7 +290,7 @@ class Session:
         input, in the order the inputs were made (or a dict {Value: array}).
         fetch: Values whose contents to return. Returns a list of new numpy
         arrays, one per fetched value, written in place by the library."""
-        inputs = graph._inputs
+        inputs = graph.inputs
         if isinstance(feeds, dict):
             missing = [v for v in inputs if v not in feeds]
             if missing:
@@ -420,7 +423,7 @@ class Graph:
             self._ptr, self._owned, self._owner = lib.salus_graph_new(), True, None
             if self._ptr == ffi.NULL:
                 raise MemoryError("salus_graph_new")
-        self._inputs = []
+        self._inputs = None  # cached Values of the inputs, in feed order
         self._session = None
 
     def _live(self):
@@ -442,9 +445,8 @@ class Graph:
     def input(self, shape, dtype=F32):
         """An input fed at every run."""
         shape, dims = _dims(shape)
-        v = self._value(lib.salus_graph_input(self._live(), _dtype_code(dtype), len(shape), dims))
-        self._inputs.append(v)
-        return v
+        self._inputs = None
+        return self._value(lib.salus_graph_input(self._live(), _dtype_code(dtype), len(shape), dims))
 
     def param(self, tensor):
         """A persistent Tensor of the session the graph will be registered with."""
@@ -471,7 +473,23 @@ class Graph:
     @property
     def inputs(self):
         """The graph's inputs, in feed order."""
+        if self._inputs is None:
+            g = self._live()
+            self._inputs = [Value(self, lib.salus_graph_input_value(g, i))
+                            for i in range(lib.salus_graph_n_inputs(g))]
         return list(self._inputs)
+
+    def gradients(self, loss, wrt):
+        """Appends the ops computing d(loss)/d(w) for each Value w in `wrt`
+        (loss: a scalar f32 Value) and returns the gradient Values. Raises
+        Error(Code.EUNSUPPORTED) naming an op on the way without a gradient."""
+        wrt = list(wrt)
+        handles = ffi.new("salus_value[]", [v.handle for v in wrt] or [0])
+        grads = ffi.new("salus_value[]", max(len(wrt), 1))
+        rc = lib.salus_graph_gradients(self._live(), loss.handle, len(wrt), handles, grads)
+        if rc:
+            raise Error(rc, _text(lib.salus_graph_error(self._live())))
+        return [Value(self, grads[i]) for i in range(len(wrt))]
 
     @property
     def id(self):
@@ -499,27 +517,72 @@ class Graph:
                 self.close()
 
 
-class SGD:
-    """Plain stochastic gradient descent."""
+class _Optimizer:
+    """What salus_optimizer holds; the subclasses are the optimizers. Their
+    semantics are PyTorch's torch.optim ones (salus.h states each update).
+    lr_schedule=True keeps the learning rate in a tensor so set_lr() can
+    change it before any step (one more element-wise pass per parameter)."""
 
-    def __init__(self, lr):
-        self.kind, self.lr = lib.SALUS_SGD, lr
+    kind = None
+
+    def __init__(self, lr, weight_decay=0.0, lr_schedule=False):
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, not {lr}")
+        self.lr, self.weight_decay, self.lr_schedule = lr, weight_decay, lr_schedule
+
+    def _struct(self):
+        opt = ffi.new("salus_optimizer *")
+        opt.kind, opt.lr, opt.weight_decay = self.kind, self.lr, self.weight_decay
+        opt.flags = lib.SALUS_OPT_LR_PER_STEP if self.lr_schedule else 0
+        self._fill(opt)
+        return opt
+
+    def _fill(self, opt):
+        pass
 
 
-class Momentum:
-    """SGD with momentum (PyTorch's SGD(momentum=...) update)."""
+class SGD(_Optimizer):
+    """Plain SGD: p -= lr * (g + weight_decay * p)."""
 
-    def __init__(self, lr, momentum=0.9, weight_decay=0.0):
-        self.kind, self.lr, self.momentum, self.weight_decay = lib.SALUS_MOMENTUM, lr, momentum, weight_decay
+    kind = lib.SALUS_SGD
 
 
-class Adam:
-    """Adam."""
+class Momentum(_Optimizer):
+    """SGD with momentum, as torch.optim.SGD(momentum=m) (dampening 0)."""
 
-    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8):
-        if not (beta1 > 0 and beta2 > 0 and eps > 0):
-            raise ValueError("Adam: beta1, beta2 and eps must be > 0 (0 means the default in salus.h)")
-        self.kind, self.lr, self.beta1, self.beta2, self.eps = lib.SALUS_ADAM, lr, beta1, beta2, eps
+    kind = lib.SALUS_MOMENTUM
+
+    def __init__(self, lr, momentum=0.9, weight_decay=0.0, lr_schedule=False):
+        super().__init__(lr, weight_decay, lr_schedule)
+        self.momentum = momentum
+
+    def _fill(self, opt):
+        opt.momentum = self.momentum
+
+
+class Adam(_Optimizer):
+    """Adam as torch.optim.Adam (weight_decay is L2 added to the gradient);
+    the betas and eps are taken as written (beta1=0 is allowed)."""
+
+    kind = lib.SALUS_ADAM
+    decoupled = False
+
+    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, lr_schedule=False):
+        super().__init__(lr, weight_decay, lr_schedule)
+        self.beta1, self.beta2, self.eps = beta1, beta2, eps
+
+    def _fill(self, opt):
+        opt.beta1, opt.beta2, opt.eps = self.beta1, self.beta2, self.eps
+        opt.flags |= lib.SALUS_OPT_EXACT | (lib.SALUS_OPT_DECOUPLED_WD if self.decoupled else 0)
+
+
+class AdamW(Adam):
+    """AdamW as torch.optim.AdamW: decoupled weight decay (default 0.01)."""
+
+    decoupled = True
+
+    def __init__(self, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, lr_schedule=False):
+        super().__init__(lr, beta1, beta2, eps, weight_decay, lr_schedule)
 
 
 class Model:
@@ -587,12 +650,7 @@ class Model:
 
     def compile(self, session, optimizer, batch, infer_batch=None, seed=0):
         """Creates the parameters in `session` and registers both graphs."""
-        opt = ffi.new("salus_optimizer *")
-        opt.kind = optimizer.kind
-        opt.lr = optimizer.lr
-        for field in ("momentum", "weight_decay", "beta1", "beta2", "eps"):
-            if hasattr(optimizer, field):
-                setattr(opt, field, getattr(optimizer, field))
+        opt = optimizer._struct()
         infer_batch = batch if infer_batch is None else infer_batch
         self._check(lib.salus_model_compile(self._live(), session._live(), opt, batch,
                                             infer_batch, seed))
@@ -641,6 +699,87 @@ class Model:
         self._compiled()
         return Graph(_borrowed=lib.salus_model_inference_graph(self._live()), _owner=self)
 
+    # -- named tensors, as PyTorch's state_dict and optimizer state name them
+
+    def _index(self, name):
+        i = lib.salus_model_tensor_find(self._live(), name.encode())
+        if i < 0:
+            raise KeyError(f"the model has no tensor {name!r} (see Model.names())")
+        return i
+
+    def _session_check(self, rc):
+        if rc:
+            raise Error(rc, _text(lib.salus_last_error(self.session.client._live())))
+
+    def names(self, kind=None):
+        """Names of the model's tensors ("0.weight", "0.bias",
+        "1.running_mean", "0.weight.exp_avg", "optimizer.lr", ...), in order;
+        kind: "param", "buffer" or "optimizer" to keep only those."""
+        self._compiled()
+        kinds = {"param": lib.SALUS_TENSOR_PARAM, "buffer": lib.SALUS_TENSOR_BUFFER,
+                 "optimizer": lib.SALUS_TENSOR_OPTIMIZER}
+        if kind is not None and kind not in kinds:
+            raise ValueError(f"kind is one of {sorted(kinds)}")
+        out, k = [], ffi.new("int *")
+        for i in range(lib.salus_model_tensor_count(self._live())):
+            lib.salus_model_tensor_info(self._live(), i, k, ffi.NULL, ffi.NULL, ffi.NULL)
+            if kind is None or k[0] == kinds[kind]:
+                out.append(_text(lib.salus_model_tensor_name(self._live(), i)))
+        return out
+
+    def _shape(self, i):
+        ndim, dims = ffi.new("int *"), ffi.new("int64_t[]", lib.SALUS_MAX_DIMS)
+        lib.salus_model_tensor_info(self._live(), i, ffi.NULL, ndim, dims, ffi.NULL)
+        return tuple(dims[d] for d in range(ndim[0]))
+
+    def get(self, name):
+        """The tensor `name` read from the server, as a new float32 array."""
+        i = self._index(name)
+        out = np.empty(self._shape(i), np.float32)
+        self._session_check(lib.salus_model_tensor_read(
+            self._live(), i, ffi.cast("float *", ffi.from_buffer(out)), out.nbytes))
+        return out
+
+    def set(self, name, value):
+        """Overwrites the tensor `name` (from the next step or prediction)."""
+        i = self._index(name)
+        a, p = _buffer(value, lib.SALUS_F32, self._shape(i), name)
+        self._session_check(lib.salus_model_tensor_write(self._live(), i, ffi.cast("float *", p),
+                                                         a.nbytes))
+
+    def state_dict(self, kind="param"):
+        """{name: array} of the parameters (kind="param"), batch-norm buffers
+        ("buffer"), optimizer state ("optimizer"), or all (None). Dense
+        weights are [in, out]: PyTorch's nn.Linear weight transposed."""
+        return {n: self.get(n) for n in self.names(kind)}
+
+    def load_state_dict(self, state):
+        """Writes every {name: array} of `state` (names as state_dict's)."""
+        for name, value in state.items():
+            self.set(name, value)
+
+    def save(self, path):
+        """Checkpoints every named tensor (optimizer state too) to `path`."""
+        self._compiled()
+        self._session_check(lib.salus_model_save(self._live(), str(path).encode()))
+
+    def load(self, path):
+        """Restores a checkpoint of a model of the same layers and optimizer."""
+        self._compiled()
+        self._session_check(lib.salus_model_load(self._live(), str(path).encode()))
+
+    def set_lr(self, lr):
+        """The learning rate of the following steps (optimizer made with
+        lr_schedule=True)."""
+        self._compiled()
+        self._session_check(lib.salus_model_set_lr(self._live(), lr))
+
+    def export_onnx(self, path):
+        """Writes the inference forward pass with the current weights as an
+        ONNX model (opset 13; input "input", output "logits")."""
+        self._compiled()
+        self._session_check(lib.salus_model_export_onnx(self._live(), str(path).encode()))
+
     def close(self):
         """Frees the model and its graphs (its tensors go with the session)."""
         if self._ptr is not None:
@@ -652,3 +791,80 @@ class Model:
             s = self.session
             if s is None or s._ptr is not None:
                 self.close()
+
+
+_LOSSES = {"cross_entropy": lib.SALUS_LOSS_SOFTMAX_XENT, "mse": lib.SALUS_LOSS_MSE,
+           "scalar": lib.SALUS_LOSS_SCALAR}
+
+
+class Trainer:
+    """A training graph built from a forward Graph by automatic
+    differentiation: each step() runs forward, loss, backward and the
+    optimizer's update of every parameter (each Graph.param not written in
+    place) once, in the server.
+
+    loss: "cross_entropy" (softmax cross-entropy of [N, C] logits against
+    int32 labels [N], averaged; torch.nn.CrossEntropyLoss), "mse" (mean
+    squared error against a target shaped as `output`) or "scalar" (output
+    already is the loss). The forward graph is copied, not changed; the
+    optimizer's state tensors are created in `session`.
+    """
+
+    def __init__(self, session, forward, output, optimizer, loss="cross_entropy"):
+        if loss not in _LOSSES:
+            raise ValueError(f"loss is one of {sorted(_LOSSES)}")
+        if output.graph is not forward:
+            raise ValueError("output must be a value of the forward graph")
+        forward._check_builder()
+        out = ffi.new("salus_trainer **")
+        session._check(lib.salus_graph_train(session._live(), forward._live(), _LOSSES[loss],
+                                             output.handle, optimizer._struct(), out))
+        self._ptr = out[0]
+        self.session = session
+        self.graph = Graph(_borrowed=lib.salus_trainer_graph(self._ptr), _owner=self)
+        self.loss = Value(self.graph, lib.salus_trainer_loss(self._ptr))
+        session._dependents.add(self)
+
+    def _live(self):
+        if self._ptr is None:
+            raise Error(Code.EINVAL, "the trainer is freed")
+        return self._ptr
+
+    def step(self, *feeds):
+        """One iteration; feeds: the forward graph's inputs in order, then the
+        labels (or the target). Returns the loss computed before the update."""
+        inputs = self.graph.inputs
+        if len(feeds) != len(inputs):
+            raise ValueError(f"the training graph takes {len(inputs)} feeds "
+                             f"(the forward inputs, then labels or target), {len(feeds)} given")
+        keep, ptrs = [], ffi.new("void *[]", max(len(feeds), 1))
+        for i, (v, f) in enumerate(zip(inputs, feeds)):
+            a, p = _buffer(f, v.dtype_code, v.shape, f"feed {i}")
+            keep.append(a)
+            ptrs[i] = p
+        loss = ffi.new("float *")
+        self.session._check(lib.salus_trainer_step(self._live(),
+                                                   ffi.cast("const void *const *", ptrs), loss))
+        return float(loss[0])
+
+    def set_lr(self, lr):
+        """The learning rate of the following steps (optimizer made with
+        lr_schedule=True)."""
+        self.session._check(lib.salus_trainer_set_lr(self._live(), lr))
+
+    @property
+    def params(self):
+        """Session tensor ids of the parameters trained."""
+        t = self._live()
+        return [int(lib.salus_trainer_param_tensor(t, i))
+                for i in range(lib.salus_trainer_param_count(t))]
+
+    def close(self):
+        """Frees the trainer and its graph (state tensors stay in the session)."""
+        if self._ptr is not None:
+            lib.salus_trainer_free(self._ptr)
+        self._ptr = None
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None and self.session._ptr is not None:
+            self.close()

@@ -233,6 +233,11 @@ salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
 int salus_graph_shape(const salus_graph *g, salus_value v, int *dtype, int *ndim, int64_t *dims);
 /* Bytes of a value's tensor (0 for no such value). */
 size_t salus_graph_bytes(const salus_graph *g, salus_value v);
+/* The inputs of g in feed order (the order salus_run's feeds follow): how
+ * many there are, and the value of input i (SALUS_NO_VALUE when i is out of
+ * range). For graphs built elsewhere: a trainer's, an ONNX model's. */
+unsigned salus_graph_n_inputs(const salus_graph *g);
+salus_value salus_graph_input_value(const salus_graph *g, unsigned i);
 
 /* Registers the graph with s (at most once per builder). The server validates
  * and plans it; planned_peak (may be NULL) receives the ephemeral bytes one
