@@ -812,6 +812,19 @@ int salus_set_policy(salus_client *c, const char *policy, int strict)
     return rc;
 }
 
+int salus_set_partitions(salus_client *c, const char *mode)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__SetPolicy m = SALUS__SET_POLICY__INIT;
+    if (!mode || !mode[0])
+        return SALUS_EINVAL;
+    m.policy = (char *) "";
+    m.partitions = (char *) mode;
+    req.body_case = SALUS__REQUEST__BODY_SET_POLICY;
+    req.set_policy = &m;
+    return call_no_body(c, &req);
+}
+
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
                       int set_weight, double weight)
 {

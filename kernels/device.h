@@ -212,7 +212,11 @@ struct sl_partition_caps {
     unsigned units;     /* compute units of the device: SMs (cuda, sim), cores (cpu) */
     unsigned min_units; /* the smallest partition (cuda: minSmPartitionSize) */
     unsigned align;     /* sizes above min_units step by this (cuda: smCoscheduledAlignment) */
-    char unit[8];       /* "SM", "core" */
+    /* resize and stream_bind may also be called while the streams
+     * concerned run: the change takes effect between their ops (cpu);
+     * false: only while they are idle, as stated above (cuda) */
+    bool live;
+    char unit[8]; /* "SM", "core" */
     char note[96];      /* how: "green contexts", "core sets", or why not */
 };
 

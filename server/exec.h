@@ -17,6 +17,7 @@
 #include "graph.h"
 #include "lanes.h"
 #include "manager.h"
+#include "partitions.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "sl_map.h"
@@ -62,6 +63,7 @@ typedef struct sl_exec_task {
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
     uint32_t lane;
     bool stepwise;      /* op by op, beside high-priority work */
+    bool online;        /* counted as the online partition's work (partitions.h) */
     sl_steps_task step; /* its progress op by op (sched/steps.h) */
 } sl_exec_task;
 
@@ -127,6 +129,7 @@ struct sl_exec {
     uint64_t timer_deadline; /* 0 = none */
     bool timer_running, timer_stop;
     sl_exec_stats stats; /* lanes_busy and the stepwise counters: sl_exec_get_stats */
+    sl_exec_parts parts; /* compute partitions (partitions.h) */
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control

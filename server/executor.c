@@ -351,6 +351,10 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
         sl_log_err("exe.stream", "cannot start a stream for lane %u", info->id);
         return c->rc = SL_ENOMEM;
     }
+    sl_exec_parts_bind(ex, l->stream, t->job->high_priority);
+    t->online = t->job->high_priority;
+    if (t->online)
+        sl_exec_parts_hp_start(ex, st->launched_ns);
     t->start_ns = st->launched_ns;
     t->lane = info->id;
     t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;
@@ -454,6 +458,8 @@ void sl_exec_iteration_done(void *arg, int status)
                   &st, &c);
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
+    if (t->online)
+        sl_exec_parts_hp_done(ex, now);
     if (j->high_priority || t->stepwise)
         sl_exec_resume(ex, false);
     /* an idle lane may shrink or go, letting queued sessions in */
@@ -601,6 +607,9 @@ void sl_exec_halt(sl_exec *ex)
 int sl_exec_reset_device(sl_exec *ex)
 {
     sl_device *dev = ex->dev;
+    /* the partitions go with the streams (a cuda reset destroys their
+     * green contexts); the operator turns them on again */
+    sl_exec_parts_fini(ex);
     /* take everything device-side out first: nothing may find a stream that
      * is being destroyed */
     sl_map lanes = ex->lanes;
@@ -675,6 +684,23 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         return SL_ENOMEM;
     }
     ex->timer_running = true;
+    if (dev->ops->partition_caps) /* status shows the device's granularity, or why none */
+        ex->parts.caps_ok =
+            dev->ops->partition_caps(dev, &ex->parts.caps) == SL_OK || ex->parts.caps.note[0];
+    if (cfg->partitions) {
+        enum sl_parts_mode mode;
+        unsigned units;
+        if ((rc = sl_parts_parse(cfg->partitions, &mode, &units)) != SL_OK)
+            return rc;
+        pthread_mutex_lock(lock);
+        rc = sl_exec_set_partitions(ex, mode, units);
+        pthread_mutex_unlock(lock);
+        if (rc != SL_OK) {
+            sl_log_err("exe.parts", "cannot set --partitions %s: %s", cfg->partitions,
+                       sl_strerror(rc));
+            return rc;
+        }
+    }
     return SL_OK;
 }
 
@@ -690,6 +716,7 @@ void sl_exec_fini(sl_exec *ex)
         pthread_cond_destroy(&ex->timer_cond);
     }
     if (ex->dev) {
+        sl_exec_parts_fini(ex);
         streams_destroy(ex->dev, &ex->lanes, ex->spare, ex->n_spare);
         ex->spare = NULL;
         ex->n_spare = ex->cap_spare = 0;

@@ -45,6 +45,7 @@ int sl_cpu_partition_caps(sl_device *dev, sl_partition_caps *caps)
     caps->units = (unsigned) CPU_COUNT(&sh->usable);
     caps->min_units = 1;
     caps->align = 1;
+    caps->live = true; /* streams pick changes up before their next op */
     snprintf(caps->unit, sizeof caps->unit, "core");
     snprintf(caps->note, sizeof caps->note, "core sets (affinity, OpenMP team per set)");
     return SL_OK;

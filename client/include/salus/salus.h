@@ -324,6 +324,12 @@ int64_t salus_model_param_count(const salus_model *m);
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
  * (unknown policy). */
 int salus_set_policy(salus_client *c, const char *policy, int strict);
+/* Changes the compute partitions at run time: mode "off", "auto", "auto:N"
+ * or "N" (units of the high-priority lanes' partition: SMs, cores; the
+ * other lanes share the rest). Errors: SALUS_EINVAL (malformed, no room
+ * left), SALUS_EUNSUPPORTED (the device has none), SALUS_EBUSY (the device
+ * changes them only while no lane runs: retry). */
+int salus_set_partitions(salus_client *c, const char *mode);
 /* Changes a session's priority and/or weight (set_* nonzero to change).
  * Errors: SALUS_ENOTFOUND, SALUS_EINVAL (weight not in (0, 1e6)). */
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
