@@ -387,7 +387,7 @@ int main(int argc, char **argv)
     printf("BENCH spatial_cpu p99_inflation=%.3f lp_retained=%.3f gap_p99_inflation=%.3f "
            "gap_lp_retained=%.3f part_p99_inflation=%.3f part_lp_retained=%.3f lp_sessions=%d "
            "period_us=%d\n",
-           spatial[0][0], spatial[0][1], spatial[1][0], spatial[1][1], spatial[2][0],
-           spatial[2][1], n_lp_jobs, periods[0]);
+           spatial[0][0], spatial[0][1], spatial[1][0], spatial[1][1], spatial[2][0], spatial[2][1],
+           n_lp_jobs, periods[0]);
     return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include "sim/sim.h"
+#include "sl_time.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -95,6 +96,52 @@ static void test_sim_op_timing(void **state)
     assert_sl_ok(sl_sim_part_timing(p, &small, 16, 1.0, &small16));
     assert_int_equal(small16.work_ns, small.work_ns);
     assert_sl_err(sl_sim_part_timing(NULL, &small, 16, 1.0, &small16), SL_EINVAL);
+}
+
+/* The real-time sim device: H100 granularity, and an op on a partition
+ * takes the modelled time for its SMs (sl_sim_part_timing). */
+static void test_sim_device(void **state)
+{
+    (void) state;
+    kt_env e;
+    assert_sl_ok(kt_env_open(&e, "sim:h100"));
+    const sl_device_ops *ops = e.dev->ops;
+    sl_partition_caps caps;
+    assert_sl_ok(ops->partition_caps(e.dev, &caps));
+    assert_int_equal(caps.units, 132);
+    assert_int_equal(caps.min_units, 8);
+    assert_int_equal(caps.align, 8);
+    sl_partition *a, *b;
+    assert_sl_ok(ops->partition_create(e.dev, 1, &a));
+    assert_int_equal(ops->partition_units(e.dev, a), 8);
+    assert_sl_ok(ops->partition_resize(e.dev, a, 60)); /* rounds to 64 */
+    assert_int_equal(ops->partition_units(e.dev, a), 64);
+    assert_sl_err(ops->partition_create(e.dev, 100, &b), SL_EEXHAUSTED);
+    assert_sl_ok(ops->partition_create(e.dev, 64, &b));
+    ops->partition_destroy(e.dev, b);
+
+    enum { N = 2048 };
+    sl_shape sh[3] = {KT_F32(2, N, N), KT_F32(2, N, N), KT_F32(2, N, N)};
+    void *x = kt_dev_alloc(&e, 4), *y = kt_dev_alloc(&e, 4);
+    sl_op_call c = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    c.in[0] = (sl_tensor_ref){x, sh[0]};
+    c.in[1] = (sl_tensor_ref){x, sh[1]};
+    c.out[0] = (sl_tensor_ref){y, sh[2]};
+    sl_sim_timing whole, half;
+    assert_sl_ok(
+        sl_sim_op_timing(sl_sim_device_profile(e.dev), SL_OP_MATMUL, NULL, sh, sh + 2, &whole));
+    assert_sl_ok(sl_sim_part_timing(sl_sim_device_profile(e.dev), &whole, 64, 1.0, &half));
+    assert_true(half.work_ns > whole.work_ns);
+    assert_sl_ok(ops->stream_bind(e.dev, e.stream, a));
+    uint64_t t0 = sl_now_ns();
+    assert_sl_ok(ops->launch(e.dev, e.stream, &c));
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    uint64_t on_part = sl_sim_stream_modeled_ns(e.stream) - t0;
+    assert_true(on_part >= half.work_ns + half.launch_ns);
+    assert_true(on_part < half.work_ns + half.launch_ns + 5000000);
+    assert_sl_ok(ops->stream_bind(e.dev, e.stream, NULL));
+    ops->partition_destroy(e.dev, a);
+    kt_env_close(&e);
 }
 
 /* ---- cpu: core sets ---- */
@@ -225,7 +272,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sim_small_kernel), cmocka_unit_test(test_sim_big_kernel),
         cmocka_unit_test(test_sim_bandwidth),    cmocka_unit_test(test_sim_op_timing),
-        cmocka_unit_test(test_cpu_accounting),   cmocka_unit_test(test_cpu_streams),
+        cmocka_unit_test(test_sim_device),       cmocka_unit_test(test_cpu_accounting),
+        cmocka_unit_test(test_cpu_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
