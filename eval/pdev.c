@@ -29,12 +29,27 @@ void sl_eval_pdev_init(sl_eval_pdev *d, unsigned sm_count, unsigned online_sms,
     }
 }
 
+void sl_eval_pdev_granularity(sl_eval_pdev *d, unsigned min_units, unsigned align)
+{
+    d->min_units = min_units;
+    d->align = align;
+}
+
+/* The rest, rounded down to a size the granularity allows. */
+static unsigned offline_units(const sl_eval_pdev *d, unsigned online)
+{
+    unsigned rest = d->sm_count - online;
+    if (d->align == 0 || rest < d->min_units)
+        return rest;
+    return d->min_units + (rest - d->min_units) / d->align * d->align;
+}
+
 void sl_eval_pdev_resize(sl_eval_pdev *d, unsigned online_sms)
 {
     if (d->n_parts < 2 || online_sms == 0 || online_sms >= d->sm_count)
         return;
     d->units[0] = online_sms;
-    d->units[1] = d->sm_count - online_sms;
+    d->units[1] = offline_units(d, online_sms);
 }
 
 void sl_eval_pdev_sync(sl_eval_pdev *d, uint64_t now)

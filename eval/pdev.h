@@ -34,6 +34,7 @@ typedef struct sl_eval_pdev {
     unsigned n_parts;  /* 1: the whole device; 2: online + offline */
     unsigned sm_count; /* the device's SMs */
     unsigned units[2]; /* SMs of each partition */
+    unsigned min_units, align; /* granularity: the offline one is rounded down to it */
     double mem_used[2];
     uint64_t synced_ns;
     uint64_t busy_ns;      /* time with anything on the device */
@@ -49,6 +50,11 @@ typedef struct sl_eval_pdev {
  * called for each departure during sync. */
 void sl_eval_pdev_init(sl_eval_pdev *d, unsigned sm_count, unsigned online_sms,
                        sl_eval_pdev_done_fn done_fn, void *arg);
+
+/* Sets the granularity (as salusd's partitions: the offline partition
+ * gets the rest rounded down to min_units + k x align); 0, 0 = any size.
+ * Applies from the next init or resize. */
+void sl_eval_pdev_granularity(sl_eval_pdev *d, unsigned min_units, unsigned align);
 
 /* Gives the online partition online_sms (the offline one the rest), for
  * ops submitted from now on: ops in flight keep their rates, as a resize

@@ -795,6 +795,10 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
         online = g->plan.online;
     }
     sl_eval_pdev_init(&g->dev, cfg->part_sms, online, collect_done, g);
+    if (cfg->part_plan) { /* salusd's granularity: the offline partition rounded down */
+        sl_eval_pdev_granularity(&g->dev, cfg->part_plan->min_units, cfg->part_plan->align);
+        sl_eval_pdev_resize(&g->dev, online);
+    }
     g->event_t = UINT64_MAX;
     g->done_tail = &g->done_head;
     return rc;

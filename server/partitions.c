@@ -48,9 +48,8 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
     }
     snprintf(buf, len, "online %u %s%s (%s, need %u), offline %u %s%s, %llu resizes; %s",
              p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
-             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need,
-             p->caps.units - p->plan.online, p->caps.unit,
-             p->caps.units - p->plan.online == 1 ? "" : "s", (unsigned long long) p->resizes,
+             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units,
+             p->caps.unit, p->offline_units == 1 ? "" : "s", (unsigned long long) p->resizes,
              p->caps.note);
 }
 
@@ -86,7 +85,13 @@ static int apply_sizes(sl_exec *ex, unsigned online)
 {
     sl_exec_parts *p = &ex->parts;
     const sl_device_ops *ops = ex->dev->ops;
+    /* the rest, rounded down to a size the granularity allows (132 SMs
+     * in steps of 8 leave 4 to neither) */
     unsigned offline = p->caps.units - online;
+    if (offline < p->caps.min_units)
+        return SL_EINVAL;
+    offline = p->caps.min_units + (offline - p->caps.min_units) / p->caps.align * p->caps.align;
+    p->offline_units = offline;
     if (!p->online) {
         int rc = ops->partition_create(ex->dev, online, &p->online);
         if (rc == SL_OK && (rc = ops->partition_create(ex->dev, offline, &p->offline)) != SL_OK) {

@@ -34,6 +34,7 @@ typedef struct sl_exec_parts {
     sl_partition_caps caps;
     bool caps_ok;
     sl_partition *online, *offline;
+    unsigned offline_units; /* what the offline partition was given */
     sl_part_plan plan;
     unsigned want;     /* online units asked for and not applied yet (0 = none) */
     uint32_t hp_busy;  /* high-priority iterations on the device */
