@@ -31,9 +31,9 @@ typedef void (*sl_eval_pdev_done_fn)(void *arg, sl_eval_pdev_job *job);
 
 typedef struct sl_eval_pdev {
     sl_sim_psc ps[2];
-    unsigned n_parts;  /* 1: the whole device; 2: online + offline */
-    unsigned sm_count; /* the device's SMs */
-    unsigned units[2]; /* SMs of each partition */
+    unsigned n_parts;          /* 1: the whole device; 2: online + offline */
+    unsigned sm_count;         /* the device's SMs */
+    unsigned units[2];         /* SMs of each partition */
     unsigned min_units, align; /* granularity: the offline one is rounded down to it */
     double mem_used[2];
     uint64_t synced_ns;

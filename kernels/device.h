@@ -216,8 +216,8 @@ struct sl_partition_caps {
      * concerned run: the change takes effect between their ops (cpu);
      * false: only while they are idle, as stated above (cuda) */
     bool live;
-    char unit[8]; /* "SM", "core" */
-    char note[96];      /* how: "green contexts", "core sets", or why not */
+    char unit[8];  /* "SM", "core" */
+    char note[96]; /* how: "green contexts", "core sets", or why not */
 };
 
 /* Fault kinds of sl_device_ops.inject_fault. */
