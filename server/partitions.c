@@ -68,6 +68,10 @@ static int unbind_all(sl_exec *ex)
         int r = ops->stream_bind(ex->dev, ex->spare[k].stream, NULL);
         rc = rc == SL_OK ? r : rc;
     }
+    if (ex->copy_stream) {
+        int r = ops->stream_bind(ex->dev, ex->copy_stream, NULL);
+        rc = rc == SL_OK ? r : rc;
+    }
     return rc;
 }
 
@@ -164,6 +168,15 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     p->mark_ns = sl_now_ns();
     p->mark_busy_ns = p->busy_ns;
     ex->steps.cfg.isolated = true;
+    /* control copies and fills are tenants' work too: on the offline
+     * partition, never on the online one's SMs (the copy stream is idle
+     * between control tasks; a live backend takes it at its next one) */
+    if (ex->copy_stream && (p->caps.live || ex->stats.control_in_flight == 0)) {
+        int brc = ops->stream_bind(ex->dev, ex->copy_stream, p->offline);
+        if (brc != SL_OK)
+            sl_log_warn("exe.parts.bind", "control stream left unpartitioned: %s",
+                        sl_strerror(brc));
+    }
     char line[256];
     sl_parts_describe(p, line, sizeof line);
     sl_log_info("exe.parts", "compute partitions: %s", line);
