@@ -695,7 +695,13 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         pthread_mutex_lock(lock);
         rc = sl_exec_set_partitions(ex, mode, units);
         pthread_mutex_unlock(lock);
-        if (rc != SL_OK) {
+        if (rc == SL_EUNSUPPORTED) {
+            /* a driver too old for green contexts: lanes keep their
+             * priority streams, and status says why (partitions.c) */
+            sl_log_warn("exe.parts", "--partitions %s: this device has none (%s); running without",
+                        cfg->partitions, ex->parts.caps.note);
+            rc = SL_OK;
+        } else if (rc != SL_OK) {
             sl_log_err("exe.parts", "cannot set --partitions %s: %s", cfg->partitions,
                        sl_strerror(rc));
             return rc;
