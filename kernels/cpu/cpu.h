@@ -54,6 +54,11 @@ typedef struct sl_cpu_shared {
  * (when gen moved), and its ops share the set's cores, not the device's. */
 struct sl_partition {
     sl_cpu_shared *shared;
+    /* references: its creator's until partition_destroy, and each stream
+     * worker's that runs on it (partitions change live, so a worker may
+     * still be inside an op on it when it is destroyed: the last reference
+     * frees it); under shared->part_lock */
+    int refs;
     cpu_set_t cores;    /* under shared->part_lock */
     atomic_int n_cores; /* CPU_COUNT(cores) */
     atomic_uint gen;    /* bumped by every resize */
@@ -72,8 +77,17 @@ int sl_cpu_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p);
  * zeroed one). Errors: SL_ENOMEM. */
 int sl_cpu_partitions_init(sl_cpu_shared *sh);
 void sl_cpu_partitions_fini(sl_cpu_shared *sh);
-/* Copies p's current core set into *out and returns its generation. */
-unsigned sl_cpu_partition_snapshot(sl_partition *p, cpu_set_t *out);
+/* A stream worker moves from partition *held (a reference it holds, or
+ * NULL) to the one its stream is bound to now (*bound, read under the
+ * lock): takes a reference on the new one, drops the old, copies the new
+ * one's cores into *cores and returns its generation (0 and *held NULL
+ * when bound to none). */
+unsigned sl_cpu_partition_follow(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound,
+                                 sl_partition **held, cpu_set_t *cores);
+/* Drops a worker's reference (stream destroyed); NULL is fine. */
+void sl_cpu_partition_unref(sl_cpu_shared *sh, sl_partition *p);
+/* Binds under the partitions' lock (stream.c's stream_bind). */
+void sl_cpu_partition_bind(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound, sl_partition *p);
 /* Moves the calling worker and every thread of its OpenMP team to `cores`
  * (the team's threads keep the affinity of the thread that started them,
  * so they are moved explicitly). Returns the number of cores. */

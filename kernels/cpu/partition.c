@@ -80,6 +80,13 @@ static int free_cores(const sl_cpu_shared *sh)
     return CPU_COUNT(&sh->usable) - CPU_COUNT(&sh->taken);
 }
 
+/* Under part_lock. */
+static void unref_locked(sl_partition *p)
+{
+    if (p && --p->refs == 0)
+        sl_free(p);
+}
+
 int sl_cpu_partition_create(sl_device *dev, unsigned units, sl_partition **out)
 {
     sl_cpu_shared *sh = sl_cpu_shared_of(dev);
@@ -97,6 +104,7 @@ int sl_cpu_partition_create(sl_device *dev, unsigned units, sl_partition **out)
         return SL_EEXHAUSTED;
     }
     take_cores(sh, &p->cores, (int) units);
+    p->refs = 1;
     pthread_mutex_unlock(&sh->part_lock);
     atomic_init(&p->n_cores, (int) units);
     atomic_init(&p->gen, 1);
@@ -133,8 +141,9 @@ void sl_cpu_partition_destroy(sl_device *dev, sl_partition *p)
     sl_cpu_shared *sh = sl_cpu_shared_of(dev);
     pthread_mutex_lock(&sh->part_lock);
     give_cores(sh, &p->cores, CPU_COUNT(&p->cores));
+    atomic_store(&p->n_cores, 0);
+    unref_locked(p); /* a worker still inside an op on it frees it */
     pthread_mutex_unlock(&sh->part_lock);
-    sl_free(p);
 }
 
 unsigned sl_cpu_partition_units(sl_device *dev, const sl_partition *p)
@@ -143,13 +152,37 @@ unsigned sl_cpu_partition_units(sl_device *dev, const sl_partition *p)
     return (unsigned) atomic_load(&((sl_partition *) p)->n_cores);
 }
 
-unsigned sl_cpu_partition_snapshot(sl_partition *p, cpu_set_t *out)
+unsigned sl_cpu_partition_follow(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound,
+                                 sl_partition **held, cpu_set_t *cores)
 {
-    pthread_mutex_lock(&p->shared->part_lock);
-    *out = p->cores;
-    unsigned gen = atomic_load(&p->gen);
-    pthread_mutex_unlock(&p->shared->part_lock);
+    pthread_mutex_lock(&sh->part_lock);
+    sl_partition *p = atomic_load(bound);
+    unsigned gen = 0;
+    if (p) {
+        p->refs++;
+        *cores = p->cores;
+        gen = atomic_load(&p->gen);
+    }
+    unref_locked(*held);
+    *held = p;
+    pthread_mutex_unlock(&sh->part_lock);
     return gen;
+}
+
+void sl_cpu_partition_unref(sl_cpu_shared *sh, sl_partition *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&sh->part_lock);
+    unref_locked(p);
+    pthread_mutex_unlock(&sh->part_lock);
+}
+
+void sl_cpu_partition_bind(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound, sl_partition *p)
+{
+    pthread_mutex_lock(&sh->part_lock);
+    atomic_store(bound, p);
+    pthread_mutex_unlock(&sh->part_lock);
 }
 
 int sl_cpu_apply_cores(const cpu_set_t *cores, int team)

@@ -54,11 +54,16 @@ struct sl_stream {
  * cores of the partition it is bound to, when that changed. */
 static void follow_partition(sl_stream *s)
 {
+    /* a pointer compare needs no reference; applied is held */
     sl_partition *p = atomic_load(&s->part);
     if (!p && !s->applied)
         return;
     if (p && p == s->applied && atomic_load(&p->gen) == s->applied_gen)
         return;
+    cpu_set_t cores;
+    CPU_ZERO(&cores);
+    s->applied_gen = sl_cpu_partition_follow(s->exec.shared, &s->part, &s->applied, &cores);
+    p = s->applied;
     if (!s->home_set) {
         if (sched_getaffinity(0, sizeof s->home, &s->home) != 0)
             CPU_ZERO(&s->home);
@@ -66,16 +71,14 @@ static void follow_partition(sl_stream *s)
         s->home_set = true;
     }
     int team = s->exec.shared->cores;
-    if (p) {
-        cpu_set_t cores;
-        s->applied_gen = sl_cpu_partition_snapshot(p, &cores);
+    if (p && CPU_COUNT(&cores) > 0) {
         s->exec.max_threads = sl_cpu_apply_cores(&cores, team);
     } else {
+        /* unbound, or bound to a partition destroyed meanwhile */
         if (CPU_COUNT(&s->home) > 0)
             (void) sl_cpu_apply_cores(&s->home, team);
         s->exec.max_threads = s->home_max_threads;
     }
-    s->applied = p;
 }
 
 /* Runs one op with its share of the cores (see cpu.h): cores divided by
@@ -89,6 +92,8 @@ static int run_op(sl_stream *s, const sl_op_call *call)
     sl_partition *p = s->applied;
     atomic_int *counter = p ? &p->running : &sh->running;
     int cores = p ? atomic_load(&p->n_cores) : sh->cores;
+    if (cores < 1)
+        cores = 1; /* destroyed under it: it keeps its cores for this op */
     int running = atomic_fetch_add(counter, 1) + 1;
     int forced = atomic_load(&sh->forced_threads), share = cores / running;
     x->threads = forced > 0 ? forced : share > 1 ? share : 1;
@@ -207,6 +212,7 @@ void sl_cpu_stream_destroy(sl_device *dev, sl_stream *s)
     if (!s)
         return;
     sl_workq_destroy(s->q);
+    sl_cpu_partition_unref(s->exec.shared, s->applied);
     sl_free(s);
 }
 
@@ -326,6 +332,6 @@ int sl_cpu_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p)
 {
     if (p && p->shared != sl_cpu_shared_of(dev))
         return SL_EINVAL;
-    atomic_store(&s->part, p);
+    sl_cpu_partition_bind(p ? p->shared : sl_cpu_shared_of(dev), &s->part, p);
     return SL_OK;
 }
