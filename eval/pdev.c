@@ -105,6 +105,19 @@ static uint64_t part_work(const sl_eval_pdev *d, unsigned part, const sl_eval_pd
                                block);
 }
 
+double sl_eval_pdev_estimate_ns(const sl_eval_pdev *d, unsigned part, const sl_eval_pdev_op *op)
+{
+    part = d->n_parts > 1 && part < 2 ? part : 0;
+    double bw = d->n_parts > 1 ? sl_sim_part_bw_share(d->mem_used[1 - part], 1) : 1.0;
+    double occupancy = 1.0;
+    uint64_t work = d->n_parts > 1 ? part_work(d, part, op, bw, &occupancy, NULL) : op->work_ns;
+    const sl_sim_psc *ps = &d->ps[part];
+    double free = 1.0 - sl_sim_psc_used(ps), even = 1.0 / (double) (ps->n_active + 1);
+    double rate = free / occupancy;
+    rate = rate < even ? even : rate > 1.0 ? 1.0 : rate;
+    return (double) work / rate;
+}
+
 uint64_t sl_eval_pdev_block_ns(const sl_eval_pdev *d, unsigned part, const sl_eval_pdev_op *op)
 {
     if (d->n_parts < 2)

@@ -88,6 +88,13 @@ typedef struct sl_eval_pdev_op {
 void sl_eval_pdev_submit(sl_eval_pdev *d, sl_eval_pdev_job *job, unsigned part, uint64_t arrive_ns,
                          const sl_eval_pdev_op *op, double launch_share, int priority);
 
+/* How long op would take on partition part if submitted now: its work
+ * there (its SMs, the bandwidth the other partition leaves) over the rate
+ * it would get beside what runs there (the share left free, at least an
+ * even split with the ops running). An estimate for placement decisions:
+ * later arrivals and departures are not foreseen. */
+double sl_eval_pdev_estimate_ns(const sl_eval_pdev *d, unsigned part, const sl_eval_pdev_op *op);
+
 /* The block of op on partition part (its block_ns on the whole device
  * without partitions). */
 uint64_t sl_eval_pdev_block_ns(const sl_eval_pdev *d, unsigned part, const sl_eval_pdev_op *op);

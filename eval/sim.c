@@ -336,8 +336,10 @@ static bool spill_ok(const sim *s, const gpu *g, const sl_eval_pdev_op *op, uint
         return false;
     if (!sl_eval_pdev_idle(&g->dev, SL_EVAL_PART_ONLINE) || g->hp_in_flight > 0)
         return false;
-    /* on its own partition the op runs faster: spill only beside another */
-    if (sl_eval_pdev_idle(&g->dev, SL_EVAL_PART_OFFLINE))
+    /* only where it would finish sooner than on its own partition beside
+     * what runs there (the online one has fewer SMs) */
+    if (sl_eval_pdev_estimate_ns(&g->dev, SL_EVAL_PART_ONLINE, op) >=
+        sl_eval_pdev_estimate_ns(&g->dev, SL_EVAL_PART_OFFLINE, op))
         return false;
     return sl_eval_pdev_block_ns(&g->dev, SL_EVAL_PART_ONLINE, op) <= s->cfg->part_spill_block_ns;
 }
