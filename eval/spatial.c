@@ -6,7 +6,7 @@
  *
  *   spatial [--gpus P,P] [--hp-model M] [--lp-model M] [--lp-batch B]
  *           [--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE]
- *           [--tiny] [--private-launches]
+ *           [--tiny] [--private-launches] [--no-spill]
  *
  * Configurations, per GPU profile: hp alone; lp alone; time sharing
  * (policy fair, no classes); priority with gap filling (salusd's default
@@ -168,6 +168,9 @@ typedef struct setup {
     /* partitions with a launch path each (green contexts are contexts of
      * their own); default: the one shared path the simulator assumes */
     bool private_launches;
+    /* no lp op borrows the online partition: what salusd's executor does
+     * today (the borrowing is the simulator's, sim.h part_spill_block_ns) */
+    bool no_spill;
 } setup;
 
 /* Runs every configuration on one profile; fills res[N_CONFIGS]. */
@@ -264,7 +267,7 @@ static int run_profile(const sl_sim_profile *gpu, const setup *su, result *res, 
              * on its own SMs, and spills into the idle online partition */
             cfg.no_stepwise = !cf->spill;
             cfg.private_launches = su->private_launches;
-            if (cf->spill)
+            if (cf->spill && !su->no_spill)
                 cfg.part_spill_block_ns = (uint64_t) (gc.fit_margin * (double) hp.ns);
         }
         const sl_eval_job_spec *js = cf->hp ? jobs : jobs + 1;
@@ -317,7 +320,8 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--gpus P,P] [--hp-model M] [--lp-model M] [--lp-batch B] [--lp-jobs N] "
-            "[--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] [--private-launches]\n"
+            "[--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] [--private-launches] "
+            "[--no-spill]\n"
             "  hp batch-1 inference (Poisson) beside lp training: time sharing, priority with "
             "gap filling, partitions, partitions with gap filling\n",
             argv0);
@@ -335,23 +339,21 @@ int main(int argc, char **argv)
                 .seed = 1};
     const char *json_path = NULL;
     char gpus[64] = "v100,h100";
-    static const struct option longopts[] = {{"gpus", required_argument, NULL, 'g'},
-                                             {"hp-model", required_argument, NULL, 'h'},
-                                             {"lp-model", required_argument, NULL, 'l'},
-                                             {"lp-batch", required_argument, NULL, 'b'},
-                                             {"lp-jobs", required_argument, NULL, 'n'},
-                                             {"qps", required_argument, NULL, 'q'},
-                                             {"requests", required_argument, NULL, 'r'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"help", no_argument, NULL, 'H'},
-                                             {"private-launches", no_argument, NULL, 'p'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"gpus", required_argument, NULL, 'g'},     {"hp-model", required_argument, NULL, 'h'},
+        {"lp-model", required_argument, NULL, 'l'}, {"lp-batch", required_argument, NULL, 'b'},
+        {"lp-jobs", required_argument, NULL, 'n'},  {"qps", required_argument, NULL, 'q'},
+        {"requests", required_argument, NULL, 'r'}, {"seed", required_argument, NULL, 's'},
+        {"json", required_argument, NULL, 'j'},     {"tiny", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'H'},           {"private-launches", no_argument, NULL, 'p'},
+        {"no-spill", no_argument, NULL, 'N'},       {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'p':
             su.private_launches = true;
+            break;
+        case 'N':
+            su.no_spill = true;
             break;
         case 'g':
             snprintf(gpus, sizeof gpus, "%s", optarg);

@@ -64,6 +64,7 @@ typedef struct sl_exec_task {
     uint32_t lane;
     bool stepwise;      /* op by op, beside high-priority work */
     bool online;        /* counted as the online partition's work (partitions.h) */
+    bool spilled;       /* its step in flight runs on the spill stream (partitions.h) */
     sl_steps_task step; /* its progress op by op (sched/steps.h) */
 } sl_exec_task;
 

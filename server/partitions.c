@@ -46,11 +46,12 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
                  p->caps_ok ? p->caps.note : "");
         return;
     }
-    snprintf(buf, len, "online %u %s%s (%s, need %u), offline %u %s%s, %llu resizes; %s",
+    snprintf(buf, len,
+             "online %u %s%s (%s, need %u), offline %u %s%s, %llu resizes, %llu spills; %s",
              p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
              p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units,
              p->caps.unit, p->offline_units == 1 ? "" : "s", (unsigned long long) p->resizes,
-             p->caps.note);
+             (unsigned long long) p->spills, p->caps.note);
 }
 
 /* Binds every stream the executor holds (lanes' and spare ones) to none. */
@@ -70,6 +71,10 @@ static int unbind_all(sl_exec *ex)
     }
     if (ex->copy_stream) {
         int r = ops->stream_bind(ex->dev, ex->copy_stream, NULL);
+        rc = rc == SL_OK ? r : rc;
+    }
+    if (ex->parts.spill) {
+        int r = ops->stream_bind(ex->dev, ex->parts.spill, NULL);
         rc = rc == SL_OK ? r : rc;
     }
     return rc;
@@ -168,6 +173,14 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     p->mark_ns = sl_now_ns();
     p->mark_busy_ns = p->busy_ns;
     ex->steps.cfg.isolated = true;
+    /* the spill stream: below normal, on the online partition */
+    if (!p->spill && ops->stream_create(ex->dev, -1, &p->spill) != SL_OK)
+        p->spill = NULL;
+    if (p->spill && ops->stream_bind(ex->dev, p->spill, p->online) != SL_OK) {
+        sl_log_warn("exe.parts.bind", "no gap filling into the online partition");
+        ops->stream_destroy(ex->dev, p->spill); /* new and idle: returns at once */
+        p->spill = NULL;
+    }
     /* control copies and fills are tenants' work too: on the offline
      * partition, never on the online one's SMs (the copy stream is idle
      * between control tasks; a live backend takes it at its next one) */
@@ -229,9 +242,47 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now)
     p->want = 0;
 }
 
+sl_stream *sl_exec_parts_spill(sl_exec *ex, sl_exec_task *t, uint32_t k, uint32_t part,
+                               uint32_t parts)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (p->mode == SL_PARTS_OFF || !p->online || !p->spill || p->spill_busy || p->hp_busy ||
+        sl_gaps_hp_pending(&ex->gaps) || ex->steps.lp_in_flight == 0)
+        return NULL;
+    if (k + 1 >= t->graph->n_ops && part + 1 >= parts)
+        return NULL;
+    /* the first step follows the feeds' copies on the lane's stream, with
+     * no completion between them: it stays there. Every later step follows
+     * a completed one, so whatever stream ran that has nothing pending */
+    if (k == 0 && part == 0)
+        return NULL;
+    sl_lane *l = sl_map_get(&ex->lanes, t->lane);
+    if (!l)
+        return NULL;
+    /* the lane's block, in stream order: the spill stream is idle */
+    bool has = l->workspace_bytes != UINT64_MAX;
+    if (ex->dev->ops->stream_set_workspace(ex->dev, p->spill, has ? l->workspace : NULL,
+                                           has ? l->workspace_bytes : 0) != SL_OK)
+        return NULL;
+    p->spill_busy = true;
+    p->spills++;
+    return p->spill;
+}
+
+void sl_exec_parts_spill_done(sl_exec *ex)
+{
+    ex->parts.spill_busy = false;
+}
+
 void sl_exec_parts_fini(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
+    if (p->spill) {
+        /* nothing runs (the caller's precondition): returns at once */
+        ex->dev->ops->stream_destroy(ex->dev, p->spill);
+        p->spill = NULL;
+        p->spill_busy = false;
+    }
     if (!p->online)
         return;
     (void) unbind_all(ex);

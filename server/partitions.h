@@ -42,6 +42,13 @@ typedef struct sl_exec_parts {
     uint64_t since_ns; /* when hp_busy last became nonzero */
     uint64_t mark_ns, mark_busy_ns;
     uint64_t resizes;
+    /* gap filling into the online partition: a below-normal stream bound
+     * to it that a low-priority step may borrow while the online lanes are
+     * idle (one step at a time); created the first time partitions go on,
+     * kept for the executor's life */
+    sl_stream *spill;
+    bool spill_busy;
+    uint64_t spills;
 } sl_exec_parts;
 
 /* Parses a mode: "off", "auto" (the need: the smallest partition),
@@ -72,6 +79,25 @@ void sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool high_priority);
  * resize when it asks for one. */
 void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now);
 void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now);
+
+struct sl_exec_task;
+
+/* The stream a low-priority step of t (op k, part `part` of `parts`)
+ * goes to: the spill stream when the online partition is idle (no
+ * high-priority iteration on it, none pending, no other step spilled),
+ * another low-priority step keeps the offline partition busy, and this
+ * is not the iteration's last step (whose completion ends the iteration
+ * on its lane's stream); else NULL (its lane's stream). Marks the spill
+ * stream busy and gives it the lane's workspace. Never the first step
+ * (the feeds' copies before it on the lane's stream have no completion
+ * to wait for). A high-priority
+ * iteration arriving meanwhile is not held back: the spill stream is
+ * below normal (cpu: SCHED_IDLE, preempted at once; cuda: lower stream
+ * priority, a running block finishes first). */
+sl_stream *sl_exec_parts_spill(struct sl_exec *ex, struct sl_exec_task *t, uint32_t k,
+                               uint32_t part, uint32_t parts);
+/* A spilled step completed: the spill stream is free again. */
+void sl_exec_parts_spill_done(struct sl_exec *ex);
 
 /* Frees the partitions (every stream unbound first). Nothing may run. */
 void sl_exec_parts_fini(struct sl_exec *ex);
