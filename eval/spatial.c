@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The issue's goal and Tally's published figure (Zhao et al., "Tally:
+/* The goal set for this experiment and Tally's published figure (Zhao et al., "Tally:
  * Non-Intrusive Performance Isolation for Concurrent Deep Learning
  * Workloads", ASPLOS'25: +7.2 % p99 at over 80 % of TGS's throughput). */
 #define GOAL_P99 1.05

@@ -316,12 +316,12 @@ int sl_sim_psc_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *s
  *    of the partition), as the whole device is without partitions: SMs of
  *    one green context are handed out by the same block scheduler.
  * 3. Device-memory bandwidth is not partitioned (green contexts split SMs
- *    only, CUDA Driver API "Green Contexts"; MPS and MIG's compute-only
- *    slices likewise share DRAM bandwidth, which LithOS and Orion name as
- *    the interference partitions leave, Orion (EuroSys'24) section 2): an
- *    op's memory time is memory_ns / bw_share, bw_share being the fraction
- *    of the bandwidth the other partitions' running ops leave it (the
- *    caller's estimate, sl_sim_part_bw_share).
+ *    only, CUDA Driver API "Green Contexts"; MPS clients likewise share
+ *    DRAM bandwidth, the interference that Orion (Strati et al.,
+ *    EuroSys'24) and LithOS (SOSP'25) schedule around): an op's memory
+ *    time is memory_ns / bw_share, bw_share being the fraction of the
+ *    bandwidth the other partitions' running ops leave it (the caller's
+ *    estimate, sl_sim_part_bw_share).
  * Its time is then max(compute on s SMs, memory at bw_share), plus launch.
  * Not modelled: that a few SMs cannot issue enough loads to draw the
  * whole bandwidth (a small partition's memory-bound op is modelled as fast
