@@ -137,8 +137,10 @@ static void test_sim_device(void **state)
     assert_sl_ok(ops->launch(e.dev, e.stream, &c));
     assert_sl_ok(ops->synchronize(e.dev, e.stream));
     uint64_t on_part = sl_sim_stream_modeled_ns(e.stream) - t0;
+    /* at least its time on 64 SMs, more than the whole device would take
+     * (no upper bound: the submission itself may be late, under valgrind) */
+    assert_true(half.work_ns > whole.work_ns + whole.launch_ns);
     assert_true(on_part >= half.work_ns + half.launch_ns);
-    assert_true(on_part < half.work_ns + half.launch_ns + 5000000);
     assert_sl_ok(ops->stream_bind(e.dev, e.stream, NULL));
     ops->partition_destroy(e.dev, a);
     kt_env_close(&e);
