@@ -576,6 +576,7 @@ int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_se
     hints.ephemeral_bytes = opts->ephemeral_bytes;
     hints.expected_total_s = opts->expected_total_s;
     hints.expected_iterations = opts->expected_iterations;
+    hints.compute_units = opts->compute_units;
     hints.wait_for_admission = opts->wait_for_admission != 0;
     open.hints = &hints;
     req.body_case = SALUS__REQUEST__BODY_OPEN_SESSION;

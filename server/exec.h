@@ -36,6 +36,7 @@ typedef struct sl_exec_job {
     bool joined;
     bool high_priority; /* in the gap predictor as a high-priority job */
     sl_gaps_hp hp;
+    uint32_t compute_units; /* its session's declared need (partitions.h); 0 = none */
 } sl_exec_job;
 
 /* What a control task does (one copy on the control stream). */

@@ -354,7 +354,7 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
     sl_exec_parts_bind(ex, l->stream, t->job->high_priority);
     t->online = t->job->high_priority;
     if (t->online)
-        sl_exec_parts_hp_start(ex, st->launched_ns);
+        sl_exec_parts_hp_start(ex, st->launched_ns, t->job->compute_units);
     t->start_ns = st->launched_ns;
     t->lane = info->id;
     t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;

@@ -168,6 +168,7 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     p->resizes = resizes;
     p->mode = mode;
     p->declared = units;
+    p->session_need = 0;
     p->used = true;
     p->want = 0;
     p->mark_ns = sl_now_ns();
@@ -207,11 +208,23 @@ void sl_exec_parts_bind(sl_exec *ex, sl_stream *s, bool high_priority)
         sl_log_warn("exe.parts.bind", "a lane's stream stays where it was: %s", sl_strerror(rc));
 }
 
-void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now)
+void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
 {
     sl_exec_parts *p = &ex->parts;
     if (p->hp_busy++ == 0)
         p->since_ns = now;
+    if (p->mode != SL_PARTS_AUTO || p->declared || !p->online || declared <= p->session_need)
+        return;
+    p->session_need = declared;
+    sl_part_plan fresh;
+    if (sl_part_plan_init(&fresh, &p->plan.cfg, declared) != SL_OK)
+        return;
+    p->plan.need = fresh.need;
+    if (p->plan.online < fresh.need) {
+        p->plan.online = fresh.need;
+        p->plan.since_change = 0;
+        p->want = fresh.need; /* applied at this iteration's boundary */
+    }
 }
 
 void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now)

@@ -29,8 +29,9 @@ enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO };
 
 typedef struct sl_exec_parts {
     enum sl_parts_mode mode;
-    unsigned declared; /* the online lane's declared need, units */
-    bool used;         /* partitions were on once: streams may be bound */
+    unsigned declared;     /* the operator's declared need (--partitions auto:N, N), units */
+    unsigned session_need; /* the largest high-priority session's declaration seen */
+    bool used;             /* partitions were on once: streams may be bound */
     sl_partition_caps caps;
     bool caps_ok;
     sl_partition *online, *offline;
@@ -76,8 +77,11 @@ void sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool high_priority);
 
 /* A high-priority iteration started / completed at now: the online
  * partition's busy time, and in auto mode the plan's observation and a
- * resize when it asks for one. */
-void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now);
+ * resize when it asks for one. declared: the units its session declared
+ * (0 = none): in auto mode without the operator's figure, the largest
+ * declaration seen becomes the need (with the plan's headroom), and the
+ * online partition grows to it at the next boundary. */
+void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now, uint32_t declared);
 void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now);
 
 struct sl_exec_task;

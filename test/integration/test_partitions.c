@@ -105,6 +105,40 @@ static void spill_beside_hp(void **state)
     salus_disconnect(c);
 }
 
+/* --partitions auto on the sim device (H100: 8 SMs in steps of 8): a
+ * high-priority session declaring 40 SMs gets 40 + 10 % headroom, rounded
+ * to 48, once its first iteration has run. */
+static void declared_need(void **state)
+{
+    (void) state;
+    sl_test_server sim;
+    const char *args[] = {"--device",     "sim:h100", "--policy", "priority",
+                          "--partitions", "auto",     NULL};
+    sl_test_server_start(&sim, args);
+    salus_client *c = sl_test_connect(&sim);
+    status_has(c, "partitions: online 16 SMs (auto, need 16), offline 112 SMs");
+    salus_session_opts o = {.name = "hp", .priority = 10, .compute_units = 40};
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, &o, &s));
+    uint64_t w;
+    const int64_t dw[] = {64, 64}, dx[] = {8, 64};
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dw, NULL, &w));
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
+    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
+    (void) salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+    static float in[8 * 64];
+    const void *feeds[] = {in};
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(salus_run(s, g, feeds, 0, NULL, NULL));
+    status_has(c, "partitions: online 48 SMs (auto, need 48), offline 80 SMs, 1 resizes");
+    salus_graph_free(g);
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&sim), 0);
+}
+
 static void refused(void **state)
 {
     (void) state;
@@ -131,9 +165,8 @@ int main(void)
     const char *args[] = {"--policy", "priority", "--partitions", "1", NULL};
     sl_test_server_start(&server, args);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(start_and_status),
-        cmocka_unit_test(change_while_training),
-        cmocka_unit_test(spill_beside_hp),
+        cmocka_unit_test(start_and_status), cmocka_unit_test(change_while_training),
+        cmocka_unit_test(spill_beside_hp),  cmocka_unit_test(declared_need),
         cmocka_unit_test(refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

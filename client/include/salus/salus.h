@@ -148,6 +148,10 @@ typedef struct salus_session_opts {
     double expected_total_s;      /* declared device time; 0 = unknown */
     uint64_t expected_iterations; /* declared iterations; 0 = unknown */
     int wait_for_admission;       /* nonzero: wait until it fits */
+    /* compute units (SMs, cores) its iterations need to run about as fast
+     * as on the whole device; 0 = unknown. Sizes the high-priority
+     * partition when salusd runs --partitions auto. */
+    unsigned compute_units;
 } salus_session_opts;
 
 /* Opens a session (opts may be NULL for defaults). *out is owned by the caller
