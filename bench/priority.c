@@ -13,6 +13,12 @@
  *   gap_fill   low-priority iterations op by op into high-priority gaps,
  *              alone (--no-exclusive-lanes --no-stream-classes)
  *   all        every mechanism (salusd --policy priority as shipped)
+ *   part       compute partitions alone: one core for the high-priority
+ *              lane, the rest for the others, low-priority iterations
+ *              whole (--partitions 1 --no-stepwise)
+ *   part_gap   partitions with every mechanism (--partitions 1): low-
+ *              priority steps on their own cores wait only while
+ *              high-priority work is pending
  * For each high-priority period and round, interleaved: hp alone and the
  * two lp jobs alone (on `all`), then hp + 2 lp on each configuration.
  * Inflation = hp latency with lp / hp alone (medians over rounds of each
@@ -27,6 +33,10 @@
  * the period the priority goal is stated at):
  *   BENCH priority p99_inflation=... p50_inflation=... lp_retained=...
  *         lp_sessions=2 period_us=P
+ * and partitions with gap filling against gap filling without them (`all`)
+ * at that period:
+ *   BENCH spatial_cpu p99_inflation=... lp_retained=... gap_p99_inflation=...
+ *         gap_lp_retained=... part_p99_inflation=... part_lp_retained=...
  *   priority --salusd PATH [--rounds 5] [--seconds 2]
  *            [--periods-us 2000,1000,5000] [--lp-jobs 2] [--spread-limit 0]
  *            [--json FILE] */
@@ -187,14 +197,26 @@ static int run_phase(salus_client *c, const char *url, bool hp, int n_lp, double
     return 0;
 }
 
-enum { CONF_NONE, CONF_PLACEMENT, CONF_EXCLUSIVE, CONF_GAP_FILL, CONF_ALL, N_CONF };
-static const char *const conf_name[N_CONF] = {"none", "placement", "exclusive", "gap_fill", "all"};
+enum {
+    CONF_NONE,
+    CONF_PLACEMENT,
+    CONF_EXCLUSIVE,
+    CONF_GAP_FILL,
+    CONF_ALL,
+    CONF_PART,
+    CONF_PART_GAP,
+    N_CONF
+};
+static const char *const conf_name[N_CONF] = {"none", "placement", "exclusive", "gap_fill",
+                                              "all",  "part",      "part_gap"};
 static const char *const conf_flags[N_CONF][4] = {
     {"--no-exclusive-lanes", "--no-stepwise", "--no-stream-classes", NULL},
     {"--no-exclusive-lanes", "--no-stepwise", NULL},
     {"--no-stepwise", "--no-stream-classes", NULL},
     {"--no-exclusive-lanes", "--no-stream-classes", NULL},
     {NULL},
+    {"--partitions", "1", "--no-stepwise", NULL},
+    {"--partitions", "1", NULL},
 };
 
 typedef struct server {
@@ -326,7 +348,7 @@ int main(int argc, char **argv)
     FILE *f = json ? fopen(json, "w") : NULL;
     if (f)
         fprintf(f, "{\"bench\":\"priority\",\"lp_sessions\":%d,\"phases\":[", n_lp_jobs);
-    double head[3] = {0};
+    double head[3] = {0}, spatial[3][2] = {{0}};
     size_t n = (size_t) rounds;
     for (int p = 0; p < n_periods; p++) {
         double a50[MAX_ROUNDS], a99[MAX_ROUNDS], lpa[MAX_ROUNDS];
@@ -350,6 +372,9 @@ int main(int argc, char **argv)
                         p || k ? "," : "", periods[p], conf_name[k], p99_inf, p50_inf, retained);
             if (p == 0 && k == CONF_ALL)
                 head[0] = p99_inf, head[1] = p50_inf, head[2] = retained;
+            int sk = k == CONF_PART_GAP ? 0 : k == CONF_ALL ? 1 : k == CONF_PART ? 2 : -1;
+            if (p == 0 && sk >= 0)
+                spatial[sk][0] = p99_inf, spatial[sk][1] = retained;
         }
     }
     if (f) {
@@ -359,5 +384,10 @@ int main(int argc, char **argv)
     printf("BENCH priority p99_inflation=%.3f p50_inflation=%.3f lp_retained=%.3f lp_sessions=%d "
            "period_us=%d\n",
            head[0], head[1], head[2], n_lp_jobs, periods[0]);
+    printf("BENCH spatial_cpu p99_inflation=%.3f lp_retained=%.3f gap_p99_inflation=%.3f "
+           "gap_lp_retained=%.3f part_p99_inflation=%.3f part_lp_retained=%.3f lp_sessions=%d "
+           "period_us=%d\n",
+           spatial[0][0], spatial[0][1], spatial[1][0], spatial[1][1], spatial[2][0], spatial[2][1],
+           n_lp_jobs, periods[0]);
     return 0;
 }

@@ -576,6 +576,7 @@ int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_se
     hints.ephemeral_bytes = opts->ephemeral_bytes;
     hints.expected_total_s = opts->expected_total_s;
     hints.expected_iterations = opts->expected_iterations;
+    hints.compute_units = opts->compute_units;
     hints.wait_for_admission = opts->wait_for_admission != 0;
     open.hints = &hints;
     int job_rc = sl_client_job_from_env(&open.has_job, &open.job_id, &open.step_id);
@@ -816,6 +817,19 @@ int salus_set_policy(salus_client *c, const char *policy, int strict)
     req.set_policy = &m;
     int rc = call_no_body(c, &req);
     return rc;
+}
+
+int salus_set_partitions(salus_client *c, const char *mode)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__SetPolicy m = SALUS__SET_POLICY__INIT;
+    if (!mode || !mode[0])
+        return SALUS_EINVAL;
+    m.policy = (char *) "";
+    m.partitions = (char *) mode;
+    req.body_case = SALUS__REQUEST__BODY_SET_POLICY;
+    req.set_policy = &m;
+    return call_no_body(c, &req);
 }
 
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,

@@ -19,6 +19,9 @@ static void usage(FILE *f)
             "                                 clients of salusd --operator-listen)\n"
             "  health                         exit 0 when salusd answers a handshake and a\n"
             "                                 status request within 3 s (container probes)\n"
+            "  partitions MODE                compute partitions: off, N units (SMs, cores)\n"
+            "                                 for high-priority lanes, auto or auto:N (sized\n"
+            "                                 from their load; operators)\n"
             "  session ID [--priority P] [--weight W]\n"
             "                                 change a session's priority or fair-share weight\n"
             "                                 (your own within your limits; operators: any)\n"
@@ -83,7 +86,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[i++];
     if (strcmp(cmd, "health") == 0)
         return health(url);
-    if (strcmp(cmd, "status") && strcmp(cmd, "policy") && strcmp(cmd, "session")) {
+    if (strcmp(cmd, "status") && strcmp(cmd, "policy") && strcmp(cmd, "session") &&
+        strcmp(cmd, "partitions")) {
         fprintf(stderr, "salusctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -112,6 +116,15 @@ int main(int argc, char **argv)
         if ((rc = salus_set_policy(c, name, strict)) != SALUS_OK)
             return fail(c, "policy", rc);
         printf("policy: %s%s\n", name, strict ? " (strict)" : "");
+    } else if (strcmp(cmd, "partitions") == 0) {
+        if (i + 1 != argc) {
+            fprintf(stderr, "salusctl: partitions off|auto|auto:N|N\n");
+            salus_disconnect(c);
+            return 2;
+        }
+        if ((rc = salus_set_partitions(c, argv[i])) != SALUS_OK)
+            return fail(c, "partitions", rc);
+        printf("partitions: %s\n", argv[i]);
     } else {
         char *end;
         unsigned long long id = i < argc ? strtoull(argv[i++], &end, 10) : 0;

@@ -79,6 +79,8 @@ int salus_status_text(salus_client *c, char **out)
     put(&t, "salusd %s  device: %s  policy: %s%s  up %.1f s\n",
         safe(s->server_version, e1, sizeof e1), safe(s->device, e2, sizeof e2),
         safe(s->policy, e3, sizeof e3), s->strict ? " (strict)" : "", (double) s->uptime_ns / 1e9);
+    if (s->partitions && s->partitions[0])
+        put(&t, "partitions: %s\n", safe(s->partitions, e1, sizeof e1));
     if (s->you && s->you->operator_)
         put(&t, "you: %s, operator (every session, no limits)\n",
             safe(s->you->tenant, e1, sizeof e1));

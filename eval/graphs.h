@@ -43,6 +43,10 @@ typedef struct sl_eval_op_time {
     uint32_t split_max; /* the most parts it splits into (ops.h sl_op_split_max) */
     double occupancy;   /* share of the SMs it keeps busy alone (kernels/sim), (0, 1] */
     uint64_t block_ns;  /* one of its thread blocks (kernels/sim sl_sim_timing) */
+    /* its work split into compute and memory time on the whole device,
+     * and its waves (kernels/sim sl_sim_timing.waves): for partitions */
+    uint64_t compute_ns, memory_ns;
+    double waves;
 } sl_eval_op_time;
 
 typedef struct sl_eval_timeline {

@@ -14,6 +14,8 @@
 #include "sim/sim.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "partition.h"
+#include "pdev.h"
 #include "steps.h"
 
 #include <math.h>
@@ -40,10 +42,10 @@ typedef struct event {
 } event;
 
 typedef struct sim_job {
-    sl_sched_job sched; /* salusd embeds this in its session */
-    sl_sched_item item; /* and this in its iteration: one in flight per job */
-    sl_sim_psc_job ps;  /* the iteration's work on the device */
-    uint64_t *lat;      /* inference: latency of each completed request */
+    sl_sched_job sched;  /* salusd embeds this in its session */
+    sl_sched_item item;  /* and this in its iteration: one in flight per job */
+    sl_eval_pdev_job pj; /* the iteration's (or op's) work on the device */
+    uint64_t *lat;       /* inference: latency of each completed request */
     const sl_eval_job_spec *spec;
     sl_eval_job_result res;
     unsigned gpu;
@@ -66,10 +68,14 @@ typedef struct sim_job {
 typedef struct gpu {
     sl_sched *sched;
     sl_mem_mgr *mem;
-    sl_sim_psc ps;
-    uint64_t version;   /* of the GPU event that is current */
-    uint64_t event_t;   /* when that event fires; UINT64_MAX = none */
-    sim_job *done_head; /* departures collected by the device, in order */
+    sl_eval_pdev dev;        /* its compute, whole or partitioned (pdev.h) */
+    sl_part_plan plan;       /* the online partition's size (part_plan) */
+    uint64_t plan_mark_t;    /* the plan's last observation: time */
+    uint64_t plan_mark_busy; /* and the online partition's busy time then */
+    uint32_t hp_in_flight;   /* high-priority requests sent and not replied to */
+    uint64_t version;        /* of the GPU event that is current */
+    uint64_t event_t;        /* when that event fires; UINT64_MAX = none */
+    sim_job *done_head;      /* departures collected by the device, in order */
     sim_job **done_tail;
     uint64_t synced_ns; /* the device's state time, for busy accounting */
     uint64_t busy_ns;   /* time with at least one iteration on the device */
@@ -147,10 +153,10 @@ static event pop(sim *s)
 
 /* ---- the device --------------------------------------------------------- */
 
-static void collect_done(void *arg, sl_sim_psc_job *psj)
+static void collect_done(void *arg, sl_eval_pdev_job *pj)
 {
     gpu *g = arg;
-    sim_job *j = psj->user;
+    sim_job *j = pj->ps.user;
     j->next_done = NULL;
     *g->done_tail = j;
     g->done_tail = &j->next_done;
@@ -163,24 +169,19 @@ static void device_sync(gpu *g, uint64_t now)
 {
     /* every departure is a sync (its event, or an earlier one that saw it
      * due), so the device was busy for all of (synced, now] or for none */
-    if (now > g->synced_ns) {
-        if (g->ps.n_active > 0) {
-            g->busy_ns += now - g->synced_ns;
-            /* the share in use: the level's jobs take what the capped
-             * ones leave, so it is 1 whenever one runs below its cap */
-            double used = sl_sim_psc_used(&g->ps);
-            g->occupied_ns += (double) (now - g->synced_ns) * used;
-        }
-        g->synced_ns = now;
-    }
-    (void) sl_sim_psc_advance(&g->ps, now, collect_done, g);
+    /* the share in use (pdev.c): the level's jobs take what the capped
+     * ones leave, so it is 1 whenever one runs below its cap */
+    sl_eval_pdev_sync(&g->dev, now);
+    g->busy_ns = g->dev.busy_ns;
+    g->occupied_ns = g->dev.occupied_ns;
+    g->synced_ns = now;
 }
 
 /* Makes the GPU's next device event the current one. */
 static void device_rearm(sim *s, uint32_t gi)
 {
     gpu *g = &s->gpus[gi];
-    uint64_t t = sl_sim_psc_next_event_ns(&g->ps);
+    uint64_t t = sl_eval_pdev_next(&g->dev);
     if (t == g->event_t)
         return;
     g->event_t = t;
@@ -323,6 +324,26 @@ static int stream_priority(const sim *s, const gpu *g, const sim_job *j)
     return g->gaps.n_hp > 0 ? -1 : 0;
 }
 
+/* Partitions plus gap filling (sim.h part_spill_block_ns): a low-priority
+ * op may go to the online partition while it is idle and no high-priority
+ * request is on its way through salusd (the gap filler's own test), when
+ * one of its blocks there is short enough: a request arriving meanwhile
+ * waits for at most that (kernels/sim psc's block wait). */
+static bool spill_ok(const sim *s, const gpu *g, const sl_eval_pdev_op *op, uint64_t now)
+{
+    (void) now;
+    if (g->dev.n_parts < 2 || s->cfg->part_spill_block_ns == 0 || g->gaps.n_hp == 0)
+        return false;
+    if (!sl_eval_pdev_idle(&g->dev, SL_EVAL_PART_ONLINE) || g->hp_in_flight > 0)
+        return false;
+    /* only where it would finish sooner than on its own partition beside
+     * what runs there (the online one has fewer SMs) */
+    if (sl_eval_pdev_estimate_ns(&g->dev, SL_EVAL_PART_ONLINE, op) >=
+        sl_eval_pdev_estimate_ns(&g->dev, SL_EVAL_PART_OFFLINE, op))
+        return false;
+    return sl_eval_pdev_block_ns(&g->dev, SL_EVAL_PART_ONLINE, op) <= s->cfg->part_spill_block_ns;
+}
+
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
                       uint64_t now)
 {
@@ -339,10 +360,22 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
     uint64_t delay = j->switch_delay;
     j->switch_delay = 0;
     device_sync(g, now);
-    j->ps.user = j;
+    j->pj.ps.user = j;
     double cap = j->spec->utilisation;
     if (j->spec->ops)
         cap = j->spec->ops[k].occupancy > 0 ? j->spec->ops[k].occupancy : 1.0;
+    sl_eval_pdev_op op = {.work_ns = share, .occupancy = cap};
+    if (j->spec->ops) {
+        /* a part is its share of the op's compute and memory time */
+        op.waves = j->spec->ops[k].occupancy;
+    }
+    if (j->spec->ops && j->spec->op_shapes) {
+        const sl_eval_op_shape *o = &j->spec->op_shapes[k];
+        double f = work ? (double) share / (double) work : 1.0;
+        op.compute_ns = (uint64_t) ((double) o->compute_ns * f + 0.5);
+        op.memory_ns = (uint64_t) ((double) o->memory_ns * f + 0.5);
+        op.waves = o->waves;
+    }
     uint64_t arrive = now + delay + launch;
     double launch_share = 0.0;
     if (!s->cfg->private_launches) {
@@ -361,8 +394,15 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
     uint64_t block = 0;
     if (j->spec->ops)
         block = j->spec->ops[k].block_ns ? j->spec->ops[k].block_ns : share;
-    sl_sim_psc_submit_prio(&g->ps, &j->ps, arrive, share, cap, launch_share,
-                           stream_priority(s, g, j), block < share ? block : share);
+    op.block_ns = block < share ? block : share;
+    unsigned where = j->is_hp ? SL_EVAL_PART_ONLINE : SL_EVAL_PART_OFFLINE;
+    int prio = stream_priority(s, g, j);
+    if (where == SL_EVAL_PART_OFFLINE && spill_ok(s, g, &op, now)) {
+        where = SL_EVAL_PART_ONLINE; /* into the idle online partition, below its class */
+        prio = -1;
+        s->sum->part_spills++;
+    }
+    sl_eval_pdev_submit(&g->dev, &j->pj, where, arrive, &op, launch_share, prio);
 }
 
 static void resume(sim *s, uint32_t gi, uint64_t now);
@@ -540,8 +580,10 @@ static void client_request(sim *s, sim_job *j, uint64_t now)
         return;
     }
     gpu *g = &s->gpus[j->gpu];
-    if (j->is_hp)
+    if (j->is_hp) {
         sl_gaps_hp_arrival(&g->gaps, &j->hp, now);
+        g->hp_in_flight++;
+    }
     ctx c = {s, j->gpu, now};
     sl_lanes_start st;
     uint64_t t0 = decision_begin(s);
@@ -569,6 +611,21 @@ static void client_next(sim *s, sim_job *j, uint64_t now)
         push(s, at, EV_CLIENT, j->gpu, (uint64_t) (j - s->jobs));
 }
 
+/* MuxFlow's dynamic sizing at an online iteration's boundary
+ * (sched/partition.h): the online partition's busy share since the last
+ * boundary, and the new size applied to the ops submitted from now on. */
+static void plan_observe(sim *s, gpu *g, uint64_t now)
+{
+    if (!s->cfg->part_plan || g->dev.n_parts < 2)
+        return;
+    uint64_t busy = g->dev.part_busy_ns - g->plan_mark_busy, window = now - g->plan_mark_t;
+    g->plan_mark_busy = g->dev.part_busy_ns;
+    g->plan_mark_t = now;
+    uint64_t before = g->plan.resizes;
+    sl_eval_pdev_resize(&g->dev, sl_part_plan_observe(&g->plan, busy, window));
+    s->sum->part_resizes += g->plan.resizes - before;
+}
+
 /* sl_exec_iteration_done: charge, hand the lane on before anything else,
  * the gap bookkeeping, mark the lane idle only when nobody took it, then
  * reply. */
@@ -593,8 +650,12 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
                                       start_on_device, &c, &st);
     decision_end(s, t0);
     kicked(s, j->gpu, k, now);
-    if (j->is_hp)
+    if (j->is_hp) {
         sl_gaps_hp_complete(&g->gaps, &j->hp, now);
+        if (g->hp_in_flight)
+            g->hp_in_flight--;
+        plan_observe(s, g, now);
+    }
     if (j->is_hp || stepwise)
         resume(s, j->gpu, now);
     if (sl_lanes_settle(&g->handoff, lane))
@@ -726,9 +787,20 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
     if (rc == SL_OK)
         rc = sl_gaps_init(&g->gaps, cfg->gaps);
     sl_lanes_init(&g->handoff, g->sched, g->mem);
-    sl_steps_config sc = {.gap_fill = true, .part_ns = cfg->op_part_ns};
+    sl_steps_config sc = {
+        .gap_fill = true, .part_ns = cfg->op_part_ns, .isolated = cfg->part_sms > 0};
     sl_steps_init(&g->steps, &g->gaps, &sc);
-    sl_sim_psc_init(&g->ps, 0);
+    unsigned online = cfg->part_sms ? cfg->part_online : 0;
+    if (online && cfg->part_plan) {
+        if (rc == SL_OK)
+            rc = sl_part_plan_init(&g->plan, cfg->part_plan, cfg->part_online);
+        online = g->plan.online;
+    }
+    sl_eval_pdev_init(&g->dev, cfg->part_sms, online, collect_done, g);
+    if (cfg->part_plan) { /* salusd's granularity: the offline partition rounded down */
+        sl_eval_pdev_granularity(&g->dev, cfg->part_plan->min_units, cfg->part_plan->align);
+        sl_eval_pdev_resize(&g->dev, online);
+    }
     g->event_t = UINT64_MAX;
     g->done_tail = &g->done_head;
     return rc;
@@ -827,6 +899,8 @@ static int summarise(sim *s)
 static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t n)
 {
     if (!cfg || (!jobs && n) || !cfg->policy || cfg->n_gpus == 0 || cfg->gpu_bytes < (64u << 20))
+        return SL_EINVAL;
+    if (cfg->part_sms && (cfg->part_online == 0 || cfg->part_online >= cfg->part_sms))
         return SL_EINVAL;
     for (size_t i = 0; i < n; i++)
         if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns ||

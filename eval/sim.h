@@ -63,6 +63,15 @@ typedef struct sl_eval_op {
     uint64_t block_ns;  /* one of its thread blocks (kernels/sim); 0 = unknown: never waited for */
 } sl_eval_op;
 
+/* What compute partitions (sl_eval_config.part_sms) need of an op beyond
+ * sl_eval_op: its work_ns split into compute and memory time on the whole
+ * device (the larger is work_ns; both 0: all compute) and its waves
+ * (kernels/sim sl_sim_timing.waves; 0 = its occupancy). */
+typedef struct sl_eval_op_shape {
+    uint64_t compute_ns, memory_ns;
+    double waves;
+} sl_eval_op_shape;
+
 /* One job of a trace: a training session that runs `iterations` iterations
  * back to back (each request sent when the previous reply arrived), or an
  * inference session whose iterations are requests arriving on their own
@@ -108,6 +117,10 @@ typedef struct sl_eval_job_spec {
      * (normally the ops' sum). */
     const sl_eval_op *ops;
     uint32_t n_ops;
+    /* NULL, or n_ops entries beside ops (borrowed likewise): each op's
+     * shape for compute partitions; without them every op is taken as all
+     * compute at its occupancy. */
+    const sl_eval_op_shape *op_shapes;
     /* Inference: NULL for training (back to back). Otherwise `iterations`
      * absolute virtual times, one per request: the client issues request i
      * at request_ns[i], or when the reply to request i - 1 has reached it
@@ -211,6 +224,23 @@ typedef struct sl_eval_config {
      * server per GPU, FIFO over all its streams (op by op), water-filled
      * over jobs' launch shares (whole iterations). */
     bool private_launches;
+    /* Compute partitions (DESIGN.md section 13; pdev.h): part_sms the
+     * GPU's SMs (its profile's sm_count), 0 = no partitions. With them
+     * high-priority jobs' ops run on an online partition of part_online
+     * SMs and every other op on the rest, each partition sharing its SMs
+     * among its ops (stream classes inside it), ops timed on their
+     * partition's SMs (wave quantisation) and the memory bandwidth shared.
+     * part_plan non-NULL: the online partition is sized by
+     * sched/partition.h from part_online (the online lane's declared need)
+     * and its measured load, at its iterations' boundaries. Partitions plus
+     * gap filling: part_spill_block_ns > 0 lets a low-priority op run on
+     * the idle online partition, below the high class, when one of its
+     * blocks there takes at most that (what a request arriving meanwhile
+     * waits); 0 = never. */
+    unsigned part_sms;
+    unsigned part_online;
+    const struct sl_part_plan_config *part_plan;
+    uint64_t part_spill_block_ns;
 } sl_eval_config;
 
 /* What happened to one job. Times are virtual ns. */
@@ -267,6 +297,9 @@ typedef struct sl_eval_summary {
     uint32_t lp_in_flight_max; /* most low-priority steps on one GPU at once */
     uint64_t decisions;        /* hand-off and dispatch calls timed (measure_decisions) */
     uint64_t decision_wall_ns; /* their host wall time */
+    /* compute partitions (part_sms) */
+    uint64_t part_spills;  /* low-priority ops run on the idle online partition */
+    uint64_t part_resizes; /* online partition resizes (part_plan) */
 } sl_eval_summary;
 
 /* Runs the jobs on the configured cluster until every job completed or was

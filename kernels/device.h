@@ -37,6 +37,8 @@
 
 typedef struct sl_device sl_device;
 typedef struct sl_stream sl_stream;
+typedef struct sl_partition sl_partition;           /* a compute partition (below) */
+typedef struct sl_partition_caps sl_partition_caps; /* its granularity (below) */
 
 /* Called on a backend thread once all work submitted to the stream before it
  * has finished. status is SL_OK or the first error since the previous
@@ -166,7 +168,65 @@ typedef struct sl_device_ops {
      * the first host callback of s that follows the failure (the reason is
      * forgotten after that callback), where no op of s runs. */
     size_t (*stream_failure)(sl_device *dev, sl_stream *s, char *buf, size_t len);
+
+    /* ---- compute partitions (optional: all NULL where the backend has
+     * none) ----
+     *
+     * A partition is a share of the device's compute units that streams
+     * bound to it run on, alone: SMs through CUDA green contexts on cuda, a
+     * set of cores on cpu, a number of SMs of the modelled device on sim.
+     * Live partitions never overlap: their units sum to at most the
+     * device's. A stream bound to none runs on the whole device (on cuda
+     * that is the primary context, whose kernels are NOT kept off green
+     * contexts' SMs: salusd binds every lane's stream once partitions are
+     * on). Memory is not partitioned, nor (on every backend) memory
+     * bandwidth. Partitions change between iterations only: resize and
+     * bind require the streams concerned to be idle (synchronized, or
+     * their last host callback ran), so no op ever sees its units change.
+     * Threads: any thread, serialised by the caller per partition; never
+     * waits for device work, but cuda's create and resize build green
+     * contexts (milliseconds): never under a lock the request path takes.
+     *
+     * partition_caps: the granularity. Errors: none but SL_EUNSUPPORTED
+     * (the device cannot partition after all, e.g. a cuda driver older
+     * than green contexts: caps->note says so, and partition_create fails
+     * with SL_EUNSUPPORTED). */
+    int (*partition_caps)(sl_device *dev, sl_partition_caps *caps);
+    /* A partition of `units` units, rounded up to the granularity
+     * (min_units, then a multiple of align). Errors: SL_EINVAL (units 0 or
+     * above the device's), SL_EEXHAUSTED (the free units do not suffice),
+     * SL_EUNSUPPORTED, SL_ENOMEM, SL_EDEVICE. On success *out is the
+     * caller's until partition_destroy. */
+    int (*partition_create)(sl_device *dev, unsigned units, sl_partition **out);
+    /* Gives p `units` units (rounded as above); shrinking first frees
+     * units that another partition's growth can then take. Precondition:
+     * every stream bound to p is idle. Errors: as partition_create; on
+     * error p keeps its units and its streams stay usable. */
+    int (*partition_resize)(sl_device *dev, sl_partition *p, unsigned units);
+    /* Frees p. Precondition: no stream is bound to it. NULL is fine. */
+    void (*partition_destroy)(sl_device *dev, sl_partition *p);
+    /* The units p has now (after rounding). */
+    unsigned (*partition_units)(sl_device *dev, const sl_partition *p);
+    /* Runs s's later work on p (NULL: the whole device again). Precondition:
+     * s is idle. cuda re-creates s's CUstream in p's green context and
+     * rebinds its cuBLAS/cuDNN handles; cpu moves s's worker and its OpenMP
+     * team to p's cores and sizes their thread count to them. Errors:
+     * SL_EUNSUPPORTED, SL_ENOMEM, SL_EDEVICE; on error s stays as it was. */
+    int (*stream_bind)(sl_device *dev, sl_stream *s, sl_partition *p);
 } sl_device_ops;
+
+/* What partitions a device supports (sl_device_ops.partition_caps). */
+struct sl_partition_caps {
+    unsigned units;     /* compute units of the device: SMs (cuda, sim), cores (cpu) */
+    unsigned min_units; /* the smallest partition (cuda: minSmPartitionSize) */
+    unsigned align;     /* sizes above min_units step by this (cuda: smCoscheduledAlignment) */
+    /* resize and stream_bind may also be called while the streams
+     * concerned run: the change takes effect between their ops (cpu);
+     * false: only while they are idle, as stated above (cuda) */
+    bool live;
+    char unit[8];  /* "SM", "core" */
+    char note[96]; /* how: "green contexts", "core sets", or why not */
+};
 
 /* Fault kinds of sl_device_ops.inject_fault. */
 enum sl_fault_kind {

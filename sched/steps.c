@@ -76,7 +76,9 @@ void sl_steps_last_done(sl_steps *s, sl_steps_task *t)
  * hp jobs' gaps, or (without) no hp work is pending. */
 static sl_gaps_decision decide(const sl_steps *s, uint64_t now, uint64_t op_ns)
 {
-    if (!s->cfg.gap_fill)
+    /* isolated steps cannot delay an hp iteration by holding its SMs: the
+     * gaps' risk test is moot, only pending hp work makes them wait */
+    if (!s->cfg.gap_fill || s->cfg.isolated)
         return sl_gaps_hp_pending(s->gaps) ? SL_GAPS_WAIT_PENDING : SL_GAPS_ISSUE_FREE;
     return sl_gaps_decide(s->gaps, now, op_ns);
 }
@@ -114,9 +116,11 @@ uint64_t sl_steps_resume(sl_steps *s, uint64_t now, bool force, const sl_steps_o
     force |= s->finishing;
     while (*pp) {
         sl_steps_task *t = *pp;
-        if (!force && s->lp_in_flight > 0)
+        if (!force && s->lp_in_flight > 0 && !s->cfg.isolated)
             return 0; /* its completion resumes the rest */
         sl_gaps_decision d = decide(s, now, sl_steps_next_ns(s, t, ops, arg));
+        if (!force && s->lp_in_flight > 0 && d != SL_GAPS_ISSUE_FREE)
+            return 0; /* isolated: one step at a time only beside hp work */
         /* starvation guard: a task that waited a whole starve period for a
          * gap its next op fits gets one step anyway when no hp work is
          * pending (the bound of one step still holds) */

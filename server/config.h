@@ -68,6 +68,9 @@ typedef struct sl_config {
     bool no_stepwise;        /* low-priority iterations run whole (no gap filling) */
     bool no_gap_fill;        /* stepwise, but ops issue at once, not into gaps */
     bool no_stream_classes;  /* every lane's stream has normal priority */
+    /* --partitions: compute partitions at start ("off", "auto", "auto:N",
+     * "N": server/partitions.h); NULL = off */
+    const char *partitions;
     const char *policy;
     bool strict;
     int contexts;          /* NNG contexts = requests in flight */

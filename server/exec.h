@@ -17,6 +17,7 @@
 #include "graph.h"
 #include "lanes.h"
 #include "manager.h"
+#include "partitions.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "sl_map.h"
@@ -35,6 +36,7 @@ typedef struct sl_exec_job {
     bool joined;
     bool high_priority; /* in the gap predictor as a high-priority job */
     sl_gaps_hp hp;
+    uint32_t compute_units; /* its session's declared need (partitions.h); 0 = none */
 } sl_exec_job;
 
 /* What a control task does (one copy on the control stream). */
@@ -65,6 +67,8 @@ typedef struct sl_exec_task {
     /* why it failed, beyond its status (sl_device_ops.stream_failure) */
     char failure[192];
     bool stepwise;      /* op by op, beside high-priority work */
+    bool online;        /* counted as the online partition's work (partitions.h) */
+    bool spilled;       /* its step in flight runs on the spill stream (partitions.h) */
     sl_steps_task step; /* its progress op by op (sched/steps.h) */
 } sl_exec_task;
 
@@ -130,6 +134,7 @@ struct sl_exec {
     uint64_t timer_deadline; /* 0 = none */
     bool timer_running, timer_stop;
     sl_exec_stats stats; /* lanes_busy and the stepwise counters: sl_exec_get_stats */
+    sl_exec_parts parts; /* compute partitions (partitions.h) */
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control

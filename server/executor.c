@@ -353,6 +353,10 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
         sl_log_err("exe.stream", "cannot start a stream for lane %u", info->id);
         return c->rc = SL_ENOMEM;
     }
+    sl_exec_parts_bind(ex, l->stream, t->job->high_priority);
+    t->online = t->job->high_priority;
+    if (t->online)
+        sl_exec_parts_hp_start(ex, st->launched_ns, t->job->compute_units);
     t->start_ns = st->launched_ns;
     t->lane = info->id;
     t->stepwise = is_stepwise(ex, t->job) && t->graph->n_ops > 0;
@@ -461,6 +465,8 @@ void sl_exec_iteration_done(void *arg, int status)
                   &st, &c);
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
+    if (t->online)
+        sl_exec_parts_hp_done(ex, now);
     if (j->high_priority || t->stepwise)
         sl_exec_resume(ex, false);
     /* an idle lane may shrink or go, letting queued sessions in */
@@ -608,6 +614,9 @@ void sl_exec_halt(sl_exec *ex)
 int sl_exec_reset_device(sl_exec *ex)
 {
     sl_device *dev = ex->dev;
+    /* the partitions go with the streams (a cuda reset destroys their
+     * green contexts); the operator turns them on again */
+    sl_exec_parts_fini(ex);
     /* take everything device-side out first: nothing may find a stream that
      * is being destroyed */
     sl_map lanes = ex->lanes;
@@ -682,6 +691,29 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         return SL_ENOMEM;
     }
     ex->timer_running = true;
+    if (dev->ops->partition_caps) /* status shows the device's granularity, or why none */
+        ex->parts.caps_ok =
+            dev->ops->partition_caps(dev, &ex->parts.caps) == SL_OK || ex->parts.caps.note[0];
+    if (cfg->partitions) {
+        enum sl_parts_mode mode;
+        unsigned units;
+        if ((rc = sl_parts_parse(cfg->partitions, &mode, &units)) != SL_OK)
+            return rc;
+        pthread_mutex_lock(lock);
+        rc = sl_exec_set_partitions(ex, mode, units);
+        pthread_mutex_unlock(lock);
+        if (rc == SL_EUNSUPPORTED) {
+            /* a driver too old for green contexts: lanes keep their
+             * priority streams, and status says why (partitions.c) */
+            sl_log_warn("exe.parts", "--partitions %s: this device has none (%s); running without",
+                        cfg->partitions, ex->parts.caps.note);
+            rc = SL_OK;
+        } else if (rc != SL_OK) {
+            sl_log_err("exe.parts", "cannot set --partitions %s: %s", cfg->partitions,
+                       sl_strerror(rc));
+            return rc;
+        }
+    }
     return SL_OK;
 }
 
@@ -697,6 +729,7 @@ void sl_exec_fini(sl_exec *ex)
         pthread_cond_destroy(&ex->timer_cond);
     }
     if (ex->dev) {
+        sl_exec_parts_fini(ex);
         streams_destroy(ex->dev, &ex->lanes, ex->spare, ex->n_spare);
         ex->spare = NULL;
         ex->n_spare = ex->cap_spare = 0;

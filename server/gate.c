@@ -32,8 +32,32 @@ static void answer_hello(sl_server *srv, const Salus__Hello *m, sl_reply *r)
     sl_reply_msg(r)->hello = body;
 }
 
+/* SetPolicy with partitions: the compute partitions instead of the policy. */
+static void set_partitions(sl_server *srv, const char *text, sl_reply *r)
+{
+    enum sl_parts_mode mode;
+    unsigned units;
+    if (sl_parts_parse(text, &mode, &units) != SL_OK) {
+        sl_reply_error(r, SL_EINVAL, "partitions take off, auto, auto:N or N");
+        return;
+    }
+    int rc = sl_exec_set_partitions(&srv->exec, mode, units);
+    if (rc == SL_EUNSUPPORTED)
+        sl_reply_error(r, rc, "this device has no compute partitions (see status)");
+    else if (rc == SL_EBUSY)
+        sl_reply_error(r, rc, "partitions change here only while no lane runs: try again");
+    else if (rc == SL_EINVAL)
+        sl_reply_error(r, rc, "%u units leave no room for the other lanes", units);
+    else if (rc != SL_OK)
+        sl_reply_error(r, rc, "cannot change the partitions");
+}
+
 static void set_policy(sl_server *srv, const Salus__SetPolicy *m, sl_reply *r, sl_outbox *box)
 {
+    if (m->partitions && m->partitions[0]) {
+        set_partitions(srv, m->partitions, r);
+        return;
+    }
     const sl_policy_ops *p = m->policy ? sl_sched_policy_find(m->policy) : NULL;
     if (!p) {
         sl_reply_error(r, SL_EINVAL, "unknown policy '%s' (known: %s)", m->policy ? m->policy : "",

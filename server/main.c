@@ -54,6 +54,11 @@ static void usage(FILE *f)
             "                          they add to its iterations stays under PCT %% of their\n"
             "                          time alone (default 5; 0 = only ops no recorded gap\n"
             "                          would have cut short)\n"
+            "      --partitions MODE   compute partitions: an online one for high-priority\n"
+            "                          lanes, the rest for the others: off (default), N\n"
+            "                          units (SMs, cores), auto (sized from load) or auto:N\n"
+            "                          (N declared as the online lanes' need); salusctl\n"
+            "                          partitions MODE at run time\n"
             "      --no-exclusive-lanes, --no-stepwise, --no-gap-fill, --no-stream-classes\n"
             "                          turn off one of the priority policy's mechanisms\n"
             "                          (measuring each alone): high-priority sessions' own\n"
@@ -234,6 +239,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_NOINPLACE,
         OPT_OP_PART,
         OPT_GAP_MARGIN,
+        OPT_PARTITIONS,
         OPT_STRICT,
         OPT_CONTEXTS,
         OPT_MAXMSG,
@@ -276,6 +282,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"no-inplace", no_argument, NULL, OPT_NOINPLACE},
         {"op-part-us", required_argument, NULL, OPT_OP_PART},
         {"gap-margin", required_argument, NULL, OPT_GAP_MARGIN},
+        {"partitions", required_argument, NULL, OPT_PARTITIONS},
         {"spread-limit", required_argument, NULL, OPT_SPREAD},
         {"policy", required_argument, NULL, 'p'},
         {"strict", no_argument, NULL, OPT_STRICT},
@@ -400,6 +407,16 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
                 return 2;
             }
             cfg->op_part_ns = (uint64_t) us * 1000;
+            break;
+        }
+        case OPT_PARTITIONS: {
+            enum sl_parts_mode mode;
+            unsigned units;
+            if (sl_parts_parse(optarg, &mode, &units) != SL_OK) {
+                fprintf(stderr, "salusd: --partitions takes off, auto, auto:N or N\n");
+                return 2;
+            }
+            cfg->partitions = optarg;
             break;
         }
         case OPT_GAP_MARGIN: {

@@ -475,6 +475,7 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
             s->job.sched.weight = h->weight;
         s->job.sched.priority = h->priority;
         s->job.sched.expected_iterations = h->expected_iterations;
+        s->job.compute_units = h->compute_units <= 1000000 ? h->compute_units : 1000000;
         if (h->expected_total_s > 0 && h->expected_total_s < 1e9)
             s->job.sched.expected_total_ns = (uint64_t) (h->expected_total_s * 1e9);
     }

@@ -55,6 +55,11 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
     st->server_version = (char *) SL_SERVER_VERSION;
     st->device = srv->dev->description;
     st->policy = (char *) sl_sched_policy(srv->exec.sched)->name;
+    char *parts = sl_reply_alloc(r, 256);
+    if (!parts)
+        return SL_ENOMEM;
+    sl_parts_describe(&srv->exec.parts, parts, 256);
+    st->partitions = parts;
     st->uptime_ns = sl_now_ns() - srv->start_ns;
     st->requests_total = atomic_load(&srv->requests);
     st->errors_total = atomic_load(&srv->sender.errors);

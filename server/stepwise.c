@@ -31,7 +31,11 @@ static int issue(void *arg, sl_steps_task *st, uint32_t k, uint32_t part, uint32
 {
     sl_exec *ex = arg;
     sl_exec_task *t = sl_container_of(st, sl_exec_task, step);
-    int rc = sl_exec_submit_op(ex, t, sl_exec_task_stream(ex, t), k, part, parts);
+    /* ops of one iteration may change streams between steps: a step is
+     * issued only once the one before it completed */
+    sl_stream *spill = sl_exec_parts_spill(ex, t, k, part, parts);
+    t->spilled = spill != NULL;
+    int rc = sl_exec_submit_op(ex, t, spill ? spill : sl_exec_task_stream(ex, t), k, part, parts);
     if (rc != SL_OK && t->status == SL_OK)
         t->status = rc;
     return rc;
@@ -41,8 +45,12 @@ static int finish(void *arg, sl_steps_task *st, bool last)
 {
     sl_exec *ex = arg;
     sl_exec_task *t = sl_container_of(st, sl_exec_task, step);
-    int rc = ex->dev->ops->host_callback(ex->dev, sl_exec_task_stream(ex, t),
-                                         last ? sl_exec_iteration_done : op_done, t);
+    sl_stream *s = t->spilled ? ex->parts.spill : sl_exec_task_stream(ex, t);
+    int rc = ex->dev->ops->host_callback(ex->dev, s, last ? sl_exec_iteration_done : op_done, t);
+    if (rc != SL_OK && t->spilled) {
+        t->spilled = false;
+        sl_exec_parts_spill_done(ex);
+    }
     if (rc != SL_OK)
         sl_log_err("exe.resume", "cannot submit the next op of job %llu",
                    (unsigned long long) t->job->sched.id);
@@ -110,6 +118,10 @@ static void op_done(void *arg, int status)
     sl_exec *ex = t->ex;
     sl_outbox box = {0};
     pthread_mutex_lock(ex->lock);
+    if (t->spilled) {
+        t->spilled = false;
+        sl_exec_parts_spill_done(ex);
+    }
     if (status != SL_OK && t->status == SL_OK)
         t->status = status;
     t->step.failed |= t->status != SL_OK;

@@ -28,6 +28,8 @@
 
 #include "device.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 
@@ -41,7 +43,55 @@ typedef struct sl_cpu_shared {
     int cores;                 /* online cores when the device was opened */
     atomic_int running;        /* streams executing an op right now */
     atomic_int forced_threads; /* > 0: sl_cpu_force_threads's override */
+    /* compute partitions (partition.c): the cores salusd may use and
+     * those live partitions hold, under part_lock */
+    pthread_mutex_t part_lock;
+    cpu_set_t usable, taken;
 } sl_cpu_shared;
+
+/* A cpu compute partition (device.h): a set of cores. A stream bound to
+ * it applies the set to its worker and OpenMP team before its next op
+ * (when gen moved), and its ops share the set's cores, not the device's. */
+struct sl_partition {
+    sl_cpu_shared *shared;
+    /* references: its creator's until partition_destroy, and each stream
+     * worker's that runs on it (partitions change live, so a worker may
+     * still be inside an op on it when it is destroyed: the last reference
+     * frees it); under shared->part_lock */
+    int refs;
+    cpu_set_t cores;    /* under shared->part_lock */
+    atomic_int n_cores; /* CPU_COUNT(cores) */
+    atomic_uint gen;    /* bumped by every resize */
+    atomic_int running; /* its streams executing an op right now */
+};
+
+/* Partition functions of sl_cpu_device_ops (partition.c); contracts in
+ * device.h. Units are cores of the process's affinity mask at open. */
+int sl_cpu_partition_caps(sl_device *dev, sl_partition_caps *caps);
+int sl_cpu_partition_create(sl_device *dev, unsigned units, sl_partition **out);
+int sl_cpu_partition_resize(sl_device *dev, sl_partition *p, unsigned units);
+void sl_cpu_partition_destroy(sl_device *dev, sl_partition *p);
+unsigned sl_cpu_partition_units(sl_device *dev, const sl_partition *p);
+int sl_cpu_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p);
+/* Sets up the shared partition state at open; fini at close (safe on a
+ * zeroed one). Errors: SL_ENOMEM. */
+int sl_cpu_partitions_init(sl_cpu_shared *sh);
+void sl_cpu_partitions_fini(sl_cpu_shared *sh);
+/* A stream worker moves from partition *held (a reference it holds, or
+ * NULL) to the one its stream is bound to now (*bound, read under the
+ * lock): takes a reference on the new one, drops the old, copies the new
+ * one's cores into *cores and returns its generation (0 and *held NULL
+ * when bound to none). */
+unsigned sl_cpu_partition_follow(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound,
+                                 sl_partition **held, cpu_set_t *cores);
+/* Drops a worker's reference (stream destroyed); NULL is fine. */
+void sl_cpu_partition_unref(sl_cpu_shared *sh, sl_partition *p);
+/* Binds under the partitions' lock (stream.c's stream_bind). */
+void sl_cpu_partition_bind(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound, sl_partition *p);
+/* Moves the calling worker and every thread of its OpenMP team to `cores`
+ * (the team's threads keep the affinity of the thread that started them,
+ * so they are moved explicitly). Returns the number of cores. */
+int sl_cpu_apply_cores(const cpu_set_t *cores, int team);
 
 /* oneDNN state of one stream (dnnl.c); opaque outside it. */
 typedef struct sl_cpu_dnnl sl_cpu_dnnl;

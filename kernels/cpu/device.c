@@ -56,6 +56,8 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
     dev->host_cores = true;
     atomic_init(&d->shared.running, 0);
     atomic_init(&d->shared.forced_threads, 0);
+    if (sl_cpu_partitions_init(&d->shared) != SL_OK)
+        return SL_ENOMEM;
     snprintf(dev->description, sizeof dev->description, "cpu (%d cores, OpenBLAS, oneDNN)",
              d->shared.cores);
 #ifdef OPENBLAS_VERSION
@@ -77,6 +79,7 @@ static void cpu_close(sl_device *dev)
         sl_free(r);
     }
     d->regions = NULL;
+    sl_cpu_partitions_fini(&d->shared);
     if (d->lock_ready)
         pthread_mutex_destroy(&d->lock);
     d->lock_ready = false;
@@ -178,4 +181,10 @@ const sl_device_ops sl_cpu_device_ops = {
     .stream_hold = sl_cpu_stream_hold,
     .stream_release = sl_cpu_stream_release,
     .reset = cpu_reset,
+    .partition_caps = sl_cpu_partition_caps,
+    .partition_create = sl_cpu_partition_create,
+    .partition_resize = sl_cpu_partition_resize,
+    .partition_destroy = sl_cpu_partition_destroy,
+    .partition_units = sl_cpu_partition_units,
+    .stream_bind = sl_cpu_stream_bind,
 };

@@ -39,20 +39,68 @@ struct sl_stream {
     sl_workq *q;
     int priority;     /* as created (device.h) */
     sl_cpu_exec exec; /* the worker's alone */
+    /* the partition it is bound to (stream_bind; NULL = every core), and
+     * what the worker last applied: the partition and its generation, or
+     * NULL after leaving one (the worker then goes back to `home`) */
+    _Atomic(sl_partition *) part;
+    sl_partition *applied;
+    unsigned applied_gen;
+    int home_max_threads; /* max_threads before any partition */
+    cpu_set_t home;       /* the worker's own cores before any partition */
+    bool home_set;
 };
 
-/* Runs one op with its share of the cores (see cpu.h): cores divided by
- * the streams running an op at this moment, this one included. */
-static int run_op(sl_cpu_exec *x, const sl_op_call *call)
+/* Before an op, on the worker: moves it (and its OpenMP team) to the
+ * cores of the partition it is bound to, when that changed. */
+static void follow_partition(sl_stream *s)
 {
+    /* a pointer compare needs no reference; applied is held */
+    sl_partition *p = atomic_load(&s->part);
+    if (!p && !s->applied)
+        return;
+    if (p && p == s->applied && atomic_load(&p->gen) == s->applied_gen)
+        return;
+    cpu_set_t cores;
+    CPU_ZERO(&cores);
+    s->applied_gen = sl_cpu_partition_follow(s->exec.shared, &s->part, &s->applied, &cores);
+    p = s->applied;
+    if (!s->home_set) {
+        if (sched_getaffinity(0, sizeof s->home, &s->home) != 0)
+            CPU_ZERO(&s->home);
+        s->home_max_threads = s->exec.max_threads;
+        s->home_set = true;
+    }
+    int team = s->exec.shared->cores;
+    if (p && CPU_COUNT(&cores) > 0) {
+        s->exec.max_threads = sl_cpu_apply_cores(&cores, team);
+    } else {
+        /* unbound, or bound to a partition destroyed meanwhile */
+        if (CPU_COUNT(&s->home) > 0)
+            (void) sl_cpu_apply_cores(&s->home, team);
+        s->exec.max_threads = s->home_max_threads;
+    }
+}
+
+/* Runs one op with its share of the cores (see cpu.h): cores divided by
+ * the streams running an op at this moment, this one included; in a
+ * partition, the partition's cores by its streams running an op. */
+static int run_op(sl_stream *s, const sl_op_call *call)
+{
+    sl_cpu_exec *x = &s->exec;
     sl_cpu_shared *sh = x->shared;
-    int running = atomic_fetch_add(&sh->running, 1) + 1;
-    int forced = atomic_load(&sh->forced_threads), share = sh->cores / running;
+    follow_partition(s);
+    sl_partition *p = s->applied;
+    atomic_int *counter = p ? &p->running : &sh->running;
+    int cores = p ? atomic_load(&p->n_cores) : sh->cores;
+    if (cores < 1)
+        cores = 1; /* destroyed under it: it keeps its cores for this op */
+    int running = atomic_fetch_add(counter, 1) + 1;
+    int forced = atomic_load(&sh->forced_threads), share = cores / running;
     x->threads = forced > 0 ? forced : share > 1 ? share : 1;
     if (x->max_threads && x->threads > x->max_threads)
         x->threads = x->max_threads;
     int rc = sl_cpu_run_op(x, call);
-    atomic_fetch_sub(&sh->running, 1);
+    atomic_fetch_sub(counter, 1);
     return rc;
 }
 
@@ -63,7 +111,7 @@ static int execute(void *ctx, void *payload)
     struct cmd *c = payload;
     switch (c->kind) {
     case CMD_OP:
-        return run_op(&s->exec, &c->u.op);
+        return run_op(s, &c->u.op);
     case CMD_COPY:
         if (c->u.copy.guarded)
             return sl_guarded_copy(c->u.copy.dst, c->u.copy.src, c->u.copy.n);
@@ -131,8 +179,10 @@ static void after_callback(void *ctx)
  * oneDNN ops need the worker, which owns their state. */
 static bool runs_anywhere(void *ctx, const void *payload)
 {
-    (void) ctx;
+    const sl_stream *s = ctx;
     const struct cmd *c = payload;
+    if (c->kind == CMD_OP && atomic_load(&s->part))
+        return false; /* a partitioned stream's ops run on its cores only */
     return c->kind != CMD_OP || !sl_cpu_op_uses_dnnl(c->u.op.op);
 }
 
@@ -153,6 +203,7 @@ int sl_cpu_stream_create(sl_device *dev, int priority, sl_stream **out)
     if (!s)
         return SL_ENOMEM;
     s->priority = priority;
+    atomic_init(&s->part, NULL);
     s->exec.shared = sl_cpu_shared_of(dev);
     s->exec.threads = 1;
     char name[16];
@@ -172,6 +223,7 @@ void sl_cpu_stream_destroy(sl_device *dev, sl_stream *s)
     if (!s)
         return;
     sl_workq_destroy(s->q);
+    sl_cpu_partition_unref(s->exec.shared, s->applied);
     sl_free(s);
 }
 
@@ -298,4 +350,14 @@ unsigned sl_cpu_cached_prims(sl_stream *s)
     unsigned n = sl_cpu_dnnl_count(s->exec.dnnl);
     sl_workq_unlock(s->q);
     return n;
+}
+
+/* The worker reads the binding before each op; the caller guarantees the
+ * stream is idle, so no op is running while it changes. */
+int sl_cpu_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p)
+{
+    if (p && p->shared != sl_cpu_shared_of(dev))
+        return SL_EINVAL;
+    sl_cpu_partition_bind(p ? p->shared : sl_cpu_shared_of(dev), &s->part, p);
+    return SL_OK;
 }

@@ -22,6 +22,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <pthread.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -148,6 +150,64 @@ int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c);
  * belongs to the stream (a sticky error). Never waits for the device, except
  * to grow the workspace on a device without memory pools. */
 int sl_cuda_run(sl_cuda_exec *x, const sl_op_call *c);
+
+/* Moves x (its cuBLAS and cuDNN handles, and the lane workspace cuBLAS
+ * uses) onto `stream`, a stream of the same device (a green context's).
+ * Precondition: no work of x is pending (the caller drained it). Errors:
+ * translated statuses; x then stays on its old stream. */
+int sl_cuda_exec_set_stream(sl_cuda_exec *x, cudaStream_t stream);
+
+/* ---- compute partitions through green contexts (green.c) ----
+ *
+ * The driver API is reached through cudaGetDriverEntryPointByVersion, never
+ * linked: salusd must start where no driver (libcuda.so.1) exists, and the
+ * runtime loads the driver itself when a device is opened. Green contexts
+ * need driver 12.4, their streams (cuGreenCtxStreamCreate) 12.5; with an
+ * older driver the device has no partitions (partition_caps says why, as
+ * salusd's status does) and lanes keep their priority streams. */
+typedef struct sl_cuda_green {
+    bool ready;         /* entry points found, driver new enough, SM resource read */
+    int ordinal;        /* the CUDA device */
+    int driver_version; /* cudaDriverGetVersion's */
+    unsigned sm_count, min_sms, align;
+    char note[96];        /* how partitions work here, or why they do not */
+    pthread_mutex_t lock; /* guards parts and every partition's streams */
+    bool lock_ready;
+    struct sl_partition *parts; /* live partitions, in creation order (the split order) */
+    void *fn[8];                /* driver entry points (green.c) */
+} sl_cuda_green;
+
+/* Looks the driver up and reads the device's SM resource; never fails: an
+ * unusable driver leaves g->ready false with the reason in g->note. */
+void sl_cuda_green_init(sl_cuda_green *g, int ordinal);
+/* Frees what init set up; every partition must be destroyed. Safe on zeroed. */
+void sl_cuda_green_fini(sl_cuda_green *g);
+
+/* device.c's side, for green.c: the device's green state; a stream's CUDA
+ * priority as created; and the swap of a stream's CUstream for `fresh`
+ * (taking ownership of it; the old one is destroyed), under the stream's
+ * launch lock. swap's precondition: the stream is idle. Errors: as
+ * sl_cuda_exec_set_stream (fresh is then destroyed). */
+sl_cuda_green *sl_cuda_green_of(sl_device *dev);
+int sl_cuda_stream_cuda_priority(const sl_stream *s);
+int sl_cuda_stream_swap(sl_device *dev, sl_stream *s, cudaStream_t fresh);
+/* The partition a stream is bound to (green.c keeps it; NULL = none). */
+sl_partition **sl_cuda_stream_partition(sl_stream *s);
+/* Forgets s in its partition's list, as it is destroyed. */
+void sl_cuda_stream_unbind_dying(sl_device *dev, sl_stream *s);
+
+/* Partition functions of the ops table (green.c); contracts in device.h.
+ * cuda adds to them: a create, resize or destroy re-splits every partition
+ * created after the one it changes (split order is creation order, each
+ * split taking from what the earlier ones left), so their streams are
+ * re-created too: salusd changes partitions only while all partitioned
+ * streams are idle. */
+int sl_cuda_partition_caps(sl_device *dev, sl_partition_caps *caps);
+int sl_cuda_partition_create(sl_device *dev, unsigned units, sl_partition **out);
+int sl_cuda_partition_resize(sl_device *dev, sl_partition *p, unsigned units);
+void sl_cuda_partition_destroy(sl_device *dev, sl_partition *p);
+unsigned sl_cuda_partition_units(sl_device *dev, const sl_partition *p);
+int sl_cuda_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p);
 
 /* ---- per family; same contract as sl_cuda_run, for the ops named ---- */
 

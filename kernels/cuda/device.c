@@ -95,6 +95,7 @@ struct cuda_dev {
     bool reg_ready;
     pthread_mutex_t reg_lock;
     struct host_reg *regs;
+    sl_cuda_green green; /* compute partitions (green.c) */
 };
 
 struct host_reg {
@@ -109,6 +110,8 @@ struct sl_stream {
     sl_cuda_exec exec;
     atomic_int sticky;              /* first error since the last callback */
     uint64_t cb_submitted, cb_done; /* under cuda_dev.cb_lock */
+    int cuda_prio;                  /* CUDA priority, as created */
+    sl_partition *part;             /* green.c's: the partition it runs in */
 };
 
 /* ---- callback dispatch ---- */
@@ -301,6 +304,8 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     if (pthread_create(&d->cb_thread, NULL, dispatcher_main, d) != 0)
         return SL_ENOMEM; /* close() undoes the rest */
     d->cb_thread_running = true;
+    sl_cuda_green_init(&d->green, index);
+    sl_log_info("cuda.green", "cuda:%d compute partitions: %s", index, d->green.note);
     return SL_OK;
 
 out_destroy_work_cv:
@@ -313,6 +318,7 @@ out_destroy_lock:
 static void cuda_close(sl_device *dev)
 {
     struct cuda_dev *d = dev->priv;
+    sl_cuda_green_fini(&d->green);
     if (d->cb_thread_running) {
         pthread_mutex_lock(&d->cb_lock);
         d->cb_stop = true;
@@ -412,6 +418,7 @@ static int cuda_stream_create(sl_device *dev, int priority, sl_stream **out)
     int prio = d->prio_least - (priority > 0 ? priority : 0);
     if (prio < d->prio_greatest)
         prio = d->prio_greatest;
+    s->cuda_prio = prio;
     rc = SL_CUDA_RT("cuda.stream",
                     cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, prio));
     if (rc != SL_OK)
@@ -451,8 +458,47 @@ static void cuda_stream_destroy(sl_device *dev, sl_stream *s)
                     sl_strerror(sticky));
     sl_cuda_exec_fini(&s->exec);
     (void) SL_CUDA_RT("cuda.stream", cudaStreamDestroy(s->stream));
+    sl_cuda_stream_unbind_dying(dev, s);
     pthread_mutex_destroy(&s->launch_lock);
     sl_free(s);
+}
+
+sl_cuda_green *sl_cuda_green_of(sl_device *dev)
+{
+    return &((struct cuda_dev *) dev->priv)->green;
+}
+
+int sl_cuda_stream_cuda_priority(const sl_stream *s)
+{
+    return s->cuda_prio;
+}
+
+sl_partition **sl_cuda_stream_partition(sl_stream *s)
+{
+    return &s->part;
+}
+
+/* The stream is idle (the caller's precondition), so the old CUstream has
+ * nothing left to run: synchronising it returns at once and it can go. */
+int sl_cuda_stream_swap(sl_device *dev, sl_stream *s, cudaStream_t fresh)
+{
+    struct cuda_dev *d = dev->priv;
+    int rc = use_device(d);
+    pthread_mutex_lock(&s->launch_lock);
+    if (rc == SL_OK)
+        rc = SL_CUDA_RT("cuda.bind", cudaStreamSynchronize(s->stream));
+    if (rc == SL_OK)
+        rc = sl_cuda_exec_set_stream(&s->exec, fresh);
+    if (rc != SL_OK) {
+        pthread_mutex_unlock(&s->launch_lock);
+        (void) SL_CUDA_RT("cuda.bind", cudaStreamDestroy(fresh));
+        return rc;
+    }
+    cudaStream_t old = s->stream;
+    s->stream = fresh;
+    pthread_mutex_unlock(&s->launch_lock);
+    (void) SL_CUDA_RT("cuda.bind", cudaStreamDestroy(old));
+    return SL_OK;
 }
 
 static int copy_async(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n,
@@ -681,6 +727,12 @@ static const sl_device_ops cuda_device_ops = {
     .reset = cuda_reset,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .partition_caps = sl_cuda_partition_caps,
+    .partition_create = sl_cuda_partition_create,
+    .partition_resize = sl_cuda_partition_resize,
+    .partition_destroy = sl_cuda_partition_destroy,
+    .partition_units = sl_cuda_partition_units,
+    .stream_bind = sl_cuda_stream_bind,
 };
 
 const sl_device_ops *const sl_cuda_device_ops_ptr = &cuda_device_ops;

@@ -107,6 +107,22 @@ int sl_cuda_set_lane_workspace(sl_cuda_exec *x, void *ptr, size_t bytes)
     return SL_OK;
 }
 
+int sl_cuda_exec_set_stream(sl_cuda_exec *x, cudaStream_t stream)
+{
+    int rc = SL_CUBLAS("cuda.bind", cublasSetStream(x->blas, stream));
+    /* cublasSetStream drops a workspace set with cublasSetWorkspace */
+    if (rc == SL_OK && x->lane_ws)
+        rc = SL_CUBLAS("cuda.bind", cublasSetWorkspace(x->blas, x->lane_ws, x->lane_ws_bytes));
+    if (rc == SL_OK && x->dnn)
+        rc = SL_CUDNN("cuda.bind", cudnnSetStream(x->dnn, stream));
+    if (rc != SL_OK) {
+        (void) SL_CUBLAS("cuda.bind", cublasSetStream(x->blas, x->stream));
+        return rc;
+    }
+    x->stream = stream;
+    return SL_OK;
+}
+
 /* ---- device-raised errors ---- */
 
 int sl_cuda_exec_take_flag(sl_cuda_exec *x)

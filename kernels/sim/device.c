@@ -259,4 +259,10 @@ const sl_device_ops sl_sim_device_ops = {
     .synchronize = sl_sim_synchronize,
     .reset = sim_reset,
     .inject_fault = sim_inject_fault,
+    .partition_caps = sl_sim_partition_caps,
+    .partition_create = sl_sim_partition_create,
+    .partition_resize = sl_sim_partition_resize,
+    .partition_destroy = sl_sim_partition_destroy,
+    .partition_units = sl_sim_partition_units,
+    .stream_bind = sl_sim_stream_bind,
 };

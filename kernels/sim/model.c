@@ -200,6 +200,7 @@ int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *at
     r.occupancy = ratio < 1.0 ? ratio : 1.0;
     r.work_ns = sl_sim_work_ns(p, prec, c.flops, c.bytes, &r.memory_bound);
     r.block_ns = block_ns(r.work_ns, ratio);
+    r.waves = ratio;
     *t = r;
     return SL_OK;
 }
@@ -229,6 +230,7 @@ void sl_sim_copy_timing(const sl_sim_profile *p, unsigned kind, uint64_t bytes, 
         r.bytes = 2 * bytes;
         r.work_ns = sl_sim_work_ns(p, SL_SIM_FP32, 0, r.bytes, NULL);
         r.block_ns = block_ns(r.work_ns, ratio);
+        r.waves = ratio;
     } else {
         r.resource = kind == SL_SIM_COPY_H2D ? SL_SIM_RES_H2D : SL_SIM_RES_D2H;
         r.work_ns = (uint64_t) ceil((double) bytes / p->pcie_bw * 1e9);

@@ -63,6 +63,10 @@ typedef struct sl_sim_timing {
      * stream's op waits for the SMs this op's running blocks hold (block
      * schedulers do not preempt blocks). 0 for host-link copies. */
     uint64_t block_ns;
+    /* blocks over the device's resident block slots, unclamped: occupancy
+     * below 1, the number of waves its blocks run in above (partitions,
+     * sl_sim_part_timing); 0 = unknown (taken from occupancy and block_ns) */
+    double waves;
 } sl_sim_timing;
 
 /* The precision an op of this dtype runs at: SL_SIM_FP32 for every dtype
@@ -290,6 +294,64 @@ uint64_t sl_sim_psc_next_event_ns(const sl_sim_psc *ps);
  * SL_ENOMEM. */
 int sl_sim_psc_schedule(unsigned n, const uint64_t *arrive_ns, const uint64_t *solo_ns,
                         const double *cap, uint64_t *done_ns);
+
+/* ---- compute partitions (virtual time) ----
+ *
+ * An op on a partition of s of the device's S SMs. Three effects, each from
+ * how a GPU runs a kernel:
+ *
+ * 1. Wave quantisation. A kernel's blocks run in waves of (SMs x resident
+ *    blocks per SM); its time is proportional to the number of waves, not
+ *    to blocks / SMs (NVIDIA, "Matrix Multiplication Background User's
+ *    Guide", section "Wave Quantization"; CUDA C++ Best Practices Guide,
+ *    "Occupancy"). With W = waves x S the SM-waves it needs (waves being
+ *    sl_sim_timing.waves, occupancy x S SMs for a kernel under one wave),
+ *    its compute time on s SMs is compute_ns(S) x ceil(W/s) / ceil(W/S):
+ *    a kernel with fewer blocks than the partition's slots runs exactly as
+ *    on the whole device (more SMs would idle), and a big one slows by the
+ *    waves it gains (132 -> 66 SMs: twice the waves, twice the time; 132 ->
+ *    100: ceil(1.32) = 2 waves for what took one, the tail effect).
+ * 2. Processor sharing inside a partition: the partition is one
+ *    sl_sim_psc of its own (each op capped at min(1, W/s), its occupancy
+ *    of the partition), as the whole device is without partitions: SMs of
+ *    one green context are handed out by the same block scheduler.
+ * 3. Device-memory bandwidth is not partitioned (green contexts split SMs
+ *    only, CUDA Driver API "Green Contexts"; MPS clients likewise share
+ *    DRAM bandwidth, the interference that Orion (Strati et al.,
+ *    EuroSys'24) and LithOS (SOSP'25) schedule around): an op's memory
+ *    time is memory_ns / bw_share, bw_share being the fraction of the
+ *    bandwidth the other partitions' running ops leave it (the caller's
+ *    estimate, sl_sim_part_bw_share).
+ * Its time is then max(compute on s SMs, memory at bw_share), plus launch.
+ * Not modelled: that a few SMs cannot issue enough loads to draw the
+ * whole bandwidth (a small partition's memory-bound op is modelled as fast
+ * as on the whole device, which favours small partitions), L2 sharing. */
+
+/* The work of an op on sms SMs of sm_count: compute_ns and memory_ns its
+ * compute and memory times on the whole device (sl_sim_work_ns with only
+ * flops or only bytes), waves its unclamped block ratio (> 0), bw_share in
+ * (0, 1] its share of the memory bandwidth. Writes, when not NULL, its
+ * occupancy of the partition (min(1, W/sms)) and one block's duration on
+ * it. sms 0 or above sm_count is taken as sm_count; bw_share outside
+ * (0, 1] as 1. Pure. */
+uint64_t sl_sim_part_work_ns(unsigned sm_count, uint64_t compute_ns, uint64_t memory_ns,
+                             double waves, unsigned sms, double bw_share, double *occupancy,
+                             uint64_t *block_ns);
+
+/* whole (an op timed on the whole device by sl_sim_op_timing or
+ * sl_sim_copy_timing) on a partition of sms SMs with bw_share of the
+ * bandwidth: work_ns, occupancy and block_ns recomputed as above, the rest
+ * copied. Host-link copies do not change. Errors: SL_EINVAL (a NULL
+ * argument). */
+int sl_sim_part_timing(const sl_sim_profile *p, const sl_sim_timing *whole, unsigned sms,
+                       double bw_share, sl_sim_timing *out);
+
+/* The bandwidth share an op may draw while others use `used` of it (the
+ * sum over the other partitions' running ops of memory_ns / work_ns x
+ * their rate): what they leave, but never below an even split with them
+ * (floor 1 / (1 + others)), as DRAM serves concurrent streams of requests
+ * about evenly. used <= 0 gives 1. */
+double sl_sim_part_bw_share(double used, unsigned others);
 
 /* ---- the real-time device ---- */
 

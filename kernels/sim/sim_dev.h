@@ -34,6 +34,7 @@ struct sl_sim_dev {
      * driver and front end of one context): when the launches issued so
      * far are through, on sl_now_ns's clock. */
     uint64_t launch_free_ns;
+    unsigned part_sms; /* SMs held by live partitions (spart.c) */
 
     /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics
      * because every stream worker reads them. */
@@ -47,6 +48,23 @@ struct sl_sim_dev {
 /* The fault to apply to a command about to execute on d (an op when is_op):
  * SL_OK (run it) or the code to fail it with. Worker threads; never blocks. */
 int sl_sim_take_fault(struct sl_sim_dev *d, bool is_op);
+
+/* A compute partition (spart.c): SMs of the profile with a resource of its
+ * own; sms and ps under the device's model_lock. */
+struct sl_partition {
+    struct sl_sim_dev *dev;
+    unsigned sms;
+    sl_sim_psc ps;
+};
+
+/* Partition functions of sl_sim_device_ops (spart.c, stream.c's bind);
+ * contracts in device.h. */
+int sl_sim_partition_caps(sl_device *dev, sl_partition_caps *caps);
+int sl_sim_partition_create(sl_device *dev, unsigned units, sl_partition **out);
+int sl_sim_partition_resize(sl_device *dev, sl_partition *p, unsigned units);
+void sl_sim_partition_destroy(sl_device *dev, sl_partition *p);
+unsigned sl_sim_partition_units(sl_device *dev, const sl_partition *p);
+int sl_sim_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p);
 
 /* Stream functions of sl_sim_device_ops (stream.c); contracts in device.h. */
 int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out);

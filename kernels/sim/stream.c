@@ -61,6 +61,9 @@ struct sl_stream {
      * computed); the submitting thread's alone */
     void *workspace;
     size_t workspace_bytes;
+    /* the partition it runs on (stream_bind, while idle), NULL = the
+     * whole device; read by the worker */
+    _Atomic(sl_partition *) part;
 };
 
 static struct timespec to_timespec(uint64_t ns)
@@ -77,6 +80,17 @@ static int run_work(sl_stream *s, const struct cmd *c)
     struct sl_sim_dev *d = s->dev;
     const sl_sim_timing *t = &c->timing;
     sl_sim_psc *ps = &d->res[t->resource];
+    sl_partition *part = atomic_load(&s->part);
+    sl_sim_timing on_part;
+    if (part && t->resource == SL_SIM_RES_DEVICE) {
+        /* its SMs' share of the op (sim.h), on its own resource */
+        pthread_mutex_lock(&d->model_lock);
+        unsigned sms = part->sms;
+        pthread_mutex_unlock(&d->model_lock);
+        (void) sl_sim_part_timing(d->profile, t, sms, 1.0, &on_part);
+        t = &on_part;
+        ps = &part->ps;
+    }
     uint64_t start = s->clock_ns > c->submit_ns ? s->clock_ns : c->submit_ns;
     sl_sim_psc_job job = {.user = s};
     /* an injected slow device: factor <= 10^6 and modeled times are far
@@ -159,6 +173,7 @@ int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out)
     if (!s)
         return SL_ENOMEM;
     s->priority = priority;
+    atomic_init(&s->part, NULL);
     s->dev = dev->priv;
     s->clock_ns = sl_now_ns();
     char name[16];
@@ -280,4 +295,14 @@ int sl_sim_inject_error(sl_stream *s, int code)
     if (!s || code <= SL_OK || code >= SL_E_COUNT)
         return SL_EINVAL;
     return sl_workq_inject_error(s->q, code);
+}
+
+/* The worker reads the binding when it runs a command; the caller's
+ * stream is idle (device.h), so no command sees it change. */
+int sl_sim_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p)
+{
+    if (p && p->dev != dev->priv)
+        return SL_EINVAL;
+    atomic_store(&s->part, p);
+    return SL_OK;
 }

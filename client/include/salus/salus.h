@@ -148,6 +148,10 @@ typedef struct salus_session_opts {
     double expected_total_s;      /* declared device time; 0 = unknown */
     uint64_t expected_iterations; /* declared iterations; 0 = unknown */
     int wait_for_admission;       /* nonzero: wait until it fits */
+    /* compute units (SMs, cores) its iterations need to run about as fast
+     * as on the whole device; 0 = unknown. Sizes the high-priority
+     * partition when salusd runs --partitions auto. */
+    unsigned compute_units;
 } salus_session_opts;
 
 /* Opens a session (opts may be NULL for defaults). *out is owned by the caller
@@ -446,6 +450,12 @@ int salus_model_export_onnx(salus_model *m, const char *path);
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
  * (unknown policy). */
 int salus_set_policy(salus_client *c, const char *policy, int strict);
+/* Changes the compute partitions at run time: mode "off", "auto", "auto:N"
+ * or "N" (units of the high-priority lanes' partition: SMs, cores; the
+ * other lanes share the rest). Errors: SALUS_EINVAL (malformed, no room
+ * left), SALUS_EUNSUPPORTED (the device has none), SALUS_EBUSY (the device
+ * changes them only while no lane runs: retry). */
+int salus_set_partitions(salus_client *c, const char *mode);
 /* Changes a session's priority and/or weight (set_* nonzero to change).
  * Errors: SALUS_ENOTFOUND, SALUS_EINVAL (weight not in (0, 1e6)). */
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,

@@ -1,0 +1,305 @@
+/* The executor's compute partitions (partitions.h). */
+#include "partitions.h"
+
+#include "exec.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units)
+{
+    if (!text)
+        return SL_EINVAL;
+    if (!strcmp(text, "off")) {
+        *mode = SL_PARTS_OFF;
+        *units = 0;
+        return SL_OK;
+    }
+    enum sl_parts_mode m = SL_PARTS_FIXED;
+    const char *num = text;
+    if (!strcmp(text, "auto")) {
+        *mode = SL_PARTS_AUTO;
+        *units = 0;
+        return SL_OK;
+    }
+    if (!strncmp(text, "auto:", 5)) {
+        m = SL_PARTS_AUTO;
+        num = text + 5;
+    }
+    char *end;
+    unsigned long n = strtoul(num, &end, 10);
+    if (end == num || *end != '\0' || num[0] == '-' || n == 0 || n > 1000000)
+        return SL_EINVAL;
+    *mode = m;
+    *units = (unsigned) n;
+    return SL_OK;
+}
+
+void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
+{
+    if (p->mode == SL_PARTS_OFF || !p->online) {
+        snprintf(buf, len, "off%s%s", p->caps_ok ? "; device: " : "",
+                 p->caps_ok ? p->caps.note : "");
+        return;
+    }
+    snprintf(buf, len,
+             "online %u %s%s (%s, need %u), offline %u %s%s, %llu resizes, %llu spills; %s",
+             p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
+             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units,
+             p->caps.unit, p->offline_units == 1 ? "" : "s", (unsigned long long) p->resizes,
+             (unsigned long long) p->spills, p->caps.note);
+}
+
+/* Binds every stream the executor holds (lanes' and spare ones) to none. */
+static int unbind_all(sl_exec *ex)
+{
+    const sl_device_ops *ops = ex->dev->ops;
+    int rc = SL_OK;
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ex->lanes, &i, NULL, &v)) {
+        int r = ops->stream_bind(ex->dev, ((sl_lane *) v)->stream, NULL);
+        rc = rc == SL_OK ? r : rc;
+    }
+    for (size_t k = 0; k < ex->n_spare; k++) {
+        int r = ops->stream_bind(ex->dev, ex->spare[k].stream, NULL);
+        rc = rc == SL_OK ? r : rc;
+    }
+    if (ex->copy_stream) {
+        int r = ops->stream_bind(ex->dev, ex->copy_stream, NULL);
+        rc = rc == SL_OK ? r : rc;
+    }
+    if (ex->parts.spill) {
+        int r = ops->stream_bind(ex->dev, ex->parts.spill, NULL);
+        rc = rc == SL_OK ? r : rc;
+    }
+    return rc;
+}
+
+static void destroy_both(sl_exec *ex)
+{
+    sl_exec_parts *p = &ex->parts;
+    ex->dev->ops->partition_destroy(ex->dev, p->online);
+    ex->dev->ops->partition_destroy(ex->dev, p->offline);
+    p->online = p->offline = NULL;
+}
+
+/* Gives the online partition `online` units and the offline one the rest,
+ * shrinking first so the growing one finds the units free. */
+static int apply_sizes(sl_exec *ex, unsigned online)
+{
+    sl_exec_parts *p = &ex->parts;
+    const sl_device_ops *ops = ex->dev->ops;
+    /* the rest, rounded down to a size the granularity allows (132 SMs
+     * in steps of 8 leave 4 to neither) */
+    unsigned offline = p->caps.units - online;
+    if (offline < p->caps.min_units)
+        return SL_EINVAL;
+    offline = p->caps.min_units + (offline - p->caps.min_units) / p->caps.align * p->caps.align;
+    p->offline_units = offline;
+    if (!p->online) {
+        int rc = ops->partition_create(ex->dev, online, &p->online);
+        if (rc == SL_OK && (rc = ops->partition_create(ex->dev, offline, &p->offline)) != SL_OK) {
+            ops->partition_destroy(ex->dev, p->online);
+            p->online = NULL;
+        }
+        return rc;
+    }
+    unsigned cur = ops->partition_units(ex->dev, p->online);
+    int rc;
+    if (online < cur) {
+        if ((rc = ops->partition_resize(ex->dev, p->online, online)) != SL_OK)
+            return rc;
+        return ops->partition_resize(ex->dev, p->offline, offline);
+    }
+    if ((rc = ops->partition_resize(ex->dev, p->offline, offline)) != SL_OK)
+        return rc;
+    return ops->partition_resize(ex->dev, p->online, online);
+}
+
+int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
+{
+    sl_exec_parts *p = &ex->parts;
+    const sl_device_ops *ops = ex->dev->ops;
+    if (mode == SL_PARTS_OFF) {
+        if (!p->online) {
+            p->mode = SL_PARTS_OFF;
+            return SL_OK;
+        }
+        if (!p->caps.live && ex->stats.lanes_busy > 0)
+            return SL_EBUSY;
+        int rc = unbind_all(ex);
+        if (rc != SL_OK)
+            return rc;
+        destroy_both(ex);
+        p->mode = SL_PARTS_OFF;
+        p->want = 0;
+        ex->steps.cfg.isolated = false;
+        sl_log_info("exe.parts", "compute partitions off");
+        return SL_OK;
+    }
+    if (!ops->partition_caps)
+        return SL_EUNSUPPORTED;
+    int rc = ops->partition_caps(ex->dev, &p->caps);
+    p->caps_ok = true;
+    if (rc != SL_OK) {
+        sl_log_warn("exe.parts", "the device has no compute partitions: %s", p->caps.note);
+        return SL_EUNSUPPORTED;
+    }
+    if (!p->caps.live && ex->stats.lanes_busy > 0)
+        return SL_EBUSY;
+    sl_part_plan_config pc =
+        sl_part_plan_config_default(p->caps.units, p->caps.min_units, p->caps.align);
+    if (mode == SL_PARTS_FIXED)
+        pc.headroom = 0; /* the operator's figure as it is */
+    sl_part_plan plan;
+    if ((rc = sl_part_plan_init(&plan, &pc, units ? units : p->caps.min_units)) != SL_OK)
+        return rc;
+    if (units && sl_part_round(&pc, units) > plan.online && mode == SL_PARTS_FIXED)
+        return SL_EINVAL; /* no room left for the offline lanes */
+    if ((rc = apply_sizes(ex, plan.online)) != SL_OK)
+        return rc;
+    uint64_t resizes = p->resizes;
+    p->plan = plan;
+    p->resizes = resizes;
+    p->mode = mode;
+    p->declared = units;
+    p->session_need = 0;
+    p->used = true;
+    p->want = 0;
+    p->mark_ns = sl_now_ns();
+    p->mark_busy_ns = p->busy_ns;
+    ex->steps.cfg.isolated = true;
+    /* the spill stream: below normal, on the online partition */
+    if (!p->spill && ops->stream_create(ex->dev, -1, &p->spill) != SL_OK)
+        p->spill = NULL;
+    if (p->spill && ops->stream_bind(ex->dev, p->spill, p->online) != SL_OK) {
+        sl_log_warn("exe.parts.bind", "no gap filling into the online partition");
+        ops->stream_destroy(ex->dev, p->spill); /* new and idle: returns at once */
+        p->spill = NULL;
+    }
+    /* control copies and fills are tenants' work too: on the offline
+     * partition, never on the online one's SMs (the copy stream is idle
+     * between control tasks; a live backend takes it at its next one) */
+    if (ex->copy_stream && (p->caps.live || ex->stats.control_in_flight == 0)) {
+        int brc = ops->stream_bind(ex->dev, ex->copy_stream, p->offline);
+        if (brc != SL_OK)
+            sl_log_warn("exe.parts.bind", "control stream left unpartitioned: %s",
+                        sl_strerror(brc));
+    }
+    char line[256];
+    sl_parts_describe(p, line, sizeof line);
+    sl_log_info("exe.parts", "compute partitions: %s", line);
+    return SL_OK;
+}
+
+void sl_exec_parts_bind(sl_exec *ex, sl_stream *s, bool high_priority)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (!p->used)
+        return;
+    sl_partition *target = !p->online ? NULL : high_priority ? p->online : p->offline;
+    int rc = ex->dev->ops->stream_bind(ex->dev, s, target);
+    if (rc != SL_OK)
+        sl_log_warn("exe.parts.bind", "a lane's stream stays where it was: %s", sl_strerror(rc));
+}
+
+void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (p->hp_busy++ == 0)
+        p->since_ns = now;
+    if (p->mode != SL_PARTS_AUTO || p->declared || !p->online || declared <= p->session_need)
+        return;
+    p->session_need = declared;
+    sl_part_plan fresh;
+    if (sl_part_plan_init(&fresh, &p->plan.cfg, declared) != SL_OK)
+        return;
+    p->plan.need = fresh.need;
+    if (p->plan.online < fresh.need) {
+        p->plan.online = fresh.need;
+        p->plan.since_change = 0;
+        p->want = fresh.need; /* applied at this iteration's boundary */
+    }
+}
+
+void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (p->hp_busy && --p->hp_busy == 0)
+        p->busy_ns += now - p->since_ns;
+    if (p->mode != SL_PARTS_AUTO || !p->online)
+        return;
+    uint64_t busy = p->busy_ns - p->mark_busy_ns + (p->hp_busy ? now - p->since_ns : 0);
+    uint64_t window = now - p->mark_ns;
+    p->mark_ns = now;
+    p->mark_busy_ns = p->busy_ns + (p->hp_busy ? now - p->since_ns : 0);
+    unsigned before = p->plan.online;
+    unsigned next = sl_part_plan_observe(&p->plan, busy, window);
+    if (next != before)
+        p->want = next;
+    if (!p->want || (!p->caps.live && ex->stats.lanes_busy > 0))
+        return; /* applied at an idle moment */
+    int rc = apply_sizes(ex, p->want);
+    if (rc == SL_OK) {
+        p->resizes++;
+        sl_log_debug("exe.parts", "online partition now %u %s", p->want, p->caps.unit);
+    } else {
+        sl_log_warn("exe.parts", "cannot resize the partitions: %s", sl_strerror(rc));
+        p->plan.online = ex->dev->ops->partition_units(ex->dev, p->online);
+    }
+    p->want = 0;
+}
+
+sl_stream *sl_exec_parts_spill(sl_exec *ex, sl_exec_task *t, uint32_t k, uint32_t part,
+                               uint32_t parts)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (p->mode == SL_PARTS_OFF || !p->online || !p->spill || p->spill_busy || p->hp_busy ||
+        sl_gaps_hp_pending(&ex->gaps) || ex->steps.lp_in_flight == 0)
+        return NULL;
+    if (k + 1 >= t->graph->n_ops && part + 1 >= parts)
+        return NULL;
+    /* the first step follows the feeds' copies on the lane's stream, with
+     * no completion between them: it stays there. Every later step follows
+     * a completed one, so whatever stream ran that has nothing pending */
+    if (k == 0 && part == 0)
+        return NULL;
+    sl_lane *l = sl_map_get(&ex->lanes, t->lane);
+    if (!l)
+        return NULL;
+    /* the lane's block, in stream order: the spill stream is idle */
+    bool has = l->workspace_bytes != UINT64_MAX;
+    if (ex->dev->ops->stream_set_workspace(ex->dev, p->spill, has ? l->workspace : NULL,
+                                           has ? l->workspace_bytes : 0) != SL_OK)
+        return NULL;
+    p->spill_busy = true;
+    p->spills++;
+    return p->spill;
+}
+
+void sl_exec_parts_spill_done(sl_exec *ex)
+{
+    ex->parts.spill_busy = false;
+}
+
+void sl_exec_parts_fini(sl_exec *ex)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (p->spill) {
+        /* nothing runs (the caller's precondition): returns at once */
+        ex->dev->ops->stream_destroy(ex->dev, p->spill);
+        p->spill = NULL;
+        p->spill_busy = false;
+    }
+    if (!p->online)
+        return;
+    (void) unbind_all(ex);
+    destroy_both(ex);
+    p->mode = SL_PARTS_OFF;
+    ex->steps.cfg.isolated = false;
+}

@@ -1,0 +1,109 @@
+/* The executor's compute partitions (DESIGN.md section 13): while on, the
+ * device is cut in two, an online partition for high-priority lanes and an
+ * offline one for every other lane, and every lane's stream is bound to
+ * its class's partition when an iteration starts on it (an idle stream:
+ * device.h). The online partition is sized from the operator's declared
+ * need and, in auto mode, from its measured load at high-priority
+ * iteration boundaries (sched/partition.h, MuxFlow's dynamic sizing with
+ * hysteresis). Low-priority steps beside high-priority work are isolated
+ * (sched/steps.h): they wait only while high-priority work is pending.
+ *
+ * Changes (mode, sizes) are made at once on a backend whose partitions
+ * change live (cpu: streams pick them up between ops); elsewhere (cuda)
+ * only while no lane is busy: a mode change is then refused with SL_EBUSY
+ * and an auto resize waits for an idle moment.
+ *
+ * Threads: every function is called with the server lock held (exec.h);
+ * none blocks, but creating or resizing cuda green contexts takes
+ * milliseconds under it (only at a change). */
+#ifndef SL_SERVER_PARTITIONS_H
+#define SL_SERVER_PARTITIONS_H
+
+#include "device.h"
+#include "partition.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO };
+
+typedef struct sl_exec_parts {
+    enum sl_parts_mode mode;
+    unsigned declared;     /* the operator's declared need (--partitions auto:N, N), units */
+    unsigned session_need; /* the largest high-priority session's declaration seen */
+    bool used;             /* partitions were on once: streams may be bound */
+    sl_partition_caps caps;
+    bool caps_ok;
+    sl_partition *online, *offline;
+    unsigned offline_units; /* what the offline partition was given */
+    sl_part_plan plan;
+    unsigned want;     /* online units asked for and not applied yet (0 = none) */
+    uint32_t hp_busy;  /* high-priority iterations on the device */
+    uint64_t busy_ns;  /* online partition busy time (some hp iteration on it) */
+    uint64_t since_ns; /* when hp_busy last became nonzero */
+    uint64_t mark_ns, mark_busy_ns;
+    uint64_t resizes;
+    /* gap filling into the online partition: a below-normal stream bound
+     * to it that a low-priority step may borrow while the online lanes are
+     * idle (one step at a time); created the first time partitions go on,
+     * kept for the executor's life */
+    sl_stream *spill;
+    bool spill_busy;
+    uint64_t spills;
+} sl_exec_parts;
+
+/* Parses a mode: "off", "auto" (the need: the smallest partition),
+ * "auto:N" or "N" (fixed, N units for the online partition). Errors:
+ * SL_EINVAL (anything else, N 0 or above 1000000). */
+int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units);
+
+/* Writes a one-line description into buf ("off", or "online 1 core
+ * (auto, need 1), offline 1 core, 0 resizes [core sets ...]"). */
+void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len);
+
+struct sl_exec;
+
+/* Switches to mode with the declared need units (0 = the smallest
+ * partition). Errors: SL_EUNSUPPORTED (the device has no partitions: the
+ * reason is logged), SL_EINVAL (units leave no room for the offline
+ * partition), SL_EBUSY (a backend without live changes, lanes busy), the
+ * device's. On error nothing changed. */
+int sl_exec_set_partitions(struct sl_exec *ex, enum sl_parts_mode mode, unsigned units);
+
+/* Before an iteration of a job of that class starts on an idle lane: binds
+ * the lane's stream to its partition (or to none). Errors: the device's
+ * (the iteration then runs unpartitioned: logged, not fatal). */
+void sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool high_priority);
+
+/* A high-priority iteration started / completed at now: the online
+ * partition's busy time, and in auto mode the plan's observation and a
+ * resize when it asks for one. declared: the units its session declared
+ * (0 = none): in auto mode without the operator's figure, the largest
+ * declaration seen becomes the need (with the plan's headroom), and the
+ * online partition grows to it at the next boundary. */
+void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now, uint32_t declared);
+void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now);
+
+struct sl_exec_task;
+
+/* The stream a low-priority step of t (op k, part `part` of `parts`)
+ * goes to: the spill stream when the online partition is idle (no
+ * high-priority iteration on it, none pending, no other step spilled),
+ * another low-priority step keeps the offline partition busy, and this
+ * is not the iteration's last step (whose completion ends the iteration
+ * on its lane's stream); else NULL (its lane's stream). Marks the spill
+ * stream busy and gives it the lane's workspace. Never the first step
+ * (the feeds' copies before it on the lane's stream have no completion
+ * to wait for). A high-priority
+ * iteration arriving meanwhile is not held back: the spill stream is
+ * below normal (cpu: SCHED_IDLE, preempted at once; cuda: lower stream
+ * priority, a running block finishes first). */
+sl_stream *sl_exec_parts_spill(struct sl_exec *ex, struct sl_exec_task *t, uint32_t k,
+                               uint32_t part, uint32_t parts);
+/* A spilled step completed: the spill stream is free again. */
+void sl_exec_parts_spill_done(struct sl_exec *ex);
+
+/* Frees the partitions (every stream unbound first). Nothing may run. */
+void sl_exec_parts_fini(struct sl_exec *ex);
+
+#endif

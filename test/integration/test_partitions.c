@@ -1,0 +1,179 @@
+/* Compute partitions through a real salusd on the cpu backend: started with
+ * --partitions, shown in status, changed at run time (also while clients
+ * train: cpu partitions change live), malformed and impossible changes
+ * refused, and training results exact throughout. Needs 2 cores (a
+ * partition each); SKIP otherwise. */
+#include "harness.h"
+#include "sl_test.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static sl_test_server server;
+
+static void status_has(salus_client *c, const char *what)
+{
+    char *text;
+    assert_sl_ok(salus_status_text(c, &text));
+    if (!strstr(text, what))
+        fail_msg("status lacks \"%s\":\n%s", what, text);
+    salus_free(text);
+}
+
+static void start_and_status(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    status_has(c, "partitions: online 1 core (fixed, need 1), offline 1 core");
+    status_has(c, "core sets");
+    salus_disconnect(c);
+}
+
+static void change_while_training(void **state)
+{
+    (void) state;
+    const char *a[] = {"--url", server.url, "--name", "a",       "--seed",
+                       "1",     "--steps",  "200",    "--check", NULL};
+    const char *b[] = {"--url",   server.url, "--name",   "b",  "--seed",  "2",
+                       "--steps", "200",      "--hidden", "32", "--check", NULL};
+    pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
+    pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
+    salus_client *c = sl_test_connect(&server);
+    const char *modes[] = {"off", "auto", "1", "auto:1", "off", "1"};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        assert_sl_ok(salus_set_partitions(c, modes[i]));
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    status_has(c, "partitions: online 1 core (fixed");
+    assert_int_equal(sl_test_wait(pa, 90), 0);
+    assert_int_equal(sl_test_wait(pb, 90), 0);
+    salus_disconnect(c);
+}
+
+/* A high-priority service (two small matmuls per request) beside two
+ * low-priority trainers checked against their reference: the trainers
+ * go op by op, and some of their steps borrow the idle online core (the
+ * spill stream); their results stay exact. */
+static void spill_beside_hp(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    assert_sl_ok(salus_set_partitions(c, "1"));
+    salus_session_opts o = {.name = "hp", .priority = 10, .ephemeral_bytes = 1 << 20};
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, &o, &s));
+    uint64_t w;
+    const int64_t dw[] = {64, 64}, dx[] = {8, 64};
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dw, NULL, &w));
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
+    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
+    salus_value h = salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
+    (void) salus_graph_op(g, "relu", 1, &h, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+    const char *a1[] = {"--url", server.url, "--name", "lp1",     "--seed",
+                        "3",     "--steps",  "150",    "--check", NULL};
+    const char *a2[] = {"--url", server.url, "--name", "lp2",     "--seed",
+                        "4",     "--steps",  "150",    "--check", NULL};
+    pid_t p1 = sl_test_spawn("MLP_REGRESSION", a1);
+    pid_t p2 = sl_test_spawn("MLP_REGRESSION", a2);
+    static float in[8 * 64];
+    const void *feeds[] = {in};
+    for (int i = 0; i < 400; i++) {
+        assert_sl_ok(salus_run(s, g, feeds, 0, NULL, NULL));
+        struct timespec nap = {0, 2 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    assert_int_equal(sl_test_wait(p1, 120), 0);
+    assert_int_equal(sl_test_wait(p2, 120), 0);
+    char *text;
+    assert_sl_ok(salus_status_text(c, &text));
+    const char *at = strstr(text, "resizes, ");
+    assert_non_null(at);
+    unsigned long spills = strtoul(at + strlen("resizes, "), NULL, 10);
+    printf("spilled steps: %lu\n", spills);
+    /* hundreds in practice: the trainers' steps meet an idle online core
+     * almost always (the first step of an iteration never spills) */
+    assert_true(spills > 0);
+    salus_free(text);
+    salus_graph_free(g);
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+}
+
+/* --partitions auto on the sim device (H100: 8 SMs in steps of 8): a
+ * high-priority session declaring 40 SMs gets 40 + 10 % headroom, rounded
+ * to 48, once its first iteration has run. */
+static void declared_need(void **state)
+{
+    (void) state;
+    sl_test_server sim;
+    const char *args[] = {"--device",     "sim:h100", "--policy", "priority",
+                          "--partitions", "auto",     NULL};
+    sl_test_server_start(&sim, args);
+    salus_client *c = sl_test_connect(&sim);
+    status_has(c, "partitions: online 16 SMs (auto, need 16), offline 112 SMs");
+    salus_session_opts o = {.name = "hp", .priority = 10, .compute_units = 40};
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, &o, &s));
+    uint64_t w;
+    const int64_t dw[] = {64, 64}, dx[] = {8, 64};
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dw, NULL, &w));
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
+    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
+    (void) salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+    static float in[8 * 64];
+    const void *feeds[] = {in};
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(salus_run(s, g, feeds, 0, NULL, NULL));
+    status_has(c, "partitions: online 48 SMs (auto, need 48), offline 80 SMs, 1 resizes");
+    salus_graph_free(g);
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&sim), 0);
+}
+
+static void refused(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    assert_int_equal(salus_set_partitions(c, "bogus"), SALUS_EINVAL);
+    assert_int_equal(salus_set_partitions(c, "0"), SALUS_EINVAL);
+    assert_int_equal(salus_set_partitions(c, "-1"), SALUS_EINVAL);
+    assert_int_equal(salus_set_partitions(c, "2"), SALUS_EINVAL); /* nothing left */
+    assert_int_equal(salus_set_partitions(c, ""), SALUS_EINVAL);
+    status_has(c, "partitions: online 1 core"); /* unchanged */
+    assert_sl_ok(salus_set_partitions(c, "off"));
+    status_has(c, "partitions: off; device: core sets");
+    salus_disconnect(c);
+}
+
+int main(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2) {
+        printf("SKIP: compute partitions on cpu need 2 cores, this process has %d\n",
+               CPU_COUNT(&set));
+        return 77;
+    }
+    const char *args[] = {"--policy", "priority", "--partitions", "1", NULL};
+    sl_test_server_start(&server, args);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(start_and_status), cmocka_unit_test(change_while_training),
+        cmocka_unit_test(spill_beside_hp),  cmocka_unit_test(declared_need),
+        cmocka_unit_test(refused),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int status = sl_test_server_stop(&server);
+    if (status != 0) {
+        fprintf(stderr, "salusd exited %d\n", status);
+        return 1;
+    }
+    return failed ? 1 : 0;
+}
