@@ -477,10 +477,10 @@ static int import_graph(sl_onnx_imp *m, const Onnx__ModelProto *model)
         if (!o->domain || !o->domain[0] || strcmp(o->domain, "ai.onnx") == 0)
             m->opset = o->has_version ? o->version : 0;
     }
-    if (m->opset < 6 || m->opset > 17)
+    if (m->opset < 1 || m->opset > 17)
         return sl_onnx_fail(m, SL_EUNSUPPORTED,
                             "opset %lld of the default domain (salus reads "
-                            "opsets 6 to 17)",
+                            "opsets 1 to 17)",
                             (long long) m->opset);
     const Onnx__GraphProto *g = model->graph;
     if (!g)

@@ -172,12 +172,12 @@ static int fold_gather(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in
 }
 
 static int fold_concat(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, size_t n_in,
-                       struct ent *out)
+                       struct ent *out, int64_t dflt_axis)
 {
     if (n_in == 0)
         return sl_onnx_fail(m, SL_EINVAL, "no inputs");
     unsigned axis;
-    int rc = sl_onnx_axis(m, sl_onnx_attr_i(n, "axis", 0), in[0]->ndim, &axis);
+    int rc = sl_onnx_axis(m, sl_onnx_attr_i(n, "axis", dflt_axis), in[0]->ndim, &axis);
     if (rc)
         return rc;
     int64_t dims[SL_MAX_DIMS];
@@ -380,7 +380,7 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
     if (!strcmp(op, "Gather"))
         return fold_gather(m, n, in, out);
     if (!strcmp(op, "Concat"))
-        return fold_concat(m, n, in, n_in, out);
+        return fold_concat(m, n, in, n_in, out, m->opset < 4 ? 1 : 0);
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
         !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "Less") ||
         !strcmp(op, "Greater") || ((!strcmp(op, "Max") || !strcmp(op, "Min")) && n_in == 2))
@@ -469,10 +469,9 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
             int64_t s = st[i], e = en[i], p = n_in > 4 ? sp[i] : 1;
             if (p == 0)
                 return sl_onnx_fail(m, SL_EINVAL, "step 0");
-            if (!sl_onnx_slice_range(x->dims[a], &s, &e, p))
-                return sl_onnx_fail(m, SL_EUNSUPPORTED, "an empty slice");
+            bool any = sl_onnx_slice_range(x->dims[a], &s, &e, p);
             lo[a] = s, step[a] = p;
-            dims[a] = p > 0 ? (e - s + p - 1) / p : (s - e + (-p) - 1) / (-p);
+            dims[a] = !any ? 0 : p > 0 ? (e - s + p - 1) / p : (s - e + (-p) - 1) / (-p);
         }
         if ((rc = new_const(m, out, x->ctype, x->ndim, dims)))
             return rc;

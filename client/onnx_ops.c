@@ -72,6 +72,8 @@ static int set_out(sl_onnx_imp *m, const Onnx__NodeProto *n, size_t produced, co
         if (n->output[i][0])
             return UNSUP("output %zu ('%.64s') is not supported", i, n->output[i]);
     for (size_t i = 0; i < produced && i < n->n_output; i++) {
+        if (!n->output[i][0])
+            continue;
         if (v[i] == SALUS_NO_VALUE)
             return m->code ? m->code : UNSUP("no value");
         struct ent *e;
@@ -129,14 +131,21 @@ static int map_binary(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
 static int map_unary(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
 {
     float p = 0, q = 0;
-    static const char *const alpha[] = {"alpha", NULL}, *const ab[] = {"alpha", "beta", NULL};
+    static const char *const alpha[] = {"alpha", NULL}, *const ab[] = {"alpha", "beta", NULL},
+                             *const ag[] = {"alpha", "gamma", NULL};
     if (sl_onnx_known_attrs(m, n,
-                            kind == SL_EW_LEAKY_RELU     ? alpha
-                            : kind == SL_EW_HARD_SIGMOID ? ab
-                                                         : NO_ATTRS))
+                            kind == SL_EW_LEAKY_RELU || kind == SL_EW_ELU ? alpha
+                            : kind == SL_EW_HARD_SIGMOID                  ? ab
+                            : kind == SL_EW_SELU                          ? ag
+                                                                          : NO_ATTRS))
         return m->code;
     if (kind == SL_EW_LEAKY_RELU)
         p = sl_onnx_attr_f(n, "alpha", 0.01f);
+    if (kind == SL_EW_ELU)
+        p = sl_onnx_attr_f(n, "alpha", 1.0f);
+    if (kind == SL_EW_SELU)
+        p = sl_onnx_attr_f(n, "alpha", 1.67326319217681884765625f),
+        q = sl_onnx_attr_f(n, "gamma", 1.05070102214813232421875f);
     if (kind == SL_EW_HARD_SIGMOID)
         p = sl_onnx_attr_f(n, "alpha", 0.2f), q = sl_onnx_attr_f(n, "beta", 0.5f);
     salus_value y = unary(m, kind, fvalue(m, input(m, n, 0)), p, q);
@@ -163,14 +172,22 @@ static int map_clip(sl_onnx_imp *m, const Onnx__NodeProto *n)
     } else {
         if (sl_onnx_known_attrs(m, n, NO_ATTRS))
             return m->code;
-        for (size_t i = 1; i < 3; i++) {
-            struct ent *b = input(m, n, i);
-            if (!b)
-                continue;
-            if (b->kind != ENT_CONST || b->n != 1)
-                return UNSUP("a bound that is not a constant scalar");
-            *(i == 1 ? &lo : &hi) = (float) b->d[0];
+        struct ent *lo_e = input(m, n, 1), *hi_e = input(m, n, 2);
+        if ((lo_e && (lo_e->kind != ENT_CONST || lo_e->n != 1)) ||
+            (hi_e && (hi_e->kind != ENT_CONST || hi_e->n != 1))) {
+            /* bounds computed at run time: min(max(x, lo), hi), NaN
+             * propagating as Clip's does */
+            salus_value y = fvalue(m, input(m, n, 0));
+            if (lo_e)
+                y = binary(m, SL_EW_MAX, y, fvalue(m, lo_e));
+            if (hi_e)
+                y = binary(m, SL_EW_MIN, y, fvalue(m, hi_e));
+            return set_out(m, n, 1, &y);
         }
+        if (lo_e)
+            lo = (float) lo_e->d[0];
+        if (hi_e)
+            hi = (float) hi_e->d[0];
     }
     if (!(lo <= hi))
         return UNSUP("min above max");
@@ -191,6 +208,8 @@ static int map_alias(sl_onnx_imp *m, const Onnx__NodeProto *n)
         static const char *const k[] = {"ratio", "seed", "is_test", NULL};
         if (sl_onnx_known_attrs(m, n, k))
             return m->code;
+        if (m->opset < 7 && sl_onnx_attr_i(n, "is_test", 0) == 0)
+            return UNSUP("is_test 0 (training mode; salus imports inference graphs)");
         struct ent *train = input(m, n, 2);
         if (train && (train->kind != ENT_CONST || train->n != 1 || train->d[0] != 0))
             return UNSUP("training_mode (salus imports inference graphs)");
@@ -325,7 +344,7 @@ static int map_gemm(sl_onnx_imp *m, const Onnx__NodeProto *n)
 }
 
 /* The pads of one spatial axis under auto_pad (NOTSET: from pads). */
-static int auto_pads(sl_onnx_imp *m, const Onnx__NodeProto *n, const int64_t *in_hw,
+static int auto_pads(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned r, const int64_t *in_hw,
                      const int64_t *k, const int64_t *stride, const int64_t *dil, int64_t *pads)
 {
     const Onnx__AttributeProto *ap = sl_onnx_attr(n, "auto_pad");
@@ -338,14 +357,16 @@ static int auto_pads(sl_onnx_imp *m, const Onnx__NodeProto *n, const int64_t *in
     }
     const Onnx__AttributeProto *pa = sl_onnx_attr(n, "pads");
     if (!strcmp(mode, "NOTSET")) {
-        if (pa && pa->n_ints != 4)
-            return UNSUP("pads of %zu values (2-D needs 4)", pa->n_ints);
-        for (int i = 0; i < 4; i++)
-            pads[i] = pa ? pa->ints[i] : 0;
+        if (pa && pa->n_ints != 2 * r)
+            return UNSUP("pads of %zu values for %u spatial dims", pa->n_ints, r);
+        memset(pads, 0, 4 * sizeof *pads);
+        for (unsigned i = 0; pa && i < r; i++)
+            pads[i] = pa->ints[i], pads[i + 2] = pa->ints[i + r];
     } else if (!strcmp(mode, "VALID")) {
         memset(pads, 0, 4 * sizeof *pads);
     } else if (!strcmp(mode, "SAME_UPPER") || !strcmp(mode, "SAME_LOWER")) {
-        for (int a = 0; a < 2; a++) {
+        memset(pads, 0, 4 * sizeof *pads);
+        for (unsigned a = 0; a < r; a++) {
             int64_t out = (in_hw[a] + stride[a] - 1) / stride[a];
             int64_t total = (out - 1) * stride[a] + (k[a] - 1) * dil[a] + 1 - in_hw[a];
             total = total < 0 ? 0 : total;
@@ -363,17 +384,17 @@ static int auto_pads(sl_onnx_imp *m, const Onnx__NodeProto *n, const int64_t *in
 
 /* An int list attribute of 2 values (strides, dilations, kernel_shape). */
 static int pair(sl_onnx_imp *m, const Onnx__NodeProto *n, const char *name, int64_t dflt,
-                int64_t *v)
+                unsigned r, int64_t *v)
 {
     const Onnx__AttributeProto *a = sl_onnx_attr(n, name);
     v[0] = v[1] = dflt;
     if (!a)
         return SL_OK;
-    if (a->n_ints != 2)
-        return UNSUP("%s of %zu values (salus has 2-D windows)", name, a->n_ints);
-    v[0] = a->ints[0], v[1] = a->ints[1];
-    if (v[0] < 1 || v[1] < 1)
-        return UNSUP("%s below 1", name);
+    if (a->n_ints != r)
+        return UNSUP("%s of %zu values for %u spatial dims", name, a->n_ints, r);
+    for (unsigned i = 0; i < r; i++)
+        if ((v[i] = a->ints[i]) < 1)
+            return UNSUP("%s below 1", name);
     return SL_OK;
 }
 
@@ -389,26 +410,34 @@ static int map_conv(sl_onnx_imp *m, const Onnx__NodeProto *n)
     shape_of(m, w, &sw);
     if (m->code)
         return m->code;
-    if (sx.ndim != 4 || sw.ndim != 4)
-        return UNSUP("a %u-D convolution (salus has 2-D)", sx.ndim >= 2 ? sx.ndim - 2 : 0);
+    if ((sx.ndim != 4 && sx.ndim != 3) || sw.ndim != sx.ndim)
+        return UNSUP("a %u-D convolution (salus has 1-D and 2-D)", sx.ndim >= 2 ? sx.ndim - 2 : 0);
+    unsigned r = sx.ndim - 2u;
+    /* 1-D as 2-D over [N, C, L, 1] */
+    int64_t xd[4] = {sx.dims[0], sx.dims[1], sx.dims[2], r == 2 ? sx.dims[3] : 1};
+    int64_t wd[4] = {sw.dims[0], sw.dims[1], sw.dims[2], r == 2 ? sw.dims[3] : 1};
     int64_t st[2], dil[2], ks[2], pads[4];
-    if (pair(m, n, "strides", 1, st) || pair(m, n, "dilations", 1, dil) ||
-        pair(m, n, "kernel_shape", 0, ks))
+    if (pair(m, n, "strides", 1, r, st) || pair(m, n, "dilations", 1, r, dil) ||
+        pair(m, n, "kernel_shape", 0, r, ks))
         return m->code;
-    if (ks[0] && (ks[0] != sw.dims[2] || ks[1] != sw.dims[3]))
+    if (ks[0] && (ks[0] != wd[2] || (r == 2 && ks[1] != wd[3])))
         return UNSUP("kernel_shape differs from the weights'");
-    int64_t kk[2] = {sw.dims[2], sw.dims[3]};
-    if (auto_pads(m, n, &sx.dims[2], kk, st, dil, pads))
+    if (auto_pads(m, n, r, &xd[2], &wd[2], st, dil, pads))
         return m->code;
     int64_t at[9] = {st[0],   st[1],   pads[0],
                      pads[1], pads[2], pads[3],
                      dil[0],  dil[1],  sl_onnx_attr_i(n, "group", 1)};
-    salus_value in[2] = {x, w};
+    salus_value in[2] = {reshape(m, x, 4, xd), reshape(m, w, 4, wd)};
     salus_value y = sl_onnx_op(m, "conv2d", 2, in, 9, at, 0, NULL);
     struct ent *b = input(m, n, 2);
     if (b) {
         salus_value yb[2] = {y, fvalue(m, b)};
         y = sl_onnx_op(m, "channel_bias_add", 2, yb, 0, NULL, 0, NULL);
+    }
+    if (r == 1) {
+        sl_shape sy;
+        shape_of(m, y, &sy);
+        y = reshape(m, y, 3, sy.dims);
     }
     return set_out(m, n, 1, &y);
 }
@@ -425,33 +454,43 @@ static int map_pool(sl_onnx_imp *m, const Onnx__NodeProto *n, bool avg, bool glo
     shape_of(m, x, &sx);
     if (m->code)
         return m->code;
-    if (sx.ndim != 4)
-        return UNSUP("%u-D pooling (salus has 2-D)", sx.ndim >= 2 ? sx.ndim - 2 : 0);
-    int64_t ks[2] = {sx.dims[2], sx.dims[3]}, st[2] = {1, 1}, dil[2], pads[4] = {0};
+    if (sx.ndim != 4 && sx.ndim != 3)
+        return UNSUP("%u-D pooling (salus has 1-D and 2-D)", sx.ndim >= 2 ? sx.ndim - 2 : 0);
+    unsigned r = sx.ndim - 2u;
+    int64_t xd[4] = {sx.dims[0], sx.dims[1], sx.dims[2], r == 2 ? sx.dims[3] : 1};
+    int64_t ks[2] = {xd[2], xd[3]}, st[2] = {1, 1}, dil[2], pads[4] = {0};
     if (!global) {
-        if (pair(m, n, "kernel_shape", 0, ks) || pair(m, n, "strides", 1, st) ||
-            pair(m, n, "dilations", 1, dil))
+        if (pair(m, n, "kernel_shape", 0, r, ks) || pair(m, n, "strides", 1, r, st) ||
+            pair(m, n, "dilations", 1, r, dil))
             return m->code;
         if (!ks[0])
             return UNSUP("no kernel_shape");
+        if (r == 1)
+            ks[1] = 1;
         if (dil[0] != 1 || dil[1] != 1)
             return UNSUP("dilations other than 1");
         if (sl_onnx_attr_i(n, "storage_order", 0) != 0)
             return UNSUP("storage_order 1");
-        if (auto_pads(m, n, &sx.dims[2], ks, st, dil, pads))
+        if (auto_pads(m, n, r, &xd[2], ks, st, dil, pads))
             return m->code;
         if (sl_onnx_attr_i(n, "ceil_mode", 0)) {
             /* ceil mode adds a last window where floor mode has none: the
              * same output as floor mode when the windows fit exactly */
             for (int a = 0; a < 2; a++)
-                if ((sx.dims[2 + a] + pads[a] + pads[a + 2] - ks[a]) % st[a] != 0)
+                if ((xd[2 + a] + pads[a] + pads[a + 2] - ks[a]) % st[a] != 0)
                     return UNSUP("ceil_mode 1 with a partial last window");
         }
     }
     int64_t at[9] = {ks[0],   ks[1],   st[0],
                      st[1],   pads[0], pads[1],
                      pads[2], pads[3], sl_onnx_attr_i(n, "count_include_pad", 0) != 0};
+    x = reshape(m, x, 4, xd);
     salus_value y = sl_onnx_op(m, avg ? "avgpool" : "maxpool", 1, &x, avg ? 9 : 8, at, 0, NULL);
+    if (r == 1) {
+        sl_shape sy;
+        shape_of(m, y, &sy);
+        y = reshape(m, y, 3, sy.dims);
+    }
     return set_out(m, n, 1, &y);
 }
 
@@ -463,6 +502,8 @@ static int map_batchnorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return m->code;
     if (sl_onnx_attr_i(n, "spatial", 1) != 1)
         return UNSUP("spatial 0");
+    if (m->opset < 7 && sl_onnx_attr_i(n, "is_test", 0) == 0)
+        return UNSUP("is_test 0 (training mode; salus imports inference graphs)");
     if (sl_onnx_attr_i(n, "training_mode", 0) != 0)
         return UNSUP("training_mode 1 (salus imports inference graphs)");
     salus_value in[5];
@@ -599,7 +640,7 @@ static int map_concat(sl_onnx_imp *m, const Onnx__NodeProto *n)
     sl_shape s;
     shape_of(m, y, &s);
     unsigned axis;
-    if (m->code || sl_onnx_axis(m, sl_onnx_attr_i(n, "axis", 0), s.ndim, &axis))
+    if (m->code || sl_onnx_axis(m, sl_onnx_attr_i(n, "axis", m->opset < 4 ? 1 : 0), s.ndim, &axis))
         return m->code;
     int64_t ax = axis;
     for (size_t i = 1; i < n->n_input; i++) {
@@ -776,6 +817,154 @@ static int map_layernorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
     y = binary(m, SL_EW_MUL, y, fvalue(m, input(m, n, 1)));
     if (input(m, n, 2))
         y = binary(m, SL_EW_ADD, y, fvalue(m, input(m, n, 2)));
+    /* the optional outputs: the mean and 1 / sqrt(var + epsilon), as ONNX
+     * keeps them (the reduced dims as 1) */
+    salus_value outs[3] = {y, mean, SALUS_NO_VALUE};
+    size_t n_out = n->n_output > 3 ? 3 : n->n_output;
+    if (n_out == 3 && n->output[2][0])
+        outs[2] = unary(m, SL_EW_RECIPROCAL, sd, 0, 0);
+    else if (n_out == 3)
+        n_out = 2;
+    if (n_out == 2 && !n->output[1][0])
+        n_out = 1;
+    return set_out(m, n, n_out, outs);
+}
+
+/* Pad, constant mode: the constant blocks joined on each side of each axis
+ * (negative pads slice). */
+static int map_pad(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    static const char *const k[] = {"mode", "pads", "value", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    const Onnx__AttributeProto *mode = sl_onnx_attr(n, "mode");
+    if (mode && mode->has_s && (mode->s.len != 8 || memcmp(mode->s.data, "constant", 8)))
+        return UNSUP("mode %.*s (salus pads with a constant)",
+                     (int) (mode->s.len < 16 ? mode->s.len : 16), (const char *) mode->s.data);
+    salus_value y = fvalue(m, input(m, n, 0));
+    sl_shape s;
+    shape_of(m, y, &s);
+    if (m->code)
+        return m->code;
+    int64_t pads[2 * SL_MAX_DIMS];
+    size_t np = 0;
+    double value = 0;
+    if (m->opset < 11) {
+        const Onnx__AttributeProto *pa = sl_onnx_attr(n, "pads");
+        if (!pa || pa->n_ints != 2u * s.ndim)
+            return UNSUP("pads of the wrong length");
+        np = pa->n_ints;
+        memcpy(pads, pa->ints, np * sizeof *pads);
+        value = sl_onnx_attr_f(n, "value", 0);
+    } else {
+        struct ent *pe = input(m, n, 1), *ve = input(m, n, 2);
+        if (!pe || pe->kind != ENT_CONST || pe->n != 2u * s.ndim)
+            return UNSUP("pads that are not a constant of 2 * rank values");
+        np = (size_t) pe->n;
+        for (size_t i = 0; i < np; i++)
+            pads[i] = (int64_t) pe->d[i];
+        if (ve && (ve->kind != ENT_CONST || ve->n != 1))
+            return UNSUP("a pad value that is not a constant scalar");
+        value = ve ? ve->d[0] : 0;
+        if (input(m, n, 3))
+            return UNSUP("the axes input");
+    }
+    for (unsigned d = 0; d < s.ndim && !m->code; d++) {
+        int64_t before = pads[d], after = pads[d + s.ndim];
+        shape_of(m, y, &s);
+        if (before < 0 || after < 0) {
+            int64_t lo = before < 0 ? -before : 0, hi = s.dims[d] - (after < 0 ? -after : 0);
+            if (lo >= hi)
+                return UNSUP("pads that leave nothing");
+            y = slice_axis(m, y, d, lo, hi, 1);
+            shape_of(m, y, &s);
+        }
+        for (int side = 0; side < 2; side++) {
+            int64_t w = side == 0 ? before : after;
+            if (w <= 0)
+                continue;
+            struct ent blk = {.name = "(pad)"};
+            int64_t dims[SL_MAX_DIMS];
+            memcpy(dims, s.dims, sizeof dims);
+            dims[d] = w;
+            if (sl_onnx_const_alloc(m, &blk, CT_FLOAT, s.ndim, dims))
+                return m->code;
+            for (uint64_t i = 0; i < blk.n; i++)
+                blk.d[i] = value;
+            salus_value b = sl_onnx_value(m, &blk);
+            m->const_elems -= blk.n;
+            sl_free(blk.d);
+            int64_t ax = d;
+            salus_value in[2] = {side == 0 ? b : y, side == 0 ? y : b};
+            y = sl_onnx_op(m, "concat", 2, in, 1, &ax, 0, NULL);
+            shape_of(m, y, &s);
+        }
+    }
+    return set_out(m, n, 1, &y);
+}
+
+/* ArgMax / ArgMin along an axis: salus' argmax over rows (the first index
+ * on ties, as ONNX without select_last_index), ArgMin as ArgMax of -x. */
+static int map_argmax(sl_onnx_imp *m, const Onnx__NodeProto *n, bool min)
+{
+    static const char *const k[] = {"axis", "keepdims", "select_last_index", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    if (sl_onnx_attr_i(n, "select_last_index", 0))
+        return UNSUP("select_last_index 1");
+    salus_value x = fvalue(m, input(m, n, 0));
+    sl_shape s;
+    shape_of(m, x, &s);
+    unsigned axis;
+    if (m->code || sl_onnx_axis(m, sl_onnx_attr_i(n, "axis", 0), s.ndim, &axis))
+        return m->code;
+    if (min)
+        x = unary(m, SL_EW_NEG, x, 0, 0);
+    /* the axis moved last, the others kept in order: rows then follow the
+     * output's order */
+    int64_t perm[SL_MAX_DIMS];
+    unsigned np = 0;
+    for (unsigned d = 0; d < s.ndim; d++)
+        if (d != axis)
+            perm[np++] = d;
+    perm[np] = axis;
+    if (axis != s.ndim - 1u)
+        x = sl_onnx_op(m, "transpose", 1, &x, s.ndim, perm, 0, NULL);
+    int64_t rows = 1;
+    for (unsigned d = 0; d < s.ndim; d++)
+        rows *= d == axis ? 1 : s.dims[d];
+    int64_t two[2] = {rows, s.dims[axis]};
+    salus_value y =
+        sl_onnx_op(m, "argmax", 1, (salus_value[]){reshape(m, x, 2, two)}, 0, NULL, 0, NULL);
+    int64_t dims[SL_MAX_DIMS];
+    unsigned nd = 0;
+    bool keep = sl_onnx_attr_i(n, "keepdims", 1) != 0;
+    for (unsigned d = 0; d < s.ndim; d++)
+        if (d != axis || keep)
+            dims[nd++] = d == axis ? 1 : s.dims[d];
+    y = reshape(m, y, nd, dims);
+    return set_out(m, n, 1, &y);
+}
+
+/* Expand: x broadcast to a constant shape, as x + zeros(shape). */
+static int map_expand(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    if (sl_onnx_known_attrs(m, n, NO_ATTRS))
+        return m->code;
+    struct ent *se = input(m, n, 1);
+    if (!se || se->kind != ENT_CONST || se->ndim != 1 || se->n > SL_MAX_DIMS)
+        return UNSUP("a shape that is not a constant (dynamic shape)");
+    int64_t dims[SL_MAX_DIMS];
+    for (uint64_t i = 0; i < se->n; i++)
+        if ((dims[i] = (int64_t) se->d[i]) < 1)
+            return UNSUP("a shape dim below 1");
+    struct ent zeros = {.name = "(expand)"};
+    if (sl_onnx_const_alloc(m, &zeros, CT_FLOAT, (unsigned) se->n, dims))
+        return m->code;
+    salus_value z = sl_onnx_value(m, &zeros);
+    m->const_elems -= zeros.n;
+    sl_free(zeros.d);
+    salus_value y = binary(m, SL_EW_ADD, fvalue(m, input(m, n, 0)), z);
     return set_out(m, n, 1, &y);
 }
 
@@ -788,8 +977,9 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
     static const struct {
         const char *name;
         int kind;
-    } bin[] = {{"Add", SL_EW_ADD}, {"Sub", SL_EW_SUB}, {"Mul", SL_EW_MUL}, {"Div", SL_EW_DIV},
-               {"Pow", SL_EW_POW}, {"Max", SL_EW_MAX}, {"Min", SL_EW_MIN}, {"Sum", SL_EW_ADD}},
+    } bin[] = {{"Add", SL_EW_ADD}, {"Sub", SL_EW_SUB}, {"Mul", SL_EW_MUL},
+               {"Div", SL_EW_DIV}, {"Pow", SL_EW_POW}, {"Max", SL_EW_MAX},
+               {"Min", SL_EW_MIN}, {"Sum", SL_EW_ADD}, {"PRelu", SL_EW_PRELU}},
       un[] = {{"Sqrt", SL_EW_SQRT},
               {"Erf", SL_EW_ERF},
               {"Exp", SL_EW_EXP},
@@ -800,7 +990,14 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
               {"LeakyRelu", SL_EW_LEAKY_RELU},
               {"Floor", SL_EW_FLOOR},
               {"Ceil", SL_EW_CEIL},
-              {"HardSigmoid", SL_EW_HARD_SIGMOID}},
+              {"HardSigmoid", SL_EW_HARD_SIGMOID},
+              {"Elu", SL_EW_ELU},
+              {"Selu", SL_EW_SELU},
+              {"Softplus", SL_EW_SOFTPLUS},
+              {"Softsign", SL_EW_SOFTSIGN},
+              {"Sin", SL_EW_SIN},
+              {"Cos", SL_EW_COS},
+              {"Sign", SL_EW_SIGN}},
       red[] = {{"ReduceSum", SL_REDUCE_SUM},
                {"ReduceMean", SL_REDUCE_MEAN},
                {"ReduceMax", SL_REDUCE_MAX},
@@ -853,5 +1050,11 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return map_gather(m, n);
     if (!strcmp(op, "LayerNormalization"))
         return map_layernorm(m, n);
+    if (!strcmp(op, "Pad"))
+        return map_pad(m, n);
+    if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin"))
+        return map_argmax(m, n, op[4] == 'i');
+    if (!strcmp(op, "Expand"))
+        return map_expand(m, n);
     return UNSUP("op %.32s is not supported", op);
 }

@@ -49,8 +49,10 @@ static inline float binary(int kind, float a, float b)
         return powf(a, b);
     case SL_EW_MAX:
         return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-    default:
+    case SL_EW_MIN:
         return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    default: /* prelu */
+        return a >= 0.0f ? a : a * b;
     }
 }
 
@@ -137,10 +139,24 @@ static inline float unary(int kind, float x, float p, float q)
         return floorf(x);
     case SL_EW_CEIL:
         return ceilf(x);
-    default: {
+    case SL_EW_HARD_SIGMOID: {
         float v = p * x + q;
         return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
     }
+    case SL_EW_ELU:
+        return x >= 0.0f ? x : p * expm1f(x);
+    case SL_EW_SELU:
+        return q * (x > 0.0f ? x : p * expm1f(x));
+    case SL_EW_SOFTPLUS:
+        return x > 20.0f ? x : log1pf(expf(x));
+    case SL_EW_SOFTSIGN:
+        return x / (1.0f + fabsf(x));
+    case SL_EW_SIN:
+        return sinf(x);
+    case SL_EW_COS:
+        return cosf(x);
+    default: /* sign */
+        return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
     }
 }
 

@@ -17,6 +17,7 @@ enum sl_ew_binary_kind {
     SL_EW_POW,
     SL_EW_MAX,
     SL_EW_MIN,
+    SL_EW_PRELU, /* a >= 0 ? a : a * b (b: the slope) */
     SL_EW_BINARY_COUNT
 };
 
@@ -34,6 +35,13 @@ enum sl_ew_unary_kind {
     SL_EW_FLOOR,
     SL_EW_CEIL,
     SL_EW_HARD_SIGMOID, /* max(0, min(1, f[0] * x + f[1])) */
+    SL_EW_ELU,          /* x >= 0 ? x : f[0] * (exp(x) - 1) */
+    SL_EW_SELU,         /* f[1] * (x > 0 ? x : f[0] * (exp(x) - 1)) */
+    SL_EW_SOFTPLUS,     /* log(1 + exp(x)) */
+    SL_EW_SOFTSIGN,     /* x / (1 + |x|) */
+    SL_EW_SIN,
+    SL_EW_COS,
+    SL_EW_SIGN,
     SL_EW_UNARY_COUNT
 };
 

@@ -332,17 +332,20 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
     [SL_OP_EW_BINARY] =
         {"ew_binary", .group = SL_OP_GROUP_AXES, .inplace = 0x3, NN(ew_binary),
          .doc = "`y = a op b` element-wise with broadcasting; `op` by kind: 0 add, 1 sub, 2 mul, "
-                "3 div, 4 pow (`powf`), 5 max, 6 min (NaN propagates through max and min).",
+                "3 div, 4 pow (`powf`), 5 max, 6 min (NaN propagates through max and min), 7 "
+                "prelu (`a >= 0 ? a : a * b`).",
          INS({"a", "any shape"}, {"b", "a shape that broadcasts with `a`'s"}),
-         OUTS({"y", "the broadcast shape"}), IATTRS(REQ("kind", "the operation, 0 to 6"))},
+         OUTS({"y", "the broadcast shape"}), IATTRS(REQ("kind", "the operation, 0 to 7"))},
     [SL_OP_EW_UNARY] =
         {"ew_unary", .group = SL_OP_GROUP_AXES, .inplace = 0x1, NN(ew_unary),
          .doc = "`y = f(x)` element-wise; `f` by kind: 0 sqrt, 1 erf, 2 exp, 3 log, 4 neg, 5 abs, "
                 "6 reciprocal, 7 clip `min(max(x, alpha), beta)`, 8 leaky relu (`x >= 0 ? x : "
                 "alpha * x`), 9 floor, 10 ceil, 11 hard sigmoid `max(0, min(1, alpha * x + "
-                "beta))`.",
+                "beta))`, 12 elu (`x >= 0 ? x : alpha * (exp(x) - 1)`), 13 selu (`beta * (x > 0 "
+                "? x : alpha * (exp(x) - 1))`), 14 softplus `log(1 + exp(x))`, 15 softsign `x / "
+                "(1 + |x|)`, 16 sin, 17 cos, 18 sign.",
          INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"}),
-         IATTRS(REQ("kind", "the function, 0 to 11")),
+         IATTRS(REQ("kind", "the function, 0 to 18")),
          FATTRS(OPT("alpha", "first parameter (clip: the minimum, may be -inf); not NaN", "0"),
                 OPT("beta",
                     "second parameter (clip: the maximum, at least alpha, may be inf); "
