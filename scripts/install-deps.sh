@@ -4,6 +4,8 @@
 #   scripts/install-deps.sh          build, test, demo
 #   scripts/install-deps.sh bench    the same plus what the benchmarks need
 #                                    (PyTorch for bench/train_vs_torch)
+#   scripts/install-deps.sh onnx     the same plus PyTorch and torchvision for
+#                                    the ONNX export tests (scripts/run test)
 set -euo pipefail
 
 packages=(
@@ -13,13 +15,16 @@ packages=(
   dataset-fashion-mnist
   openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
   gnuplot-nox # eval/run's PNG plots (eval/plots; the eval tests draw them when present)
+  libonnx-dev libonnx-testdata # ONNX import (onnx.proto) and its conformance suite (test/onnx)
 )
 for group in "$@"; do
   case "$group" in
   bench) # bench/train_vs_torch trains the same models in PyTorch (/usr/bin/python3)
-    packages+=(python3-torch python3-numpy) ;;
+    packages+=(python3-torch python3-numpy python3-torchvision) ;;
+  onnx) # test/onnx's torch-models: PyTorch and torchvision models exported to ONNX
+    packages+=(python3-torch python3-torchvision python3-numpy) ;;
   *)
-    echo "install-deps.sh: unknown group '$group' (known: bench)" >&2
+    echo "install-deps.sh: unknown group '$group' (known: bench, onnx)" >&2
     exit 2 ;;
   esac
 done
