@@ -787,6 +787,12 @@ static int map_gather(sl_onnx_imp *m, const Onnx__NodeProto *n)
     unsigned axis;
     if (m->code || sl_onnx_axis(m, sl_onnx_attr_i(n, "axis", 0), s.ndim, &axis))
         return m->code;
+    /* constant indices are checked here, where the node can be named; the
+     * kernel checks those fed at run time */
+    for (uint64_t i = 0; ix->kind == ENT_CONST && i < ix->n; i++)
+        if (ix->d[i] < (double) -s.dims[axis] || ix->d[i] >= (double) s.dims[axis])
+            return UNSUP("index %.0f outside [-%lld, %lld)", ix->d[i], (long long) s.dims[axis],
+                         (long long) s.dims[axis]);
     int64_t ax = axis;
     salus_value y = sl_onnx_op(m, "gather", 2, in, 1, &ax, 0, NULL);
     return set_out(m, n, 1, &y);
