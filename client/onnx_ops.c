@@ -132,13 +132,23 @@ static int map_unary(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
 {
     float p = 0, q = 0;
     static const char *const alpha[] = {"alpha", NULL}, *const ab[] = {"alpha", "beta", NULL},
-                             *const ag[] = {"alpha", "gamma", NULL};
+                             *const ag[] = {"alpha", "gamma", NULL},
+                             *const lb[] = {"lambd", "bias", NULL};
     if (sl_onnx_known_attrs(m, n,
-                            kind == SL_EW_LEAKY_RELU || kind == SL_EW_ELU ? alpha
-                            : kind == SL_EW_HARD_SIGMOID                  ? ab
-                            : kind == SL_EW_SELU                          ? ag
-                                                                          : NO_ATTRS))
+                            kind == SL_EW_LEAKY_RELU || kind == SL_EW_ELU ||
+                                    kind == SL_EW_THRESHOLDED_RELU || kind == SL_EW_CELU
+                                ? alpha
+                            : kind == SL_EW_HARD_SIGMOID ? ab
+                            : kind == SL_EW_SELU         ? ag
+                            : kind == SL_EW_SHRINK       ? lb
+                                                         : NO_ATTRS))
         return m->code;
+    if (kind == SL_EW_THRESHOLDED_RELU || kind == SL_EW_CELU)
+        p = sl_onnx_attr_f(n, "alpha", 1.0f);
+    if (kind == SL_EW_CELU && p == 0.0f)
+        return UNSUP("alpha 0");
+    if (kind == SL_EW_SHRINK)
+        p = sl_onnx_attr_f(n, "lambd", 0.5f), q = sl_onnx_attr_f(n, "bias", 0.0f);
     if (kind == SL_EW_LEAKY_RELU)
         p = sl_onnx_attr_f(n, "alpha", 0.01f);
     if (kind == SL_EW_ELU)
@@ -560,7 +570,18 @@ static int reduce_mask(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned rank, 
     return SL_OK;
 }
 
+/* The reductions ONNX defines over a sum: a function before (abs, square,
+ * exp) and after (sqrt, log), or none. */
+enum { RED_PLAIN, RED_L1, RED_L2, RED_SUM_SQUARE, RED_LOG_SUM, RED_LOG_SUM_EXP };
+
+static int map_reduce_ex(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind, int form);
+
 static int map_reduce(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
+{
+    return map_reduce_ex(m, n, kind, RED_PLAIN);
+}
+
+static int map_reduce_ex(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind, int form)
 {
     static const char *const k[] = {"axes", "keepdims", "noop_with_empty_axes", NULL};
     if (sl_onnx_known_attrs(m, n, k))
@@ -573,8 +594,18 @@ static int map_reduce(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
         return m->code;
     if (s.ndim == 0)
         return UNSUP("a scalar input");
+    if (form == RED_L1)
+        x = unary(m, SL_EW_ABS, x, 0, 0);
+    else if (form == RED_L2 || form == RED_SUM_SQUARE)
+        x = binary(m, SL_EW_MUL, x, x);
+    else if (form == RED_LOG_SUM_EXP)
+        x = unary(m, SL_EW_EXP, x, 0, 0);
     int64_t at[2] = {kind, mask};
     salus_value y = sl_onnx_op(m, "reduce_axes", 1, &x, 2, at, 0, NULL);
+    if (form == RED_L2)
+        y = unary(m, SL_EW_SQRT, y, 0, 0);
+    else if (form == RED_LOG_SUM || form == RED_LOG_SUM_EXP)
+        y = unary(m, SL_EW_LOG, y, 0, 0);
     if (!sl_onnx_attr_i(n, "keepdims", 1)) {
         int64_t dims[SL_MAX_DIMS];
         unsigned nd = 0;
@@ -974,6 +1005,102 @@ static int map_expand(sl_onnx_imp *m, const Onnx__NodeProto *n)
     return set_out(m, n, 1, &y);
 }
 
+/* Mean of its inputs (broadcasting): their sum divided by their count. */
+static int map_mean(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    if (sl_onnx_known_attrs(m, n, NO_ATTRS))
+        return m->code;
+    if (n->n_input < 1)
+        return UNSUP("no inputs");
+    salus_value acc = fvalue(m, input(m, n, 0));
+    for (size_t i = 1; i < n->n_input; i++)
+        acc = binary(m, SL_EW_ADD, acc, fvalue(m, input(m, n, i)));
+    if (n->n_input > 1)
+        acc = binary(m, SL_EW_DIV, acc, scalar(m, (double) n->n_input));
+    return set_out(m, n, 1, &acc);
+}
+
+/* DepthToSpace and SpaceToDepth: a reshape to rank 6, a transpose, a
+ * reshape back (ONNX's own definition). */
+static int map_depth_space(sl_onnx_imp *m, const Onnx__NodeProto *n, bool to_space)
+{
+    static const char *const k[] = {"blocksize", "mode", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    salus_value x = fvalue(m, input(m, n, 0));
+    sl_shape s;
+    shape_of(m, x, &s);
+    int64_t b = sl_onnx_attr_i(n, "blocksize", 0);
+    if (m->code)
+        return m->code;
+    if (s.ndim != 4 || b < 1)
+        return UNSUP("an input of rank %u or blocksize %lld", s.ndim, (long long) b);
+    int64_t N = s.dims[0], C = s.dims[1], H = s.dims[2], W = s.dims[3];
+    const Onnx__AttributeProto *mode = sl_onnx_attr(n, "mode");
+    bool crd = mode && mode->has_s && mode->s.len == 3 && !memcmp(mode->s.data, "CRD", 3);
+    if (mode && mode->has_s && !crd && !(mode->s.len == 3 && !memcmp(mode->s.data, "DCR", 3)))
+        return UNSUP("mode %.*s", (int) (mode->s.len < 8 ? mode->s.len : 8),
+                     (const char *) mode->s.data);
+    int64_t six[6], perm[6], out[4];
+    if (to_space) {
+        if (C % (b * b))
+            return UNSUP("channels not a multiple of blocksize^2");
+        int64_t c = C / (b * b);
+        if (crd) {
+            memcpy(six, (int64_t[]){N, c, b, b, H, W}, sizeof six);
+            memcpy(perm, (int64_t[]){0, 1, 4, 2, 5, 3}, sizeof perm);
+        } else {
+            memcpy(six, (int64_t[]){N, b, b, c, H, W}, sizeof six);
+            memcpy(perm, (int64_t[]){0, 3, 4, 1, 5, 2}, sizeof perm);
+        }
+        memcpy(out, (int64_t[]){N, c, H * b, W * b}, sizeof out);
+    } else {
+        if (crd)
+            return UNSUP("mode CRD");
+        if (H % b || W % b)
+            return UNSUP("height or width not a multiple of blocksize");
+        memcpy(six, (int64_t[]){N, C, H / b, b, W / b, b}, sizeof six);
+        memcpy(perm, (int64_t[]){0, 3, 5, 1, 2, 4}, sizeof perm);
+        memcpy(out, (int64_t[]){N, C * b * b, H / b, W / b}, sizeof out);
+    }
+    salus_value y = reshape(m, x, 6, six);
+    y = sl_onnx_op(m, "transpose", 1, &y, 6, perm, 0, NULL);
+    y = reshape(m, y, 4, out);
+    return set_out(m, n, 1, &y);
+}
+
+/* InstanceNormalization: per sample and channel over the spatial dims,
+ * y = scale[c] * (x - mean) / sqrt(var + epsilon) + bias[c]. */
+static int map_instancenorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    static const char *const k[] = {"epsilon", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    salus_value x = fvalue(m, input(m, n, 0));
+    sl_shape s;
+    shape_of(m, x, &s);
+    if (m->code)
+        return m->code;
+    if (s.ndim < 3)
+        return UNSUP("an input of rank %u", s.ndim);
+    int64_t at[2] = {SL_REDUCE_MEAN, (((int64_t) 1 << s.ndim) - 1) & ~(int64_t) 3};
+    salus_value mean = sl_onnx_op(m, "reduce_axes", 1, &x, 2, at, 0, NULL);
+    salus_value d = binary(m, SL_EW_SUB, x, mean);
+    salus_value var = sl_onnx_op(m, "reduce_axes", 1, (salus_value[]){binary(m, SL_EW_MUL, d, d)},
+                                 2, at, 0, NULL);
+    salus_value sd =
+        unary(m, SL_EW_SQRT,
+              binary(m, SL_EW_ADD, var, scalar(m, sl_onnx_attr_f(n, "epsilon", 1e-5f))), 0, 0);
+    /* scale and bias [C] as [C, 1, ...] against [N, C, ...] */
+    int64_t cdims[SL_MAX_DIMS] = {s.dims[1]};
+    for (unsigned i = 1; i + 1 < s.ndim; i++)
+        cdims[i] = 1;
+    salus_value sc = reshape(m, fvalue(m, input(m, n, 1)), s.ndim - 1, cdims);
+    salus_value bi = reshape(m, fvalue(m, input(m, n, 2)), s.ndim - 1, cdims);
+    salus_value y = binary(m, SL_EW_ADD, binary(m, SL_EW_MUL, binary(m, SL_EW_DIV, d, sd), sc), bi);
+    return set_out(m, n, 1, &y);
+}
+
 int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     const char *op = n->op_type;
@@ -1003,7 +1130,21 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
               {"Softsign", SL_EW_SOFTSIGN},
               {"Sin", SL_EW_SIN},
               {"Cos", SL_EW_COS},
-              {"Sign", SL_EW_SIGN}},
+              {"Sign", SL_EW_SIGN},
+              {"Tan", SL_EW_TAN},
+              {"Sinh", SL_EW_SINH},
+              {"Cosh", SL_EW_COSH},
+              {"Asin", SL_EW_ASIN},
+              {"Acos", SL_EW_ACOS},
+              {"Atan", SL_EW_ATAN},
+              {"Asinh", SL_EW_ASINH},
+              {"Acosh", SL_EW_ACOSH},
+              {"Atanh", SL_EW_ATANH},
+              {"Round", SL_EW_ROUND},
+              {"ThresholdedRelu", SL_EW_THRESHOLDED_RELU},
+              {"HardSwish", SL_EW_HARD_SWISH},
+              {"Celu", SL_EW_CELU},
+              {"Shrink", SL_EW_SHRINK}},
       red[] = {{"ReduceSum", SL_REDUCE_SUM},
                {"ReduceMean", SL_REDUCE_MEAN},
                {"ReduceMax", SL_REDUCE_MAX},
@@ -1058,6 +1199,22 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return map_layernorm(m, n);
     if (!strcmp(op, "Pad"))
         return map_pad(m, n);
+    if (!strcmp(op, "Mean"))
+        return map_mean(m, n);
+    if (!strcmp(op, "DepthToSpace") || !strcmp(op, "SpaceToDepth"))
+        return map_depth_space(m, n, op[0] == 'D');
+    if (!strcmp(op, "InstanceNormalization"))
+        return map_instancenorm(m, n);
+    if (!strcmp(op, "ReduceL1"))
+        return map_reduce_ex(m, n, SL_REDUCE_SUM, RED_L1);
+    if (!strcmp(op, "ReduceL2"))
+        return map_reduce_ex(m, n, SL_REDUCE_SUM, RED_L2);
+    if (!strcmp(op, "ReduceSumSquare"))
+        return map_reduce_ex(m, n, SL_REDUCE_SUM, RED_SUM_SQUARE);
+    if (!strcmp(op, "ReduceLogSum"))
+        return map_reduce_ex(m, n, SL_REDUCE_SUM, RED_LOG_SUM);
+    if (!strcmp(op, "ReduceLogSumExp"))
+        return map_reduce_ex(m, n, SL_REDUCE_SUM, RED_LOG_SUM_EXP);
     if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin"))
         return map_argmax(m, n, op[4] == 'i');
     if (!strcmp(op, "Expand"))

@@ -118,8 +118,36 @@ __device__ static inline float unary(int kind, float x, float p, float q)
         return sinf(x);
     case SL_EW_COS:
         return cosf(x);
-    default:
+    case SL_EW_SIGN:
         return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
+    case SL_EW_TAN:
+        return tanf(x);
+    case SL_EW_SINH:
+        return sinhf(x);
+    case SL_EW_COSH:
+        return coshf(x);
+    case SL_EW_ASIN:
+        return asinf(x);
+    case SL_EW_ACOS:
+        return acosf(x);
+    case SL_EW_ATAN:
+        return atanf(x);
+    case SL_EW_ASINH:
+        return asinhf(x);
+    case SL_EW_ACOSH:
+        return acoshf(x);
+    case SL_EW_ATANH:
+        return atanhf(x);
+    case SL_EW_ROUND:
+        return rintf(x);
+    case SL_EW_THRESHOLDED_RELU:
+        return x > p ? x : 0.0f;
+    case SL_EW_HARD_SWISH:
+        return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    case SL_EW_CELU:
+        return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
+    default: /* shrink */
+        return x < -p ? x + q : x > p ? x - q : 0.0f;
     }
 }
 

@@ -84,7 +84,9 @@ void sl_ops_cost_ew_unary(const sl_op_attrs *a, const sl_shape *in, const sl_sha
     uint64_t n = sl_shape_elems(&in[0]);
     bool cheap = a->i[0] == SL_EW_NEG || a->i[0] == SL_EW_ABS || a->i[0] == SL_EW_CLIP ||
                  a->i[0] == SL_EW_LEAKY_RELU || a->i[0] == SL_EW_FLOOR || a->i[0] == SL_EW_CEIL ||
-                 a->i[0] == SL_EW_SOFTSIGN || a->i[0] == SL_EW_SIGN;
+                 a->i[0] == SL_EW_SOFTSIGN || a->i[0] == SL_EW_SIGN || a->i[0] == SL_EW_ROUND ||
+                 a->i[0] == SL_EW_THRESHOLDED_RELU || a->i[0] == SL_EW_HARD_SWISH ||
+                 a->i[0] == SL_EW_SHRINK;
     c->flops = cheap ? n : 8 * n;
     c->bytes = 8 * n;
 }

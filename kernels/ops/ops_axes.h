@@ -42,6 +42,20 @@ enum sl_ew_unary_kind {
     SL_EW_SIN,
     SL_EW_COS,
     SL_EW_SIGN,
+    SL_EW_TAN,
+    SL_EW_SINH,
+    SL_EW_COSH,
+    SL_EW_ASIN,
+    SL_EW_ACOS,
+    SL_EW_ATAN,
+    SL_EW_ASINH,
+    SL_EW_ACOSH,
+    SL_EW_ATANH,
+    SL_EW_ROUND,
+    SL_EW_THRESHOLDED_RELU,
+    SL_EW_HARD_SWISH,
+    SL_EW_CELU,
+    SL_EW_SHRINK,
     SL_EW_UNARY_COUNT
 };
 

@@ -338,14 +338,19 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
          OUTS({"y", "the broadcast shape"}), IATTRS(REQ("kind", "the operation, 0 to 7"))},
     [SL_OP_EW_UNARY] =
         {"ew_unary", .group = SL_OP_GROUP_AXES, .inplace = 0x1, NN(ew_unary),
-         .doc = "`y = f(x)` element-wise; `f` by kind: 0 sqrt, 1 erf, 2 exp, 3 log, 4 neg, 5 abs, "
-                "6 reciprocal, 7 clip `min(max(x, alpha), beta)`, 8 leaky relu (`x >= 0 ? x : "
-                "alpha * x`), 9 floor, 10 ceil, 11 hard sigmoid `max(0, min(1, alpha * x + "
-                "beta))`, 12 elu (`x >= 0 ? x : alpha * (exp(x) - 1)`), 13 selu (`beta * (x > 0 "
-                "? x : alpha * (exp(x) - 1))`), 14 softplus `log(1 + exp(x))`, 15 softsign `x / "
-                "(1 + |x|)`, 16 sin, 17 cos, 18 sign.",
+         .doc =
+             "`y = f(x)` element-wise; `f` by kind: 0 sqrt, 1 erf, 2 exp, 3 log, 4 neg, 5 abs, "
+             "6 reciprocal, 7 clip `min(max(x, alpha), beta)`, 8 leaky relu (`x >= 0 ? x : "
+             "alpha * x`), 9 floor, 10 ceil, 11 hard sigmoid `max(0, min(1, alpha * x + "
+             "beta))`, 12 elu (`x >= 0 ? x : alpha * (exp(x) - 1)`), 13 selu (`beta * (x > 0 "
+             "? x : alpha * (exp(x) - 1))`), 14 softplus `log(1 + exp(x))`, 15 softsign `x / "
+             "(1 + |x|)`, 16 sin, 17 cos, 18 sign, "
+             "19 tan, 20 sinh, 21 cosh, 22 asin, 23 acos, 24 atan, 25 asinh, 26 acosh, 27 atanh, "
+             "28 round half to even, 29 thresholded relu `x > alpha ? x : 0`, 30 hard swish `x * "
+             "max(0, min(1, x / 6 + 0.5))`, 31 celu `max(0, x) + min(0, alpha * (exp(x / alpha) - "
+             "1))`, 32 shrink `x < -alpha ? x + beta : x > alpha ? x - beta : 0`.",
          INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"}),
-         IATTRS(REQ("kind", "the function, 0 to 18")),
+         IATTRS(REQ("kind", "the function, 0 to 32")),
          FATTRS(OPT("alpha", "first parameter (clip: the minimum, may be -inf); not NaN", "0"),
                 OPT("beta",
                     "second parameter (clip: the maximum, at least alpha, may be inf); "
