@@ -183,11 +183,14 @@ salus_value sl_onnx_value(sl_onnx_imp *m, struct ent *e)
         mm->tensors = t;
         m->cap_tensors = cap;
     }
-    int rc = salus_tensor_create(m->s, dtype, e->ndim, e->dims, buf, &id);
+    int rc = m->s ? salus_tensor_create(m->s, dtype, e->ndim, e->dims, buf, &id) : SALUS_OK;
+    if (!m->s)
+        id = mm->n_tensors + 1; /* validation only: a placeholder */
     sl_free(buf);
     if (rc != SALUS_OK)
         return sl_onnx_fail(m, rc, "uploading '%.64s': %s", e->name,
-                            m->s->client ? salus_last_error(m->s->client) : salus_strerror(rc)),
+                            m->s && m->s->client ? salus_last_error(m->s->client)
+                                                 : salus_strerror(rc)),
                SALUS_NO_VALUE;
     mm->tensors[mm->n_tensors++] = id;
     e->v = salus_graph_param(m->g, id, dtype, e->ndim, e->dims);
@@ -550,14 +553,20 @@ static void set_error(salus_session *s, const char *msg)
         snprintf(s->client->last_error, sizeof s->client->last_error, "%s", msg);
 }
 
-int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
-                           const salus_onnx_options *opts, salus_onnx_model **out)
+/* Imports a model: with a session, uploads its constants and registers the
+ * graph; without one (salus_onnx_check_buffer), only validates, giving
+ * constants placeholder tensor ids. On failure err holds the reason. */
+static int import(salus_session *s, const void *data, size_t len, const salus_onnx_options *opts,
+                  salus_onnx_model **out, char *err, size_t errlen)
 {
-    if (!s || !data || !out || len > SL_ONNX_MAX_FILE)
+    snprintf(err, errlen, "out of memory");
+    if (!data || len > SL_ONNX_MAX_FILE) {
+        snprintf(err, errlen, "no data, or more than 2 GiB");
         return SALUS_EINVAL;
+    }
     Onnx__ModelProto *model = onnx__model_proto__unpack(NULL, len, data);
     if (!model) {
-        set_error(s, "not an ONNX model (protobuf decoding failed)");
+        snprintf(err, errlen, "not an ONNX model (protobuf decoding failed)");
         return SALUS_EINVAL;
     }
     sl_onnx_imp m = {.s = s, .batch = opts ? opts->batch : 0};
@@ -576,7 +585,7 @@ int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
     rc = import_graph(&m, model);
     if (rc == SL_OK && salus_graph_error(m.g))
         rc = sl_onnx_fail(&m, SL_EUNSUPPORTED, "%s", salus_graph_error(m.g));
-    if (rc == SL_OK && (rc = salus_graph_register(s, m.g, NULL)) != SALUS_OK)
+    if (rc == SL_OK && s && (rc = salus_graph_register(s, m.g, NULL)) != SALUS_OK)
         sl_onnx_fail(&m, rc, "registering the graph: %s",
                      s->client ? salus_last_error(s->client) : salus_strerror(rc));
     for (size_t i = 0; i < m.n_ents; i++)
@@ -584,13 +593,37 @@ int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
     sl_free(m.ents);
     sl_free(m.slots);
     onnx__model_proto__free_unpacked(model, NULL);
-    if (rc != SL_OK) {
-        salus_onnx_free(mm); /* its requests reset the client's last error */
-        set_error(s, m.err);
+    if (rc != SL_OK || !out) {
+        snprintf(err, errlen, "%s", m.err);
+        if (!s)
+            mm->n_tensors = 0; /* placeholders: nothing to free in a server */
+        salus_onnx_free(mm);
         return rc;
     }
     *out = mm;
     return SALUS_OK;
+}
+
+int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
+                           const salus_onnx_options *opts, salus_onnx_model **out)
+{
+    if (!s || !out)
+        return SALUS_EINVAL;
+    char err[512];
+    int rc = import(s, data, len, opts, out, err, sizeof err);
+    if (rc != SALUS_OK)
+        set_error(s, err); /* after the import's own requests, which reset it */
+    return rc;
+}
+
+int salus_onnx_check_buffer(const void *data, size_t len, const salus_onnx_options *opts, char *why,
+                            size_t why_len)
+{
+    char err[512];
+    int rc = import(NULL, data, len, opts, NULL, err, sizeof err);
+    if (why && why_len)
+        snprintf(why, why_len, "%s", rc == SALUS_OK ? "" : err);
+    return rc;
 }
 
 int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options *opts,

@@ -24,6 +24,16 @@ int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options
     return salus_onnx_load_buffer(s, NULL, 0, opts, out);
 }
 
+int salus_onnx_check_buffer(const void *data, size_t len, const salus_onnx_options *opts, char *why,
+                            size_t why_len)
+{
+    (void) data, (void) len, (void) opts;
+    if (why && why_len)
+        snprintf(why, why_len,
+                 "libsalusclient was built without ONNX import (libonnx-dev was missing)");
+    return SALUS_EUNSUPPORTED;
+}
+
 void salus_onnx_free(salus_onnx_model *m)
 {
     (void) m;

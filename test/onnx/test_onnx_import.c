@@ -388,6 +388,44 @@ static void bad_runtime_index_fails_the_run(void **state)
     refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"g2", "index 9", NULL});
 }
 
+/* salus_onnx_check_buffer: the same verdicts without a server. */
+static int check(char *why, size_t len)
+{
+    size_t n = onnx__model_proto__get_packed_size(&model);
+    uint8_t *buf = malloc(n);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&model, buf);
+    int rc = salus_onnx_check_buffer(buf, n, NULL, why, len);
+    free(buf);
+    return rc;
+}
+
+static void checks_without_a_server(void **state)
+{
+    (void) state;
+    static char *in[] = {"x"}, *out[] = {"y"};
+    char why[256];
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    add_node("Hardmax", "hm", 1, in, 1, out);
+    add_output("y");
+    assert_int_equal(check(why, sizeof why), SALUS_EUNSUPPORTED);
+    assert_non_null(strstr(why, "hm"));
+    assert_non_null(strstr(why, "Hardmax"));
+
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    static int64_t w[3] = {1, 2, 3};
+    add_init_i64("w", 3, w);
+    static char *ain[] = {"x", "w"};
+    add_node("Add", "add", 2, ain, 1, out);
+    add_output("y");
+    assert_int_equal(check(why, sizeof why), SALUS_OK);
+    assert_string_equal(why, "");
+    assert_int_equal(salus_onnx_check_buffer("junk", 4, NULL, why, sizeof why), SALUS_EINVAL);
+    assert_non_null(strstr(why, "not an ONNX model"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +433,7 @@ int main(void)
         cmocka_unit_test(refuses_with_reasons),
         cmocka_unit_test(refuses_malformed_files),
         cmocka_unit_test(bad_runtime_index_fails_the_run),
+        cmocka_unit_test(checks_without_a_server),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }

@@ -371,6 +371,13 @@ int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options
 /* As salus_onnx_load from a model already in memory (len bytes, not kept). */
 int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
                            const salus_onnx_options *opts, salus_onnx_model **out);
+/* Checks, without a server, whether salus_onnx_load would import the model
+ * in data: parsing, folding and the mapping of every node, with the same
+ * refusals. why (may be NULL) receives the reason of a refusal ("" on
+ * success). Returns what salus_onnx_load would, but never an error of the
+ * server's. Blocks only to compute. */
+int salus_onnx_check_buffer(const void *data, size_t len, const salus_onnx_options *opts, char *why,
+                            size_t why_len);
 /* Frees the model, its graph and its tensors in the session. NULL is fine. */
 void salus_onnx_free(salus_onnx_model *m);
 /* The graph inputs fed at each run (initialisers excluded) and the outputs,
