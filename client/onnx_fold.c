@@ -6,7 +6,7 @@
  * sentinel such as INT64_MAX (Slice's "to the end") rounds up and is
  * clamped back when read as an integer. Anything not folded here is mapped
  * to salus ops (onnx_ops.c). */
-#include "onnx_internal.h"
+#include "onnx_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -225,12 +225,7 @@ static int fold_view(sl_onnx_imp *m, const struct ent *x, unsigned nd, const int
     return SL_OK;
 }
 
-/* The new shape of a Reshape, Flatten, Squeeze or Unsqueeze of a value of
- * shape (xnd, xdims), whose extra operand (shape or axes) is the constant
- * arg (NULL: from the attributes). Shared with onnx_ops.c. */
-int sl_onnx_reshaped(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned xnd, const int64_t *xdims,
-                     const struct ent *arg, unsigned *nd, int64_t *dims);
-
+/* The new shape of a Reshape, Flatten, Squeeze or Unsqueeze (onnx_ops.h). */
 int sl_onnx_reshaped(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned xnd, const int64_t *xdims,
                      const struct ent *arg, unsigned *nd, int64_t *dims)
 {
@@ -325,11 +320,7 @@ int sl_onnx_reshaped(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned xnd, con
     return SL_OK;
 }
 
-/* ONNX Slice's starts/ends clamped for one axis of extent dim: the
- * normalised (start, end, step) and whether the slice has elements.
- * Shared with onnx_ops.c. */
-bool sl_onnx_slice_range(int64_t dim, int64_t *start, int64_t *end, int64_t step);
-
+/* ONNX Slice's starts/ends clamped for one axis of extent dim (onnx_ops.h). */
 bool sl_onnx_slice_range(int64_t dim, int64_t *start, int64_t *end, int64_t step)
 {
     int64_t s = *start, e = *end;
