@@ -160,10 +160,8 @@ static int fold_gather(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in
     for (uint64_t o = 0, w = 0; o < outer; o++)
         for (uint64_t j = 0; j < ix->n; j++) {
             int64_t i = to_i64(ix->d[j]);
-            if (i < -(int64_t) dim || i >= (int64_t) dim) {
-                sl_free(out->d);
+            if (i < -(int64_t) dim || i >= (int64_t) dim) /* out->d: the caller frees */
                 return sl_onnx_fail(m, SL_EINVAL, "index %lld out of range", (long long) i);
-            }
             uint64_t src = (o * dim + (uint64_t) (i < 0 ? i + (int64_t) dim : i)) * inner;
             memcpy(out->d + w, x->d + src, inner * sizeof *out->d);
             w += inner;
@@ -216,11 +214,9 @@ static int fold_view(sl_onnx_imp *m, const struct ent *x, unsigned nd, const int
     int rc = new_const(m, out, ctype, nd, dims);
     if (rc)
         return rc;
-    if (out->n != x->n) {
-        sl_free(out->d);
+    if (out->n != x->n) /* out->d: the caller frees */
         return sl_onnx_fail(m, SL_EINVAL, "%llu elements reshaped to %llu",
                             (unsigned long long) x->n, (unsigned long long) out->n);
-    }
     memcpy(out->d, x->d, x->n * sizeof *out->d);
     return SL_OK;
 }
@@ -410,8 +406,10 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
         double fill = 0;
         int ctype = CT_FLOAT;
         if (a && a->t) {
-            if ((rc = sl_onnx_tensor(m, a->t, &val)))
+            if ((rc = sl_onnx_tensor(m, a->t, &val))) {
+                sl_free(val.d);
                 return rc;
+            }
             fill = val.n ? val.d[0] : 0;
             ctype = val.ctype;
             m->const_elems -= val.n;
@@ -505,7 +503,8 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
 int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded)
 {
     const char *op = n->op_type;
-    struct ent tmp;
+    /* the folded constant; its storage is freed here on any error */
+    struct ent tmp = {.name = "(folded)"};
     int rc;
     *folded = false;
     if (!strcmp(op, "Constant")) {
@@ -513,22 +512,25 @@ int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded)
         if (!a || n->n_output != 1)
             return sl_onnx_fail(m, SL_EUNSUPPORTED, "a Constant needs exactly one attribute");
         tmp = (struct ent){.name = "(constant)"};
-        if (!strcmp(a->name, "value") && a->t)
+        const char *an = a->name ? a->name : "";
+        if (!strcmp(an, "value") && a->t)
             rc = sl_onnx_tensor(m, a->t, &tmp);
-        else if (!strcmp(a->name, "value_float") || !strcmp(a->name, "value_int")) {
-            rc = new_const(m, &tmp, a->name[6] == 'f' ? CT_FLOAT : CT_INT, 0, NULL);
+        else if (!strcmp(an, "value_float") || !strcmp(an, "value_int")) {
+            rc = new_const(m, &tmp, an[6] == 'f' ? CT_FLOAT : CT_INT, 0, NULL);
             if (!rc)
-                tmp.d[0] = a->name[6] == 'f' ? a->f : (double) a->i;
-        } else if (!strcmp(a->name, "value_floats") || !strcmp(a->name, "value_ints")) {
-            bool f = a->name[6] == 'f';
+                tmp.d[0] = an[6] == 'f' ? a->f : (double) a->i;
+        } else if (!strcmp(an, "value_floats") || !strcmp(an, "value_ints")) {
+            bool f = an[6] == 'f';
             int64_t len = (int64_t) (f ? a->n_floats : a->n_ints);
             rc = new_const(m, &tmp, f ? CT_FLOAT : CT_INT, 1, &len);
             for (int64_t i = 0; !rc && i < len; i++)
                 tmp.d[i] = f ? a->floats[i] : (double) a->ints[i];
         } else
-            return sl_onnx_fail(m, SL_EUNSUPPORTED, "Constant attribute '%.32s'", a->name);
-        if (rc)
+            return sl_onnx_fail(m, SL_EUNSUPPORTED, "Constant attribute '%.32s'", an);
+        if (rc) {
+            sl_free(tmp.d);
             return rc;
+        }
         *folded = true;
         return emit(m, n->output[0], &tmp);
     }
@@ -552,13 +554,11 @@ int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded)
         sl_onnx_shape(m, in[0], &s);
         int64_t lo = 0, hi = s.ndim;
         if (op[1] == 'h') {
-            unsigned a;
             int64_t st = sl_onnx_attr_i(n, "start", 0), en = sl_onnx_attr_i(n, "end", s.ndim);
             st = st < 0 ? st + s.ndim : st;
             en = en < 0 ? en + s.ndim : en;
             lo = st < 0 ? 0 : st > s.ndim ? s.ndim : st;
             hi = en < 0 ? 0 : en > s.ndim ? s.ndim : en;
-            (void) a;
         }
         int64_t len = hi > lo ? hi - lo : 0;
         rc = op[1] == 'h' ? new_const(m, &tmp, CT_INT, 1, &len)
@@ -579,10 +579,10 @@ int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded)
     if (n->n_output > 1 && strcmp(op, "Dropout") != 0)
         return SL_OK;
     rc = fold_node(m, n, in, n_in, &tmp);
-    if (rc == SL_EUNSUPPORTED && !m->code)
-        return SL_OK;
-    if (rc)
-        return rc;
+    if (rc) {
+        sl_free(tmp.d);
+        return rc == SL_EUNSUPPORTED && !m->code ? SL_OK : rc;
+    }
     *folded = true;
     return emit(m, n->output[0], &tmp);
 }

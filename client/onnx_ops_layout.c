@@ -303,7 +303,8 @@ int sl_onnx_map_pad(sl_onnx_imp *m, const Onnx__NodeProto *n)
     const Onnx__AttributeProto *mode = sl_onnx_attr(n, "mode");
     if (mode && mode->has_s && (mode->s.len != 8 || memcmp(mode->s.data, "constant", 8)))
         return UNSUP("mode %.*s (salus pads with a constant)",
-                     (int) (mode->s.len < 16 ? mode->s.len : 16), (const char *) mode->s.data);
+                     (int) (mode->s.data && mode->s.len < 16 ? mode->s.len : 0),
+                     mode->s.data ? (const char *) mode->s.data : "");
     salus_value y = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0));
     sl_shape s;
     sl_onnx_shape_of(m, y, &s);
@@ -385,8 +386,8 @@ int sl_onnx_map_depth_space(sl_onnx_imp *m, const Onnx__NodeProto *n, bool to_sp
     const Onnx__AttributeProto *mode = sl_onnx_attr(n, "mode");
     bool crd = mode && mode->has_s && mode->s.len == 3 && !memcmp(mode->s.data, "CRD", 3);
     if (mode && mode->has_s && !crd && !(mode->s.len == 3 && !memcmp(mode->s.data, "DCR", 3)))
-        return UNSUP("mode %.*s", (int) (mode->s.len < 8 ? mode->s.len : 8),
-                     (const char *) mode->s.data);
+        return UNSUP("mode %.*s", (int) (mode->s.data && mode->s.len < 8 ? mode->s.len : 0),
+                     mode->s.data ? (const char *) mode->s.data : "");
     int64_t six[6], perm[6], out[4];
     if (to_space) {
         if (C % (b * b))

@@ -130,8 +130,9 @@ static int auto_pads(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned r, const
     const char *mode = "NOTSET";
     char buf[16] = "";
     if (ap && ap->has_s) {
-        snprintf(buf, sizeof buf, "%.*s", (int) (ap->s.len < 15 ? ap->s.len : 15),
-                 (const char *) ap->s.data);
+        if (ap->s.data)
+            snprintf(buf, sizeof buf, "%.*s", (int) (ap->s.len < 15 ? ap->s.len : 15),
+                     (const char *) ap->s.data);
         mode = buf;
     }
     const Onnx__AttributeProto *pa = sl_onnx_attr(n, "pads");
