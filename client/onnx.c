@@ -564,6 +564,9 @@ static int import(salus_session *s, const void *data, size_t len, const salus_on
         snprintf(err, errlen, "no data, or more than 2 GiB");
         return SALUS_EINVAL;
     }
+    int wrc = sl_onnx_wire_check(data, len, err, errlen);
+    if (wrc != SL_OK)
+        return wrc;
     Onnx__ModelProto *model = onnx__model_proto__unpack(NULL, len, data);
     if (!model) {
         snprintf(err, errlen, "not an ONNX model (protobuf decoding failed)");

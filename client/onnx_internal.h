@@ -23,6 +23,9 @@
  * (initialisers included; they are kept as double while importing). */
 #define SL_ONNX_MAX_FILE (1ull << 31)
 #define SL_ONNX_MAX_CONST_ELEMS (1ull << 28)
+/* Deepest nesting of messages accepted (onnx_wire.c): a graph inside a
+ * node's attribute costs 4 levels. */
+#define SL_ONNX_MAX_DEPTH 64
 /* Most value names one model may define. */
 #define SL_ONNX_MAX_ENTS (1u << 20)
 
@@ -76,6 +79,12 @@ typedef struct sl_onnx_imp {
     char err[512];               /* first error */
     const Onnx__NodeProto *node; /* the node being imported (for messages) */
 } sl_onnx_imp;
+
+/* Walks the wire format of a serialised ModelProto along the paths where
+ * onnx.proto nests without bound, before protobuf-c (which recurses) decodes
+ * it. SL_OK; SL_EINVAL (malformed) or SL_EUNSUPPORTED (nested deeper than
+ * SL_ONNX_MAX_DEPTH) with the reason in err. Never allocates. */
+int sl_onnx_wire_check(const void *data, size_t len, char *err, size_t errlen);
 
 /* Records the first error (code, message naming the current node). Returns
  * code. */

@@ -426,6 +426,47 @@ static void checks_without_a_server(void **state)
     assert_non_null(strstr(why, "not an ONNX model"));
 }
 
+/* Wraps buf[0..len) as field `field` (length-delimited) of a new message,
+ * in place; returns the new length. */
+static size_t wrap(uint8_t *buf, size_t len, unsigned field)
+{
+    uint8_t head[12];
+    size_t h = 0;
+    head[h++] = (uint8_t) (field << 3 | 2);
+    for (size_t v = len;; v >>= 7) {
+        head[h++] = (uint8_t) ((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80)
+            break;
+    }
+    memmove(buf + h, buf, len);
+    memcpy(buf, head, h);
+    return len + h;
+}
+
+/* Graphs nested in node attributes a thousand deep: protobuf-c would
+ * recurse once per level; refused before it decodes. */
+static void refuses_deep_nesting(void **state)
+{
+    (void) state;
+    static uint8_t buf[1 << 16];
+    size_t len = 0;
+    for (int level = 0; level < 1000; level++) {
+        len = wrap(buf, len, 6); /* AttributeProto.g */
+        len = wrap(buf, len, 5); /* NodeProto.attribute */
+        len = wrap(buf, len, 1); /* GraphProto.node */
+    }
+    len = wrap(buf, len, 7); /* ModelProto.graph */
+    salus_onnx_model *m;
+    refused(salus_onnx_load_buffer(session, buf, len, NULL, &m), SALUS_EUNSUPPORTED,
+            (const char *[]){"nested deeper", NULL});
+    char why[256];
+    assert_int_equal(salus_onnx_check_buffer(buf, len, NULL, why, sizeof why), SALUS_EUNSUPPORTED);
+    /* a length running past the end */
+    static const uint8_t bad[] = {0x3a, 0x7f, 0x0a};
+    assert_int_equal(salus_onnx_check_buffer(bad, sizeof bad, NULL, why, sizeof why), SALUS_EINVAL);
+    assert_non_null(strstr(why, "malformed"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +475,7 @@ int main(void)
         cmocka_unit_test(refuses_malformed_files),
         cmocka_unit_test(bad_runtime_index_fails_the_run),
         cmocka_unit_test(checks_without_a_server),
+        cmocka_unit_test(refuses_deep_nesting),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }
