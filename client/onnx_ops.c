@@ -111,13 +111,36 @@ const char *const sl_onnx_no_attrs[] = {NULL};
 
 static int map_binary(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
 {
-    if (sl_onnx_known_attrs(m, n, sl_onnx_no_attrs))
+    /* before opset 7 the arithmetic ops broadcast only when asked, and then
+     * b aligned at `axis` of a (numpy's alignment is at the right) */
+    static const char *const legacy[] = {"broadcast", "axis", NULL};
+    if (sl_onnx_known_attrs(m, n, m->opset < 7 ? legacy : sl_onnx_no_attrs))
         return m->code;
     if (n->n_input < 1)
         return UNSUP("no inputs");
     salus_value acc = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0));
-    for (size_t i = 1; i < n->n_input; i++) /* Sum, Max, Min are variadic */
-        acc = sl_onnx_binary(m, kind, acc, sl_onnx_fvalue(m, sl_onnx_input(m, n, i)));
+    for (size_t i = 1; i < n->n_input; i++) { /* Sum, Max, Min are variadic */
+        salus_value b = sl_onnx_fvalue(m, sl_onnx_input(m, n, i));
+        const Onnx__AttributeProto *ax = sl_onnx_attr(n, "axis");
+        if (ax && ax->has_i && sl_onnx_attr_i(n, "broadcast", 0) && n->n_input == 2) {
+            sl_shape sa, sb;
+            sl_onnx_shape_of(m, acc, &sa);
+            sl_onnx_shape_of(m, b, &sb);
+            unsigned axis;
+            if (m->code || sl_onnx_axis(m, ax->i, sa.ndim, &axis))
+                return m->code;
+            if (axis + sb.ndim > sa.ndim)
+                return UNSUP("b does not fit at axis %u", axis);
+            int64_t dims[SL_MAX_DIMS];
+            unsigned nd = 0;
+            for (unsigned d = 0; d < sb.ndim; d++)
+                dims[nd++] = sb.dims[d];
+            while (nd < sa.ndim - axis)
+                dims[nd++] = 1;
+            b = sl_onnx_reshape(m, b, nd, dims);
+        }
+        acc = sl_onnx_binary(m, kind, acc, b);
+    }
     return sl_onnx_set_out(m, n, 1, &acc);
 }
 
@@ -271,6 +294,29 @@ static int map_mean(sl_onnx_imp *m, const Onnx__NodeProto *n)
     return sl_onnx_set_out(m, n, 1, &acc);
 }
 
+/* PRelu before opset 7: a slope of C values applies per channel (axis 1),
+ * one value to all. */
+static int map_prelu_legacy(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    if (sl_onnx_known_attrs(m, n, sl_onnx_no_attrs))
+        return m->code;
+    salus_value x = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0));
+    salus_value slope = sl_onnx_fvalue(m, sl_onnx_input(m, n, 1));
+    sl_shape sx, ss;
+    sl_onnx_shape_of(m, x, &sx);
+    sl_onnx_shape_of(m, slope, &ss);
+    if (m->code)
+        return m->code;
+    if (sx.ndim >= 2 && ss.ndim == 1 && ss.dims[0] == sx.dims[1] && ss.dims[0] > 1) {
+        int64_t dims[SL_MAX_DIMS] = {ss.dims[0]};
+        for (unsigned d = 1; d + 1 < sx.ndim; d++)
+            dims[d] = 1;
+        slope = sl_onnx_reshape(m, slope, sx.ndim - 1, dims);
+    }
+    salus_value y = sl_onnx_binary(m, SL_EW_PRELU, x, slope);
+    return sl_onnx_set_out(m, n, 1, &y);
+}
+
 int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     const char *op = n->op_type;
@@ -319,6 +365,8 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
                {"ReduceMean", SL_REDUCE_MEAN},
                {"ReduceMax", SL_REDUCE_MAX},
                {"ReduceMin", SL_REDUCE_MIN}};
+    if (!strcmp(op, "PRelu") && m->opset < 7)
+        return map_prelu_legacy(m, n);
     for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++)
         if (!strcmp(op, bin[i].name))
             return map_binary(m, n, bin[i].kind);

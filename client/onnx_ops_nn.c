@@ -95,7 +95,9 @@ int sl_onnx_map_matmul(sl_onnx_imp *m, const Onnx__NodeProto *n)
 
 int sl_onnx_map_gemm(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
-    static const char *const k[] = {"alpha", "beta", "transA", "transB", NULL};
+    /* broadcast (before opset 7): C broadcast to the product's shape, as
+     * numpy does, which is what the C path below does anyway */
+    static const char *const k[] = {"alpha", "beta", "transA", "transB", "broadcast", NULL};
     if (sl_onnx_known_attrs(m, n, k))
         return m->code;
     float alpha = sl_onnx_attr_f(n, "alpha", 1), beta = sl_onnx_attr_f(n, "beta", 1);
