@@ -70,5 +70,6 @@ int sl_onnx_map_split(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_gather(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_pad(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_depth_space(sl_onnx_imp *m, const Onnx__NodeProto *n, bool to_space);
+int sl_onnx_map_tile(sl_onnx_imp *m, const Onnx__NodeProto *n);
 
 #endif

@@ -5,6 +5,7 @@
  * pads must be constants: salus graphs have static shapes. */
 #include "onnx_ops.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The axes of a reduction as a bit mask (all when none are given). */
@@ -301,10 +302,14 @@ int sl_onnx_map_pad(sl_onnx_imp *m, const Onnx__NodeProto *n)
     if (sl_onnx_known_attrs(m, n, k))
         return m->code;
     const Onnx__AttributeProto *mode = sl_onnx_attr(n, "mode");
-    if (mode && mode->has_s && (mode->s.len != 8 || memcmp(mode->s.data, "constant", 8)))
-        return UNSUP("mode %.*s (salus pads with a constant)",
-                     (int) (mode->s.data && mode->s.len < 16 ? mode->s.len : 0),
-                     mode->s.data ? (const char *) mode->s.data : "");
+    char how[16] = "constant";
+    if (mode && mode->has_s)
+        snprintf(how, sizeof how, "%.*s",
+                 (int) (mode->s.data && mode->s.len < 16 ? mode->s.len : 0),
+                 mode->s.data ? (const char *) mode->s.data : "");
+    bool reflect = !strcmp(how, "reflect"), edge = !strcmp(how, "edge");
+    if (!reflect && !edge && strcmp(how, "constant") != 0)
+        return UNSUP("mode '%s'", how);
     salus_value y = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0));
     sl_shape s;
     sl_onnx_shape_of(m, y, &s);
@@ -342,6 +347,34 @@ int sl_onnx_map_pad(sl_onnx_imp *m, const Onnx__NodeProto *n)
                 return UNSUP("pads that leave nothing");
             y = slice_axis(m, y, d, lo, hi, 1);
             sl_onnx_shape_of(m, y, &s);
+        }
+        if ((reflect || edge) && (before > 0 || after > 0)) {
+            /* each side as rows of the unpadded tensor, joined: reflect
+             * mirrors without repeating the border, edge repeats it */
+            int64_t len = s.dims[d];
+            if (reflect && (before >= len || after >= len))
+                return UNSUP("reflect pads of %lld and %lld for %lld rows", (long long) before,
+                             (long long) after, (long long) len);
+            salus_value y0 = y, out = SALUS_NO_VALUE;
+            int64_t ax = d;
+            for (int side = 0; side < 2; side++) {
+                int64_t w = side == 0 ? before : after;
+                for (int64_t k = 0; k < w && !m->code; k++) {
+                    int64_t row =
+                        side == 0 ? (reflect ? w - k : 0) : (reflect ? len - 2 - k : len - 1);
+                    salus_value r = slice_axis(m, y0, d, row, row + 1, 1);
+                    salus_value in[2] = {out, r};
+                    out =
+                        out == SALUS_NO_VALUE ? r : sl_onnx_op(m, "concat", 2, in, 1, &ax, 0, NULL);
+                }
+                if (side == 0) {
+                    salus_value in[2] = {out, y0};
+                    out = out == SALUS_NO_VALUE ? y0
+                                                : sl_onnx_op(m, "concat", 2, in, 1, &ax, 0, NULL);
+                }
+            }
+            y = out;
+            continue;
         }
         for (int side = 0; side < 2; side++) {
             int64_t w = side == 0 ? before : after;
@@ -413,5 +446,36 @@ int sl_onnx_map_depth_space(sl_onnx_imp *m, const Onnx__NodeProto *n, bool to_sp
     salus_value y = sl_onnx_reshape(m, x, 6, six);
     y = sl_onnx_op(m, "transpose", 1, &y, 6, perm, 0, NULL);
     y = sl_onnx_reshape(m, y, 4, out);
+    return sl_onnx_set_out(m, n, 1, &y);
+}
+
+/* Tile: the tensor joined to itself along each axis as often as the
+ * constant repeats say. */
+int sl_onnx_map_tile(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    if (sl_onnx_known_attrs(m, n, sl_onnx_no_attrs))
+        return m->code;
+    if (m->opset < 6)
+        return UNSUP("opset %lld's tiles and axis inputs", (long long) m->opset);
+    struct ent *e = sl_onnx_input(m, n, 0);
+    salus_value y = e ? sl_onnx_value(m, e) : SALUS_NO_VALUE;
+    sl_shape s;
+    sl_onnx_shape_of(m, y, &s);
+    int64_t reps[SL_MAX_DIMS];
+    size_t nr = 0;
+    if (m->code || const_ints(m, sl_onnx_input(m, n, 1), "repeats", reps, &nr))
+        return m->code;
+    if (nr != s.ndim)
+        return UNSUP("%zu repeats for rank %u", nr, s.ndim);
+    for (unsigned d = 0; d < s.ndim && !m->code; d++) {
+        if (reps[d] < 1 || reps[d] > 4096)
+            return UNSUP("repeats %lld (1 to 4096)", (long long) reps[d]);
+        salus_value y0 = y;
+        int64_t ax = d;
+        for (int64_t k = 1; k < reps[d] && !m->code; k++) {
+            salus_value in[2] = {y, y0};
+            y = sl_onnx_op(m, "concat", 2, in, 1, &ax, 0, NULL);
+        }
+    }
     return sl_onnx_set_out(m, n, 1, &y);
 }
