@@ -467,6 +467,56 @@ static void refuses_deep_nesting(void **state)
     assert_non_null(strstr(why, "malformed"));
 }
 
+/* The server's persistent memory in use, as salusctl status words it. */
+static void persistent_now(char *out, size_t len)
+{
+    char *text;
+    assert_sl_ok(salus_status_text(client, &text));
+    const char *p = strstr(text, "persistent ");
+    assert_non_null(p);
+    const char *of = strstr(p, " of ");
+    assert_non_null(of);
+    snprintf(out, len, "%.*s", (int) (of - p), p); /* "persistent 1.8 KiB" */
+    salus_free(text);
+}
+
+/* A refusal after constants were uploaded (a Conv's weights, then an op
+ * salus lacks) frees them again: the server holds what it held before. */
+static void refusal_frees_uploaded_tensors(void **state)
+{
+    (void) state;
+    char before[128], after[128];
+    persistent_now(before, sizeof before);
+    model_begin(14);
+    add_input("x", 4, (int64_t[]){1, 3, 8, 8});
+    static int64_t wdims[4] = {16, 3, 3, 3};
+    static float w[16 * 3 * 3 * 3];
+    Onnx__TensorProto *t = &inits[graph.n_initializer];
+    onnx__tensor_proto__init(t);
+    t->name = "w", t->has_data_type = true, t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->n_dims = 4, t->dims = wdims;
+    t->has_raw_data = true, t->raw_data.len = sizeof w, t->raw_data.data = (uint8_t *) w;
+    graph.initializer[graph.n_initializer++] = t;
+    static char *cin[] = {"x", "w"}, *cout[] = {"c"}, *hin[] = {"c"}, *hout[] = {"y"};
+    add_node("Conv", "conv", 2, cin, 1, cout);
+    add_node("Hardmax", "hm", 1, hin, 1, hout);
+    add_output("y");
+    salus_onnx_model *m;
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"hm", "Hardmax", NULL});
+    persistent_now(after, sizeof after);
+    assert_string_equal(before, after);
+    /* the same model without the refused node holds the weights */
+    graph.n_node = 1;
+    graph.output[0] = value_info("c", 0, NULL);
+    char during[128];
+    assert_sl_ok(load(NULL, &m));
+    persistent_now(during, sizeof during);
+    assert_string_not_equal(before, during);
+    salus_onnx_free(m);
+    persistent_now(after, sizeof after);
+    assert_string_equal(before, after);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +526,7 @@ int main(void)
         cmocka_unit_test(bad_runtime_index_fails_the_run),
         cmocka_unit_test(checks_without_a_server),
         cmocka_unit_test(refuses_deep_nesting),
+        cmocka_unit_test(refusal_frees_uploaded_tensors),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }
