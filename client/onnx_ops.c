@@ -417,6 +417,8 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return sl_onnx_map_layernorm(m, n);
     if (!strcmp(op, "Pad"))
         return sl_onnx_map_pad(m, n);
+    if (!strcmp(op, "ConvTranspose"))
+        return sl_onnx_map_conv_transpose(m, n);
     if (!strcmp(op, "Tile"))
         return sl_onnx_map_tile(m, n);
     if (!strcmp(op, "Mean"))

@@ -53,6 +53,7 @@ int sl_onnx_map_softmax(sl_onnx_imp *m, const Onnx__NodeProto *n, bool log);
 int sl_onnx_map_matmul(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_gemm(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_conv(sl_onnx_imp *m, const Onnx__NodeProto *n);
+int sl_onnx_map_conv_transpose(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_pool(sl_onnx_imp *m, const Onnx__NodeProto *n, bool avg, bool global);
 int sl_onnx_map_batchnorm(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_layernorm(sl_onnx_imp *m, const Onnx__NodeProto *n);

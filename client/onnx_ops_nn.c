@@ -427,3 +427,71 @@ int sl_onnx_map_argmax(sl_onnx_imp *m, const Onnx__NodeProto *n, bool min)
     y = sl_onnx_reshape(m, y, nd, dims);
     return sl_onnx_set_out(m, n, 1, &y);
 }
+
+/* ConvTranspose (2-D) as the adjoint of Conv: conv2d_grad_input with the
+ * input in dy's place and the weights [C_in, C_out/group, kH, kW] as the
+ * filter. Its third operand only gives the output's shape and is never
+ * read: a zero constant of that shape, uploaded once (its memory is the
+ * cost of this mapping). */
+int sl_onnx_map_conv_transpose(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    static const char *const k[] = {"auto_pad",       "dilations", "group",   "kernel_shape",
+                                    "output_padding", "pads",      "strides", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    if (sl_onnx_attr(n, "output_shape"))
+        return UNSUP("output_shape");
+    const Onnx__AttributeProto *ap = sl_onnx_attr(n, "auto_pad");
+    if (ap && ap->has_s && !(ap->s.len == 6 && ap->s.data && !memcmp(ap->s.data, "NOTSET", 6)))
+        return UNSUP("auto_pad other than NOTSET");
+    salus_value x = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0)),
+                w = sl_onnx_fvalue(m, sl_onnx_input(m, n, 1));
+    sl_shape sx, sw;
+    sl_onnx_shape_of(m, x, &sx);
+    sl_onnx_shape_of(m, w, &sw);
+    if (m->code)
+        return m->code;
+    if (sx.ndim != 4 || sw.ndim != 4)
+        return UNSUP("a %u-D transposed convolution (salus has 2-D)",
+                     sx.ndim >= 2 ? sx.ndim - 2 : 0);
+    int64_t st[2], dil[2], ks[2], op[2] = {0, 0}, pads[4], group = sl_onnx_attr_i(n, "group", 1);
+    if (pair(m, n, "strides", 1, 2, st) || pair(m, n, "dilations", 1, 2, dil) ||
+        pair(m, n, "kernel_shape", 0, 2, ks) ||
+        auto_pads(m, n, 2, &sx.dims[2], &sw.dims[2], st, dil, pads))
+        return m->code;
+    const Onnx__AttributeProto *opa = sl_onnx_attr(n, "output_padding");
+    if (opa) {
+        if (opa->n_ints != 2)
+            return UNSUP("output_padding of %zu values", opa->n_ints);
+        op[0] = opa->ints[0], op[1] = opa->ints[1];
+        if (op[0] < 0 || op[1] < 0 || op[0] >= st[0] || op[1] >= st[1])
+            return UNSUP("output_padding not below the strides");
+    }
+    if (ks[0] && (ks[0] != sw.dims[2] || ks[1] != sw.dims[3]))
+        return UNSUP("kernel_shape differs from the weights'");
+    if (group < 1 || sx.dims[1] != sw.dims[0])
+        return UNSUP("weights of %lld input channels for %lld", (long long) sw.dims[0],
+                     (long long) sx.dims[1]);
+    int64_t out[4] = {sx.dims[0], sw.dims[1] * group, 0, 0};
+    for (int a = 0; a < 2; a++) {
+        out[2 + a] = (sx.dims[2 + a] - 1) * st[a] - pads[a] - pads[a + 2] +
+                     dil[a] * (sw.dims[2 + a] - 1) + 1 + op[a];
+        if (out[2 + a] < 1)
+            return UNSUP("an empty output");
+    }
+    struct ent shape_only = {.name = "(conv_transpose shape)"};
+    if (sl_onnx_const_alloc(m, &shape_only, CT_FLOAT, 4, out))
+        return m->code;
+    salus_value like = sl_onnx_value(m, &shape_only);
+    m->const_elems -= shape_only.n;
+    sl_free(shape_only.d);
+    int64_t at[9] = {st[0], st[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1], group};
+    salus_value in[3] = {x, w, like};
+    salus_value y = sl_onnx_op(m, "conv2d_grad_input", 3, in, 9, at, 0, NULL);
+    struct ent *b = sl_onnx_input(m, n, 2);
+    if (b) {
+        salus_value yb[2] = {y, sl_onnx_fvalue(m, b)};
+        y = sl_onnx_op(m, "channel_bias_add", 2, yb, 0, NULL, 0, NULL);
+    }
+    return sl_onnx_set_out(m, n, 1, &y);
+}
