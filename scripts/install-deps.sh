@@ -7,6 +7,8 @@
 #   scripts/install-deps.sh deploy   the same plus what the deployment tests
 #                                    run (test/deploy: Slurm, podman, systemd,
 #                                    the Kubernetes models)
+#   scripts/install-deps.sh onnx     the same plus PyTorch and torchvision for
+#                                    the ONNX export tests (scripts/run test)
 set -euo pipefail
 
 packages=(
@@ -17,21 +19,23 @@ packages=(
   dataset-fashion-mnist
   openssl # test certificates for tls+tcp:// (test/integration/test_isolation.c)
   gnuplot-nox # eval/run's PNG plots (eval/plots; the eval tests draw them when present)
-  libonnx-dev # onnx.proto, compiled with protoc-c: ONNX export of nn models (client/)
+  libonnx-dev libonnx-testdata # onnx.proto (ONNX import and export, client/) and the conformance suite (test/onnx)
   python3-onnx python3-numpy # test_autodiff checks exported ONNX files (onnx_eval.py)
 )
 for group in "$@"; do
   case "$group" in
   bench) # bench/train_vs_torch trains the same models in PyTorch (/usr/bin/python3)
-    packages+=(python3-torch python3-numpy) ;;
+    packages+=(python3-torch python3-numpy python3-torchvision) ;;
   deploy) # test/deploy: the Slurm plugin and a real slurmctld/slurmd/munged,
     # containers (podman with runc; mmdebstrap makes the base image), the
     # systemd unit check, the Kubernetes manifests' models. Not
     # kubernetes-client: kubectl cannot validate offline anyway.
     packages+=(slurm-wlm munge libslurm-dev podman runc mmdebstrap systemd
       python3-kubernetes python3-yaml iproute2) ;;
+  onnx) # test/onnx's torch-models: PyTorch and torchvision models exported to ONNX
+    packages+=(python3-torch python3-torchvision python3-numpy) ;;
   *)
-    echo "install-deps.sh: unknown group '$group' (known: bench, deploy)" >&2
+    echo "install-deps.sh: unknown group '$group' (known: bench, deploy, onnx)" >&2
     exit 2 ;;
   esac
 done

@@ -127,6 +127,8 @@ int sl_cpu_op_check(const sl_op_call *call);
 
 /* Kernels outside ops.c, each for the op its name says; contracts as
  * sl_cpu_run_op. loss.c: */
+/* The ops along axes of any rank (axes.c, ops_axes.h): one entry for all. */
+int sl_cpu_axes_op(const sl_op_call *c);
 int sl_cpu_softmax(const sl_op_call *c);
 int sl_cpu_softmax_xent(const sl_op_call *c);
 int sl_cpu_softmax_xent_grad(const sl_op_call *c);

@@ -449,6 +449,15 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_ADAM_UPDATE] = k_adam_update,
     [SL_OP_RESHAPE] = k_reshape,
     [SL_OP_MATMUL_ACC] = k_matmul,
+    [SL_OP_EW_BINARY] = sl_cpu_axes_op,
+    [SL_OP_EW_UNARY] = sl_cpu_axes_op,
+    [SL_OP_TRANSPOSE] = sl_cpu_axes_op,
+    [SL_OP_SLICE] = sl_cpu_axes_op,
+    [SL_OP_CONCAT] = sl_cpu_axes_op,
+    [SL_OP_GATHER] = sl_cpu_axes_op,
+    [SL_OP_REDUCE_AXES] = sl_cpu_axes_op,
+    [SL_OP_LOG_SOFTMAX] = sl_cpu_axes_op,
+    [SL_OP_BATCH_MATMUL] = sl_cpu_axes_op,
 };
 
 static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
@@ -470,7 +479,7 @@ int sl_cpu_op_check(const sl_op_call *call)
     /* cblas takes int dimensions; oneDNN's kernels index with int; argmax
      * writes i32 column indices. */
     if ((call->op == SL_OP_MATMUL || call->op == SL_OP_MATMUL_ACC || call->op == SL_OP_ARGMAX ||
-         sl_cpu_op_uses_dnnl(call->op)) &&
+         call->op == SL_OP_BATCH_MATMUL || sl_cpu_op_uses_dnnl(call->op)) &&
         (!dims_fit_int(call->in, call->n_in) || !dims_fit_int(call->out, call->n_out)))
         return SL_EUNSUPPORTED;
     return SL_OK;

@@ -50,6 +50,7 @@ int sl_cuda_status(enum sl_cuda_lib lib, int status, const char *id, const char 
  * raised into the stream's flag word (see sl_cuda_exec.flag_dev). */
 #define SL_CUDA_FLAG_BAD_LABEL 1 /* softmax_xent(_grad): a label outside [0, C) */
 #define SL_CUDA_FLAG_BAD_STEP 2  /* adam_update: step count t < 1 or not finite */
+#define SL_CUDA_FLAG_BAD_INDEX 3 /* gather: an index outside [-dim, dim) */
 
 /* Initial size of a stream's workspace: room for every custom kernel's
  * scratch (reduction partials); cuDNN grows it on demand. */
@@ -227,6 +228,8 @@ int sl_cuda_run_conv(sl_cuda_exec *x, const sl_op_call *c);
 int sl_cuda_run_norm(sl_cuda_exec *x, const sl_op_call *c);
 /* batchnorm's training forward (ops_norm.cu), for sl_cuda_run_norm. */
 int sl_cuda_run_bn_train(sl_cuda_exec *x, const sl_op_call *c);
+/* The ops along axes of any rank but batch_matmul (ops_axes.cu). */
+int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c);
 
 /* SL_OK when the conv call's tensors fit cuDNN's int indexing, else
  * SL_EUNSUPPORTED. */

@@ -140,6 +140,9 @@ int sl_cuda_exec_take_flag(sl_cuda_exec *x)
     case SL_CUDA_FLAG_BAD_STEP:
         sl_log_err("cuda.badstep", "adam_update: step count t < 1 or not finite");
         break;
+    case SL_CUDA_FLAG_BAD_INDEX:
+        sl_log_err("cuda.badindex", "gather: an index outside [-dim, dim)");
+        break;
     default:
         sl_log_err("cuda.flag", "a kernel raised device error flag %d", flag);
         break;
@@ -305,6 +308,21 @@ static int run_matmul_acc(sl_cuda_exec *x, const sl_op_call *c)
                                  (int) b[1], c->in[0].data, (int) a[1], &beta, c->in[2].data, n));
 }
 
+/* batch_matmul: cuBLAS's strided batched GEMM, row-major as column-major
+ * (y^T = b^T a^T); a batch of 1 broadcasts with stride 0. sl_cuda_check
+ * made sure the dimensions fit in int. */
+static int run_batch_matmul(sl_cuda_exec *x, const sl_op_call *c)
+{
+    const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
+    int batch = (int) c->out[0].shape.dims[0], m = (int) a[1], k = (int) a[2], n = (int) b[2];
+    const float alpha = 1.0f, beta = 0.0f;
+    long long sa = a[0] == 1 ? 0 : (long long) m * k, sb = b[0] == 1 ? 0 : (long long) k * n;
+    return SL_CUBLAS("cuda.batch_gemm",
+                     cublasSgemmStridedBatched(x->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha,
+                                               c->in[1].data, n, sb, c->in[0].data, k, sa, &beta,
+                                               c->out[0].data, n, (long long) m * n, batch));
+}
+
 static family_fn family_of(unsigned op)
 {
     switch (op) {
@@ -361,6 +379,17 @@ static family_fn family_of(unsigned op)
     case SL_OP_BATCHNORM_INFER:
     case SL_OP_BATCHNORM_GRAD:
         return sl_cuda_run_norm;
+    case SL_OP_EW_BINARY:
+    case SL_OP_EW_UNARY:
+    case SL_OP_TRANSPOSE:
+    case SL_OP_SLICE:
+    case SL_OP_CONCAT:
+    case SL_OP_GATHER:
+    case SL_OP_REDUCE_AXES:
+    case SL_OP_LOG_SOFTMAX:
+        return sl_cuda_run_axes;
+    case SL_OP_BATCH_MATMUL:
+        return run_batch_matmul;
     default:
         return NULL;
     }
@@ -390,6 +419,12 @@ int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_BATCHNORM_GRAD: { /* cuDNN tensor descriptors take int sizes */
         const sl_shape *xs = &c->in[c->op == SL_OP_BATCHNORM_GRAD ? 1 : 0].shape;
         if (!x->dnn || sl_shape_elems(xs) > INT_MAX)
+            return SL_EUNSUPPORTED;
+        return SL_OK;
+    }
+    case SL_OP_BATCH_MATMUL: { /* cuBLAS takes int dimensions */
+        const int64_t *o = c->out[0].shape.dims, *a = c->in[0].shape.dims;
+        if (o[0] > INT_MAX || o[1] > INT_MAX || o[2] > INT_MAX || a[2] > INT_MAX)
             return SL_EUNSUPPORTED;
         return SL_OK;
     }

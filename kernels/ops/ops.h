@@ -68,6 +68,16 @@ enum sl_op_id {
     SL_OP_RELU_MASK,
     SL_OP_RELU_GRAD_MASK,
     SL_OP_MUL_SCALAR,
+    /* ops along axes of any rank (ops_axes.c), for imported ONNX graphs */
+    SL_OP_EW_BINARY,
+    SL_OP_EW_UNARY,
+    SL_OP_TRANSPOSE,
+    SL_OP_SLICE,
+    SL_OP_CONCAT,
+    SL_OP_GATHER,
+    SL_OP_REDUCE_AXES,
+    SL_OP_LOG_SOFTMAX,
+    SL_OP_BATCH_MATMUL,
     SL_OP_COUNT
 };
 
@@ -98,6 +108,7 @@ enum sl_op_group {
     SL_OP_GROUP_LOSS,
     SL_OP_GROUP_OPTIM,
     SL_OP_GROUP_SHAPE,
+    SL_OP_GROUP_AXES,
     SL_OP_GROUP_COUNT
 };
 

@@ -94,6 +94,16 @@ SL_OPS_FNS(batchnorm)
 SL_OPS_FNS(batchnorm_infer)
 SL_OPS_FNS(batchnorm_grad)
 SL_OPS_INFER(mul_scalar)
+/* ops_axes.c */
+SL_OPS_FNS(ew_binary)
+SL_OPS_FNS(ew_unary)
+SL_OPS_INFER(transpose)
+SL_OPS_INFER(slice)
+SL_OPS_INFER(concat)
+SL_OPS_COST(layout)
+SL_OPS_FNS(gather)
+SL_OPS_FNS(reduce_axes)
+SL_OPS_FNS(batch_matmul)
 #undef SL_OPS_FNS
 #undef SL_OPS_COST
 #undef SL_OPS_INFER

@@ -8,6 +8,7 @@
  * Text is Markdown. Inputs are in0, in1, ... and outputs out0, ... in the
  * order listed; attributes are iattrs[i] / fattrs[i] in the order listed.
  * dtypes are f32 unless said otherwise. */
+#include "ops_axes.h"
 #include "ops_impl.h"
 
 #define N_OF(type, ...) (sizeof((const type[]){__VA_ARGS__}) / sizeof(type))
@@ -44,6 +45,12 @@ static const sl_op_group_def groups[SL_OP_GROUP_COUNT] = {
                                                    "(shape `[]`)."},
     [SL_OP_GROUP_OPTIM] = {"Optimisers", "Optimisers update their parameter and state tensors "
                                          "in place and have no outputs."},
+    [SL_OP_GROUP_AXES] =
+        {"Broadcasting, layout and axes",
+         "Ops on tensors of any rank (up to 6) for graphs imported from ONNX. Broadcasting is "
+         "numpy's (ONNX multidirectional): shapes are aligned at the right, and each dim pair is "
+         "equal or one of them is 1. Axes are non-negative (the importer resolves ONNX's "
+         "negative ones). These ops have no gradient rules yet."},
     [SL_OP_GROUP_SHAPE] = {"Views", "A view gives a value a new shape over the same memory; "
                                     "salusd never launches it."},
 };
@@ -328,6 +335,78 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                                  "rate kept in a persistent tensor and set before each step.",
                           INS({"x", "any shape"}, {"s", "one element (`[1]` or `[]`)"}),
                           OUTS({"y", "`x`'s shape"})},
+    /* ---- broadcasting, layout and axes (ops_axes.c; kinds in ops_axes.h) ---- */
+    [SL_OP_EW_BINARY] =
+        {"ew_binary", .group = SL_OP_GROUP_AXES, .inplace = 0x3, NN(ew_binary),
+         .doc = "`y = a op b` element-wise with broadcasting; `op` by kind: 0 add, 1 sub, 2 mul, "
+                "3 div, 4 pow (`powf`), 5 max, 6 min (NaN propagates through max and min), 7 "
+                "prelu (`a >= 0 ? a : a * b`).",
+         INS({"a", "any shape"}, {"b", "a shape that broadcasts with `a`'s"}),
+         OUTS({"y", "the broadcast shape"}), IATTRS(REQ("kind", "the operation, 0 to 7"))},
+    [SL_OP_EW_UNARY] =
+        {"ew_unary", .group = SL_OP_GROUP_AXES, .inplace = 0x1, NN(ew_unary),
+         .doc =
+             "`y = f(x)` element-wise; `f` by kind: 0 sqrt, 1 erf, 2 exp, 3 log, 4 neg, 5 abs, "
+             "6 reciprocal, 7 clip `min(max(x, alpha), beta)`, 8 leaky relu (`x >= 0 ? x : "
+             "alpha * x`), 9 floor, 10 ceil, 11 hard sigmoid `max(0, min(1, alpha * x + "
+             "beta))`, 12 elu (`x >= 0 ? x : alpha * (exp(x) - 1)`), 13 selu (`beta * (x > 0 "
+             "? x : alpha * (exp(x) - 1))`), 14 softplus `log(1 + exp(x))`, 15 softsign `x / "
+             "(1 + |x|)`, 16 sin, 17 cos, 18 sign, "
+             "19 tan, 20 sinh, 21 cosh, 22 asin, 23 acos, 24 atan, 25 asinh, 26 acosh, 27 atanh, "
+             "28 round half to even, 29 thresholded relu `x > alpha ? x : 0`, 30 hard swish `x * "
+             "max(0, min(1, x / 6 + 0.5))`, 31 celu `max(0, x) + min(0, alpha * (exp(x / alpha) - "
+             "1))`, 32 shrink `x < -alpha ? x + beta : x > alpha ? x - beta : 0`.",
+         INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"}),
+         IATTRS(REQ("kind", "the function, 0 to 32")),
+         FATTRS(OPT("alpha", "first parameter (clip: the minimum, may be -inf); not NaN", "0"),
+                OPT("beta",
+                    "second parameter (clip: the maximum, at least alpha, may be inf); "
+                    "not NaN",
+                    "0"))},
+    [SL_OP_TRANSPOSE] =
+        {"transpose", .group = SL_OP_GROUP_AXES, FNS(transpose, layout),
+         .doc = "`y` is `x` with its axes permuted: `y.dims[d] = x.dims[perm[d]]`. Any dtype.",
+         INS({"x", "any shape, rank r"}), OUTS({"y", "the permuted shape, `x`'s dtype"}),
+         IATTRS(OPT("perm0", "`perm[0]`; `perm[0..r)` is a permutation of `0..r-1`", "0"),
+                OPT("perm1", "`perm[1]`", "0"), OPT("perm2", "`perm[2]`", "0"),
+                OPT("perm3", "`perm[3]`", "0"), OPT("perm4", "`perm[4]`", "0"),
+                OPT("perm5", "`perm[5]`", "0"))},
+    [SL_OP_SLICE] =
+        {"slice", .group = SL_OP_GROUP_AXES, FNS(slice, layout),
+         .doc = "Elements `start, start + step, ...` up to (excluding) `end` along one axis. "
+                "Any dtype. Bounds are not clamped: a positive step needs `0 <= start < end <= "
+                "dim`, a negative one `-1 <= end < start < dim`.",
+         INS({"x", "any shape"}), OUTS({"y", "`x`'s shape with the axis shortened"}),
+         IATTRS(REQ("axis", "in `[0, rank)`"), REQ("start", "first index"),
+                REQ("end", "one past the last index (in step's direction)"),
+                OPT("step", "nonzero", "1"))},
+    [SL_OP_CONCAT] = {"concat", .group = SL_OP_GROUP_AXES, FNS(concat, layout),
+                      .doc = "`a` and `b` joined along one axis. Any dtype (the same for both).",
+                      INS({"a", "any shape"},
+                          {"b", "`a`'s dtype, rank and dims except along the axis"}),
+                      OUTS({"y", "the joined shape"}), IATTRS(REQ("axis", "in `[0, rank)`"))},
+    [SL_OP_GATHER] =
+        {"gather", .group = SL_OP_GROUP_AXES, NN(gather),
+         .doc = "ONNX Gather: `y[i..., j..., k...] = x[i..., indices[j...], k...]` along one "
+                "axis. Any dtype. A negative index counts from the end; an index outside `[-dim, "
+                "dim)` fails the run (`INVALID_ARGUMENT`) and is never used as an address.",
+         INS({"x", "any shape"}, {"indices", "i32, any shape"}),
+         OUTS({"y", "`x.dims[:axis] + indices.dims + x.dims[axis+1:]` (rank at most 6)"}),
+         IATTRS(REQ("axis", "in `[0, rank)`"))},
+    [SL_OP_REDUCE_AXES] =
+        {"reduce_axes", .group = SL_OP_GROUP_AXES, NN(reduce_axes),
+         .doc = "A reduction over the axes of a bit mask, keeping them as dims of 1; by kind: 0 "
+                "sum, 1 mean, 2 max, 3 min. Sums accumulate in double on cpu.",
+         INS({"x", "any shape"}), OUTS({"y", "`x`'s shape with the reduced dims 1"}),
+         IATTRS(REQ("kind", "0 to 3"), REQ("axes", "bit d set: reduce axis d; nonzero"))},
+    [SL_OP_LOG_SOFTMAX] = {"log_softmax", .group = SL_OP_GROUP_AXES, FNS(softmax, softmax),
+                           .doc = "The logarithm of the softmax of each row.",
+                           INS({"x", "`[N,C]`"}), OUTS({"y", "`[N,C]`"})},
+    [SL_OP_BATCH_MATMUL] = {"batch_matmul", .group = SL_OP_GROUP_AXES, NN(batch_matmul),
+                            .doc =
+                                "`y[b] = a[b] b[b]` for each batch `b`; a batch of 1 broadcasts.",
+                            INS({"a", "`[B,M,K]` (B may be 1)"}, {"b", "`[B,K,N]` (B may be 1)"}),
+                            OUTS({"y", "`[B,M,N]`"})},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

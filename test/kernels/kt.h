@@ -44,7 +44,8 @@ void kt_run_op(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *sha
 /* Test groups; each returns the number of failed tests (cmocka). */
 int kt_run_exec_tests(const char *spec); /* every op on spec ("cpu", "cuda") */
 int kt_run_registry_tests(void);
-int kt_run_device_tests(void);  /* specs, memory, streams on cpu */
-int kt_run_cpu_ops_tests(void); /* what only the cpu kernels have: oneDNN cache, threads */
+int kt_run_device_tests(void);           /* specs, memory, streams on cpu */
+int kt_run_cpu_ops_tests(void);          /* what only the cpu kernels have: oneDNN cache, threads */
+int kt_run_axes_tests(const char *spec); /* the ops along axes (ops_axes.h) on spec */
 
 #endif

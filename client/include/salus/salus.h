@@ -546,6 +546,69 @@ int salus_trainer_set_lr(salus_trainer *t, float lr);
  * NULL is fine. */
 void salus_trainer_free(salus_trainer *t);
 
+/* ---- ONNX import ----------------------------------------------------------
+ * Loads an ONNX model (a protobuf file, e.g. from torch.onnx.export) as an
+ * inference graph of session s: every initialiser becomes a persistent
+ * tensor of s (uploaded once, when an op uses it), constants and shape
+ * arithmetic (Shape, Gather, Concat, Unsqueeze, ... as PyTorch's exporter
+ * emits around Reshape and Flatten) are folded at import, and every other
+ * node becomes salus ops (docs/ops.md; the README lists the ONNX ops and
+ * opsets read). The graph is registered with s before salus_onnx_load
+ * returns.
+ *
+ * What salus cannot compute exactly as ONNX defines it is refused, never
+ * approximated: SALUS_EUNSUPPORTED, with salus_last_error naming the node,
+ * its op and what is missing (an op, an attribute value, an opset outside
+ * 6 to 17, a data type other than float (int64/int32 inputs are fed as
+ * i32), a dynamic shape, an empty tensor). Other errors: SALUS_EINVAL (not
+ * a model, malformed: the file is untrusted input and every index and size
+ * in it is checked), SALUS_ENOMEM, and those of salus_tensor_create and
+ * salus_graph_register. Out-parameters are written only on success; on
+ * failure every tensor made for the model is freed again.
+ *
+ * Built only where libonnx-dev was found (meson -Donnx=auto|enabled|
+ * disabled); without it salus_onnx_load returns SALUS_EUNSUPPORTED. */
+typedef struct salus_onnx_model salus_onnx_model;
+
+typedef struct salus_onnx_options {
+    /* the size of a symbolic leading input dim (a batch exported as
+     * dynamic); 0: refuse symbolic dims */
+    int64_t batch;
+} salus_onnx_options;
+
+/* opts may be NULL (all zero). Reads at most 2 GiB from path. Blocks while
+ * it uploads tensors and registers the graph. */
+int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options *opts,
+                    salus_onnx_model **out);
+/* As salus_onnx_load from a model already in memory (len bytes, not kept). */
+int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
+                           const salus_onnx_options *opts, salus_onnx_model **out);
+/* Checks, without a server, whether salus_onnx_load would import the model
+ * in data: parsing, folding and the mapping of every node, with the same
+ * refusals. why (may be NULL) receives the reason of a refusal ("" on
+ * success). Returns what salus_onnx_load would, but never an error of the
+ * server's. Blocks only to compute. */
+int salus_onnx_check_buffer(const void *data, size_t len, const salus_onnx_options *opts, char *why,
+                            size_t why_len);
+/* Frees the model, its graph and its tensors in the session. NULL is fine. */
+void salus_onnx_free(salus_onnx_model *m);
+/* The graph inputs fed at each run (initialisers excluded) and the outputs,
+ * in the model's order. */
+unsigned salus_onnx_n_inputs(const salus_onnx_model *m);
+unsigned salus_onnx_n_outputs(const salus_onnx_model *m);
+/* Input or output i: its ONNX name (owned by m), salus dtype (SALUS_F32, or
+ * SALUS_I32 for an int64/int32 input), rank and dims (up to 6). Any
+ * out-pointer may be NULL. Errors: SALUS_EINVAL (i out of range). */
+int salus_onnx_input(const salus_onnx_model *m, unsigned i, const char **name, int *dtype,
+                     int *ndim, int64_t *dims);
+int salus_onnx_output(const salus_onnx_model *m, unsigned i, const char **name, int *dtype,
+                      int *ndim, int64_t *dims);
+/* The registered inference graph (owned by m). */
+const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
+/* One inference: inputs[i] holds input i (dense, row-major, its exact
+ * size), outputs[j] receives output j. As salus_run otherwise. */
+int salus_onnx_run(salus_onnx_model *m, const void *const *inputs, void *const *outputs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,276 @@
+/* bench/onnx_infer: batch-1 inference latency of torchvision's ResNet-18
+ * (random weights, the same in every process) exported to ONNX and served
+ * through salusd, against PyTorch running the same model in-process:
+ *   salus   salus_onnx_run through salusd over ipc:// (a separate process):
+ *           what a client sees, the input sent and the output fetched;
+ *   torch1  PyTorch (Debian's python3-torch) with torch.set_num_threads(1),
+ *   torch2  and with 2 threads, each in a process of its own, timing only
+ *           model(x) under torch.no_grad() (no transport at all).
+ * A round is salus, torch1, salus, torch2, each ITERS inferences; per-round
+ * medians, then the median over rounds, and the p99 over every inference.
+ * PyTorch's best is the thread count with the lower median. The outputs are
+ * compared once: max_abs_err against PyTorch's output for the same input.
+ * Every process runs with OMP_WAIT_POLICY=PASSIVE. Prints per-round
+ * figures, then
+ *   BENCH onnx_infer model=resnet18 salus_ms=... torch_ms=... torch_threads=...
+ *         max_abs_err=... rel_err=... salus_p99_ms=... torch_p99_ms=... ...
+ *
+ *   onnx_infer --salusd PATH --script bench/torch_infer.py [--python /usr/bin/python3]
+ *              [--rounds 5] [--iters 20] [--json FILE] */
+#include "bench_util.h"
+
+#include <salus/salus.h>
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define IN_ELEMS (3 * 224 * 224)
+#define OUT_ELEMS 1000
+
+typedef struct torch_proc {
+    int threads;
+    pid_t pid;
+    FILE *in, *out;
+} torch_proc;
+
+static int torch_start(torch_proc *t, const char *python, const char *script,
+                       const char *export_dir)
+{
+    int to_py[2], from_py[2];
+    if (pipe(to_py) || pipe(from_py))
+        return -1;
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", t->threads);
+    t->pid = fork();
+    if (t->pid < 0)
+        return -1;
+    if (t->pid == 0) {
+        dup2(to_py[0], 0);
+        dup2(from_py[1], 1);
+        close(to_py[0]);
+        close(to_py[1]);
+        close(from_py[0]);
+        close(from_py[1]);
+        execl(python, python, script, threads, export_dir, (char *) NULL);
+        perror(python);
+        _exit(127);
+    }
+    close(to_py[0]);
+    close(from_py[1]);
+    t->in = fdopen(to_py[1], "w");
+    t->out = fdopen(from_py[0], "r");
+    return t->in && t->out ? 0 : -1;
+}
+
+/* n timed inferences on the PyTorch side, in ms, into ms[0..n). */
+static int torch_run(torch_proc *t, int n, double *ms)
+{
+    static char line[1 << 16];
+    fprintf(t->in, "run %d\n", n);
+    fflush(t->in);
+    if (!fgets(line, sizeof line, t->out) || strncmp(line, "ms ", 3) != 0)
+        return -1;
+    char *p = line + 3;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        ms[i] = strtod(p, &end);
+        if (end == p)
+            return -1;
+        p = end;
+    }
+    return 0;
+}
+
+static float *read_floats(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    float *v = f ? malloc(n * sizeof *v) : NULL;
+    if (v && fread(v, sizeof *v, n, f) != n) {
+        free(v);
+        v = NULL;
+    }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    const char *salusd = NULL, *script = NULL, *python = "/usr/bin/python3", *json = NULL;
+    int rounds = 5, iters = 20;
+    static const struct option opts[] = {{"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'},
+                                         {"python", 1, NULL, 'p'}, {"rounds", 1, NULL, 'r'},
+                                         {"iters", 1, NULL, 'i'},  {"json", 1, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        switch (c) {
+        case 's':
+            salusd = optarg;
+            break;
+        case 'S':
+            script = optarg;
+            break;
+        case 'p':
+            python = optarg;
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
+        case 'i':
+            iters = atoi(optarg);
+            break;
+        case 'j':
+            json = optarg;
+            break;
+        default:
+            return 2;
+        }
+    }
+    if (!salusd || !script || rounds < 1 || iters < 1 || iters > 2000) {
+        fprintf(stderr, "usage: onnx_infer --salusd PATH --script torch_infer.py [--python PY] "
+                        "[--rounds N] [--iters N] [--json FILE]\n");
+        return 2;
+    }
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+
+    /* children first: NNG must not be initialised in a process that forks */
+    char dir[] = "/tmp/salus-onnx-infer-XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    char url[128], path[256];
+    snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
+    pid_t spid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", "1G",
+                                              "--log-level", "warn", NULL});
+    torch_proc torch[2] = {{.threads = 1}, {.threads = 2}};
+    char line[256];
+    for (int t = 0; t < 2; t++) {
+        if (torch_start(&torch[t], python, script, t == 0 ? dir : NULL) ||
+            !fgets(line, sizeof line, torch[t].out) || strncmp(line, "ready", 5) != 0) {
+            fprintf(stderr, "onnx_infer: the PyTorch side did not start (python3-torch, "
+                            "python3-torchvision?)\n");
+            bench_stop(spid);
+            return 1;
+        }
+    }
+    salus_client *c = NULL;
+    for (int i = 0; i < 500 && salus_connect(url, &c) != SALUS_OK; i++)
+        usleep(10000);
+    salus_session *s;
+    salus_session_opts so = {0};
+    salus_onnx_model *m;
+    snprintf(path, sizeof path, "%s/resnet18.onnx", dir);
+    if (!c || salus_session_open(c, &so, &s) != SALUS_OK ||
+        salus_onnx_load(s, path, NULL, &m) != SALUS_OK) {
+        fprintf(stderr, "onnx_infer: %s\n", c ? salus_last_error(c) : "cannot connect");
+        bench_stop(spid);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/resnet18.in", dir);
+    float *x = read_floats(path, IN_ELEMS);
+    snprintf(path, sizeof path, "%s/resnet18.out", dir);
+    float *want = read_floats(path, OUT_ELEMS);
+    float *y = calloc(OUT_ELEMS, sizeof *y);
+    if (!x || !want || !y)
+        return 1;
+
+    /* correctness first: the same weights and input as PyTorch's */
+    if (salus_onnx_run(m, (const void *[]){x}, (void *[]){y}) != SALUS_OK) {
+        fprintf(stderr, "onnx_infer: run: %s\n", salus_last_error(c));
+        return 1;
+    }
+    double max_err = 0, max_ref = 0;
+    for (int i = 0; i < OUT_ELEMS; i++) {
+        max_err = fmax(max_err, fabs((double) y[i] - want[i]));
+        max_ref = fmax(max_ref, fabs((double) want[i]));
+    }
+
+    double load0[3] = {-1, -1, -1}, load1[3] = {-1, -1, -1};
+    (void) getloadavg(load0, 3);
+    size_t per = (size_t) iters;
+    double *all_salus = calloc(2 * (size_t) rounds * per, sizeof(double));
+    double *all_torch[2] = {calloc((size_t) rounds * per, sizeof(double)),
+                            calloc((size_t) rounds * per, sizeof(double))};
+    double *med_salus = calloc(2 * (size_t) rounds, sizeof(double));
+    double *med_torch[2] = {calloc((size_t) rounds, sizeof(double)),
+                            calloc((size_t) rounds, sizeof(double))};
+    size_t n_salus = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int t = 0; t < 2; t++) {
+            double *ms = all_salus + n_salus;
+            for (int i = 0; i < iters; i++) {
+                uint64_t t0 = bench_now_ns();
+                if (salus_onnx_run(m, (const void *[]){x}, (void *[]){y}) != SALUS_OK) {
+                    fprintf(stderr, "onnx_infer: run: %s\n", salus_last_error(c));
+                    return 1;
+                }
+                ms[i] = (double) (bench_now_ns() - t0) / 1e6;
+            }
+            med_salus[2 * r + t] = bench_median(ms, per);
+            n_salus += per;
+            double *tm = all_torch[t] + (size_t) r * per;
+            if (torch_run(&torch[t], iters, tm)) {
+                fprintf(stderr, "onnx_infer: the PyTorch side failed\n");
+                return 1;
+            }
+            med_torch[t][r] = bench_median(tm, per);
+            printf("round %d: salus %.2f ms  torch%d %.2f ms\n", r, med_salus[2 * r + t], t + 1,
+                   med_torch[t][r]);
+            fflush(stdout);
+        }
+    }
+    (void) getloadavg(load1, 3);
+    double salus_ms = bench_median(med_salus, 2 * (size_t) rounds);
+    double torch_ms[2] = {bench_median(med_torch[0], (size_t) rounds),
+                          bench_median(med_torch[1], (size_t) rounds)};
+    int best = torch_ms[1] < torch_ms[0] ? 1 : 0;
+    double salus_p99 = bench_percentile(all_salus, n_salus, 99);
+    double torch_p99 = bench_percentile(all_torch[best], (size_t) rounds * per, 99);
+    double rel = max_ref > 0 ? max_err / max_ref : max_err;
+
+    for (int t = 0; t < 2; t++) {
+        fprintf(torch[t].in, "quit\n");
+        fclose(torch[t].in);
+        fclose(torch[t].out);
+        (void) waitpid(torch[t].pid, NULL, 0);
+    }
+    salus_onnx_free(m);
+    (void) salus_session_close(s);
+    salus_disconnect(c);
+    bench_stop(spid);
+    static const char *const files[] = {"resnet18.onnx", "resnet18.in", "resnet18.out",
+                                        "salus.sock"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        (void) unlink(path);
+    }
+    (void) rmdir(dir);
+
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (f) {
+            fprintf(f,
+                    "{\"model\": \"resnet18\", \"salus_ms\": %.4f, \"torch1_ms\": %.4f, "
+                    "\"torch2_ms\": %.4f, \"torch_threads\": %d, \"salus_p99_ms\": %.4f, "
+                    "\"torch_p99_ms\": %.4f, \"max_abs_err\": %.3g, \"rel_err\": %.3g, "
+                    "\"rounds\": %d, \"iters\": %d, \"load_before\": %.2f, \"load_after\": "
+                    "%.2f}\n",
+                    salus_ms, torch_ms[0], torch_ms[1], best + 1, salus_p99, torch_p99, max_err,
+                    rel, rounds, iters, load0[0], load1[0]);
+            fclose(f);
+        }
+    }
+    printf("load average %.2f before, %.2f after (other users of the machine move every figure)\n",
+           load0[0], load1[0]);
+    printf("BENCH onnx_infer model=resnet18 salus_ms=%.3f torch_ms=%.3f torch_threads=%d "
+           "torch1_ms=%.3f torch2_ms=%.3f ratio=%.3f salus_p99_ms=%.3f torch_p99_ms=%.3f "
+           "max_abs_err=%.3g rel_err=%.3g\n",
+           salus_ms, torch_ms[best], best + 1, torch_ms[0], torch_ms[1], salus_ms / torch_ms[best],
+           salus_p99, torch_p99, max_err, rel);
+    free(x), free(want), free(y), free(all_salus), free(all_torch[0]), free(all_torch[1]);
+    free(med_salus), free(med_torch[0]), free(med_torch[1]);
+    return 0;
+}

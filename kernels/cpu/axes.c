@@ -1,0 +1,418 @@
+/* cpu kernels of the ops along axes of any rank (ops_axes.h): broadcasting
+ * element-wise math, transpose, slice, concat, gather, reductions over axes,
+ * log_softmax and batch_matmul. Shapes were validated by the registry.
+ * Walks over a shape keep a counter per dim and step the innermost dim in a
+ * plain loop, so the broadcast and permuted cases cost one add per element
+ * rather than a division per dim. Reductions accumulate in double. */
+#include "cpu.h"
+
+#include "ops_axes.h"
+#include "sl_error.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Strides (in elements) of a dense shape. */
+static void dense_strides(const sl_shape *s, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= s->dims[d];
+    }
+}
+
+/* in's strides seen from out's dims under broadcasting: 0 along the dims
+ * in has as 1 (or lacks). */
+static void bcast_strides(const sl_shape *in, const sl_shape *out, int64_t *st)
+{
+    int64_t dense[SL_MAX_DIMS];
+    dense_strides(in, dense);
+    unsigned off = out->ndim - in->ndim;
+    for (unsigned d = 0; d < out->ndim; d++)
+        st[d] = d < off || in->dims[d - off] == 1 ? 0 : dense[d - off];
+}
+
+static inline float binary(int kind, float a, float b)
+{
+    switch (kind) {
+    case SL_EW_ADD:
+        return a + b;
+    case SL_EW_SUB:
+        return a - b;
+    case SL_EW_MUL:
+        return a * b;
+    case SL_EW_DIV:
+        return a / b;
+    case SL_EW_POW:
+        return powf(a, b);
+    case SL_EW_MAX:
+        return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+    case SL_EW_MIN:
+        return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    default: /* prelu */
+        return a >= 0.0f ? a : a * b;
+    }
+}
+
+/* One innermost row of ew_binary, the kind's loop hoisted out of the
+ * element loop so the common cases vectorise. No restrict: y may be a or b
+ * (in-place execution), each element read before it is written. */
+static void binary_row(int kind, float *y, const float *a, int64_t sa, const float *b, int64_t sb,
+                       int64_t n)
+{
+    if (kind == SL_EW_ADD && sa == 1 && sb == 1) {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] + b[i];
+    } else if (kind == SL_EW_MUL && sa == 1 && sb == 1) {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] * b[i];
+    } else if (kind == SL_EW_ADD && sa == 1 && sb == 0) {
+        float v = b[0];
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] + v;
+    } else if (kind == SL_EW_MUL && sa == 1 && sb == 0) {
+        float v = b[0];
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] * v;
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = binary(kind, a[i * sa], b[i * sb]);
+    }
+}
+
+static int k_ew_binary(const sl_op_call *c)
+{
+    const sl_shape *os = &c->out[0].shape;
+    int kind = (int) c->attrs.i[0];
+    const float *a = c->in[0].data, *b = c->in[1].data;
+    float *y = c->out[0].data;
+    if (os->ndim == 0) {
+        y[0] = binary(kind, a[0], b[0]);
+        return SL_OK;
+    }
+    int64_t sa[SL_MAX_DIMS], sb[SL_MAX_DIMS], idx[SL_MAX_DIMS] = {0};
+    bcast_strides(&c->in[0].shape, os, sa);
+    bcast_strides(&c->in[1].shape, os, sb);
+    unsigned last = os->ndim - 1;
+    int64_t inner = os->dims[last];
+    uint64_t rows = sl_shape_elems(os) / (uint64_t) inner;
+    int64_t oa = 0, ob = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        binary_row(kind, y + r * (uint64_t) inner, a + oa, sa[last], b + ob, sb[last], inner);
+        for (int d = (int) last - 1; d >= 0; d--) {
+            oa += sa[d];
+            ob += sb[d];
+            if (++idx[d] < os->dims[d])
+                break;
+            oa -= sa[d] * os->dims[d];
+            ob -= sb[d] * os->dims[d];
+            idx[d] = 0;
+        }
+    }
+    return SL_OK;
+}
+
+static inline float unary(int kind, float x, float p, float q)
+{
+    switch (kind) {
+    case SL_EW_SQRT:
+        return sqrtf(x);
+    case SL_EW_ERF:
+        return erff(x);
+    case SL_EW_EXP:
+        return expf(x);
+    case SL_EW_LOG:
+        return logf(x);
+    case SL_EW_NEG:
+        return -x;
+    case SL_EW_ABS:
+        return fabsf(x);
+    case SL_EW_RECIPROCAL:
+        return 1.0f / x;
+    case SL_EW_CLIP:
+        return x < p ? p : x > q ? q : x;
+    case SL_EW_LEAKY_RELU:
+        return x >= 0.0f ? x : p * x;
+    case SL_EW_FLOOR:
+        return floorf(x);
+    case SL_EW_CEIL:
+        return ceilf(x);
+    case SL_EW_HARD_SIGMOID: {
+        float v = p * x + q;
+        return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+    }
+    case SL_EW_ELU:
+        return x >= 0.0f ? x : p * expm1f(x);
+    case SL_EW_SELU:
+        return q * (x > 0.0f ? x : p * expm1f(x));
+    case SL_EW_SOFTPLUS:
+        return x > 20.0f ? x : log1pf(expf(x));
+    case SL_EW_SOFTSIGN:
+        return x / (1.0f + fabsf(x));
+    case SL_EW_SIN:
+        return sinf(x);
+    case SL_EW_COS:
+        return cosf(x);
+    case SL_EW_SIGN:
+        return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
+    case SL_EW_TAN:
+        return tanf(x);
+    case SL_EW_SINH:
+        return sinhf(x);
+    case SL_EW_COSH:
+        return coshf(x);
+    case SL_EW_ASIN:
+        return asinf(x);
+    case SL_EW_ACOS:
+        return acosf(x);
+    case SL_EW_ATAN:
+        return atanf(x);
+    case SL_EW_ASINH:
+        return asinhf(x);
+    case SL_EW_ACOSH:
+        return acoshf(x);
+    case SL_EW_ATANH:
+        return atanhf(x);
+    case SL_EW_ROUND:
+        return rintf(x);
+    case SL_EW_THRESHOLDED_RELU:
+        return x > p ? x : 0.0f;
+    case SL_EW_HARD_SWISH:
+        return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    case SL_EW_CELU:
+        return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
+    default: /* shrink */
+        return x < -p ? x + q : x > p ? x - q : 0.0f;
+    }
+}
+
+static int k_ew_unary(const sl_op_call *c)
+{
+    const float *x = c->in[0].data;
+    float *y = c->out[0].data, p = c->attrs.f[0], q = c->attrs.f[1];
+    int kind = (int) c->attrs.i[0];
+    uint64_t n = sl_shape_elems(&c->out[0].shape);
+    if (kind == SL_EW_CLIP) {
+        for (uint64_t i = 0; i < n; i++)
+            y[i] = x[i] < p ? p : x[i] > q ? q : x[i];
+        return SL_OK;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = unary(kind, x[i], p, q);
+    return SL_OK;
+}
+
+/* Any dtype of 4 bytes: copies move uint32 words. */
+static int k_transpose(const sl_op_call *c)
+{
+    const sl_shape *is = &c->in[0].shape, *os = &c->out[0].shape;
+    const uint32_t *x = c->in[0].data;
+    uint32_t *y = c->out[0].data;
+    if (os->ndim == 0) {
+        y[0] = x[0];
+        return SL_OK;
+    }
+    int64_t in_st[SL_MAX_DIMS], st[SL_MAX_DIMS], idx[SL_MAX_DIMS] = {0};
+    dense_strides(is, in_st);
+    for (unsigned d = 0; d < os->ndim; d++)
+        st[d] = in_st[c->attrs.i[d]];
+    unsigned last = os->ndim - 1;
+    int64_t inner = os->dims[last], s_last = st[last], off = 0;
+    uint64_t rows = sl_shape_elems(os) / (uint64_t) inner;
+    for (uint64_t r = 0; r < rows; r++) {
+        uint32_t *row = y + r * (uint64_t) inner;
+        for (int64_t i = 0; i < inner; i++)
+            row[i] = x[off + i * s_last];
+        for (int d = (int) last - 1; d >= 0; d--) {
+            off += st[d];
+            if (++idx[d] < os->dims[d])
+                break;
+            off -= st[d] * os->dims[d];
+            idx[d] = 0;
+        }
+    }
+    return SL_OK;
+}
+
+/* Elements before and after axis `axis` of s. */
+static void split_at(const sl_shape *s, unsigned axis, uint64_t *outer, uint64_t *inner)
+{
+    *outer = 1;
+    *inner = 1;
+    for (unsigned d = 0; d < axis; d++)
+        *outer *= (uint64_t) s->dims[d];
+    for (unsigned d = axis + 1; d < s->ndim; d++)
+        *inner *= (uint64_t) s->dims[d];
+}
+
+static int k_slice(const sl_op_call *c)
+{
+    unsigned axis = (unsigned) c->attrs.i[0];
+    int64_t start = c->attrs.i[1], step = sl_slice_step(&c->attrs);
+    int64_t dim = c->in[0].shape.dims[axis], count = c->out[0].shape.dims[axis];
+    uint64_t outer, inner;
+    split_at(&c->in[0].shape, axis, &outer, &inner);
+    const uint32_t *x = c->in[0].data;
+    uint32_t *y = c->out[0].data;
+    for (uint64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < count; k++)
+            memcpy(y + (o * (uint64_t) count + (uint64_t) k) * inner,
+                   x + (o * (uint64_t) dim + (uint64_t) (start + k * step)) * inner, inner * 4);
+    return SL_OK;
+}
+
+static int k_concat(const sl_op_call *c)
+{
+    unsigned axis = (unsigned) c->attrs.i[0];
+    uint64_t outer, inner;
+    split_at(&c->out[0].shape, axis, &outer, &inner);
+    uint64_t na = (uint64_t) c->in[0].shape.dims[axis] * inner;
+    uint64_t nb = (uint64_t) c->in[1].shape.dims[axis] * inner;
+    const uint32_t *a = c->in[0].data, *b = c->in[1].data;
+    uint32_t *y = c->out[0].data;
+    for (uint64_t o = 0; o < outer; o++) {
+        memcpy(y + o * (na + nb), a + o * na, na * 4);
+        memcpy(y + o * (na + nb) + na, b + o * nb, nb * 4);
+    }
+    return SL_OK;
+}
+
+static int k_gather(const sl_op_call *c)
+{
+    unsigned axis = (unsigned) c->attrs.i[0];
+    int64_t dim = c->in[0].shape.dims[axis];
+    uint64_t outer, inner, n_idx = sl_shape_elems(&c->in[1].shape);
+    split_at(&c->in[0].shape, axis, &outer, &inner);
+    const uint32_t *x = c->in[0].data;
+    const int32_t *idx = c->in[1].data;
+    uint32_t *y = c->out[0].data;
+    for (uint64_t j = 0; j < n_idx; j++)
+        if (idx[j] < -dim || idx[j] >= dim)
+            return SL_EINVAL;
+    for (uint64_t o = 0; o < outer; o++)
+        for (uint64_t j = 0; j < n_idx; j++) {
+            int64_t k = idx[j] < 0 ? idx[j] + dim : idx[j];
+            memcpy(y + (o * n_idx + j) * inner, x + (o * (uint64_t) dim + (uint64_t) k) * inner,
+                   inner * 4);
+        }
+    return SL_OK;
+}
+
+/* For each output element, a walk over the reduced axes of the input. */
+static int k_reduce_axes(const sl_op_call *c)
+{
+    const sl_shape *is = &c->in[0].shape, *os = &c->out[0].shape;
+    int kind = (int) c->attrs.i[0];
+    int64_t mask = c->attrs.i[1];
+    const float *x = c->in[0].data;
+    float *y = c->out[0].data;
+    int64_t st[SL_MAX_DIMS];
+    dense_strides(is, st);
+    /* the reduced axes, and the count of elements each output reduces */
+    unsigned red[SL_MAX_DIMS], n_red = 0;
+    uint64_t per_out = 1;
+    for (unsigned d = 0; d < is->ndim; d++)
+        if (mask & ((int64_t) 1 << d)) {
+            red[n_red++] = d;
+            per_out *= (uint64_t) is->dims[d];
+        }
+    uint64_t n_out = sl_shape_elems(os);
+    int64_t oidx[SL_MAX_DIMS] = {0};
+    for (uint64_t o = 0; o < n_out; o++) {
+        int64_t base = 0;
+        for (unsigned d = 0; d < os->ndim; d++)
+            base += oidx[d] * st[d];
+        double acc = kind == SL_REDUCE_MAX ? -INFINITY : kind == SL_REDUCE_MIN ? INFINITY : 0.0;
+        bool nan = false;
+        int64_t ridx[SL_MAX_DIMS] = {0}, off = 0;
+        for (uint64_t k = 0; k < per_out; k++) {
+            double v = x[base + off];
+            if (kind == SL_REDUCE_MAX)
+                acc = v > acc ? v : acc;
+            else if (kind == SL_REDUCE_MIN)
+                acc = v < acc ? v : acc;
+            else
+                acc += v;
+            nan |= isnan(v);
+            for (int r = (int) n_red - 1; r >= 0; r--) {
+                unsigned d = red[r];
+                off += st[d];
+                if (++ridx[r] < is->dims[d])
+                    break;
+                off -= st[d] * is->dims[d];
+                ridx[r] = 0;
+            }
+        }
+        if (kind == SL_REDUCE_MEAN)
+            acc /= (double) per_out;
+        y[o] = nan ? NAN : (float) acc;
+        for (int d = (int) os->ndim - 1; d >= 0; d--) {
+            if (++oidx[d] < os->dims[d])
+                break;
+            oidx[d] = 0;
+        }
+    }
+    return SL_OK;
+}
+
+static int k_log_softmax(const sl_op_call *c)
+{
+    int64_t rows = c->in[0].shape.dims[0], cols = c->in[0].shape.dims[1];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = (const float *) c->in[0].data + r * cols;
+        float *y = (float *) c->out[0].data + r * cols;
+        float mx = x[0];
+        for (int64_t j = 1; j < cols; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        double sum = 0.0;
+        for (int64_t j = 0; j < cols; j++)
+            sum += exp((double) x[j] - mx);
+        double lse = mx + log(sum);
+        for (int64_t j = 0; j < cols; j++)
+            y[j] = (float) ((double) x[j] - lse);
+    }
+    return SL_OK;
+}
+
+static int k_batch_matmul(const sl_op_call *c)
+{
+    const int64_t *ad = c->in[0].shape.dims, *bd = c->in[1].shape.dims;
+    int64_t batch = c->out[0].shape.dims[0];
+    int m = (int) ad[1], k = (int) ad[2], n = (int) bd[2];
+    uint64_t sa = ad[0] == 1 ? 0 : (uint64_t) m * (uint64_t) k;
+    uint64_t sb = bd[0] == 1 ? 0 : (uint64_t) k * (uint64_t) n;
+    const float *a = c->in[0].data, *b = c->in[1].data;
+    float *y = c->out[0].data;
+    for (int64_t i = 0; i < batch; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a + (uint64_t) i * sa,
+                    k, b + (uint64_t) i * sb, n, 0.0f, y + (uint64_t) i * (uint64_t) m * n, n);
+    return SL_OK;
+}
+
+int sl_cpu_axes_op(const sl_op_call *c)
+{
+    switch (c->op) {
+    case SL_OP_EW_BINARY:
+        return k_ew_binary(c);
+    case SL_OP_EW_UNARY:
+        return k_ew_unary(c);
+    case SL_OP_TRANSPOSE:
+        return k_transpose(c);
+    case SL_OP_SLICE:
+        return k_slice(c);
+    case SL_OP_CONCAT:
+        return k_concat(c);
+    case SL_OP_GATHER:
+        return k_gather(c);
+    case SL_OP_REDUCE_AXES:
+        return k_reduce_axes(c);
+    case SL_OP_LOG_SOFTMAX:
+        return k_log_softmax(c);
+    case SL_OP_BATCH_MATMUL:
+        return k_batch_matmul(c);
+    default:
+        return SL_EUNSUPPORTED;
+    }
+}

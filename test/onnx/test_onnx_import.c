@@ -1,0 +1,532 @@
+/* The ONNX importer through a real salusd, on models built here with the
+ * protobuf-c structs of onnx.proto: shape arithmetic folded as PyTorch's
+ * exporter emits it, the queries of inputs and outputs, and refusals that
+ * name the node, the op and what is missing, for unsupported content and
+ * for malformed (hostile) files. */
+#include "../integration/harness.h"
+#include "onnx.pb-c.h"
+#include "sl_test.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sl_test_server server;
+static salus_client *client;
+static salus_session *session;
+
+static int start(void **state)
+{
+    (void) state;
+    sl_test_server_start(&server, NULL);
+    client = sl_test_connect(&server);
+    salus_session_opts so = {0};
+    return salus_session_open(client, &so, &session) == SALUS_OK ? 0 : -1;
+}
+
+static int stop(void **state)
+{
+    (void) state;
+    (void) salus_session_close(session);
+    salus_disconnect(client);
+    return sl_test_server_stop(&server) == 0 ? 0 : -1;
+}
+
+/* ---- a small model builder over the generated structs (static storage,
+ * one model at a time) ---- */
+
+#define MAXN 16
+static Onnx__ModelProto model;
+static Onnx__GraphProto graph;
+static Onnx__OperatorSetIdProto opset, *opsets[1] = {&opset};
+static Onnx__NodeProto nodes[MAXN], *node_ptrs[MAXN];
+static Onnx__AttributeProto attrs[MAXN], *attr_ptrs[MAXN];
+static Onnx__TensorProto inits[MAXN], *init_ptrs[MAXN];
+static Onnx__ValueInfoProto vis[MAXN], *in_ptrs[MAXN], *out_ptrs[MAXN];
+static Onnx__TypeProto types[MAXN];
+static Onnx__TypeProto__Tensor ttypes[MAXN];
+static Onnx__TensorShapeProto shapes[MAXN];
+static Onnx__TensorShapeProto__Dimension dimv[MAXN][4], *dimp[MAXN][4];
+static unsigned n_vis, n_attrs;
+
+static void model_begin(int64_t version)
+{
+    onnx__model_proto__init(&model);
+    onnx__graph_proto__init(&graph);
+    onnx__operator_set_id_proto__init(&opset);
+    opset.has_version = true;
+    opset.version = version;
+    opset.domain = (char *) "";
+    model.n_opset_import = 1;
+    model.opset_import = opsets;
+    model.graph = &graph;
+    graph.node = node_ptrs;
+    graph.initializer = init_ptrs;
+    graph.input = in_ptrs;
+    graph.output = out_ptrs;
+    n_vis = n_attrs = 0;
+}
+
+/* A tensor value info: f32 with dims (a negative dim is symbolic). */
+static Onnx__ValueInfoProto *value_info(const char *name, int ndim, const int64_t *dims)
+{
+    unsigned k = n_vis++;
+    onnx__value_info_proto__init(&vis[k]);
+    onnx__type_proto__init(&types[k]);
+    onnx__type_proto__tensor__init(&ttypes[k]);
+    onnx__tensor_shape_proto__init(&shapes[k]);
+    vis[k].name = (char *) name;
+    vis[k].type = &types[k];
+    types[k].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    types[k].tensor_type = &ttypes[k];
+    ttypes[k].has_elem_type = true;
+    ttypes[k].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    ttypes[k].shape = &shapes[k];
+    shapes[k].n_dim = (size_t) ndim;
+    shapes[k].dim = dimp[k];
+    for (int d = 0; d < ndim; d++) {
+        onnx__tensor_shape_proto__dimension__init(&dimv[k][d]);
+        dimp[k][d] = &dimv[k][d];
+        if (dims[d] >= 0) {
+            dimv[k][d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            dimv[k][d].dim_value = dims[d];
+        } else {
+            dimv[k][d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            dimv[k][d].dim_param = (char *) "batch";
+        }
+    }
+    return &vis[k];
+}
+
+static void add_input(const char *name, int ndim, const int64_t *dims)
+{
+    graph.input[graph.n_input++] = value_info(name, ndim, dims);
+}
+
+static void add_output(const char *name)
+{
+    graph.output[graph.n_output++] = value_info(name, 0, NULL);
+}
+
+static Onnx__NodeProto *add_node(const char *op, const char *name, size_t n_in, char **in,
+                                 size_t n_out, char **out)
+{
+    Onnx__NodeProto *n = &nodes[graph.n_node];
+    onnx__node_proto__init(n);
+    n->op_type = (char *) op;
+    n->name = (char *) name;
+    n->n_input = n_in;
+    n->input = in;
+    n->n_output = n_out;
+    n->output = out;
+    graph.node[graph.n_node++] = n;
+    return n;
+}
+
+static void attr_ints(Onnx__NodeProto *n, const char *name, size_t count, int64_t *v)
+{
+    Onnx__AttributeProto *a = &attrs[n_attrs];
+    onnx__attribute_proto__init(a);
+    a->name = (char *) name;
+    a->has_type = true;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    a->n_ints = count;
+    a->ints = v;
+    attr_ptrs[n_attrs] = a;
+    n->attribute = &attr_ptrs[n_attrs - n->n_attribute];
+    n->n_attribute++;
+    n_attrs++;
+}
+
+/* An initialiser of int64 values (raw_data little-endian, as exporters
+ * write them). */
+static void add_init_i64(const char *name, size_t n, const int64_t *v)
+{
+    Onnx__TensorProto *t = &inits[graph.n_initializer];
+    onnx__tensor_proto__init(t);
+    t->name = (char *) name;
+    t->has_data_type = true;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    static int64_t dims[MAXN];
+    dims[graph.n_initializer] = (int64_t) n;
+    t->n_dims = 1;
+    t->dims = &dims[graph.n_initializer];
+    t->has_raw_data = true;
+    t->raw_data.len = n * 8;
+    t->raw_data.data = (uint8_t *) v;
+    graph.initializer[graph.n_initializer++] = t;
+}
+
+static int load(const salus_onnx_options *opts, salus_onnx_model **m)
+{
+    size_t len = onnx__model_proto__get_packed_size(&model);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&model, buf);
+    int rc = salus_onnx_load_buffer(session, buf, len, opts, m);
+    free(buf);
+    return rc;
+}
+
+/* ---- tests ---- */
+
+/* y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): PyTorch's
+ * x.reshape(x.shape[0], -1), folded to one reshape; then Relu. */
+static void folds_shape_arithmetic(void **state)
+{
+    (void) state;
+    model_begin(14);
+    add_input("x", 3, (int64_t[]){2, 3, 4});
+    static char *n0_in[] = {"x"}, *n0_out[] = {"s"};
+    static char *n1_in[] = {"s", "zero"}, *n1_out[] = {"b"};
+    static char *n2_in[] = {"b", "axes0"}, *n2_out[] = {"b1"};
+    static char *n3_in[] = {"b1", "minus1"}, *n3_out[] = {"shape"};
+    static char *n4_in[] = {"x", "shape"}, *n4_out[] = {"r"};
+    static char *n5_in[] = {"r"}, *n5_out[] = {"y"};
+    static int64_t zero = 0, axes0 = 0, minus1 = -1;
+    add_init_i64("axes0", 1, &axes0);
+    add_init_i64("minus1", 1, &minus1);
+    /* a scalar index: rank 0 */
+    add_init_i64("zero", 1, &zero);
+    inits[2].n_dims = 0;
+    add_node("Shape", "shape_of_x", 1, n0_in, 1, n0_out);
+    add_node("Gather", "batch", 2, n1_in, 1, n1_out);
+    add_node("Unsqueeze", "unsq", 2, n2_in, 1, n2_out);
+    Onnx__NodeProto *cat = add_node("Concat", "cat", 2, n3_in, 1, n3_out);
+    static int64_t axis0 = 0;
+    Onnx__AttributeProto *a = &attrs[n_attrs];
+    onnx__attribute_proto__init(a);
+    a->name = "axis", a->has_type = true, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = true, a->i = axis0;
+    attr_ptrs[n_attrs++] = a;
+    cat->n_attribute = 1, cat->attribute = &attr_ptrs[n_attrs - 1];
+    add_node("Reshape", "reshape", 2, n4_in, 1, n4_out);
+    add_node("Relu", "relu", 1, n5_in, 1, n5_out);
+    add_output("y");
+
+    salus_onnx_model *m;
+    assert_sl_ok(load(NULL, &m));
+    assert_int_equal(salus_onnx_n_inputs(m), 1);
+    assert_int_equal(salus_onnx_n_outputs(m), 1);
+    const char *name;
+    int dtype, ndim;
+    int64_t dims[6];
+    assert_sl_ok(salus_onnx_output(m, 0, &name, &dtype, &ndim, dims));
+    assert_string_equal(name, "y");
+    assert_int_equal(dtype, SALUS_F32);
+    assert_int_equal(ndim, 2);
+    assert_int_equal(dims[0], 2);
+    assert_int_equal(dims[1], 12);
+    assert_int_equal(salus_onnx_output(m, 1, &name, &dtype, &ndim, dims), SALUS_EINVAL);
+    float x[24], y[24];
+    for (int i = 0; i < 24; i++)
+        x[i] = (float) (i - 12);
+    assert_sl_ok(salus_onnx_run(m, (const void *[]){x}, (void *[]){y}));
+    for (int i = 0; i < 24; i++)
+        assert_float_equal(y[i], x[i] > 0 ? x[i] : 0, 0);
+    salus_onnx_free(m);
+}
+
+/* A refusal: the code, and a message that contains every word of want. */
+static void refused(int rc, int code, const char *const *want)
+{
+    if (rc != code)
+        fail_msg("got %s, expected %s: %s", salus_strerror(rc), salus_strerror(code),
+                 salus_last_error(client));
+    const char *msg = salus_last_error(client);
+    for (; *want; want++)
+        if (!strstr(msg, *want))
+            fail_msg("message '%s' does not say '%s'", msg, *want);
+}
+
+static void refuses_with_reasons(void **state)
+{
+    (void) state;
+    static char *in[] = {"x"}, *out[] = {"y"};
+    salus_onnx_model *m;
+
+    /* an op salus lacks: node and op named */
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    add_node("Hardmax", "the_node", 1, in, 1, out);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"the_node", "Hardmax", NULL});
+
+    /* an attribute the mapping does not implement */
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    Onnx__NodeProto *n = add_node("Transpose", "t", 1, in, 1, out);
+    static int64_t bogus[2] = {1, 0};
+    attr_ints(n, "bogus", 2, bogus);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"Transpose", "bogus", NULL});
+
+    /* an opset outside what salus reads */
+    model_begin(19);
+    add_input("x", 2, (int64_t[]){2, 3});
+    add_node("Relu", "r", 1, in, 1, out);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"opset 19", NULL});
+
+    /* a symbolic batch: refused, then taken from the options */
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){-1, 3});
+    add_node("Relu", "r", 1, in, 1, out);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"'x'", "dynamic", NULL});
+    salus_onnx_options opts = {.batch = 5};
+    assert_sl_ok(load(&opts, &m));
+    int ndim;
+    int64_t dims[6];
+    assert_sl_ok(salus_onnx_input(m, 0, NULL, NULL, &ndim, dims));
+    assert_int_equal(dims[0], 5);
+    salus_onnx_free(m);
+
+    /* ceil_mode with a partial window would be silently wrong as floor
+     * mode: refused */
+    model_begin(14);
+    add_input("x", 4, (int64_t[]){1, 1, 5, 5});
+    n = add_node("MaxPool", "pool", 1, in, 1, out);
+    static int64_t k2[2] = {2, 2}, s2[2] = {2, 2}, one = 1;
+    attr_ints(n, "kernel_shape", 2, k2);
+    attr_ints(n, "strides", 2, s2);
+    attr_ints(n, "ceil_mode", 1, &one);
+    attrs[n_attrs - 1].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    attrs[n_attrs - 1].has_i = true;
+    attrs[n_attrs - 1].i = 1;
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"pool", "ceil_mode", NULL});
+}
+
+static void refuses_malformed_files(void **state)
+{
+    (void) state;
+    salus_onnx_model *m;
+    static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x34};
+    assert_int_equal(salus_onnx_load_buffer(session, garbage, sizeof garbage, NULL, &m),
+                     SALUS_EINVAL);
+    assert_int_equal(salus_onnx_load(session, "/nonexistent/model.onnx", NULL, &m), SALUS_EINVAL);
+    assert_non_null(strstr(salus_last_error(client), "/nonexistent/model.onnx"));
+
+    /* raw data shorter than the dims say */
+    static char *in[] = {"x", "w"}, *out[] = {"y"};
+    model_begin(14);
+    add_input("x", 1, (int64_t[]){3});
+    static int64_t w[2] = {1, 2};
+    add_init_i64("w", 3, w); /* 3 elements, 16 bytes */
+    inits[0].raw_data.len = 16;
+    add_node("Add", "add", 2, in, 1, out);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EINVAL, (const char *[]){"'w'", "raw bytes", NULL});
+
+    /* truncated: every prefix of a valid model fails cleanly or loads */
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    static char *rin[] = {"x"}, *rout[] = {"y"};
+    add_node("Relu", "r", 1, rin, 1, rout);
+    add_output("y");
+    size_t len = onnx__model_proto__get_packed_size(&model);
+    uint8_t *buf = malloc(len);
+    onnx__model_proto__pack(&model, buf);
+    for (size_t cut = 0; cut < len; cut++) {
+        int rc = salus_onnx_load_buffer(session, buf, cut, NULL, &m);
+        if (rc == SALUS_OK)
+            salus_onnx_free(m);
+        else
+            assert_true(rc == SALUS_EINVAL || rc == SALUS_EUNSUPPORTED);
+    }
+    free(buf);
+
+    /* a constant index outside the data: refused while folding */
+    model_begin(14);
+    add_input("x", 1, (int64_t[]){3});
+    static int64_t data[3] = {4, 5, 6}, bad = 7;
+    add_init_i64("d", 3, data);
+    add_init_i64("i", 1, &bad);
+    static char *gin[] = {"d", "i"}, *gout[] = {"g"}, *ain[] = {"x", "g"}, *aout[] = {"y"};
+    add_node("Gather", "gather", 2, gin, 1, gout);
+    add_node("Add", "add", 2, ain, 1, aout);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EINVAL, (const char *[]){"gather", "out of range", NULL});
+}
+
+/* Gather with indices fed at run time beyond the data: the kernel's own
+ * check is what protects salusd: the run fails, the session lives on. */
+static void bad_runtime_index_fails_the_run(void **state)
+{
+    (void) state;
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){3, 2});
+    add_input("i", 1, (int64_t[]){2});
+    ttypes[n_vis - 1].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    static char *gin[] = {"x", "i"}, *gout[] = {"y"};
+    add_node("Gather", "g", 2, gin, 1, gout);
+    add_output("y");
+    salus_onnx_model *m;
+    assert_sl_ok(load(NULL, &m));
+    int dtype;
+    assert_sl_ok(salus_onnx_input(m, 1, NULL, &dtype, NULL, NULL));
+    assert_int_equal(dtype, SALUS_I32);
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[4];
+    int32_t good[2] = {2, -3}, bad[2] = {1, 3};
+    assert_sl_ok(salus_onnx_run(m, (const void *[]){x, good}, (void *[]){y}));
+    assert_float_equal(y[0], 5, 0);
+    assert_float_equal(y[3], 2, 0);
+    assert_int_equal(salus_onnx_run(m, (const void *[]){x, bad}, (void *[]){y}), SALUS_EINVAL);
+    assert_sl_ok(salus_onnx_run(m, (const void *[]){x, good}, (void *[]){y}));
+    salus_onnx_free(m);
+
+    /* constant indices beyond run-time data: refused at import */
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){3, 2});
+    static int64_t idx[2] = {1, 9};
+    add_init_i64("i", 2, idx);
+    add_node("Gather", "g2", 2, gin, 1, gout);
+    add_output("y");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"g2", "index 9", NULL});
+}
+
+/* salus_onnx_check_buffer: the same verdicts without a server. */
+static int check(char *why, size_t len)
+{
+    size_t n = onnx__model_proto__get_packed_size(&model);
+    uint8_t *buf = malloc(n);
+    assert_non_null(buf);
+    onnx__model_proto__pack(&model, buf);
+    int rc = salus_onnx_check_buffer(buf, n, NULL, why, len);
+    free(buf);
+    return rc;
+}
+
+static void checks_without_a_server(void **state)
+{
+    (void) state;
+    static char *in[] = {"x"}, *out[] = {"y"};
+    char why[256];
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    add_node("Hardmax", "hm", 1, in, 1, out);
+    add_output("y");
+    assert_int_equal(check(why, sizeof why), SALUS_EUNSUPPORTED);
+    assert_non_null(strstr(why, "hm"));
+    assert_non_null(strstr(why, "Hardmax"));
+
+    model_begin(14);
+    add_input("x", 2, (int64_t[]){2, 3});
+    static int64_t w[3] = {1, 2, 3};
+    add_init_i64("w", 3, w);
+    static char *ain[] = {"x", "w"};
+    add_node("Add", "add", 2, ain, 1, out);
+    add_output("y");
+    assert_int_equal(check(why, sizeof why), SALUS_OK);
+    assert_string_equal(why, "");
+    assert_int_equal(salus_onnx_check_buffer("junk", 4, NULL, why, sizeof why), SALUS_EINVAL);
+    assert_non_null(strstr(why, "not an ONNX model"));
+}
+
+/* Wraps buf[0..len) as field `field` (length-delimited) of a new message,
+ * in place; returns the new length. */
+static size_t wrap(uint8_t *buf, size_t len, unsigned field)
+{
+    uint8_t head[12];
+    size_t h = 0;
+    head[h++] = (uint8_t) (field << 3 | 2);
+    for (size_t v = len;; v >>= 7) {
+        head[h++] = (uint8_t) ((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80)
+            break;
+    }
+    memmove(buf + h, buf, len);
+    memcpy(buf, head, h);
+    return len + h;
+}
+
+/* Graphs nested in node attributes a thousand deep: protobuf-c would
+ * recurse once per level; refused before it decodes. */
+static void refuses_deep_nesting(void **state)
+{
+    (void) state;
+    static uint8_t buf[1 << 16];
+    size_t len = 0;
+    for (int level = 0; level < 1000; level++) {
+        len = wrap(buf, len, 6); /* AttributeProto.g */
+        len = wrap(buf, len, 5); /* NodeProto.attribute */
+        len = wrap(buf, len, 1); /* GraphProto.node */
+    }
+    len = wrap(buf, len, 7); /* ModelProto.graph */
+    salus_onnx_model *m;
+    refused(salus_onnx_load_buffer(session, buf, len, NULL, &m), SALUS_EUNSUPPORTED,
+            (const char *[]){"nested deeper", NULL});
+    char why[256];
+    assert_int_equal(salus_onnx_check_buffer(buf, len, NULL, why, sizeof why), SALUS_EUNSUPPORTED);
+    /* a length running past the end */
+    static const uint8_t bad[] = {0x3a, 0x7f, 0x0a};
+    assert_int_equal(salus_onnx_check_buffer(bad, sizeof bad, NULL, why, sizeof why), SALUS_EINVAL);
+    assert_non_null(strstr(why, "malformed"));
+}
+
+/* The server's persistent memory in use, as salusctl status words it. */
+static void persistent_now(char *out, size_t len)
+{
+    char *text;
+    assert_sl_ok(salus_status_text(client, &text));
+    const char *p = strstr(text, "persistent ");
+    assert_non_null(p);
+    const char *of = strstr(p, " of ");
+    assert_non_null(of);
+    snprintf(out, len, "%.*s", (int) (of - p), p); /* "persistent 1.8 KiB" */
+    salus_free(text);
+}
+
+/* A refusal after constants were uploaded (a Conv's weights, then an op
+ * salus lacks) frees them again: the server holds what it held before. */
+static void refusal_frees_uploaded_tensors(void **state)
+{
+    (void) state;
+    char before[128], after[128];
+    persistent_now(before, sizeof before);
+    model_begin(14);
+    add_input("x", 4, (int64_t[]){1, 3, 8, 8});
+    static int64_t wdims[4] = {16, 3, 3, 3};
+    static float w[16 * 3 * 3 * 3];
+    Onnx__TensorProto *t = &inits[graph.n_initializer];
+    onnx__tensor_proto__init(t);
+    t->name = "w", t->has_data_type = true, t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->n_dims = 4, t->dims = wdims;
+    t->has_raw_data = true, t->raw_data.len = sizeof w, t->raw_data.data = (uint8_t *) w;
+    graph.initializer[graph.n_initializer++] = t;
+    static char *cin[] = {"x", "w"}, *cout[] = {"c"}, *hin[] = {"c"}, *hout[] = {"y"};
+    add_node("Conv", "conv", 2, cin, 1, cout);
+    add_node("Hardmax", "hm", 1, hin, 1, hout);
+    add_output("y");
+    salus_onnx_model *m;
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"hm", "Hardmax", NULL});
+    persistent_now(after, sizeof after);
+    assert_string_equal(before, after);
+    /* the same model without the refused node holds the weights */
+    graph.n_node = 1;
+    graph.output[0] = value_info("c", 0, NULL);
+    char during[128];
+    assert_sl_ok(load(NULL, &m));
+    persistent_now(during, sizeof during);
+    assert_string_not_equal(before, during);
+    salus_onnx_free(m);
+    persistent_now(after, sizeof after);
+    assert_string_equal(before, after);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(folds_shape_arithmetic),
+        cmocka_unit_test(refuses_with_reasons),
+        cmocka_unit_test(refuses_malformed_files),
+        cmocka_unit_test(bad_runtime_index_fails_the_run),
+        cmocka_unit_test(checks_without_a_server),
+        cmocka_unit_test(refuses_deep_nesting),
+        cmocka_unit_test(refusal_frees_uploaded_tensors),
+    };
+    return cmocka_run_group_tests_name("onnx import", tests, start, stop);
+}
