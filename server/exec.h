@@ -17,6 +17,7 @@
 #include "graph.h"
 #include "lanes.h"
 #include "manager.h"
+#include "observe.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "sl_map.h"
@@ -61,8 +62,10 @@ typedef struct sl_exec_task {
     uint64_t start_ns;
     uint64_t ephemeral_base; /* arena offset of the iteration's block */
     uint32_t lane;
-    bool stepwise;      /* op by op, beside high-priority work */
-    sl_steps_task step; /* its progress op by op (sched/steps.h) */
+    bool stepwise;        /* op by op, beside high-priority work */
+    sl_steps_task step;   /* its progress op by op (sched/steps.h) */
+    uint64_t trace_op_ns; /* when its op in flight was issued (tracing) */
+    uint32_t trace_op_k;  /* and which op */
 } sl_exec_task;
 
 typedef struct sl_exec_hooks {
@@ -127,6 +130,7 @@ struct sl_exec {
     uint64_t timer_deadline; /* 0 = none */
     bool timer_running, timer_stop;
     sl_exec_stats stats; /* lanes_busy and the stepwise counters: sl_exec_get_stats */
+    sl_obs *obs;         /* histograms and trace (observe.h); NULL = none */
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control

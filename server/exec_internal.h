@@ -16,6 +16,9 @@ int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, u
                       uint32_t parts);
 /* The device callback that ends an iteration. */
 void sl_exec_iteration_done(void *arg, int status);
+/* Trace events of t's op in flight (op by op) and, when iteration, of the
+ * whole iteration ending at now. Lock held; tracing on. */
+void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool iteration);
 
 /* Job j's gap-filling class follows its priority and the policy. */
 void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving);

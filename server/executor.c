@@ -333,6 +333,35 @@ typedef struct kick_ctx {
     int rc; /* why the start failed */
 } kick_ctx;
 
+/* Trace events of an iteration starting: its wait, and a switch when the
+ * lane last ran another session. */
+static void trace_start(sl_exec *ex, sl_exec_task *t, uint64_t now)
+{
+    sl_obs *o = ex->obs;
+    uint64_t id = t->job->sched.id;
+    int prio = t->job->sched.priority;
+    sl_trace_event q = {.kind = SL_TRACE_QUEUED,
+                        .ts_ns = t->arrival_ns,
+                        .dur_ns = now > t->arrival_ns ? now - t->arrival_ns : 0,
+                        .lane = t->lane,
+                        .session = id,
+                        .priority = prio};
+    sl_obs_record(o, &q);
+    if (t->lane < SL_OBS_LANES) {
+        uint64_t last = o->lane_last[t->lane];
+        if (last && last != id) {
+            sl_trace_event sw = {.kind = SL_TRACE_SWITCH,
+                                 .ts_ns = now,
+                                 .lane = t->lane,
+                                 .session = id,
+                                 .arg = last,
+                                 .priority = prio};
+            sl_obs_record(o, &sw);
+        }
+        o->lane_last[t->lane] = id;
+    }
+}
+
 /* The start callback of the lane hand-off (sched/lanes.h): the pick goes
  * onto its lane's stream, in the stream class of its job. */
 static int start_on_lane(void *arg, sl_lanes_start *st)
@@ -364,6 +393,8 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
         c->box->run_here = l->stream;
     st->ready_ns = t->arrival_ns;
     st->launched_ns = sl_now_ns();
+    if (sl_obs_tracing(ex->obs))
+        trace_start(ex, t, st->launched_ns);
     if (rc != SL_OK)
         /* not even the completion callback could be queued: finish here */
         sl_log_err("exe.launch", "cannot submit an iteration of job %llu: %s",
@@ -434,6 +465,8 @@ void sl_exec_iteration_done(void *arg, int status)
     ex->stats.iterations++;
     if (t->stepwise)
         sl_steps_last_done(&ex->steps, &t->step);
+    if (sl_obs_tracing(ex->obs))
+        sl_exec_trace_done(ex, t, now, true);
     if (t->status == SL_OK)
         t->status = status;
     if (t->status == SL_OK) {
@@ -441,6 +474,10 @@ void sl_exec_iteration_done(void *arg, int status)
         *avg = *avg ? *avg - *avg / 8 + device_ns / 8 : device_ns;
         t->device_ns = device_ns;
         t->queue_ns = t->start_ns - t->item.enqueue_ns;
+        if (ex->obs) {
+            sl_obs_lane_busy(ex->obs, t->lane, device_ns);
+            sl_hist_observe(&ex->obs->iterations, now - t->arrival_ns);
+        }
     } else if (t->status == SL_EDEVICERESET) {
         ex->halted = true; /* the device is lost: start nothing more */
     }
@@ -464,6 +501,31 @@ void sl_exec_iteration_done(void *arg, int status)
      * its own lane */
     ex->hooks.done(ex->hooks.arg, t, t->status, lane_idle, &box);
     ex->hooks.unlock_send(ex->hooks.arg, &box);
+}
+
+void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool iteration)
+{
+    const sl_sched_job *j = &t->job->sched;
+    if (t->stepwise && t->trace_op_ns) {
+        sl_trace_event op = {.kind = SL_TRACE_OP,
+                             .ts_ns = t->trace_op_ns,
+                             .dur_ns = now - t->trace_op_ns,
+                             .lane = t->lane,
+                             .session = j->id,
+                             .arg = t->trace_op_k,
+                             .priority = j->priority};
+        sl_obs_record(ex->obs, &op);
+    }
+    if (iteration) {
+        sl_trace_event it = {.kind = SL_TRACE_ITERATION,
+                             .ts_ns = t->start_ns,
+                             .dur_ns = now - t->start_ns,
+                             .lane = t->lane,
+                             .session = j->id,
+                             .arg = t->stepwise,
+                             .priority = j->priority};
+        sl_obs_record(ex->obs, &it);
+    }
 }
 
 /* ---- the contract ------------------------------------------------------ */
