@@ -39,8 +39,13 @@ def free_port():
 class Salusd:
     """A salusd on an ipc:// socket of its own; stop() drains it."""
 
-    def __init__(self, *extra, metrics=False):
+    def __init__(self, *extra, metrics=False, shared=False):
+        """shared: other users may connect (the folder 0755, the socket
+        0666), to check what non-operators are refused."""
         self.dir = tempfile.mkdtemp(prefix="salus-obs-")
+        if shared:
+            os.chmod(self.dir, 0o755)
+            extra = extra + ("--ipc-mode", "0666")
         self.url = "ipc://%s/salus.sock" % self.dir
         self.metrics_port = free_port() if metrics else None
         args = [os.environ["SALUSD"], "--listen", self.url, "--memory-limit", "512M",

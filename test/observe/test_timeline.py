@@ -48,8 +48,11 @@ def main():
         print(p.stdout, p.stderr)
         assert p.returncode == 0, p.stderr
         assert "tracing 2 of 2 s" in p.stderr, p.stderr  # progress shown
+        # the jobs have done their part: end them (their sessions close)
         for j in jobs:
-            obs.Salusd.wait_done(j, timeout=300)
+            j.kill()
+            j.wait(timeout=30)
+        jobs = []
         with open(out) as f:
             trace = json.load(f)
         ev = trace["traceEvents"]
