@@ -4,6 +4,9 @@
 #   scripts/install-deps.sh          build, test, demo
 #   scripts/install-deps.sh bench    the same plus what the benchmarks need
 #                                    (PyTorch for bench/train_vs_torch)
+#   scripts/install-deps.sh observe  the same plus the observability tests'
+#                                    tools (test/observe: Prometheus and
+#                                    promtool, headless Chromium, groff)
 set -euo pipefail
 
 packages=(
@@ -18,8 +21,11 @@ for group in "$@"; do
   case "$group" in
   bench) # bench/train_vs_torch trains the same models in PyTorch (/usr/bin/python3)
     packages+=(python3-torch python3-numpy) ;;
+  observe) # test/observe: promtool and a real Prometheus scraping salusd, the
+    # timeline page in headless Chromium, the man pages through groff
+    packages+=(prometheus chromium groff-base) ;;
   *)
-    echo "install-deps.sh: unknown group '$group' (known: bench)" >&2
+    echo "install-deps.sh: unknown group '$group' (known: bench, observe)" >&2
     exit 2 ;;
   esac
 done
