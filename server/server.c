@@ -162,7 +162,10 @@ int sl_server_start(sl_server *srv)
     if ((rc = sl_exec_init(&srv->exec, &srv->cfg, srv->dev, srv->mem, capacity, &srv->lock, &eh)) !=
         SL_OK)
         return rc;
+    /* under the lock: the executor's timer thread runs already */
+    pthread_mutex_lock(&srv->lock);
     srv->exec.obs = &srv->obs;
+    pthread_mutex_unlock(&srv->lock);
     const sl_fault_hooks fh = {
         .arg = srv, .idle = fault_idle, .recovered = fault_recovered, .release = sl_gate_release};
     sl_fault_init(&srv->fault, &srv->cfg, &srv->exec, &srv->lock, &fh);
