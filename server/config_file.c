@@ -16,6 +16,9 @@ static const char *const repeatable[] = {"listen", "operator-listen", "user-limi
 /* Where each argument of the expanded argv came from (NULL: the command
  * line), and what was applied, in order. */
 static char **origins;
+/* the argv made, kept for the process (options point into it); volatile:
+ * only written, and the compiler would drop it and lose the block */
+static char **volatile expanded;
 static int n_origins;
 static const char *current_origin;
 static struct note {
@@ -188,6 +191,15 @@ static int read_file(const char *path, const struct option *opts, const char *co
         rc = 2;
     }
     fclose(f);
+    if (rc) {
+        for (int k = 0; k < n; k++) {
+            free(list[k].arg);
+            free(list[k].origin);
+        }
+        free(list);
+        list = NULL;
+        n = 0;
+    }
     *out = list;
     *n_out = n;
     return rc;
@@ -214,6 +226,7 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
         } else if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 == argc) {
                 fprintf(stderr, "salusd: --config needs a FILE\n");
+                free(rest);
                 return 2;
             }
             path = argv[++i];
@@ -225,12 +238,18 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
     }
     setting *file = NULL;
     int n_file = 0;
-    if (path && read_file(path, opts, skip, &file, &n_file) != 0)
+    if (path && read_file(path, opts, skip, &file, &n_file) != 0) {
+        free(rest);
         return 2;
+    }
     char **all = calloc((size_t) (n_file + n_rest + 2), sizeof *all);
     origins = calloc((size_t) (n_file + n_rest + 2), sizeof *origins);
-    if (!all || !origins)
-        return 2;
+    if (!all || !origins) {
+        fprintf(stderr, "salusd: out of memory\n");
+        free(all);
+        free(rest);
+        return 2; /* the file's strings go with the process */
+    }
     int n = 0;
     all[n++] = argv[0];
     for (int k = 0; k < n_file; k++) {
@@ -242,6 +261,9 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
     }
     for (int k = 0; k < n_rest; k++)
         all[n++] = rest[k];
+    free(rest);
+    free(file); /* its strings live on in all and origins */
+    expanded = all;
     n_origins = n;
     *out_argc = n;
     *out_argv = all;
