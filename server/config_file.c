@@ -254,8 +254,11 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
     all[n++] = argv[0];
     for (int k = 0; k < n_file; k++) {
         const struct option *o = &opts[file[k].index];
-        if (listed(repeatable, o->name) && on_command_line(n_rest, rest, o))
-            continue; /* the command line's replace the file's */
+        if (listed(repeatable, o->name) && on_command_line(n_rest, rest, o)) {
+            free(file[k].arg); /* the command line's replace the file's */
+            free(file[k].origin);
+            continue;
+        }
         origins[n] = file[k].origin;
         all[n++] = file[k].arg;
     }
