@@ -380,13 +380,18 @@ static void chrome(jbuf *b, const Salus__TraceReply *tr)
                  "\"priority\":%d}}",
                  e->lane, us(tr, e->ts_ns), (double) e->dur_ns / 1e3, sid, e->priority);
             break;
-        case 2:
+        case 2: {
+            const sl_op_def *def = sl_op_get((unsigned) (e->arg >> 32 & 0xffff));
+            bool gap = e->arg >> 48 & 1;
             jput(b,
-                 ",{\"ph\":\"X\",\"cat\":\"op,gap_fill\",\"name\":\"op %llu\",\"pid\":1,\"tid\":%u,"
-                 "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,\"priority\":%d}}",
-                 (unsigned long long) e->arg, e->lane, us(tr, e->ts_ns), (double) e->dur_ns / 1e3,
-                 sid, e->priority);
+                 ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":1,\"tid\":%u,"
+                 "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,\"priority\":%d,"
+                 "\"index\":%llu}}",
+                 gap ? "op,gap_fill" : "op", def ? def->name : "op", e->lane, us(tr, e->ts_ns),
+                 (double) e->dur_ns / 1e3, sid, e->priority,
+                 (unsigned long long) (e->arg & 0xffffffffu));
             break;
+        }
         case 3:
             jput(b,
                  ",{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"switch\",\"name\":\"switch\",\"pid\":1,"

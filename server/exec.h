@@ -66,6 +66,7 @@ typedef struct sl_exec_task {
     sl_steps_task step;   /* its progress op by op (sched/steps.h) */
     uint64_t trace_op_ns; /* when its op in flight was issued (tracing) */
     uint32_t trace_op_k;  /* and which op */
+    void *trace_marks;    /* a whole iteration's op timing (exec_trace.c), or NULL */
 } sl_exec_task;
 
 typedef struct sl_exec_hooks {

@@ -295,8 +295,13 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
         sl_exec_resume(ex, false);
         return SL_OK;
     }
-    for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++)
+    if (sl_obs_tracing(ex->obs))
+        sl_exec_trace_marks(ex, t, st, UINT32_MAX);
+    for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++) {
         t->status = sl_exec_submit_op(ex, t, st, k, 0, 1);
+        if (t->trace_marks && t->status == SL_OK)
+            sl_exec_trace_marks(ex, t, st, k);
+    }
     return dev->ops->host_callback(dev, st, sl_exec_iteration_done, t);
 }
 
@@ -322,6 +327,10 @@ static bool runs_here(const sl_exec *ex, const sl_exec_task *t)
 static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
 {
     sl_sched_complete(ex->sched, &t->job->sched, 0, sl_now_ns());
+    /* an iteration whose completion could not be queued may still have op
+     * marks queued on its stream: they are left (a trace's few bytes), not
+     * freed under them */
+    t->trace_marks = NULL;
     t->status = status;
     ex->hooks.done(ex->hooks.arg, t, status, false, box);
 }
@@ -332,35 +341,6 @@ typedef struct kick_ctx {
     sl_outbox *box;
     int rc; /* why the start failed */
 } kick_ctx;
-
-/* Trace events of an iteration starting: its wait, and a switch when the
- * lane last ran another session. */
-static void trace_start(sl_exec *ex, sl_exec_task *t, uint64_t now)
-{
-    sl_obs *o = ex->obs;
-    uint64_t id = t->job->sched.id;
-    int prio = t->job->sched.priority;
-    sl_trace_event q = {.kind = SL_TRACE_QUEUED,
-                        .ts_ns = t->arrival_ns,
-                        .dur_ns = now > t->arrival_ns ? now - t->arrival_ns : 0,
-                        .lane = t->lane,
-                        .session = id,
-                        .priority = prio};
-    sl_obs_record(o, &q);
-    if (t->lane < SL_OBS_LANES) {
-        uint64_t last = o->lane_last[t->lane];
-        if (last && last != id) {
-            sl_trace_event sw = {.kind = SL_TRACE_SWITCH,
-                                 .ts_ns = now,
-                                 .lane = t->lane,
-                                 .session = id,
-                                 .arg = last,
-                                 .priority = prio};
-            sl_obs_record(o, &sw);
-        }
-        o->lane_last[t->lane] = id;
-    }
-}
 
 /* The start callback of the lane hand-off (sched/lanes.h): the pick goes
  * onto its lane's stream, in the stream class of its job. */
@@ -394,7 +374,7 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
     st->ready_ns = t->arrival_ns;
     st->launched_ns = sl_now_ns();
     if (sl_obs_tracing(ex->obs))
-        trace_start(ex, t, st->launched_ns);
+        sl_exec_trace_start(ex, t, st->launched_ns);
     if (rc != SL_OK)
         /* not even the completion callback could be queued: finish here */
         sl_log_err("exe.launch", "cannot submit an iteration of job %llu: %s",
@@ -467,6 +447,7 @@ void sl_exec_iteration_done(void *arg, int status)
         sl_steps_last_done(&ex->steps, &t->step);
     if (sl_obs_tracing(ex->obs))
         sl_exec_trace_done(ex, t, now, true);
+    sl_exec_trace_marks_free(t); /* its marks all ran: they were queued before this */
     if (t->status == SL_OK)
         t->status = status;
     if (t->status == SL_OK) {
@@ -501,31 +482,6 @@ void sl_exec_iteration_done(void *arg, int status)
      * its own lane */
     ex->hooks.done(ex->hooks.arg, t, t->status, lane_idle, &box);
     ex->hooks.unlock_send(ex->hooks.arg, &box);
-}
-
-void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool iteration)
-{
-    const sl_sched_job *j = &t->job->sched;
-    if (t->stepwise && t->trace_op_ns) {
-        sl_trace_event op = {.kind = SL_TRACE_OP,
-                             .ts_ns = t->trace_op_ns,
-                             .dur_ns = now - t->trace_op_ns,
-                             .lane = t->lane,
-                             .session = j->id,
-                             .arg = t->trace_op_k,
-                             .priority = j->priority};
-        sl_obs_record(ex->obs, &op);
-    }
-    if (iteration) {
-        sl_trace_event it = {.kind = SL_TRACE_ITERATION,
-                             .ts_ns = t->start_ns,
-                             .dur_ns = now - t->start_ns,
-                             .lane = t->lane,
-                             .session = j->id,
-                             .arg = t->stepwise,
-                             .priority = j->priority};
-        sl_obs_record(ex->obs, &it);
-    }
 }
 
 /* ---- the contract ------------------------------------------------------ */

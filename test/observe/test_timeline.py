@@ -57,13 +57,16 @@ def main():
             trace = json.load(f)
         ev = trace["traceEvents"]
         its = [e for e in ev if e.get("cat", "").startswith("iteration")]
-        ops = [e for e in ev if e.get("cat", "").startswith("op")]
+        ops = [e for e in ev if e.get("cat", "") == "op"]
+        gaps = [e for e in ev if e.get("cat", "") == "op,gap_fill"]
         sessions = {e["args"]["session"] for e in its}
-        print("trace: %d events, %d iterations of %d sessions, %d ops" %
-              (len(ev), len(its), len(sessions), len(ops)))
+        print("trace: %d events, %d iterations of %d sessions, %d ops, %d filled into gaps" %
+              (len(ev), len(its), len(sessions), len(ops), len(gaps)))
         want = {j.session for j in jobs}
         assert want <= sessions, (want, sessions)
-        assert ops, "no low-priority op was filled into a gap"
+        assert gaps, "no low-priority op was filled into a gap"
+        assert ops, "no op of a whole iteration was timed"
+        assert all(e["name"] != "op" for e in ops + gaps), "ops without their type's name"
 
         with open(os.path.join(tmp, "trace.js"), "w") as f:
             f.write("window.TRACE = ")
@@ -85,10 +88,12 @@ def main():
             assert 'id="lane-label-%s"' % lane in html
         assert int(data["iterations"]) == len(its), data
         assert int(data["ops"]) == len(ops), data
+        assert int(data["gapfills"]) == len(gaps), data
         assert int(data["sessions"]) == len(sessions) >= 3, data
         rendered_sessions = set(re.findall(r'class="iteration"[^>]*data-session="(\d+)"', html))
         assert {str(s) for s in want} <= rendered_sessions, rendered_sessions
-        assert html.count('class="op gap-fill"') == len(ops)
+        assert html.count('class="op gap-fill"') == len(gaps)
+        assert html.count('class="op"') == len(ops)
 
         art = os.environ.get("OBS_ARTIFACTS", tmp)
         os.makedirs(art, exist_ok=True)
