@@ -7,7 +7,8 @@
  * iterations. Reported: the ratio of median throughputs (on / off; the
  * goal is >= 0.98) and each side's p50/p99 iteration round trip.
  *
- *   metrics_overhead --salusd PATH [--rounds 6] [--seconds 3] [--json FILE] */
+ *   metrics_overhead --salusd PATH [--rounds 6] [--seconds 3] [--json FILE]
+ *                    [--no-trace]   (metrics alone: what the trace costs apart) */
 #include "bench_util.h"
 #include "salus/salus.h"
 
@@ -208,13 +209,11 @@ static int round_on(const server *s, double seconds, side *out, int r)
 int main(int argc, char **argv)
 {
     const char *salusd = NULL, *json = NULL;
-    int rounds = 6;
+    int rounds = 6, trace_on = 1;
     double seconds = 3;
-    static const struct option lo[] = {{"salusd", 1, NULL, 's'},
-                                       {"rounds", 1, NULL, 'r'},
-                                       {"seconds", 1, NULL, 't'},
-                                       {"json", 1, NULL, 'j'},
-                                       {0}};
+    static const struct option lo[] = {{"salusd", 1, NULL, 's'},   {"rounds", 1, NULL, 'r'},
+                                       {"seconds", 1, NULL, 't'},  {"json", 1, NULL, 'j'},
+                                       {"no-trace", 0, NULL, 'n'}, {0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         if (o == 's')
@@ -225,6 +224,8 @@ int main(int argc, char **argv)
             seconds = atof(optarg);
         else if (o == 'j')
             json = optarg;
+        else if (o == 'n')
+            trace_on = 0;
         else
             return 2;
     }
@@ -241,7 +242,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int port = atoi(on.port), rc = 0;
-    if (salus_trace_start(on.c) != SALUS_OK) {
+    if (trace_on && salus_trace_start(on.c) != SALUS_OK) {
         fprintf(stderr, "metrics_overhead: cannot start the trace: %s\n", salus_last_error(on.c));
         rc = 1;
     }
@@ -261,7 +262,7 @@ int main(int argc, char **argv)
     pthread_join(sc, NULL);
     char *trace = NULL;
     size_t events = 0;
-    if (!rc && salus_trace_stop_json(on.c, &trace, &events) != SALUS_OK)
+    if (!rc && trace_on && salus_trace_stop_json(on.c, &trace, &events) != SALUS_OK)
         rc = 1;
     salus_free(trace);
     server_stop(&off);
@@ -303,8 +304,8 @@ int main(int argc, char **argv)
         }
     }
     printf("BENCH metrics_overhead ratio=%.3f off_its=%.0f on_its=%.0f off_p99_us=%.1f "
-           "on_p99_us=%.1f rounds=%d scrapes=%lu\n",
-           ratio, ma, mb, a99, b99, rounds, atomic_load(&scrapes));
+           "on_p99_us=%.1f rounds=%d scrapes=%lu trace=%s\n",
+           ratio, ma, mb, a99, b99, rounds, atomic_load(&scrapes), trace_on ? "on" : "off");
     free(a.lat);
     free(b.lat);
     return 0;
