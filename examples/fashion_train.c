@@ -201,7 +201,7 @@ int main(int argc, char **argv)
             order[i] = order[j];
             order[j] = t;
         }
-        double t0 = now_s(), loss_sum = 0;
+        double t0 = now_s(), loss_sum = 0, shown = t0;
         int64_t steps = 0;
         for (int64_t i = 0; i + B <= train.n; i += B, steps++) {
             for (int64_t k = 0; k < B; k++) {
@@ -216,6 +216,15 @@ int main(int argc, char **argv)
                 goto out;
             }
             loss_sum += loss;
+            /* progress within a long epoch, on stderr so that stdout stays
+             * one line per epoch */
+            if (!o.quiet && now_s() - shown >= 2) {
+                shown = now_s();
+                fprintf(stderr, "[%s] epoch %d/%d: %lld%% (%lld of %lld steps), loss %.4f\n", name,
+                        e + 1, o.epochs, (long long) (100 * (i + B) / train.n),
+                        (long long) steps + 1, (long long) (train.n / B),
+                        loss_sum / (double) (steps + 1));
+            }
         }
         double dt = now_s() - t0;
         train_time += dt;

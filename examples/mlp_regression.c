@@ -19,6 +19,7 @@ typedef struct cfg {
     unsigned seed;
     float lr;
     int check;
+    int priority; /* the session's (within the caller's limits) */
 } cfg;
 
 static uint64_t rng_state;
@@ -121,17 +122,12 @@ static double reference_step(model *m, const float *x, const float *y, int batch
 static int parse(int argc, char **argv, cfg *c)
 {
     static const struct option opts[] = {
-        {"url", required_argument, NULL, 'u'},
-        {"name", required_argument, NULL, 'n'},
-        {"steps", required_argument, NULL, 's'},
-        {"batch", required_argument, NULL, 'b'},
-        {"hidden", required_argument, NULL, 'H'},
-        {"seed", required_argument, NULL, 'r'},
-        {"lr", required_argument, NULL, 'l'},
-        {"every", required_argument, NULL, 'e'},
-        {"check", no_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
+        {"url", required_argument, NULL, 'u'},    {"name", required_argument, NULL, 'n'},
+        {"steps", required_argument, NULL, 's'},  {"batch", required_argument, NULL, 'b'},
+        {"hidden", required_argument, NULL, 'H'}, {"seed", required_argument, NULL, 'r'},
+        {"lr", required_argument, NULL, 'l'},     {"every", required_argument, NULL, 'e'},
+        {"check", no_argument, NULL, 'c'},        {"priority", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},         {0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -163,11 +159,15 @@ static int parse(int argc, char **argv, cfg *c)
         case 'c':
             c->check = 1;
             break;
+        case 'p':
+            c->priority = atoi(optarg);
+            break;
         case 'h':
-            printf("usage: mlp_regression [--url URL] [--name NAME] [--steps N] [--batch B]\n"
-                   "         [--hidden H] [--lr LR] [--seed S] [--every N] [--check]\n"
-                   "Trains a 2-layer MLP regression through salusd; --check compares every\n"
-                   "result with a local double-precision reference.\n");
+            printf(
+                "usage: mlp_regression [--url URL] [--name NAME] [--steps N] [--batch B]\n"
+                "         [--hidden H] [--lr LR] [--seed S] [--every N] [--check] [--priority P]\n"
+                "Trains a 2-layer MLP regression through salusd; --check compares every\n"
+                "result with a local double-precision reference.\n");
             return 0;
         default:
             return 2;
@@ -222,7 +222,8 @@ int main(int argc, char **argv)
     memcpy(ref.w2, m.w2, sizeof(float) * (size_t) H);
 
     CHECK(salus_connect(c.url, &client));
-    salus_session_opts opts = {.name = c.name, .expected_iterations = (uint64_t) c.steps};
+    salus_session_opts opts = {
+        .name = c.name, .priority = c.priority, .expected_iterations = (uint64_t) c.steps};
     CHECK(salus_session_open(client, &opts, &s));
 
     uint64_t w1, b1, w2, b2;
@@ -297,7 +298,8 @@ int main(int argc, char **argv)
             first = l;
         last = l;
         if (step % c.every == 0 || step == c.steps - 1) {
-            printf("[%s] step %4d  loss %.5f\n", c.name, step, l);
+            printf("[%s] step %4d/%d (%3d%%)  loss %.5f\n", c.name, step, c.steps,
+                   100 * (step + 1) / c.steps, l);
             fflush(stdout);
         }
     }

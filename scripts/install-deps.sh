@@ -9,6 +9,9 @@
 #                                    the Kubernetes models)
 #   scripts/install-deps.sh onnx     the same plus PyTorch and torchvision for
 #                                    the ONNX export tests (scripts/run test)
+#   scripts/install-deps.sh observe  the same plus the observability tests'
+#                                    tools (test/observe: Prometheus and
+#                                    promtool, headless Chromium, groff)
 set -euo pipefail
 
 packages=(
@@ -32,10 +35,13 @@ for group in "$@"; do
     # kubernetes-client: kubectl cannot validate offline anyway.
     packages+=(slurm-wlm munge libslurm-dev podman runc mmdebstrap systemd
       python3-kubernetes python3-yaml iproute2) ;;
+  observe) # test/observe: promtool and a real Prometheus scraping salusd, the
+    # timeline page in headless Chromium, the man pages through groff
+    packages+=(prometheus chromium groff-base) ;;
   onnx) # test/onnx's torch-models: PyTorch and torchvision models exported to ONNX
     packages+=(python3-torch python3-torchvision python3-numpy) ;;
   *)
-    echo "install-deps.sh: unknown group '$group' (known: bench, deploy, onnx)" >&2
+    echo "install-deps.sh: unknown group '$group' (known: bench, deploy, observe, onnx)" >&2
     exit 2 ;;
   esac
 done

@@ -108,6 +108,12 @@ typedef struct sl_config {
     bool run_uid_set;      /* run_uid: the uid --user resolved to (set by main) */
     uint32_t run_uid;
     const char *fault_file; /* fault commands read on SIGUSR1 (fault.c) */
+    /* observability (metrics.h): where /metrics is served, or NULL */
+    const char *metrics_listen;
+    /* called once (an NNG thread; must not block) when an operator asks for
+     * a drain (Drain request); NULL: the request is UNSUPPORTED. salusd's
+     * raises SIGTERM, the same drain as a signal */
+    void (*drain)(void);
     /* called once (fault thread; must not block) when a lost device cannot
      * be reset; NULL: session requests get NO_DEVICE from then on. salusd's
      * asks for a drain and exits 3, for a supervisor to restart it (CUDA's

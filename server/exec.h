@@ -18,6 +18,7 @@
 #include "lanes.h"
 #include "manager.h"
 #include "partitions.h"
+#include "observe.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "sl_map.h"
@@ -66,10 +67,13 @@ typedef struct sl_exec_task {
     sl_stream *stream; /* the lane's, where the whole iteration was submitted */
     /* why it failed, beyond its status (sl_device_ops.stream_failure) */
     char failure[192];
-    bool stepwise;      /* op by op, beside high-priority work */
-    bool online;        /* counted as the online partition's work (partitions.h) */
-    bool spilled;       /* its step in flight runs on the spill stream (partitions.h) */
-    sl_steps_task step; /* its progress op by op (sched/steps.h) */
+    bool stepwise;        /* op by op, beside high-priority work */
+    bool online;          /* counted as the online partition's work (partitions.h) */
+    bool spilled;         /* its step in flight runs on the spill stream (partitions.h) */
+    sl_steps_task step;   /* its progress op by op (sched/steps.h) */
+    uint64_t trace_op_ns; /* when its op in flight was issued (tracing) */
+    uint32_t trace_op_k;  /* and which op */
+    void *trace_marks;    /* a whole iteration's op timing (exec_trace.c), or NULL */
 } sl_exec_task;
 
 typedef struct sl_exec_hooks {
@@ -135,6 +139,7 @@ struct sl_exec {
     bool timer_running, timer_stop;
     sl_exec_stats stats; /* lanes_busy and the stepwise counters: sl_exec_get_stats */
     sl_exec_parts parts; /* compute partitions (partitions.h) */
+    sl_obs *obs;         /* histograms and trace (observe.h); NULL = none */
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control

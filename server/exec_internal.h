@@ -16,6 +16,18 @@ int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, u
                       uint32_t parts);
 /* The device callback that ends an iteration. */
 void sl_exec_iteration_done(void *arg, int status);
+/* Trace events of an iteration starting on its lane at now (its wait, and
+ * a switch when the lane last ran another session). Lock held; tracing on. */
+void sl_exec_trace_start(sl_exec *ex, sl_exec_task *t, uint64_t now);
+/* While tracing, times a whole iteration's ops: k UINT32_MAX (first, after
+ * the feeds) allocates t->trace_marks and queues the clock's start on st,
+ * k an op queues its end. Without memory the ops go untimed. Lock held. */
+void sl_exec_trace_marks(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k);
+/* Frees t's marks, once none is queued any more. */
+void sl_exec_trace_marks_free(sl_exec_task *t);
+/* Trace events of t's op in flight (op by op) and, when iteration, of the
+ * whole iteration ending at now. Lock held; tracing on. */
+void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool iteration);
 
 /* Job j's gap-filling class follows its priority and the policy. */
 void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving);

@@ -297,8 +297,13 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
         sl_exec_resume(ex, false);
         return SL_OK;
     }
-    for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++)
+    if (sl_obs_tracing(ex->obs))
+        sl_exec_trace_marks(ex, t, st, UINT32_MAX);
+    for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++) {
         t->status = sl_exec_submit_op(ex, t, st, k, 0, 1);
+        if (t->trace_marks && t->status == SL_OK)
+            sl_exec_trace_marks(ex, t, st, k);
+    }
     return dev->ops->host_callback(dev, st, sl_exec_iteration_done, t);
 }
 
@@ -324,6 +329,10 @@ static bool runs_here(const sl_exec *ex, const sl_exec_task *t)
 static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
 {
     sl_sched_complete(ex->sched, &t->job->sched, 0, sl_now_ns());
+    /* an iteration whose completion could not be queued may still have op
+     * marks queued on its stream: they are left (a trace's few bytes), not
+     * freed under them */
+    t->trace_marks = NULL;
     t->status = status;
     ex->hooks.done(ex->hooks.arg, t, status, false, box);
 }
@@ -370,6 +379,8 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
         c->box->run_here = l->stream;
     st->ready_ns = t->arrival_ns;
     st->launched_ns = sl_now_ns();
+    if (sl_obs_tracing(ex->obs))
+        sl_exec_trace_start(ex, t, st->launched_ns);
     if (rc != SL_OK)
         /* not even the completion callback could be queued: finish here */
         sl_log_err("exe.launch", "cannot submit an iteration of job %llu: %s",
@@ -445,6 +456,9 @@ void sl_exec_iteration_done(void *arg, int status)
     ex->stats.iterations++;
     if (t->stepwise)
         sl_steps_last_done(&ex->steps, &t->step);
+    if (sl_obs_tracing(ex->obs))
+        sl_exec_trace_done(ex, t, now, true);
+    sl_exec_trace_marks_free(t); /* its marks all ran: they were queued before this */
     if (t->status == SL_OK)
         t->status = status;
     if (t->status == SL_OK) {
@@ -452,6 +466,10 @@ void sl_exec_iteration_done(void *arg, int status)
         *avg = *avg ? *avg - *avg / 8 + device_ns / 8 : device_ns;
         t->device_ns = device_ns;
         t->queue_ns = t->start_ns - t->item.enqueue_ns;
+        if (ex->obs) {
+            sl_obs_lane_busy(ex->obs, t->lane, device_ns);
+            sl_hist_observe(&ex->obs->iterations, now - t->arrival_ns);
+        }
     } else if (t->status == SL_EDEVICERESET) {
         ex->halted = true; /* the device is lost: start nothing more */
     }

@@ -38,6 +38,7 @@ bool sl_fault_lost(sl_fault *f)
     if (f->lost || f->dead)
         return false;
     f->lost = true;
+    f->faults++;
     sl_exec_halt(f->ex);
     sl_log_err("dev.lost",
                "device lost (sticky device error): running iterations fail with DEVICE_RESET; "

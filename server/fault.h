@@ -44,6 +44,7 @@ typedef struct sl_fault {
     pthread_cond_t cond;
     struct sl_held *held, *held_tail; /* session requests held during a reset */
     uint64_t resets;                  /* device resets done */
+    uint64_t faults;                  /* device-lost errors that started a reset */
 } sl_fault;
 
 /* Sets f up (no thread yet: it starts with the first fault). */

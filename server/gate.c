@@ -6,6 +6,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "operator.h"
 #include "status.h"
 
 #include <string.h>
@@ -223,6 +224,17 @@ static bool route(sl_server *srv, sl_req *req, Salus__Request *msg, uint32_t pip
     case SALUS__REQUEST__BODY_CLOSE_JOB:
         if (operator_allowed(&peer, r))
             sl_job_request_close(&srv->sessions, msg->close_job, r, box);
+        return false;
+    case SALUS__REQUEST__BODY_TRACE:
+        if (operator_allowed(&peer, r))
+            sl_op_trace(srv, msg->trace, r);
+        return false;
+    case SALUS__REQUEST__BODY_DRAIN:
+        if (operator_allowed(&peer, r))
+            sl_op_drain(srv, r);
+        return false;
+    case SALUS__REQUEST__BODY_KILL_SESSION:
+        sl_op_kill_session(srv, &peer, msg->kill_session, r, box);
         return false;
     case SALUS__REQUEST__BODY__NOT_SET:
         sl_reply_error(r, SL_EINVAL, "empty request: set one of the request bodies");

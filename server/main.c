@@ -1,5 +1,6 @@
 /* salusd: flags, start-up in steps that unwind on failure, and a main thread
  * that only waits for SIGTERM/SIGINT to drain and exit. */
+#include "config_file.h"
 #include "privileges.h"
 #include "server.h"
 #include "sl_alloc.h"
@@ -150,6 +151,16 @@ static void usage(FILE *f)
             "                          FILE (alloc [N] | sticky | fatal | slow N | clear), then\n"
             "                          delete it\n"
             "      --log-level LEVEL   error | warn | info | debug (default: info)\n"
+            "\n"
+            "Observability and configuration.\n"
+            "      --metrics-listen ADDR  serve Prometheus metrics at http://ADDR/metrics: PORT,\n"
+            "                          HOST:PORT or http://HOST:PORT (default: off; HOST\n"
+            "                          127.0.0.1). Whoever reaches it sees every tenant's\n"
+            "                          sessions and usage: keep it on loopback or a trusted net\n"
+            "      --config FILE       read settings from FILE first: one 'key = value' a line,\n"
+            "                          the keys being these long flags' names ('strict = true'),\n"
+            "                          '#' comments; flags given here override the file\n"
+            "      --print-config      print the effective settings in that format and exit\n"
             "  -h, --help              this text\n"
             "  -V, --version           print the version\n"
             "\n"
@@ -270,7 +281,10 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_GROUP,
         OPT_ALLOW_ROOT,
         OPT_SHM_SESSION,
-        OPT_SHM_TOTAL
+        OPT_SHM_TOTAL,
+        OPT_METRICS,
+        OPT_CONFIG,
+        OPT_PRINT_CONFIG
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -316,14 +330,30 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"allow-root", no_argument, NULL, OPT_ALLOW_ROOT},
         {"shm-session-bytes", required_argument, NULL, OPT_SHM_SESSION},
         {"shm-total-bytes", required_argument, NULL, OPT_SHM_TOTAL},
+        {"metrics-listen", required_argument, NULL, OPT_METRICS},
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
     };
-    int c;
+    /* flags that are not settings: never keys of the configuration file */
+    static const char *const not_keys[] = {"help", "version", "config", "print-config", NULL};
+    bool print_config;
+    if (sl_cfgfile_expand(argc, argv, opts, not_keys, &argc, &argv, &print_config) != 0)
+        return 2;
+    int c, li = -1;
     char *end, why[256];
-    while ((c = getopt_long(argc, argv, "l:d:m:p:hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "l:d:m:p:hV", opts, &li)) != -1) {
+        sl_cfgfile_note(opts, c, li, optarg, optind);
+        li = -1;
         switch (c) {
+        case OPT_METRICS:
+            cfg->metrics_listen = optarg;
+            break;
+        case OPT_CONFIG:
+        case OPT_PRINT_CONFIG:
+            break; /* taken out by sl_cfgfile_expand */
         case 'l':
         case OPT_OPLISTEN:
             if (cfg->n_listen == SL_MAX_LISTEN) {
@@ -573,6 +603,10 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         }
         cfg->listen[cfg->n_listen++] = default_url[0];
     }
+    if (print_config) {
+        sl_cfgfile_print(stdout, opts, not_keys);
+        return 0;
+    }
     if (!sl_sched_policy_find(cfg->policy)) {
         fprintf(stderr, "salusd: unknown policy '%s' (known: %s)\n", cfg->policy,
                 sl_sched_policy_names());
@@ -665,6 +699,12 @@ static void forward_to_main(int sig)
     errno = saved;
 }
 
+/* An operator's Drain request: the same drain as SIGTERM. */
+static void request_drain(void)
+{
+    kill(getpid(), SIGTERM);
+}
+
 /* The device is lost for good: drain and exit 3 (a supervisor restarts us). */
 static void on_device_dead(void)
 {
@@ -680,8 +720,11 @@ int main(int argc, char **argv)
     const char *default_urls[1] = {default_url};
     sl_server srv = {.cfg = SL_CONFIG_DEFAULTS};
     int rc = parse_args(argc, argv, &srv.cfg, default_urls);
+    if (rc == 2 && sl_cfgfile_origin())
+        fprintf(stderr, "salusd: (that setting is at %s)\n", sl_cfgfile_origin());
     if (rc >= 0)
         return rc;
+    srv.cfg.drain = request_drain;
     srv.cfg.device_dead = on_device_dead;
     sl_run_as run_as;
     bool do_switch;

@@ -4,6 +4,7 @@
 #include "reply.h"
 #include "sl_text.h"
 #include "sl_alloc.h"
+#include "sl_time.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@ struct sl_reply {
     bool tracked; /* answers a request the gate tracks for repeats */
     uint32_t pipe_id;
     uint64_t session_id;
+    uint64_t born_ns; /* when the request it answers was taken in */
     char message[256];
 };
 
@@ -34,7 +36,13 @@ sl_reply *sl_reply_new(uint64_t seq)
     salus__reply__init(&r->msg);
     r->msg.seq = seq;
     r->msg.message = r->message;
+    r->born_ns = sl_now_ns();
     return r;
+}
+
+uint64_t sl_reply_born_ns(const sl_reply *r)
+{
+    return r->born_ns;
 }
 
 void *sl_reply_alloc(sl_reply *r, size_t bytes)

@@ -21,6 +21,8 @@ typedef struct sl_req sl_req;
 
 /* A new reply for request seq with code OK. NULL on OOM. */
 sl_reply *sl_reply_new(uint64_t seq);
+/* When r was made: about when its request was taken in (request latency). */
+uint64_t sl_reply_born_ns(const sl_reply *r);
 /* Zeroed, 16-byte aligned memory that lives as long as r. NULL on OOM. */
 void *sl_reply_alloc(sl_reply *r, size_t bytes);
 /* Longest error message a reply carries (the list of known ops fits). */

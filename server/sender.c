@@ -1,6 +1,7 @@
 /* The sender (sender.h). */
 #include "sender.h"
 #include "sl_error.h"
+#include "sl_time.h"
 
 int sl_sender_init(sl_sender *s, pthread_mutex_t *lock, sl_device *dev, sl_repeats *repeats)
 {
@@ -45,6 +46,8 @@ void sl_sender_send(sl_sender *s, sl_outbox *box)
         atomic_fetch_add(&s->replies, 1);
         if (sl_reply_msg(r)->code != SALUS__CODE__OK)
             atomic_fetch_add(&s->errors, 1);
+        if (s->latency && req)
+            sl_hist_observe(s->latency, sl_now_ns() - sl_reply_born_ns(r));
         sl_transport_send(req, r, sl_repeats_answered, s->repeats);
     }
     if (box->completing) {

@@ -8,6 +8,7 @@
 #define SL_SENDER_H
 
 #include "device.h"
+#include "observe.h"
 #include "repeats.h"
 #include "reply.h"
 #include "transport.h"
@@ -25,6 +26,7 @@ typedef struct sl_sender {
     _Atomic uint32_t completing; /* boxes being sent */
     _Atomic bool draining;       /* someone waits on idle */
     _Atomic uint64_t replies, errors;
+    sl_hist *latency; /* request latency, observed as replies go; NULL = none */
 } sl_sender;
 
 int sl_sender_init(sl_sender *s, pthread_mutex_t *lock, sl_device *dev, sl_repeats *repeats);

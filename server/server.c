@@ -93,6 +93,8 @@ static int memory_init(sl_server *srv, uint64_t *capacity)
 bool sl_server_fini(sl_server *srv)
 {
     atomic_store(&srv->stopping, true);
+    sl_metrics_stop(srv->metrics); /* a scrape reads everything below */
+    srv->metrics = NULL;
     sl_fault_fini(&srv->fault); /* before the transport: held requests are answered */
     bool closed = sl_transport_stop(srv->transport);
     srv->transport = NULL;
@@ -108,6 +110,10 @@ bool sl_server_fini(sl_server *srv)
     sl_dev_close(srv->dev);
     srv->dev = NULL;
     sl_sender_fini(&srv->sender);
+    if (srv->obs_ready) {
+        sl_obs_fini(&srv->obs);
+        srv->obs_ready = false;
+    }
     if (srv->lock_ready) {
         sl_repeats_fini(&srv->repeats);
         pthread_mutex_destroy(&srv->lock);
@@ -136,6 +142,9 @@ int sl_server_start(sl_server *srv)
         return SL_ENOMEM;
     }
     srv->lock_ready = true;
+    if ((rc = sl_obs_init(&srv->obs)) != SL_OK)
+        return rc;
+    srv->obs_ready = true;
     sl_decoder_init(&srv->decoder, srv->cfg.max_decoding);
     srv->start_ns = sl_now_ns();
     if ((rc = sl_dev_open(srv->cfg.device, &srv->dev)) != SL_OK) {
@@ -145,6 +154,7 @@ int sl_server_start(sl_server *srv)
     sl_log_info("dev.open", "device %s", srv->dev->description);
     if ((rc = sl_sender_init(&srv->sender, &srv->lock, srv->dev, &srv->repeats)) != SL_OK)
         return rc;
+    srv->sender.latency = &srv->obs.requests;
     uint64_t capacity;
     if ((rc = memory_init(srv, &capacity)) != SL_OK)
         return rc;
@@ -152,6 +162,10 @@ int sl_server_start(sl_server *srv)
     if ((rc = sl_exec_init(&srv->exec, &srv->cfg, srv->dev, srv->mem, capacity, &srv->lock, &eh)) !=
         SL_OK)
         return rc;
+    /* under the lock: the executor's timer thread runs already */
+    pthread_mutex_lock(&srv->lock);
+    srv->exec.obs = &srv->obs;
+    pthread_mutex_unlock(&srv->lock);
     const sl_fault_hooks fh = {
         .arg = srv, .idle = fault_idle, .recovered = fault_recovered, .release = sl_gate_release};
     sl_fault_init(&srv->fault, &srv->cfg, &srv->exec, &srv->lock, &fh);
@@ -168,6 +182,9 @@ int sl_server_start(sl_server *srv)
     /* after the ipc:// listeners: their paths are then known to be free */
     if ((rc = sl_shm_socket_start(&srv->cfg, &srv->lock, &srv->sessions, &srv->shm,
                                   &srv->shm_socket)) != SL_OK)
+        return rc;
+    if (srv->cfg.metrics_listen &&
+        (rc = sl_metrics_start(srv, srv->cfg.metrics_listen, &srv->metrics)) != SL_OK)
         return rc;
     sl_log_info("srv.ready", "salusd %s ready: policy %s%s, %d contexts", SL_SERVER_VERSION,
                 srv->cfg.policy, srv->cfg.strict ? " (strict)" : "", srv->cfg.contexts);

@@ -32,6 +32,8 @@
 #include "decode.h"
 #include "exec.h"
 #include "fault.h"
+#include "metrics.h"
+#include "observe.h"
 #include "repeats.h"
 #include "sender.h"
 #include "session.h"
@@ -59,6 +61,9 @@ struct sl_server {
     sl_transport *transport;
     sl_shm_plane shm;          /* shared-memory segments' budget */
     sl_shm_socket *shm_socket; /* where segments are handed over */
+    sl_obs obs;                /* histograms, lane busy time, the trace ring */
+    bool obs_ready;            /* obs initialised */
+    sl_metrics *metrics;       /* the Prometheus listener, or NULL */
     uint64_t start_ns;
     _Atomic uint64_t requests;
     _Atomic bool stopping; /* connection events are ignored */

@@ -279,6 +279,16 @@ static int admit(sl_sessions *ss, sl_session *s, uint32_t lane)
     if (rc)
         return rc;
     s->admitted = true;
+    if (sl_obs_tracing(ss->ex->obs)) {
+        uint64_t now = sl_now_ns();
+        sl_trace_event e = {.kind = SL_TRACE_ADMISSION,
+                            .ts_ns = s->open_ns,
+                            .dur_ns = now - s->open_ns,
+                            .lane = lane,
+                            .session = s->id,
+                            .priority = s->job.sched.priority};
+        sl_obs_record(ss->ex->obs, &e);
+    }
     sl_log_info("ses.admit", "session %llu (%s) admitted on lane %u after %.3f s",
                 (unsigned long long) s->id, s->name, lane,
                 (double) (sl_now_ns() - s->open_ns) / 1e9);
@@ -773,5 +783,22 @@ int sl_sessions_stage_end(sl_sessions *ss, uint64_t id, uint64_t token, sl_shm *
         s->shm_ticket = random_u64();
     while (!s->shm_ticket);
     *ticket = s->shm_ticket;
+    return SL_OK;
+}
+
+int sl_sessions_kill(sl_sessions *ss, uint64_t id, const sl_peer *peer, sl_outbox *box)
+{
+    sl_session *s = sl_map_get(&ss->table, id);
+    if (!s || s->closing)
+        return SL_ENOTFOUND;
+    if (!peer->is_operator && !sl_session_owned_by(s, peer))
+        return SL_EPERM;
+    sl_reply *r = sl_reply_new(0);
+    if (!r)
+        return SL_ENOMEM;
+    s->closing = true;
+    sl_log_info("ses.kill", "session %llu (%s) closed by %s", (unsigned long long) s->id, s->name,
+                peer->is_operator ? "an operator" : "its owner");
+    sl_sessions_submit(ss, s, NULL, &lost_close, r, box);
     return SL_OK;
 }

@@ -165,6 +165,11 @@ int sl_sessions_stage_begin(sl_sessions *ss, uint64_t id, uint64_t token, uint64
 int sl_sessions_stage_end(sl_sessions *ss, uint64_t id, uint64_t token, sl_shm *seg,
                           uint64_t *ticket);
 
+/* Closes session id (waiting for admission or admitted) as if its
+ * connection had gone: queued work finishes or fails, then it goes. For
+ * operators and its owner. Errors: SL_ENOTFOUND, SL_EPERM, SL_ENOMEM. */
+int sl_sessions_kill(sl_sessions *ss, uint64_t id, const sl_peer *peer, sl_outbox *box);
+
 /* What a client is told after a device reset. */
 #define SL_RESET_NOTICE                                                                            \
     "tensors keep their ids and shapes but their contents are lost: re-upload persistent state "   \

@@ -35,6 +35,10 @@ static int issue(void *arg, sl_steps_task *st, uint32_t k, uint32_t part, uint32
      * issued only once the one before it completed */
     sl_stream *spill = sl_exec_parts_spill(ex, t, k, part, parts);
     t->spilled = spill != NULL;
+    if (sl_obs_tracing(ex->obs)) {
+        t->trace_op_ns = sl_now_ns();
+        t->trace_op_k = k;
+    }
     int rc = sl_exec_submit_op(ex, t, spill ? spill : sl_exec_task_stream(ex, t), k, part, parts);
     if (rc != SL_OK && t->status == SL_OK)
         t->status = rc;
@@ -125,6 +129,8 @@ static void op_done(void *arg, int status)
     if (status != SL_OK && t->status == SL_OK)
         t->status = status;
     t->step.failed |= t->status != SL_OK;
+    if (sl_obs_tracing(ex->obs))
+        sl_exec_trace_done(ex, t, sl_now_ns(), false);
     if (status == SL_EDEVICERESET)
         ex->halted = true;
     sl_steps_op_done(&ex->steps, &t->step, sl_now_ns());

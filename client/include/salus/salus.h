@@ -609,6 +609,32 @@ const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
  * size), outputs[j] receives output j. As salus_run otherwise. */
 int salus_onnx_run(salus_onnx_model *m, const void *const *inputs, void *const *outputs);
 
+/* Operator tools (salusctl). Every *json is a NUL-terminated UTF-8 JSON
+ * document owned by the caller (salus_free); strings from the server are
+ * escaped for JSON and were escaped by salusd for terminals already.
+ *
+ * The status reply as JSON: the fields of proto/salus.proto StatusReply
+ * under their proto names. */
+int salus_status_json(salus_client *c, char **json);
+/* One line per session the caller may see, admitted or waiting for
+ * admission (with why), as text for people (`salusctl sessions`). */
+int salus_sessions_text(salus_client *c, char **text);
+/* Asks salusd to drain and exit as on SIGTERM (operators). Errors:
+ * SALUS_EPERM, SALUS_EUNSUPPORTED. */
+int salus_drain(salus_client *c);
+/* Closes a session as if its connection had gone (operators, or the
+ * session's owner). Errors: SALUS_ENOTFOUND, SALUS_EPERM. */
+int salus_kill_session(salus_client *c, uint64_t session_id);
+/* Starts recording salusd's timeline (operators); a later
+ * salus_trace_stop_json ends it. Starting again clears what was recorded.
+ * Errors: SALUS_EPERM. */
+int salus_trace_start(salus_client *c);
+/* Stops recording and returns the events in the Chrome trace event format
+ * (JSON object form: traceEvents, times in microseconds from the start;
+ * lanes are threads of process 1, sessions' waits threads of process 2).
+ * *n_events (may be NULL) gets how many events salusd returned. */
+int salus_trace_stop_json(salus_client *c, char **json, size_t *n_events);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,333 @@
+/* The configuration file (config_file.h). */
+#include "config_file.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The largest file and line read: a configuration, not a data set. */
+#define MAX_FILE_BYTES (1 << 20)
+#define MAX_LINE 4096
+#define MAX_NOTES 512
+
+static const char *const repeatable[] = {"listen", "operator-listen", "user-limits", NULL};
+
+/* Where each argument of the expanded argv came from (NULL: the command
+ * line), and what was applied, in order. */
+static char **origins;
+/* the argv made, kept for the process (options point into it); volatile:
+ * only written, and the compiler would drop it and lose the block */
+static char **volatile expanded;
+static int n_origins;
+static const char *current_origin;
+static struct note {
+    int index; /* into opts */
+    const char *arg;
+} notes[MAX_NOTES];
+static int n_notes;
+
+static bool listed(const char *const *list, const char *name)
+{
+    for (; list && *list; list++)
+        if (strcmp(*list, name) == 0)
+            return true;
+    return false;
+}
+
+static int find(const struct option *opts, const char *name)
+{
+    for (int i = 0; opts[i].name; i++)
+        if (strcmp(opts[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char) *s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char) s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Whether the command line itself gives option name (--name, --name=...,
+ * or its short form). */
+static bool on_command_line(int argc, char **argv, const struct option *o)
+{
+    size_t len = strlen(o->name);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0)
+            break;
+        if (a[0] == '-' && a[1] == '-' && strncmp(a + 2, o->name, len) == 0 &&
+            (a[2 + len] == '\0' || a[2 + len] == '='))
+            return true;
+        if (a[0] == '-' && a[1] != '-' && o->val < 256 && o->val > 0 && a[1] == o->val)
+            return true;
+    }
+    return false;
+}
+
+typedef struct setting {
+    char *arg;    /* "--key=value" or "--key" */
+    char *origin; /* "FILE:LINE" */
+    int index;
+} setting;
+
+/* Parses the file into settings; 2 after printing an error. */
+static int read_file(const char *path, const struct option *opts, const char *const *skip,
+                     setting **out, int *n_out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "salusd: --config %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    setting *list = NULL;
+    int n = 0, cap = 0, lineno = 0, rc = 0;
+    long total = 0;
+    char line[MAX_LINE + 2];
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        total += (long) len;
+        if (total > MAX_FILE_BYTES || (len == sizeof line - 1 && line[len - 1] != '\n')) {
+            fprintf(stderr,
+                    "salusd: %s:%d: line or file too long (a line holds at most %d "
+                    "bytes, the file %d)\n",
+                    path, lineno, MAX_LINE, MAX_FILE_BYTES);
+            rc = 2;
+            break;
+        }
+        char *s = line, *hash = NULL;
+        bool quoted = false;
+        for (char *p = s; *p; p++) {
+            if (*p == '"')
+                quoted = !quoted;
+            else if (*p == '#' && !quoted) {
+                hash = p;
+                break;
+            }
+        }
+        if (hash)
+            *hash = '\0';
+        s = trim(s);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            fprintf(stderr, "salusd: %s:%d: expected 'key = value', got '%s'\n", path, lineno, s);
+            rc = 2;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        size_t vl = strlen(val);
+        if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+            val[vl - 1] = '\0';
+            val++;
+        }
+        int idx = find(opts, key);
+        if (idx < 0 || listed(skip, key)) {
+            fprintf(stderr,
+                    "salusd: %s:%d: unknown key '%s' (the keys are salusd's long flags, "
+                    "see salusd --help and salusd --print-config)\n",
+                    path, lineno, key);
+            rc = 2;
+            break;
+        }
+        char *arg;
+        if (opts[idx].has_arg == no_argument) {
+            if (strcmp(val, "true") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0) {
+                arg = malloc(strlen(key) + 3);
+                if (arg)
+                    sprintf(arg, "--%s", key);
+            } else if (strcmp(val, "false") == 0 || strcmp(val, "no") == 0 ||
+                       strcmp(val, "0") == 0) {
+                continue;
+            } else {
+                fprintf(stderr, "salusd: %s:%d: '%s' takes true or false, not '%s'\n", path, lineno,
+                        key, val);
+                rc = 2;
+                break;
+            }
+        } else {
+            if (!*val) {
+                fprintf(stderr, "salusd: %s:%d: '%s' needs a value\n", path, lineno, key);
+                rc = 2;
+                break;
+            }
+            arg = malloc(strlen(key) + strlen(val) + 4);
+            if (arg)
+                sprintf(arg, "--%s=%s", key, val);
+        }
+        char *origin = malloc(strlen(path) + 24);
+        if (n == cap) {
+            cap = cap ? cap * 2 : 32;
+            setting *grown = realloc(list, (size_t) cap * sizeof *list);
+            if (!grown) {
+                free(arg);
+                free(origin);
+                rc = 2;
+                break;
+            }
+            list = grown;
+        }
+        if (!arg || !origin) {
+            free(arg);
+            free(origin);
+            fprintf(stderr, "salusd: out of memory reading %s\n", path);
+            rc = 2;
+            break;
+        }
+        sprintf(origin, "%s:%d", path, lineno);
+        list[n++] = (setting){arg, origin, idx};
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "salusd: --config %s: read error\n", path);
+        rc = 2;
+    }
+    fclose(f);
+    if (rc) {
+        for (int k = 0; k < n; k++) {
+            free(list[k].arg);
+            free(list[k].origin);
+        }
+        free(list);
+        list = NULL;
+        n = 0;
+    }
+    *out = list;
+    *n_out = n;
+    return rc;
+}
+
+int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const char *const *skip,
+                      int *out_argc, char ***out_argv, bool *print)
+{
+    const char *path = NULL;
+    *print = false;
+    /* the command line without --config and --print-config */
+    char **rest = calloc((size_t) argc + 1, sizeof *rest);
+    if (!rest)
+        return 2;
+    int n_rest = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            while (i < argc)
+                rest[n_rest++] = argv[i++];
+            break;
+        }
+        if (strcmp(argv[i], "--print-config") == 0) {
+            *print = true;
+        } else if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "salusd: --config needs a FILE\n");
+                free(rest);
+                return 2;
+            }
+            path = argv[++i];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            path = argv[i] + 9;
+        } else {
+            rest[n_rest++] = argv[i];
+        }
+    }
+    setting *file = NULL;
+    int n_file = 0;
+    if (path && read_file(path, opts, skip, &file, &n_file) != 0) {
+        free(rest);
+        return 2;
+    }
+    char **all = calloc((size_t) (n_file + n_rest + 2), sizeof *all);
+    origins = calloc((size_t) (n_file + n_rest + 2), sizeof *origins);
+    if (!all || !origins) {
+        fprintf(stderr, "salusd: out of memory\n");
+        free(all);
+        free(rest);
+        return 2; /* the file's strings go with the process */
+    }
+    int n = 0;
+    all[n++] = argv[0];
+    for (int k = 0; k < n_file; k++) {
+        const struct option *o = &opts[file[k].index];
+        if (listed(repeatable, o->name) && on_command_line(n_rest, rest, o)) {
+            free(file[k].arg); /* the command line's replace the file's */
+            free(file[k].origin);
+            continue;
+        }
+        origins[n] = file[k].origin;
+        all[n++] = file[k].arg;
+    }
+    for (int k = 0; k < n_rest; k++)
+        all[n++] = rest[k];
+    free(rest);
+    free(file); /* its strings live on in all and origins */
+    expanded = all;
+    n_origins = n;
+    *out_argc = n;
+    *out_argv = all;
+    return 0;
+}
+
+void sl_cfgfile_note(const struct option *opts, int c, int longindex, const char *arg, int optind)
+{
+    int at = optind - 1;
+    current_origin = origins && at >= 0 && at < n_origins ? origins[at] : NULL;
+    int idx = longindex;
+    if (idx < 0)
+        for (int i = 0; opts[i].name; i++)
+            if (opts[i].val == c) {
+                idx = i;
+                break;
+            }
+    if (idx >= 0 && n_notes < MAX_NOTES)
+        notes[n_notes++] = (struct note){idx, arg};
+}
+
+const char *sl_cfgfile_origin(void)
+{
+    return current_origin;
+}
+
+/* A value as the file writes it: quoted when it has a '#' or outer
+ * spaces. */
+static void print_value(FILE *f, const char *v)
+{
+    bool quote = strchr(v, '#') || isspace((unsigned char) v[0]) ||
+                 (*v && isspace((unsigned char) v[strlen(v) - 1]));
+    fprintf(f, quote ? "\"%s\"\n" : "%s\n", v);
+}
+
+void sl_cfgfile_print(FILE *f, const struct option *opts, const char *const *skip)
+{
+    fprintf(f, "# salusd configuration (salusd --config FILE); keys are salusd's long flags,\n"
+               "# commented-out ones are at their built-in default (salusd --help)\n");
+    for (int i = 0; opts[i].name; i++) {
+        const struct option *o = &opts[i];
+        if (listed(skip, o->name))
+            continue;
+        bool rep = listed(repeatable, o->name), any = false;
+        int last = -1;
+        for (int k = 0; k < n_notes; k++) {
+            if (notes[k].index != i)
+                continue;
+            last = k;
+            if (rep) {
+                fprintf(f, "%s = ", o->name);
+                print_value(f, notes[k].arg ? notes[k].arg : "true");
+                any = true;
+            }
+        }
+        if (!rep && last >= 0) {
+            fprintf(f, "%s = ", o->name);
+            print_value(f, notes[last].arg ? notes[last].arg : "true");
+            any = true;
+        }
+        if (!any)
+            fprintf(f, "# %s =\n", o->name);
+    }
+}

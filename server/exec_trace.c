@@ -1,0 +1,135 @@
+/* The executor's trace points (observe.h): iterations starting and
+ * ending, switches, the ops of op-by-op iterations (timed from their issue
+ * to their completion callback) and, while a trace records, the ops of
+ * whole iterations, timed by a host callback queued after each op on the
+ * lane's stream (the callbacks and their records exist only while
+ * tracing). */
+#include "exec_internal.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_time.h"
+
+/* An op event's arg: its index, its registry id, and whether it ran op by
+ * op beside high-priority work (proto/salus.proto TraceEvent). */
+static uint64_t op_arg(const sl_graph *g, uint32_t k, bool stepwise)
+{
+    return (uint64_t) k | ((uint64_t) (g->ops[k].op & 0xffff) << 32) | ((uint64_t) stepwise << 48);
+}
+
+/* Trace events of an iteration starting: its wait, and a switch when the
+ * lane last ran another session. */
+void sl_exec_trace_start(sl_exec *ex, sl_exec_task *t, uint64_t now)
+{
+    sl_obs *o = ex->obs;
+    uint64_t id = t->job->sched.id;
+    int prio = t->job->sched.priority;
+    sl_trace_event q = {.kind = SL_TRACE_QUEUED,
+                        .ts_ns = t->arrival_ns,
+                        .dur_ns = now > t->arrival_ns ? now - t->arrival_ns : 0,
+                        .lane = t->lane,
+                        .session = id,
+                        .priority = prio};
+    sl_obs_record(o, &q);
+    if (t->lane < SL_OBS_LANES) {
+        uint64_t last = o->lane_last[t->lane];
+        if (last && last != id) {
+            sl_trace_event sw = {.kind = SL_TRACE_SWITCH,
+                                 .ts_ns = now,
+                                 .lane = t->lane,
+                                 .session = id,
+                                 .arg = last,
+                                 .priority = prio};
+            sl_obs_record(o, &sw);
+        }
+        o->lane_last[t->lane] = id;
+    }
+}
+
+void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool iteration)
+{
+    const sl_sched_job *j = &t->job->sched;
+    if (t->stepwise && t->trace_op_ns) {
+        sl_trace_event op = {.kind = SL_TRACE_OP,
+                             .ts_ns = t->trace_op_ns,
+                             .dur_ns = now - t->trace_op_ns,
+                             .lane = t->lane,
+                             .session = j->id,
+                             .arg = op_arg(t->graph, t->trace_op_k, true),
+                             .priority = j->priority};
+        sl_obs_record(ex->obs, &op);
+    }
+    if (iteration) {
+        sl_trace_event it = {.kind = SL_TRACE_ITERATION,
+                             .ts_ns = t->start_ns,
+                             .dur_ns = now - t->start_ns,
+                             .lane = t->lane,
+                             .session = j->id,
+                             .arg = t->stepwise,
+                             .priority = j->priority};
+        sl_obs_record(ex->obs, &it);
+    }
+}
+
+/* The marks of a whole iteration's ops: mark[n_ops] starts the clock once
+ * the feeds are in, mark[k] ends op k. One stream runs them in order, so
+ * last_ns needs no lock. */
+typedef struct op_marks op_marks;
+typedef struct op_mark {
+    op_marks *m;
+    uint32_t k;
+} op_mark;
+struct op_marks {
+    sl_obs *obs;
+    const sl_graph *g;
+    uint64_t session, last_ns;
+    uint32_t lane;
+    int32_t priority;
+    op_mark mark[];
+};
+
+static void op_mark_done(void *arg, int status)
+{
+    op_mark *mk = arg;
+    op_marks *m = mk->m;
+    uint64_t now = sl_now_ns();
+    if (mk->k != UINT32_MAX && status == SL_OK && sl_obs_tracing(m->obs)) {
+        sl_trace_event e = {.kind = SL_TRACE_OP,
+                            .ts_ns = m->last_ns,
+                            .dur_ns = now - m->last_ns,
+                            .lane = m->lane,
+                            .session = m->session,
+                            .arg = op_arg(m->g, mk->k, false),
+                            .priority = m->priority};
+        sl_obs_record(m->obs, &e);
+    }
+    m->last_ns = now;
+}
+
+void sl_exec_trace_marks(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k)
+{
+    op_marks *m = t->trace_marks;
+    uint32_t n = t->graph->n_ops;
+    if (k == UINT32_MAX && !m) {
+        m = sl_malloc(sizeof *m + ((size_t) n + 1) * sizeof m->mark[0]);
+        if (!m)
+            return; /* this iteration's ops go untimed */
+        *m = (op_marks){.obs = ex->obs,
+                        .g = t->graph,
+                        .session = t->job->sched.id,
+                        .last_ns = sl_now_ns(),
+                        .lane = t->lane,
+                        .priority = t->job->sched.priority};
+        t->trace_marks = m;
+    }
+    if (!m || (k != UINT32_MAX && (k >= n || t->graph->ops[k].op == SL_OP_RESHAPE)))
+        return; /* a view runs nothing */
+    op_mark *mk = &m->mark[k == UINT32_MAX ? n : k];
+    *mk = (op_mark){m, k};
+    (void) ex->dev->ops->host_callback(ex->dev, st, op_mark_done, mk);
+}
+
+void sl_exec_trace_marks_free(sl_exec_task *t)
+{
+    sl_free(t->trace_marks);
+    t->trace_marks = NULL;
+}

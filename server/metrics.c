@@ -1,0 +1,440 @@
+/* The Prometheus endpoint (metrics.h). */
+#include "metrics.h"
+#include "server.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <nng/nng.h>
+#include <nng/supplemental/http/http.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sl_metrics {
+    nng_http_server *http;
+    nng_http_handler *handler;
+    sl_server *srv;
+};
+
+/* ---- a growable text buffer ---- */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} buf;
+
+__attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = b->p ? vsnprintf(b->p + b->len, room, fmt, ap) : -1;
+        va_end(ap);
+        if (n >= 0 && (size_t) n < room) {
+            b->len += (size_t) n;
+            return;
+        }
+        if (b->failed)
+            return;
+        size_t cap = b->cap ? b->cap * 2 : 16384;
+        while (n >= 0 && cap - b->len <= (size_t) n)
+            cap *= 2;
+        char *q = sl_reallocarray(b->p, cap, 1);
+        if (!q) {
+            b->failed = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+/* A label value as the exposition format wants it: backslash, double quote
+ * and newline escaped (names reach here escaped by sl_text.h already, so
+ * there are no other control characters). */
+static const char *label(const char *s, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (; *s && k + 3 < cap; s++) {
+        if (*s == '\\' || *s == '"') {
+            out[k++] = '\\';
+            out[k++] = *s;
+        } else if (*s == '\n') {
+            out[k++] = '\\';
+            out[k++] = 'n';
+        } else {
+            out[k++] = *s;
+        }
+    }
+    out[k] = '\0';
+    return out;
+}
+
+static void header(buf *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ---- the snapshot, taken under the server lock ---- */
+
+typedef struct snap_session {
+    uint64_t id, iterations, attained_ns, queue_ns, switches;
+    uint64_t persistent, ephemeral_peak, host_bytes, declared_p, declared_e;
+    int priority;
+    uint32_t lane;
+    char name[64], owner[96];
+} snap_session;
+
+typedef struct snap {
+    const char *device, *policy;
+    bool strict;
+    uint64_t uptime_ns, requests, errors, repeats, iterations, resets, faults;
+    uint64_t decoded, refusals, metadata;
+    bool dead;
+    sl_mem_stats mem;
+    snap_session *sessions;
+    size_t n_sessions;
+    sl_mem_lane_info *lanes;
+    size_t n_lanes;
+    uint64_t queued[SL_MEM_FRAGMENTATION + 1];
+} snap;
+
+static int take(sl_server *srv, snap *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&srv->lock);
+    size_t cap = srv->sessions.table.count;
+    size_t nl = sl_mem_lanes(srv->mem, NULL, 0);
+    sl_mem_get_stats(srv->mem, &s->mem);
+    size_t nq = s->mem.n_queued;
+    s->sessions = sl_calloc(cap ? cap : 1, sizeof *s->sessions);
+    s->lanes = sl_calloc(nl ? nl : 1, sizeof *s->lanes);
+    sl_mem_session_info *q = sl_calloc(nq ? nq : 1, sizeof *q);
+    if (!s->sessions || !s->lanes || !q) {
+        pthread_mutex_unlock(&srv->lock);
+        sl_free(q);
+        return SL_ENOMEM;
+    }
+    s->device = srv->dev->description;
+    s->policy = sl_sched_policy(srv->exec.sched)->name;
+    s->strict = sl_sched_strict(srv->exec.sched);
+    s->uptime_ns = sl_now_ns() - srv->start_ns;
+    s->iterations = sl_exec_get_stats(&srv->exec).iterations;
+    s->resets = srv->fault.resets;
+    s->faults = srv->fault.faults;
+    s->dead = srv->fault.dead;
+    s->metadata = srv->sessions.host_bytes;
+    size_t i = 0;
+    void *v;
+    while (s->n_sessions < cap && sl_map_next(&srv->sessions.table, &i, NULL, &v)) {
+        const sl_session *x = v;
+        if (!x->admitted)
+            continue; /* counted in the admission queue */
+        snap_session *o = &s->sessions[s->n_sessions++];
+        o->id = x->id;
+        o->iterations = x->job.sched.iterations_done;
+        o->attained_ns = x->job.sched.attained_ns;
+        o->queue_ns = x->job.sched.queue_sum_ns;
+        o->switches = x->job.sched.switches;
+        o->persistent = x->persistent_bytes;
+        o->ephemeral_peak = x->ephemeral_peak;
+        o->host_bytes = x->host_bytes;
+        o->declared_p = x->declared_persistent;
+        o->declared_e = x->declared_ephemeral;
+        o->priority = x->job.sched.priority;
+        o->lane = x->job.sched.lane;
+        memcpy(o->name, x->name, sizeof o->name);
+        o->name[sizeof o->name - 1] = '\0';
+        sl_tenant_name(x->tenant, o->owner, sizeof o->owner);
+    }
+    s->n_lanes = sl_mem_lanes(srv->mem, s->lanes, nl);
+    nq = sl_mem_queue(srv->mem, q, nq);
+    for (size_t k = 0; k < nq && k < s->mem.n_queued; k++)
+        if (q[k].reason >= 0 && q[k].reason <= SL_MEM_FRAGMENTATION)
+            s->queued[q[k].reason]++;
+    pthread_mutex_unlock(&srv->lock);
+    sl_free(q);
+    s->requests = atomic_load(&srv->requests);
+    s->errors = atomic_load(&srv->sender.errors);
+    s->repeats = atomic_load(&srv->repeats.seen);
+    s->decoded = atomic_load(&srv->decoder.held);
+    s->refusals = atomic_load(&srv->decoder.refused);
+    return SL_OK;
+}
+
+static void hist(buf *b, const char *name, const char *help, const sl_hist *h)
+{
+    header(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < SL_HIST_BUCKETS; i++) {
+        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, sl_hist_bounds[i], (unsigned long long) cum);
+    }
+    cum += atomic_load_explicit(&h->bucket[SL_HIST_BUCKETS], memory_order_relaxed);
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long) cum);
+    put(b, "%s_sum %.9f\n%s_count %llu\n", name,
+        (double) atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9, name,
+        (unsigned long long) cum);
+}
+
+/* One metric per session: value(x) for each. */
+#define PER_SESSION(b, s, metric, type, help, fmt, expr)                                           \
+    do {                                                                                           \
+        header(b, metric, type, help);                                                             \
+        for (size_t k_ = 0; k_ < (s)->n_sessions; k_++) {                                          \
+            const snap_session *x = &(s)->sessions[k_];                                            \
+            char n_[160], o_[200];                                                                 \
+            put(b, "%s{session=\"%llu\",name=\"%s\",tenant=\"%s\"} " fmt "\n", metric,             \
+                (unsigned long long) x->id, label(x->name, n_, sizeof n_),                         \
+                label(x->owner, o_, sizeof o_), expr);                                             \
+        }                                                                                          \
+    } while (0)
+
+static void format(buf *b, const snap *s, const sl_obs *obs)
+{
+    char d[512], p[64];
+    header(b, "salus_build_info", "gauge",
+           "Always 1; labels: salusd's version, protocol, device and policy.");
+    put(b, "salus_build_info{version=\"%s\",protocol=\"%d\",device=\"%s\",policy=\"%s\"} 1\n",
+        SL_SERVER_VERSION, SL_PROTOCOL_VERSION, label(s->device, d, sizeof d),
+        label(s->policy, p, sizeof p));
+    header(b, "salus_uptime_seconds", "gauge", "Seconds since salusd started.");
+    put(b, "salus_uptime_seconds %.3f\n", (double) s->uptime_ns / 1e9);
+    header(b, "salus_requests_total", "counter", "Requests received.");
+    put(b, "salus_requests_total %llu\n", (unsigned long long) s->requests);
+    header(b, "salus_request_errors_total", "counter", "Replies with a code other than OK.");
+    put(b, "salus_request_errors_total %llu\n", (unsigned long long) s->errors);
+    header(b, "salus_request_repeats_total", "counter",
+           "Repeated requests answered from the first one's reply.");
+    put(b, "salus_request_repeats_total %llu\n", (unsigned long long) s->repeats);
+    header(b, "salus_iterations_total", "counter", "Iterations finished, all sessions.");
+    put(b, "salus_iterations_total %llu\n", (unsigned long long) s->iterations);
+    header(b, "salus_device_faults_total", "counter", "Device-lost errors seen.");
+    put(b, "salus_device_faults_total %llu\n", (unsigned long long) s->faults);
+    header(b, "salus_device_resets_total", "counter", "Device resets done after a fault.");
+    put(b, "salus_device_resets_total %llu\n", (unsigned long long) s->resets);
+    header(b, "salus_device_up", "gauge", "0 once the device could not be recovered.");
+    put(b, "salus_device_up %d\n", s->dead ? 0 : 1);
+    header(b, "salus_decode_refusals_total", "counter",
+           "Requests refused for the memory decoding them would take.");
+    put(b, "salus_decode_refusals_total %llu\n", (unsigned long long) s->refusals);
+    header(b, "salus_host_memory_bytes", "gauge",
+           "salusd's host memory held for clients, by what holds it.");
+    put(b, "salus_host_memory_bytes{class=\"metadata\"} %llu\n", (unsigned long long) s->metadata);
+    put(b, "salus_host_memory_bytes{class=\"decoding\"} %llu\n", (unsigned long long) s->decoded);
+
+    header(b, "salus_memory_bytes", "gauge", "Device memory by class.");
+    const sl_mem_stats *m = &s->mem;
+    put(b, "salus_memory_bytes{class=\"capacity\"} %llu\n", (unsigned long long) m->capacity);
+    put(b, "salus_memory_bytes{class=\"persistent\"} %llu\n",
+        (unsigned long long) m->persistent_used);
+    put(b, "salus_memory_bytes{class=\"persistent_reserved\"} %llu\n",
+        (unsigned long long) m->persistent_reserved);
+    put(b, "salus_memory_bytes{class=\"ephemeral\"} %llu\n", (unsigned long long) m->lanes);
+    put(b, "salus_memory_bytes{class=\"framework\"} %llu\n", (unsigned long long) m->framework);
+    put(b, "salus_memory_bytes{class=\"free\"} %llu\n", (unsigned long long) m->free);
+    put(b, "salus_memory_bytes{class=\"largest_free\"} %llu\n",
+        (unsigned long long) m->largest_free);
+
+    header(b, "salus_admission_queue_length", "gauge",
+           "Sessions waiting for admission, by why they wait.");
+    for (int r = SL_MEM_QUOTA; r <= SL_MEM_FRAGMENTATION; r++)
+        put(b, "salus_admission_queue_length{reason=\"%s\"} %llu\n", sl_mem_reason_name(r),
+            (unsigned long long) s->queued[r]);
+
+    header(b, "salus_sessions", "gauge", "Admitted sessions.");
+    put(b, "salus_sessions %zu\n", s->n_sessions);
+    PER_SESSION(b, s, "salus_session_iterations_total", "counter", "Iterations finished.", "%llu",
+                (unsigned long long) x->iterations);
+    PER_SESSION(b, s, "salus_session_device_seconds_total", "counter",
+                "Device time charged to the session.", "%.9f", (double) x->attained_ns / 1e9);
+    PER_SESSION(b, s, "salus_session_queue_seconds_total", "counter",
+                "Time its iterations waited between their Run and their start.", "%.9f",
+                (double) x->queue_ns / 1e9);
+    PER_SESSION(b, s, "salus_session_switches_total", "counter",
+                "Times the session took a lane from another session.", "%llu",
+                (unsigned long long) x->switches);
+    PER_SESSION(b, s, "salus_session_priority", "gauge", "The session's scheduling priority.", "%d",
+                x->priority);
+    PER_SESSION(b, s, "salus_session_lane", "gauge", "The lane the session runs on.", "%u",
+                x->lane);
+    header(b, "salus_session_memory_bytes", "gauge",
+           "The session's memory by class: persistent (allocated on the device), ephemeral "
+           "(planned peak of its iterations, inside its lane), declared_persistent, "
+           "declared_ephemeral, host (salusd's host memory for its graphs and tensors).");
+    for (size_t k = 0; k < s->n_sessions; k++) {
+        const snap_session *x = &s->sessions[k];
+        char n[160], o[200];
+        label(x->name, n, sizeof n);
+        label(x->owner, o, sizeof o);
+        const struct {
+            const char *cls;
+            uint64_t v;
+        } c[] = {{"persistent", x->persistent},
+                 {"ephemeral", x->ephemeral_peak},
+                 {"declared_persistent", x->declared_p},
+                 {"declared_ephemeral", x->declared_e},
+                 {"host", x->host_bytes}};
+        for (size_t j = 0; j < sizeof c / sizeof c[0]; j++)
+            put(b,
+                "salus_session_memory_bytes{session=\"%llu\",name=\"%s\",tenant=\"%s\","
+                "class=\"%s\"} %llu\n",
+                (unsigned long long) x->id, n, o, c[j].cls, (unsigned long long) c[j].v);
+    }
+
+    header(b, "salus_lanes", "gauge", "Lanes now.");
+    put(b, "salus_lanes %zu\n", s->n_lanes);
+    header(b, "salus_lane_busy_seconds_total", "counter",
+           "Device time of the lane's iterations (rate() is its busy fraction); a reclaimed "
+           "lane's id keeps counting for the next lane under it.");
+    for (size_t k = 0; k < s->n_lanes; k++) {
+        uint32_t id = s->lanes[k].id;
+        uint64_t ns = id < SL_OBS_LANES ? atomic_load(&obs->lane_busy_ns[id]) : 0;
+        put(b, "salus_lane_busy_seconds_total{lane=\"%u\"} %.9f\n", id, (double) ns / 1e9);
+    }
+    header(b, "salus_lane_busy", "gauge", "1 while an iteration runs on the lane.");
+    for (size_t k = 0; k < s->n_lanes; k++)
+        put(b, "salus_lane_busy{lane=\"%u\"} %d\n", s->lanes[k].id, s->lanes[k].busy ? 1 : 0);
+    header(b, "salus_lane_sessions", "gauge", "Sessions on the lane.");
+    for (size_t k = 0; k < s->n_lanes; k++)
+        put(b, "salus_lane_sessions{lane=\"%u\"} %u\n", s->lanes[k].id, s->lanes[k].n_sessions);
+    header(b, "salus_lane_memory_bytes", "gauge",
+           "The lane's memory: ephemeral (its size), framework (its workspace), peak (the "
+           "largest planned need of its sessions).");
+    for (size_t k = 0; k < s->n_lanes; k++) {
+        const sl_mem_lane_info *l = &s->lanes[k];
+        put(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"ephemeral\"} %llu\n", l->id,
+            (unsigned long long) l->size);
+        put(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"framework\"} %llu\n", l->id,
+            (unsigned long long) l->framework);
+        put(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"peak\"} %llu\n", l->id,
+            (unsigned long long) l->max_peak);
+    }
+    hist(b, "salus_request_duration_seconds",
+         "From a request's arrival to its reply leaving salusd, every request.", &obs->requests);
+    hist(b, "salus_iteration_duration_seconds",
+         "From a Run's arrival to its iteration's end (queueing included).", &obs->iterations);
+}
+
+int sl_metrics_render(sl_server *srv, char **text, size_t *len)
+{
+    snap s;
+    int rc = take(srv, &s);
+    buf b = {0};
+    if (rc == SL_OK) {
+        format(&b, &s, &srv->obs);
+    }
+    sl_free(s.sessions);
+    sl_free(s.lanes);
+    if (rc != SL_OK || b.failed || !b.p) {
+        sl_free(b.p);
+        return SL_ENOMEM;
+    }
+    *text = b.p;
+    *len = b.len;
+    return SL_OK;
+}
+
+/* ---- HTTP ---- */
+
+static void serve(nng_aio *aio)
+{
+    nng_http_handler *h = nng_aio_get_input(aio, 1);
+    sl_metrics *m = nng_http_handler_get_data(h);
+    nng_http_res *res;
+    if (nng_http_res_alloc(&res) != 0) {
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    char *text;
+    size_t len;
+    if (sl_metrics_render(m->srv, &text, &len) != SL_OK) {
+        (void) nng_http_res_set_status(res, NNG_HTTP_STATUS_INTERNAL_SERVER_ERROR);
+        nng_aio_set_output(aio, 0, res);
+        nng_aio_finish(aio, 0);
+        return;
+    }
+    int rv =
+        nng_http_res_set_header(res, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    if (rv == 0)
+        rv = nng_http_res_copy_data(res, text, len);
+    sl_free(text);
+    if (rv != 0) {
+        nng_http_res_free(res);
+        nng_aio_finish(aio, rv);
+        return;
+    }
+    nng_aio_set_output(aio, 0, res);
+    nng_aio_finish(aio, 0);
+}
+
+int sl_metrics_url(const char *addr, char *out, size_t len)
+{
+    if (!addr || !*addr)
+        return SL_EINVAL;
+    if (strncmp(addr, "http://", 7) == 0)
+        addr += 7;
+    const char *colon = strrchr(addr, ':');
+    const char *port = colon ? colon + 1 : addr;
+    size_t host_len = colon ? (size_t) (colon - addr) : 0;
+    char *end;
+    long p = strtol(port, &end, 10);
+    if (!*port || *end || p < 1 || p > 65535 || host_len > 255 || strchr(port, '/'))
+        return SL_EINVAL;
+    int n = host_len ? snprintf(out, len, "http://%.*s:%ld/metrics", (int) host_len, addr, p)
+                     : snprintf(out, len, "http://127.0.0.1:%ld/metrics", p);
+    return n > 0 && (size_t) n < len ? SL_OK : SL_EINVAL;
+}
+
+int sl_metrics_start(sl_server *srv, const char *addr, sl_metrics **out)
+{
+    char url[300];
+    int rc = sl_metrics_url(addr, url, sizeof url);
+    if (rc != SL_OK) {
+        sl_log_err("met.listen", "--metrics-listen '%s': give PORT, HOST:PORT or http://HOST:PORT",
+                   addr);
+        return rc;
+    }
+    sl_metrics *m = sl_calloc(1, sizeof *m);
+    if (!m)
+        return SL_ENOMEM;
+    m->srv = srv;
+    nng_url *u = NULL;
+    int rv = nng_url_parse(&u, url);
+    if (rv == 0)
+        rv = nng_http_server_hold(&m->http, u);
+    if (rv == 0 && (rv = nng_http_handler_alloc(&m->handler, "/metrics", serve)) == 0) {
+        (void) nng_http_handler_set_method(m->handler, "GET");
+        (void) nng_http_handler_set_data(m->handler, m, NULL);
+        if ((rv = nng_http_server_add_handler(m->http, m->handler)) != 0)
+            nng_http_handler_free(m->handler);
+    }
+    if (rv == 0)
+        rv = nng_http_server_start(m->http);
+    if (u)
+        nng_url_free(u);
+    if (rv != 0) {
+        sl_log_err("met.listen", "cannot serve metrics at %s: %s", url, nng_strerror(rv));
+        if (m->http)
+            nng_http_server_release(m->http);
+        sl_free(m);
+        return SL_ECONN;
+    }
+    sl_log_info("met.listen", "metrics at %s", url);
+    *out = m;
+    return SL_OK;
+}
+
+void sl_metrics_stop(sl_metrics *m)
+{
+    if (!m)
+        return;
+    nng_http_server_stop(m->http);
+    nng_http_server_release(m->http);
+    sl_free(m);
+}
