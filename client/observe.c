@@ -10,92 +10,59 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct jbuf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} jbuf;
-
-__attribute__((format(printf, 2, 3))) static void jput(jbuf *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->len;
-        int n = b->p ? vsnprintf(b->p + b->len, room, fmt, ap) : -1;
-        va_end(ap);
-        if (n >= 0 && (size_t) n < room) {
-            b->len += (size_t) n;
-            return;
-        }
-        if (b->failed)
-            return;
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (n >= 0 && cap - b->len <= (size_t) n)
-            cap *= 2;
-        char *q = sl_reallocarray(b->p, cap, 1);
-        if (!q) {
-            b->failed = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 /* A JSON string: quotes, backslashes and control bytes escaped; other
  * bytes as they are (salusd sends valid UTF-8, escaped for terminals). */
-static void jstr(jbuf *b, const char *s)
+static void jstr(sl_textbuf *b, const char *s)
 {
-    jput(b, "\"");
+    sl_textbuf_printf(b, "\"");
     for (; s && *s; s++) {
         unsigned char ch = (unsigned char) *s;
         if (ch == '"' || ch == '\\')
-            jput(b, "\\%c", ch);
+            sl_textbuf_printf(b, "\\%c", ch);
         else if (ch < 0x20 || ch == 0x7f)
-            jput(b, "\\u%04x", ch);
+            sl_textbuf_printf(b, "\\u%04x", ch);
         else
-            jput(b, "%c", ch);
+            sl_textbuf_printf(b, "%c", ch);
     }
-    jput(b, "\"");
+    sl_textbuf_printf(b, "\"");
 }
 
-static void jmessage(jbuf *b, const ProtobufCMessage *m);
+static void jmessage(sl_textbuf *b, const ProtobufCMessage *m);
 
-static void jvalue(jbuf *b, const ProtobufCFieldDescriptor *f, const void *p)
+static void jvalue(sl_textbuf *b, const ProtobufCFieldDescriptor *f, const void *p)
 {
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32:
     case PROTOBUF_C_TYPE_SINT32:
     case PROTOBUF_C_TYPE_SFIXED32:
-        jput(b, "%d", *(const int32_t *) p);
+        sl_textbuf_printf(b, "%d", *(const int32_t *) p);
         break;
     case PROTOBUF_C_TYPE_UINT32:
     case PROTOBUF_C_TYPE_FIXED32:
-        jput(b, "%u", *(const uint32_t *) p);
+        sl_textbuf_printf(b, "%u", *(const uint32_t *) p);
         break;
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
     case PROTOBUF_C_TYPE_SFIXED64:
-        jput(b, "%lld", (long long) *(const int64_t *) p);
+        sl_textbuf_printf(b, "%lld", (long long) *(const int64_t *) p);
         break;
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-        jput(b, "%llu", (unsigned long long) *(const uint64_t *) p);
+        sl_textbuf_printf(b, "%llu", (unsigned long long) *(const uint64_t *) p);
         break;
     case PROTOBUF_C_TYPE_FLOAT:
-        jput(b, "%.9g", (double) *(const float *) p);
+        sl_textbuf_printf(b, "%.9g", (double) *(const float *) p);
         break;
     case PROTOBUF_C_TYPE_DOUBLE: {
         double d = *(const double *) p;
         if (d != d || d > 1e308 || d < -1e308)
-            jput(b, "null"); /* JSON has no NaN or infinity */
+            sl_textbuf_printf(b, "null"); /* JSON has no NaN or infinity */
         else
-            jput(b, "%.17g", d);
+            sl_textbuf_printf(b, "%.17g", d);
         break;
     }
     case PROTOBUF_C_TYPE_BOOL:
-        jput(b, "%s", *(const protobuf_c_boolean *) p ? "true" : "false");
+        sl_textbuf_printf(b, "%s", *(const protobuf_c_boolean *) p ? "true" : "false");
         break;
     case PROTOBUF_C_TYPE_ENUM: {
         const ProtobufCEnumValue *v =
@@ -103,21 +70,21 @@ static void jvalue(jbuf *b, const ProtobufCFieldDescriptor *f, const void *p)
         if (v)
             jstr(b, v->name);
         else
-            jput(b, "%d", *(const int *) p);
+            sl_textbuf_printf(b, "%d", *(const int *) p);
         break;
     }
     case PROTOBUF_C_TYPE_STRING:
         jstr(b, *(char *const *) p);
         break;
     case PROTOBUF_C_TYPE_BYTES:
-        jput(b, "{\"bytes\":%zu}", ((const ProtobufCBinaryData *) p)->len);
+        sl_textbuf_printf(b, "{\"bytes\":%zu}", ((const ProtobufCBinaryData *) p)->len);
         break;
     case PROTOBUF_C_TYPE_MESSAGE: {
         const ProtobufCMessage *sub = *(const ProtobufCMessage *const *) p;
         if (sub)
             jmessage(b, sub);
         else
-            jput(b, "null");
+            sl_textbuf_printf(b, "null");
         break;
     }
     }
@@ -147,12 +114,12 @@ static size_t type_size(ProtobufCType t)
     }
 }
 
-static void jmessage(jbuf *b, const ProtobufCMessage *m)
+static void jmessage(sl_textbuf *b, const ProtobufCMessage *m)
 {
     const ProtobufCMessageDescriptor *d = m->descriptor;
     const char *base = (const char *) m;
     bool first = true;
-    jput(b, "{");
+    sl_textbuf_printf(b, "{");
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         const void *p = base + f->offset;
@@ -160,29 +127,29 @@ static void jmessage(jbuf *b, const ProtobufCMessage *m)
             if (*(const uint32_t *) (base + f->quantifier_offset) != f->id)
                 continue;
         }
-        jput(b, "%s", first ? "" : ",");
+        sl_textbuf_printf(b, "%s", first ? "" : ",");
         first = false;
         jstr(b, f->name);
-        jput(b, ":");
+        sl_textbuf_printf(b, ":");
         if (f->label == PROTOBUF_C_LABEL_REPEATED) {
             size_t n = *(const size_t *) (base + f->quantifier_offset);
             const char *arr = *(const char *const *) p;
-            jput(b, "[");
+            sl_textbuf_printf(b, "[");
             for (size_t k = 0; k < n; k++) {
-                jput(b, "%s", k ? "," : "");
+                sl_textbuf_printf(b, "%s", k ? "," : "");
                 jvalue(b, f, arr + k * type_size(f->type));
             }
-            jput(b, "]");
+            sl_textbuf_printf(b, "]");
         } else {
             jvalue(b, f, p);
         }
     }
-    jput(b, "}");
+    sl_textbuf_printf(b, "}");
 }
 
-static int finish(jbuf *b, char **out)
+static int finish(sl_textbuf *b, char **out)
 {
-    jput(b, "\n");
+    sl_textbuf_printf(b, "\n");
     if (b->failed || !b->p) {
         sl_free(b->p);
         return SL_ENOMEM;
@@ -215,7 +182,7 @@ int salus_status_json(salus_client *c, char **json)
     int rc = call(c, &req, SALUS__REPLY__BODY_STATUS, &rep);
     if (rc)
         return rc;
-    jbuf b = {0};
+    sl_textbuf b = {0};
     jmessage(&b, &rep->status->base);
     salus__reply__free_unpacked(rep, NULL);
     return finish(&b, json);
@@ -243,24 +210,26 @@ int salus_sessions_text(salus_client *c, char **text)
     if (rc)
         return rc;
     const Salus__StatusReply *s = rep->status;
-    jbuf b = {0};
-    jput(&b, "%8s  %-16s %-12s %5s %4s %10s %10s %9s %8s %10s  %s\n", "id", "name", "owner", "lane",
-         "prio", "iters", "device s", "wait ms", "switches", "persist MiB", "state");
+    sl_textbuf b = {0};
+    sl_textbuf_printf(&b, "%8s  %-16s %-12s %5s %4s %10s %10s %9s %8s %10s  %s\n", "id", "name",
+                      "owner", "lane", "prio", "iters", "device s", "wait ms", "switches",
+                      "persist MiB", "state");
     for (size_t i = 0; i < s->n_sessions; i++) {
         const Salus__SessionStatus *x = s->sessions[i];
-        jput(&b, "%8llu  %-16.16s %-12.12s %5u %4d %10llu %10.3f %9.2f %8llu %10.1f  running\n",
-             (unsigned long long) x->id, safe(x->name, e1, sizeof e1),
-             safe(x->owner, e2, sizeof e2), x->lane, x->priority,
-             (unsigned long long) x->iterations, (double) x->attained_ns / 1e9,
-             x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0.0,
-             (unsigned long long) x->switches, (double) x->persistent_bytes / (1 << 20));
+        sl_textbuf_printf(
+            &b, "%8llu  %-16.16s %-12.12s %5u %4d %10llu %10.3f %9.2f %8llu %10.1f  running\n",
+            (unsigned long long) x->id, safe(x->name, e1, sizeof e1), safe(x->owner, e2, sizeof e2),
+            x->lane, x->priority, (unsigned long long) x->iterations, (double) x->attained_ns / 1e9,
+            x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0.0,
+            (unsigned long long) x->switches, (double) x->persistent_bytes / (1 << 20));
     }
     for (size_t i = 0; i < s->n_queue; i++) {
         const Salus__QueuedSession *q = s->queue[i];
-        jput(&b, "%8llu  %-16.16s %-12s %5s %4s %10s %10s %9.2f %8s %10.1f  waiting (%s)\n",
-             (unsigned long long) q->id, safe(q->name, e1, sizeof e1), "", "-", "-", "-", "-",
-             (double) q->waited_ns / 1e6, "-", (double) q->persistent / (1 << 20),
-             safe(q->reason, e2, sizeof e2));
+        sl_textbuf_printf(
+            &b, "%8llu  %-16.16s %-12s %5s %4s %10s %10s %9.2f %8s %10.1f  waiting (%s)\n",
+            (unsigned long long) q->id, safe(q->name, e1, sizeof e1), "", "-", "-", "-", "-",
+            (double) q->waited_ns / 1e6, "-", (double) q->persistent / (1 << 20),
+            safe(q->reason, e2, sizeof e2));
     }
     salus__reply__free_unpacked(rep, NULL);
     if (b.failed || !b.p) {
@@ -327,16 +296,19 @@ static double us(const Salus__TraceReply *tr, uint64_t ns)
 }
 
 /* The Chrome trace event format, JSON object form. */
-static void chrome(jbuf *b, const Salus__TraceReply *tr)
+static void chrome(sl_textbuf *b, const Salus__TraceReply *tr)
 {
-    jput(b, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped\":%llu,\"duration_us\":%.3f},",
-         (unsigned long long) tr->dropped,
-         tr->end_ns > tr->start_ns ? (double) (tr->end_ns - tr->start_ns) / 1e3 : 0.0);
-    jput(b, "\"traceEvents\":[");
-    jput(b, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"salusd "
-            "lanes\"}},");
-    jput(b, "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"sessions "
-            "waiting\"}}");
+    sl_textbuf_printf(
+        b, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped\":%llu,\"duration_us\":%.3f},",
+        (unsigned long long) tr->dropped,
+        tr->end_ns > tr->start_ns ? (double) (tr->end_ns - tr->start_ns) / 1e3 : 0.0);
+    sl_textbuf_printf(b, "\"traceEvents\":[");
+    sl_textbuf_printf(
+        b, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"salusd "
+           "lanes\"}},");
+    sl_textbuf_printf(
+        b, "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"sessions "
+           "waiting\"}}");
     uint32_t seen_lanes[256];
     size_t n_seen = 0;
     for (size_t i = 0; i < tr->n_events; i++) {
@@ -348,21 +320,22 @@ static void chrome(jbuf *b, const Salus__TraceReply *tr)
             seen = seen_lanes[k] == e->lane;
         if (!seen && n_seen < 256) {
             seen_lanes[n_seen++] = e->lane;
-            jput(b,
-                 ",{\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"name\":\"thread_name\",\"args\":{\"name\":"
-                 "\"lane %u\"}}",
-                 e->lane, e->lane);
+            sl_textbuf_printf(
+                b,
+                ",{\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"name\":\"thread_name\",\"args\":{\"name\":"
+                "\"lane %u\"}}",
+                e->lane, e->lane);
         }
     }
     for (size_t i = 0; i < tr->n_sessions; i++) {
         char label[128];
         snprintf(label, sizeof label, "session %llu %s", (unsigned long long) tr->sessions[i]->id,
                  tr->sessions[i]->name);
-        jput(b,
-             ",{\"ph\":\"M\",\"pid\":2,\"tid\":%llu,\"name\":\"thread_name\",\"args\":{\"name\":",
-             (unsigned long long) tr->sessions[i]->id);
+        sl_textbuf_printf(
+            b, ",{\"ph\":\"M\",\"pid\":2,\"tid\":%llu,\"name\":\"thread_name\",\"args\":{\"name\":",
+            (unsigned long long) tr->sessions[i]->id);
         jstr(b, label);
-        jput(b, "}}");
+        sl_textbuf_printf(b, "}}");
     }
     for (size_t i = 0; i < tr->n_events; i++) {
         const Salus__TraceEvent *e = tr->events[i];
@@ -372,45 +345,48 @@ static void chrome(jbuf *b, const Salus__TraceReply *tr)
         switch (e->kind) {
         case 1:
             snprintf(title, sizeof title, "s%llu %s", sid, name);
-            jput(b, ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":",
-                 e->arg ? "iteration,op_by_op" : "iteration");
+            sl_textbuf_printf(b, ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":",
+                              e->arg ? "iteration,op_by_op" : "iteration");
             jstr(b, title);
-            jput(b,
-                 ",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,"
-                 "\"priority\":%d}}",
-                 e->lane, us(tr, e->ts_ns), (double) e->dur_ns / 1e3, sid, e->priority);
+            sl_textbuf_printf(
+                b,
+                ",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,"
+                "\"priority\":%d}}",
+                e->lane, us(tr, e->ts_ns), (double) e->dur_ns / 1e3, sid, e->priority);
             break;
         case 2: {
             const sl_op_def *def = sl_op_get((unsigned) (e->arg >> 32 & 0xffff));
             bool gap = e->arg >> 48 & 1;
-            jput(b,
-                 ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":1,\"tid\":%u,"
-                 "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,\"priority\":%d,"
-                 "\"index\":%llu}}",
-                 gap ? "op,gap_fill" : "op", def ? def->name : "op", e->lane, us(tr, e->ts_ns),
-                 (double) e->dur_ns / 1e3, sid, e->priority,
-                 (unsigned long long) (e->arg & 0xffffffffu));
+            sl_textbuf_printf(b,
+                              ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":1,\"tid\":%u,"
+                              "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,\"priority\":%d,"
+                              "\"index\":%llu}}",
+                              gap ? "op,gap_fill" : "op", def ? def->name : "op", e->lane,
+                              us(tr, e->ts_ns), (double) e->dur_ns / 1e3, sid, e->priority,
+                              (unsigned long long) (e->arg & 0xffffffffu));
             break;
         }
         case 3:
-            jput(b,
-                 ",{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"switch\",\"name\":\"switch\",\"pid\":1,"
-                 "\"tid\":%u,\"ts\":%.3f,\"args\":{\"from\":%llu,\"to\":%llu}}",
-                 e->lane, us(tr, e->ts_ns), (unsigned long long) e->arg, sid);
+            sl_textbuf_printf(
+                b,
+                ",{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"switch\",\"name\":\"switch\",\"pid\":1,"
+                "\"tid\":%u,\"ts\":%.3f,\"args\":{\"from\":%llu,\"to\":%llu}}",
+                e->lane, us(tr, e->ts_ns), (unsigned long long) e->arg, sid);
             break;
         case 4:
         case 5:
-            jput(b,
-                 ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":2,\"tid\":%llu,\"ts\":%.3f,"
-                 "\"dur\":%.3f,\"args\":{\"lane\":%u,\"priority\":%d}}",
-                 e->kind == 4 ? "admission" : "queued", e->kind == 4 ? "admission wait" : "queued",
-                 sid, us(tr, e->ts_ns), (double) e->dur_ns / 1e3, e->lane, e->priority);
+            sl_textbuf_printf(
+                b,
+                ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":2,\"tid\":%llu,\"ts\":%.3f,"
+                "\"dur\":%.3f,\"args\":{\"lane\":%u,\"priority\":%d}}",
+                e->kind == 4 ? "admission" : "queued", e->kind == 4 ? "admission wait" : "queued",
+                sid, us(tr, e->ts_ns), (double) e->dur_ns / 1e3, e->lane, e->priority);
             break;
         default:
             break;
         }
     }
-    jput(b, "]}");
+    sl_textbuf_printf(b, "]}");
 }
 
 int salus_trace_stop_json(salus_client *c, char **json, size_t *n_events)
@@ -423,7 +399,7 @@ int salus_trace_stop_json(salus_client *c, char **json, size_t *n_events)
     int rc = call(c, &req, SALUS__REPLY__BODY_TRACE, &rep);
     if (rc)
         return rc;
-    jbuf b = {0};
+    sl_textbuf b = {0};
     chrome(&b, rep->trace);
     if (n_events)
         *n_events = rep->trace->n_events;

@@ -1,13 +1,13 @@
-/* Escaping of outside text (sl_text.h). */
+/* Escaping of outside text, sizes, and a growable text buffer (sl_text.h). */
 #include "sl_text.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
 #include <errno.h>
-#include <stdlib.h>
-
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The code point of the UTF-8 sequence at s (n bytes left) and its length
@@ -153,4 +153,31 @@ int sl_parse_size(const char *s, uint64_t *out)
     if (*end && end[1] && !((end[1] == 'i' || end[1] == 'B') && (!end[2] || end[2] == 'B')))
         return SL_EINVAL;
     return sl_mul_ok(v, mult, out) ? SL_OK : SL_EINVAL;
+}
+
+void sl_textbuf_printf(sl_textbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = b->p ? vsnprintf(b->p + b->len, room, fmt, ap) : -1;
+        va_end(ap);
+        if (n >= 0 && (size_t) n < room) {
+            b->len += (size_t) n;
+            return;
+        }
+        if (b->failed)
+            return;
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (n >= 0 && cap - b->len <= (size_t) n)
+            cap *= 2;
+        char *q = sl_reallocarray(b->p, cap, 1);
+        if (!q) {
+            b->failed = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
 }

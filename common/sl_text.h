@@ -32,4 +32,16 @@ int sl_parse_size(const char *s, uint64_t *out);
 /* Whether sl_escape(flags) would copy src unchanged. */
 bool sl_text_is_clean(const char *src, size_t len, unsigned flags);
 
+/* A growable text buffer (documents built piece by piece: JSON, metrics).
+ * A zeroed one is empty; p is NUL-terminated once anything was appended,
+ * and is the caller's to sl_free. */
+typedef struct sl_textbuf {
+    char *p;
+    size_t len, cap;
+    bool failed; /* an allocation failed: appends stopped, check once at the end */
+} sl_textbuf;
+/* Appends printf-formatted text, growing the buffer (doubling); out of
+ * memory sets failed and appends nothing more. Never fails otherwise. */
+__attribute__((format(printf, 2, 3))) void sl_textbuf_printf(sl_textbuf *b, const char *fmt, ...);
+
 #endif

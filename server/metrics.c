@@ -4,6 +4,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "sl_text.h"
 #include "sl_time.h"
 
 #include <nng/nng.h>
@@ -18,41 +19,6 @@ struct sl_metrics {
     nng_http_handler *handler;
     sl_server *srv;
 };
-
-/* ---- a growable text buffer ---- */
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} buf;
-
-__attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->len;
-        int n = b->p ? vsnprintf(b->p + b->len, room, fmt, ap) : -1;
-        va_end(ap);
-        if (n >= 0 && (size_t) n < room) {
-            b->len += (size_t) n;
-            return;
-        }
-        if (b->failed)
-            return;
-        size_t cap = b->cap ? b->cap * 2 : 16384;
-        while (n >= 0 && cap - b->len <= (size_t) n)
-            cap *= 2;
-        char *q = sl_reallocarray(b->p, cap, 1);
-        if (!q) {
-            b->failed = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
 
 /* A label value as the exposition format wants it: backslash, double quote
  * and newline escaped (names reach here escaped by sl_text.h already, so
@@ -75,9 +41,9 @@ static const char *label(const char *s, char *out, size_t cap)
     return out;
 }
 
-static void header(buf *b, const char *name, const char *type, const char *help)
+static void header(sl_textbuf *b, const char *name, const char *type, const char *help)
 {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    sl_textbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* ---- the snapshot, taken under the server lock ---- */
@@ -167,19 +133,20 @@ static int take(sl_server *srv, snap *s)
     return SL_OK;
 }
 
-static void hist(buf *b, const char *name, const char *help, const sl_hist *h)
+static void hist(sl_textbuf *b, const char *name, const char *help, const sl_hist *h)
 {
     header(b, name, "histogram", help);
     uint64_t cum = 0;
     for (int i = 0; i < SL_HIST_BUCKETS; i++) {
         cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, sl_hist_bounds[i], (unsigned long long) cum);
+        sl_textbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, sl_hist_bounds[i],
+                          (unsigned long long) cum);
     }
     cum += atomic_load_explicit(&h->bucket[SL_HIST_BUCKETS], memory_order_relaxed);
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long) cum);
-    put(b, "%s_sum %.9f\n%s_count %llu\n", name,
-        (double) atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9, name,
-        (unsigned long long) cum);
+    sl_textbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long) cum);
+    sl_textbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name,
+                      (double) atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9, name,
+                      (unsigned long long) cum);
 }
 
 /* One metric per session: value(x) for each. */
@@ -189,66 +156,72 @@ static void hist(buf *b, const char *name, const char *help, const sl_hist *h)
         for (size_t k_ = 0; k_ < (s)->n_sessions; k_++) {                                          \
             const snap_session *x = &(s)->sessions[k_];                                            \
             char n_[160], o_[200];                                                                 \
-            put(b, "%s{session=\"%llu\",name=\"%s\",tenant=\"%s\"} " fmt "\n", metric,             \
-                (unsigned long long) x->id, label(x->name, n_, sizeof n_),                         \
-                label(x->owner, o_, sizeof o_), expr);                                             \
+            sl_textbuf_printf(b, "%s{session=\"%llu\",name=\"%s\",tenant=\"%s\"} " fmt "\n",       \
+                              metric, (unsigned long long) x->id, label(x->name, n_, sizeof n_),   \
+                              label(x->owner, o_, sizeof o_), expr);                               \
         }                                                                                          \
     } while (0)
 
-static void format(buf *b, const snap *s, const sl_obs *obs)
+static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
 {
     char d[512], p[64];
     header(b, "salus_build_info", "gauge",
            "Always 1; labels: salusd's version, protocol, device and policy.");
-    put(b, "salus_build_info{version=\"%s\",protocol=\"%d\",device=\"%s\",policy=\"%s\"} 1\n",
+    sl_textbuf_printf(
+        b, "salus_build_info{version=\"%s\",protocol=\"%d\",device=\"%s\",policy=\"%s\"} 1\n",
         SL_SERVER_VERSION, SL_PROTOCOL_VERSION, label(s->device, d, sizeof d),
         label(s->policy, p, sizeof p));
     header(b, "salus_uptime_seconds", "gauge", "Seconds since salusd started.");
-    put(b, "salus_uptime_seconds %.3f\n", (double) s->uptime_ns / 1e9);
+    sl_textbuf_printf(b, "salus_uptime_seconds %.3f\n", (double) s->uptime_ns / 1e9);
     header(b, "salus_requests_total", "counter", "Requests received.");
-    put(b, "salus_requests_total %llu\n", (unsigned long long) s->requests);
+    sl_textbuf_printf(b, "salus_requests_total %llu\n", (unsigned long long) s->requests);
     header(b, "salus_request_errors_total", "counter", "Replies with a code other than OK.");
-    put(b, "salus_request_errors_total %llu\n", (unsigned long long) s->errors);
+    sl_textbuf_printf(b, "salus_request_errors_total %llu\n", (unsigned long long) s->errors);
     header(b, "salus_request_repeats_total", "counter",
            "Repeated requests answered from the first one's reply.");
-    put(b, "salus_request_repeats_total %llu\n", (unsigned long long) s->repeats);
+    sl_textbuf_printf(b, "salus_request_repeats_total %llu\n", (unsigned long long) s->repeats);
     header(b, "salus_iterations_total", "counter", "Iterations finished, all sessions.");
-    put(b, "salus_iterations_total %llu\n", (unsigned long long) s->iterations);
+    sl_textbuf_printf(b, "salus_iterations_total %llu\n", (unsigned long long) s->iterations);
     header(b, "salus_device_faults_total", "counter", "Device-lost errors seen.");
-    put(b, "salus_device_faults_total %llu\n", (unsigned long long) s->faults);
+    sl_textbuf_printf(b, "salus_device_faults_total %llu\n", (unsigned long long) s->faults);
     header(b, "salus_device_resets_total", "counter", "Device resets done after a fault.");
-    put(b, "salus_device_resets_total %llu\n", (unsigned long long) s->resets);
+    sl_textbuf_printf(b, "salus_device_resets_total %llu\n", (unsigned long long) s->resets);
     header(b, "salus_device_up", "gauge", "0 once the device could not be recovered.");
-    put(b, "salus_device_up %d\n", s->dead ? 0 : 1);
+    sl_textbuf_printf(b, "salus_device_up %d\n", s->dead ? 0 : 1);
     header(b, "salus_decode_refusals_total", "counter",
            "Requests refused for the memory decoding them would take.");
-    put(b, "salus_decode_refusals_total %llu\n", (unsigned long long) s->refusals);
+    sl_textbuf_printf(b, "salus_decode_refusals_total %llu\n", (unsigned long long) s->refusals);
     header(b, "salus_host_memory_bytes", "gauge",
            "salusd's host memory held for clients, by what holds it.");
-    put(b, "salus_host_memory_bytes{class=\"metadata\"} %llu\n", (unsigned long long) s->metadata);
-    put(b, "salus_host_memory_bytes{class=\"decoding\"} %llu\n", (unsigned long long) s->decoded);
+    sl_textbuf_printf(b, "salus_host_memory_bytes{class=\"metadata\"} %llu\n",
+                      (unsigned long long) s->metadata);
+    sl_textbuf_printf(b, "salus_host_memory_bytes{class=\"decoding\"} %llu\n",
+                      (unsigned long long) s->decoded);
 
     header(b, "salus_memory_bytes", "gauge", "Device memory by class.");
     const sl_mem_stats *m = &s->mem;
-    put(b, "salus_memory_bytes{class=\"capacity\"} %llu\n", (unsigned long long) m->capacity);
-    put(b, "salus_memory_bytes{class=\"persistent\"} %llu\n",
-        (unsigned long long) m->persistent_used);
-    put(b, "salus_memory_bytes{class=\"persistent_reserved\"} %llu\n",
-        (unsigned long long) m->persistent_reserved);
-    put(b, "salus_memory_bytes{class=\"ephemeral\"} %llu\n", (unsigned long long) m->lanes);
-    put(b, "salus_memory_bytes{class=\"framework\"} %llu\n", (unsigned long long) m->framework);
-    put(b, "salus_memory_bytes{class=\"free\"} %llu\n", (unsigned long long) m->free);
-    put(b, "salus_memory_bytes{class=\"largest_free\"} %llu\n",
-        (unsigned long long) m->largest_free);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"capacity\"} %llu\n",
+                      (unsigned long long) m->capacity);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"persistent\"} %llu\n",
+                      (unsigned long long) m->persistent_used);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"persistent_reserved\"} %llu\n",
+                      (unsigned long long) m->persistent_reserved);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"ephemeral\"} %llu\n",
+                      (unsigned long long) m->lanes);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"framework\"} %llu\n",
+                      (unsigned long long) m->framework);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"free\"} %llu\n", (unsigned long long) m->free);
+    sl_textbuf_printf(b, "salus_memory_bytes{class=\"largest_free\"} %llu\n",
+                      (unsigned long long) m->largest_free);
 
     header(b, "salus_admission_queue_length", "gauge",
            "Sessions waiting for admission, by why they wait.");
     for (int r = SL_MEM_QUOTA; r <= SL_MEM_FRAGMENTATION; r++)
-        put(b, "salus_admission_queue_length{reason=\"%s\"} %llu\n", sl_mem_reason_name(r),
-            (unsigned long long) s->queued[r]);
+        sl_textbuf_printf(b, "salus_admission_queue_length{reason=\"%s\"} %llu\n",
+                          sl_mem_reason_name(r), (unsigned long long) s->queued[r]);
 
     header(b, "salus_sessions", "gauge", "Admitted sessions.");
-    put(b, "salus_sessions %zu\n", s->n_sessions);
+    sl_textbuf_printf(b, "salus_sessions %zu\n", s->n_sessions);
     PER_SESSION(b, s, "salus_session_iterations_total", "counter", "Iterations finished.", "%llu",
                 (unsigned long long) x->iterations);
     PER_SESSION(b, s, "salus_session_device_seconds_total", "counter",
@@ -281,39 +254,43 @@ static void format(buf *b, const snap *s, const sl_obs *obs)
                  {"declared_ephemeral", x->declared_e},
                  {"host", x->host_bytes}};
         for (size_t j = 0; j < sizeof c / sizeof c[0]; j++)
-            put(b,
+            sl_textbuf_printf(
+                b,
                 "salus_session_memory_bytes{session=\"%llu\",name=\"%s\",tenant=\"%s\","
                 "class=\"%s\"} %llu\n",
                 (unsigned long long) x->id, n, o, c[j].cls, (unsigned long long) c[j].v);
     }
 
     header(b, "salus_lanes", "gauge", "Lanes now.");
-    put(b, "salus_lanes %zu\n", s->n_lanes);
+    sl_textbuf_printf(b, "salus_lanes %zu\n", s->n_lanes);
     header(b, "salus_lane_busy_seconds_total", "counter",
            "Device time of the lane's iterations (rate() is its busy fraction); a reclaimed "
            "lane's id keeps counting for the next lane under it.");
     for (size_t k = 0; k < s->n_lanes; k++) {
         uint32_t id = s->lanes[k].id;
         uint64_t ns = id < SL_OBS_LANES ? atomic_load(&obs->lane_busy_ns[id]) : 0;
-        put(b, "salus_lane_busy_seconds_total{lane=\"%u\"} %.9f\n", id, (double) ns / 1e9);
+        sl_textbuf_printf(b, "salus_lane_busy_seconds_total{lane=\"%u\"} %.9f\n", id,
+                          (double) ns / 1e9);
     }
     header(b, "salus_lane_busy", "gauge", "1 while an iteration runs on the lane.");
     for (size_t k = 0; k < s->n_lanes; k++)
-        put(b, "salus_lane_busy{lane=\"%u\"} %d\n", s->lanes[k].id, s->lanes[k].busy ? 1 : 0);
+        sl_textbuf_printf(b, "salus_lane_busy{lane=\"%u\"} %d\n", s->lanes[k].id,
+                          s->lanes[k].busy ? 1 : 0);
     header(b, "salus_lane_sessions", "gauge", "Sessions on the lane.");
     for (size_t k = 0; k < s->n_lanes; k++)
-        put(b, "salus_lane_sessions{lane=\"%u\"} %u\n", s->lanes[k].id, s->lanes[k].n_sessions);
+        sl_textbuf_printf(b, "salus_lane_sessions{lane=\"%u\"} %u\n", s->lanes[k].id,
+                          s->lanes[k].n_sessions);
     header(b, "salus_lane_memory_bytes", "gauge",
            "The lane's memory: ephemeral (its size), framework (its workspace), peak (the "
            "largest planned need of its sessions).");
     for (size_t k = 0; k < s->n_lanes; k++) {
         const sl_mem_lane_info *l = &s->lanes[k];
-        put(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"ephemeral\"} %llu\n", l->id,
-            (unsigned long long) l->size);
-        put(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"framework\"} %llu\n", l->id,
-            (unsigned long long) l->framework);
-        put(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"peak\"} %llu\n", l->id,
-            (unsigned long long) l->max_peak);
+        sl_textbuf_printf(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"ephemeral\"} %llu\n",
+                          l->id, (unsigned long long) l->size);
+        sl_textbuf_printf(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"framework\"} %llu\n",
+                          l->id, (unsigned long long) l->framework);
+        sl_textbuf_printf(b, "salus_lane_memory_bytes{lane=\"%u\",class=\"peak\"} %llu\n", l->id,
+                          (unsigned long long) l->max_peak);
     }
     hist(b, "salus_request_duration_seconds",
          "From a request's arrival to its reply leaving salusd, every request.", &obs->requests);
@@ -325,7 +302,7 @@ int sl_metrics_render(sl_server *srv, char **text, size_t *len)
 {
     snap s;
     int rc = take(srv, &s);
-    buf b = {0};
+    sl_textbuf b = {0};
     if (rc == SL_OK) {
         format(&b, &s, &srv->obs);
     }
