@@ -64,6 +64,9 @@ typedef struct sl_obs {
     /* the session last started on each lane, for switch events (written
      * under the server lock) */
     uint64_t lane_last[SL_OBS_LANES];
+    /* when each lane last had a whole iteration timed op by op (sampling,
+     * exec_trace.c) */
+    _Atomic uint64_t lane_timed_ns[SL_OBS_LANES];
     _Atomic uint64_t faults; /* device-lost errors seen */
 } sl_obs;
 
