@@ -873,6 +873,8 @@ class Trainer:
     def close(self):
         """Frees the trainer and its graph (state tensors stay in the session)."""
         if self._ptr is not None:
+            # the borrowed Graph must not reach the freed builder afterwards
+            self.graph._ptr = None
             lib.salus_trainer_free(self._ptr)
         self._ptr = None
 
