@@ -17,6 +17,7 @@ backward, step). Progress goes to stderr; the last line is
 import argparse
 import copy
 import io
+import json
 import sys
 import time
 
@@ -94,6 +95,7 @@ def main():
     ap.add_argument("--limit", type=int, default=0,
                     help="train on the first N images and test on the first N (a fast run)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="also write the BENCH figures to this JSON file")
     args = ap.parse_args()
 
     x, y = fashion_mnist.load("train")
@@ -140,9 +142,14 @@ def main():
         print(f"salus: {salus_acc:.2f} % test accuracy, {salus_sps:,.0f} samples/s")
         print(f"torch: {torch_acc:.2f} % test accuracy, {torch_sps:,.0f} samples/s "
               f"({best.threads} thread{'s' if best.threads > 1 else ''}, the better of 1 and 2)")
-        print(f"BENCH onnx_train model=cnn epochs={args.epochs} samples={seen} "
-              f"salus_acc={salus_acc:.2f} torch_acc={torch_acc:.2f} salus_sps={salus_sps:.1f} "
-              f"torch_sps={torch_sps:.1f} ratio={salus_sps / torch_sps:.3f}", flush=True)
+        bench = {"model": "cnn", "epochs": args.epochs, "samples": seen,
+                 "salus_acc": round(salus_acc, 2), "torch_acc": round(torch_acc, 2),
+                 "salus_sps": round(salus_sps, 1), "torch_sps": round(torch_sps, 1),
+                 "ratio": round(salus_sps / torch_sps, 3), "torch_threads": best.threads}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(bench, f, indent=1)
+        print("BENCH onnx_train " + " ".join(f"{k}={v}" for k, v in bench.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ difference of the outputs. Requests alternate salus, torch 1 thread, torch
 """
 import argparse
 import io
+import json
 import sys
 import time
 
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--requests", type=int, default=200, help="timed requests of each")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--size", type=int, default=224, help="image height and width")
+    ap.add_argument("--json", help="also write the BENCH figures to this JSON file")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -77,9 +79,14 @@ def main():
     print(f"torch:  p50 {tp50:.2f} ms  p99 {tp99:.2f} ms (in process, {best} "
           f"thread{'s' if best > 1 else ''}, the better of 1 and 2)")
     print(f"outputs: max abs difference {max_abs:.3g}, max relative {max_rel:.3g}")
-    print(f"BENCH serve_resnet model=resnet18 requests={args.requests} salus_p50_ms={sp50:.3f} "
-          f"salus_p99_ms={sp99:.3f} torch_p50_ms={tp50:.3f} torch_p99_ms={tp99:.3f} "
-          f"max_abs_err={max_abs:.3g} max_rel_err={max_rel:.3g}", flush=True)
+    bench = {"model": "resnet18", "requests": args.requests, "salus_p50_ms": round(sp50, 3),
+             "salus_p99_ms": round(sp99, 3), "torch_p50_ms": round(tp50, 3),
+             "torch_p99_ms": round(tp99, 3), "torch_threads": best,
+             "max_abs_err": float(f"{max_abs:.3g}"), "max_rel_err": float(f"{max_rel:.3g}")}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(bench, f, indent=1)
+    print("BENCH serve_resnet " + " ".join(f"{k}={v}" for k, v in bench.items()), flush=True)
 
 
 if __name__ == "__main__":
