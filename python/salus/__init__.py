@@ -615,6 +615,7 @@ class Model:
         self.sample_shape = shape
         self.session = None
         self.batch = self.infer_batch = None
+        self._graphs = weakref.WeakSet()  # borrowed Graphs handed out, detached on close
 
     def _live(self):
         if self._ptr is None:
@@ -702,13 +703,17 @@ class Model:
     def training_graph(self):
         """The compiled training Graph (owned by the model)."""
         self._compiled()
-        return Graph(_borrowed=lib.salus_model_training_graph(self._live()), _owner=self)
+        g = Graph(_borrowed=lib.salus_model_training_graph(self._live()), _owner=self)
+        self._graphs.add(g)
+        return g
 
     @property
     def inference_graph(self):
         """The compiled inference Graph (owned by the model)."""
         self._compiled()
-        return Graph(_borrowed=lib.salus_model_inference_graph(self._live()), _owner=self)
+        g = Graph(_borrowed=lib.salus_model_inference_graph(self._live()), _owner=self)
+        self._graphs.add(g)
+        return g
 
     # -- named tensors, as PyTorch's state_dict and optimizer state name them
 
@@ -794,6 +799,8 @@ class Model:
     def close(self):
         """Frees the model and its graphs (its tensors go with the session)."""
         if self._ptr is not None:
+            for g in list(self._graphs):
+                g._ptr = None
             lib.salus_model_free(self._ptr)
         self._ptr = None
 

@@ -168,3 +168,16 @@ def test_session_close_frees_model_and_trainer(client):
         m.run(np.zeros((BATCH, 1, 28, 28), np.float32))
     with pytest.raises(salus.Error):
         t.step(*data())
+
+
+def test_graphs_of_freed_objects_raise(session):
+    model = salus.Model((4,)).dense(2)
+    model.compile(session, salus.SGD(0.1), batch=2)
+    g = model.training_graph
+    model.close()
+    with pytest.raises(salus.Error, match="freed"):
+        g.inputs
+    with session.load_onnx(export(cnn(), (BATCH, 1, 28, 28))) as m:
+        fg = m.graph
+    with pytest.raises(salus.Error, match="freed"):
+        fg.inputs
