@@ -32,11 +32,11 @@ buffers when they are C-contiguous and of the graph input's dtype (else one
 converted copy is made), and fetched values are written by the C library
 directly into the numpy arrays returned, so a run copies nothing in Python.
 
-Lifetimes: a Session keeps its Client alive, and a Tensor, Graph or Model
-keeps its Session alive. Closing a Client closes its sessions; closing a
-Session frees the graphs registered with it and the models compiled in it.
-Objects are also released when garbage-collected, but close() (or a `with`
-block) says when.
+Lifetimes: a Session keeps its Client alive, and a Tensor, Graph, Model,
+Trainer or OnnxModel keeps its Session alive. Closing a Client closes its
+sessions; closing a Session frees the graphs registered with it, the models
+compiled in it, its trainers and its ONNX models. Objects are also released
+when garbage-collected, but close() (or a `with` block) says when.
 """
 
 import enum
