@@ -709,6 +709,11 @@ const salus_graph *salus_onnx_graph(const salus_onnx_model *mm)
     return mm->graph;
 }
 
+salus_value salus_onnx_output_value(const salus_onnx_model *mm, unsigned i)
+{
+    return mm && i < mm->n_out ? mm->out[i].v : SALUS_NO_VALUE;
+}
+
 int salus_onnx_run(salus_onnx_model *mm, const void *const *inputs, void *const *outputs)
 {
     salus_value fetch[mm->n_out ? mm->n_out : 1];

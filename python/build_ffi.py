@@ -134,6 +134,27 @@ uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
 int salus_trainer_set_lr(salus_trainer *t, float lr);
 void salus_trainer_free(salus_trainer *t);
 
+typedef struct salus_onnx_model salus_onnx_model;
+typedef struct salus_onnx_options {
+    int64_t batch;
+} salus_onnx_options;
+int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options *opts,
+                    salus_onnx_model **out);
+int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
+                           const salus_onnx_options *opts, salus_onnx_model **out);
+int salus_onnx_check_buffer(const void *data, size_t len, const salus_onnx_options *opts, char *why,
+                            size_t why_len);
+void salus_onnx_free(salus_onnx_model *m);
+unsigned salus_onnx_n_inputs(const salus_onnx_model *m);
+unsigned salus_onnx_n_outputs(const salus_onnx_model *m);
+int salus_onnx_input(const salus_onnx_model *m, unsigned i, const char **name, int *dtype,
+                     int *ndim, int64_t *dims);
+int salus_onnx_output(const salus_onnx_model *m, unsigned i, const char **name, int *dtype,
+                      int *ndim, int64_t *dims);
+const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
+salus_value salus_onnx_output_value(const salus_onnx_model *m, unsigned i);
+int salus_onnx_run(salus_onnx_model *m, const void *const *inputs, void *const *outputs);
+
 int salus_set_policy(salus_client *c, const char *policy, int strict);
 int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
                       int set_weight, double weight);

@@ -38,7 +38,8 @@ for group in "$@"; do
   observe) # test/observe: promtool and a real Prometheus scraping salusd, the
     # timeline page in headless Chromium, the man pages through groff
     packages+=(prometheus chromium groff-base) ;;
-  onnx) # test/onnx's torch-models: PyTorch and torchvision models exported to ONNX
+  onnx) # test/onnx's torch-models and the Python binding's ONNX tests and examples
+    # (python/tests): PyTorch and torchvision models exported to ONNX
     packages+=(python3-torch python3-torchvision python3-numpy) ;;
   *)
     echo "install-deps.sh: unknown group '$group' (known: bench, deploy, observe, onnx)" >&2

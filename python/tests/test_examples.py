@@ -23,3 +23,41 @@ def test_train_nn_example_learns(server):
     assert p.returncode == 0, p.stderr
     acc = float(p.stdout.split("test accuracy")[1].split("%")[0])
     assert acc > 60, p.stdout  # 10 classes: chance is 10 %
+
+
+def _has_torch():
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _bench(stdout, name):
+    line = [ln for ln in stdout.splitlines() if ln.startswith(f"BENCH {name} ")]
+    assert line, stdout
+    return dict(kv.split("=", 1) for kv in line[-1].split()[2:])
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/share/datasets/fashion-mnist"),
+                    reason="dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(not _has_torch(), reason="python3-torch/python3-torchvision are not installed")
+def test_onnx_train_example_runs(server):
+    p = run_example(server, "onnx_train.py", "--limit", "1024", "--batch", "64")
+    assert p.returncode == 0, p.stderr
+    b = _bench(p.stdout, "onnx_train")
+    assert int(b["samples"]) == 1024
+    # both learned something on 1024 images (chance is 10 %), and agree
+    assert float(b["salus_acc"]) > 40 and float(b["torch_acc"]) > 40, p.stdout
+    assert abs(float(b["salus_acc"]) - float(b["torch_acc"])) < 10, p.stdout
+    assert float(b["salus_sps"]) > 0 and float(b["torch_sps"]) > 0
+
+
+@pytest.mark.skipif(not _has_torch(), reason="python3-torch/python3-torchvision are not installed")
+def test_serve_resnet_example_runs(server):
+    p = run_example(server, "serve_resnet.py", "--requests", "3", "--warmup", "1", "--size", "64")
+    assert p.returncode == 0, p.stderr
+    b = _bench(p.stdout, "serve_resnet")
+    assert float(b["max_rel_err"]) <= 1e-4, p.stdout
+    assert float(b["salus_p50_ms"]) > 0 and float(b["torch_p50_ms"]) > 0

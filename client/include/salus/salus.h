@@ -605,6 +605,12 @@ int salus_onnx_output(const salus_onnx_model *m, unsigned i, const char **name, 
                       int *ndim, int64_t *dims);
 /* The registered inference graph (owned by m). */
 const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
+/* The value of output i in salus_onnx_graph(m) (SALUS_NO_VALUE if i is out
+ * of range): what salus_graph_train takes as its output, to train the
+ * imported forward graph (every initialiser is then a trained parameter;
+ * a graph with an inference-form op that has no gradient, such as
+ * BatchNormalization, is refused by salus_graph_train naming it). */
+salus_value salus_onnx_output_value(const salus_onnx_model *m, unsigned i);
 /* One inference: inputs[i] holds input i (dense, row-major, its exact
  * size), outputs[j] receives output j. As salus_run otherwise. */
 int salus_onnx_run(salus_onnx_model *m, const void *const *inputs, void *const *outputs);
