@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ops_axes.h"
+
 #ifdef __CUDACC__
 #define SL_HD __host__ __device__
 #else
@@ -127,6 +129,104 @@ SL_HD static inline float sl_ew_adam(float param, float grad, float *m, float *v
     *m = beta1 * *m + (1.0f - beta1) * grad;
     *v = beta2 * *v + (1.0f - beta2) * grad * grad;
     return param - lr * (*m / bc1) / (sqrtf(*v / bc2) + eps);
+}
+
+/* The element-wise ops along axes (ew_binary, ew_unary; kinds in
+ * ops/ops_axes.h): one kind's expression for one element. */
+SL_HD static inline float sl_ew_binary(int kind, float a, float b)
+{
+    switch (kind) {
+    case SL_EW_ADD:
+        return a + b;
+    case SL_EW_SUB:
+        return a - b;
+    case SL_EW_MUL:
+        return a * b;
+    case SL_EW_DIV:
+        return a / b;
+    case SL_EW_POW:
+        return powf(a, b);
+    case SL_EW_MAX:
+        return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+    case SL_EW_MIN:
+        return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
+    default: /* prelu */
+        return a >= 0.0f ? a : a * b;
+    }
+}
+
+SL_HD static inline float sl_ew_unary(int kind, float x, float p, float q)
+{
+    switch (kind) {
+    case SL_EW_SQRT:
+        return sqrtf(x);
+    case SL_EW_ERF:
+        return erff(x);
+    case SL_EW_EXP:
+        return expf(x);
+    case SL_EW_LOG:
+        return logf(x);
+    case SL_EW_NEG:
+        return -x;
+    case SL_EW_ABS:
+        return fabsf(x);
+    case SL_EW_RECIPROCAL:
+        return 1.0f / x;
+    case SL_EW_CLIP:
+        return x < p ? p : x > q ? q : x;
+    case SL_EW_LEAKY_RELU:
+        return x >= 0.0f ? x : p * x;
+    case SL_EW_FLOOR:
+        return floorf(x);
+    case SL_EW_CEIL:
+        return ceilf(x);
+    case SL_EW_HARD_SIGMOID: {
+        float v = p * x + q;
+        return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+    }
+    case SL_EW_ELU:
+        return x >= 0.0f ? x : p * expm1f(x);
+    case SL_EW_SELU:
+        return q * (x > 0.0f ? x : p * expm1f(x));
+    case SL_EW_SOFTPLUS:
+        return x > 20.0f ? x : log1pf(expf(x));
+    case SL_EW_SOFTSIGN:
+        return x / (1.0f + fabsf(x));
+    case SL_EW_SIN:
+        return sinf(x);
+    case SL_EW_COS:
+        return cosf(x);
+    case SL_EW_SIGN:
+        return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
+    case SL_EW_TAN:
+        return tanf(x);
+    case SL_EW_SINH:
+        return sinhf(x);
+    case SL_EW_COSH:
+        return coshf(x);
+    case SL_EW_ASIN:
+        return asinf(x);
+    case SL_EW_ACOS:
+        return acosf(x);
+    case SL_EW_ATAN:
+        return atanf(x);
+    case SL_EW_ASINH:
+        return asinhf(x);
+    case SL_EW_ACOSH:
+        return acoshf(x);
+    case SL_EW_ATANH:
+        return atanhf(x);
+    case SL_EW_ROUND:
+        return rintf(x);
+    case SL_EW_THRESHOLDED_RELU:
+        return x > p ? x : 0.0f;
+    case SL_EW_HARD_SWISH:
+        return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    case SL_EW_CELU:
+        return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
+    default: /* shrink */
+        return x < -p ? x + q : x > p ? x - q : 0.0f;
+    }
 }
 
 #endif

@@ -5,6 +5,7 @@
  * plain loop, so the broadcast and permuted cases cost one add per element
  * rather than a division per dim. Reductions accumulate in double. */
 #include "cpu.h"
+#include "elementwise.h"
 
 #include "ops_axes.h"
 #include "sl_error.h"
@@ -34,28 +35,6 @@ static void bcast_strides(const sl_shape *in, const sl_shape *out, int64_t *st)
         st[d] = d < off || in->dims[d - off] == 1 ? 0 : dense[d - off];
 }
 
-static inline float binary(int kind, float a, float b)
-{
-    switch (kind) {
-    case SL_EW_ADD:
-        return a + b;
-    case SL_EW_SUB:
-        return a - b;
-    case SL_EW_MUL:
-        return a * b;
-    case SL_EW_DIV:
-        return a / b;
-    case SL_EW_POW:
-        return powf(a, b);
-    case SL_EW_MAX:
-        return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-    case SL_EW_MIN:
-        return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-    default: /* prelu */
-        return a >= 0.0f ? a : a * b;
-    }
-}
-
 /* One innermost row of ew_binary, the kind's loop hoisted out of the
  * element loop so the common cases vectorise. No restrict: y may be a or b
  * (in-place execution), each element read before it is written. */
@@ -78,7 +57,7 @@ static void binary_row(int kind, float *y, const float *a, int64_t sa, const flo
             y[i] = a[i] * v;
     } else {
         for (int64_t i = 0; i < n; i++)
-            y[i] = binary(kind, a[i * sa], b[i * sb]);
+            y[i] = sl_ew_binary(kind, a[i * sa], b[i * sb]);
     }
 }
 
@@ -89,7 +68,7 @@ static int k_ew_binary(const sl_op_call *c)
     const float *a = c->in[0].data, *b = c->in[1].data;
     float *y = c->out[0].data;
     if (os->ndim == 0) {
-        y[0] = binary(kind, a[0], b[0]);
+        y[0] = sl_ew_binary(kind, a[0], b[0]);
         return SL_OK;
     }
     int64_t sa[SL_MAX_DIMS], sb[SL_MAX_DIMS], idx[SL_MAX_DIMS] = {0};
@@ -114,80 +93,6 @@ static int k_ew_binary(const sl_op_call *c)
     return SL_OK;
 }
 
-static inline float unary(int kind, float x, float p, float q)
-{
-    switch (kind) {
-    case SL_EW_SQRT:
-        return sqrtf(x);
-    case SL_EW_ERF:
-        return erff(x);
-    case SL_EW_EXP:
-        return expf(x);
-    case SL_EW_LOG:
-        return logf(x);
-    case SL_EW_NEG:
-        return -x;
-    case SL_EW_ABS:
-        return fabsf(x);
-    case SL_EW_RECIPROCAL:
-        return 1.0f / x;
-    case SL_EW_CLIP:
-        return x < p ? p : x > q ? q : x;
-    case SL_EW_LEAKY_RELU:
-        return x >= 0.0f ? x : p * x;
-    case SL_EW_FLOOR:
-        return floorf(x);
-    case SL_EW_CEIL:
-        return ceilf(x);
-    case SL_EW_HARD_SIGMOID: {
-        float v = p * x + q;
-        return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
-    }
-    case SL_EW_ELU:
-        return x >= 0.0f ? x : p * expm1f(x);
-    case SL_EW_SELU:
-        return q * (x > 0.0f ? x : p * expm1f(x));
-    case SL_EW_SOFTPLUS:
-        return x > 20.0f ? x : log1pf(expf(x));
-    case SL_EW_SOFTSIGN:
-        return x / (1.0f + fabsf(x));
-    case SL_EW_SIN:
-        return sinf(x);
-    case SL_EW_COS:
-        return cosf(x);
-    case SL_EW_SIGN:
-        return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
-    case SL_EW_TAN:
-        return tanf(x);
-    case SL_EW_SINH:
-        return sinhf(x);
-    case SL_EW_COSH:
-        return coshf(x);
-    case SL_EW_ASIN:
-        return asinf(x);
-    case SL_EW_ACOS:
-        return acosf(x);
-    case SL_EW_ATAN:
-        return atanf(x);
-    case SL_EW_ASINH:
-        return asinhf(x);
-    case SL_EW_ACOSH:
-        return acoshf(x);
-    case SL_EW_ATANH:
-        return atanhf(x);
-    case SL_EW_ROUND:
-        return rintf(x);
-    case SL_EW_THRESHOLDED_RELU:
-        return x > p ? x : 0.0f;
-    case SL_EW_HARD_SWISH:
-        return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
-    case SL_EW_CELU:
-        return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
-    default: /* shrink */
-        return x < -p ? x + q : x > p ? x - q : 0.0f;
-    }
-}
-
 static int k_ew_unary(const sl_op_call *c)
 {
     const float *x = c->in[0].data;
@@ -200,7 +105,7 @@ static int k_ew_unary(const sl_op_call *c)
         return SL_OK;
     }
     for (uint64_t i = 0; i < n; i++)
-        y[i] = unary(kind, x[i], p, q);
+        y[i] = sl_ew_unary(kind, x[i], p, q);
     return SL_OK;
 }
 

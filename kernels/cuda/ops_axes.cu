@@ -6,6 +6,7 @@
  * graphs, where they are seldom the hot path. batch_matmul is cuBLAS's
  * strided batched GEMM (exec.c). The math per element is the cpu
  * backend's (kernels/cpu/axes.c). */
+#include "elementwise.h"
 #include "kernels.cuh"
 
 #include "ops_axes.h"
@@ -55,102 +56,6 @@ __device__ static inline int64_t offset_of(const view &v, uint64_t i)
     return off;
 }
 
-__device__ static inline float binary(int kind, float a, float b)
-{
-    switch (kind) {
-    case SL_EW_ADD:
-        return a + b;
-    case SL_EW_SUB:
-        return a - b;
-    case SL_EW_MUL:
-        return a * b;
-    case SL_EW_DIV:
-        return a / b;
-    case SL_EW_POW:
-        return powf(a, b);
-    case SL_EW_MAX:
-        return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-    case SL_EW_MIN:
-        return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-    default:
-        return a >= 0.0f ? a : a * b;
-    }
-}
-
-__device__ static inline float unary(int kind, float x, float p, float q)
-{
-    switch (kind) {
-    case SL_EW_SQRT:
-        return sqrtf(x);
-    case SL_EW_ERF:
-        return erff(x);
-    case SL_EW_EXP:
-        return expf(x);
-    case SL_EW_LOG:
-        return logf(x);
-    case SL_EW_NEG:
-        return -x;
-    case SL_EW_ABS:
-        return fabsf(x);
-    case SL_EW_RECIPROCAL:
-        return 1.0f / x;
-    case SL_EW_CLIP:
-        return x < p ? p : x > q ? q : x;
-    case SL_EW_LEAKY_RELU:
-        return x >= 0.0f ? x : p * x;
-    case SL_EW_FLOOR:
-        return floorf(x);
-    case SL_EW_CEIL:
-        return ceilf(x);
-    case SL_EW_HARD_SIGMOID: {
-        float v = p * x + q;
-        return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
-    }
-    case SL_EW_ELU:
-        return x >= 0.0f ? x : p * expm1f(x);
-    case SL_EW_SELU:
-        return q * (x > 0.0f ? x : p * expm1f(x));
-    case SL_EW_SOFTPLUS:
-        return x > 20.0f ? x : log1pf(expf(x));
-    case SL_EW_SOFTSIGN:
-        return x / (1.0f + fabsf(x));
-    case SL_EW_SIN:
-        return sinf(x);
-    case SL_EW_COS:
-        return cosf(x);
-    case SL_EW_SIGN:
-        return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;
-    case SL_EW_TAN:
-        return tanf(x);
-    case SL_EW_SINH:
-        return sinhf(x);
-    case SL_EW_COSH:
-        return coshf(x);
-    case SL_EW_ASIN:
-        return asinf(x);
-    case SL_EW_ACOS:
-        return acosf(x);
-    case SL_EW_ATAN:
-        return atanf(x);
-    case SL_EW_ASINH:
-        return asinhf(x);
-    case SL_EW_ACOSH:
-        return acoshf(x);
-    case SL_EW_ATANH:
-        return atanhf(x);
-    case SL_EW_ROUND:
-        return rintf(x);
-    case SL_EW_THRESHOLDED_RELU:
-        return x > p ? x : 0.0f;
-    case SL_EW_HARD_SWISH:
-        return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
-    case SL_EW_CELU:
-        return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
-    default: /* shrink */
-        return x < -p ? x + q : x > p ? x - q : 0.0f;
-    }
-}
-
 /* y may alias a or b (in-place execution): each thread reads its inputs
  * before writing its own element, and an aliased input has y's shape. */
 __global__ void k_ew_binary(float *y, const float *a, view va, const float *b, view vb, uint64_t n,
@@ -158,7 +63,7 @@ __global__ void k_ew_binary(float *y, const float *a, view va, const float *b, v
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = binary(kind, a[offset_of(va, i)], b[offset_of(vb, i)]);
+    y[i] = sl_ew_binary(kind, a[offset_of(va, i)], b[offset_of(vb, i)]);
 }
 
 __global__ void k_ew_unary(float *y, const float *x, uint64_t n, int kind, float p, float q,
@@ -166,7 +71,7 @@ __global__ void k_ew_unary(float *y, const float *x, uint64_t n, int kind, float
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = unary(kind, x[i], p, q);
+    y[i] = sl_ew_unary(kind, x[i], p, q);
 }
 
 /* transpose: v has the output's dims and the input's permuted strides. */
