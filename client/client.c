@@ -110,6 +110,34 @@ static int wait_step(salus_client *c)
     return nng_aio_result(c->aio);
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int dial(salus_client *c, const char *url, int flags);
+
+/* Replaces the dialer once calls have found no connection for
+ * SL_CLIENT_REDIAL_MS (see there). Replacing one that was merely waiting to
+ * retry costs nothing: the new one dials at once. Called under c->lock;
+ * NNG's pipe callbacks never take it. */
+static void redial_if_stalled(salus_client *c)
+{
+    int64_t now = now_ms();
+    if (!c->down_ms) {
+        c->down_ms = now;
+        return;
+    }
+    if (now - c->down_ms < SL_CLIENT_REDIAL_MS)
+        return;
+    c->down_ms = now;
+    nng_dialer old = c->dialer;
+    if (dial(c, c->url, NNG_FLAG_NONBLOCK) == SL_OK)
+        nng_dialer_close(old);
+}
+
 int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out)
 {
     nng_msg *msg = NULL;
@@ -117,10 +145,12 @@ int sl_client_call(salus_client *c, Salus__Request *req, Salus__Reply **out)
 
     pthread_mutex_lock(&c->lock);
     if (atomic_load(&c->pipes) == 0) {
+        redial_if_stalled(c);
         set_error(c, "%s", "not connected to salusd (server gone or restarting)");
         rc = SL_ECONN;
         goto out_unlock;
     }
+    c->down_ms = 0;
     atomic_store(&c->lost, 0);
     req->seq = ++c->seq;
     size_t len = salus__request__get_packed_size(req);
@@ -245,12 +275,17 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
         if (c->check_uid &&
             (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) != 0 || !server_trusted(c, uid))) {
             atomic_store(&c->refused_uid, (int64_t) (uid & INT64_MAX));
+            atomic_store(&c->refused_pipe, (uint32_t) nng_pipe_id(p));
             nng_pipe_close(p);
         }
     } else if (ev == NNG_PIPE_EV_ADD_POST) {
         atomic_fetch_add(&c->pipes, 1);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
-        atomic_fetch_sub(&c->pipes, 1);
+        /* NNG reports the removal of a pipe closed in ADD_PRE too, though
+         * it never came up: counted, it would leave the client "not
+         * connected" to every later server */
+        if ((uint32_t) nng_pipe_id(p) != atomic_load(&c->refused_pipe))
+            atomic_fetch_sub(&c->pipes, 1);
         atomic_store(&c->lost, 1);
         nng_aio_cancel(c->aio);
     }
@@ -274,6 +309,7 @@ static void close_client(salus_client *c)
     nng_aio_free(c->aio);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->sessions_lock);
+    sl_free(c->url);
     sl_free(c);
 }
 
@@ -361,9 +397,10 @@ out_free:
     return rc;
 }
 
-/* Creates and starts the dialer (TLS configured for tls+tcp://). A dialer
- * that connected once reconnects by itself. */
-static int dial(salus_client *c, const char *url)
+/* Creates and starts c's dialer (TLS configured for tls+tcp://); flags 0
+ * waits for the first connection, NNG_FLAG_NONBLOCK does not. A dialer
+ * reconnects by itself, unless NNG gave up on it (redial_if_stalled). */
+static int dial(salus_client *c, const char *url, int flags)
 {
     nng_dialer d;
     int rv = nng_dialer_create(&d, c->sock, url);
@@ -376,12 +413,13 @@ static int dial(salus_client *c, const char *url)
         goto out_close;
     (void) nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
     (void) nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 1000);
-    if ((rv = nng_dialer_start(d, 0)) != 0) {
+    if ((rv = nng_dialer_start(d, flags)) != 0) {
         snprintf(connect_error, sizeof connect_error, "cannot connect to %s: %s", url,
                  nng_strerror(rv));
         rc = rv == NNG_ECONNREFUSED || rv == NNG_ENOENT ? SL_ECONN : from_nng(rv);
         goto out_close;
     }
+    c->dialer = d;
     return SL_OK;
 out_close:
     nng_dialer_close(d);
@@ -470,7 +508,7 @@ int salus_connect(const char *url, salus_client **out)
     if (c->local &&
         (size_t) snprintf(c->fd_path, sizeof c->fd_path, "%s.fd", url + 6) >= sizeof c->fd_path)
         c->local = false; /* no room for the descriptor socket's path */
-    int rc = dial(c, url);
+    int rc = (c->url = sl_strdup(url)) ? dial(c, url, 0) : SL_ENOMEM;
     if (rc || atomic_load(&c->refused_uid) >= 0) {
         rc = refused_server(c, url, rc);
         close_client(c);
@@ -487,17 +525,14 @@ int salus_connect(const char *url, salus_client **out)
     /* a server that accepted the connection but never answers must not
      * hold the caller forever; later calls wait as long as they take */
     nng_duration timeout = connect_timeout_ms();
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t start_ms = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000, waited = 0;
+    int64_t start_ms = now_ms(), waited = 0;
     /* a connection dropped during the handshake (a listener salusd was
      * replacing at that moment closes the connections it could not serve)
      * is retried while the dialer reconnects, briefly */
     for (;;) {
         nng_aio_set_timeout(c->aio, timeout - (nng_duration) waited);
         rc = sl_client_call(c, &req, &rep);
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        waited = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - start_ms;
+        waited = now_ms() - start_ms;
         if (rc != SL_ECONN || atomic_load(&c->refused_uid) >= 0 ||
             waited + SL_CLIENT_RETRY_MS >= (int64_t) timeout || waited >= SL_CLIENT_RETRY_WINDOW_MS)
             break;

@@ -31,6 +31,12 @@
  * short enough that a server refusing us is reported soon. */
 #define SL_CLIENT_RETRY_MS 50
 #define SL_CLIENT_RETRY_WINDOW_MS 3000
+/* A call finding no connection this long after the first such call
+ * replaces the dialer: NNG 1.5 stops redialling for good when a peer hangs
+ * up before the SP handshake (its header write fails with EPIPE, which it
+ * takes for "closed"), as a salusd exiting with connections in its backlog
+ * does. A healthy dialer retries at least every second (client.c). */
+#define SL_CLIENT_REDIAL_MS 2000
 
 struct salus_client {
     nng_socket sock;
@@ -41,6 +47,10 @@ struct salus_client {
     salus_session *sessions;       /* open session handles, detached on disconnect */
     atomic_int pipes;              /* live connections to the server */
     atomic_int lost;               /* a connection dropped while a request was out */
+    atomic_uint refused_pipe;      /* the last pipe refused in ADD_PRE (client.c) */
+    nng_dialer dialer;             /* replaced by redial (client.c) */
+    char *url;                     /* what the dialer dials */
+    int64_t down_ms; /* when a call first found no connection, 0: connected (under lock) */
     /* ipc://: the uids a server may run as besides root and ours, and the
      * uid of the last server refused (-1: none) */
     bool check_uid;

@@ -5,8 +5,12 @@
 #include "salusd_ctl.h"
 #include "sl_test.h"
 
+#include <nng/protocol/pair0/pair.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -131,12 +135,125 @@ static void killed_server_fails_the_call_in_flight(void **state)
     sl_ctl_cleanup(&srv);
 }
 
+/* Something at salusd's path that takes connections and hangs up before the
+ * SP handshake: what a client redialling a salusd that drains and exits may
+ * meet. The client's header write then fails with EPIPE, which NNG 1.5 takes
+ * for "closed" and stops redialling (a dialer never driven again). */
+typedef struct hangup {
+    int fd;
+    atomic_int stop, accepted;
+} hangup;
+
+static void *hangup_thread(void *arg)
+{
+    hangup *h = arg;
+    while (!atomic_load(&h->stop)) {
+        int fd = accept(h->fd, NULL, NULL);
+        if (fd >= 0) {
+            close(fd);
+            atomic_fetch_add(&h->accepted, 1);
+        }
+    }
+    return NULL;
+}
+
+static int hangup_listen(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    assert_true(fd >= 0 && strlen(path) < sizeof a.sun_path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    unlink(path);
+    assert_int_equal(bind(fd, (struct sockaddr *) &a, sizeof a), 0);
+    assert_int_equal(listen(fd, 64), 0);
+    return fd;
+}
+
+/* Whatever the failed handshakes, a client reconnects to the salusd that
+ * finally answers on its path. */
+static void hangups_before_the_handshake_do_not_stop_reconnecting(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    sl_ctl_prepare(&srv);
+    sl_ctl_start(&srv, NULL);
+    salus_client *c = sl_test_connect(&srv);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    const int64_t dims[] = {4};
+    uint64_t t;
+    float back[4];
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, dims, NULL, &t));
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+
+    const char *path = srv.url + strlen("ipc://");
+    hangup h = {.fd = hangup_listen(path)};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, hangup_thread, &h), 0);
+    /* the client redials every 0.1-1 s; give it many hang-ups, calling as a
+     * resilient client would meanwhile */
+    for (int i = 0; i < 60 && atomic_load(&h.accepted) < 8; i++) {
+        assert_sl_err(salus_tensor_read(s, t, back, sizeof back), SALUS_ECONN);
+        nap_ms(100);
+    }
+    atomic_store(&h.stop, 1);
+    shutdown(h.fd, SHUT_RDWR); /* wakes the accept */
+    assert_int_equal(pthread_join(th, NULL), 0);
+    close(h.fd);
+    assert_true(atomic_load(&h.accepted) >= 1);
+
+    sl_ctl_start(&srv, NULL);
+    assert_sl_err(read_until_connected(s, t, back, sizeof back), SALUS_ESESSIONLOST);
+    (void) salus_session_close(s);
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+    sl_ctl_cleanup(&srv);
+}
+
+/* A peer that completes the handshake but speaks another protocol: the
+ * client drops it, and takes the real salusd that follows. */
+static void a_peer_of_another_protocol_does_not_hide_the_next_server(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    sl_ctl_prepare(&srv);
+    sl_ctl_start(&srv, NULL);
+    salus_client *c = sl_test_connect(&srv);
+    salus_session *s;
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    const int64_t dims[] = {4};
+    uint64_t t;
+    float back[4];
+    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, dims, NULL, &t));
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+
+    nng_socket pair;
+    assert_int_equal(nng_pair0_open(&pair), 0);
+    assert_int_equal(nng_listen(pair, srv.url, NULL, 0), 0);
+    nap_ms(1500); /* the client dials it, perhaps several times, and drops it */
+    assert_sl_err(salus_tensor_read(s, t, back, sizeof back), SALUS_ECONN);
+    assert_int_equal(nng_close(pair), 0);
+
+    sl_ctl_start(&srv, NULL);
+    assert_sl_err(read_until_connected(s, t, back, sizeof back), SALUS_ESESSIONLOST);
+    (void) salus_session_close(s);
+    assert_sl_ok(salus_session_open(c, NULL, &s));
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+    assert_int_equal(sl_ctl_stop(&srv), 0);
+    sl_ctl_cleanup(&srv);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(restart_gives_session_lost_then_a_new_session),
         cmocka_unit_test(killed_server_fails_the_call_in_flight),
+        cmocka_unit_test(hangups_before_the_handshake_do_not_stop_reconnecting),
+        cmocka_unit_test(a_peer_of_another_protocol_does_not_hide_the_next_server),
     };
     return cmocka_run_group_tests_name("restart", tests, NULL, NULL);
 }
