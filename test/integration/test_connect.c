@@ -1,4 +1,4 @@
-/* salus_connect is bounded (issue 6): nobody listening fails at once with
+/* salus_connect is bounded: nobody listening fails at once with
  * SALUS_ECONN; a peer that takes the connection and never answers the Hello
  * fails with SALUS_ETIMEDOUT after SALUS_CONNECT_TIMEOUT_MS (default 15 s).
  * The silent peer is a bare NNG REP socket that never receives. No salusd. */

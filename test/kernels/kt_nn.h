@@ -1,5 +1,5 @@
 /* Shared helpers and double-precision references for the tests of the ops
- * added by issue 3 (element-wise, reductions, softmax family, optimisers,
+ * of the neural-network set (element-wise, reductions, softmax family, optimisers,
  * convolution, pooling, batch normalisation). The test groups built on them
  * (test_exec_nn.c, test_exec_cnn.c) run on any backend spec, so the cpu and
  * cuda backends are held to the same references.
@@ -88,7 +88,7 @@ void kt_ref_xent_grad(const double *probs, const int32_t *labels, double *dx, si
 /* First index of each row's maximum (NaN-free input). */
 void kt_ref_argmax(const float *x, int32_t *out, size_t n, size_t c);
 
-/* ---- test groups: every op of issue 3 on spec; failed test count ---- */
+/* ---- test groups: every neural-network op on spec; failed test count ---- */
 
 /* Element-wise, reductions, softmax family, optimisers. */
 int kt_run_nn_tests(const char *spec);

@@ -1,4 +1,4 @@
-/* The convolutional ops of issue 3 on any backend spec: conv2d and both
+/* The convolutional ops on any backend spec: conv2d and both
  * gradients (padding, asymmetric pads, strides, dilations, groups),
  * channel_bias_add/grad, maxpool/avgpool and their gradients (overlapping
  * windows, asymmetric pads, ties, count_include_pad), batchnorm (training,

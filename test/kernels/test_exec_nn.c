@@ -1,4 +1,4 @@
-/* The non-convolutional ops of issue 3 on any backend spec: mul, axpy,
+/* The non-convolutional neural-network ops on any backend spec: mul, axpy,
  * add_scalar, sigmoid/tanh and their gradients, softmax, softmax_xent and
  * its gradient (with the run-time label check: a sticky SL_EINVAL), the
  * reductions, argmax (ties), momentum and Adam over several steps, matmul_acc

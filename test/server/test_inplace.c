@@ -1,4 +1,4 @@
-/* In-place execution (issue 4): which ops graph registration lets write
+/* In-place execution: which ops graph registration lets write
  * their output over a dying input (sl_graph_build on a hand-made session),
  * and, on an embedded server over inproc:// on the cpu device, that fetches
  * of overwritten values and whole training runs give exactly the results

@@ -1,4 +1,4 @@
-/* Backend workspaces are the lanes' framework memory (issue 4): on an
+/* Backend workspaces are the lanes' framework memory: on an
  * embedded server on the cpu device, a lane whose framework block is too
  * small for a convolution's oneDNN scratch fails that iteration with
  * RESOURCE_EXHAUSTED (never touching memory outside the block), while ops
