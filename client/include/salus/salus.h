@@ -20,8 +20,9 @@
  * Connection and restarts: a salus_client stays usable across salusd
  * restarts. While no server answers, calls fail at once with SALUS_ECONN
  * (a call in flight when the connection drops fails too; nothing is re-sent);
- * the client reconnects by itself (retrying every 0.1-1 s) once a server
- * listens on the URL again. Sessions do not survive a restart: calls on an
+ * the client reconnects by itself (retrying every 0.1-1 s, and starting
+ * afresh when calls have failed for 2 s) once a server listens on the URL
+ * again. Sessions do not survive a restart: calls on an
  * old salus_session then fail with SALUS_ESESSIONLOST; pass it to
  * salus_session_close (which then just frees it) and open a new one.
  *
