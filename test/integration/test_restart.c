@@ -169,31 +169,60 @@ static int hangup_listen(const char *path)
     return fd;
 }
 
+/* A client with a session and a tensor on a salusd that then stopped. */
+typedef struct orphan {
+    sl_test_server srv;
+    salus_client *c;
+    salus_session *s;
+    uint64_t t;
+} orphan;
+
+static void orphan_start(orphan *o)
+{
+    sl_ctl_prepare(&o->srv);
+    sl_ctl_start(&o->srv, NULL);
+    o->c = sl_test_connect(&o->srv);
+    assert_sl_ok(salus_session_open(o->c, NULL, &o->s));
+    const int64_t dims[] = {4};
+    assert_sl_ok(salus_tensor_create(o->s, SALUS_F32, 1, dims, NULL, &o->t));
+    assert_int_equal(sl_ctl_stop(&o->srv), 0);
+}
+
+static int orphan_read(orphan *o)
+{
+    float back[4];
+    return salus_tensor_read(o->s, o->t, back, sizeof back);
+}
+
+/* A new salusd on the path: the client reconnects by itself (its session
+ * is lost) and opens a new session there. */
+static void orphan_adopted(orphan *o)
+{
+    sl_ctl_start(&o->srv, NULL);
+    float back[4];
+    assert_sl_err(read_until_connected(o->s, o->t, back, sizeof back), SALUS_ESESSIONLOST);
+    (void) salus_session_close(o->s);
+    assert_sl_ok(salus_session_open(o->c, NULL, &o->s));
+    assert_sl_ok(salus_session_close(o->s));
+    salus_disconnect(o->c);
+    assert_int_equal(sl_ctl_stop(&o->srv), 0);
+    sl_ctl_cleanup(&o->srv);
+}
+
 /* Whatever the failed handshakes, a client reconnects to the salusd that
  * finally answers on its path. */
 static void hangups_before_the_handshake_do_not_stop_reconnecting(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
-    salus_client *c = sl_test_connect(&srv);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
-    const int64_t dims[] = {4};
-    uint64_t t;
-    float back[4];
-    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, dims, NULL, &t));
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-
-    const char *path = srv.url + strlen("ipc://");
-    hangup h = {.fd = hangup_listen(path)};
+    orphan o;
+    orphan_start(&o);
+    hangup h = {.fd = hangup_listen(o.srv.url + strlen("ipc://"))};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, hangup_thread, &h), 0);
     /* the client redials every 0.1-1 s; give it many hang-ups, calling as a
      * resilient client would meanwhile */
     for (int i = 0; i < 60 && atomic_load(&h.accepted) < 8; i++) {
-        assert_sl_err(salus_tensor_read(s, t, back, sizeof back), SALUS_ECONN);
+        assert_sl_err(orphan_read(&o), SALUS_ECONN);
         nap_ms(100);
     }
     atomic_store(&h.stop, 1);
@@ -201,15 +230,7 @@ static void hangups_before_the_handshake_do_not_stop_reconnecting(void **state)
     assert_int_equal(pthread_join(th, NULL), 0);
     close(h.fd);
     assert_true(atomic_load(&h.accepted) >= 1);
-
-    sl_ctl_start(&srv, NULL);
-    assert_sl_err(read_until_connected(s, t, back, sizeof back), SALUS_ESESSIONLOST);
-    (void) salus_session_close(s);
-    assert_sl_ok(salus_session_open(c, NULL, &s));
-    assert_sl_ok(salus_session_close(s));
-    salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    orphan_adopted(&o);
 }
 
 /* A peer that completes the handshake but speaks another protocol: the
@@ -217,33 +238,15 @@ static void hangups_before_the_handshake_do_not_stop_reconnecting(void **state)
 static void a_peer_of_another_protocol_does_not_hide_the_next_server(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
-    salus_client *c = sl_test_connect(&srv);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
-    const int64_t dims[] = {4};
-    uint64_t t;
-    float back[4];
-    assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, dims, NULL, &t));
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-
+    orphan o;
+    orphan_start(&o);
     nng_socket pair;
     assert_int_equal(nng_pair0_open(&pair), 0);
-    assert_int_equal(nng_listen(pair, srv.url, NULL, 0), 0);
+    assert_int_equal(nng_listen(pair, o.srv.url, NULL, 0), 0);
     nap_ms(1500); /* the client dials it, perhaps several times, and drops it */
-    assert_sl_err(salus_tensor_read(s, t, back, sizeof back), SALUS_ECONN);
+    assert_sl_err(orphan_read(&o), SALUS_ECONN);
     assert_int_equal(nng_close(pair), 0);
-
-    sl_ctl_start(&srv, NULL);
-    assert_sl_err(read_until_connected(s, t, back, sizeof back), SALUS_ESESSIONLOST);
-    (void) salus_session_close(s);
-    assert_sl_ok(salus_session_open(c, NULL, &s));
-    assert_sl_ok(salus_session_close(s));
-    salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    orphan_adopted(&o);
 }
 
 int main(void)
