@@ -43,8 +43,10 @@
  * at that period:
  *   BENCH spatial_cpu p99_inflation=... lp_retained=... gap_p99_inflation=...
  *         gap_lp_retained=... part_p99_inflation=... part_lp_retained=...
- *         strict_p99_inflation=... strict_lp_retained=...
- * (a phase left out by --phases prints 0 there).
+ *         strict_p99_inflation=... strict_lp_retained=... rounds_won=W/N
+ * (a phase left out by --phases prints 0 there; rounds_won: the rounds, of
+ * every period, in which part_gap had both the lower hp p99 and the higher
+ * lp throughput than `all` side by side).
  *   priority --salusd PATH [--rounds 5] [--seconds 2]
  *            [--periods-us 2000,1000,5000] [--lp-jobs 2] [--spread-limit 0]
  *            [--phases all,part_gap,...] [--json FILE] */
@@ -422,10 +424,19 @@ int main(int argc, char **argv)
     printf("BENCH priority p99_inflation=%.3f p50_inflation=%.3f lp_retained=%.3f lp_sessions=%d "
            "period_us=%d\n",
            head[0], head[1], head[2], n_lp_jobs, periods[0]);
+    /* how often partitions with gap filling beat gap filling alone side by
+     * side (same period, same round: the same load on the machine), on p99
+     * and on lp throughput both, over every period */
+    int wins = 0, pairs = 0;
+    for (int p = 0; p < n_periods && conf_on[CONF_PART_GAP]; p++)
+        for (int r = 0; r < rounds; r++, pairs++)
+            wins += mixed[p][CONF_PART_GAP][r].p99 <= mixed[p][CONF_ALL][r].p99 &&
+                    mixed[p][CONF_PART_GAP][r].lp_ips >= mixed[p][CONF_ALL][r].lp_ips;
     printf("BENCH spatial_cpu p99_inflation=%.3f lp_retained=%.3f gap_p99_inflation=%.3f "
            "gap_lp_retained=%.3f part_p99_inflation=%.3f part_lp_retained=%.3f "
-           "strict_p99_inflation=%.3f strict_lp_retained=%.3f lp_sessions=%d period_us=%d\n",
+           "strict_p99_inflation=%.3f strict_lp_retained=%.3f rounds_won=%d/%d lp_sessions=%d "
+           "period_us=%d\n",
            spatial[0][0], spatial[0][1], spatial[1][0], spatial[1][1], spatial[2][0], spatial[2][1],
-           spatial[3][0], spatial[3][1], n_lp_jobs, periods[0]);
+           spatial[3][0], spatial[3][1], wins, pairs, n_lp_jobs, periods[0]);
     return 0;
 }
