@@ -18,9 +18,15 @@
  *              whole (--partitions 1 --no-stepwise)
  *   part_gap   partitions with every mechanism (--partitions 1): low-
  *              priority steps on their own cores wait only while
- *              high-priority work is pending
+ *              high-priority work is pending, and borrow the idle
+ *              high-priority core; the low-priority core is lent to
+ *              high-priority work (its below-normal threads yield it at
+ *              once: device.h partition_lend)
+ *   part_strict part_gap without the loan (--strict-partitions): the
+ *              high-priority lane on its one core only
  * For each high-priority period and round, interleaved: hp alone and the
- * two lp jobs alone (on `all`), then hp + 2 lp on each configuration.
+ * two lp jobs alone (on `all`), then hp + 2 lp on each configuration
+ * (those --phases names; all of them by default).
  * Inflation = hp latency with lp / hp alone (medians over rounds of each
  * round's p50 and p99); lp retained = lp iterations/s with hp / lp alone.
  * Nothing is tuned on these runs: the gap filler's constants (host margin,
@@ -37,9 +43,13 @@
  * at that period:
  *   BENCH spatial_cpu p99_inflation=... lp_retained=... gap_p99_inflation=...
  *         gap_lp_retained=... part_p99_inflation=... part_lp_retained=...
+ *         strict_p99_inflation=... strict_lp_retained=... rounds_won=W/N
+ * (a phase left out by --phases prints 0 there; rounds_won: the rounds, of
+ * every period, in which part_gap had both the lower hp p99 and the higher
+ * lp throughput than `all` side by side).
  *   priority --salusd PATH [--rounds 5] [--seconds 2]
  *            [--periods-us 2000,1000,5000] [--lp-jobs 2] [--spread-limit 0]
- *            [--json FILE] */
+ *            [--phases all,part_gap,...] [--json FILE] */
 #include "bench_util.h"
 
 #include <salus/salus.h>
@@ -49,6 +59,7 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 typedef struct hp_job {
     salus_session *s;
@@ -205,10 +216,11 @@ enum {
     CONF_ALL,
     CONF_PART,
     CONF_PART_GAP,
+    CONF_PART_STRICT,
     N_CONF
 };
 static const char *const conf_name[N_CONF] = {"none", "placement", "exclusive", "gap_fill",
-                                              "all",  "part",      "part_gap"};
+                                              "all",  "part",      "part_gap",  "part_strict"};
 static const char *const conf_flags[N_CONF][4] = {
     {"--no-exclusive-lanes", "--no-stepwise", "--no-stream-classes", NULL},
     {"--no-exclusive-lanes", "--no-stepwise", NULL},
@@ -217,7 +229,9 @@ static const char *const conf_flags[N_CONF][4] = {
     {NULL},
     {"--partitions", "1", "--no-stepwise", NULL},
     {"--partitions", "1", NULL},
+    {"--partitions", "1", "--strict-partitions", NULL},
 };
+static bool conf_on[N_CONF];
 
 typedef struct server {
     char dir[64], url[128];
@@ -248,6 +262,8 @@ static int server_start(server *s, const char *salusd, int conf)
 
 static void server_stop(server *s)
 {
+    if (s->pid <= 0)
+        return;
     if (s->c)
         salus_disconnect(s->c);
     bench_stop(s->pid);
@@ -265,10 +281,11 @@ int main(int argc, char **argv)
     const char *salusd = NULL, *json = NULL, *periods_arg = "2000,1000,5000";
     int rounds = 5;
     double seconds = 2;
-    static const struct option lo[] = {{"salusd", 1, NULL, 's'},  {"rounds", 1, NULL, 'r'},
-                                       {"seconds", 1, NULL, 't'}, {"periods-us", 1, NULL, 'p'},
-                                       {"json", 1, NULL, 'j'},    {"spread-limit", 1, NULL, 'l'},
-                                       {"lp-jobs", 1, NULL, 'n'}, {0}};
+    static const struct option lo[] = {
+        {"salusd", 1, NULL, 's'},     {"rounds", 1, NULL, 'r'}, {"seconds", 1, NULL, 't'},
+        {"periods-us", 1, NULL, 'p'}, {"json", 1, NULL, 'j'},   {"spread-limit", 1, NULL, 'l'},
+        {"lp-jobs", 1, NULL, 'n'},    {"phases", 1, NULL, 'P'}, {0}};
+    const char *phases = NULL; /* every configuration */
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 's')
             salusd = optarg;
@@ -284,6 +301,8 @@ int main(int argc, char **argv)
             spread_limit = optarg;
         else if (c == 'n')
             n_lp_jobs = atoi(optarg);
+        else if (c == 'P')
+            phases = optarg;
         else
             return 2;
     }
@@ -299,15 +318,26 @@ int main(int argc, char **argv)
     if (!salusd || rounds < 1 || rounds > MAX_ROUNDS || seconds <= 0 || n_periods == 0 ||
         n_lp_jobs < 1 || n_lp_jobs > MAX_LP) {
         fprintf(stderr, "usage: priority --salusd PATH [--rounds N] [--seconds S] "
-                        "[--periods-us P1,P2,...]\n");
+                        "[--periods-us P1,P2,...] [--lp-jobs N] [--phases NAME,...] "
+                        "[--json FILE]\n");
         return 2;
     }
     for (size_t i = 0; i < sizeof lp_x / sizeof *lp_x; i++)
         lp_x[i] = (float) (i % 97) / 97.0f;
     for (size_t i = 0; i < 128; i++)
         lp_y[i] = (int32_t) (i % 10);
+    for (int k = 0; k < N_CONF; k++) {
+        size_t len = strlen(conf_name[k]);
+        conf_on[k] = !phases;
+        for (const char *q = phases; q && (q = strstr(q, conf_name[k])); q += len)
+            if ((q == phases || q[-1] == ',') && (q[len] == ',' || q[len] == 0))
+                conf_on[k] = true;
+    }
+    conf_on[CONF_ALL] = true;
     static server srv[N_CONF];
     for (int k = 0; k < N_CONF; k++) {
+        if (!conf_on[k])
+            continue;
         if (server_start(&srv[k], salusd, k)) {
             fprintf(stderr, "priority: cannot start salusd (%s)\n", conf_name[k]);
             for (int j = 0; j <= k; j++)
@@ -325,8 +355,9 @@ int main(int argc, char **argv)
                 run_phase(all->c, all->url, true, 0, seconds, periods[p], &alone[p][r]) ||
                 run_phase(all->c, all->url, false, n_lp_jobs, seconds, periods[p], &lp_alone[p][r]);
             for (int k = 0; k < N_CONF && !rc; k++)
-                rc = run_phase(srv[k].c, srv[k].url, true, n_lp_jobs, seconds, periods[p],
-                               &mixed[p][k][r]);
+                rc = !conf_on[k] ? 0
+                                 : run_phase(srv[k].c, srv[k].url, true, n_lp_jobs, seconds,
+                                             periods[p], &mixed[p][k][r]);
             if (rc) {
                 fprintf(stderr, "priority: a phase failed: %s\n", salus_last_error(all->c));
                 for (int k = 0; k < N_CONF; k++)
@@ -336,8 +367,9 @@ int main(int argc, char **argv)
             printf("round %d period %d us: hp alone p50 %.0f p99 %.0f us, lp alone %.0f it/s |", r,
                    periods[p], alone[p][r].p50, alone[p][r].p99, lp_alone[p][r].lp_ips);
             for (int k = 0; k < N_CONF; k++)
-                printf(" %s p99 %.0f lp %.0f |", conf_name[k], mixed[p][k][r].p99,
-                       mixed[p][k][r].lp_ips);
+                if (conf_on[k])
+                    printf(" %s p99 %.0f lp %.0f |", conf_name[k], mixed[p][k][r].p99,
+                           mixed[p][k][r].lp_ips);
             printf("\n");
             fflush(stdout);
         }
@@ -348,13 +380,16 @@ int main(int argc, char **argv)
     FILE *f = json ? fopen(json, "w") : NULL;
     if (f)
         fprintf(f, "{\"bench\":\"priority\",\"lp_sessions\":%d,\"phases\":[", n_lp_jobs);
-    double head[3] = {0}, spatial[3][2] = {{0}};
+    double head[3] = {0}, spatial[4][2] = {{0}};
+    bool first = true;
     size_t n = (size_t) rounds;
     for (int p = 0; p < n_periods; p++) {
         double a50[MAX_ROUNDS], a99[MAX_ROUNDS], lpa[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++)
             a50[r] = alone[p][r].p50, a99[r] = alone[p][r].p99, lpa[r] = lp_alone[p][r].lp_ips;
         for (int k = 0; k < N_CONF; k++) {
+            if (!conf_on[k])
+                continue;
             double m50[MAX_ROUNDS], m99[MAX_ROUNDS], lpm[MAX_ROUNDS];
             for (int r = 0; r < rounds; r++)
                 m50[r] = mixed[p][k][r].p50, m99[r] = mixed[p][k][r].p99,
@@ -369,10 +404,15 @@ int main(int argc, char **argv)
                 fprintf(f,
                         "%s{\"period_us\":%d,\"phase\":\"%s\",\"p99_inflation\":%.3f,"
                         "\"p50_inflation\":%.3f,\"lp_retained\":%.3f}",
-                        p || k ? "," : "", periods[p], conf_name[k], p99_inf, p50_inf, retained);
+                        first ? "" : ",", periods[p], conf_name[k], p99_inf, p50_inf, retained);
+            first = false;
             if (p == 0 && k == CONF_ALL)
                 head[0] = p99_inf, head[1] = p50_inf, head[2] = retained;
-            int sk = k == CONF_PART_GAP ? 0 : k == CONF_ALL ? 1 : k == CONF_PART ? 2 : -1;
+            int sk = k == CONF_PART_GAP      ? 0
+                     : k == CONF_ALL         ? 1
+                     : k == CONF_PART        ? 2
+                     : k == CONF_PART_STRICT ? 3
+                                             : -1;
             if (p == 0 && sk >= 0)
                 spatial[sk][0] = p99_inf, spatial[sk][1] = retained;
         }
@@ -384,10 +424,19 @@ int main(int argc, char **argv)
     printf("BENCH priority p99_inflation=%.3f p50_inflation=%.3f lp_retained=%.3f lp_sessions=%d "
            "period_us=%d\n",
            head[0], head[1], head[2], n_lp_jobs, periods[0]);
+    /* how often partitions with gap filling beat gap filling alone side by
+     * side (same period, same round: the same load on the machine), on p99
+     * and on lp throughput both, over every period */
+    int wins = 0, pairs = 0;
+    for (int p = 0; p < n_periods && conf_on[CONF_PART_GAP]; p++)
+        for (int r = 0; r < rounds; r++, pairs++)
+            wins += mixed[p][CONF_PART_GAP][r].p99 <= mixed[p][CONF_ALL][r].p99 &&
+                    mixed[p][CONF_PART_GAP][r].lp_ips >= mixed[p][CONF_ALL][r].lp_ips;
     printf("BENCH spatial_cpu p99_inflation=%.3f lp_retained=%.3f gap_p99_inflation=%.3f "
-           "gap_lp_retained=%.3f part_p99_inflation=%.3f part_lp_retained=%.3f lp_sessions=%d "
+           "gap_lp_retained=%.3f part_p99_inflation=%.3f part_lp_retained=%.3f "
+           "strict_p99_inflation=%.3f strict_lp_retained=%.3f rounds_won=%d/%d lp_sessions=%d "
            "period_us=%d\n",
            spatial[0][0], spatial[0][1], spatial[1][0], spatial[1][1], spatial[2][0], spatial[2][1],
-           n_lp_jobs, periods[0]);
+           spatial[3][0], spatial[3][1], wins, pairs, n_lp_jobs, periods[0]);
     return 0;
 }

@@ -213,6 +213,20 @@ typedef struct sl_device_ops {
      * team to p's cores and sizes their thread count to them. Errors:
      * SL_EUNSUPPORTED, SL_ENOMEM, SL_EDEVICE; on error s stays as it was. */
     int (*stream_bind)(sl_device *dev, sl_stream *s, sl_partition *p);
+    /* Optional (NULL: partitions are strict). lend true: p's units also
+     * serve the normal-priority streams (created with priority >= 0) bound
+     * to every other partition, whenever those have work; p's own streams
+     * stay on p's units, and p's below-normal streams yield a lent unit at
+     * once, mid-op (cpu: they run SCHED_IDLE, so the kernel hands the core
+     * over at its next scheduling decision; normal-priority streams of p
+     * share it as equals). The point: a partition guarantees the streams
+     * bound to it their units, without keeping them off units the others
+     * leave idle or fill with below-normal work. Offered only where the
+     * hand-over is immediate: a cuda kernel keeps its SMs until it ends,
+     * so green contexts stay strict. A loan follows p's resizes and ends
+     * with lend false or partition_destroy. Threads and timing as
+     * partition_resize (live on cpu). Errors: SL_EINVAL (p NULL). */
+    int (*partition_lend)(sl_device *dev, sl_partition *p, bool lend);
 } sl_device_ops;
 
 /* What partitions a device supports (sl_device_ops.partition_caps). */

@@ -71,6 +71,7 @@ typedef struct sl_config {
     /* --partitions: compute partitions at start ("off", "auto", "auto:N",
      * "N": server/partitions.h); NULL = off */
     const char *partitions;
+    bool strict_partitions; /* no loans between partitions (device.h partition_lend) */
     const char *policy;
     bool strict;
     int contexts;          /* NNG contexts = requests in flight */

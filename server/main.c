@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "                          units (SMs, cores), auto (sized from load) or auto:N\n"
             "                          (N declared as the online lanes' need); salusctl\n"
             "                          partitions MODE at run time\n"
+            "      --strict-partitions the offline partition never lends its units to\n"
+            "                          high-priority work (by default it does where the\n"
+            "                          device hands them over at once: cpu)\n"
             "      --no-exclusive-lanes, --no-stepwise, --no-gap-fill, --no-stream-classes\n"
             "                          turn off one of the priority policy's mechanisms\n"
             "                          (measuring each alone): high-priority sessions' own\n"
@@ -273,6 +276,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         OPT_NO_STEPWISE,
         OPT_NO_GAPFILL,
         OPT_NO_CLASSES,
+        OPT_STRICT_PARTS,
         OPT_OPLISTEN,
         OPT_OPCA,
         OPT_TENANT_LIMITS,
@@ -321,6 +325,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
         {"no-stepwise", no_argument, NULL, OPT_NO_STEPWISE},
         {"no-gap-fill", no_argument, NULL, OPT_NO_GAPFILL},
         {"no-stream-classes", no_argument, NULL, OPT_NO_CLASSES},
+        {"strict-partitions", no_argument, NULL, OPT_STRICT_PARTS},
         {"operator-listen", required_argument, NULL, OPT_OPLISTEN},
         {"operator-tls-ca", required_argument, NULL, OPT_OPCA},
         {"tenant-limits", required_argument, NULL, OPT_TENANT_LIMITS},
@@ -576,6 +581,9 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
             break;
         case OPT_NO_CLASSES:
             cfg->no_stream_classes = true;
+            break;
+        case OPT_STRICT_PARTS:
+            cfg->strict_partitions = true;
             break;
         case 'h':
             usage(stdout);

@@ -46,12 +46,12 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
                  p->caps_ok ? p->caps.note : "");
         return;
     }
-    snprintf(buf, len,
-             "online %u %s%s (%s, need %u), offline %u %s%s, %llu resizes, %llu spills; %s",
-             p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
-             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units,
-             p->caps.unit, p->offline_units == 1 ? "" : "s", (unsigned long long) p->resizes,
-             (unsigned long long) p->spills, p->caps.note);
+    snprintf(
+        buf, len, "online %u %s%s (%s, need %u), offline %u %s%s%s, %llu resizes, %llu spills; %s",
+        p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
+        p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units, p->caps.unit,
+        p->offline_units == 1 ? "" : "s", p->lent ? " (lent to online work)" : "",
+        (unsigned long long) p->resizes, (unsigned long long) p->spills, p->caps.note);
 }
 
 /* Binds every stream the executor holds (lanes' and spare ones) to none. */
@@ -137,6 +137,7 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
             return rc;
         destroy_both(ex);
         p->mode = SL_PARTS_OFF;
+        p->lent = false;
         p->want = 0;
         ex->steps.cfg.isolated = false;
         sl_log_info("exe.parts", "compute partitions off");
@@ -190,6 +191,18 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
         if (brc != SL_OK)
             sl_log_warn("exe.parts.bind", "control stream left unpartitioned: %s",
                         sl_strerror(brc));
+    }
+    /* the offline lanes' streams run below normal while high-priority
+     * work exists (stream classes): where the device hands their units
+     * over at once, the online lanes may also use them (device.h
+     * partition_lend); with stream classes off they would share them as
+     * equals, so the partitions stay strict (as they do when asked) */
+    p->lent = false;
+    if (ops->partition_lend && !ex->cfg->no_stream_classes && !ex->cfg->strict_partitions) {
+        int lrc = ops->partition_lend(ex->dev, p->offline, true);
+        p->lent = lrc == SL_OK;
+        if (lrc != SL_OK)
+            sl_log_warn("exe.parts", "the offline partition lends nothing: %s", sl_strerror(lrc));
     }
     char line[256];
     sl_parts_describe(p, line, sizeof line);
@@ -301,5 +314,6 @@ void sl_exec_parts_fini(sl_exec *ex)
     (void) unbind_all(ex);
     destroy_both(ex);
     p->mode = SL_PARTS_OFF;
+    p->lent = false;
     ex->steps.cfg.isolated = false;
 }

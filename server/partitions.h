@@ -7,6 +7,11 @@
  * iteration boundaries (sched/partition.h, MuxFlow's dynamic sizing with
  * hysteresis). Low-priority steps beside high-priority work are isolated
  * (sched/steps.h): they wait only while high-priority work is pending.
+ * Where the device lends a partition's units at once to higher-priority
+ * work (device.h partition_lend: cpu) and low-priority streams run below
+ * normal, the offline partition lends its units to the online lanes: the
+ * online partition is theirs alone, and they still reach every unit the
+ * offline lanes leave idle or fill with below-normal work.
  *
  * Changes (mode, sizes) are made at once on a backend whose partitions
  * change live (cpu: streams pick them up between ops); elsewhere (cuda)
@@ -36,6 +41,7 @@ typedef struct sl_exec_parts {
     bool caps_ok;
     sl_partition *online, *offline;
     unsigned offline_units; /* what the offline partition was given */
+    bool lent;              /* the offline partition lends its cores (device.h partition_lend) */
     sl_part_plan plan;
     unsigned want;     /* online units asked for and not applied yet (0 = none) */
     uint32_t hp_busy;  /* high-priority iterations on the device */

@@ -47,6 +47,11 @@ typedef struct sl_cpu_shared {
      * those live partitions hold, under part_lock */
     pthread_mutex_t part_lock;
     cpu_set_t usable, taken;
+    /* the cores of lending partitions (partition_lend), which every
+     * normal-priority partitioned stream may also run on; lent_gen moves
+     * whenever the set does; lent under part_lock */
+    cpu_set_t lent;
+    atomic_uint lent_gen;
 } sl_cpu_shared;
 
 /* A cpu compute partition (device.h): a set of cores. A stream bound to
@@ -63,6 +68,7 @@ struct sl_partition {
     atomic_int n_cores; /* CPU_COUNT(cores) */
     atomic_uint gen;    /* bumped by every resize */
     atomic_int running; /* its streams executing an op right now */
+    bool lends;         /* its cores are in shared->lent; under shared->part_lock */
 };
 
 /* Partition functions of sl_cpu_device_ops (partition.c); contracts in
@@ -73,6 +79,7 @@ int sl_cpu_partition_resize(sl_device *dev, sl_partition *p, unsigned units);
 void sl_cpu_partition_destroy(sl_device *dev, sl_partition *p);
 unsigned sl_cpu_partition_units(sl_device *dev, const sl_partition *p);
 int sl_cpu_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p);
+int sl_cpu_partition_lend(sl_device *dev, sl_partition *p, bool lend);
 /* Sets up the shared partition state at open; fini at close (safe on a
  * zeroed one). Errors: SL_ENOMEM. */
 int sl_cpu_partitions_init(sl_cpu_shared *sh);
@@ -81,9 +88,12 @@ void sl_cpu_partitions_fini(sl_cpu_shared *sh);
  * NULL) to the one its stream is bound to now (*bound, read under the
  * lock): takes a reference on the new one, drops the old, copies the new
  * one's cores into *cores and returns its generation (0 and *held NULL
- * when bound to none). */
+ * when bound to none). borrow (a normal-priority stream): *lent gets the
+ * lent cores that are not the new one's own (empty when bound to none),
+ * *lent_gen the generation of the loans read with them. */
 unsigned sl_cpu_partition_follow(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound,
-                                 sl_partition **held, cpu_set_t *cores);
+                                 sl_partition **held, cpu_set_t *cores, bool borrow,
+                                 cpu_set_t *lent, unsigned *lent_gen);
 /* Drops a worker's reference (stream destroyed); NULL is fine. */
 void sl_cpu_partition_unref(sl_cpu_shared *sh, sl_partition *p);
 /* Binds under the partitions' lock (stream.c's stream_bind). */

@@ -186,5 +186,6 @@ const sl_device_ops sl_cpu_device_ops = {
     .partition_resize = sl_cpu_partition_resize,
     .partition_destroy = sl_cpu_partition_destroy,
     .partition_units = sl_cpu_partition_units,
+    .partition_lend = sl_cpu_partition_lend,
     .stream_bind = sl_cpu_stream_bind,
 };

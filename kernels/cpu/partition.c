@@ -9,7 +9,17 @@
  * its highest, a growing one takes the lowest free ones. Streams bound to a
  * partition pick a change up before their next op (generation counter), so
  * a resize between iterations costs the next op one sched_setaffinity per
- * thread of its team. */
+ * thread of its team.
+ *
+ * Loans (partition_lend): a lending partition's cores also serve every
+ * normal-priority stream bound to another partition. Its own below-normal
+ * streams run SCHED_IDLE (stream.c), so a borrower's thread that wakes on
+ * a lent core takes it at once, mid-op, and the lender's op goes on when
+ * the borrower sleeps again: the offline lanes keep the online lane's
+ * cores free of their work while the online lane still reaches every core
+ * they leave idle or fill with below-normal work. Without the loan an
+ * online request would queue for its one core behind any other process's
+ * thread there while a core running only idle-class work stands by. */
 #include "cpu.h"
 
 #include "sl_alloc.h"
@@ -24,6 +34,8 @@
 int sl_cpu_partitions_init(sl_cpu_shared *sh)
 {
     CPU_ZERO(&sh->taken);
+    CPU_ZERO(&sh->lent);
+    atomic_init(&sh->lent_gen, 1);
     if (sched_getaffinity(0, sizeof sh->usable, &sh->usable) != 0 || CPU_COUNT(&sh->usable) == 0) {
         CPU_ZERO(&sh->usable);
         for (int c = 0; c < sh->cores && c < CPU_SETSIZE; c++)
@@ -51,28 +63,38 @@ int sl_cpu_partition_caps(sl_device *dev, sl_partition_caps *caps)
     return SL_OK;
 }
 
-/* Moves n free cores into *set, lowest first. Under part_lock. */
-static void take_cores(sl_cpu_shared *sh, cpu_set_t *set, int n)
+/* Moves n free cores into *set, lowest first; into the loans too when
+ * lends. Under part_lock. */
+static void take_cores(sl_cpu_shared *sh, cpu_set_t *set, int n, bool lends)
 {
     for (int c = 0; c < CPU_SETSIZE && n > 0; c++) {
         if (CPU_ISSET(c, &sh->usable) && !CPU_ISSET(c, &sh->taken)) {
             CPU_SET(c, &sh->taken);
             CPU_SET(c, set);
+            if (lends)
+                CPU_SET(c, &sh->lent);
             n--;
         }
     }
+    if (lends)
+        atomic_fetch_add(&sh->lent_gen, 1);
 }
 
-/* Gives n of *set's cores back, highest first. Under part_lock. */
-static void give_cores(sl_cpu_shared *sh, cpu_set_t *set, int n)
+/* Gives n of *set's cores back, highest first (out of the loans too).
+ * Under part_lock. */
+static void give_cores(sl_cpu_shared *sh, cpu_set_t *set, int n, bool lends)
 {
     for (int c = CPU_SETSIZE - 1; c >= 0 && n > 0; c--) {
         if (CPU_ISSET(c, set)) {
             CPU_CLR(c, set);
             CPU_CLR(c, &sh->taken);
+            if (lends)
+                CPU_CLR(c, &sh->lent);
             n--;
         }
     }
+    if (lends)
+        atomic_fetch_add(&sh->lent_gen, 1);
 }
 
 static int free_cores(const sl_cpu_shared *sh)
@@ -103,7 +125,7 @@ int sl_cpu_partition_create(sl_device *dev, unsigned units, sl_partition **out)
         sl_free(p);
         return SL_EEXHAUSTED;
     }
-    take_cores(sh, &p->cores, (int) units);
+    take_cores(sh, &p->cores, (int) units, false);
     p->refs = 1;
     pthread_mutex_unlock(&sh->part_lock);
     atomic_init(&p->n_cores, (int) units);
@@ -125,9 +147,9 @@ int sl_cpu_partition_resize(sl_device *dev, sl_partition *p, unsigned units)
         return SL_EEXHAUSTED;
     }
     if (want > have)
-        take_cores(sh, &p->cores, want - have);
+        take_cores(sh, &p->cores, want - have, p->lends);
     else if (want < have)
-        give_cores(sh, &p->cores, have - want);
+        give_cores(sh, &p->cores, have - want, p->lends);
     atomic_store(&p->n_cores, want);
     atomic_fetch_add(&p->gen, 1);
     pthread_mutex_unlock(&sh->part_lock);
@@ -140,10 +162,32 @@ void sl_cpu_partition_destroy(sl_device *dev, sl_partition *p)
         return;
     sl_cpu_shared *sh = sl_cpu_shared_of(dev);
     pthread_mutex_lock(&sh->part_lock);
-    give_cores(sh, &p->cores, CPU_COUNT(&p->cores));
+    give_cores(sh, &p->cores, CPU_COUNT(&p->cores), p->lends);
+    p->lends = false;
     atomic_store(&p->n_cores, 0);
     unref_locked(p); /* a worker still inside an op on it frees it */
     pthread_mutex_unlock(&sh->part_lock);
+}
+
+int sl_cpu_partition_lend(sl_device *dev, sl_partition *p, bool lend)
+{
+    sl_cpu_shared *sh = sl_cpu_shared_of(dev);
+    if (!p)
+        return SL_EINVAL;
+    pthread_mutex_lock(&sh->part_lock);
+    if (p->lends != lend) {
+        p->lends = lend;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &p->cores)) {
+                if (lend)
+                    CPU_SET(c, &sh->lent);
+                else
+                    CPU_CLR(c, &sh->lent);
+            }
+        atomic_fetch_add(&sh->lent_gen, 1);
+    }
+    pthread_mutex_unlock(&sh->part_lock);
+    return SL_OK;
 }
 
 unsigned sl_cpu_partition_units(sl_device *dev, const sl_partition *p)
@@ -153,15 +197,22 @@ unsigned sl_cpu_partition_units(sl_device *dev, const sl_partition *p)
 }
 
 unsigned sl_cpu_partition_follow(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound,
-                                 sl_partition **held, cpu_set_t *cores)
+                                 sl_partition **held, cpu_set_t *cores, bool borrow,
+                                 cpu_set_t *lent, unsigned *lent_gen)
 {
     pthread_mutex_lock(&sh->part_lock);
     sl_partition *p = atomic_load(bound);
     unsigned gen = 0;
+    CPU_ZERO(lent);
+    *lent_gen = atomic_load(&sh->lent_gen);
     if (p) {
         p->refs++;
         *cores = p->cores;
         gen = atomic_load(&p->gen);
+        if (borrow)
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &sh->lent) && !CPU_ISSET(c, &p->cores))
+                    CPU_SET(c, lent);
     }
     unref_locked(*held);
     *held = p;

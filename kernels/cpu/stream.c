@@ -45,6 +45,13 @@ struct sl_stream {
     _Atomic(sl_partition *) part;
     sl_partition *applied;
     unsigned applied_gen;
+    /* a normal-priority stream also runs on lent cores (partition_lend):
+     * how many of its cores are lent ones, the loans' generation it
+     * applied, and whether its cores are every usable one (its ops may then
+     * run on any thread, sl_workq_release) */
+    int lent_cores;
+    unsigned applied_lent_gen;
+    bool everywhere;
     int home_max_threads; /* max_threads before any partition */
     cpu_set_t home;       /* the worker's own cores before any partition */
     bool home_set;
@@ -58,19 +65,27 @@ static void follow_partition(sl_stream *s)
     sl_partition *p = atomic_load(&s->part);
     if (!p && !s->applied)
         return;
-    if (p && p == s->applied && atomic_load(&p->gen) == s->applied_gen)
+    sl_cpu_shared *sh = s->exec.shared;
+    bool borrow = s->priority >= 0;
+    if (p && p == s->applied && atomic_load(&p->gen) == s->applied_gen &&
+        (!borrow || atomic_load(&sh->lent_gen) == s->applied_lent_gen))
         return;
-    cpu_set_t cores;
+    cpu_set_t cores, lent;
     CPU_ZERO(&cores);
-    s->applied_gen = sl_cpu_partition_follow(s->exec.shared, &s->part, &s->applied, &cores);
+    s->applied_gen = sl_cpu_partition_follow(sh, &s->part, &s->applied, &cores, borrow, &lent,
+                                             &s->applied_lent_gen);
     p = s->applied;
+    s->lent_cores = CPU_COUNT(&lent);
+    if (CPU_COUNT(&cores) > 0)
+        CPU_OR(&cores, &cores, &lent);
+    s->everywhere = p && CPU_COUNT(&cores) > 0 && CPU_EQUAL(&cores, &sh->usable);
     if (!s->home_set) {
         if (sched_getaffinity(0, sizeof s->home, &s->home) != 0)
             CPU_ZERO(&s->home);
         s->home_max_threads = s->exec.max_threads;
         s->home_set = true;
     }
-    int team = s->exec.shared->cores;
+    int team = sh->cores;
     if (p && CPU_COUNT(&cores) > 0) {
         s->exec.max_threads = sl_cpu_apply_cores(&cores, team);
     } else {
@@ -83,7 +98,8 @@ static void follow_partition(sl_stream *s)
 
 /* Runs one op with its share of the cores (see cpu.h): cores divided by
  * the streams running an op at this moment, this one included; in a
- * partition, the partition's cores by its streams running an op. */
+ * partition, the partition's cores (with those lent to it) by its streams
+ * running an op. */
 static int run_op(sl_stream *s, const sl_op_call *call)
 {
     sl_cpu_exec *x = &s->exec;
@@ -92,6 +108,8 @@ static int run_op(sl_stream *s, const sl_op_call *call)
     sl_partition *p = s->applied;
     atomic_int *counter = p ? &p->running : &sh->running;
     int cores = p ? atomic_load(&p->n_cores) : sh->cores;
+    if (p && cores > 0)
+        cores += s->lent_cores;
     if (cores < 1)
         cores = 1; /* destroyed under it: it keeps its cores for this op */
     int running = atomic_fetch_add(counter, 1) + 1;
@@ -181,8 +199,14 @@ static bool runs_anywhere(void *ctx, const void *payload)
 {
     const sl_stream *s = ctx;
     const struct cmd *c = payload;
-    if (c->kind == CMD_OP && atomic_load(&s->part))
-        return false; /* a partitioned stream's ops run on its cores only */
+    /* a partitioned stream's ops run on its cores only: on any thread only
+     * when those are every core and nothing changed since its worker
+     * applied them (the worker is idle here: sl_workq_release) */
+    sl_partition *p = atomic_load(&s->part);
+    if (c->kind == CMD_OP && p &&
+        !(s->everywhere && p == s->applied && atomic_load(&p->gen) == s->applied_gen &&
+          atomic_load(&s->exec.shared->lent_gen) == s->applied_lent_gen))
+        return false;
     return c->kind != CMD_OP || !sl_cpu_op_uses_dnnl(c->u.op.op);
 }
 

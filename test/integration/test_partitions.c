@@ -27,9 +27,35 @@ static void start_and_status(void **state)
 {
     (void) state;
     salus_client *c = sl_test_connect(&server);
-    status_has(c, "partitions: online 1 core (fixed, need 1), offline 1 core");
+    /* the low-priority lanes' streams run below normal: their core is
+     * lent to high-priority work */
+    status_has(c,
+               "partitions: online 1 core (fixed, need 1), offline 1 core (lent to online work)");
     status_has(c, "core sets");
     salus_disconnect(c);
+}
+
+/* --strict-partitions, and stream classes off: no loan. */
+static void strict_when_asked(void **state)
+{
+    (void) state;
+    const char *flags[][6] = {
+        {"--policy", "priority", "--partitions", "1", "--strict-partitions", NULL},
+        {"--policy", "priority", "--partitions", "1", "--no-stream-classes", NULL},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        sl_test_server other;
+        sl_test_server_start(&other, flags[i]);
+        salus_client *c = sl_test_connect(&other);
+        char *text;
+        assert_sl_ok(salus_status_text(c, &text));
+        assert_non_null(strstr(text, "partitions: online 1 core (fixed, need 1), offline 1 core"));
+        if (strstr(text, "lent"))
+            fail_msg("%s: a loan in status:\n%s", flags[i][4], text);
+        salus_free(text);
+        salus_disconnect(c);
+        assert_int_equal(sl_test_server_stop(&other), 0);
+    }
 }
 
 static void change_while_training(void **state)
@@ -167,7 +193,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(start_and_status), cmocka_unit_test(change_while_training),
         cmocka_unit_test(spill_beside_hp),  cmocka_unit_test(declared_need),
-        cmocka_unit_test(refused),
+        cmocka_unit_test(refused),          cmocka_unit_test(strict_when_asked),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int status = sl_test_server_stop(&server);

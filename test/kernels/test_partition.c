@@ -269,13 +269,103 @@ static void test_cpu_streams(void **state)
     kt_env_close(&e);
 }
 
+/* Loans: a normal-priority stream bound to one partition also runs on the
+ * cores of a lending one; that partition's own streams (below normal or
+ * not) stay on its cores; the loan follows resizes and ends with lend
+ * false or the lender's destruction. */
+static void test_cpu_lend(void **state)
+{
+    (void) state;
+    if (usable_cores() < 2) {
+        fprintf(stderr, "SKIP test_cpu_lend: needs 2 cores, this process has 1\n");
+        return;
+    }
+    int n = usable_cores();
+    kt_env e;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    const sl_device_ops *ops = e.dev->ops;
+    assert_non_null(ops->partition_lend);
+    assert_sl_err(ops->partition_lend(e.dev, NULL, true), SL_EINVAL);
+    sl_stream *low, *peer;
+    assert_sl_ok(ops->stream_create(e.dev, -1, &low));
+    assert_sl_ok(ops->stream_create(e.dev, 0, &peer));
+    sl_partition *online, *offline;
+    assert_sl_ok(ops->partition_create(e.dev, 1, &online));
+    assert_sl_ok(ops->partition_create(e.dev, (unsigned) n - 1, &offline));
+    assert_sl_ok(ops->stream_bind(e.dev, e.stream, online));
+    assert_sl_ok(ops->stream_bind(e.dev, low, offline));
+    assert_sl_ok(ops->stream_bind(e.dev, peer, offline));
+
+    /* strict: each on its own cores */
+    struct where w = matmul_on(&e, e.stream);
+    assert_int_equal(CPU_COUNT(&w.cores), 1);
+    cpu_set_t own = w.cores;
+
+    /* lent: the online stream reaches every core (and its matmul, above
+     * the parallel threshold, fans out over them and stays right); the
+     * lender's streams keep to theirs */
+    assert_sl_ok(ops->partition_lend(e.dev, offline, true));
+    assert_sl_ok(ops->partition_lend(e.dev, offline, true)); /* idempotent */
+    w = matmul_on(&e, e.stream);
+    assert_int_equal(CPU_COUNT(&w.cores), n);
+    struct where wl = matmul_on(&e, low), wp = matmul_on(&e, peer);
+    assert_int_equal(CPU_COUNT(&wl.cores), n - 1);
+    assert_int_equal(CPU_COUNT(&wp.cores), n - 1);
+    cpu_set_t both;
+    CPU_AND(&both, &wl.cores, &own);
+    assert_int_equal(CPU_COUNT(&both), 0);
+
+    /* a below-normal stream on the online partition borrows nothing */
+    assert_sl_ok(ops->stream_bind(e.dev, low, online));
+    wl = matmul_on(&e, low);
+    assert_true(CPU_EQUAL(&wl.cores, &own));
+    assert_sl_ok(ops->stream_bind(e.dev, low, offline));
+
+    if (n >= 3) { /* the loan follows the lender's size */
+        assert_sl_ok(ops->partition_resize(e.dev, offline, 1));
+        w = matmul_on(&e, e.stream);
+        assert_int_equal(CPU_COUNT(&w.cores), 2);
+        assert_sl_ok(ops->partition_resize(e.dev, offline, (unsigned) n - 1));
+    }
+
+    /* the loan ends */
+    assert_sl_ok(ops->partition_lend(e.dev, offline, false));
+    w = matmul_on(&e, e.stream);
+    assert_true(CPU_EQUAL(&w.cores, &own));
+    assert_sl_ok(ops->partition_lend(e.dev, offline, true));
+    w = matmul_on(&e, e.stream);
+    assert_int_equal(CPU_COUNT(&w.cores), n);
+    assert_sl_ok(ops->stream_bind(e.dev, low, NULL));
+    assert_sl_ok(ops->stream_bind(e.dev, peer, NULL));
+    ops->partition_destroy(e.dev, offline);
+    w = matmul_on(&e, e.stream);
+    assert_true(CPU_EQUAL(&w.cores, &own));
+
+    assert_sl_ok(ops->stream_bind(e.dev, e.stream, NULL));
+    ops->partition_destroy(e.dev, online);
+    ops->stream_destroy(e.dev, low);
+    ops->stream_destroy(e.dev, peer);
+    kt_env_close(&e);
+}
+
+/* The sim and cuda partitions stay strict: neither offers loans. */
+static void test_sim_strict(void **state)
+{
+    (void) state;
+    sl_device *dev;
+    assert_sl_ok(sl_dev_open("sim:h100", &dev));
+    assert_null(dev->ops->partition_lend);
+    sl_dev_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sim_small_kernel), cmocka_unit_test(test_sim_big_kernel),
         cmocka_unit_test(test_sim_bandwidth),    cmocka_unit_test(test_sim_op_timing),
         cmocka_unit_test(test_sim_device),       cmocka_unit_test(test_cpu_accounting),
-        cmocka_unit_test(test_cpu_streams),
+        cmocka_unit_test(test_cpu_streams),      cmocka_unit_test(test_cpu_lend),
+        cmocka_unit_test(test_sim_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
