@@ -118,6 +118,10 @@ typedef struct gpu_mode {
      * gap filler's margin of a request (sim.h part_spill_block_ns); without
      * it the offline job's iterations go whole on their partition */
     bool spill;
+    /* with partitions: the service declares no need (salusd --partitions
+     * auto, sessions without compute units): the online partition starts
+     * at the smallest and follows the measured load alone */
+    bool undeclared;
 } gpu_mode;
 
 /* A model's batch-1 request: its ops, time alone and memory. */
@@ -273,7 +277,7 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
         sl_eval_part_granularity(gpu, &min_sms, &align);
         plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
         cfg.part_sms = gpu->sm_count;
-        cfg.part_online = sm->need;
+        cfg.part_online = mode->undeclared ? min_sms : sm->need;
         cfg.part_plan = &plan;
         cfg.no_stepwise = !mode->spill;
         if (mode->spill) /* a request waits at most the gap margin of itself */
@@ -375,7 +379,7 @@ static void usage(const char *argv0)
 enum { P_ONE, P_GREEDY, P_MATCH, N_POL };
 
 /* The table's rows: a placement and how its GPUs run. */
-enum { R_ONE, R_GREEDY, R_MATCH, R_NOFILL, R_PART, R_PART_GAP, N_ROWS };
+enum { R_ONE, R_GREEDY, R_MATCH, R_NOFILL, R_PART, R_PART_GAP, R_PART_AUTO, N_ROWS };
 typedef struct row {
     const char *name;
     int policy; /* P_* */
@@ -659,6 +663,9 @@ int main(int argc, char **argv)
         [R_NOFILL] = {"matching-nofill", P_MATCH, {.no_gap_fill = true}},
         [R_PART] = {"matching-part", P_MATCH, {.partitions = true}},
         [R_PART_GAP] = {"matching-part-gap", P_MATCH, {.partitions = true, .spill = true}},
+        [R_PART_AUTO] = {"matching-part-auto",
+                         P_MATCH,
+                         {.partitions = true, .spill = true, .undeclared = true}},
     };
     row_res res[N_ROWS] = {0};
     for (int ri = 0; ri < N_ROWS; ri++) {
@@ -734,8 +741,9 @@ int main(int argc, char **argv)
         static const char *const what[N_ROWS] = {
             [R_MATCH] = "salusd's defaults",
             [R_NOFILL] = "--no-gap-fill",
-            [R_PART] = "--partitions auto:need, whole offline iterations",
-            [R_PART_GAP] = "--partitions auto:need, gap filling and spill",
+            [R_PART] = "--partitions auto:need --no-stepwise",
+            [R_PART_GAP] = "--partitions auto:need",
+            [R_PART_AUTO] = "--partitions auto, no need declared",
         };
         if (!res[ri].ran)
             continue;
@@ -774,8 +782,10 @@ int main(int argc, char **argv)
            res[R_MATCH].util, res[R_MATCH].infl, res[R_MATCH].tput, res[R_MATCH].sm,
            res[R_GREEDY].util, res[R_GREEDY].infl, res[R_GREEDY].tput, res[R_ONE].util,
            res[R_ONE].sm);
-    static const char *const key[N_ROWS] = {
-        [R_NOFILL] = "nofill", [R_PART] = "part", [R_PART_GAP] = "partgap"};
+    static const char *const key[N_ROWS] = {[R_NOFILL] = "nofill",
+                                            [R_PART] = "part",
+                                            [R_PART_GAP] = "partgap",
+                                            [R_PART_AUTO] = "partauto"};
     for (int ri = R_NOFILL; ri < N_ROWS; ri++)
         if (res[ri].ran) {
             printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],
