@@ -677,6 +677,9 @@ int main(int argc, char **argv)
             for (size_t g = 0; g < n_gpus; g++)
                 done_o[g] = -1;
         double busy = 0, smo = 0, infl = 0, worst = 1, tput = 0;
+        /* per service model: what the partitions' sizing depends on */
+        double m_infl[N_SVC_MODELS] = {0}, m_tput[N_SVC_MODELS] = {0};
+        unsigned m_gpus[N_SVC_MODELS] = {0}, m_placed[N_SVC_MODELS] = {0};
         size_t placed = 0;
         uint64_t spills = 0, resizes = 0;
         for (size_t g = 0; g < n_gpus; g++) {
@@ -704,10 +707,14 @@ int main(int argc, char **argv)
             double ratio = alone[g].p99_s > 0 ? go.p99_s / alone[g].p99_s : 1;
             infl += ratio;
             worst = fmax(worst, ratio);
+            m_infl[on[g].model] += ratio;
+            m_gpus[on[g].model]++;
             if (ok >= 0) {
                 const train_model *t = &tm[off[ok].timeline];
                 double solo = T * 1e9 / (double) (t->iteration_ns + mcfg.client_gap_ns);
                 tput += go.off_iters / solo;
+                m_tput[on[g].model] += go.off_iters / solo;
+                m_placed[on[g].model]++;
                 spills += go.spills;
                 resizes += go.resizes;
             }
@@ -724,6 +731,14 @@ int main(int argc, char **argv)
         printf("%-18s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu %8llu %8llu\n", rw->name,
                rr->util, rr->sm, rr->infl, rr->worst, rr->tput, wtot[p], placed,
                (unsigned long long) spills, (unsigned long long) resizes);
+        if (ri >= R_MATCH) {
+            printf("%-18s by service model (GPUs: p99 x mean, offline mean):", "");
+            for (size_t m = 0; m < N_SVC_MODELS; m++)
+                if (m_gpus[m])
+                    printf(" %s (%u: x%.3f, %.3f)", svc_models[m], m_gpus[m], m_infl[m] / m_gpus[m],
+                           m_placed[m] ? m_tput[m] / m_placed[m] : 0.0);
+            printf("\n");
+        }
         if (jf)
             fprintf(jf,
                     "%s{\"policy\": \"%s\", \"util\": %.4f, \"sm_occupancy\": %.4f, "

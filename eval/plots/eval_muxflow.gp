@@ -12,12 +12,12 @@ set style fill solid 0.8 border -1
 set bmargin 4
 set boxwidth 0.25
 set xrange [-0.6:6.6]
-set yrange [0:1.45]
+set yrange [0:1.75]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one per\nGPU" 0, "greedy" 1, "matching" 2, "matching,\nno gap fill" 3, "matching,\npartitions" 4, "matching,\npart.+gap fill" 5, "matching,\npart. auto" 6)
-set xtics font ",8"
+set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "no gap\nfill" 3, "part-\nitions" 4, "part.+\ngap fill" 5, "part.\nauto" 6)
+set xtics font ",9"
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \
      0.76 with lines dt 2 lc rgb "#d62728" title "paper: 76 % util co-located", \
