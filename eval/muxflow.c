@@ -38,6 +38,15 @@
  * - the run stops at T (sl_eval_config.until_ns).
  * --no-gap-fill is salusd's ablation: offline ops go whenever no request
  * is pending, not only into predicted gaps.
+ * Then the matching placement again under other salusd flags, whatever
+ * the command line says: --no-gap-fill (unless it is the command line's);
+ * compute partitions (pdev.h, sched/partition.h; gpu_mode below):
+ * --partitions auto:N --no-stepwise, --partitions auto:N (salusd's
+ * defaults otherwise: the offline job op by op beside the service and
+ * spilled into its idle partition), N the service's declared need (graphs.h
+ * sl_eval_timeline_need_sms on its request's op shapes); and
+ * --partitions auto with no need declared (the partition follows the
+ * measured load alone).
  * The services alone are the same runs without the offline job.
  *
  * Figures: GPU utilisation as nvidia-smi reports it (the fraction of time
@@ -52,7 +61,9 @@
  * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
- * (the matching policy's; the paper: utilisation 26 % -> 76 %, online
+ * (the matching policy's under salusd's defaults, which ship without
+ * partitions; the other rows' figures follow as nofill_*, part_*,
+ * partgap_*, partauto_*; the paper: utilisation 26 % -> 76 %, online
  * latency up by less than 20 %). */
 #include "cli.h"
 #include "gaps.h"
