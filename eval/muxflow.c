@@ -804,10 +804,10 @@ int main(int argc, char **argv)
      * operator asks for them); the other configurations beside it */
     printf("BENCH eval_muxflow util=%.3f online_p99_inflation=%.3f offline_tput=%.3f "
            "sm_occupancy=%.3f greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f "
-           "alone_util=%.3f alone_sm_occupancy=%.3f",
+           "alone_util=%.3f alone_sm_occupancy=%.3f p99_worst=%.3f",
            res[R_MATCH].util, res[R_MATCH].infl, res[R_MATCH].tput, res[R_MATCH].sm,
            res[R_GREEDY].util, res[R_GREEDY].infl, res[R_GREEDY].tput, res[R_ONE].util,
-           res[R_ONE].sm);
+           res[R_ONE].sm, res[R_MATCH].worst);
     static const char *const key[N_ROWS] = {[R_NOFILL] = "nofill",
                                             [R_PART] = "part",
                                             [R_PART_GAP] = "partgap",
@@ -816,9 +816,8 @@ int main(int argc, char **argv)
         if (res[ri].ran) {
             printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],
                    res[ri].util, key[ri], res[ri].infl, key[ri], res[ri].tput);
-            if (ri != R_NOFILL)
-                printf(" %s_sm_occupancy=%.3f %s_p99_worst=%.3f", key[ri], res[ri].sm, key[ri],
-                       res[ri].worst);
+            printf(" %s_sm_occupancy=%.3f %s_p99_worst=%.3f", key[ri], res[ri].sm, key[ri],
+                   res[ri].worst);
         }
     printf("\n");
     sl_free(done_o);
