@@ -11,7 +11,14 @@
  * sharing (policy fair: no classes, every job in its own lane, the device
  * shared); priority without filling (policy priority --no-gap-fill: lp
  * ops only while no hp work is pending); salus's gap filling (policy
- * priority) with fit margins 0, 5 and 10 %.
+ * priority) with fit margins 0, 5 and 10 %; and, beside FIKIT's set,
+ * compute partitions with gap filling (salusd --partitions auto:N, the
+ * rest of salusd's defaults, as eval/spatial.c runs it: hp on an online
+ * partition sized by sched/partition.h from its declared need N, the
+ * fewest SMs on which its request runs within NEED_SLACK of its time on
+ * the whole device; lp op by op on the rest and, while hp is idle, into
+ * the online partition when one of its blocks there is within the default
+ * margin of a request).
  *
  * Profiles (computed, eval/graphs.h, on --gpu): hp = the forward part of
  * the model's batch-1 training iteration (every op before the loss), lp =
@@ -25,6 +32,7 @@
 #include "workload.h"
 
 #include "gaps.h"
+#include "partition.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -40,23 +48,27 @@
 #define PAPER_HP_MAX 16.41
 #define PAPER_LP_MIN 0.86
 #define PAPER_OVERHEAD_PCT 5.0
+/* the declared need's slack (eval/spatial.c's and eval/muxflow.c's) */
+#define NEED_SLACK 0.02
 
-enum { C_HP_ALONE, C_LP_ALONE, C_SHARE, C_PRIO, C_FILL0, C_FILL5, C_FILL10, N_CONFIGS };
+enum { C_HP_ALONE, C_LP_ALONE, C_SHARE, C_PRIO, C_FILL0, C_FILL5, C_FILL10, C_PART_GAP, N_CONFIGS };
 
 typedef struct config {
     const char *name, *policy;
     bool hp, lp, no_gap_fill;
     double margin;
+    bool partitions;
 } config;
 
 static const config configs[N_CONFIGS] = {
-    {"hp alone", "priority", true, false, false, 0},
-    {"lp alone", "priority", false, true, false, 0},
-    {"plain sharing", "fair", true, true, false, 0},
-    {"priority, no filling", "priority", true, true, true, 0},
-    {"gap filling 0%", "priority", true, true, false, 0},
-    {"gap filling 5%", "priority", true, true, false, 0.05},
-    {"gap filling 10%", "priority", true, true, false, 0.10},
+    {"hp alone", "priority", true, false, false, 0, false},
+    {"lp alone", "priority", false, true, false, 0, false},
+    {"plain sharing", "fair", true, true, false, 0, false},
+    {"priority, no filling", "priority", true, true, true, 0, false},
+    {"gap filling 0%", "priority", true, true, false, 0, false},
+    {"gap filling 5%", "priority", true, true, false, 0.05, false},
+    {"gap filling 10%", "priority", true, true, false, 0.10, false},
+    {"partitions+gap fill", "priority", true, true, false, 0.05, true},
 };
 
 /* The hp job's latencies are in its result (sim.h request_ns); what the
@@ -78,10 +90,22 @@ static void on_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration
         r->lp_iters++;
 }
 
-/* Op timeline of ops[from, to) as the simulator's ops. */
-static sl_eval_op *to_ops(const sl_eval_timeline *t, size_t from, size_t to, uint64_t *sum)
+/* Op timeline of ops[from, to) as the simulator's ops, with their shapes
+ * for the partition model in *shapes (sl_free; NULL on failure). */
+static sl_eval_op *to_ops(const sl_eval_timeline *t, size_t from, size_t to, uint64_t *sum,
+                          sl_eval_op_shape **shapes)
 {
     sl_eval_op *o = sl_calloc(to - from, sizeof *o);
+    sl_eval_op_shape *sh = sl_calloc(to - from, sizeof *sh);
+    *shapes = sh;
+    if (!sh) {
+        sl_free(o);
+        return NULL;
+    }
+    for (size_t i = from; i < to; i++)
+        sh[i - from] = (sl_eval_op_shape){.compute_ns = t->ops[i].compute_ns,
+                                          .memory_ns = t->ops[i].memory_ns,
+                                          .waves = t->ops[i].waves};
     *sum = 0;
     for (size_t i = from; o && i < to; i++) {
         o[i - from] = (sl_eval_op){.launch_ns = t->ops[i].launch_ns,
@@ -184,8 +208,17 @@ int main(int argc, char **argv)
     while (fwd < ht.n_ops && ht.ops[fwd].kind != SL_EVAL_LOSS)
         fwd++;
     uint64_t hp_ns, lp_ns;
-    sl_eval_op *hp_ops = to_ops(&ht, 0, fwd, &hp_ns);
-    sl_eval_op *lp_ops = to_ops(&lt, 0, lt.n_ops, &lp_ns);
+    sl_eval_op_shape *hp_shapes, *lp_shapes;
+    sl_eval_op *hp_ops = to_ops(&ht, 0, fwd, &hp_ns, &hp_shapes);
+    sl_eval_op *lp_ops = to_ops(&lt, 0, lt.n_ops, &lp_ns, &lp_shapes);
+    /* the hp job's declared need: of its forward ops (a view of the
+     * timeline's first fwd ops) */
+    unsigned min_sms, align;
+    sl_eval_part_granularity(gpu, &min_sms, &align);
+    sl_eval_timeline hp_view = ht;
+    hp_view.n_ops = fwd;
+    unsigned need = sl_eval_timeline_need_sms(&hp_view, gpu, min_sms, align, NEED_SLACK);
+    sl_part_plan_config plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
     /* lp memory from the Salus CSV's measured peak of that model and batch */
     uint64_t lp_p = lt.params * 4, lp_e = 0;
     sl_eval_workload *w;
@@ -201,6 +234,9 @@ int main(int argc, char **argv)
     uint64_t *req = sl_calloc(n_req, sizeof *req);
     if (!hp_ops || !lp_ops || !req)
         return 1;
+    printf("fikit: compute partitions: hp declares %u of %u SMs (its request within %.0f %% of "
+           "its time on the whole device)\n",
+           need, gpu->sm_count, 100 * NEED_SLACK);
     sl_eval_rng rng;
     sl_eval_rng_seed(&rng, seed);
     double t = 0;
@@ -220,6 +256,7 @@ int main(int argc, char **argv)
                                  .persistent_bytes = ht.params * 4,
                                  .priority = 10,
                                  .ops = hp_ops,
+                                 .op_shapes = hp_shapes,
                                  .n_ops = (uint32_t) fwd,
                                  .request_ns = req};
     for (unsigned k = 0; k < lp_jobs; k++)
@@ -229,6 +266,7 @@ int main(int argc, char **argv)
                                          .persistent_bytes = lp_p,
                                          .ephemeral_bytes = lp_e,
                                          .ops = lp_ops,
+                                         .op_shapes = lp_shapes,
                                          .n_ops = (uint32_t) lt.n_ops};
 
     printf("fikit: one %s; hp %s batch 1 inference (%zu forward ops, %.3f ms alone), %.0f "
@@ -259,6 +297,12 @@ int main(int argc, char **argv)
         cfg.gaps = &gc;
         cfg.no_gap_fill = cf->no_gap_fill;
         cfg.measure_decisions = true;
+        if (cf->partitions) {
+            cfg.part_sms = gpu->sm_count;
+            cfg.part_online = need;
+            cfg.part_plan = &plan;
+            cfg.part_spill_block_ns = (uint64_t) (gc.fit_margin * (double) hp_ns);
+        }
         run_state st = {.window_end = window};
         cfg.on_done = on_done;
         cfg.arg = &st;
@@ -320,19 +364,29 @@ int main(int argc, char **argv)
            "wall time, simulator build)\n",
            sp50, 100 * configs[cdef].margin, spmax, lp_def, lp_kept, dec / 1e3, overhead,
            mean_op / 1e3);
+    double pg_lp = lp_rate[C_PART_GAP] / lp_rate[C_LP_ALONE];
+    double pg_sp = p50[C_SHARE] / p50[C_PART_GAP], pg_x99 = p99[C_PART_GAP] / p99[C_HP_ALONE];
+    printf("ours (partitions + gap filling, salusd --partitions auto:%u): hp p50 %.2fx faster "
+           "than plain sharing, p99 x%.3f of alone; lp kept %.3f\n",
+           need, pg_sp, pg_x99, pg_lp);
     if (jf) {
         fprintf(jf,
                 "  ],\n  \"hp_speedup_p50\": %.4f, \"hp_speedup_max\": %.4f, \"lp_retained\": "
-                "%.4f, \"overhead_pct\": %.4f, \"lp_retained_min\": %.4f\n}\n",
-                sp50, spmax, lp_def, overhead, lp_kept);
+                "%.4f, \"overhead_pct\": %.4f, \"lp_retained_min\": %.4f, "
+                "\"part_gap_lp_retained\": %.4f, \"part_gap_speedup_p50\": %.4f, "
+                "\"part_gap_p99_inflation\": %.4f, \"need_sms\": %u\n}\n",
+                sp50, spmax, lp_def, overhead, lp_kept, pg_lp, pg_sp, pg_x99, need);
         fclose(jf);
     }
     printf("BENCH eval_fikit hp_speedup_p50=%.2f hp_speedup_max=%.2f lp_retained=%.3f "
-           "overhead_pct=%.3f lp_retained_min=%.3f hp_p50_inflation=%.3f\n",
-           sp50, spmax, lp_def, overhead, lp_kept, x50_def);
+           "overhead_pct=%.3f lp_retained_min=%.3f hp_p50_inflation=%.3f partgap_lp_retained=%.3f "
+           "partgap_speedup_p50=%.2f partgap_p99_inflation=%.3f\n",
+           sp50, spmax, lp_def, overhead, lp_kept, x50_def, pg_lp, pg_sp, pg_x99);
     sl_free(req);
     sl_free(hp_ops);
     sl_free(lp_ops);
+    sl_free(hp_shapes);
+    sl_free(lp_shapes);
     sl_eval_timeline_fini(&ht);
     sl_eval_timeline_fini(&lt);
     return 0;

@@ -424,3 +424,38 @@ void sl_eval_timeline_fini(sl_eval_timeline *t)
     sl_free(t->ops);
     memset(t, 0, sizeof *t);
 }
+
+void sl_eval_part_granularity(const sl_sim_profile *p, unsigned *min_sms, unsigned *align)
+{
+    if (!strncmp(p->name, "h100", 4) || !strncmp(p->name, "h200", 4)) {
+        *min_sms = 8;
+        *align = 8;
+    } else if (!strncmp(p->name, "a100", 4)) {
+        *min_sms = 4;
+        *align = 2;
+    } else {
+        *min_sms = 2;
+        *align = 2;
+    }
+}
+
+uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms)
+{
+    uint64_t ns = 0;
+    for (size_t i = 0; i < t->n_ops; i++) {
+        const sl_eval_op_time *o = &t->ops[i];
+        ns += o->launch_ns + sl_sim_part_work_ns(p->sm_count, o->compute_ns, o->memory_ns, o->waves,
+                                                 sms, 1.0, NULL, NULL);
+    }
+    return ns;
+}
+
+unsigned sl_eval_timeline_need_sms(const sl_eval_timeline *t, const sl_sim_profile *p,
+                                   unsigned min_sms, unsigned align, double slack)
+{
+    double whole = (double) sl_eval_timeline_ns_on(t, p, p->sm_count);
+    for (unsigned s = min_sms; align && s < p->sm_count; s += align)
+        if ((double) sl_eval_timeline_ns_on(t, p, s) <= (1.0 + slack) * whole)
+            return s;
+    return p->sm_count;
+}

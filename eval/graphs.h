@@ -101,6 +101,24 @@ double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
  * asks of the GPU's shared launch path (sim.h launch_share). */
 double sl_eval_timeline_launch_share(const sl_eval_timeline *t);
 
+/* Compute partitions: the device's granularity for a partition (CUDA
+ * Driver API, "Green Contexts", cuda.h): at least 2 SMs in steps of 2 on
+ * compute capability 6.x and 7.x (P100, V100), 4 in steps of 2 on 8.x
+ * (A100), 8 in steps of 8 on 9.0 (H100, H200). */
+void sl_eval_part_granularity(const sl_sim_profile *p, unsigned *min_sms, unsigned *align);
+
+/* The timeline's iteration alone on sms of p's SMs (launches plus works,
+ * kernels/sim's partition model: sl_sim_part_work_ns, the whole bandwidth). */
+uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms);
+
+/* The need an online lane would declare for the timeline: the fewest SMs
+ * at the granularity (min_sms, then steps of align) on which its iteration
+ * runs within slack (0.02 = 2 %) of its time on the whole device; p's
+ * sm_count if none does. What a client that profiled its model once on
+ * the device would declare (salusd --partitions auto:N). */
+unsigned sl_eval_timeline_need_sms(const sl_eval_timeline *t, const sl_sim_profile *p,
+                                   unsigned min_sms, unsigned align, double slack);
+
 /* Frees the timeline's ops; safe on a zeroed timeline. */
 void sl_eval_timeline_fini(sl_eval_timeline *t);
 

@@ -38,6 +38,15 @@
  * - the run stops at T (sl_eval_config.until_ns).
  * --no-gap-fill is salusd's ablation: offline ops go whenever no request
  * is pending, not only into predicted gaps.
+ * Then the matching placement again under other salusd flags, whatever
+ * the command line says: --no-gap-fill (unless it is the command line's);
+ * compute partitions (pdev.h, sched/partition.h; gpu_mode below):
+ * --partitions auto:N --no-stepwise, --partitions auto:N (salusd's
+ * defaults otherwise: the offline job op by op beside the service and
+ * spilled into its idle partition), N the service's declared need (graphs.h
+ * sl_eval_timeline_need_sms on its request's op shapes); and
+ * --partitions auto with no need declared (the partition follows the
+ * measured load alone).
  * The services alone are the same runs without the offline job.
  *
  * Figures: GPU utilisation as nvidia-smi reports it (the fraction of time
@@ -52,11 +61,15 @@
  * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
- * (the matching policy's; the paper: utilisation 26 % -> 76 %, online
+ * (the matching policy's under salusd's defaults, which ship without
+ * partitions; the other rows' figures follow as nofill_*, part_*,
+ * partgap_*, partauto_*; the paper: utilisation 26 % -> 76 %, online
  * latency up by less than 20 %). */
 #include "cli.h"
+#include "gaps.h"
 #include "graphs.h"
 #include "manager.h"
+#include "partition.h"
 #include "placement.h"
 #include "sim.h"
 #include "sim/profiles.h"
@@ -97,22 +110,46 @@ static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
 #define N_SVC_MODELS (sizeof svc_models / sizeof svc_models[0])
 #define SVC_PRIORITY 10
 
-/* salusd --no-gap-fill for the GPUs run now (the command line's, then
- * the ablation row's) */
-static bool no_gap_fill;
+/* A service's declared need for an online partition: the fewest SMs on
+ * which its request runs within this slack of its time on the whole device
+ * (graphs.h sl_eval_timeline_need_sms; eval/spatial.c declares the same) */
+#define NEED_SLACK 0.02
+
+/* How a GPU runs its service and its offline job: salusd's priority policy
+ * with its defaults, or with some of its flags. */
+typedef struct gpu_mode {
+    bool no_gap_fill; /* salusd --no-gap-fill */
+    /* salusd --partitions auto:N, N the service's declared need: the
+     * replicas on an online partition sized by sched/partition.h from N
+     * and its measured load, the offline job on the rest */
+    bool partitions;
+    /* with partitions: the offline job op by op beside the service (the
+     * isolated step dispatch of sched/steps.h) and, while the service is
+     * idle, into its partition when one of its blocks there is within the
+     * gap filler's margin of a request (sim.h part_spill_block_ns); without
+     * it the offline job's iterations go whole on their partition */
+    bool spill;
+    /* with partitions: the service declares no need (salusd --partitions
+     * auto, sessions without compute units): the online partition starts
+     * at the smallest and follows the measured load alone */
+    bool undeclared;
+} gpu_mode;
 
 /* A model's batch-1 request: its ops, time alone and memory. */
 typedef struct svc_model {
     sl_eval_op *ops;
+    sl_eval_op_shape *shapes;
     uint32_t n_ops;
     uint64_t request_ns;
     double u; /* utilisation alone (graphs.h) */
     uint64_t p, e;
+    unsigned need; /* declared SMs (NEED_SLACK) */
 } svc_model;
 
 /* An offline training job's computed iteration. */
 typedef struct train_model {
     sl_eval_op *ops;
+    sl_eval_op_shape *shapes;
     uint32_t n_ops;
     uint64_t iteration_ns;
     double u;
@@ -132,6 +169,7 @@ typedef struct offline {
 typedef struct gpu_out {
     double busy_s, sm_s, p99_s, off_iters;
     size_t requests;
+    uint64_t spills, resizes; /* partitions: offline ops on the online one, its resizes */
 } gpu_out;
 
 /* Diurnal rate at time t of a day of length T: a raised cosine from the
@@ -152,6 +190,18 @@ static sl_eval_op *to_ops(const sl_eval_timeline *t)
                             .split_max = t->ops[i].split_max,
                             .occupancy = t->ops[i].occupancy,
                             .block_ns = t->ops[i].block_ns};
+    return o;
+}
+
+/* The timeline's op shapes for the partition model (kernels/sim's
+ * compute/memory split and waves, as graphs.c timed them). */
+static sl_eval_op_shape *to_shapes(const sl_eval_timeline *t)
+{
+    sl_eval_op_shape *o = sl_calloc(t->n_ops ? t->n_ops : 1, sizeof *o);
+    for (size_t i = 0; o && i < t->n_ops; i++)
+        o[i] = (sl_eval_op_shape){.compute_ns = t->ops[i].compute_ns,
+                                  .memory_ns = t->ops[i].memory_ns,
+                                  .waves = t->ops[i].waves};
     return o;
 }
 
@@ -189,10 +239,10 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
 }
 
 /* One GPU for one day through sl_eval_run: the service's replicas and,
- * unless off is NULL, the offline job. */
-static int run_gpu(const sl_sim_profile *gpu, const online *on, const svc_model *sm,
-                   const offline *off, const sl_eval_workload *cw, const train_model *tm,
-                   uint64_t seed, double T, gpu_out *out)
+ * unless off is NULL, the offline job, run as mode says. */
+static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online *on,
+                   const svc_model *sm, const offline *off, const sl_eval_workload *cw,
+                   const train_model *tm, uint64_t seed, double T, gpu_out *out)
 {
     memset(out, 0, sizeof *out);
     uint64_t *req;
@@ -224,13 +274,27 @@ static int run_gpu(const sl_sim_profile *gpu, const online *on, const svc_model 
                                             .ephemeral_bytes = sm->e,
                                             .priority = SVC_PRIORITY,
                                             .ops = sm->ops,
+                                            .op_shapes = sm->shapes,
                                             .n_ops = sm->n_ops,
                                             .request_ns = dealt + first};
     }
     uint64_t T_ns = (uint64_t) (T * 1e9);
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
     cfg.until_ns = T_ns;
-    cfg.no_gap_fill = no_gap_fill;
+    cfg.no_gap_fill = mode->no_gap_fill;
+    sl_part_plan_config plan;
+    if (mode->partitions) {
+        unsigned min_sms, align;
+        sl_eval_part_granularity(gpu, &min_sms, &align);
+        plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
+        cfg.part_sms = gpu->sm_count;
+        cfg.part_online = mode->undeclared ? min_sms : sm->need;
+        cfg.part_plan = &plan;
+        cfg.no_stepwise = !mode->spill;
+        if (mode->spill) /* a request waits at most the gap margin of itself */
+            cfg.part_spill_block_ns =
+                (uint64_t) (sl_gaps_config_default().fit_margin * (double) sm->request_ns);
+    }
     size_t off_at = n_jobs;
     if (off) {
         /* more iterations than the day holds: the horizon ends the run */
@@ -241,6 +305,7 @@ static int run_gpu(const sl_sim_profile *gpu, const online *on, const svc_model 
             .persistent_bytes = cw->persistent_bytes,
             .ephemeral_bytes = cw->ephemeral_bytes,
             .ops = tm->ops,
+            .op_shapes = tm->shapes,
             .n_ops = tm->n_ops,
         };
     }
@@ -252,6 +317,8 @@ static int run_gpu(const sl_sim_profile *gpu, const online *on, const svc_model 
         out->sm_s = sum.gpu_occupied_ns / 1e9;
         out->p99_s = (double) sum.lat_p99_ns / 1e9;
         out->requests = sum.requests;
+        out->spills = sum.part_spills;
+        out->resizes = sum.part_resizes;
         if (off)
             out->off_iters = (double) res[off_at].iterations;
     }
@@ -321,7 +388,19 @@ static void usage(const char *argv0)
 }
 
 enum { P_ONE, P_GREEDY, P_MATCH, N_POL };
-static const char *const pol_names[N_POL] = {"one-per-gpu", "greedy", "matching"};
+
+/* The table's rows: a placement and how its GPUs run. */
+enum { R_ONE, R_GREEDY, R_MATCH, R_NOFILL, R_PART, R_PART_GAP, R_PART_AUTO, N_ROWS };
+typedef struct row {
+    const char *name;
+    int policy; /* P_* */
+    gpu_mode mode;
+} row;
+
+typedef struct row_res {
+    bool ran;
+    double util, sm, infl, worst, tput;
+} row_res;
 
 int main(int argc, char **argv)
 {
@@ -330,7 +409,7 @@ int main(int argc, char **argv)
     size_t n_gpus = 32, n_off = 32;
     double T = 120;
     uint64_t seed = 1;
-    bool timing = true, tiny = false;
+    bool timing = true, tiny = false, no_gap_fill = false;
     static const struct option longopts[] = {
         {"csv", required_argument, NULL, 'c'},     {"gpus", required_argument, NULL, 'n'},
         {"offline", required_argument, NULL, 'm'}, {"day-s", required_argument, NULL, 'd'},
@@ -409,17 +488,22 @@ int main(int argc, char **argv)
     }
     /* every model's batch-1 request, and every distinct offline timeline */
     svc_model sm[N_SVC_MODELS];
+    uint64_t need_ns[N_SVC_MODELS];
     for (size_t m = 0; m < N_SVC_MODELS; m++) {
         sl_eval_timeline t;
         if ((rc = sl_eval_timeline_build_ex(svc_models[m], 1, gpu, true, &t)) != SL_OK) {
             fprintf(stderr, "muxflow: %s: %s\n", svc_models[m], sl_strerror(rc));
             return 1;
         }
+        unsigned min_sms, align;
+        sl_eval_part_granularity(gpu, &min_sms, &align);
         sm[m] = (svc_model){.ops = to_ops(&t),
+                            .shapes = to_shapes(&t),
                             .n_ops = (uint32_t) t.n_ops,
                             .request_ns = t.iteration_ns,
                             .u = sl_eval_timeline_utilisation(&t),
-                            .p = t.params * 4};
+                            .p = t.params * 4,
+                            .need = sl_eval_timeline_need_sms(&t, gpu, min_sms, align, NEED_SLACK)};
         /* batch-1 activations: the CSV's smallest-batch training peak less
          * weights and gradients, per sample (as eval/inference.c: an
          * over-statement, since inference keeps only live activations),
@@ -431,8 +515,9 @@ int main(int argc, char **argv)
         sm[m].e = 16 * MIB;
         if (best && best->peak_bytes > 2 * sm[m].p && best->batch)
             sm[m].e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm[m].p) / best->batch);
+        need_ns[m] = sl_eval_timeline_ns_on(&t, gpu, sm[m].need);
         sl_eval_timeline_fini(&t);
-        if (!sm[m].ops)
+        if (!sm[m].ops || !sm[m].shapes)
             return 1;
     }
     train_model *tm = sl_calloc(n_cw, sizeof *tm);
@@ -453,11 +538,12 @@ int main(int argc, char **argv)
             return 1;
         }
         tm[n_tm] = (train_model){.ops = to_ops(&t),
+                                 .shapes = to_shapes(&t),
                                  .n_ops = (uint32_t) t.n_ops,
                                  .iteration_ns = t.iteration_ns,
                                  .u = sl_eval_timeline_utilisation(&t)};
         sl_eval_timeline_fini(&t);
-        if (!tm[n_tm].ops)
+        if (!tm[n_tm].ops || !tm[n_tm].shapes)
             return 1;
         tl_of[i] = (int) n_tm++;
     }
@@ -541,15 +627,17 @@ int main(int argc, char **argv)
            replicas_total, n_off, n_tm, forbidden, n_off * n_gpus);
     for (size_t m = 0; m < N_SVC_MODELS; m++)
         printf("service %-10s request %.3f ms alone, %u ops, utilisation %.3f, P %.0f MiB, E %.0f "
-               "MiB\n",
+               "MiB, declared need %u of %u SMs (%.3f ms there)\n",
                svc_models[m], (double) sm[m].request_ns / 1e6, sm[m].n_ops, sm[m].u,
-               (double) sm[m].p / MIB, (double) sm[m].e / MIB);
-    /* the services alone */
+               (double) sm[m].p / MIB, (double) sm[m].e / MIB, sm[m].need, gpu->sm_count,
+               (double) need_ns[m] / 1e6);
+    /* the services alone: the whole device, no partitions */
+    const gpu_mode plain = {.no_gap_fill = no_gap_fill};
     double sum_alone_busy = 0, sum_alone_sm = 0;
     for (size_t g = 0; g < n_gpus; g++) {
         fprintf(stderr, "\rmuxflow: services alone %zu/%zu", g + 1, n_gpus);
-        rc = run_gpu(gpu, &on[g], &sm[on[g].model], NULL, NULL, NULL, seed * 1000003u + g, T,
-                     &alone[g]);
+        rc = run_gpu(gpu, &plain, &on[g], &sm[on[g].model], NULL, NULL, NULL, seed * 1000003u + g,
+                     T, &alone[g]);
         if (rc != SL_OK) {
             fprintf(stderr, "muxflow: service %zu: %s\n", g, sl_strerror(rc));
             return 1;
@@ -558,8 +646,8 @@ int main(int argc, char **argv)
         sum_alone_sm += alone[g].sm_s / T;
     }
     fprintf(stderr, "\n");
-    printf("%-15s %8s %8s %10s %10s %12s %10s %8s\n", "policy", "util", "sm_occ", "p99_infl",
-           "p99_worst", "offline_tput", "weight", "placed");
+    printf("%-18s %8s %8s %10s %10s %12s %10s %8s %8s %8s\n", "configuration", "util", "sm_occ",
+           "p99_infl", "p99_worst", "offline_tput", "weight", "placed", "spills", "resizes");
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;
     if (jf)
         fprintf(jf,
@@ -567,30 +655,46 @@ int main(int argc, char **argv)
                 "\"day_s\": %.1f, \"alone_util\": %.4f, \"alone_sm_occupancy\": %.4f, \"runs\": [",
                 n_gpus, n_off, (unsigned long long) seed, T, sum_alone_busy / (double) n_gpus,
                 sum_alone_sm / (double) n_gpus);
-    /* a GPU given the same offline job by two policies runs once */
+    /* a GPU given the same offline job by two rows of the same mode runs
+     * once */
     int *done_o = sl_calloc(n_gpus, sizeof *done_o);
     gpu_out *done_r = sl_calloc(n_gpus, sizeof *done_r);
     if (!done_o || !done_r)
         return 1;
     for (size_t g = 0; g < n_gpus; g++)
         done_o[g] = -1;
-    /* rows: the three placements under the command line's gap filling,
-     * then matching under salusd's --no-gap-fill (unless that is the
-     * command line's already) */
-    int n_rows = no_gap_fill ? N_POL : N_POL + 1;
-    double res_util[N_POL + 1], res_sm[N_POL + 1], res_infl[N_POL + 1], res_tput[N_POL + 1];
-    for (int row = 0; row < n_rows; row++) {
-        int p = row < N_POL ? row : P_MATCH;
-        const char *row_name = row < N_POL ? pol_names[p] : "matching-nofill";
-        if (row == N_POL) {
-            no_gap_fill = true; /* the ablation row: its own runs */
+    /* rows: the three placements under the command line's gap filling;
+     * then the matching placement under salusd's --no-gap-fill (unless
+     * that is the command line's already), with partitions, and with
+     * partitions and gap filling (both whatever the command line says) */
+    const row rows[N_ROWS] = {
+        [R_ONE] = {"one-per-gpu", P_ONE, plain},
+        [R_GREEDY] = {"greedy", P_GREEDY, plain},
+        [R_MATCH] = {"matching", P_MATCH, plain},
+        [R_NOFILL] = {"matching-nofill", P_MATCH, {.no_gap_fill = true}},
+        [R_PART] = {"matching-part", P_MATCH, {.partitions = true}},
+        [R_PART_GAP] = {"matching-part-gap", P_MATCH, {.partitions = true, .spill = true}},
+        [R_PART_AUTO] = {"matching-part-auto",
+                         P_MATCH,
+                         {.partitions = true, .spill = true, .undeclared = true}},
+    };
+    row_res res[N_ROWS] = {0};
+    for (int ri = 0; ri < N_ROWS; ri++) {
+        const row *rw = &rows[ri];
+        if (ri == R_NOFILL && no_gap_fill)
+            continue;
+        int p = rw->policy;
+        if (ri > R_MATCH) /* a mode of its own: its own runs */
             for (size_t g = 0; g < n_gpus; g++)
                 done_o[g] = -1;
-        }
         double busy = 0, smo = 0, infl = 0, worst = 1, tput = 0;
+        /* per service model: what the partitions' sizing depends on */
+        double m_infl[N_SVC_MODELS] = {0}, m_tput[N_SVC_MODELS] = {0};
+        unsigned m_gpus[N_SVC_MODELS] = {0}, m_placed[N_SVC_MODELS] = {0};
         size_t placed = 0;
+        uint64_t spills = 0, resizes = 0;
         for (size_t g = 0; g < n_gpus; g++) {
-            fprintf(stderr, "\rmuxflow: %s %zu/%zu", row_name, g + 1, n_gpus);
+            fprintf(stderr, "\rmuxflow: %s %zu/%zu", rw->name, g + 1, n_gpus);
             int ok = -1;
             for (size_t k = 0; k < n_off; k++)
                 if (assign[p][k] == (int) g)
@@ -600,8 +704,8 @@ int main(int argc, char **argv)
                 go = done_r[g];
             } else if (ok >= 0) {
                 const offline *o = &off[ok];
-                rc = run_gpu(gpu, &on[g], &sm[on[g].model], o, &cw[o->workload], &tm[o->timeline],
-                             seed * 1000003u + g, T, &go);
+                rc = run_gpu(gpu, &rw->mode, &on[g], &sm[on[g].model], o, &cw[o->workload],
+                             &tm[o->timeline], seed * 1000003u + g, T, &go);
                 if (rc != SL_OK) {
                     fprintf(stderr, "muxflow: GPU %zu: %s\n", g, sl_strerror(rc));
                     return 1;
@@ -614,44 +718,68 @@ int main(int argc, char **argv)
             double ratio = alone[g].p99_s > 0 ? go.p99_s / alone[g].p99_s : 1;
             infl += ratio;
             worst = fmax(worst, ratio);
+            m_infl[on[g].model] += ratio;
+            m_gpus[on[g].model]++;
             if (ok >= 0) {
                 const train_model *t = &tm[off[ok].timeline];
                 double solo = T * 1e9 / (double) (t->iteration_ns + mcfg.client_gap_ns);
                 tput += go.off_iters / solo;
+                m_tput[on[g].model] += go.off_iters / solo;
+                m_placed[on[g].model]++;
+                spills += go.spills;
+                resizes += go.resizes;
             }
             placed += ok >= 0;
         }
         fprintf(stderr, "\n");
-        res_util[row] = busy / (double) n_gpus;
-        res_sm[row] = smo / (double) n_gpus;
-        res_infl[row] = infl / (double) n_gpus;
-        res_tput[row] = tput / (double) n_off;
-        printf("%-15s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu\n", row_name, res_util[row],
-               res_sm[row], res_infl[row], worst, res_tput[row], wtot[p], placed);
+        row_res *rr = &res[ri];
+        rr->ran = true;
+        rr->util = busy / (double) n_gpus;
+        rr->sm = smo / (double) n_gpus;
+        rr->infl = infl / (double) n_gpus;
+        rr->worst = worst;
+        rr->tput = tput / (double) n_off;
+        printf("%-18s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu %8llu %8llu\n", rw->name,
+               rr->util, rr->sm, rr->infl, rr->worst, rr->tput, wtot[p], placed,
+               (unsigned long long) spills, (unsigned long long) resizes);
+        if (ri >= R_MATCH) {
+            printf("%-18s by service model (GPUs: p99 x mean, offline mean):", "");
+            for (size_t m = 0; m < N_SVC_MODELS; m++)
+                if (m_gpus[m])
+                    printf(" %s (%u: x%.3f, %.3f)", svc_models[m], m_gpus[m], m_infl[m] / m_gpus[m],
+                           m_placed[m] ? m_tput[m] / m_placed[m] : 0.0);
+            printf("\n");
+        }
         if (jf)
             fprintf(jf,
                     "%s{\"policy\": \"%s\", \"util\": %.4f, \"sm_occupancy\": %.4f, "
                     "\"p99_inflation\": %.4f, \"p99_inflation_worst\": %.4f, \"offline_tput\": "
-                    "%.4f, \"weight\": %.3f, \"placed\": %zu}",
-                    row ? ", " : "", row_name, res_util[row], res_sm[row], res_infl[row], worst,
-                    res_tput[row], wtot[p], placed);
+                    "%.4f, \"weight\": %.3f, \"placed\": %zu, \"part_spills\": %llu, "
+                    "\"part_resizes\": %llu}",
+                    ri ? ", " : "", rw->name, rr->util, rr->sm, rr->infl, rr->worst, rr->tput,
+                    wtot[p], placed, (unsigned long long) spills, (unsigned long long) resizes);
     }
     printf("services alone: util %.3f, SM occupancy %.3f\n", sum_alone_busy / (double) n_gpus,
            sum_alone_sm / (double) n_gpus);
     printf("paper (MuxFlow): GPU utilisation (nvidia-smi's: time with a kernel running) 26 %% -> "
            "76 %%, SM activity 16 %% -> 33 %%, online latency up < 20 %%\n");
-    printf("ours (matching, %s): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> %.0f %%, p99 "
-           "x%.3f, offline %.3f of alone\n",
-           no_gap_fill && n_rows == N_POL ? "--no-gap-fill" : "salusd's defaults",
-           100 * sum_alone_busy / (double) n_gpus, 100 * res_util[P_MATCH],
-           100 * sum_alone_sm / (double) n_gpus, 100 * res_sm[P_MATCH], res_infl[P_MATCH],
-           res_tput[P_MATCH]);
-    if (n_rows > N_POL)
-        printf("ours (matching, --no-gap-fill): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> "
-               "%.0f %%, p99 x%.3f, offline %.3f of alone\n",
-               100 * sum_alone_busy / (double) n_gpus, 100 * res_util[N_POL],
-               100 * sum_alone_sm / (double) n_gpus, 100 * res_sm[N_POL], res_infl[N_POL],
-               res_tput[N_POL]);
+    for (int ri = R_MATCH; ri < N_ROWS; ri++) {
+        static const char *const what[N_ROWS] = {
+            [R_MATCH] = "salusd's defaults",
+            [R_NOFILL] = "--no-gap-fill",
+            [R_PART] = "--partitions auto:need --no-stepwise",
+            [R_PART_GAP] = "--partitions auto:need",
+            [R_PART_AUTO] = "--partitions auto, no need declared",
+        };
+        if (!res[ri].ran)
+            continue;
+        printf("ours (matching, %s): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> %.0f %%, p99 "
+               "x%.3f (worst x%.3f), offline %.3f of alone\n",
+               ri == R_MATCH && no_gap_fill ? "--no-gap-fill" : what[ri],
+               100 * sum_alone_busy / (double) n_gpus, 100 * res[ri].util,
+               100 * sum_alone_sm / (double) n_gpus, 100 * res[ri].sm, res[ri].infl, res[ri].worst,
+               res[ri].tput);
+    }
     printf("placement time on this cluster: greedy %.3f ms, matching %.3f ms\n", place_ms[P_GREEDY],
            place_ms[P_MATCH]);
     if (jf) {
@@ -672,15 +800,25 @@ int main(int argc, char **argv)
         printf("BENCH eval_matching n100_ms=%.2f n500_ms=%.2f n2000_ms=%.2f\n", ms[0], ms[1],
                ms[2]);
     }
+    /* the headline stays salusd's defaults (partitions are off unless the
+     * operator asks for them); the other configurations beside it */
     printf("BENCH eval_muxflow util=%.3f online_p99_inflation=%.3f offline_tput=%.3f "
            "sm_occupancy=%.3f greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f "
-           "alone_util=%.3f alone_sm_occupancy=%.3f",
-           res_util[P_MATCH], res_infl[P_MATCH], res_tput[P_MATCH], res_sm[P_MATCH],
-           res_util[P_GREEDY], res_infl[P_GREEDY], res_tput[P_GREEDY], res_util[P_ONE],
-           res_sm[P_ONE]);
-    if (n_rows > N_POL)
-        printf(" nofill_util=%.3f nofill_p99_inflation=%.3f nofill_offline_tput=%.3f",
-               res_util[N_POL], res_infl[N_POL], res_tput[N_POL]);
+           "alone_util=%.3f alone_sm_occupancy=%.3f p99_worst=%.3f",
+           res[R_MATCH].util, res[R_MATCH].infl, res[R_MATCH].tput, res[R_MATCH].sm,
+           res[R_GREEDY].util, res[R_GREEDY].infl, res[R_GREEDY].tput, res[R_ONE].util,
+           res[R_ONE].sm, res[R_MATCH].worst);
+    static const char *const key[N_ROWS] = {[R_NOFILL] = "nofill",
+                                            [R_PART] = "part",
+                                            [R_PART_GAP] = "partgap",
+                                            [R_PART_AUTO] = "partauto"};
+    for (int ri = R_NOFILL; ri < N_ROWS; ri++)
+        if (res[ri].ran) {
+            printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],
+                   res[ri].util, key[ri], res[ri].infl, key[ri], res[ri].tput);
+            printf(" %s_sm_occupancy=%.3f %s_p99_worst=%.3f", key[ri], res[ri].sm, key[ri],
+                   res[ri].worst);
+        }
     printf("\n");
     sl_free(done_o);
     sl_free(done_r);
@@ -691,10 +829,14 @@ int main(int argc, char **argv)
     for (int p = 0; p < N_POL; p++)
         sl_free(assign[p]);
     sl_free(alone);
-    for (size_t m = 0; m < N_SVC_MODELS; m++)
+    for (size_t m = 0; m < N_SVC_MODELS; m++) {
         sl_free(sm[m].ops);
-    for (size_t i = 0; i < n_tm; i++)
+        sl_free(sm[m].shapes);
+    }
+    for (size_t i = 0; i < n_tm; i++) {
         sl_free(tm[i].ops);
+        sl_free(tm[i].shapes);
+    }
     sl_free(tm);
     sl_free(tl_of);
     sl_free(cw);

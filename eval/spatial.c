@@ -89,20 +89,6 @@ static void on_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration
         r->lp_iters++;
 }
 
-static void granularity(const sl_sim_profile *p, unsigned *min_sms, unsigned *align)
-{
-    if (!strcmp(p->name, "h100") || !strcmp(p->name, "h200")) {
-        *min_sms = 8;
-        *align = 8;
-    } else if (!strcmp(p->name, "a100") || !strncmp(p->name, "a100", 4)) {
-        *min_sms = 4;
-        *align = 2;
-    } else {
-        *min_sms = 2;
-        *align = 2;
-    }
-}
-
 typedef struct model {
     sl_eval_op *ops;
     sl_eval_op_shape *shapes;
@@ -130,27 +116,6 @@ static int to_model(const sl_eval_timeline *t, size_t n_ops, model *m)
         m->ns += o->ns;
     }
     return SL_OK;
-}
-
-/* The iteration's time alone on sms SMs (launches plus works). */
-static uint64_t time_on(const sl_sim_profile *p, const model *m, unsigned sms)
-{
-    uint64_t t = 0;
-    for (uint32_t i = 0; i < m->n; i++)
-        t += m->ops[i].launch_ns + sl_sim_part_work_ns(p->sm_count, m->shapes[i].compute_ns,
-                                                       m->shapes[i].memory_ns, m->shapes[i].waves,
-                                                       sms, 1.0, NULL, NULL);
-    return t;
-}
-
-static unsigned declared_need(const sl_sim_profile *p, const model *m, unsigned min_sms,
-                              unsigned align)
-{
-    uint64_t whole = time_on(p, m, p->sm_count);
-    for (unsigned s = min_sms; s < p->sm_count; s += align)
-        if ((double) time_on(p, m, s) <= (1.0 + NEED_SLACK) * (double) whole)
-            return s;
-    return p->sm_count;
 }
 
 static void free_model(model *m)
@@ -216,8 +181,11 @@ static int run_profile(const sl_sim_profile *gpu, const setup *su, result *res, 
     uint64_t lp_iters = window / lp.ns * 2 + 8;
 
     unsigned min_sms, align;
-    granularity(gpu, &min_sms, &align);
-    unsigned need = declared_need(gpu, &hp, min_sms, align);
+    sl_eval_part_granularity(gpu, &min_sms, &align);
+    /* hp's forward ops: a view of the timeline's first fwd ops */
+    sl_eval_timeline hp_view = ht;
+    hp_view.n_ops = fwd;
+    unsigned need = sl_eval_timeline_need_sms(&hp_view, gpu, min_sms, align, NEED_SLACK);
     sl_part_plan_config plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
 
     sl_eval_job_spec jobs[1 + 16];
@@ -243,8 +211,8 @@ static int run_profile(const sl_sim_profile *gpu, const setup *su, result *res, 
            "alone, declared need %u SMs: %.3f ms there), %.0f requests/s, %zu requests; lp %u x "
            "%s batch %u (%.1f ms per iteration alone)\n",
            gpu->name, gpu->sm_count, min_sms, align, su->hp_model, hp.n, (double) hp.ns / 1e6, need,
-           (double) time_on(gpu, &hp, need) / 1e6, su->qps, su->n_req, su->lp_jobs, su->lp_model,
-           su->lp_batch, (double) lp.ns / 1e6);
+           (double) sl_eval_timeline_ns_on(&hp_view, gpu, need) / 1e6, su->qps, su->n_req,
+           su->lp_jobs, su->lp_model, su->lp_batch, (double) lp.ns / 1e6);
     printf("%-24s %9s %9s %7s %7s %9s %8s %8s %6s %6s %7s %7s\n", "config", "hp_p50_ms",
            "hp_p99_ms", "p50_x", "p99_x", "lp_it/s", "lp/alone", "lp/left", "busy", "occ", "online",
            "spills");

@@ -1,7 +1,8 @@
 # MuxFlow: GPU utilisation (nvidia-smi's: time with a kernel running) and
 # SM occupancy per placement policy, with the paper's 26 % -> 76 %; online
 # p99 inflation and offline normalised throughput; matching again under
-# salusd --no-gap-fill.
+# salusd --no-gap-fill, with compute partitions, and with partitions and
+# gap filling (the service's need declared, and not).
 # Data: eval_muxflow.runs.dat (muxflow --json, "runs"; columns by name).
 name = "eval_muxflow"
 load plots . "/common.gnuplot"
@@ -10,19 +11,20 @@ set multiplot layout 1,2 title "MuxFlow: online services + offline training (sim
 set style fill solid 0.8 border -1
 set bmargin 4
 set boxwidth 0.25
-set xrange [-0.6:3.6]
-set yrange [0:1.45]
+set xrange [-0.6:6.6]
+set yrange [0:1.75]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one per\nGPU" 0, "greedy" 1, "matching" 2, "matching,\nno gap fill" 3)
+set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "no gap\nfill" 3, "part-\nitions" 4, "part.+\ngap fill" 5, "part.\nauto" 6)
+set xtics font ",9"
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \
      0.76 with lines dt 2 lc rgb "#d62728" title "paper: 76 % util co-located", \
      0.26 with lines dt 3 lc rgb "#d62728" title "paper: 26 % before"
 set title "online and offline"
 set ylabel "ratio"
-set yrange [0:1.8]
+set yrange [0:2.6]
 plot f using ($0 - 0.14):"p99_inflation" with boxes lc rgb "#ff7f0e" title "online p99 / alone (mean)", \
      f using ($0 + 0.14):"offline_tput" with boxes lc rgb "#2ca02c" title "offline throughput / alone", \
      1.2 with lines dt 2 lc rgb "#d62728" title "paper: p99 +< 20 %"

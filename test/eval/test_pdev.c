@@ -1,9 +1,12 @@
 /* The simulator's partitioned device (eval/pdev.h) against hand figures:
  * wave quantisation per partition, processor sharing inside one, memory
- * bandwidth shared across both, and the whole device unchanged. */
+ * bandwidth shared across both, and the whole device unchanged; and the
+ * declared need of a timeline (graphs.h) against its definition. */
 #include "sl_test.h"
 
+#include "graphs.h"
 #include "pdev.h"
+#include "sim/profiles.h"
 
 #include <stddef.h>
 
@@ -115,13 +118,46 @@ static void test_resize(void **state)
     assert_int_equal(sl_eval_pdev_block_ns(&d, SL_EVAL_PART_ONLINE, &full), 1000);
 }
 
+/* The need is the fewest SMs at the granularity within the slack of the
+ * whole device: its time there is within the slack, one step less is not,
+ * and on the whole device the partition model gives the timeline's own
+ * time (each op rounded to the ns at most). */
+static void test_need(void **state)
+{
+    (void) state;
+    const sl_sim_profile *p, *h;
+    assert_sl_ok(sl_sim_profile_find("p100", &p));
+    unsigned min_sms, align;
+    sl_eval_part_granularity(p, &min_sms, &align);
+    assert_int_equal(min_sms, 2);
+    assert_int_equal(align, 2);
+    assert_sl_ok(sl_sim_profile_find("h100", &h));
+    sl_eval_part_granularity(h, &min_sms, &align);
+    assert_int_equal(min_sms, 8);
+    assert_int_equal(align, 8);
+    sl_eval_part_granularity(p, &min_sms, &align);
+    sl_eval_timeline t;
+    assert_sl_ok(sl_eval_timeline_build_ex("resnet50", 1, p, true, &t));
+    uint64_t whole = sl_eval_timeline_ns_on(&t, p, p->sm_count);
+    assert_true(whole + t.n_ops >= t.iteration_ns && whole <= t.iteration_ns + t.n_ops);
+    unsigned need = sl_eval_timeline_need_sms(&t, p, min_sms, align, 0.02);
+    assert_true(need >= min_sms && need < p->sm_count && (need - min_sms) % align == 0);
+    assert_true((double) sl_eval_timeline_ns_on(&t, p, need) <= 1.02 * (double) whole);
+    if (need > min_sms)
+        assert_true((double) sl_eval_timeline_ns_on(&t, p, need - align) > 1.02 * (double) whole);
+    /* fewer SMs never run it faster */
+    assert_true(sl_eval_timeline_ns_on(&t, p, min_sms) >= sl_eval_timeline_ns_on(&t, p, need));
+    /* a looser slack never needs more */
+    assert_true(sl_eval_timeline_need_sms(&t, p, min_sms, align, 0.5) <= need);
+    sl_eval_timeline_fini(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_whole),
-        cmocka_unit_test(test_waves_and_sharing),
-        cmocka_unit_test(test_bandwidth),
-        cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_whole),     cmocka_unit_test(test_waves_and_sharing),
+        cmocka_unit_test(test_bandwidth), cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_need),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
