@@ -62,9 +62,14 @@ unsigned sl_part_plan_observe(sl_part_plan *p, uint64_t busy_ns, uint64_t window
 {
     const sl_part_plan_config *c = &p->cfg;
     if (window_ns > 0) {
-        double u = (double) busy_ns / (double) window_ns;
-        u = u > 1 ? 1 : u;
-        p->load = c->ewma * u + (1 - c->ewma) * p->load;
+        /* the ratio of the averages, not the average of the ratios: a
+         * short busy window and a long idle one weigh by their lengths, or
+         * bursts of back-to-back requests would read as a busy partition
+         * at any load */
+        double busy = (double) (busy_ns < window_ns ? busy_ns : window_ns);
+        p->busy_avg = c->ewma * busy + (1 - c->ewma) * p->busy_avg;
+        p->window_avg = c->ewma * (double) window_ns + (1 - c->ewma) * p->window_avg;
+        p->load = p->busy_avg / p->window_avg;
     }
     p->since_change++;
     if (p->since_change < c->hold)

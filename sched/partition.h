@@ -9,7 +9,9 @@
  *   small slack of its time on the whole device; kernels/sim's wave
  *   model), times (1 + headroom), rounded up to the device's granularity;
  * - measured load: the online partition's busy fraction (device time of its
- *   iterations over wall time), an EWMA over iteration boundaries. Above
+ *   iterations over wall time) over recent iteration boundaries: EWMAs of
+ *   busy time and of window length, divided (so windows weigh by their
+ *   length). Above
  *   grow_load the partition grows one step (queueing: requests wait for
  *   each other, more units shorten them); below shrink_load it shrinks one
  *   step, never under need;
@@ -48,7 +50,9 @@ typedef struct sl_part_plan {
     sl_part_plan_config cfg;
     unsigned need;         /* declared need with headroom, rounded */
     unsigned online;       /* the online partition's units now */
-    double load;           /* EWMA of the busy fraction */
+    double load;           /* busy fraction: busy_avg / window_avg */
+    double busy_avg;       /* EWMA of busy time per observation, ns */
+    double window_avg;     /* EWMA of window length per observation, ns */
     unsigned since_change; /* observations since the last change */
     uint64_t resizes;      /* changes made */
 } sl_part_plan;

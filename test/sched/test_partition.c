@@ -54,11 +54,12 @@ static void test_plan_hysteresis(void **state)
     assert_int_equal(sl_part_plan_observe(&p, 1000, 1000), 40);
     assert_int_equal(p.resizes, 2);
     /* load near the threshold band does nothing: 0.3 sits between 0.2 and 0.5 */
-    p.load = 0.3;
+    p.busy_avg = 300;
+    p.window_avg = 1000;
     p.since_change = 0;
     for (int i = 0; i < 20; i++)
         assert_int_equal(sl_part_plan_observe(&p, 300, 1000), 40);
-    /* idle: the EWMA falls under 0.2 (0.3 x 0.8^2 = 0.19), shrinks at the hold */
+    /* idle: the load falls under 0.2 (0.3 x 0.8^2 = 0.19), shrinks at the hold */
     unsigned last = 40;
     for (int i = 0; i < 64; i++) {
         unsigned u = sl_part_plan_observe(&p, 0, 1000);
@@ -67,6 +68,25 @@ static void test_plan_hysteresis(void **state)
     }
     assert_int_equal(last, 24); /* the need, not below */
     assert_int_equal(sl_part_plan_offline(&p), 108);
+}
+
+/* A 25 % load in bursts: an idle spell as long as 12 requests, then four
+ * back to back (three windows all busy). Averaged per boundary it would
+ * read 0.77 and grow the partition; weighed by time it stays between 0.19
+ * and 0.33, between the thresholds, and the partition keeps its size. */
+static void test_plan_load_by_time(void **state)
+{
+    (void) state;
+    sl_part_plan_config c = sl_part_plan_config_default(132, 8, 8);
+    sl_part_plan p;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 20));
+    for (int burst = 0; burst < 40; burst++) {
+        assert_int_equal(sl_part_plan_observe(&p, 1000, 13000), 24);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(sl_part_plan_observe(&p, 1000, 1000), 24);
+    }
+    assert_true(p.load > 0.15 && p.load < 0.45);
+    assert_int_equal(p.resizes, 0);
 }
 
 /* ---- the dispatcher, isolated ---- */
@@ -145,6 +165,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_init),
         cmocka_unit_test(test_plan_hysteresis),
+        cmocka_unit_test(test_plan_load_by_time),
         cmocka_unit_test(test_steps_isolated),
     };
     return cmocka_run_group_tests_name("partition", tests, NULL, NULL);
