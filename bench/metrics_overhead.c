@@ -11,8 +11,10 @@
  * ratio of median throughputs (on / off; the goal is >= 0.98), the median
  * of the paired per-round ratios, each side's p50/p99 iteration round trip,
  * and each side's CPU time per iteration (the server's, from /proc, plus
- * this process's: clients and scraper), which other load on the machine
- * disturbs less than throughput: what observing costs in work.
+ * this process's: clients and scraper), with salusd's part apart: other
+ * load on the machine disturbs salusd's CPU time per iteration far less
+ * than throughput (the clients' part varies more), so its paired ratio
+ * shows what observing costs salusd in work.
  *
  *   metrics_overhead --salusd PATH [--rounds 6] [--seconds 3] [--json FILE]
  *                    [--no-trace]    (metrics alone: what the trace costs apart)
@@ -97,7 +99,31 @@ static void server_stop(server *s)
 
 /* ---- the scraper ---- */
 
-static atomic_bool scraping, scrape_now; /* the thread runs / scrapes (during "on" rounds) */
+/* The scraper thread runs while scraping and scrapes while scrape_now (the
+ * "on" rounds); between those it sleeps on the condition, costing the off
+ * rounds nothing. */
+static pthread_mutex_t scrape_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t scrape_cv = PTHREAD_COND_INITIALIZER;
+static bool scraping, scrape_now;
+
+static void scrape_set(bool *flag, bool value)
+{
+    pthread_mutex_lock(&scrape_lock);
+    *flag = value;
+    pthread_cond_broadcast(&scrape_cv);
+    pthread_mutex_unlock(&scrape_lock);
+}
+
+/* Waits until the thread should scrape (true) or stop (false). */
+static bool scrape_wait(void)
+{
+    pthread_mutex_lock(&scrape_lock);
+    while (scraping && !scrape_now)
+        pthread_cond_wait(&scrape_cv, &scrape_lock);
+    bool go = scraping;
+    pthread_mutex_unlock(&scrape_lock);
+    return go;
+}
 static atomic_ulong scrapes, scrape_bytes, scrape_failures;
 
 static long scrape(int port)
@@ -126,11 +152,7 @@ static long scrape(int port)
 static void *scraper(void *arg)
 {
     int port = *(int *) arg;
-    while (atomic_load(&scraping)) {
-        if (!atomic_load(&scrape_now)) {
-            usleep(10 * 1000); /* rare enough to cost the off rounds nothing */
-            continue;
-        }
+    while (scrape_wait()) {
         long n = scrape(port);
         if (n > 0) {
             atomic_fetch_add(&scrapes, 1);
@@ -184,7 +206,7 @@ static uint64_t self_cpu_ns(void)
 typedef struct round_sync {
     pthread_barrier_t ready, stopped;
     pid_t server;
-    uint64_t t0, t1, cpu0, cpu1;
+    uint64_t t0, t1, cpu0, cpu1, srv0, srv1; /* cpu: server + this process; srv: server */
 } round_sync;
 
 typedef struct job {
@@ -204,8 +226,9 @@ static void round_mark(round_sync *rs, bool start)
 {
     pthread_barrier_t *b = start ? &rs->ready : &rs->stopped;
     if (pthread_barrier_wait(b) == PTHREAD_BARRIER_SERIAL_THREAD) {
-        uint64_t cpu = proc_cpu_ns(rs->server) + self_cpu_ns();
-        *(start ? &rs->cpu0 : &rs->cpu1) = cpu;
+        uint64_t srv = proc_cpu_ns(rs->server);
+        *(start ? &rs->srv0 : &rs->srv1) = srv;
+        *(start ? &rs->cpu0 : &rs->cpu1) = srv + self_cpu_ns();
         *(start ? &rs->t0 : &rs->t1) = bench_now_ns();
     }
     (void) pthread_barrier_wait(b); /* the clocks are read before anyone goes on */
@@ -261,6 +284,7 @@ static void *train(void *arg)
 typedef struct side {
     double its[MAX_ROUNDS];    /* iterations/s per round */
     double cpu_us[MAX_ROUNDS]; /* CPU time per iteration, server + clients + scraper */
+    double srv_us[MAX_ROUNDS]; /* the server's part */
     double *lat;
     size_t n_lat;
 } side;
@@ -270,7 +294,7 @@ static int round_on(const server *s, double seconds, side *out, int r, bool scra
     round_sync rs = {.server = s->pid};
     pthread_barrier_init(&rs.ready, NULL, CLIENTS);
     pthread_barrier_init(&rs.stopped, NULL, CLIENTS);
-    atomic_store(&scrape_now, scrape_it);
+    scrape_set(&scrape_now, scrape_it);
     job jobs[CLIENTS];
     pthread_t th[CLIENTS];
     for (int k = 0; k < CLIENTS; k++) {
@@ -291,11 +315,12 @@ static int round_on(const server *s, double seconds, side *out, int r, bool scra
             out->lat[out->n_lat++] = jobs[k].lat[i];
         free(jobs[k].lat);
     }
-    atomic_store(&scrape_now, false);
+    scrape_set(&scrape_now, false);
     pthread_barrier_destroy(&rs.ready);
     pthread_barrier_destroy(&rs.stopped);
     out->its[r] = rs.t1 > rs.t0 ? (double) total / ((double) (rs.t1 - rs.t0) / 1e9) : 0;
     out->cpu_us[r] = total > 0 ? (double) (rs.cpu1 - rs.cpu0) / 1e3 / (double) total : 0;
+    out->srv_us[r] = total > 0 ? (double) (rs.srv1 - rs.srv0) / 1e3 / (double) total : 0;
     return rc ? -1 : 0;
 }
 
@@ -347,7 +372,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "metrics_overhead: cannot start the trace: %s\n", salus_last_error(on.c));
         rc = 1;
     }
-    atomic_store(&scraping, true);
+    scrape_set(&scraping, true);
     pthread_t sc;
     if (metrics_on)
         pthread_create(&sc, NULL, scraper, &port);
@@ -367,8 +392,10 @@ int main(int argc, char **argv)
         }
         fprintf(stderr, "round %d/%d: off %.0f it/s %.1f us CPU/it, on %.0f it/s %.1f us CPU/it\n",
                 r + 1, rounds, a.its[r], a.cpu_us[r], b.its[r], b.cpu_us[r]);
+        fprintf(stderr, "          server CPU/it: off %.1f us, on %.1f us\n", a.srv_us[r],
+                b.srv_us[r]);
     }
-    atomic_store(&scraping, false);
+    scrape_set(&scraping, false);
     if (metrics_on)
         pthread_join(sc, NULL);
     char *trace = NULL;
@@ -382,9 +409,16 @@ int main(int argc, char **argv)
                 atomic_load(&scrapes), atomic_load(&scrape_failures));
         return 1;
     }
-    double ratios[MAX_ROUNDS];
-    for (int r = 0; r < rounds; r++)
+    double ratios[MAX_ROUNDS], cpu_ratios[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) {
         ratios[r] = b.its[r] / a.its[r];
+        cpu_ratios[r] = a.cpu_us[r] > 0 ? b.cpu_us[r] / a.cpu_us[r] : 0;
+    }
+    double cpu_med = bench_median(cpu_ratios, (size_t) rounds);
+    double srv_ratios[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++)
+        srv_ratios[r] = a.srv_us[r] > 0 ? b.srv_us[r] / a.srv_us[r] : 0;
+    double srv_med = bench_median(srv_ratios, (size_t) rounds);
     double ma = bench_median(a.its, (size_t) rounds), mb = bench_median(b.its, (size_t) rounds);
     double ratio = mb / ma;
     double a50 = bench_median(a.lat, a.n_lat), a99 = bench_percentile(a.lat, a.n_lat, 99);
@@ -399,9 +433,10 @@ int main(int argc, char **argv)
            "of %lu bytes on average, %zu trace events at the end\n",
            mb, b50, b99, cb, n_scrapes, n_scrapes ? atomic_load(&scrape_bytes) / n_scrapes : 0,
            events);
-    printf("per-round ratios: min %.3f median %.3f max %.3f; CPU per iteration on/off %.3f\n",
+    printf("per-round ratios: min %.3f median %.3f max %.3f; CPU per iteration on/off %.3f "
+           "(paired per round: median %.3f; salusd's alone: median %.3f)\n",
            bench_percentile(ratios, (size_t) rounds, 0), ratio_med,
-           bench_percentile(ratios, (size_t) rounds, 100), ca > 0 ? cb / ca : 0);
+           bench_percentile(ratios, (size_t) rounds, 100), ca > 0 ? cb / ca : 0, cpu_med, srv_med);
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
@@ -421,15 +456,28 @@ int main(int argc, char **argv)
             fprintf(f, "],\"on_its_rounds\":[");
             for (int r = 0; r < rounds; r++)
                 fprintf(f, "%s%.1f", r ? "," : "", b.its[r]);
+            fprintf(f, "],\"off_cpu_us_rounds\":[");
+            for (int r = 0; r < rounds; r++)
+                fprintf(f, "%s%.2f", r ? "," : "", a.cpu_us[r]);
+            fprintf(f, "],\"on_cpu_us_rounds\":[");
+            for (int r = 0; r < rounds; r++)
+                fprintf(f, "%s%.2f", r ? "," : "", b.cpu_us[r]);
+            fprintf(f, "],\"off_server_cpu_us_rounds\":[");
+            for (int r = 0; r < rounds; r++)
+                fprintf(f, "%s%.2f", r ? "," : "", a.srv_us[r]);
+            fprintf(f, "],\"on_server_cpu_us_rounds\":[");
+            for (int r = 0; r < rounds; r++)
+                fprintf(f, "%s%.2f", r ? "," : "", b.srv_us[r]);
             fprintf(f, "]}\n");
             fclose(f);
         }
     }
     printf("BENCH metrics_overhead ratio=%.3f off_its=%.0f on_its=%.0f off_p99_us=%.1f "
-           "on_p99_us=%.1f ratio_paired_median=%.3f cpu_ratio=%.3f rounds=%d scrapes=%lu "
-           "metrics=%s trace=%s%s\n",
-           ratio, ma, mb, a99, b99, ratio_med, ca > 0 ? cb / ca : 0, rounds, n_scrapes,
-           metrics_on ? "on" : "off", trace_on ? "on" : "off", one_server ? " one_server=1" : "");
+           "on_p99_us=%.1f ratio_paired_median=%.3f cpu_ratio=%.3f cpu_ratio_paired_median=%.3f "
+           "salusd_cpu_ratio_paired_median=%.3f rounds=%d scrapes=%lu metrics=%s trace=%s%s\n",
+           ratio, ma, mb, a99, b99, ratio_med, ca > 0 ? cb / ca : 0, cpu_med, srv_med, rounds,
+           n_scrapes, metrics_on ? "on" : "off", trace_on ? "on" : "off",
+           one_server ? " one_server=1" : "");
     free(a.lat);
     free(b.lat);
     return 0;
