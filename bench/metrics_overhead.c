@@ -11,12 +11,12 @@
  * ratio of median throughputs (on / off; the goal is >= 0.98), the median
  * of the paired per-round ratios, each side's p50/p99 iteration round trip,
  * and each side's CPU time per iteration (the server's, from /proc, plus
- * this process's: clients and scraper), with salusd's part apart: other
- * load on the machine disturbs salusd's CPU time per iteration far less
- * than throughput (the clients' part varies more), so its paired ratio
- * shows what observing costs salusd in work.
+ * this process's: clients and scraper), with salusd's part apart: what
+ * observing costs in work rather than in time. On a quiet machine it is
+ * the steadier figure; on a loaded one both drift with the other load
+ * (the clients' part most), so read them paired, round by round.
  *
- *   metrics_overhead --salusd PATH [--rounds 6] [--seconds 3] [--json FILE]
+ *   metrics_overhead --salusd PATH [--rounds 10] [--seconds 3] [--json FILE]
  *                    [--no-trace]    (metrics alone: what the trace costs apart)
  *                    [--no-metrics]  (the trace alone)
  *                    [--control]     (neither: both sides as shipped, the
@@ -327,7 +327,7 @@ static int round_on(const server *s, double seconds, side *out, int r, bool scra
 int main(int argc, char **argv)
 {
     const char *salusd = NULL, *json = NULL;
-    int rounds = 6, trace_on = 1, metrics_on = 1, one_server = 0;
+    int rounds = 10, trace_on = 1, metrics_on = 1, one_server = 0;
     double seconds = 3;
     static const struct option lo[] = {
         {"salusd", 1, NULL, 's'},  {"rounds", 1, NULL, 'r'},     {"seconds", 1, NULL, 't'},
