@@ -404,9 +404,10 @@ int main(int argc, char **argv)
     salus_free(trace);
     server_stop(&off_s);
     server_stop(&on);
-    if (rc || !a.lat || !b.lat || (metrics_on && !atomic_load(&scrapes))) {
-        fprintf(stderr, "metrics_overhead: a round failed (scrapes %lu, failures %lu)\n",
-                atomic_load(&scrapes), atomic_load(&scrape_failures));
+    if (rc || !a.lat || !b.lat || (metrics_on && !atomic_load(&scrapes)) || (trace_on && !events)) {
+        fprintf(stderr,
+                "metrics_overhead: a round failed (scrapes %lu, failures %lu, trace events %zu)\n",
+                atomic_load(&scrapes), atomic_load(&scrape_failures), events);
         return 1;
     }
     double ratios[MAX_ROUNDS], cpu_ratios[MAX_ROUNDS];
