@@ -14,8 +14,7 @@ BATCH = 8
 
 
 def cnn():
-    """The Fashion-MNIST CNN of examples/fashion_train.c (no batch norm: the
-    importer reads BatchNormalization in its inference form only)."""
+    """The Fashion-MNIST CNN of examples/fashion_train.c."""
     torch.manual_seed(0)
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -157,6 +156,42 @@ def test_batchnorm_model_refuses_training_naming_op(session):
         with pytest.raises(salus.Error) as e:
             m.trainer(salus.SGD(0.1))
         assert e.value.code == salus.Code.EUNSUPPORTED and "batchnorm" in e.value.message
+
+
+@pytest.mark.parametrize("opset", [13, 15])
+def test_batchnorm_training_mode_trains_as_pytorch_does(session, opset):
+    """A CNN with batch norm (2-D and 1-D) exported in training mode: opset
+    13 marks it by BatchNormalization's extra outputs, opset 15 by
+    training_mode=1. It trains through salusd with the batch's statistics,
+    as PyTorch's model.train() does."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 8, 5, stride=2), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 6 * 6, 32),
+                          nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+    buf = io.BytesIO()
+    model.train()
+    torch.onnx.export(model, torch.zeros(BATCH, 1, 28, 28), buf, input_names=["image"],
+                      output_names=["logits"], opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    x, labels = data(5)
+    x = x * 3 + 1  # a batch mean far from 0: the batch statistics matter
+    with session.load_onnx(buf.getvalue()) as m:
+        t = m.trainer(salus.Momentum(0.02, momentum=0.9))
+        # the running statistics are batch-norm state, not trained parameters
+        assert len(t.params) == 10, t.params
+        losses = [t.step(x, labels) for _ in range(20)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    want = []
+    for _ in range(20):
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
+                                                 torch.from_numpy(labels).long())
+        want.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert losses[-1] < 0.7 * losses[0], losses
+    np.testing.assert_allclose(losses, want, rtol=2e-3)
 
 
 def test_session_close_frees_model_and_trainer(client):
