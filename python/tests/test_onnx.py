@@ -216,3 +216,35 @@ def test_graphs_of_freed_objects_raise(session):
         fg = m.graph
     with pytest.raises(salus.Error, match="freed"):
         fg.inputs
+
+
+def test_inference_sees_weights_training_steps_changed(session):
+    """salusd keeps convolution weights reordered across runs of a served
+    model; training steps that change them in place must be seen by the
+    next run (and by the one after, reading the kept copy). Three steps:
+    from the second on, every layout the step uses is already kept, so
+    nothing but the weights' version tells the copies are stale."""
+    model = cnn()
+    x, labels = data(6)
+    probe, _ = data(7)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with session.load_onnx(export(model, (BATCH, 1, 28, 28))) as m:
+        t = m.trainer(salus.SGD(0.5))
+        for step in range(4):
+            runs = [m.run(probe)[0] for _ in range(2)]
+            with torch.no_grad():
+                want = model(torch.from_numpy(probe)).numpy()
+            assert_rel(runs[0], want)
+            np.testing.assert_array_equal(runs[0], runs[1])
+            if step == 3:
+                break
+            t.step(x, labels)
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
+                                                     torch.from_numpy(labels).long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                moved = np.max(np.abs(model(torch.from_numpy(probe)).numpy() - want))
+            assert moved > 1e-3, f"step {step} changed the outputs by only {moved}"
