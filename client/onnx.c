@@ -488,6 +488,7 @@ static int import_graph(sl_onnx_imp *m, const Onnx__ModelProto *model)
     const Onnx__GraphProto *g = model->graph;
     if (!g)
         return sl_onnx_fail(m, SL_EINVAL, "the model has no graph");
+    m->graph = g;
     int rc;
     for (size_t i = 0; i < g->n_initializer; i++) {
         struct ent *e;

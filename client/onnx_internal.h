@@ -75,9 +75,10 @@ typedef struct sl_onnx_imp {
     size_t n_slots;
     uint64_t const_elems;
     size_t cap_tensors;
-    int code;                    /* first error's code */
-    char err[512];               /* first error */
-    const Onnx__NodeProto *node; /* the node being imported (for messages) */
+    int code;                      /* first error's code */
+    char err[512];                 /* first error */
+    const Onnx__NodeProto *node;   /* the node being imported (for messages) */
+    const Onnx__GraphProto *graph; /* the graph being imported (uses of a name) */
 } sl_onnx_imp;
 
 /* Walks the wire format of a serialised ModelProto along the paths where

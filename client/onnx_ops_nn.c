@@ -1,8 +1,9 @@
 /* ONNX nodes of dense and convolutional networks mapped to salus ops:
  * Softmax and LogSoftmax on any axis, MatMul (batched), Gemm, Conv and the
  * pools (1-D as 2-D over a trailing dim of 1), BatchNormalization (any
- * rank), LayerNormalization and InstanceNormalization (as the reductions
- * and element-wise ops of their definitions), ArgMax and ArgMin. */
+ * rank; inference and training forms), LayerNormalization and
+ * InstanceNormalization (as the reductions and element-wise ops of their
+ * definitions), ArgMax and ArgMin. */
 #include "onnx_ops.h"
 
 #include <stdio.h>
@@ -277,6 +278,64 @@ int sl_onnx_map_pool(sl_onnx_imp *m, const Onnx__NodeProto *n, bool avg, bool gl
     return sl_onnx_set_out(m, n, 1, &y);
 }
 
+/* Whether a node other than n, or a graph output, reads the value name. */
+static bool used_elsewhere(const sl_onnx_imp *m, const Onnx__NodeProto *n, const char *name)
+{
+    const Onnx__GraphProto *g = m->graph;
+    if (!g || !name[0])
+        return false;
+    for (size_t i = 0; i < g->n_node; i++)
+        for (size_t j = 0; g->node[i] != n && j < g->node[i]->n_input; j++)
+            if (!strcmp(g->node[i]->input[j], name))
+                return true;
+    for (size_t i = 0; i < g->n_output; i++)
+        if (g->output[i]->name && !strcmp(g->output[i]->name, name))
+            return true;
+    return false;
+}
+
+/* Whether BatchNormalization n normalises with the batch's statistics:
+ * training_mode 1 from opset 14; before it (opsets 7 to 13), the form with
+ * more than one output (mean, var, saved_mean, saved_var) is training. */
+static bool bn_training(const sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    if (m->opset >= 14)
+        return sl_onnx_attr_i(n, "training_mode", 0) != 0;
+    for (size_t i = 1; i < n->n_output; i++)
+        if (n->output[i][0])
+            return true;
+    return false;
+}
+
+/* The training form maps to salus's batchnorm op, which updates the running
+ * statistics in place (ONNX: running = running * momentum + batch * (1 -
+ * momentum); PyTorch's momentum 0.1 exports as 0.9) and has a gradient, so
+ * the graph trains through autodiff. Checked before anything is uploaded:
+ * the running statistics must be initialisers that only this node reads
+ * (their persistent tensors become the model's batch-norm state, not
+ * trained parameters), and the node's extra outputs (updated statistics,
+ * saved mean and variance) must be unused: with the update in place there
+ * is no separate value to hand on. */
+static int bn_train_check(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    for (size_t i = 3; i < 5; i++) {
+        struct ent *e = sl_onnx_input(m, n, i);
+        if (e && (e->kind != ENT_CONST || e->uploaded || used_elsewhere(m, n, n->input[i])))
+            return UNSUP("training mode with %s ('%.64s') not an initialiser that only this "
+                         "node reads (salus updates the running statistics in place)",
+                         i == 3 ? "input_mean" : "input_var", n->input[i]);
+    }
+    for (size_t i = 1; i < n->n_output; i++)
+        if (used_elsewhere(m, n, n->output[i]))
+            return UNSUP("training mode with output %zu ('%.64s') in use (salus updates the "
+                         "running statistics in place and has no separate value for them)",
+                         i, n->output[i]);
+    float mom = sl_onnx_attr_f(n, "momentum", 0.9f);
+    if (!(mom >= 0.0f && mom <= 1.0f))
+        return UNSUP("momentum %g outside [0, 1]", (double) mom);
+    return SL_OK;
+}
+
 int sl_onnx_map_batchnorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     static const char *const k[] = {"epsilon", "momentum",      "spatial",
@@ -286,9 +345,10 @@ int sl_onnx_map_batchnorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
     if (sl_onnx_attr_i(n, "spatial", 1) != 1)
         return UNSUP("spatial 0");
     if (m->opset < 7 && sl_onnx_attr_i(n, "is_test", 0) == 0)
-        return UNSUP("is_test 0 (training mode; salus imports inference graphs)");
-    if (sl_onnx_attr_i(n, "training_mode", 0) != 0)
-        return UNSUP("training_mode 1 (salus imports inference graphs)");
+        return UNSUP("is_test 0 (the training form of opsets before 7)");
+    bool training = bn_training(m, n);
+    if (training && bn_train_check(m, n))
+        return m->code;
     salus_value in[5];
     for (size_t i = 0; i < 5; i++)
         in[i] = sl_onnx_fvalue(m, sl_onnx_input(m, n, i));
@@ -304,10 +364,24 @@ int sl_onnx_map_batchnorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
         four[2] *= sx.dims[d];
     if (sx.ndim != 2 && sx.ndim != 4)
         in[0] = sl_onnx_reshape(m, in[0], 4, four);
-    float eps = sl_onnx_attr_f(n, "epsilon", 1e-5f);
-    salus_value y = sl_onnx_op(m, "batchnorm_infer", 5, in, 0, NULL, 1, &eps);
+    float f[2] = {sl_onnx_attr_f(n, "epsilon", 1e-5f), sl_onnx_attr_f(n, "momentum", 0.9f)};
+    salus_value y = training ? sl_onnx_op(m, "batchnorm", 5, in, 0, NULL, 2, f)
+                             : sl_onnx_op(m, "batchnorm_infer", 5, in, 0, NULL, 1, f);
+    if (m->code)
+        return m->code;
     y = sl_onnx_reshape(m, y, sx.ndim, sx.dims);
-    return sl_onnx_set_out(m, n, 1, &y);
+    if (!training)
+        return sl_onnx_set_out(m, n, 1, &y);
+    /* the extra outputs are unused (bn_train_check): only Y gets a name */
+    if (m->code || !n->output[0][0])
+        return m->code;
+    struct ent *e;
+    int rc = sl_onnx_add(m, n->output[0], &e);
+    if (rc)
+        return rc;
+    e->kind = ENT_VALUE;
+    e->v = y;
+    return SL_OK;
 }
 
 /* LayerNormalization (opset 17) as the reductions and element-wise ops of

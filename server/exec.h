@@ -25,6 +25,7 @@
 #include "steps.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -140,6 +141,12 @@ struct sl_exec {
     sl_exec_stats stats; /* lanes_busy and the stepwise counters: sl_exec_get_stats */
     sl_exec_parts parts; /* compute partitions (partitions.h) */
     sl_obs *obs;         /* histograms and trace (observe.h); NULL = none */
+    /* The version every persistent tensor's sl_tensor_ref carries
+     * (tensor.h): advanced after anything that may write persistent memory
+     * is submitted (a control copy or fill, an op writing a param in place)
+     * and again when it completed, so no (address, version) pair is ever
+     * seen with two contents outside a run racing with the write itself. */
+    _Atomic uint64_t param_version;
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control

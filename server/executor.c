@@ -222,11 +222,33 @@ sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
     const sl_graph *g = t->graph;
     const sl_graph_op *op = &g->ops[k];
     sl_op_call call = {.op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
-    for (unsigned i = 0; i < op->n_in; i++)
-        call.in[i] = (sl_tensor_ref){value_ptr(ex, t, op->in[i]), g->values[op->in[i]].shape};
+    uint64_t version = atomic_load(&ex->param_version);
+    for (unsigned i = 0; i < op->n_in; i++) {
+        const sl_value *v = &g->values[op->in[i]];
+        call.in[i] = (sl_tensor_ref){value_ptr(ex, t, op->in[i]), v->shape};
+        call.in_version[i] = v->kind == SL_VALUE_PARAM ? version : 0;
+    }
     for (unsigned o = 0; o < op->n_out; o++)
         call.out[o] = (sl_tensor_ref){value_ptr(ex, t, op->out[o]), g->values[op->out[o]].shape};
     return call;
+}
+
+/* Whether op writes a persistent tensor (an input it mutates is a param). */
+static bool writes_param(const sl_graph *g, const sl_graph_op *op)
+{
+    unsigned mutates = sl_op_get(op->op)->mutates;
+    for (unsigned i = 0; i < op->n_in; i++)
+        if ((mutates >> i & 1) && g->values[op->in[i]].kind == SL_VALUE_PARAM)
+            return true;
+    return false;
+}
+
+static bool graph_writes_params(const sl_graph *g)
+{
+    for (uint32_t k = 0; k < g->n_ops; k++)
+        if (writes_param(g, &g->ops[k]))
+            return true;
+    return false;
 }
 
 /* Submits part `part` of `parts` of op k (parts 1: the whole op), with the
@@ -245,6 +267,9 @@ int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, u
             call = piece;
         if (rc == SL_OK)
             rc = ex->dev->ops->launch(ex->dev, st, &call);
+        /* ops submitted from now on see the param's new version */
+        if (writes_param(t->graph, op))
+            atomic_fetch_add(&ex->param_version, 1);
     }
     if (rc == SL_OK && part + 1 == parts)
         rc = fetch_at(ex, t, st, k + 1, last_op, false);
@@ -450,6 +475,10 @@ void sl_exec_iteration_done(void *arg, int status)
         ex->dev->ops->stream_failure)
         ex->dev->ops->stream_failure(ex->dev, t->stream, t->failure, sizeof t->failure);
 
+    /* its in-place writes of params are done: the version moves past any
+     * call that raced with them (exec.h) */
+    if (graph_writes_params(t->graph))
+        atomic_fetch_add(&ex->param_version, 1);
     pthread_mutex_lock(ex->lock);
     uint64_t device_ns = now - t->start_ns;
     ex->stats.lanes_busy--;
@@ -527,6 +556,7 @@ static void control_done(void *arg, int status)
     sl_exec_task *t = arg;
     sl_exec *ex = t->ex;
     sl_outbox box = {0};
+    atomic_fetch_add(&ex->param_version, 1); /* a copy or fill of a tensor completed */
     pthread_mutex_lock(ex->lock);
     ex->stats.control_in_flight--;
     if (status == SL_EDEVICERESET)
@@ -554,6 +584,8 @@ int sl_exec_control(sl_exec *ex, sl_exec_task *t, int kind, uint64_t addr, void 
         fill.in[0] = fill.out[0] = (sl_tensor_ref){sl_exec_ptr(ex, addr), *shape};
         rc = dev->ops->launch(dev, ex->copy_stream, &fill);
     }
+    if (kind != SL_EXEC_COPY_OUT)
+        atomic_fetch_add(&ex->param_version, 1);
     if (rc == SL_OK)
         rc = dev->ops->host_callback(dev, ex->copy_stream, control_done, t);
     if (rc == SL_OK)
@@ -674,6 +706,7 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
                  uint64_t capacity, pthread_mutex_t *lock, const sl_exec_hooks *hooks)
 {
     ex->lock = lock;
+    atomic_store(&ex->param_version, 1);
     ex->cfg = cfg;
     ex->dev = dev;
     ex->mem = mem;

@@ -159,6 +159,13 @@ bool sl_cpu_maxpool_tiles(const sl_op_call *c);
 /* maxpool in plain C for windows that tile (sl_cpu_maxpool_tiles); a NaN
  * in a window is its max. Returns SL_OK. */
 int sl_cpu_maxpool_tiled(const sl_op_call *c);
+/* Whether maxpool call c has windows sl_cpu_maxpool_by_rows runs: no
+ * dilation, pads below the kernel, rows of at most SL_CPU_POOL_ROW_MAX. */
+#define SL_CPU_POOL_ROW_MAX 4096
+bool sl_cpu_maxpool_rows(const sl_op_call *c);
+/* maxpool in plain C for any such window (overlapping, padded; padding
+ * never holds the max); a NaN in a window is its max. Returns SL_OK. */
+int sl_cpu_maxpool_by_rows(const sl_op_call *c);
 /* conv.c, through oneDNN: conv2d and its gradients, maxpool, avgpool and
  * avgpool_grad. */
 int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c);

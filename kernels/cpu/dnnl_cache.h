@@ -37,8 +37,11 @@ typedef dnnl_status_t (*sl_cpu_prim_build)(dnnl_engine_t eng, const_dnnl_primiti
 /* Runs call c on the worker's oneDNN stream with x->threads threads: finds
  * the cached primitive for (c's op, shapes, attributes, x->threads) or
  * builds it with build, points its memory objects at c's tensors (no copy
- * unless a layout differs), executes and waits. Creates x->dnnl on first
- * use. Returns SL_OK, SL_ENOMEM, SL_EUNSUPPORTED (no oneDNN implementation)
+ * unless a layout differs), executes and waits. Weights with a version
+ * (sl_op_call.in_version) are reordered into the primitive's layout once per
+ * version and kept in the stream's own memory (at most 128 MB per stream,
+ * beyond which they go through the scratch each launch). Creates x->dnnl
+ * on first use. Returns SL_OK, SL_ENOMEM, SL_EUNSUPPORTED (no oneDNN implementation)
  * or SL_EDEVICE (oneDNN failed; logged). */
 int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build);
 

@@ -1,12 +1,16 @@
 /* Max pooling in plain C: the forward pass for windows that tile the plane
- * (stride = kernel, no padding: the usual 2x2/2 of a CNN), and the
+ * (stride = kernel, no padding: the usual 2x2/2 of a CNN) and for any
+ * undilated window (overlapping, padded: ResNet's 3x3/2 pad 1), and the
  * gradient for every geometry.
  *
  * The forward pass: oneDNN 2.6 has JIT pooling only for blocked and
  * channels-last layouts; on salus's NCHW it falls back to a generic loop
  * that took 18 ms for a 128x16x28x28 tensor here, where one streaming pass
- * in C takes well under one. A NaN in a window is the window's max (the
- * first NaN, as in PyTorch), which is what maxpool_grad's tie rule expects.
+ * in C takes well under one (and 11 ms of a 60 ms ResNet-18 inference at
+ * batch 1, for its one 3x3/2 max pool). Overlapping windows take the max
+ * over the window's rows first, for a whole row at once (a loop the
+ * compiler vectorises), then over the window's columns of that row. A NaN in a window is the
+ * window's max (the first NaN, as in PyTorch), which is what maxpool_grad's tie rule expects.
  *
  * maxpool_grad, from x, y and dy. oneDNN's max-pool backward
  * needs the forward pass's workspace, which salus's maxpool (a separate op
@@ -219,6 +223,48 @@ int sl_cpu_maxpool_tiled(const sl_op_call *c)
                 for (int64_t r = 0; r < kh; r++)
                     for (int64_t s = 0; s < kw; s++)
                         m = max_nan(m, row[r * w + j * kw + s]);
+                yp[i * ow + j] = m;
+            }
+        }
+    }
+    return SL_OK;
+}
+
+bool sl_cpu_maxpool_rows(const sl_op_call *c)
+{
+    sl_window2d g = sl_pool_window(&c->attrs);
+    /* the registry keeps pads below the kernel, so with dilation 1 every
+     * window holds at least one element of the plane */
+    return g.dilation[0] == 1 && g.dilation[1] == 1 && g.pad_begin[0] < g.kernel[0] &&
+           g.pad_begin[1] < g.kernel[1] && g.pad_end[0] < g.kernel[0] &&
+           g.pad_end[1] < g.kernel[1] && c->in[0].shape.dims[3] <= SL_CPU_POOL_ROW_MAX;
+}
+
+int sl_cpu_maxpool_by_rows(const sl_op_call *c)
+{
+    const float *x = c->in[0].data;
+    float *y = c->out[0].data;
+    const int64_t *xd = c->in[0].shape.dims, *yd = c->out[0].shape.dims;
+    sl_window2d g = sl_pool_window(&c->attrs);
+    int64_t h = xd[2], w = xd[3], oh = yd[2], ow = yd[3];
+    float rowmax[SL_CPU_POOL_ROW_MAX];
+    uint64_t planes = (uint64_t) (xd[0] * xd[1]);
+    for (uint64_t p = 0; p < planes; p++) {
+        const float *xp = x + p * (uint64_t) (h * w);
+        float *yp = y + p * (uint64_t) (oh * ow);
+        for (int64_t i = 0; i < oh; i++) {
+            int64_t hb = max64(i * g.stride[0] - g.pad_begin[0], 0);
+            int64_t he = min64(i * g.stride[0] - g.pad_begin[0] + g.kernel[0], h);
+            memcpy(rowmax, xp + hb * w, (size_t) w * sizeof *rowmax);
+            for (int64_t r = hb + 1; r < he; r++)
+                for (int64_t s = 0; s < w; s++)
+                    rowmax[s] = max_nan(rowmax[s], xp[r * w + s]);
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t wb = max64(j * g.stride[1] - g.pad_begin[1], 0);
+                int64_t we = min64(j * g.stride[1] - g.pad_begin[1] + g.kernel[1], w);
+                float m = rowmax[wb];
+                for (int64_t s = wb + 1; s < we; s++)
+                    m = max_nan(m, rowmax[s]);
                 yp[i * ow + j] = m;
             }
         }

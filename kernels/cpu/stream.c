@@ -300,6 +300,7 @@ int sl_cpu_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     op->n_out = call->n_out;
     op->attrs = call->attrs;
     memcpy(op->in, call->in, call->n_in * sizeof call->in[0]);
+    memcpy(op->in_version, call->in_version, call->n_in * sizeof call->in_version[0]);
     memcpy(op->out, call->out, call->n_out * sizeof call->out[0]);
     return sl_workq_commit(s->q, c);
 }

@@ -93,6 +93,12 @@ typedef struct sl_op_call {
     sl_op_attrs attrs;
     sl_tensor_ref in[SL_OP_MAX_IN];
     sl_tensor_ref out[SL_OP_MAX_OUT];
+    /* in_version[i], when nonzero, promises that in[i]'s contents are the
+     * same in every call carrying the same (in[i].data, in_version[i]): a
+     * backend may keep copies derived from them (weights reordered into a
+     * blocked layout) across calls. 0 promises nothing (ephemeral values, a
+     * caller that does not track writes). */
+    uint64_t in_version[SL_OP_MAX_IN];
 } sl_op_call;
 
 typedef struct sl_op_cost {

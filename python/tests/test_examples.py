@@ -44,10 +44,13 @@ def _bench(stdout, name):
                     reason="dataset-fashion-mnist is not installed")
 @pytest.mark.skipif(not _has_torch(), reason="python3-torch/python3-torchvision are not installed")
 def test_onnx_train_example_runs(server):
-    p = run_example(server, "onnx_train.py", "--limit", "1024", "--batch", "64")
+    p = run_example(server, "onnx_train.py", "--limit", "1024", "--batch", "64", "--seeds", "2",
+                    "--epochs", "1")
     assert p.returncode == 0, p.stderr
     b = _bench(p.stdout, "onnx_train")
-    assert int(b["samples"]) == 1024
+    assert int(b["samples"]) == 1024 and int(b["seeds"]) == 2 and b["protocol"] == "custom"
+    # same weights and batches: the first steps' losses agree (no systematic difference)
+    assert int(b["loss_ok"]) == 1, p.stdout
     # both learned something on 1024 images (chance is 10 %), and agree
     assert float(b["salus_acc"]) > 40 and float(b["torch_acc"]) > 40, p.stdout
     assert abs(float(b["salus_acc"]) - float(b["torch_acc"])) < 10, p.stdout

@@ -52,3 +52,22 @@ def test_cnn_compiles_and_trains_a_step(session):
     loss = m.train_step(x, np.array([0, 1, 2, 0], np.int32))
     assert np.isfinite(loss)
     assert m.predict(x[:2]).shape == (2,)
+
+
+def test_predict_sees_weights_written_between_predictions(session):
+    """salusd keeps convolution weights reordered across predictions; a
+    tensor write (Model.set) must reach the next prediction."""
+    def model(seed):
+        m = (salus.Model((8, 12, 12)).conv2d(16, 3, pad=1).relu().conv2d(16, 3, pad=1).relu()
+             .flatten().dense(10))
+        return m.compile(session, salus.SGD(0.1), batch=32, seed=seed)
+
+    a, b = model(1), model(2)
+    x = np.random.default_rng(3).standard_normal((32, 8, 12, 12)).astype(np.float32)
+    before, want = [a.predict(x) for _ in range(2)], b.predict(x)
+    np.testing.assert_array_equal(before[0], before[1])
+    assert (before[0] != want).any()  # two random models disagree somewhere
+    for name in b.names("param"):
+        a.set(name, b.get(name))
+    np.testing.assert_array_equal(a.predict(x), want)
+    np.testing.assert_array_equal(a.predict(x), want)

@@ -14,8 +14,7 @@ BATCH = 8
 
 
 def cnn():
-    """The Fashion-MNIST CNN of examples/fashion_train.c (no batch norm: the
-    importer reads BatchNormalization in its inference form only)."""
+    """The Fashion-MNIST CNN of examples/fashion_train.c."""
     torch.manual_seed(0)
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -159,6 +158,42 @@ def test_batchnorm_model_refuses_training_naming_op(session):
         assert e.value.code == salus.Code.EUNSUPPORTED and "batchnorm" in e.value.message
 
 
+@pytest.mark.parametrize("opset", [13, 15])
+def test_batchnorm_training_mode_trains_as_pytorch_does(session, opset):
+    """A CNN with batch norm (2-D and 1-D) exported in training mode: opset
+    13 marks it by BatchNormalization's extra outputs, opset 15 by
+    training_mode=1. It trains through salusd with the batch's statistics,
+    as PyTorch's model.train() does."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 8, 5, stride=2), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 6 * 6, 32),
+                          nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+    buf = io.BytesIO()
+    model.train()
+    torch.onnx.export(model, torch.zeros(BATCH, 1, 28, 28), buf, input_names=["image"],
+                      output_names=["logits"], opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    x, labels = data(5)
+    x = x * 3 + 1  # a batch mean far from 0: the batch statistics matter
+    with session.load_onnx(buf.getvalue()) as m:
+        t = m.trainer(salus.Momentum(0.02, momentum=0.9))
+        # the running statistics are batch-norm state, not trained parameters
+        assert len(t.params) == 10, t.params
+        losses = [t.step(x, labels) for _ in range(20)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    want = []
+    for _ in range(20):
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
+                                                 torch.from_numpy(labels).long())
+        want.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert losses[-1] < 0.7 * losses[0], losses
+    np.testing.assert_allclose(losses, want, rtol=2e-3)
+
+
 def test_session_close_frees_model_and_trainer(client):
     s = client.session(name="onnx-close")
     m = s.load_onnx(export(cnn(), (BATCH, 1, 28, 28)))
@@ -181,3 +216,35 @@ def test_graphs_of_freed_objects_raise(session):
         fg = m.graph
     with pytest.raises(salus.Error, match="freed"):
         fg.inputs
+
+
+def test_inference_sees_weights_training_steps_changed(session):
+    """salusd keeps convolution weights reordered across runs of a served
+    model; training steps that change them in place must be seen by the
+    next run (and by the one after, reading the kept copy). Three steps:
+    from the second on, every layout the step uses is already kept, so
+    nothing but the weights' version tells the copies are stale."""
+    model = cnn()
+    x, labels = data(6)
+    probe, _ = data(7)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with session.load_onnx(export(model, (BATCH, 1, 28, 28))) as m:
+        t = m.trainer(salus.SGD(0.5))
+        for step in range(4):
+            runs = [m.run(probe)[0] for _ in range(2)]
+            with torch.no_grad():
+                want = model(torch.from_numpy(probe)).numpy()
+            assert_rel(runs[0], want)
+            np.testing.assert_array_equal(runs[0], runs[1])
+            if step == 3:
+                break
+            t.step(x, labels)
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
+                                                     torch.from_numpy(labels).long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                moved = np.max(np.abs(model(torch.from_numpy(probe)).numpy() - want))
+            assert moved > 1e-3, f"step {step} changed the outputs by only {moved}"

@@ -63,14 +63,14 @@ static void test_cache_and_threads(void **state)
     assert_int_equal(sl_cpu_cached_prims(e->stream), before + 1);
     kt_expect_close("conv2d, 1 thread", y1, want, ny, 1e-5);
     /* Little work stays on one thread whatever the share: no new variant.
-     * (Overlapping windows: tiling ones run in C, without oneDNN.) */
+     * (avgpool: max pooling runs in C, without oneDNN.) */
     sl_cpu_force_threads(e->dev, 2);
     float pool_x[4 * 4] = {0}, pool_y[3 * 3];
     sl_op_attrs pool = {.i = {2, 2, 1, 1}};
-    kt_run_op(e, SL_OP_MAXPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
+    kt_run_op(e, SL_OP_AVGPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
               (float *[]){pool_y});
     sl_cpu_force_threads(e->dev, 1);
-    kt_run_op(e, SL_OP_MAXPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
+    kt_run_op(e, SL_OP_AVGPOOL, &pool, &KT_F32(4, 1, 1, 4, 4), (float *[]){pool_x}, 1,
               (float *[]){pool_y});
     assert_int_equal(sl_cpu_cached_prims(e->stream), before + 2);
     before++;
@@ -164,10 +164,10 @@ static void test_cache_eviction(void **state)
             kt_pool_out(xdims, &a, yd);
             kt_rand(x, nx, 710 + (uint64_t) i, -1, 1);
             kt_widen(x, xd, nx);
-            kt_run_op(e, SL_OP_MAXPOOL, &a, &KT_F32(4, xdims[0], xdims[1], xdims[2], xdims[3]),
+            kt_run_op(e, SL_OP_AVGPOOL, &a, &KT_F32(4, xdims[0], xdims[1], xdims[2], xdims[3]),
                       (float *[]){x}, 1, (float *[]){y});
-            kt_ref_pool(true, xd, want, xdims, &a);
-            kt_expect_close("maxpool under eviction", y, want, kt_elems(yd, 4), 0);
+            kt_ref_pool(false, xd, want, xdims, &a);
+            kt_expect_close("avgpool under eviction", y, want, kt_elems(yd, 4), 1e-6);
             unsigned n = sl_cpu_cached_prims(e->stream);
             peak = n > peak ? n : peak;
         }
@@ -355,6 +355,46 @@ static void test_maxpool_tiled(void **state)
     }
 }
 
+/* maxpool's C path for overlapping and padded windows (ResNet's 3x3/2 pad
+ * 1, 3x3/1 pad 1, 2x2/1, an asymmetric 3x2/2 with pads on one side only),
+ * against the reference, and NaN: a window holding one has NaN as its max
+ * wherever the NaN sits, padding included. */
+static void test_maxpool_rows(void **state)
+{
+    static const int64_t xd[][4] = {{1, 3, 12, 12}, {2, 2, 7, 9}, {1, 2, 6, 21}, {2, 1, 8, 7}};
+    static const sl_op_attrs attrs[] = {{.i = {3, 3, 2, 2, 1, 1, 1, 1}},
+                                        {.i = {3, 3, 1, 1, 1, 1, 1, 1}},
+                                        {.i = {2, 2, 1, 1}},
+                                        {.i = {3, 2, 2, 2, 1, 0, 0, 1}}};
+    for (int k = 0; k < 4; k++) {
+        int64_t yd[4];
+        kt_pool_out(xd[k], &attrs[k], yd);
+        size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
+        float *x = kt_fvec(nx), *y = kt_fvec(ny);
+        double *xdd = kt_dvec(nx), *want = kt_dvec(ny);
+        kt_rand(x, nx, 760 + (uint64_t) k, -2, 2);
+        kt_widen(x, xdd, nx);
+        sl_shape xs = KT_F32(4, xd[k][0], xd[k][1], xd[k][2], xd[k][3]);
+        kt_run_op(*state, SL_OP_MAXPOOL, &attrs[k], &xs, (float *[]){x}, 1, (float *[]){y});
+        kt_ref_pool(true, xdd, want, xd[k], &attrs[k]);
+        kt_expect_close("maxpool, overlapping and padded windows", y, want, ny, 0);
+        sl_free(x), sl_free(y), sl_free(xdd), sl_free(want);
+    }
+    sl_op_attrs a = {.i = {3, 3, 2, 2, 1, 1, 1, 1}};
+    for (int at = 0; at < 9; at++) {
+        float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4] = {0};
+        x[at] = NAN;
+        kt_run_op(*state, SL_OP_MAXPOOL, &a, &KT_F32(4, 1, 1, 3, 3), (float *[]){x}, 1,
+                  (float *[]){y});
+        /* output (i, j) covers rows 2i-1..2i+1 and columns 2j-1..2j+1 */
+        for (int o = 0; o < 4; o++) {
+            int r = at / 3, col = at % 3, i = o / 2, j = o % 2;
+            bool inside = r >= 2 * i - 1 && r <= 2 * i + 1 && col >= 2 * j - 1 && col <= 2 * j + 1;
+            assert_int_equal(isnan(y[o]) != 0, inside);
+        }
+    }
+}
+
 /* Big GEMMs are cut into row bands across the threads: matmul (every
  * transpose) and matmul_acc on 2 threads, an odd row count for uneven
  * bands, against a double reference (float sums of 300 products: 1e-4). */
@@ -436,17 +476,12 @@ static void test_reshape_launch(void **state)
 int kt_run_cpu_ops_tests(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_and_threads),
-        cmocka_unit_test(test_cache_eviction),
-        cmocka_unit_test(test_concurrent_lanes),
-        cmocka_unit_test(test_adam_step_zero),
-        cmocka_unit_test(test_refused_dims),
-        cmocka_unit_test(test_maxpool_grad_tiled),
-        cmocka_unit_test(test_reshape_launch),
-        cmocka_unit_test(test_lane_workspace),
-        cmocka_unit_test(test_maxpool_tiled),
-        cmocka_unit_test(test_matmul_threads),
-        cmocka_unit_test(test_conv_grad_filter_threads),
+        cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
+        cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
+        cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
+        cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
+        cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_maxpool_rows),
+        cmocka_unit_test(test_matmul_threads),    cmocka_unit_test(test_conv_grad_filter_threads),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }

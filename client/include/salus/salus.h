@@ -610,7 +610,17 @@ const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
  * of range): what salus_graph_train takes as its output, to train the
  * imported forward graph (every initialiser is then a trained parameter;
  * a graph with an inference-form op that has no gradient, such as
- * BatchNormalization, is refused by salus_graph_train naming it). */
+ * BatchNormalization exported in eval mode, is refused by
+ * salus_graph_train naming it).
+ *
+ * BatchNormalization in its training form (training_mode 1 from opset 14;
+ * before it, the form with the extra outputs: what torch.onnx.export with
+ * training=TrainingMode.TRAINING emits) imports as the batchnorm op: batch
+ * statistics, a gradient, and the running statistics (initialisers read by
+ * that node alone; its extra outputs must be unused) updated in place on
+ * every run of the graph, salus_onnx_run's included, with ONNX's momentum
+ * (0.9 from PyTorch's 0.1). They are batch-norm state, not trained
+ * parameters. */
 salus_value salus_onnx_output_value(const salus_onnx_model *m, unsigned i);
 /* One inference: inputs[i] holds input i (dense, row-major, its exact
  * size), outputs[j] receives output j. As salus_run otherwise. */
