@@ -41,6 +41,22 @@ def assert_rel(got, want, tol=1e-4):
     assert err <= tol, f"max relative difference {err:.3g} > {tol}"
 
 
+def torch_momentum_losses(model, x, labels, steps):
+    """The losses of `steps` SGD steps (lr 0.02, momentum 0.9, mean
+    cross-entropy) of model in training mode, in PyTorch."""
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
+                                                 torch.from_numpy(labels).long())
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return losses
+
+
 def test_inference_matches_pytorch(session, tmp_path):
     model = cnn()
     path = tmp_path / "cnn.onnx"
@@ -126,16 +142,7 @@ def test_training_lowers_the_loss_as_pytorch_does(session):
     with session.load_onnx(export(model, (BATCH, 1, 28, 28))) as m:
         t = m.trainer(salus.Momentum(0.02, momentum=0.9), output="logits")
         losses = [t.step(x, labels) for _ in range(30)]
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    want = []
-    for _ in range(30):
-        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
-                                                 torch.from_numpy(labels).long())
-        want.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    want = torch_momentum_losses(model, x, labels, 30)
     assert losses[-1] < 0.7 * losses[0], losses
     np.testing.assert_allclose(losses, want, rtol=2e-3)
 
@@ -181,15 +188,7 @@ def test_batchnorm_training_mode_trains_as_pytorch_does(session, opset):
         # the running statistics are batch-norm state, not trained parameters
         assert len(t.params) == 10, t.params
         losses = [t.step(x, labels) for _ in range(20)]
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    want = []
-    for _ in range(20):
-        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)),
-                                                 torch.from_numpy(labels).long())
-        want.append(loss.item())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    want = torch_momentum_losses(model, x, labels, 20)
     assert losses[-1] < 0.7 * losses[0], losses
     np.testing.assert_allclose(losses, want, rtol=2e-3)
 
