@@ -47,6 +47,19 @@ static inline double bench_median(const double *v, size_t n)
     return bench_percentile(v, n, 50);
 }
 
+/* Writes ,"name":[v0,v1,...] into a JSON object, each value with fmt. */
+static inline void bench_json_array(FILE *f, const char *name, const double *v, int n,
+                                    const char *fmt)
+{
+    fprintf(f, ",\"%s\":[", name);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputc(',', f);
+        fprintf(f, fmt, v[i]);
+    }
+    fputc(']', f);
+}
+
 /* Pins the calling process (and the children it forks later) to CPU 0. */
 static inline void bench_pin_cpu0(void)
 {

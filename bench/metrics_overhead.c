@@ -446,30 +446,17 @@ int main(int argc, char **argv)
                     "\"ratio\":%.4f,\"off_its\":%.1f,\"on_its\":%.1f,\"off_p50_us\":%.1f,"
                     "\"off_p99_us\":%.1f,\"on_p50_us\":%.1f,\"on_p99_us\":%.1f,\"scrapes\":%lu,"
                     "\"ratio_paired_median\":%.4f,\"off_cpu_us_per_it\":%.2f,"
-                    "\"on_cpu_us_per_it\":%.2f,\"metrics\":%s,\"trace\":%s,\"ratios\":[",
+                    "\"on_cpu_us_per_it\":%.2f,\"metrics\":%s,\"trace\":%s",
                     rounds, seconds, CLIENTS, ratio, ma, mb, a50, a99, b50, b99, n_scrapes,
                     ratio_med, ca, cb, metrics_on ? "true" : "false", trace_on ? "true" : "false");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.4f", r ? "," : "", ratios[r]);
-            fprintf(f, "],\"off_its_rounds\":[");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.1f", r ? "," : "", a.its[r]);
-            fprintf(f, "],\"on_its_rounds\":[");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.1f", r ? "," : "", b.its[r]);
-            fprintf(f, "],\"off_cpu_us_rounds\":[");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.2f", r ? "," : "", a.cpu_us[r]);
-            fprintf(f, "],\"on_cpu_us_rounds\":[");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.2f", r ? "," : "", b.cpu_us[r]);
-            fprintf(f, "],\"off_server_cpu_us_rounds\":[");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.2f", r ? "," : "", a.srv_us[r]);
-            fprintf(f, "],\"on_server_cpu_us_rounds\":[");
-            for (int r = 0; r < rounds; r++)
-                fprintf(f, "%s%.2f", r ? "," : "", b.srv_us[r]);
-            fprintf(f, "]}\n");
+            bench_json_array(f, "ratios", ratios, rounds, "%.4f");
+            bench_json_array(f, "off_its_rounds", a.its, rounds, "%.1f");
+            bench_json_array(f, "on_its_rounds", b.its, rounds, "%.1f");
+            bench_json_array(f, "off_cpu_us_rounds", a.cpu_us, rounds, "%.2f");
+            bench_json_array(f, "on_cpu_us_rounds", b.cpu_us, rounds, "%.2f");
+            bench_json_array(f, "off_server_cpu_us_rounds", a.srv_us, rounds, "%.2f");
+            bench_json_array(f, "on_server_cpu_us_rounds", b.srv_us, rounds, "%.2f");
+            fprintf(f, "}\n");
             fclose(f);
         }
     }

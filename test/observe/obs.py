@@ -124,6 +124,15 @@ class Salusd:
         shutil.rmtree(self.dir, ignore_errors=True)
         return self.proc.returncode, text
 
+    def finish(self, jobs):
+        """Releases the held clients, stops salusd and prints its log;
+        returns its exit status."""
+        for j in jobs:
+            Salusd.release(j)
+        rc, log = self.stop()
+        print(log)
+        return rc
+
 
 def parse_metrics(text):
     """{(name, frozenset(labels)): value} of an exposition text."""

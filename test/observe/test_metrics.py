@@ -123,10 +123,7 @@ def main():
         jobs = start_jobs(srv)
         (check_promtool if mode == "promtool" else check_prometheus)(srv, jobs)
     finally:
-        for j in jobs:
-            obs.Salusd.release(j)
-        rc, log = srv.stop()
-        print(log)
+        rc = srv.finish(jobs)
     assert rc == 0, rc
     print("ok")
 

@@ -103,10 +103,7 @@ def main():
         shutil.copy(out, os.path.join(art, "timeline-trace.json"))
         print("screenshot:", shot)
     finally:
-        for j in jobs:
-            obs.Salusd.release(j)
-        rc, log = srv.stop()
-        print(log)
+        rc = srv.finish(jobs)
     assert rc == 0, rc
     print("ok")
 
