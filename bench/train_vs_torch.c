@@ -5,19 +5,20 @@
  * relu, maxpool 2, conv 32 3x3 pad 1, relu, maxpool 2, dense 128, relu,
  * dense 10). Trained side by side:
  *   salus   through salusd over ipc:// (a separate process);
- *   torch1  PyTorch (Debian's python3-torch) with torch.set_num_threads(1),
- *   torch2  and with 2 threads, each in a process of its own;
+ *   torch   PyTorch (Debian's python3-torch) in four processes: 1 and 2
+ *           threads (torch.set_num_threads), each with
+ *           OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep) and with
+ *           GNU OpenMP's default (they spin a while first);
  *   inproc  (MLP only) salus through a server embedded in this process over
  *           inproc://: the same graph without inter-process communication.
- * Every process runs with OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads
- * sleep instead of spinning on a machine that others use too). A round is
- * salus, torch1, salus, torch2 [, inproc]: both sides are measured
- * alternately, and samples/s counts whole training steps as the client
- * sees them (feeding the batch, running the step, fetching the loss).
- * PyTorch's best is the thread count with the higher median; the ratio is
+ * salusd runs with OMP_WAIT_POLICY=PASSIVE (its oneDNN ops; its GEMMs split
+ * on its own thread teams, kernels/cpu/team.c). A round is salus, torch 1,
+ * salus, torch 2, ... [, inproc]: both sides are measured alternately, and samples/s counts whole
+ * training steps as the client sees them (feeding the batch, running the step, fetching the loss).
+ * PyTorch's best is the configuration with the higher median; the ratio is
  * salus's median over that median. Prints per-round figures, then
  *   BENCH server_overhead ipc_sps=... inproc_sps=... overhead_pct=...
- *   BENCH train_vs_torch model=mlp ratio=... salus_sps=... torch_sps=... torch_threads=... ...
+ *   BENCH train_vs_torch model=mlp ratio=... salus_sps=... torch_sps=... torch_best=... ...
  *   BENCH train_vs_torch model=cnn ratio=... ...                            (last line)
  *
  *   train_vs_torch --salusd PATH --script bench/torch_train.py [--python /usr/bin/python3]
@@ -98,6 +99,7 @@ static double job_round(job *j, const fmnist *d, int steps)
 /* One PyTorch process: its thread count and the pipes to it. */
 typedef struct torch_proc {
     int threads;
+    bool spin; /* OpenMP's default wait policy instead of PASSIVE */
     pid_t pid;
     FILE *in, *out;
 } torch_proc;
@@ -121,6 +123,8 @@ static int torch_start(torch_proc *t, const char *python, const char *script)
         close(to_py[1]);
         close(from_py[0]);
         close(from_py[1]);
+        if (t->spin)
+            unsetenv("OMP_WAIT_POLICY");
         execl(python, python, script, threads, batch, lr, (char *) NULL);
         perror(python);
         _exit(127);
@@ -139,7 +143,8 @@ static int torch_ask(torch_proc *t, char *line, size_t n, const char *fmt, const
     fprintf(t->in, fmt, model, steps);
     fflush(t->in);
     if (!fgets(line, (int) n, t->out)) {
-        fprintf(stderr, "train_vs_torch: PyTorch (%d threads) stopped\n", t->threads);
+        fprintf(stderr, "train_vs_torch: PyTorch (%d threads%s) stopped\n", t->threads,
+                t->spin ? ", spinning" : "");
         return -1;
     }
     line[strcspn(line, "\n")] = 0;
@@ -171,35 +176,44 @@ static void torch_stop(torch_proc *t)
         (void) waitpid(t->pid, NULL, 0);
 }
 
-/* The figures of one model. */
+/* PyTorch's configurations, in the order a round runs them. */
+#define N_TORCH 4
+static const torch_proc torch_configs[N_TORCH] = {
+    {.threads = 1}, {.threads = 2}, {.threads = 1, .spin = true}, {.threads = 2, .spin = true}};
+static const char *const torch_names[N_TORCH] = {"torch1", "torch2", "torch1_spin", "torch2_spin"};
+
+/* The figures of one model: salus runs before each PyTorch configuration. */
 typedef struct series {
-    double *salus, *torch[2], *inproc, *ratio; /* salus: 2 per round */
+    double *salus, *torch[N_TORCH], *inproc, *ratio; /* salus: N_TORCH per round */
 } series;
 
 typedef struct summary {
-    double salus, torch[2], inproc, best, ratio, ratio_min;
+    double salus, torch[N_TORCH], inproc, best, ratio, ratio_min;
     double salus_lo, salus_hi, best_lo, best_hi;
-    int best_threads;
+    int best_config;
 } summary;
 
 static summary summarise(const series *s, int rounds, bool with_inproc)
 {
     summary m = {0};
     size_t n = (size_t) rounds;
-    m.salus = bench_median(s->salus, 2 * n);
-    m.salus_lo = bench_percentile(s->salus, 2 * n, 0);
-    m.salus_hi = bench_percentile(s->salus, 2 * n, 100);
-    for (int t = 0; t < 2; t++)
+    m.salus = bench_median(s->salus, N_TORCH * n);
+    m.salus_lo = bench_percentile(s->salus, N_TORCH * n, 0);
+    m.salus_hi = bench_percentile(s->salus, N_TORCH * n, 100);
+    int b = 0;
+    for (int t = 0; t < N_TORCH; t++) {
         m.torch[t] = bench_median(s->torch[t], n);
-    int b = m.torch[1] > m.torch[0];
-    m.best_threads = b + 1;
+        if (m.torch[t] > m.torch[b])
+            b = t;
+    }
+    m.best_config = b;
     m.best = m.torch[b];
     m.best_lo = bench_percentile(s->torch[b], n, 0);
     m.best_hi = bench_percentile(s->torch[b], n, 100);
     m.ratio = m.salus / m.best;
-    /* per round: salus's mean of its two runs over the best thread count's run */
+    /* per round: salus's run just before the best configuration's, over it */
     for (int r = 0; r < rounds; r++)
-        s->ratio[r] = (s->salus[2 * r] + s->salus[2 * r + 1]) / 2 / s->torch[b][r];
+        s->ratio[r] = s->salus[N_TORCH * r + b] / s->torch[b][r];
     m.ratio_min = bench_percentile(s->ratio, n, 0);
     if (with_inproc)
         m.inproc = bench_median(s->inproc, n);
@@ -263,9 +277,10 @@ int main(int argc, char **argv)
     snprintf(ipc_url, sizeof ipc_url, "ipc://%s/salus.sock", dir);
     pid_t spid = bench_spawn((const char *[]){salusd, "--listen", ipc_url, "--memory-limit", "1G",
                                               "--log-level", "warn", NULL});
-    torch_proc torch[2] = {{.threads = 1}, {.threads = 2}};
+    torch_proc torch[N_TORCH];
+    memcpy(torch, torch_configs, sizeof torch);
     char line[256];
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < N_TORCH; t++) {
         if (torch_start(&torch[t], python, script) || !fgets(line, sizeof line, torch[t].out) ||
             strncmp(line, "ready", 5) != 0) {
             fprintf(stderr, "train_vs_torch: the PyTorch side did not start (python3-torch?)\n");
@@ -293,9 +308,9 @@ int main(int argc, char **argv)
     series s[N_MODELS];
     summary sum[N_MODELS];
     for (int k = 0; k < N_MODELS; k++) {
-        s[k].salus = calloc(2 * (size_t) rounds, sizeof(double));
-        s[k].torch[0] = calloc((size_t) rounds, sizeof(double));
-        s[k].torch[1] = calloc((size_t) rounds, sizeof(double));
+        s[k].salus = calloc(N_TORCH * (size_t) rounds, sizeof(double));
+        for (int t = 0; t < N_TORCH; t++)
+            s[k].torch[t] = calloc((size_t) rounds, sizeof(double));
         s[k].inproc = calloc((size_t) rounds, sizeof(double));
         s[k].ratio = calloc((size_t) rounds, sizeof(double));
     }
@@ -308,25 +323,25 @@ int main(int argc, char **argv)
         (void) job_round(&a, &data, WARMUP_STEPS);
         if (with_inproc)
             (void) job_round(&cj, &data, WARMUP_STEPS);
-        for (int t = 0; t < 2; t++)
+        for (int t = 0; t < N_TORCH; t++)
             if (torch_ask(&torch[t], line, sizeof line, "warm %s %d\n", model_name[k],
                           WARMUP_STEPS))
                 goto out;
         for (int r = 0; r < rounds; r++) {
             series *x = &s[k];
-            x->salus[2 * r] = job_round(&a, &data, steps[k]);
-            x->torch[0][r] = torch_round(&torch[0], k, steps[k]);
-            x->salus[2 * r + 1] = job_round(&a, &data, steps[k]);
-            x->torch[1][r] = torch_round(&torch[1], k, steps[k]);
-            if (with_inproc)
-                x->inproc[r] = job_round(&cj, &data, steps[k]);
-            if (!x->salus[2 * r] || !x->salus[2 * r + 1] || !x->torch[0][r] || !x->torch[1][r] ||
-                (with_inproc && !x->inproc[r]))
-                goto out;
-            printf("%s round %d: salus %.0f %.0f  torch/1 %.0f  torch/2 %.0f", model_name[k], r,
-                   x->salus[2 * r], x->salus[2 * r + 1], x->torch[0][r], x->torch[1][r]);
-            if (with_inproc)
+            printf("%s round %d:", model_name[k], r);
+            for (int t = 0; t < N_TORCH; t++) {
+                double *sl = &x->salus[N_TORCH * r + t];
+                if (!(*sl = job_round(&a, &data, steps[k])) ||
+                    !(x->torch[t][r] = torch_round(&torch[t], k, steps[k])))
+                    goto out;
+                printf("  salus %.0f %s %.0f", *sl, torch_names[t], x->torch[t][r]);
+            }
+            if (with_inproc) {
+                if (!(x->inproc[r] = job_round(&cj, &data, steps[k])))
+                    goto out;
                 printf("  salus/inproc %.0f", x->inproc[r]);
+            }
             printf(" samples/s\n");
             fflush(stdout);
         }
@@ -354,10 +369,13 @@ int main(int argc, char **argv)
                         "%s\"%s\":{\"steps\":%d,\"ratio\":%.3f,\"ratio_min\":%.3f,"
                         "\"salus_sps\":%.1f,\"salus_min\":%.1f,\"salus_max\":%.1f,"
                         "\"torch_sps\":%.1f,\"torch_min\":%.1f,\"torch_max\":%.1f,"
-                        "\"torch_threads\":%d,\"torch1_sps\":%.1f,\"torch2_sps\":%.1f}",
+                        "\"torch_best\":\"%s\"",
                         k ? "," : "", model_name[k], steps[k], m->ratio, m->ratio_min, m->salus,
-                        m->salus_lo, m->salus_hi, m->best, m->best_lo, m->best_hi, m->best_threads,
-                        m->torch[0], m->torch[1]);
+                        m->salus_lo, m->salus_hi, m->best, m->best_lo, m->best_hi,
+                        torch_names[m->best_config]);
+                for (int t = 0; t < N_TORCH; t++)
+                    fprintf(f, ",\"%s_sps\":%.1f", torch_names[t], m->torch[t]);
+                fprintf(f, "}");
             }
             fprintf(f,
                     "},\"inproc_sps\":%.1f,\"overhead_pct\":%.2f,\"load_before\":%.2f,"
@@ -371,13 +389,15 @@ int main(int argc, char **argv)
     for (int k = 0; k < N_MODELS; k++) {
         const summary *m = &sum[k];
         printf("BENCH train_vs_torch model=%s ratio=%.3f salus_sps=%.0f torch_sps=%.0f "
-               "torch_threads=%d torch1_sps=%.0f torch2_sps=%.0f ratio_min=%.3f "
-               "salus_range=%.0f-%.0f torch_range=%.0f-%.0f rounds=%d\n",
-               model_name[k], m->ratio, m->salus, m->best, m->best_threads, m->torch[0],
-               m->torch[1], m->ratio_min, m->salus_lo, m->salus_hi, m->best_lo, m->best_hi, rounds);
+               "torch_best=%s",
+               model_name[k], m->ratio, m->salus, m->best, torch_names[m->best_config]);
+        for (int t = 0; t < N_TORCH; t++)
+            printf(" %s_sps=%.0f", torch_names[t], m->torch[t]);
+        printf(" ratio_min=%.3f salus_range=%.0f-%.0f torch_range=%.0f-%.0f rounds=%d\n",
+               m->ratio_min, m->salus_lo, m->salus_hi, m->best_lo, m->best_hi, rounds);
     }
 out:
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < N_TORCH; t++)
         torch_stop(&torch[t]);
     sl_server_stop(&inproc);
     bench_stop(spid);
@@ -386,8 +406,8 @@ out:
     rmdir(dir);
     for (int k = 0; k < N_MODELS; k++) {
         free(s[k].salus);
-        free(s[k].torch[0]);
-        free(s[k].torch[1]);
+        for (int t = 0; t < N_TORCH; t++)
+            free(s[k].torch[t]);
         free(s[k].inproc);
         free(s[k].ratio);
     }

@@ -83,6 +83,24 @@ static void grad_filter_samples(const sl_op_call *c, const sl_window2d *g, int64
     }
 }
 
+/* One thread's share (sl_cpu_parallel): a band of samples. */
+struct band {
+    const sl_op_call *c;
+    const sl_window2d *g;
+    int64_t n;
+    float *dw;
+    char *scratch, *parts;
+    size_t cols_bytes, part_bytes;
+};
+
+static void grad_filter_band(void *arg, int t, int threads)
+{
+    const struct band *b = arg;
+    grad_filter_samples(b->c, b->g, b->n * t / threads, b->n * (t + 1) / threads,
+                        (float *) (b->scratch + (size_t) t * b->cols_bytes),
+                        t ? (float *) (b->parts + (size_t) (t - 1) * b->part_bytes) : b->dw);
+}
+
 /* With more than one thread each takes a band of samples into a partial
  * sum of its own (the first straight into dw), and the partials are added
  * at the end; OpenBLAS itself stays on one thread (cpu.h). */
@@ -109,11 +127,8 @@ int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c)
     if (rc != SL_OK)
         return rc;
     char *parts = scratch + (size_t) threads * cols_bytes;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (int t = 0; t < threads; t++)
-        grad_filter_samples(c, &g, n * t / threads, n * (t + 1) / threads,
-                            (float *) (scratch + (size_t) t * cols_bytes),
-                            t ? (float *) (parts + (size_t) (t - 1) * part_bytes) : dw);
+    struct band b = {c, &g, n, dw, scratch, parts, cols_bytes, part_bytes};
+    sl_cpu_parallel(threads, grad_filter_band, &b);
     for (int t = 1; t < threads; t++) {
         const float *part = (const float *) (parts + (size_t) (t - 1) * part_bytes);
         for (int64_t i = 0; i < k * taps; i++)

@@ -11,11 +11,12 @@
  * cores of this 2-core machine for a big convolution or matmul and two busy
  * lanes get one thread each instead of 2x2; ops under 16 Mflop stay on one
  * thread. The OpenMP team size is a per-thread setting (omp_set_num_threads
- * on the worker, num_threads for GEMM), so lanes never change each other's.
- * OpenBLAS stays on one thread (its count is process-wide): a big GEMM is
- * cut into row bands, one OpenBLAS call per OpenMP thread (ops.c): through
- * salusd the Fashion-MNIST MLP trains about 15 % faster with it, the CNN
- * about 9 %.
+ * on the worker), so lanes never change each other's. OpenBLAS stays on one
+ * thread (its count is process-wide): a big GEMM is cut into row bands, one
+ * OpenBLAS call per thread of the worker's own team (team.c), whose helpers
+ * spin between the ops of an iteration instead of sleeping between them as
+ * OpenMP's do under OMP_WAIT_POLICY=PASSIVE; those GEMMs split from
+ * SL_CPU_TEAM_MIN_FLOPS, where waking a sleeping helper still pays off.
  *
  * Measured here (conv 128x32x14x14 -> 64, 5x5, pad 2, idle machine): 20.2
  * ms forward, 20.0 backward data, 21.8 backward weights on one thread;
@@ -37,6 +38,15 @@
  * the cores: waking a second thread and splitting (tens of microseconds)
  * would cost about what it saves. Pooling always stays below it. */
 #define SL_CPU_PARALLEL_MIN_FLOPS (16ull << 20)
+/* The same for work split on a thread team (team.c): a spinning helper
+ * takes a part within a microsecond and a sleeping one within tens, so an
+ * op of 4 Mflop (some 70 microseconds on one core here) gains from a second
+ * thread even when the helper must be woken. */
+#define SL_CPU_TEAM_MIN_FLOPS (4ull << 20)
+/* And for the optimizer updates, which stream a parameter and its state
+ * through memory: from 64 Ki elements (a quarter MiB per array, tens of
+ * microseconds) the second core's cache and memory bandwidth pay off. */
+#define SL_CPU_TEAM_MIN_ELEMS (64ull << 10)
 
 /* What every stream of one cpu device shares. */
 typedef struct sl_cpu_shared {
@@ -98,9 +108,10 @@ unsigned sl_cpu_partition_follow(sl_cpu_shared *sh, _Atomic(sl_partition *) *bou
 void sl_cpu_partition_unref(sl_cpu_shared *sh, sl_partition *p);
 /* Binds under the partitions' lock (stream.c's stream_bind). */
 void sl_cpu_partition_bind(sl_cpu_shared *sh, _Atomic(sl_partition *) *bound, sl_partition *p);
-/* Moves the calling worker and every thread of its OpenMP team to `cores`
- * (the team's threads keep the affinity of the thread that started them,
- * so they are moved explicitly). Returns the number of cores. */
+/* Moves the calling worker, its thread team (team.c) and every thread of
+ * its OpenMP team to `cores` (team threads keep the affinity of the thread
+ * that started them, so they are moved explicitly). Returns the number of
+ * cores. */
 int sl_cpu_apply_cores(const cpu_set_t *cores, int team);
 
 /* oneDNN state of one stream (dnnl.c); opaque outside it. */
@@ -134,6 +145,22 @@ int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call);
  * arity, and dimensions that fit the libraries' integer types.
  * Returns SL_OK, SL_EUNSUPPORTED or SL_EINVAL (wrong arity). Never blocks. */
 int sl_cpu_op_check(const sl_op_call *call);
+
+/* Thread teams (team.c): sl_cpu_parallel runs fn(arg, part, parts) for
+ * every part in [0, parts), on the calling thread and its team's helpers,
+ * and returns when all have run. Parts must be independent. The helpers
+ * are the calling thread's own (started on first use, ended with it) and
+ * inherit its affinity and scheduling class; they spin briefly after a
+ * job, then sleep. Never fails: without helpers the caller runs every
+ * part. Not reentrant from inside fn. */
+typedef void (*sl_cpu_part_fn)(void *arg, int part, int parts);
+void sl_cpu_parallel(int parts, sl_cpu_part_fn fn, void *arg);
+/* Moves the calling thread's helpers to `cores` (sl_cpu_apply_cores). */
+void sl_cpu_team_set_cores(const cpu_set_t *cores);
+/* Around every op a stream runs (stream.c): idle helpers stop spinning
+ * while another thread runs an op. */
+void sl_cpu_op_begin(void);
+void sl_cpu_op_end(void);
 
 /* Kernels outside ops.c, each for the op its name says; contracts as
  * sl_cpu_run_op. loss.c: */

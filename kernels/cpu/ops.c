@@ -113,20 +113,22 @@ static int k_matmul(const sl_op_call *c)
     return SL_OK;
 }
 
-/* A GEMM big enough to pay for waking threads is cut into bands of C's
- * rows, one per thread, each a single-threaded OpenBLAS call: OpenBLAS's
- * own thread count is process-wide, and lanes must not change each
- * other's. The bands share no output: each element of C comes from one
- * call over the whole of K, as on one thread. */
+/* A GEMM big enough to pay for a second thread is cut into bands of C's
+ * rows, one per thread of the team (team.c), each a single-threaded
+ * OpenBLAS call: OpenBLAS's own thread count is process-wide, and lanes
+ * must not change each other's. The bands share no output: each element of
+ * C comes from one call over the whole of K, as on one thread. */
+static void gemm_band(void *arg, int part, int parts)
+{
+    const struct gemm *g = arg;
+    gemm_rows(g, (int) ((int64_t) g->m * part / parts),
+              (int) ((int64_t) g->m * (part + 1) / parts));
+}
+
 static int matmul_threads(const sl_op_call *c, int threads)
 {
     struct gemm g = gemm_of(c);
-    if (threads > g.m)
-        threads = g.m;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (int t = 0; t < threads; t++)
-        gemm_rows(&g, (int) ((int64_t) g.m * t / threads),
-                  (int) ((int64_t) g.m * (t + 1) / threads));
+    sl_cpu_parallel(threads < g.m ? threads : g.m, gemm_band, &g);
     return SL_OK;
 }
 
@@ -267,13 +269,20 @@ static int k_mse_grad(const sl_op_call *c)
     return SL_OK;
 }
 
-static int k_sgd_update(const sl_op_call *c)
+/* The optimizer updates are also written over a range [i0, i1) of the
+ * parameter's elements: they touch every parameter byte of a model once per
+ * iteration, and sl_cpu_run_op splits a large one across the team. */
+static void r_sgd_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
     float *w = f32(&c->in[0]), lr = c->attrs.f[0];
     const float *g = f32(&c->in[1]);
-    uint64_t n = sl_shape_elems(&c->in[0].shape);
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = i0; i < i1; i++)
         w[i] = sl_ew_sgd(w[i], g[i], lr);
+}
+
+static int k_sgd_update(const sl_op_call *c)
+{
+    r_sgd_update(c, 0, sl_shape_elems(&c->in[0].shape));
     return SL_OK;
 }
 
@@ -356,32 +365,46 @@ static int k_tanh_grad(const sl_op_call *c)
     return SL_OK;
 }
 
-static int k_momentum_update(const sl_op_call *c)
+static void r_momentum_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
     float *p = f32(&c->in[0]), *v = f32(&c->in[2]);
     const float *g = f32(&c->in[1]);
     float lr = c->attrs.f[0], momentum = c->attrs.f[1], wd = c->attrs.f[2];
-    uint64_t n = sl_shape_elems(&c->in[0].shape);
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = i0; i < i1; i++)
         p[i] = sl_ew_momentum(p[i], g[i], &v[i], lr, momentum, wd);
+}
+
+static int k_momentum_update(const sl_op_call *c)
+{
+    r_momentum_update(c, 0, sl_shape_elems(&c->in[0].shape));
     return SL_OK;
 }
 
-static int k_adam_update(const sl_op_call *c)
+/* The step count lives in device memory (add_scalar advances it), so it can
+ * only be checked when the op runs: before the first step the bias
+ * corrections would divide by zero. */
+static bool adam_step_ok(const sl_op_call *c)
+{
+    float t = *f32(&c->in[4]);
+    return t >= 1.0f && isfinite(t);
+}
+
+static void r_adam_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
     float *p = f32(&c->in[0]), *m = f32(&c->in[2]), *v = f32(&c->in[3]);
     const float *g = f32(&c->in[1]);
     float lr = c->attrs.f[0], b1 = c->attrs.f[1], b2 = c->attrs.f[2], eps = c->attrs.f[3];
-    /* The step count lives in device memory (add_scalar advances it), so it
-     * can only be checked here: before the first step the bias corrections
-     * would divide by zero. */
     float t = *f32(&c->in[4]);
-    if (!(t >= 1.0f) || !isfinite(t))
-        return SL_EINVAL;
     float bc1 = (float) (1.0 - pow(b1, t)), bc2 = (float) (1.0 - pow(b2, t));
-    uint64_t n = sl_shape_elems(&c->in[0].shape);
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = i0; i < i1; i++)
         p[i] = sl_ew_adam(p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, bc1, bc2);
+}
+
+static int k_adam_update(const sl_op_call *c)
+{
+    if (!adam_step_ok(c))
+        return SL_EINVAL;
+    r_adam_update(c, 0, sl_shape_elems(&c->in[0].shape));
     return SL_OK;
 }
 
@@ -485,14 +508,47 @@ int sl_cpu_op_check(const sl_op_call *call)
     return SL_OK;
 }
 
+/* The ops with a range form, and one thread's range of them. */
+typedef void (*range_fn)(const sl_op_call *c, uint64_t i0, uint64_t i1);
+static const range_fn ranges[SL_OP_COUNT] = {
+    [SL_OP_SGD_UPDATE] = r_sgd_update,
+    [SL_OP_MOMENTUM_UPDATE] = r_momentum_update,
+    [SL_OP_ADAM_UPDATE] = r_adam_update,
+};
+
+struct range_job {
+    const sl_op_call *c;
+    uint64_t n;
+};
+
+/* Part `part` of the elements, cut on 64-byte boundaries so two threads
+ * never write one cache line. */
+static void range_part(void *arg, int part, int parts)
+{
+    const struct range_job *j = arg;
+    uint64_t lines = (j->n + 15) / 16;
+    uint64_t i0 = lines * (uint64_t) part / (uint64_t) parts * 16;
+    uint64_t i1 = lines * (uint64_t) (part + 1) / (uint64_t) parts * 16;
+    ranges[j->c->op](j->c, i0, i1 < j->n ? i1 : j->n);
+}
+
 int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call)
 {
     if (sl_cpu_op_uses_dnnl(call->op))
         return sl_cpu_dnnl_op(x, call);
     if ((call->op == SL_OP_MATMUL || call->op == SL_OP_MATMUL_ACC) && x->threads > 1) {
         struct gemm g = gemm_of(call);
-        if (2ull * (uint64_t) g.m * (uint64_t) g.n * (uint64_t) g.k >= SL_CPU_PARALLEL_MIN_FLOPS)
+        if (2ull * (uint64_t) g.m * (uint64_t) g.n * (uint64_t) g.k >= SL_CPU_TEAM_MIN_FLOPS)
             return matmul_threads(call, x->threads);
+    }
+    if (ranges[call->op] && x->threads > 1) {
+        struct range_job j = {call, sl_shape_elems(&call->in[0].shape)};
+        if (j.n >= SL_CPU_TEAM_MIN_ELEMS) {
+            if (call->op == SL_OP_ADAM_UPDATE && !adam_step_ok(call))
+                return SL_EINVAL;
+            sl_cpu_parallel(x->threads, range_part, &j);
+            return SL_OK;
+        }
     }
     return kernels[call->op](call);
 }

@@ -241,8 +241,9 @@ int sl_cpu_apply_cores(const cpu_set_t *cores, int team)
     if (sched_setaffinity(0, sizeof *cores, cores) != 0)
         sl_log_warn("cpu.part.affinity", "cannot move a stream's worker to its cores: %s",
                     strerror(errno));
-    /* every thread of the team that already exists, or that a later op of
-     * up to `team` threads starts, ends up on the set */
+    sl_cpu_team_set_cores(cores);
+    /* every thread of the OpenMP team that already exists, or that a later
+     * op of up to `team` threads starts, ends up on the set */
     if (team > 1) {
 #pragma omp parallel num_threads(team)
         (void) sched_setaffinity(0, sizeof *cores, cores);

@@ -117,7 +117,9 @@ static int run_op(sl_stream *s, const sl_op_call *call)
     x->threads = forced > 0 ? forced : share > 1 ? share : 1;
     if (x->max_threads && x->threads > x->max_threads)
         x->threads = x->max_threads;
+    sl_cpu_op_begin();
     int rc = sl_cpu_run_op(x, call);
+    sl_cpu_op_end();
     atomic_fetch_sub(counter, 1);
     return rc;
 }

@@ -8,8 +8,11 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int setup(void **state)
 {
@@ -435,6 +438,168 @@ static void test_matmul_threads(void **state)
     sl_free(a), sl_free(b), sl_free(c), sl_free(acc), sl_free(want);
 }
 
+/* The optimizer updates split across the team from SL_CPU_TEAM_MIN_ELEMS
+ * elements (an odd count, so the last part is short): each element gets the
+ * same arithmetic as on one thread, so the results are bitwise equal. Adam
+ * with step 0 is still refused when split. */
+static void test_optimizer_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { N = (int) SL_CPU_TEAM_MIN_ELEMS * 2 + 13 };
+    struct {
+        unsigned op, n_in;
+        sl_op_attrs at;
+    } cases[] = {
+        {SL_OP_SGD_UPDATE, 2, {.f = {0.05f}}},
+        {SL_OP_MOMENTUM_UPDATE, 3, {.f = {0.05f, 0.9f, 1e-4f}}},
+        {SL_OP_ADAM_UPDATE, 5, {.f = {0.01f, 0.9f, 0.999f, 1e-8f}}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *in[2][5];
+        sl_shape sh[5];
+        for (int run = 0; run < 2; run++)
+            for (unsigned i = 0; i < cases[c].n_in; i++) {
+                bool step = cases[c].op == SL_OP_ADAM_UPDATE && i == 4;
+                in[run][i] = kt_fvec(step ? 1 : N);
+                sh[i] = step ? KT_F32(1, 1) : KT_F32(1, N);
+                if (step)
+                    in[run][i][0] = 3.0f;
+                else
+                    kt_rand(in[run][i], N, 800 + i, i == 3 ? 0 : -1, 1); /* Adam's v >= 0 */
+            }
+        for (int run = 0; run < 2; run++) {
+            sl_cpu_force_threads(e->dev, run ? 2 : 1);
+            kt_run_op(e, cases[c].op, &cases[c].at, sh, in[run], cases[c].n_in, NULL);
+        }
+        sl_cpu_force_threads(e->dev, 0);
+        for (unsigned i = 0; i < cases[c].n_in; i++) {
+            if (!(cases[c].op == SL_OP_ADAM_UPDATE && i == 4))
+                assert_memory_equal(in[0][i], in[1][i], (size_t) N * sizeof(float));
+            sl_free(in[0][i]);
+            sl_free(in[1][i]);
+        }
+    }
+}
+
+/* Parts of one team job, counted per part: each must run exactly once. */
+struct team_job {
+    atomic_int runs[40];
+    atomic_int outside; /* parts that ran off the allowed cores */
+    atomic_int helped;  /* parts that ran on a helper, not the caller */
+    cpu_set_t allowed;
+    pthread_t caller;
+    int busy_us; /* each part's length */
+};
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000u + (uint64_t) ts.tv_nsec / 1000u;
+}
+
+static void count_part(void *arg, int part, int parts)
+{
+    struct team_job *j = arg;
+    if (part >= 0 && part < parts && part < 40)
+        atomic_fetch_add(&j->runs[part], 1);
+    for (uint64_t end = mono_us() + (uint64_t) j->busy_us; mono_us() < end;)
+        ;
+    int cpu = sched_getcpu();
+    if (cpu >= 0 && !CPU_ISSET(cpu, &j->allowed))
+        atomic_fetch_add(&j->outside, 1);
+    if (!pthread_equal(pthread_self(), j->caller))
+        atomic_fetch_add(&j->helped, 1);
+}
+
+/* One thread's jobs: every part count from 1 to 40, many times, with and
+ * without gaps long enough for the helpers to go to sleep. Returns NULL,
+ * or what went wrong (cmocka's asserts belong to the main thread). */
+static void *team_rounds(void *arg)
+{
+    struct team_job *j = arg;
+    j->caller = pthread_self();
+    if (sched_getaffinity(0, sizeof j->allowed, &j->allowed) != 0)
+        return "sched_getaffinity";
+    for (int round = 0; round < 300; round++) {
+        int parts = 1 + round % 40;
+        for (int p = 0; p < 40; p++)
+            atomic_store(&j->runs[p], 0);
+        sl_cpu_parallel(parts, count_part, j);
+        for (int p = 0; p < 40; p++)
+            if (atomic_load(&j->runs[p]) != (p < parts ? 1 : 0))
+                return "a part did not run exactly once";
+        if (round % 50 == 49)
+            usleep(2000); /* past the helpers' spin: they sleep, then wake */
+    }
+    return NULL;
+}
+
+/* Thread teams (team.c): three threads with a team each run jobs at once;
+ * each team's parts run exactly once per job, on the cores its thread may
+ * use. The threads then end, which stops and joins their helpers. */
+static void test_team_parts(void **state)
+{
+    (void) state;
+    pthread_t t[3];
+    struct team_job *j = sl_calloc(3, sizeof *j);
+    assert_non_null(j);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, team_rounds, &j[i]), 0);
+    for (int i = 0; i < 3; i++) {
+        void *err;
+        assert_int_equal(pthread_join(t[i], &err), 0);
+        if (err)
+            fail_msg("%s", (const char *) err);
+        assert_int_equal(atomic_load(&j[i].outside), 0);
+    }
+    sl_free(j);
+}
+
+/* A team follows its thread to a smaller core set (sl_cpu_team_set_cores,
+ * which sl_cpu_apply_cores calls): its helpers then run only there. */
+static void *team_moved(void *arg)
+{
+    struct team_job *j = arg;
+    j->caller = pthread_self();
+    j->busy_us = 200; /* long enough that the helpers take parts */
+    CPU_ZERO(&j->allowed);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        CPU_SET(c, &j->allowed);
+    sl_cpu_parallel(4, count_part, j); /* starts the helpers on every core */
+    cpu_set_t all;
+    if (sched_getaffinity(0, sizeof all, &all) != 0)
+        return "sched_getaffinity";
+    CPU_ZERO(&j->allowed);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &j->allowed);
+            break;
+        }
+    if (sl_cpu_apply_cores(&j->allowed, 1) != 1)
+        return "sl_cpu_apply_cores";
+    for (int round = 0; round < 50; round++)
+        sl_cpu_parallel(4, count_part, j);
+    return NULL;
+}
+
+static void test_team_cores(void **state)
+{
+    (void) state;
+    pthread_t t;
+    struct team_job *j = sl_calloc(1, sizeof *j);
+    assert_non_null(j);
+    void *err;
+    assert_int_equal(pthread_create(&t, NULL, team_moved, j), 0);
+    assert_int_equal(pthread_join(t, &err), 0);
+    if (err)
+        fail_msg("%s", (const char *) err);
+    assert_int_equal(atomic_load(&j->outside), 0);
+    assert_int_equal(atomic_load(&j->runs[3]), 51);
+    assert_true(atomic_load(&j->helped) > 0);
+    sl_free(j);
+}
+
 /* conv2d_grad_filter over few channels (im2col + GEMM) on 2 threads: each
  * takes a band of samples (an odd count) into its own partial sum. */
 static void test_conv_grad_filter_threads(void **state)
@@ -482,6 +647,8 @@ int kt_run_cpu_ops_tests(void)
         cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
         cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_maxpool_rows),
         cmocka_unit_test(test_matmul_threads),    cmocka_unit_test(test_conv_grad_filter_threads),
+        cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
+        cmocka_unit_test(test_team_cores),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }
