@@ -6,13 +6,17 @@
  * sessions share lanes unless a mechanism gives them their own):
  *   none       --no-exclusive-lanes --no-stepwise --no-stream-classes
  *              (strict priority at iteration boundaries only)
+ *   (these first four also with --partitions off)
  *   placement  low-priority lanes on below-normal streams alone
  *              (--no-exclusive-lanes --no-stepwise)
  *   exclusive  high-priority sessions' own lanes alone
  *              (--no-stepwise --no-stream-classes)
  *   gap_fill   low-priority iterations op by op into high-priority gaps,
  *              alone (--no-exclusive-lanes --no-stream-classes)
- *   all        every mechanism (salusd --policy priority as shipped)
+ *   all        every mechanism (salusd --policy priority as shipped; on cpu
+ *              that includes compute partitions on demand: while a
+ *              high-priority job is joined, one core is its lanes' own
+ *              and the others lend theirs to it)
  *   part       compute partitions alone: one core for the high-priority
  *              lane, the rest for the others, low-priority iterations
  *              whole (--partitions 1 --no-stepwise)
@@ -221,11 +225,11 @@ enum {
 };
 static const char *const conf_name[N_CONF] = {"none", "placement", "exclusive", "gap_fill",
                                               "all",  "part",      "part_gap",  "part_strict"};
-static const char *const conf_flags[N_CONF][4] = {
-    {"--no-exclusive-lanes", "--no-stepwise", "--no-stream-classes", NULL},
-    {"--no-exclusive-lanes", "--no-stepwise", NULL},
-    {"--no-stepwise", "--no-stream-classes", NULL},
-    {"--no-exclusive-lanes", "--no-stream-classes", NULL},
+static const char *const conf_flags[N_CONF][6] = {
+    {"--no-exclusive-lanes", "--no-stepwise", "--no-stream-classes", "--partitions", "off", NULL},
+    {"--no-exclusive-lanes", "--no-stepwise", "--partitions", "off", NULL},
+    {"--no-stepwise", "--no-stream-classes", "--partitions", "off", NULL},
+    {"--no-exclusive-lanes", "--no-stream-classes", "--partitions", "off", NULL},
     {NULL},
     {"--partitions", "1", "--no-stepwise", NULL},
     {"--partitions", "1", NULL},
@@ -247,7 +251,7 @@ static int server_start(server *s, const char *salusd, int conf)
     if (!mkdtemp(s->dir))
         return -1;
     snprintf(s->url, sizeof s->url, "ipc://%.63s/salus.sock", s->dir);
-    const char *argv[16] = {salusd,     "--listen",       s->url,       "--memory-limit",
+    const char *argv[20] = {salusd,     "--listen",       s->url,       "--memory-limit",
                             "1G",       "--spread-limit", spread_limit, "--policy",
                             "priority", "--log-level",    "warn"};
     int n = 11;

@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "                                 clients of salusd --operator-listen)\n"
             "  partitions MODE                compute partitions: off, N units (SMs, cores)\n"
             "                                 for high-priority lanes, auto or auto:N (sized\n"
-            "                                 from their load; operators)\n"
+            "                                 from their load), demand (auto while a high-\n"
+            "                                 priority job runs; operators)\n"
             "  session ID [--priority P] [--weight W]\n"
             "                                 change a session's priority or fair-share weight\n"
             "                                 (your own within your limits; operators: any)\n"
@@ -285,7 +286,7 @@ static int run(salus_client *c, const char *cmd, int argc, char **argv, int i)
             printf("policy: %s%s\n", name, strict ? " (strict)" : "");
     } else if (strcmp(cmd, "partitions") == 0) {
         if (i + 1 != argc)
-            return usage_error(c, "partitions off|auto|auto:N|N");
+            return usage_error(c, "partitions off|demand|auto|auto:N|N");
         if ((rc = salus_set_partitions(c, argv[i])) != SALUS_OK)
             return fail(c, "partitions", rc);
         if (json_mode)

@@ -641,6 +641,7 @@ void sl_exec_set_policy(sl_exec *ex, const sl_policy_ops *policy, bool strict, s
     sl_sched_set_policy(ex->sched, policy, strict);
     for (sl_sched_job *sj = sl_sched_first_job(ex->sched); sj; sj = sl_sched_next_job(sj))
         sl_exec_update_class(ex, sl_container_of(sj, sl_exec_job, sched), false);
+    sl_exec_parts_follow(ex); /* the policy's capabilities may have changed */
     sl_exec_resume(ex, ex->gaps.n_hp == 0);
     sl_exec_kick(ex, box); /* a work-conserving policy may start what a strict one held */
 }
@@ -745,10 +746,14 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
     if (dev->ops->partition_caps) /* status shows the device's granularity, or why none */
         ex->parts.caps_ok =
             dev->ops->partition_caps(dev, &ex->parts.caps) == SL_OK || ex->parts.caps.note[0];
-    if (cfg->partitions) {
+    /* no --partitions: on demand where the device lends partitions */
+    const char *parts = cfg->partitions            ? cfg->partitions
+                        : dev->ops->partition_lend ? "demand"
+                                                   : NULL;
+    if (parts) {
         enum sl_parts_mode mode;
         unsigned units;
-        if ((rc = sl_parts_parse(cfg->partitions, &mode, &units)) != SL_OK)
+        if ((rc = sl_parts_parse(parts, &mode, &units)) != SL_OK)
             return rc;
         pthread_mutex_lock(lock);
         rc = sl_exec_set_partitions(ex, mode, units);
@@ -757,11 +762,10 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
             /* a driver too old for green contexts: lanes keep their
              * priority streams, and status says why (partitions.c) */
             sl_log_warn("exe.parts", "--partitions %s: this device has none (%s); running without",
-                        cfg->partitions, ex->parts.caps.note);
+                        parts, ex->parts.caps.note);
             rc = SL_OK;
         } else if (rc != SL_OK) {
-            sl_log_err("exe.parts", "cannot set --partitions %s: %s", cfg->partitions,
-                       sl_strerror(rc));
+            sl_log_err("exe.parts", "cannot set --partitions %s: %s", parts, sl_strerror(rc));
             return rc;
         }
     }

@@ -39,7 +39,7 @@ static void set_partitions(sl_server *srv, const char *text, sl_reply *r)
     enum sl_parts_mode mode;
     unsigned units;
     if (sl_parts_parse(text, &mode, &units) != SL_OK) {
-        sl_reply_error(r, SL_EINVAL, "partitions take off, auto, auto:N or N");
+        sl_reply_error(r, SL_EINVAL, "partitions take off, demand, auto, auto:N or N");
         return;
     }
     int rc = sl_exec_set_partitions(&srv->exec, mode, units);

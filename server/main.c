@@ -56,10 +56,13 @@ static void usage(FILE *f)
             "                          time alone (default 5; 0 = only ops no recorded gap\n"
             "                          would have cut short)\n"
             "      --partitions MODE   compute partitions: an online one for high-priority\n"
-            "                          lanes, the rest for the others: off (default), N\n"
-            "                          units (SMs, cores), auto (sized from load) or auto:N\n"
-            "                          (N declared as the online lanes' need); salusctl\n"
-            "                          partitions MODE at run time\n"
+            "                          lanes, the rest for the others: off, N units (SMs,\n"
+            "                          cores), auto (sized from load), auto:N (N declared as\n"
+            "                          the online lanes' need) or demand (auto while a\n"
+            "                          high-priority job is joined under the priority\n"
+            "                          policy; the default where the offline partition\n"
+            "                          lends its units to high-priority work: cpu; off\n"
+            "                          elsewhere); salusctl partitions MODE at run time\n"
             "      --strict-partitions the offline partition never lends its units to\n"
             "                          high-priority work (by default it does where the\n"
             "                          device hands them over at once: cpu)\n"
@@ -448,7 +451,7 @@ static int parse_args(int argc, char **argv, sl_config *cfg, const char **defaul
             enum sl_parts_mode mode;
             unsigned units;
             if (sl_parts_parse(optarg, &mode, &units) != SL_OK) {
-                fprintf(stderr, "salusd: --partitions takes off, auto, auto:N or N\n");
+                fprintf(stderr, "salusd: --partitions takes off, demand, auto, auto:N or N\n");
                 return 2;
             }
             cfg->partitions = optarg;

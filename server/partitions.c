@@ -19,6 +19,11 @@ int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units)
         *units = 0;
         return SL_OK;
     }
+    if (!strcmp(text, "demand")) {
+        *mode = SL_PARTS_DEMAND;
+        *units = 0;
+        return SL_OK;
+    }
     enum sl_parts_mode m = SL_PARTS_FIXED;
     const char *num = text;
     if (!strcmp(text, "auto")) {
@@ -41,17 +46,20 @@ int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units)
 
 void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
 {
+    const char *demand = p->demand ? "on demand: " : "";
     if (p->mode == SL_PARTS_OFF || !p->online) {
-        snprintf(buf, len, "off%s%s", p->caps_ok ? "; device: " : "",
-                 p->caps_ok ? p->caps.note : "");
+        snprintf(buf, len, "%soff%s%s%s", demand,
+                 p->demand ? " until a high-priority job joins" : "",
+                 p->caps_ok ? "; device: " : "", p->caps_ok ? p->caps.note : "");
         return;
     }
-    snprintf(
-        buf, len, "online %u %s%s (%s, need %u), offline %u %s%s%s, %llu resizes, %llu spills; %s",
-        p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
-        p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units, p->caps.unit,
-        p->offline_units == 1 ? "" : "s", p->lent ? " (lent to online work)" : "",
-        (unsigned long long) p->resizes, (unsigned long long) p->spills, p->caps.note);
+    snprintf(buf, len,
+             "%sonline %u %s%s (%s, need %u), offline %u %s%s%s, %llu resizes, %llu spills; %s",
+             demand, p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
+             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units,
+             p->caps.unit, p->offline_units == 1 ? "" : "s",
+             p->lent ? " (lent to online work)" : "", (unsigned long long) p->resizes,
+             (unsigned long long) p->spills, p->caps.note);
 }
 
 /* Binds every stream the executor holds (lanes' and spare ones) to none. */
@@ -121,7 +129,54 @@ static int apply_sizes(sl_exec *ex, unsigned online)
     return ops->partition_resize(ex->dev, p->online, online);
 }
 
+static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units);
+
+/* What DEMAND mode wants now: partitions while a high-priority job is
+ * joined under a policy that gives such jobs lanes of their own, and only
+ * where the offline partition will lend its units to them (otherwise the
+ * high-priority lanes would lose the units they reach without partitions). */
+static bool demand_wanted(const sl_exec *ex)
+{
+    return ex->gaps.n_hp > 0 && sl_exec_wants_exclusive(ex, 1) && ex->dev->ops->partition_lend &&
+           !ex->cfg->no_stream_classes && !ex->cfg->strict_partitions;
+}
+
 int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (mode != SL_PARTS_DEMAND) {
+        int rc = set_mode(ex, mode, units);
+        if (rc == SL_OK)
+            p->demand = false;
+        return rc;
+    }
+    const sl_device_ops *ops = ex->dev->ops;
+    if (!ops->partition_caps || ops->partition_caps(ex->dev, &p->caps) != SL_OK)
+        return SL_EUNSUPPORTED;
+    p->caps_ok = true;
+    bool was = p->demand;
+    p->demand = true;
+    int rc = set_mode(ex, demand_wanted(ex) ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
+    if (rc != SL_OK)
+        p->demand = was;
+    return rc;
+}
+
+void sl_exec_parts_follow(sl_exec *ex)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (!p->demand)
+        return;
+    bool on = demand_wanted(ex);
+    if (on == (p->mode != SL_PARTS_OFF))
+        return;
+    int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
+    if (rc != SL_OK)
+        sl_log_warn("exe.parts", "cannot turn the partitions %s on demand: %s", on ? "on" : "off",
+                    sl_strerror(rc));
+}
+
+static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
 {
     sl_exec_parts *p = &ex->parts;
     const sl_device_ops *ops = ex->dev->ops;

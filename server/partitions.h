@@ -30,13 +30,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO };
+/* DEMAND: auto while a high-priority job is joined under a policy with
+ * exclusive lanes, off otherwise (sl_exec_parts_follow); salusd's default
+ * where the device lends partitions (cpu), since there high-priority work
+ * loses nothing to a partition: it still reaches every core. */
+enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO, SL_PARTS_DEMAND };
 
 typedef struct sl_exec_parts {
-    enum sl_parts_mode mode;
-    unsigned declared;     /* the operator's declared need (--partitions auto:N, N), units */
-    unsigned session_need; /* the largest high-priority session's declaration seen */
-    bool used;             /* partitions were on once: streams may be bound */
+    enum sl_parts_mode mode; /* what is in force: OFF, FIXED or AUTO */
+    bool demand;             /* mode follows high-priority work (SL_PARTS_DEMAND) */
+    unsigned declared;       /* the operator's declared need (--partitions auto:N, N), units */
+    unsigned session_need;   /* the largest high-priority session's declaration seen */
+    bool used;               /* partitions were on once: streams may be bound */
     sl_partition_caps caps;
     bool caps_ok;
     sl_partition *online, *offline;
@@ -58,9 +63,9 @@ typedef struct sl_exec_parts {
     uint64_t spills;
 } sl_exec_parts;
 
-/* Parses a mode: "off", "auto" (the need: the smallest partition),
- * "auto:N" or "N" (fixed, N units for the online partition). Errors:
- * SL_EINVAL (anything else, N 0 or above 1000000). */
+/* Parses a mode: "off", "demand", "auto" (the need: the smallest
+ * partition), "auto:N" or "N" (fixed, N units for the online partition).
+ * Errors: SL_EINVAL (anything else, N 0 or above 1000000). */
 int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units);
 
 /* Writes a one-line description into buf ("off", or "online 1 core
@@ -70,11 +75,18 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len);
 struct sl_exec;
 
 /* Switches to mode with the declared need units (0 = the smallest
- * partition). Errors: SL_EUNSUPPORTED (the device has no partitions: the
+ * partition); DEMAND takes no units and applies at once what
+ * sl_exec_parts_follow would. Errors: SL_EUNSUPPORTED (the device has no partitions: the
  * reason is logged), SL_EINVAL (units leave no room for the offline
  * partition), SL_EBUSY (a backend without live changes, lanes busy), the
  * device's. On error nothing changed. */
 int sl_exec_set_partitions(struct sl_exec *ex, enum sl_parts_mode mode, unsigned units);
+
+/* In DEMAND mode, after the high-priority jobs or the policy changed:
+ * turns the partitions on (auto) when a high-priority job is joined and
+ * the policy gives such jobs exclusive lanes, off otherwise. A change the
+ * device refuses is logged; the next call tries again. */
+void sl_exec_parts_follow(struct sl_exec *ex);
 
 /* Before an iteration of a job of that class starts on an idle lane: binds
  * the lane's stream to its partition (or to none). Errors: the device's

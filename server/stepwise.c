@@ -73,6 +73,7 @@ void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving)
     else
         sl_gaps_hp_remove(&ex->gaps, &j->hp);
     j->high_priority = hp;
+    sl_exec_parts_follow(ex);
 }
 
 /* Issues parked iterations' next steps while the one low-priority slot is

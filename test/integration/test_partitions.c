@@ -1,5 +1,5 @@
 /* Compute partitions through a real salusd on the cpu backend: started with
- * --partitions, shown in status, changed at run time (also while clients
+ * --partitions or on demand (the default), shown in status, changed at run time (also while clients
  * train: cpu partitions change live), malformed and impossible changes
  * refused, and training results exact throughout. Needs 2 cores (a
  * partition each); SKIP otherwise. */
@@ -180,6 +180,62 @@ static void refused(void **state)
     salus_disconnect(c);
 }
 
+/* salusd's default on cpu: partitions on demand. Off while only normal
+ * jobs run; on (one core for the high-priority lanes, the other lent to
+ * them) from the moment a high-priority session joins under the priority
+ * policy; off again when it leaves or the policy no longer gives such jobs
+ * lanes of their own; and `--partitions off` (or a mode set at run time)
+ * ends the following. */
+static void on_demand_by_default(void **state)
+{
+    (void) state;
+    sl_test_server other;
+    const char *args[] = {"--policy", "priority", NULL};
+    sl_test_server_start(&other, args);
+    salus_client *c = sl_test_connect(&other);
+    status_has(c, "partitions: on demand: off until a high-priority job joins");
+    salus_session *normal, *hp;
+    salus_session_opts no = {.name = "normal"}, ho = {.name = "hp", .priority = 10};
+    assert_sl_ok(salus_session_open(c, &no, &normal));
+    status_has(c, "partitions: on demand: off");
+    assert_sl_ok(salus_session_open(c, &ho, &hp));
+    status_has(c, "partitions: on demand: online 1 core (auto, need 1), offline 1 core (lent");
+    assert_sl_ok(salus_set_policy(c, "fifo", 0));
+    status_has(c, "partitions: on demand: off");
+    assert_sl_ok(salus_set_policy(c, "priority", 0));
+    status_has(c, "partitions: on demand: online 1 core");
+    assert_sl_ok(salus_session_close(hp));
+    status_has(c, "partitions: on demand: off");
+    /* a mode chosen at run time is kept whatever joins */
+    assert_sl_ok(salus_set_partitions(c, "off"));
+    assert_sl_ok(salus_session_open(c, &ho, &hp));
+    status_has(c, "partitions: off; device");
+    assert_sl_ok(salus_set_partitions(c, "demand"));
+    status_has(c, "partitions: on demand: online 1 core");
+    assert_sl_ok(salus_session_close(hp));
+    assert_sl_ok(salus_session_close(normal));
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&other), 0);
+
+    /* asked for off, or strict partitions (no loan): never on */
+    const char *flags[][5] = {{"--policy", "priority", "--partitions", "off", NULL},
+                              {"--policy", "priority", "--strict-partitions", NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        sl_test_server_start(&other, flags[i]);
+        c = sl_test_connect(&other);
+        assert_sl_ok(salus_session_open(c, &ho, &hp));
+        char *text;
+        assert_sl_ok(salus_status_text(c, &text));
+        if (strstr(text, "online 1 core"))
+            fail_msg("%s %s: partitions on:\n%s", flags[i][2], flags[i][3] ? flags[i][3] : "",
+                     text);
+        salus_free(text);
+        assert_sl_ok(salus_session_close(hp));
+        salus_disconnect(c);
+        assert_int_equal(sl_test_server_stop(&other), 0);
+    }
+}
+
 int main(void)
 {
     cpu_set_t set;
@@ -191,9 +247,13 @@ int main(void)
     const char *args[] = {"--policy", "priority", "--partitions", "1", NULL};
     sl_test_server_start(&server, args);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(start_and_status), cmocka_unit_test(change_while_training),
-        cmocka_unit_test(spill_beside_hp),  cmocka_unit_test(declared_need),
-        cmocka_unit_test(refused),          cmocka_unit_test(strict_when_asked),
+        cmocka_unit_test(start_and_status),
+        cmocka_unit_test(change_while_training),
+        cmocka_unit_test(spill_beside_hp),
+        cmocka_unit_test(declared_need),
+        cmocka_unit_test(refused),
+        cmocka_unit_test(strict_when_asked),
+        cmocka_unit_test(on_demand_by_default),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int status = sl_test_server_stop(&server);

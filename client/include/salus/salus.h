@@ -451,9 +451,10 @@ int salus_model_export_onnx(salus_model *m, const char *path);
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
  * (unknown policy). */
 int salus_set_policy(salus_client *c, const char *policy, int strict);
-/* Changes the compute partitions at run time: mode "off", "auto", "auto:N"
- * or "N" (units of the high-priority lanes' partition: SMs, cores; the
- * other lanes share the rest). Errors: SALUS_EINVAL (malformed, no room
+/* Changes the compute partitions at run time: mode "off", "demand" (auto
+ * while a high-priority job runs under the priority policy), "auto",
+ * "auto:N" or "N" (units of the high-priority lanes' partition: SMs,
+ * cores; the other lanes share the rest). Errors: SALUS_EINVAL (malformed, no room
  * left), SALUS_EUNSUPPORTED (the device has none), SALUS_EBUSY (the device
  * changes them only while no lane runs: retry). */
 int salus_set_partitions(salus_client *c, const char *mode);
