@@ -17,6 +17,7 @@
  *              that includes compute partitions on demand: while a
  *              high-priority job is joined, one core is its lanes' own
  *              and the others lend theirs to it)
+ *   no_part    every mechanism but compute partitions (--partitions off)
  *   part       compute partitions alone: one core for the high-priority
  *              lane, the rest for the others, low-priority iterations
  *              whole (--partitions 1 --no-stepwise)
@@ -43,14 +44,14 @@
  * the period the priority goal is stated at):
  *   BENCH priority p99_inflation=... p50_inflation=... lp_retained=...
  *         lp_sessions=2 period_us=P
- * and partitions with gap filling against gap filling without them (`all`)
- * at that period:
+ * and partitions with gap filling (part_gap) against every other mechanism
+ * without them (no_part) at that period:
  *   BENCH spatial_cpu p99_inflation=... lp_retained=... gap_p99_inflation=...
  *         gap_lp_retained=... part_p99_inflation=... part_lp_retained=...
  *         strict_p99_inflation=... strict_lp_retained=... rounds_won=W/N
  * (a phase left out by --phases prints 0 there; rounds_won: the rounds, of
  * every period, in which part_gap had both the lower hp p99 and the higher
- * lp throughput than `all` side by side).
+ * lp throughput than no_part side by side).
  *   priority --salusd PATH [--rounds 5] [--seconds 2]
  *            [--periods-us 2000,1000,5000] [--lp-jobs 2] [--spread-limit 0]
  *            [--phases all,part_gap,...] [--json FILE] */
@@ -218,19 +219,22 @@ enum {
     CONF_EXCLUSIVE,
     CONF_GAP_FILL,
     CONF_ALL,
+    CONF_NO_PART,
     CONF_PART,
     CONF_PART_GAP,
     CONF_PART_STRICT,
     N_CONF
 };
-static const char *const conf_name[N_CONF] = {"none", "placement", "exclusive", "gap_fill",
-                                              "all",  "part",      "part_gap",  "part_strict"};
+static const char *const conf_name[N_CONF] = {"none",     "placement", "exclusive",
+                                              "gap_fill", "all",       "no_part",
+                                              "part",     "part_gap",  "part_strict"};
 static const char *const conf_flags[N_CONF][6] = {
     {"--no-exclusive-lanes", "--no-stepwise", "--no-stream-classes", "--partitions", "off", NULL},
     {"--no-exclusive-lanes", "--no-stepwise", "--partitions", "off", NULL},
     {"--no-stepwise", "--no-stream-classes", "--partitions", "off", NULL},
     {"--no-exclusive-lanes", "--no-stream-classes", "--partitions", "off", NULL},
     {NULL},
+    {"--partitions", "off", NULL},
     {"--partitions", "1", "--no-stepwise", NULL},
     {"--partitions", "1", NULL},
     {"--partitions", "1", "--strict-partitions", NULL},
@@ -413,7 +417,7 @@ int main(int argc, char **argv)
             if (p == 0 && k == CONF_ALL)
                 head[0] = p99_inf, head[1] = p50_inf, head[2] = retained;
             int sk = k == CONF_PART_GAP      ? 0
-                     : k == CONF_ALL         ? 1
+                     : k == CONF_NO_PART     ? 1
                      : k == CONF_PART        ? 2
                      : k == CONF_PART_STRICT ? 3
                                              : -1;
@@ -432,10 +436,10 @@ int main(int argc, char **argv)
      * side (same period, same round: the same load on the machine), on p99
      * and on lp throughput both, over every period */
     int wins = 0, pairs = 0;
-    for (int p = 0; p < n_periods && conf_on[CONF_PART_GAP]; p++)
+    for (int p = 0; p < n_periods && conf_on[CONF_PART_GAP] && conf_on[CONF_NO_PART]; p++)
         for (int r = 0; r < rounds; r++, pairs++)
-            wins += mixed[p][CONF_PART_GAP][r].p99 <= mixed[p][CONF_ALL][r].p99 &&
-                    mixed[p][CONF_PART_GAP][r].lp_ips >= mixed[p][CONF_ALL][r].lp_ips;
+            wins += mixed[p][CONF_PART_GAP][r].p99 <= mixed[p][CONF_NO_PART][r].p99 &&
+                    mixed[p][CONF_PART_GAP][r].lp_ips >= mixed[p][CONF_NO_PART][r].lp_ips;
     printf("BENCH spatial_cpu p99_inflation=%.3f lp_retained=%.3f gap_p99_inflation=%.3f "
            "gap_lp_retained=%.3f part_p99_inflation=%.3f part_lp_retained=%.3f "
            "strict_p99_inflation=%.3f strict_lp_retained=%.3f rounds_won=%d/%d lp_sessions=%d "
