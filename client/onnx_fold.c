@@ -286,7 +286,7 @@ int sl_onnx_reshaped(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned xnd, con
                 if (at->n_ints > SL_MAX_DIMS)
                     return sl_onnx_fail(m, SL_EUNSUPPORTED, "too many axes");
                 na = at->n_ints;
-                memcpy(axes, at->ints, na * sizeof *axes);
+                sl_onnx_ints(axes, at, na);
             }
         }
         bool sq = !strcmp(op, "Squeeze");

@@ -110,6 +110,13 @@ salus_value sl_onnx_op(sl_onnx_imp *m, const char *type, unsigned n_in, const sa
 
 /* The node's attribute named name, or NULL. */
 const Onnx__AttributeProto *sl_onnx_attr(const Onnx__NodeProto *n, const char *name);
+/* Copies the first n of a's ints into dst; n 0 copies nothing (protobuf-c
+ * leaves an empty list's array NULL, which memcpy must not be given). */
+static inline void sl_onnx_ints(int64_t *dst, const Onnx__AttributeProto *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = a->ints[i];
+}
 /* Integer attribute or dflt. */
 int64_t sl_onnx_attr_i(const Onnx__NodeProto *n, const char *name, int64_t dflt);
 float sl_onnx_attr_f(const Onnx__NodeProto *n, const char *name, float dflt);

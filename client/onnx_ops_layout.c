@@ -25,7 +25,7 @@ static int reduce_mask(sl_onnx_imp *m, const Onnx__NodeProto *n, unsigned rank, 
         if (a->n_ints > SL_MAX_DIMS)
             return UNSUP("too many axes");
         na = a->n_ints;
-        memcpy(axes, a->ints, na * sizeof *axes);
+        sl_onnx_ints(axes, a, na);
     }
     if (na == 0 && sl_onnx_attr_i(n, "noop_with_empty_axes", 0))
         return UNSUP("noop_with_empty_axes");
@@ -191,10 +191,10 @@ int sl_onnx_map_slice(sl_onnx_imp *m, const Onnx__NodeProto *n)
             (a[2] && a[2]->n_ints != a[0]->n_ints))
             return UNSUP("bad starts/ends/axes");
         ns = ne = a[0]->n_ints;
-        memcpy(st, a[0]->ints, ns * sizeof *st);
-        memcpy(en, a[1]->ints, ns * sizeof *en);
+        sl_onnx_ints(st, a[0], ns);
+        sl_onnx_ints(en, a[1], ns);
         if (a[2])
-            memcpy(ax, a[2]->ints, ns * sizeof *ax), na = ns;
+            sl_onnx_ints(ax, a[2], ns), na = ns;
     } else {
         if (sl_onnx_known_attrs(m, n, sl_onnx_no_attrs) ||
             const_ints(m, sl_onnx_input(m, n, 1), "starts", st, &ns) ||
@@ -245,7 +245,7 @@ int sl_onnx_map_split(sl_onnx_imp *m, const Onnx__NodeProto *n)
     } else if (a) {
         if (a->n_ints != parts)
             return UNSUP("split of %zu lengths for %zu outputs", a->n_ints, parts);
-        memcpy(len, a->ints, parts * sizeof *len);
+        sl_onnx_ints(len, a, parts);
         nl = parts;
     }
     if (!nl) {
@@ -323,7 +323,7 @@ int sl_onnx_map_pad(sl_onnx_imp *m, const Onnx__NodeProto *n)
         if (!pa || pa->n_ints != 2u * s.ndim)
             return UNSUP("pads of the wrong length");
         np = pa->n_ints;
-        memcpy(pads, pa->ints, np * sizeof *pads);
+        sl_onnx_ints(pads, pa, np);
         value = sl_onnx_attr_f(n, "value", 0);
     } else {
         struct ent *pe = sl_onnx_input(m, n, 1), *ve = sl_onnx_input(m, n, 2);

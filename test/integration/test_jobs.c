@@ -26,7 +26,7 @@
 static int read_code(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    int v;
+    int v = 0;
     if (poll(&p, 1, 10000) != 1 || read(fd, &v, sizeof v) != (ssize_t) sizeof v)
         fail_msg("the nobody client did not answer");
     return v;
