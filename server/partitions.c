@@ -129,53 +129,8 @@ static int apply_sizes(sl_exec *ex, unsigned online)
     return ops->partition_resize(ex->dev, p->online, online);
 }
 
-static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units);
-
-/* What DEMAND mode wants now: partitions while a high-priority job is
- * joined under a policy that gives such jobs lanes of their own, and only
- * where the offline partition will lend its units to them (otherwise the
- * high-priority lanes would lose the units they reach without partitions). */
-static bool demand_wanted(const sl_exec *ex)
-{
-    return ex->gaps.n_hp > 0 && sl_exec_wants_exclusive(ex, 1) && ex->dev->ops->partition_lend &&
-           !ex->cfg->no_stream_classes && !ex->cfg->strict_partitions;
-}
-
-int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
-{
-    sl_exec_parts *p = &ex->parts;
-    if (mode != SL_PARTS_DEMAND) {
-        int rc = set_mode(ex, mode, units);
-        if (rc == SL_OK)
-            p->demand = false;
-        return rc;
-    }
-    const sl_device_ops *ops = ex->dev->ops;
-    if (!ops->partition_caps || ops->partition_caps(ex->dev, &p->caps) != SL_OK)
-        return SL_EUNSUPPORTED;
-    p->caps_ok = true;
-    bool was = p->demand;
-    p->demand = true;
-    int rc = set_mode(ex, demand_wanted(ex) ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
-    if (rc != SL_OK)
-        p->demand = was;
-    return rc;
-}
-
-void sl_exec_parts_follow(sl_exec *ex)
-{
-    sl_exec_parts *p = &ex->parts;
-    if (!p->demand)
-        return;
-    bool on = demand_wanted(ex);
-    if (on == (p->mode != SL_PARTS_OFF))
-        return;
-    int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
-    if (rc != SL_OK)
-        sl_log_warn("exe.parts", "cannot turn the partitions %s on demand: %s", on ? "on" : "off",
-                    sl_strerror(rc));
-}
-
+/* Puts mode (OFF, FIXED or AUTO) in force with the declared need units;
+ * errors as sl_exec_set_partitions. */
 static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
 {
     sl_exec_parts *p = &ex->parts;
@@ -263,6 +218,51 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     sl_parts_describe(p, line, sizeof line);
     sl_log_info("exe.parts", "compute partitions: %s", line);
     return SL_OK;
+}
+
+/* What DEMAND mode wants now: partitions while a high-priority job is
+ * joined under a policy that gives such jobs lanes of their own, and only
+ * where the offline partition will lend its units to them (otherwise the
+ * high-priority lanes would lose the units they reach without partitions). */
+static bool demand_wanted(const sl_exec *ex)
+{
+    return ex->gaps.n_hp > 0 && sl_exec_wants_exclusive(ex, 1) && ex->dev->ops->partition_lend &&
+           !ex->cfg->no_stream_classes && !ex->cfg->strict_partitions;
+}
+
+int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (mode != SL_PARTS_DEMAND) {
+        int rc = set_mode(ex, mode, units);
+        if (rc == SL_OK)
+            p->demand = false;
+        return rc;
+    }
+    const sl_device_ops *ops = ex->dev->ops;
+    if (!ops->partition_caps || ops->partition_caps(ex->dev, &p->caps) != SL_OK)
+        return SL_EUNSUPPORTED;
+    p->caps_ok = true;
+    bool was = p->demand;
+    p->demand = true;
+    int rc = set_mode(ex, demand_wanted(ex) ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
+    if (rc != SL_OK)
+        p->demand = was;
+    return rc;
+}
+
+void sl_exec_parts_follow(sl_exec *ex)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (!p->demand)
+        return;
+    bool on = demand_wanted(ex);
+    if (on == (p->mode != SL_PARTS_OFF))
+        return;
+    int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
+    if (rc != SL_OK)
+        sl_log_warn("exe.parts", "cannot turn the partitions %s on demand: %s", on ? "on" : "off",
+                    sl_strerror(rc));
 }
 
 void sl_exec_parts_bind(sl_exec *ex, sl_stream *s, bool high_priority)

@@ -27,7 +27,6 @@
 #include "sl_alloc.h"
 #include "sl_log.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -45,11 +44,12 @@
 #define cpu_relax() ((void) 0)
 #endif
 
-/* How long an idle helper spins before it sleeps: longer than the gaps
- * between the ops of one iteration (microseconds: the stream's queue holds
- * them), shorter than a client's round trip between iterations (above 100
- * microseconds through ipc://, bench/rtt), so a team costs no core while
- * its stream waits for a client. */
+/* How long an idle helper spins before it sleeps. Waking a sleeping one
+ * costs about 100 microseconds on this VM; a training client's turnaround
+ * between two iterations (reply, next batch, request) took 190-275
+ * microseconds through ipc:// (salusctl trace of bench/train_vs_torch's
+ * MLP). Spinning past that keeps the team awake from one iteration to the
+ * next; a stream idle for longer costs at most this much of one core. */
 #define SPIN_NS 500000
 
 /* At most this many helpers per team: more parts than that run on the
@@ -71,6 +71,7 @@ typedef struct team {
     atomic_bool stop;    /* set once, when the owning thread ends */
     atomic_int in_op;    /* 1 while the owning thread runs an op */
     int n;               /* helpers started */
+    bool start_failed;   /* a helper could not be started: no more tries */
     pthread_t helper[MAX_HELPERS];
 } team;
 
@@ -187,10 +188,12 @@ static team *team_get(int helpers)
     }
     if (helpers > MAX_HELPERS)
         helpers = MAX_HELPERS;
-    while (t->n < helpers) {
+    while (t->n < helpers && !t->start_failed) {
         int rc = pthread_create(&t->helper[t->n], NULL, helper_main, t);
         if (rc != 0) {
-            sl_log_warn("cpu.team", "cannot start a helper thread: %s", strerror(rc));
+            sl_log_warn("cpu.team", "cannot start a helper thread: %s; %d are all this team gets",
+                        strerror(rc), t->n);
+            t->start_failed = true;
             break;
         }
         char name[16];
@@ -203,9 +206,8 @@ static team *team_get(int helpers)
 
 void sl_cpu_parallel(int parts, sl_cpu_part_fn fn, void *arg)
 {
-    if (parts > 0xffff)
-        parts = 0xffff;
-    team *t = parts > 1 ? team_get(parts - 1) : NULL;
+    /* a ticket counts parts in 16 bits */
+    team *t = parts > 1 && parts <= 0xffff ? team_get(parts - 1) : NULL;
     if (!t) {
         for (int p = 0; p < parts; p++)
             fn(arg, p, parts);
