@@ -170,7 +170,9 @@ typedef struct sl_cuda_green {
     bool ready;         /* entry points found, driver new enough, SM resource read */
     int ordinal;        /* the CUDA device */
     int driver_version; /* cudaDriverGetVersion's */
-    unsigned sm_count, min_sms, align;
+    unsigned sm_count;  /* SMs in whole groups: what partitions can have */
+    void *groups;       /* CUdevResource[n_groups]: init's one split of the device */
+    unsigned n_groups, group_sms;
     char note[96];        /* how partitions work here, or why they do not */
     pthread_mutex_t lock; /* guards parts and every partition's streams */
     bool lock_ready;

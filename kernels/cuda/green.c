@@ -2,16 +2,17 @@
  * streams bound to it created inside it (cuGreenCtxStreamCreate), their
  * cuBLAS and cuDNN handles moved onto those streams.
  *
- * Layout. Green contexts are disjoint only when their SM groups come from
- * one chain of splits: each partition's group is split off what the
- * partitions before it left (cuDevSmResourceSplitByCount with one group
- * and a `remaining` set), in creation order. Changing one partition
- * therefore re-splits it and every later one, and re-creates their
- * contexts and streams; the earlier ones keep theirs. The driver rounds
- * every group up to minSmPartitionSize and to a multiple of
- * smCoscheduledAlignment (8 and 8 SMs on Hopper), which partition_caps
- * reports and create/resize apply before asking, so the accounting here
- * matches what the driver hands out.
+ * Layout. The driver splits an SM resource once: the groups of one split
+ * may be combined into one context's descriptor, but what a split leaves
+ * over cannot be split again before a context is made of it (CUDA_ERROR_
+ * INVALID_RESOURCE_CONFIGURATION, seen on an H100 with driver 13.0). So
+ * init splits the device once into equal groups of the smallest size the
+ * driver allows (minSmPartitionSize rounded up to smCoscheduledAlignment,
+ * 8 SMs on Hopper) and keeps them; a partition is a run of consecutive
+ * groups, partitions in creation order. Changing one partition moves the
+ * runs of every later one, whose contexts (and streams) are re-created;
+ * the earlier ones keep theirs. The SMs past the last whole group (4 of an
+ * H100's 132) belong to no partition; partition_caps counts only groups.
  *
  * Isolation. Kernels of the primary context are not kept off a green
  * context's SMs, so a stream left unbound competes with every partition:
@@ -116,16 +117,37 @@ void sl_cuda_green_init(sl_cuda_green *g, int ordinal)
         snprintf(g->note, sizeof g->note, "none: SM resource unreadable (priority streams)");
         return;
     }
-    g->sm_count = sm.sm.smCount;
-    g->min_sms = sm.sm.minSmPartitionSize ? sm.sm.minSmPartitionSize : 1;
-    g->align = sm.sm.smCoscheduledAlignment ? sm.sm.smCoscheduledAlignment : 1;
+    unsigned align = sm.sm.smCoscheduledAlignment ? sm.sm.smCoscheduledAlignment : 1;
+    unsigned least = sm.sm.minSmPartitionSize > align ? sm.sm.minSmPartitionSize : align;
+    least = (least + align - 1) / align * align;
+    unsigned n = sm.sm.smCount / least;
+    CUdevResource *groups = n >= 2 ? sl_calloc(n, sizeof *groups) : NULL;
+    if (!groups) {
+        snprintf(g->note, sizeof g->note,
+                 "none: %u SMs make fewer than two groups of %u (priority streams)", sm.sm.smCount,
+                 least);
+        return;
+    }
+    if (drv(((fn_split) g->fn[FN_SPLIT])(groups, &n, &sm, NULL, 0, least),
+            "cuDevSmResourceSplitByCount") != SL_OK ||
+        n < 2) {
+        sl_free(groups);
+        snprintf(g->note, sizeof g->note, "none: the SMs could not be split (priority streams)");
+        return;
+    }
+    g->groups = groups;
+    g->n_groups = n;
+    g->group_sms = groups[0].sm.smCount;
+    g->sm_count = n * g->group_sms;
     if (pthread_mutex_init(&g->lock, NULL) != 0) {
+        sl_free(g->groups);
+        g->groups = NULL;
         snprintf(g->note, sizeof g->note, "none: out of memory");
         return;
     }
     g->lock_ready = true;
-    snprintf(g->note, sizeof g->note, "green contexts (driver %d.%d)", g->driver_version / 1000,
-             g->driver_version % 1000 / 10);
+    snprintf(g->note, sizeof g->note, "green contexts (driver %d.%d, %u groups of %u SMs)",
+             g->driver_version / 1000, g->driver_version % 1000 / 10, g->n_groups, g->group_sms);
     g->ready = true;
 }
 
@@ -136,6 +158,8 @@ void sl_cuda_green_fini(sl_cuda_green *g)
     if (g->lock_ready)
         pthread_mutex_destroy(&g->lock);
     g->lock_ready = false;
+    sl_free(g->groups);
+    g->groups = NULL;
     g->ready = false;
 }
 
@@ -148,18 +172,15 @@ int sl_cuda_partition_caps(sl_device *dev, sl_partition_caps *caps)
     if (!g->ready)
         return SL_EUNSUPPORTED;
     caps->units = g->sm_count;
-    caps->min_units = g->min_sms;
-    caps->align = g->align;
+    caps->min_units = g->group_sms;
+    caps->align = g->group_sms;
     return SL_OK;
 }
 
-/* units rounded as the driver rounds a split: at least the minimum, a
- * multiple of the alignment. */
+/* units rounded up to whole groups. */
 static unsigned round_units(const sl_cuda_green *g, unsigned units)
 {
-    if (units < g->min_sms)
-        units = g->min_sms;
-    return (units + g->align - 1) / g->align * g->align;
+    return (units + g->group_sms - 1) / g->group_sms * g->group_sms;
 }
 
 static unsigned sum_units(const sl_cuda_green *g, const sl_partition *skip)
@@ -183,34 +204,29 @@ static int rebind_stream(sl_device *dev, sl_cuda_green *g, sl_stream *s, CUgreen
     return sl_cuda_stream_swap(dev, s, (cudaStream_t) fresh);
 }
 
-/* Splits the device again from the first partition on, re-creating the
- * contexts (and streams) of `from` and every partition after it. Under
- * g->lock. On error the partitions from `from` on may be left without a
- * context: their streams keep their old ones (still valid, as the old
- * contexts are destroyed only once nothing uses them). */
+/* Gives every partition from `from` on the context of its run of groups,
+ * re-created with its streams. Under g->lock. On error the partitions from
+ * `from` on may be left on their old contexts: their streams keep them
+ * (still valid, as the old contexts are destroyed only once nothing uses
+ * them). */
 static int relayout(sl_device *dev, sl_cuda_green *g, const sl_partition *from)
 {
     CUdevice cudev;
-    CUdevResource left;
     int rc = drv(((fn_get_device) g->fn[FN_GET_DEVICE])(&cudev, g->ordinal), "cuDeviceGet");
-    if (rc == SL_OK)
-        rc = drv(((fn_get_resource) g->fn[FN_GET_RESOURCE])(cudev, &left, CU_DEV_RESOURCE_TYPE_SM),
-                 "cuDeviceGetDevResource");
+    CUdevResource *groups = g->groups;
+    unsigned first = 0; /* the partition's first group */
     bool rebuilding = false;
     for (sl_partition *p = g->parts; p && rc == SL_OK; p = p->next) {
-        CUdevResource group, rest;
-        unsigned n = 1;
-        rc = drv(((fn_split) g->fn[FN_SPLIT])(&group, &n, &left, &rest, 0, p->units),
-                 "cuDevSmResourceSplitByCount");
-        if (rc != SL_OK)
-            break;
-        left = rest;
+        unsigned n = p->units / g->group_sms;
         rebuilding = rebuilding || p == from;
-        if (!rebuilding)
+        if (!rebuilding) {
+            first += n;
             continue;
+        }
         CUdevResourceDesc desc;
         CUgreenCtx ctx;
-        rc = drv(((fn_gen_desc) g->fn[FN_GEN_DESC])(&desc, &group, 1), "cuDevResourceGenerateDesc");
+        rc = drv(((fn_gen_desc) g->fn[FN_GEN_DESC])(&desc, groups + first, n),
+                 "cuDevResourceGenerateDesc");
         if (rc == SL_OK)
             rc = drv(((fn_ctx_create) g->fn[FN_CTX_CREATE])(&ctx, desc, cudev,
                                                             CU_GREEN_CTX_DEFAULT_STREAM),
@@ -226,7 +242,8 @@ static int relayout(sl_device *dev, sl_cuda_green *g, const sl_partition *from)
         if (p->ctx)
             (void) drv(((fn_ctx_destroy) g->fn[FN_CTX_DESTROY])(p->ctx), "cuGreenCtxDestroy");
         p->ctx = ctx;
-        p->sms = group.sm.smCount;
+        p->sms = n * g->group_sms;
+        first += n;
     }
     return rc;
 }
