@@ -109,6 +109,12 @@ void sl_cuda_exec_fini(sl_cuda_exec *x);
 /* Enqueues the move of the device flag into the host word (see
  * sl_cuda_exec.flag_dev). Returns the launch status. Never waits. */
 int sl_cuda_exec_collect_flag(sl_cuda_exec *x);
+/* The same into another mapped word (its device address), e.g. one per
+ * host callback, read with sl_cuda_flag_take. */
+int sl_cuda_exec_collect_flag_into(sl_cuda_exec *x, int *mapped);
+/* Reads and clears a mapped flag word (host address): SL_OK, or SL_EINVAL
+ * (logged) when a kernel raised an error. Makes no CUDA call. */
+int sl_cuda_flag_take(int *word);
 
 /* Reads and clears the host word: SL_OK if no kernel raised an error before
  * the last collect that has run, SL_EINVAL (logged) otherwise. Meaningful

@@ -19,20 +19,27 @@
  * and clears it (exec.c). cuBLAS, cuDNN and copies after the failure still
  * run, on void data: their results are void with the error.
  *
- * Host callbacks. CUDA forbids CUDA calls inside a cudaLaunchHostFunc
- * function, but salus callbacks may submit work. So the host function only
- * hands the callback to the device's dispatcher thread, which runs it.
+ * Host callbacks. A callback is an event recorded on the stream; the
+ * device's dispatcher thread polls the oldest pending event of every stream
+ * and runs the callbacks whose events have completed, in each stream's
+ * order. It polls without sleeping for SPIN_NS after anything was submitted
+ * or completed, then naps NAP_NS between polls until a submission wakes it:
+ * a short step is seen done within a microsecond or two, a long one costs
+ * one event query per stream every NAP_NS. cudaLaunchHostFunc, the obvious
+ * tool, was measured on an H200 at twice the round trip of a synchronize
+ * for a small step (74 against 35 us, bench/device_rtt): its function runs
+ * on a CUDA thread that wakes late, must hand the callback to a thread
+ * allowed to call CUDA, and holds the stream until it returns.
  *
  * Device loss and reset (device.h error classes). A context fault
  * (SL_EDEVICERESET: illegal address, launch failure, ECC; see status.c)
- * means CUDA runs none of the host functions still pending, yet the contract
- * promises every callback runs. So each launched callback is kept on the
- * device's pending list until CUDA calls it back; when a fault is seen (a
- * submission or synchronisation reports it, or the dispatcher's watchdog,
- * which probes the context while callbacks are overdue, finds it), the device
- * is marked lost and every pending callback is handed to the dispatcher with
- * SL_EDEVICERESET; later callbacks go straight to it. The nodes CUDA may
- * still hold are kept until the reset. reset() is cudaDeviceReset: it
+ * leaves events that never complete, yet the contract promises every
+ * callback runs. So each callback is kept on the device's pending list until
+ * its event completes; when a fault is seen (a submission or synchronisation
+ * reports it, or the dispatcher's event query does), the device is marked
+ * lost and every pending callback is handed to the dispatcher with
+ * SL_EDEVICERESET; later callbacks go straight to it. reset() is
+ * cudaDeviceReset: it
  * destroys every allocation and stream, which is why the contract has the
  * caller destroy and free them first, then opens a fresh primary context
  * and probes it. CUDA documents its sticky errors as leaving the process in
@@ -60,20 +67,30 @@
 #include <time.h>
 
 struct cb_node {
-    struct cb_node *next;
-    struct cb_node *pend_prev, *pend_next; /* in cuda_dev.pending while CUDA holds it */
-    struct cuda_dev *dev;
+    struct cb_node *next;                  /* dispatcher queue, or the free list */
+    struct cb_node *pend_prev, *pend_next; /* in cuda_dev.pending until its event completes */
+    struct cb_node *s_prev, *s_next;       /* in its stream's queue, in submission order */
     sl_stream *stream;
     sl_host_fn fn;
     void *arg;
     int status;
-    bool pending;   /* launched with cudaLaunchHostFunc, not yet called back */
-    bool abandoned; /* handed to the dispatcher by a device loss: CUDA may still hold it */
+    bool pending;
+    cudaEvent_t ev;          /* recorded after the work the callback follows */
+    int *flag, *flag_mapped; /* the stream's device flag as of the event (host, device address) */
+    unsigned ev_gen;         /* the cuda_dev.gen ev and flag were made in (a reset destroys both) */
 };
 
-/* How often the dispatcher probes the context while callbacks are pending
- * (a fault that no later call reports would otherwise go unseen). */
-#define WATCHDOG_MS 200
+/* A stream's oldest pending callback, and its status once its event completed. */
+struct poll_slot {
+    struct cb_node *n;
+    int status;
+    bool done;
+};
+
+/* The dispatcher polls pending events without sleeping for SPIN_NS after
+ * the last submission or completion, then sleeps NAP_NS between polls. */
+#define SPIN_NS 200000L
+#define NAP_NS 50000L
 
 struct cuda_dev {
     int ordinal;
@@ -81,14 +98,18 @@ struct cuda_dev {
     bool cb_ready;                 /* lock and condvars initialised */
     bool cb_thread_running;
     pthread_mutex_t cb_lock;   /* guards the queue, cb_stop and every stream's cb counters */
-    pthread_cond_t cb_work_cv; /* dispatcher: callbacks arrived or stopping */
+    pthread_cond_t cb_work_cv; /* dispatcher: callbacks submitted or ready, or stopping */
     pthread_cond_t cb_done_cv; /* synchronize: a callback finished */
     struct cb_node *cb_head, *cb_tail;
     bool cb_stop;
     pthread_t cb_thread;
-    struct cb_node *pending; /* callbacks CUDA has not called back yet */
-    struct cb_node *zombies; /* abandoned nodes, freed by reset or close */
-    bool lost;               /* a context fault: see the header comment */
+    struct cb_node *pending;    /* callbacks whose events have not completed */
+    struct cb_node *free_nodes; /* spare nodes, with their events */
+    struct poll_slot *polled;   /* the dispatcher's: stream heads of one poll */
+    size_t polled_cap;
+    bool napping; /* the dispatcher sleeps: a submission signals it */
+    unsigned gen; /* resets so far: events of an older one are gone */
+    bool lost;    /* a context fault: see the header comment */
     /* host memory pinned for copies (host_register), pinned again after a
      * reset (which drops every registration); reg_lock serialises pinning,
      * never taken with cb_lock */
@@ -108,10 +129,11 @@ struct sl_stream {
     cudaStream_t stream;
     pthread_mutex_t launch_lock; /* guards exec: handles, workspace, plan caches */
     sl_cuda_exec exec;
-    atomic_int sticky;              /* first error since the last callback */
-    uint64_t cb_submitted, cb_done; /* under cuda_dev.cb_lock */
-    int cuda_prio;                  /* CUDA priority, as created */
-    sl_partition *part;             /* green.c's: the partition it runs in */
+    atomic_int sticky;                     /* first error since the last callback */
+    uint64_t cb_submitted, cb_done;        /* under cuda_dev.cb_lock */
+    struct cb_node *pend_head, *pend_tail; /* its pending callbacks, under cb_lock */
+    int cuda_prio;                         /* CUDA priority, as created */
+    sl_partition *part;                    /* green.c's: the partition it runs in */
 };
 
 /* ---- callback dispatch ---- */
@@ -136,6 +158,14 @@ static void pending_add(struct cuda_dev *d, struct cb_node *n)
     if (d->pending)
         d->pending->pend_prev = n;
     d->pending = n;
+    sl_stream *s = n->stream;
+    n->s_next = NULL;
+    n->s_prev = s->pend_tail;
+    if (s->pend_tail)
+        s->pend_tail->s_next = n;
+    else
+        s->pend_head = n;
+    s->pend_tail = n;
 }
 
 static void pending_remove(struct cuda_dev *d, struct cb_node *n)
@@ -146,7 +176,75 @@ static void pending_remove(struct cuda_dev *d, struct cb_node *n)
         d->pending = n->pend_next;
     if (n->pend_next)
         n->pend_next->pend_prev = n->pend_prev;
+    sl_stream *s = n->stream;
+    if (n->s_prev)
+        n->s_prev->s_next = n->s_next;
+    else
+        s->pend_head = n->s_next;
+    if (n->s_next)
+        n->s_next->s_prev = n->s_prev;
+    else
+        s->pend_tail = n->s_prev;
     n->pending = false;
+}
+
+/* A node for a callback, with an event of the current context when the
+ * device is not lost. cb_lock not held. */
+static struct cb_node *node_get(struct cuda_dev *d)
+{
+    pthread_mutex_lock(&d->cb_lock);
+    struct cb_node *n = d->free_nodes;
+    if (n)
+        d->free_nodes = n->next;
+    unsigned gen = d->gen;
+    bool lost = d->lost;
+    pthread_mutex_unlock(&d->cb_lock);
+    if (!n && !(n = sl_calloc(1, sizeof *n)))
+        return NULL;
+    if (!lost && (!n->ev || n->ev_gen != gen)) {
+        void *host = NULL, *mapped = NULL;
+        n->ev = NULL;
+        if (cudaEventCreateWithFlags(&n->ev, cudaEventDisableTiming) != cudaSuccess ||
+            cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable) !=
+                cudaSuccess ||
+            cudaHostGetDevicePointer(&mapped, host, 0) != cudaSuccess) {
+            if (n->ev)
+                (void) cudaEventDestroy(n->ev);
+            if (host)
+                (void) cudaFreeHost(host);
+            sl_free(n);
+            return NULL;
+        }
+        n->flag = host;
+        *n->flag = 0;
+        n->flag_mapped = mapped;
+        n->ev_gen = gen;
+    }
+    return n;
+}
+
+/* Keeps a finished node for the next callback. cb_lock held. */
+static void node_put(struct cuda_dev *d, struct cb_node *n)
+{
+    if (n->ev && n->ev_gen != d->gen)
+        n->ev = NULL, n->flag = n->flag_mapped = NULL; /* destroyed by the reset */
+    n->next = d->free_nodes;
+    d->free_nodes = n;
+}
+
+/* Frees the spare nodes; their events too when `destroy` (else a reset
+ * already destroyed them). cb_lock held or the dispatcher stopped. */
+static void nodes_free(struct cuda_dev *d, bool destroy)
+{
+    for (struct cb_node *n = d->free_nodes, *next; n; n = next) {
+        next = n->next;
+        if (destroy && n->ev && n->ev_gen == d->gen) {
+            (void) cudaEventDestroy(n->ev);
+            (void) cudaFreeHost(n->flag);
+        }
+        sl_free(n);
+    }
+    d->free_nodes = NULL;
 }
 
 /* The context faulted: every pending callback runs now, with the fault. */
@@ -160,92 +258,127 @@ static void mark_lost(struct cuda_dev *d)
     while (d->pending) {
         struct cb_node *n = d->pending;
         pending_remove(d, n);
-        n->abandoned = true;
         n->status = SL_EDEVICERESET;
         dispatch_locked(d, n);
     }
     pthread_mutex_unlock(&d->cb_lock);
 }
 
-/* Whether the context has faulted, asked from the dispatcher thread. A query
- * of the legacy stream (which salus never uses) never waits, and returns the
- * context's sticky error once there is one. */
-static bool context_faulted(const struct cuda_dev *d)
+static uint64_t now_ns(void)
 {
-    if (cudaSetDevice(d->ordinal) != cudaSuccess)
-        return false;
-    cudaError_t e = cudaStreamQuery(0);
-    if (e == cudaSuccess || e == cudaErrorNotReady)
-        return false;
-    return SL_CUDA_RT("cuda.watchdog", e) == SL_EDEVICERESET;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
+}
+
+/* Polls the event of every stream's oldest pending callback, queues those
+ * that completed (their kernels' device flag collected), and reports
+ * whether any did. cb_lock held; dropped while CUDA is asked. A node cannot
+ * be freed meanwhile: only this thread runs and frees dispatched nodes. */
+static bool poll_events(struct cuda_dev *d)
+{
+    size_t n = 0;
+    for (struct cb_node *c = d->pending; c; c = c->pend_next) {
+        if (c->s_prev)
+            continue; /* not its stream's oldest */
+        if (n == d->polled_cap) {
+            size_t cap = n ? 2 * n : 16;
+            struct poll_slot *grown = sl_reallocarray(d->polled, cap, sizeof *grown);
+            if (!grown)
+                break; /* the rest wait for the next poll */
+            d->polled = grown;
+            d->polled_cap = cap;
+        }
+        d->polled[n++] = (struct poll_slot){.n = c};
+    }
+    pthread_mutex_unlock(&d->cb_lock);
+    bool faulted = false;
+    for (size_t i = 0; i < n; i++) {
+        struct poll_slot *p = &d->polled[i];
+        cudaError_t e = cudaEventQuery(p->n->ev);
+        if (e == cudaErrorNotReady)
+            continue;
+        p->done = true;
+        p->status = e == cudaSuccess ? SL_OK : SL_CUDA_RT("cuda.callback", e);
+        if (p->status == SL_EDEVICERESET)
+            faulted = true;
+        int flag = sl_cuda_flag_take(p->n->flag);
+        if (p->status == SL_OK)
+            p->status = flag;
+    }
+    if (faulted)
+        mark_lost(d); /* every pending callback, these too, runs with the fault */
+    pthread_mutex_lock(&d->cb_lock);
+    bool progress = faulted;
+    for (size_t i = 0; i < n; i++) {
+        struct poll_slot *p = &d->polled[i];
+        if (p->done && p->n->pending) { /* not taken by a loss meanwhile */
+            pending_remove(d, p->n);
+            if (p->n->status == SL_OK)
+                p->n->status = p->status;
+            dispatch_locked(d, p->n);
+            progress = true;
+        }
+    }
+    return progress;
 }
 
 static void *dispatcher_main(void *arg)
 {
     struct cuda_dev *d = arg;
+    if (cudaSetDevice(d->ordinal) != cudaSuccess)
+        sl_log_err("cuda.callback", "cuda:%d: the dispatcher cannot select the device", d->ordinal);
+    uint64_t busy = now_ns(); /* the last submission or completion */
     pthread_mutex_lock(&d->cb_lock);
     for (;;) {
-        while (!d->cb_head && !d->cb_stop) {
-            if (!d->pending || d->lost) {
-                pthread_cond_wait(&d->cb_work_cv, &d->cb_lock);
-                continue;
-            }
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += WATCHDOG_MS * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
-            if (pthread_cond_timedwait(&d->cb_work_cv, &d->cb_lock, &until) != ETIMEDOUT ||
-                !d->pending || d->lost)
-                continue;
-            pthread_mutex_unlock(&d->cb_lock);
-            if (context_faulted(d))
-                mark_lost(d);
-            pthread_mutex_lock(&d->cb_lock);
-        }
         struct cb_node *n = d->cb_head;
-        if (!n)
-            break;
-        d->cb_head = n->next;
-        if (!d->cb_head)
-            d->cb_tail = NULL;
-        pthread_mutex_unlock(&d->cb_lock);
-        n->fn(n->arg, n->status);
-        pthread_mutex_lock(&d->cb_lock);
-        n->stream->cb_done++;
-        pthread_cond_broadcast(&d->cb_done_cv);
-        if (n->abandoned) {
-            n->next = d->zombies; /* CUDA may still call it back: keep it */
-            d->zombies = n;
-        } else {
-            sl_free(n);
+        if (n) {
+            d->cb_head = n->next;
+            if (!d->cb_head)
+                d->cb_tail = NULL;
+            pthread_mutex_unlock(&d->cb_lock);
+            n->fn(n->arg, n->status);
+            pthread_mutex_lock(&d->cb_lock);
+            n->stream->cb_done++;
+            pthread_cond_broadcast(&d->cb_done_cv);
+            node_put(d, n);
+            busy = now_ns();
+            continue;
         }
+        if (d->cb_stop)
+            break;
+        if (!d->pending || d->lost) {
+            d->napping = true;
+            pthread_cond_wait(&d->cb_work_cv, &d->cb_lock);
+            d->napping = false;
+            busy = now_ns();
+            continue;
+        }
+        if (poll_events(d)) {
+            busy = now_ns();
+            continue;
+        }
+        uint64_t t = now_ns();
+        if (t - busy < SPIN_NS) {
+            pthread_mutex_unlock(&d->cb_lock);
+            sched_yield();
+            pthread_mutex_lock(&d->cb_lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += NAP_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        d->napping = true;
+        if (pthread_cond_timedwait(&d->cb_work_cv, &d->cb_lock, &until) != ETIMEDOUT)
+            busy = now_ns(); /* woken by a submission */
+        d->napping = false;
     }
     pthread_mutex_unlock(&d->cb_lock);
     return NULL;
-}
-
-/* Runs on a CUDA-internal thread once the work before it has finished: no
- * CUDA calls allowed, only the device flag word and the hand-off. */
-static void CUDART_CB host_fn_trampoline(void *p)
-{
-    struct cb_node *n = p;
-    struct cuda_dev *d = n->dev;
-    pthread_mutex_lock(&d->cb_lock);
-    bool abandoned = n->abandoned; /* a device loss ran it already */
-    if (!abandoned)
-        pending_remove(d, n);
-    pthread_mutex_unlock(&d->cb_lock);
-    if (abandoned)
-        return;
-    int flag = sl_cuda_exec_take_flag(&n->stream->exec);
-    if (n->status == SL_OK)
-        n->status = flag;
-    pthread_mutex_lock(&d->cb_lock);
-    dispatch_locked(d, n);
-    pthread_mutex_unlock(&d->cb_lock);
 }
 
 /* ---- open / close / memory ---- */
@@ -327,11 +460,12 @@ static void cuda_close(sl_device *dev)
         pthread_join(d->cb_thread, NULL);
         d->cb_thread_running = false;
     }
-    for (struct cb_node *n = d->zombies, *next; n; n = next) {
-        next = n->next;
-        sl_free(n);
+    if (d->cb_ready) {
+        bool live = !d->lost && use_device(d) == SL_OK;
+        nodes_free(d, live);
     }
-    d->zombies = NULL;
+    sl_free(d->polled);
+    d->polled = NULL;
     if (d->reg_ready) {
         for (struct host_reg *r = d->regs, *next; r; r = next) {
             next = r->next;
@@ -573,45 +707,48 @@ static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void 
     struct cuda_dev *d = dev->priv;
     if (!fn)
         return SL_EINVAL;
-    struct cb_node *n = sl_malloc(sizeof *n);
+    int rc = use_device(d);
+    struct cb_node *n = node_get(d);
     if (!n)
         return SL_ENOMEM;
-    *n = (struct cb_node){.dev = d, .stream = s, .fn = fn, .arg = arg};
+    /* the flag of the work before the callback, into the callback's own
+     * word: work after it may raise the stream's flag before a poll */
+    if (rc == SL_OK && n->ev)
+        rc = sl_cuda_exec_collect_flag_into(&s->exec, n->flag_mapped);
+    if (rc == SL_EDEVICERESET)
+        mark_lost(d);
+    n->stream = s, n->fn = fn, n->arg = arg;
     n->status = atomic_exchange(&s->sticky, SL_OK); /* the callback takes the error */
 
     pthread_mutex_lock(&d->cb_lock);
     s->cb_submitted++;
-    if (d->lost) { /* CUDA would never call it back: run it with the fault */
+    if (!d->lost && rc == SL_OK && n->ev) {
+        /* recorded under the lock: the stream's queue is in recording order */
+        rc = SL_CUDA_RT("cuda.callback", cudaEventRecord(n->ev, s->stream));
+        if (rc == SL_OK) {
+            pending_add(d, n);
+            if (d->napping)
+                pthread_cond_signal(&d->cb_work_cv);
+            pthread_mutex_unlock(&d->cb_lock);
+            return SL_OK;
+        }
+    }
+    if (d->lost || rc == SL_EDEVICERESET || rc == SL_OK) {
+        /* no event will complete: run it with the fault */
         n->status = SL_EDEVICERESET;
         dispatch_locked(d, n);
         pthread_mutex_unlock(&d->cb_lock);
+        if (rc == SL_EDEVICERESET)
+            mark_lost(d);
         return SL_OK;
     }
-    pending_add(d, n); /* before the launch: the trampoline may run at once */
+    /* fn will never run: give the error back to the stream */
+    s->cb_submitted--;
+    int taken = n->status;
+    node_put(d, n);
     pthread_mutex_unlock(&d->cb_lock);
-    int rc = use_device(d);
-    if (rc == SL_OK)
-        rc = sl_cuda_exec_collect_flag(&s->exec);
-    if (rc == SL_OK)
-        rc = SL_CUDA_RT("cuda.callback", cudaLaunchHostFunc(s->stream, host_fn_trampoline, n));
-    if (rc == SL_EDEVICERESET) {
-        mark_lost(d); /* which hands n to the dispatcher */
-        return SL_OK;
-    }
-    if (rc != SL_OK) { /* fn will never run: give the error back to the stream */
-        pthread_mutex_lock(&d->cb_lock);
-        bool taken = n->abandoned; /* a loss seen by another thread took it */
-        if (!taken) {
-            pending_remove(d, n);
-            s->cb_submitted--;
-        }
-        pthread_mutex_unlock(&d->cb_lock);
-        if (taken)
-            return SL_OK;
-        if (n->status != SL_OK)
-            set_sticky(d, s, n->status);
-        sl_free(n);
-    }
+    if (taken != SL_OK)
+        set_sticky(d, s, taken);
     return rc;
 }
 
@@ -639,15 +776,11 @@ static int cuda_reset(sl_device *dev)
     if (rc == SL_OK)
         rc = SL_CUDA_RT("cuda.reset", cudaFree(NULL)); /* creates the context now */
     pthread_mutex_lock(&d->cb_lock);
-    struct cb_node *zombies = d->zombies; /* CUDA dropped every host function */
-    d->zombies = NULL;
+    d->gen++; /* the reset destroyed every event */
+    nodes_free(d, false);
     if (rc == SL_OK)
         d->lost = false;
     pthread_mutex_unlock(&d->cb_lock);
-    for (struct cb_node *n = zombies, *next; n; n = next) {
-        next = n->next;
-        sl_free(n);
-    }
     if (rc != SL_OK) {
         sl_log_err("cuda.reset", "cuda:%d could not be reset: %s", d->ordinal, sl_strerror(rc));
         return SL_ENODEV;

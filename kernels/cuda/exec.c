@@ -127,9 +127,12 @@ int sl_cuda_exec_set_stream(sl_cuda_exec *x, cudaStream_t stream)
 
 int sl_cuda_exec_take_flag(sl_cuda_exec *x)
 {
-    if (!x->flag_host)
-        return SL_OK;
-    int flag = __atomic_exchange_n(x->flag_host, 0, __ATOMIC_ACQ_REL);
+    return x->flag_host ? sl_cuda_flag_take(x->flag_host) : SL_OK;
+}
+
+int sl_cuda_flag_take(int *word)
+{
+    int flag = __atomic_exchange_n(word, 0, __ATOMIC_ACQ_REL);
     switch (flag) {
     case 0:
         return SL_OK;

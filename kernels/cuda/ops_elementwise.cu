@@ -256,11 +256,16 @@ static void launch_bias_add(const sl_cuda_exec *x, float *y, const float *in, co
                                                           (I) channels, x->flag_dev);
 }
 
-extern "C" int sl_cuda_exec_collect_flag(sl_cuda_exec *x)
+extern "C" int sl_cuda_exec_collect_flag_into(sl_cuda_exec *x, int *mapped)
 {
     (void) cudaGetLastError(); /* see sl_cuda_run */
-    k_collect_flag<<<1, 1, 0, x->stream>>>(x->flag_dev, x->flag_host_mapped);
+    k_collect_flag<<<1, 1, 0, x->stream>>>(x->flag_dev, mapped);
     return LAUNCHED("cuda.flag");
+}
+
+extern "C" int sl_cuda_exec_collect_flag(sl_cuda_exec *x)
+{
+    return sl_cuda_exec_collect_flag_into(x, x->flag_host_mapped);
 }
 
 extern "C" int sl_cuda_pad_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes,

@@ -111,6 +111,44 @@ static void test_adam_step_zero(void **state)
     e->used = mark;
 }
 
+/* Each callback reports the device errors of the work before it and after
+ * the previous callback, however late its completion is seen: a good step
+ * and a failing one are queued behind a long matmul, so both finish before
+ * the first callback can run; the first reports success, the second the
+ * failure, and the steps after them run again. */
+static void test_error_goes_to_its_callback(void **state)
+{
+    kt_env *e = *state;
+    const sl_device_ops *ops = e->dev->ops;
+    enum { R = 4, C = 5, M = 1024 };
+    float p[R * C], canary[3] = {1, 1, 1};
+    int32_t good[R] = {0, 1, 2, 3}, bad[R] = {0, 1, 77, 3};
+    kt_rand(p, R * C, 503, 0, 1);
+    size_t mark = e->used;
+    sl_op_call mm = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    float *a = kt_dev_alloc(e, sizeof(float) * M * M), *y = kt_dev_alloc(e, sizeof(float) * M * M);
+    mm.in[0] = mm.in[1] = (sl_tensor_ref){a, KT_F32(2, M, M)};
+    mm.out[0] = (sl_tensor_ref){y, KT_F32(2, M, M)};
+    for (int i = 0; i < 8; i++)
+        assert_sl_ok(ops->launch(e->dev, e->stream, &mm));
+    struct cb_record rec[3] = {0};
+    sl_shape shapes[] = {KT_F32(2, R, C), KT_SHAPE(SL_I32, 1, R)};
+    int32_t *labels[3] = {good, bad, good};
+    for (int i = 0; i < 3; i++) {
+        launch_then_canary(e, SL_OP_SOFTMAX_XENT_GRAD, NULL, shapes, (void *[]){p, labels[i]}, 2,
+                           &canary[i]);
+        assert_sl_ok(ops->host_callback(e->dev, e->stream, record_cb, &rec[i]));
+    }
+    assert_sl_ok(ops->synchronize(e->dev, e->stream));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(atomic_load(&rec[i].calls), 1);
+    assert_sl_ok(atomic_load(&rec[0].status));
+    assert_sl_err(atomic_load(&rec[1].status), SL_EINVAL);
+    assert_sl_ok(atomic_load(&rec[2].status));
+    assert_true(canary[0] == 42.0f && canary[1] == 1.0f && canary[2] == 42.0f);
+    e->used = mark;
+}
+
 /* Calls the registry would never pass are refused before anything runs. */
 static void test_refused(void **state)
 {
@@ -127,6 +165,7 @@ static int run_device_error_tests(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_label_at_synchronize),
         cmocka_unit_test(test_adam_step_zero),
+        cmocka_unit_test(test_error_goes_to_its_callback),
         cmocka_unit_test(test_refused),
     };
     return _cmocka_run_group_tests("cuda device errors", tests, sizeof tests / sizeof tests[0],

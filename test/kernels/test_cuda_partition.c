@@ -6,12 +6,20 @@
  * a device. */
 #include "kt.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 enum { M = 128 };
 
-/* A matmul of ones on s: every result is M. */
+static void count_cb(void *arg, int status)
+{
+    atomic_fetch_add((atomic_int *) arg, status == SL_OK ? 1 : 1000);
+}
+
+/* A matmul of ones on s: every result is M; a host callback after it runs
+ * once, with success (callbacks wait on events recorded on s, which may
+ * belong to a green context). */
 static void matmul_on(kt_env *e, sl_stream *s)
 {
     const sl_device_ops *ops = e->dev->ops;
@@ -27,7 +35,10 @@ static void matmul_on(kt_env *e, sl_stream *s)
     assert_sl_ok(ops->launch(e->dev, s, &c));
     memset(host, 0, sizeof host);
     assert_sl_ok(ops->memcpy_d2h(e->dev, s, host, y, sizeof host));
+    atomic_int calls = 0;
+    assert_sl_ok(ops->host_callback(e->dev, s, count_cb, &calls));
     assert_sl_ok(ops->synchronize(e->dev, s));
+    assert_int_equal(atomic_load(&calls), 1);
     for (int i = 0; i < M * M; i++)
         assert_true(host[i] == (float) M);
     e->used = 0;
