@@ -70,7 +70,10 @@ static inline void bench_pin_cpu0(void)
         perror("sched_setaffinity");
 }
 
-/* fork + exec argv (NULL-terminated); exits on failure. */
+/* fork + exec argv (NULL-terminated); exits on failure. A salusd is given
+ * --allow-root when run as root, and --device $SALUS_BENCH_DEVICE when that
+ * is set (every benchmark that starts salusd then runs on that device, e.g.
+ * SALUS_BENCH_DEVICE=cuda). */
 static inline pid_t bench_spawn(const char *const *argv)
 {
     pid_t pid = fork();
@@ -79,15 +82,20 @@ static inline pid_t bench_spawn(const char *const *argv)
         exit(1);
     }
     if (pid == 0) {
-        /* salusd refuses to run as root unless told it may */
-        const char *with_root[64];
+        const char *more[64];
         size_t n = 0, len = strlen(argv[0]);
-        if (geteuid() == 0 && len >= 6 && strcmp(argv[0] + len - 6, "salusd") == 0) {
-            for (; argv[n] && n < 62; n++)
-                with_root[n] = argv[n];
-            with_root[n++] = "--allow-root";
-            with_root[n] = NULL;
-            argv = with_root;
+        if (len >= 6 && strcmp(argv[0] + len - 6, "salusd") == 0) {
+            const char *device = getenv("SALUS_BENCH_DEVICE");
+            for (; argv[n] && n < 60; n++)
+                more[n] = argv[n];
+            if (geteuid() == 0) /* salusd refuses to run as root unless told it may */
+                more[n++] = "--allow-root";
+            if (device && *device) {
+                more[n++] = "--device";
+                more[n++] = device;
+            }
+            more[n] = NULL;
+            argv = more;
         }
         execv(argv[0], (char *const *) argv);
         perror(argv[0]);

@@ -8,10 +8,17 @@
  *             dispatcher thread)
  *   sync      synchronize (on cuda: cudaStreamSynchronize), the floor
  * ratio = callback / sync of the medians; p99 of each beside it.
+ *
+ * Then the launch path: back-to-back launches of a one-element op, one
+ * callback per 1000, from 1 and from 4 threads with a stream each: launches
+ * per second of the device, and its inverse, the time one launch holds the
+ * path (the sim backend ASSUMES 5 us per launch and one path per device:
+ * kernels/sim/profiles.c, eval/README.md "The launch path").
  *   device_rtt [--device cpu|cuda|sim:P] [--rounds 5] [--steps 2000]
  *              [--elems 8192] [--json FILE]
- * Last line: BENCH device_rtt device=... callback_us=... sync_us=...
- *            callback_p99_us=... sync_p99_us=... ratio=... */
+ * Lines: BENCH device_rtt device=... callback_us=... sync_us=...
+ *        callback_p99_us=... sync_p99_us=... ratio=...
+ *        BENCH device_launch device=... threads=T launches_per_s=... ns_per_launch=... */
 #include "bench_util.h"
 
 #include "device.h"
@@ -78,6 +85,77 @@ static double one(step *t, int by_callback)
     return (double) (bench_now_ns() - t0) / 1e3;
 }
 
+/* ---- launch path ---- */
+
+enum { LAUNCH_BATCH = 1000, LAUNCH_MAX_THREADS = 4 };
+
+typedef struct launcher {
+    sl_device *dev;
+    sl_stream *s;
+    sl_op_call call;
+    long launches;
+    double seconds;
+    int failed;
+    pthread_barrier_t *start;
+} launcher;
+
+static void *launch_loop(void *arg)
+{
+    launcher *l = arg;
+    pthread_barrier_wait(l->start);
+    uint64_t t0 = bench_now_ns(), end = t0 + 500000000ull; /* 0.5 s */
+    while (bench_now_ns() < end && !l->failed) {
+        for (int i = 0; i < LAUNCH_BATCH; i++)
+            if (l->dev->ops->launch(l->dev, l->s, &l->call) != SL_OK)
+                l->failed = 1;
+        waiter w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        if (l->dev->ops->host_callback(l->dev, l->s, wake, &w) != SL_OK) {
+            l->failed = 1;
+            break;
+        }
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        l->launches += LAUNCH_BATCH;
+    }
+    l->seconds = (double) (bench_now_ns() - t0) / 1e9;
+    return NULL;
+}
+
+/* Launches per second with `threads` threads, a stream each; 0 on failure. */
+static double launch_rate(sl_device *dev, void *mem, int threads)
+{
+    launcher l[LAUNCH_MAX_THREADS] = {{0}};
+    pthread_t tid[LAUNCH_MAX_THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned) threads);
+    sl_shape one = {.dtype = SL_F32, .ndim = 1, .dims = {1}};
+    int ok = 1;
+    for (int i = 0; i < threads; i++) {
+        l[i].dev = dev;
+        l[i].start = &start;
+        l[i].call = (sl_op_call){.op = SL_OP_RELU, .n_in = 1, .n_out = 1};
+        l[i].call.in[0] = l[i].call.out[0] = (sl_tensor_ref){(char *) mem + 256 * i, one};
+        if (dev->ops->stream_create(dev, 0, &l[i].s) != SL_OK)
+            ok = 0;
+    }
+    for (int i = 0; ok && i < threads; i++)
+        pthread_create(&tid[i], NULL, launch_loop, &l[i]);
+    double rate = 0, seconds = 0;
+    for (int i = 0; ok && i < threads; i++) {
+        pthread_join(tid[i], NULL);
+        ok = ok && !l[i].failed;
+        rate += (double) l[i].launches;
+        seconds = l[i].seconds > seconds ? l[i].seconds : seconds;
+    }
+    for (int i = 0; i < threads; i++)
+        if (l[i].s)
+            dev->ops->stream_destroy(dev, l[i].s);
+    pthread_barrier_destroy(&start);
+    return ok && seconds > 0 ? rate / seconds : 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = "cpu", *json = NULL;
@@ -88,11 +166,21 @@ int main(int argc, char **argv)
                                        {"json", 1, NULL, 'j'},   {0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
-        case 'd': spec = optarg; break;
-        case 'r': rounds = atoi(optarg); break;
-        case 's': steps = atoi(optarg); break;
-        case 'e': elems = atol(optarg); break;
-        case 'j': json = optarg; break;
+        case 'd':
+            spec = optarg;
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
+        case 's':
+            steps = atoi(optarg);
+            break;
+        case 'e':
+            elems = atol(optarg);
+            break;
+        case 'j':
+            json = optarg;
+            break;
         default:
             fprintf(stderr, "usage: device_rtt [--device SPEC] [--rounds N] [--steps N] "
                             "[--elems N] [--json FILE]\n");
@@ -148,16 +236,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "device_rtt: wrong relu output\n");
             return 1;
         }
-        printf("round %d: callback p50 %.1f p99 %.1f us, sync p50 %.1f p99 %.1f us\n", r,
-               med[0][r], p99[0][r], med[1][r], p99[1][r]);
+        printf("round %d: callback p50 %.1f p99 %.1f us, sync p50 %.1f p99 %.1f us\n", r, med[0][r],
+               p99[0][r], med[1][r], p99[1][r]);
     }
     double cb = bench_median(med[0], (size_t) rounds), sy = bench_median(med[1], (size_t) rounds);
-    double cb99 = bench_median(p99[0], (size_t) rounds), sy99 = bench_median(p99[1], (size_t) rounds);
+    double cb99 = bench_median(p99[0], (size_t) rounds),
+           sy99 = bench_median(p99[1], (size_t) rounds);
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
-            fprintf(f, "{\"device\": \"%s\", \"elems\": %ld, \"steps\": %d", spec, elems,
-                    steps);
+            fprintf(f, "{\"device\": \"%s\", \"elems\": %ld, \"steps\": %d", spec, elems, steps);
             bench_json_array(f, "callback_p50_us", med[0], rounds, "%.2f");
             bench_json_array(f, "sync_p50_us", med[1], rounds, "%.2f");
             bench_json_array(f, "callback_p99_us", p99[0], rounds, "%.2f");
@@ -169,6 +257,19 @@ int main(int argc, char **argv)
     printf("BENCH device_rtt device=%s elems=%ld callback_us=%.1f sync_us=%.1f "
            "callback_p99_us=%.1f sync_p99_us=%.1f ratio=%.3f\n",
            spec, elems, cb, sy, cb99, sy99, sy > 0 ? cb / sy : 0);
+    for (int threads = 1; threads <= LAUNCH_MAX_THREADS; threads *= 4) {
+        double best = 0; /* best of 3: the path's capacity, not a scheduling hiccup */
+        for (int r = 0; r < 3; r++) {
+            double rate = launch_rate(t.dev, dev_mem, threads);
+            if (rate <= 0) {
+                fprintf(stderr, "device_rtt: a launch failed\n");
+                return 1;
+            }
+            best = rate > best ? rate : best;
+        }
+        printf("BENCH device_launch device=%s threads=%d launches_per_s=%.0f ns_per_launch=%.0f\n",
+               spec, threads, best, 1e9 / best);
+    }
     o->stream_destroy(t.dev, t.s);
     o->mem_free(t.dev, dev_mem);
     sl_dev_close(t.dev);

@@ -38,10 +38,13 @@ def main():
     srv = obs.Salusd("--policy", "priority")
     jobs = []
     try:
-        jobs = [srv.client("train-a", 4000, hold=True, width=512),
-                srv.client("train-b", 4000, hold=True, width=512)]
-        hp = srv.client("urgent", 1500, priority=5, hold=True, width=256)
+        # more iterations than any job finishes during the trace (all are
+        # killed after it): a job that finished before it would be missing
+        jobs = [srv.client("train-a", 10**7, hold=True, width=512),
+                srv.client("train-b", 10**7, hold=True, width=512)]
+        hp = srv.client("urgent", 10**7, priority=5, hold=True, width=256)
         jobs.append(hp)
+        want = {j.session for j in jobs}
         tmp = tempfile.mkdtemp(prefix="salus-trace-")
         out = os.path.join(tmp, "trace.json")
         p = srv.ctl("trace", "--seconds", "2", "-o", out, timeout=60)
@@ -62,7 +65,6 @@ def main():
         sessions = {e["args"]["session"] for e in its}
         print("trace: %d events, %d iterations of %d sessions, %d ops, %d filled into gaps" %
               (len(ev), len(its), len(sessions), len(ops), len(gaps)))
-        want = {j.session for j in jobs}
         assert want <= sessions, (want, sessions)
         assert gaps, "no low-priority op was filled into a gap"
         assert ops, "no op of a whole iteration was timed"
