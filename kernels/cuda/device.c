@@ -103,7 +103,11 @@ struct cuda_dev {
     struct cb_node *cb_head, *cb_tail;
     bool cb_stop;
     pthread_t cb_thread;
-    struct cb_node *pending;    /* callbacks whose events have not completed */
+    struct cb_node *pending,
+        *pending_tail; /* callbacks whose events have not completed, oldest first */
+    struct cb_node
+        *retired; /* nodes a failed submission may still write: freed by reset or close */
+    bool kicked;  /* a submission since the dispatcher last looked */
     struct cb_node *free_nodes; /* spare nodes, with their events */
     struct poll_slot *polled;   /* the dispatcher's: stream heads of one poll */
     size_t polled_cap;
@@ -153,11 +157,13 @@ static void dispatch_locked(struct cuda_dev *d, struct cb_node *n)
 static void pending_add(struct cuda_dev *d, struct cb_node *n)
 {
     n->pending = true;
-    n->pend_prev = NULL;
-    n->pend_next = d->pending;
-    if (d->pending)
-        d->pending->pend_prev = n;
-    d->pending = n;
+    n->pend_next = NULL;
+    n->pend_prev = d->pending_tail;
+    if (d->pending_tail)
+        d->pending_tail->pend_next = n;
+    else
+        d->pending = n;
+    d->pending_tail = n;
     sl_stream *s = n->stream;
     n->s_next = NULL;
     n->s_prev = s->pend_tail;
@@ -176,6 +182,8 @@ static void pending_remove(struct cuda_dev *d, struct cb_node *n)
         d->pending = n->pend_next;
     if (n->pend_next)
         n->pend_next->pend_prev = n->pend_prev;
+    else
+        d->pending_tail = n->pend_prev;
     sl_stream *s = n->stream;
     if (n->s_prev)
         n->s_prev->s_next = n->s_next;
@@ -236,6 +244,12 @@ static void node_put(struct cuda_dev *d, struct cb_node *n)
  * already destroyed them). cb_lock held or the dispatcher stopped. */
 static void nodes_free(struct cuda_dev *d, bool destroy)
 {
+    for (struct cb_node *n = d->retired, *next; n; n = next) { /* their kernels have run by now */
+        next = n->next;
+        n->next = d->free_nodes;
+        d->free_nodes = n;
+    }
+    d->retired = NULL;
     for (struct cb_node *n = d->free_nodes, *next; n; n = next) {
         next = n->next;
         if (destroy && n->ev && n->ev_gen == d->gen) {
@@ -248,19 +262,24 @@ static void nodes_free(struct cuda_dev *d, bool destroy)
 }
 
 /* The context faulted: every pending callback runs now, with the fault. */
-static void mark_lost(struct cuda_dev *d)
+static void mark_lost_locked(struct cuda_dev *d)
 {
-    pthread_mutex_lock(&d->cb_lock);
     if (!d->lost)
         sl_log_err("cuda.lost", "cuda:%d: context fault; the device is lost until it is reset",
                    d->ordinal);
     d->lost = true;
-    while (d->pending) {
+    while (d->pending) { /* oldest first: each stream's callbacks stay in order */
         struct cb_node *n = d->pending;
         pending_remove(d, n);
         n->status = SL_EDEVICERESET;
         dispatch_locked(d, n);
     }
+}
+
+static void mark_lost(struct cuda_dev *d)
+{
+    pthread_mutex_lock(&d->cb_lock);
+    mark_lost_locked(d);
     pthread_mutex_unlock(&d->cb_lock);
 }
 
@@ -354,7 +373,8 @@ static void *dispatcher_main(void *arg)
             busy = now_ns();
             continue;
         }
-        if (poll_events(d)) {
+        if (poll_events(d) || d->kicked) {
+            d->kicked = false;
             busy = now_ns();
             continue;
         }
@@ -365,8 +385,8 @@ static void *dispatcher_main(void *arg)
             pthread_mutex_lock(&d->cb_lock);
             continue;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
+        struct timespec until; /* cb_work_cv waits on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += NAP_NS;
         if (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
@@ -429,7 +449,14 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     d->reg_ready = true;
     if (pthread_mutex_init(&d->cb_lock, NULL) != 0)
         return SL_ENOMEM;
-    if (pthread_cond_init(&d->cb_work_cv, NULL) != 0)
+    pthread_condattr_t monotonic;
+    if (pthread_condattr_init(&monotonic) != 0)
+        goto out_destroy_lock;
+    int cv = pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    if (cv == 0)
+        cv = pthread_cond_init(&d->cb_work_cv, &monotonic);
+    pthread_condattr_destroy(&monotonic);
+    if (cv != 0)
         goto out_destroy_lock;
     if (pthread_cond_init(&d->cb_done_cv, NULL) != 0)
         goto out_destroy_work_cv;
@@ -523,9 +550,9 @@ static int drain(struct cuda_dev *d, sl_stream *s)
     pthread_mutex_unlock(&d->cb_lock);
     int rc = SL_CUDA_RT("cuda.sync", cudaStreamSynchronize(s->stream));
     if (rc == SL_EDEVICERESET)
-        mark_lost(d); /* its callbacks now run on the dispatcher: wait for them */
-    else if (rc != SL_OK)
-        return rc;
+        mark_lost(d); /* its callbacks now run on the dispatcher */
+    /* whatever the status, the callbacks still use s: wait for them (their
+     * events complete, or report the error to the dispatcher) */
     pthread_mutex_lock(&d->cb_lock);
     while (s->cb_done < target)
         pthread_cond_wait(&d->cb_done_cv, &d->cb_lock);
@@ -707,48 +734,58 @@ static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void 
     struct cuda_dev *d = dev->priv;
     if (!fn)
         return SL_EINVAL;
-    int rc = use_device(d);
     struct cb_node *n = node_get(d);
     if (!n)
         return SL_ENOMEM;
-    /* the flag of the work before the callback, into the callback's own
-     * word: work after it may raise the stream's flag before a poll */
-    if (rc == SL_OK && n->ev)
-        rc = sl_cuda_exec_collect_flag_into(&s->exec, n->flag_mapped);
-    if (rc == SL_EDEVICERESET)
-        mark_lost(d);
     n->stream = s, n->fn = fn, n->arg = arg;
+    /* Under the launch lock from the flag's move to the event: another
+     * thread's launch or callback on s cannot come between them, and
+     * s->stream cannot be swapped meanwhile (green.c). */
+    pthread_mutex_lock(&s->launch_lock);
+    int rc = use_device(d);
+    bool moved = false; /* the flag kernel may write n->flag */
+    if (rc == SL_OK && n->ev) {
+        /* the flag of the work before the callback, into the callback's own
+         * word: work after it may raise the stream's flag before a poll */
+        rc = sl_cuda_exec_collect_flag_into(&s->exec, n->flag_mapped);
+        moved = rc == SL_OK;
+    }
     n->status = atomic_exchange(&s->sticky, SL_OK); /* the callback takes the error */
-
     pthread_mutex_lock(&d->cb_lock);
     s->cb_submitted++;
-    if (!d->lost && rc == SL_OK && n->ev) {
-        /* recorded under the lock: the stream's queue is in recording order */
+    if (!d->lost && rc == SL_OK && n->ev)
         rc = SL_CUDA_RT("cuda.callback", cudaEventRecord(n->ev, s->stream));
-        if (rc == SL_OK) {
-            pending_add(d, n);
-            if (d->napping)
-                pthread_cond_signal(&d->cb_work_cv);
-            pthread_mutex_unlock(&d->cb_lock);
-            return SL_OK;
-        }
-    }
-    if (d->lost || rc == SL_EDEVICERESET || rc == SL_OK) {
-        /* no event will complete: run it with the fault */
+    int taken = SL_OK;
+    if (!d->lost && rc == SL_OK && n->ev) {
+        pending_add(d, n);
+        d->kicked = true;
+        if (d->napping)
+            pthread_cond_signal(&d->cb_work_cv);
+    } else if (d->lost || rc == SL_EDEVICERESET || rc == SL_OK) {
+        /* no event will complete (a node made while the device was lost
+         * has none): run it with the fault, after the callbacks before it */
+        if (rc == SL_EDEVICERESET)
+            mark_lost_locked(d);
         n->status = SL_EDEVICERESET;
         dispatch_locked(d, n);
-        pthread_mutex_unlock(&d->cb_lock);
-        if (rc == SL_EDEVICERESET)
-            mark_lost(d);
-        return SL_OK;
+        rc = SL_OK;
+    } else {
+        /* fn will never run: the error goes back to the stream. A node
+         * whose flag kernel was launched is not reused before a reset or
+         * close: the kernel may still write its word. */
+        s->cb_submitted--;
+        taken = n->status;
+        if (moved) {
+            n->next = d->retired;
+            d->retired = n;
+        } else {
+            node_put(d, n);
+        }
     }
-    /* fn will never run: give the error back to the stream */
-    s->cb_submitted--;
-    int taken = n->status;
-    node_put(d, n);
     pthread_mutex_unlock(&d->cb_lock);
     if (taken != SL_OK)
         set_sticky(d, s, taken);
+    pthread_mutex_unlock(&s->launch_lock);
     return rc;
 }
 
