@@ -25,6 +25,12 @@
  *   what salusd is; several host threads into one context share the
  *   driver's per-context submission path and the GPU's front end, and we
  *   take none of it to run in parallel (no citable per-context figure).
+ *   Measured since through salus's own cuda backend on H200s (driver 580,
+ *   bench/device_rtt, one-element ops back to back): 3.4-5.0 us per launch
+ *   from one thread, which bears the 5 us out; 1.5-2.0 us per launch
+ *   device-wide from four threads with a stream each, so the one-path
+ *   part is conservative where several host threads launch (README.md,
+ *   "On a GPU"). The profiles keep 5 us and one path.
  *
  * - threads_per_sm: 2048 for every profile: the maximum number of resident
  *   threads per SM of compute capabilities 6.0 (P100), 7.0 (V100), 8.0
