@@ -203,10 +203,14 @@ static bool runs_anywhere(void *ctx, const void *payload)
     const struct cmd *c = payload;
     /* a partitioned stream's ops run on its cores only: on any thread only
      * when those are every core and nothing changed since its worker
-     * applied them (the worker is idle here: sl_workq_release) */
+     * applied them (the worker is idle here: sl_workq_release). A stream
+     * unbound since (p NULL, applied not) must go home on its own worker
+     * first: follow_partition moves the thread that runs the op. */
     sl_partition *p = atomic_load(&s->part);
+    if (c->kind == CMD_OP && p != s->applied)
+        return false;
     if (c->kind == CMD_OP && p &&
-        !(s->everywhere && p == s->applied && atomic_load(&p->gen) == s->applied_gen &&
+        !(s->everywhere && atomic_load(&p->gen) == s->applied_gen &&
           atomic_load(&s->exec.shared->lent_gen) == s->applied_lent_gen))
         return false;
     return c->kind != CMD_OP || !sl_cpu_op_uses_dnnl(c->u.op.op);

@@ -70,15 +70,21 @@ typedef struct team {
     atomic_int sleepers; /* helpers inside (or entering) futex_wait */
     atomic_bool stop;    /* set once, when the owning thread ends */
     atomic_int in_op;    /* 1 while the owning thread runs an op */
+    atomic_int want;     /* helpers the latest job can use: the rest sleep at once */
     int n;               /* helpers started */
     bool start_failed;   /* a helper could not be started: no more tries */
     pthread_t helper[MAX_HELPERS];
+    struct helper_arg {
+        struct team *t;
+        int index;
+    } arg_of[MAX_HELPERS];
 } team;
 
 /* cpu ops running in this process (sl_cpu_op_begin) */
 static atomic_int ops_running;
 
 static pthread_key_t team_key;
+static bool team_key_ok; /* written once, under team_once */
 static pthread_once_t team_once = PTHREAD_ONCE_INIT;
 static _Thread_local team *my_team;
 
@@ -132,13 +138,16 @@ static bool claimable(team *t)
 
 static void *helper_main(void *arg)
 {
-    team *t = arg;
+    const struct helper_arg *a = arg;
+    team *t = a->t;
     while (!atomic_load(&t->stop)) {
         unsigned seen = atomic_load(&t->wake);
         if (run_parts(t))
             continue;
-        /* spin while nothing else wants the core, then sleep */
-        uint64_t until = now_ns() + SPIN_NS;
+        /* spin while nothing else wants the core, then sleep; a helper the
+         * latest job had no part for (the team's cores shrank) sleeps at
+         * once rather than compete with its owner */
+        uint64_t until = a->index < atomic_load(&t->want) ? now_ns() + SPIN_NS : 0;
         bool found = false;
         for (unsigned i = 0; !found; i++) {
             found = claimable(t) || atomic_load(&t->stop);
@@ -165,12 +174,14 @@ static void team_end(void *arg)
     for (int i = 0; i < t->n; i++)
         pthread_join(t->helper[i], NULL);
     sl_free(t);
+    my_team = NULL; /* a later destructor of this thread may still run ops */
 }
 
 static void make_key(void)
 {
-    if (pthread_key_create(&team_key, team_end) != 0)
-        sl_log_warn("cpu.team", "no thread key: teams of ended threads are not reclaimed");
+    team_key_ok = pthread_key_create(&team_key, team_end) == 0;
+    if (!team_key_ok)
+        sl_log_warn("cpu.team", "no thread key: ops run without helper threads");
 }
 
 /* The calling thread's team with at least `helpers` helpers (fewer when a
@@ -180,6 +191,8 @@ static team *team_get(int helpers)
     team *t = my_team;
     if (!t) {
         pthread_once(&team_once, make_key);
+        if (!team_key_ok) /* a team nobody could reclaim when its thread ends */
+            return NULL;
         t = sl_calloc(1, sizeof *t);
         if (!t)
             return NULL;
@@ -189,7 +202,8 @@ static team *team_get(int helpers)
     if (helpers > MAX_HELPERS)
         helpers = MAX_HELPERS;
     while (t->n < helpers && !t->start_failed) {
-        int rc = pthread_create(&t->helper[t->n], NULL, helper_main, t);
+        t->arg_of[t->n] = (struct helper_arg){t, t->n};
+        int rc = pthread_create(&t->helper[t->n], NULL, helper_main, &t->arg_of[t->n]);
         if (rc != 0) {
             sl_log_warn("cpu.team", "cannot start a helper thread: %s; %d are all this team gets",
                         strerror(rc), t->n);
@@ -215,6 +229,7 @@ void sl_cpu_parallel(int parts, sl_cpu_part_fn fn, void *arg)
     }
     t->fn = fn;
     t->arg = arg;
+    atomic_store(&t->want, parts - 1);
     atomic_store(&t->done, 0);
     uint32_t gen = T_GEN(atomic_load(&t->ticket)) + 1;
     atomic_store(&t->ticket, TICKET(gen, parts, 0));
