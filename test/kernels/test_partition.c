@@ -269,6 +269,58 @@ static void test_cpu_streams(void **state)
     kt_env_close(&e);
 }
 
+/* A stream's ops may run on the thread that releases it (stream_release
+ * with run_here), but not after it was unbound from a partition and before
+ * its own worker went home: the op would move the releasing thread to the
+ * stream's home cores. The releaser, pinned to one core, stays there. */
+static void test_cpu_unbound_runs_home(void **state)
+{
+    (void) state;
+    if (usable_cores() < 2) {
+        fprintf(stderr, "SKIP test_cpu_unbound_runs_home: needs 2 cores, this process has 1\n");
+        return;
+    }
+    kt_env e;
+    assert_sl_ok(kt_env_open(&e, "cpu"));
+    const sl_device_ops *ops = e.dev->ops;
+    sl_partition *a;
+    assert_sl_ok(ops->partition_create(e.dev, 1, &a));
+    assert_sl_ok(ops->stream_bind(e.dev, e.stream, a));
+    struct where bound = matmul_on(&e, e.stream);
+    assert_int_equal(CPU_COUNT(&bound.cores), 1);
+    assert_sl_ok(ops->stream_bind(e.dev, e.stream, NULL));
+    ops->partition_destroy(e.dev, a);
+
+    cpu_set_t all, one, after;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    }
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    enum { M = 64 };
+    float *x = kt_dev_alloc(&e, M * M * 4), *y = kt_dev_alloc(&e, M * M * 4);
+    sl_op_call c = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    c.in[0] = c.in[1] = (sl_tensor_ref){x, KT_F32(2, M, M)};
+    c.out[0] = (sl_tensor_ref){y, KT_F32(2, M, M)};
+    ops->stream_hold(e.dev, e.stream);
+    assert_sl_ok(ops->launch(e.dev, e.stream, &c));
+    struct where w = {.status = -1};
+    assert_sl_ok(ops->host_callback(e.dev, e.stream, where_cb, &w));
+    ops->stream_release(e.dev, e.stream, true);
+    assert_sl_ok(ops->synchronize(e.dev, e.stream));
+    assert_sl_ok(w.status);
+    assert_int_equal(sched_getaffinity(0, sizeof after, &after), 0);
+    assert_true(CPU_EQUAL(&after, &one));
+    assert_true(CPU_COUNT(&w.cores) >= 2); /* the stream itself is back on every core */
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    e.used = 0;
+    kt_env_close(&e);
+}
+
 /* Loans: a normal-priority stream bound to one partition also runs on the
  * cores of a lending one; that partition's own streams (below normal or
  * not) stay on its cores; the loan follows resizes and ends with lend
@@ -364,8 +416,8 @@ int main(void)
         cmocka_unit_test(test_sim_small_kernel), cmocka_unit_test(test_sim_big_kernel),
         cmocka_unit_test(test_sim_bandwidth),    cmocka_unit_test(test_sim_op_timing),
         cmocka_unit_test(test_sim_device),       cmocka_unit_test(test_cpu_accounting),
-        cmocka_unit_test(test_cpu_streams),      cmocka_unit_test(test_cpu_lend),
-        cmocka_unit_test(test_sim_strict),
+        cmocka_unit_test(test_cpu_streams),      cmocka_unit_test(test_cpu_unbound_runs_home),
+        cmocka_unit_test(test_cpu_lend),         cmocka_unit_test(test_sim_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
