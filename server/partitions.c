@@ -183,6 +183,10 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     p->used = true;
     p->want = 0;
     p->mark_ns = sl_now_ns();
+    if (p->hp_busy) { /* the first window counts only busy time from now on */
+        p->busy_ns += p->mark_ns - p->since_ns;
+        p->since_ns = p->mark_ns;
+    }
     p->mark_busy_ns = p->busy_ns;
     ex->steps.cfg.isolated = true;
     /* the spill stream: below normal, on the online partition */
