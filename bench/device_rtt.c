@@ -44,6 +44,21 @@ static void wake(void *arg, int status)
     pthread_mutex_unlock(&w->lock);
 }
 
+/* Enqueues a host callback on s and waits until it has run: the way salusd
+ * learns that a stream's work is done. Returns the callback's status. */
+static int callback_wait(sl_device *dev, sl_stream *s)
+{
+    waiter w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    int rc = dev->ops->host_callback(dev, s, wake, &w);
+    if (rc != SL_OK)
+        return rc;
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cv, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    return w.status;
+}
+
 typedef struct step {
     sl_device *dev;
     sl_stream *s;
@@ -69,19 +84,9 @@ static double one(step *t, int by_callback)
     uint64_t t0 = bench_now_ns();
     if (submit(t) != SL_OK)
         return -1;
-    if (by_callback) {
-        waiter w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-        if (t->dev->ops->host_callback(t->dev, t->s, wake, &w) != SL_OK)
-            return -1;
-        pthread_mutex_lock(&w.lock);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.lock);
-        pthread_mutex_unlock(&w.lock);
-        if (w.status != SL_OK)
-            return -1;
-    } else if (t->dev->ops->synchronize(t->dev, t->s) != SL_OK) {
+    int rc = by_callback ? callback_wait(t->dev, t->s) : t->dev->ops->synchronize(t->dev, t->s);
+    if (rc != SL_OK)
         return -1;
-    }
     return (double) (bench_now_ns() - t0) / 1e3;
 }
 
@@ -108,15 +113,10 @@ static void *launch_loop(void *arg)
         for (int i = 0; i < LAUNCH_BATCH; i++)
             if (l->dev->ops->launch(l->dev, l->s, &l->call) != SL_OK)
                 l->failed = 1;
-        waiter w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-        if (l->dev->ops->host_callback(l->dev, l->s, wake, &w) != SL_OK) {
+        if (callback_wait(l->dev, l->s) != SL_OK) {
             l->failed = 1;
             break;
         }
-        pthread_mutex_lock(&w.lock);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.lock);
-        pthread_mutex_unlock(&w.lock);
         l->launches += LAUNCH_BATCH;
     }
     l->seconds = (double) (bench_now_ns() - t0) / 1e9;

@@ -59,12 +59,13 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "sl_time.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <time.h>
 
 struct cb_node {
     struct cb_node *next;                  /* dispatcher queue, or the free list */
@@ -103,11 +104,12 @@ struct cuda_dev {
     struct cb_node *cb_head, *cb_tail;
     bool cb_stop;
     pthread_t cb_thread;
-    struct cb_node *pending,
-        *pending_tail; /* callbacks whose events have not completed, oldest first */
-    struct cb_node
-        *retired; /* nodes a failed submission may still write: freed by reset or close */
-    bool kicked;  /* a submission since the dispatcher last looked */
+    /* callbacks whose events have not completed, oldest first */
+    struct cb_node *pending, *pending_tail;
+    /* nodes a failed submission's flag kernel may still write: kept until a
+     * reset or close */
+    struct cb_node *retired;
+    bool kicked;                /* a submission since the dispatcher last looked */
     struct cb_node *free_nodes; /* spare nodes, with their events */
     struct poll_slot *polled;   /* the dispatcher's: stream heads of one poll */
     size_t polled_cap;
@@ -133,11 +135,11 @@ struct sl_stream {
     cudaStream_t stream;
     pthread_mutex_t launch_lock; /* guards exec: handles, workspace, plan caches */
     sl_cuda_exec exec;
-    atomic_int sticky;                     /* first error since the last callback */
-    uint64_t cb_submitted, cb_done;        /* under cuda_dev.cb_lock */
-    struct cb_node *pend_head, *pend_tail; /* its pending callbacks, under cb_lock */
-    int cuda_prio;                         /* CUDA priority, as created */
-    sl_partition *part;                    /* green.c's: the partition it runs in */
+    atomic_int sticky;              /* first error since the last callback */
+    uint64_t cb_submitted, cb_done; /* under cuda_dev.cb_lock */
+    struct cb_node *pend_tail;      /* its newest pending callback, under cb_lock */
+    int cuda_prio;                  /* CUDA priority, as created */
+    sl_partition *part;             /* green.c's: the partition it runs in */
 };
 
 /* ---- callback dispatch ---- */
@@ -169,8 +171,6 @@ static void pending_add(struct cuda_dev *d, struct cb_node *n)
     n->s_prev = s->pend_tail;
     if (s->pend_tail)
         s->pend_tail->s_next = n;
-    else
-        s->pend_head = n;
     s->pend_tail = n;
 }
 
@@ -187,8 +187,6 @@ static void pending_remove(struct cuda_dev *d, struct cb_node *n)
     sl_stream *s = n->stream;
     if (n->s_prev)
         n->s_prev->s_next = n->s_next;
-    else
-        s->pend_head = n->s_next;
     if (n->s_next)
         n->s_next->s_prev = n->s_prev;
     else
@@ -231,11 +229,10 @@ static struct cb_node *node_get(struct cuda_dev *d)
     return n;
 }
 
-/* Keeps a finished node for the next callback. cb_lock held. */
+/* Keeps a finished node for the next callback (node_get remakes what a
+ * reset destroyed since). cb_lock held. */
 static void node_put(struct cuda_dev *d, struct cb_node *n)
 {
-    if (n->ev && n->ev_gen != d->gen)
-        n->ev = NULL, n->flag = n->flag_mapped = NULL; /* destroyed by the reset */
     n->next = d->free_nodes;
     d->free_nodes = n;
 }
@@ -281,13 +278,6 @@ static void mark_lost(struct cuda_dev *d)
     pthread_mutex_lock(&d->cb_lock);
     mark_lost_locked(d);
     pthread_mutex_unlock(&d->cb_lock);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
 }
 
 /* Polls the event of every stream's oldest pending callback, queues those
@@ -347,7 +337,7 @@ static void *dispatcher_main(void *arg)
     struct cuda_dev *d = arg;
     if (cudaSetDevice(d->ordinal) != cudaSuccess)
         sl_log_err("cuda.callback", "cuda:%d: the dispatcher cannot select the device", d->ordinal);
-    uint64_t busy = now_ns(); /* the last submission or completion */
+    uint64_t busy = sl_now_ns(); /* the last submission or completion */
     pthread_mutex_lock(&d->cb_lock);
     for (;;) {
         struct cb_node *n = d->cb_head;
@@ -361,7 +351,7 @@ static void *dispatcher_main(void *arg)
             n->stream->cb_done++;
             pthread_cond_broadcast(&d->cb_done_cv);
             node_put(d, n);
-            busy = now_ns();
+            busy = sl_now_ns();
             continue;
         }
         if (d->cb_stop)
@@ -370,31 +360,24 @@ static void *dispatcher_main(void *arg)
             d->napping = true;
             pthread_cond_wait(&d->cb_work_cv, &d->cb_lock);
             d->napping = false;
-            busy = now_ns();
+            busy = sl_now_ns();
             continue;
         }
         if (poll_events(d) || d->kicked) {
             d->kicked = false;
-            busy = now_ns();
+            busy = sl_now_ns();
             continue;
         }
-        uint64_t t = now_ns();
+        uint64_t t = sl_now_ns();
         if (t - busy < SPIN_NS) {
             pthread_mutex_unlock(&d->cb_lock);
             sched_yield();
             pthread_mutex_lock(&d->cb_lock);
             continue;
         }
-        struct timespec until; /* cb_work_cv waits on CLOCK_MONOTONIC */
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += NAP_NS;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
         d->napping = true;
-        if (pthread_cond_timedwait(&d->cb_work_cv, &d->cb_lock, &until) != ETIMEDOUT)
-            busy = now_ns(); /* woken by a submission */
+        if (sl_cond_wait_until(&d->cb_work_cv, &d->cb_lock, t + NAP_NS) != ETIMEDOUT)
+            busy = sl_now_ns(); /* woken by a submission */
         d->napping = false;
     }
     pthread_mutex_unlock(&d->cb_lock);
@@ -449,14 +432,7 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
     d->reg_ready = true;
     if (pthread_mutex_init(&d->cb_lock, NULL) != 0)
         return SL_ENOMEM;
-    pthread_condattr_t monotonic;
-    if (pthread_condattr_init(&monotonic) != 0)
-        goto out_destroy_lock;
-    int cv = pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
-    if (cv == 0)
-        cv = pthread_cond_init(&d->cb_work_cv, &monotonic);
-    pthread_condattr_destroy(&monotonic);
-    if (cv != 0)
+    if (sl_cond_init_monotonic(&d->cb_work_cv) != 0) /* the dispatcher's naps */
         goto out_destroy_lock;
     if (pthread_cond_init(&d->cb_done_cv, NULL) != 0)
         goto out_destroy_work_cv;
@@ -753,10 +729,11 @@ static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void 
     n->status = atomic_exchange(&s->sticky, SL_OK); /* the callback takes the error */
     pthread_mutex_lock(&d->cb_lock);
     s->cb_submitted++;
-    if (!d->lost && rc == SL_OK && n->ev)
+    bool record = !d->lost && rc == SL_OK && n->ev;
+    if (record)
         rc = SL_CUDA_RT("cuda.callback", cudaEventRecord(n->ev, s->stream));
     int taken = SL_OK;
-    if (!d->lost && rc == SL_OK && n->ev) {
+    if (record && rc == SL_OK) {
         pending_add(d, n);
         d->kicked = true;
         if (d->napping)

@@ -68,8 +68,7 @@ static const struct {
 
 struct sl_partition {
     struct sl_partition *next;
-    unsigned units; /* asked, after rounding */
-    unsigned sms;   /* what the driver's split gave */
+    unsigned units; /* whole groups' SMs: what it has */
     CUgreenCtx ctx;
     sl_stream **streams; /* bound to it */
     unsigned n_streams, cap_streams;
@@ -214,18 +213,17 @@ static int relayout(sl_device *dev, sl_cuda_green *g, const sl_partition *from)
     CUdevice cudev;
     int rc = drv(((fn_get_device) g->fn[FN_GET_DEVICE])(&cudev, g->ordinal), "cuDeviceGet");
     CUdevResource *groups = g->groups;
-    unsigned first = 0; /* the partition's first group */
+    unsigned first = 0; /* the next partition's first group */
     bool rebuilding = false;
     for (sl_partition *p = g->parts; p && rc == SL_OK; p = p->next) {
-        unsigned n = p->units / g->group_sms;
+        unsigned n = p->units / g->group_sms, at = first;
+        first += n;
         rebuilding = rebuilding || p == from;
-        if (!rebuilding) {
-            first += n;
+        if (!rebuilding)
             continue;
-        }
         CUdevResourceDesc desc;
         CUgreenCtx ctx;
-        rc = drv(((fn_gen_desc) g->fn[FN_GEN_DESC])(&desc, groups + first, n),
+        rc = drv(((fn_gen_desc) g->fn[FN_GEN_DESC])(&desc, groups + at, n),
                  "cuDevResourceGenerateDesc");
         if (rc == SL_OK)
             rc = drv(((fn_ctx_create) g->fn[FN_CTX_CREATE])(&ctx, desc, cudev,
@@ -242,8 +240,6 @@ static int relayout(sl_device *dev, sl_cuda_green *g, const sl_partition *from)
         if (p->ctx)
             (void) drv(((fn_ctx_destroy) g->fn[FN_CTX_DESTROY])(p->ctx), "cuGreenCtxDestroy");
         p->ctx = ctx;
-        p->sms = n * g->group_sms;
-        first += n;
     }
     return rc;
 }
@@ -331,7 +327,7 @@ void sl_cuda_partition_destroy(sl_device *dev, sl_partition *p)
 unsigned sl_cuda_partition_units(sl_device *dev, const sl_partition *p)
 {
     (void) dev;
-    return p->sms ? p->sms : p->units;
+    return p->units;
 }
 
 static void unlist(sl_partition *p, sl_stream *s)
