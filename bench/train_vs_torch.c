@@ -10,19 +10,27 @@
  *           OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep) and with
  *           GNU OpenMP's default (they spin a while first);
  *   inproc  (MLP only) salus through a server embedded in this process over
- *           inproc://: the same graph without inter-process communication.
+ *           inproc://: the same graph without inter-process communication;
+ *   openblas (MLP only) salus through a second salusd whose GEMMs go
+ *           through OpenBLAS (SALUS_CPU_GEMM=openblas) instead of oneDNN:
+ *           what the GEMM library alone is worth.
+ * OpenBLAS picks its own kernels on both sides: OPENBLAS_CORETYPE is
+ * cleared (the development VM sets it to Haswell, which halves OpenBLAS's
+ * GEMM speed on its Zen 5), and each PyTorch process gets as many OpenBLAS
+ * threads as it has OpenMP threads (OPENBLAS_NUM_THREADS).
  * salusd runs with OMP_WAIT_POLICY=PASSIVE (its oneDNN ops; its GEMMs split
  * on its own thread teams, kernels/cpu/team.c). A round is salus, torch 1,
- * salus, torch 2, ... [, inproc]: both sides are measured alternately, and samples/s counts whole
- * training steps as the client sees them (feeding the batch, running the step, fetching the loss).
- * PyTorch's best is the configuration with the higher median; the ratio is
+ * salus, torch 2, ... [, inproc, openblas]: both sides are measured alternately, and samples/s
+ * counts whole training steps as the client sees them (feeding the batch, running the step,
+ * fetching the loss). PyTorch's best is the configuration with the higher median; the ratio is
  * salus's median over that median. Prints per-round figures, then
  *   BENCH server_overhead ipc_sps=... inproc_sps=... overhead_pct=...
+ *   BENCH train_vs_torch_gemm model=mlp onednn_sps=... openblas_sps=... ratio=...
  *   BENCH train_vs_torch model=mlp ratio=... salus_sps=... torch_sps=... torch_best=... ...
  *   BENCH train_vs_torch model=cnn ratio=... ...                            (last line)
  *
  *   train_vs_torch --salusd PATH --script bench/torch_train.py [--python /usr/bin/python3]
- *                  [--rounds 7] [--steps 150] [--cnn-steps 50] [--json FILE] */
+ *                  [--rounds 7] [--steps 500] [--cnn-steps 50] [--json FILE] */
 #include "bench_util.h"
 #include "fashion_mnist.h"
 #include "server.h"
@@ -125,6 +133,8 @@ static int torch_start(torch_proc *t, const char *python, const char *script)
         close(from_py[1]);
         if (t->spin)
             unsetenv("OMP_WAIT_POLICY");
+        setenv("OPENBLAS_NUM_THREADS", threads, 1);
+        setenv("OPENBLAS_NUM_THREADS", threads, 1);
         execl(python, python, script, threads, batch, lr, (char *) NULL);
         perror(python);
         _exit(127);
@@ -184,11 +194,11 @@ static const char *const torch_names[N_TORCH] = {"torch1", "torch2", "torch1_spi
 
 /* The figures of one model: salus runs before each PyTorch configuration. */
 typedef struct series {
-    double *salus, *torch[N_TORCH], *inproc, *ratio; /* salus: N_TORCH per round */
+    double *salus, *torch[N_TORCH], *inproc, *openblas, *ratio; /* salus: N_TORCH per round */
 } series;
 
 typedef struct summary {
-    double salus, torch[N_TORCH], inproc, best, ratio, ratio_min;
+    double salus, torch[N_TORCH], inproc, openblas, best, ratio, ratio_min;
     double salus_lo, salus_hi, best_lo, best_hi;
     int best_config;
 } summary;
@@ -215,15 +225,20 @@ static summary summarise(const series *s, int rounds, bool with_inproc)
     for (int r = 0; r < rounds; r++)
         s->ratio[r] = s->salus[N_TORCH * r + b] / s->torch[b][r];
     m.ratio_min = bench_percentile(s->ratio, n, 0);
-    if (with_inproc)
+    if (with_inproc) {
         m.inproc = bench_median(s->inproc, n);
+        m.openblas = bench_median(s->openblas, n);
+    }
     return m;
 }
 
 int main(int argc, char **argv)
 {
     const char *salusd = NULL, *script = NULL, *python = "/usr/bin/python3", *json = NULL;
-    int rounds = 7, steps[N_MODELS] = {150, 50};
+    /* windows of a few hundred ms for both models: at 150 MLP steps (60-90
+     * ms) one scheduling hiccup of this VM, or another process's idle BLAS
+     * threads still spinning, moved a round's figure by 2x */
+    int rounds = 7, steps[N_MODELS] = {500, 50};
     static const struct option lo[] = {
         {"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'},
         {"python", 1, NULL, 'p'}, {"rounds", 1, NULL, 'r'},
@@ -268,15 +283,22 @@ int main(int argc, char **argv)
         return 1;
     /* the same OpenMP behaviour for salusd and both PyTorch processes */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("OPENBLAS_CORETYPE");
 
     /* children first: NNG must not be initialised in a process that forks */
     char dir[] = "/tmp/salus-tvt-XXXXXX";
     if (!mkdtemp(dir))
         return 1;
-    char ipc_url[128];
+    char ipc_url[128], blas_url[128];
     snprintf(ipc_url, sizeof ipc_url, "ipc://%s/salus.sock", dir);
+    snprintf(blas_url, sizeof blas_url, "ipc://%s/openblas.sock", dir);
     pid_t spid = bench_spawn((const char *[]){salusd, "--listen", ipc_url, "--memory-limit", "1G",
                                               "--log-level", "warn", NULL});
+    setenv("SALUS_CPU_GEMM", "openblas", 1);
+    pid_t bpid = bench_spawn((const char *[]){salusd, "--listen", blas_url, "--memory-limit", "1G",
+                                              "--log-level", "warn", NULL});
+    unsetenv("SALUS_CPU_GEMM");
     torch_proc torch[N_TORCH];
     memcpy(torch, torch_configs, sizeof torch);
     char line[256];
@@ -285,6 +307,7 @@ int main(int argc, char **argv)
             strncmp(line, "ready", 5) != 0) {
             fprintf(stderr, "train_vs_torch: the PyTorch side did not start (python3-torch?)\n");
             bench_stop(spid);
+            bench_stop(bpid);
             return 1;
         }
     }
@@ -295,10 +318,12 @@ int main(int argc, char **argv)
     sl_log_set_level("warn");
     if (sl_server_start(&inproc) != SL_OK)
         return 1;
-    salus_client *probe = NULL;
-    for (int i = 0; i < 500 && salus_connect(ipc_url, &probe) != SALUS_OK; i++)
-        usleep(10000);
-    salus_disconnect(probe);
+    for (int u = 0; u < 2; u++) {
+        salus_client *probe = NULL;
+        for (int i = 0; i < 500 && salus_connect(u ? blas_url : ipc_url, &probe) != SALUS_OK; i++)
+            usleep(10000);
+        salus_disconnect(probe);
+    }
 
     /* other users of the machine move every figure: say how busy it was (the
      * figure after the rounds includes this benchmark's own work, about 1) */
@@ -312,17 +337,21 @@ int main(int argc, char **argv)
         for (int t = 0; t < N_TORCH; t++)
             s[k].torch[t] = calloc((size_t) rounds, sizeof(double));
         s[k].inproc = calloc((size_t) rounds, sizeof(double));
+        s[k].openblas = calloc((size_t) rounds, sizeof(double));
         s[k].ratio = calloc((size_t) rounds, sizeof(double));
     }
     int status = 1;
     for (enum model k = 0; k < N_MODELS; k++) {
         bool with_inproc = k == MLP;
-        job a = {0}, cj = {0};
-        if (job_open(&a, ipc_url, k) || (with_inproc && job_open(&cj, "inproc://salus-bench", k)))
+        job a = {0}, cj = {0}, bj = {0};
+        if (job_open(&a, ipc_url, k) || (with_inproc && (job_open(&cj, "inproc://salus-bench", k) ||
+                                                         job_open(&bj, blas_url, k))))
             goto out;
         (void) job_round(&a, &data, WARMUP_STEPS);
-        if (with_inproc)
+        if (with_inproc) {
             (void) job_round(&cj, &data, WARMUP_STEPS);
+            (void) job_round(&bj, &data, WARMUP_STEPS);
+        }
         for (int t = 0; t < N_TORCH; t++)
             if (torch_ask(&torch[t], line, sizeof line, "warm %s %d\n", model_name[k],
                           WARMUP_STEPS))
@@ -341,6 +370,9 @@ int main(int argc, char **argv)
                 if (!(x->inproc[r] = job_round(&cj, &data, steps[k])))
                     goto out;
                 printf("  salus/inproc %.0f", x->inproc[r]);
+                if (!(x->openblas[r] = job_round(&bj, &data, steps[k])))
+                    goto out;
+                printf("  salus/openblas %.0f", x->openblas[r]);
             }
             printf(" samples/s\n");
             fflush(stdout);
@@ -349,8 +381,10 @@ int main(int argc, char **argv)
                (double) a.loss, BATCH, (double) LR);
         sum[k] = summarise(&s[k], rounds, with_inproc);
         job_close(&a);
-        if (with_inproc)
+        if (with_inproc) {
             job_close(&cj);
+            job_close(&bj);
+        }
     }
     status = 0;
     if (getloadavg(load[1], 3) < 1)
@@ -378,14 +412,16 @@ int main(int argc, char **argv)
                 fprintf(f, "}");
             }
             fprintf(f,
-                    "},\"inproc_sps\":%.1f,\"overhead_pct\":%.2f,\"load_before\":%.2f,"
-                    "\"load_after\":%.2f}\n",
-                    sum[MLP].inproc, overhead, load[0][0], load[1][0]);
+                    "},\"inproc_sps\":%.1f,\"overhead_pct\":%.2f,\"openblas_sps\":%.1f,"
+                    "\"load_before\":%.2f,\"load_after\":%.2f}\n",
+                    sum[MLP].inproc, overhead, sum[MLP].openblas, load[0][0], load[1][0]);
             fclose(f);
         }
     }
     printf("BENCH server_overhead ipc_sps=%.0f inproc_sps=%.0f overhead_pct=%.2f\n", sum[MLP].salus,
            sum[MLP].inproc, overhead);
+    printf("BENCH train_vs_torch_gemm model=mlp onednn_sps=%.0f openblas_sps=%.0f ratio=%.3f\n",
+           sum[MLP].salus, sum[MLP].openblas, sum[MLP].salus / sum[MLP].openblas);
     for (int k = 0; k < N_MODELS; k++) {
         const summary *m = &sum[k];
         printf("BENCH train_vs_torch model=%s ratio=%.3f salus_sps=%.0f torch_sps=%.0f "
@@ -401,7 +437,10 @@ out:
         torch_stop(&torch[t]);
     sl_server_stop(&inproc);
     bench_stop(spid);
+    bench_stop(bpid);
     snprintf(line, sizeof line, "%s/salus.sock", dir);
+    unlink(line);
+    snprintf(line, sizeof line, "%s/openblas.sock", dir);
     unlink(line);
     rmdir(dir);
     for (int k = 0; k < N_MODELS; k++) {
@@ -409,6 +448,7 @@ out:
         for (int t = 0; t < N_TORCH; t++)
             free(s[k].torch[t]);
         free(s[k].inproc);
+        free(s[k].openblas);
         free(s[k].ratio);
     }
     fmnist_free(&data);

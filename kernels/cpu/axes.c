@@ -10,7 +10,6 @@
 #include "ops_axes.h"
 #include "sl_error.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -291,8 +290,8 @@ static int k_batch_matmul(const sl_op_call *c)
     const float *a = c->in[0].data, *b = c->in[1].data;
     float *y = c->out[0].data;
     for (int64_t i = 0; i < batch; i++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a + (uint64_t) i * sa,
-                    k, b + (uint64_t) i * sb, n, 0.0f, y + (uint64_t) i * (uint64_t) m * n, n);
+        sl_cpu_sgemm(false, false, m, n, k, 1.0f, a + (uint64_t) i * sa, k, b + (uint64_t) i * sb,
+                     n, 0.0f, y + (uint64_t) i * (uint64_t) m * n, n);
     return SL_OK;
 }
 

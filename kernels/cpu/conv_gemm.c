@@ -7,7 +7,7 @@
  * GEMM-based alternative is no faster on one thread and degrades badly on
  * two. Here each sample's patches are unrolled into a [C*R*S, P] matrix
  * (P = output pixels, the layout dy already has per sample) and
- * dw[K, C*R*S] accumulates dy_n[K, P] * cols_n^T through OpenBLAS: no
+ * dw[K, C*R*S] accumulates dy_n[K, P] * cols_n^T (gemm.c): no
  * padding, no reorder of x or dy, and the multiplication runs at GEMM speed.
  * The unrolled matrix is R*S times one sample of x, a few tens of KiB for
  * such inputs. */
@@ -17,7 +17,6 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 
-#include <cblas.h>
 #include <string.h>
 
 /* Input channels below oneDNN's smallest channel block (AVX2's 8): where its
@@ -78,8 +77,8 @@ static void grad_filter_samples(const sl_op_call *c, const sl_window2d *g, int64
     memset(acc, 0, (size_t) (k * taps) * sizeof *acc);
     for (int64_t b = b0; b < b1; b++) {
         im2col(xs + b * ch * h * w, cols, ch, h, w, oh, ow, g);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) k, (int) taps, (int) p, 1.0f,
-                    dy + b * k * p, (int) p, cols, (int) p, 1.0f, acc, (int) taps);
+        sl_cpu_sgemm(false, true, (int) k, (int) taps, (int) p, 1.0f, dy + b * k * p, (int) p, cols,
+                     (int) p, 1.0f, acc, (int) taps);
     }
 }
 
@@ -103,7 +102,7 @@ static void grad_filter_band(void *arg, int t, int threads)
 
 /* With more than one thread each takes a band of samples into a partial
  * sum of its own (the first straight into dw), and the partials are added
- * at the end; OpenBLAS itself stays on one thread (cpu.h). */
+ * at the end; each GEMM stays on one thread (cpu.h). */
 int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c)
 {
     float *dw = c->out[0].data;

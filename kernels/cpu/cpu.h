@@ -11,9 +11,9 @@
  * cores of this 2-core machine for a big convolution or matmul and two busy
  * lanes get one thread each instead of 2x2; ops under 16 Mflop stay on one
  * thread. The OpenMP team size is a per-thread setting (omp_set_num_threads
- * on the worker), so lanes never change each other's. OpenBLAS stays on one
- * thread (its count is process-wide): a big GEMM is cut into row bands, one
- * OpenBLAS call per thread of the worker's own team (team.c), whose helpers
+ * on the worker), so lanes never change each other's. Every GEMM call runs
+ * on one thread (gemm.c): a big GEMM is cut into row bands, one call per
+ * thread of the worker's own team (team.c), whose helpers
  * spin between the ops of an iteration instead of sleeping between them as
  * OpenMP's do under OMP_WAIT_POLICY=PASSIVE; those GEMMs split from
  * SL_CPU_TEAM_MIN_FLOPS, where waking a sleeping helper still pays off.
@@ -163,6 +163,20 @@ void sl_cpu_team_set_cores(const cpu_set_t *cores);
  * while another thread runs an op. */
 void sl_cpu_op_begin(void);
 void sl_cpu_op_end(void);
+
+/* GEMM (gemm.c): C[m, n] = alpha op(A) op(B) + beta C, row-major, on the
+ * calling thread alone; C is not read when beta is 0. Through oneDNN, or
+ * through OpenBLAS when the environment says SALUS_CPU_GEMM=openblas (read
+ * once per process). sl_cpu_op_check made sure every dimension fits. */
+typedef enum { SL_CPU_GEMM_ONEDNN, SL_CPU_GEMM_OPENBLAS } sl_cpu_gemm_lib;
+void sl_cpu_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc);
+/* The same through a given library (tests compare the two). */
+void sl_cpu_sgemm_with(sl_cpu_gemm_lib lib, bool ta, bool tb, int m, int n, int k, float alpha,
+                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                       int ldc);
+sl_cpu_gemm_lib sl_cpu_gemm_chosen(void);
+const char *sl_cpu_gemm_name(sl_cpu_gemm_lib lib);
 
 /* Kernels outside ops.c, each for the op its name says; contracts as
  * sl_cpu_run_op. loss.c: */

@@ -1,4 +1,4 @@
-/* cpu kernels: the dispatch table, GEMM through OpenBLAS, and the
+/* cpu kernels: the dispatch table, GEMM (gemm.c) in row bands, and the
  * element-wise and optimiser ops as plain loops over the per-element math of
  * elementwise.h. Losses and reductions are in loss.c, normalisation in
  * norm.c, convolution and pooling in conv.c and pool.c. Shapes were
@@ -9,7 +9,6 @@
 #include "elementwise.h"
 #include "sl_error.h"
 
-#include <cblas.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -71,7 +70,7 @@ struct gemm {
 };
 
 /* matmul (C = the output, beta 0) or matmul_acc (C = in2, updated in
- * place; OpenBLAS does not read C when beta is 0), so no product tensor
+ * place; C is not read when beta is 0), so no product tensor
  * exists for the accumulating form. sl_cpu_op_check made sure every
  * dimension fits in int. */
 static struct gemm gemm_of(const sl_op_call *c)
@@ -101,9 +100,8 @@ static void gemm_rows(const struct gemm *g, int r0, int r1)
     if (r1 <= r0)
         return;
     const float *a = g->ta ? g->a + r0 : g->a + (size_t) r0 * (size_t) g->lda;
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
-                r1 - r0, g->n, g->k, g->alpha, a, g->lda, g->b, g->ldb, g->beta,
-                g->c + (size_t) r0 * (size_t) g->n, g->n);
+    sl_cpu_sgemm(g->ta, g->tb, r1 - r0, g->n, g->k, g->alpha, a, g->lda, g->b, g->ldb, g->beta,
+                 g->c + (size_t) r0 * (size_t) g->n, g->n);
 }
 
 static int k_matmul(const sl_op_call *c)
@@ -114,10 +112,11 @@ static int k_matmul(const sl_op_call *c)
 }
 
 /* A GEMM big enough to pay for a second thread is cut into bands of C's
- * rows, one per thread of the team (team.c), each a single-threaded
- * OpenBLAS call: OpenBLAS's own thread count is process-wide, and lanes
- * must not change each other's. The bands share no output: each element of
- * C comes from one call over the whole of K, as on one thread. */
+ * rows, one per thread of the team (team.c), each a single-threaded GEMM
+ * call: a library's own threads would be sized for the process (OpenBLAS)
+ * or sleep between ops (OpenMP), and lanes must not change each other's.
+ * The bands share no output: each element of C comes from one call over
+ * the whole of K. */
 static void gemm_band(void *arg, int part, int parts)
 {
     const struct gemm *g = arg;

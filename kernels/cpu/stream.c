@@ -195,8 +195,9 @@ static void after_callback(void *ctx)
     s->exec.failure[0] = 0;
 }
 
-/* Copies, workspace changes and ops in C or OpenBLAS run on any thread;
- * oneDNN ops need the worker, which owns their state. */
+/* Copies, workspace changes and ops in C or GEMM (gemm.c: no state, one
+ * thread) run on any thread; oneDNN's primitives need the worker, which
+ * owns their state. */
 static bool runs_anywhere(void *ctx, const void *payload)
 {
     const sl_stream *s = ctx;

@@ -628,6 +628,48 @@ static void test_conv_grad_filter_threads(void **state)
     sl_free(x), sl_free(w), sl_free(dy), sl_free(dw), sl_free(xdd), sl_free(dyd), sl_free(want);
 }
 
+/* Both GEMM libraries (gemm.c) against a double reference: every
+ * transpose, leading dimensions wider than the rows, alpha and beta, K = 0
+ * (C = beta C), and beta 0 over a C full of NaN, which must not be read. */
+static void test_sgemm_libraries(void **state)
+{
+    (void) state;
+    enum { PAD = 3 };
+    static const int dims[][3] = {{1, 1, 1}, {7, 5, 3}, {128, 10, 128}, {33, 65, 129}, {4, 6, 0}};
+    for (int lib = SL_CPU_GEMM_ONEDNN; lib <= SL_CPU_GEMM_OPENBLAS; lib++)
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+            for (int t = 0; t < 8; t++) {
+                int m = dims[d][0], n = dims[d][1], k = dims[d][2];
+                bool ta = t & 1, tb = t & 2, nan_c = t & 4;
+                int lda = (ta ? m : k) + PAD, ldb = (tb ? k : n) + PAD, ldc = n + PAD;
+                int arows = ta ? k : m, brows = tb ? n : k;
+                float *a = kt_fvec(arows * lda + 1), *b = kt_fvec(brows * ldb + 1);
+                float *c = kt_fvec(m * ldc);
+                double *want = kt_dvec(m * n);
+                kt_rand(a, arows * lda + 1, 770 + t, -1, 1);
+                kt_rand(b, brows * ldb + 1, 780 + t, -1, 1);
+                kt_rand(c, m * ldc, 790 + t, -1, 1);
+                float alpha = nan_c ? 1.0f : 1.5f, beta = nan_c ? 0.0f : -0.5f;
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        double sum = 0;
+                        for (int p = 0; p < k; p++)
+                            sum += (double) a[ta ? p * lda + i : i * lda + p] *
+                                   (double) b[tb ? j * ldb + p : p * ldb + j];
+                        want[i * n + j] =
+                            alpha * sum + (nan_c ? 0 : beta * (double) c[i * ldc + j]);
+                        if (nan_c)
+                            c[i * ldc + j] = NAN;
+                    }
+                sl_cpu_sgemm_with((sl_cpu_gemm_lib) lib, ta, tb, m, n, k, alpha, a, lda, b, ldb,
+                                  beta, c, ldc);
+                for (int i = 0; i < m; i++)
+                    kt_expect_close(sl_cpu_gemm_name((sl_cpu_gemm_lib) lib), c + i * ldc,
+                                    want + i * n, n, 1e-4);
+                sl_free(a), sl_free(b), sl_free(c), sl_free(want);
+            }
+}
+
 /* salusd never launches reshape (a view); a launch that arrives anyway
  * copies. */
 static void test_reshape_launch(void **state)
@@ -648,7 +690,7 @@ int kt_run_cpu_ops_tests(void)
         cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_maxpool_rows),
         cmocka_unit_test(test_matmul_threads),    cmocka_unit_test(test_conv_grad_filter_threads),
         cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
-        cmocka_unit_test(test_team_cores),
+        cmocka_unit_test(test_team_cores),        cmocka_unit_test(test_sgemm_libraries),
     };
     return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
 }
