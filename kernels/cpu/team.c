@@ -30,6 +30,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -146,13 +147,18 @@ static void *helper_main(void *arg)
             continue;
         /* spin while nothing else wants the core, then sleep; a helper the
          * latest job had no part for (the team's cores shrank) sleeps at
-         * once rather than compete with its owner */
+         * once rather than compete with its owner. The spin yields the core
+         * now and then: between two iterations the client and the
+         * transport's threads need it (on the 2-core VM, yielding made the
+         * MLP's training steps 4.7 % faster, 9 of 10 interleaved runs) */
         uint64_t until = a->index < atomic_load(&t->want) ? now_ns() + SPIN_NS : 0;
         bool found = false;
         for (unsigned i = 0; !found; i++) {
             found = claimable(t) || atomic_load(&t->stop);
             if (!found && (i & 63) == 63 && (now_ns() > until || others_busy(t)))
                 break;
+            if ((i & 63) == 63)
+                sched_yield();
             cpu_relax();
         }
         if (found)
