@@ -511,19 +511,28 @@ static void update_class(sim *s, sim_job *j, bool leaving)
 
 static void client_next(sim *s, sim_job *j, uint64_t now);
 
+/* What the session declares (session.c: the OpenSession hints): its
+ * length, when the spec says so, as iterations of a known solo time. */
+static void declare(sim_job *j, const sl_eval_job_spec *sp)
+{
+    memset(&j->sched, 0, sizeof j->sched);
+    j->sched.id = sp->id;
+    j->sched.weight = sp->weight > 0 ? sp->weight : 1.0;
+    j->sched.priority = sp->priority;
+    if (sp->declare_length) {
+        j->sched.expected_iterations = sp->iterations;
+        j->sched.solo_iteration_ns = sp->iteration_ns;
+    }
+}
+
 /* admit(): the session joins the scheduler on its lane (sl_exec_join) and
  * its client, told so, starts sending. */
 static void session_admitted(sim *s, sim_job *j, uint32_t lane, uint64_t now)
 {
     gpu *g = &s->gpus[j->gpu];
     const sl_eval_job_spec *sp = j->spec;
-    memset(&j->sched, 0, sizeof j->sched);
-    j->sched.id = sp->id;
-    j->sched.weight = sp->weight > 0 ? sp->weight : 1.0;
-    j->sched.priority = sp->priority;
+    declare(j, sp);
     j->sched.lane = lane;
-    if (sp->declare_length)
-        j->sched.expected_iterations = sp->iterations; /* the session hint */
     int rc = sl_lanes_join(&g->handoff, &j->sched, now);
     if (rc != SL_OK) {
         s->error = rc;
@@ -707,8 +716,9 @@ static uint32_t place_least_jobs(const sim *s)
     return best;
 }
 
-/* The session opens on a GPU: sl_mem_admit_ex as session.c calls it, with
- * wait_for_admission set (a training job waits rather than fail). */
+/* The session opens on a GPU: sl_mem_admit_ranked as session.c calls it,
+ * with wait_for_admission set (a training job waits rather than fail) and
+ * the rank the policy gives what it declares. */
 static void job_arrival(sim *s, sim_job *j, uint64_t now)
 {
     const sl_eval_job_spec *sp = j->spec;
@@ -717,18 +727,21 @@ static void job_arrival(sim *s, sim_job *j, uint64_t now)
     unsigned flags = exclusive ? SL_MEM_ADMIT_EXCLUSIVE : 0;
     int reason = SL_MEM_FITS, rc = SL_EEXHAUSTED;
     uint32_t lane = 0, gi = 0;
+    declare(j, sp);
     if (s->cfg->placement == SL_EVAL_PLACE_FIRST_FIT) {
         for (gi = 0; gi < s->cfg->n_gpus; gi++) {
-            rc = sl_mem_admit_ex(s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes,
-                                 flags, &reason, &lane);
+            rc = sl_mem_admit_ranked(
+                s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes, flags,
+                sl_sched_wait_rank(s->gpus[gi].sched, &j->sched), &reason, &lane);
             if (rc != SL_EEXHAUSTED)
                 break;
         }
     }
     if (rc == SL_EEXHAUSTED) {
         gi = place_least_jobs(s);
-        rc = sl_mem_admit_ex(s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes,
-                             flags | SL_MEM_ADMIT_WAIT, &reason, &lane);
+        rc = sl_mem_admit_ranked(s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes,
+                                 flags | SL_MEM_ADMIT_WAIT,
+                                 sl_sched_wait_rank(s->gpus[gi].sched, &j->sched), &reason, &lane);
     }
     j->gpu = gi;
     j->res.gpu = gi;

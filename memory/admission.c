@@ -1,5 +1,5 @@
-/* Admission: the rule, the lane a new session gets, and the FIFO queue with
- * its bounded bypass.
+/* Admission: the rule, the lane a new session gets, and the queue (in rank
+ * order, arrival order among equal ranks) with its bounded bypass.
  *
  * Decisions depend only on the calls made, in order (sizes, ids, arrival
  * order), never on addresses of host memory or on time: replaying the same
@@ -186,6 +186,12 @@ int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, 
 int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags, int *reason,
                     uint32_t *lane)
 {
+    return sl_mem_admit_ranked(m, id, p, e, flags, 0, reason, lane);
+}
+
+int sl_mem_admit_ranked(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags,
+                        uint64_t rank, int *reason, uint32_t *lane)
+{
     bool wait = flags & SL_MEM_ADMIT_WAIT;
     if (!m || id == 0 || sl_map_get(&m->sessions, id))
         return SL_EINVAL;
@@ -208,20 +214,24 @@ int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned
     s->id = id;
     s->exclusive = flags & SL_MEM_ADMIT_EXCLUSIVE;
     s->declared_p = p;
+    s->rank = rank;
+    s->seq = ++m->next_seq;
     int rc = sl_map_put(&m->sessions, id, s);
     if (rc != SL_OK)
         goto out_free_session;
 
+    /* the queued sessions ranked before s: admitting s passes them */
+    struct mgr_session *behind = m->queue.head;
     uint32_t ahead_max = 0;
-    for (const struct mgr_session *q = m->queue.head; q; q = q->q_next)
-        if (q->bypassed > ahead_max)
-            ahead_max = q->bypassed;
+    for (; behind && mgr_ranked_before(behind, s); behind = behind->q_next)
+        if (behind->bypassed > ahead_max)
+            ahead_max = behind->bypassed;
     int why = SL_MEM_CAPACITY;
-    if (!m->queue.head || ahead_max < SL_MEM_MAX_BYPASS) {
+    if (ahead_max < SL_MEM_MAX_BYPASS) {
         rc = mgr_try_place(m, s, &why);
         if (rc == SL_OK) {
             s->state = MGR_ADMITTED;
-            count_bypass(m->queue.head, NULL);
+            count_bypass(m->queue.head, behind);
             if (reason)
                 *reason = SL_MEM_FITS;
             if (lane)
@@ -234,7 +244,7 @@ int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned
     if (wait) {
         s->state = MGR_QUEUED;
         s->reason = why;
-        mgr_list_push(&m->queue, s);
+        mgr_list_insert_ranked(&m->queue, s);
         return sl_mem_refuse(reason, why);
     }
     rc = sl_mem_refuse(reason, why);
@@ -261,6 +271,19 @@ bool sl_mem_next_admitted(sl_mem_mgr *m, uint64_t *id, uint32_t *lane)
     if (lane)
         *lane = s->lane->id;
     return true;
+}
+
+int sl_mem_set_rank(sl_mem_mgr *m, uint64_t id, uint64_t rank)
+{
+    struct mgr_session *s = m ? sl_map_get(&m->sessions, id) : NULL;
+    if (!s)
+        return SL_ENOTFOUND;
+    s->rank = rank;
+    if (s->state == MGR_QUEUED) {
+        mgr_list_remove(&m->queue, s);
+        mgr_list_insert_ranked(&m->queue, s);
+    }
+    return SL_OK;
 }
 
 size_t sl_mem_queue(const sl_mem_mgr *m, sl_mem_session_info *out, size_t max)

@@ -71,6 +71,29 @@ void mgr_list_push(struct mgr_list *l, struct mgr_session *s)
     l->count++;
 }
 
+bool mgr_ranked_before(const struct mgr_session *a, const struct mgr_session *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->seq < b->seq);
+}
+
+void mgr_list_insert_ranked(struct mgr_list *l, struct mgr_session *s)
+{
+    struct mgr_session *after = l->tail;
+    while (after && mgr_ranked_before(s, after))
+        after = after->q_prev;
+    s->q_prev = after;
+    s->q_next = after ? after->q_next : l->head;
+    if (s->q_next)
+        s->q_next->q_prev = s;
+    else
+        l->tail = s;
+    if (after)
+        after->q_next = s;
+    else
+        l->head = s;
+    l->count++;
+}
+
 void mgr_list_remove(struct mgr_list *l, struct mgr_session *s)
 {
     if (s->q_prev)
@@ -439,7 +462,8 @@ static bool check_list(const struct mgr_list *l, enum mgr_state state)
     uint32_t n = 0;
     const struct mgr_session *prev = NULL;
     for (const struct mgr_session *s = l->head; s; prev = s, s = s->q_next, n++)
-        if (s->state != state || s->q_prev != prev)
+        if (s->state != state || s->q_prev != prev ||
+            (state == MGR_QUEUED && prev && !mgr_ranked_before(prev, s)))
             return false;
     return prev == l->tail && n == l->count;
 }

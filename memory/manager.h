@@ -24,10 +24,13 @@
  * reason: QUOTA (can never fit: exceeds the per-session quota or the whole
  * capacity), CAPACITY (not enough free memory now), FRAGMENTATION (enough
  * free memory, but no contiguous block even after compacting idle lanes).
- * Queued sessions are admitted in arrival order as memory frees up; a
- * later, smaller session may be admitted before a waiting larger one at most
+ * Queued sessions are admitted in rank order as memory frees up: arrival
+ * order, unless the caller ranks them (sl_mem_admit_ranked: the scheduling
+ * policy's order, e.g. shortest declared job first under srtf). A session
+ * ranked behind a waiting one, if it fits, may be admitted before it at most
  * SL_MEM_MAX_BYPASS times, after which admission waits for the head (no
- * starvation).
+ * starvation by sessions ranked behind it; those ranked before it pass it
+ * as they would on the device).
  *
  * Persistent regions. A session that declares P > 0 gets its P in one
  * contiguous region at admission, and its tensors are placed best fit inside
@@ -141,11 +144,21 @@ int sl_mem_admit(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, bool wait, 
 #define SL_MEM_ADMIT_EXCLUSIVE 2u
 int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags, int *reason,
                     uint32_t *lane);
+/* sl_mem_admit_ex with a rank: while it waits, the session is queued after
+ * every waiting session of a smaller rank, or of the same rank that arrived
+ * before it (sl_mem_admit_ex: rank 0, so arrival order). A session it is
+ * ranked behind counts it as a bypass when it gets in first. */
+int sl_mem_admit_ranked(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags,
+                        uint64_t rank, int *reason, uint32_t *lane);
+/* Changes a session's rank (a change of policy): a waiting session moves to
+ * its new place in the queue; bypass counts are kept. SL_OK or
+ * SL_ENOTFOUND. O(queue). */
+int sl_mem_set_rank(sl_mem_mgr *m, uint64_t id, uint64_t rank);
 
 /* Pops the next queued session that is now admitted. The queue is served
  * eagerly: every call that may free memory (sl_mem_release, sl_mem_free,
  * sl_mem_set_ephemeral, sl_mem_lane_idle, sl_mem_compact, sl_mem_alloc
- * after a compaction) admits, in arrival order and within the bypass bound,
+ * after a compaction) admits, in rank order and within the bypass bound,
  * the queued sessions that fit, and they wait here to be reported. So call it
  * in a loop after any of those. Returns true with *id and *lane set, false
  * when none is. */

@@ -66,7 +66,9 @@ struct mgr_session {
     enum mgr_state state;
     bool exclusive;    /* never shares its lane (high-priority sessions) */
     int reason;        /* why it waits (queued) */
-    uint32_t bypassed; /* later sessions admitted while it waited */
+    uint32_t bypassed; /* sessions ranked behind it admitted while it waited */
+    uint64_t rank;     /* the queue's order: smaller first (sl_mem_admit_ranked) */
+    uint64_t seq;      /* arrival order, the tie break among equal ranks */
     struct mgr_lane *lane;
     struct mgr_session *lane_prev, *lane_next; /* sessions of its lane */
     struct mgr_block *blocks;
@@ -103,8 +105,9 @@ struct sl_mem_mgr {
     sl_map lane_ids;         /* id -> mgr_lane */
     struct mgr_lane **lanes; /* ascending ids */
     size_t n_lanes, lanes_cap;
-    uint64_t next_lane_serial; /* the last serial given (0 = none yet) */
-    struct mgr_list queue, ready;
+    uint64_t next_lane_serial;    /* the last serial given (0 = none yet) */
+    struct mgr_list queue, ready; /* queue: by (rank, seq); ready: as admitted */
+    uint64_t next_seq;
     uint32_t n_admitted; /* READY + ADMITTED */
     uint64_t persistent_used;
     uint64_t persistent_reserved; /* sum of max(p, used) over admitted sessions */
@@ -135,6 +138,9 @@ bool mgr_rule_allows(const sl_mem_mgr *m, uint64_t delta);
 void mgr_session_info(const sl_mem_mgr *m, const struct mgr_session *s, sl_mem_session_info *out);
 
 void mgr_list_push(struct mgr_list *l, struct mgr_session *s);
+/* Inserts s after every session ranked before it (mgr_ranked_before). */
+void mgr_list_insert_ranked(struct mgr_list *l, struct mgr_session *s);
+bool mgr_ranked_before(const struct mgr_session *a, const struct mgr_session *b);
 void mgr_list_remove(struct mgr_list *l, struct mgr_session *s);
 
 /* ---- lanes.c ---- */

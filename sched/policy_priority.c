@@ -12,6 +12,8 @@
  * time (sl_sched_job_set_priority / _set_weight); the next pick uses them. */
 #include "scheduler.h"
 
+#include <limits.h>
+
 static double share(const sl_sched_job *j)
 {
     double w = j->weight > 0 ? j->weight : 1.0;
@@ -38,9 +40,18 @@ static sl_sched_job *priority_pick(const sl_sched *s, uint32_t lane, uint64_t no
     return best;
 }
 
+/* Higher priority classes are admitted first when memory is short; within
+ * a class, arrival order. */
+static uint64_t priority_wait_rank(const sl_sched *s, const sl_sched_job *j)
+{
+    (void) s;
+    return (uint64_t) ((int64_t) INT_MAX - (int64_t) j->priority);
+}
+
 const sl_policy_ops sl_policy_priority = {
     .name = "priority",
     .pick = priority_pick,
     .has_strict = false,
     .caps = SL_POLICY_EXCLUSIVE_LANES | SL_POLICY_STEPWISE | SL_POLICY_GAP_FILL,
+    .wait_rank = priority_wait_rank,
 };

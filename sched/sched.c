@@ -425,6 +425,12 @@ uint64_t sl_sched_mean_iteration_ns(const sl_sched *s)
     return s->completed_iterations ? s->completed_ns / s->completed_iterations : 0;
 }
 
+uint64_t sl_sched_wait_rank(const sl_sched *s, const sl_sched_job *job)
+{
+    const sl_policy_ops *p = sl_sched_policy(s);
+    return p->wait_rank ? p->wait_rank(s, job) : 0;
+}
+
 /* srtf's estimate; the rules and why are documented in policy_srtf.c. */
 bool sl_sched_job_remaining(const sl_sched *s, const sl_sched_job *job, double *remaining_ns)
 {
@@ -439,7 +445,8 @@ bool sl_sched_job_remaining(const sl_sched *s, const sl_sched_job *job, double *
                             : 0;
         double per_iteration = job->iterations_done > 0
                                    ? (double) job->attained_ns / (double) job->iterations_done
-                                   : (double) sl_sched_mean_iteration_ns(s);
+                               : job->solo_iteration_ns ? (double) job->solo_iteration_ns
+                                                        : (double) sl_sched_mean_iteration_ns(s);
         *remaining_ns = (double) left * per_iteration;
         return true;
     }

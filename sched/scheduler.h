@@ -76,6 +76,11 @@ typedef struct sl_policy_ops {
     /* What the policy asks of the executor beyond its picks (SL_POLICY_*).
      * The server acts on these, never on a policy's name. */
     unsigned caps;
+    /* The order in which jobs waiting for memory are admitted, smaller
+     * first, from what a job not yet added declares (its "in" fields; its
+     * scheduler state is zero). NULL = arrival order. Read through
+     * sl_sched_wait_rank. */
+    uint64_t (*wait_rank)(const sl_sched *s, const sl_sched_job *job);
 } sl_policy_ops;
 
 /* Policy capabilities. A policy with any of them has priority classes: a
@@ -101,6 +106,10 @@ extern const sl_policy_ops sl_policy_pack;     /* oldest queued item first */
 extern const sl_policy_ops sl_policy_rr;       /* fewest iterations since membership change */
 extern const sl_policy_ops sl_policy_srtf;     /* least remaining time */
 extern const sl_policy_ops sl_policy_priority; /* priority classes, fair inside */
+
+/* The current policy's wait_rank of job (0 for every job when the policy
+ * has none: arrival order). O(1). */
+uint64_t sl_sched_wait_rank(const sl_sched *s, const sl_sched_job *job);
 
 /* Looks up a policy by name; NULL if unknown. */
 const sl_policy_ops *sl_sched_policy_find(const char *name);

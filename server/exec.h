@@ -179,6 +179,9 @@ void sl_exec_set_policy(sl_exec *ex, const sl_policy_ops *policy, bool strict, s
 /* Whether a job of this priority gets a lane of its own under the current
  * policy (SL_POLICY_EXCLUSIVE_LANES, unless ablated). */
 bool sl_exec_wants_exclusive(const sl_exec *ex, int priority);
+/* Where job j (not yet joined) waits for memory under the current policy
+ * (sched/scheduler.h sl_sched_wait_rank: smaller goes in first). */
+uint64_t sl_exec_wait_rank(const sl_exec *ex, const sl_exec_job *j);
 
 /* Queues iteration t of t->job and starts whatever may start. The done
  * hook comes once, from a device callback or (when it cannot even be

@@ -652,6 +652,11 @@ bool sl_exec_wants_exclusive(const sl_exec *ex, int priority)
            !ex->cfg->no_exclusive_lanes;
 }
 
+uint64_t sl_exec_wait_rank(const sl_exec *ex, const sl_exec_job *j)
+{
+    return sl_sched_wait_rank(ex->sched, &j->sched);
+}
+
 bool sl_exec_idle(const sl_exec *ex)
 {
     return !ex->stats.lanes_busy && !ex->stats.control_in_flight;

@@ -513,8 +513,8 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
     unsigned flags =
         (wait ? SL_MEM_ADMIT_WAIT : 0) |
         (sl_exec_wants_exclusive(ss->ex, s->job.sched.priority) ? SL_MEM_ADMIT_EXCLUSIVE : 0);
-    int rc = sl_mem_admit_ex(ss->mem, s->id, s->declared_persistent, s->declared_ephemeral, flags,
-                             &reason, &lane);
+    int rc = sl_mem_admit_ranked(ss->mem, s->id, s->declared_persistent, s->declared_ephemeral,
+                                 flags, sl_exec_wait_rank(ss->ex, &s->job), &reason, &lane);
     if (rc == SL_EEXHAUSTED && wait && reason != SL_MEM_QUOTA) {
         if (sl_tenants_add(&ss->tenants, s->tenant, s->tenant_charge) != SL_OK) {
             sl_mem_release(ss->mem, s->id);
@@ -560,6 +560,24 @@ sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id)
 {
     sl_session *s = sl_map_get(&ss->table, id);
     return s && !s->closing && s->admitted ? s : NULL;
+}
+
+static void rerank(sl_sessions *ss, sl_session *s)
+{
+    if (s->admit_req) /* waiting for admission */
+        (void) sl_mem_set_rank(ss->mem, s->id, sl_exec_wait_rank(ss->ex, &s->job));
+}
+
+void sl_sessions_rerank(sl_sessions *ss, sl_session *only)
+{
+    if (only) {
+        rerank(ss, only);
+        return;
+    }
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v))
+        rerank(ss, v);
 }
 
 void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)

@@ -393,8 +393,11 @@ static void low_priority_lanes_run_on_idle_threads(void **state)
 
 typedef struct waiter {
     const char *url;
+    double expected_total_s; /* declared length, 0 = none */
+    atomic_int *admissions;  /* counts admissions across waiters (NULL: none) */
     int rc;
     atomic_int done;
+    int order; /* its place among the waiters' admissions */
     uint64_t id;
 } waiter;
 
@@ -406,10 +409,13 @@ static void *open_and_wait(void *arg)
     salus_session_opts o = {.name = "waiter",
                             .persistent_bytes = 160u << 20,
                             .ephemeral_bytes = 8u << 20,
+                            .expected_total_s = w->expected_total_s,
                             .wait_for_admission = 1};
     if ((w->rc = salus_connect(w->url, &c)) == SALUS_OK) {
         if ((w->rc = salus_session_open(c, &o, &s)) == SALUS_OK) {
             w->id = salus_session_id(s);
+            if (w->admissions)
+                w->order = atomic_fetch_add(w->admissions, 1);
             (void) salus_session_close(s);
         }
         salus_disconnect(c);
@@ -470,6 +476,54 @@ static void admission_quota_and_capacity_leave_a_trainer_undisturbed(void **stat
     assert_true(w.id > 0);
 
     assert_int_equal(sl_test_wait(trainer, 60), 0); /* its --check compares every result */
+    wait_for_empty(c);
+    salus_disconnect(c);
+}
+
+/* Waits until the status shows n sessions in the admission queue. */
+static void wait_queued(salus_client *c, int n)
+{
+    char want[64], *text = NULL;
+    snprintf(want, sizeof want, "admission queue: %d waiting", n);
+    for (int i = 0; i < 500; i++) {
+        salus_free(text);
+        assert_sl_ok(salus_status_text(c, &text));
+        if (strstr(text, want))
+            break;
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    assert_non_null(strstr(text, want));
+    salus_free(text);
+}
+
+/* Under srtf, sessions waiting for memory go in shortest declared job
+ * first, whatever their arrival order (each of these fits only alone). */
+static void srtf_admits_the_shortest_waiting_job_first(void **state)
+{
+    (void) state;
+    salus_client *c = sl_test_connect(&server);
+    assert_sl_ok(salus_set_policy(c, "srtf", 0));
+    salus_session *big;
+    salus_session_opts o = {
+        .name = "big", .persistent_bytes = 160u << 20, .ephemeral_bytes = 8u << 20};
+    assert_sl_ok(salus_session_open(c, &o, &big));
+    atomic_int admissions = 0;
+    waiter lng = {.url = server.url, .expected_total_s = 100, .admissions = &admissions, .rc = -1};
+    waiter shrt = {.url = server.url, .expected_total_s = 1, .admissions = &admissions, .rc = -1};
+    pthread_t tl, ts;
+    assert_int_equal(pthread_create(&tl, NULL, open_and_wait, &lng), 0);
+    wait_queued(c, 1); /* the long one arrived first */
+    assert_int_equal(pthread_create(&ts, NULL, open_and_wait, &shrt), 0);
+    wait_queued(c, 2);
+    assert_sl_ok(salus_session_close(big));
+    assert_int_equal(pthread_join(ts, NULL), 0);
+    assert_int_equal(pthread_join(tl, NULL), 0);
+    assert_sl_ok(shrt.rc);
+    assert_sl_ok(lng.rc);
+    assert_int_equal(shrt.order, 0);
+    assert_int_equal(lng.order, 1);
+    assert_sl_ok(salus_set_policy(c, "fair", 0));
     wait_for_empty(c);
     salus_disconnect(c);
 }
@@ -621,6 +675,7 @@ int main(void)
         cmocka_unit_test(policy_and_weights_change_at_run_time),
         cmocka_unit_test(low_priority_lanes_run_on_idle_threads),
         cmocka_unit_test(admission_quota_and_capacity_leave_a_trainer_undisturbed),
+        cmocka_unit_test(srtf_admits_the_shortest_waiting_job_first),
         cmocka_unit_test(sigterm_drains_and_exits_zero),
     };
     sl_test_group = &server;

@@ -320,6 +320,77 @@ static void test_queue_order(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* Waits for admission under sl_mem_admit_ranked. */
+static int wait_ranked(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t rank)
+{
+    int reason = -1;
+    uint32_t lane = 0;
+    int rc = sl_mem_admit_ranked(m, id, p, 64 * K, SL_MEM_ADMIT_WAIT, rank, &reason, &lane);
+    assert_sl_ok(sl_mem_check(m));
+    return rc == SL_OK ? SL_MEM_FITS : reason;
+}
+
+/* A ranked queue: waiting sessions go in by rank, equal ranks in arrival
+ * order, a new rank moves a waiting session; only sessions ranked behind a
+ * waiting one count as bypassing it, so the bound never stops one ranked
+ * before it. sl_mem_check verifies the queue's order after every step. */
+static void test_ranked_queue(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(1024 * K, 0, 0, 64 * K);
+    admit_ok(m, 1, 900 * K, 64 * K);
+    assert_int_equal(wait_ranked(m, 2, 600 * K, 30), SL_MEM_CAPACITY);
+    assert_int_equal(wait_ranked(m, 3, 600 * K, 10), SL_MEM_CAPACITY);
+    assert_int_equal(wait_ranked(m, 4, 600 * K, 20), SL_MEM_CAPACITY);
+    assert_int_equal(wait_ranked(m, 5, 600 * K, 10), SL_MEM_CAPACITY);
+    sl_mem_session_info q[4];
+    assert_int_equal(sl_mem_queue(m, q, 4), 4);
+    assert_int_equal(q[0].id, 3);
+    assert_int_equal(q[1].id, 5);
+    assert_int_equal(q[2].id, 4);
+    assert_int_equal(q[3].id, 2);
+
+    release_ok(m, 1);
+    assert_int_equal(next_admitted(m, NULL), 3);
+    assert_false(sl_mem_next_admitted(m, NULL, NULL));
+    assert_int_equal(sl_mem_set_rank(m, 2, 5), SL_OK); /* a change of policy */
+    assert_sl_ok(sl_mem_check(m));
+    assert_int_equal(sl_mem_set_rank(m, 99, 5), SL_ENOTFOUND);
+    release_ok(m, 3);
+    assert_int_equal(next_admitted(m, NULL), 2);
+    release_ok(m, 2);
+    assert_int_equal(next_admitted(m, NULL), 5);
+    release_ok(m, 5);
+    assert_int_equal(next_admitted(m, NULL), 4);
+
+    /* 4 holds 600K; 6 waits at rank 50; small sessions ranked behind it
+     * bypass it SL_MEM_MAX_BYPASS times, then wait; one ranked before it
+     * still goes in */
+    assert_int_equal(wait_ranked(m, 6, 600 * K, 50), SL_MEM_CAPACITY);
+    int bypasses = 0;
+    for (uint64_t id = 10; id < 20; id++) {
+        int r = wait_ranked(m, id, 32 * K, 100);
+        if (r == SL_MEM_FITS) {
+            bypasses++;
+            release_ok(m, id);
+        } else {
+            assert_int_equal(r, SL_MEM_CAPACITY);
+        }
+    }
+    assert_int_equal(bypasses, SL_MEM_MAX_BYPASS);
+    assert_int_equal(wait_ranked(m, 30, 32 * K, 40), SL_MEM_FITS);
+    release_ok(m, 30);
+    release_ok(m, 4);
+    assert_int_equal(next_admitted(m, NULL), 6);
+    for (uint64_t id = 10 + SL_MEM_MAX_BYPASS; id < 20; id++)
+        assert_int_equal(next_admitted(m, NULL), id);
+    release_ok(m, 6);
+    for (uint64_t id = 10 + SL_MEM_MAX_BYPASS; id < 20; id++)
+        release_ok(m, id);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 /* A large session waits while a stream of small ones arrives: at most
  * SL_MEM_MAX_BYPASS of them get in before it. */
 static void test_no_starvation(void **state)
@@ -509,6 +580,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_set_ephemeral, reset_alloc_failures),
         cmocka_unit_test_teardown(test_queue_order, reset_alloc_failures),
         cmocka_unit_test_teardown(test_no_starvation, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_ranked_queue, reset_alloc_failures),
         cmocka_unit_test_teardown(test_grow_instead_of_new_lane, reset_alloc_failures),
         cmocka_unit_test_teardown(test_exclusive_lanes, reset_alloc_failures),
         cmocka_unit_test_teardown(test_spread_then_share, reset_alloc_failures),
