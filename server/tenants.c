@@ -14,6 +14,24 @@
 /* Network clients: above every uid + 1. */
 #define TENANT_REMOTE (1ull << 40)
 
+/* The keys of a limits SPEC, as --tenant-limits and --user-limits take them. */
+enum { LIMIT_PRIORITY, LIMIT_WEIGHT, LIMIT_SESSIONS, LIMIT_MEMORY, N_LIMIT_KEYS };
+static const char *const limit_keys[N_LIMIT_KEYS] = {
+    [LIMIT_PRIORITY] = "priority",
+    [LIMIT_WEIGHT] = "weight",
+    [LIMIT_SESSIONS] = "sessions",
+    [LIMIT_MEMORY] = "memory",
+};
+
+/* key's LIMIT_*, or -1. */
+static int limit_key(const char *key)
+{
+    for (int k = 0; k < N_LIMIT_KEYS; k++)
+        if (strcmp(key, limit_keys[k]) == 0)
+            return k;
+    return -1;
+}
+
 /* One "key=value" of a SPEC (len bytes at s). */
 static int parse_field(const char *s, size_t len, sl_limits *out, char *why, size_t why_len)
 {
@@ -33,29 +51,37 @@ static int parse_field(const char *s, size_t len, sl_limits *out, char *why, siz
     const char *key = item, *val = eq + 1;
     char *end;
     errno = 0;
-    if (strcmp(key, "priority") == 0) {
+    switch (limit_key(key)) {
+    case LIMIT_PRIORITY: {
         long p = strtol(val, &end, 10);
         if (errno || *end || p < INT32_MIN || p > INT32_MAX)
             goto out_bad;
         out->max_priority = (int32_t) p;
         out->has_priority = true;
-    } else if (strcmp(key, "weight") == 0) {
+        break;
+    }
+    case LIMIT_WEIGHT: {
         double w = strtod(val, &end);
         if (errno || *end || !(w > 0 && w < 1e6))
             goto out_bad;
         out->max_weight = w;
         out->has_weight = true;
-    } else if (strcmp(key, "sessions") == 0) {
+        break;
+    }
+    case LIMIT_SESSIONS: {
         long n = strtol(val, &end, 10);
         if (errno || *end || n < 1 || n > (1l << 30))
             goto out_bad;
         out->max_sessions = (uint32_t) n;
         out->has_sessions = true;
-    } else if (strcmp(key, "memory") == 0) {
+        break;
+    }
+    case LIMIT_MEMORY:
         if (sl_parse_size(val, &out->memory) != SL_OK)
             goto out_bad;
         out->has_memory = true;
-    } else {
+        break;
+    default:
         snprintf(why, why_len, "unknown limit '%s' (known: priority, weight, sessions, memory)",
                  key);
         return SL_EINVAL;
