@@ -134,7 +134,6 @@ static int torch_start(torch_proc *t, const char *python, const char *script)
         if (t->spin)
             unsetenv("OMP_WAIT_POLICY");
         setenv("OPENBLAS_NUM_THREADS", threads, 1);
-        setenv("OPENBLAS_NUM_THREADS", threads, 1);
         execl(python, python, script, threads, batch, lr, (char *) NULL);
         perror(python);
         _exit(127);
@@ -283,7 +282,6 @@ int main(int argc, char **argv)
         return 1;
     /* the same OpenMP behaviour for salusd and both PyTorch processes */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    unsetenv("OPENBLAS_CORETYPE");
     unsetenv("OPENBLAS_CORETYPE");
 
     /* children first: NNG must not be initialised in a process that forks */

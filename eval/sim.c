@@ -512,7 +512,8 @@ static void update_class(sim *s, sim_job *j, bool leaving)
 static void client_next(sim *s, sim_job *j, uint64_t now);
 
 /* What the session declares (session.c: the OpenSession hints): its
- * length, when the spec says so, as iterations of a known solo time. */
+ * length, when the spec says so, as iterations and as total device time
+ * (iterations x its solo iteration time: expected_total_s). */
 static void declare(sim_job *j, const sl_eval_job_spec *sp)
 {
     memset(&j->sched, 0, sizeof j->sched);
@@ -521,7 +522,7 @@ static void declare(sim_job *j, const sl_eval_job_spec *sp)
     j->sched.priority = sp->priority;
     if (sp->declare_length) {
         j->sched.expected_iterations = sp->iterations;
-        j->sched.solo_iteration_ns = sp->iteration_ns;
+        j->sched.expected_total_ns = sp->iterations * sp->iteration_ns;
     }
 }
 

@@ -85,9 +85,10 @@ typedef struct sl_eval_job_spec {
     uint64_t ephemeral_bytes;  /* declared E (planned ephemeral peak), 0 = salusd's default */
     int priority;              /* as the session hint; 0 = normal */
     double weight;             /* fair-share weight; 0 = 1 */
-    /* Declares the job's length (expected iterations and solo iteration
-     * time) as the session hints do: what srtf ranks by. Without it srtf
-     * sees an unknown length. */
+    /* Declares the job's length as the session hints do: expected
+     * iterations and expected total device time (iterations x
+     * iteration_ns), what srtf ranks by on the device and in the admission
+     * queue. Without it srtf sees an unknown length. */
     bool declare_length;
     int workload; /* caller's tag (an index into its workload table), copied out */
     /* Solo device utilisation in (0, 1]; 0 = 1. The fraction of the device

@@ -137,6 +137,25 @@ static void count_bypass(struct mgr_session *head, const struct mgr_session *sto
         q->bypassed++;
 }
 
+/* Session a just got in: every waiting session that arrived before it was
+ * overtaken. One overtaken SL_MEM_MAX_OVERTAKEN times moves to the front
+ * (rank 0 for good, arrival order among such). True if one moved. */
+static bool count_overtaken(sl_mem_mgr *m, const struct mgr_session *a)
+{
+    bool moved = false;
+    for (struct mgr_session *q = m->queue.head, *next; q; q = next) {
+        next = q->q_next;
+        if (q->seq > a->seq || ++q->overtaken < SL_MEM_MAX_OVERTAKEN || q->aged)
+            continue;
+        q->aged = true;
+        q->rank = 0;
+        mgr_list_remove(&m->queue, q);
+        mgr_list_insert_ranked(&m->queue, q);
+        moved = true;
+    }
+    return moved;
+}
+
 void mgr_pump(sl_mem_mgr *m)
 {
     bool admitted = true;
@@ -164,6 +183,8 @@ void mgr_pump(sl_mem_mgr *m)
                 count_bypass(m->queue.head, next);
                 ahead_max += ahead;
                 admitted = true;
+                if (count_overtaken(m, q))
+                    break; /* the order changed: start again from the head */
             } else if (rc == SL_EEXHAUSTED) {
                 q->reason = reason;
                 ahead = true;
@@ -232,6 +253,7 @@ int sl_mem_admit_ranked(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsi
         if (rc == SL_OK) {
             s->state = MGR_ADMITTED;
             count_bypass(m->queue.head, behind);
+            (void) count_overtaken(m, s);
             if (reason)
                 *reason = SL_MEM_FITS;
             if (lane)
@@ -278,7 +300,7 @@ int sl_mem_set_rank(sl_mem_mgr *m, uint64_t id, uint64_t rank)
     struct mgr_session *s = m ? sl_map_get(&m->sessions, id) : NULL;
     if (!s)
         return SL_ENOTFOUND;
-    s->rank = rank;
+    s->rank = s->aged ? 0 : rank;
     if (s->state == MGR_QUEUED) {
         mgr_list_remove(&m->queue, s);
         mgr_list_insert_ranked(&m->queue, s);

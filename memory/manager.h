@@ -29,8 +29,9 @@
  * policy's order, e.g. shortest declared job first under srtf). A session
  * ranked behind a waiting one, if it fits, may be admitted before it at most
  * SL_MEM_MAX_BYPASS times, after which admission waits for the head (no
- * starvation by sessions ranked behind it; those ranked before it pass it
- * as they would on the device).
+ * starvation by sessions ranked behind it). Those ranked before it pass it
+ * as they would on the device, SL_MEM_MAX_OVERTAKEN times at most, counting
+ * only later arrivals: then it moves to the front.
  *
  * Persistent regions. A session that declares P > 0 gets its P in one
  * contiguous region at admission, and its tensors are placed best fit inside
@@ -86,6 +87,12 @@
 #include <stdint.h>
 
 #define SL_MEM_MAX_BYPASS 8
+/* A waiting session that later arrivals ranked before it have got ahead of
+ * this many times goes to the front of the queue (rank 0), where the
+ * bypass bound then protects it: a rank may pass a waiting session for a
+ * while, never without end (8 times the bound: srtf passes long jobs with
+ * short ones on purpose). */
+#define SL_MEM_MAX_OVERTAKEN 64
 
 typedef struct sl_mem_mgr sl_mem_mgr;
 
@@ -151,8 +158,9 @@ int sl_mem_admit_ex(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned
 int sl_mem_admit_ranked(sl_mem_mgr *m, uint64_t id, uint64_t p, uint64_t e, unsigned flags,
                         uint64_t rank, int *reason, uint32_t *lane);
 /* Changes a session's rank (a change of policy): a waiting session moves to
- * its new place in the queue; bypass counts are kept. SL_OK or
- * SL_ENOTFOUND. O(queue). */
+ * its new place in the queue; bypass counts are kept, and a session moved
+ * to the front for being overtaken stays there. SL_OK or SL_ENOTFOUND.
+ * O(queue). */
 int sl_mem_set_rank(sl_mem_mgr *m, uint64_t id, uint64_t rank);
 
 /* Pops the next queued session that is now admitted. The queue is served

@@ -64,11 +64,13 @@ struct mgr_session {
     uint64_t region;          /* base of its persistent region (p bytes) */
     sl_mem_pool *region_pool; /* NULL: no region (P = 0, or not admitted) */
     enum mgr_state state;
-    bool exclusive;    /* never shares its lane (high-priority sessions) */
-    int reason;        /* why it waits (queued) */
-    uint32_t bypassed; /* sessions ranked behind it admitted while it waited */
-    uint64_t rank;     /* the queue's order: smaller first (sl_mem_admit_ranked) */
-    uint64_t seq;      /* arrival order, the tie break among equal ranks */
+    bool exclusive;     /* never shares its lane (high-priority sessions) */
+    int reason;         /* why it waits (queued) */
+    uint32_t bypassed;  /* sessions ranked behind it admitted while it waited */
+    uint64_t rank;      /* the queue's order: smaller first (sl_mem_admit_ranked) */
+    uint64_t seq;       /* arrival order, the tie break among equal ranks */
+    uint32_t overtaken; /* later arrivals admitted while it waited */
+    bool aged;          /* overtaken SL_MEM_MAX_OVERTAKEN times: rank 0 for good */
     struct mgr_lane *lane;
     struct mgr_session *lane_prev, *lane_next; /* sessions of its lane */
     struct mgr_block *blocks;

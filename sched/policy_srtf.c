@@ -5,9 +5,8 @@
  *    it wins when both are declared, being the more direct statement.
  *  - only expected_iterations declared: remaining iterations x the job's
  *    measured mean iteration time (attained_ns / iterations_done). Before
- *    the job's first completion: its declared solo iteration time if it
- *    has one, else the neutral estimate, the scheduler-wide mean iteration
- *    time over every completed iteration of any job
+ *    the job's first completion the neutral estimate is the scheduler-wide
+ *    mean iteration time over every completed iteration of any job
  *    (sl_sched_mean_iteration_ns): the job is assumed typical until it has
  *    shown otherwise. Before anything at all has completed that mean is 0,
  *    so the job ranks as if nearly done and runs one iteration, which is
@@ -92,17 +91,19 @@ static sl_sched_job *srtf_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
     return best;
 }
 
-/* Jobs waiting for memory go in by the same estimate, shortest first, so
- * admission does not undo the order srtf keeps on the device: the whole
- * declared total (nothing is attained yet), or the declared iterations at
- * the declared solo iteration time (else at the mean iteration time so
- * far); jobs that declared nothing last, in arrival order. */
+/* Jobs waiting for memory go in shortest declared total first, so
+ * admission does not undo the order srtf keeps on the device. Only a
+ * declared total is a length before the job has run: declared iterations
+ * have no time per iteration yet (the mean of other jobs moves, and ranks
+ * taken at different moments would not compare), so such jobs come after
+ * every declared total, and jobs that declared nothing after them; each
+ * group in arrival order. */
 static uint64_t srtf_wait_rank(const sl_sched *s, const sl_sched_job *j)
 {
-    double ns;
-    if (!sl_sched_job_remaining(s, j, &ns))
-        return UINT64_MAX;
-    return ns < (double) (UINT64_MAX - 1) ? (uint64_t) ns : UINT64_MAX - 1;
+    (void) s;
+    if (j->expected_total_ns > 0)
+        return j->expected_total_ns < UINT64_MAX - 2 ? j->expected_total_ns : UINT64_MAX - 2;
+    return j->expected_iterations > 0 ? UINT64_MAX - 1 : UINT64_MAX;
 }
 
 const sl_policy_ops sl_policy_srtf = {

@@ -445,8 +445,7 @@ bool sl_sched_job_remaining(const sl_sched *s, const sl_sched_job *job, double *
                             : 0;
         double per_iteration = job->iterations_done > 0
                                    ? (double) job->attained_ns / (double) job->iterations_done
-                               : job->solo_iteration_ns ? (double) job->solo_iteration_ns
-                                                        : (double) sl_sched_mean_iteration_ns(s);
+                                   : (double) sl_sched_mean_iteration_ns(s);
         *remaining_ns = (double) left * per_iteration;
         return true;
     }

@@ -66,7 +66,10 @@ static void set_policy(sl_server *srv, const Salus__SetPolicy *m, sl_reply *r, s
         return;
     }
     sl_exec_set_policy(&srv->exec, p, m->strict, box);
-    sl_sessions_rerank(&srv->sessions, NULL);
+    /* waiting sessions take their places in the new order, and what may go
+     * in now does */
+    sl_sessions_rerank(&srv->sessions);
+    sl_sessions_memory_changed(&srv->sessions, box);
     sl_log_info("sch.policy", "policy set to %s%s", p->name, m->strict ? " (strict)" : "");
 }
 
@@ -121,7 +124,6 @@ static void set_session(sl_server *srv, const sl_peer *peer, const Salus__SetSes
     double weight = m->weight;
     sl_exec_set_share(&srv->exec, &t->job, m->set_priority ? &priority : NULL,
                       m->set_weight ? &weight : NULL, box);
-    sl_sessions_rerank(&srv->sessions, t);
     sl_log_info("sch.session", "session %llu: priority %d, weight %.3g", (unsigned long long) t->id,
                 t->job.sched.priority, t->job.sched.weight);
 }

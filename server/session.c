@@ -562,22 +562,15 @@ sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id)
     return s && !s->closing && s->admitted ? s : NULL;
 }
 
-static void rerank(sl_sessions *ss, sl_session *s)
+void sl_sessions_rerank(sl_sessions *ss)
 {
-    if (s->admit_req) /* waiting for admission */
-        (void) sl_mem_set_rank(ss->mem, s->id, sl_exec_wait_rank(ss->ex, &s->job));
-}
-
-void sl_sessions_rerank(sl_sessions *ss, sl_session *only)
-{
-    if (only) {
-        rerank(ss, only);
-        return;
-    }
     size_t i = 0;
     void *v;
-    while (sl_map_next(&ss->table, &i, NULL, &v))
-        rerank(ss, v);
+    while (sl_map_next(&ss->table, &i, NULL, &v)) {
+        sl_session *s = v;
+        if (s->admit_req) /* waiting for admission */
+            (void) sl_mem_set_rank(ss->mem, s->id, sl_exec_wait_rank(ss->ex, &s->job));
+    }
 }
 
 void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)

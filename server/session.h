@@ -143,10 +143,10 @@ void sl_sessions_task_done(sl_sessions *ss, sl_exec_task *t, int status, bool la
 /* Admits the sessions the memory manager let in and retries registrations
  * blocked on a lane move. Call after anything that frees device memory. */
 void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box);
-/* A waiting session's place in the admission queue follows the policy
- * (sl_exec_wait_rank): after a change of policy (only NULL: every waiting
- * session) or of one session's priority. */
-void sl_sessions_rerank(sl_sessions *ss, sl_session *only);
+/* Every waiting session's place in the admission queue follows the policy
+ * (sl_exec_wait_rank): call after a change of policy. (A waiting session's
+ * own hints cannot change: no request reaches it before it is admitted.) */
+void sl_sessions_rerank(sl_sessions *ss);
 /* Starts draining: waiting opens and queued runs fail with SHUTTING_DOWN;
  * running ones go on. */
 void sl_sessions_drain(sl_sessions *ss, sl_outbox *box);

@@ -129,6 +129,8 @@ static void client_job(const char *url, const fjob *j, report *r)
                             .persistent_bytes = j->persistent_bytes,
                             .ephemeral_bytes = j->ephemeral,
                             .expected_iterations = j->iterations,
+                            .expected_total_s =
+                                (double) j->iterations * (double) j->iteration_ns / 1e9,
                             .wait_for_admission = 1};
     const int64_t da[] = {j->rows, DIM_KN}, db[] = {DIM_KN, DIM_KN};
     uint64_t ta, tb;

@@ -176,6 +176,8 @@ void sl_cpu_sgemm_with(sl_cpu_gemm_lib lib, bool ta, bool tb, int m, int n, int 
                        const float *a, int lda, const float *b, int ldb, float beta, float *c,
                        int ldc);
 sl_cpu_gemm_lib sl_cpu_gemm_chosen(void);
+/* GEMMs oneDNN refused that OpenBLAS then computed, since start (tests). */
+unsigned long sl_cpu_gemm_fallbacks(void);
 const char *sl_cpu_gemm_name(sl_cpu_gemm_lib lib);
 
 /* Kernels outside ops.c, each for the op its name says; contracts as

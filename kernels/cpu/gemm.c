@@ -18,10 +18,12 @@
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 static sl_cpu_gemm_lib chosen = SL_CPU_GEMM_ONEDNN;
+static atomic_ulong fallbacks; /* oneDNN calls OpenBLAS had to take over */
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
 static void choose(void)
@@ -80,9 +82,19 @@ void sl_cpu_sgemm_with(sl_cpu_gemm_lib lib, bool ta, bool tb, int m, int n, int 
     if (threads != 1)
         omp_set_num_threads(threads);
     /* it refuses only arguments sl_cpu_op_check has ruled out; should it
-     * refuse, OpenBLAS computes the same product */
-    if (st != dnnl_success)
+     * refuse, OpenBLAS computes the same product, and the log says so once */
+    if (st != dnnl_success) {
+        if (atomic_fetch_add(&fallbacks, 1) == 0)
+            sl_log_warn("cpu.gemm.fallback",
+                        "oneDNN refused a %dx%dx%d GEMM (status %d): OpenBLAS computes it", m, n, k,
+                        (int) st);
         openblas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+}
+
+unsigned long sl_cpu_gemm_fallbacks(void)
+{
+    return atomic_load(&fallbacks);
 }
 
 void sl_cpu_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,

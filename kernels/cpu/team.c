@@ -157,7 +157,7 @@ static void *helper_main(void *arg)
             found = claimable(t) || atomic_load(&t->stop);
             if (!found && (i & 63) == 63 && (now_ns() > until || others_busy(t)))
                 break;
-            if ((i & 63) == 63)
+            if (!found && (i & 63) == 63)
                 sched_yield();
             cpu_relax();
         }

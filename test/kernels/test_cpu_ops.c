@@ -635,6 +635,7 @@ static void test_sgemm_libraries(void **state)
 {
     (void) state;
     enum { PAD = 3 };
+    unsigned long fallbacks = sl_cpu_gemm_fallbacks();
     static const int dims[][3] = {{1, 1, 1}, {7, 5, 3}, {128, 10, 128}, {33, 65, 129}, {4, 6, 0}};
     for (int lib = SL_CPU_GEMM_ONEDNN; lib <= SL_CPU_GEMM_OPENBLAS; lib++)
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
@@ -668,6 +669,7 @@ static void test_sgemm_libraries(void **state)
                                     want + i * n, n, 1e-4);
                 sl_free(a), sl_free(b), sl_free(c), sl_free(want);
             }
+    assert_int_equal(sl_cpu_gemm_fallbacks(), fallbacks); /* oneDNN ran every one */
 }
 
 /* salusd never launches reshape (a view); a launch that arrives anyway

@@ -391,6 +391,41 @@ static void test_ranked_queue(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* Ranks cannot starve a waiting session: later arrivals ranked before it
+ * overtake it SL_MEM_MAX_OVERTAKEN times, then it is at the front and the
+ * bypass bound holds the rest back until it gets in. */
+static void test_overtaken_goes_first(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(1024 * K, 0, 0, 64 * K);
+    admit_ok(m, 1, 900 * K, 64 * K);
+    assert_int_equal(wait_ranked(m, 2, 600 * K, UINT64_MAX), SL_MEM_CAPACITY);
+    enum { LAST = 100 + SL_MEM_MAX_OVERTAKEN + SL_MEM_MAX_BYPASS + 4 };
+    int in = 0;
+    for (uint64_t id = 100; id < LAST; id++) {
+        if (wait_ranked(m, id, 32 * K, 1) == SL_MEM_FITS) {
+            in++;
+            release_ok(m, id);
+        }
+    }
+    assert_int_equal(in, SL_MEM_MAX_OVERTAKEN + SL_MEM_MAX_BYPASS);
+    sl_mem_session_info q[1];
+    assert_int_equal(sl_mem_queue(m, q, 1), LAST - 100 - in + 1);
+    assert_int_equal(q[0].id, 2);
+    assert_int_equal(sl_mem_set_rank(m, 2, UINT64_MAX), SL_OK); /* it stays first */
+    assert_int_equal(sl_mem_queue(m, q, 1), LAST - 100 - in + 1);
+    assert_int_equal(q[0].id, 2);
+    release_ok(m, 1);
+    assert_int_equal(next_admitted(m, NULL), 2);
+    for (uint64_t id = 100 + (uint64_t) in; id < LAST; id++)
+        assert_int_equal(next_admitted(m, NULL), id);
+    release_ok(m, 2);
+    for (uint64_t id = 100 + (uint64_t) in; id < LAST; id++)
+        release_ok(m, id);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 /* A large session waits while a stream of small ones arrives: at most
  * SL_MEM_MAX_BYPASS of them get in before it. */
 static void test_no_starvation(void **state)
@@ -581,6 +616,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_queue_order, reset_alloc_failures),
         cmocka_unit_test_teardown(test_no_starvation, reset_alloc_failures),
         cmocka_unit_test_teardown(test_ranked_queue, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_overtaken_goes_first, reset_alloc_failures),
         cmocka_unit_test_teardown(test_grow_instead_of_new_lane, reset_alloc_failures),
         cmocka_unit_test_teardown(test_exclusive_lanes, reset_alloc_failures),
         cmocka_unit_test_teardown(test_spread_then_share, reset_alloc_failures),

@@ -237,10 +237,9 @@ static void test_srtf_scripted(void **state)
 }
 
 /* Where a job not yet added waits for memory (sl_sched_wait_rank): srtf
- * by its declared length (a total, or iterations at the declared solo time
- * or else the mean so far), undeclared last; priority higher classes
- * first; the others arrival order (0 for all). A declared solo time is also
- * srtf's estimate before a job's first completion. */
+ * by its declared total, then jobs that declared only iterations (no time
+ * per iteration before they run), then undeclared ones; priority higher
+ * classes first; the others arrival order (0 for all). */
 static void test_wait_rank(void **state)
 {
     (void) state;
@@ -248,17 +247,15 @@ static void test_wait_rank(void **state)
     sl_sched_job a;
     add_decl(&a, 1, 0, 10, 0);
     enq(&a, 0, 0);
-    run_one(0, &a, 300, 1); /* the mean iteration so far: 300 */
+    run_one(0, &a, 300, 1); /* a mean iteration exists now; ranks ignore it */
     sl_sched_job total = {.id = 2, .expected_total_ns = 5000};
-    sl_sched_job iters = {.id = 3, .expected_iterations = 10};
-    sl_sched_job solo = {.id = 4, .expected_iterations = 10, .solo_iteration_ns = 20};
+    sl_sched_job both = {.id = 3, .expected_total_ns = 200, .expected_iterations = 1000};
+    sl_sched_job iters = {.id = 4, .expected_iterations = 10};
     sl_sched_job none = {.id = 5};
     assert_int_equal(sl_sched_wait_rank(fx.s, &total), 5000);
-    assert_int_equal(sl_sched_wait_rank(fx.s, &iters), 3000);
-    assert_int_equal(sl_sched_wait_rank(fx.s, &solo), 200);
+    assert_int_equal(sl_sched_wait_rank(fx.s, &both), 200);
+    assert_true(sl_sched_wait_rank(fx.s, &iters) == UINT64_MAX - 1);
     assert_true(sl_sched_wait_rank(fx.s, &none) == UINT64_MAX);
-    double rem;
-    assert_true(sl_sched_job_remaining(fx.s, &solo, &rem) && rem == 200.0);
 
     sl_sched_set_policy(fx.s, sl_sched_policy_find("priority"), false);
     sl_sched_job hi = {.id = 6, .priority = 5}, lo = {.id = 7, .priority = -5};
