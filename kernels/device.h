@@ -261,7 +261,7 @@ struct sl_device {
     /* its work runs on the host's own cores (cpu), competing with the
      * server's and its clients' threads for them */
     bool host_cores;
-    char description[128]; /* e.g. "cpu (2 cores, oneDNN, GEMM by oneDNN)" */
+    char description[128]; /* e.g. "cpu (2 cores; GEMM: oneDNN, convolutions: oneDNN)" */
     void *priv;            /* backend state, ops->priv_size bytes */
 };
 

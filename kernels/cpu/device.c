@@ -58,8 +58,9 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
     atomic_init(&d->shared.forced_threads, 0);
     if (sl_cpu_partitions_init(&d->shared) != SL_OK)
         return SL_ENOMEM;
-    snprintf(dev->description, sizeof dev->description, "cpu (%d cores, oneDNN, GEMM by %s)",
-             d->shared.cores, sl_cpu_gemm_name(sl_cpu_gemm_chosen()));
+    snprintf(dev->description, sizeof dev->description,
+             "cpu (%d cores; GEMM: %s, convolutions: oneDNN)", d->shared.cores,
+             sl_cpu_gemm_name(sl_cpu_gemm_chosen()));
 #ifdef OPENBLAS_VERSION
     /* Every stream is its own worker thread: one BLAS thread per stream keeps
      * lanes from oversubscribing the cores. */
