@@ -2,9 +2,9 @@
  * thread (cpu.h), through oneDNN's sgemm by default or OpenBLAS's with
  * SALUS_CPU_GEMM=openblas.
  *
- * Why oneDNN: it picks its kernels from the CPU it finds (AVX-512 where
- * there is one), while OpenBLAS 0.3.21, Debian 12's, does not know newer
- * cores and is often pinned by the environment to an older kernel
+ * Why oneDNN: it generates its kernels for the instruction set it finds
+ * (AVX-512 where there is one), while OpenBLAS picks one from its table of
+ * known cores, which the environment may pin to an older one
  * (OPENBLAS_CORETYPE). On the 2-core Zen 5 development VM, one thread, the
  * MLP's shapes (128x784 by 784x256 and its gradients): oneDNN 230-250
  * GFLOP/s; OpenBLAS 200-230 with the kernel it picks itself (SkylakeX) and
