@@ -729,11 +729,12 @@ static void job_arrival(sim *s, sim_job *j, uint64_t now)
     int reason = SL_MEM_FITS, rc = SL_EEXHAUSTED;
     uint32_t lane = 0, gi = 0;
     declare(j, sp);
+    /* every GPU runs the configured policy: one rank for all of them */
+    uint64_t rank = sl_sched_wait_rank(s->gpus[0].sched, &j->sched);
     if (s->cfg->placement == SL_EVAL_PLACE_FIRST_FIT) {
         for (gi = 0; gi < s->cfg->n_gpus; gi++) {
-            rc = sl_mem_admit_ranked(
-                s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes, flags,
-                sl_sched_wait_rank(s->gpus[gi].sched, &j->sched), &reason, &lane);
+            rc = sl_mem_admit_ranked(s->gpus[gi].mem, mem_id, sp->persistent_bytes,
+                                     sp->ephemeral_bytes, flags, rank, &reason, &lane);
             if (rc != SL_EEXHAUSTED)
                 break;
         }
@@ -741,8 +742,7 @@ static void job_arrival(sim *s, sim_job *j, uint64_t now)
     if (rc == SL_EEXHAUSTED) {
         gi = place_least_jobs(s);
         rc = sl_mem_admit_ranked(s->gpus[gi].mem, mem_id, sp->persistent_bytes, sp->ephemeral_bytes,
-                                 flags | SL_MEM_ADMIT_WAIT,
-                                 sl_sched_wait_rank(s->gpus[gi].sched, &j->sched), &reason, &lane);
+                                 flags | SL_MEM_ADMIT_WAIT, rank, &reason, &lane);
     }
     j->gpu = gi;
     j->res.gpu = gi;

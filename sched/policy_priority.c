@@ -42,9 +42,8 @@ static sl_sched_job *priority_pick(const sl_sched *s, uint32_t lane, uint64_t no
 
 /* Higher priority classes are admitted first when memory is short; within
  * a class, arrival order. */
-static uint64_t priority_wait_rank(const sl_sched *s, const sl_sched_job *j)
+static uint64_t priority_wait_rank(const sl_sched_job *j)
 {
-    (void) s;
     return (uint64_t) ((int64_t) INT_MAX - (int64_t) j->priority);
 }
 

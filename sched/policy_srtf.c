@@ -98,9 +98,8 @@ static sl_sched_job *srtf_pick(const sl_sched *s, uint32_t lane, uint64_t now, b
  * taken at different moments would not compare), so such jobs come after
  * every declared total, and jobs that declared nothing after them; each
  * group in arrival order. */
-static uint64_t srtf_wait_rank(const sl_sched *s, const sl_sched_job *j)
+static uint64_t srtf_wait_rank(const sl_sched_job *j)
 {
-    (void) s;
     if (j->expected_total_ns > 0)
         return j->expected_total_ns < UINT64_MAX - 2 ? j->expected_total_ns : UINT64_MAX - 2;
     return j->expected_iterations > 0 ? UINT64_MAX - 1 : UINT64_MAX;

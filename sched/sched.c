@@ -428,7 +428,7 @@ uint64_t sl_sched_mean_iteration_ns(const sl_sched *s)
 uint64_t sl_sched_wait_rank(const sl_sched *s, const sl_sched_job *job)
 {
     const sl_policy_ops *p = sl_sched_policy(s);
-    return p->wait_rank ? p->wait_rank(s, job) : 0;
+    return p->wait_rank ? p->wait_rank(job) : 0;
 }
 
 /* srtf's estimate; the rules and why are documented in policy_srtf.c. */

@@ -80,7 +80,7 @@ typedef struct sl_policy_ops {
      * first, from what a job not yet added declares (its "in" fields; its
      * scheduler state is zero). NULL = arrival order. Read through
      * sl_sched_wait_rank. */
-    uint64_t (*wait_rank)(const sl_sched *s, const sl_sched_job *job);
+    uint64_t (*wait_rank)(const sl_sched_job *job);
 } sl_policy_ops;
 
 /* Policy capabilities. A policy with any of them has priority classes: a

@@ -155,10 +155,11 @@ static void *helper_main(void *arg)
         bool found = false;
         for (unsigned i = 0; !found; i++) {
             found = claimable(t) || atomic_load(&t->stop);
-            if (!found && (i & 63) == 63 && (now_ns() > until || others_busy(t)))
-                break;
-            if (!found && (i & 63) == 63)
+            if (!found && (i & 63) == 63) {
+                if (now_ns() > until || others_busy(t))
+                    break;
                 sched_yield();
+            }
             cpu_relax();
         }
         if (found)
