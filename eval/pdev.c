@@ -65,8 +65,6 @@ void sl_eval_pdev_sync(sl_eval_pdev *d, uint64_t now)
             any = true;
             double share = d->n_parts > 1 ? (double) d->units[k] / (double) d->sm_count : 1.0;
             used += share * sl_sim_psc_used(&d->ps[k]);
-            if (k == SL_EVAL_PART_ONLINE && d->n_parts > 1)
-                d->part_busy_ns += now - d->synced_ns;
         }
         if (any) {
             d->busy_ns += now - d->synced_ns;

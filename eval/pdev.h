@@ -37,9 +37,8 @@ typedef struct sl_eval_pdev {
     unsigned min_units, align; /* granularity: the offline one is rounded down to it */
     double mem_used[2];
     uint64_t synced_ns;
-    uint64_t busy_ns;      /* time with anything on the device */
-    uint64_t part_busy_ns; /* time with anything on the online partition */
-    double occupied_ns;    /* integral of the SMs in use over sm_count */
+    uint64_t busy_ns;   /* time with anything on the device */
+    double occupied_ns; /* integral of the SMs in use over sm_count */
     sl_eval_pdev_done_fn done_fn;
     void *arg;
 } sl_eval_pdev;

@@ -56,6 +56,7 @@ typedef struct sim_job {
     /* op-level execution (the executor's sl_exec_job and sl_exec_task) */
     bool is_hp;            /* in the gap predictor as a high-priority job */
     sl_gaps_hp hp;         /* its gaps, while is_hp */
+    bool online;           /* its iteration on the device counts in the plan's load */
     sl_gaps_lp lp;         /* its ops' durations, when low-priority */
     sl_steps_task step;    /* its iteration's progress op by op */
     bool stepwise;         /* the iteration in flight goes through the dispatcher */
@@ -68,14 +69,13 @@ typedef struct sim_job {
 typedef struct gpu {
     sl_sched *sched;
     sl_mem_mgr *mem;
-    sl_eval_pdev dev;        /* its compute, whole or partitioned (pdev.h) */
-    sl_part_plan plan;       /* the online partition's size (part_plan) */
-    uint64_t plan_mark_t;    /* the plan's last observation: time */
-    uint64_t plan_mark_busy; /* and the online partition's busy time then */
-    uint32_t hp_in_flight;   /* high-priority requests sent and not replied to */
-    uint64_t version;        /* of the GPU event that is current */
-    uint64_t event_t;        /* when that event fires; UINT64_MAX = none */
-    sim_job *done_head;      /* departures collected by the device, in order */
+    sl_eval_pdev dev;      /* its compute, whole or partitioned (pdev.h) */
+    sl_part_plan plan;     /* the online partition's size (part_plan) */
+    sl_part_load load;     /* the plan's input: hp iterations' busy time, as salusd's */
+    uint32_t hp_in_flight; /* high-priority requests sent and not replied to */
+    uint64_t version;      /* of the GPU event that is current */
+    uint64_t event_t;      /* when that event fires; UINT64_MAX = none */
+    sim_job *done_head;    /* departures collected by the device, in order */
     sim_job **done_tail;
     uint64_t synced_ns; /* the device's state time, for busy accounting */
     uint64_t busy_ns;   /* time with at least one iteration on the device */
@@ -423,6 +423,8 @@ static int start_on_device(void *arg, sl_lanes_start *st)
     if (j->started++ == 0)
         j->res.start_ns = c->now;
     j->start_ns = c->now;
+    if ((j->online = j->is_hp))
+        sl_part_load_start(&g->load, c->now);
     j->stepwise = sl_steps_wanted(s->policy->caps, s->cfg->no_stepwise, &g->gaps, j->is_hp);
     if (j->stepwise) {
         j->step = (sl_steps_task){.lp = &j->lp, .n_ops = job_ops(j)};
@@ -628,11 +630,8 @@ static void plan_observe(sim *s, gpu *g, uint64_t now)
 {
     if (!s->cfg->part_plan || g->dev.n_parts < 2)
         return;
-    uint64_t busy = g->dev.part_busy_ns - g->plan_mark_busy, window = now - g->plan_mark_t;
-    g->plan_mark_busy = g->dev.part_busy_ns;
-    g->plan_mark_t = now;
     uint64_t before = g->plan.resizes;
-    sl_eval_pdev_resize(&g->dev, sl_part_plan_observe(&g->plan, busy, window));
+    sl_eval_pdev_resize(&g->dev, sl_part_load_observe(&g->load, &g->plan, now));
     s->sum->part_resizes += g->plan.resizes - before;
 }
 
@@ -660,6 +659,10 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
                                       start_on_device, &c, &st);
     decision_end(s, t0);
     kicked(s, j->gpu, k, now);
+    if (j->online) {
+        j->online = false;
+        sl_part_load_done(&g->load, now);
+    }
     if (j->is_hp) {
         sl_gaps_hp_complete(&g->gaps, &j->hp, now);
         if (g->hp_in_flight)

@@ -91,3 +91,40 @@ unsigned sl_part_plan_offline(const sl_part_plan *p)
 {
     return p->cfg.units - p->online;
 }
+
+/* Busy time up to now, the running stretch included. */
+static uint64_t load_busy(const sl_part_load *l, uint64_t now)
+{
+    return l->busy_ns + (l->running ? now - l->since_ns : 0);
+}
+
+void sl_part_load_reset(sl_part_load *l, uint64_t now)
+{
+    if (l->running) { /* only busy time from now on counts */
+        l->busy_ns += now - l->since_ns;
+        l->since_ns = now;
+    }
+    l->mark_ns = now;
+    l->mark_busy_ns = l->busy_ns;
+}
+
+void sl_part_load_start(sl_part_load *l, uint64_t now)
+{
+    if (l->running++ == 0)
+        l->since_ns = now;
+}
+
+void sl_part_load_done(sl_part_load *l, uint64_t now)
+{
+    if (l->running && --l->running == 0)
+        l->busy_ns += now - l->since_ns;
+}
+
+unsigned sl_part_load_observe(sl_part_load *l, sl_part_plan *p, uint64_t now)
+{
+    uint64_t busy = load_busy(l, now);
+    uint64_t busy_ns = busy - l->mark_busy_ns, window_ns = now - l->mark_ns;
+    l->mark_ns = now;
+    l->mark_busy_ns = busy;
+    return sl_part_plan_observe(p, busy_ns, window_ns);
+}

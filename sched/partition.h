@@ -75,4 +75,28 @@ unsigned sl_part_plan_observe(sl_part_plan *p, uint64_t busy_ns, uint64_t window
 /* The offline lanes' units: what the online partition leaves. */
 unsigned sl_part_plan_offline(const sl_part_plan *p);
 
+/* The measured load's input, as salusd takes it: the online partition is
+ * busy while some online (high-priority) iteration is on the device, from
+ * its launch to its completion, overlapping ones counted once. Whatever
+ * else runs there (a low-priority step spilled into an idle online
+ * partition) does not count: the load says how much of the partition the
+ * online lanes use, not how much the spills fill. */
+typedef struct sl_part_load {
+    uint32_t running;      /* online iterations on the device */
+    uint64_t busy_ns;      /* busy time completed (up to since_ns) */
+    uint64_t since_ns;     /* when running last became nonzero */
+    uint64_t mark_ns;      /* the previous observation */
+    uint64_t mark_busy_ns; /* busy time up to it */
+} sl_part_load;
+
+/* Starts the meter's window at now (nothing before it counts). */
+void sl_part_load_reset(sl_part_load *l, uint64_t now);
+/* An online iteration went on the device / completed. */
+void sl_part_load_start(sl_part_load *l, uint64_t now);
+void sl_part_load_done(sl_part_load *l, uint64_t now);
+/* Feeds the plan with the busy time and the window since the previous
+ * observation (or reset) and starts the next window: at an online
+ * iteration's boundary. Returns sl_part_plan_observe's. */
+unsigned sl_part_load_observe(sl_part_load *l, sl_part_plan *p, uint64_t now);
+
 #endif

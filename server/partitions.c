@@ -182,12 +182,7 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     p->session_need = 0;
     p->used = true;
     p->want = 0;
-    p->mark_ns = sl_now_ns();
-    if (p->hp_busy) { /* the first window counts only busy time from now on */
-        p->busy_ns += p->mark_ns - p->since_ns;
-        p->since_ns = p->mark_ns;
-    }
-    p->mark_busy_ns = p->busy_ns;
+    sl_part_load_reset(&p->load, sl_now_ns());
     ex->steps.cfg.isolated = true;
     /* the spill stream: below normal, on the online partition */
     if (!p->spill && ops->stream_create(ex->dev, -1, &p->spill) != SL_OK)
@@ -283,8 +278,7 @@ void sl_exec_parts_bind(sl_exec *ex, sl_stream *s, bool high_priority)
 void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
 {
     sl_exec_parts *p = &ex->parts;
-    if (p->hp_busy++ == 0)
-        p->since_ns = now;
+    sl_part_load_start(&p->load, now);
     if (p->mode != SL_PARTS_AUTO || p->declared || !p->online || declared <= p->session_need)
         return;
     p->session_need = declared;
@@ -302,16 +296,11 @@ void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
 void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now)
 {
     sl_exec_parts *p = &ex->parts;
-    if (p->hp_busy && --p->hp_busy == 0)
-        p->busy_ns += now - p->since_ns;
+    sl_part_load_done(&p->load, now);
     if (p->mode != SL_PARTS_AUTO || !p->online)
         return;
-    uint64_t busy = p->busy_ns - p->mark_busy_ns + (p->hp_busy ? now - p->since_ns : 0);
-    uint64_t window = now - p->mark_ns;
-    p->mark_ns = now;
-    p->mark_busy_ns = p->busy_ns + (p->hp_busy ? now - p->since_ns : 0);
     unsigned before = p->plan.online;
-    unsigned next = sl_part_plan_observe(&p->plan, busy, window);
+    unsigned next = sl_part_load_observe(&p->load, &p->plan, now);
     if (next != before)
         p->want = next;
     if (!p->want || (!p->caps.live && ex->stats.lanes_busy > 0))
@@ -331,7 +320,7 @@ sl_stream *sl_exec_parts_spill(sl_exec *ex, sl_exec_task *t, uint32_t k, uint32_
                                uint32_t parts)
 {
     sl_exec_parts *p = &ex->parts;
-    if (p->mode == SL_PARTS_OFF || !p->online || !p->spill || p->spill_busy || p->hp_busy ||
+    if (p->mode == SL_PARTS_OFF || !p->online || !p->spill || p->spill_busy || p->load.running ||
         sl_gaps_hp_pending(&ex->gaps) || ex->steps.lp_in_flight == 0)
         return NULL;
     if (k + 1 >= t->graph->n_ops && part + 1 >= parts)

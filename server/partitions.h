@@ -49,10 +49,7 @@ typedef struct sl_exec_parts {
     bool lent;              /* the offline partition lends its cores (device.h partition_lend) */
     sl_part_plan plan;
     unsigned want;     /* online units asked for and not applied yet (0 = none) */
-    uint32_t hp_busy;  /* high-priority iterations on the device */
-    uint64_t busy_ns;  /* online partition busy time (some hp iteration on it) */
-    uint64_t since_ns; /* when hp_busy last became nonzero */
-    uint64_t mark_ns, mark_busy_ns;
+    sl_part_load load; /* the online partition's busy time (plan's input) */
     uint64_t resizes;
     /* gap filling into the online partition: a below-normal stream bound
      * to it that a low-priority step may borrow while the online lanes are

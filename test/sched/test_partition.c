@@ -5,6 +5,7 @@
 #include "partition.h"
 #include "steps.h"
 
+#include <math.h>
 #include <string.h>
 
 /* H100 granularity (8 SMs in steps of 8): a need of 20 SMs with 10 %
@@ -89,6 +90,40 @@ static void test_plan_load_by_time(void **state)
     assert_int_equal(p.resizes, 0);
 }
 
+/* The load meter: overlapping online iterations count once, an idle
+ * stretch not at all, a window is the time since the previous observation
+ * (or the reset, before which nothing counts), and a window cut while an
+ * iteration runs carries its busy time over into the next one. */
+static void test_load_meter(void **state)
+{
+    (void) state;
+    sl_part_plan_config c = sl_part_plan_config_default(132, 8, 8);
+    sl_part_plan p;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 20));
+    sl_part_load l = {0};
+    sl_part_load_start(&l, 100); /* busy from before the reset: not counted */
+    sl_part_load_reset(&l, 1000);
+    sl_part_load_start(&l, 1500); /* overlaps the first */
+    sl_part_load_done(&l, 2000);
+    sl_part_load_done(&l, 3000); /* busy 1000..3000 */
+    sl_part_load_start(&l, 5000);
+    sl_part_load_done(&l, 6000); /* and 5000..6000 */
+    sl_part_load_observe(&l, &p, 9000);
+    assert_true(fabs(p.busy_avg - 0.2 * 3000) < 1e-6);
+    assert_true(fabs(p.window_avg - 0.2 * 8000) < 1e-6);
+    sl_part_load_start(&l, 9000);
+    sl_part_load_observe(&l, &p, 10000); /* busy all of the 1000 ns window */
+    assert_true(fabs(p.busy_avg - (0.2 * 1000 + 0.8 * 0.2 * 3000)) < 1e-6);
+    sl_part_load_done(&l, 10500);
+    sl_part_load_observe(&l, &p, 12000); /* 500 of 2000, the rest carried over */
+    assert_true(fabs(p.busy_avg - (0.2 * 500 + 0.8 * (0.2 * 1000 + 0.8 * 0.2 * 3000))) < 1e-6);
+    assert_int_equal(l.running, 0);
+    sl_part_load_done(&l, 13000); /* a stray completion changes nothing */
+    assert_int_equal(l.running, 0);
+    assert_int_equal(l.busy_ns,
+                     900 + 2000 + 1000 + 1500); /* a running total: the windows exclude the 900 */
+}
+
 /* ---- the dispatcher, isolated ---- */
 
 typedef struct fake {
@@ -163,9 +198,8 @@ static void test_steps_isolated(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_init),
-        cmocka_unit_test(test_plan_hysteresis),
-        cmocka_unit_test(test_plan_load_by_time),
+        cmocka_unit_test(test_plan_init),         cmocka_unit_test(test_plan_hysteresis),
+        cmocka_unit_test(test_plan_load_by_time), cmocka_unit_test(test_load_meter),
         cmocka_unit_test(test_steps_isolated),
     };
     return cmocka_run_group_tests_name("partition", tests, NULL, NULL);

@@ -1,0 +1,342 @@
+/* eval/profiles: job profiles from graphs built with the client's nn
+ * helpers, on a simulated GPU, set beside the simulator's own op lists
+ * (eval/graphs.c) and the Salus artifact's measurements.
+ *
+ *   profiles [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--tiny]
+ *
+ * Each VGG row of the CSV (VGG-11/16/19 at its batch sizes: the networks
+ * the nn helpers' sequential layer set builds) is compiled with
+ * salus_model_compile (plain SGD, as tf_cnn_benchmarks trains by default)
+ * against a salusd embedded in this process (inproc://) on `--device
+ * sim:PROFILE`, and trained for --iters steps on synthetic data. Per row:
+ *   iteration  the median step time as the client sees it (salus_model_
+ *              train_step: the batch's upload, the iteration on the sim
+ *              device's real-time model, the loss back), after a first
+ *              step that is not counted; upload_ms is the batch's upload
+ *              alone on the profile's host link (graphs.c's op list and
+ *              tf_cnn_benchmarks' synthetic data have none);
+ *   persistent the model's parameters x 4 bytes (plain SGD keeps no slots);
+ *   ephemeral  the planned peak of the training graph (memory/planner.h,
+ *              what salusd reserves per iteration: salus_graph_memory).
+ * Beside them: graphs.c's op list at the same batch on the same profile
+ * (iteration alone, parameters) and the CSV (measured iteration time,
+ * measured peak minus the published parameters). Last line:
+ *   BENCH eval_profiles rows=... time_vs_graph_min=... time_vs_graph_max=...
+ *     time_vs_measured_min=... time_vs_measured_max=... params_match=...
+ *     eph_vs_measured_min=... eph_vs_measured_max=...
+ * (ratios: nn helpers over the other). */
+#include "cli.h"
+#include "graphs.h"
+#include "sim/sim.h"
+#include "server.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+#include "sl_log.h"
+#include "workload.h"
+
+#include <salus/salus.h>
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef SL_EVAL_CSV
+#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
+#endif
+
+#define URL "inproc://salus-profiles"
+#define MAX_ROWS 16
+#define MAX_ITERS 64
+
+/* VGG per Simonyan & Zisserman 2015, Table 1 (as eval/graphs.c builds it):
+ * 3x3 convolutions per stage, each stage ending in a 2x2 max pool, then
+ * three fully connected layers; 224 x 224 RGB inputs, 1000 classes. */
+static const struct {
+    const char *name;
+    int per_stage[5];
+} vggs[] = {{"vgg11", {1, 1, 2, 2, 2}}, {"vgg16", {2, 2, 3, 3, 3}}, {"vgg19", {2, 2, 4, 4, 4}}};
+
+static salus_model *build_vgg(const int per_stage[5])
+{
+    static const int64_t sample[3] = {3, 224, 224}, width[5] = {64, 128, 256, 512, 512};
+    salus_model *m = salus_model_new(3, sample);
+    if (!m)
+        return NULL;
+    for (unsigned s = 0; s < 5; s++) {
+        for (int c = 0; c < per_stage[s]; c++) {
+            salus_model_conv2d(m, width[s], 3, 1, 1);
+            salus_model_relu(m);
+        }
+        salus_model_maxpool(m, 2, 2);
+    }
+    salus_model_flatten(m);
+    salus_model_dense(m, 4096);
+    salus_model_relu(m);
+    salus_model_dense(m, 4096);
+    salus_model_relu(m);
+    salus_model_dense(m, 1000);
+    return m; /* a layer error stays in the model: compile reports it */
+}
+
+typedef struct row {
+    char model[24];
+    unsigned batch;
+    double nn_ms, graph_ms, measured_ms;
+    double upload_ms; /* the batch's upload alone, modeled (of nn_ms) */
+    double nn_param_mib, graph_param_mib;
+    double nn_eph_mib, measured_eph_mib;
+} row;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+/* Compiles and trains one VGG at batch on the embedded salusd. */
+static int profile_nn(salus_client *c, const sl_sim_profile *gpu, const int per_stage[5],
+                      unsigned batch, int iters, row *r)
+{
+    salus_session *s; /* a session of its own, as a job has: closing it frees the model */
+    int rc = salus_session_open(c, NULL, &s);
+    if (rc != SL_OK) {
+        fprintf(stderr, "profiles: %s: opening a session: %s\n", r->model, salus_last_error(c));
+        return rc;
+    }
+    salus_model *m = build_vgg(per_stage);
+    if (!m) {
+        salus_session_close(s);
+        return SL_ENOMEM;
+    }
+    salus_optimizer opt = {.kind = SALUS_SGD, .lr = 0.01f};
+    rc = salus_model_compile(m, s, &opt, batch, 1, 1);
+    uint64_t peak = 0, naive = 0;
+    if (rc == SL_OK)
+        rc = salus_graph_memory(salus_model_training_graph(m), &peak, &naive);
+    size_t n_x = (size_t) batch * 3 * 224 * 224;
+    float *x = rc == SL_OK ? sl_malloc(n_x * sizeof *x) : NULL;
+    int32_t *labels = rc == SL_OK ? sl_malloc(batch * sizeof *labels) : NULL;
+    if (rc == SL_OK && (!x || !labels))
+        rc = SL_ENOMEM;
+    double t[MAX_ITERS + 1];
+    if (rc == SL_OK) {
+        sl_eval_rng g;
+        sl_eval_rng_seed(&g, batch);
+        for (size_t i = 0; i < n_x; i++)
+            x[i] = (float) sl_eval_rng_uniform(&g);
+        for (unsigned i = 0; i < batch; i++)
+            labels[i] = (int32_t) (sl_eval_rng_next(&g) % 1000);
+        for (int i = 0; i <= iters && rc == SL_OK; i++) {
+            float loss;
+            double t0 = now_s();
+            rc = salus_model_train_step(m, x, labels, &loss);
+            t[i] = now_s() - t0;
+        }
+    }
+    if (rc != SL_OK)
+        fprintf(stderr, "profiles: %s: %s\n", r->model,
+                salus_model_error(m) ? salus_model_error(m) : sl_strerror(rc));
+    else {
+        qsort(t + 1, (size_t) iters, sizeof *t, cmp_double); /* the first is not counted */
+        r->nn_ms = t[1 + iters / 2] * 1e3;
+        r->nn_param_mib = (double) salus_model_param_count(m) * 4 / (1 << 20);
+        r->nn_eph_mib = (double) peak / (1 << 20);
+        sl_sim_timing up;
+        sl_sim_copy_timing(gpu, SL_SIM_COPY_H2D, (n_x + batch) * 4, &up);
+        r->upload_ms = (double) (up.launch_ns + up.work_ns) / 1e6;
+    }
+    sl_free(x);
+    sl_free(labels);
+    salus_model_free(m);
+    salus_session_close(s);
+    return rc;
+}
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--tiny]\n"
+            "  VGG job profiles from the nn helpers on an embedded salusd --device sim:PROFILE,\n"
+            "  beside eval/graphs.c's op lists and the Salus CSV's measurements\n"
+            "defaults: p100, 3 counted steps per row (a first one is not counted), every VGG\n"
+            "row of the CSV; --tiny: vgg11 at its smallest batch, 1 counted step\n",
+            argv0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *gpu_name = "p100", *csv = SL_EVAL_CSV, *json = NULL;
+    int iters = 3;
+    bool tiny = false;
+    static const struct option longs[] = {{"gpu", required_argument, NULL, 'g'},
+                                          {"iters", required_argument, NULL, 'i'},
+                                          {"csv", required_argument, NULL, 'c'},
+                                          {"json", required_argument, NULL, 'o'},
+                                          {"tiny", no_argument, NULL, 't'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
+        uint64_t v;
+        switch (c) {
+        case 'g':
+            gpu_name = optarg;
+            break;
+        case 'i':
+            if (!sl_cli_u64("--iters", optarg, 1, MAX_ITERS, &v))
+                return 2;
+            iters = (int) v;
+            break;
+        case 'c':
+            csv = optarg;
+            break;
+        case 'o':
+            json = optarg;
+            break;
+        case 't':
+            tiny = true;
+            break;
+        case 'h':
+            usage(argv[0]);
+            return 0;
+        default:
+            usage(argv[0]);
+            return 2;
+        }
+    }
+    if (!sl_cli_no_operands(argc, argv, optind))
+        return 2;
+    if (tiny)
+        iters = 1;
+    const sl_sim_profile *gpu;
+    if (!sl_cli_gpu(gpu_name, &gpu))
+        return 2;
+    sl_eval_workload *w = NULL;
+    size_t n_w = 0;
+    int rc = sl_eval_workloads_load(csv, &w, &n_w);
+    if (rc != SL_OK) {
+        fprintf(stderr, "profiles: cannot load %s: %s\n", csv, sl_strerror(rc));
+        return 1;
+    }
+
+    /* the rows: every (VGG, batch) of the CSV once, in file order */
+    row rows[MAX_ROWS];
+    size_t n = 0;
+    for (size_t i = 0; i < n_w && n < MAX_ROWS && !(tiny && n == 1); i++) {
+        bool vgg = false, seen = false;
+        for (size_t k = 0; k < sizeof vggs / sizeof *vggs; k++)
+            vgg |= strcmp(w[i].model, vggs[k].name) == 0;
+        for (size_t k = 0; k < n; k++)
+            seen |= strcmp(rows[k].model, w[i].model) == 0 && rows[k].batch == w[i].batch;
+        if (!vgg || seen)
+            continue;
+        rows[n] = (row){.batch = w[i].batch,
+                        .measured_ms = (double) w[i].iteration_ns / 1e6,
+                        .measured_eph_mib = (double) w[i].ephemeral_bytes / (1 << 20)};
+        snprintf(rows[n].model, sizeof rows[n].model, "%s", w[i].model);
+        n++;
+    }
+
+    char device[64];
+    snprintf(device, sizeof device, "sim:%s", gpu->name);
+    sl_server srv = {.cfg = SL_CONFIG_DEFAULTS};
+    srv.cfg.device = device;
+    srv.cfg.listen[srv.cfg.n_listen++] = URL;
+    sl_log_set_level("warn");
+    salus_client *c = NULL;
+    if (sl_server_start(&srv) != SL_OK || salus_connect(URL, &c) != SL_OK) {
+        fprintf(stderr, "profiles: cannot start an embedded salusd on %s: %s\n", device,
+                c ? salus_last_error(c) : "server start failed");
+        return 1;
+    }
+    printf("profiles: VGG training iterations from the nn helpers on an embedded salusd "
+           "--device %s (%d counted steps each, median), beside eval/graphs.c's op lists on %s "
+           "and the Salus CSV (P100, measured)\n",
+           device, iters, gpu->name);
+    printf("%-6s %5s %9s %9s %9s %11s %8s %8s %9s %9s %9s %8s\n", "model", "batch", "nn_ms",
+           "upload_ms", "graph_ms", "measured_ms", "nn/graph", "nn/meas", "nn_P_MiB", "graph_P",
+           "nn_E_MiB", "meas_E");
+    int status = 0;
+    double tg_min = INFINITY, tg_max = 0, tm_min = INFINITY, tm_max = 0, e_min = INFINITY,
+           e_max = 0;
+    bool params_match = true;
+    size_t done = 0;
+    for (size_t i = 0; i < n; i++) {
+        row *r = &rows[i];
+        size_t k = 0;
+        while (strcmp(vggs[k].name, r->model))
+            k++;
+        fprintf(stderr, "profiles: %s batch %u ...\n", r->model, r->batch);
+        if (profile_nn(c, gpu, vggs[k].per_stage, r->batch, iters, r) != SL_OK) {
+            status = 1;
+            continue;
+        }
+        sl_eval_timeline t;
+        if (sl_eval_timeline_build(r->model, r->batch, gpu, &t) != SL_OK) {
+            fprintf(stderr, "profiles: graphs.c cannot build %s\n", r->model);
+            status = 1;
+            continue;
+        }
+        r->graph_ms = (double) t.iteration_ns / 1e6;
+        r->graph_param_mib = (double) t.params * 4 / (1 << 20);
+        sl_eval_timeline_fini(&t);
+        double tg = r->nn_ms / r->graph_ms, tm = r->nn_ms / r->measured_ms,
+               e = r->nn_eph_mib / r->measured_eph_mib;
+        tg_min = fmin(tg_min, tg), tg_max = fmax(tg_max, tg);
+        tm_min = fmin(tm_min, tm), tm_max = fmax(tm_max, tm);
+        e_min = fmin(e_min, e), e_max = fmax(e_max, e);
+        params_match &= fabs(r->nn_param_mib - r->graph_param_mib) < 1e-9;
+        printf("%-6s %5u %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %9.1f %9.1f %9.1f %8.1f\n", r->model,
+               r->batch, r->nn_ms, r->upload_ms, r->graph_ms, r->measured_ms, tg, tm,
+               r->nn_param_mib, r->graph_param_mib, r->nn_eph_mib, r->measured_eph_mib);
+        done++;
+    }
+    salus_disconnect(c);
+    sl_server_stop(&srv);
+    sl_free(w);
+    if (done == 0) {
+        fprintf(stderr, "profiles: no row profiled\n");
+        return 1;
+    }
+    printf("BENCH eval_profiles rows=%zu time_vs_graph_min=%.3f time_vs_graph_max=%.3f "
+           "time_vs_measured_min=%.3f time_vs_measured_max=%.3f params_match=%d "
+           "eph_vs_measured_min=%.3f eph_vs_measured_max=%.3f\n",
+           done, tg_min, tg_max, tm_min, tm_max, params_match, e_min, e_max);
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) {
+            fprintf(stderr, "profiles: cannot write %s\n", json);
+            return 1;
+        }
+        fprintf(f, "{\"bench\": \"eval_profiles\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [",
+                gpu->name, iters);
+        for (size_t i = 0, first = 1; i < n; i++) {
+            const row *r = &rows[i];
+            if (r->graph_ms == 0)
+                continue;
+            fprintf(f,
+                    "%s\n  {\"label\": \"%s/%u\", \"model\": \"%s\", \"batch\": %u, \"nn_ms\": "
+                    "%.4f, \"upload_ms\": "
+                    "%.4f, \"graph_ms\": %.4f, \"measured_ms\": %.4f, \"nn_persistent_mib\": %.3f, "
+                    "\"graph_persistent_mib\": %.3f, \"nn_ephemeral_mib\": %.3f, "
+                    "\"measured_ephemeral_mib\": %.3f}",
+                    first ? "" : ",", r->model, r->batch, r->model, r->batch, r->nn_ms,
+                    r->upload_ms, r->graph_ms, r->measured_ms, r->nn_param_mib, r->graph_param_mib,
+                    r->nn_eph_mib, r->measured_eph_mib);
+            first = 0;
+        }
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0)
+            status = 1;
+    }
+    return status;
+}
