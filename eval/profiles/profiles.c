@@ -9,12 +9,14 @@
  * salus_model_compile (plain SGD, as tf_cnn_benchmarks trains by default)
  * against a salusd embedded in this process (inproc://) on `--device
  * sim:PROFILE`, and trained for --iters steps on synthetic data. Per row:
- *   iteration  the median step time as the client sees it (salus_model_
- *              train_step: the batch's upload, the iteration on the sim
- *              device's real-time model, the loss back), after a first
- *              step that is not counted; upload_ms is the batch's upload
- *              alone on the profile's host link (graphs.c's op list and
- *              tf_cnn_benchmarks' synthetic data have none);
+ *   iteration  the device time salusd charges per iteration (its
+ *              sessions' attained time, from an iteration's launch to its
+ *              completion on the sim device's real-time model: the batch's
+ *              upload, upload_ms of it on the profile's host link, then
+ *              the ops), over the counted steps, after a first step that
+ *              is not counted; and the median step as the client sees it
+ *              (salus_model_train_step: that, plus the batch through the
+ *              transport and the loss back);
  *   persistent the model's parameters x 4 bytes (plain SGD keeps no slots);
  *   ephemeral  the planned peak of the training graph (memory/planner.h,
  *              what salusd reserves per iteration: salus_graph_memory).
@@ -84,8 +86,9 @@ static salus_model *build_vgg(const int per_stage[5])
 typedef struct row {
     char model[24];
     unsigned batch;
-    double nn_ms, graph_ms, measured_ms;
-    double upload_ms; /* the batch's upload alone, modeled (of nn_ms) */
+    double nn_ms, graph_ms, measured_ms; /* nn_ms: salusd's device time per iteration */
+    double step_ms;                      /* the client's step, median */
+    double upload_ms;                    /* the batch's upload alone, modeled (of nn_ms) */
     double nn_param_mib, graph_param_mib;
     double nn_eph_mib, measured_eph_mib;
 } row;
@@ -101,6 +104,21 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *) a, y = *(const double *) b;
     return (x > y) - (x < y);
+}
+
+/* The device time salusd has charged session id so far (its attained
+ * time, from the operator status: salus_status_json), or -1. */
+static double attained_ns(salus_client *c, uint64_t id)
+{
+    char *json, key[48];
+    if (salus_status_json(c, &json) != SL_OK)
+        return -1;
+    snprintf(key, sizeof key, "{\"id\":%llu,", (unsigned long long) id);
+    const char *at = strstr(json, key), *end = at ? strchr(at, '}') : NULL;
+    const char *v = at ? strstr(at, "\"attained_ns\":") : NULL;
+    double ns = v && v < end ? strtod(v + strlen("\"attained_ns\":"), NULL) : -1;
+    salus_free(json);
+    return ns;
 }
 
 /* Compiles and trains one VGG at batch on the embedded salusd. */
@@ -136,19 +154,26 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, const int per_
             x[i] = (float) sl_eval_rng_uniform(&g);
         for (unsigned i = 0; i < batch; i++)
             labels[i] = (int32_t) (sl_eval_rng_next(&g) % 1000);
+        double a0 = -1;
         for (int i = 0; i <= iters && rc == SL_OK; i++) {
             float loss;
             double t0 = now_s();
             rc = salus_model_train_step(m, x, labels, &loss);
             t[i] = now_s() - t0;
+            if (i == 0 && rc == SL_OK && (a0 = attained_ns(c, salus_session_id(s))) < 0)
+                rc = SL_EPROTO;
         }
+        double a1 = rc == SL_OK ? attained_ns(c, salus_session_id(s)) : -1;
+        if (rc == SL_OK && a1 < a0)
+            rc = SL_EPROTO;
+        r->nn_ms = rc == SL_OK ? (a1 - a0) / iters / 1e6 : 0;
     }
     if (rc != SL_OK)
         fprintf(stderr, "profiles: %s: %s\n", r->model,
                 salus_model_error(m) ? salus_model_error(m) : sl_strerror(rc));
     else {
         qsort(t + 1, (size_t) iters, sizeof *t, cmp_double); /* the first is not counted */
-        r->nn_ms = t[1 + iters / 2] * 1e3;
+        r->step_ms = t[1 + iters / 2] * 1e3;
         r->nn_param_mib = (double) salus_model_param_count(m) * 4 / (1 << 20);
         r->nn_eph_mib = (double) peak / (1 << 20);
         sl_sim_timing up;
@@ -259,12 +284,13 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("profiles: VGG training iterations from the nn helpers on an embedded salusd "
-           "--device %s (%d counted steps each, median), beside eval/graphs.c's op lists on %s "
-           "and the Salus CSV (P100, measured)\n",
+           "--device %s (%d counted steps each: nn_ms salusd's device time per iteration, "
+           "step_ms the client's median step), beside eval/graphs.c's op lists on %s and the "
+           "Salus CSV (P100, measured)\n",
            device, iters, gpu->name);
-    printf("%-6s %5s %9s %9s %9s %11s %8s %8s %9s %9s %9s %8s\n", "model", "batch", "nn_ms",
-           "upload_ms", "graph_ms", "measured_ms", "nn/graph", "nn/meas", "nn_P_MiB", "graph_P",
-           "nn_E_MiB", "meas_E");
+    printf("%-6s %5s %9s %9s %9s %9s %11s %8s %8s %9s %9s %9s %8s\n", "model", "batch", "nn_ms",
+           "upload_ms", "step_ms", "graph_ms", "measured_ms", "nn/graph", "nn/meas", "nn_P_MiB",
+           "graph_P", "nn_E_MiB", "meas_E");
     int status = 0;
     double tg_min = INFINITY, tg_max = 0, tm_min = INFINITY, tm_max = 0, e_min = INFINITY,
            e_max = 0;
@@ -295,9 +321,9 @@ int main(int argc, char **argv)
         tm_min = fmin(tm_min, tm), tm_max = fmax(tm_max, tm);
         e_min = fmin(e_min, e), e_max = fmax(e_max, e);
         params_match &= fabs(r->nn_param_mib - r->graph_param_mib) < 1e-9;
-        printf("%-6s %5u %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %9.1f %9.1f %9.1f %8.1f\n", r->model,
-               r->batch, r->nn_ms, r->upload_ms, r->graph_ms, r->measured_ms, tg, tm,
-               r->nn_param_mib, r->graph_param_mib, r->nn_eph_mib, r->measured_eph_mib);
+        printf("%-6s %5u %9.2f %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %9.1f %9.1f %9.1f %8.1f\n",
+               r->model, r->batch, r->nn_ms, r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms,
+               tg, tm, r->nn_param_mib, r->graph_param_mib, r->nn_eph_mib, r->measured_eph_mib);
         done++;
     }
     salus_disconnect(c);
@@ -326,12 +352,13 @@ int main(int argc, char **argv)
             fprintf(f,
                     "%s\n  {\"label\": \"%s/%u\", \"model\": \"%s\", \"batch\": %u, \"nn_ms\": "
                     "%.4f, \"upload_ms\": "
-                    "%.4f, \"graph_ms\": %.4f, \"measured_ms\": %.4f, \"nn_persistent_mib\": %.3f, "
+                    "%.4f, \"step_ms\": %.4f, \"graph_ms\": %.4f, \"measured_ms\": %.4f, "
+                    "\"nn_persistent_mib\": %.3f, "
                     "\"graph_persistent_mib\": %.3f, \"nn_ephemeral_mib\": %.3f, "
                     "\"measured_ephemeral_mib\": %.3f}",
                     first ? "" : ",", r->model, r->batch, r->model, r->batch, r->nn_ms,
-                    r->upload_ms, r->graph_ms, r->measured_ms, r->nn_param_mib, r->graph_param_mib,
-                    r->nn_eph_mib, r->measured_eph_mib);
+                    r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms, r->nn_param_mib,
+                    r->graph_param_mib, r->nn_eph_mib, r->measured_eph_mib);
             first = 0;
         }
         fprintf(f, "\n]}\n");
