@@ -67,7 +67,9 @@
  * (shape ASSUMED); --util-scale X multiplies every draw (capped at 1),
  * --job-util U gives every job U. A sweep of both (salus only: the gang
  * runs one job per GPU, at full speed whatever its utilisation) follows
- * the main table unless --no-sweep.
+ * the main table unless --no-sweep, and so does a locality sweep: both
+ * schedulers with locality relaxed after 10 min to 24 h and never, each
+ * size class's waits split three ways (where the study's split appears).
  *
  * Output: per scheduler, average and p95 JCT, GPU busy fraction (time with
  * at least one job on a GPU, over GPUs and the makespan), waits split three
@@ -782,6 +784,29 @@ static double frag_share(const run_result *r)
     return tot > 0 ? r->wait[R_FRAG] / tot : 0;
 }
 
+/* The share of the waits of size classes [from, to] that had reason why. */
+static double class_share(const run_result *r, int from, int to, enum reason why)
+{
+    double part = 0, tot = 0;
+    for (int k = from; k <= to; k++) {
+        part += r->wait_class[k][why];
+        tot += r->wait_class[k][R_QUOTA] + r->wait_class[k][R_CAPACITY] + r->wait_class[k][R_FRAG];
+    }
+    return tot > 0 ? part / tot : 0;
+}
+
+/* The locality sweep: locality relaxed after these many minutes of
+ * waiting; INFINITY = never (strict locality). */
+static const double relax_sweep_min[] = {10, 60, 240, 480, 1440, INFINITY};
+enum { N_RELAX = sizeof relax_sweep_min / sizeof relax_sweep_min[0] };
+
+/* "10 min" ... "never": a sweep row's name. */
+static const char *relax_label(int x)
+{
+    static const char *const labels[N_RELAX] = {"10min", "1h", "4h", "8h", "24h", "never"};
+    return labels[x];
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
@@ -792,7 +817,7 @@ static void usage(const char *argv0)
             "  --job-util U     every job keeps U of its GPU busy alone (0 < U <= 1)\n"
             "  --util-scale X   the study's per-job utilisation draws times X (capped at 1)\n"
             "  --probe-restart-min R  work a job redoes when its gang resumes a counted probe\n"
-            "  --no-sweep       skip the utilisation sweep (salus runs at other utilisations)\n"
+            "  --no-sweep       skip the utilisation and locality sweeps\n"
             "defaults: 3000 jobs, 64 servers x 8 GPUs, 14 VCs, load 2, relax after 10 min, "
             "probe 5 min, restart 0 min, oversub 2, utilisation from the study (scale 1), p100, "
             "seed 1\n",
@@ -1049,6 +1074,31 @@ int main(int argc, char **argv)
         }
         set_utils(jobs, n_jobs, job_util, util_scale, seed);
     }
+    run_result rx[N_RELAX][2];
+    if (do_sweep) {
+        printf("locality sweep (both schedulers, locality relaxed after the given wait): share of "
+               "each size class's gang waits that is fragmentation (F) or fair-share (Q)\n"
+               "%-9s %6s %6s %6s %6s %6s %10s %10s %9s\n",
+               "relax", "1:Q", "2-4:F", "5-8:F", ">8:F", ">4:F", "gang_jct", "salus_jct",
+               "jct_ratio");
+        for (int x = 0; x < N_RELAX; x++) {
+            fprintf(stderr, "philly: locality sweep %s ...\n", relax_label(x));
+            for (int m = 0; m < 2; m++) {
+                rc = run_cluster(modes[m], jobs, n_jobs, n_servers, n_vcs, quota, oversub,
+                                 relax_sweep_min[x] * 60, 0, false, 0, &mcfg, &rx[x][m]);
+                if (rc != SL_OK) {
+                    fprintf(stderr, "philly: locality sweep: %s\n", sl_strerror(rc));
+                    return 1;
+                }
+            }
+            const run_result *g = &rx[x][0];
+            printf("%-9s %6.2f %6.2f %6.2f %6.2f %6.2f %10.1f %10.1f %9.2f\n", relax_label(x),
+                   class_share(g, 0, 0, R_QUOTA), class_share(g, 1, 1, R_FRAG),
+                   class_share(g, 2, 2, R_FRAG), class_share(g, 3, 3, R_FRAG),
+                   class_share(g, 2, 3, R_FRAG), g->avg_jct_s / 60, rx[x][1].avg_jct_s / 60,
+                   g->avg_jct_s / rx[x][1].avg_jct_s);
+        }
+    }
     if (json_path) {
         FILE *jf = fopen(json_path, "w");
         if (jf) {
@@ -1081,6 +1131,20 @@ int main(int argc, char **argv)
                         k ? ", " : "", sweep[k].what, sw_mean[k], sw[k].avg_jct_s / 60,
                         res[0].avg_jct_s / 60, res[0].avg_jct_s / sw[k].avg_jct_s, sw[k].busy,
                         sw[k].device_util);
+            fprintf(jf, "], \"relax_sweep\": [");
+            for (int x = 0; do_sweep && x < N_RELAX; x++) {
+                const run_result *g = &rx[x][0];
+                fprintf(jf,
+                        "%s{\"relax\": \"%s\", \"fair_share_1\": %.4f, \"frag_2_4\": %.4f, "
+                        " \"frag_5_8\": %.4f, \"frag_gt8\": %.4f, "
+                        "\"frag_gt4\": %.4f, \"gang_avg_jct_min\": %.3f, "
+                        "\"salus_avg_jct_min\": %.3f, \"jct_ratio\": %.4f}",
+                        x ? ", " : "", relax_label(x), class_share(g, 0, 0, R_QUOTA),
+                        class_share(g, 1, 1, R_FRAG), class_share(g, 2, 2, R_FRAG),
+                        class_share(g, 3, 3, R_FRAG), class_share(g, 2, 3, R_FRAG),
+                        g->avg_jct_s / 60, rx[x][1].avg_jct_s / 60,
+                        g->avg_jct_s / rx[x][1].avg_jct_s);
+            }
             fprintf(jf,
                     "], \"probe_saved_gpu_hours\": %.2f, \"probe_progress_saved_gpu_hours\": "
                     "%.2f}\n",
@@ -1090,9 +1154,16 @@ int main(int argc, char **argv)
     }
     printf("BENCH eval_philly jct_ratio=%.2f busy=%.3f frag_wait_share=%.3f gang_busy=%.3f "
            "gang_frag_wait_share=%.3f probe_saved_gpu_h=%.0f util_mean=%.3f "
-           "probe_progress_saved_gpu_h=%.0f\n",
+           "probe_progress_saved_gpu_h=%.0f",
            res[0].avg_jct_s / res[1].avg_jct_s, res[1].busy, frag_share(&res[1]), res[0].busy,
            frag_share(&res[0]), saved_h, util_mean, saved_progress_h);
+    if (do_sweep) /* strict locality: the study's split, per size class */
+        printf(" strict_gang_frag_share_gt4=%.3f strict_gang_fair_share_1=%.3f "
+               "strict_jct_ratio=%.2f",
+               class_share(&rx[N_RELAX - 1][0], 2, 3, R_FRAG),
+               class_share(&rx[N_RELAX - 1][0], 0, 0, R_QUOTA),
+               rx[N_RELAX - 1][0].avg_jct_s / rx[N_RELAX - 1][1].avg_jct_s);
+    printf("\n");
     sl_free(jobs);
     sl_free(quota);
     sl_free(w);
