@@ -219,6 +219,82 @@ int salus_model_flatten(salus_model *m)
     return commit(m);
 }
 
+/* ---- residual blocks ---------------------------------------------------- */
+
+int salus_model_residual_begin(salus_model *m)
+{
+    if (!m->error[0] && m->n_open == MAX_RES_DEPTH)
+        return fail(m, "layer %d: more than %d residual blocks open", m->n_layers, MAX_RES_DEPTH);
+    layer *l = push(m, L_RES_BEGIN);
+    if (!l)
+        return SL_EINVAL;
+    m->open[m->n_open++] = m->n_layers;
+    return commit(m);
+}
+
+int salus_model_residual_shortcut(salus_model *m)
+{
+    if (!m->error[0] && m->n_open == 0)
+        return fail(m, "layer %d: a residual shortcut outside a block", m->n_layers);
+    int b = m->n_open ? m->open[m->n_open - 1] : 0;
+    for (int i = b + 1; !m->error[0] && i < m->n_layers; i++)
+        if (m->layers[i].kind == L_RES_SHORTCUT && m->layers[i].block == b)
+            return fail(m, "layer %d: the block of layer %d has its shortcut already", m->n_layers,
+                        b);
+    layer *l = push(m, L_RES_SHORTCUT);
+    if (!l)
+        return SL_EINVAL;
+    /* the layers that follow transform the block's input */
+    l->block = b;
+    l->out_ndim = m->layers[b].in_ndim;
+    memcpy(l->out, m->layers[b].in, sizeof l->out);
+    return commit(m);
+}
+
+/* Writes "[a,b,c]" for a per-sample shape. */
+static const char *dims_text(char *buf, size_t len, int ndim, const int64_t *d)
+{
+    int n = snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && n > 0 && (size_t) n < len; i++)
+        n += snprintf(buf + n, len - (size_t) n, "%s%lld", i ? "," : "", (long long) d[i]);
+    if (n > 0 && (size_t) n < len)
+        snprintf(buf + n, len - (size_t) n, "]");
+    return buf;
+}
+
+int salus_model_residual_end(salus_model *m)
+{
+    if (!m->error[0] && m->n_open == 0)
+        return fail(m, "layer %d: a residual end without a begin", m->n_layers);
+    int b = m->n_open ? m->open[m->n_open - 1] : 0;
+    layer *l = push(m, L_RES_END);
+    if (!l)
+        return SL_EINVAL;
+    l->block = b;
+    /* the main path: up to the shortcut marker when there is one, else all
+     * of the block; the shortcut: what follows the marker, else the input */
+    const layer *main_out = l - 1, *sc = NULL;
+    for (int i = b + 1; i < m->n_layers; i++)
+        if (m->layers[i].kind == L_RES_SHORTCUT && m->layers[i].block == b)
+            sc = &m->layers[i];
+    int main_ndim = sc ? sc->in_ndim : main_out->out_ndim;
+    const int64_t *main_dims = sc ? sc->in : main_out->out;
+    int sc_ndim = sc ? l->in_ndim : m->layers[b].in_ndim;
+    const int64_t *sc_dims = sc ? l->in : m->layers[b].in;
+    if (main_ndim != sc_ndim || memcmp(main_dims, sc_dims, (size_t) main_ndim * sizeof *sc_dims)) {
+        char a[64], c[64];
+        return fail(m,
+                    "layer %d: the residual block of layer %d gives %s on its main path and %s "
+                    "on its shortcut (transform the shortcut after salus_model_residual_shortcut)",
+                    m->n_layers, b, dims_text(a, sizeof a, main_ndim, main_dims),
+                    dims_text(c, sizeof c, sc_ndim, sc_dims));
+    }
+    l->out_ndim = main_ndim;
+    memcpy(l->out, main_dims, (size_t) main_ndim * sizeof *main_dims);
+    m->n_open--;
+    return commit(m);
+}
+
 /* ---- compile ---------------------------------------------------------- */
 
 static uint64_t rng_next(uint64_t *s)
@@ -345,6 +421,10 @@ static salus_value activate(salus_graph *g, salus_value x, int training)
 static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_t batch,
                            int training)
 {
+    /* open residual blocks: their input (the shortcut's source) and, once
+     * the shortcut starts, their main path's output */
+    salus_value block_in[MAX_RES_DEPTH], block_main[MAX_RES_DEPTH];
+    int depth = 0;
     for (int i = 0; i < m->n_layers; i++) {
         layer *l = &m->layers[i];
         salus_value y = SALUS_NO_VALUE, w = SALUS_NO_VALUE, b = SALUS_NO_VALUE;
@@ -407,6 +487,21 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             y = OPI(g, "reshape", dims, x);
             break;
         }
+        case L_RES_BEGIN: /* compile checks the nesting: MAX_RES_DEPTH at most */
+            block_main[depth] = SALUS_NO_VALUE;
+            block_in[depth++] = y = x;
+            break;
+        case L_RES_SHORTCUT:
+            block_main[depth - 1] = x;
+            y = block_in[depth - 1];
+            break;
+        case L_RES_END: {
+            depth--;
+            salus_value main_path = block_main[depth] != SALUS_NO_VALUE ? block_main[depth] : x;
+            salus_value shortcut = block_main[depth] != SALUS_NO_VALUE ? x : block_in[depth];
+            y = OP(g, "add", main_path, shortcut);
+            break;
+        }
         }
         x = y;
     }
@@ -454,6 +549,8 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
         return fail(m, "%s", err);
     if (batch < 1 || infer_batch < 1 || m->n_layers == 0)
         return fail(m, "need layers and batch sizes >= 1");
+    if (m->n_open)
+        return fail(m, "the residual block of layer %d has no end", m->open[m->n_open - 1]);
     const layer *last = &m->layers[m->n_layers - 1];
     if (last->out_ndim != 1 || last->out[0] < 2)
         return fail(m, "the last layer must produce [classes] per sample (classes >= 2)");

@@ -6,7 +6,7 @@
 #include "checkpoint.h"
 #include "client_internal.h"
 
-#define MAX_LAYERS 64
+#define MAX_LAYERS 1024 /* a ResNet-152 in residual blocks is ~570 layers */
 #define MAX_PARAMS (MAX_LAYERS * 2)
 #define BN_EPSILON 1e-5f
 #define BN_MOMENTUM 0.9f
@@ -20,8 +20,15 @@ enum layer_kind {
     L_RELU,
     L_SIGMOID,
     L_TANH,
-    L_FLATTEN
+    L_FLATTEN,
+    /* a residual block (salus.h): its start (the shortcut's source), where
+     * its shortcut path starts, and its end (main path + shortcut) */
+    L_RES_BEGIN,
+    L_RES_SHORTCUT,
+    L_RES_END
 };
+
+#define MAX_RES_DEPTH 8 /* residual blocks open at once */
 
 typedef struct layer {
     enum layer_kind kind;
@@ -33,6 +40,7 @@ typedef struct layer {
     /* relu: runs after the max pool that follows it (see the top); the
      * pool layer then emits both, and this layer passes values through */
     int after_pool;
+    int block; /* residual shortcut and end: the index of their block's begin */
 } layer;
 
 typedef struct param {
@@ -59,6 +67,8 @@ struct salus_model {
     salus_graph *part;
     salus_value part_classes;
     int64_t part_batch;
+    int open[MAX_RES_DEPTH]; /* residual blocks open while layers are added */
+    int n_open;
     sl_named *named; /* every tensor of the model, by name (after compile) */
     unsigned n_named;
     char error[256];

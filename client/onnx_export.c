@@ -146,8 +146,22 @@ static char *layers(ex *e)
 {
     salus_model *m = e->m;
     char *x = "input";
+    /* open residual blocks: their input and, past the shortcut marker, the
+     * main path's output (as nn.c's forward) */
+    char *block_in[MAX_RES_DEPTH], *block_main[MAX_RES_DEPTH];
+    int depth = 0;
     for (int i = 0; i < m->n_layers && !e->err[0]; i++) {
         const layer *l = &m->layers[i];
+        if (l->kind == L_RES_BEGIN) { /* markers emit no node */
+            block_main[depth] = NULL;
+            block_in[depth++] = x;
+            continue;
+        }
+        if (l->kind == L_RES_SHORTCUT) {
+            block_main[depth - 1] = x;
+            x = block_in[depth - 1];
+            continue;
+        }
         char *y = i == m->n_layers - 1 ? "logits" : name(e, "x%d", i + 1);
         const param *w = l->param[0] >= 0 ? &m->params[l->param[0]] : NULL;
         const param *b = l->param[1] >= 0 ? &m->params[l->param[1]] : NULL;
@@ -196,6 +210,16 @@ static char *layers(ex *e)
         case L_FLATTEN:
             n = node(e, "Flatten", 1, &x, y);
             attr_int(e, n, "axis", 1);
+            break;
+        case L_RES_END:
+            depth--;
+            node(e, "Add", 2,
+                 block_main[depth] ? (char *[]){block_main[depth], x}
+                                   : (char *[]){x, block_in[depth]},
+                 y);
+            break;
+        case L_RES_BEGIN: /* handled above */
+        case L_RES_SHORTCUT:
             break;
         }
         x = y;

@@ -1,4 +1,4 @@
-# Job profiles: a VGG training iteration as the nn helpers build it, timed
+# Job profiles: a VGG or ResNet training iteration as the nn helpers build it, timed
 # on an embedded salusd --device sim:p100 (the device time salusd charges), beside
 # eval/graphs.c's op list on the same profile and the Salus CSV's P100
 # measurement. Data: eval_profiles.rows.dat (profiles --json, "rows").

@@ -73,6 +73,20 @@ class Model:
     def flatten(self):
         return self._layer(lib.salus_model_flatten(self._live()))
 
+    def residual_begin(self):
+        """Starts a residual block at the current output x: the layers that
+        follow are its main path (salus_model_residual_begin)."""
+        return self._layer(lib.salus_model_residual_begin(self._live()))
+
+    def residual_shortcut(self):
+        """Ends the block's main path: the layers that follow transform x for
+        the shortcut (a projection). Without it the shortcut is x."""
+        return self._layer(lib.salus_model_residual_shortcut(self._live()))
+
+    def residual_end(self):
+        """Adds the main path and the shortcut (same shapes)."""
+        return self._layer(lib.salus_model_residual_end(self._live()))
+
     def compile(self, session, optimizer, batch, infer_batch=None, seed=0):
         """Creates the parameters in `session` and registers both graphs."""
         opt = optimizer._struct()

@@ -54,6 +54,27 @@ def test_cnn_compiles_and_trains_a_step(session):
     assert m.predict(x[:2]).shape == (2,)
 
 
+def test_residual_blocks_train_and_check_their_shapes(session):
+    m = (salus.Model((2, 8, 8)).conv2d(4, 3, pad=1).batchnorm().relu()
+         .residual_begin().conv2d(4, 3, pad=1).batchnorm().relu().conv2d(4, 3, pad=1).batchnorm()
+         .residual_end().relu()
+         .residual_begin().conv2d(8, 3, stride=2, pad=1).batchnorm()
+         .residual_shortcut().conv2d(8, 1, stride=2).batchnorm().residual_end().relu()
+         .avgpool(4).flatten().dense(3))
+    m.compile(session, salus.Momentum(0.05, momentum=0.9), batch=16, seed=2)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 2, 8, 8)).astype(np.float32)
+    y = np.arange(16, dtype=np.int32) % 3
+    losses = [m.train_step(x, y) for _ in range(30)]
+    assert np.isfinite(losses[0]) and losses[-1] < 0.5 * losses[0]
+    with pytest.raises(salus.Error) as e:
+        salus.Model((2, 8, 8)).residual_begin().conv2d(4, 3, pad=1).residual_end()
+    assert "[4,8,8]" in str(e.value) and "[2,8,8]" in str(e.value)
+    with pytest.raises(salus.Error) as e:
+        salus.Model((4,)).residual_end()
+    assert "without a begin" in str(e.value)
+
+
 def test_predict_sees_weights_written_between_predictions(session):
     """salusd keeps convolution weights reordered across predictions; a
     tensor write (Model.set) must reach the next prediction."""

@@ -66,6 +66,8 @@ def run(model, x):
             y = 1 / (1 + np.exp(-i[0]))
         elif op == "Tanh":
             y = np.tanh(i[0])
+        elif op == "Add":
+            y = i[0] + i[1]
         elif op == "Flatten":
             y = i[0].reshape(i[0].shape[0], -1)
         else:

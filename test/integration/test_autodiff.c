@@ -667,9 +667,67 @@ static void predict_fits_the_lane_workspace(void **state)
     free(b);
 }
 
-/* A trained model exported to ONNX: the file passes the onnx package's
- * checker, and an independent float64 evaluation of it (onnx_eval.py)
- * classifies as salus_model_predict does. */
+/* Residual blocks refuse what they cannot build, naming the cause: an end
+ * without a begin, a shortcut outside a block or twice in one, shapes
+ * that differ (both named), blocks nested too deep, a block left open at
+ * compile. */
+static void residual_blocks_name_their_errors(void **state)
+{
+    (void) state;
+    env e;
+    open_env(&e);
+    const salus_optimizer o = {.kind = SALUS_SGD, .lr = 0.1f};
+    const int64_t sample[3] = {2, 8, 8};
+    static const struct {
+        int steps; /* what to do, one digit each from the right: 1 begin, 2 shortcut, 3 end, 4
+                      conv(3 filters), 5 flatten+dense(2), 6 compile */
+        const char *says;
+    } cases[] = {
+        {3, "without a begin"},
+        {2, "outside a block"},
+        {3221, "has its shortcut already"},
+        {341, "[3,8,8] on its main path and [2,8,8]"},
+        {6541, "has no end"},
+        {111111111, "more than 8 residual blocks"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        salus_model *m = salus_model_new(3, sample);
+        int rc = SALUS_OK;
+        for (int steps = cases[k].steps; steps && rc == SALUS_OK; steps /= 10) {
+            switch (steps % 10) {
+            case 1:
+                rc = salus_model_residual_begin(m);
+                break;
+            case 2:
+                rc = salus_model_residual_shortcut(m);
+                break;
+            case 3:
+                rc = salus_model_residual_end(m);
+                break;
+            case 4:
+                rc = salus_model_conv2d(m, 3, 3, 1, 1);
+                break;
+            case 5:
+                if ((rc = salus_model_flatten(m)) == SALUS_OK)
+                    rc = salus_model_dense(m, 2);
+                break;
+            case 6:
+                rc = salus_model_compile(m, e.s, &o, 2, 2, 1);
+                break;
+            }
+        }
+        assert_int_equal(rc, SALUS_EINVAL);
+        if (!salus_model_error(m) || !strstr(salus_model_error(m), cases[k].says))
+            fail_msg("case %zu: %s", k, salus_model_error(m) ? salus_model_error(m) : "(none)");
+        salus_model_free(m);
+    }
+    close_env(&e);
+}
+
+/* A trained model exported to ONNX, residual blocks included (an identity
+ * and a projection shortcut): the file passes the onnx package's checker,
+ * and an independent float64 evaluation of it (onnx_eval.py) classifies as
+ * salus_model_predict does. */
 static void onnx_export_agrees(void **state)
 {
     (void) state;
@@ -681,8 +739,20 @@ static void onnx_export_agrees(void **state)
     salus_model_conv2d(m, 4, 3, 1, 1);
     salus_model_batchnorm(m);
     salus_model_relu(m);
+    salus_model_residual_begin(m); /* an identity shortcut */
+    salus_model_conv2d(m, 4, 3, 1, 1);
+    salus_model_batchnorm(m);
+    salus_model_relu(m);
+    salus_model_conv2d(m, 4, 3, 1, 1);
+    salus_model_residual_end(m);
+    salus_model_relu(m);
     salus_model_maxpool(m, 2, 2);
+    salus_model_residual_begin(m); /* a projection: 4x4x4 -> 6x2x2 both ways */
     salus_model_conv2d(m, 6, 3, 2, 1);
+    salus_model_residual_shortcut(m);
+    salus_model_conv2d(m, 6, 1, 2, 0);
+    salus_model_batchnorm(m);
+    salus_model_residual_end(m);
     salus_model_avgpool(m, 2, 1);
     salus_model_flatten(m);
     salus_model_dense(m, 12);
@@ -741,6 +811,7 @@ int main(void)
         cmocka_unit_test(checkpoints_resume_training),
         cmocka_unit_test(errors_name_their_cause),
         cmocka_unit_test(predict_fits_the_lane_workspace),
+        cmocka_unit_test(residual_blocks_name_their_errors),
         cmocka_unit_test(onnx_export_agrees),
     };
     sl_test_group = &server;

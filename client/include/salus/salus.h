@@ -344,6 +344,18 @@ int salus_model_sigmoid(salus_model *m);
 int salus_model_tanh(salus_model *m);
 /* [C,H,W] -> [C*H*W] (a view: no copy). */
 int salus_model_flatten(salus_model *m);
+/* A residual block (He et al. 2016): y = main(x) + shortcut(x).
+ * salus_model_residual_begin starts one at the current output x; the
+ * layers added next are its main path. salus_model_residual_shortcut
+ * (optional) ends the main path: the layers added after it transform x
+ * for the shortcut (a projection, e.g. a 1x1 convolution with stride and
+ * a batchnorm); without it the shortcut is x itself. salus_model_residual_end
+ * adds the two, which must have the same shape (else the model fails,
+ * naming both shapes). Blocks nest up to 8 deep; an activation after the
+ * sum is a layer of its own (salus_model_relu). Exported to ONNX as Add. */
+int salus_model_residual_begin(salus_model *m);
+int salus_model_residual_shortcut(salus_model *m);
+int salus_model_residual_end(salus_model *m);
 
 /* Creates parameters in s (He-uniform weights from seed, zero biases),
  * builds and registers the training graph for `batch` samples and the
@@ -442,7 +454,8 @@ int salus_model_set_lr(salus_model *m, float lr);
  * [N, sample...], output "logits" [N, classes] (no softmax), N symbolic.
  * Dense layers become Gemm with the [in, out] weight as B (no transB),
  * conv2d Conv with bias, pooling MaxPool / AveragePool, batchnorm
- * BatchNormalization (epsilon 1e-5, momentum 0.9), flatten Flatten.
+ * BatchNormalization (epsilon 1e-5, momentum 0.9), flatten Flatten, the
+ * end of a residual block Add (main path, shortcut).
  * Errors: SALUS_EINVAL (not compiled, I/O), SALUS_EUNSUPPORTED (built
  * without onnx.proto), transport errors reading the weights. */
 int salus_model_export_onnx(salus_model *m, const char *path);
