@@ -487,7 +487,7 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             y = OPI(g, "reshape", dims, x);
             break;
         }
-        case L_RES_BEGIN: /* compile checks the nesting: MAX_RES_DEPTH at most */
+        case L_RES_BEGIN: /* at most MAX_RES_DEPTH open (residual_begin), all closed (compile) */
             block_main[depth] = SALUS_NO_VALUE;
             block_in[depth++] = y = x;
             break;

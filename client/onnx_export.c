@@ -6,7 +6,9 @@
  * Conv with bias, maxpool -> MaxPool, avgpool -> AveragePool
  * (count_include_pad 0), batchnorm -> BatchNormalization (running
  * statistics, epsilon 1e-5, momentum 0.9 in ONNX's form), relu, sigmoid,
- * tanh, flatten -> Flatten(axis 1). The ReLU that the nn helpers run after
+ * tanh, flatten -> Flatten(axis 1); a residual block's begin and shortcut
+ * markers emit nothing and its end an Add(main path, shortcut). The ReLU
+ * that the nn helpers run after
  * a max pool is written where the layer was added: both orders compute the
  * same function.
  *

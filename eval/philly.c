@@ -803,7 +803,8 @@ enum { N_RELAX = sizeof relax_sweep_min / sizeof relax_sweep_min[0] };
 /* "10 min" ... "never": a sweep row's name. */
 static const char *relax_label(int x)
 {
-    static const char *const labels[N_RELAX] = {"10min", "1h", "4h", "8h", "24h", "never"};
+    static const char *const labels[] = {"10min", "1h", "4h", "8h", "24h", "never"};
+    _Static_assert(sizeof labels / sizeof *labels == N_RELAX, "a label per relax_sweep_min");
     return labels[x];
 }
 

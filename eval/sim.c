@@ -659,7 +659,8 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
                                       start_on_device, &c, &st);
     decision_end(s, t0);
     kicked(s, j->gpu, k, now);
-    if (j->online) {
+    bool was_online = j->online; /* as salusd's executor: t->online */
+    if (was_online) {
         j->online = false;
         sl_part_load_done(&g->load, now);
     }
@@ -667,8 +668,9 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
         sl_gaps_hp_complete(&g->gaps, &j->hp, now);
         if (g->hp_in_flight)
             g->hp_in_flight--;
-        plan_observe(s, g, now);
     }
+    if (was_online)
+        plan_observe(s, g, now);
     if (j->is_hp || stepwise)
         resume(s, j->gpu, now);
     if (sl_lanes_settle(&g->handoff, lane))

@@ -95,13 +95,13 @@ unsigned sl_part_plan_offline(const sl_part_plan *p)
 /* Busy time up to now, the running stretch included. */
 static uint64_t load_busy(const sl_part_load *l, uint64_t now)
 {
-    return l->busy_ns + (l->running ? now - l->since_ns : 0);
+    return l->busy_ns + (l->running && now > l->since_ns ? now - l->since_ns : 0);
 }
 
 void sl_part_load_reset(sl_part_load *l, uint64_t now)
 {
     if (l->running) { /* only busy time from now on counts */
-        l->busy_ns += now - l->since_ns;
+        l->busy_ns += now > l->since_ns ? now - l->since_ns : 0;
         l->since_ns = now;
     }
     l->mark_ns = now;
@@ -117,14 +117,17 @@ void sl_part_load_start(sl_part_load *l, uint64_t now)
 void sl_part_load_done(sl_part_load *l, uint64_t now)
 {
     if (l->running && --l->running == 0)
-        l->busy_ns += now - l->since_ns;
+        l->busy_ns += now > l->since_ns ? now - l->since_ns : 0;
 }
 
 unsigned sl_part_load_observe(sl_part_load *l, sl_part_plan *p, uint64_t now)
 {
     uint64_t busy = load_busy(l, now);
-    uint64_t busy_ns = busy - l->mark_busy_ns, window_ns = now - l->mark_ns;
-    l->mark_ns = now;
-    l->mark_busy_ns = busy;
+    /* callers read their clock before their lock: a reset in between may
+     * leave now behind the mark (an empty window, then) */
+    uint64_t busy_ns = busy > l->mark_busy_ns ? busy - l->mark_busy_ns : 0;
+    uint64_t window_ns = now > l->mark_ns ? now - l->mark_ns : 0;
+    l->mark_ns = now > l->mark_ns ? now : l->mark_ns;
+    l->mark_busy_ns = busy > l->mark_busy_ns ? busy : l->mark_busy_ns;
     return sl_part_plan_observe(p, busy_ns, window_ns);
 }

@@ -354,6 +354,10 @@ static bool runs_here(const sl_exec *ex, const sl_exec_task *t)
 static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
 {
     sl_sched_complete(ex->sched, &t->job->sched, 0, sl_now_ns());
+    if (t->online) { /* counted in the partition's load: no completion will end it */
+        t->online = false;
+        sl_exec_parts_hp_done(ex, sl_now_ns());
+    }
     /* an iteration whose completion could not be queued may still have op
      * marks queued on its stream: they are left (a trace's few bytes), not
      * freed under them */
@@ -378,6 +382,7 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
     sl_exec_task *t = sl_container_of(st->item, sl_exec_task, item);
     const sl_mem_lane_info *info = &st->info;
     int priority = stream_priority(ex, t->job);
+    t->online = false; /* until it is counted in the partition's load */
     sl_lane *l = sl_map_get(&ex->lanes, info->id);
     if (l && l->serial != info->serial)
         l->serial = info->serial; /* a reclaimed lane's id reused: keep its (idle) stream */

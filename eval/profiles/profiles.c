@@ -162,16 +162,27 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* The device time salusd has charged session id so far (its attained
- * time, from the operator status: salus_status_json), or -1. */
+ * time, from the operator status: salus_status_json, whose session objects
+ * are flat and start with their id), or -1 with the reason printed. The
+ * sessions here are unnamed, so no string in the object holds a brace. */
 static double attained_ns(salus_client *c, uint64_t id)
 {
+    static const char field[] = "\"attained_ns\":";
     char *json, key[48];
-    if (salus_status_json(c, &json) != SL_OK)
+    if (salus_status_json(c, &json) != SL_OK) {
+        fprintf(stderr, "profiles: status: %s\n", salus_last_error(c));
         return -1;
+    }
     snprintf(key, sizeof key, "{\"id\":%llu,", (unsigned long long) id);
     const char *at = strstr(json, key), *end = at ? strchr(at, '}') : NULL;
-    const char *v = at ? strstr(at, "\"attained_ns\":") : NULL;
-    double ns = v && v < end ? strtod(v + strlen("\"attained_ns\":"), NULL) : -1;
+    const char *v = at ? strstr(at, field) : NULL;
+    char *stop = NULL;
+    double ns = v && v < end ? strtod(v + strlen(field), &stop) : -1;
+    if (!v || v >= end || stop == v + strlen(field) || !(ns >= 0)) {
+        fprintf(stderr, "profiles: session %llu's attained time is not in the status\n",
+                (unsigned long long) id);
+        ns = -1;
+    }
     salus_free(json);
     return ns;
 }
@@ -224,11 +235,14 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
         r->nn_ms = rc == SL_OK ? (a1 - a0) / iters / 1e6 : 0;
     }
     if (rc != SL_OK)
-        fprintf(stderr, "profiles: %s: %s\n", r->model,
-                salus_model_error(m) ? salus_model_error(m) : sl_strerror(rc));
+        fprintf(stderr, "profiles: %s batch %u: %s\n", r->model, batch,
+                salus_model_error(m)  ? salus_model_error(m)
+                : rc == SL_EPROTO     ? "no device time from the status (above)"
+                : salus_last_error(c) ? salus_last_error(c)
+                                      : sl_strerror(rc));
     else {
         qsort(t + 1, (size_t) iters, sizeof *t, cmp_double); /* the first is not counted */
-        r->step_ms = t[1 + iters / 2] * 1e3;
+        r->step_ms = (t[1 + (iters - 1) / 2] + t[1 + iters / 2]) / 2 * 1e3; /* the median */
         r->nn_param_mib = (double) salus_model_param_count(m) * 4 / (1 << 20);
         r->nn_eph_mib = (double) peak / (1 << 20);
         sl_sim_timing up;
@@ -338,9 +352,15 @@ int main(int argc, char **argv)
     srv.cfg.listen[srv.cfg.n_listen++] = URL;
     sl_log_set_level("warn");
     salus_client *c = NULL;
-    if (sl_server_start(&srv) != SL_OK || salus_connect(URL, &c) != SL_OK) {
+    int rc0 = sl_server_start(&srv);
+    if (rc0 != SL_OK) {
         fprintf(stderr, "profiles: cannot start an embedded salusd on %s: %s\n", device,
-                c ? salus_last_error(c) : "server start failed");
+                sl_strerror(rc0));
+        return 1;
+    }
+    if ((rc0 = salus_connect(URL, &c)) != SL_OK) {
+        fprintf(stderr, "profiles: cannot connect to the embedded salusd: %s\n", sl_strerror(rc0));
+        sl_server_stop(&srv);
         return 1;
     }
     printf("profiles: VGG and ResNet training iterations from the nn helpers on an embedded salusd "

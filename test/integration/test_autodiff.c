@@ -725,7 +725,8 @@ static void residual_blocks_name_their_errors(void **state)
 }
 
 /* A trained model exported to ONNX, residual blocks included (an identity
- * and a projection shortcut): the file passes the onnx package's checker,
+ * and a projection shortcut, blocks nested in a main path and in a
+ * shortcut): the file passes the onnx package's checker,
  * and an independent float64 evaluation of it (onnx_eval.py) classifies as
  * salus_model_predict does. */
 static void onnx_export_agrees(void **state)
@@ -749,7 +750,14 @@ static void onnx_export_agrees(void **state)
     salus_model_maxpool(m, 2, 2);
     salus_model_residual_begin(m); /* a projection: 4x4x4 -> 6x2x2 both ways */
     salus_model_conv2d(m, 6, 3, 2, 1);
+    salus_model_residual_begin(m); /* nested in the main path */
+    salus_model_conv2d(m, 6, 3, 1, 1);
+    salus_model_residual_end(m);
     salus_model_residual_shortcut(m);
+    salus_model_residual_begin(m); /* nested in the shortcut, a ReLU and pool at its start */
+    salus_model_relu(m);
+    salus_model_maxpool(m, 1, 1);
+    salus_model_residual_end(m);
     salus_model_conv2d(m, 6, 1, 2, 0);
     salus_model_batchnorm(m);
     salus_model_residual_end(m);

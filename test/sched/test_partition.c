@@ -122,6 +122,13 @@ static void test_load_meter(void **state)
     assert_int_equal(l.running, 0);
     assert_int_equal(l.busy_ns,
                      900 + 2000 + 1000 + 1500); /* a running total: the windows exclude the 900 */
+    /* a clock read before a reset that came first: an empty window, no wrap */
+    sl_part_load_reset(&l, 20000);
+    double window_avg = p.window_avg;
+    sl_part_load_observe(&l, &p, 19000);
+    assert_true(fabs(p.window_avg - window_avg) < 1e-9);
+    sl_part_load_observe(&l, &p, 21000);
+    assert_true(fabs(p.window_avg - (0.2 * 1000 + 0.8 * window_avg)) < 1e-6);
 }
 
 /* ---- the dispatcher, isolated ---- */

@@ -385,7 +385,8 @@ int64_t salus_model_param_count(const salus_model *m);
 /* ---- a compiled model's tensors, by name --------------------------------
  * After salus_model_compile every tensor of the model has a name, as
  * PyTorch's state_dict and optimizer state name them, layers counted from
- * 0 in the order they were added:
+ * 0 in the order they were added (the three residual block calls count as
+ * layers too):
  *   "<i>.weight", "<i>.bias"            parameters (SALUS_TENSOR_PARAM)
  *   "<i>.running_mean", "<i>.running_var"  batchnorm's (SALUS_TENSOR_BUFFER)
  *   "<i>.weight.momentum_buffer"        SALUS_MOMENTUM's velocity
