@@ -3,13 +3,15 @@
  * fair, in the paper's variant and in salusd's defaults.
  *
  *   salus51 [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X]
- *           [--gpu PROFILE] [--timing measured|graph] [--json FILE]
+ *           [--gpu PROFILE] [--timing measured|graph] [--profiles FILE] [--json FILE]
  *           [--jobs-csv FILE] [--util graph]
  *
  * --timing measured (default): the Salus artifact's P100 iteration times;
  * --gpu then changes only the memory. --timing graph: the rows whose model
  * eval/graphs.c builds, timed op by op on --gpu (workload.h), each with its
- * op list's solo utilisation (sim.h). --util graph: the measured timings
+ * op list's solo utilisation (sim.h). --profiles FILE: the rows that
+ * eval/profiles built with the nn helpers (its --out), with their device
+ * time per iteration, parameters and planned ephemeral peak. --util graph: the measured timings
  * with the op lists' utilisation where the model is built (54 rows; the
  * others fill the device). Default with measured timings: utilisation 1
  * (the CSV measures none).
@@ -97,11 +99,14 @@ static void usage(FILE *to, const char *argv0)
 {
     fprintf(to,
             "usage: %s [--csv FILE] [--jobs N] [--seed S] [--interarrival-s X] [--gpu PROFILE] "
-            "[--timing measured|graph] [--util graph] [--json FILE] [--jobs-csv FILE]\n"
+            "[--timing measured|graph] [--profiles FILE] [--util graph] [--json FILE] "
+            "[--jobs-csv FILE]\n"
             "  Salus 5.1: N training jobs (uniform rows of the CSV, Poisson arrivals X s apart)\n"
             "  on one GPU under fifo, srtf, pack and fair, in the paper's variant (--strict\n"
             "  --spread-limit 0) and in salusd's defaults\n"
             "  --timing graph   iteration times and utilisations computed from the op lists\n"
+            "  --profiles FILE  iteration times and memory from the nn helpers' profiles\n"
+            "                   (eval/profiles --out FILE): the rows it has\n"
             "  --util graph     measured timings with the op lists' utilisations\n"
             "  --jobs-csv FILE  every job of every run (for CDFs)\n"
             "defaults: 100 jobs, interarrival 120 s, p100, measured timings, seed 1\n",
@@ -112,23 +117,19 @@ int main(int argc, char **argv)
 {
     sl_cli_init(argv[0]);
     const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL, *timing = "measured",
-               *jobs_csv = NULL;
+               *jobs_csv = NULL, *profiles = NULL;
     size_t n_jobs = 100;
     uint64_t seed = 1;
     double interarrival_s = 120;
     bool util_graph = false;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"jobs", required_argument, NULL, 'n'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"interarrival-s", required_argument, NULL, 'i'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"timing", required_argument, NULL, 't'},
-                                             {"jobs-csv", required_argument, NULL, 'o'},
-                                             {"util", required_argument, NULL, 'u'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:u:h", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {
+        {"csv", required_argument, NULL, 'c'},    {"jobs", required_argument, NULL, 'n'},
+        {"seed", required_argument, NULL, 's'},   {"interarrival-s", required_argument, NULL, 'i'},
+        {"gpu", required_argument, NULL, 'g'},    {"json", required_argument, NULL, 'j'},
+        {"timing", required_argument, NULL, 't'}, {"jobs-csv", required_argument, NULL, 'o'},
+        {"util", required_argument, NULL, 'u'},   {"profiles", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:s:i:g:j:t:o:u:p:h", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -160,6 +161,9 @@ int main(int argc, char **argv)
         case 'u':
             util_graph = strcmp(optarg, "graph") == 0;
             break;
+        case 'p':
+            profiles = optarg;
+            break;
         case 'h':
             usage(stdout, argv[0]);
             return 0;
@@ -190,8 +194,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "salus51: --timing is measured or graph\n");
         return 2;
     }
+    if (graph && profiles) {
+        fprintf(stderr, "salus51: --timing graph and --profiles both set the timings\n");
+        return 2;
+    }
     if (graph && (rc = sl_eval_workloads_compute(w, &n_w, gpu)) != SL_OK) {
         fprintf(stderr, "salus51: cannot compute profiles on %s: %s\n", gpu->name, sl_strerror(rc));
+        return 1;
+    }
+    if (profiles && (rc = sl_eval_workloads_profiles(w, &n_w, profiles)) != SL_OK) {
+        fprintf(stderr, "salus51: cannot use the profiles in %s: %s\n", profiles, sl_strerror(rc));
         return 1;
     }
     sl_eval_job_spec *jobs = sl_calloc(n_jobs, sizeof *jobs);
@@ -207,7 +219,9 @@ int main(int argc, char **argv)
            "%s\n",
            n_jobs, n_w, interarrival_s, (unsigned long long) seed, solo / 3.6e12, gpu->name,
            (double) gpu->capacity / (1u << 30),
-           graph ? "computed from the op lists on this GPU" : "measured on P100 (Salus artifact)");
+           graph      ? "computed from the op lists on this GPU"
+           : profiles ? "and memory from the nn helpers' profiles (eval/profiles)"
+                      : "measured on P100 (Salus artifact)");
     printf("%-5s %-8s %12s %14s %12s %12s %9s %8s %5s\n", "policy", "variant", "makespan_min",
            "avg_queue_min", "avg_jct_min", "p95_jct_min", "switches", "admitted", "lanes");
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;

@@ -196,6 +196,74 @@ double sl_eval_rng_exp(sl_eval_rng *r, double mean)
     return -mean * log1p(-sl_eval_rng_uniform(r));
 }
 
+/* One line of a profile file: model,batch,iteration_ns,persistent,ephemeral. */
+typedef struct nn_profile {
+    char model[24];
+    unsigned long batch;
+    unsigned long long iteration_ns, persistent, ephemeral;
+} nn_profile;
+
+static bool parse_profile(const char *line, nn_profile *p)
+{
+    int used = 0;
+    if (sscanf(line, "%23[^,],%lu,%llu,%llu,%llu%n", p->model, &p->batch, &p->iteration_ns,
+               &p->persistent, &p->ephemeral, &used) != 5)
+        return false;
+    line += used;
+    while (*line == '\r' || *line == '\n' || *line == ' ')
+        line++;
+    return *line == '\0' && p->batch && p->iteration_ns && p->persistent && p->ephemeral;
+}
+
+int sl_eval_workloads_profiles(sl_eval_workload *w, size_t *n, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return SL_ENOTFOUND;
+    nn_profile *p = NULL;
+    size_t n_p = 0, cap = 0;
+    char line[256];
+    int rc = SL_OK;
+    for (bool header = true; rc == SL_OK && fgets(line, sizeof line, f); header = false) {
+        if (header || line[0] == '\n' || line[0] == '\0')
+            continue;
+        if (n_p == cap) {
+            size_t c = cap ? cap * 2 : 32;
+            nn_profile *np = sl_reallocarray(p, c, sizeof *np);
+            if (!np) {
+                rc = SL_ENOMEM;
+                break;
+            }
+            p = np;
+            cap = c;
+        }
+        rc = parse_profile(line, &p[n_p]) ? SL_OK : SL_EINVAL;
+        n_p += rc == SL_OK;
+    }
+    fclose(f);
+    size_t kept = 0;
+    for (size_t i = 0; rc == SL_OK && i < *n; i++) {
+        const nn_profile *q = NULL;
+        for (size_t k = 0; k < n_p && !q; k++)
+            if (p[k].batch == w[i].batch && strcmp(p[k].model, w[i].model) == 0)
+                q = &p[k];
+        if (!q)
+            continue;
+        sl_eval_workload x = w[i];
+        x.iteration_ns = q->iteration_ns;
+        x.persistent_bytes = q->persistent;
+        x.ephemeral_bytes = q->ephemeral;
+        x.computed = true;
+        w[kept++] = x;
+    }
+    sl_free(p);
+    if (rc == SL_OK && kept == 0)
+        rc = SL_EINVAL;
+    if (rc == SL_OK)
+        *n = kept;
+    return rc;
+}
+
 int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p)
 {
     for (size_t i = 0; i < n; i++) {

@@ -69,6 +69,17 @@ int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profi
  * sl_eval_timeline_build. */
 int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p);
 
+/* Profiles computed from the client's nn helpers on a simulated GPU
+ * (eval/profiles --out FILE: a header, then lines "model,batch,
+ * iteration_ns,persistent_bytes,ephemeral_bytes"): keeps the workloads
+ * that have a line for their model and batch, in order, and sets their
+ * iteration_ns, persistent_bytes and ephemeral_bytes from it, and
+ * computed. iterations stay the measured ones (a job is a number of
+ * iterations). *n is updated. Errors: SL_ENOTFOUND (cannot open),
+ * SL_EINVAL (a malformed line, a zero field, no workload left); on error w
+ * may be partly rewritten. Reads a file; does not block otherwise. */
+int sl_eval_workloads_profiles(sl_eval_workload *w, size_t *n, const char *path);
+
 /* Published parameter count of a model of the CSV ("vgg16"); 0 if unknown. */
 uint64_t sl_eval_model_params(const char *model);
 

@@ -23,7 +23,9 @@
  *              what salusd reserves per iteration: salus_graph_memory).
  * Beside them: graphs.c's op list at the same batch on the same profile
  * (iteration alone, parameters) and the CSV (measured iteration time,
- * measured peak minus the published parameters). Last line:
+ * measured peak minus the published parameters). --out FILE writes the
+ * profiles (model, batch, iteration_ns, persistent and ephemeral bytes)
+ * for salus51 --profiles. Last line:
  *   BENCH eval_profiles rows=... time_vs_graph_min=... time_vs_graph_max=...
  *     time_vs_measured_min=... time_vs_measured_max=... params_diff_pct=...
  *     eph_vs_measured_min=... eph_vs_measured_max=...
@@ -144,6 +146,8 @@ typedef struct row {
     double nn_ms, graph_ms, measured_ms; /* nn_ms: salusd's device time per iteration */
     double step_ms;                      /* the client's step, median */
     double upload_ms;                    /* the batch's upload alone, modeled (of nn_ms) */
+    /* the profile, exact: for --out */
+    uint64_t nn_iteration_ns, nn_persistent, nn_ephemeral;
     double nn_param_mib, graph_param_mib;
     double nn_eph_mib, measured_eph_mib;
 } row;
@@ -232,7 +236,8 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
         double a1 = rc == SL_OK ? attained_ns(c, salus_session_id(s)) : -1;
         if (rc == SL_OK && a1 < a0)
             rc = SL_EPROTO;
-        r->nn_ms = rc == SL_OK ? (a1 - a0) / iters / 1e6 : 0;
+        r->nn_iteration_ns = rc == SL_OK ? (uint64_t) llround((a1 - a0) / iters) : 0;
+        r->nn_ms = (double) r->nn_iteration_ns / 1e6;
     }
     if (rc != SL_OK)
         fprintf(stderr, "profiles: %s batch %u: %s\n", r->model, batch,
@@ -243,7 +248,9 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
     else {
         qsort(t + 1, (size_t) iters, sizeof *t, cmp_double); /* the first is not counted */
         r->step_ms = (t[1 + (iters - 1) / 2] + t[1 + iters / 2]) / 2 * 1e3; /* the median */
-        r->nn_param_mib = (double) salus_model_param_count(m) * 4 / (1 << 20);
+        r->nn_persistent = (uint64_t) salus_model_param_count(m) * 4;
+        r->nn_ephemeral = peak;
+        r->nn_param_mib = (double) r->nn_persistent / (1 << 20);
         r->nn_eph_mib = (double) peak / (1 << 20);
         sl_sim_timing up;
         sl_sim_copy_timing(gpu, SL_SIM_COPY_H2D, (n_x + batch) * 4, &up);
@@ -259,7 +266,8 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--tiny]\n"
+            "usage: %s [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--out FILE] "
+            "[--tiny]\n"
             "  VGG and ResNet job profiles from the nn helpers on an embedded salusd --device "
             "sim:PROFILE,\n"
             "  beside eval/graphs.c's op lists and the Salus CSV's measurements\n"
@@ -270,16 +278,14 @@ static void usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
-    const char *gpu_name = "p100", *csv = SL_EVAL_CSV, *json = NULL;
+    const char *gpu_name = "p100", *csv = SL_EVAL_CSV, *json = NULL, *out = NULL;
     int iters = 3;
     bool tiny = false;
-    static const struct option longs[] = {{"gpu", required_argument, NULL, 'g'},
-                                          {"iters", required_argument, NULL, 'i'},
-                                          {"csv", required_argument, NULL, 'c'},
-                                          {"json", required_argument, NULL, 'o'},
-                                          {"tiny", no_argument, NULL, 't'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {
+        {"gpu", required_argument, NULL, 'g'}, {"iters", required_argument, NULL, 'i'},
+        {"csv", required_argument, NULL, 'c'}, {"json", required_argument, NULL, 'o'},
+        {"out", required_argument, NULL, 'O'}, {"tiny", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0}};
     for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
         uint64_t v;
         switch (c) {
@@ -296,6 +302,9 @@ int main(int argc, char **argv)
             break;
         case 'o':
             json = optarg;
+            break;
+        case 'O':
+            out = optarg;
             break;
         case 't':
             tiny = true;
@@ -443,6 +452,22 @@ int main(int argc, char **argv)
             first = 0;
         }
         fprintf(f, "\n]}\n");
+        if (fclose(f) != 0)
+            status = 1;
+    }
+    if (out) { /* the profiles, for salus51 --profiles (workload.h) */
+        FILE *f = fopen(out, "w");
+        if (!f) {
+            fprintf(stderr, "profiles: cannot write %s\n", out);
+            return 1;
+        }
+        fprintf(f, "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\n");
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].graph_ms > 0)
+                fprintf(f, "%s,%u,%llu,%llu,%llu\n", rows[i].model, rows[i].batch,
+                        (unsigned long long) rows[i].nn_iteration_ns,
+                        (unsigned long long) rows[i].nn_persistent,
+                        (unsigned long long) rows[i].nn_ephemeral);
         if (fclose(f) != 0)
             status = 1;
     }

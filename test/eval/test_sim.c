@@ -12,7 +12,9 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N_JOBS 24
 
@@ -103,6 +105,60 @@ static void test_computed_profiles(void **state)
             assert_true(c[i].utilisation > 0.9);
     }
     sl_free(c);
+}
+
+/* Profiles from a file (eval/profiles --out): the rows it names keep their
+ * iterations and take its timing and memory, the others go; a malformed
+ * line, a zero field or a file that names no row is refused. */
+static void test_nn_profiles(void **state)
+{
+    (void) state;
+    char path[] = "/tmp/sl_test_profilesXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char *const files[] = {
+        "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\n"
+        "vgg16,25,178000000,553430176,1964790784\nresnet50,50,194000000,102000000,4000000000\n",
+        "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\nvgg16,25,178000000,5,x\n",
+        "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\nvgg16,25,0,5,5\n",
+        "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\nvgg16,26,1,5,5\n",
+    };
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        assert_int_equal(ftruncate(fd, 0), 0);
+        assert_int_equal(pwrite(fd, files[f], strlen(files[f]), 0), (ssize_t) strlen(files[f]));
+        sl_eval_workload *c = sl_calloc(n_workloads, sizeof *c);
+        assert_non_null(c);
+        memcpy(c, workloads, n_workloads * sizeof *c);
+        size_t n = n_workloads;
+        int rc = sl_eval_workloads_profiles(c, &n, path);
+        if (f > 0) {
+            assert_int_equal(rc, SL_EINVAL);
+            assert_int_equal(n, n_workloads);
+            sl_free(c);
+            continue;
+        }
+        assert_sl_ok(rc);
+        assert_int_equal(n, 6); /* vgg16 at 25 and resnet50 at 50, 1/5/10 minutes each */
+        for (size_t i = 0; i < n; i++) {
+            assert_true(c[i].computed);
+            bool vgg = strcmp(c[i].model, "vgg16") == 0;
+            assert_int_equal(c[i].batch, vgg ? 25 : 50);
+            assert_int_equal(c[i].iteration_ns, vgg ? 178000000u : 194000000u);
+            assert_int_equal(c[i].ephemeral_bytes, vgg ? 1964790784u : 4000000000u);
+            const sl_eval_workload *m = NULL;
+            for (size_t k = 0; k < n_workloads && !m; k++)
+                if (strcmp(workloads[k].name, c[i].name) == 0 && workloads[k].jct_s == c[i].jct_s)
+                    m = &workloads[k];
+            assert_non_null(m);
+            assert_int_equal(c[i].iterations, m->iterations);
+        }
+        sl_free(c);
+    }
+    close(fd);
+    unlink(path);
+    size_t n = n_workloads;
+    assert_int_equal(sl_eval_workloads_profiles(workloads, &n, "/nonexistent/profiles.csv"),
+                     SL_ENOTFOUND);
 }
 
 /* The small networks, forward-only timelines and utilisation: a forward
@@ -825,15 +881,25 @@ static void test_until(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_profiles),           cmocka_unit_test(test_computed_profiles),
-        cmocka_unit_test(test_deterministic),      cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_all_complete),       cmocka_unit_test(test_refused_and_invalid),
-        cmocka_unit_test(test_utilisation),        cmocka_unit_test(test_launch_path),
-        cmocka_unit_test(test_op_occupancy),       cmocka_unit_test(test_until),
-        cmocka_unit_test(test_inference),          cmocka_unit_test(test_switch_cost),
-        cmocka_unit_test(test_timelines),          cmocka_unit_test(test_op_level_deterministic),
-        cmocka_unit_test(test_hp_waits_one_lp_op), cmocka_unit_test(test_gap_fill_no_delay),
-        cmocka_unit_test(test_op_level_latency),   cmocka_unit_test(test_op_level_switch_cost),
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_computed_profiles),
+        cmocka_unit_test(test_nn_profiles),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_all_complete),
+        cmocka_unit_test(test_refused_and_invalid),
+        cmocka_unit_test(test_utilisation),
+        cmocka_unit_test(test_launch_path),
+        cmocka_unit_test(test_op_occupancy),
+        cmocka_unit_test(test_until),
+        cmocka_unit_test(test_inference),
+        cmocka_unit_test(test_switch_cost),
+        cmocka_unit_test(test_timelines),
+        cmocka_unit_test(test_op_level_deterministic),
+        cmocka_unit_test(test_hp_waits_one_lp_op),
+        cmocka_unit_test(test_gap_fill_no_delay),
+        cmocka_unit_test(test_op_level_latency),
+        cmocka_unit_test(test_op_level_switch_cost),
     };
     return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
 }
