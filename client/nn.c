@@ -165,6 +165,18 @@ int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t 
     return spatial(m, L_CONV, filters, kernel, stride, pad);
 }
 
+int salus_model_conv2d_ex(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
+                          int64_t pad, unsigned flags)
+{
+    if (!m->error[0] && (flags & ~(unsigned) SALUS_CONV_NO_BIAS))
+        return fail(m, "layer %d: conv2d flags 0x%x: only SALUS_CONV_NO_BIAS is known", m->n_layers,
+                    flags);
+    int rc = spatial(m, L_CONV, filters, kernel, stride, pad);
+    if (rc == SL_OK)
+        m->layers[m->n_layers - 1].no_bias = (flags & SALUS_CONV_NO_BIAS) != 0;
+    return rc;
+}
+
 int salus_model_maxpool(salus_model *m, int64_t kernel, int64_t stride)
 {
     int64_t c = m->n_layers ? m->layers[m->n_layers - 1].out[0] : m->sample[0];
@@ -354,7 +366,8 @@ static int create_params(salus_model *m, uint64_t seed)
         } else if (l->kind == L_CONV) {
             int64_t wd[4] = {l->size, l->in[0], l->kernel, l->kernel}, bd[1] = {l->size};
             l->param[0] = new_param(m, 4, wd, l->in[0] * l->kernel * l->kernel, 0, &rng);
-            l->param[1] = new_param(m, 1, bd, 0, 0, &rng);
+            if (!l->no_bias)
+                l->param[1] = new_param(m, 1, bd, 0, 0, &rng);
         } else if (l->kind == L_BN) {
             int64_t cd[1] = {l->in[0]};
             l->param[0] = new_param(m, 1, cd, 0, 1.0f, &rng);
@@ -430,11 +443,13 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
         salus_value y = SALUS_NO_VALUE, w = SALUS_NO_VALUE, b = SALUS_NO_VALUE;
         if (l->param[0] >= 0) {
             w = param_value(g, &m->params[l->param[0]]);
-            b = param_value(g, &m->params[l->param[1]]);
-            if (training) {
+            if (training)
                 m->params[l->param[0]].value = w;
+        }
+        if (l->param[1] >= 0) {
+            b = param_value(g, &m->params[l->param[1]]);
+            if (training)
                 m->params[l->param[1]].value = b;
-            }
         }
         const int64_t conv[] = {l->stride, l->stride, l->pad, l->pad, l->pad, l->pad};
         const int64_t pool[] = {l->kernel, l->kernel, l->stride, l->stride};
@@ -443,7 +458,9 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
             y = OP(g, "bias_add", OP(g, "matmul", x, w), b);
             break;
         case L_CONV:
-            y = OP(g, "channel_bias_add", OPI(g, "conv2d", conv, x, w), b);
+            y = OPI(g, "conv2d", conv, x, w);
+            if (b != SALUS_NO_VALUE)
+                y = OP(g, "channel_bias_add", y, b);
             break;
         case L_MAXPOOL:
             y = OPI(g, "maxpool", pool, x);

@@ -36,6 +36,7 @@ typedef struct layer {
     int in_ndim, out_ndim;
     int64_t in[3], out[3];              /* per-sample shapes */
     int param[2];                       /* indexes into m->params, -1 if none */
+    int no_bias;                        /* conv: without a bias (param[1] stays -1) */
     uint64_t running_mean, running_var; /* batchnorm state tensors */
     /* relu: runs after the max pool that follows it (see the top); the
      * pool layer then emits both, and this layer passes values through */

@@ -3,7 +3,7 @@
  * the time of the call. The graph's input "input" is [N, sample...] and
  * its output "logits" [N, classes], N symbolic. Layers map one to one:
  * dense -> Gemm (B is the [in, out] weight as it is, no transB), conv2d ->
- * Conv with bias, maxpool -> MaxPool, avgpool -> AveragePool
+ * Conv (with its bias, when it has one), maxpool -> MaxPool, avgpool -> AveragePool
  * (count_include_pad 0), batchnorm -> BatchNormalization (running
  * statistics, epsilon 1e-5, momentum 0.9 in ONNX's form), relu, sigmoid,
  * tanh, flatten -> Flatten(axis 1); a residual block's begin and shortcut
@@ -177,7 +177,7 @@ static char *layers(ex *e)
             node(e, "Gemm", 3, (char *[]){x, wn, bn}, y);
             break;
         case L_CONV:
-            n = node(e, "Conv", 3, (char *[]){x, wn, bn}, y);
+            n = node(e, "Conv", bn ? 3 : 2, (char *[]){x, wn, bn}, y);
             attr_ints(e, n, "kernel_shape", 2, l->kernel, l->kernel, 0, 0);
             attr_ints(e, n, "strides", 2, l->stride, l->stride, 0, 0);
             attr_ints(e, n, "pads", 4, l->pad, l->pad, l->pad, l->pad);

@@ -99,17 +99,17 @@ static salus_model *build_vgg(const int per_stage[5])
 static void bottleneck(salus_model *m, int64_t mid, int64_t out, int64_t stride, bool project)
 {
     salus_model_residual_begin(m);
-    salus_model_conv2d(m, mid, 1, stride, 0);
+    salus_model_conv2d_ex(m, mid, 1, stride, 0, SALUS_CONV_NO_BIAS);
     salus_model_batchnorm(m);
     salus_model_relu(m);
-    salus_model_conv2d(m, mid, 3, 1, 1);
+    salus_model_conv2d_ex(m, mid, 3, 1, 1, SALUS_CONV_NO_BIAS);
     salus_model_batchnorm(m);
     salus_model_relu(m);
-    salus_model_conv2d(m, out, 1, 1, 0);
+    salus_model_conv2d_ex(m, out, 1, 1, 0, SALUS_CONV_NO_BIAS);
     salus_model_batchnorm(m);
     if (project) {
         salus_model_residual_shortcut(m);
-        salus_model_conv2d(m, out, 1, stride, 0);
+        salus_model_conv2d_ex(m, out, 1, stride, 0, SALUS_CONV_NO_BIAS);
         salus_model_batchnorm(m);
     }
     salus_model_residual_end(m);
@@ -118,8 +118,9 @@ static void bottleneck(salus_model *m, int64_t mid, int64_t out, int64_t stride,
 
 /* The stem's 3x3 max pool has no padding here (the nn helpers' pools have
  * none): 55 x 55 after it where graphs.c's padded pool gives 56 x 56; the
- * first strided block brings both to 28 x 28. Convolutions carry a bias
- * (the nn helpers' always do), graphs.c's ResNet ones none. */
+ * first strided block brings both to 28 x 28. Every convolution is
+ * followed by a batch norm and has no bias (tf_cnn_benchmarks', graphs.c's
+ * and torchvision's ResNets alike). */
 static salus_model *build_resnet(const int blocks[4])
 {
     static const int64_t mid[4] = {64, 128, 256, 512}, out[4] = {256, 512, 1024, 2048},
@@ -127,7 +128,7 @@ static salus_model *build_resnet(const int blocks[4])
     salus_model *m = salus_model_new(3, sample);
     if (!m)
         return NULL;
-    salus_model_conv2d(m, 64, 7, 2, 3);
+    salus_model_conv2d_ex(m, 64, 7, 2, 3, SALUS_CONV_NO_BIAS);
     salus_model_batchnorm(m);
     salus_model_relu(m);
     salus_model_maxpool(m, 3, 2);

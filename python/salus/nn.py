@@ -49,8 +49,10 @@ class Model:
     def dense(self, units):
         return self._layer(lib.salus_model_dense(self._live(), units))
 
-    def conv2d(self, filters, kernel, stride=1, pad=0):
-        return self._layer(lib.salus_model_conv2d(self._live(), filters, kernel, stride, pad))
+    def conv2d(self, filters, kernel, stride=1, pad=0, bias=True):
+        flags = 0 if bias else lib.SALUS_CONV_NO_BIAS
+        return self._layer(lib.salus_model_conv2d_ex(self._live(), filters, kernel, stride, pad,
+                                                     flags))
 
     def maxpool(self, kernel, stride=None):
         return self._layer(lib.salus_model_maxpool(self._live(), kernel, stride or kernel))

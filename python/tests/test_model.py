@@ -59,9 +59,13 @@ def test_residual_blocks_train_and_check_their_shapes(session):
          .residual_begin().conv2d(4, 3, pad=1).batchnorm().relu().conv2d(4, 3, pad=1).batchnorm()
          .residual_end().relu()
          .residual_begin().conv2d(8, 3, stride=2, pad=1).batchnorm()
-         .residual_shortcut().conv2d(8, 1, stride=2).batchnorm().residual_end().relu()
-         .avgpool(4).flatten().dense(3))
+         .residual_shortcut().conv2d(8, 1, stride=2, bias=False).batchnorm().residual_end()
+         .relu().avgpool(4).flatten().dense(3))
     m.compile(session, salus.Momentum(0.05, momentum=0.9), batch=16, seed=2)
+    convs = [(2, 4, 3), (4, 4, 3), (4, 4, 3), (4, 8, 3)]  # with biases; the projection has none
+    bns = [4, 4, 4, 8, 8]
+    assert m.param_count == (sum(i * o * k * k + o for i, o, k in convs) + 4 * 8
+                             + 2 * sum(bns) + 8 * 3 + 3)
     rng = np.random.default_rng(4)
     x = rng.standard_normal((16, 2, 8, 8)).astype(np.float32)
     y = np.arange(16, dtype=np.int32) % 3

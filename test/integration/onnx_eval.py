@@ -51,7 +51,7 @@ def run(model, x):
         if op == "Gemm":
             y = i[0] @ i[1] + i[2]
         elif op == "Conv":
-            y = conv(i[0], i[1], i[2], a)
+            y = conv(i[0], i[1], i[2] if len(i) > 2 else np.zeros(i[1].shape[0]), a)
         elif op in ("MaxPool", "AveragePool"):
             win = windows(i[0], a["kernel_shape"], a.get("strides", [1, 1]),
                           a.get("pads", [0, 0, 0, 0]))

@@ -680,7 +680,7 @@ static void residual_blocks_name_their_errors(void **state)
     const int64_t sample[3] = {2, 8, 8};
     static const struct {
         int steps; /* what to do, one digit each from the right: 1 begin, 2 shortcut, 3 end, 4
-                      conv(3 filters), 5 flatten+dense(2), 6 compile */
+                      conv(3 filters), 5 flatten+dense(2), 6 compile, 7 a conv with a bad flag */
         const char *says;
     } cases[] = {
         {3, "without a begin"},
@@ -689,6 +689,7 @@ static void residual_blocks_name_their_errors(void **state)
         {341, "[3,8,8] on its main path and [2,8,8]"},
         {6541, "has no end"},
         {111111111, "more than 8 residual blocks"},
+        {7, "only SALUS_CONV_NO_BIAS"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         salus_model *m = salus_model_new(3, sample);
@@ -714,6 +715,9 @@ static void residual_blocks_name_their_errors(void **state)
             case 6:
                 rc = salus_model_compile(m, e.s, &o, 2, 2, 1);
                 break;
+            case 7:
+                rc = salus_model_conv2d_ex(m, 3, 3, 1, 1, 1u << 5);
+                break;
             }
         }
         assert_int_equal(rc, SALUS_EINVAL);
@@ -726,7 +730,7 @@ static void residual_blocks_name_their_errors(void **state)
 
 /* A trained model exported to ONNX, residual blocks included (an identity
  * and a projection shortcut, blocks nested in a main path and in a
- * shortcut): the file passes the onnx package's checker,
+ * shortcut) and a convolution without a bias: the file passes the onnx package's checker,
  * and an independent float64 evaluation of it (onnx_eval.py) classifies as
  * salus_model_predict does. */
 static void onnx_export_agrees(void **state)
@@ -758,7 +762,7 @@ static void onnx_export_agrees(void **state)
     salus_model_relu(m);
     salus_model_maxpool(m, 1, 1);
     salus_model_residual_end(m);
-    salus_model_conv2d(m, 6, 1, 2, 0);
+    salus_model_conv2d_ex(m, 6, 1, 2, 0, SALUS_CONV_NO_BIAS); /* a batchnorm follows */
     salus_model_batchnorm(m);
     salus_model_residual_end(m);
     salus_model_avgpool(m, 2, 1);

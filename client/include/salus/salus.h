@@ -335,6 +335,12 @@ int salus_model_dense(salus_model *m, int64_t units);
 /* 2-D convolution with bias, square kernel, symmetric padding (NCHW). */
 int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
                        int64_t pad);
+/* The same, with flags: SALUS_CONV_NO_BIAS leaves the bias out (as before a
+ * batchnorm, whose shift makes it redundant: PyTorch's bias=False). Other
+ * flags fail the model. */
+enum salus_conv_flags { SALUS_CONV_NO_BIAS = 1u << 0 };
+int salus_model_conv2d_ex(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
+                          int64_t pad, unsigned flags);
 int salus_model_maxpool(salus_model *m, int64_t kernel, int64_t stride);
 int salus_model_avgpool(salus_model *m, int64_t kernel, int64_t stride);
 /* Batch normalisation over channels (C of [C] or [C,H,W] samples). */
@@ -454,7 +460,7 @@ int salus_model_set_lr(salus_model *m, float lr);
  * batchnorm statistics, as an ONNX model file (opset 13): input "input"
  * [N, sample...], output "logits" [N, classes] (no softmax), N symbolic.
  * Dense layers become Gemm with the [in, out] weight as B (no transB),
- * conv2d Conv with bias, pooling MaxPool / AveragePool, batchnorm
+ * conv2d Conv (with its bias, if any), pooling MaxPool / AveragePool, batchnorm
  * BatchNormalization (epsilon 1e-5, momentum 0.9), flatten Flatten, the
  * end of a residual block Add (main path, shortcut).
  * Errors: SALUS_EINVAL (not compiled, I/O), SALUS_EUNSUPPORTED (built
