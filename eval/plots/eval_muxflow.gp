@@ -2,21 +2,24 @@
 # SM occupancy per placement policy, with the paper's 26 % -> 76 %; online
 # p99 inflation and offline normalised throughput; matching again under
 # salusd --no-gap-fill, with compute partitions, and with partitions and
-# gap filling (the service's need declared, and not).
+# gap filling (the service's need declared, and not, and declared at the
+# paper's latency objective).
 # Data: eval_muxflow.runs.dat (muxflow --json, "runs"; columns by name).
 name = "eval_muxflow"
 load plots . "/common.gnuplot"
+set terminal pngcairo size 1100,540 font "sans,11" noenhanced
+set output results . "/" . name . ".png"
 f = results . "/eval_muxflow.runs.dat"
 set multiplot layout 1,2 title "MuxFlow: online services + offline training (simulator, salusd priority policy)"
 set style fill solid 0.8 border -1
 set bmargin 4
 set boxwidth 0.25
-set xrange [-0.6:6.6]
+set xrange [-0.6:7.6]
 set yrange [0:1.75]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "no gap\nfill" 3, "part-\nitions" 4, "part.+\ngap fill" 5, "part.\nauto" 6)
+set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "no gap\nfill" 3, "part-\nitions" 4, "part.+\ngap fill" 5, "part.\nauto" 6, "part.\nat SLO" 7)
 set xtics font ",9"
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \
