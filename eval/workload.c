@@ -62,8 +62,9 @@ static unsigned length_class(double jct_s)
     return best;
 }
 
-static int parse_row(char *line, sl_eval_workload *w)
+static int parse_row(char *line, void *row)
 {
+    sl_eval_workload *w = row;
     char *fields[7];
     char *save = NULL;
     unsigned k = 0;
@@ -92,37 +93,52 @@ static int parse_row(char *line, sl_eval_workload *w)
     return SL_OK;
 }
 
-int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n_out)
+/* Reads a CSV file's rows after its header line, each non-empty line
+ * parsed by parse into an array of elem-byte rows (sl_free); a line parse
+ * refuses ends the read with its error. */
+static int read_csv(const char *path, size_t elem, int (*parse)(char *line, void *row), void **out,
+                    size_t *n_out)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return SL_ENOTFOUND;
-    sl_eval_workload *w = NULL;
+    char *rows = NULL, line[256];
     size_t n = 0, cap = 0;
-    char line[256];
     int rc = SL_OK;
-    bool header = true;
-    while (rc == SL_OK && fgets(line, sizeof line, f)) {
-        if (header) {
-            header = false;
-            continue;
-        }
-        if (line[0] == '\n' || line[0] == '\0')
+    for (bool header = true; rc == SL_OK && fgets(line, sizeof line, f); header = false) {
+        if (header || line[0] == '\n' || line[0] == '\0')
             continue;
         if (n == cap) {
             size_t c = cap ? cap * 2 : 64;
-            sl_eval_workload *nw = sl_reallocarray(w, c, sizeof *nw);
-            if (!nw) {
+            char *nr = sl_reallocarray(rows, c, elem);
+            if (!nr) {
                 rc = SL_ENOMEM;
                 break;
             }
-            w = nw;
+            rows = nr;
             cap = c;
         }
-        rc = parse_row(line, &w[n]);
+        rc = parse(line, rows + n * elem);
         n += rc == SL_OK;
     }
     fclose(f);
+    if (rc != SL_OK) {
+        sl_free(rows);
+        return rc;
+    }
+    *out = rows;
+    *n_out = n;
+    return SL_OK;
+}
+
+int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n_out)
+{
+    void *rows = NULL;
+    size_t n = 0;
+    int rc = read_csv(path, sizeof(sl_eval_workload), parse_row, &rows, &n);
+    if (rc != SL_OK)
+        return rc;
+    sl_eval_workload *w = rows;
     /* iteration time of every row: its model and batch's 10-minute row */
     for (size_t i = 0; i < n && rc == SL_OK; i++) {
         w[i].iteration_ns = 0;
@@ -203,46 +219,31 @@ typedef struct nn_profile {
     unsigned long long iteration_ns, persistent, ephemeral;
 } nn_profile;
 
-static bool parse_profile(const char *line, nn_profile *p)
+static int parse_profile(char *line, void *row)
 {
+    nn_profile *p = row;
     int used = 0;
     if (sscanf(line, "%23[^,],%lu,%llu,%llu,%llu%n", p->model, &p->batch, &p->iteration_ns,
                &p->persistent, &p->ephemeral, &used) != 5)
-        return false;
+        return SL_EINVAL;
     line += used;
     while (*line == '\r' || *line == '\n' || *line == ' ')
         line++;
-    return *line == '\0' && p->batch && p->iteration_ns && p->persistent && p->ephemeral;
+    return *line == '\0' && p->batch && p->iteration_ns && p->persistent && p->ephemeral
+               ? SL_OK
+               : SL_EINVAL;
 }
 
 int sl_eval_workloads_profiles(sl_eval_workload *w, size_t *n, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return SL_ENOTFOUND;
-    nn_profile *p = NULL;
-    size_t n_p = 0, cap = 0;
-    char line[256];
-    int rc = SL_OK;
-    for (bool header = true; rc == SL_OK && fgets(line, sizeof line, f); header = false) {
-        if (header || line[0] == '\n' || line[0] == '\0')
-            continue;
-        if (n_p == cap) {
-            size_t c = cap ? cap * 2 : 32;
-            nn_profile *np = sl_reallocarray(p, c, sizeof *np);
-            if (!np) {
-                rc = SL_ENOMEM;
-                break;
-            }
-            p = np;
-            cap = c;
-        }
-        rc = parse_profile(line, &p[n_p]) ? SL_OK : SL_EINVAL;
-        n_p += rc == SL_OK;
-    }
-    fclose(f);
+    void *rows = NULL;
+    size_t n_p = 0;
+    int rc = read_csv(path, sizeof(nn_profile), parse_profile, &rows, &n_p);
+    if (rc != SL_OK)
+        return rc;
+    nn_profile *p = rows;
     size_t kept = 0;
-    for (size_t i = 0; rc == SL_OK && i < *n; i++) {
+    for (size_t i = 0; i < *n; i++) {
         const nn_profile *q = NULL;
         for (size_t k = 0; k < n_p && !q; k++)
             if (p[k].batch == w[i].batch && strcmp(p[k].model, w[i].model) == 0)
@@ -257,11 +258,10 @@ int sl_eval_workloads_profiles(sl_eval_workload *w, size_t *n, const char *path)
         w[kept++] = x;
     }
     sl_free(p);
-    if (rc == SL_OK && kept == 0)
-        rc = SL_EINVAL;
-    if (rc == SL_OK)
-        *n = kept;
-    return rc;
+    if (kept == 0)
+        return SL_EINVAL;
+    *n = kept;
+    return SL_OK;
 }
 
 int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_profile *p)
