@@ -249,15 +249,14 @@ int salus_model_residual_shortcut(salus_model *m)
     if (!m->error[0] && m->n_open == 0)
         return fail(m, "layer %d: a residual shortcut outside a block", m->n_layers);
     int b = m->n_open ? m->open[m->n_open - 1] : 0;
-    for (int i = b + 1; !m->error[0] && i < m->n_layers; i++)
-        if (m->layers[i].kind == L_RES_SHORTCUT && m->layers[i].block == b)
-            return fail(m, "layer %d: the block of layer %d has its shortcut already", m->n_layers,
-                        b);
+    if (!m->error[0] && m->layers[b].block)
+        return fail(m, "layer %d: the block of layer %d has its shortcut already", m->n_layers, b);
     layer *l = push(m, L_RES_SHORTCUT);
     if (!l)
         return SL_EINVAL;
     /* the layers that follow transform the block's input */
     l->block = b;
+    m->layers[b].block = m->n_layers;
     l->out_ndim = m->layers[b].in_ndim;
     memcpy(l->out, m->layers[b].in, sizeof l->out);
     return commit(m);
@@ -285,10 +284,7 @@ int salus_model_residual_end(salus_model *m)
     l->block = b;
     /* the main path: up to the shortcut marker when there is one, else all
      * of the block; the shortcut: what follows the marker, else the input */
-    const layer *main_out = l - 1, *sc = NULL;
-    for (int i = b + 1; i < m->n_layers; i++)
-        if (m->layers[i].kind == L_RES_SHORTCUT && m->layers[i].block == b)
-            sc = &m->layers[i];
+    const layer *main_out = l - 1, *sc = m->layers[b].block ? &m->layers[m->layers[b].block] : NULL;
     int main_ndim = sc ? sc->in_ndim : main_out->out_ndim;
     const int64_t *main_dims = sc ? sc->in : main_out->out;
     int sc_ndim = sc ? l->in_ndim : m->layers[b].in_ndim;

@@ -41,7 +41,9 @@ typedef struct layer {
     /* relu: runs after the max pool that follows it (see the top); the
      * pool layer then emits both, and this layer passes values through */
     int after_pool;
-    int block; /* residual shortcut and end: the index of their block's begin */
+    /* residual begin: its shortcut marker's index (0: none); shortcut and
+     * end: their begin's index */
+    int block;
 } layer;
 
 typedef struct param {

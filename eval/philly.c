@@ -800,6 +800,22 @@ static double class_share(const run_result *r, int from, int to, enum reason why
 static const double relax_sweep_min[] = {10, 60, 240, 480, 1440, INFINITY};
 enum { N_RELAX = sizeof relax_sweep_min / sizeof relax_sweep_min[0] };
 
+/* A locality sweep row's gang wait split: the share of 1-GPU jobs' waits
+ * that is fair-share, and of each larger class's (and of all > 4 GPUs
+ * together) that is fragmentation. */
+typedef struct relax_split {
+    double fair_1, frag_2_4, frag_5_8, frag_gt8, frag_gt4;
+} relax_split;
+
+static relax_split split_of(const run_result *g)
+{
+    return (relax_split){.fair_1 = class_share(g, 0, 0, R_QUOTA),
+                         .frag_2_4 = class_share(g, 1, 1, R_FRAG),
+                         .frag_5_8 = class_share(g, 2, 2, R_FRAG),
+                         .frag_gt8 = class_share(g, 3, 3, R_FRAG),
+                         .frag_gt4 = class_share(g, 2, 3, R_FRAG)};
+}
+
 /* "10 min" ... "never": a sweep row's name. */
 static const char *relax_label(int x)
 {
@@ -1076,6 +1092,7 @@ int main(int argc, char **argv)
         set_utils(jobs, n_jobs, job_util, util_scale, seed);
     }
     run_result rx[N_RELAX][2];
+    relax_split split[N_RELAX];
     if (do_sweep) {
         printf("locality sweep (both schedulers, locality relaxed after the given wait): share of "
                "each size class's gang waits that is fragmentation (F) or fair-share (Q)\n"
@@ -1093,11 +1110,11 @@ int main(int argc, char **argv)
                 }
             }
             const run_result *g = &rx[x][0];
+            split[x] = split_of(g);
+            const relax_split *q = &split[x];
             printf("%-9s %6.2f %6.2f %6.2f %6.2f %6.2f %10.1f %10.1f %9.2f\n", relax_label(x),
-                   class_share(g, 0, 0, R_QUOTA), class_share(g, 1, 1, R_FRAG),
-                   class_share(g, 2, 2, R_FRAG), class_share(g, 3, 3, R_FRAG),
-                   class_share(g, 2, 3, R_FRAG), g->avg_jct_s / 60, rx[x][1].avg_jct_s / 60,
-                   g->avg_jct_s / rx[x][1].avg_jct_s);
+                   q->fair_1, q->frag_2_4, q->frag_5_8, q->frag_gt8, q->frag_gt4, g->avg_jct_s / 60,
+                   rx[x][1].avg_jct_s / 60, g->avg_jct_s / rx[x][1].avg_jct_s);
         }
     }
     if (json_path) {
@@ -1135,15 +1152,14 @@ int main(int argc, char **argv)
             fprintf(jf, "], \"relax_sweep\": [");
             for (int x = 0; do_sweep && x < N_RELAX; x++) {
                 const run_result *g = &rx[x][0];
+                const relax_split *q = &split[x];
                 fprintf(jf,
                         "%s{\"relax\": \"%s\", \"fair_share_1\": %.4f, \"frag_2_4\": %.4f, "
-                        " \"frag_5_8\": %.4f, \"frag_gt8\": %.4f, "
-                        "\"frag_gt4\": %.4f, \"gang_avg_jct_min\": %.3f, "
-                        "\"salus_avg_jct_min\": %.3f, \"jct_ratio\": %.4f}",
-                        x ? ", " : "", relax_label(x), class_share(g, 0, 0, R_QUOTA),
-                        class_share(g, 1, 1, R_FRAG), class_share(g, 2, 2, R_FRAG),
-                        class_share(g, 3, 3, R_FRAG), class_share(g, 2, 3, R_FRAG),
-                        g->avg_jct_s / 60, rx[x][1].avg_jct_s / 60,
+                        "\"frag_5_8\": %.4f, \"frag_gt8\": %.4f, \"frag_gt4\": %.4f, "
+                        "\"gang_avg_jct_min\": %.3f, \"salus_avg_jct_min\": %.3f, "
+                        "\"jct_ratio\": %.4f}",
+                        x ? ", " : "", relax_label(x), q->fair_1, q->frag_2_4, q->frag_5_8,
+                        q->frag_gt8, q->frag_gt4, g->avg_jct_s / 60, rx[x][1].avg_jct_s / 60,
                         g->avg_jct_s / rx[x][1].avg_jct_s);
             }
             fprintf(jf,
@@ -1161,8 +1177,7 @@ int main(int argc, char **argv)
     if (do_sweep) /* strict locality: the study's split, per size class */
         printf(" strict_gang_frag_share_gt4=%.3f strict_gang_fair_share_1=%.3f "
                "strict_jct_ratio=%.2f",
-               class_share(&rx[N_RELAX - 1][0], 2, 3, R_FRAG),
-               class_share(&rx[N_RELAX - 1][0], 0, 0, R_QUOTA),
+               split[N_RELAX - 1].frag_gt4, split[N_RELAX - 1].fair_1,
                rx[N_RELAX - 1][0].avg_jct_s / rx[N_RELAX - 1][1].avg_jct_s);
     printf("\n");
     sl_free(jobs);

@@ -144,14 +144,23 @@ static salus_model *build_resnet(const int blocks[4])
 typedef struct row {
     char model[24];
     unsigned batch;
-    double nn_ms, graph_ms, measured_ms; /* nn_ms: salusd's device time per iteration */
-    double step_ms;                      /* the client's step, median */
-    double upload_ms;                    /* the batch's upload alone, modeled (of nn_ms) */
-    /* the profile, exact: for --out */
+    /* the profile: salusd's device time per iteration, parameter bytes,
+     * planned ephemeral peak */
     uint64_t nn_iteration_ns, nn_persistent, nn_ephemeral;
-    double nn_param_mib, graph_param_mib;
-    double nn_eph_mib, measured_eph_mib;
+    double step_ms;   /* the client's step, median */
+    double upload_ms; /* the batch's upload alone, modeled (of the iteration) */
+    double graph_ms, graph_param_mib, measured_ms, measured_eph_mib;
 } row;
+
+static double ms(uint64_t ns)
+{
+    return (double) ns / 1e6;
+}
+
+static double mib(uint64_t bytes)
+{
+    return (double) bytes / (1 << 20);
+}
 
 static double now_s(void)
 {
@@ -238,7 +247,6 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
         if (rc == SL_OK && a1 < a0)
             rc = SL_EPROTO;
         r->nn_iteration_ns = rc == SL_OK ? (uint64_t) llround((a1 - a0) / iters) : 0;
-        r->nn_ms = (double) r->nn_iteration_ns / 1e6;
     }
     if (rc != SL_OK)
         fprintf(stderr, "profiles: %s batch %u: %s\n", r->model, batch,
@@ -251,11 +259,9 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
         r->step_ms = (t[1 + (iters - 1) / 2] + t[1 + iters / 2]) / 2 * 1e3; /* the median */
         r->nn_persistent = (uint64_t) salus_model_param_count(m) * 4;
         r->nn_ephemeral = peak;
-        r->nn_param_mib = (double) r->nn_persistent / (1 << 20);
-        r->nn_eph_mib = (double) peak / (1 << 20);
         sl_sim_timing up;
         sl_sim_copy_timing(gpu, SL_SIM_COPY_H2D, (n_x + batch) * 4, &up);
-        r->upload_ms = (double) (up.launch_ns + up.work_ns) / 1e6;
+        r->upload_ms = ms(up.launch_ns + up.work_ns);
     }
     sl_free(x);
     sl_free(labels);
@@ -349,8 +355,8 @@ int main(int argc, char **argv)
         if (!built || seen)
             continue;
         rows[n] = (row){.batch = w[i].batch,
-                        .measured_ms = (double) w[i].iteration_ns / 1e6,
-                        .measured_eph_mib = (double) w[i].ephemeral_bytes / (1 << 20)};
+                        .measured_ms = ms(w[i].iteration_ns),
+                        .measured_eph_mib = mib(w[i].ephemeral_bytes)};
         snprintf(rows[n].model, sizeof rows[n].model, "%s", w[i].model);
         n++;
     }
@@ -402,19 +408,20 @@ int main(int argc, char **argv)
             status = 1;
             continue;
         }
-        r->graph_ms = (double) t.iteration_ns / 1e6;
-        r->graph_param_mib = (double) t.params * 4 / (1 << 20);
+        r->graph_ms = ms(t.iteration_ns);
+        r->graph_param_mib = mib(t.params * 4);
         sl_eval_timeline_fini(&t);
-        double tg = r->nn_ms / r->graph_ms, tm = r->nn_ms / r->measured_ms,
-               e = r->nn_eph_mib / r->measured_eph_mib;
+        double nn_ms = ms(r->nn_iteration_ns), nn_p = mib(r->nn_persistent),
+               nn_e = mib(r->nn_ephemeral);
+        double tg = nn_ms / r->graph_ms, tm = nn_ms / r->measured_ms,
+               e = nn_e / r->measured_eph_mib;
         tg_min = fmin(tg_min, tg), tg_max = fmax(tg_max, tg);
         tm_min = fmin(tm_min, tm), tm_max = fmax(tm_max, tm);
         e_min = fmin(e_min, e), e_max = fmax(e_max, e);
-        params_diff = fmax(params_diff,
-                           100 * fabs(r->nn_param_mib - r->graph_param_mib) / r->graph_param_mib);
+        params_diff = fmax(params_diff, 100 * fabs(nn_p - r->graph_param_mib) / r->graph_param_mib);
         printf("%-9s %5u %9.2f %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %9.1f %9.1f %9.1f %8.1f\n",
-               r->model, r->batch, r->nn_ms, r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms,
-               tg, tm, r->nn_param_mib, r->graph_param_mib, r->nn_eph_mib, r->measured_eph_mib);
+               r->model, r->batch, nn_ms, r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms, tg,
+               tm, nn_p, r->graph_param_mib, nn_e, r->measured_eph_mib);
         done++;
     }
     salus_disconnect(c);
@@ -447,9 +454,10 @@ int main(int argc, char **argv)
                     "\"nn_persistent_mib\": %.3f, "
                     "\"graph_persistent_mib\": %.3f, \"nn_ephemeral_mib\": %.3f, "
                     "\"measured_ephemeral_mib\": %.3f}",
-                    first ? "" : ",", r->model, r->batch, r->model, r->batch, r->nn_ms,
-                    r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms, r->nn_param_mib,
-                    r->graph_param_mib, r->nn_eph_mib, r->measured_eph_mib);
+                    first ? "" : ",", r->model, r->batch, r->model, r->batch,
+                    ms(r->nn_iteration_ns), r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms,
+                    mib(r->nn_persistent), r->graph_param_mib, mib(r->nn_ephemeral),
+                    r->measured_eph_mib);
             first = 0;
         }
         fprintf(f, "\n]}\n");
