@@ -338,11 +338,32 @@ bool sl_onnx_slice_range(int64_t dim, int64_t *start, int64_t *end, int64_t step
     return s > e;
 }
 
+/* How many leading inputs folding op reads: each must be given (an absent
+ * optional input is NULL in in[]). */
+static size_t fold_inputs(const char *op, size_t n_in)
+{
+    static const char *const two[] = {"Add",   "Sub",  "Mul",     "Div",   "Pow",
+                                      "Equal", "Less", "Greater", "Gather"};
+    static const char *const three[] = {"Where", "Range"}; /* Slice: its own check */
+    for (size_t i = 0; i < sizeof two / sizeof *two; i++)
+        if (!strcmp(op, two[i]))
+            return 2;
+    for (size_t i = 0; i < sizeof three / sizeof *three; i++)
+        if (!strcmp(op, three[i]))
+            return 3;
+    if (!strcmp(op, "Concat") || ((!strcmp(op, "Max") || !strcmp(op, "Min")) && n_in == 2))
+        return n_in;
+    return 1;
+}
+
 static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, size_t n_in,
                      struct ent *out)
 {
     const char *op = n->op_type;
-    struct ent *x = n_in ? in[0] : NULL;
+    for (size_t i = 0, need = fold_inputs(op, n_in); i < need; i++)
+        if (i >= n_in || !in[i])
+            return sl_onnx_fail(m, SL_EINVAL, "%.32s needs input %zu", op, i + 1);
+    struct ent *x = in[0];
     if (!strcmp(op, "Identity") || !strcmp(op, "Dropout"))
         return fold_view(m, x, x->ndim, x->dims, x->ctype, out);
     if (!strcmp(op, "Cast")) {
@@ -435,27 +456,30 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
     if (!strcmp(op, "Slice")) {
         if (m->opset < 10 || n_in < 3)
             return sl_onnx_fail(m, SL_EUNSUPPORTED, "Slice of constants before opset 10");
+        if (!in[1] || !in[2])
+            return sl_onnx_fail(m, SL_EINVAL, "Slice needs its starts and ends");
         int64_t st[SL_MAX_DIMS + 1], en[SL_MAX_DIMS + 1], ax[SL_MAX_DIMS + 1], sp[SL_MAX_DIMS + 1];
         size_t ns, ne, na = 0, np = 0;
         int rc = ints_of(m, in[1], st, SL_MAX_DIMS, &ns);
         if (!rc)
             rc = ints_of(m, in[2], en, SL_MAX_DIMS, &ne);
-        if (!rc && n_in > 3)
+        bool axes = n_in > 3 && in[3], steps = n_in > 4 && in[4]; /* optional */
+        if (!rc && axes)
             rc = ints_of(m, in[3], ax, SL_MAX_DIMS, &na);
-        if (!rc && n_in > 4)
+        if (!rc && steps)
             rc = ints_of(m, in[4], sp, SL_MAX_DIMS, &np);
         if (rc)
             return rc;
-        if (ns != ne || (n_in > 3 && na != ns) || (n_in > 4 && np != ns))
+        if (ns != ne || (axes && na != ns) || (steps && np != ns))
             return sl_onnx_fail(m, SL_EINVAL, "Slice inputs of different lengths");
         int64_t lo[SL_MAX_DIMS] = {0}, step[SL_MAX_DIMS], dims[SL_MAX_DIMS];
         for (unsigned d = 0; d < x->ndim; d++)
             step[d] = 1, dims[d] = x->dims[d];
         for (size_t i = 0; i < ns; i++) {
             unsigned a;
-            if ((rc = sl_onnx_axis(m, n_in > 3 ? ax[i] : (int64_t) i, x->ndim, &a)))
+            if ((rc = sl_onnx_axis(m, axes ? ax[i] : (int64_t) i, x->ndim, &a)))
                 return rc;
-            int64_t s = st[i], e = en[i], p = n_in > 4 ? sp[i] : 1;
+            int64_t s = st[i], e = en[i], p = steps ? sp[i] : 1;
             if (p == 0)
                 return sl_onnx_fail(m, SL_EINVAL, "step 0");
             bool any = sl_onnx_slice_range(x->dims[a], &s, &e, p);
@@ -536,7 +560,7 @@ int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded)
     }
     if (n->n_input == 0 || n->n_output < 1)
         return SL_OK;
-    struct ent *in[16];
+    struct ent *in[16] = {0};
     size_t n_in = n->n_input;
     if (n_in > 16)
         return SL_OK;
