@@ -398,6 +398,17 @@ double sl_eval_timeline_launch_share(const sl_eval_timeline *t)
     return (double) (t->iteration_ns - t->work_ns) / (double) t->iteration_ns;
 }
 
+uint64_t sl_eval_timeline_pipelined_ns(const sl_eval_timeline *t)
+{
+    uint64_t launched = 0, done = 0;
+    for (size_t i = 0; i < t->n_ops; i++) {
+        const sl_eval_op_time *o = &t->ops[i];
+        launched += o->launch_ns;
+        done = (done > launched ? done : launched) + (o->ns - o->launch_ns);
+    }
+    return done;
+}
+
 int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
                               bool inference, sl_eval_timeline *out)
 {

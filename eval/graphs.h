@@ -101,6 +101,15 @@ double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
  * asks of the GPU's shared launch path (sim.h launch_share). */
 double sl_eval_timeline_launch_share(const sl_eval_timeline *t);
 
+/* The iteration alone when its ops are launched asynchronously, as
+ * salusd's cuda backend submits a whole iteration: one host thread launches
+ * op after op without waiting (launch i ends at the sum of launches 0..i),
+ * and op i's work starts when its launch has ended and op i - 1's work is
+ * done. At least max(sum(launch_i), sum(work_i)), at most iteration_ns
+ * (the serial launch-then-work charge of kernels/sim and the op-by-op
+ * path). 0 for an empty timeline. */
+uint64_t sl_eval_timeline_pipelined_ns(const sl_eval_timeline *t);
+
 /* Compute partitions: the device's granularity for a partition (CUDA
  * Driver API, "Green Contexts", cuda.h): at least 2 SMs in steps of 2 on
  * compute capability 6.x and 7.x (P100, V100), 4 in steps of 2 on 8.x

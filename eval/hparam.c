@@ -10,6 +10,13 @@
  * and so the ratios, depend on it. --private-launches: every stream
  * launches on its own, as if the GPU had no shared launch path (sim.h
  * private_launches), to show what that path costs packed jobs.
+ * --serial-launch: an op's launch charged after the previous op's work, as
+ * kernels/sim's streams and the op-by-op path charge it, instead of
+ * pipelined as salusd submits a whole iteration (executor.c launch(): every
+ * op enqueued without waiting; graphs.h sl_eval_timeline_pipelined_ns).
+ * --graph-launch: what-if, not what salusd does: one launch per iteration
+ * (a CUDA Graph captured once per registered graph), then its ops' work
+ * back to back.
  *
  * One at a time: salusd --strict --spread-limit 0 under fifo (every session
  * shares one lane, and strict fifo holds it for the oldest job until it
@@ -66,15 +73,29 @@ static model_case cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-static int profile_case(model_case *c, const sl_sim_profile *gpu, const sl_eval_workload *w,
-                        size_t n_w)
+/* How an iteration's ops reach the device (--serial-launch, --graph-launch). */
+enum launch_mode { LAUNCH_PIPELINED, LAUNCH_SERIAL, LAUNCH_GRAPH };
+
+static int profile_case(model_case *c, const sl_sim_profile *gpu, enum launch_mode mode,
+                        const sl_eval_workload *w, size_t n_w)
 {
     sl_eval_timeline t;
     int rc = sl_eval_timeline_build(c->model, c->batch, gpu, &t);
     if (rc != SL_OK)
         return rc;
-    c->util = sl_eval_timeline_utilisation(&t);
-    c->launch = sl_eval_timeline_launch_share(&t);
+    /* the solo iteration and its launch time: every op launched after the
+     * previous one's work, every op launched without waiting (the same
+     * launches and SM-time in less wall time), or one launch for the whole
+     * iteration and then the works back to back */
+    double launches = (double) (t.iteration_ns - t.work_ns), solo = (double) t.iteration_ns;
+    if (mode == LAUNCH_PIPELINED)
+        solo = (double) sl_eval_timeline_pipelined_ns(&t);
+    if (mode == LAUNCH_GRAPH) {
+        launches = (double) gpu->launch_ns;
+        solo = launches + (double) t.work_ns;
+    }
+    c->util = t.occupied_ns / solo;
+    c->launch = launches / solo;
     if (c->measured) {
         rc = SL_ENOTFOUND;
         for (size_t i = 0; i < n_w; i++)
@@ -87,7 +108,7 @@ static int profile_case(model_case *c, const sl_sim_profile *gpu, const sl_eval_
             }
         c->source = "time, memory: measured P100 (CSV); utilisation: op list";
     } else {
-        c->iteration_ns = t.iteration_ns;
+        c->iteration_ns = (uint64_t) solo;
         c->persistent = t.params * 4 * 3; /* fp32 weights, Adam's m and v */
         c->ephemeral = 128 * MIB;         /* assumption, see the header */
         c->source = "time, utilisation, persistent: op list; ephemeral: assumed 128 MiB";
@@ -104,6 +125,7 @@ int main(int argc, char **argv)
     double job_s = 60, submit_s = 0;
     uint64_t seed = 1;
     bool tiny = false, launch_set = false, private_launches = false;
+    enum launch_mode mode = LAUNCH_PIPELINED;
     uint64_t launch_ns = 0;
     static const struct option longopts[] = {{"jobs", required_argument, NULL, 'n'},
                                              {"job-s", required_argument, NULL, 'l'},
@@ -116,8 +138,10 @@ int main(int argc, char **argv)
                                              {"help", no_argument, NULL, 'h'},
                                              {"launch-ns", required_argument, NULL, 'L'},
                                              {"private-launches", no_argument, NULL, 'P'},
+                                             {"serial-launch", no_argument, NULL, 'S'},
+                                             {"graph-launch", no_argument, NULL, 'G'},
                                              {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:P", longopts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:PSG", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'n':
             if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
@@ -155,12 +179,18 @@ int main(int argc, char **argv)
         case 'P':
             private_launches = true;
             break;
+        case 'S':
+            mode = LAUNCH_SERIAL;
+            break;
+        case 'G':
+            mode = LAUNCH_GRAPH;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--jobs N (300)] [--job-s S: each job's length alone (60)] "
                     "[--submit-s X: arrivals uniform in [0, X) s (0)] [--seed S] "
                     "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] "
-                    "[--private-launches]\n",
+                    "[--private-launches] [--serial-launch | --graph-launch]\n",
                     argv[0]);
             return ch == 'h' ? 0 : 2;
         }
@@ -198,9 +228,12 @@ int main(int argc, char **argv)
                 "\"gpu\": \"%s\",\n  \"models\": [\n",
                 n_jobs, job_s, (unsigned long long) seed, gpu->name);
     printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op, "
-           "launch path %s); one at a time (strict fifo, one lane) vs packed (pack, salusd "
+           "%s, launch path %s); one at a time (strict fifo, one lane) vs packed (pack, salusd "
            "defaults)\n",
            n_jobs, job_s, gpu->name, (unsigned long long) gpu->launch_ns,
+           mode == LAUNCH_SERIAL  ? "each after the previous op"
+           : mode == LAUNCH_GRAPH ? "one per iteration"
+                                  : "asynchronous",
            private_launches ? "per stream" : "shared per GPU");
     printf("%-9s %5s %8s %6s %6s %9s %9s %14s %12s %6s %6s %6s  %s\n", "model", "batch", "iter_ms",
            "util", "launch", "P_MiB", "E_MiB", "one_at_a_time", "packed_min", "ratio", "bound",
@@ -209,7 +242,7 @@ int main(int argc, char **argv)
     size_t best_i = 0;
     for (size_t m = 0; m < N_CASES; m++) {
         model_case *c = &cases[m];
-        if ((rc = profile_case(c, gpu, w, n_w)) != SL_OK) {
+        if ((rc = profile_case(c, gpu, mode, w, n_w)) != SL_OK) {
             fprintf(stderr, "hparam: %s: %s\n", c->model, sl_strerror(rc));
             return 1;
         }

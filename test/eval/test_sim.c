@@ -191,6 +191,12 @@ static void test_timelines(void **state)
         }
         assert_true(fabs(occ - one.occupied_ns) < 1e-6 * occ + 1);
         assert_true(u < (double) one.work_ns / (double) one.iteration_ns);
+        /* launched asynchronously: between the larger of the two sums and
+         * the serial charge */
+        uint64_t piped = sl_eval_timeline_pipelined_ns(&train);
+        uint64_t launches = train.iteration_ns - train.work_ns;
+        assert_true(piped >= (launches > train.work_ns ? launches : train.work_ns));
+        assert_true(piped < train.iteration_ns);
         sl_eval_timeline_fini(&train);
         sl_eval_timeline_fini(&infer);
         sl_eval_timeline_fini(&one);
@@ -204,6 +210,13 @@ static void test_timelines(void **state)
     assert_sl_err(sl_eval_timeline_build_ex("nonesuch", 1, p, true, &t), SL_EINVAL);
     sl_eval_timeline empty = {0};
     assert_true(sl_eval_timeline_utilisation(&empty) == 1.0);
+    assert_int_equal(sl_eval_timeline_pipelined_ns(&empty), 0);
+    /* by hand: launches of 5, works of 2, 20, 1 -> launch ends 5, 10, 15;
+     * works [5, 7), [10, 30), [30, 31) */
+    sl_eval_op_time ops[3] = {
+        {.ns = 7, .launch_ns = 5}, {.ns = 25, .launch_ns = 5}, {.ns = 6, .launch_ns = 5}};
+    sl_eval_timeline hand = {.ops = ops, .n_ops = 3};
+    assert_int_equal(sl_eval_timeline_pipelined_ns(&hand), 31);
 }
 
 static void test_deterministic(void **state)
