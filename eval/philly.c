@@ -210,14 +210,6 @@ typedef struct pjob {
     double util; /* fraction of a GPU the job keeps busy running alone */
 } pjob;
 
-static double lognormal(sl_eval_rng *r, double median, double sigma)
-{
-    /* Box-Muller from two uniforms of the seeded generator */
-    double u1 = sl_eval_rng_uniform(r), u2 = sl_eval_rng_uniform(r);
-    double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
-    return median * exp(sigma * z);
-}
-
 static int size_class_of(unsigned k)
 {
     return k == 1 ? 0 : k <= 4 ? 1 : k <= 8 ? 2 : 3;
@@ -237,7 +229,7 @@ static void make_vcs(sl_eval_rng *r, unsigned n_vcs, unsigned n_gpus, unsigned *
 {
     double *w = sl_calloc(n_vcs, sizeof *w), sum = 0, dsum = 0;
     for (unsigned v = 0; v < n_vcs; v++)
-        sum += (w[v] = lognormal(r, 1.0, 0.5));
+        sum += (w[v] = sl_eval_rng_lognormal(r, 1.0, 0.5));
     unsigned left = n_gpus;
     for (unsigned v = 0; v < n_vcs; v++) {
         unsigned q = (unsigned) floor((double) n_gpus * w[v] / sum);
@@ -246,7 +238,7 @@ static void make_vcs(sl_eval_rng *r, unsigned n_vcs, unsigned n_gpus, unsigned *
     }
     quota[0] += left; /* the rounding's remainder */
     for (unsigned v = 0; v < n_vcs; v++)
-        dsum += (demand[v] = (double) quota[v] * lognormal(r, 1.0, 0.5));
+        dsum += (demand[v] = (double) quota[v] * sl_eval_rng_lognormal(r, 1.0, 0.5));
     for (unsigned v = 0; v < n_vcs; v++)
         demand[v] /= dsum;
     sl_free(w);
@@ -286,13 +278,16 @@ static int philly_trace(const sl_eval_workload *w, size_t n_w, size_t n, unsigne
             k = quota[j->vc];
         j->k = k;
         j->size_class = size_class_of(k);
-        double run = lognormal(&r, study[F_MEDIAN_1 + j->size_class].value, study[F_SIGMA].value);
+        double run = sl_eval_rng_lognormal(&r, study[F_MEDIAN_1 + j->size_class].value,
+                                           study[F_SIGMA].value);
         run = fmin(fmax(run, 1.0), study[F_MAX_RUN].value) * 60.0;
         j->planned_s = run;
         double o = sl_eval_rng_uniform(&r);
         if (o < study[F_UNSUCCESSFUL].value) {
             j->outcome = UNSUCCESSFUL;
-            double f = lognormal(&r, study[F_FAIL_MEDIAN].value, study[F_FAIL_SIGMA].value) * 60.0;
+            double f =
+                sl_eval_rng_lognormal(&r, study[F_FAIL_MEDIAN].value, study[F_FAIL_SIGMA].value) *
+                60.0;
             j->work_s = fmin(f, run);
         } else if (o < study[F_UNSUCCESSFUL].value + study[F_KILLED].value) {
             j->outcome = KILLED;

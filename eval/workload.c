@@ -212,6 +212,13 @@ double sl_eval_rng_exp(sl_eval_rng *r, double mean)
     return -mean * log1p(-sl_eval_rng_uniform(r));
 }
 
+double sl_eval_rng_lognormal(sl_eval_rng *r, double median, double sigma)
+{
+    double u1 = sl_eval_rng_uniform(r), u2 = sl_eval_rng_uniform(r);
+    double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+    return median * exp(sigma * z);
+}
+
 /* One line of a profile file: model,batch,iteration_ns,persistent,ephemeral. */
 typedef struct nn_profile {
     char model[24];
@@ -303,6 +310,25 @@ int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
             .workload = (int) (wk - w),
             .utilisation = wk->utilisation,
         };
+    }
+    return SL_OK;
+}
+
+int sl_eval_trace_lognormal_lengths(const sl_eval_workload *w, size_t n_w, double sigma,
+                                    uint64_t seed, sl_eval_job_spec *jobs, size_t n_jobs)
+{
+    if (!w || n_w == 0 || !(sigma >= 0 && sigma <= 5) || (!jobs && n_jobs))
+        return SL_EINVAL;
+    double mean = 0;
+    for (size_t i = 0; i < n_w; i++)
+        mean += (double) w[i].iterations * (double) w[i].iteration_ns / (double) n_w;
+    double median = mean / exp(sigma * sigma / 2);
+    sl_eval_rng r;
+    sl_eval_rng_seed(&r, seed ^ 0x6c656e67746873ull); /* "lengths": apart from the trace's */
+    for (size_t i = 0; i < n_jobs; i++) {
+        double len = sl_eval_rng_lognormal(&r, median, sigma);
+        double it = len / (double) jobs[i].iteration_ns;
+        jobs[i].iterations = it < 1 ? 1 : (uint64_t) (it + 0.5);
     }
     return SL_OK;
 }

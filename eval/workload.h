@@ -94,6 +94,9 @@ uint64_t sl_eval_rng_next(sl_eval_rng *r);
 double sl_eval_rng_uniform(sl_eval_rng *r);
 /* Exponential with the given mean. */
 double sl_eval_rng_exp(sl_eval_rng *r, double mean);
+/* Log-normal with the given median and log-space sigma (Box-Muller from
+ * two uniforms). */
+double sl_eval_rng_lognormal(sl_eval_rng *r, double median, double sigma);
 
 /* The Salus section 5.1 trace: n_jobs jobs, each a workload drawn uniformly
  * from w[0..n_w) (so the length mix is the CSV's: a third each of 1, 5 and
@@ -104,5 +107,15 @@ double sl_eval_rng_exp(sl_eval_rng *r, double mean);
  * out[0..n_jobs). Errors: SL_EINVAL (n_w 0, mean < 0). */
 int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
                         double mean_interarrival_s, uint64_t seed, sl_eval_job_spec *out);
+
+/* Redraws the lengths of a trace's jobs, keeping their workloads (iteration
+ * time, memory) and arrivals: each job runs alone for a log-normal time of
+ * the given sigma whose mean is the mean length of w's rows (what the
+ * uniform draws of sl_eval_trace_salus give on average), so the offered
+ * work stays that of the CSV's mix and only the shape of the lengths
+ * changes. At least one iteration each. Its own generator, from seed.
+ * Errors: SL_EINVAL (n_w 0, sigma outside [0, 5]). */
+int sl_eval_trace_lognormal_lengths(const sl_eval_workload *w, size_t n_w, double sigma,
+                                    uint64_t seed, sl_eval_job_spec *jobs, size_t n_jobs);
 
 #endif
