@@ -450,23 +450,53 @@ void sl_eval_part_granularity(const sl_sim_profile *p, unsigned *min_sms, unsign
     }
 }
 
-uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms)
+uint64_t sl_eval_timeline_ns_on_ex(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms,
+                                   bool pipelined)
 {
-    uint64_t ns = 0;
+    uint64_t launched = 0, done = 0;
     for (size_t i = 0; i < t->n_ops; i++) {
         const sl_eval_op_time *o = &t->ops[i];
-        ns += o->launch_ns + sl_sim_part_work_ns(p->sm_count, o->compute_ns, o->memory_ns, o->waves,
-                                                 sms, 1.0, NULL, NULL);
+        uint64_t work = sl_sim_part_work_ns(p->sm_count, o->compute_ns, o->memory_ns, o->waves, sms,
+                                            1.0, NULL, NULL);
+        if (pipelined) {
+            launched += o->launch_ns;
+            done = (done > launched ? done : launched) + work;
+        } else {
+            done += o->launch_ns + work;
+        }
     }
-    return ns;
+    return done;
+}
+
+uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms)
+{
+    return sl_eval_timeline_ns_on_ex(t, p, sms, false);
+}
+
+uint64_t sl_eval_timeline_solo_ns(const sl_eval_timeline *t, bool pipelined)
+{
+    return pipelined ? sl_eval_timeline_pipelined_ns(t) : t->iteration_ns;
+}
+
+double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, bool pipelined)
+{
+    uint64_t solo = sl_eval_timeline_solo_ns(t, pipelined);
+    return solo ? t->occupied_ns / (double) solo : 1.0;
+}
+
+unsigned sl_eval_timeline_need_sms_ex(const sl_eval_timeline *t, const sl_sim_profile *p,
+                                      unsigned min_sms, unsigned align, double slack,
+                                      bool pipelined)
+{
+    double whole = (double) sl_eval_timeline_ns_on_ex(t, p, p->sm_count, pipelined);
+    for (unsigned s = min_sms; align && s < p->sm_count; s += align)
+        if ((double) sl_eval_timeline_ns_on_ex(t, p, s, pipelined) <= (1.0 + slack) * whole)
+            return s;
+    return p->sm_count;
 }
 
 unsigned sl_eval_timeline_need_sms(const sl_eval_timeline *t, const sl_sim_profile *p,
                                    unsigned min_sms, unsigned align, double slack)
 {
-    double whole = (double) sl_eval_timeline_ns_on(t, p, p->sm_count);
-    for (unsigned s = min_sms; align && s < p->sm_count; s += align)
-        if ((double) sl_eval_timeline_ns_on(t, p, s) <= (1.0 + slack) * whole)
-            return s;
-    return p->sm_count;
+    return sl_eval_timeline_need_sms_ex(t, p, min_sms, align, slack, false);
 }

@@ -119,6 +119,14 @@ void sl_eval_part_granularity(const sl_sim_profile *p, unsigned *min_sms, unsign
 /* The timeline's iteration alone on sms of p's SMs (launches plus works,
  * kernels/sim's partition model: sl_sim_part_work_ns, the whole bandwidth). */
 uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms);
+/* As sl_eval_timeline_ns_on, its launches pipelined when pipelined is true
+ * (sl_eval_timeline_pipelined_ns on sms SMs). */
+uint64_t sl_eval_timeline_ns_on_ex(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms,
+                                   bool pipelined);
+/* The iteration alone on the whole device, serial (iteration_ns) or
+ * pipelined, and its utilisation (occupied_ns over it). */
+uint64_t sl_eval_timeline_solo_ns(const sl_eval_timeline *t, bool pipelined);
+double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, bool pipelined);
 
 /* The need an online lane would declare for the timeline: the fewest SMs
  * at the granularity (min_sms, then steps of align) on which its iteration
@@ -127,6 +135,10 @@ uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile 
  * the device would declare (salusd --partitions auto:N). */
 unsigned sl_eval_timeline_need_sms(const sl_eval_timeline *t, const sl_sim_profile *p,
                                    unsigned min_sms, unsigned align, double slack);
+/* As sl_eval_timeline_need_sms, on pipelined times when pipelined. */
+unsigned sl_eval_timeline_need_sms_ex(const sl_eval_timeline *t, const sl_sim_profile *p,
+                                      unsigned min_sms, unsigned align, double slack,
+                                      bool pipelined);
 
 /* Frees the timeline's ops; safe on a zeroed timeline. */
 void sl_eval_timeline_fini(sl_eval_timeline *t);

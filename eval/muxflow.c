@@ -248,6 +248,11 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
     return at ? n : 0;
 }
 
+/* --pipelined-launches: a whole iteration's launches all at its start
+ * (sim.h pipelined_launches), and every solo time, utilisation and
+ * declared need computed the same way */
+static bool pipelined;
+
 /* One GPU for one day through sl_eval_run: the service's replicas and,
  * unless off is NULL, the offline job, run as mode says. */
 static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online *on,
@@ -292,6 +297,7 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
     cfg.until_ns = T_ns;
     cfg.no_gap_fill = mode->no_gap_fill;
+    cfg.pipelined_launches = pipelined;
     sl_part_plan_config plan;
     if (mode->partitions) {
         unsigned min_sms, align;
@@ -391,7 +397,8 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE] "
-            "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill]\n"
+            "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill] "
+            "[--pipelined-launches]\n"
             "defaults: 32 GPUs, 32 offline jobs, a 120 s day, p100, seed 1; --tiny: 4 GPUs, "
             "4 jobs, a 10 s day\n",
             argv0);
@@ -420,14 +427,20 @@ int main(int argc, char **argv)
     double T = 120;
     uint64_t seed = 1;
     bool timing = true, tiny = false, no_gap_fill = false;
-    static const struct option longopts[] = {
-        {"csv", required_argument, NULL, 'c'},     {"gpus", required_argument, NULL, 'n'},
-        {"offline", required_argument, NULL, 'm'}, {"day-s", required_argument, NULL, 'd'},
-        {"gpu", required_argument, NULL, 'g'},     {"seed", required_argument, NULL, 's'},
-        {"json", required_argument, NULL, 'j'},    {"tiny", no_argument, NULL, 't'},
-        {"no-timing", no_argument, NULL, 'T'},     {"no-gap-fill", no_argument, NULL, 'G'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTGh", longopts, NULL)) != -1;) {
+    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
+                                             {"gpus", required_argument, NULL, 'n'},
+                                             {"offline", required_argument, NULL, 'm'},
+                                             {"day-s", required_argument, NULL, 'd'},
+                                             {"gpu", required_argument, NULL, 'g'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"tiny", no_argument, NULL, 't'},
+                                             {"no-timing", no_argument, NULL, 'T'},
+                                             {"no-gap-fill", no_argument, NULL, 'G'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"pipelined-launches", no_argument, NULL, 'P'},
+                                             {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTGhP", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'c':
             csv = optarg;
@@ -464,6 +477,9 @@ int main(int argc, char **argv)
             break;
         case 'G':
             no_gap_fill = true;
+            break;
+        case 'P':
+            pipelined = true;
             break;
         case 'h':
             usage(argv[0]);
@@ -507,15 +523,16 @@ int main(int argc, char **argv)
         }
         unsigned min_sms, align;
         sl_eval_part_granularity(gpu, &min_sms, &align);
-        sm[m] =
-            (svc_model){.ops = to_ops(&t),
-                        .shapes = to_shapes(&t),
-                        .n_ops = (uint32_t) t.n_ops,
-                        .request_ns = t.iteration_ns,
-                        .u = sl_eval_timeline_utilisation(&t),
-                        .p = t.params * 4,
-                        .need = sl_eval_timeline_need_sms(&t, gpu, min_sms, align, NEED_SLACK),
-                        .need_slo = sl_eval_timeline_need_sms(&t, gpu, min_sms, align, SLO_SLACK)};
+        sm[m] = (svc_model){
+            .ops = to_ops(&t),
+            .shapes = to_shapes(&t),
+            .n_ops = (uint32_t) t.n_ops,
+            .request_ns = sl_eval_timeline_solo_ns(&t, pipelined),
+            .u = sl_eval_timeline_utilisation_ex(&t, pipelined),
+            .p = t.params * 4,
+            .need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, pipelined),
+            .need_slo =
+                sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, pipelined)};
         /* batch-1 activations: the CSV's smallest-batch training peak less
          * weights and gradients, per sample (as eval/inference.c: an
          * over-statement, since inference keeps only live activations),
@@ -527,7 +544,7 @@ int main(int argc, char **argv)
         sm[m].e = 16 * MIB;
         if (best && best->peak_bytes > 2 * sm[m].p && best->batch)
             sm[m].e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm[m].p) / best->batch);
-        need_ns[m] = sl_eval_timeline_ns_on(&t, gpu, sm[m].need);
+        need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm[m].need, pipelined);
         sl_eval_timeline_fini(&t);
         if (!sm[m].ops || !sm[m].shapes)
             return 1;
@@ -552,8 +569,8 @@ int main(int argc, char **argv)
         tm[n_tm] = (train_model){.ops = to_ops(&t),
                                  .shapes = to_shapes(&t),
                                  .n_ops = (uint32_t) t.n_ops,
-                                 .iteration_ns = t.iteration_ns,
-                                 .u = sl_eval_timeline_utilisation(&t)};
+                                 .iteration_ns = sl_eval_timeline_solo_ns(&t, pipelined),
+                                 .u = sl_eval_timeline_utilisation_ex(&t, pipelined)};
         sl_eval_timeline_fini(&t);
         if (!tm[n_tm].ops || !tm[n_tm].shapes)
             return 1;

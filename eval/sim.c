@@ -62,6 +62,7 @@ typedef struct sim_job {
     bool stepwise;         /* the iteration in flight goes through the dispatcher */
     bool step_last;        /* the step in flight is its iteration's last */
     uint32_t op;           /* whole iteration with a timeline: the op in flight */
+    uint64_t launched_ns;  /* pipelined: when the op in flight's launch ends */
     uint64_t request_ns;   /* when the request in flight was meant to be sent */
     uint64_t switch_delay; /* switch cost still to charge to the first op issued */
 } sim_job;
@@ -344,6 +345,13 @@ static bool spill_ok(const sim *s, const gpu *g, const sl_eval_pdev_op *op, uint
     return sl_eval_pdev_block_ns(&g->dev, SL_EVAL_PART_ONLINE, op) <= s->cfg->part_spill_block_ns;
 }
 
+/* Whether j's whole iteration in flight has its launches reserved at its
+ * start (sl_eval_config.pipelined_launches). */
+static bool pipelined(const sim *s, const sim_job *j)
+{
+    return s->cfg->pipelined_launches && !s->cfg->private_launches && !j->stepwise && j->spec->ops;
+}
+
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
                       uint64_t now)
 {
@@ -378,7 +386,11 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
     }
     uint64_t arrive = now + delay + launch;
     double launch_share = 0.0;
-    if (!s->cfg->private_launches) {
+    if (pipelined(s, j)) {
+        /* reserved when the iteration started (start_on_device) */
+        j->launched_ns += launch;
+        arrive = j->launched_ns > now + delay ? j->launched_ns : now + delay;
+    } else if (!s->cfg->private_launches) {
         if (launch > 0) {
             uint64_t issue = now + delay;
             uint64_t begin = issue > g->launch_t ? issue : g->launch_t;
@@ -432,6 +444,14 @@ static int start_on_device(void *arg, sl_lanes_start *st)
         return SL_OK; /* the caller resumes the dispatcher */
     }
     j->op = 0;
+    if (pipelined(s, j)) {
+        /* every launch of the iteration, back to back on the launch path */
+        uint64_t from = c->now + j->switch_delay, all = 0;
+        j->launched_ns = from > g->launch_t ? from : g->launch_t;
+        for (uint32_t k = 0; k < j->spec->n_ops; k++)
+            all += j->spec->ops[k].launch_ns;
+        g->launch_t = j->launched_ns + all;
+    }
     submit_op(s, c->gi, j, 0, 0, 1, c->now);
     return SL_OK;
 }

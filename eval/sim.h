@@ -225,6 +225,14 @@ typedef struct sl_eval_config {
      * server per GPU, FIFO over all its streams (op by op), water-filled
      * over jobs' launch shares (whole iterations). */
     bool private_launches;
+    /* A whole iteration's launches as one host thread issues them
+     * (salusd's executor submits every op of a whole iteration at once,
+     * server/executor.c launch()): all reserved on the launch path when
+     * it starts, back to back, each op's work starting when its launch
+     * has ended and the op before it is done. false: each op launched
+     * when the one before it completed (kernels/sim's streams; always so
+     * for stepwise ops, which salusd issues one at a time). */
+    bool pipelined_launches;
     /* Compute partitions (DESIGN.md section 13; pdev.h): part_sms the
      * GPU's SMs (its profile's sm_count), 0 = no partitions. With them
      * high-priority jobs' ops run on an online partition of part_online

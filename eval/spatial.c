@@ -136,6 +136,8 @@ typedef struct setup {
     /* no lp op borrows the online partition: what salusd's executor does
      * today (the borrowing is the simulator's, sim.h part_spill_block_ns) */
     bool no_spill;
+    /* a whole iteration's launches all at its start (sim.h pipelined_launches) */
+    bool pipelined;
 } setup;
 
 /* Runs every configuration on one profile; fills res[N_CONFIGS]. */
@@ -185,7 +187,12 @@ static int run_profile(const sl_sim_profile *gpu, const setup *su, result *res, 
     /* hp's forward ops: a view of the timeline's first fwd ops */
     sl_eval_timeline hp_view = ht;
     hp_view.n_ops = fwd;
-    unsigned need = sl_eval_timeline_need_sms(&hp_view, gpu, min_sms, align, NEED_SLACK);
+    unsigned need =
+        sl_eval_timeline_need_sms_ex(&hp_view, gpu, min_sms, align, NEED_SLACK, su->pipelined);
+    if (su->pipelined) { /* the solo times the jobs declare and print */
+        hp.ns = sl_eval_timeline_pipelined_ns(&hp_view);
+        lp.ns = sl_eval_timeline_pipelined_ns(&lt);
+    }
     sl_part_plan_config plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
 
     sl_eval_job_spec jobs[1 + 16];
@@ -211,8 +218,8 @@ static int run_profile(const sl_sim_profile *gpu, const setup *su, result *res, 
            "alone, declared need %u SMs: %.3f ms there), %.0f requests/s, %zu requests; lp %u x "
            "%s batch %u (%.1f ms per iteration alone)\n",
            gpu->name, gpu->sm_count, min_sms, align, su->hp_model, hp.n, (double) hp.ns / 1e6, need,
-           (double) sl_eval_timeline_ns_on(&hp_view, gpu, need) / 1e6, su->qps, su->n_req,
-           su->lp_jobs, su->lp_model, su->lp_batch, (double) lp.ns / 1e6);
+           (double) sl_eval_timeline_ns_on_ex(&hp_view, gpu, need, su->pipelined) / 1e6, su->qps,
+           su->n_req, su->lp_jobs, su->lp_model, su->lp_batch, (double) lp.ns / 1e6);
     printf("%-24s %9s %9s %7s %7s %9s %8s %8s %6s %6s %7s %7s\n", "config", "hp_p50_ms",
            "hp_p99_ms", "p50_x", "p99_x", "lp_it/s", "lp/alone", "lp/left", "busy", "occ", "online",
            "spills");
@@ -225,6 +232,7 @@ static int run_profile(const sl_sim_profile *gpu, const setup *su, result *res, 
         cfg.on_done = on_done;
         cfg.arg = &st;
         cfg.until_ns = window + window / 4;
+        cfg.pipelined_launches = su->pipelined;
         if (cf->partitions) {
             cfg.part_sms = gpu->sm_count;
             cfg.part_online = need;
@@ -289,7 +297,7 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--gpus P,P] [--hp-model M] [--lp-model M] [--lp-batch B] [--lp-jobs N] "
             "[--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] [--private-launches] "
-            "[--no-spill]\n"
+            "[--no-spill] [--pipelined-launches]\n"
             "  hp batch-1 inference (Poisson) beside lp training: time sharing, priority with "
             "gap filling, partitions, partitions with gap filling\n",
             argv0);
@@ -307,14 +315,21 @@ int main(int argc, char **argv)
                 .seed = 1};
     const char *json_path = NULL;
     char gpus[64] = "v100,h100";
-    static const struct option longopts[] = {
-        {"gpus", required_argument, NULL, 'g'},     {"hp-model", required_argument, NULL, 'h'},
-        {"lp-model", required_argument, NULL, 'l'}, {"lp-batch", required_argument, NULL, 'b'},
-        {"lp-jobs", required_argument, NULL, 'n'},  {"qps", required_argument, NULL, 'q'},
-        {"requests", required_argument, NULL, 'r'}, {"seed", required_argument, NULL, 's'},
-        {"json", required_argument, NULL, 'j'},     {"tiny", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'H'},           {"private-launches", no_argument, NULL, 'p'},
-        {"no-spill", no_argument, NULL, 'N'},       {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"gpus", required_argument, NULL, 'g'},
+                                             {"hp-model", required_argument, NULL, 'h'},
+                                             {"lp-model", required_argument, NULL, 'l'},
+                                             {"lp-batch", required_argument, NULL, 'b'},
+                                             {"lp-jobs", required_argument, NULL, 'n'},
+                                             {"qps", required_argument, NULL, 'q'},
+                                             {"requests", required_argument, NULL, 'r'},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"tiny", no_argument, NULL, 't'},
+                                             {"help", no_argument, NULL, 'H'},
+                                             {"private-launches", no_argument, NULL, 'p'},
+                                             {"no-spill", no_argument, NULL, 'N'},
+                                             {"pipelined-launches", no_argument, NULL, 'P'},
+                                             {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         switch (ch) {
         case 'p':
@@ -322,6 +337,9 @@ int main(int argc, char **argv)
             break;
         case 'N':
             su.no_spill = true;
+            break;
+        case 'P':
+            su.pipelined = true;
             break;
         case 'g':
             snprintf(gpus, sizeof gpus, "%s", optarg);
