@@ -137,7 +137,7 @@ int main(int argc, char **argv)
     size_t n_req = 2000;
     double qps = 40;
     uint64_t seed = 1;
-    bool pipelined = false;
+    bool pipelined = true;
     static const struct option longopts[] = {{"gpu", required_argument, NULL, 'g'},
                                              {"hp-model", required_argument, NULL, 'h'},
                                              {"lp-model", required_argument, NULL, 'l'},
@@ -149,7 +149,7 @@ int main(int argc, char **argv)
                                              {"json", required_argument, NULL, 'j'},
                                              {"tiny", no_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'H'},
-                                             {"pipelined-launches", no_argument, NULL, 'P'},
+                                             {"serial-launch", no_argument, NULL, 'P'},
                                              {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         switch (ch) {
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
             n_req = 60;
             break;
         case 'P':
-            pipelined = true;
+            pipelined = false;
             break;
         case 'H':
             usage(argv[0]);

@@ -38,9 +38,11 @@
 
 /* The 14 models: the 11 CNNs of the Salus CSV, and the artifact's vae,
  * superres and seq2seq (PTB word LM, small config). How each is timed:
- * - graph: a forward pass at batch 1 from the op list (eval/graphs.c);
- * - estimate: launch_ns x ops + forward FLOPs at the profile's effective
- *   rate (the sim cost model applied to whole-network totals), with the
+ * - graph: a forward pass at batch 1 from the op list (eval/graphs.c),
+ *   its launches pipelined (a request is submitted whole);
+ * - estimate: ops launched back to back at launch_ns each, beside forward
+ *   FLOPs at the profile's effective rate split evenly over the ops (the
+ *   sim cost model applied to whole-network totals), with the
  *   FLOPs published for the network (approximate; cited) and the op count
  *   an ASSUMPTION (its forward layers' kernels, roughly counted). */
 typedef struct inf_model {
@@ -115,21 +117,26 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
             int rc = sl_eval_timeline_build_ex(im->name, 1, gpu, true, &t);
             if (rc != SL_OK)
                 return rc;
-            im->request_ns = t.iteration_ns;
-            im->util = sl_eval_timeline_utilisation(&t);
-            im->launch = sl_eval_timeline_launch_share(&t);
+            /* launched as salusd submits a request: all at once (graphs.h) */
+            im->request_ns = sl_eval_timeline_pipelined_ns(&t);
+            im->util = sl_eval_timeline_utilisation_ex(&t, true);
+            im->launch = (double) (t.iteration_ns - t.work_ns) / (double) im->request_ns;
             if (!params)
                 params = t.params;
             sl_eval_timeline_fini(&t);
         } else {
             double work = 2 * im->gmac * 1e9 / (gpu->peak_flops[SL_SIM_FP32] * gpu->eff_compute);
             uint64_t work_ns = (uint64_t) ceil(work * 1e9);
-            im->request_ns = work_ns + (uint64_t) im->n_ops * gpu->launch_ns;
+            /* launched all at once, its ops taken as equal in work w:
+             * the first launch, then each later op after its launch or
+             * the op before it, whichever ends later, then the last work */
+            uint64_t n = im->n_ops, l = gpu->launch_ns, w = work_ns / (n ? n : 1);
+            im->request_ns = n ? l + (n - 1) * (l > w ? l : w) + w : work_ns;
             /* occupancy 1: no layer shapes to estimate it from (so these
              * batch-1 requests are taken to fill the SMs while their work
              * runs; the op-list models' u counts their occupancy) */
             im->util = (double) work_ns / (double) im->request_ns;
-            im->launch = 1.0 - im->util;
+            im->launch = (double) (n * l) / (double) im->request_ns;
         }
         if (!params)
             params = im->params;

@@ -248,10 +248,10 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
     return at ? n : 0;
 }
 
-/* --pipelined-launches: a whole iteration's launches all at its start
- * (sim.h pipelined_launches), and every solo time, utilisation and
- * declared need computed the same way */
-static bool pipelined;
+/* A whole iteration's launches all at its start (sim.h
+ * pipelined_launches), and every solo time, utilisation and declared need
+ * computed the same way; --serial-launch: each after the op before it */
+static bool pipelined = true;
 
 /* One GPU for one day through sl_eval_run: the service's replicas and,
  * unless off is NULL, the offline job, run as mode says. */
@@ -398,7 +398,7 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE] "
             "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill] "
-            "[--pipelined-launches]\n"
+            "[--serial-launch]\n"
             "defaults: 32 GPUs, 32 offline jobs, a 120 s day, p100, seed 1; --tiny: 4 GPUs, "
             "4 jobs, a 10 s day\n",
             argv0);
@@ -438,7 +438,7 @@ int main(int argc, char **argv)
                                              {"no-timing", no_argument, NULL, 'T'},
                                              {"no-gap-fill", no_argument, NULL, 'G'},
                                              {"help", no_argument, NULL, 'h'},
-                                             {"pipelined-launches", no_argument, NULL, 'P'},
+                                             {"serial-launch", no_argument, NULL, 'P'},
                                              {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTGhP", longopts, NULL)) != -1;) {
         switch (ch) {
@@ -479,7 +479,7 @@ int main(int argc, char **argv)
             no_gap_fill = true;
             break;
         case 'P':
-            pipelined = true;
+            pipelined = false;
             break;
         case 'h':
             usage(argv[0]);

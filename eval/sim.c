@@ -796,6 +796,7 @@ sl_eval_config sl_eval_config_default(const char *policy, bool strict, unsigned 
         .gpu_bytes = gpu_bytes,
         .placement = SL_EVAL_PLACE_LEAST_JOBS,
         .client_gap_ns = 124000,
+        .pipelined_launches = true,
     };
     return c;
 }

@@ -229,9 +229,11 @@ typedef struct sl_eval_config {
      * (salusd's executor submits every op of a whole iteration at once,
      * server/executor.c launch()): all reserved on the launch path when
      * it starts, back to back, each op's work starting when its launch
-     * has ended and the op before it is done. false: each op launched
-     * when the one before it completed (kernels/sim's streams; always so
-     * for stepwise ops, which salusd issues one at a time). */
+     * has ended and the op before it is done, as kernels/sim's streams
+     * time an iteration submitted whole. true in sl_eval_config_default;
+     * false (an ablation: --serial-launch): each op launched when the one
+     * before it completed. Stepwise ops, which salusd issues one at a
+     * time, launch after the op before them either way. */
     bool pipelined_launches;
     /* Compute partitions (DESIGN.md section 13; pdev.h): part_sms the
      * GPU's SMs (its profile's sm_count), 0 = no partitions. With them

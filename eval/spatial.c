@@ -136,7 +136,8 @@ typedef struct setup {
     /* no lp op borrows the online partition: what salusd's executor does
      * today (the borrowing is the simulator's, sim.h part_spill_block_ns) */
     bool no_spill;
-    /* a whole iteration's launches all at its start (sim.h pipelined_launches) */
+    /* a whole iteration's launches all at its start (sim.h pipelined_launches);
+     * --serial-launch: each after the op before it */
     bool pipelined;
 } setup;
 
@@ -297,7 +298,7 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--gpus P,P] [--hp-model M] [--lp-model M] [--lp-batch B] [--lp-jobs N] "
             "[--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] [--private-launches] "
-            "[--no-spill] [--pipelined-launches]\n"
+            "[--no-spill] [--serial-launch]\n"
             "  hp batch-1 inference (Poisson) beside lp training: time sharing, priority with "
             "gap filling, partitions, partitions with gap filling\n",
             argv0);
@@ -312,7 +313,8 @@ int main(int argc, char **argv)
                 .lp_jobs = 2,
                 .n_req = 2000,
                 .qps = 40,
-                .seed = 1};
+                .seed = 1,
+                .pipelined = true};
     const char *json_path = NULL;
     char gpus[64] = "v100,h100";
     static const struct option longopts[] = {{"gpus", required_argument, NULL, 'g'},
@@ -328,7 +330,7 @@ int main(int argc, char **argv)
                                              {"help", no_argument, NULL, 'H'},
                                              {"private-launches", no_argument, NULL, 'p'},
                                              {"no-spill", no_argument, NULL, 'N'},
-                                             {"pipelined-launches", no_argument, NULL, 'P'},
+                                             {"serial-launch", no_argument, NULL, 'P'},
                                              {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         switch (ch) {
@@ -339,7 +341,7 @@ int main(int argc, char **argv)
             su.no_spill = true;
             break;
         case 'P':
-            su.pipelined = true;
+            su.pipelined = false;
             break;
         case 'g':
             snprintf(gpus, sizeof gpus, "%s", optarg);

@@ -171,9 +171,9 @@ int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profi
         if (rc != SL_OK)
             return rc;
         sl_eval_workload c = w[i];
-        c.iteration_ns = t.iteration_ns;
+        c.iteration_ns = sl_eval_timeline_pipelined_ns(&t); /* submitted whole */
         c.persistent_bytes = t.params * 4;
-        c.utilisation = sl_eval_timeline_utilisation(&t);
+        c.utilisation = sl_eval_timeline_utilisation_ex(&t, true);
         c.computed = true;
         sl_eval_timeline_fini(&t);
         if (c.peak_bytes <= c.persistent_bytes)
@@ -280,7 +280,7 @@ int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_pr
         int rc = sl_eval_timeline_build(w[i].model, w[i].batch, p, &t);
         if (rc != SL_OK)
             return rc;
-        w[i].utilisation = sl_eval_timeline_utilisation(&t);
+        w[i].utilisation = sl_eval_timeline_utilisation_ex(&t, true);
         sl_eval_timeline_fini(&t);
     }
     return SL_OK;

@@ -9,14 +9,19 @@
  * every op at occupancy 1 this is plain processor sharing, sl_sim_ps, to
  * the bit) in its stream's priority class (a higher-priority stream's
  * blocks take the SMs first, after the running blocks of lower ones), with
- * the arrival time
- *     max(issue, the device's launch server free) + launch_ns,
- *     issue = max(the stream's previous completion, submission time)
+ * the arrival time max(its launch's end, the stream's previous completion).
+ * The launch is reserved when the command is submitted, as a host thread
+ * launches asynchronously:
+ *     launch end = max(submission, the stream's previous launch end,
+ *                      the device's launch server free) + launch_ns
  * (the launch path is one FIFO server per device, shared by all its
  * streams: salusd's one context issues every tenant's kernels through one
- * driver and one front end, so N streams cannot launch N times as fast;
- * a stream issues a command when its previous one has completed, as the
- * simulator in eval/ does) and sleeps on the device's condition variable until the model says the
+ * driver and one front end, so N streams cannot launch N times as fast).
+ * So the ops of a whole iteration, submitted together, launch back to back
+ * while earlier ones run, and an op submitted only after the previous one
+ * completed (salusd's stepwise ops, from a completion callback) pays its
+ * launch after it, as eval/'s simulator models both. The worker then
+ * sleeps on the device's condition variable until the model says the
  * work departed. Departure times come from the model, not from when a thread
  * woke up: back-to-back ops on one stream follow each other at the modeled
  * times, and wake-up latency (tens of us on a loaded 2-core machine) does not
@@ -45,7 +50,7 @@
 
 /* The payload of a work command (workq.h): an op or a copy. */
 struct cmd {
-    uint64_t submit_ns;
+    uint64_t launched_ns; /* when its launch ends (reserved at submission) */
     sl_sim_timing timing;
     void *zero_dst; /* d2h: host bytes to clear once the copy is done */
     size_t zero_n;
@@ -55,8 +60,9 @@ struct cmd {
 struct sl_stream {
     struct sl_sim_dev *dev;
     sl_workq *q;
-    uint64_t clock_ns; /* modeled completion of the last work; worker thread only */
-    int priority;      /* stream_create's: its ops' class on the SMs (sim.h, sl_sim_psc) */
+    uint64_t clock_ns;      /* modeled completion of the last work; worker thread only */
+    uint64_t launch_end_ns; /* its last launch's end; under the device's model_lock */
+    int priority;           /* stream_create's: its ops' class on the SMs (sim.h, sl_sim_psc) */
     /* stream_set_workspace: accounted, never touched (outputs are not
      * computed); the submitting thread's alone */
     void *workspace;
@@ -71,6 +77,28 @@ static struct timespec to_timespec(uint64_t ns)
     struct timespec ts = {.tv_sec = (time_t) (ns / 1000000000ull),
                           .tv_nsec = (long) (ns % 1000000000ull)};
     return ts;
+}
+
+/* An injected slow device's factor (>= 1): factor <= 10^6 and modeled
+ * times are far below 2^44 ns, so the products cannot overflow. */
+static uint64_t slowdown(struct sl_sim_dev *d)
+{
+    uint64_t slow = atomic_load(&d->slowdown);
+    return slow < 1 ? 1 : slow;
+}
+
+/* Reserves the launch of a command submitted now on the device's launch
+ * path, after the stream's previous launch; returns when it ends. */
+static uint64_t reserve_launch(sl_stream *s, uint64_t now, uint64_t launch_ns)
+{
+    struct sl_sim_dev *d = s->dev;
+    pthread_mutex_lock(&d->model_lock);
+    uint64_t at = now > s->launch_end_ns ? now : s->launch_end_ns;
+    at = at > d->launch_free_ns ? at : d->launch_free_ns;
+    at += launch_ns * slowdown(d);
+    d->launch_free_ns = s->launch_end_ns = at;
+    pthread_mutex_unlock(&d->model_lock);
+    return at;
 }
 
 /* Occupies the modeled time of one op or copy on its resource. Called on the
@@ -91,22 +119,15 @@ static int run_work(sl_stream *s, const struct cmd *c)
         t = &on_part;
         ps = &part->ps;
     }
-    uint64_t start = s->clock_ns > c->submit_ns ? s->clock_ns : c->submit_ns;
+    uint64_t start = s->clock_ns > c->launched_ns ? s->clock_ns : c->launched_ns;
     sl_sim_psc_job job = {.user = s};
-    /* an injected slow device: factor <= 10^6 and modeled times are far
-     * below 2^44 ns, so the products cannot overflow */
-    uint64_t slow = atomic_load(&d->slowdown);
-    if (slow < 1)
-        slow = 1;
+    uint64_t slow = slowdown(d);
 
     pthread_mutex_lock(&d->model_lock);
-    uint64_t launched = start > d->launch_free_ns ? start : d->launch_free_ns;
-    launched += t->launch_ns * slow;
-    d->launch_free_ns = launched;
     /* stream priorities order block dispatch on the SMs; the copy engines
      * of the host link serve streams alike */
     int prio = t->resource == SL_SIM_RES_DEVICE ? s->priority : 0;
-    sl_sim_psc_submit_prio(ps, &job, launched, t->work_ns * slow, t->occupancy, 0.0, prio,
+    sl_sim_psc_submit_prio(ps, &job, start, t->work_ns * slow, t->occupancy, 0.0, prio,
                            t->block_ns * slow);
     /* Others' departure times move when this job joins: let them recompute. */
     pthread_cond_broadcast(&d->model_cv);
@@ -163,7 +184,7 @@ static struct cmd *begin(sl_stream *s, int *rc)
 
 static int commit(sl_stream *s, struct cmd *c)
 {
-    c->submit_ns = sl_now_ns();
+    c->launched_ns = reserve_launch(s, sl_now_ns(), c->timing.launch_ns);
     return sl_workq_commit(s->q, c);
 }
 

@@ -669,6 +669,7 @@ static void test_hp_waits_one_lp_op(void **state)
     lat_log l = {0};
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
     cfg.no_gap_fill = true;
+    cfg.pipelined_launches = false; /* the hp job alone: its ops' sum, 1 ms */
     cfg.on_done = log_done;
     cfg.arg = &l;
     sl_eval_summary sum;
@@ -687,6 +688,7 @@ static void test_hp_waits_one_lp_op(void **state)
     assert_true(delayed); /* the bound is met, not vacuous */
     /* under plain sharing (fair: no classes) the same hp job waits longer */
     cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
+    cfg.pipelined_launches = false;
     lat_log f = {0};
     cfg.on_done = log_done;
     cfg.arg = &f;
@@ -712,6 +714,7 @@ static void test_gap_fill_no_delay(void **state)
         lat_log l = {0};
         sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
         cfg.gaps = &gc;
+        cfg.pipelined_launches = false; /* the hp job alone: its ops' sum, 1 ms */
         cfg.on_done = log_done;
         cfg.arg = &l;
         sl_eval_summary sum;
@@ -784,6 +787,7 @@ static void test_op_level_switch_cost(void **state)
     sl_eval_config cfg = sl_eval_config_default("fair", false, 1, p100_bytes);
     cfg.spread_set = true; /* spread limit 0: one lane */
     cfg.client_gap_ns = 0;
+    cfg.pipelined_launches = false; /* an iteration takes its ops' sum */
     sl_eval_summary sum;
     sl_eval_job_result res[2];
     assert_sl_ok(sl_eval_run(&cfg, jobs, 2, res, &sum));
@@ -907,9 +911,16 @@ static void test_launch_path(void **state)
         jobs[i].n_ops = 4;
         jobs[i].iteration_ns = 40000;
     }
-    /* alone: launches never wait, the solo time exactly */
+    /* alone: launches never wait for another stream's. Pipelined (a
+     * whole iteration's four launches back to back at its start, each
+     * op's work after its launch and the op before it): 4 x 5 + 5 us per
+     * iteration; serially (each launch after the op before it), the sum */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, NULL, &sum));
+    assert_int_equal(sum.makespan_ns, ITERS * 25000);
+    cfg.pipelined_launches = false;
     assert_sl_ok(sl_eval_run(&cfg, jobs, 1, NULL, &sum));
     assert_int_equal(sum.makespan_ns, ITERS * 40000);
+    cfg.pipelined_launches = true;
     /* packed: N x ITERS x 4 launches of 5 us through one server; it is
      * never idle while another stream waits, so the makespan is that
      * plus the last op's work */

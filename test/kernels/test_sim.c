@@ -1028,6 +1028,51 @@ static void test_sharing(void **state)
     env_close(&e);
 }
 
+/* Launches are reserved when an op is submitted: ops submitted together
+ * launch back to back while earlier ones run (a whole iteration), an op
+ * submitted after the previous one completed launches after it (a
+ * stepwise op). Launch-bound ops, made 1000x slower so that real time can
+ * tell the two apart; the modeled completion times are exact. */
+static void test_pipelined_launches(void **state)
+{
+    (void) state;
+    struct env e;
+    env_open(&e, "sim:v100");
+    const sl_device_ops *o = e.dev->ops;
+    /* the smallest square matmul whose work is between a quarter of its
+     * launch and its launch: launch-bound, and serial launches would cost
+     * N x work more, well above the bound below */
+    sl_op_call mm = {0};
+    sl_sim_timing t = {0};
+    for (int64_t n = 32; n <= 1024 && !(t.work_ns >= t.launch_ns / 4 && t.launch_ns); n += 32) {
+        mm = matmul_call(&e, n);
+        sl_shape in[2] = {mm.in[0].shape, mm.in[1].shape}, out[1] = {mm.out[0].shape};
+        assert_sl_ok(sl_sim_op_timing(sl_sim_device_profile(e.dev), mm.op, &mm.attrs, in, out, &t));
+    }
+    assert_true(t.work_ns >= t.launch_ns / 4 && t.work_ns < t.launch_ns);
+    uint64_t launch = t.launch_ns * 1000, work = t.work_ns * 1000;
+    enum { N = 8 };
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 1000));
+    uint64_t t0 = sl_now_ns();
+    for (unsigned i = 0; i < N; i++)
+        assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    uint64_t together = sl_sim_stream_modeled_ns(e.s[0]) - t0;
+    assert_true(together >= N * launch + work);
+    /* the submissions themselves take microseconds; serially it would be
+     * N x (launch + work) */
+    assert_true(slow_host() || together < N * launch + work + launch / 2);
+    t0 = sl_now_ns();
+    for (unsigned i = 0; i < N; i++) {
+        assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+        assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    }
+    uint64_t one_by_one = sl_sim_stream_modeled_ns(e.s[0]) - t0;
+    assert_true(one_by_one >= N * (launch + work));
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 1));
+    env_close(&e);
+}
+
 struct trace {
     pthread_mutex_t lock;
     int order[16];
@@ -1199,6 +1244,7 @@ int main(void)
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_launch_timing),
         cmocka_unit_test(test_sharing),
+        cmocka_unit_test(test_pipelined_launches),
         cmocka_unit_test(test_ordering_and_callbacks),
         cmocka_unit_test(test_submission),
     };
