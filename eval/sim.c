@@ -349,7 +349,7 @@ static bool spill_ok(const sim *s, const gpu *g, const sl_eval_pdev_op *op, uint
  * start (sl_eval_config.pipelined_launches). */
 static bool pipelined(const sim *s, const sim_job *j)
 {
-    return s->cfg->pipelined_launches && !s->cfg->private_launches && !j->stepwise && j->spec->ops;
+    return s->cfg->pipelined_launches && !j->stepwise && j->spec->ops;
 }
 
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
@@ -445,12 +445,16 @@ static int start_on_device(void *arg, sl_lanes_start *st)
     }
     j->op = 0;
     if (pipelined(s, j)) {
-        /* every launch of the iteration, back to back on the launch path */
+        /* every launch of the iteration, back to back on the launch path
+         * (the GPU's, or with private launches its stream's own) */
         uint64_t from = c->now + j->switch_delay, all = 0;
-        j->launched_ns = from > g->launch_t ? from : g->launch_t;
         for (uint32_t k = 0; k < j->spec->n_ops; k++)
             all += j->spec->ops[k].launch_ns;
-        g->launch_t = j->launched_ns + all;
+        j->launched_ns = from;
+        if (!s->cfg->private_launches) {
+            j->launched_ns = from > g->launch_t ? from : g->launch_t;
+            g->launch_t = j->launched_ns + all;
+        }
     }
     submit_op(s, c->gi, j, 0, 0, 1, c->now);
     return SL_OK;

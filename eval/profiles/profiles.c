@@ -22,7 +22,8 @@
  *   ephemeral  the planned peak of the training graph (memory/planner.h,
  *              what salusd reserves per iteration: salus_graph_memory).
  * Beside them: graphs.c's op list at the same batch on the same profile
- * (iteration alone, parameters) and the CSV (measured iteration time,
+ * (iteration alone with its launches pipelined, as salusd submits it and
+ * the sim device times it; parameters) and the CSV (measured iteration time,
  * measured peak minus the published parameters). --out FILE writes the
  * profiles (model, batch, iteration_ns, persistent and ephemeral bytes)
  * for salus51 --profiles. Last line:
@@ -408,7 +409,7 @@ int main(int argc, char **argv)
             status = 1;
             continue;
         }
-        r->graph_ms = ms(t.iteration_ns);
+        r->graph_ms = ms(sl_eval_timeline_pipelined_ns(&t)); /* as the sim device runs it */
         r->graph_param_mib = mib(t.params * 4);
         sl_eval_timeline_fini(&t);
         double nn_ms = ms(r->nn_iteration_ns), nn_p = mib(r->nn_persistent),
