@@ -122,9 +122,12 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--gpu PROFILE] [--hp-model M] [--lp-model M] [--lp-batch B] "
-            "[--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny]\n"
+            "[--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] "
+            "[--serial-launch]\n"
             "  a batch-1 hp inference job (Poisson requests) beside lp training on one GPU:\n"
-            "  hp alone, plain sharing, priority without filling, gap filling 0/5/10 %%\n",
+            "  hp alone, plain sharing, priority without filling, gap filling 0/5/10 %%\n"
+            "  --serial-launch: each op launched after the one before it completed (the\n"
+            "  default launches a whole iteration's ops back to back, as salusd submits it)\n",
             argv0);
 }
 

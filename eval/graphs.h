@@ -84,19 +84,21 @@ int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profil
 int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_profile *p,
                               bool inference, sl_eval_timeline *out);
 
-/* The solo device utilisation of the timeline's iteration: the share of
- * the device it occupies on average running alone,
+/* The solo device utilisation of the timeline's iteration with its
+ * launches serial: the share of the device it occupies on average running
+ * alone,
  *     u = sum(work_i x occupancy_i) / sum(launch_i + work_i)
  * (occupied_ns over iteration_ns): launches leave the SMs to others (they
  * use the launch path, sl_eval_timeline_launch_share), and while an op's work
- * runs it leaves 1 - occupancy_i of the SMs. 1 for an empty timeline. The
- * cap of sim.h's utilisation for a job run as whole iterations; the same
- * job run op by op (sl_eval_op with each op's occupancy) occupies the
- * device the same on average. */
+ * runs it leaves 1 - occupancy_i of the SMs. 1 for an empty timeline.
+ * sl_eval_timeline_utilisation_ex gives it over the pipelined time too:
+ * the cap of sim.h's utilisation for a job run as whole iterations as
+ * salusd submits them. */
 double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
 
-/* The share of the timeline's solo iteration time spent launching,
+/* The share of the timeline's serial solo iteration time spent launching,
  *     l = sum(launch_i) / sum(launch_i + work_i)
+ * (pipelined, the share is sum(launch_i) over sl_eval_timeline_pipelined_ns)
  * in [0, 1); 0 for an empty timeline. What a job run as whole iterations
  * asks of the GPU's shared launch path (sim.h launch_share). */
 double sl_eval_timeline_launch_share(const sl_eval_timeline *t);

@@ -180,10 +180,12 @@ int main(int argc, char **argv)
             private_launches = true;
             break;
         case 'S':
-            mode = LAUNCH_SERIAL;
-            break;
         case 'G':
-            mode = LAUNCH_GRAPH;
+            if (mode != LAUNCH_PIPELINED) {
+                fprintf(stderr, "hparam: --serial-launch and --graph-launch are exclusive\n");
+                return 2;
+            }
+            mode = ch == 'S' ? LAUNCH_SERIAL : LAUNCH_GRAPH;
             break;
         default:
             fprintf(stderr,

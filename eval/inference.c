@@ -131,6 +131,7 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
              * the first launch, then each later op after its launch or
              * the op before it, whichever ends later, then the last work */
             uint64_t n = im->n_ops, l = gpu->launch_ns, w = work_ns / (n ? n : 1);
+            w = w ? w : 1; /* some work after the last launch: a launch share below 1 */
             im->request_ns = n ? l + (n - 1) * (l > w ? l : w) + w : work_ns;
             /* occupancy 1: no layer shapes to estimate it from (so these
              * batch-1 requests are taken to fill the SMs while their work

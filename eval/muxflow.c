@@ -161,7 +161,8 @@ typedef struct train_model {
     sl_eval_op *ops;
     sl_eval_op_shape *shapes;
     uint32_t n_ops;
-    uint64_t iteration_ns;
+    uint64_t iteration_ns; /* alone, whole iterations (pipelined unless --serial-launch) */
+    uint64_t op_ns;        /* its mean op, launch and work: what a stepwise op takes */
     double u;
 } train_model;
 
@@ -354,7 +355,7 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
 static double pair_weight(const svc_model *sm, const train_model *tm, double mean_qps)
 {
     double t_s = (double) sm->request_ns / 1e9;
-    double op_s = (double) tm->iteration_ns / 1e9 / (double) tm->n_ops;
+    double op_s = (double) tm->op_ns / 1e9;
     double rho = fmin(0.99, mean_qps * t_s);
     double r = fmin(1.0, 1.0 / (sm->u + tm->u));
     double extra = (1.0 - rho) * 0.5 * op_s * (1.0 / r - 1.0) + (1.0 - rho) * 0.5 * op_s;
@@ -570,6 +571,7 @@ int main(int argc, char **argv)
                                  .shapes = to_shapes(&t),
                                  .n_ops = (uint32_t) t.n_ops,
                                  .iteration_ns = sl_eval_timeline_solo_ns(&t, pipelined),
+                                 .op_ns = t.n_ops ? t.iteration_ns / t.n_ops : 0,
                                  .u = sl_eval_timeline_utilisation_ex(&t, pipelined)};
         sl_eval_timeline_fini(&t);
         if (!tm[n_tm].ops || !tm[n_tm].shapes)

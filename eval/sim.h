@@ -93,8 +93,8 @@ typedef struct sl_eval_job_spec {
     int workload; /* caller's tag (an index into its workload table), copied out */
     /* Solo device utilisation in (0, 1]; 0 = 1. The fraction of the device
      * an iteration occupies running alone (for an op timeline: sum of
-     * work x occupancy over sum of launch + work, graphs.h
-     * sl_eval_timeline_utilisation). Iterations of several jobs
+     * work x occupancy over its solo time, pipelined or serial, graphs.h
+     * sl_eval_timeline_utilisation_ex). Iterations of several jobs
      * share the device by water-filling (kernels/sim sl_sim_psc): none runs
      * faster than alone, and jobs whose utilisations sum to at most 1 run
      * side by side at full speed. Only for jobs without a timeline (ops
@@ -103,7 +103,8 @@ typedef struct sl_eval_job_spec {
      * number summarises is already there. */
     double utilisation;
     /* Launch share in [0, 1); 0 = none. The share of an iteration's solo
-     * time spent launching kernels (graphs.h sl_eval_timeline_launch_share),
+     * time the launch path is busy with its launches (sum of launches over
+     * the solo time, pipelined or serial: graphs.h),
      * for jobs without a timeline: the GPU's launch path is shared by all
      * its jobs (kernels/sim sl_sim_psc_submit_ex), so packed launch-bound
      * jobs cannot together launch faster than one launch per launch_ns.
@@ -115,7 +116,8 @@ typedef struct sl_eval_job_spec {
      * with no launch cost (at the utilisation above). With a timeline every
      * iteration goes op by op on its lane's stream (slower to simulate);
      * iteration_ns stays what the job declares and what solo_ns counts
-     * (normally the ops' sum). */
+     * (normally the ops alone: pipelined, or their sum under serial
+     * launches). */
     const sl_eval_op *ops;
     uint32_t n_ops;
     /* NULL, or n_ops entries beside ops (borrowed likewise): each op's

@@ -179,12 +179,24 @@ int sl_sim_fail_next_ops(sl_device *dev, unsigned n, int code)
     return SL_OK;
 }
 
+/* Launches reserved so far no longer stand (sim_dev.h launch_epoch). */
+static void rebase_launches(struct sl_sim_dev *d)
+{
+    pthread_mutex_lock(&d->model_lock);
+    uint64_t now = sl_now_ns();
+    d->launch_epoch++;
+    if (d->launch_free_ns > now)
+        d->launch_free_ns = now;
+    pthread_mutex_unlock(&d->model_lock);
+}
+
 int sl_sim_set_slowdown(sl_device *dev, unsigned factor)
 {
     if (!dev || dev->ops != &sl_sim_device_ops || factor < 1 || factor > 1000000)
         return SL_EINVAL;
     struct sl_sim_dev *d = dev->priv;
     atomic_store(&d->slowdown, factor);
+    rebase_launches(d);
     return SL_OK;
 }
 
@@ -230,6 +242,7 @@ static int sim_reset(sl_device *dev)
     }
     atomic_store(&d->fail_ops, 0);
     atomic_store(&d->lost, false);
+    rebase_launches(d);
     return SL_OK;
 }
 

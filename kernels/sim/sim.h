@@ -247,8 +247,9 @@ void sl_sim_psc_init(sl_sim_psc *ps, uint64_t start_ns);
 void sl_sim_psc_submit(sl_sim_psc *ps, sl_sim_psc_job *job, uint64_t arrive_ns, uint64_t solo_ns,
                        double cap);
 
-/* The launch path. A job run as whole iterations that spends the share
- * l = sum(launch) / sum(launch + work) of its solo time launching kernels
+/* The launch path. A job run as whole iterations whose launches keep the
+ * launch path busy for the share l = sum(launch) / (its solo time) of its
+ * solo time
  * also needs the device's launch path: one server per device (the host
  * driver and the GPU's front end, shared by every stream of salusd's one
  * context) that sustains one launch per launch_ns in all (kernels/sim

@@ -15,7 +15,8 @@ struct sl_sim_region {
     size_t bytes;
 };
 
-/* Lock order: a stream's lock and model_lock are never held together;
+/* Lock order: a stream's work-queue lock, then model_lock (a submission
+ * reserves its launch while it holds its queue's lock), never the reverse;
  * mem_lock is taken alone. */
 struct sl_sim_dev {
     const sl_sim_profile *profile;
@@ -26,7 +27,7 @@ struct sl_sim_dev {
     uint64_t used;
     uint64_t next_addr; /* offset of the next region in the fake address range */
 
-    pthread_mutex_t model_lock; /* guards res and launch_free_ns */
+    pthread_mutex_t model_lock; /* guards res, the launch path and each stream's launch end */
     pthread_cond_t model_cv;    /* CLOCK_MONOTONIC; a job joined or left a resource */
     bool model_ready;
     sl_sim_psc res[SL_SIM_RES_COUNT]; /* capped by each op's occupancy (sim.h) */
@@ -34,6 +35,10 @@ struct sl_sim_dev {
      * driver and front end of one context): when the launches issued so
      * far are through, on sl_now_ns's clock. */
     uint64_t launch_free_ns;
+    /* Bumped when the slowdown changes or the device is reset: launches
+     * reserved before (at the old speed, perhaps far ahead) are reserved
+     * again when their command runs, and the path is free from now. */
+    uint64_t launch_epoch;
     unsigned part_sms; /* SMs held by live partitions (spart.c) */
 
     /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics

@@ -20,7 +20,9 @@
  * So the ops of a whole iteration, submitted together, launch back to back
  * while earlier ones run, and an op submitted only after the previous one
  * completed (salusd's stepwise ops, from a completion callback) pays its
- * launch after it, as eval/'s simulator models both. The worker then
+ * launch after it, as eval/'s simulator models both. A change of the
+ * injected slowdown or a reset frees the path from then on; a launch
+ * reserved before it is reserved again when its command runs. The worker then
  * sleeps on the device's condition variable until the model says the
  * work departed. Departure times come from the model, not from when a thread
  * woke up: back-to-back ops on one stream follow each other at the modeled
@@ -50,7 +52,8 @@
 
 /* The payload of a work command (workq.h): an op or a copy. */
 struct cmd {
-    uint64_t launched_ns; /* when its launch ends (reserved at submission) */
+    uint64_t launched_ns;  /* when its launch ends (reserved at submission) */
+    uint64_t launch_epoch; /* the device's launch epoch it was reserved in */
     sl_sim_timing timing;
     void *zero_dst; /* d2h: host bytes to clear once the copy is done */
     size_t zero_n;
@@ -62,6 +65,7 @@ struct sl_stream {
     sl_workq *q;
     uint64_t clock_ns;      /* modeled completion of the last work; worker thread only */
     uint64_t launch_end_ns; /* its last launch's end; under the device's model_lock */
+    uint64_t launch_epoch;  /* the device's launch epoch of launch_end_ns; likewise */
     int priority;           /* stream_create's: its ops' class on the SMs (sim.h, sl_sim_psc) */
     /* stream_set_workspace: accounted, never touched (outputs are not
      * computed); the submitting thread's alone */
@@ -87,18 +91,22 @@ static uint64_t slowdown(struct sl_sim_dev *d)
     return slow < 1 ? 1 : slow;
 }
 
-/* Reserves the launch of a command submitted now on the device's launch
- * path, after the stream's previous launch; returns when it ends. */
-static uint64_t reserve_launch(sl_stream *s, uint64_t now, uint64_t launch_ns)
+/* Reserves the launch of command c, submitted now, on the device's launch
+ * path after the stream's previous launch (one of the current epoch).
+ * Called with model_lock held. */
+static void reserve_launch_locked(sl_stream *s, struct cmd *c, uint64_t now)
 {
     struct sl_sim_dev *d = s->dev;
-    pthread_mutex_lock(&d->model_lock);
+    if (s->launch_epoch != d->launch_epoch) {
+        s->launch_epoch = d->launch_epoch;
+        s->launch_end_ns = 0;
+    }
     uint64_t at = now > s->launch_end_ns ? now : s->launch_end_ns;
     at = at > d->launch_free_ns ? at : d->launch_free_ns;
-    at += launch_ns * slowdown(d);
+    at += c->timing.launch_ns * slowdown(d);
     d->launch_free_ns = s->launch_end_ns = at;
-    pthread_mutex_unlock(&d->model_lock);
-    return at;
+    c->launched_ns = at;
+    c->launch_epoch = d->launch_epoch;
 }
 
 /* Occupies the modeled time of one op or copy on its resource. Called on the
@@ -119,11 +127,17 @@ static int run_work(sl_stream *s, const struct cmd *c)
         t = &on_part;
         ps = &part->ps;
     }
-    uint64_t start = s->clock_ns > c->launched_ns ? s->clock_ns : c->launched_ns;
     sl_sim_psc_job job = {.user = s};
     uint64_t slow = slowdown(d);
 
     pthread_mutex_lock(&d->model_lock);
+    uint64_t launched = c->launched_ns;
+    if (c->launch_epoch != d->launch_epoch) { /* reserved before a rebase: again, now */
+        struct cmd again = *c;
+        reserve_launch_locked(s, &again, sl_now_ns());
+        launched = again.launched_ns;
+    }
+    uint64_t start = s->clock_ns > launched ? s->clock_ns : launched;
     /* stream priorities order block dispatch on the SMs; the copy engines
      * of the host link serve streams alike */
     int prio = t->resource == SL_SIM_RES_DEVICE ? s->priority : 0;
@@ -184,7 +198,10 @@ static struct cmd *begin(sl_stream *s, int *rc)
 
 static int commit(sl_stream *s, struct cmd *c)
 {
-    c->launched_ns = reserve_launch(s, sl_now_ns(), c->timing.launch_ns);
+    struct sl_sim_dev *d = s->dev;
+    pthread_mutex_lock(&d->model_lock);
+    reserve_launch_locked(s, c, sl_now_ns());
+    pthread_mutex_unlock(&d->model_lock);
     return sl_workq_commit(s->q, c);
 }
 

@@ -192,8 +192,21 @@ static void test_timelines(void **state)
         assert_true(fabs(occ - one.occupied_ns) < 1e-6 * occ + 1);
         assert_true(u < (double) one.work_ns / (double) one.iteration_ns);
         /* launched asynchronously: between the larger of the two sums and
-         * the serial charge */
+         * the serial charge; the same on the whole device through the
+         * partition model, and the utilisation over it higher */
         uint64_t piped = sl_eval_timeline_pipelined_ns(&train);
+        assert_int_equal(sl_eval_timeline_ns_on_ex(&train, p, p->sm_count, true), piped);
+        assert_int_equal(sl_eval_timeline_ns_on_ex(&train, p, p->sm_count, false),
+                         sl_eval_timeline_ns_on(&train, p, p->sm_count));
+        assert_int_equal(sl_eval_timeline_solo_ns(&train, true), piped);
+        assert_int_equal(sl_eval_timeline_solo_ns(&train, false), train.iteration_ns);
+        double u_piped = sl_eval_timeline_utilisation_ex(&train, true);
+        assert_true(u_piped > sl_eval_timeline_utilisation(&train) && u_piped <= 1.0);
+        /* a need on pipelined times keeps the request within its slack */
+        unsigned need = sl_eval_timeline_need_sms_ex(&one, p, 2, 2, 0.02, true);
+        assert_true(need >= 2 && need <= p->sm_count);
+        assert_true((double) sl_eval_timeline_ns_on_ex(&one, p, need, true) <=
+                    1.02 * (double) sl_eval_timeline_ns_on_ex(&one, p, p->sm_count, true));
         uint64_t launches = train.iteration_ns - train.work_ns;
         assert_true(piped >= (launches > train.work_ns ? launches : train.work_ns));
         assert_true(piped < train.iteration_ns);
@@ -929,10 +942,33 @@ static void test_launch_path(void **state)
     assert_true(sum.makespan_ns >= launches);
     assert_true(sum.makespan_ns <= launches + 40000);
     assert_true(sum.max_lanes >= 2); /* several streams launching */
-    /* each stream on its own: the lanes run side by side, each as if alone */
+    /* each stream on its own: the lanes run side by side, each as if alone,
+     * its launches still pipelined (4 x 5 + 5 us an iteration) */
     cfg.private_launches = true;
     assert_sl_ok(sl_eval_run(&cfg, jobs, N, NULL, &priv));
     assert_true(priv.makespan_ns < launches);
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, NULL, &priv));
+    assert_int_equal(priv.makespan_ns, ITERS * 25000);
+    cfg.private_launches = false;
+
+    /* a whole iteration reserves all its launches when it starts: a job
+     * arriving just after one began launches behind all four (its op's
+     * work from 25 us on), where serially it would follow the first */
+    static sl_eval_op one[1] = {{5000, 5000, 1, 0.05, 0}};
+    sl_eval_job_spec two[2] = {jobs[0], jobs[1]};
+    two[0].iterations = two[1].iterations = 1;
+    two[1].arrival_ns = 1000;
+    two[1].ops = one;
+    two[1].n_ops = 1;
+    two[1].iteration_ns = 10000;
+    sl_eval_job_result res[2];
+    assert_sl_ok(sl_eval_run(&cfg, two, 2, res, &sum));
+    uint64_t piped = res[1].finish_ns;
+    cfg.pipelined_launches = false;
+    assert_sl_ok(sl_eval_run(&cfg, two, 2, res, &sum));
+    uint64_t serial = res[1].finish_ns;
+    assert_true(piped >= 4 * 5000 + 5000 + 5000);
+    assert_true(serial < piped);
 }
 
 /* A horizon stops the run: what completed by then is reported, the

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define GIB (1024ull * 1024ull * 1024ull)
 #define MS 1000000ull
@@ -1073,6 +1074,42 @@ static void test_pipelined_launches(void **state)
     env_close(&e);
 }
 
+static void wait_for_flag(void *arg, int status)
+{
+    (void) status;
+    struct timespec nap = {0, 100000};
+    while (!atomic_load((atomic_bool *) arg))
+        nanosleep(&nap, NULL);
+}
+
+/* Launches reserved at a slow device's speed do not outlive it: once the
+ * slowdown is lifted, queued ops launch at the normal speed (they are
+ * reserved again when they run), and the launch path is free from then. */
+static void test_launches_rebased(void **state)
+{
+    (void) state;
+    struct env e;
+    env_open(&e, "sim:v100");
+    const sl_device_ops *o = e.dev->ops;
+    sl_op_call mm = matmul_call(&e, 64);
+    atomic_bool go = false;
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 100000)); /* 5 us launches: 0.5 s */
+    assert_sl_ok(o->host_callback(e.dev, e.s[0], wait_for_flag, &go));
+    for (int i = 0; i < 4; i++) /* reserved 0.5, 1.0, 1.5, 2.0 s ahead */
+        assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+    assert_sl_ok(sl_sim_set_slowdown(e.dev, 1));
+    uint64_t t0 = sl_now_ns();
+    atomic_store(&go, true);
+    assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+    assert_true(slow_host() || sl_now_ns() - t0 < 250 * MS);
+    /* another stream's launch does not queue behind the old reservations */
+    t0 = sl_now_ns();
+    assert_sl_ok(o->launch(e.dev, e.s[1], &mm));
+    assert_sl_ok(o->synchronize(e.dev, e.s[1]));
+    assert_true(slow_host() || sl_now_ns() - t0 < 250 * MS);
+    env_close(&e);
+}
+
 struct trace {
     pthread_mutex_t lock;
     int order[16];
@@ -1245,6 +1282,7 @@ int main(void)
         cmocka_unit_test(test_launch_timing),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_pipelined_launches),
+        cmocka_unit_test(test_launches_rebased),
         cmocka_unit_test(test_ordering_and_callbacks),
         cmocka_unit_test(test_submission),
     };
