@@ -398,14 +398,23 @@ double sl_eval_timeline_launch_share(const sl_eval_timeline *t)
     return (double) (t->iteration_ns - t->work_ns) / (double) t->iteration_ns;
 }
 
+/* One op after the others: when its work is done, given when the ops
+ * before it were done and (pipelined) when their launches ended. */
+static uint64_t chain_op(uint64_t done, uint64_t *launched, uint64_t launch, uint64_t work,
+                         bool pipelined)
+{
+    if (!pipelined)
+        return done + launch + work;
+    *launched += launch;
+    return (done > *launched ? done : *launched) + work;
+}
+
 uint64_t sl_eval_timeline_pipelined_ns(const sl_eval_timeline *t)
 {
     uint64_t launched = 0, done = 0;
-    for (size_t i = 0; i < t->n_ops; i++) {
-        const sl_eval_op_time *o = &t->ops[i];
-        launched += o->launch_ns;
-        done = (done > launched ? done : launched) + (o->ns - o->launch_ns);
-    }
+    for (size_t i = 0; i < t->n_ops; i++)
+        done = chain_op(done, &launched, t->ops[i].launch_ns, t->ops[i].ns - t->ops[i].launch_ns,
+                        true);
     return done;
 }
 
@@ -458,12 +467,7 @@ uint64_t sl_eval_timeline_ns_on_ex(const sl_eval_timeline *t, const sl_sim_profi
         const sl_eval_op_time *o = &t->ops[i];
         uint64_t work = sl_sim_part_work_ns(p->sm_count, o->compute_ns, o->memory_ns, o->waves, sms,
                                             1.0, NULL, NULL);
-        if (pipelined) {
-            launched += o->launch_ns;
-            done = (done > launched ? done : launched) + work;
-        } else {
-            done += o->launch_ns + work;
-        }
+        done = chain_op(done, &launched, o->launch_ns, work, pipelined);
     }
     return done;
 }

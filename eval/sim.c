@@ -63,6 +63,7 @@ typedef struct sim_job {
     bool step_last;        /* the step in flight is its iteration's last */
     uint32_t op;           /* whole iteration with a timeline: the op in flight */
     uint64_t launched_ns;  /* pipelined: when the op in flight's launch ends */
+    uint64_t launches_ns;  /* the sum of its ops' launches (an iteration's, pipelined) */
     uint64_t request_ns;   /* when the request in flight was meant to be sent */
     uint64_t switch_delay; /* switch cost still to charge to the first op issued */
 } sim_job;
@@ -447,13 +448,11 @@ static int start_on_device(void *arg, sl_lanes_start *st)
     if (pipelined(s, j)) {
         /* every launch of the iteration, back to back on the launch path
          * (the GPU's, or with private launches its stream's own) */
-        uint64_t from = c->now + j->switch_delay, all = 0;
-        for (uint32_t k = 0; k < j->spec->n_ops; k++)
-            all += j->spec->ops[k].launch_ns;
+        uint64_t from = c->now + j->switch_delay;
         j->launched_ns = from;
         if (!s->cfg->private_launches) {
             j->launched_ns = from > g->launch_t ? from : g->launch_t;
-            g->launch_t = j->launched_ns + all;
+            g->launch_t = j->launched_ns + j->launches_ns;
         }
     }
     submit_op(s, c->gi, j, 0, 0, 1, c->now);
@@ -1017,6 +1016,8 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
                 goto out;
             }
             sl_gaps_lp_init(&j->lp, e, jobs[i].n_ops);
+            for (uint32_t k = 0; k < jobs[i].n_ops; k++)
+                j->launches_ns += jobs[i].ops[k].launch_ns;
         }
         push(&s, jobs[i].arrival_ns, EV_ARRIVAL, 0, i);
     }

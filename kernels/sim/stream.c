@@ -91,10 +91,10 @@ static uint64_t slowdown(struct sl_sim_dev *d)
     return slow < 1 ? 1 : slow;
 }
 
-/* Reserves the launch of command c, submitted now, on the device's launch
- * path after the stream's previous launch (one of the current epoch).
- * Called with model_lock held. */
-static void reserve_launch_locked(sl_stream *s, struct cmd *c, uint64_t now)
+/* Reserves a launch of launch_ns, issued now, on the device's launch path
+ * after the stream's previous launch (one of the current epoch); returns
+ * when it ends. Called with model_lock held. */
+static uint64_t reserve_launch_locked(sl_stream *s, uint64_t now, uint64_t launch_ns)
 {
     struct sl_sim_dev *d = s->dev;
     if (s->launch_epoch != d->launch_epoch) {
@@ -103,10 +103,9 @@ static void reserve_launch_locked(sl_stream *s, struct cmd *c, uint64_t now)
     }
     uint64_t at = now > s->launch_end_ns ? now : s->launch_end_ns;
     at = at > d->launch_free_ns ? at : d->launch_free_ns;
-    at += c->timing.launch_ns * slowdown(d);
+    at += launch_ns * slowdown(d);
     d->launch_free_ns = s->launch_end_ns = at;
-    c->launched_ns = at;
-    c->launch_epoch = d->launch_epoch;
+    return at;
 }
 
 /* Occupies the modeled time of one op or copy on its resource. Called on the
@@ -132,11 +131,8 @@ static int run_work(sl_stream *s, const struct cmd *c)
 
     pthread_mutex_lock(&d->model_lock);
     uint64_t launched = c->launched_ns;
-    if (c->launch_epoch != d->launch_epoch) { /* reserved before a rebase: again, now */
-        struct cmd again = *c;
-        reserve_launch_locked(s, &again, sl_now_ns());
-        launched = again.launched_ns;
-    }
+    if (c->launch_epoch != d->launch_epoch) /* reserved before a rebase: again, now */
+        launched = reserve_launch_locked(s, sl_now_ns(), t->launch_ns);
     uint64_t start = s->clock_ns > launched ? s->clock_ns : launched;
     /* stream priorities order block dispatch on the SMs; the copy engines
      * of the host link serve streams alike */
@@ -200,7 +196,8 @@ static int commit(sl_stream *s, struct cmd *c)
 {
     struct sl_sim_dev *d = s->dev;
     pthread_mutex_lock(&d->model_lock);
-    reserve_launch_locked(s, c, sl_now_ns());
+    c->launched_ns = reserve_launch_locked(s, sl_now_ns(), c->timing.launch_ns);
+    c->launch_epoch = d->launch_epoch;
     pthread_mutex_unlock(&d->model_lock);
     return sl_workq_commit(s->q, c);
 }
