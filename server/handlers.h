@@ -6,7 +6,17 @@
 #ifndef SL_HANDLERS_H
 #define SL_HANDLERS_H
 
-#include "session.h"
+#include "config.h"
+#include "reply.h"
+
+#include <stdbool.h>
+
+/* Defined in session.h, whose layer calls these: the handlers read and
+ * change a session and its table but call nothing of that layer back, so
+ * the calls between the two go one way. */
+typedef struct sl_sessions sl_sessions;
+typedef struct sl_session sl_session;
+typedef struct sl_work sl_work;
 
 /* Most tensor bytes one reply carries: no more than a request may carry
  * (--max-message), so that no message either way outgrows the limit, and

@@ -3,57 +3,6 @@
 #include "sl_error.h"
 #include "sl_log.h"
 
-/* A job step's figures over its user's limits. */
-void sl_job_limits(const sl_job *job, sl_limits *lim)
-{
-    lim->max_priority = job->priority;
-    if (job->memory)
-        lim->memory = job->memory;
-}
-
-void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits *out)
-{
-    sl_peer owner = {.pipe_id = s->pipe_id, .has_uid = s->has_uid, .uid = s->uid};
-    sl_sessions_limits(ss, &owner, out);
-    const sl_job *job = sl_jobs_by_tenant(&ss->jobs, s->tenant);
-    if (job)
-        sl_job_limits(job, out);
-}
-
-/* The job step a session opened by peer belongs to (*out NULL: none), or
- * false with the refusal in r. Operators' sessions belong to no step: no
- * limits hold for them anyway. */
-bool sl_sessions_job_of(const sl_sessions *ss, const Salus__OpenSession *m, const sl_peer *peer,
-                        const sl_job **out, sl_reply *r)
-{
-    *out = NULL;
-    if (peer->is_operator || !peer->has_uid)
-        return true;
-    if (!m->has_job) {
-        bool several;
-        *out = sl_jobs_only_of(&ss->jobs, peer->uid, &several);
-        if (several) {
-            sl_reply_error(r, SL_EPERM,
-                           "uid %llu runs several job steps here: name the session's step "
-                           "(SALUS_JOB=JOB.STEP, which the Slurm plugin sets)",
-                           (unsigned long long) peer->uid);
-            return false;
-        }
-        return true;
-    }
-    const sl_job *job = sl_jobs_find(&ss->jobs, m->job_id, m->step_id);
-    if (!job || job->uid != peer->uid) {
-        sl_reply_error(r, SL_EPERM,
-                       job ? "job step %u.%u is not yours"
-                           : "job step %u.%u is not running here (it ended, or salusd was not "
-                             "told about it)",
-                       m->job_id, m->step_id);
-        return false;
-    }
-    *out = job;
-    return true;
-}
-
 void sl_job_request_register(sl_sessions *ss, const Salus__RegisterJob *m, sl_reply *r)
 {
     sl_job job = {.job_id = m->job_id,

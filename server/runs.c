@@ -3,6 +3,7 @@
  * the reply's outputs are laid out so the executor copies fetched values
  * straight into them (or into the client's shared memory). */
 #include "handlers.h"
+#include "session.h"
 #include "sl_error.h"
 #include "sl_time.h"
 

@@ -1,8 +1,8 @@
 /* Sessions (session.h): the table, admission, and each session's queue of
  * work, run strictly in order through the handlers. */
+#include "session.h"
 #include "decode.h"
 #include "handlers.h"
-#include "job_requests.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -31,6 +31,11 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
     ss->fault = fault;
     ss->mem = mem;
     ss->next_id = ((random_u64() & 0x7fffff) | (1u << 23)) << 16;
+    ss->tenants.defaults = &cfg->tenant_limits;
+    ss->tenants.rules = cfg->limit_rules;
+    ss->tenants.n_rules = cfg->n_limit_rules;
+    ss->tenants.max_sessions_all = cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS;
+    ss->tenants.jobs = &ss->jobs;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     ss->host_limit = cfg->max_metadata       ? cfg->max_metadata
                      : pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 4
@@ -328,93 +333,66 @@ bool sl_session_owned_by(const sl_session *s, const sl_peer *peer)
 
 void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out)
 {
-    const sl_config *cfg = ss->cfg;
-    sl_limits_for(&cfg->tenant_limits, cfg->limit_rules, cfg->n_limit_rules,
-                  cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS, peer, out);
+    const sl_tenants *t = &ss->tenants;
+    sl_limits_for(t->defaults, t->rules, t->n_rules, t->max_sessions_all, peer, out);
 }
 
-/* The ephemeral bytes s is charged for (what is not its declared P). */
-static uint64_t charged_ephemeral(const sl_session *s)
+void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits *out)
 {
-    return s->tenant_charge -
-           (s->declared_persistent < s->tenant_charge ? s->declared_persistent : s->tenant_charge);
+    sl_peer owner = sl_session_owner(s);
+    (void) sl_tenants_limits(&ss->tenants, &owner, s->tenant, out);
 }
 
-bool sl_sessions_tenant_room(sl_sessions *ss, const sl_session *s, uint64_t need, sl_reply *r)
+/* The job step a session opened by peer belongs to (*out NULL: none): the
+ * step m names, which must be registered for peer's uid, else the uid's
+ * only registered step. Operators' sessions belong to no step: no limits
+ * hold for them anyway. False with the refusal (PERMISSION_DENIED) in r. */
+static bool step_of(const sl_sessions *ss, const Salus__OpenSession *m, const sl_peer *peer,
+                    const sl_job **out, sl_reply *r)
 {
-    uint64_t charged = charged_ephemeral(s);
-    if (!s->limited || need <= charged)
+    *out = NULL;
+    if (peer->is_operator || !peer->has_uid)
         return true;
-    sl_limits lim;
-    sl_sessions_limits_of(ss, s, &lim);
-    sl_tenant_use use = sl_tenants_get(&ss->tenants, s->tenant);
-    uint64_t more = need - charged;
-    if (!lim.memory || (use.memory <= lim.memory && more <= lim.memory - use.memory))
+    if (!m->has_job) {
+        bool several;
+        *out = sl_jobs_only_of(&ss->jobs, peer->uid, &several);
+        if (several) {
+            sl_reply_error(r, SL_EPERM,
+                           "uid %llu runs several job steps here: name the session's step "
+                           "(SALUS_JOB=JOB.STEP, which the Slurm plugin sets)",
+                           (unsigned long long) peer->uid);
+            return false;
+        }
         return true;
-    char who[32];
-    sl_tenant_name(s->tenant, who, sizeof who);
-    sl_reply_error(r, SL_EEXHAUSTED,
-                   "memory quota of %s: this graph needs %llu ephemeral bytes per iteration, "
-                   "%llu more than the session holds, and %llu of its %llu bytes are left "
-                   "(salusd --tenant-limits / --user-limits memory=)",
-                   who, (unsigned long long) need, (unsigned long long) more,
-                   (unsigned long long) (lim.memory > use.memory ? lim.memory - use.memory : 0),
-                   (unsigned long long) lim.memory);
-    return false;
-}
-
-void sl_sessions_tenant_grow(sl_sessions *ss, sl_session *s, uint64_t need)
-{
-    uint64_t charged = charged_ephemeral(s);
-    if (need <= charged)
-        return;
-    sl_tenants_charge(&ss->tenants, s->tenant, need - charged);
-    s->tenant_charge += need - charged;
-}
-
-/* A limited tenant's hints within its limits: priority and weight are
- * clamped (a job asking for more than it may have still runs, at what it
- * may have); memory beyond the quota is refused, since a session cannot
- * run in less than it declared. A session that declares no persistent
- * bytes gets what is left of the quota, so that its allocations stay
- * inside it. Returns false with the refusal in r. */
-static bool within_limits(sl_sessions *ss, sl_session *s, const sl_peer *peer, const sl_limits *lim,
-                          sl_reply *r)
-{
-    char who[96];
-    sl_tenant_name(s->tenant, who, sizeof who);
-    sl_sched_job *j = &s->job.sched;
-    if (j->priority > lim->max_priority || j->weight > lim->max_weight) {
-        sl_log_info("ses.clamp",
-                    "session of %s on pipe %u asked for priority %d, weight %.3g: clamped to its "
-                    "limits (priority %d, weight %.3g)",
-                    who, peer->pipe_id, j->priority, j->weight, lim->max_priority, lim->max_weight);
-        if (j->priority > lim->max_priority)
-            j->priority = lim->max_priority;
-        if (j->weight > lim->max_weight)
-            j->weight = lim->max_weight;
     }
-    if (!lim->memory)
-        return true;
-    sl_tenant_use use = sl_tenants_get(&ss->tenants, s->tenant);
-    uint64_t left = lim->memory > use.memory ? lim->memory - use.memory : 0;
-    uint64_t e = s->declared_ephemeral ? s->declared_ephemeral : ss->default_ephemeral;
-    if (!s->declared_persistent && left > e) {
-        uint64_t room = ss->quota > e ? ss->quota - e : 0;
-        s->declared_persistent = left - e < room ? left - e : room;
-    }
-    uint64_t charge = s->declared_persistent + e;
-    if (charge < e || charge > left || !s->declared_persistent) {
-        sl_reply_error(r, SL_EEXHAUSTED,
-                       "memory quota of %s: this session needs %llu persistent + %llu ephemeral "
-                       "bytes, and %llu of its %llu bytes are left (its sessions hold %llu); "
-                       "declare less, or close a session (salusd --tenant-limits / --user-limits "
-                       "memory=)",
-                       who, (unsigned long long) s->declared_persistent, (unsigned long long) e,
-                       (unsigned long long) left, (unsigned long long) lim->memory,
-                       (unsigned long long) use.memory);
+    const sl_job *job = sl_jobs_find(&ss->jobs, m->job_id, m->step_id);
+    if (!job || job->uid != peer->uid) {
+        sl_reply_error(r, SL_EPERM,
+                       job ? "job step %u.%u is not yours"
+                           : "job step %u.%u is not running here (it ended, or salusd was not "
+                             "told about it)",
+                       m->job_id, m->step_id);
         return false;
     }
+    *out = job;
+    return true;
+}
+
+/* A limited session's hints within its limits (sl_tenants_admit): priority
+ * and weight clamped, memory sized and checked against its quota. Returns
+ * false with the refusal in r. */
+static bool within_limits(sl_sessions *ss, sl_session *s, const sl_peer *peer, sl_reply *r)
+{
+    sl_tenant_ask ask = {.priority = s->job.sched.priority,
+                         .weight = s->job.sched.weight,
+                         .persistent = s->declared_persistent,
+                         .ephemeral = s->declared_ephemeral};
+    if (!sl_tenants_admit(&ss->tenants, peer, s->tenant, ss->default_ephemeral, ss->quota, &ask, r))
+        return false;
+    s->job.sched.priority = ask.priority;
+    s->job.sched.weight = ask.weight;
+    s->declared_persistent = ask.persistent;
+    s->tenant_charge = ask.charge;
     return true;
 }
 
@@ -440,25 +418,9 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         return false;
     }
     const sl_job *job;
-    if (!sl_sessions_job_of(ss, m, peer, &job, r))
+    if (!step_of(ss, m, peer, &job, r))
         return false;
     uint64_t tenant = job ? job->tenant : sl_tenant_key(peer);
-    sl_limits lim = {0};
-    if (!peer->is_operator) {
-        sl_sessions_limits(ss, peer, &lim);
-        if (job)
-            sl_job_limits(job, &lim);
-        sl_tenant_use use = sl_tenants_get(&ss->tenants, tenant);
-        if (use.sessions >= lim.max_sessions) {
-            char who[96];
-            sl_tenant_name(tenant, who, sizeof who);
-            sl_reply_error(r, SL_EEXHAUSTED,
-                           "too many sessions for %s: %u open (its limit %u, salusd "
-                           "--tenant-limits / --user-limits sessions=); close some",
-                           who, use.sessions, lim.max_sessions);
-            return false;
-        }
-    }
     const Salus__SessionHints *h = m->hints;
     sl_session *s = sl_calloc(1, sizeof *s);
     Salus__OpenSessionReply *body = sl_reply_alloc(r, sizeof *body);
@@ -491,12 +453,14 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
     }
     if (job && (!h || !h->priority))
         s->job.sched.priority = job->priority; /* the step's class unless it asks for less */
-    if (s->limited && !within_limits(ss, s, peer, &lim, r)) {
+    if (s->limited && !within_limits(ss, s, peer, r)) {
         sl_free(s);
         return false;
     }
-    uint64_t e = s->declared_ephemeral ? s->declared_ephemeral : ss->default_ephemeral;
-    s->tenant_charge = s->declared_persistent + e < e ? UINT64_MAX : s->declared_persistent + e;
+    if (!s->limited) { /* counted, never limited */
+        uint64_t e = s->declared_ephemeral ? s->declared_ephemeral : ss->default_ephemeral;
+        s->tenant_charge = s->declared_persistent + e < e ? UINT64_MAX : s->declared_persistent + e;
+    }
     s->job.sched.id = s->id;
     salus__open_session_reply__init(body);
     body->session_id = s->id;

@@ -102,8 +102,11 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
 /* Frees every session left (their device memory goes with the arena). */
 void sl_sessions_fini(sl_sessions *ss);
 
-/* OPEN_SESSION from peer. Without operator rights its tenant's limits
- * apply (tenants.h): priority and weight hints are clamped, and a session
+/* OPEN_SESSION from peer. The session belongs to the job step m names
+ * (which must be registered for peer's uid) or else to the uid's only
+ * registered step, if any (jobs.h); a refusal is PERMISSION_DENIED.
+ * Without operator rights its tenant's limits apply (tenants.h,
+ * sl_tenants_admit): priority and weight hints are clamped, and a session
  * beyond the tenant's session count or memory quota is refused with
  * RESOURCE_EXHAUSTED. The reply r is filled now, or (returns true) kept
  * with req and sent at admission. */
@@ -112,6 +115,12 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
 /* Whether s belongs to peer: over ipc:// the same uid, else the same
  * connection. */
 bool sl_session_owned_by(const sl_session *s, const sl_peer *peer);
+/* The peer whose limits s lives under (never an operator: an operator's
+ * sessions are not limited). */
+static inline sl_peer sl_session_owner(const sl_session *s)
+{
+    return (sl_peer){.pipe_id = s->pipe_id, .has_uid = s->has_uid, .uid = s->uid};
+}
 /* The limits of peer's tenant (every field set; see tenants.h). */
 void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out);
 /* The limits s lives under: its owner's, with its job step's memory
@@ -121,12 +130,6 @@ void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits
  * connection had gone; returns how many. */
 uint32_t sl_sessions_close_tenants(sl_sessions *ss, bool (*match)(uint64_t tenant, void *arg),
                                    void *arg, sl_outbox *box);
-/* A graph of s needs an ephemeral need of bytes: whether s's tenant may
- * hold that much more than it was charged (false, with the refusal in r,
- * when it would pass its memory quota). Changes nothing. */
-bool sl_sessions_tenant_room(sl_sessions *ss, const sl_session *s, uint64_t need, sl_reply *r);
-/* The need was granted: s's tenant is charged for it. */
-void sl_sessions_tenant_grow(sl_sessions *ss, sl_session *s, uint64_t need);
 /* The open, admitted session id, or NULL. */
 sl_session *sl_sessions_find(sl_sessions *ss, uint64_t id);
 /* Queues a request on s (taking msg and r) and runs what can run now. */

@@ -1,8 +1,9 @@
 /* Tenants, rights and limits (tenants.h). */
 #include "tenants.h"
-#include "jobs.h"
+#include "reply.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_log.h"
 #include "sl_text.h"
 
 #include <errno.h>
@@ -253,4 +254,156 @@ void sl_tenants_fini(sl_tenants *t)
     while (sl_map_next(&t->use, &i, NULL, &v))
         sl_free(v);
     sl_map_fini(&t->use);
+}
+
+/* ---- the per-tenant quota ---- */
+
+int sl_tenants_limits(const sl_tenants *t, const sl_peer *owner, uint64_t key, sl_limits *out)
+{
+    sl_limits_for(t->defaults, t->rules, t->n_rules, t->max_sessions_all, owner, out);
+    const sl_job *job = t->jobs ? sl_jobs_by_tenant(t->jobs, key) : NULL;
+    if (job) {
+        out->max_priority = job->priority;
+        if (job->memory) {
+            out->memory = job->memory;
+            return SL_QUOTA_STEP;
+        }
+    }
+    return out->memory ? SL_QUOTA_TENANT : SL_QUOTA_NONE;
+}
+
+/* What a refusal tells the user to change, by where the quota comes from. */
+static const char *quota_remedy(int source)
+{
+    return source == SL_QUOTA_STEP
+               ? "the quota is the job step's (the Slurm plugin's shard_memory times the job's "
+                 "shards on this node): ask for more shards (srun --gres=shard:N)"
+               : "the quota is this user's (salusd --tenant-limits / --user-limits memory=): "
+                 "ask the operator for more";
+}
+
+bool sl_tenants_admit(const sl_tenants *t, const sl_peer *owner, uint64_t key,
+                      uint64_t default_ephemeral, uint64_t session_quota, sl_tenant_ask *ask,
+                      sl_reply *r)
+{
+    char who[96];
+    sl_tenant_name(key, who, sizeof who);
+    sl_limits lim;
+    int source = sl_tenants_limits(t, owner, key, &lim);
+    sl_tenant_use use = sl_tenants_get(t, key);
+    if (use.sessions >= lim.max_sessions) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "too many sessions for %s: %u open (its limit %u, salusd "
+                       "--tenant-limits / --user-limits sessions=); close some",
+                       who, use.sessions, lim.max_sessions);
+        return false;
+    }
+    if (ask->priority > lim.max_priority || ask->weight > lim.max_weight) {
+        sl_log_info("ses.clamp",
+                    "session of %s on pipe %u asked for priority %d, weight %.3g: clamped to its "
+                    "limits (priority %d, weight %.3g)",
+                    who, owner->pipe_id, ask->priority, ask->weight, lim.max_priority,
+                    lim.max_weight);
+        if (ask->priority > lim.max_priority)
+            ask->priority = lim.max_priority;
+        if (ask->weight > lim.max_weight)
+            ask->weight = lim.max_weight;
+    }
+    uint64_t e_mgr = ask->ephemeral ? ask->ephemeral : default_ephemeral;
+    if (source == SL_QUOTA_NONE) {
+        ask->charge = ask->persistent + e_mgr < e_mgr ? UINT64_MAX : ask->persistent + e_mgr;
+        return true;
+    }
+    uint64_t left = lim.memory > use.memory ? lim.memory - use.memory : 0;
+    if (!left) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "memory quota of %s: none of its %llu bytes is left (the sessions open "
+                       "under it hold %llu); close a session; %s",
+                       who, (unsigned long long) lim.memory, (unsigned long long) use.memory,
+                       quota_remedy(source));
+        return false;
+    }
+    /* an undeclared ephemeral need is the manager's placeholder lane, given
+     * back once the session's graphs are known: it is counted for no more
+     * than the quota can spare next to the persistent bytes */
+    uint64_t e = ask->ephemeral;
+    if (!e) {
+        uint64_t spare =
+            ask->persistent ? (left > ask->persistent ? left - ask->persistent : 0) : left / 2;
+        e = default_ephemeral < spare ? default_ephemeral : spare & ~(uint64_t) 255;
+        if (e < 256)
+            e = 256; /* the least ephemeral need there is */
+    }
+    if (!ask->persistent && left > e) {
+        /* the manager refuses P + its E beyond the session quota */
+        uint64_t room = session_quota > e_mgr ? session_quota - e_mgr : 0;
+        uint64_t p = left - e < room ? left - e : room;
+        ask->persistent = p & ~(uint64_t) 255;
+    }
+    uint64_t charge = ask->persistent + e;
+    if (charge < e || charge > left) {
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "memory quota of %s: this session needs %llu persistent + %llu ephemeral "
+                       "bytes, more than the %llu bytes left of the quota of %llu (the sessions "
+                       "open under it hold %llu); declare less or close a session; %s",
+                       who, (unsigned long long) ask->persistent, (unsigned long long) e,
+                       (unsigned long long) left, (unsigned long long) lim.memory,
+                       (unsigned long long) use.memory, quota_remedy(source));
+        return false;
+    }
+    if (!ask->persistent) {
+        /* P = 0 would let the manager hand it blocks beyond the quota */
+        sl_reply_error(r, SL_EEXHAUSTED,
+                       "memory quota of %s: nothing is left for this session's tensors: its "
+                       "%llu ephemeral bytes%s take all %llu bytes left of the quota of %llu (the "
+                       "sessions open under it hold %llu); declare fewer ephemeral bytes or close "
+                       "a session; %s",
+                       who, (unsigned long long) e, ask->ephemeral ? "" : " (undeclared)",
+                       (unsigned long long) left, (unsigned long long) lim.memory,
+                       (unsigned long long) use.memory, quota_remedy(source));
+        return false;
+    }
+    ask->charge = charge;
+    return true;
+}
+
+/* The ephemeral bytes a session is counted for: what is not its P. */
+static uint64_t charged_ephemeral(uint64_t charged, uint64_t persistent)
+{
+    return charged - (persistent < charged ? persistent : charged);
+}
+
+bool sl_tenants_room(const sl_tenants *t, const sl_peer *owner, uint64_t key, uint64_t charged,
+                     uint64_t persistent, uint64_t need, sl_reply *r)
+{
+    uint64_t counted = charged_ephemeral(charged, persistent);
+    if (need <= counted)
+        return true;
+    sl_limits lim;
+    int source = sl_tenants_limits(t, owner, key, &lim);
+    sl_tenant_use use = sl_tenants_get(t, key);
+    uint64_t more = need - counted;
+    if (source == SL_QUOTA_NONE || (use.memory <= lim.memory && more <= lim.memory - use.memory))
+        return true;
+    char who[96];
+    sl_tenant_name(key, who, sizeof who);
+    sl_reply_error(r, SL_EEXHAUSTED,
+                   "memory quota of %s: this graph needs %llu ephemeral bytes per iteration, "
+                   "%llu more than the session is counted for, and %llu of the quota of %llu are "
+                   "left; open the session declaring its ephemeral bytes (and fewer persistent "
+                   "ones), or close a session; %s",
+                   who, (unsigned long long) need, (unsigned long long) more,
+                   (unsigned long long) (lim.memory > use.memory ? lim.memory - use.memory : 0),
+                   (unsigned long long) lim.memory, quota_remedy(source));
+    return false;
+}
+
+void sl_tenants_grow(sl_tenants *t, uint64_t key, uint64_t *charged, uint64_t persistent,
+                     uint64_t need)
+{
+    uint64_t counted = charged_ephemeral(*charged, persistent);
+    if (need <= counted)
+        return;
+    sl_tenants_charge(t, key, need - counted);
+    *charged = *charged + (need - counted) < *charged ? UINT64_MAX : *charged + (need - counted);
 }

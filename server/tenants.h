@@ -16,23 +16,32 @@
  *   weight    highest fair-share weight, the same way
  *   sessions  sessions open at once, waiting ones included (refused beyond)
  *   memory    device memory all its sessions together may declare, each
- *             session counting persistent + ephemeral bytes (ephemeral: its
- *             declared bytes or the default lane, or its graphs' planned
- *             peak when larger); a session that declares no persistent
- *             bytes is given what is left of the quota, so that what it can
- *             allocate stays inside it (refused beyond: OpenSession and a
- *             RegisterGraph whose peak would pass the quota)
+ *             session counting persistent + ephemeral bytes (refused
+ *             beyond: OpenSession and a RegisterGraph whose peak would pass
+ *             the quota). Ephemeral: its declared bytes, or its graphs'
+ *             planned peak when larger; a session that declares none is
+ *             counted for the default lane, but for no more than what is
+ *             left after its declared persistent bytes, or half of what is
+ *             left when it declares none either (the default lane is a
+ *             placeholder until its graphs are known, and a quota of one
+ *             lane must still leave room for tensors). A session that
+ *             declares no persistent bytes is given the rest of what is
+ *             left, so that what it can allocate stays inside the quota.
  * SPEC is a comma-separated list of those, e.g. "priority=0,weight=2,
  * sessions=8,memory=4G"; a configuration file mirrors it as one section
  * per WHO with the same keys. */
 #ifndef SL_TENANTS_H
 #define SL_TENANTS_H
 
+#include "jobs.h"
 #include "sl_map.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* reply.h: refusals are written into a reply */
+typedef struct sl_reply sl_reply;
 
 /* Built-in defaults: no tenant outranks the default priority or weight
  * unless the operator grants it, and none holds more than a quarter of the
@@ -84,13 +93,22 @@ uint64_t sl_tenant_key(const sl_peer *peer);
  * Never blocks. */
 void sl_tenant_name(uint64_t key, char *buf, size_t len);
 
-/* What each tenant holds now. Not thread-safe: the server lock guards it. */
+/* What each tenant holds now, and where every tenant's limits come from.
+ * Not thread-safe: the server lock guards it. */
 typedef struct sl_tenant_use {
     uint32_t sessions;
     uint64_t memory;
 } sl_tenant_use;
 typedef struct sl_tenants {
     sl_map use; /* tenant key -> sl_tenant_use */
+    /* salusd's flags (sl_limits_for's arguments); all zero: the built-in
+     * defaults only */
+    const sl_limits *defaults;
+    const sl_limit_rule *rules;
+    int n_rules;
+    uint32_t max_sessions_all;
+    /* the registered job steps: a step's sessions live under its quota */
+    const sl_jobs *jobs;
 } sl_tenants;
 
 /* What tenant key holds (zeros when nothing). */
@@ -104,5 +122,58 @@ void sl_tenants_charge(sl_tenants *t, uint64_t key, uint64_t memory);
 void sl_tenants_remove(sl_tenants *t, uint64_t key, uint64_t memory);
 /* Frees the table. */
 void sl_tenants_fini(sl_tenants *t);
+
+/* ---- the per-tenant quota ----
+ *
+ * A session is counted under a tenant key: its owner's (sl_tenant_key), or
+ * its job step's (jobs.h), whose figures then override the owner's: the
+ * step's priority is the cap, its memory (when set) the quota. The
+ * functions below take the owner (whose limits apply) and the key (whose
+ * usage counts) and never see a session. */
+
+/* Where a session's memory quota comes from. */
+enum sl_quota_source {
+    SL_QUOTA_NONE,   /* no memory quota */
+    SL_QUOTA_TENANT, /* its owner's: --tenant-limits / --user-limits memory= */
+    SL_QUOTA_STEP,   /* its job step's (RegisterJob: the Slurm plugin's shards) */
+};
+
+/* The limits of a session of owner (not an operator) counted under key,
+ * every field set (see the top of this file). Returns the quota's
+ * source. */
+int sl_tenants_limits(const sl_tenants *t, const sl_peer *owner, uint64_t key, sl_limits *out);
+
+/* What a new session asks of its limits, and what it is granted. */
+typedef struct sl_tenant_ask {
+    int32_t priority;    /* in: asked; out: at most the cap */
+    double weight;       /* in: asked; out: at most the cap */
+    uint64_t persistent; /* in: declared (0: none); out: what it may hold */
+    uint64_t ephemeral;  /* declared (0: none) */
+    uint64_t charge;     /* out: bytes counted against the quota */
+} sl_tenant_ask;
+
+/* Whether a new session of owner (not an operator), counted under key, may
+ * open: below the tenant's session count; priority and weight clamped (a
+ * job asking for more than it may have still runs, at what it may have);
+ * its memory within what is left of the quota, with P + E exactly equal
+ * to what is left admitted. default_ephemeral is the lane a session that
+ * declares no ephemeral bytes gets from the memory manager, session_quota
+ * the most P + E one session may have there. False with the refusal in r
+ * (RESOURCE_EXHAUSTED), which names the limit that applies and what to do.
+ * Changes nothing in t: sl_tenants_add counts the session once it opens. */
+bool sl_tenants_admit(const sl_tenants *t, const sl_peer *owner, uint64_t key,
+                      uint64_t default_ephemeral, uint64_t session_quota, sl_tenant_ask *ask,
+                      sl_reply *r);
+/* A graph of a session of owner under key, which is charged `charged`
+ * bytes of which `persistent` are persistent, needs an ephemeral need of
+ * bytes: whether the quota has room for what need adds to the ephemeral
+ * bytes it was charged (false, with the refusal in r, when it would pass
+ * the quota). Changes nothing. */
+bool sl_tenants_room(const sl_tenants *t, const sl_peer *owner, uint64_t key, uint64_t charged,
+                     uint64_t persistent, uint64_t need, sl_reply *r);
+/* The need was granted: key is charged for what it adds, and so is
+ * *charged. */
+void sl_tenants_grow(sl_tenants *t, uint64_t key, uint64_t *charged, uint64_t persistent,
+                     uint64_t need);
 
 #endif

@@ -2,6 +2,7 @@
  * (handlers.h). Copies to and from the device go through the executor's
  * control stream, in order with the session's other work. */
 #include "handlers.h"
+#include "session.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
@@ -303,7 +304,9 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
     uint64_t need = g->plan.peak > s->ephemeral_peak ? g->plan.peak : s->ephemeral_peak;
     uint32_t lane;
     int reason = SL_MEM_FITS;
-    if (!sl_sessions_tenant_room(ss, s, need, r)) {
+    sl_peer owner = sl_session_owner(s);
+    if (s->limited && !sl_tenants_room(&ss->tenants, &owner, s->tenant, s->tenant_charge,
+                                       s->declared_persistent, need, r)) {
         w->graph = NULL;
         sl_graph_free(g);
         return SL_HANDLED;
@@ -313,7 +316,7 @@ int sl_handle_place_graph(sl_sessions *ss, sl_session *s, sl_work *w)
         return SL_HANDLED_WAIT;
     w->graph = NULL;
     if (rc == SL_OK)
-        sl_sessions_tenant_grow(ss, s, need);
+        sl_tenants_grow(&ss->tenants, s->tenant, &s->tenant_charge, s->declared_persistent, need);
     if (rc) {
         sl_reply_error(r, rc,
                        "graph needs %llu ephemeral bytes per iteration: %s (session quota %llu, "
