@@ -12,6 +12,12 @@
  * epilog) every step of the job is closed again, for steps whose slurmstepd
  * died.
  *
+ * A step that asked for salus (--salus) and could not be registered does
+ * not run: each of its tasks fails before its program starts (task_init),
+ * with the reason on the step's stderr, so srun and a batch script see a
+ * failed step (a failure in slurmstepd's own init is reported by srun as
+ * "Plugin initialization failed" with exit status 0).
+ *
  * The job's figures come from the controller (slurm_load_job), not from the
  * job's environment, which its user controls. The NNG client runs in a
  * forked child that exits once salusd answered: slurmstepd keeps no NNG
@@ -68,6 +74,8 @@ static bool asked;         /* --salus given */
 static bool has_user_prio; /* --salus=priority=N */
 static int user_prio;
 static bool registered; /* this step is registered with salusd */
+/* why a step that asked for salus cannot have it (its tasks fail) */
+static char refusal[768];
 
 static int opt_salus(int val, const char *optarg, int remote);
 
@@ -374,15 +382,22 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     }
     uint64_t shards = 0;
     int prio = 0;
-    if (job_figures(job, &shards, &prio) != 0)
-        return asked ? -1 : 0; /* default=on: the step runs, without salus */
+    if (job_figures(job, &shards, &prio) != 0) {
+        if (asked)
+            snprintf(refusal, sizeof refusal,
+                     "job step %u.%u: cannot read the job from the controller", job, step);
+        return 0; /* default=on: the step runs, without salus */
+    }
     if (has_user_prio && user_prio < prio)
         prio = user_prio;
     uint64_t memory = conf.shard_memory && shards ? shards * conf.shard_memory : 0;
     char why[512];
     if (salus_call(CALL_REGISTER, job, step, (uint32_t) uid, memory, prio, why, sizeof why) != 0) {
         slurm_error("salus: job step %u.%u: %s", job, step, why);
-        return asked ? -1 : 0; /* asked for salus: the step cannot run without it */
+        /* asked for salus: the step cannot run without it (task_init) */
+        if (asked)
+            snprintf(refusal, sizeof refusal, "job step %u.%u: %s", job, step, why);
+        return 0;
     }
     registered = true;
     char id[32];
@@ -396,6 +411,21 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
                " bytes, priority %d)",
                id, (unsigned) uid, shards, memory, prio);
     return 0;
+}
+
+/* In each task, before its program: a step that asked for salus and was
+ * refused fails here, so that srun exits non-zero. */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void) ac;
+    (void) av;
+    if (!spank_remote(sp) || !refusal[0])
+        return 0;
+    slurm_error("salus: %s; the step asked for salus (srun --salus) and does not run without it: "
+                "start salusd on this node (systemctl start salusd), check that plugstack.conf's "
+                "url= (%s) names its --listen socket, or run the step without --salus",
+                refusal, conf.url);
+    return -1;
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

@@ -13,12 +13,18 @@
  *                                 session every 100 ms until salusd closes
  *                                 it, and writes "lost CODE" to FILE.end
  *                                 (gives up after 300 s)
+ *   job_client train STEPS        opens a session declaring nothing, as a
+ *                                 first program does, and trains a small
+ *                                 model for STEPS steps: prints "trained
+ *                                 STEPS", or "refused CODE: why" and
+ *                                 exits 1
  *   job_client probe ID TOKEN     tries another job's session, knowing its
  *                                 id and token: prints the codes of a
  *                                 tensor request in it and of a priority
  *                                 change, and whether status shows it
  * Exit status 0 unless the client could not run (connect failed, bad
- * arguments): what salusd answered is in the output for the test to judge. */
+ * arguments) or, for train, did not train: what salusd answered is in the
+ * output for the test to judge. */
 #include "client_internal.h"
 
 #include <fcntl.h>
@@ -154,6 +160,43 @@ static int cmd_probe(const char *id, const char *token)
     return 0;
 }
 
+static int cmd_train(long steps)
+{
+    salus_client *c = connect_or_die();
+    salus_session *s;
+    salus_session_opts o = {.name = "job-train"};
+    int rc = salus_session_open(c, &o, &s);
+    if (rc != SALUS_OK) {
+        printf("refused %d: %s\n", rc, salus_last_error(c));
+        salus_disconnect(c);
+        return 1;
+    }
+    enum { B = 16, D = 32, C = 4 };
+    salus_model *m = salus_model_new(1, (const int64_t[]){D});
+    salus_optimizer sgd = {.kind = SALUS_SGD, .lr = 0.01f};
+    if (!m || salus_model_dense(m, 64) || salus_model_relu(m) || salus_model_dense(m, C))
+        rc = SALUS_ENOMEM;
+    else
+        rc = salus_model_compile(m, s, &sgd, B, B, 7);
+    static float x[B * D];
+    static int32_t y[B];
+    for (int i = 0; i < B * D; i++)
+        x[i] = (float) (i % 7) / 7.0f - 0.5f;
+    for (int i = 0; i < B; i++)
+        y[i] = i % C;
+    long done = 0;
+    while (rc == SALUS_OK && done < steps && (rc = salus_model_train_step(m, x, y, NULL)) == 0)
+        done++;
+    if (rc != SALUS_OK)
+        printf("refused %d: %s\n", rc, salus_last_error(c));
+    else
+        printf("trained %ld\n", done);
+    salus_model_free(m);
+    (void) salus_session_close(s);
+    salus_disconnect(c);
+    return rc == SALUS_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -163,6 +206,8 @@ int main(int argc, char **argv)
         return cmd_hold(argv[2]);
     if (argc == 4 && strcmp(argv[1], "probe") == 0)
         return cmd_probe(argv[2], argv[3]);
-    fprintf(stderr, "usage: job_client open BYTES... | hold FILE | probe ID TOKEN\n");
+    if (argc == 3 && strcmp(argv[1], "train") == 0 && atol(argv[2]) > 0)
+        return cmd_train(atol(argv[2]));
+    fprintf(stderr, "usage: job_client open BYTES... | hold FILE | train STEPS | probe ID TOKEN\n");
     return 2;
 }

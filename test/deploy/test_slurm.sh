@@ -3,12 +3,17 @@
 # with a generated configuration (a node with a gpu and 8 shards on
 # /dev/null, as deploy/slurm/ describes), the salus SPANK plugin, a salusd,
 # and `srun --salus` jobs of two users running job_client. Checks:
-#   quota      a job holding 2 shards gets 2 x shard_memory and no more
+#   quota      a job holding 2 shards gets 2 x shard_memory and no more;
+#              with shard_memory = memory limit / 8 (plugstack.conf's
+#              advice: one shard's quota is one default lane), a 1-shard
+#              job whose session declares nothing trains
 #   priority   --nice lowers the sessions' priority, --salus=priority=N asks less
 #   isolation  a job of another user, knowing a session's id and token,
 #              cannot use it, change it or see it
 #   scancel    a session left behind by a cancelled job (a daemon outside
 #              the step's process tree, still connected) is closed
+#   down       with salusd down, `srun --salus` runs nothing, says why
+#              (naming the socket) and exits non-zero
 # Needs root (slurmd runs jobs as other users, munged runs as munge).
 # Exits 77 (SKIP) only where Slurm cannot start here.
 # (no pipefail: `grep -q` ends a pipe early on purpose)
@@ -86,7 +91,7 @@ for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || fail "salusd did not start"
 
 host=$(hostname -s)
-shard_memory=$((64 << 20))
+shard_memory=$(((1 << 30) / 8)) # --memory-limit / 8 shards, as plugstack.conf advises
 cat >"$tmp/plugstack.conf" <<CONF
 required $SALUS_SPANK url=ipc://$sock shard_memory=$shard_memory qos=normal:0
 CONF
@@ -143,12 +148,20 @@ run_as() { # user, srun args... (30 s at most)
 }
 
 echo "== quota: 2 shards = $((2 * shard_memory)) bytes"
-out=$(run_as nobody --salus --gres=shard:2 "$JOB_CLIENT" open 100000000 100000000 2>&1)
+out=$(run_as nobody --salus --gres=shard:2 "$JOB_CLIENT" open 200000000 200000000 2>&1)
 echo "$out"
 [ "$(grep -c '^open ' <<<"$out")" = 1 ] || fail "expected exactly one session to fit the quota"
-grep -q '^refused 3: memory quota of job [0-9]*\.0' <<<"$out" ||
-  fail "the second session was not refused for the job's quota"
+grep -q '^refused 3: memory quota of job [0-9]*\.0: .*srun --gres=shard:N' <<<"$out" ||
+  fail "the second session was not refused for the job's quota, saying what to do"
+! grep -q '^refused.*--tenant-limits' <<<"$out" ||
+  fail "the refusal points at a salusd flag that does not apply to a job"
 grep -q 'job-client .*job [0-9]*\.0' <<<"$out" || fail "status does not show the session as the job's"
+
+echo "== quota: 1 shard = $shard_memory bytes, one default lane"
+out=$(run_as nobody --salus --gres=shard:1 "$JOB_CLIENT" train 5 2>&1)
+rc=$?
+echo "$out"
+[ $rc = 0 ] && grep -qx 'trained 5' <<<"$out" || fail "a 1-shard job did not run (exit $rc)"
 
 echo "== without --salus the step gets no SALUS_URL"
 out=$(run_as nobody --gres=shard:1 env 2>&1)
@@ -204,14 +217,19 @@ status=$(SALUS_URL="ipc://$sock" "$SALUSCTL" status)
 ! grep -q left-behind <<<"$status" || fail "salusd still lists the session: $status"
 grep -E "job\.(register|close)" "$tmp/log/salusd.log" | grep -E "job (step )?$jobid[ .]" | sed 's/^[^ ]* //'
 
-echo "== a step asking for salus where salusd is down does not start"
+echo "== a step asking for salus where salusd is down does not start, and srun fails"
 kill "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null
 out=$(run_as nobody --salus echo started 2>&1)
-echo "$out" | tail -n 3
+rc=$?
+echo "$out" | tail -n 4
 ! grep -qx started <<<"$out" || fail "the step ran without salusd"
-grep -q 'salus: job step [0-9.]*: cannot reach salusd' <<<"$out" ||
-  grep -q 'cannot reach salusd' "$tmp/log/slurmd.log" || fail "no reason given for the refused step"
+[ $rc != 0 ] || fail "srun exited 0 for a step that did not run"
+[ $rc != 124 ] || fail "srun hung with salusd down"
+grep -q "salus: job step [0-9.]*: cannot reach salusd at ipc://$sock" <<<"$out" ||
+  fail "srun's output does not say which socket could not be reached"
+grep -q 'start salusd on this node' <<<"$out" || fail "srun's output does not say what to do"
+echo "srun exited $rc"
 
-echo "PASS: quota, priority, isolation, scancel cleanup and refusal through srun --salus"
+echo "PASS: quota (2 shards, 1 shard), priority, isolation, scancel cleanup, refusal through srun --salus"
 exit 0
