@@ -51,6 +51,7 @@ static void header(sl_textbuf *b, const char *name, const char *type, const char
 typedef struct snap_session {
     uint64_t id, iterations, attained_ns, queue_ns, switches;
     uint64_t persistent, ephemeral_peak, host_bytes, declared_p, declared_e;
+    uint64_t persistent_reserved, ephemeral_need; /* the memory manager's figures */
     int priority;
     uint32_t lane;
     char name[64], owner[96];
@@ -68,6 +69,8 @@ typedef struct snap {
     sl_mem_lane_info *lanes;
     size_t n_lanes;
     uint64_t queued[SL_MEM_FRAGMENTATION + 1];
+    /* time waited for admission by reason, the waits going on included */
+    uint64_t waited_ns[SL_OBS_WAIT_REASONS];
 } snap;
 
 static int take(sl_server *srv, snap *s)
@@ -95,13 +98,26 @@ static int take(sl_server *srv, snap *s)
     s->faults = srv->fault.faults;
     s->dead = srv->fault.dead;
     s->metadata = srv->sessions.host_bytes;
+    /* ended waits and the ones going on, read together under the lock
+     * (waits end under it): the sum never goes back */
+    uint64_t now = sl_now_ns();
+    for (int r = 0; r < SL_OBS_WAIT_REASONS; r++)
+        s->waited_ns[r] = atomic_load(&srv->obs.admission_wait_ns[r]);
     size_t i = 0;
     void *v;
     while (s->n_sessions < cap && sl_map_next(&srv->sessions.table, &i, NULL, &v)) {
         const sl_session *x = v;
-        if (!x->admitted)
-            continue; /* counted in the admission queue */
+        if (!x->admitted) { /* counted in the admission queue */
+            if (x->wait_reason > 0 && x->wait_reason < SL_OBS_WAIT_REASONS)
+                s->waited_ns[x->wait_reason] += now - x->open_ns;
+            continue;
+        }
         snap_session *o = &s->sessions[s->n_sessions++];
+        sl_mem_session_info mi;
+        if (sl_mem_session_get(srv->mem, x->id, &mi) == SL_OK) {
+            o->persistent_reserved = mi.declared_p > mi.used ? mi.declared_p : mi.used;
+            o->ephemeral_need = mi.need;
+        }
         o->id = x->id;
         o->iterations = x->job.sched.iterations_done;
         o->attained_ns = x->job.sched.attained_ns;
@@ -133,20 +149,32 @@ static int take(sl_server *srv, snap *s)
     return SL_OK;
 }
 
-static void hist(sl_textbuf *b, const char *name, const char *help, const sl_hist *h)
+/* One histogram's series; labels ("" or `reason="x",`, comma included)
+ * go before le. */
+static void hist_series(sl_textbuf *b, const char *name, const char *labels, const sl_hist *h)
 {
-    header(b, name, "histogram", help);
     uint64_t cum = 0;
     for (int i = 0; i < SL_HIST_BUCKETS; i++) {
         cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        sl_textbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, sl_hist_bounds[i],
+        sl_textbuf_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, sl_hist_bounds[i],
                           (unsigned long long) cum);
     }
     cum += atomic_load_explicit(&h->bucket[SL_HIST_BUCKETS], memory_order_relaxed);
-    sl_textbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long) cum);
-    sl_textbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name,
+    sl_textbuf_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long) cum);
+    /* without labels a series has no braces at all */
+    size_t n = strlen(labels);
+    char bare[64] = "";
+    if (n)
+        snprintf(bare, sizeof bare, "{%.*s}", (int) (n - 1), labels);
+    sl_textbuf_printf(b, "%s_sum%s %.9f\n%s_count%s %llu\n", name, bare,
                       (double) atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9, name,
-                      (unsigned long long) cum);
+                      bare, (unsigned long long) cum);
+}
+
+static void hist(sl_textbuf *b, const char *name, const char *help, const sl_hist *h)
+{
+    header(b, name, "histogram", help);
+    hist_series(b, name, "", h);
 }
 
 /* One metric per session: value(x) for each. */
@@ -220,6 +248,24 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
         sl_textbuf_printf(b, "salus_admission_queue_length{reason=\"%s\"} %llu\n",
                           sl_mem_reason_name(r), (unsigned long long) s->queued[r]);
 
+    /* only these two wait: a session beyond its quota is refused */
+    static const int waits[] = {SL_MEM_CAPACITY, SL_MEM_FRAGMENTATION};
+    header(b, "salus_admission_waiting_seconds_total", "counter",
+           "Time sessions spent waiting for admission, by the reason they began waiting for "
+           "(capacity: not enough free device memory; fragmentation: enough, but in pieces), "
+           "waits still going on included.");
+    for (size_t k = 0; k < sizeof waits / sizeof waits[0]; k++)
+        sl_textbuf_printf(b, "salus_admission_waiting_seconds_total{reason=\"%s\"} %.9f\n",
+                          sl_mem_reason_name(waits[k]), (double) s->waited_ns[waits[k]] / 1e9);
+    header(b, "salus_admission_wait_seconds", "histogram",
+           "From a session's OpenSession to its admission, for sessions that waited, by the "
+           "reason they began waiting for (capacity, fragmentation).");
+    for (size_t k = 0; k < sizeof waits / sizeof waits[0]; k++) {
+        char labels[48];
+        snprintf(labels, sizeof labels, "reason=\"%s\",", sl_mem_reason_name(waits[k]));
+        hist_series(b, "salus_admission_wait_seconds", labels, &obs->admission_wait[waits[k]]);
+    }
+
     header(b, "salus_sessions", "gauge", "Admitted sessions.");
     sl_textbuf_printf(b, "salus_sessions %zu\n", s->n_sessions);
     PER_SESSION(b, s, "salus_session_iterations_total", "counter", "Iterations finished.", "%llu",
@@ -237,9 +283,12 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
     PER_SESSION(b, s, "salus_session_lane", "gauge", "The lane the session runs on.", "%u",
                 x->lane);
     header(b, "salus_session_memory_bytes", "gauge",
-           "The session's memory by class: persistent (allocated on the device), ephemeral "
-           "(planned peak of its iterations, inside its lane), declared_persistent, "
-           "declared_ephemeral, host (salusd's host memory for its graphs and tensors).");
+           "The session's memory by class: persistent (allocated on the device), "
+           "persistent_reserved (held for it: the larger of its declared and allocated "
+           "persistent bytes), ephemeral (planned peak of its iterations, inside its lane), "
+           "ephemeral_need (what its lane must hold for it; sessions share lanes, so these do "
+           "not add up), declared_persistent, declared_ephemeral, host (salusd's host memory "
+           "for its graphs and tensors).");
     for (size_t k = 0; k < s->n_sessions; k++) {
         const snap_session *x = &s->sessions[k];
         char n[160], o[200];
@@ -249,7 +298,9 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
             const char *cls;
             uint64_t v;
         } c[] = {{"persistent", x->persistent},
+                 {"persistent_reserved", x->persistent_reserved},
                  {"ephemeral", x->ephemeral_peak},
+                 {"ephemeral_need", x->ephemeral_need},
                  {"declared_persistent", x->declared_p},
                  {"declared_ephemeral", x->declared_e},
                  {"host", x->host_bytes}};

@@ -5,11 +5,13 @@
 
 #include <string.h>
 
-/* From 50 us (a small inference's round trip) to 10 s (a long training
- * iteration under load); about two buckets per factor of ten below 1 s. */
-const double sl_hist_bounds[SL_HIST_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                0.005,   0.01,   0.025,   0.05,   0.1,   0.25,
-                                                0.5,     1,      2.5,     10};
+/* From 50 us (a small inference's round trip) to an hour (a session's wait
+ * for admission behind a long job); about two buckets per factor of ten
+ * below 1 s, then the steps people read waits in: 5 s, 10 s, 30 s, 1, 2, 5,
+ * 10, 30 and 60 minutes. */
+const double sl_hist_bounds[SL_HIST_BUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
+    0.5,     1,      2.5,     5,      10,    30,     60,    120,  300,   600,  1800, 3600};
 
 void sl_hist_observe(sl_hist *h, uint64_t ns)
 {

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /* Histogram bucket upper bounds, in seconds (the +Inf bucket is extra). */
-#define SL_HIST_BUCKETS 16
+#define SL_HIST_BUCKETS 24
 extern const double sl_hist_bounds[SL_HIST_BUCKETS];
 
 typedef struct sl_hist {
@@ -50,6 +50,9 @@ typedef struct sl_trace_event {
 /* Lanes whose busy time is kept (manager lane ids are small and reused;
  * higher ones are not counted). */
 #define SL_OBS_LANES 256
+/* Reasons an admission wait is counted under (manager.h's reasons, FITS
+ * to FRAGMENTATION, by value). */
+#define SL_OBS_WAIT_REASONS 4
 
 typedef struct sl_obs {
     _Atomic bool tracing;
@@ -59,6 +62,11 @@ typedef struct sl_obs {
     uint64_t start_ns, end_ns;
     sl_hist requests;   /* request received to reply handed to the transport */
     sl_hist iterations; /* Run received to its iteration done */
+    /* Sessions' waits for admission, by the memory manager's reason the
+     * wait began with (manager.h's enum sl_mem_reason; only CAPACITY and
+     * FRAGMENTATION wait). Written under the server lock. */
+    sl_hist admission_wait[SL_OBS_WAIT_REASONS];             /* waits that ended admitted */
+    _Atomic uint64_t admission_wait_ns[SL_OBS_WAIT_REASONS]; /* every ended wait */
     _Atomic uint64_t lane_busy_ns[SL_OBS_LANES];
     _Atomic uint64_t lane_iterations[SL_OBS_LANES];
     /* the session last started on each lane, for switch events (written

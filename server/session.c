@@ -122,6 +122,26 @@ static void tenant_release(sl_sessions *ss, const sl_session *s)
     sl_tenants_remove(&ss->tenants, s->tenant, s->tenant_charge);
 }
 
+_Static_assert(SL_MEM_FRAGMENTATION < SL_OBS_WAIT_REASONS, "a wait reason without a counter");
+
+/* s's wait for admission ended, admitted or not: its time is counted by
+ * the reason it began waiting for, and a wait that ended in admission
+ * goes into that reason's histogram (metrics.c). */
+static void wait_ended(sl_sessions *ss, sl_session *s, bool admitted)
+{
+    sl_obs *obs = ss->ex->obs;
+    if (!s->wait_reason)
+        return;
+    uint64_t ns = sl_now_ns() - s->open_ns;
+    if (obs) {
+        atomic_fetch_add_explicit(&obs->admission_wait_ns[s->wait_reason], ns,
+                                  memory_order_relaxed);
+        if (admitted)
+            sl_hist_observe(&obs->admission_wait[s->wait_reason], ns);
+    }
+    s->wait_reason = 0;
+}
+
 static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box);
 
 /* CLOSE_SESSION (or a lost connection): everything of s goes. */
@@ -136,6 +156,7 @@ static void session_close(sl_sessions *ss, sl_session *s, sl_outbox *box)
     fail_pending(ss, s, SL_ESESSIONLOST, "session closed", box);
     sl_exec_leave(ss->ex, &s->job, box);
     if (s->admit_reply) { /* still waiting for admission: that wait ends too */
+        wait_ended(ss, s, false);
         sl_reply_error(s->admit_reply, SL_ESESSIONLOST,
                        "session closed while waiting for admission");
         sl_outbox_put(box, s->admit_req, s->admit_reply);
@@ -491,6 +512,8 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         }
         s->admit_req = req;
         s->admit_reply = r;
+        s->wait_reason =
+            reason > SL_MEM_FITS && reason < SL_OBS_WAIT_REASONS ? reason : SL_MEM_CAPACITY;
         sl_log_info("ses.wait", "session %llu (%s) waits for admission: %s",
                     (unsigned long long) s->id, s->name, sl_mem_reason_name(reason));
         return true;
@@ -546,6 +569,7 @@ void sl_sessions_memory_changed(sl_sessions *ss, sl_outbox *box)
         if (!s || s->admitted)
             continue;
         bool failed = admit(ss, s, lane) != SL_OK;
+        wait_ended(ss, s, !failed);
         if (failed)
             sl_reply_error(s->admit_reply, SL_ENOMEM, "out of host memory");
         sl_outbox_put(box, s->admit_req, s->admit_reply);
@@ -657,6 +681,7 @@ void sl_sessions_drain(sl_sessions *ss, sl_outbox *box)
     while (sl_map_next(&ss->table, &i, NULL, &v)) {
         sl_session *s = v;
         if (s->admit_reply) {
+            wait_ended(ss, s, false);
             sl_reply_error(s->admit_reply, SL_ESHUTDOWN, "server is shutting down");
             sl_outbox_put(box, s->admit_req, s->admit_reply);
             s->admit_req = NULL;

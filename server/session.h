@@ -60,6 +60,7 @@ struct sl_session {
     bool busy;
     bool closing;
     bool admitted;     /* false while it waits in the admission queue */
+    int wait_reason;   /* while it waits: the manager's reason it began waiting for */
     bool blocked;      /* its head waits for its lane to go idle (lane move) */
     sl_req *admit_req; /* the open request answered at admission */
     sl_reply *admit_reply;

@@ -3,6 +3,9 @@
  * (with --hold) it keeps its session open until its stdin closes, so that
  * a scrape or a trace still sees the session and its exact count.
  *
+ * --persistent BYTES declares its persistent bytes, --wait asks to wait
+ * for admission rather than be refused (the metrics test makes one wait).
+ *
  * Prints "session ID" once its session is open and "done N" after N
  * iterations (flushed, for the test driving it). */
 #include <salus/salus.h>
@@ -15,7 +18,8 @@ int main(int argc, char **argv)
 {
     const char *url = NULL, *name = "job";
     long iterations = 100, width = 256;
-    int priority = 0, hold = 0;
+    int priority = 0, hold = 0, wait = 0;
+    unsigned long long persistent = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--url") == 0 && i + 1 < argc)
             url = argv[++i];
@@ -27,11 +31,16 @@ int main(int argc, char **argv)
             width = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--priority") == 0 && i + 1 < argc)
             priority = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--persistent") == 0 && i + 1 < argc)
+            persistent = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--hold") == 0)
             hold = 1;
+        else if (strcmp(argv[i], "--wait") == 0)
+            wait = 1;
         else {
             fprintf(stderr, "usage: obs_client [--url URL] [--name N] [--iterations N] "
-                            "[--width W] [--priority P] [--hold]\n");
+                            "[--width W] [--priority P] [--persistent BYTES] [--wait] "
+                            "[--hold]\n");
             return 2;
         }
     }
@@ -44,7 +53,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "[%s] connect: %s: %s\n", name, salus_strerror(rc), salus_last_error(NULL));
         return 1;
     }
-    salus_session_opts so = {.name = name, .priority = priority};
+    salus_session_opts so = {.name = name,
+                             .priority = priority,
+                             .persistent_bytes = persistent,
+                             .wait_for_admission = wait};
     salus_session *s;
     if ((rc = salus_session_open(c, &so, &s))) {
         fprintf(stderr, "[%s] open: %s: %s\n", name, salus_strerror(rc), salus_last_error(c));

@@ -2,11 +2,15 @@
 
 promtool:   a scrape passes `promtool check metrics` (format and naming
             conventions) and its per-session iteration counts are exactly
-            what each client ran.
+            what each client ran; latency histograms reach an hour; a
+            session that waits for memory shows in the admission-wait
+            counter while it waits and in the histogram by reason once
+            admitted; each session's reserved memory is shown.
 prometheus: a real Prometheus server scrapes salusd every 200 ms; its
             HTTP API (/api/v1/query) then reports the same counts."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,6 +64,162 @@ def check_promtool(srv, jobs):
     assert any(k[0] == "salus_build_info" for k in m)
     for reason in ("quota", "capacity", "fragmentation"):
         assert ("salus_admission_queue_length", frozenset({("reason", reason)})) in m
+    check_buckets(text)
+    check_docs(text)
+
+
+MIB = 1 << 20
+
+
+def promtool_clean(text):
+    p = subprocess.run([obs.need("promtool"), "check", "metrics"], input=text,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), \
+        "promtool: %s %s" % (p.stdout, p.stderr)
+
+
+def spawn(srv, name, *extra):
+    """An obs_client with extra options (--persistent, --wait), not waiting
+    for its "session" line (a waiting client prints it once admitted)."""
+    p = subprocess.Popen([os.environ["OBS_CLIENT"], "--url", srv.url, "--name", name,
+                          "--iterations", "3", "--hold"] + list(extra),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p.name = name
+    return p
+
+
+def opened(p):
+    line = p.stdout.readline().split()
+    assert len(line) == 2 and line[0] == "session", (p.name, line)
+    p.session = int(line[1])
+    return p
+
+
+def check_admission_wait():
+    srv = obs.Salusd(metrics=True)
+    jobs = []
+    try:
+        # two sessions of 300 MiB do not fit 512 MiB: the second waits
+        hog = opened(spawn(srv, "hog", "--persistent", str(300 * MIB)))
+        jobs.append(hog)
+        assert obs.Salusd.wait_done(hog) == 3
+        waiter = spawn(srv, "waiter", "--persistent", str(300 * MIB), "--wait")
+        jobs.append(waiter)
+        capacity = frozenset({("reason", "capacity")})
+        deadline = time.time() + 30
+        while True:
+            m = obs.parse_metrics(srv.scrape()[1])
+            if m[("salus_admission_queue_length", capacity)] == 1:
+                break
+            assert time.time() < deadline, "the waiter never queued"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        text = srv.scrape()[1]
+        promtool_clean(text)
+        m = obs.parse_metrics(text)
+        waiting = m[("salus_admission_waiting_seconds_total", capacity)]
+        assert waiting >= 0.3, waiting  # a wait still going on counts
+        assert m[("salus_admission_wait_seconds_count", capacity)] == 0
+        frag = frozenset({("reason", "fragmentation")})
+        assert ("salus_admission_waiting_seconds_total", frag) in m
+        # what the hog holds: its whole declared region, however little it uses
+        held = obs.series(m, "salus_session_memory_bytes", session=str(hog.session),
+                          **{"class": "persistent_reserved"})
+        used = obs.series(m, "salus_session_memory_bytes", session=str(hog.session),
+                          **{"class": "persistent"})
+        assert held and held[0][1] == 300 * MIB and used[0][1] < held[0][1], (held, used)
+        need = obs.series(m, "salus_session_memory_bytes", session=str(hog.session),
+                          **{"class": "ephemeral_need"})
+        assert need and need[0][1] > 0, need
+
+        obs.Salusd.release(hog)
+        jobs.remove(hog)
+        opened(waiter)
+        assert obs.Salusd.wait_done(waiter) == 3
+        text = srv.scrape()[1]
+        promtool_clean(text)
+        m = obs.parse_metrics(text)
+        count = m[("salus_admission_wait_seconds_count", capacity)]
+        total = m[("salus_admission_wait_seconds_sum", capacity)]
+        assert count == 1 and total >= 0.3, (count, total)
+        # the one wait sits in a bucket between its length and an hour
+        le = {dict(k[1])["le"]: v for k, v in m.items()
+              if k[0] == "salus_admission_wait_seconds_bucket"
+              and ("reason", "capacity") in k[1]}
+        assert le["3600"] == 1 and le["+Inf"] == 1, le
+        assert m[("salus_admission_wait_seconds_count", frag)] == 0
+        after = m[("salus_admission_waiting_seconds_total", capacity)]
+        assert after >= total and after >= waiting, (after, total, waiting)
+        print("admission wait: %.3f s (counter %.3f s)" % (total, after))
+    finally:
+        rc = srv.finish(jobs)
+    assert rc == 0, rc
+
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs")
+
+
+def documented_metrics():
+    """{name: (type, labels, {label: values})} from the docs' metrics table
+    (the one headed | metric | type | labels | meaning |, wherever it is)."""
+    out = {}
+    for root, _, files in os.walk(DOCS):
+        for f in files:
+            if not f.endswith(".md"):
+                continue
+            rows = None
+            for line in open(os.path.join(root, f), encoding="utf-8"):
+                if line.startswith("| metric | type | labels |"):
+                    rows = []
+                elif rows is not None and line.startswith("|"):
+                    rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+                elif rows is not None:
+                    break
+            for cells in (rows or [])[1:]:  # the |---| line
+                names = re.findall(r"`([a-z_]+)`", cells[0])
+                types = [t.strip() for t in cells[1].split(",")]
+                labels, values = [], {}
+                tokens = [t.strip() for t in cells[2].split(",") if t.strip()]
+                for k, tok in enumerate(tokens):
+                    if ":" in tok:
+                        name, first = tok.split(":", 1)
+                        labels.append(name.strip())
+                        values[name.strip()] = {first.strip()} | set(tokens[k + 1:])
+                        break
+                    labels.append(tok)
+                for k, n in enumerate(names):
+                    out[n] = (types[k] if k < len(types) else types[-1], set(labels), values)
+    return out
+
+
+def check_docs(text):
+    """The docs name every metric of the scrape, with its type, its labels
+    and the values they list, and nothing the scrape lacks."""
+    docs = documented_metrics()
+    assert docs, "no metrics table under docs/"
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    assert set(docs) == set(types), ("documented, not served: %s; served, not documented: %s"
+                                     % (sorted(set(docs) - set(types)),
+                                        sorted(set(types) - set(docs))))
+    m = obs.parse_metrics(text)
+    for name, (kind, labels, values) in docs.items():
+        assert types[name] == kind, (name, kind, types[name])
+        fam = [dict(k[1]) for k in m if k[0] == name or
+               (kind == "histogram" and k[0] in (name + "_bucket", name + "_count"))]
+        assert fam, "no series of %s to check its labels" % name
+        seen = set().union(*(set(x) for x in fam)) - {"le"}
+        assert seen == labels, (name, "documented labels", labels, "served", seen)
+        for label, want in values.items():
+            got = {x[label] for x in fam}
+            assert got == want, (name, label, "documented", want, "served", got)
+
+
+def check_buckets(text):
+    """Request and iteration histograms reach minutes, up to an hour."""
+    for name in ("salus_request_duration_seconds", "salus_iteration_duration_seconds"):
+        les = re.findall(r'^%s_bucket\{le="([^"]+)"\}' % name, text, re.M)
+        for want in ("10", "60", "300", "3600", "+Inf"):
+            assert want in les, (name, les)
 
 
 def query(port, q):
@@ -125,6 +285,8 @@ def main():
     finally:
         rc = srv.finish(jobs)
     assert rc == 0, rc
+    if mode == "promtool":
+        check_admission_wait()
     print("ok")
 
 
