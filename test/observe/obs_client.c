@@ -3,6 +3,9 @@
  * (with --hold) it keeps its session open until its stdin closes, so that
  * a scrape or a trace still sees the session and its exact count.
  *
+ * --persistent MIB declares (reserves) that much persistent memory at
+ * admission, of which the model's tensors use a little.
+ *
  * Prints "session ID" once its session is open and "done N" after N
  * iterations (flushed, for the test driving it). */
 #include <salus/salus.h>
@@ -14,7 +17,7 @@
 int main(int argc, char **argv)
 {
     const char *url = NULL, *name = "job";
-    long iterations = 100, width = 256;
+    long iterations = 100, width = 256, persistent_mib = 0;
     int priority = 0, hold = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--url") == 0 && i + 1 < argc)
@@ -27,15 +30,18 @@ int main(int argc, char **argv)
             width = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--priority") == 0 && i + 1 < argc)
             priority = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--persistent") == 0 && i + 1 < argc)
+            persistent_mib = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--hold") == 0)
             hold = 1;
         else {
             fprintf(stderr, "usage: obs_client [--url URL] [--name N] [--iterations N] "
-                            "[--width W] [--priority P] [--hold]\n");
+                            "[--width W] [--priority P] [--persistent MIB] [--hold]\n");
             return 2;
         }
     }
-    if (iterations < 0 || width < 1 || width > 4096)
+    if (iterations < 0 || width < 1 || width > 4096 || persistent_mib < 0 ||
+        persistent_mib > 1 << 20)
         return 2;
     enum { B = 32, D = 64, C = 10 };
     salus_client *c;
@@ -44,7 +50,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "[%s] connect: %s: %s\n", name, salus_strerror(rc), salus_last_error(NULL));
         return 1;
     }
-    salus_session_opts so = {.name = name, .priority = priority};
+    salus_session_opts so = {
+        .name = name, .priority = priority, .persistent_bytes = (uint64_t) persistent_mib << 20};
     salus_session *s;
     if ((rc = salus_session_open(c, &so, &s))) {
         fprintf(stderr, "[%s] open: %s: %s\n", name, salus_strerror(rc), salus_last_error(c));
