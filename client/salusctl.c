@@ -145,12 +145,12 @@ static void show_reconnecting(const char *url, int rc, const char *why, unsigned
         printf("}\n");
         fflush(stdout);
     } else if (tty) {
-        printf("\033[H\033[2Jsalusd at %s: %s (%s)\nreconnecting... attempt %u, next in %g s\n",
-               url, salus_strerror(rc), why, attempt, retry_s);
+        printf("\033[H\033[2Jsalusd at %s: %s\nreconnecting... attempt %u, next in %g s\n", url,
+               *why ? why : salus_strerror(rc), attempt, retry_s);
         fflush(stdout);
     } else {
-        fprintf(stderr, "salusctl: top: salusd at %s: %s (%s); reconnecting... attempt %u\n", url,
-                salus_strerror(rc), why, attempt);
+        fprintf(stderr, "salusctl: top: salusd at %s: %s; reconnecting... attempt %u\n", url,
+                *why ? why : salus_strerror(rc), attempt);
     }
 }
 
