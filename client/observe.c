@@ -1,7 +1,7 @@
 /* Operator calls and their JSON: the status reply for `salusctl --json`
  * (any message, walked through protobuf-c's descriptors, so a field added
- * to the protocol shows up without code here), drain, kill-session, and
- * the trace in the Chrome trace event format. */
+ * to the protocol shows up without code here), the partitions, drain,
+ * kill-session, and the trace in the Chrome trace event format. */
 #include "client_internal.h"
 #include "sl_alloc.h"
 #include "sl_text.h"
@@ -211,24 +211,26 @@ int salus_sessions_text(salus_client *c, char **text)
         return rc;
     const Salus__StatusReply *s = rep->status;
     sl_textbuf b = {0};
-    sl_textbuf_printf(&b, "%8s  %-16s %-12s %5s %4s %10s %10s %9s %8s %10s  %s\n", "id", "name",
-                      "owner", "lane", "prio", "iters", "device s", "wait ms", "switches",
-                      "persist MiB", "state");
+    sl_textbuf_printf(&b, "%13s  %-16s %-12s %5s %4s %10s %10s %9s %8s %11s %12s  %s\n", "id",
+                      "name", "owner", "lane", "prio", "iters", "device s", "wait ms", "switches",
+                      "persist MiB", "reserved MiB", "state");
     for (size_t i = 0; i < s->n_sessions; i++) {
         const Salus__SessionStatus *x = s->sessions[i];
         sl_textbuf_printf(
-            &b, "%8llu  %-16.16s %-12.12s %5u %4d %10llu %10.3f %9.2f %8llu %10.1f  running\n",
+            &b,
+            "%13llu  %-16.16s %-12.12s %5u %4d %10llu %10.3f %9.2f %8llu %11.1f %12.1f  running\n",
             (unsigned long long) x->id, safe(x->name, e1, sizeof e1), safe(x->owner, e2, sizeof e2),
             x->lane, x->priority, (unsigned long long) x->iterations, (double) x->attained_ns / 1e9,
             x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0.0,
-            (unsigned long long) x->switches, (double) x->persistent_bytes / (1 << 20));
+            (unsigned long long) x->switches, (double) x->persistent_bytes / (1 << 20),
+            (double) x->persistent_reserved / (1 << 20));
     }
     for (size_t i = 0; i < s->n_queue; i++) {
         const Salus__QueuedSession *q = s->queue[i];
         sl_textbuf_printf(
-            &b, "%8llu  %-16.16s %-12s %5s %4s %10s %10s %9.2f %8s %10.1f  waiting (%s)\n",
+            &b, "%13llu  %-16.16s %-12s %5s %4s %10s %10s %9.2f %8s %11s %12.1f  waiting (%s)\n",
             (unsigned long long) q->id, safe(q->name, e1, sizeof e1), "", "-", "-", "-", "-",
-            (double) q->waited_ns / 1e6, "-", (double) q->persistent / (1 << 20),
+            (double) q->waited_ns / 1e6, "-", "-", (double) q->persistent / (1 << 20),
             safe(q->reason, e2, sizeof e2));
     }
     salus__reply__free_unpacked(rep, NULL);
@@ -238,6 +240,85 @@ int salus_sessions_text(salus_client *c, char **text)
     }
     *text = b.p;
     return SL_OK;
+}
+
+/* The status reply, for the partitions' two forms. */
+static int status_reply(salus_client *c, Salus__Reply **rep)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__Status st = SALUS__STATUS__INIT;
+    req.body_case = SALUS__REQUEST__BODY_STATUS;
+    req.status = &st;
+    return call(c, &req, SALUS__REPLY__BODY_STATUS, rep);
+}
+
+static const char *plural(unsigned n, const char *unit, char *buf, size_t len)
+{
+    snprintf(buf, len, "%u %s%s", n, unit && *unit ? unit : "unit", n == 1 ? "" : "s");
+    return buf;
+}
+
+int salus_partitions_text(salus_client *c, char **text)
+{
+    Salus__Reply *rep;
+    int rc = status_reply(c, &rep);
+    if (rc)
+        return rc;
+    const Salus__StatusReply *s = rep->status;
+    const Salus__PartitionsStatus *p = s->partitions_detail;
+    char e1[256], e2[256], u1[48], u2[48];
+    sl_textbuf b = {0};
+    if (!p) {
+        /* a salusd from before the field: its one-line description */
+        sl_textbuf_printf(&b, "partitions: %s\n", safe(s->partitions, e1, sizeof e1));
+    } else {
+        sl_textbuf_printf(&b, "mode      %s (%s now)\n", safe(p->mode, e1, sizeof e1),
+                          p->on ? "on" : "off");
+        if (p->supported)
+            sl_textbuf_printf(&b, "device    %s: %s\n", plural(p->units, p->unit, u1, sizeof u1),
+                              safe(p->note, e2, sizeof e2));
+        else
+            sl_textbuf_printf(&b, "device    no compute partitions%s%s\n",
+                              p->note && *p->note ? ": " : "", safe(p->note, e2, sizeof e2));
+        if (p->declared)
+            sl_textbuf_printf(&b, "declared  %s for high-priority lanes\n",
+                              plural(p->declared, p->unit, u1, sizeof u1));
+        if (p->on) {
+            sl_textbuf_printf(&b, "online    %s (high-priority lanes; need %u)\n",
+                              plural(p->online, p->unit, u1, sizeof u1), p->need);
+            sl_textbuf_printf(&b, "offline   %s (every other lane)%s\n",
+                              plural(p->offline, p->unit, u2, sizeof u2),
+                              p->lent ? ", lent to online work" : "");
+        }
+        sl_textbuf_printf(&b, "resizes   %llu  spills %llu\n", (unsigned long long) p->resizes,
+                          (unsigned long long) p->spills);
+    }
+    salus__reply__free_unpacked(rep, NULL);
+    if (b.failed || !b.p) {
+        sl_free(b.p);
+        return SL_ENOMEM;
+    }
+    *text = b.p;
+    return SL_OK;
+}
+
+int salus_partitions_json(salus_client *c, char **json)
+{
+    Salus__Reply *rep;
+    int rc = status_reply(c, &rep);
+    if (rc)
+        return rc;
+    const Salus__StatusReply *s = rep->status;
+    sl_textbuf b = {0};
+    sl_textbuf_printf(&b, "{\"description\":");
+    jstr(&b, s->partitions);
+    if (s->partitions_detail) {
+        sl_textbuf_printf(&b, ",\"detail\":");
+        jmessage(&b, &s->partitions_detail->base);
+    }
+    sl_textbuf_printf(&b, "}");
+    salus__reply__free_unpacked(rep, NULL);
+    return finish(&b, json);
 }
 
 int salus_drain(salus_client *c)

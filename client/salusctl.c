@@ -21,25 +21,31 @@ static void usage(FILE *f)
             "                                 admission and why\n"
             "  top [--interval S] [--iterations N] [--once]\n"
             "                                 status, refreshed every S seconds (default 1)\n"
-            "                                 until interrupted, or N times\n"
+            "                                 until interrupted, or N times; while salusd is\n"
+            "                                 away (restarting) it shows reconnecting... and\n"
+            "                                 tries again, backing off from 0.25 s to 5 s\n"
             "  health                         exit 0 when salusd answers a handshake and a\n"
             "                                 status request within 3 s (liveness and\n"
             "                                 readiness probes), 1 otherwise\n"
             "  policy NAME [--strict]         switch the scheduling policy at run time\n"
             "                                 (operators: root or salusd's user over ipc://,\n"
             "                                 clients of salusd --operator-listen)\n"
-            "  partitions MODE                compute partitions: off, N units (SMs, cores)\n"
-            "                                 for high-priority lanes, auto or auto:N (sized\n"
-            "                                 from their load), demand (auto while a high-\n"
-            "                                 priority job runs; operators)\n"
+            "  partitions [MODE]              without MODE: the compute partitions in force\n"
+            "                                 (mode, units online and offline); with MODE,\n"
+            "                                 sets them (operators): off, N units (SMs,\n"
+            "                                 cores) for high-priority lanes, auto or auto:N\n"
+            "                                 (sized from their load), demand (auto while a\n"
+            "                                 high-priority job runs)\n"
             "  session ID [--priority P] [--weight W]\n"
             "                                 change a session's priority or fair-share weight\n"
             "                                 (your own within your limits; operators: any)\n"
             "  kill-session ID                close a session (your own; operators: any)\n"
             "  drain                          salusd finishes running iterations and exits\n"
             "                                 (operators)\n"
-            "  trace --seconds N -o FILE      record salusd's timeline for N seconds into FILE\n"
-            "                                 (Chrome trace event JSON; operators)\n"
+            "  trace --seconds N -o FILE      record salusd's timeline for N seconds (0.1 to\n"
+            "                                 3600, decimals allowed) into FILE (Chrome trace\n"
+            "                                 event JSON; - for stdout; operators); exits 1\n"
+            "                                 and writes nothing when no event was recorded\n"
             "\n"
             "options:\n"
             "  --url URL  server address (default: %s; env SALUS_URL)\n"
@@ -117,7 +123,62 @@ static int cmd_status(salus_client *c, int sessions_only)
     return 0;
 }
 
-static int cmd_top(salus_client *c, int argc, char **argv, int i)
+/* Whether rc says salusd is gone or restarting, rather than refusing:
+ * top waits for it to come back. */
+static int server_lost(int rc)
+{
+    return rc == SALUS_ECONN || rc == SALUS_ETIMEDOUT || rc == SALUS_ESHUTDOWN;
+}
+
+/* top's state while salusd is away: on the screen (a terminal), a line
+ * on stderr (a pipe) or a JSON line in the stream of refreshes. */
+static void show_reconnecting(const char *url, int rc, const char *why, unsigned attempt,
+                              double retry_s, int tty)
+{
+    if (json_mode) {
+        printf("{\"ok\":false,\"command\":\"top\",\"state\":\"reconnecting\",\"attempt\":%u,"
+               "\"retry_s\":%g,\"code\":%d,\"error\":",
+               attempt, retry_s, rc);
+        json_str(stdout, salus_strerror(rc));
+        printf(",\"message\":");
+        json_str(stdout, why);
+        printf("}\n");
+        fflush(stdout);
+    } else if (tty) {
+        printf("\033[H\033[2Jsalusd at %s: %s\nreconnecting... attempt %u, next in %g s\n", url,
+               *why ? why : salus_strerror(rc), attempt, retry_s);
+        fflush(stdout);
+    } else {
+        fprintf(stderr, "salusctl: top: salusd at %s: %s; reconnecting... attempt %u\n", url,
+                *why ? why : salus_strerror(rc), attempt);
+    }
+}
+
+/* Connects again after salusd went away: tries at once, then backs off
+ * (0.25 s doubling to 5 s) until it answers. *cp is replaced (NULL while
+ * away). Returns SALUS_OK, or the first error that is not salusd's
+ * absence (a refusal: the new salusd runs as a user not trusted, another
+ * protocol version). */
+static int reconnect(salus_client **cp, const char *url, int rc, int tty)
+{
+    char why[256];
+    snprintf(why, sizeof why, "%s", salus_last_error(*cp));
+    salus_disconnect(*cp); /* a fresh client: a new salusd's handshake */
+    *cp = NULL;
+    double backoff = 0.25;
+    for (unsigned attempt = 1;; attempt++) {
+        show_reconnecting(url, rc, why, attempt, backoff, tty);
+        if ((rc = salus_connect(url, cp)) == SALUS_OK)
+            return SALUS_OK;
+        if (!server_lost(rc))
+            return rc;
+        snprintf(why, sizeof why, "%s", salus_last_error(NULL));
+        sleep_s(backoff);
+        backoff = backoff * 2 < 5 ? backoff * 2 : 5;
+    }
+}
+
+static int cmd_top(salus_client **cp, const char *url, int argc, char **argv, int i)
 {
     double interval = 1;
     long n = -1;
@@ -129,18 +190,27 @@ static int cmd_top(salus_client *c, int argc, char **argv, int i)
         else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc)
             interval = strtod(argv[++i], NULL);
         else
-            return usage_error(c, "top [--interval S] [--iterations N] [--once]");
+            return usage_error(*cp, "top [--interval S] [--iterations N] [--once]");
     }
     if (!(interval >= 0.05 && interval <= 3600) || n == 0 || n < -1)
-        return usage_error(c, "top: --interval takes 0.05..3600 s, --iterations N >= 1");
+        return usage_error(*cp, "top: --interval takes 0.05..3600 s, --iterations N >= 1");
     int tty = !json_mode && isatty(STDOUT_FILENO);
-    for (long k = 0; n < 0 || k < n; k++) {
-        if (k)
+    /* k counts refreshes shown; a refresh lost to a restart is tried
+     * again once salusd is back, without the interval's wait */
+    int wait = 0;
+    for (long k = 0; n < 0 || k < n;) {
+        if (wait)
             sleep_s(interval);
         char *text;
-        int rc = json_mode ? salus_status_json(c, &text) : salus_status_text(c, &text);
-        if (rc != SALUS_OK)
-            return fail(c, "top", rc);
+        int rc = json_mode ? salus_status_json(*cp, &text) : salus_status_text(*cp, &text);
+        if (rc != SALUS_OK) {
+            if (!server_lost(rc))
+                return fail(*cp, "top", rc);
+            if ((rc = reconnect(cp, url, rc, tty)) != SALUS_OK)
+                return fail(*cp, "top", rc);
+            wait = 0;
+            continue;
+        }
         if (tty)
             fputs("\033[H\033[2J", stdout); /* home, clear: a refreshing view */
         else if (!json_mode && k)
@@ -148,35 +218,78 @@ static int cmd_top(salus_client *c, int argc, char **argv, int i)
         fputs(text, stdout);
         fflush(stdout);
         salus_free(text);
+        k++;
+        wait = 1;
     }
     return 0;
 }
 
+/* Seconds from text, all of it ("0.5", not "0.5s"), within [lo, hi]. */
+static int parse_seconds(const char *text, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Whether out can be written, checked before salusd records anything:
+ * the file is written only once there is a trace to put in it. */
+static int writable(const char *out)
+{
+    if (access(out, F_OK) == 0)
+        return access(out, W_OK) == 0;
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    if (!slash)
+        return access(".", W_OK | X_OK) == 0;
+    size_t len = slash == out ? 1 : (size_t) (slash - out);
+    if (len >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return 0;
+    }
+    memcpy(dir, out, len);
+    dir[len] = '\0';
+    return access(dir, W_OK | X_OK) == 0;
+}
+
+/* The shortest trace: a few iterations of a small job; the longest: what
+ * salusd's ring holds of a busy device, and then some. */
+#define TRACE_MIN_S 0.1
+#define TRACE_MAX_S 3600.0
+
 static int cmd_trace(salus_client *c, int argc, char **argv, int i)
 {
     double seconds = 0;
-    const char *out = NULL;
+    const char *out = NULL, *sec_text = NULL;
     for (; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--seconds") == 0)
-            seconds = strtod(argv[i + 1], NULL);
+            sec_text = argv[i + 1];
         else if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0)
             out = argv[i + 1];
         else
             break;
     }
-    if (i != argc || !out || !(seconds > 0 && seconds <= 3600))
-        return usage_error(c, "trace --seconds N (0 < N <= 3600) -o FILE");
-    FILE *f = strcmp(out, "-") == 0 ? stdout : fopen(out, "w");
-    if (!f) {
+    if (i != argc || !out || !sec_text)
+        return usage_error(c, "trace --seconds N -o FILE (N from 0.1 to 3600, decimals allowed)");
+    if (parse_seconds(sec_text, TRACE_MIN_S, TRACE_MAX_S, &seconds) != 0) {
+        fprintf(stderr,
+                "salusctl: trace: --seconds takes a number of seconds from %g to %g "
+                "(decimals allowed), not '%s'\n",
+                TRACE_MIN_S, TRACE_MAX_S, sec_text);
+        return 2;
+    }
+    int to_stdout = strcmp(out, "-") == 0;
+    if (!to_stdout && !writable(out)) {
         fprintf(stderr, "salusctl: cannot write %s: %s\n", out, strerror(errno));
         return 1;
     }
     int rc = salus_trace_start(c);
-    if (rc != SALUS_OK) {
-        if (f != stdout)
-            fclose(f);
+    if (rc != SALUS_OK)
         return fail(c, "trace", rc);
-    }
     /* progress on stderr: a line a second, rewritten in place on a terminal */
     int tty = isatty(STDERR_FILENO);
     double left = seconds;
@@ -184,21 +297,42 @@ static int cmd_trace(salus_client *c, int argc, char **argv, int i)
         double step = left < 1 ? left : 1;
         sleep_s(step);
         left -= step;
-        fprintf(stderr,
-                tty ? "\rsalusctl: tracing %.0f of %.0f s" : "salusctl: tracing %.0f of %.0f s\n",
+        fprintf(stderr, tty ? "\rsalusctl: tracing %g of %g s" : "salusctl: tracing %g of %g s\n",
                 seconds - left, seconds);
     }
     if (tty)
         fputc('\n', stderr);
     char *json;
     size_t n;
-    if ((rc = salus_trace_stop_json(c, &json, &n)) != SALUS_OK) {
-        if (f != stdout)
-            fclose(f);
+    if ((rc = salus_trace_stop_json(c, &json, &n)) != SALUS_OK)
         return fail(c, "trace", rc);
+    if (n == 0) {
+        /* a trace with nothing in it looks like a trace of an idle device
+         * and like a broken recording alike: say which it is instead */
+        salus_free(json);
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "salusd recorded no events in %g s (no iteration ran to its end, no session "
+                 "waited): trace while jobs run, or for longer; %s not written",
+                 seconds, to_stdout ? "nothing" : out);
+        if (json_mode) {
+            printf("{\"ok\":false,\"command\":\"trace\",\"events\":0,\"error\":\"no events\","
+                   "\"message\":");
+            json_str(stdout, msg);
+            printf("}\n");
+        } else {
+            fprintf(stderr, "salusctl: trace: %s\n", msg);
+        }
+        return 1;
+    }
+    FILE *f = to_stdout ? stdout : fopen(out, "w");
+    if (!f) {
+        fprintf(stderr, "salusctl: cannot write %s: %s\n", out, strerror(errno));
+        salus_free(json);
+        return 1;
     }
     int bad = fputs(json, f) < 0;
-    bad |= f != stdout && fclose(f) != 0;
+    bad |= !to_stdout && fclose(f) != 0;
     salus_free(json);
     if (bad) {
         fprintf(stderr, "salusctl: writing %s failed: %s\n", out, strerror(errno));
@@ -206,7 +340,7 @@ static int cmd_trace(salus_client *c, int argc, char **argv, int i)
     }
     if (json_mode) {
         char extra[64];
-        snprintf(extra, sizeof extra, "\"events\":%zu,\"file\":", n);
+        snprintf(extra, sizeof extra, "\"events\":%zu,\"seconds\":%g,\"file\":", n, seconds);
         printf("{\"ok\":true,\"command\":\"trace\",%s", extra);
         json_str(stdout, out);
         printf("}\n");
@@ -243,16 +377,34 @@ static int cmd_session(salus_client *c, int argc, char **argv, int i)
     return 0;
 }
 
-/* Runs one command on a connected client; its exit status. */
-static int run(salus_client *c, const char *cmd, int argc, char **argv, int i)
+/* The partitions in force: the query form of `partitions`. */
+static int cmd_partitions(salus_client *c)
 {
+    char *text;
+    int rc = json_mode ? salus_partitions_json(c, &text) : salus_partitions_text(c, &text);
+    if (rc != SALUS_OK)
+        return fail(c, "partitions", rc);
+    if (json_mode) {
+        text[strcspn(text, "\n")] = '\0'; /* one document on one line */
+        printf("{\"ok\":true,\"command\":\"partitions\",\"partitions\":%s}\n", text);
+    } else
+        fputs(text, stdout);
+    salus_free(text);
+    return 0;
+}
+
+/* Runs one command on a connected client (top may replace it: *cp); its
+ * exit status. */
+static int run(salus_client **cp, const char *url, const char *cmd, int argc, char **argv, int i)
+{
+    salus_client *c = *cp;
     int rc = 0;
     if (strcmp(cmd, "status") == 0 || strcmp(cmd, "sessions") == 0) {
         if (i != argc)
             return usage_error(c, "status and sessions take no arguments");
         rc = cmd_status(c, strcmp(cmd, "sessions") == 0);
     } else if (strcmp(cmd, "top") == 0) {
-        rc = cmd_top(c, argc, argv, i);
+        rc = cmd_top(cp, url ? url : salus_default_url(), argc, argv, i);
     } else if (strcmp(cmd, "trace") == 0) {
         rc = cmd_trace(c, argc, argv, i);
     } else if (strcmp(cmd, "session") == 0) {
@@ -285,8 +437,10 @@ static int run(salus_client *c, const char *cmd, int argc, char **argv, int i)
         else
             printf("policy: %s%s\n", name, strict ? " (strict)" : "");
     } else if (strcmp(cmd, "partitions") == 0) {
+        if (i == argc)
+            return cmd_partitions(c);
         if (i + 1 != argc)
-            return usage_error(c, "partitions off|demand|auto|auto:N|N");
+            return usage_error(c, "partitions [off|demand|auto|auto:N|N]");
         if ((rc = salus_set_partitions(c, argv[i])) != SALUS_OK)
             return fail(c, "partitions", rc);
         if (json_mode)
@@ -385,7 +539,7 @@ int main(int argc, char **argv)
         }
         return 1;
     }
-    rc = run(c, cmd, argc, argv, i);
+    rc = run(&c, url, cmd, argc, argv, i);
     salus_disconnect(c);
     return rc;
 }

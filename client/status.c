@@ -94,12 +94,17 @@ int salus_status_text(salus_client *c, char **out)
     put(&t, "requests %llu  errors %llu  iterations %llu\n", (unsigned long long) s->requests_total,
         (unsigned long long) s->errors_total, (unsigned long long) s->iterations_total);
     if (s->memory) {
+        /* every class, so that they add up to the capacity */
         const Salus__MemoryStatus *m = s->memory;
-        put(&t, "memory: capacity %s  persistent %s of %s", mib(m->capacity, a),
-            mib(m->persistent_used, b), mib(m->persistent_capacity, d));
-        put(&t, "  lanes %s  framework %s", mib(m->ephemeral_lanes, a), mib(m->framework, b));
-        put(&t, "  free %s, largest block %s (fragmentation %.2f)\n", mib(m->free, a),
-            mib(m->largest_free, b), m->fragmentation);
+        put(&t, "memory: capacity %s = persistent %s", mib(m->capacity, a),
+            mib(m->persistent_used, b));
+        put(&t, " + reserved %s + lanes %s", mib(m->reserved_unused, a),
+            mib(m->ephemeral_lanes, b));
+        put(&t, " + framework %s + free %s\n", mib(m->framework, a), mib(m->free, b));
+        put(&t,
+            "  reserved: declared for persistent tensors, not allocated yet; largest free block "
+            "%s (fragmentation %.2f)\n",
+            mib(m->largest_free, a), m->fragmentation);
     }
     put(&t, "host memory: graphs and tensors %s  decoded requests %s (%llu refused for it)\n",
         mib(s->metadata_bytes, a), mib(s->decoded_bytes, b),
@@ -128,18 +133,23 @@ int salus_status_text(salus_client *c, char **out)
             mib(q->ephemeral, b), (double) q->waited_ns / 1e9, safe(q->reason, e2, sizeof e2));
     }
     put(&t, "%zu session%s\n", s->n_sessions, s->n_sessions == 1 ? "" : "s");
+    /* ids are wide (40 bits): the column fits the widest */
+    int idw = 2;
+    for (size_t i = 0; i < s->n_sessions; i++) {
+        int w = snprintf(NULL, 0, "%llu", (unsigned long long) s->sessions[i]->id);
+        idw = w > idw ? w : idw;
+    }
     if (s->n_sessions)
-        put(&t, "  %6s %-16s %4s %4s %6s %12s %12s %10s %10s %6s %9s %8s %8s  %s\n", "id", "name",
-            "lane", "prio", "weight", "persistent", "eph. peak", "iters", "device s", "queued",
-            "switches", "wait ms", "slowdown", "owner");
+        put(&t, "  %*s %-16s %4s %4s %6s %12s %12s %12s %10s %10s %6s %9s %8s %8s  %s\n", idw, "id",
+            "name", "lane", "prio", "weight", "persistent", "reserved", "eph. peak", "iters",
+            "device s", "queued", "switches", "wait ms", "slowdown", "owner");
     for (size_t i = 0; i < s->n_sessions; i++) {
         const Salus__SessionStatus *x = s->sessions[i];
-        put(&t,
-            "  %6llu %-16.16s %4u %4d %6.2f %12s %12s %10llu %10.3f %6u %9llu %8.2f %8.2f  %s%s\n",
-            (unsigned long long) x->id, safe(x->name, e1, sizeof e1), x->lane, x->priority,
-            x->weight, mib(x->persistent_bytes, a), mib(x->ephemeral_peak, b),
-            (unsigned long long) x->iterations, (double) x->attained_ns / 1e9, x->queued,
-            (unsigned long long) x->switches,
+        put(&t, "  %*llu %-16.16s %4u %4d %6.2f %12s %12s %12s", idw, (unsigned long long) x->id,
+            safe(x->name, e1, sizeof e1), x->lane, x->priority, x->weight,
+            mib(x->persistent_bytes, a), mib(x->persistent_reserved, b), mib(x->ephemeral_peak, d));
+        put(&t, " %10llu %10.3f %6u %9llu %8.2f %8.2f  %s%s\n", (unsigned long long) x->iterations,
+            (double) x->attained_ns / 1e9, x->queued, (unsigned long long) x->switches,
             x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0,
             x->slowdown, safe(x->owner, e2, sizeof e2), x->limited ? "" : " (operator)");
     }

@@ -40,6 +40,47 @@ static Salus__TenantLimits *tenant_limits(sl_server *srv, const sl_peer *peer, s
     return you;
 }
 
+static const char *const mode_names[] = {
+    [SL_PARTS_OFF] = "off",
+    [SL_PARTS_FIXED] = "fixed",
+    [SL_PARTS_AUTO] = "auto",
+    [SL_PARTS_DEMAND] = "demand",
+};
+
+/* The compute partitions, field by field. */
+static Salus__PartitionsStatus *partitions_detail(const sl_exec_parts *p, sl_reply *r)
+{
+    Salus__PartitionsStatus *d = sl_reply_alloc(r, sizeof *d);
+    char *unit = sl_reply_alloc(r, sizeof p->caps.unit);
+    char *note = sl_reply_alloc(r, sizeof p->caps.note);
+    if (!d || !unit || !note)
+        return NULL;
+    salus__partitions_status__init(d);
+    d->mode = (char *) mode_names[p->demand ? SL_PARTS_DEMAND : p->mode];
+    d->on = p->mode != SL_PARTS_OFF && p->online;
+    d->supported = p->caps_ok;
+    d->declared = p->declared;
+    d->resizes = p->resizes;
+    d->spills = p->spills;
+    d->unit = unit;
+    d->note = note;
+    unit[0] = note[0] = '\0';
+    if (p->caps_ok) {
+        /* copies: the reply is packed after the lock is released */
+        memcpy(unit, p->caps.unit, sizeof p->caps.unit);
+        memcpy(note, p->caps.note, sizeof p->caps.note);
+        unit[sizeof p->caps.unit - 1] = note[sizeof p->caps.note - 1] = '\0';
+        d->units = p->caps.units;
+    }
+    if (d->on) {
+        d->online = p->plan.online;
+        d->offline = p->offline_units;
+        d->need = p->plan.need;
+        d->lent = p->lent;
+    }
+    return d;
+}
+
 int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
 {
     Salus__StatusReply *st = sl_reply_alloc(r, sizeof *st);
@@ -85,7 +126,11 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
     mem->free = ms.free;
     mem->largest_free = ms.largest_free;
     mem->fragmentation = ms.fragmentation;
+    /* every session holds max(P, used), so this never underflows */
+    mem->reserved_unused = ms.persistent_reserved - ms.persistent_used;
     st->memory = mem;
+    if (!(st->partitions_detail = partitions_detail(&srv->exec.parts, r)))
+        return SL_ENOMEM;
 
     size_t i = 0, k = 0;
     void *v;
@@ -124,6 +169,9 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
         x->switches = s->job.sched.switches;
         x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job.sched);
         x->slowdown = sl_sched_job_slowdown(&s->job.sched);
+        sl_mem_session_info mi;
+        if (sl_mem_session_get(srv->mem, s->id, &mi) == SL_OK)
+            x->persistent_reserved = mi.region_size > mi.used ? mi.region_size : mi.used;
         list[k++] = x;
     }
     qsort(list, k, sizeof *list, by_id);

@@ -54,9 +54,14 @@ class Salusd:
             args += ["--metrics-listen", str(self.metrics_port)]
         if os.geteuid() == 0:
             args.append("--allow-root")
-        args += list(extra)
+        self.args = args + list(extra)
         self.log = open(os.path.join(self.dir, "salusd.log"), "w+")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.start()
+
+    def start(self):
+        """Starts salusd (again, after it exited: the same folder, socket
+        and flags) and waits until it answers."""
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while self.ctl("health").returncode != 0:
             if self.proc.poll() is not None or time.time() > deadline:
@@ -75,9 +80,10 @@ class Salusd:
         p = self.ctl("--json", *args)
         return p.returncode, json.loads(p.stdout)
 
-    def client(self, name, iterations, priority=0, hold=True, width=256):
+    def client(self, name, iterations, priority=0, hold=True, width=256, persistent_mib=0):
         args = [os.environ["OBS_CLIENT"], "--url", self.url, "--name", name, "--iterations",
-                str(iterations), "--priority", str(priority), "--width", str(width)]
+                str(iterations), "--priority", str(priority), "--width", str(width),
+                "--persistent", str(persistent_mib << 20)]
         if hold:
             args.append("--hold")
         p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

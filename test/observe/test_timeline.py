@@ -2,8 +2,12 @@
 (priority policy), `salusctl trace` while they run, then the trace rendered
 by client/timeline.html in headless Chromium. The page's DOM after its
 script ran must show the lanes, every job's iterations and low-priority ops
-filled into the high-priority job's gaps; a screenshot is kept next to the
-test's build folder (OBS_ARTIFACTS) for people to look at.
+filled into the high-priority job's gaps, a time axis whose ticks sit where
+their times are, and a key giving each session the colour of its
+iterations. A second load drives the page's own zoom and pan handlers
+(wheel, buttons, drag: events dispatched by a script of the test) and
+checks the visible range and the axis follow. A screenshot is kept next to
+the test's build folder (OBS_ARTIFACTS) for people to look at.
 
 Why a page of our own: chrome://tracing and the Perfetto UI, which read
 this format, are not available offline (Perfetto is a web app; Debian's
@@ -33,6 +37,110 @@ def chromium(*args, timeout=120):
     return subprocess.run(base + list(args), capture_output=True, text=True, timeout=timeout)
 
 
+# Run inside the page after it rendered: drives its zoom and pan through
+# the events a person's wheel, clicks and drag send, and leaves what it saw
+# as JSON in <pre id="zoom-test">.
+ZOOM_SCRIPT = r"""
+(function () {
+  function run() {
+    if (document.body.dataset.rendered !== "1") return setTimeout(run, 10);
+    const chart = document.getElementById("chart");
+    const svg = () => document.getElementById("timeline");
+    const left = Number(svg().dataset.plotLeft), width = Number(svg().dataset.plotWidth);
+    const clientX = f => svg().getBoundingClientRect().left + left + f * width;
+    const state = () => ({
+      view: [Number(chart.dataset.viewStart), Number(chart.dataset.viewEnd)],
+      iterations: svg().querySelectorAll(".iteration").length,
+      unit: document.getElementById("axis").dataset.unit,
+      ticks: [...svg().querySelectorAll(".tick")].map(
+        t => [Number(t.dataset.t), Number(t.dataset.x), t.textContent])});
+    const wheel = (f, dy, shift) => svg().dispatchEvent(new WheelEvent("wheel", {
+      deltaY: dy, deltaMode: 0, clientX: clientX(f), clientY: 40, shiftKey: !!shift,
+      bubbles: true, cancelable: true}));
+    const click = id => document.getElementById(id).click();
+    const out = {full: state()};
+    for (let i = 0; i < 3; i++) wheel(0.25, -100);
+    out.wheel = state();
+    click("zoom-in"); out.zoomIn = state();
+    click("pan-right"); out.panRight = state();
+    click("zoom-out"); out.zoomOut = state();
+    svg().dispatchEvent(new MouseEvent("mousedown", {button: 0, clientX: clientX(0.5),
+                                                     clientY: 40, bubbles: true}));
+    window.dispatchEvent(new MouseEvent("mousemove", {clientX: clientX(0.4), clientY: 40}));
+    window.dispatchEvent(new MouseEvent("mouseup", {clientX: clientX(0.4), clientY: 40}));
+    out.drag = state();
+    wheel(0.5, 100, true); out.shiftWheel = state();
+    for (let i = 0; i < 40; i++) wheel(0.5, -100);
+    out.deep = state();
+    click("zoom-reset"); out.reset = state();
+    click("zoom-out"); out.outAtFull = state();
+    const pre = document.createElement("pre");
+    pre.id = "zoom-test";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }
+  setTimeout(run, 0);
+})();
+"""
+
+
+def close(a, b, tol):
+    return abs(a - b) <= tol
+
+
+def check_axis(ticks, view, unit):
+    """Ticks: (t, x, label); evenly spaced, inside the view, placed where
+    their times are on the plot, labelled in the axis's unit."""
+    left, width = 190, 1400
+    assert len(ticks) >= 4, ticks
+    ts = [t for t, _, _ in ticks]
+    steps = {round(b - a, 6) for a, b in zip(ts, ts[1:])}
+    assert len(steps) == 1 and min(steps) > 0, ts
+    step = steps.pop()
+    assert view[0] - 1e-6 <= ts[0] < view[0] + step and view[1] - step < ts[-1] <= view[1] + 1e-6, \
+        (ts, view)
+    for t, x, label in ticks:
+        assert close(x, left + (t - view[0]) / (view[1] - view[0]) * width, 0.02), (t, x, view)
+        assert label.endswith(" " + unit), label
+        value = float(label.split()[0]) * (1000 if unit == "ms" else 1)
+        assert close(value, t, step / 100), (label, t)
+
+
+def check_zoom(z, end):
+    full = z["full"]
+    assert full["view"] == [0, end] or close(full["view"][1], end, 1e-6), (full["view"], end)
+    assert full["unit"] == "ms", full["unit"]
+    check_axis(full["ticks"], full["view"], "ms")
+
+    def width(s):
+        return s["view"][1] - s["view"][0]
+
+    # three wheel notches at a quarter of the plot: 1.25^3 narrower, the
+    # time under the pointer stays under it
+    w = z["wheel"]
+    assert close(width(w), end / 1.25 ** 3, end * 1e-6), (w["view"], end)
+    assert close(w["view"][0] + 0.25 * width(w), 0.25 * end, end * 1e-6), w["view"]
+    assert w["iterations"] < full["iterations"], (w["iterations"], full["iterations"])
+    check_axis(w["ticks"], w["view"], w["unit"])
+    zi = z["zoomIn"]  # the button: half as wide about the middle
+    assert close(width(zi), width(w) / 2, end * 1e-6), zi["view"]
+    assert close(sum(zi["view"]) / 2, sum(w["view"]) / 2, end * 1e-6), zi["view"]
+    pr = z["panRight"]  # a quarter of the view later
+    assert close(pr["view"][0], zi["view"][0] + width(zi) / 4, end * 1e-6), pr["view"]
+    assert close(width(pr), width(zi), end * 1e-6)
+    zo = z["zoomOut"]
+    assert close(width(zo), 2 * width(pr), end * 1e-6), zo["view"]
+    dr = z["drag"]  # dragged a tenth of the plot to the left: a tenth later
+    assert close(dr["view"][0], zo["view"][0] + width(zo) / 10, end * 1e-6), dr["view"]
+    sw = z["shiftWheel"]  # shift+wheel pans
+    assert sw["view"][0] > dr["view"][0] and close(width(sw), width(dr), end * 1e-6), sw["view"]
+    deep = z["deep"]  # down to microseconds: the axis says so
+    assert width(deep) < 2000 and deep["unit"] == "us", deep["view"]
+    check_axis(deep["ticks"], deep["view"], "us")
+    for k in ("reset", "outAtFull"):
+        assert z[k]["view"] == full["view"] and z[k]["iterations"] == full["iterations"], z[k]
+
+
 def main():
     obs.need("chromium")
     srv = obs.Salusd("--policy", "priority")
@@ -45,6 +153,7 @@ def main():
         hp = srv.client("urgent", 10**7, priority=5, hold=True, width=256)
         jobs.append(hp)
         want = {j.session for j in jobs}
+        job_names = {j.session: j.name for j in jobs}
         tmp = tempfile.mkdtemp(prefix="salus-trace-")
         out = os.path.join(tmp, "trace.json")
         p = srv.ctl("trace", "--seconds", "2", "-o", out, timeout=60)
@@ -96,6 +205,43 @@ def main():
         assert {str(s) for s in want} <= rendered_sessions, rendered_sessions
         assert html.count('class="op gap-fill"') == len(gaps)
         assert html.count('class="op"') == len(ops)
+
+        # the time axis, over the whole trace
+        end = max(e["ts"] + e.get("dur", 0) for e in ev if "ts" in e)
+        ticks = [(float(t), float(x), label) for t, x, label in re.findall(
+            r'<g class="tick" data-t="([-\d.e+]+)" data-x="([-\d.]+)">'
+            r'<line[^>]*></line><text[^>]*>([^<]*)</text></g>', html)]
+        assert 'id="axis" data-unit="ms"' in html
+        check_axis(ticks, (0, end), "ms")
+        print("axis:", [label for _, _, label in ticks])
+        # the key: a colour per session, that of its iterations
+        key = dict(re.findall(r'<span class="key-session" data-session="(\d+)" '
+                              r'data-colour="([^"]+)">', html))
+        fills = {}
+        for fill, sid in re.findall(r'class="iteration" x="[^"]*" y="[^"]*" width="[^"]*" '
+                                    r'height="[^"]*" fill="([^"]+)" data-session="(\d+)"', html):
+            fills.setdefault(sid, set()).add(fill)
+        assert set(fills) <= set(key) and {str(s) for s in want} <= set(key), (fills, key)
+        assert all(f == {key[s]} for s, f in fills.items()), (fills, key)
+        assert len(set(key.values())) == len(key), key
+        for sid in want:
+            label = re.search(r'data-session="%d" data-colour="[^"]+"><i [^>]*></i>([^<]*)<' % sid,
+                              html).group(1)
+            assert label == "%d %s" % (sid, job_names[sid]), label
+        print("key:", key)
+
+        # zoom and pan, through the page's own handlers
+        with open(os.path.join(tmp, "zoom.js"), "w") as f:
+            f.write("window.TRACE = ")
+            json.dump(trace, f)
+            f.write(";\n" + ZOOM_SCRIPT)
+        zoomed = chromium("--dump-dom", "file://%s/timeline.html?trace=zoom.js" % tmp)
+        assert zoomed.returncode == 0, zoomed.stderr[-2000:]
+        m = re.search(r'<pre id="zoom-test">([^<]*)</pre>', zoomed.stdout)
+        assert m, zoomed.stdout[-3000:]
+        z = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+        check_zoom(z, end)
+        print("zoom:", {k: v["view"] for k, v in z.items()})
 
         art = os.environ.get("OBS_ARTIFACTS", tmp)
         os.makedirs(art, exist_ok=True)

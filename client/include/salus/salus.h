@@ -657,6 +657,13 @@ int salus_status_json(salus_client *c, char **json);
 /* One line per session the caller may see, admitted or waiting for
  * admission (with why), as text for people (`salusctl sessions`). */
 int salus_sessions_text(salus_client *c, char **text);
+/* The compute partitions in force (`salusctl partitions`), read from the
+ * status reply (no rights needed): as text for people, a line per figure;
+ * or as JSON {"description": the one-line summary, "detail": the fields of
+ * proto/salus.proto PartitionsStatus} ("detail" absent from a salusd that
+ * does not send them). Errors: those of any call (SALUS_ECONN, ...). */
+int salus_partitions_text(salus_client *c, char **text);
+int salus_partitions_json(salus_client *c, char **json);
 /* Asks salusd to drain and exit as on SIGTERM (operators). Errors:
  * SALUS_EPERM, SALUS_EUNSUPPORTED. */
 int salus_drain(salus_client *c);
