@@ -53,8 +53,6 @@ typedef struct sl_attack {
     int error;         /* first error the victim got (SALUS_OK: none) */
     char error_text[256];
     uint64_t victim_session; /* its session id, once open */
-    /* salusd's stderr, when started by sl_attack_begin_logged ("" if not) */
-    char log_path[320];
     /* set by sl_attack_end: salusd removed its socket file as it exited */
     bool socket_removed;
     /* salusd's RSS, sampled from sl_attack_begin to sl_attack_end */
@@ -70,8 +68,9 @@ typedef struct sl_attack {
  * the victim, waits for the victim's warm-up and takes the baseline. Prints
  * "ATTACK <name> tried". */
 void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args);
-/* sl_attack_begin with salusd's stderr (its log) in a file that
- * sl_attack_log_has reads; the file goes with sl_attack_end. */
+/* sl_attack_begin with salusd's output (its log) in a file that
+ * sl_attack_log_has reads; the file goes with sl_attack_end unless the
+ * attack broke through. */
 void sl_attack_begin_logged(sl_attack *a, const char *name, const char *const *extra_args);
 /* Whether salusd's log (sl_attack_begin_logged) contains text; with
  * copy, the whole log (up to len bytes, NUL-terminated) goes there too. */

@@ -23,13 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
-}
-
 static int listen_at(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -140,8 +133,8 @@ static int impostor(void *arg)
     (void) chmod(imp->path, 0777);
     (void) !write(imp->ready[1], "r", 1);
     long got = 0;
-    uint64_t end = now_ms() + 8000;
-    while (now_ms() < end) {
+    uint64_t end = sl_ts_now_ms() + 8000;
+    while (sl_ts_now_ms() < end) {
         struct pollfd p = {.fd = lfd, .events = POLLIN};
         if (poll(&p, 1, 100) <= 0)
             continue;
@@ -152,8 +145,8 @@ static int impostor(void *arg)
         ssize_t n;
         (void) !write(fd, rep_header, sizeof rep_header);
         /* the client's SP header, then whatever it sends: a request */
-        uint64_t until = now_ms() + 1000;
-        while (now_ms() < until) {
+        uint64_t until = sl_ts_now_ms() + 1000;
+        while (sl_ts_now_ms() < until) {
             struct pollfd q = {.fd = fd, .events = POLLIN};
             if (poll(&q, 1, 50) <= 0)
                 continue;
@@ -230,8 +223,8 @@ static int bind_loop(void *arg)
 {
     const char *path = arg;
     int won = 0;
-    uint64_t end = now_ms() + 3000;
-    while (now_ms() < end) {
+    uint64_t end = sl_ts_now_ms() + 3000;
+    while (sl_ts_now_ms() < end) {
         (void) unlink(path);
         int fd = listen_at(path);
         if (fd >= 0) {
@@ -256,8 +249,8 @@ static void replacement_race(void **state)
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     int missing = 0, deafened = 0, foreign = 0;
-    uint64_t end = now_ms() + 2500;
-    while (now_ms() < end) {
+    uint64_t end = sl_ts_now_ms() + 2500;
+    while (sl_ts_now_ms() < end) {
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
         if (fd >= 0 && connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0)
             deafened++;

@@ -1,22 +1,29 @@
-/* Integration-test harness: starts a real salusd on ipc:// in a fresh temp
- * folder, waits until it answers, and stops it with SIGTERM, checking that it
- * drained and exited 0. Paths of the programs come from the environment that
- * meson sets (SALUSD, MLP_REGRESSION). */
+/* Integration-test harness over sl_testsupport.h: starts a real salusd on
+ * ipc:// in a fresh temp folder, waits until it answers, and stops it with
+ * SIGTERM, checking that it drained and exited 0; every failure fails the
+ * test. Paths of the programs come from the environment that meson sets
+ * (SALUSD, MLP_REGRESSION). */
 #ifndef SL_TEST_HARNESS_H
 #define SL_TEST_HARNESS_H
+
+#include "sl_testsupport.h"
 
 #include <salus/salus.h>
 #include <sys/types.h>
 
-typedef struct sl_test_server {
-    pid_t pid;
-    char dir[256];
-    char url[320];
-} sl_test_server;
+typedef sl_ts_salusd sl_test_server;
 
-/* Starts salusd with extra args (NULL-terminated, may be NULL) and waits up to
- * 10 s for it to answer a handshake. Fails the test on error. */
+/* The path in environment variable env (set by meson); fails the test when
+ * it is not set. */
+const char *sl_test_program(const char *env);
+
+/* Starts $SALUSD with "--memory-limit 256M --log-level warn" and extra args
+ * (NULL-terminated, may be NULL) and waits up to 10 s for it to answer a
+ * handshake. Fails the test on error. $SL_TEST_RUNDIR_OWNER=UID:GID gives
+ * the folder to that user (salusd --user). */
 void sl_test_server_start(sl_test_server *srv, const char *const *extra_args);
+/* The same with salusd's output in srv->log (sl_ts_salusd_log_find). */
+void sl_test_server_start_logged(sl_test_server *srv, const char *const *extra_args);
 /* SIGTERM, then waits up to 10 s; returns salusd's exit status (-1 if it had
  * to be killed or died by a signal). Removes the temp folder. */
 int sl_test_server_stop(sl_test_server *srv);

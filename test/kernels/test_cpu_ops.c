@@ -5,6 +5,7 @@
 
 #include "cpu/cpu.h"
 #include "sl_alloc.h"
+#include "sl_testsupport.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -491,19 +492,12 @@ struct team_job {
     int busy_us; /* each part's length */
 };
 
-static uint64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000u + (uint64_t) ts.tv_nsec / 1000u;
-}
-
 static void count_part(void *arg, int part, int parts)
 {
     struct team_job *j = arg;
     if (part >= 0 && part < parts && part < 40)
         atomic_fetch_add(&j->runs[part], 1);
-    for (uint64_t end = mono_us() + (uint64_t) j->busy_us; mono_us() < end;)
+    for (uint64_t end = sl_ts_now_ns() + (uint64_t) j->busy_us * 1000u; sl_ts_now_ns() < end;)
         ;
     int cpu = sched_getcpu();
     if (cpu >= 0 && !CPU_ISSET(cpu, &j->allowed))
