@@ -7,6 +7,7 @@
 #include "device.h"
 #include "ops.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,8 +31,33 @@ typedef struct kt_env {
  * error (the env stays closed) or SL_OK; other failures fail the test. */
 int kt_env_open(kt_env *e, const char *spec);
 void kt_env_close(kt_env *e);
+/* cmocka group fixtures: open a kt_env on spec into *state (-1, the group
+ * fails, when spec does not open), and close and free it. */
+int kt_group_open(void **state, const char *spec);
+int kt_group_close(void **state);
 /* Device memory from the arena (256-aligned); fails the test when full. */
 void *kt_dev_alloc(kt_env *e, size_t bytes);
+
+/* What host callbacks saw (kt_record_cb): how many ran, the last status. */
+typedef struct kt_cb_record {
+    atomic_int calls, status;
+} kt_cb_record;
+/* A device host callback that counts itself and keeps status in arg, a
+ * kt_cb_record. */
+void kt_record_cb(void *arg, int status);
+
+/* Builds *call for op: device copies of in[i] (shapes[i], uploaded on the
+ * env's stream) and outputs shaped by sl_op_infer, all from the arena
+ * (the caller resets e->used). out_shapes (SL_OP_MAX_OUT) receives the
+ * output shapes when not NULL. Fails the test when the shapes do not
+ * validate. */
+void kt_call_prepare(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
+                     void *const *in, unsigned n_in, sl_op_call *call, sl_shape *out_shapes);
+/* kt_call_prepare and launch, followed by a fill of a device canary that a
+ * device error must skip; the canary's final value is copied back into
+ * *canary (nothing synchronizes: the caller looks for the error). */
+void kt_launch_then_canary(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
+                           void *const *in, unsigned n_in, float *canary);
 
 /* Runs one op through the device contract: validates the shapes with
  * sl_op_infer, uploads the inputs, launches, downloads the outputs into

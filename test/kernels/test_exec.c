@@ -13,20 +13,7 @@ static const char *exec_spec;
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, exec_spec) != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, exec_spec);
 }
 
 static float *vec(size_t n)
@@ -460,5 +447,5 @@ int kt_run_exec_tests(const char *spec)
     char name[64];
     snprintf(name, sizeof name, "exec on %s", spec);
     return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   group_teardown);
+                                   kt_group_close);
 }

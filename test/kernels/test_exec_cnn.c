@@ -22,20 +22,7 @@ static const char *cnn_spec;
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, cnn_spec) != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, cnn_spec);
 }
 
 static sl_shape shape4(const int64_t d[4])
@@ -549,5 +536,5 @@ int kt_run_cnn_tests(const char *spec)
     char name[64];
     snprintf(name, sizeof name, "cnn ops on %s", spec);
     return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   group_teardown);
+                                   kt_group_close);
 }
