@@ -42,16 +42,23 @@ int sl_attack_fds(pid_t pid)
 
 uint64_t sl_attack_rss(pid_t pid)
 {
-    char path[64], line[256];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+    return (uint64_t) sl_attack_proc_value(path, "VmRSS:") << 10;
+}
+
+long sl_attack_proc_value(const char *path, const char *key)
+{
     FILE *f = fopen(path, "r");
-    uint64_t kb = 0;
+    char line[256];
+    long v = 0;
+    size_t len = strlen(key);
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
+        if (strncmp(line, key, len) == 0 && sscanf(line + len, "%ld", &v) == 1)
             break;
     if (f)
         fclose(f);
-    return kb << 10;
+    return v;
 }
 
 const char *sl_attack_socket_path(const sl_attack *a)
@@ -96,15 +103,7 @@ pid_t sl_attack_spawn_tenant(const char *const *args)
     if (n <= 0)
         fail_msg("readlink /proc/self/exe: %s", strerror(errno));
     self[n] = '\0';
-    const char *argv[32] = {self, "--attack-tenant"};
-    int k = 2;
-    for (; args && args[k - 2] && k < 31; k++)
-        argv[k] = args[k - 2];
-    argv[k] = NULL;
-    pid_t pid;
-    if (sl_ts_spawn(argv, NULL, &pid) != SL_OK)
-        fail_msg("fork: %s", strerror(errno));
-    return pid;
+    return sl_test_exec(self, "--attack-tenant", args);
 }
 
 bool sl_attack_tenant_start(int argc, char **argv)
@@ -387,4 +386,11 @@ void sl_attack_skip(const char *name, const char *why)
 {
     printf("ATTACK %s skipped: %s\n", name, why);
     fflush(stdout);
+}
+
+bool sl_attack_may_run(const char *name, bool can, const char *why)
+{
+    if (!can)
+        sl_attack_skip(name, why);
+    return can;
 }

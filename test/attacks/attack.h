@@ -91,6 +91,9 @@ void sl_attack_tried(const char *name);
 bool sl_attack_verdict(const char *name, const char *why, const char *detail);
 /* Prints "ATTACK <name> skipped: <why>". */
 void sl_attack_skip(const char *name, const char *why);
+/* For an attack that can run only where can holds: true when it can,
+ * otherwise prints the skip line (sl_attack_skip) and returns false. */
+bool sl_attack_may_run(const char *name, bool can, const char *why);
 
 /* Runs fn(arg) in a child process as SL_ATTACK_UID (when root; as the
  * current user otherwise) and returns fn's result as the exit status, or -1
@@ -114,6 +117,9 @@ bool sl_attack_tenant_start(int argc, char **argv);
 /* True when attackers really run as another user (the test runs as root). */
 bool sl_attack_cross_user(void);
 
+/* The number after `key` (e.g. "VmRSS:") in a /proc file such as
+ * /proc/PID/status or /proc/meminfo; 0 when the file or the key is missing. */
+long sl_attack_proc_value(const char *path, const char *key);
 /* salusd's open descriptors and resident bytes right now. */
 int sl_attack_fds(pid_t pid);
 uint64_t sl_attack_rss(pid_t pid);

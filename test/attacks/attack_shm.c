@@ -299,15 +299,7 @@ static bool write_long(const char *path, long v)
 
 static long free_huge_pages(void)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    long n = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "HugePages_Free: %ld", &n) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return n;
+    return sl_attack_proc_value("/proc/meminfo", "HugePages_Free:");
 }
 
 static void hugetlb_memfd_sigbus(void **state)
@@ -585,10 +577,9 @@ static void opath_root_files(void **state)
 {
     (void) state;
     const char *name = "opath-root-files";
-    if (!sl_attack_cross_user()) {
-        sl_attack_skip(name, "needs root: the attack is another user reaching root-only files");
+    if (!sl_attack_may_run(name, sl_attack_cross_user(),
+                           "needs root: the attack is another user reaching root-only files"))
         return;
-    }
     char dir[] = "/tmp/salus-attack-XXXXXX", secret[64], fifo[64];
     assert_non_null(mkdtemp(dir));
     assert_int_equal(chmod(dir, 0755), 0);

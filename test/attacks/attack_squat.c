@@ -102,10 +102,9 @@ static void no_private_default(void **state)
 {
     (void) state;
     const char *name = "socket-squat-default-path";
-    if (!sl_attack_cross_user()) {
-        sl_attack_skip(name, "needs root to run salusd as another user");
+    if (!sl_attack_may_run(name, sl_attack_cross_user(),
+                           "needs root to run salusd as another user"))
         return;
-    }
     sl_attack_tried(name);
     /* as nobody, without XDG_RUNTIME_DIR: the old default was /tmp */
     int st = sl_attack_as_tenant(start_default, NULL, 20);
@@ -165,10 +164,9 @@ static void impostor_server(void **state)
 {
     (void) state;
     const char *name = "socket-squat-impostor";
-    if (!sl_attack_cross_user()) {
-        sl_attack_skip(name, "needs root to run the impostor as another user");
+    if (!sl_attack_may_run(name, sl_attack_cross_user(),
+                           "needs root to run the impostor as another user"))
         return;
-    }
     sl_attack_tried(name);
     char dir[] = "/tmp/salus-impostor-XXXXXX", url[160];
     assert_non_null(mkdtemp(dir));
@@ -280,13 +278,6 @@ static void replacement_race(void **state)
     assert_true(held);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(shared_directory),
-        cmocka_unit_test(no_private_default),
-        cmocka_unit_test(impostor_server),
-        cmocka_unit_test(replacement_race),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("attack squat", NULL, NULL, cmocka_unit_test(shared_directory),
+             cmocka_unit_test(no_private_default), cmocka_unit_test(impostor_server),
+             cmocka_unit_test(replacement_race))

@@ -18,10 +18,17 @@ const char *sl_test_program(const char *env)
 
 pid_t sl_test_spawn(const char *env_program, const char *const *args)
 {
-    const char *argv[32] = {sl_test_program(env_program)};
+    return sl_test_exec(sl_test_program(env_program), NULL, args);
+}
+
+pid_t sl_test_exec(const char *path, const char *first, const char *const *args)
+{
+    const char *argv[32] = {path};
     int n = 1;
-    for (; args && args[n - 1] && n < 31; n++)
-        argv[n] = args[n - 1];
+    if (first)
+        argv[n++] = first;
+    for (int k = 0; args && args[k] && n < 31; k++)
+        argv[n++] = args[k];
     argv[n] = NULL;
     pid_t pid;
     if (sl_ts_spawn(argv, NULL, &pid) != SL_OK)

@@ -34,11 +34,25 @@ int sl_test_server_stop(sl_test_server *srv);
 extern sl_test_server *sl_test_group;
 int sl_test_group_start(void **state);
 int sl_test_group_stop(void **state);
+/* main() of a suite around one salusd, srv (a sl_test_server): points
+ * sl_test_group at it and runs the tests (as SL_TEST_GROUP) with setup
+ * (sl_test_group_start, or one that starts srv its own way) and
+ * sl_test_group_stop. */
+#define SL_TEST_SERVER_MAIN(srv, name, setup, ...)                                                 \
+    static SL_TEST_GROUP(sl_test_run_group_, name, setup, sl_test_group_stop, __VA_ARGS__) int     \
+    main(void)                                                                                     \
+    {                                                                                              \
+        sl_test_group = &(srv);                                                                    \
+        return sl_test_run_group_();                                                               \
+    }
 /* Connects a client to srv; fails the test on error. */
 salus_client *sl_test_connect(const sl_test_server *srv);
 /* Spawns program (env var name, e.g. "MLP_REGRESSION") with args; returns
  * its pid. */
 pid_t sl_test_spawn(const char *env_program, const char *const *args);
+/* Spawns path with first (when not NULL) and then args (NULL-terminated,
+ * may be NULL); returns its pid. Fails the test when fork fails. */
+pid_t sl_test_exec(const char *path, const char *first, const char *const *args);
 /* Waits for pid up to timeout_s; returns its exit status or -1. */
 int sl_test_wait(pid_t pid, int timeout_s);
 

@@ -652,17 +652,13 @@ static void test_reshape_launch(void **state)
     assert_memory_equal(x, y, sizeof x);
 }
 
-int kt_run_cpu_ops_tests(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
-        cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
-        cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
-        cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
-        cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_maxpool_rows),
-        cmocka_unit_test(test_matmul_threads),    cmocka_unit_test(test_conv_grad_filter_threads),
-        cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
-        cmocka_unit_test(test_team_cores),        cmocka_unit_test(test_sgemm_libraries),
-    };
-    return cmocka_run_group_tests_name("cpu kernels", tests, setup, kt_group_close);
-}
+SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
+              cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
+              cmocka_unit_test(test_concurrent_lanes), cmocka_unit_test(test_adam_step_zero),
+              cmocka_unit_test(test_refused_dims), cmocka_unit_test(test_maxpool_grad_tiled),
+              cmocka_unit_test(test_reshape_launch), cmocka_unit_test(test_lane_workspace),
+              cmocka_unit_test(test_maxpool_tiled), cmocka_unit_test(test_maxpool_rows),
+              cmocka_unit_test(test_matmul_threads),
+              cmocka_unit_test(test_conv_grad_filter_threads),
+              cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
+              cmocka_unit_test(test_team_cores), cmocka_unit_test(test_sgemm_libraries))

@@ -410,14 +410,9 @@ static void test_sim_strict(void **state)
     sl_dev_close(dev);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sim_small_kernel), cmocka_unit_test(test_sim_big_kernel),
-        cmocka_unit_test(test_sim_bandwidth),    cmocka_unit_test(test_sim_op_timing),
-        cmocka_unit_test(test_sim_device),       cmocka_unit_test(test_cpu_accounting),
-        cmocka_unit_test(test_cpu_streams),      cmocka_unit_test(test_cpu_unbound_runs_home),
-        cmocka_unit_test(test_cpu_lend),         cmocka_unit_test(test_sim_strict),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("partition", NULL, NULL, cmocka_unit_test(test_sim_small_kernel),
+             cmocka_unit_test(test_sim_big_kernel), cmocka_unit_test(test_sim_bandwidth),
+             cmocka_unit_test(test_sim_op_timing), cmocka_unit_test(test_sim_device),
+             cmocka_unit_test(test_cpu_accounting), cmocka_unit_test(test_cpu_streams),
+             cmocka_unit_test(test_cpu_unbound_runs_home), cmocka_unit_test(test_cpu_lend),
+             cmocka_unit_test(test_sim_strict))

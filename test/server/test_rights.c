@@ -109,13 +109,6 @@ static void counts_what_tenants_hold(void **state)
     sl_tenants_fini(&t);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(escapes_what_a_terminal_acts_on),
-        cmocka_unit_test(parses_sizes),
-        cmocka_unit_test(limits_layer_default_then_rule),
-        cmocka_unit_test(counts_what_tenants_hold),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("rights", NULL, NULL, cmocka_unit_test(escapes_what_a_terminal_acts_on),
+             cmocka_unit_test(parses_sizes), cmocka_unit_test(limits_layer_default_then_rule),
+             cmocka_unit_test(counts_what_tenants_hold))
