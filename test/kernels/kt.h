@@ -59,6 +59,16 @@ void kt_call_prepare(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shap
 void kt_launch_then_canary(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
                            void *const *in, unsigned n_in, float *canary);
 
+/* Launches y = x * x on stream s for an m x m matrix x of ones (every y is
+ * m): host (m * m floats, the caller's, and left holding ones) is uploaded
+ * into x; x and y come from the arena. Returns y (device memory) to be
+ * downloaded and checked after the caller's own callbacks. */
+float *kt_matmul_ones(kt_env *e, sl_stream *s, int m, float *host);
+/* Opens the cuda device into *dev and returns 0; without one prints a skip
+ * line and returns 77 (meson's SKIP); on another error prints it and
+ * returns 1. For a cuda test's main. */
+int kt_cuda_open(sl_device **dev);
+
 /* Runs one op through the device contract: validates the shapes with
  * sl_op_infer, uploads the inputs, launches, downloads the outputs into
  * out[i] (and every mutated input back into in[i]), then checks that a host

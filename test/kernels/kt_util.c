@@ -3,6 +3,7 @@
 #include "sl_alloc.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #define ARENA_BYTES (64u << 20)
@@ -113,6 +114,36 @@ void kt_launch_then_canary(kt_env *e, unsigned op, const sl_op_attrs *a, const s
     fill.in[0] = fill.out[0] = (sl_tensor_ref){dev_canary, KT_F32(1, 1)};
     assert_sl_ok(ops->launch(e->dev, e->stream, &fill));
     assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, canary, dev_canary, sizeof *canary));
+}
+
+float *kt_matmul_ones(kt_env *e, sl_stream *s, int m, float *host)
+{
+    const sl_device_ops *ops = e->dev->ops;
+    size_t n = (size_t) m * (size_t) m;
+    float *x = kt_dev_alloc(e, n * sizeof *x), *y = kt_dev_alloc(e, n * sizeof *y);
+    for (size_t i = 0; i < n; i++)
+        host[i] = 1.0f;
+    assert_sl_ok(ops->memcpy_h2d(e->dev, s, x, host, n * sizeof *host));
+    sl_op_call c = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
+    c.in[0] = (sl_tensor_ref){x, KT_F32(2, m, m)};
+    c.in[1] = (sl_tensor_ref){x, KT_F32(2, m, m)};
+    c.out[0] = (sl_tensor_ref){y, KT_F32(2, m, m)};
+    assert_sl_ok(ops->launch(e->dev, s, &c));
+    return y;
+}
+
+int kt_cuda_open(sl_device **dev)
+{
+    int rc = sl_dev_open("cuda", dev);
+    if (rc == SL_ENODEV) {
+        printf("no CUDA device: skipping\n");
+        return 77;
+    }
+    if (rc != SL_OK) {
+        fprintf(stderr, "sl_dev_open(\"cuda\"): %s\n", sl_strerror(rc));
+        return 1;
+    }
+    return 0;
 }
 
 void kt_run_op(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,

@@ -122,15 +122,9 @@ static int run_device_error_tests(void)
 int main(void)
 {
     sl_device *dev;
-    int rc = sl_dev_open("cuda", &dev);
-    if (rc == SL_ENODEV) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
-    if (rc != SL_OK) {
-        fprintf(stderr, "sl_dev_open(\"cuda\"): %s\n", sl_strerror(rc));
-        return 1;
-    }
+    int rc = kt_cuda_open(&dev);
+    if (rc != 0)
+        return rc;
     printf("%s, %llu bytes\n", dev->description, (unsigned long long) dev->total_bytes);
     sl_dev_close(dev);
     int failed = kt_run_exec_tests("cuda");
