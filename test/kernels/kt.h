@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A shape literal: KT_SHAPE(SL_F32, 2, 3, 4) is f32[3,4]. */
 #define KT_SHAPE(dt, nd, ...) ((sl_shape){.dtype = (dt), .ndim = (nd), .dims = {__VA_ARGS__}})
@@ -76,6 +77,21 @@ int kt_cuda_open(sl_device **dev);
  * reclaimed afterwards. */
 void kt_run_op(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
                float *const *in, unsigned n_in, float *const *out);
+
+/* Defines `int fn(const char *spec)`, a group of tests run on the backend
+ * spec: it stores spec in spec_var (where the group's setup reads it),
+ * names the group "<what> on <spec>" and returns how many tests failed. The
+ * tests follow setup and teardown, as in SL_TEST_GROUP. */
+#define KT_GROUP_ON(fn, what, spec_var, setup, teardown, ...)                                      \
+    int fn(const char *kt_spec_)                                                                   \
+    {                                                                                              \
+        const struct CMUnitTest kt_tests_[] = {__VA_ARGS__};                                       \
+        spec_var = kt_spec_;                                                                       \
+        char kt_name_[64];                                                                         \
+        snprintf(kt_name_, sizeof kt_name_, "%s on %s", what, kt_spec_);                           \
+        return _cmocka_run_group_tests(kt_name_, kt_tests_,                                        \
+                                       sizeof kt_tests_ / sizeof kt_tests_[0], setup, teardown);   \
+    }
 
 /* Test groups; each returns the number of failed tests (cmocka). */
 int kt_run_exec_tests(const char *spec); /* every op on spec ("cpu", "cuda") */

@@ -413,23 +413,9 @@ static void test_large(void **state)
     sl_free(x), sl_free(y), sl_free(db), sl_free(want), sl_free(dx);
 }
 
-int kt_run_exec_tests(const char *spec)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fill_copy_scale_add),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_bias_add_grad),
-        cmocka_unit_test(test_relu),
-        cmocka_unit_test(test_mse_sgd),
-        cmocka_unit_test(test_grad_relu),
-        cmocka_unit_test(test_grad_mse),
-        cmocka_unit_test(test_grad_bias),
-        cmocka_unit_test(test_grad_matmul),
-        cmocka_unit_test(test_large),
-    };
-    exec_spec = spec;
-    char name[64];
-    snprintf(name, sizeof name, "exec on %s", spec);
-    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   kt_group_close);
-}
+KT_GROUP_ON(kt_run_exec_tests, "exec", exec_spec, group_setup, kt_group_close,
+            cmocka_unit_test(test_fill_copy_scale_add), cmocka_unit_test(test_matmul),
+            cmocka_unit_test(test_bias_add_grad), cmocka_unit_test(test_relu),
+            cmocka_unit_test(test_mse_sgd), cmocka_unit_test(test_grad_relu),
+            cmocka_unit_test(test_grad_mse), cmocka_unit_test(test_grad_bias),
+            cmocka_unit_test(test_grad_matmul), cmocka_unit_test(test_large))

@@ -540,26 +540,11 @@ static void test_adam(void **state)
     kt_expect_close("adam v", v, vd, NP, 1e-5);
 }
 
-int kt_run_nn_tests(const char *spec)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mul_axpy_add_scalar),
-        cmocka_unit_test(test_sigmoid_tanh),
-        cmocka_unit_test(test_grad_sigmoid_tanh),
-        cmocka_unit_test(test_softmax_xent),
-        cmocka_unit_test(test_xent_bad_label),
-        cmocka_unit_test(test_reduce),
-        cmocka_unit_test(test_argmax),
-        cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_matmul_acc),
-        cmocka_unit_test(test_split),
-        cmocka_unit_test(test_matmul_acc_weight_grad),
-        cmocka_unit_test(test_momentum_fused),
-    };
-    nn_spec = spec;
-    char name[64];
-    snprintf(name, sizeof name, "element-wise, losses, optimisers on %s", spec);
-    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   kt_group_close);
-}
+KT_GROUP_ON(kt_run_nn_tests, "element-wise, losses, optimisers", nn_spec, group_setup,
+            kt_group_close, cmocka_unit_test(test_mul_axpy_add_scalar),
+            cmocka_unit_test(test_sigmoid_tanh), cmocka_unit_test(test_grad_sigmoid_tanh),
+            cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_xent_bad_label),
+            cmocka_unit_test(test_reduce), cmocka_unit_test(test_argmax),
+            cmocka_unit_test(test_momentum), cmocka_unit_test(test_adam),
+            cmocka_unit_test(test_matmul_acc), cmocka_unit_test(test_split),
+            cmocka_unit_test(test_matmul_acc_weight_grad), cmocka_unit_test(test_momentum_fused))
