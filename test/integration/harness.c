@@ -36,6 +36,16 @@ pid_t sl_test_exec(const char *path, const char *first, const char *const *args)
     return pid;
 }
 
+void sl_test_spawn_mlp_pair(const sl_test_server *srv, const char *steps, pid_t *a, pid_t *b)
+{
+    const char *args_a[] = {"--url", srv->url,  "--name", "a",       "--seed",
+                            "1",     "--steps", steps,    "--check", NULL};
+    const char *args_b[] = {"--url",   srv->url, "--name",   "b",  "--seed",  "2",
+                            "--steps", steps,    "--hidden", "32", "--check", NULL};
+    *a = sl_test_spawn("MLP_REGRESSION", args_a);
+    *b = sl_test_spawn("MLP_REGRESSION", args_b);
+}
+
 int sl_test_wait(pid_t pid, int timeout_s)
 {
     return sl_ts_wait(pid, timeout_s);

@@ -53,6 +53,10 @@ pid_t sl_test_spawn(const char *env_program, const char *const *args);
 /* Spawns path with first (when not NULL) and then args (NULL-terminated,
  * may be NULL); returns its pid. Fails the test when fork fails. */
 pid_t sl_test_exec(const char *path, const char *first, const char *const *args);
+/* Spawns two $MLP_REGRESSION clients of srv that train steps steps each
+ * and --check against the reference: "a" (seed 1) into *a and "b" (seed 2,
+ * 32 hidden units) into *b. */
+void sl_test_spawn_mlp_pair(const sl_test_server *srv, const char *steps, pid_t *a, pid_t *b);
 /* Waits for pid up to timeout_s; returns its exit status or -1. */
 int sl_test_wait(pid_t pid, int timeout_s);
 
