@@ -1,7 +1,12 @@
-/* Small helpers shared by the benchmarks: clocks, percentiles, CPU pinning,
- * child processes. Header-only; benchmarks are separate programs. */
+/* What only the benchmarks share (the rest is sl_testsupport.h: clocks,
+ * percentiles, salusd): JSON arrays, CPU pinning, and the device their
+ * salusd runs on. Header-only; benchmarks are separate programs. */
 #ifndef SL_BENCH_UTIL_H
 #define SL_BENCH_UTIL_H
+
+#include "sl_testsupport.h"
+
+#include "sl_error.h"
 
 #include <sched.h>
 #include <signal.h>
@@ -10,42 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-static inline uint64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
-static int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return x < y ? -1 : x > y;
-}
-
-/* p-th percentile (0..100) of v[0..n); sorts a copy. */
-static inline double bench_percentile(const double *v, size_t n, double p)
-{
-    double *c = malloc(n * sizeof *c);
-    if (!c || !n) {
-        free(c);
-        return 0;
-    }
-    memcpy(c, v, n * sizeof *c);
-    qsort(c, n, sizeof *c, bench_cmp_double);
-    size_t i = (size_t) (p / 100.0 * (double) (n - 1) + 0.5);
-    double r = c[i < n ? i : n - 1];
-    free(c);
-    return r;
-}
-
-static inline double bench_median(const double *v, size_t n)
-{
-    return bench_percentile(v, n, 50);
-}
 
 /* Writes ,"name":[v0,v1,...] into a JSON object, each value with fmt. */
 static inline void bench_json_array(FILE *f, const char *name, const double *v, int n,
@@ -70,38 +40,96 @@ static inline void bench_pin_cpu0(void)
         perror("sched_setaffinity");
 }
 
-/* fork + exec argv (NULL-terminated); exits on failure. A salusd is given
- * --allow-root when run as root, and --device $SALUS_BENCH_DEVICE when that
- * is set (every benchmark that starts salusd then runs on that device, e.g.
- * SALUS_BENCH_DEVICE=cuda). */
+/* The device every salusd a benchmark starts runs on: --device
+ * $SALUS_BENCH_DEVICE when that is set (e.g. SALUS_BENCH_DEVICE=cuda), the
+ * salusd default otherwise. Writes the arguments into more (2 slots) and
+ * returns how many. */
+static inline int bench_device_args(const char **more)
+{
+    const char *device = getenv("SALUS_BENCH_DEVICE");
+    if (!device || !*device)
+        return 0;
+    more[0] = "--device";
+    more[1] = device;
+    return 2;
+}
+
+/* fork + exec argv (NULL-terminated, up to 60); exits on failure. A salusd
+ * gets the bench device (bench_device_args) and --allow-root as root. */
 static inline pid_t bench_spawn(const char *const *argv)
 {
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
+    size_t len = strlen(argv[0]);
+    pid_t pid;
+    int rc;
+    if (len >= 6 && strcmp(argv[0] + len - 6, "salusd") == 0) {
+        const char *args[64];
+        size_t n = 0;
+        for (; argv[n + 1] && n < 60; n++)
+            args[n] = argv[n + 1];
+        n += (size_t) bench_device_args(args + n);
+        args[n] = NULL;
+        sl_ts_salusd s = {0};
+        rc = sl_ts_salusd_spawn(&s, argv[0], args, false);
+        pid = s.pid;
+    } else {
+        rc = sl_ts_spawn(argv, NULL, &pid);
+    }
+    if (rc != SL_OK) {
+        fprintf(stderr, "cannot start %s\n", argv[0]);
         exit(1);
     }
-    if (pid == 0) {
-        const char *more[64];
-        size_t n = 0, len = strlen(argv[0]);
-        if (len >= 6 && strcmp(argv[0] + len - 6, "salusd") == 0) {
-            const char *device = getenv("SALUS_BENCH_DEVICE");
-            for (; argv[n] && n < 60; n++)
-                more[n] = argv[n];
-            if (geteuid() == 0) /* salusd refuses to run as root unless told it may */
-                more[n++] = "--allow-root";
-            if (device && *device) {
-                more[n++] = "--device";
-                more[n++] = device;
-            }
-            more[n] = NULL;
-            argv = more;
-        }
-        execv(argv[0], (char *const *) argv);
-        perror(argv[0]);
-        _exit(127);
-    }
     return pid;
+}
+
+/* Starts salusd (path) in a private folder ("salus-<tag>-XXXXXX"),
+ * listening on s->url, with args (NULL-terminated) and the bench device, and
+ * returns at once: a program that forks more children does so before its
+ * first NNG call, then waits with bench_salusd_ready. Exits on failure. */
+static inline void bench_salusd_spawn(sl_ts_salusd *s, const char *path, const char *tag,
+                                      const char *const *args)
+{
+    const char *all[64] = {"--listen"};
+    size_t n = 2;
+    for (; args && args[n - 2] && n < 60; n++)
+        all[n] = args[n - 2];
+    n += (size_t) bench_device_args(all + n);
+    all[n] = NULL;
+    if (sl_ts_salusd_prepare(s, tag) != SL_OK) {
+        fprintf(stderr, "cannot make a folder for salusd\n");
+        exit(1);
+    }
+    all[1] = s->url;
+    if (sl_ts_salusd_spawn(s, path, all, false) != SL_OK) {
+        fprintf(stderr, "cannot start %s\n", path);
+        exit(1);
+    }
+}
+
+/* Waits up to 10 s for a salusd from bench_salusd_spawn to answer; on
+ * failure stops it, removes its folder and exits. */
+static inline void bench_salusd_ready(sl_ts_salusd *s)
+{
+    if (sl_ts_salusd_wait_ready(s, s->url, 10) != SL_OK) {
+        fprintf(stderr, "salusd did not answer on %s within 10 s\n", s->url);
+        sl_ts_salusd_cleanup(s);
+        exit(1);
+    }
+}
+
+/* bench_salusd_spawn, then bench_salusd_ready. */
+static inline void bench_salusd_start(sl_ts_salusd *s, const char *path, const char *tag,
+                                      const char *const *args)
+{
+    bench_salusd_spawn(s, path, tag, args);
+    bench_salusd_ready(s);
+}
+
+/* Stops a salusd from bench_salusd_start (SIGTERM, reaped) and removes its
+ * folder. */
+static inline void bench_salusd_stop(sl_ts_salusd *s)
+{
+    (void) sl_ts_salusd_stop(s, -1);
+    sl_ts_tempdir_remove(s->dir);
 }
 
 /* SIGTERM and reap. */
@@ -110,7 +138,7 @@ static inline void bench_stop(pid_t pid)
     if (pid <= 0)
         return;
     kill(pid, SIGTERM);
-    (void) waitpid(pid, NULL, 0);
+    (void) sl_ts_wait(pid, -1);
 }
 
 #endif

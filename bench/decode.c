@@ -102,7 +102,7 @@ static uint8_t *graph_request(size_t *len)
 static double time_decode(sl_decoder *d, const uint8_t *buf, size_t len, int iters, bool arena)
 {
     char why[256];
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = sl_ts_now_ns();
     for (int i = 0; i < iters; i++) {
         if (arena) {
             Salus__Request *m = NULL;
@@ -118,7 +118,7 @@ static double time_decode(sl_decoder *d, const uint8_t *buf, size_t len, int ite
             salus__request__free_unpacked(m, NULL);
         }
     }
-    return (double) (bench_now_ns() - t0) / iters;
+    return (double) (sl_ts_now_ns() - t0) / iters;
 }
 
 int main(int argc, char **argv)
@@ -173,8 +173,8 @@ int main(int argc, char **argv)
     if (f)
         fprintf(f, "{");
     for (int k = 0; k < 2; k++) {
-        double am = bench_median(arena[k], (size_t) rounds),
-               pm = bench_median(plain[k], (size_t) rounds);
+        double am = sl_ts_median(arena[k], (size_t) rounds),
+               pm = sl_ts_median(plain[k], (size_t) rounds);
         printf("BENCH %s ratio=%.3f arena_ns=%.1f malloc_ns=%.1f bytes=%zu\n", names[k], am / pm,
                am, pm, len[k]);
         if (f)

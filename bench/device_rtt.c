@@ -81,13 +81,13 @@ static int submit(step *t)
 /* One step's round trip in us, completion by callback or by synchronize. */
 static double one(step *t, int by_callback)
 {
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = sl_ts_now_ns();
     if (submit(t) != SL_OK)
         return -1;
     int rc = by_callback ? callback_wait(t->dev, t->s) : t->dev->ops->synchronize(t->dev, t->s);
     if (rc != SL_OK)
         return -1;
-    return (double) (bench_now_ns() - t0) / 1e3;
+    return (double) (sl_ts_now_ns() - t0) / 1e3;
 }
 
 /* ---- launch path ---- */
@@ -108,8 +108,8 @@ static void *launch_loop(void *arg)
 {
     launcher *l = arg;
     pthread_barrier_wait(l->start);
-    uint64_t t0 = bench_now_ns(), end = t0 + 500000000ull; /* 0.5 s */
-    while (bench_now_ns() < end && !l->failed) {
+    uint64_t t0 = sl_ts_now_ns(), end = t0 + 500000000ull; /* 0.5 s */
+    while (sl_ts_now_ns() < end && !l->failed) {
         for (int i = 0; i < LAUNCH_BATCH; i++)
             if (l->dev->ops->launch(l->dev, l->s, &l->call) != SL_OK)
                 l->failed = 1;
@@ -119,7 +119,7 @@ static void *launch_loop(void *arg)
         }
         l->launches += LAUNCH_BATCH;
     }
-    l->seconds = (double) (bench_now_ns() - t0) / 1e9;
+    l->seconds = (double) (sl_ts_now_ns() - t0) / 1e9;
     return NULL;
 }
 
@@ -229,8 +229,8 @@ int main(int argc, char **argv)
                     return 1;
                 }
             }
-            med[way][r] = bench_median(lat[way], (size_t) steps);
-            p99[way][r] = bench_percentile(lat[way], (size_t) steps, 99);
+            med[way][r] = sl_ts_median(lat[way], (size_t) steps);
+            p99[way][r] = sl_ts_percentile(lat[way], (size_t) steps, 99);
         }
         if (t.host_out[3] != 0.0f || t.host_out[5] != 2.0f) {
             fprintf(stderr, "device_rtt: wrong relu output\n");
@@ -239,9 +239,9 @@ int main(int argc, char **argv)
         printf("round %d: callback p50 %.1f p99 %.1f us, sync p50 %.1f p99 %.1f us\n", r, med[0][r],
                p99[0][r], med[1][r], p99[1][r]);
     }
-    double cb = bench_median(med[0], (size_t) rounds), sy = bench_median(med[1], (size_t) rounds);
-    double cb99 = bench_median(p99[0], (size_t) rounds),
-           sy99 = bench_median(p99[1], (size_t) rounds);
+    double cb = sl_ts_median(med[0], (size_t) rounds), sy = sl_ts_median(med[1], (size_t) rounds);
+    double cb99 = sl_ts_median(p99[0], (size_t) rounds),
+           sy99 = sl_ts_median(p99[1], (size_t) rounds);
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {

@@ -174,28 +174,28 @@ static int measure(struct graph *g, int rounds, int samples, int iters, struct t
     }
     for (int r = 0; r < rounds; r++) {
         for (int s = 0; s < samples; s++) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             for (int i = 0; i < iters; i++) {
                 bind_iteration(g, lane_base + (uint64_t) i * 256);
                 ITERATION_DONE();
             }
-            t->bind[t->n + (size_t) s] = (double) (bench_now_ns() - t0) / iters;
+            t->bind[t->n + (size_t) s] = (double) (sl_ts_now_ns() - t0) / iters;
         }
         sink ^= checksum(g);
         for (int s = 0; s < samples; s++) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             for (int i = 0; i < iters; i++) {
                 if (per_tensor_iteration(g))
                     return -1;
                 ITERATION_DONE();
             }
-            t->per_tensor[t->n + (size_t) s] = (double) (bench_now_ns() - t0) / iters;
+            t->per_tensor[t->n + (size_t) s] = (double) (sl_ts_now_ns() - t0) / iters;
         }
         sink ^= checksum(g);
         t->n += (size_t) samples;
         printf("  %s round %2d: bind median %.1f ns, per-tensor median %.1f ns\n", g->label, r,
-               bench_median(t->bind + t->n - samples, (size_t) samples),
-               bench_median(t->per_tensor + t->n - samples, (size_t) samples));
+               sl_ts_median(t->bind + t->n - samples, (size_t) samples),
+               sl_ts_median(t->per_tensor + t->n - samples, (size_t) samples));
     }
     return 0;
 }
@@ -254,10 +254,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "ephemeral_bind: per-tensor allocation failed\n");
             return 1;
         }
-        med_a[k] = bench_median(t.bind, t.n);
-        med_b[k] = bench_median(t.per_tensor, t.n);
-        p99_a[k] = bench_percentile(t.bind, t.n, 99);
-        p99_b[k] = bench_percentile(t.per_tensor, t.n, 99);
+        med_a[k] = sl_ts_median(t.bind, t.n);
+        med_b[k] = sl_ts_median(t.per_tensor, t.n);
+        p99_a[k] = sl_ts_percentile(t.bind, t.n, 99);
+        p99_b[k] = sl_ts_percentile(t.per_tensor, t.n, 99);
         printf("%s: bind median %.1f ns (p99 %.1f), per-tensor median %.1f ns (p99 %.1f) per "
                "iteration: %.1fx\n",
                g[k].label, med_a[k], p99_a[k], med_b[k], p99_b[k], med_b[k] / med_a[k]);

@@ -57,17 +57,13 @@ int main(int argc, char **argv)
                         "spends over --seconds (default 10).\n");
         return help ? 0 : 2;
     }
-    char dir[] = "/tmp/salus-idle-XXXXXX", url[128];
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
-    pid_t pid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", "512M",
-                                             "--log-level", "warn", NULL});
+    sl_ts_salusd srv;
+    bench_salusd_start(&srv, salusd, "idle",
+                       (const char *[]){"--memory-limit", "512M", "--log-level", "warn", NULL});
+    pid_t pid = srv.pid;
     salus_client *c = NULL;
-    for (int i = 0; i < 500 && salus_connect(url, &c) != SALUS_OK; i++)
-        usleep(10000);
-    if (!c) {
-        bench_stop(pid);
+    if (salus_connect(srv.url, &c) != SALUS_OK) {
+        bench_salusd_stop(&srv);
         return 1;
     }
     salus_session *s[64];
@@ -88,10 +84,10 @@ int main(int argc, char **argv)
     }
     sleep(1); /* let start-up work settle */
     long long t0 = cpu_ticks(pid);
-    uint64_t w0 = bench_now_ns();
+    uint64_t w0 = sl_ts_now_ns();
     sleep((unsigned) seconds);
     long long t1 = cpu_ticks(pid);
-    double wall = (double) (bench_now_ns() - w0) / 1e9;
+    double wall = (double) (sl_ts_now_ns() - w0) / 1e9;
     double cpu = (double) (t1 - t0) / (double) sysconf(_SC_CLK_TCK);
     double pct = 100.0 * cpu / wall;
     for (int i = 0; i < n_sessions; i++) {
@@ -99,11 +95,7 @@ int main(int argc, char **argv)
         (void) salus_session_close(s[i]);
     }
     salus_disconnect(c);
-    bench_stop(pid);
-    char path[256];
-    snprintf(path, sizeof path, "%s/salus.sock", dir);
-    unlink(path);
-    rmdir(dir);
+    bench_salusd_stop(&srv);
     printf("salusd with %d idle sessions: %.3f s of CPU over %.1f s\n", n_sessions, cpu, wall);
     if (json) {
         FILE *f = fopen(json, "w");

@@ -48,14 +48,14 @@ static salus_model *build(int cnn, salus_session *s, const salus_optimizer *o)
  * first each time (a decaying schedule). */
 static double run(salus_model *m, int per_step, int steps, const float *x, const int32_t *y)
 {
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = sl_ts_now_ns();
     for (int i = 0; i < steps; i++) {
         if (per_step && salus_model_set_lr(m, 0.01f / (1.0f + 0.01f * (float) i)) != SALUS_OK)
             exit(1);
         if (salus_model_train_step(m, x, y, NULL) != SALUS_OK)
             exit(1);
     }
-    return (double) (bench_now_ns() - t0) / 1e9 / steps;
+    return (double) (sl_ts_now_ns() - t0) / 1e9 / steps;
 }
 
 int main(int argc, char **argv)
@@ -82,18 +82,13 @@ int main(int argc, char **argv)
                         "[--json FILE]\n");
         return 2;
     }
-    char dir[] = "/tmp/salus-lr-XXXXXX", url[128];
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
-    pid_t pid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", "2G",
-                                             "--log-level", "warn", NULL});
+    sl_ts_salusd srv;
+    bench_salusd_start(&srv, salusd, "lr",
+                       (const char *[]){"--memory-limit", "2G", "--log-level", "warn", NULL});
     salus_client *c = NULL;
-    for (int i = 0; i < 500 && salus_connect(url, &c) != SALUS_OK; i++)
-        usleep(10000);
     salus_session *s;
-    if (!c || salus_session_open(c, NULL, &s)) {
-        bench_stop(pid);
+    if (salus_connect(srv.url, &c) || salus_session_open(c, NULL, &s)) {
+        bench_salusd_stop(&srv);
         return 1;
     }
     float *x = malloc(sizeof(float) * BATCH * PIXELS);
@@ -124,9 +119,9 @@ int main(int argc, char **argv)
                 ta[r] = run(a, 0, steps, x, y) * 1e3;
                 tb[r] = run(b, 1, steps, x, y) * 1e3;
             }
-            double ma = bench_median(ta, (size_t) rounds), mb = bench_median(tb, (size_t) rounds);
-            double pa = bench_percentile(ta, (size_t) rounds, 99),
-                   pb = bench_percentile(tb, (size_t) rounds, 99);
+            double ma = sl_ts_median(ta, (size_t) rounds), mb = sl_ts_median(tb, (size_t) rounds);
+            double pa = sl_ts_percentile(ta, (size_t) rounds, 99),
+                   pb = sl_ts_percentile(tb, (size_t) rounds, 99);
             double over = 100.0 * (mb - ma) / ma;
             worst = over > worst ? over : worst;
             const char *model = cnn ? "cnn" : "mlp", *on = kind == SALUS_ADAM ? "adam" : "momentum";
@@ -149,11 +144,7 @@ int main(int argc, char **argv)
     }
     (void) salus_session_close(s);
     salus_disconnect(c);
-    bench_stop(pid);
-    char path[256];
-    snprintf(path, sizeof path, "%s/salus.sock", dir);
-    unlink(path);
-    rmdir(dir);
+    bench_salusd_stop(&srv);
     free(x);
     printf("BENCH lr_schedule worst_overhead_pct=%.1f rounds=%d steps=%d\n", worst, rounds, steps);
     return 0;

@@ -43,58 +43,31 @@
 #define MAX_LAT (1 << 20)
 
 typedef struct server {
-    char dir[64], url[128], port[16];
-    pid_t pid;
+    sl_ts_salusd srv;
+    char port[16];
     salus_client *c;
 } server;
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *) &a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static int server_start(server *s, const char *salusd, int observed)
 {
-    snprintf(s->dir, sizeof s->dir, "/tmp/salus-mo-XXXXXX");
-    if (!mkdtemp(s->dir))
-        return -1;
-    snprintf(s->url, sizeof s->url, "ipc://%.63s/salus.sock", s->dir);
-    const char *argv[16] = {salusd, "--listen",    s->url, "--memory-limit",
-                            "1G",   "--log-level", "warn"};
-    int n = 7;
+    const char *args[8] = {"--memory-limit", "1G", "--log-level", "warn"};
+    int n = 4;
     if (observed) {
-        snprintf(s->port, sizeof s->port, "%d", free_port());
-        argv[n++] = "--metrics-listen";
-        argv[n++] = s->port;
+        snprintf(s->port, sizeof s->port, "%d", sl_ts_free_port());
+        args[n++] = "--metrics-listen";
+        args[n++] = s->port;
     }
-    argv[n] = NULL;
-    s->pid = bench_spawn(argv);
-    for (int i = 0; i < 500 && salus_connect(s->url, &s->c) != SALUS_OK; i++)
-        usleep(10000);
-    return s->c ? 0 : -1;
+    args[n] = NULL;
+    bench_salusd_start(&s->srv, salusd, "mo", args);
+    s->c = NULL;
+    return salus_connect(s->srv.url, &s->c) == SALUS_OK ? 0 : -1;
 }
 
 static void server_stop(server *s)
 {
     if (s->c)
         salus_disconnect(s->c);
-    bench_stop(s->pid);
-    char path[256];
-    snprintf(path, sizeof path, "%.63s/salus.sock", s->dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%.63s/salus.sock.fd", s->dir);
-    unlink(path);
-    rmdir(s->dir);
+    bench_salusd_stop(&s->srv);
 }
 
 /* ---- the scraper ---- */
@@ -190,13 +163,6 @@ static uint64_t proc_cpu_ns(pid_t pid)
     return (ut + st) * (1000000000ull / (uint64_t) (hz > 0 ? hz : 100));
 }
 
-static uint64_t self_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
 /* ---- the clients ---- */
 
 /* What the clients of one round share: they all set up (connect, open a
@@ -228,8 +194,8 @@ static void round_mark(round_sync *rs, bool start)
     if (pthread_barrier_wait(b) == PTHREAD_BARRIER_SERIAL_THREAD) {
         uint64_t srv = proc_cpu_ns(rs->server);
         *(start ? &rs->srv0 : &rs->srv1) = srv;
-        *(start ? &rs->cpu0 : &rs->cpu1) = srv + self_cpu_ns();
-        *(start ? &rs->t0 : &rs->t1) = bench_now_ns();
+        *(start ? &rs->cpu0 : &rs->cpu1) = srv + sl_ts_cpu_ns();
+        *(start ? &rs->t0 : &rs->t1) = sl_ts_now_ns();
     }
     (void) pthread_barrier_wait(b); /* the clocks are read before anyone goes on */
 }
@@ -266,12 +232,12 @@ static void *train(void *arg)
         y[i] = i % C;
     round_mark(j->rs, true);
     uint64_t end = j->rs->t0 + (uint64_t) (j->seconds * 1e9);
-    while (bench_now_ns() < end) {
-        uint64_t t0 = bench_now_ns();
+    while (sl_ts_now_ns() < end) {
+        uint64_t t0 = sl_ts_now_ns();
         if ((j->rc = salus_model_train_step(m, x, y, NULL)))
             break;
         if (j->n_lat < MAX_LAT)
-            j->lat[j->n_lat++] = (double) (bench_now_ns() - t0) / 1e3;
+            j->lat[j->n_lat++] = (double) (sl_ts_now_ns() - t0) / 1e3;
         j->iterations++;
     }
     round_mark(j->rs, false);
@@ -291,15 +257,17 @@ typedef struct side {
 
 static int round_on(const server *s, double seconds, side *out, int r, bool scrape_it)
 {
-    round_sync rs = {.server = s->pid};
+    round_sync rs = {.server = s->srv.pid};
     pthread_barrier_init(&rs.ready, NULL, CLIENTS);
     pthread_barrier_init(&rs.stopped, NULL, CLIENTS);
     scrape_set(&scrape_now, scrape_it);
     job jobs[CLIENTS];
     pthread_t th[CLIENTS];
     for (int k = 0; k < CLIENTS; k++) {
-        jobs[k] = (job){
-            .url = s->url, .seconds = seconds, .rs = &rs, .lat = malloc(MAX_LAT * sizeof(double))};
+        jobs[k] = (job){.url = s->srv.url,
+                        .seconds = seconds,
+                        .rs = &rs,
+                        .lat = malloc(MAX_LAT * sizeof(double))};
         if (!jobs[k].lat)
             exit(1);
     }
@@ -415,18 +383,18 @@ int main(int argc, char **argv)
         ratios[r] = b.its[r] / a.its[r];
         cpu_ratios[r] = a.cpu_us[r] > 0 ? b.cpu_us[r] / a.cpu_us[r] : 0;
     }
-    double cpu_med = bench_median(cpu_ratios, (size_t) rounds);
+    double cpu_med = sl_ts_median(cpu_ratios, (size_t) rounds);
     double srv_ratios[MAX_ROUNDS];
     for (int r = 0; r < rounds; r++)
         srv_ratios[r] = a.srv_us[r] > 0 ? b.srv_us[r] / a.srv_us[r] : 0;
-    double srv_med = bench_median(srv_ratios, (size_t) rounds);
-    double ma = bench_median(a.its, (size_t) rounds), mb = bench_median(b.its, (size_t) rounds);
+    double srv_med = sl_ts_median(srv_ratios, (size_t) rounds);
+    double ma = sl_ts_median(a.its, (size_t) rounds), mb = sl_ts_median(b.its, (size_t) rounds);
     double ratio = mb / ma;
-    double a50 = bench_median(a.lat, a.n_lat), a99 = bench_percentile(a.lat, a.n_lat, 99);
-    double b50 = bench_median(b.lat, b.n_lat), b99 = bench_percentile(b.lat, b.n_lat, 99);
-    double ca = bench_median(a.cpu_us, (size_t) rounds),
-           cb = bench_median(b.cpu_us, (size_t) rounds);
-    double ratio_med = bench_median(ratios, (size_t) rounds);
+    double a50 = sl_ts_median(a.lat, a.n_lat), a99 = sl_ts_percentile(a.lat, a.n_lat, 99);
+    double b50 = sl_ts_median(b.lat, b.n_lat), b99 = sl_ts_percentile(b.lat, b.n_lat, 99);
+    double ca = sl_ts_median(a.cpu_us, (size_t) rounds),
+           cb = sl_ts_median(b.cpu_us, (size_t) rounds);
+    double ratio_med = sl_ts_median(ratios, (size_t) rounds);
     unsigned long n_scrapes = atomic_load(&scrapes);
     printf("off: median %.0f it/s, iteration p50 %.1f us p99 %.1f us, %.1f us CPU/it\n", ma, a50,
            a99, ca);
@@ -436,8 +404,8 @@ int main(int argc, char **argv)
            events);
     printf("per-round ratios: min %.3f median %.3f max %.3f; CPU per iteration on/off %.3f "
            "(paired per round: median %.3f; salusd's alone: median %.3f)\n",
-           bench_percentile(ratios, (size_t) rounds, 0), ratio_med,
-           bench_percentile(ratios, (size_t) rounds, 100), ca > 0 ? cb / ca : 0, cpu_med, srv_med);
+           sl_ts_percentile(ratios, (size_t) rounds, 0), ratio_med,
+           sl_ts_percentile(ratios, (size_t) rounds, 100), ca > 0 ? cb / ca : 0, cpu_med, srv_med);
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {

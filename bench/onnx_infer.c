@@ -138,13 +138,11 @@ int main(int argc, char **argv)
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 
     /* children first: NNG must not be initialised in a process that forks */
-    char dir[] = "/tmp/salus-onnx-infer-XXXXXX";
-    if (!mkdtemp(dir))
-        return 1;
-    char url[128], path[256];
-    snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
-    pid_t spid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", "1G",
-                                              "--log-level", "warn", NULL});
+    sl_ts_salusd srv;
+    bench_salusd_spawn(&srv, salusd, "onnx-infer",
+                       (const char *[]){"--memory-limit", "1G", "--log-level", "warn", NULL});
+    const char *dir = srv.dir;
+    char path[400];
     torch_proc torch[2] = {{.threads = 1}, {.threads = 2}};
     char line[256];
     for (int t = 0; t < 2; t++) {
@@ -152,13 +150,13 @@ int main(int argc, char **argv)
             !fgets(line, sizeof line, torch[t].out) || strncmp(line, "ready", 5) != 0) {
             fprintf(stderr, "onnx_infer: the PyTorch side did not start (python3-torch, "
                             "python3-torchvision?)\n");
-            bench_stop(spid);
+            sl_ts_salusd_cleanup(&srv);
             return 1;
         }
     }
+    bench_salusd_ready(&srv);
     salus_client *c = NULL;
-    for (int i = 0; i < 500 && salus_connect(url, &c) != SALUS_OK; i++)
-        usleep(10000);
+    (void) salus_connect(srv.url, &c);
     salus_session *s;
     salus_session_opts so = {0};
     salus_onnx_model *m;
@@ -166,7 +164,7 @@ int main(int argc, char **argv)
     if (!c || salus_session_open(c, &so, &s) != SALUS_OK ||
         salus_onnx_load(s, path, NULL, &m) != SALUS_OK) {
         fprintf(stderr, "onnx_infer: %s\n", c ? salus_last_error(c) : "cannot connect");
-        bench_stop(spid);
+        sl_ts_salusd_cleanup(&srv);
         return 1;
     }
     snprintf(path, sizeof path, "%s/resnet18.in", dir);
@@ -202,33 +200,33 @@ int main(int argc, char **argv)
         for (int t = 0; t < 2; t++) {
             double *ms = all_salus + n_salus;
             for (int i = 0; i < iters; i++) {
-                uint64_t t0 = bench_now_ns();
+                uint64_t t0 = sl_ts_now_ns();
                 if (salus_onnx_run(m, (const void *[]){x}, (void *[]){y}) != SALUS_OK) {
                     fprintf(stderr, "onnx_infer: run: %s\n", salus_last_error(c));
                     return 1;
                 }
-                ms[i] = (double) (bench_now_ns() - t0) / 1e6;
+                ms[i] = (double) (sl_ts_now_ns() - t0) / 1e6;
             }
-            med_salus[2 * r + t] = bench_median(ms, per);
+            med_salus[2 * r + t] = sl_ts_median(ms, per);
             n_salus += per;
             double *tm = all_torch[t] + (size_t) r * per;
             if (torch_run(&torch[t], iters, tm)) {
                 fprintf(stderr, "onnx_infer: the PyTorch side failed\n");
                 return 1;
             }
-            med_torch[t][r] = bench_median(tm, per);
+            med_torch[t][r] = sl_ts_median(tm, per);
             printf("round %d: salus %.2f ms  torch%d %.2f ms\n", r, med_salus[2 * r + t], t + 1,
                    med_torch[t][r]);
             fflush(stdout);
         }
     }
     (void) getloadavg(load1, 3);
-    double salus_ms = bench_median(med_salus, 2 * (size_t) rounds);
-    double torch_ms[2] = {bench_median(med_torch[0], (size_t) rounds),
-                          bench_median(med_torch[1], (size_t) rounds)};
+    double salus_ms = sl_ts_median(med_salus, 2 * (size_t) rounds);
+    double torch_ms[2] = {sl_ts_median(med_torch[0], (size_t) rounds),
+                          sl_ts_median(med_torch[1], (size_t) rounds)};
     int best = torch_ms[1] < torch_ms[0] ? 1 : 0;
-    double salus_p99 = bench_percentile(all_salus, n_salus, 99);
-    double torch_p99 = bench_percentile(all_torch[best], (size_t) rounds * per, 99);
+    double salus_p99 = sl_ts_percentile(all_salus, n_salus, 99);
+    double torch_p99 = sl_ts_percentile(all_torch[best], (size_t) rounds * per, 99);
     double rel = max_ref > 0 ? max_err / max_ref : max_err;
 
     for (int t = 0; t < 2; t++) {
@@ -240,14 +238,7 @@ int main(int argc, char **argv)
     salus_onnx_free(m);
     (void) salus_session_close(s);
     salus_disconnect(c);
-    bench_stop(spid);
-    static const char *const files[] = {"resnet18.onnx", "resnet18.in", "resnet18.out",
-                                        "salus.sock"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        (void) unlink(path);
-    }
-    (void) rmdir(dir);
+    bench_salusd_stop(&srv);
 
     if (json) {
         FILE *f = fopen(json, "w");

@@ -117,16 +117,16 @@ static void hp_close(hp_job *j)
 static size_t hp_serve(hp_job *j, double seconds, int period_us, double *lat, size_t max)
 {
     size_t n = 0, served = 0;
-    uint64_t end = bench_now_ns() + (uint64_t) (seconds * 1e9), next = bench_now_ns();
+    uint64_t end = sl_ts_now_ns() + (uint64_t) (seconds * 1e9), next = sl_ts_now_ns();
     const void *feeds[] = {hp_x};
-    while (bench_now_ns() < end && n < max) {
-        uint64_t t0 = bench_now_ns();
+    while (sl_ts_now_ns() < end && n < max) {
+        uint64_t t0 = sl_ts_now_ns();
         if (salus_run(j->s, j->g, feeds, 0, NULL, NULL) != SALUS_OK)
             return n;
         if (++served > HP_WARMUP) /* a new session's first runs touch cold memory */
-            lat[n++] = (double) (bench_now_ns() - t0) / 1e3;
+            lat[n++] = (double) (sl_ts_now_ns() - t0) / 1e3;
         next += (uint64_t) period_us * 1000;
-        uint64_t now = bench_now_ns();
+        uint64_t now = sl_ts_now_ns();
         if (next > now)
             usleep((useconds_t) ((next - now) / 1000));
         else
@@ -188,7 +188,7 @@ static int run_phase(salus_client *c, const char *url, bool hp, int n_lp, double
     for (int k = 0; k < n_lp; k++)
         if (lp_open(url, &l[k]))
             return -1;
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = sl_ts_now_ns();
     for (int k = 0; k < n_lp; k++)
         pthread_create(&th[k], NULL, lp_train, &l[k]);
     size_t n = 0;
@@ -202,9 +202,9 @@ static int run_phase(salus_client *c, const char *url, bool hp, int n_lp, double
         pthread_join(th[k], NULL);
         iters += l[k].iters;
     }
-    double dt = (double) (bench_now_ns() - t0) / 1e9;
-    out->p50 = n ? bench_median(lat, n) : 0;
-    out->p99 = n ? bench_percentile(lat, n, 99) : 0;
+    double dt = (double) (sl_ts_now_ns() - t0) / 1e9;
+    out->p50 = n ? sl_ts_median(lat, n) : 0;
+    out->p99 = n ? sl_ts_percentile(lat, n, 99) : 0;
     out->lp_ips = (double) iters / dt;
     if (hp)
         hp_close(&h);
@@ -242,8 +242,7 @@ static const char *const conf_flags[N_CONF][6] = {
 static bool conf_on[N_CONF];
 
 typedef struct server {
-    char dir[64], url[128];
-    pid_t pid;
+    sl_ts_salusd srv;
     salus_client *c;
 } server;
 
@@ -251,34 +250,24 @@ static const char *spread_limit = "0";
 
 static int server_start(server *s, const char *salusd, int conf)
 {
-    snprintf(s->dir, sizeof s->dir, "/tmp/salus-prio-XXXXXX");
-    if (!mkdtemp(s->dir))
-        return -1;
-    snprintf(s->url, sizeof s->url, "ipc://%.63s/salus.sock", s->dir);
-    const char *argv[20] = {salusd,     "--listen",       s->url,       "--memory-limit",
-                            "1G",       "--spread-limit", spread_limit, "--policy",
-                            "priority", "--log-level",    "warn"};
-    int n = 11;
+    const char *args[20] = {"--memory-limit", "1G",       "--spread-limit", spread_limit,
+                            "--policy",       "priority", "--log-level",    "warn"};
+    int n = 8;
     for (int k = 0; conf_flags[conf][k]; k++)
-        argv[n++] = conf_flags[conf][k];
-    argv[n] = NULL;
-    s->pid = bench_spawn(argv);
-    for (int i = 0; i < 500 && salus_connect(s->url, &s->c) != SALUS_OK; i++)
-        usleep(10000);
-    return s->c ? 0 : -1;
+        args[n++] = conf_flags[conf][k];
+    args[n] = NULL;
+    bench_salusd_start(&s->srv, salusd, "prio", args);
+    s->c = NULL;
+    return salus_connect(s->srv.url, &s->c) == SALUS_OK ? 0 : -1;
 }
 
 static void server_stop(server *s)
 {
-    if (s->pid <= 0)
+    if (s->srv.pid <= 0)
         return;
     if (s->c)
         salus_disconnect(s->c);
-    bench_stop(s->pid);
-    char path[256];
-    snprintf(path, sizeof path, "%.63s/salus.sock", s->dir);
-    unlink(path);
-    rmdir(s->dir);
+    bench_salusd_stop(&s->srv);
 }
 
 #define MAX_ROUNDS 32
@@ -359,12 +348,12 @@ int main(int argc, char **argv)
     server *all = &srv[CONF_ALL];
     for (int r = 0; r < rounds; r++) {
         for (int p = 0; p < n_periods; p++) {
-            int rc =
-                run_phase(all->c, all->url, true, 0, seconds, periods[p], &alone[p][r]) ||
-                run_phase(all->c, all->url, false, n_lp_jobs, seconds, periods[p], &lp_alone[p][r]);
+            int rc = run_phase(all->c, all->srv.url, true, 0, seconds, periods[p], &alone[p][r]) ||
+                     run_phase(all->c, all->srv.url, false, n_lp_jobs, seconds, periods[p],
+                               &lp_alone[p][r]);
             for (int k = 0; k < N_CONF && !rc; k++)
                 rc = !conf_on[k] ? 0
-                                 : run_phase(srv[k].c, srv[k].url, true, n_lp_jobs, seconds,
+                                 : run_phase(srv[k].c, srv[k].srv.url, true, n_lp_jobs, seconds,
                                              periods[p], &mixed[p][k][r]);
             if (rc) {
                 fprintf(stderr, "priority: a phase failed: %s\n", salus_last_error(all->c));
@@ -402,9 +391,9 @@ int main(int argc, char **argv)
             for (int r = 0; r < rounds; r++)
                 m50[r] = mixed[p][k][r].p50, m99[r] = mixed[p][k][r].p99,
                 lpm[r] = mixed[p][k][r].lp_ips;
-            double p99_inf = bench_median(m99, n) / bench_median(a99, n);
-            double p50_inf = bench_median(m50, n) / bench_median(a50, n);
-            double retained = bench_median(lpm, n) / bench_median(lpa, n);
+            double p99_inf = sl_ts_median(m99, n) / sl_ts_median(a99, n);
+            double p50_inf = sl_ts_median(m50, n) / sl_ts_median(a50, n);
+            double retained = sl_ts_median(lpm, n) / sl_ts_median(lpa, n);
             printf("BENCH priority_ablation period_us=%d phase=%s p99_inflation=%.3f "
                    "p50_inflation=%.3f lp_retained=%.3f\n",
                    periods[p], conf_name[k], p99_inf, p50_inf, retained);

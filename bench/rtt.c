@@ -311,14 +311,14 @@ static void *worker_main(void *arg)
             return NULL;
         w->n = 0;
         while (!atomic_load_explicit(&ld->stop, memory_order_relaxed)) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             int bad;
             if (t == T_SALUS_N || t == T_SALUS_1)
                 bad = op_job_run(t == T_SALUS_N ? w->big : w->one);
             else
                 bad = echo_call(t == T_ECHO_N ? w->echo_big : w->echo_one, ld->payload,
                                 ld->req_bytes, ld->rep_bytes);
-            uint64_t t1 = bench_now_ns();
+            uint64_t t1 = sl_ts_now_ns();
             w->failures += bad;
             if (w->n == w->cap) {
                 size_t cap = w->cap ? w->cap * 2 : 1024;
@@ -360,11 +360,11 @@ static phase_result run_phase(load *ld, worker *workers, int active, enum target
     ld->running = active;
     ld->generation++;
     pthread_mutex_unlock(&ld->lock);
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = sl_ts_now_ns();
     uint64_t from = t0 + (uint64_t) window_ms * 1000000ull / 8;
     pthread_cond_broadcast(&ld->cond);
     usleep((useconds_t) window_ms * 1000);
-    uint64_t to = bench_now_ns();
+    uint64_t to = sl_ts_now_ns();
     atomic_store(&ld->stop, true);
     pthread_mutex_lock(&ld->lock);
     while (ld->running > 0)
@@ -410,12 +410,12 @@ static void series_add(series *s, const double *v, size_t n)
 
 static double med(const double *v, size_t n)
 {
-    return bench_median(v, n);
+    return sl_ts_median(v, n);
 }
 
 static double p99(const series *s)
 {
-    return bench_percentile(s->v, s->n, 99);
+    return sl_ts_percentile(s->v, s->n, 99);
 }
 
 static void usage(void)
@@ -486,8 +486,8 @@ int main(int argc, char **argv)
     }
     bench_pin_cpu0();
 
-    char dir[] = "/tmp/salus-rtt-XXXXXX";
-    if (!mkdtemp(dir))
+    char dir[96]; /* and a socket name: within sun_path's 108 bytes */
+    if (sl_ts_tempdir("rtt", dir, sizeof dir) != SL_OK)
         return 1;
     char url_one[128], url_big[128], url_relay[128], url_e0[128], url_e1[128], url_en[128];
     snprintf(url_one, sizeof url_one, "ipc://%s/salus1.sock", dir);
@@ -674,24 +674,24 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++) {
         size_t base = (size_t) r * calls;
         for (int i = 0; i < calls; i++) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             failures += salus_run(s, ge, NULL, 0, NULL, NULL) != SALUS_OK;
-            a[base + i] = (double) (bench_now_ns() - t0) / 1e3;
+            a[base + i] = (double) (sl_ts_now_ns() - t0) / 1e3;
         }
         for (int i = 0; i < calls; i++) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             failures += echo_call(es0, payload, sizes[0], sizes[1]);
-            b[base + i] = (double) (bench_now_ns() - t0) / 1e3;
+            b[base + i] = (double) (sl_ts_now_ns() - t0) / 1e3;
         }
         for (int i = 0; i < calls; i++) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             failures += op_job_run(&one);
-            oa[base + i] = (double) (bench_now_ns() - t0) / 1e3;
+            oa[base + i] = (double) (sl_ts_now_ns() - t0) / 1e3;
         }
         for (int i = 0; i < calls; i++) {
-            uint64_t t0 = bench_now_ns();
+            uint64_t t0 = sl_ts_now_ns();
             failures += echo_call(es1, payload, sizes[2], sizes[3]);
-            ob[base + i] = (double) (bench_now_ns() - t0) / 1e3;
+            ob[base + i] = (double) (sl_ts_now_ns() - t0) / 1e3;
         }
         for (int k = 0; k < 6; k++) {
             phase_result pr = run_phase(&ld, workers, ph_active[k], ph_target[k], window_ms);
@@ -717,10 +717,10 @@ int main(int argc, char **argv)
     }
 
     /* ---- figures ---- */
-    double am = med(a, n), bm = med(b, n), ap = bench_percentile(a, n, 99),
-           bp = bench_percentile(b, n, 99);
-    double oam = med(oa, n), obm = med(ob, n), oap = bench_percentile(oa, n, 99),
-           obp = bench_percentile(ob, n, 99);
+    double am = med(a, n), bm = med(b, n), ap = sl_ts_percentile(a, n, 99),
+           bp = sl_ts_percentile(b, n, 99);
+    double oam = med(oa, n), obm = med(ob, n), oap = sl_ts_percentile(oa, n, 99),
+           obp = sl_ts_percentile(ob, n, 99);
     size_t nr = (size_t) rounds;
     double sn = med(ph[0].per_round, nr), en_ = med(ph[1].per_round, nr);
     double s1 = med(ph[2].per_round, nr), e1_ = med(ph[3].per_round, nr);
@@ -818,12 +818,6 @@ out_servers:
     bench_stop(e0);
     bench_stop(e1);
     bench_stop(en);
-    static const char *const socks[] = {"salus1", "salusn", "relay", "echo0", "echo1", "echon"};
-    for (size_t k = 0; k < sizeof socks / sizeof *socks; k++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/%s.sock", dir, socks[k]);
-        unlink(path);
-    }
-    rmdir(dir);
+    sl_ts_tempdir_remove(dir);
     return failures || !ok ? 1 : 0;
 }

@@ -257,7 +257,7 @@ static int worker_main(int slot, const char *url, const char *shm, uint64_t seed
     if (all == MAP_FAILED)
         return 3;
     worker w = {.st = &all[slot], .rng = seed | 1, .slot = slot};
-    while (bench_now_ns() < end_ns) {
+    while (sl_ts_now_ns() < end_ns) {
         if (!w.c || rnd(&w) % 20 == 0) {
             salus_disconnect(w.c);
             w.c = NULL;
@@ -391,13 +391,18 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    char dir[] = "/tmp/salus-soak-XXXXXX", url[128], shm[160], self[4096];
+    char shm[300], self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (!mkdtemp(dir) || n <= 0)
+    if (n <= 0)
         return 1;
     self[n] = '\0';
-    snprintf(url, sizeof url, "ipc://%s/salus.sock", dir);
-    snprintf(shm, sizeof shm, "%s/stats", dir);
+    sl_ts_salusd srv;
+    bench_salusd_start(&srv, salusd, "soak",
+                       (const char *[]){"--device", "cpu", "--memory-limit", "512M", "--log-level",
+                                        server_log, NULL});
+    const char *url = srv.url;
+    pid_t server = srv.pid;
+    snprintf(shm, sizeof shm, "%s/stats", srv.dir);
     int fd = open(shm, O_RDWR | O_CREAT, 0600);
     if (fd < 0 || ftruncate(fd, MAX_CLIENTS * sizeof(slot_stats)) != 0)
         return 1;
@@ -407,20 +412,7 @@ int main(int argc, char **argv)
     if (st == MAP_FAILED)
         return 1;
 
-    const char *sargv[] = {salusd,           "--listen", url,           "--device", "cpu",
-                           "--memory-limit", "512M",     "--log-level", server_log, NULL};
-    pid_t server = bench_spawn(sargv);
-    salus_client *probe = NULL;
-    for (int i = 0; i < 500 && salus_connect(url, &probe) != SALUS_OK; i++)
-        usleep(20000);
-    if (!probe) {
-        fprintf(stderr, "soak: salusd did not start\n");
-        bench_stop(server);
-        return 1;
-    }
-    salus_disconnect(probe);
-
-    uint64_t t0 = bench_now_ns(), end = t0 + (uint64_t) seconds * 1000000000ull;
+    uint64_t t0 = sl_ts_now_ns(), end = t0 + (uint64_t) seconds * 1000000000ull;
     uint64_t warm_ns = (uint64_t) (seconds / 5 < 30 ? seconds / 5 : 30) * 1000000000ull;
     pid_t pids[MAX_CLIENTS];
     uint64_t seed = 0x5eed;
@@ -431,9 +423,9 @@ int main(int argc, char **argv)
     bool deaf = false;
     uint64_t next_probe = t0 + 5000000000ull;
     uint64_t next_kill = t0 + (uint64_t) kill_ms * 1000000ull, rng = 88172645463325252ull;
-    while (bench_now_ns() < end) {
+    while (sl_ts_now_ns() < end) {
         usleep(20000);
-        uint64_t now = bench_now_ns();
+        uint64_t now = sl_ts_now_ns();
         long rss = rss_kib(server);
         if (rss < 0 || waitpid(server, NULL, WNOHANG) == server) {
             fprintf(stderr, "soak: salusd died\n");
@@ -442,7 +434,7 @@ int main(int argc, char **argv)
         }
         if (now >= next_probe) { /* alive is not enough: it must answer */
             probes_failed = server_answers(url) ? 0 : probes_failed + 1;
-            next_probe = bench_now_ns() + 5000000000ull;
+            next_probe = sl_ts_now_ns() + 5000000000ull;
             if (probes_failed == 2) {
                 fprintf(stderr, "soak: salusd is alive but answers nobody (%.0f s in)\n",
                         (double) (now - t0) / 1e9);
@@ -481,13 +473,13 @@ int main(int argc, char **argv)
             }
         }
     }
-    uint64_t give_up = bench_now_ns() + (deaf ? 0 : 20000000000ull);
+    uint64_t give_up = sl_ts_now_ns() + (deaf ? 0 : 20000000000ull);
     for (int i = 0; i < clients; i++) { /* they stop at the deadline */
         int ws = 0;
         pid_t r = 0;
         if (pids[i] <= 0)
             continue;
-        while ((r = waitpid(pids[i], &ws, WNOHANG)) == 0 && bench_now_ns() < give_up)
+        while ((r = waitpid(pids[i], &ws, WNOHANG)) == 0 && sl_ts_now_ns() < give_up)
             usleep(10000);
         if (r == 0) {
             hung++;
@@ -512,12 +504,8 @@ int main(int argc, char **argv)
         (void) waitpid(server, NULL, 0);
         server = -1;
     }
-    if (server > 0 && server_empty(url, &sessions, &persistent) == SALUS_OK) {
-        kill(server, SIGTERM);
-        int ws;
-        waitpid(server, &ws, 0);
-        drained = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    }
+    if (server > 0 && server_empty(url, &sessions, &persistent) == SALUS_OK)
+        drained = sl_ts_salusd_stop(&srv, -1);
     unsigned long long requests = 0, bad = 0, cycles = 0, reconnects = 0;
     for (int i = 0; i < clients; i++) {
         requests += st[i].requests;
@@ -528,7 +516,7 @@ int main(int argc, char **argv)
     bad += crashed + (deaf ? 1u : 0u);
     long slack = rss_warm / 10 > 2048 ? rss_warm / 10 : 2048;
     int flat = rss_warm > 0 && rss_end <= rss_warm + slack && rss_end >= rss_warm - slack;
-    double secs = (double) (bench_now_ns() - t0) / 1e9;
+    double secs = (double) (sl_ts_now_ns() - t0) / 1e9;
     printf("%d clients for %.0f s: %llu requests (%.0f/s), %llu session cycles, %u kills, %llu "
            "connects; salusd RSS %ld KiB after warm-up, %ld..%ld KiB since, %ld KiB at the end "
            "(flat: within max(10%%, 2 MiB)); at the end %zu sessions, %llu persistent bytes, "
@@ -551,10 +539,6 @@ int main(int argc, char **argv)
     printf("BENCH soak requests=%llu errors_unexpected=%llu rss_start_kib=%ld rss_end_kib=%ld "
            "flat=%d kills=%u seconds=%.0f clients=%d answering=%d\n",
            requests, bad, rss_warm, rss_end, flat, kills, secs, clients, !deaf);
-    unlink(shm);
-    char sock[200];
-    snprintf(sock, sizeof sock, "%s/salus.sock", dir);
-    unlink(sock);
-    rmdir(dir);
+    sl_ts_tempdir_remove(srv.dir);
     return bad == 0 && flat && sessions == 0 && persistent == 0 && drained == 0 ? 0 : 1;
 }

@@ -125,14 +125,14 @@ static int measure(job *a, job *b, int iters, bool alternate, bool ckpt, void *b
     int failures = 0;
     for (int i = 0; i < iters; i++) {
         job *in = alternate && i % 2 ? b : a, *out_job = in == a ? b : a;
-        uint64_t t0 = bench_now_ns();
+        uint64_t t0 = sl_ts_now_ns();
         if (ckpt) {
             failures += salus_tensor_read(out_job->s, out_job->state, buf, out_job->state_bytes) !=
                         SALUS_OK;
             failures += salus_tensor_write(in->s, in->state, buf, in->state_bytes) != SALUS_OK;
         }
         failures += run(in);
-        out[i] = (double) (bench_now_ns() - t0) / 1e3;
+        out[i] = (double) (sl_ts_now_ns() - t0) / 1e3;
     }
     return failures;
 }
@@ -151,15 +151,15 @@ static double copy_floor(size_t bytes, int reps)
     memset(dev, 1, bytes);
     memset(host, 2, bytes);
     for (int i = 0; i < reps; i++) {
-        uint64_t t0 = bench_now_ns();
+        uint64_t t0 = sl_ts_now_ns();
         memcpy(host, dev, bytes);
         memcpy(dev, host, bytes);
-        t[i] = (double) (bench_now_ns() - t0) / 1e3;
+        t[i] = (double) (sl_ts_now_ns() - t0) / 1e3;
     }
     /* keep the copies observable */
     volatile char sink = dev[bytes / 2];
     (void) sink;
-    double m = bench_median(t, (size_t) reps);
+    double m = sl_ts_median(t, (size_t) reps);
     free(dev);
     free(host);
     free(t);
@@ -200,17 +200,16 @@ int main(int argc, char **argv)
                         "[--model-mib N] [--model-iters N] [--json FILE]\n");
         return 2;
     }
-    char dir[] = "/tmp/salus-switch-XXXXXX", url[160], mem[32];
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(url, sizeof url, "ipc://%s/s.sock", dir);
+    char mem[32];
     snprintf(mem, sizeof mem, "%dM", 2 * (weights_mib + model_mib) + 512);
     /* --spread-limit 0: the jobs share one lane and take turns */
-    pid_t pid = bench_spawn((const char *[]){salusd, "--listen", url, "--memory-limit", mem,
-                                             "--spread-limit", "0", "--log-level", "warn", NULL});
+    sl_ts_salusd srv;
+    bench_salusd_start(&srv, salusd, "switch",
+                       (const char *[]){"--memory-limit", mem, "--spread-limit", "0", "--log-level",
+                                        "warn", NULL});
+    const char *url = srv.url;
     salus_client *probe = NULL;
-    for (int i = 0; i < 500 && salus_connect(url, &probe) != SALUS_OK; i++)
-        usleep(10000);
+    (void) salus_connect(url, &probe);
     size_t small = (size_t) weights_mib << 20, large = (size_t) model_mib << 20;
     job a = {0}, b = {0}, ma = {0}, mb = {0};
     void *buf = malloc(large > small ? large : small);
@@ -218,7 +217,7 @@ int main(int argc, char **argv)
         job_make(url, &ma, large) || job_make(url, &mb, large)) {
         fprintf(stderr, "switch: set-up failed: %s\n",
                 probe ? salus_last_error(probe) : "no server");
-        bench_stop(pid);
+        bench_salusd_stop(&srv);
         return 1;
     }
     for (int i = 0; i < FEED_ROWS * FEED_COLS; i++)
@@ -245,11 +244,11 @@ int main(int argc, char **argv)
         }
         printf("round %d: medians same %.0f, alt %.0f, ckpt %d MiB %.0f, alt (model jobs) %.0f, "
                "ckpt %d MiB %.0f us\n",
-               r, bench_median(cs.v[0] + cs.n[0] - iters, (size_t) iters),
-               bench_median(cs.v[1] + cs.n[1] - iters, (size_t) iters), weights_mib,
-               bench_median(cs.v[2] + cs.n[2] - iters, (size_t) iters),
-               bench_median(cs.v[3] + cs.n[3] - model_iters, (size_t) model_iters), model_mib,
-               bench_median(cs.v[4] + cs.n[4] - model_iters, (size_t) model_iters));
+               r, sl_ts_median(cs.v[0] + cs.n[0] - iters, (size_t) iters),
+               sl_ts_median(cs.v[1] + cs.n[1] - iters, (size_t) iters), weights_mib,
+               sl_ts_median(cs.v[2] + cs.n[2] - iters, (size_t) iters),
+               sl_ts_median(cs.v[3] + cs.n[3] - model_iters, (size_t) model_iters), model_mib,
+               sl_ts_median(cs.v[4] + cs.n[4] - model_iters, (size_t) model_iters));
         fflush(stdout);
     }
     if (gaps(probe, &gap_same, &gap_other))
@@ -261,15 +260,13 @@ int main(int argc, char **argv)
     job_free(&ma);
     job_free(&mb);
     salus_disconnect(probe);
-    bench_stop(pid);
+    bench_salusd_stop(&srv);
     free(buf);
-    unlink(url + strlen("ipc://"));
-    rmdir(dir);
 
     double m[5], p[5];
     for (int k = 0; k < 5; k++) {
-        m[k] = bench_median(cs.v[k], cs.n[k]);
-        p[k] = bench_percentile(cs.v[k], cs.n[k], 99);
+        m[k] = sl_ts_median(cs.v[k], cs.n[k]);
+        p[k] = sl_ts_percentile(cs.v[k], cs.n[k], 99);
     }
     printf("%d rounds; one client thread, one iteration in flight; %d failures\n", rounds,
            failures);

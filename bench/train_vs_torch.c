@@ -90,7 +90,7 @@ static void job_close(job *j)
  * (0 on failure). */
 static double job_round(job *j, const fmnist *d, int steps)
 {
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = sl_ts_now_ns();
     for (int s = 0; s < steps; s++) {
         if (j->pos + BATCH > d->n)
             j->pos = 0;
@@ -101,7 +101,7 @@ static double job_round(job *j, const fmnist *d, int steps)
         }
         j->pos += BATCH;
     }
-    return (double) steps * BATCH / ((double) (bench_now_ns() - t0) / 1e9);
+    return (double) steps * BATCH / ((double) (sl_ts_now_ns() - t0) / 1e9);
 }
 
 /* One PyTorch process: its thread count and the pipes to it. */
@@ -206,27 +206,27 @@ static summary summarise(const series *s, int rounds, bool with_inproc)
 {
     summary m = {0};
     size_t n = (size_t) rounds;
-    m.salus = bench_median(s->salus, N_TORCH * n);
-    m.salus_lo = bench_percentile(s->salus, N_TORCH * n, 0);
-    m.salus_hi = bench_percentile(s->salus, N_TORCH * n, 100);
+    m.salus = sl_ts_median(s->salus, N_TORCH * n);
+    m.salus_lo = sl_ts_percentile(s->salus, N_TORCH * n, 0);
+    m.salus_hi = sl_ts_percentile(s->salus, N_TORCH * n, 100);
     int b = 0;
     for (int t = 0; t < N_TORCH; t++) {
-        m.torch[t] = bench_median(s->torch[t], n);
+        m.torch[t] = sl_ts_median(s->torch[t], n);
         if (m.torch[t] > m.torch[b])
             b = t;
     }
     m.best_config = b;
     m.best = m.torch[b];
-    m.best_lo = bench_percentile(s->torch[b], n, 0);
-    m.best_hi = bench_percentile(s->torch[b], n, 100);
+    m.best_lo = sl_ts_percentile(s->torch[b], n, 0);
+    m.best_hi = sl_ts_percentile(s->torch[b], n, 100);
     m.ratio = m.salus / m.best;
     /* per round: salus's run just before the best configuration's, over it */
     for (int r = 0; r < rounds; r++)
         s->ratio[r] = s->salus[N_TORCH * r + b] / s->torch[b][r];
-    m.ratio_min = bench_percentile(s->ratio, n, 0);
+    m.ratio_min = sl_ts_percentile(s->ratio, n, 0);
     if (with_inproc) {
-        m.inproc = bench_median(s->inproc, n);
-        m.openblas = bench_median(s->openblas, n);
+        m.inproc = sl_ts_median(s->inproc, n);
+        m.openblas = sl_ts_median(s->openblas, n);
     }
     return m;
 }
@@ -285,10 +285,10 @@ int main(int argc, char **argv)
     unsetenv("OPENBLAS_CORETYPE");
 
     /* children first: NNG must not be initialised in a process that forks */
-    char dir[] = "/tmp/salus-tvt-XXXXXX";
-    if (!mkdtemp(dir))
+    char dir[200];
+    if (sl_ts_tempdir("tvt", dir, sizeof dir) != SL_OK)
         return 1;
-    char ipc_url[128], blas_url[128];
+    char ipc_url[256], blas_url[256];
     snprintf(ipc_url, sizeof ipc_url, "ipc://%s/salus.sock", dir);
     snprintf(blas_url, sizeof blas_url, "ipc://%s/openblas.sock", dir);
     pid_t spid = bench_spawn((const char *[]){salusd, "--listen", ipc_url, "--memory-limit", "1G",
@@ -436,11 +436,7 @@ out:
     sl_server_stop(&inproc);
     bench_stop(spid);
     bench_stop(bpid);
-    snprintf(line, sizeof line, "%s/salus.sock", dir);
-    unlink(line);
-    snprintf(line, sizeof line, "%s/openblas.sock", dir);
-    unlink(line);
-    rmdir(dir);
+    sl_ts_tempdir_remove(dir);
     for (int k = 0; k < N_MODELS; k++) {
         free(s[k].salus);
         for (int t = 0; t < N_TORCH; t++)

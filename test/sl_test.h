@@ -28,4 +28,18 @@
                      sl_errname(want));                                                            \
     } while (0)
 
+/* Defines `int fn(void)` that runs one cmocka group and returns how many of
+ * its tests failed: the group's name, its setup and teardown (may be NULL),
+ * then the tests (cmocka_unit_test(...) and the like). */
+#define SL_TEST_GROUP(fn, name, setup, teardown, ...)                                              \
+    int fn(void)                                                                                   \
+    {                                                                                              \
+        const struct CMUnitTest sl_tests_[] = {__VA_ARGS__};                                       \
+        return _cmocka_run_group_tests(name, sl_tests_, sizeof sl_tests_ / sizeof sl_tests_[0],    \
+                                       setup, teardown);                                           \
+    }
+/* main() of a program whose tests are one group (as SL_TEST_GROUP). */
+#define SL_TEST_MAIN(name, setup, teardown, ...)                                                   \
+    SL_TEST_GROUP(main, name, setup, teardown, __VA_ARGS__)
+
 #endif

@@ -26,19 +26,6 @@
 #define RSS_SLACK_MIN (64ull << 20)
 #define SETTLE_S 10
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000000000ull + (uint64_t) t.tv_nsec;
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
 int sl_attack_fds(pid_t pid)
 {
     char path[64];
@@ -55,16 +42,23 @@ int sl_attack_fds(pid_t pid)
 
 uint64_t sl_attack_rss(pid_t pid)
 {
-    char path[64], line[256];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+    return (uint64_t) sl_attack_proc_value(path, "VmRSS:") << 10;
+}
+
+long sl_attack_proc_value(const char *path, const char *key)
+{
     FILE *f = fopen(path, "r");
-    uint64_t kb = 0;
+    char line[256];
+    long v = 0;
+    size_t len = strlen(key);
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
+        if (strncmp(line, key, len) == 0 && sscanf(line + len, "%ld", &v) == 1)
             break;
     if (f)
         fclose(f);
-    return kb << 10;
+    return v;
 }
 
 const char *sl_attack_socket_path(const sl_attack *a)
@@ -109,21 +103,7 @@ pid_t sl_attack_spawn_tenant(const char *const *args)
     if (n <= 0)
         fail_msg("readlink /proc/self/exe: %s", strerror(errno));
     self[n] = '\0';
-    const char *argv[32] = {self, "--attack-tenant"};
-    int k = 2;
-    for (; args && args[k - 2] && k < 31; k++)
-        argv[k] = args[k - 2];
-    argv[k] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(self, (char *const *) argv);
-        _exit(127);
-    }
-    return pid;
+    return sl_test_exec(self, "--attack-tenant", args);
 }
 
 bool sl_attack_tenant_start(int argc, char **argv)
@@ -188,12 +168,12 @@ static void *victim_main(void *arg)
         pthread_mutex_unlock(&a->lock);
         if (stop)
             break;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = sl_ts_now_ns();
         if ((rc = salus_model_train_step(m, x, y, NULL)) != SALUS_OK) {
             victim_failed(a, rc, "train step", c);
             break;
         }
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = sl_ts_now_ns() - t0;
         pthread_mutex_lock(&a->lock);
         if (++a->iterations > VICTIM_WARMUP && dt > a->worst_ns)
             a->worst_ns = dt;
@@ -228,7 +208,7 @@ static void *monitor_main(void *arg)
         pthread_mutex_unlock(&a->lock);
         if (stop)
             return NULL;
-        nap_ms(10);
+        sl_ts_sleep_ms(10);
     }
 }
 
@@ -247,7 +227,7 @@ void sl_attack_begin_logged(sl_attack *a, const char *name, const char *const *e
 bool sl_attack_log_has(const sl_attack *a, const char *text, char *copy, size_t len)
 {
     static char buf[1 << 20];
-    FILE *f = a->log_path[0] ? fopen(a->log_path, "r") : NULL;
+    FILE *f = a->srv.log[0] ? fopen(a->srv.log, "r") : NULL;
     if (!f)
         return false;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -267,29 +247,15 @@ static void begin(sl_attack *a, const char *name, const char *const *extra_args,
     a->name = name;
     printf("ATTACK %s tried\n", name);
     fflush(stdout);
-    int saved_err = -1;
-    if (logged) {
-        /* salusd inherits stderr: point it at the log file while it starts */
-        snprintf(a->log_path, sizeof a->log_path, "/tmp/salus-attack-%d-%s.log", (int) getpid(),
-                 name);
-        int fd = open(a->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-            fail_msg("cannot create %s: %s", a->log_path, strerror(errno));
-        fflush(stderr);
-        saved_err = dup(2);
-        dup2(fd, 2);
-        close(fd);
-    }
     const char *args[24] = {"--ipc-mode", "0666"};
     int n = 2;
     for (; extra_args && extra_args[n - 2] && n < 23; n++)
         args[n] = extra_args[n - 2];
     args[n] = NULL;
-    sl_test_server_start(&a->srv, args);
-    if (saved_err >= 0) {
-        dup2(saved_err, 2);
-        close(saved_err);
-    }
+    if (logged)
+        sl_test_server_start_logged(&a->srv, args);
+    else
+        sl_test_server_start(&a->srv, args);
     /* mkdtemp made the folder 0700; other users' tenants must reach the
      * socket in it */
     if (chmod(a->srv.dir, 0755) != 0)
@@ -299,10 +265,10 @@ static void begin(sl_attack *a, const char *name, const char *const *extra_args,
     a->fd_slack = FD_SLACK;
     if (pthread_create(&a->victim, NULL, victim_main, a) != 0)
         fail_msg("cannot start the victim");
-    uint64_t deadline = now_ns() + 30ull * 1000000000ull;
+    uint64_t deadline = sl_ts_now_ns() + 30ull * 1000000000ull;
     uint64_t it;
-    while ((it = victim_iterations(a)) < VICTIM_WARMUP && now_ns() < deadline)
-        nap_ms(10);
+    while ((it = victim_iterations(a)) < VICTIM_WARMUP && sl_ts_now_ns() < deadline)
+        sl_ts_sleep_ms(10);
     if (it == UINT64_MAX || it < VICTIM_WARMUP)
         fail_msg("the victim did not warm up: %s", a->error_text);
     a->fds0 = sl_attack_fds(a->srv.pid);
@@ -321,7 +287,7 @@ static bool settled(sl_attack *a, int *fds, uint64_t *rss)
         *rss = sl_attack_rss(a->srv.pid);
         if (*fds >= 0 && *fds <= a->fds0 + a->fd_slack && *rss <= a->rss0 + a->rss_slack)
             return true;
-        nap_ms(100);
+        sl_ts_sleep_ms(100);
     }
     return false;
 }
@@ -350,9 +316,9 @@ bool sl_attack_end(sl_attack *a, const char *detail)
                  fds, a->fds0, (unsigned long) (rss >> 20), (unsigned long) (a->rss0 >> 20));
     uint64_t before = victim_iterations(a);
     if (alive && !*why) { /* the victim still moves */
-        uint64_t deadline = now_ns() + a->victim_bound_ms * 1000000ull;
-        while (victim_iterations(a) == before && now_ns() < deadline)
-            nap_ms(5);
+        uint64_t deadline = sl_ts_now_ns() + a->victim_bound_ms * 1000000ull;
+        while (victim_iterations(a) == before && sl_ts_now_ns() < deadline)
+            sl_ts_sleep_ms(5);
         if (victim_iterations(a) == before)
             snprintf(why, sizeof why, "the victim stopped training");
     }
@@ -374,20 +340,18 @@ bool sl_attack_end(sl_attack *a, const char *detail)
     }
     int st = -1;
     if (alive) {
-        kill(a->srv.pid, SIGTERM);
-        st = sl_test_wait(a->srv.pid, 10);
+        st = sl_ts_salusd_stop(&a->srv, 10);
         struct stat sb;
         a->socket_removed = stat(sl_attack_socket_path(a), &sb) != 0;
-        (void) unlink(sl_attack_socket_path(a));
-        (void) rmdir(a->srv.dir);
     }
+    a->srv.pid = 0; /* reaped: by the stop, or by the check that it lived */
     if (!*why && st != 0)
         snprintf(why, sizeof why, "salusd exited with %d", st);
-    if (!alive)
-        sl_test_server_stop(&a->srv); /* removes the folder */
     pthread_mutex_destroy(&a->lock);
-    if (a->log_path[0] && !*why)
-        (void) unlink(a->log_path); /* kept to look at when broken */
+    if (a->srv.log[0] && *why)
+        fprintf(stderr, "salusd's log is kept in %s\n", a->srv.log);
+    else
+        sl_ts_tempdir_remove(a->srv.dir);
     printf("ATTACK %s %s%s%s (victim: %lu iterations, worst %.1f ms; salusd %d fds, %lu MiB, "
            "baseline %d, %lu MiB, peak %lu MiB)%s%s\n",
            a->name, *why ? "BROKEN: " : "held", why, "", (unsigned long) a->iterations,
@@ -422,4 +386,11 @@ void sl_attack_skip(const char *name, const char *why)
 {
     printf("ATTACK %s skipped: %s\n", name, why);
     fflush(stdout);
+}
+
+bool sl_attack_may_run(const char *name, bool can, const char *why)
+{
+    if (!can)
+        sl_attack_skip(name, why);
+    return can;
 }

@@ -53,8 +53,6 @@ typedef struct sl_attack {
     int error;         /* first error the victim got (SALUS_OK: none) */
     char error_text[256];
     uint64_t victim_session; /* its session id, once open */
-    /* salusd's stderr, when started by sl_attack_begin_logged ("" if not) */
-    char log_path[320];
     /* set by sl_attack_end: salusd removed its socket file as it exited */
     bool socket_removed;
     /* salusd's RSS, sampled from sl_attack_begin to sl_attack_end */
@@ -70,8 +68,9 @@ typedef struct sl_attack {
  * the victim, waits for the victim's warm-up and takes the baseline. Prints
  * "ATTACK <name> tried". */
 void sl_attack_begin(sl_attack *a, const char *name, const char *const *extra_args);
-/* sl_attack_begin with salusd's stderr (its log) in a file that
- * sl_attack_log_has reads; the file goes with sl_attack_end. */
+/* sl_attack_begin with salusd's output (its log) in a file that
+ * sl_attack_log_has reads; the file goes with sl_attack_end unless the
+ * attack broke through. */
 void sl_attack_begin_logged(sl_attack *a, const char *name, const char *const *extra_args);
 /* Whether salusd's log (sl_attack_begin_logged) contains text; with
  * copy, the whole log (up to len bytes, NUL-terminated) goes there too. */
@@ -92,6 +91,9 @@ void sl_attack_tried(const char *name);
 bool sl_attack_verdict(const char *name, const char *why, const char *detail);
 /* Prints "ATTACK <name> skipped: <why>". */
 void sl_attack_skip(const char *name, const char *why);
+/* For an attack that can run only where can holds: true when it can,
+ * otherwise prints the skip line (sl_attack_skip) and returns false. */
+bool sl_attack_may_run(const char *name, bool can, const char *why);
 
 /* Runs fn(arg) in a child process as SL_ATTACK_UID (when root; as the
  * current user otherwise) and returns fn's result as the exit status, or -1
@@ -115,6 +117,9 @@ bool sl_attack_tenant_start(int argc, char **argv);
 /* True when attackers really run as another user (the test runs as root). */
 bool sl_attack_cross_user(void);
 
+/* The number after `key` (e.g. "VmRSS:") in a /proc file such as
+ * /proc/PID/status or /proc/meminfo; 0 when the file or the key is missing. */
+long sl_attack_proc_value(const char *path, const char *key);
 /* salusd's open descriptors and resident bytes right now. */
 int sl_attack_fds(pid_t pid);
 uint64_t sl_attack_rss(pid_t pid);

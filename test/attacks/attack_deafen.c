@@ -21,13 +21,6 @@
  * (NNG's own back-off is 100 ms; salusd looks every 20 ms). */
 #define REPLACE_BOUND_MS 2000
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
-}
-
 static int deafen(void *arg)
 {
     const char *path = arg;
@@ -46,8 +39,8 @@ static int deafen(void *arg)
         }
         close(fd); /* before salusd's header: its write fails with EPIPE */
         /* salusd puts a new socket file at the path when it replaces */
-        uint64_t deadline = now_ms() + REPLACE_BOUND_MS;
-        while (now_ms() < deadline) {
+        uint64_t deadline = sl_ts_now_ms() + REPLACE_BOUND_MS;
+        while (sl_ts_now_ms() < deadline) {
             if (stat(path, &now) == 0 && now.st_ino != before.st_ino) {
                 replaced++;
                 break;
@@ -64,7 +57,7 @@ static void deafenings(void **state)
     (void) state;
     sl_attack a;
     sl_attack_begin(&a, "listener-deafening", NULL);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = sl_ts_now_ms();
     pid_t pid = fork();
     if (pid == 0)
         _exit(sl_attack_as_tenant(deafen, (void *) sl_attack_socket_path(&a), 100) & 0xff);
@@ -80,7 +73,7 @@ static void deafenings(void **state)
         nanosleep(&nap, NULL);
     }
     int rc = done == pid ? (WIFEXITED(st) ? WEXITSTATUS(st) : -1) : sl_test_wait(pid, 120);
-    double secs = (double) (now_ms() - t0) / 1000.0;
+    double secs = (double) (sl_ts_now_ms() - t0) / 1000.0;
     char detail[200];
     snprintf(detail, sizeof detail,
              "%d hang-ups mid-handshake in %.1f s, %s; %d of %d clients connecting meanwhile "

@@ -22,13 +22,6 @@
 #define SENT (100ull << 20)      /* and sends before stalling */
 #define DROP_BOUND_S 10          /* idle timeout 2 s, checked every 250 ms */
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
-}
-
 static bool send_all(int fd, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
@@ -75,11 +68,11 @@ static int stall(void *arg)
         if ((fds[i] = stalled_peer(path)) < 0)
             return 2;
     /* every peer must be cut off in time */
-    uint64_t deadline = now_ms() + DROP_BOUND_S * 1000;
+    uint64_t deadline = sl_ts_now_ms() + DROP_BOUND_S * 1000;
     int dropped = 0;
     for (int i = 0; i < N_PEERS; i++) {
         for (;;) {
-            uint64_t now = now_ms();
+            uint64_t now = sl_ts_now_ms();
             struct pollfd p = {.fd = fds[i], .events = POLLIN};
             if (now >= deadline || poll(&p, 1, (int) (deadline - now)) <= 0)
                 break;
@@ -101,13 +94,13 @@ static void partial_messages(void **state)
     sl_attack a;
     sl_attack_begin(&a, "partial-messages",
                     (const char *const[]){"--idle-timeout", "2", "--max-message", "256M", NULL});
-    uint64_t t0 = now_ms(), peak = 0;
+    uint64_t t0 = sl_ts_now_ms(), peak = 0;
     pid_t pid = fork();
     if (pid == 0)
         _exit(sl_attack_as_tenant(stall, (void *) sl_attack_socket_path(&a), 60) & 0xff);
     int st = 0;
     pid_t done;
-    while ((done = waitpid(pid, &st, WNOHANG)) == 0 && now_ms() - t0 < 60000) {
+    while ((done = waitpid(pid, &st, WNOHANG)) == 0 && sl_ts_now_ms() - t0 < 60000) {
         uint64_t rss = sl_attack_rss(a.srv.pid);
         peak = rss > peak ? rss : peak;
         struct timespec nap = {0, 20 * 1000 * 1000};

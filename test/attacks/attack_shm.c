@@ -41,13 +41,6 @@
 
 #define HUGE_PAGE (2ull << 20)
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
-}
-
 /* ---- the tenant's side ---------------------------------------------- */
 
 /* AttachShm naming descriptor fd of this process by number (to be refused). */
@@ -306,15 +299,7 @@ static bool write_long(const char *path, long v)
 
 static long free_huge_pages(void)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    long n = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "HugePages_Free: %ld", &n) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return n;
+    return sl_attack_proc_value("/proc/meminfo", "HugePages_Free:");
 }
 
 static void hugetlb_memfd_sigbus(void **state)
@@ -380,18 +365,18 @@ static int lease_tenant(void *varg)
     }
     int bad = 0;
     for (int i = 0; i < 2; i++) {
-        uint64_t t0 = now_ms();
+        uint64_t t0 = sl_ts_now_ms();
         int old = attach_by_number(s, fd, size);
         printf("  tenant: attach by number with a lease held: %s after %llu ms\n",
-               salus_strerror(old), (unsigned long long) (now_ms() - t0));
+               salus_strerror(old), (unsigned long long) (sl_ts_now_ms() - t0));
         fflush(stdout);
         bad += old == SL_OK;
     }
     char msg[300];
-    uint64_t t0 = now_ms();
+    uint64_t t0 = sl_ts_now_ms();
     int now = attach_by_socket(arg->sock, s, fd, size, msg, sizeof msg);
     printf("  tenant: attach by socket with a lease held: %s after %llu ms (%s)\n",
-           salus_strerror(now), (unsigned long long) (now_ms() - t0), msg);
+           salus_strerror(now), (unsigned long long) (sl_ts_now_ms() - t0), msg);
     bad += now != SL_OK;
     bad += fcntl(fd, F_GETLEASE) != F_RDLCK; /* nobody broke it */
     /* stalled connections: more than salusd serves at once, none sending */
@@ -412,10 +397,10 @@ static int lease_tenant(void *varg)
     struct timespec hold = {3, 0}; /* past the per-connection deadline */
     nanosleep(&hold, NULL);
     /* the flood is dropped; a hand-over works again */
-    t0 = now_ms();
+    t0 = sl_ts_now_ms();
     int after = attach_by_socket(arg->sock, s, fd, size, msg, sizeof msg);
     printf("  tenant: %d stalled connections held 3 s; a hand-over afterwards: %s after %llu ms\n",
-           n, salus_strerror(after), (unsigned long long) (now_ms() - t0));
+           n, salus_strerror(after), (unsigned long long) (sl_ts_now_ms() - t0));
     bad += after != SL_OK;
     for (int i = 0; i < n; i++)
         close(conns[i]);
@@ -448,10 +433,10 @@ static void lease_freeze(void **state)
         assert_int_equal(ftruncate(fd, 1 << 20), 0);
         assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
         char msg[300];
-        uint64_t ticket, t0 = now_ms();
+        uint64_t ticket, t0 = sl_ts_now_ms();
         other_rc = sl_test_stage_shm(sl_attack_socket_path(&a), s->id, s->token, fd, 1 << 20,
                                      &ticket, msg, sizeof msg);
-        took = now_ms() - t0;
+        took = sl_ts_now_ms() - t0;
         snprintf(other, sizeof other, "; root's hand-over during the flood: %s in %llu ms",
                  salus_strerror(other_rc), (unsigned long long) took);
         close(fd);
@@ -512,17 +497,17 @@ static int linger_tenant(void *varg)
     struct linger lg = {1, LINGER_S};
     (void) setsockopt(tcp, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     char msg[300];
-    uint64_t ticket, t0 = now_ms();
+    uint64_t ticket, t0 = sl_ts_now_ms();
     int bad = sl_test_stage_shm_ex(arg->sock, s->id, s->token, tcp, true, 4096, &ticket, msg,
                                    sizeof msg) != SL_EPERM;
     printf("  tenant: a lingering TCP socket, given away: refused in %llu ms (%s)\n",
-           (unsigned long long) (now_ms() - t0), msg);
+           (unsigned long long) (sl_ts_now_ms() - t0), msg);
     int fd = memfd_create("after-linger", MFD_ALLOW_SEALING | MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, 1 << 20) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
         return 131;
-    t0 = now_ms();
+    t0 = sl_ts_now_ms();
     int after = attach_by_socket(arg->sock, s, fd, 1 << 20, msg, sizeof msg);
-    uint64_t took = now_ms() - t0;
+    uint64_t took = sl_ts_now_ms() - t0;
     printf("  tenant: a segment right after it: %s in %llu ms\n", salus_strerror(after),
            (unsigned long long) took);
     bad += after != SL_OK || took > 1000;
@@ -592,10 +577,9 @@ static void opath_root_files(void **state)
 {
     (void) state;
     const char *name = "opath-root-files";
-    if (!sl_attack_cross_user()) {
-        sl_attack_skip(name, "needs root: the attack is another user reaching root-only files");
+    if (!sl_attack_may_run(name, sl_attack_cross_user(),
+                           "needs root: the attack is another user reaching root-only files"))
         return;
-    }
     char dir[] = "/tmp/salus-attack-XXXXXX", secret[64], fifo[64];
     assert_non_null(mkdtemp(dir));
     assert_int_equal(chmod(dir, 0755), 0);

@@ -23,13 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
-}
-
 static int listen_at(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -109,10 +102,9 @@ static void no_private_default(void **state)
 {
     (void) state;
     const char *name = "socket-squat-default-path";
-    if (!sl_attack_cross_user()) {
-        sl_attack_skip(name, "needs root to run salusd as another user");
+    if (!sl_attack_may_run(name, sl_attack_cross_user(),
+                           "needs root to run salusd as another user"))
         return;
-    }
     sl_attack_tried(name);
     /* as nobody, without XDG_RUNTIME_DIR: the old default was /tmp */
     int st = sl_attack_as_tenant(start_default, NULL, 20);
@@ -140,8 +132,8 @@ static int impostor(void *arg)
     (void) chmod(imp->path, 0777);
     (void) !write(imp->ready[1], "r", 1);
     long got = 0;
-    uint64_t end = now_ms() + 8000;
-    while (now_ms() < end) {
+    uint64_t end = sl_ts_now_ms() + 8000;
+    while (sl_ts_now_ms() < end) {
         struct pollfd p = {.fd = lfd, .events = POLLIN};
         if (poll(&p, 1, 100) <= 0)
             continue;
@@ -152,8 +144,8 @@ static int impostor(void *arg)
         ssize_t n;
         (void) !write(fd, rep_header, sizeof rep_header);
         /* the client's SP header, then whatever it sends: a request */
-        uint64_t until = now_ms() + 1000;
-        while (now_ms() < until) {
+        uint64_t until = sl_ts_now_ms() + 1000;
+        while (sl_ts_now_ms() < until) {
             struct pollfd q = {.fd = fd, .events = POLLIN};
             if (poll(&q, 1, 50) <= 0)
                 continue;
@@ -172,10 +164,9 @@ static void impostor_server(void **state)
 {
     (void) state;
     const char *name = "socket-squat-impostor";
-    if (!sl_attack_cross_user()) {
-        sl_attack_skip(name, "needs root to run the impostor as another user");
+    if (!sl_attack_may_run(name, sl_attack_cross_user(),
+                           "needs root to run the impostor as another user"))
         return;
-    }
     sl_attack_tried(name);
     char dir[] = "/tmp/salus-impostor-XXXXXX", url[160];
     assert_non_null(mkdtemp(dir));
@@ -230,8 +221,8 @@ static int bind_loop(void *arg)
 {
     const char *path = arg;
     int won = 0;
-    uint64_t end = now_ms() + 3000;
-    while (now_ms() < end) {
+    uint64_t end = sl_ts_now_ms() + 3000;
+    while (sl_ts_now_ms() < end) {
         (void) unlink(path);
         int fd = listen_at(path);
         if (fd >= 0) {
@@ -256,8 +247,8 @@ static void replacement_race(void **state)
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     int missing = 0, deafened = 0, foreign = 0;
-    uint64_t end = now_ms() + 2500;
-    while (now_ms() < end) {
+    uint64_t end = sl_ts_now_ms() + 2500;
+    while (sl_ts_now_ms() < end) {
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
         if (fd >= 0 && connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0)
             deafened++;
@@ -287,13 +278,6 @@ static void replacement_race(void **state)
     assert_true(held);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(shared_directory),
-        cmocka_unit_test(no_private_default),
-        cmocka_unit_test(impostor_server),
-        cmocka_unit_test(replacement_race),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("attack squat", NULL, NULL, cmocka_unit_test(shared_directory),
+             cmocka_unit_test(no_private_default), cmocka_unit_test(impostor_server),
+             cmocka_unit_test(replacement_race))

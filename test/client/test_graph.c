@@ -104,13 +104,7 @@ static void error_texts_exist_for_every_code(void **state)
     assert_string_equal(salus_strerror(1000), "unknown error");
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(shapes_are_inferred_as_the_graph_is_built),
-        cmocka_unit_test(the_first_error_sticks_and_names_the_op),
-        cmocka_unit_test(missing_attributes_and_unknown_ops_are_explained),
-        cmocka_unit_test(error_texts_exist_for_every_code),
-    };
-    return cmocka_run_group_tests_name("client", tests, NULL, NULL);
-}
+SL_TEST_MAIN("client", NULL, NULL, cmocka_unit_test(shapes_are_inferred_as_the_graph_is_built),
+             cmocka_unit_test(the_first_error_sticks_and_names_the_op),
+             cmocka_unit_test(missing_attributes_and_unknown_ops_are_explained),
+             cmocka_unit_test(error_texts_exist_for_every_code))

@@ -995,19 +995,14 @@ static void test_until(void **state)
     assert_int_equal(sum.gpu_busy_ns, 100000000);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_profiles),           cmocka_unit_test(test_computed_profiles),
-        cmocka_unit_test(test_nn_profiles),        cmocka_unit_test(test_lognormal_lengths),
-        cmocka_unit_test(test_deterministic),      cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_all_complete),       cmocka_unit_test(test_refused_and_invalid),
-        cmocka_unit_test(test_utilisation),        cmocka_unit_test(test_launch_path),
-        cmocka_unit_test(test_op_occupancy),       cmocka_unit_test(test_until),
-        cmocka_unit_test(test_inference),          cmocka_unit_test(test_switch_cost),
-        cmocka_unit_test(test_timelines),          cmocka_unit_test(test_op_level_deterministic),
-        cmocka_unit_test(test_hp_waits_one_lp_op), cmocka_unit_test(test_gap_fill_no_delay),
-        cmocka_unit_test(test_op_level_latency),   cmocka_unit_test(test_op_level_switch_cost),
-    };
-    return cmocka_run_group_tests_name("eval simulator", tests, setup, teardown);
-}
+SL_TEST_MAIN("eval simulator", setup, teardown, cmocka_unit_test(test_profiles),
+             cmocka_unit_test(test_computed_profiles), cmocka_unit_test(test_nn_profiles),
+             cmocka_unit_test(test_lognormal_lengths), cmocka_unit_test(test_deterministic),
+             cmocka_unit_test(test_fifo_order), cmocka_unit_test(test_all_complete),
+             cmocka_unit_test(test_refused_and_invalid), cmocka_unit_test(test_utilisation),
+             cmocka_unit_test(test_launch_path), cmocka_unit_test(test_op_occupancy),
+             cmocka_unit_test(test_until), cmocka_unit_test(test_inference),
+             cmocka_unit_test(test_switch_cost), cmocka_unit_test(test_timelines),
+             cmocka_unit_test(test_op_level_deterministic),
+             cmocka_unit_test(test_hp_waits_one_lp_op), cmocka_unit_test(test_gap_fill_no_delay),
+             cmocka_unit_test(test_op_level_latency), cmocka_unit_test(test_op_level_switch_cost))

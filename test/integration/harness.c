@@ -3,16 +3,12 @@
 
 #include <errno.h>
 #include <stdbool.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static const char *program(const char *env)
+const char *sl_test_program(const char *env)
 {
     const char *p = getenv(env);
     if (!p || !*p)
@@ -22,90 +18,79 @@ static const char *program(const char *env)
 
 pid_t sl_test_spawn(const char *env_program, const char *const *args)
 {
-    const char *path = program(env_program);
+    return sl_test_exec(sl_test_program(env_program), NULL, args);
+}
+
+pid_t sl_test_exec(const char *path, const char *first, const char *const *args)
+{
     const char *argv[32] = {path};
     int n = 1;
-    for (; args && args[n - 1] && n < 31; n++)
-        argv[n] = args[n - 1];
+    if (first)
+        argv[n++] = first;
+    for (int k = 0; args && args[k] && n < 31; k++)
+        argv[n++] = args[k];
     argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid < 0)
+    pid_t pid;
+    if (sl_ts_spawn(argv, NULL, &pid) != SL_OK)
         fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        /* a test that dies must not leave a server behind holding the test
-         * runner's output pipe open */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(path, (char *const *) argv);
-        fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-        _exit(127);
-    }
     return pid;
+}
+
+void sl_test_spawn_mlp_pair(const sl_test_server *srv, const char *steps, pid_t *a, pid_t *b)
+{
+    const char *args_a[] = {"--url", srv->url,  "--name", "a",       "--seed",
+                            "1",     "--steps", steps,    "--check", NULL};
+    const char *args_b[] = {"--url",   srv->url, "--name",   "b",  "--seed",  "2",
+                            "--steps", steps,    "--hidden", "32", "--check", NULL};
+    *a = sl_test_spawn("MLP_REGRESSION", args_a);
+    *b = sl_test_spawn("MLP_REGRESSION", args_b);
 }
 
 int sl_test_wait(pid_t pid, int timeout_s)
 {
-    struct timespec nap = {0, 10 * 1000 * 1000};
-    for (int i = 0; i < timeout_s * 100; i++) {
-        int st;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        nanosleep(&nap, NULL);
-    }
-    kill(pid, SIGKILL);
-    (void) waitpid(pid, NULL, 0);
-    return -1;
+    return sl_ts_wait(pid, timeout_s);
 }
 
-void sl_test_server_start(sl_test_server *srv, const char *const *extra)
+static void start(sl_test_server *srv, const char *const *extra, bool logged)
 {
-    /* SL_TEST_RUNDIR: a parent other than /tmp (a test that needs one only
-     * root can write, as /run); SL_TEST_RUNDIR_OWNER=UID:GID: the socket's
-     * folder belongs to that user (salusd --user) */
-    const char *base = getenv("SL_TEST_RUNDIR"), *owner = getenv("SL_TEST_RUNDIR_OWNER");
-    snprintf(srv->dir, sizeof srv->dir, "%s/salus-test-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(srv->dir))
-        fail_msg("mkdtemp: %s", strerror(errno));
+    const char *owner = getenv("SL_TEST_RUNDIR_OWNER");
+    int rc = sl_ts_salusd_prepare(srv, "test");
+    if (rc != SL_OK)
+        fail_msg("cannot make salusd's folder: %s", strerror(errno));
     unsigned uid, gid;
     if (owner && sscanf(owner, "%u:%u", &uid, &gid) == 2 &&
         chown(srv->dir, (uid_t) uid, (gid_t) gid) != 0)
         fail_msg("chown %s: %s", srv->dir, strerror(errno));
-    snprintf(srv->url, sizeof srv->url, "ipc://%s/salus.sock", srv->dir);
     const char *args[24] = {"--listen", srv->url, "--memory-limit", "256M", "--log-level", "warn"};
-    int n = 6, k = 0;
-    /* salusd refuses root unasked; a test that drops privileges says --user */
-    bool own_user = false;
-    for (int i = 0; extra && extra[i]; i++)
-        own_user |= strcmp(extra[i], "--user") == 0 || strcmp(extra[i], "--allow-root") == 0;
-    if (geteuid() == 0 && !own_user)
-        args[n++] = "--allow-root";
-    for (; extra && extra[k] && n < 23; n++, k++)
+    int n = 6;
+    for (int k = 0; extra && extra[k] && n < 23; n++, k++)
         args[n] = extra[k];
     args[n] = NULL;
-    srv->pid = sl_test_spawn("SALUSD", args);
-    struct timespec nap = {0, 20 * 1000 * 1000};
-    for (int i = 0; i < 500; i++) {
-        salus_client *c;
-        if (salus_connect(srv->url, &c) == SALUS_OK) {
-            salus_disconnect(c);
-            return;
-        }
-        if (waitpid(srv->pid, NULL, WNOHANG) == srv->pid)
-            fail_msg("salusd exited during start-up");
-        nanosleep(&nap, NULL);
+    if (sl_ts_salusd_spawn(srv, sl_test_program("SALUSD"), args, logged) != SL_OK)
+        fail_msg("fork: %s", strerror(errno));
+    rc = sl_ts_salusd_wait_ready(srv, srv->url, 10);
+    if (rc == SL_ESHUTDOWN)
+        fail_msg("salusd exited during start-up");
+    if (rc != SL_OK) {
+        sl_ts_salusd_cleanup(srv);
+        fail_msg("salusd did not answer within 10 s");
     }
-    kill(srv->pid, SIGKILL);
-    fail_msg("salusd did not answer within 10 s");
+}
+
+void sl_test_server_start(sl_test_server *srv, const char *const *extra)
+{
+    start(srv, extra, false);
+}
+
+void sl_test_server_start_logged(sl_test_server *srv, const char *const *extra)
+{
+    start(srv, extra, true);
 }
 
 int sl_test_server_stop(sl_test_server *srv)
 {
-    kill(srv->pid, SIGTERM);
-    int st = sl_test_wait(srv->pid, 10);
-    char path[400];
-    snprintf(path, sizeof path, "%s/salus.sock", srv->dir);
-    (void) unlink(path);
-    (void) rmdir(srv->dir);
+    int st = sl_ts_salusd_stop(srv, 10);
+    sl_ts_tempdir_remove(srv->dir);
     return st;
 }
 

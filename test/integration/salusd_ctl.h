@@ -14,9 +14,9 @@ void sl_ctl_prepare(sl_test_server *srv);
 /* Spawns salusd with exactly args (NULL-terminated), stdout and stderr going
  * to srv->dir/salusd.log. Returns at once. */
 void sl_ctl_spawn(sl_test_server *srv, const char *const *args);
-/* Waits up to timeout_s for a handshake on url; false if salusd exited or
- * never answered. */
-bool sl_ctl_wait_ready(const sl_test_server *srv, const char *url, int timeout_s);
+/* Waits up to timeout_s for a handshake on url; false if salusd exited
+ * (srv->pid is then 0) or never answered. */
+bool sl_ctl_wait_ready(sl_test_server *srv, const char *url, int timeout_s);
 /* sl_ctl_spawn with "--listen srv->url --log-level info" before args, then
  * waits for it (fails the test if it does not come up in 10 s). */
 void sl_ctl_start(sl_test_server *srv, const char *const *args);
@@ -36,8 +36,7 @@ bool sl_ctl_log_last(const sl_test_server *srv, const char *text, char *line, si
  * salusd to take the file away. salusd must run with
  * --fault-inject srv->dir/fault. */
 void sl_ctl_fault(const sl_test_server *srv, const char *cmd);
-/* The path of a file in srv->dir (static buffer per call site not needed:
- * writes into buf). */
+/* The path of a file in srv->dir, written into buf. */
 const char *sl_ctl_path(const sl_test_server *srv, const char *name, char *buf, size_t len);
 /* Queued iterations of session id per the server's status (-1: no such
  * session). */
@@ -49,7 +48,5 @@ bool sl_ctl_running(salus_client *c, uint64_t session_id);
 void sl_ctl_wait_running(salus_client *c, uint64_t session_id);
 /* A free TCP port on 127.0.0.1 (bound and released: a later bind may race). */
 int sl_ctl_free_port(void);
-/* Monotonic time in seconds. */
-double sl_ctl_now(void);
 
 #endif

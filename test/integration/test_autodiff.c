@@ -812,20 +812,14 @@ static void onnx_export_agrees(void **state)
     assert_int_equal(WEXITSTATUS(rc), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(mlp_by_the_builder_trains_as_nn),
-        cmocka_unit_test(cnn_by_the_builder_trains_as_nn),
-        cmocka_unit_test(hand_written_backward_agrees),
-        cmocka_unit_test(gradients_match_finite_differences),
-        cmocka_unit_test(optimisers_follow_their_formulas),
-        cmocka_unit_test(checkpoints_resume_training),
-        cmocka_unit_test(errors_name_their_cause),
-        cmocka_unit_test(predict_fits_the_lane_workspace),
-        cmocka_unit_test(residual_blocks_name_their_errors),
-        cmocka_unit_test(onnx_export_agrees),
-    };
-    sl_test_group = &server;
-    return cmocka_run_group_tests_name("autodiff", tests, sl_test_group_start, sl_test_group_stop);
-}
+SL_TEST_SERVER_MAIN(server, "autodiff", sl_test_group_start,
+                    cmocka_unit_test(mlp_by_the_builder_trains_as_nn),
+                    cmocka_unit_test(cnn_by_the_builder_trains_as_nn),
+                    cmocka_unit_test(hand_written_backward_agrees),
+                    cmocka_unit_test(gradients_match_finite_differences),
+                    cmocka_unit_test(optimisers_follow_their_formulas),
+                    cmocka_unit_test(checkpoints_resume_training),
+                    cmocka_unit_test(errors_name_their_cause),
+                    cmocka_unit_test(predict_fits_the_lane_workspace),
+                    cmocka_unit_test(residual_blocks_name_their_errors),
+                    cmocka_unit_test(onnx_export_agrees))

@@ -3,6 +3,7 @@
  * fails with SALUS_ETIMEDOUT after SALUS_CONNECT_TIMEOUT_MS (default 15 s).
  * The silent peer is a bare NNG REP socket that never receives. No salusd. */
 #include "sl_test.h"
+#include "sl_testsupport.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -16,18 +17,10 @@
 static char dir[64];
 static char url[128];
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 static int make_dir(void **state)
 {
     (void) state;
-    snprintf(dir, sizeof dir, "/tmp/salus-connect-XXXXXX");
-    if (!mkdtemp(dir))
+    if (sl_ts_tempdir("connect", dir, sizeof dir) != SL_OK)
         return -1;
     snprintf(url, sizeof url, "ipc://%s/silent.sock", dir);
     return 0;
@@ -36,10 +29,7 @@ static int make_dir(void **state)
 static int remove_dir(void **state)
 {
     (void) state;
-    char path[128];
-    snprintf(path, sizeof path, "%s/silent.sock", dir);
-    (void) unlink(path);
-    (void) rmdir(dir);
+    sl_ts_tempdir_remove(dir);
     return 0;
 }
 
@@ -47,9 +37,9 @@ static int remove_dir(void **state)
 static int connect_timed(double *seconds)
 {
     salus_client *c = NULL;
-    double t0 = now_s();
+    double t0 = sl_ts_now_s();
     int rc = salus_connect(url, &c);
-    *seconds = now_s() - t0;
+    *seconds = sl_ts_now_s() - t0;
     if (rc == SALUS_OK)
         salus_disconnect(c);
     else

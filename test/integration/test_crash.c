@@ -105,12 +105,6 @@ static seen look(salus_client *c, const char *name)
     return v;
 }
 
-static void nap_ms(int ms)
-{
-    struct timespec t = {ms / 1000, (long) (ms % 1000) * 1000000};
-    nanosleep(&t, NULL);
-}
-
 /* Polls every 2 ms (up to 10 s) until the victim reaches the state its kind
  * is killed in; false if it died first. */
 static bool wait_for_victim(salus_client *c, pid_t pid, enum victim_kind kind, const char *name)
@@ -122,7 +116,7 @@ static bool wait_for_victim(salus_client *c, pid_t pid, enum victim_kind kind, c
             return true;
         if (waitpid(pid, NULL, WNOHANG) == pid)
             fail_msg("victim %s exited before it could be killed", name);
-        nap_ms(2);
+        sl_ts_sleep_ms(2);
     }
     return false;
 }
@@ -134,7 +128,7 @@ static void wait_gone(salus_client *c, const char *name)
         seen v = look(c, name);
         if (!v.present && !v.queued)
             return;
-        nap_ms(2);
+        sl_ts_sleep_ms(2);
     }
     fail_msg("session %s still on the server 5 s after its client was killed", name);
 }
@@ -163,8 +157,7 @@ static void killed_clients_leave_nothing_behind(void **state)
 
     int survivors_done = 0, k = 0;
     pid_t survivor = spawn_survivor(k++);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = sl_ts_now_s();
     for (int i = 0; i < KILLS; i++) {
         int st;
         if (waitpid(survivor, &st, WNOHANG) == survivor) {
@@ -187,18 +180,17 @@ static void killed_clients_leave_nothing_behind(void **state)
         if (!wait_for_victim(c, pid, kind, name))
             fail_msg("victim %s never reached the state it is killed in", name);
         if (kind == MID_UPLOAD)
-            nap_ms(i / 3 % 8); /* somewhere inside an upload */
+            sl_ts_sleep_ms(i / 3 % 8); /* somewhere inside an upload */
         kill(pid, SIGKILL);
         assert_int_equal(sl_test_wait(pid, 10), -1);
         wait_gone(c, name);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = sl_ts_now_s() - t0;
     int st = sl_test_wait(survivor, 60);
     if (st != 0)
         fail_msg("the last survivor exited with %d", st);
     survivors_done++;
-    printf("%d clients killed in %.1f s while %d survivors trained with --check\n", KILLS,
-           (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9,
+    printf("%d clients killed in %.1f s while %d survivors trained with --check\n", KILLS, seconds,
            survivors_done);
 
     assert_sl_ok(salus_session_close(blocker));
@@ -207,7 +199,7 @@ static void killed_clients_leave_nothing_behind(void **state)
                                 v.persistent_reserved != base.persistent_reserved ||
                                 v.lane_bytes != base.lane_bytes || v.free != base.free);
          i++) {
-        nap_ms(10);
+        sl_ts_sleep_ms(10);
         v = look(c, NULL);
     }
     assert_int_equal(v.sessions, 0);

@@ -246,15 +246,7 @@ static int start(void **state)
     return 0;
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tensor_in_chunks),
-        cmocka_unit_test(inline_runs_at_the_limit),
-        cmocka_unit_test(shared_memory_runs_past_the_limit),
-        cmocka_unit_test(largest_graph_decodes),
-        cmocka_unit_test(metadata_budgets),
-    };
-    sl_test_group = &server;
-    return cmocka_run_group_tests(tests, start, sl_test_group_stop);
-}
+SL_TEST_SERVER_MAIN(server, "large", start, cmocka_unit_test(tensor_in_chunks),
+                    cmocka_unit_test(inline_runs_at_the_limit),
+                    cmocka_unit_test(shared_memory_runs_past_the_limit),
+                    cmocka_unit_test(largest_graph_decodes), cmocka_unit_test(metadata_budgets))

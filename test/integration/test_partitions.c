@@ -61,12 +61,8 @@ static void strict_when_asked(void **state)
 static void change_while_training(void **state)
 {
     (void) state;
-    const char *a[] = {"--url", server.url, "--name", "a",       "--seed",
-                       "1",     "--steps",  "200",    "--check", NULL};
-    const char *b[] = {"--url",   server.url, "--name",   "b",  "--seed",  "2",
-                       "--steps", "200",      "--hidden", "32", "--check", NULL};
-    pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
-    pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
+    pid_t pa, pb;
+    sl_test_spawn_mlp_pair(&server, "200", &pa, &pb);
     salus_client *c = sl_test_connect(&server);
     const char *modes[] = {"off", "auto", "1", "auto:1", "off", "1"};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {

@@ -17,12 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long) (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Calls read until it stops failing with ECONN (the client reconnected) or
  * 10 s pass; returns the last code. */
 static int read_until_connected(salus_session *s, uint64_t t, void *buf, size_t len)
@@ -31,7 +25,7 @@ static int read_until_connected(salus_session *s, uint64_t t, void *buf, size_t 
     for (int i = 0; i < 200 && rc == SALUS_ECONN; i++) {
         rc = salus_tensor_read(s, t, buf, len);
         if (rc == SALUS_ECONN)
-            nap_ms(50);
+            sl_ts_sleep_ms(50);
     }
     return rc;
 }
@@ -53,9 +47,9 @@ static void restart_gives_session_lost_then_a_new_session(void **state)
 
     assert_int_equal(sl_ctl_stop(&srv), 0);
     /* nobody listens: a call fails at once, it does not wait for a server */
-    double t0 = sl_ctl_now();
+    double t0 = sl_ts_now_s();
     assert_sl_err(salus_tensor_read(s, t, back, sizeof back), SALUS_ECONN);
-    assert_true(sl_ctl_now() - t0 < 1);
+    assert_true(sl_ts_now_s() - t0 < 1);
     assert_non_null(strstr(salus_last_error(c), "not connected"));
 
     sl_ctl_start(&srv, NULL); /* a new salusd on the same path */
@@ -84,7 +78,7 @@ static void *run_thread(void *arg)
 {
     runner *r = arg;
     r->rc = salus_run(r->s, r->g, NULL, 0, NULL, NULL);
-    r->done_at = sl_ctl_now();
+    r->done_at = sl_ts_now_s();
     return NULL;
 }
 
@@ -115,8 +109,8 @@ static void killed_server_fails_the_call_in_flight(void **state)
     runner r = {.s = s, .g = g, .rc = -1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_thread, &r), 0);
-    nap_ms(300);
-    double killed_at = sl_ctl_now();
+    sl_ts_sleep_ms(300);
+    double killed_at = sl_ts_now_s();
     kill(srv.pid, SIGKILL);
     assert_int_equal(sl_ctl_wait(&srv, 5), -1);
     assert_int_equal(pthread_join(th, NULL), 0);
@@ -243,7 +237,7 @@ static void hangups_before_the_handshake_do_not_stop_reconnecting(void **state)
      * resilient client would meanwhile */
     for (int i = 0; i < 60 && atomic_load(&h.accepted) < 8; i++) {
         assert_sl_err(orphan_read(&o), SALUS_ECONN);
-        nap_ms(100);
+        sl_ts_sleep_ms(100);
     }
     hangup_stop(&h, th);
     assert_true(atomic_load(&h.accepted) >= 1);
@@ -263,7 +257,7 @@ static void a_peer_of_another_protocol_does_not_hide_the_next_server(void **stat
     assert_int_equal(pthread_create(&th, NULL, hangup_thread, &h), 0);
     for (int i = 0; i < 30 && atomic_load(&h.accepted) < 2; i++) {
         assert_sl_err(orphan_read(&o), SALUS_ECONN);
-        nap_ms(100);
+        sl_ts_sleep_ms(100);
     }
     hangup_stop(&h, th);
     assert_true(atomic_load(&h.accepted) >= 1);

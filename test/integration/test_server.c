@@ -46,12 +46,8 @@ static void wait_for_empty(salus_client *c)
 static void two_clients_train_and_match_reference(void **state)
 {
     (void) state;
-    const char *a[] = {"--url", server.url, "--name", "a",       "--seed",
-                       "1",     "--steps",  "150",    "--check", NULL};
-    const char *b[] = {"--url",   server.url, "--name",   "b",  "--seed",  "2",
-                       "--steps", "150",      "--hidden", "32", "--check", NULL};
-    pid_t pa = sl_test_spawn("MLP_REGRESSION", a);
-    pid_t pb = sl_test_spawn("MLP_REGRESSION", b);
+    pid_t pa, pb;
+    sl_test_spawn_mlp_pair(&server, "150", &pa, &pb);
     assert_int_equal(sl_test_wait(pa, 60), 0);
     assert_int_equal(sl_test_wait(pb, 60), 0);
     salus_client *c = sl_test_connect(&server);

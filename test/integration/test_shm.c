@@ -334,14 +334,8 @@ static void malformed_attaches_and_slices_are_refused(void **state)
     job_close(&j);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(shared_memory_runs_match_inline_runs),
-        cmocka_unit_test(segments_grow_with_the_run),
-        cmocka_unit_test(runs_past_the_budget_stay_inline),
-        cmocka_unit_test(malformed_attaches_and_slices_are_refused),
-    };
-    sl_test_group = &server;
-    return cmocka_run_group_tests(tests, sl_test_group_start, sl_test_group_stop);
-}
+SL_TEST_SERVER_MAIN(server, "shm", sl_test_group_start,
+                    cmocka_unit_test(shared_memory_runs_match_inline_runs),
+                    cmocka_unit_test(segments_grow_with_the_run),
+                    cmocka_unit_test(runs_past_the_budget_stay_inline),
+                    cmocka_unit_test(malformed_attaches_and_slices_are_refused))

@@ -130,14 +130,7 @@ static void relu_after_the_pool_trains_the_same(void **state)
     salus_disconnect(c);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(mlp_learns_on_a_subset),
-        cmocka_unit_test(cnn_learns_on_a_subset),
-        cmocka_unit_test(adam_and_sgd_learn_too),
-        cmocka_unit_test(relu_after_the_pool_trains_the_same),
-    };
-    sl_test_group = &server;
-    return cmocka_run_group_tests_name("train", tests, start, sl_test_group_stop);
-}
+SL_TEST_SERVER_MAIN(server, "train", start, cmocka_unit_test(mlp_learns_on_a_subset),
+                    cmocka_unit_test(cnn_learns_on_a_subset),
+                    cmocka_unit_test(adam_and_sgd_learn_too),
+                    cmocka_unit_test(relu_after_the_pool_trains_the_same))

@@ -5,6 +5,7 @@
 
 #include "cpu/cpu.h"
 #include "sl_alloc.h"
+#include "sl_testsupport.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -16,20 +17,7 @@
 
 static int setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, "cpu") != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, "cpu");
 }
 
 /* One conv2d: x [8,16,16,16] * w [32,16,3,3], pad 1: 19 Mflop, above the
@@ -229,17 +217,6 @@ static void test_concurrent_lanes(void **state)
     sl_free(x), sl_free(w), sl_free(xd), sl_free(wd), sl_free(want);
 }
 
-struct cb_status {
-    atomic_int calls, status;
-};
-
-static void note_status(void *arg, int status)
-{
-    struct cb_status *s = arg;
-    atomic_store(&s->status, status);
-    atomic_fetch_add(&s->calls, 1);
-}
-
 /* Adam before its first step (t = 0) would divide by a zero bias
  * correction: the cpu kernel fails the op instead. */
 static void test_adam_step_zero(void **state)
@@ -260,8 +237,8 @@ static void test_adam_step_zero(void **state)
     c.in[4] = (sl_tensor_ref){kt_dev_alloc(e, sizeof(float)), KT_F32(1, 1)};
     assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, c.in[4].data, zeros, sizeof(float)));
     assert_sl_ok(ops->launch(e->dev, e->stream, &c));
-    struct cb_status st = {0};
-    assert_sl_ok(ops->host_callback(e->dev, e->stream, note_status, &st));
+    kt_cb_record st = {0};
+    assert_sl_ok(ops->host_callback(e->dev, e->stream, kt_record_cb, &st));
     assert_sl_ok(ops->synchronize(e->dev, e->stream));
     assert_int_equal(atomic_load(&st.calls), 1);
     assert_sl_err(atomic_load(&st.status), SL_EINVAL);
@@ -491,19 +468,12 @@ struct team_job {
     int busy_us; /* each part's length */
 };
 
-static uint64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000u + (uint64_t) ts.tv_nsec / 1000u;
-}
-
 static void count_part(void *arg, int part, int parts)
 {
     struct team_job *j = arg;
     if (part >= 0 && part < parts && part < 40)
         atomic_fetch_add(&j->runs[part], 1);
-    for (uint64_t end = mono_us() + (uint64_t) j->busy_us; mono_us() < end;)
+    for (uint64_t end = sl_ts_now_ns() + (uint64_t) j->busy_us * 1000u; sl_ts_now_ns() < end;)
         ;
     int cpu = sched_getcpu();
     if (cpu >= 0 && !CPU_ISSET(cpu, &j->allowed))
@@ -682,17 +652,13 @@ static void test_reshape_launch(void **state)
     assert_memory_equal(x, y, sizeof x);
 }
 
-int kt_run_cpu_ops_tests(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
-        cmocka_unit_test(test_concurrent_lanes),  cmocka_unit_test(test_adam_step_zero),
-        cmocka_unit_test(test_refused_dims),      cmocka_unit_test(test_maxpool_grad_tiled),
-        cmocka_unit_test(test_reshape_launch),    cmocka_unit_test(test_lane_workspace),
-        cmocka_unit_test(test_maxpool_tiled),     cmocka_unit_test(test_maxpool_rows),
-        cmocka_unit_test(test_matmul_threads),    cmocka_unit_test(test_conv_grad_filter_threads),
-        cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
-        cmocka_unit_test(test_team_cores),        cmocka_unit_test(test_sgemm_libraries),
-    };
-    return cmocka_run_group_tests_name("cpu kernels", tests, setup, teardown);
-}
+SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
+              cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
+              cmocka_unit_test(test_concurrent_lanes), cmocka_unit_test(test_adam_step_zero),
+              cmocka_unit_test(test_refused_dims), cmocka_unit_test(test_maxpool_grad_tiled),
+              cmocka_unit_test(test_reshape_launch), cmocka_unit_test(test_lane_workspace),
+              cmocka_unit_test(test_maxpool_tiled), cmocka_unit_test(test_maxpool_rows),
+              cmocka_unit_test(test_matmul_threads),
+              cmocka_unit_test(test_conv_grad_filter_threads),
+              cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
+              cmocka_unit_test(test_team_cores), cmocka_unit_test(test_sgemm_libraries))

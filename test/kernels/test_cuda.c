@@ -13,49 +13,7 @@
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, "cuda") != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
-}
-
-/* Device copies of `in` for a call of op (shapes as given, outputs from the
- * registry), launched, followed by a fill of a device canary that a device
- * error must skip. The canary's final value is copied back into *canary. */
-static void launch_then_canary(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *shapes,
-                               void *const *in, unsigned n_in, float *canary)
-{
-    const sl_device_ops *ops = e->dev->ops;
-    const sl_op_def *def = sl_op_get(op);
-    sl_shape out[SL_OP_MAX_OUT];
-    assert_sl_ok(sl_op_infer(op, a, shapes, n_in, out, NULL, 0));
-    sl_op_call c = {.op = (uint16_t) op, .n_in = (uint8_t) n_in, .n_out = def->n_out};
-    if (a)
-        c.attrs = *a;
-    for (unsigned i = 0; i < n_in; i++) {
-        size_t bytes = sl_shape_bytes(&shapes[i]);
-        c.in[i] = (sl_tensor_ref){kt_dev_alloc(e, bytes), shapes[i]};
-        assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, c.in[i].data, in[i], bytes));
-    }
-    for (unsigned i = 0; i < def->n_out; i++)
-        c.out[i] = (sl_tensor_ref){kt_dev_alloc(e, sl_shape_bytes(&out[i])), out[i]};
-    float *dev_canary = kt_dev_alloc(e, sizeof *canary);
-    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, dev_canary, canary, sizeof *canary));
-    assert_sl_ok(ops->launch(e->dev, e->stream, &c));
-    sl_op_call fill = {.op = SL_OP_FILL, .n_in = 1, .n_out = 1, .attrs = {.f = {42}}};
-    fill.in[0] = fill.out[0] = (sl_tensor_ref){dev_canary, KT_F32(1, 1)};
-    assert_sl_ok(ops->launch(e->dev, e->stream, &fill));
-    assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, canary, dev_canary, sizeof *canary));
+    return kt_group_open(state, "cuda");
 }
 
 /* Without a host callback, synchronize reports a device-raised error, once;
@@ -68,24 +26,13 @@ static void test_bad_label_at_synchronize(void **state)
     int32_t labels[R] = {0, 1, 77, 3};
     kt_rand(p, R * C, 500, 0, 1);
     size_t mark = e->used;
-    launch_then_canary(e, SL_OP_SOFTMAX_XENT_GRAD, NULL,
-                       (sl_shape[]){KT_F32(2, R, C), KT_SHAPE(SL_I32, 1, R)}, (void *[]){p, labels},
-                       2, &canary);
+    kt_launch_then_canary(e, SL_OP_SOFTMAX_XENT_GRAD, NULL,
+                          (sl_shape[]){KT_F32(2, R, C), KT_SHAPE(SL_I32, 1, R)},
+                          (void *[]){p, labels}, 2, &canary);
     assert_sl_err(e->dev->ops->synchronize(e->dev, e->stream), SL_EINVAL);
     assert_true(canary == 1.0f);
     assert_sl_ok(e->dev->ops->synchronize(e->dev, e->stream));
     e->used = mark;
-}
-
-struct cb_record {
-    atomic_int calls, status;
-};
-
-static void record_cb(void *arg, int status)
-{
-    struct cb_record *r = arg;
-    atomic_store(&r->status, status);
-    atomic_fetch_add(&r->calls, 1);
 }
 
 /* Adam before the first add_scalar (t = 0) divides by zero: a run-time
@@ -100,10 +47,10 @@ static void test_adam_step_zero(void **state)
     sl_shape s = KT_F32(1, N);
     sl_op_attrs a = {.f = {1e-2f, 0.9f, 0.999f, 1e-8f}};
     size_t mark = e->used;
-    launch_then_canary(e, SL_OP_ADAM_UPDATE, &a, (sl_shape[]){s, s, s, s, KT_F32(1, 1)},
-                       (void *[]){p, g, m, v, &t}, 5, &canary);
-    struct cb_record rec = {0};
-    assert_sl_ok(e->dev->ops->host_callback(e->dev, e->stream, record_cb, &rec));
+    kt_launch_then_canary(e, SL_OP_ADAM_UPDATE, &a, (sl_shape[]){s, s, s, s, KT_F32(1, 1)},
+                          (void *[]){p, g, m, v, &t}, 5, &canary);
+    kt_cb_record rec = {0};
+    assert_sl_ok(e->dev->ops->host_callback(e->dev, e->stream, kt_record_cb, &rec));
     assert_sl_ok(e->dev->ops->synchronize(e->dev, e->stream));
     assert_int_equal(atomic_load(&rec.calls), 1);
     assert_sl_err(atomic_load(&rec.status), SL_EINVAL);
@@ -131,13 +78,13 @@ static void test_error_goes_to_its_callback(void **state)
     mm.out[0] = (sl_tensor_ref){y, KT_F32(2, M, M)};
     for (int i = 0; i < 8; i++)
         assert_sl_ok(ops->launch(e->dev, e->stream, &mm));
-    struct cb_record rec[3] = {0};
+    kt_cb_record rec[3] = {0};
     sl_shape shapes[] = {KT_F32(2, R, C), KT_SHAPE(SL_I32, 1, R)};
     int32_t *labels[3] = {good, bad, good};
     for (int i = 0; i < 3; i++) {
-        launch_then_canary(e, SL_OP_SOFTMAX_XENT_GRAD, NULL, shapes, (void *[]){p, labels[i]}, 2,
-                           &canary[i]);
-        assert_sl_ok(ops->host_callback(e->dev, e->stream, record_cb, &rec[i]));
+        kt_launch_then_canary(e, SL_OP_SOFTMAX_XENT_GRAD, NULL, shapes, (void *[]){p, labels[i]}, 2,
+                              &canary[i]);
+        assert_sl_ok(ops->host_callback(e->dev, e->stream, kt_record_cb, &rec[i]));
     }
     assert_sl_ok(ops->synchronize(e->dev, e->stream));
     for (int i = 0; i < 3; i++)
@@ -169,21 +116,15 @@ static int run_device_error_tests(void)
         cmocka_unit_test(test_refused),
     };
     return _cmocka_run_group_tests("cuda device errors", tests, sizeof tests / sizeof tests[0],
-                                   group_setup, group_teardown);
+                                   group_setup, kt_group_close);
 }
 
 int main(void)
 {
     sl_device *dev;
-    int rc = sl_dev_open("cuda", &dev);
-    if (rc == SL_ENODEV) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
-    if (rc != SL_OK) {
-        fprintf(stderr, "sl_dev_open(\"cuda\"): %s\n", sl_strerror(rc));
-        return 1;
-    }
+    int rc = kt_cuda_open(&dev);
+    if (rc != 0)
+        return rc;
     printf("%s, %llu bytes\n", dev->description, (unsigned long long) dev->total_bytes);
     sl_dev_close(dev);
     int failed = kt_run_exec_tests("cuda");

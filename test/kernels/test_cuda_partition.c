@@ -23,16 +23,8 @@ static void count_cb(void *arg, int status)
 static void matmul_on(kt_env *e, sl_stream *s)
 {
     const sl_device_ops *ops = e->dev->ops;
-    float *x = kt_dev_alloc(e, M * M * 4), *y = kt_dev_alloc(e, M * M * 4);
     static float host[M * M];
-    for (int i = 0; i < M * M; i++)
-        host[i] = 1.0f;
-    assert_sl_ok(ops->memcpy_h2d(e->dev, s, x, host, sizeof host));
-    sl_op_call c = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
-    c.in[0] = (sl_tensor_ref){x, KT_F32(2, M, M)};
-    c.in[1] = (sl_tensor_ref){x, KT_F32(2, M, M)};
-    c.out[0] = (sl_tensor_ref){y, KT_F32(2, M, M)};
-    assert_sl_ok(ops->launch(e->dev, s, &c));
+    float *y = kt_matmul_ones(e, s, M, host);
     memset(host, 0, sizeof host);
     assert_sl_ok(ops->memcpy_d2h(e->dev, s, host, y, sizeof host));
     atomic_int calls = 0;
@@ -96,15 +88,9 @@ static void test_green(void **state)
 int main(void)
 {
     sl_device *dev;
-    int rc = sl_dev_open("cuda", &dev);
-    if (rc == SL_ENODEV) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
-    if (rc != SL_OK) {
-        fprintf(stderr, "sl_dev_open(\"cuda\"): %s\n", sl_strerror(rc));
-        return 1;
-    }
+    int rc = kt_cuda_open(&dev);
+    if (rc != 0)
+        return rc;
     sl_dev_close(dev);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_green)};
     return cmocka_run_group_tests(tests, NULL, NULL);

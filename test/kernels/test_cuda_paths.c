@@ -14,20 +14,7 @@
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, "cuda") != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, "cuda");
 }
 
 /* ---- reductions ---- */
@@ -254,5 +241,5 @@ int kt_run_cuda_paths_tests(void)
         cmocka_unit_test(test_adam_device_step),
     };
     return _cmocka_run_group_tests("cuda kernel paths", tests, sizeof tests / sizeof tests[0],
-                                   group_setup, group_teardown);
+                                   group_setup, kt_group_close);
 }

@@ -2,6 +2,7 @@
  * straightforward double-precision reference; gradients compared with
  * central finite differences of double-precision forward ops. */
 #include "kt.h"
+#include "kt_nn.h"
 
 #include "sl_alloc.h"
 
@@ -13,20 +14,7 @@ static const char *exec_spec;
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, exec_spec) != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, exec_spec);
 }
 
 static float *vec(size_t n)
@@ -257,24 +245,7 @@ static void test_mse_sgd(void **state)
 
 /* ---- gradients against finite differences ---- */
 
-#define FD_H 1e-6
 #define FD_TOL 1e-4
-
-/* A scalar function of x (double), for central differences. */
-typedef double (*scalar_fn)(const double *x, const void *ctx);
-
-static void fd_grad(scalar_fn f, const void *ctx, double *x, size_t n, double *grad)
-{
-    for (size_t i = 0; i < n; i++) {
-        double keep = x[i];
-        x[i] = keep + FD_H;
-        double up = f(x, ctx);
-        x[i] = keep - FD_H;
-        double down = f(x, ctx);
-        x[i] = keep;
-        grad[i] = (up - down) / (2 * FD_H);
-    }
-}
 
 struct weighted { /* L = sum w * g(x) */
     const double *w, *other;
@@ -307,7 +278,7 @@ static void test_grad_relu(void **state)
     widen(x, dxd, N);
     widen(dy, dyd, N);
     struct weighted c = {.w = dyd, .n = N};
-    fd_grad(loss_relu, &c, dxd, N, fd);
+    kt_fd_grad(loss_relu, &c, dxd, N, fd);
     expect_close("relu_grad vs fd", dx, fd, N, FD_TOL);
 }
 
@@ -330,7 +301,7 @@ static void test_grad_mse(void **state)
     widen(p, pd, N);
     widen(t, td, N);
     struct weighted c = {.other = td, .n = N};
-    fd_grad(loss_mse, &c, pd, N, fd);
+    kt_fd_grad(loss_mse, &c, pd, N, fd);
     expect_close("mse_grad vs fd", g, fd, N, FD_TOL);
 }
 
@@ -357,7 +328,7 @@ static void test_grad_bias(void **state)
     kt_run_op(*state, SL_OP_BIAS_GRAD, NULL, (sl_shape[]){KT_F32(2, ROWS, COLS)}, (float *[]){w}, 1,
               (float *[]){db});
     struct weighted c = {.w = wd, .other = xd, .n = N_EW, .cols = COLS};
-    fd_grad(loss_bias, &c, bd, COLS, fd);
+    kt_fd_grad(loss_bias, &c, bd, COLS, fd);
     expect_close("bias_grad vs fd", db, fd, COLS, FD_TOL);
 }
 
@@ -404,8 +375,8 @@ static void test_grad_matmul(void **state)
               (float *[]){a, w}, 2, (float *[]){dbm});
 
     struct weighted ca = {.w = wd, .other = bd}, cb = {.w = wd, .other = ad};
-    fd_grad(loss_mm_a, &ca, ad, GM * GK, fda);
-    fd_grad(loss_mm_b, &cb, bd, GK * GN, fdb);
+    kt_fd_grad(loss_mm_a, &ca, ad, GM * GK, fda);
+    kt_fd_grad(loss_mm_b, &cb, bd, GK * GN, fdb);
     expect_close("matmul dA vs fd", da, fda, GM * GK, FD_TOL);
     expect_close("matmul dB vs fd", dbm, fdb, GK * GN, FD_TOL);
 }
@@ -442,23 +413,9 @@ static void test_large(void **state)
     sl_free(x), sl_free(y), sl_free(db), sl_free(want), sl_free(dx);
 }
 
-int kt_run_exec_tests(const char *spec)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fill_copy_scale_add),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_bias_add_grad),
-        cmocka_unit_test(test_relu),
-        cmocka_unit_test(test_mse_sgd),
-        cmocka_unit_test(test_grad_relu),
-        cmocka_unit_test(test_grad_mse),
-        cmocka_unit_test(test_grad_bias),
-        cmocka_unit_test(test_grad_matmul),
-        cmocka_unit_test(test_large),
-    };
-    exec_spec = spec;
-    char name[64];
-    snprintf(name, sizeof name, "exec on %s", spec);
-    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   group_teardown);
-}
+KT_GROUP_ON(kt_run_exec_tests, "exec", exec_spec, group_setup, kt_group_close,
+            cmocka_unit_test(test_fill_copy_scale_add), cmocka_unit_test(test_matmul),
+            cmocka_unit_test(test_bias_add_grad), cmocka_unit_test(test_relu),
+            cmocka_unit_test(test_mse_sgd), cmocka_unit_test(test_grad_relu),
+            cmocka_unit_test(test_grad_mse), cmocka_unit_test(test_grad_bias),
+            cmocka_unit_test(test_grad_matmul), cmocka_unit_test(test_large))

@@ -372,15 +372,7 @@ static void test_log_softmax_batch_matmul(void **state)
     }
 }
 
-int kt_run_axes_tests(const char *backend)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ew_binary),   cmocka_unit_test(test_ew_unary),
-        cmocka_unit_test(test_layout),      cmocka_unit_test(test_gather),
-        cmocka_unit_test(test_reduce_axes), cmocka_unit_test(test_log_softmax_batch_matmul),
-    };
-    spec = backend;
-    char name[64];
-    snprintf(name, sizeof name, "axes ops on %s", backend);
-    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], setup, teardown);
-}
+KT_GROUP_ON(kt_run_axes_tests, "axes ops", spec, setup, teardown, cmocka_unit_test(test_ew_binary),
+            cmocka_unit_test(test_ew_unary), cmocka_unit_test(test_layout),
+            cmocka_unit_test(test_gather), cmocka_unit_test(test_reduce_axes),
+            cmocka_unit_test(test_log_softmax_batch_matmul))

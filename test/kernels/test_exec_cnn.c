@@ -22,20 +22,7 @@ static const char *cnn_spec;
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, cnn_spec) != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, cnn_spec);
 }
 
 static sl_shape shape4(const int64_t d[4])
@@ -537,17 +524,8 @@ static void test_batchnorm_fd(void **state)
     kt_expect_close("batchnorm_grad dbias vs fd", db, fd_b, C, FD_TOL);
 }
 
-int kt_run_cnn_tests(const char *spec)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv2d),       cmocka_unit_test(test_conv2d_fd),
-        cmocka_unit_test(test_channel_bias), cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_pool_fd),      cmocka_unit_test(test_batchnorm),
-        cmocka_unit_test(test_batchnorm_fd), cmocka_unit_test(test_batchnorm_far_mean),
-    };
-    cnn_spec = spec;
-    char name[64];
-    snprintf(name, sizeof name, "cnn ops on %s", spec);
-    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   group_teardown);
-}
+KT_GROUP_ON(kt_run_cnn_tests, "cnn ops", cnn_spec, group_setup, kt_group_close,
+            cmocka_unit_test(test_conv2d), cmocka_unit_test(test_conv2d_fd),
+            cmocka_unit_test(test_channel_bias), cmocka_unit_test(test_pool),
+            cmocka_unit_test(test_pool_fd), cmocka_unit_test(test_batchnorm),
+            cmocka_unit_test(test_batchnorm_fd), cmocka_unit_test(test_batchnorm_far_mean))

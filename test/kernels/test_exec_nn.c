@@ -21,20 +21,7 @@ static const char *nn_spec;
 
 static int group_setup(void **state)
 {
-    kt_env *e = sl_calloc(1, sizeof *e);
-    if (!e || kt_env_open(e, nn_spec) != SL_OK) {
-        sl_free(e);
-        return -1;
-    }
-    *state = e;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    kt_env_close(*state);
-    sl_free(*state);
-    return 0;
+    return kt_group_open(state, nn_spec);
 }
 
 static double ref_sigmoid(double x)
@@ -203,17 +190,6 @@ static void test_softmax_xent(void **state)
     kt_expect_close("softmax_xent_grad", g, want, SR * SC, 1e-6);
 }
 
-struct cb_status {
-    atomic_int calls, status;
-};
-
-static void note_status(void *arg, int status)
-{
-    struct cb_status *s = arg;
-    atomic_store(&s->status, status);
-    atomic_fetch_add(&s->calls, 1);
-}
-
 /* Launches op on device copies of in[] (no validation of run-time data by
  * the registry is possible), then a fill of `canary` that the sticky error
  * must skip; returns what the next host callback saw. */
@@ -221,30 +197,10 @@ static int run_failing(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_sh
                        void *const *in, unsigned n_in, float *canary)
 {
     const sl_device_ops *ops = e->dev->ops;
-    const sl_op_def *def = sl_op_get(op);
-    sl_shape out_shapes[SL_OP_MAX_OUT];
-    assert_sl_ok(sl_op_infer(op, a, shapes, n_in, out_shapes, NULL, 0));
     size_t mark = e->used;
-    sl_op_call call = {.op = (uint16_t) op, .n_in = (uint8_t) n_in, .n_out = def->n_out};
-    if (a)
-        call.attrs = *a;
-    for (unsigned i = 0; i < n_in; i++) {
-        size_t bytes = sl_shape_bytes(&shapes[i]);
-        call.in[i] = (sl_tensor_ref){kt_dev_alloc(e, bytes), shapes[i]};
-        assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, call.in[i].data, in[i], bytes));
-    }
-    for (unsigned i = 0; i < def->n_out; i++)
-        call.out[i] =
-            (sl_tensor_ref){kt_dev_alloc(e, sl_shape_bytes(&out_shapes[i])), out_shapes[i]};
-    float *dev_canary = kt_dev_alloc(e, sizeof *canary);
-    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, dev_canary, canary, sizeof *canary));
-    assert_sl_ok(ops->launch(e->dev, e->stream, &call));
-    sl_op_call fill = {.op = SL_OP_FILL, .n_in = 1, .n_out = 1, .attrs = {.f = {42}}};
-    fill.in[0] = fill.out[0] = (sl_tensor_ref){dev_canary, KT_F32(1, 1)};
-    assert_sl_ok(ops->launch(e->dev, e->stream, &fill));
-    assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, canary, dev_canary, sizeof *canary));
-    struct cb_status st = {0};
-    assert_sl_ok(ops->host_callback(e->dev, e->stream, note_status, &st));
+    kt_launch_then_canary(e, op, a, shapes, in, n_in, canary);
+    kt_cb_record st = {0};
+    assert_sl_ok(ops->host_callback(e->dev, e->stream, kt_record_cb, &st));
     /* The callback took the error: synchronize has nothing left to report. */
     assert_sl_ok(ops->synchronize(e->dev, e->stream));
     assert_int_equal(atomic_load(&st.calls), 1);
@@ -584,26 +540,11 @@ static void test_adam(void **state)
     kt_expect_close("adam v", v, vd, NP, 1e-5);
 }
 
-int kt_run_nn_tests(const char *spec)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mul_axpy_add_scalar),
-        cmocka_unit_test(test_sigmoid_tanh),
-        cmocka_unit_test(test_grad_sigmoid_tanh),
-        cmocka_unit_test(test_softmax_xent),
-        cmocka_unit_test(test_xent_bad_label),
-        cmocka_unit_test(test_reduce),
-        cmocka_unit_test(test_argmax),
-        cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_matmul_acc),
-        cmocka_unit_test(test_split),
-        cmocka_unit_test(test_matmul_acc_weight_grad),
-        cmocka_unit_test(test_momentum_fused),
-    };
-    nn_spec = spec;
-    char name[64];
-    snprintf(name, sizeof name, "element-wise, losses, optimisers on %s", spec);
-    return _cmocka_run_group_tests(name, tests, sizeof tests / sizeof tests[0], group_setup,
-                                   group_teardown);
-}
+KT_GROUP_ON(kt_run_nn_tests, "element-wise, losses, optimisers", nn_spec, group_setup,
+            kt_group_close, cmocka_unit_test(test_mul_axpy_add_scalar),
+            cmocka_unit_test(test_sigmoid_tanh), cmocka_unit_test(test_grad_sigmoid_tanh),
+            cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_xent_bad_label),
+            cmocka_unit_test(test_reduce), cmocka_unit_test(test_argmax),
+            cmocka_unit_test(test_momentum), cmocka_unit_test(test_adam),
+            cmocka_unit_test(test_matmul_acc), cmocka_unit_test(test_split),
+            cmocka_unit_test(test_matmul_acc_weight_grad), cmocka_unit_test(test_momentum_fused))

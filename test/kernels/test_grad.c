@@ -474,13 +474,6 @@ static void what_has_no_gradient(void **state)
     assert_int_equal(g.nops, 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(elementwise_and_dense),
-        cmocka_unit_test(softmax_xent_by_rows),
-        cmocka_unit_test(convolution_pooling_norm),
-        cmocka_unit_test(what_has_no_gradient),
-    };
-    return cmocka_run_group_tests_name("grad", tests, setup, teardown);
-}
+SL_TEST_MAIN("grad", setup, teardown, cmocka_unit_test(elementwise_and_dense),
+             cmocka_unit_test(softmax_xent_by_rows), cmocka_unit_test(convolution_pooling_norm),
+             cmocka_unit_test(what_has_no_gradient))

@@ -208,16 +208,8 @@ static struct where matmul_on(kt_env *e, sl_stream *s)
 {
     const sl_device_ops *ops = e->dev->ops;
     enum { M = 256 };
-    float *x = kt_dev_alloc(e, M * M * 4), *y = kt_dev_alloc(e, M * M * 4);
     static float host[M * M];
-    for (int i = 0; i < M * M; i++)
-        host[i] = 1.0f;
-    assert_sl_ok(ops->memcpy_h2d(e->dev, s, x, host, sizeof host));
-    sl_op_call c = {.op = SL_OP_MATMUL, .n_in = 2, .n_out = 1};
-    c.in[0] = (sl_tensor_ref){x, KT_F32(2, M, M)};
-    c.in[1] = (sl_tensor_ref){x, KT_F32(2, M, M)};
-    c.out[0] = (sl_tensor_ref){y, KT_F32(2, M, M)};
-    assert_sl_ok(ops->launch(e->dev, s, &c));
+    float *y = kt_matmul_ones(e, s, M, host);
     struct where w = {.status = -1};
     assert_sl_ok(ops->host_callback(e->dev, s, where_cb, &w));
     assert_sl_ok(ops->memcpy_d2h(e->dev, s, host, y, sizeof host));
@@ -410,14 +402,9 @@ static void test_sim_strict(void **state)
     sl_dev_close(dev);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sim_small_kernel), cmocka_unit_test(test_sim_big_kernel),
-        cmocka_unit_test(test_sim_bandwidth),    cmocka_unit_test(test_sim_op_timing),
-        cmocka_unit_test(test_sim_device),       cmocka_unit_test(test_cpu_accounting),
-        cmocka_unit_test(test_cpu_streams),      cmocka_unit_test(test_cpu_unbound_runs_home),
-        cmocka_unit_test(test_cpu_lend),         cmocka_unit_test(test_sim_strict),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("partition", NULL, NULL, cmocka_unit_test(test_sim_small_kernel),
+             cmocka_unit_test(test_sim_big_kernel), cmocka_unit_test(test_sim_bandwidth),
+             cmocka_unit_test(test_sim_op_timing), cmocka_unit_test(test_sim_device),
+             cmocka_unit_test(test_cpu_accounting), cmocka_unit_test(test_cpu_streams),
+             cmocka_unit_test(test_cpu_unbound_runs_home), cmocka_unit_test(test_cpu_lend),
+             cmocka_unit_test(test_sim_strict))

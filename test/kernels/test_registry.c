@@ -558,13 +558,8 @@ static void test_costs(void **state)
         }
 }
 
-int kt_run_registry_tests(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes),         cmocka_unit_test(test_lookup),
-        cmocka_unit_test(test_infer_cases),    cmocka_unit_test(test_infer_edges),
-        cmocka_unit_test(test_costs),          cmocka_unit_test(test_docs),
-        cmocka_unit_test(test_required_attrs), cmocka_unit_test(test_op_names),
-    };
-    return cmocka_run_group_tests_name("registry", tests, NULL, NULL);
-}
+SL_TEST_GROUP(kt_run_registry_tests, "registry", NULL, NULL, cmocka_unit_test(test_shapes),
+              cmocka_unit_test(test_lookup), cmocka_unit_test(test_infer_cases),
+              cmocka_unit_test(test_infer_edges), cmocka_unit_test(test_costs),
+              cmocka_unit_test(test_docs), cmocka_unit_test(test_required_attrs),
+              cmocka_unit_test(test_op_names))

@@ -558,15 +558,9 @@ static void test_gaps_memoryless_rule(void **state)
     }
 }
 
-int sched_group_gaps(void)
-{
-    const struct CMUnitTest tests[] = {
-        SCHED_TEST(test_gaps_config),          SCHED_TEST(test_gaps_predictor_scripted),
-        SCHED_TEST(test_gaps_multi_hp),        SCHED_TEST(test_gaps_lp_predictor),
-        SCHED_TEST(test_gaps_property),        SCHED_TEST(test_gaps_periodic_exact),
-        SCHED_TEST(test_gaps_periodic_jitter), SCHED_TEST(test_gaps_hp_goes_quiet),
-        SCHED_TEST(test_gaps_host_margin),     SCHED_TEST(test_gaps_memoryless_rule),
-        SCHED_TEST(test_gaps_poisson),
-    };
-    return cmocka_run_group_tests_name("sched gaps", tests, NULL, NULL);
-}
+SL_TEST_GROUP(sched_group_gaps, "sched gaps", NULL, NULL, SCHED_TEST(test_gaps_config),
+              SCHED_TEST(test_gaps_predictor_scripted), SCHED_TEST(test_gaps_multi_hp),
+              SCHED_TEST(test_gaps_lp_predictor), SCHED_TEST(test_gaps_property),
+              SCHED_TEST(test_gaps_periodic_exact), SCHED_TEST(test_gaps_periodic_jitter),
+              SCHED_TEST(test_gaps_hp_goes_quiet), SCHED_TEST(test_gaps_host_margin),
+              SCHED_TEST(test_gaps_memoryless_rule), SCHED_TEST(test_gaps_poisson))

@@ -166,13 +166,7 @@ static void garbage_and_failed_allocations(void **state)
     free(buf);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(valid_requests_decode_and_give_back),
-        cmocka_unit_test(tiny_elements_over_budget),
-        cmocka_unit_test(cap_refuses_large_requests_only),
-        cmocka_unit_test(garbage_and_failed_allocations),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("decode", NULL, NULL, cmocka_unit_test(valid_requests_decode_and_give_back),
+             cmocka_unit_test(tiny_elements_over_budget),
+             cmocka_unit_test(cap_refuses_large_requests_only),
+             cmocka_unit_test(garbage_and_failed_allocations))

@@ -233,16 +233,9 @@ static void session_count_and_clamps(void **state)
     sl_reply_free(r);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(escapes_what_a_terminal_acts_on),
-        cmocka_unit_test(parses_sizes),
-        cmocka_unit_test(limits_layer_default_then_rule),
-        cmocka_unit_test(counts_what_tenants_hold),
-        cmocka_unit_test(quota_admits_exactly_what_is_left),
-        cmocka_unit_test(one_shard_step_gets_its_quota_split),
-        cmocka_unit_test(session_count_and_clamps),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SL_TEST_MAIN("rights", NULL, NULL, cmocka_unit_test(escapes_what_a_terminal_acts_on),
+             cmocka_unit_test(parses_sizes), cmocka_unit_test(limits_layer_default_then_rule),
+             cmocka_unit_test(counts_what_tenants_hold),
+             cmocka_unit_test(quota_admits_exactly_what_is_left),
+             cmocka_unit_test(one_shard_step_gets_its_quota_split),
+             cmocka_unit_test(session_count_and_clamps))

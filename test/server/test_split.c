@@ -100,10 +100,4 @@ static void split_training_matches_whole(void **state)
     sl_server_stop(&split.srv);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(split_training_matches_whole),
-    };
-    return cmocka_run_group_tests_name("server split", tests, NULL, NULL);
-}
+SL_TEST_MAIN("server split", NULL, NULL, cmocka_unit_test(split_training_matches_whole))
