@@ -11,36 +11,34 @@
 #define MAX_LINE 4096
 #define MAX_NOTES 512
 
-static const char *const repeatable[] = {"listen", "operator-listen", "user-limits", NULL};
-
 /* Where each argument of the expanded argv came from (NULL: the command
  * line), and what was applied, in order. */
 static char **origins;
-/* the argv made, kept for the process (options point into it); volatile:
- * only written, and the compiler would drop it and lose the block */
+/* the argv made, kept until the next call (options point into it);
+ * volatile: otherwise only written, and the compiler would drop it */
 static char **volatile expanded;
 static int n_origins;
-static const char *current_origin;
 static struct note {
-    int index; /* into opts */
+    const sl_flag *flag;
     const char *arg;
 } notes[MAX_NOTES];
 static int n_notes;
 
-static bool listed(const char *const *list, const char *name)
+/* Frees an earlier call's argv: the file's settings are the arguments
+ * with an origin. */
+static void forget(void)
 {
-    for (; list && *list; list++)
-        if (strcmp(*list, name) == 0)
-            return true;
-    return false;
-}
-
-static int find(const struct option *opts, const char *name)
-{
-    for (int i = 0; opts[i].name; i++)
-        if (strcmp(opts[i].name, name) == 0)
-            return i;
-    return -1;
+    for (int i = 0; origins && i < n_origins; i++)
+        if (origins[i]) {
+            free(expanded[i]);
+            free(origins[i]);
+        }
+    free(origins);
+    free(expanded);
+    origins = NULL;
+    expanded = NULL;
+    n_origins = 0;
+    n_notes = 0;
 }
 
 static char *trim(char *s)
@@ -53,19 +51,19 @@ static char *trim(char *s)
     return s;
 }
 
-/* Whether the command line itself gives option name (--name, --name=...,
- * or its short form). */
-static bool on_command_line(int argc, char **argv, const struct option *o)
+/* Whether the command line itself gives flag f (--name, --name=..., or
+ * its short form). */
+static bool on_command_line(int argc, char **argv, const sl_flag *f)
 {
-    size_t len = strlen(o->name);
+    size_t len = strlen(f->name);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0)
             break;
-        if (a[0] == '-' && a[1] == '-' && strncmp(a + 2, o->name, len) == 0 &&
+        if (a[0] == '-' && a[1] == '-' && strncmp(a + 2, f->name, len) == 0 &&
             (a[2 + len] == '\0' || a[2 + len] == '='))
             return true;
-        if (a[0] == '-' && a[1] != '-' && o->val < 256 && o->val > 0 && a[1] == o->val)
+        if (a[0] == '-' && a[1] != '-' && f->short_opt && a[1] == f->short_opt)
             return true;
     }
     return false;
@@ -74,16 +72,15 @@ static bool on_command_line(int argc, char **argv, const struct option *o)
 typedef struct setting {
     char *arg;    /* "--key=value" or "--key" */
     char *origin; /* "FILE:LINE" */
-    int index;
+    const sl_flag *flag;
 } setting;
 
 /* Parses the file into settings; 2 after printing an error. */
-static int read_file(const char *path, const struct option *opts, const char *const *skip,
-                     setting **out, int *n_out)
+static int read_file(const char *path, FILE *err, setting **out, int *n_out)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "salusd: --config %s: %s\n", path, strerror(errno));
+        fprintf(err, "salusd: --config %s: %s\n", path, strerror(errno));
         return 2;
     }
     setting *list = NULL;
@@ -95,7 +92,7 @@ static int read_file(const char *path, const struct option *opts, const char *co
         size_t len = strlen(line);
         total += (long) len;
         if (total > MAX_FILE_BYTES || (len == sizeof line - 1 && line[len - 1] != '\n')) {
-            fprintf(stderr,
+            fprintf(err,
                     "salusd: %s:%d: line or file too long (a line holds at most %d "
                     "bytes, the file %d)\n",
                     path, lineno, MAX_LINE, MAX_FILE_BYTES);
@@ -119,7 +116,7 @@ static int read_file(const char *path, const struct option *opts, const char *co
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            fprintf(stderr, "salusd: %s:%d: expected 'key = value', got '%s'\n", path, lineno, s);
+            fprintf(err, "salusd: %s:%d: expected 'key = value', got '%s'\n", path, lineno, s);
             rc = 2;
             break;
         }
@@ -130,9 +127,9 @@ static int read_file(const char *path, const struct option *opts, const char *co
             val[vl - 1] = '\0';
             val++;
         }
-        int idx = find(opts, key);
-        if (idx < 0 || listed(skip, key)) {
-            fprintf(stderr,
+        const sl_flag *flag = sl_flag_find(key);
+        if (!flag || !sl_flag_is_key(flag)) {
+            fprintf(err,
                     "salusd: %s:%d: unknown key '%s' (the keys are salusd's long flags, "
                     "see salusd --help and salusd --print-config)\n",
                     path, lineno, key);
@@ -140,7 +137,7 @@ static int read_file(const char *path, const struct option *opts, const char *co
             break;
         }
         char *arg;
-        if (opts[idx].has_arg == no_argument) {
+        if (!flag->arg) {
             if (strcmp(val, "true") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0) {
                 arg = malloc(strlen(key) + 3);
                 if (arg)
@@ -149,14 +146,14 @@ static int read_file(const char *path, const struct option *opts, const char *co
                        strcmp(val, "0") == 0) {
                 continue;
             } else {
-                fprintf(stderr, "salusd: %s:%d: '%s' takes true or false, not '%s'\n", path, lineno,
+                fprintf(err, "salusd: %s:%d: '%s' takes true or false, not '%s'\n", path, lineno,
                         key, val);
                 rc = 2;
                 break;
             }
         } else {
             if (!*val) {
-                fprintf(stderr, "salusd: %s:%d: '%s' needs a value\n", path, lineno, key);
+                fprintf(err, "salusd: %s:%d: '%s' needs a value\n", path, lineno, key);
                 rc = 2;
                 break;
             }
@@ -179,15 +176,15 @@ static int read_file(const char *path, const struct option *opts, const char *co
         if (!arg || !origin) {
             free(arg);
             free(origin);
-            fprintf(stderr, "salusd: out of memory reading %s\n", path);
+            fprintf(err, "salusd: out of memory reading %s\n", path);
             rc = 2;
             break;
         }
         sprintf(origin, "%s:%d", path, lineno);
-        list[n++] = (setting){arg, origin, idx};
+        list[n++] = (setting){arg, origin, flag};
     }
     if (!rc && ferror(f)) {
-        fprintf(stderr, "salusd: --config %s: read error\n", path);
+        fprintf(err, "salusd: --config %s: read error\n", path);
         rc = 2;
     }
     fclose(f);
@@ -205,11 +202,12 @@ static int read_file(const char *path, const struct option *opts, const char *co
     return rc;
 }
 
-int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const char *const *skip,
-                      int *out_argc, char ***out_argv, bool *print)
+int sl_cfgfile_expand(int argc, char **argv, FILE *err, int *out_argc, char ***out_argv,
+                      bool *print)
 {
     const char *path = NULL;
     *print = false;
+    forget();
     /* the command line without --config and --print-config */
     char **rest = calloc((size_t) argc + 1, sizeof *rest);
     if (!rest)
@@ -225,7 +223,7 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
             *print = true;
         } else if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 == argc) {
-                fprintf(stderr, "salusd: --config needs a FILE\n");
+                fprintf(err, "salusd: --config needs a FILE\n");
                 free(rest);
                 return 2;
             }
@@ -238,23 +236,25 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
     }
     setting *file = NULL;
     int n_file = 0;
-    if (path && read_file(path, opts, skip, &file, &n_file) != 0) {
+    if (path && read_file(path, err, &file, &n_file) != 0) {
         free(rest);
         return 2;
     }
     char **all = calloc((size_t) (n_file + n_rest + 2), sizeof *all);
     origins = calloc((size_t) (n_file + n_rest + 2), sizeof *origins);
     if (!all || !origins) {
-        fprintf(stderr, "salusd: out of memory\n");
+        fprintf(err, "salusd: out of memory\n");
         free(all);
+        free(origins);
+        origins = NULL;
         free(rest);
         return 2; /* the file's strings go with the process */
     }
     int n = 0;
     all[n++] = argv[0];
     for (int k = 0; k < n_file; k++) {
-        const struct option *o = &opts[file[k].index];
-        if (listed(repeatable, o->name) && on_command_line(n_rest, rest, o)) {
+        const sl_flag *flag = file[k].flag;
+        if ((flag->traits & SL_FLAG_REPEATABLE) && on_command_line(n_rest, rest, flag)) {
             free(file[k].arg); /* the command line's replace the file's */
             free(file[k].origin);
             continue;
@@ -273,24 +273,15 @@ int sl_cfgfile_expand(int argc, char **argv, const struct option *opts, const ch
     return 0;
 }
 
-void sl_cfgfile_note(const struct option *opts, int c, int longindex, const char *arg, int optind)
+void sl_cfgfile_note(const sl_flag *f, const char *arg)
 {
-    int at = optind - 1;
-    current_origin = origins && at >= 0 && at < n_origins ? origins[at] : NULL;
-    int idx = longindex;
-    if (idx < 0)
-        for (int i = 0; opts[i].name; i++)
-            if (opts[i].val == c) {
-                idx = i;
-                break;
-            }
-    if (idx >= 0 && n_notes < MAX_NOTES)
-        notes[n_notes++] = (struct note){idx, arg};
+    if (n_notes < MAX_NOTES)
+        notes[n_notes++] = (struct note){f, arg};
 }
 
-const char *sl_cfgfile_origin(void)
+const char *sl_cfgfile_origin_of(int index)
 {
-    return current_origin;
+    return origins && index >= 0 && index < n_origins ? origins[index] : NULL;
 }
 
 /* A value as the file writes it: quoted when it has a '#' or outer
@@ -299,35 +290,54 @@ static void print_value(FILE *f, const char *v)
 {
     bool quote = strchr(v, '#') || isspace((unsigned char) v[0]) ||
                  (*v && isspace((unsigned char) v[strlen(v) - 1]));
-    fprintf(f, quote ? "\"%s\"\n" : "%s\n", v);
+    fprintf(f, quote ? "\"%s\"" : "%s", v);
 }
 
-void sl_cfgfile_print(FILE *f, const struct option *opts, const char *const *skip)
+/* An unset key, commented out with its default. */
+static void print_default(FILE *f, const sl_flag *flag)
 {
-    fprintf(f, "# salusd configuration (salusd --config FILE); keys are salusd's long flags,\n"
-               "# commented-out ones are at their built-in default (salusd --help)\n");
-    for (int i = 0; opts[i].name; i++) {
-        const struct option *o = &opts[i];
-        if (listed(skip, o->name))
+    const char *now = flag->def_now ? flag->def_now() : NULL;
+    fprintf(f, "# %s =", flag->name);
+    if (now && *now) {
+        fputc(' ', f);
+        print_value(f, now);
+    } else if (flag->def) {
+        fputc(' ', f);
+        print_value(f, flag->def);
+    } else if (flag->kind == SL_FLAG_SWITCH) {
+        fprintf(f, " false");
+    }
+    if (flag->def_text && !(now && *now))
+        fprintf(f, "  # default: %s", flag->def_text);
+    fputc('\n', f);
+}
+
+void sl_cfgfile_print(FILE *f)
+{
+    fprintf(f, "# salusd configuration (salusd --config FILE); keys are salusd's long flags\n"
+               "# (salusd --help), commented-out ones are at the default they show\n");
+    for (int i = 0; i < sl_flags_count; i++) {
+        const sl_flag *flag = &sl_flags[i];
+        if (!sl_flag_is_key(flag))
             continue;
-        bool rep = listed(repeatable, o->name), any = false;
+        bool rep = flag->traits & SL_FLAG_REPEATABLE;
         int last = -1;
         for (int k = 0; k < n_notes; k++) {
-            if (notes[k].index != i)
+            if (notes[k].flag != flag)
                 continue;
             last = k;
             if (rep) {
-                fprintf(f, "%s = ", o->name);
+                fprintf(f, "%s = ", flag->name);
                 print_value(f, notes[k].arg ? notes[k].arg : "true");
-                any = true;
+                fputc('\n', f);
             }
         }
         if (!rep && last >= 0) {
-            fprintf(f, "%s = ", o->name);
+            fprintf(f, "%s = ", flag->name);
             print_value(f, notes[last].arg ? notes[last].arg : "true");
-            any = true;
+            fputc('\n', f);
         }
-        if (!any)
-            fprintf(f, "# %s =\n", o->name);
+        if (last < 0)
+            print_default(f, flag);
     }
 }

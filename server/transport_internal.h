@@ -81,7 +81,10 @@ struct sl_transport {
     sl_retired *retired;
     int n_retired, cap_retired;
     uint64_t replaced;
-    uint64_t pressure_logged_ns, deaf_logged_ns;
+    uint64_t pressure_logged_ns;
+    /* replacements of listener i since deaf_window_ns[i] (watchdog.c) */
+    uint64_t deaf_window_ns[SL_MAX_LISTEN];
+    int deaf_in_window[SL_MAX_LISTEN];
     pthread_t watch_thread;
     bool watch_started;
     bool watch_stop; /* guarded by watch_lock */

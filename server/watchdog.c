@@ -31,6 +31,10 @@
  * storms): the statistics are read this often for SL_WATCH_FAST_MS. */
 #define SL_WATCH_FAST_TICK_MS 2
 #define SL_WATCH_FAST_MS 2000
+/* A listener replaced this many times within this window keeps going deaf
+ * (note_deafening). */
+#define SL_DEAF_WARN_COUNT 20
+#define SL_DEAF_WINDOW_MS 60000
 /* How often connection deadlines and salusd's descriptors are checked. */
 #define SL_WATCH_DEADLINE_MS 250
 #define SL_WATCH_FDS_MS 1000
@@ -260,6 +264,36 @@ static void replace_listener(sl_transport *t, int i)
                  (unsigned long long) t->replaced);
 }
 
+/* Listener i was just replaced. A peer that hangs up before the handshake
+ * (a client killed while connecting, a probe) deafens a listener now and
+ * then in normal use, and the replacement makes that invisible to
+ * clients: such a replacement is logged at debug level. A listener that
+ * keeps going deaf (SL_DEAF_WARN_COUNT times within SL_DEAF_WINDOW_MS:
+ * a storm of hang-ups, likely on purpose) is worth an operator's look:
+ * one warning per window. A replacement that fails is logged as an error
+ * where it fails. */
+static void note_deafening(sl_transport *t, int i)
+{
+    const char *url = t->cfg->listen[i];
+    uint64_t now = sl_now_ns();
+    if (now - t->deaf_window_ns[i] >= SL_DEAF_WINDOW_MS * 1000000ull) {
+        t->deaf_window_ns[i] = now;
+        t->deaf_in_window[i] = 0;
+    }
+    if (++t->deaf_in_window[i] == SL_DEAF_WARN_COUNT) {
+        sl_log_warn("net.deaf",
+                    "listener on %s keeps going deaf: replaced %d times in %d s (peers hanging up "
+                    "before the handshake, nanomsg/nng#1518 in NNG %s); %llu replacements so far",
+                    url, SL_DEAF_WARN_COUNT, SL_DEAF_WINDOW_MS / 1000, nng_version(),
+                    (unsigned long long) t->replaced);
+        return;
+    }
+    sl_log_debug("net.deaf",
+                 "listener on %s stopped accepting (a peer hung up before the handshake, "
+                 "nanomsg/nng#1518 in NNG %s) or may have; replaced (%llu replacements so far)",
+                 url, nng_version(), (unsigned long long) t->replaced);
+}
+
 /* Listener i's "other" counter rose: replace it when it may be deaf. */
 static void suspect(sl_transport *t, int i)
 {
@@ -280,16 +314,10 @@ static void suspect(sl_transport *t, int i)
         if (v != PROBE_DEAF)
             return;
     }
+    uint64_t replaced = t->replaced;
     replace_listener(t, i);
-    /* one line a second at most: a peer decides how often this happens */
-    uint64_t now = sl_now_ns();
-    if (now - t->deaf_logged_ns >= 1000000000ull) {
-        sl_log_info("net.deaf",
-                    "listener on %s stopped accepting (a peer hung up before the handshake, "
-                    "nanomsg/nng#1518 in NNG %s) or may have; replaced (%llu replacements so far)",
-                    url, nng_version(), (unsigned long long) t->replaced);
-        t->deaf_logged_ns = now;
-    }
+    if (t->replaced != replaced)
+        note_deafening(t, i);
 }
 
 /* Closes the descriptors left behind by closed ipc:// listeners: NNG 1.5.2

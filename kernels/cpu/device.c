@@ -2,11 +2,14 @@
  *
  * Regions come from mmap(MAP_NORESERVE): an arena of many GiB costs nothing
  * until its pages are touched, like address space on a real device. The
- * device reports half of physical RAM as its capacity and refuses to hand
- * out more than that in total. */
+ * device reports half of the host memory salusd may use (physical RAM, or
+ * its cgroup's memory limit when lower: a container's) as its capacity and
+ * refuses to hand out more than that in total; the other half is the
+ * host's and salusd's own (graphs, messages, the OS). */
 #include "cpu.h"
 
 #include "sl_alloc.h"
+#include "sl_cgroup.h"
 #include "sl_error.h"
 #include "sl_log.h"
 
@@ -46,9 +49,9 @@ static int cpu_open(sl_device *dev, int index, const char *arg)
         return SL_ENOMEM;
     d->lock_ready = true;
 
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    uint64_t host = sl_host_memory();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    dev->total_bytes = pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 2 : 1ull << 30;
+    dev->total_bytes = host ? host / 2 : 1ull << 30;
     d->shared.cores = cores > 0 ? (int) cores : 1;
     /* oneDNN scratch of a small CNN at batch 128 (blocked layouts of the
      * largest activation, reorders, scratchpad) with room to spare */

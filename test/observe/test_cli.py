@@ -352,7 +352,7 @@ def test_config():
     out = salusd("--config", path, "--print-config").stdout
     assert "policy = srtf\n" in out and "strict = true\n" in out and \
         "metrics-listen = 9464\n" in out and "listen = %s\n" % sock in out, out
-    assert "# no-gap-fill =\n" in out
+    assert "# no-gap-fill = false\n" in out and "# contexts = 256\n" in out
     out = salusd("--config", path, "--policy", "fifo", "--listen", "ipc://%s/t.sock" % tmp,
                  "--print-config").stdout
     assert "policy = fifo\n" in out and "s.sock" not in out and "t.sock" in out, out
