@@ -13,7 +13,7 @@
  * and the callback receives the first error. Backend-specific statuses are
  * translated to SL_E* codes inside the backend; none escape it.
  *
- * Error classes (DESIGN.md section 8). SL_EDEVICERESET, and only it, means
+ * Error classes (docs/architecture.md, "Devices"). SL_EDEVICERESET, and only it, means
  * the *device is lost*: a fault that corrupts the device context (CUDA's
  * illegal address, launch failure, uncorrectable ECC). From then on work on
  * every stream may fail with SL_EDEVICERESET, every host callback already
@@ -105,7 +105,7 @@ typedef struct sl_device_ops {
      * the caller, who must keep it allocated and unused by anything else
      * until all work launched on s before the next stream_set_workspace (or
      * stream_destroy) has finished; the backend never frees it. salusd gives
-     * each lane's stream the lane's framework block (DESIGN.md section 4).
+     * each lane's stream the lane's framework block (docs/architecture.md, "Memory").
      * Errors: SL_EINVAL (ptr NULL with bytes > 0, or misaligned), SL_ENOMEM.
      * Never waits for device work. */
     int (*stream_set_workspace)(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);

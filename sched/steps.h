@@ -39,7 +39,7 @@ typedef struct sl_steps_config {
     uint64_t part_ns;   /* part length; 0 = SL_STEPS_PART_NS */
     uint64_t starve_ns; /* 0 = SL_STEPS_STARVE_NS */
     /* lp steps run on compute units of their own (a compute partition,
-     * DESIGN.md section 13): they cannot hold the SMs an hp iteration
+     * docs/architecture.md): they cannot hold the SMs an hp iteration
      * needs, so the one-step limit applies only while hp work is pending
      * (what they still share, memory bandwidth and the launch path, is
      * then bounded by the steps in flight); with none pending every parked

@@ -1,4 +1,4 @@
-/* Device faults (DESIGN.md section 8, device.h "error classes").
+/* Device faults (device.h "error classes").
  *
  * A per-request device error just fails its request. A device-lost error
  * (SL_EDEVICERESET) halts the executor (exec.h) and comes here

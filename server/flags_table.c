@@ -358,7 +358,7 @@ const sl_flag sl_flags[] = {
      .arg = "SIZE",
      .section = SEC_LIMITS,
      .help = "host memory all sessions' registered graphs and tensors may hold together",
-     .def_text = "a quarter of the host's memory",
+     .def_text = "a quarter of the host's memory, or of salusd's cgroup memory limit where lower",
      FIELD(max_metadata),
      .min = 1},
     {.name = "shm-session-bytes",
@@ -374,7 +374,8 @@ const sl_flag sl_flags[] = {
      .arg = "SIZE",
      .section = SEC_LIMITS,
      .help = "shared memory all sessions together may make salusd map",
-     .def_text = "a quarter of the host's memory, at most 8G",
+     .def_text = "a quarter of the host's memory (or of salusd's cgroup memory limit where lower), "
+                 "at most 8G",
      FIELD(shm_total_bytes),
      .min = 1},
 

@@ -1,4 +1,4 @@
-/* The executor's compute partitions (DESIGN.md section 13): while on, the
+/* The executor's compute partitions (docs/architecture.md, "Scheduling"): while on, the
  * device is cut in two, an online partition for high-priority lanes and an
  * offline one for every other lane, and every lane's stream is bound to
  * its class's partition when an iteration starts on it (an idle stream:

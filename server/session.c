@@ -4,6 +4,7 @@
 #include "decode.h"
 #include "handlers.h"
 #include "sl_alloc.h"
+#include "sl_cgroup.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_text.h"
@@ -36,10 +37,12 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
     ss->tenants.n_rules = cfg->n_limit_rules;
     ss->tenants.max_sessions_all = cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS;
     ss->tenants.jobs = &ss->jobs;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    ss->host_limit = cfg->max_metadata       ? cfg->max_metadata
-                     : pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 4
-                                             : SL_DEFAULT_SESSION_METADATA * 16;
+    /* a quarter of the memory salusd may use: its cgroup's limit where one
+     * is set, so that graphs tenants pin cannot get it OOM-killed */
+    uint64_t host = sl_host_memory();
+    ss->host_limit = cfg->max_metadata ? cfg->max_metadata
+                     : host            ? host / 4
+                                       : SL_DEFAULT_SESSION_METADATA * 16;
 }
 
 /* The request a lost connection's sessions are closed with. */

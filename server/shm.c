@@ -1,5 +1,5 @@
-/* Shared-memory data plane for clients on the server's host (DESIGN.md
- * section 7).
+/* Shared-memory data plane for clients on the server's host (docs/architecture.md,
+ * "Shared memory").
  *
  * Over ipc:// a training iteration's feeds would otherwise be packed into a
  * protobuf, written through the socket, read, unpacked and only then copied
@@ -43,6 +43,7 @@
 
 #include "shm.h"
 #include "sl_alloc.h"
+#include "sl_cgroup.h"
 #include "sl_error.h"
 #include "sl_log.h"
 
@@ -52,8 +53,8 @@ int sl_shm_plane_init(sl_shm_plane *p, sl_device *dev, uint64_t session_max, uin
     p->wake_fd = -1;
     p->dev = dev;
     if (!total_max) {
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        uint64_t quarter = pages > 0 && page > 0 ? (uint64_t) pages * (uint64_t) page / 4 : 0;
+        /* pages salusd faults in for tenants are charged to its cgroup */
+        uint64_t quarter = sl_host_memory() / 4;
         total_max =
             quarter && quarter < SL_SHM_DEFAULT_TOTAL_BYTES ? quarter : SL_SHM_DEFAULT_TOTAL_BYTES;
     }

@@ -4,7 +4,7 @@
  * completes the request. Listeners are started in listen.c; their watchdog
  * and the connection deadlines are in watchdog.c.
  *
- * Security (DESIGN.md section 8). ipc:// sockets live in a directory that
+ * Security (docs/security.md). ipc:// sockets live in a directory that
  * only salusd's user (or root) can write, checked up the whole path before
  * anything is bound, and are born with --ipc-mode permissions; every request
  * carries the peer uid of its connection, which the gate checks against the

@@ -29,8 +29,8 @@
  *   bench/device_rtt, one-element ops back to back): 3.4-5.0 us per launch
  *   from one thread, which bears the 5 us out; 1.5-2.0 us per launch
  *   device-wide from four threads with a stream each, so the one-path
- *   part is conservative where several host threads launch (README.md,
- *   "On a GPU"). The profiles keep 5 us and one path.
+ *   part is conservative where several host threads launch (docs/gpu.md,
+ *   "Measured on an H200"). The profiles keep 5 us and one path.
  *
  * - threads_per_sm: 2048 for every profile: the maximum number of resident
  *   threads per SM of compute capabilities 6.0 (P100), 7.0 (V100), 8.0
@@ -63,7 +63,7 @@
  * - eff_compute is fitted per profile on ONE measured row, VGG-16 training,
  *   whose time is ~85% compute-bound convolutions:
  *     P100: 0.63, on the Salus artifact's vgg16 batch-50 iteration
- *           (shared/data/salus-workloads.csv, the paper's P100 testbed);
+ *           (eval/data/salus-workloads.csv, the paper's P100 testbed);
  *     V100: 0.76, on VGG-16 batch 16, TensorFlow 1.5 on a V100
  *           (u39kun/deep-learning-benchmark).
  *   ResNet-50 on both profiles, and the P100 rows of TensorFlow's own

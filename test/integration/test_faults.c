@@ -1,4 +1,4 @@
-/* Device faults (DESIGN.md section 8) against a real salusd on the sim
+/* Device faults against a real salusd on the sim
  * device, injected with --fault-inject and SIGUSR1: a failed allocation fails
  * one request; a sticky device error fails what runs with DEVICE_RESET, the
  * device is reset, every session is told once and new sessions work; a slow

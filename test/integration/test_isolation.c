@@ -1,4 +1,4 @@
-/* Isolation (DESIGN.md section 8): ipc:// socket permissions, sessions that
+/* Isolation (docs/security.md): ipc:// socket permissions, sessions that
  * belong to their opener's uid, tls+tcp:// with server and client
  * certificates made here, and plain tcp:// only on request.
  *

@@ -1,4 +1,4 @@
-/* Restarts (DESIGN.md section 8): a client of a salusd that goes away fails
+/* Restarts: a client of a salusd that goes away fails
  * fast with ECONN, reconnects by itself to a new salusd on the same ipc://
  * path, gets SESSION_LOST for its old session and can open a new one. */
 #include "client_internal.h"

@@ -1,7 +1,7 @@
 /* Training tests on a Fashion-MNIST subset through a real salusd: the nn
  * helpers, every training op on the cpu backend and the server together
  * must learn. Thresholds are for the subset and a few epochs, well above
- * chance (0.10) and below what the full runs reach (see the README). */
+ * chance (0.10) and below what the full runs reach (docs/benchmarks.md). */
 #include "harness.h"
 #include "sl_test.h"
 
