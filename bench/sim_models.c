@@ -4,7 +4,7 @@
  *   sim_models [--json FILE]
  *
  * For each case it builds the op list of one fp32 training iteration
- * (eval/graphs.c, shared with the simulator's computed profiles)
+ * (eval/lib/graphs.c, shared with the simulator's computed profiles)
  * (forward, backward and the SGD update of every parameter) from the op
  * registry, validating every op's shapes with sl_op_infer, and sums the
  * virtual-time model (sl_sim_op_timing) on the case's device profile: one

@@ -4,7 +4,7 @@
  *         streams sleep for the modeled durations), one real client process
  *         per job (libsalusclient over ipc://), each started at the job's
  *         arrival time on the wall clock;
- *   sim:  the discrete-event simulator (eval/sim.h) on the same jobs.
+ *   sim:  the discrete-event simulator (eval/lib/evsim.h) on the same jobs.
  * The figure compared is the ratio of average JCTs between policies
  * (first policy / each other policy): a simulator that is to predict which
  * policy wins, and by how much, must get that ratio right even where its
@@ -44,7 +44,7 @@
  * with error = |ratio_real / ratio_sim - 1|, the largest over the policies
  * compared with the first. */
 #include "cli.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sim/sim.h"
 #include "sl_alloc.h"

@@ -1,6 +1,6 @@
 /* eval/profiles: job profiles from graphs built with the client's nn
  * helpers, on a simulated GPU, set beside the simulator's own op lists
- * (eval/graphs.c) and the Salus artifact's measurements.
+ * (eval/lib/graphs.c) and the Salus artifact's measurements.
  *
  *   profiles [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--tiny]
  *
@@ -57,7 +57,7 @@
 #define MAX_ROWS 32
 #define MAX_ITERS 64
 
-/* The networks, as eval/graphs.c builds them, on 224 x 224 RGB inputs with
+/* The networks, as eval/lib/graphs.c builds them, on 224 x 224 RGB inputs with
  * 1000 classes. VGG: Simonyan & Zisserman 2015, Table 1, 3x3 convolutions
  * per stage (n[s]), each stage ending in a 2x2 max pool, then three fully
  * connected layers. ResNet v1: He et al. 2016, Table 1, bottleneck blocks
@@ -278,7 +278,7 @@ static void usage(const char *argv0)
             "[--tiny]\n"
             "  VGG and ResNet job profiles from the nn helpers on an embedded salusd --device "
             "sim:PROFILE,\n"
-            "  beside eval/graphs.c's op lists and the Salus CSV's measurements\n"
+            "  beside eval/lib/graphs.c's op lists and the Salus CSV's measurements\n"
             "defaults: p100, 3 counted steps per row (a first one is not counted), every VGG\n"
             "and ResNet row of the CSV; --tiny: the first VGG and ResNet rows, 1 counted step\n",
             argv0);
@@ -382,7 +382,7 @@ int main(int argc, char **argv)
     }
     printf("profiles: VGG and ResNet training iterations from the nn helpers on an embedded salusd "
            "--device %s (%d counted steps each: nn_ms salusd's device time per iteration, "
-           "step_ms the client's median step), beside eval/graphs.c's op lists on %s and the "
+           "step_ms the client's median step), beside eval/lib/graphs.c's op lists on %s and the "
            "Salus CSV (P100, measured)\n",
            device, iters, gpu->name);
     printf("%-9s %5s %9s %9s %9s %9s %11s %8s %8s %9s %9s %9s %8s\n", "model", "batch", "nn_ms",

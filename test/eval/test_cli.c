@@ -1,4 +1,4 @@
-/* Tests of the drivers' checked option conversions (eval/cli.h): valid
+/* Tests of the drivers' checked option conversions (eval/lib/cli.h): valid
  * values and both ends of a range, out of range, trailing garbage, empty,
  * white space, signs on integers, past 2^64, inf and nan, open lower
  * bounds, and the one line printed on a rejection. */

@@ -1,7 +1,7 @@
 /* eval/switchcost: the Salus section 5.1 trace (salus51) re-run under srtf
  * with a cost on every switch: when a lane starts an iteration of a job
  * other than the one it ran last, the iteration waits for the switch
- * (sim.h switch_cost_ns, switch_ns_per_byte). Cases:
+ * (evsim.h switch_cost_ns, switch_ns_per_byte). Cases:
  *   none        salusd's model: persistent state stays resident, free;
  *   salus       26 us: the magnitude of salus's measured switch cost
  *               (README, bench/switch: -26 us, within noise of the same
@@ -24,7 +24,7 @@
  *   pipeswitch5_avg_min=... pipeswitch35_avg_min=... checkpoint_avg_min=...
  *   (srtf, paper variant) */
 #include "cli.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"

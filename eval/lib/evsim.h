@@ -42,8 +42,8 @@
  *
  * Not thread-safe; one simulation runs on the calling thread and allocates
  * what it needs (O(jobs + GPUs)); nothing survives the call. */
-#ifndef SL_EVAL_SIM_H
-#define SL_EVAL_SIM_H
+#ifndef SL_EVAL_EVSIM_H
+#define SL_EVAL_EVSIM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -53,7 +53,7 @@
  * GPU's launch path (one FIFO server per GPU shared by every stream, unless
  * sl_eval_config.private_launches), then work_ns on the device (shared),
  * kernels/sim's model of an op, capped at its occupancy: the share of the
- * SMs it keeps busy alone (kernels/sim sim.h), what it leaves to others'
+ * SMs it keeps busy alone (kernels/sim/sim.h), what it leaves to others'
  * ops. */
 typedef struct sl_eval_op {
     uint64_t launch_ns;

@@ -8,7 +8,7 @@
  * keep the cluster loaded). Last line:
  *   BENCH eval_speed jobs=... gpus=... wall_s=... events=... iterations=... */
 #include "cli.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"

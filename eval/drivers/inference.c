@@ -18,7 +18,7 @@
  *   BENCH eval_inference salus_jobs=... mps_jobs=... added_ms=... */
 #include "cli.h"
 #include "graphs.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -38,7 +38,7 @@
 
 /* The 14 models: the 11 CNNs of the Salus CSV, and the artifact's vae,
  * superres and seq2seq (PTB word LM, small config). How each is timed:
- * - graph: a forward pass at batch 1 from the op list (eval/graphs.c),
+ * - graph: a forward pass at batch 1 from the op list (eval/lib/graphs.c),
  *   its launches pipelined (a request is submitted whole);
  * - estimate: ops launched back to back at launch_ns each, beside forward
  *   FLOPs at the profile's effective rate split evenly over the ops (the

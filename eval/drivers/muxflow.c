@@ -12,22 +12,22 @@
  * (default 120: latency and utilisation ratios do not depend on T while T
  * is far above a request's service time), scaled per service. M offline
  * training jobs wait to be co-located, at most one per GPU. Policies
- * (eval/placement.h):
+ * (eval/lib/placement.h):
  * - one-per-gpu: no co-location (the offline jobs need GPUs of their own);
  * - greedy: pairs by descending predicted weight;
  * - matching: maximum-weight bipartite matching (Hungarian).
  * The weight of (offline job, GPU) is the pair's predicted normalised
  * throughput, online plus offline, as MuxFlow's scheduler uses, computed
  * from the profiles (pair_weight); a pair whose memory salusd does not
- * admit (eval/sim.h sl_eval_gpu_memory: the service's sessions, then the
+ * admit (eval/lib/evsim.h sl_eval_gpu_memory: the service's sessions, then the
  * offline job, through sl_mem_admit_ex) is forbidden.
  *
- * Each GPU is one sl_eval_run (eval/sim.h), salusd's code on a virtual
+ * Each GPU is one sl_eval_run (eval/lib/evsim.h), salusd's code on a virtual
  * clock, policy priority with salusd's defaults (stepwise dispatch and gap
  * filling: sched/steps.h and sched/gaps.h decide when an offline op goes):
  * - a service is K sessions (replicas) of priority 10, each an inference
  *   job (request_ns) whose requests go op by op (the model's batch-1
- *   forward pass, eval/graphs.c, each op at its occupancy, kernels/sim).
+ *   forward pass, eval/lib/graphs.c, each op at its occupancy, kernels/sim).
  *   A session runs one request at a time, so the service's requests are
  *   dealt round-robin to its K replicas and wait at their replica when it
  *   is busy (latency counts from the request's arrival). K = the smallest
@@ -73,7 +73,7 @@
 #include "manager.h"
 #include "partition.h"
 #include "placement.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -105,8 +105,8 @@
  * service's peak (request rate x request time alone): headroom for a
  * latency objective, the usual provisioning rule of thumb */
 #define REPLICA_LOAD 0.5
-/* the services' models: the CNNs eval/graphs.c builds, batch-1 forward
- * passes (as eval/inference.c) */
+/* the services' models: the CNNs eval/lib/graphs.c builds, batch-1 forward
+ * passes (as eval/drivers/inference.c) */
 static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
                                          "vgg11",    "vgg16",     "vgg19"};
 #define N_SVC_MODELS (sizeof svc_models / sizeof svc_models[0])
@@ -114,7 +114,7 @@ static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
 
 /* A service's declared need for an online partition: the fewest SMs on
  * which its request runs within this slack of its time on the whole device
- * (graphs.h sl_eval_timeline_need_sms; eval/spatial.c declares the same) */
+ * (graphs.h sl_eval_timeline_need_sms; eval/drivers/spatial.c declares the same) */
 #define NEED_SLACK 0.02
 /* MuxFlow's online latency objective (+< 20 %): a need sized to it, the
  * fewest SMs on which a request runs within 20 % of its whole-device time
@@ -132,7 +132,7 @@ typedef struct gpu_mode {
     /* with partitions: the offline job op by op beside the service (the
      * isolated step dispatch of sched/steps.h) and, while the service is
      * idle, into its partition when one of its blocks there is within the
-     * gap filler's margin of a request (sim.h part_spill_block_ns); without
+     * gap filler's margin of a request (evsim.h part_spill_block_ns); without
      * it the offline job's iterations go whole on their partition */
     bool spill;
     /* with partitions: the service declares no need (salusd --partitions
@@ -249,7 +249,7 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
     return at ? n : 0;
 }
 
-/* A whole iteration's launches all at its start (sim.h
+/* A whole iteration's launches all at its start (evsim.h
  * pipelined_launches), and every solo time, utilisation and declared need
  * computed the same way; --serial-launch: each after the op before it */
 static bool pipelined = true;
@@ -502,7 +502,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "muxflow: cannot load %s: %s\n", csv, sl_strerror(rc));
         return 1;
     }
-    /* offline jobs: the CSV rows whose training iteration eval/graphs.c
+    /* offline jobs: the CSV rows whose training iteration eval/lib/graphs.c
      * computes (memory measured, time and ops computed on this GPU) */
     size_t n_cw = n_w;
     sl_eval_workload *cw = sl_calloc(n_w, sizeof *cw);
@@ -535,7 +535,7 @@ int main(int argc, char **argv)
             .need_slo =
                 sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, pipelined)};
         /* batch-1 activations: the CSV's smallest-batch training peak less
-         * weights and gradients, per sample (as eval/inference.c: an
+         * weights and gradients, per sample (as eval/drivers/inference.c: an
          * over-statement, since inference keeps only live activations),
          * at least 16 MiB */
         const sl_eval_workload *best = NULL;

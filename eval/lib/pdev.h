@@ -8,7 +8,7 @@
  * Without partitions it is exactly the one sl_sim_psc the simulator always
  * had: the same calls, in the same order, so results do not move.
  *
- * Not thread-safe; part of one simulation (sim.c). */
+ * Not thread-safe; part of one simulation (evsim.c). */
 #ifndef SL_EVAL_PDEV_H
 #define SL_EVAL_PDEV_H
 

@@ -30,7 +30,7 @@
  * fraction alone)); device busy fraction and SM occupancy. */
 #include "cli.h"
 #include "graphs.h"
-#include "sim.h"
+#include "evsim.h"
 #include "workload.h"
 
 #include "gaps.h"
@@ -134,9 +134,9 @@ typedef struct setup {
      * their own); default: the one shared path the simulator assumes */
     bool private_launches;
     /* no lp op borrows the online partition: what salusd's executor does
-     * today (the borrowing is the simulator's, sim.h part_spill_block_ns) */
+     * today (the borrowing is the simulator's, evsim.h part_spill_block_ns) */
     bool no_spill;
-    /* a whole iteration's launches all at its start (sim.h pipelined_launches);
+    /* a whole iteration's launches all at its start (evsim.h pipelined_launches);
      * --serial-launch: each after the op before it */
     bool pipelined;
 } setup;

@@ -13,14 +13,14 @@
  * ops only while no hp work is pending); salus's gap filling (policy
  * priority) with fit margins 0, 5 and 10 %; and, beside FIKIT's set,
  * compute partitions with gap filling (salusd --partitions auto:N, the
- * rest of salusd's defaults, as eval/spatial.c runs it: hp on an online
+ * rest of salusd's defaults, as eval/drivers/spatial.c runs it: hp on an online
  * partition sized by sched/partition.h from its declared need N, the
  * fewest SMs on which its request runs within NEED_SLACK of its time on
  * the whole device; lp op by op on the rest and, while hp is idle, into
  * the online partition when one of its blocks there is within the default
  * margin of a request).
  *
- * Profiles (computed, eval/graphs.h, on --gpu): hp = the forward part of
+ * Profiles (computed, eval/lib/graphs.h, on --gpu): hp = the forward part of
  * the model's batch-1 training iteration (every op before the loss), lp =
  * the model's training iteration at --lp-batch. Memory: hp persistent =
  * its parameters x 4 B, ephemeral salusd's default (assumption: a batch-1
@@ -28,7 +28,7 @@
  * for that model and batch when it has the row, else salusd's default. */
 #include "cli.h"
 #include "graphs.h"
-#include "sim.h"
+#include "evsim.h"
 #include "workload.h"
 
 #include "gaps.h"
@@ -48,7 +48,7 @@
 #define PAPER_HP_MAX 16.41
 #define PAPER_LP_MIN 0.86
 #define PAPER_OVERHEAD_PCT 5.0
-/* the declared need's slack (eval/spatial.c's and eval/muxflow.c's) */
+/* the declared need's slack (eval/drivers/spatial.c's and eval/drivers/muxflow.c's) */
 #define NEED_SLACK 0.02
 
 enum { C_HP_ALONE, C_LP_ALONE, C_SHARE, C_PRIO, C_FILL0, C_FILL5, C_FILL10, C_PART_GAP, N_CONFIGS };
@@ -71,7 +71,7 @@ static const config configs[N_CONFIGS] = {
     {"partitions+gap fill", "priority", true, true, false, 0.05, true},
 };
 
-/* The hp job's latencies are in its result (sim.h request_ns); what the
+/* The hp job's latencies are in its result (evsim.h request_ns); what the
  * results do not hold is how many lp iterations completed inside the hp
  * job's window, counted here. */
 typedef struct run_state {

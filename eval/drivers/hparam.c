@@ -8,7 +8,7 @@
  * --launch-ns: the profile's per-op launch cost (an ASSUMPTION of 5 us in
  * kernels/sim/profiles.c) replaced, to show how the computed utilisations,
  * and so the ratios, depend on it. --private-launches: every stream
- * launches on its own, as if the GPU had no shared launch path (sim.h
+ * launches on its own, as if the GPU had no shared launch path (evsim.h
  * private_launches), to show what that path costs packed jobs.
  * --serial-launch: an op's launch charged after the previous op's work, as
  * kernels/sim's streams and the op-by-op path charge it, instead of
@@ -21,10 +21,10 @@
  * One at a time: salusd --strict --spread-limit 0 under fifo (every session
  * shares one lane, and strict fifo holds it for the oldest job until it
  * ends). Packed: salusd's defaults under pack (lanes of their own while half
- * the memory is free, work-conserving). The device model is sim.h's: a job
+ * the memory is free, work-conserving). The device model is evevsim.h's: a job
  * whose solo utilisation is u leaves 1 - u of the device to others, and
  * one whose iterations spend the share l of their time launching needs
- * that share of the GPU's one launch path (sim.h launch_share): packed
+ * that share of the GPU's one launch path (evsim.h launch_share): packed
  * jobs together cannot launch faster than one op per launch_ns.
  *
  * Profiles (every number's source is printed and in eval/README.md):
@@ -32,13 +32,13 @@
  *   CSV); utilisation computed from its op list on the GPU profile;
  * - vae (batch 128) and superres (batch 64): not in the CSV. Iteration time,
  *   utilisation and persistent bytes (weights + Adam's two slots) computed
- *   from the op lists (eval/graphs.c, the artifact's model code); ephemeral
+ *   from the op lists (eval/lib/graphs.c, the artifact's model code); ephemeral
  *   bytes an assumption (128 MiB: two orders of magnitude above their
  *   activations, so memory never decides the packing).
  * Last line: BENCH eval_hparam model=<best> ratio=<best> <model>_ratio=... */
 #include "cli.h"
 #include "graphs.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"

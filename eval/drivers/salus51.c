@@ -8,8 +8,8 @@
  *
  * --timing measured (default): the Salus artifact's P100 iteration times;
  * --gpu then changes only the memory. --timing graph: the rows whose model
- * eval/graphs.c builds, timed op by op on --gpu (workload.h), each with its
- * op list's solo utilisation (sim.h). --profiles FILE: the rows that
+ * eval/lib/graphs.c builds, timed op by op on --gpu (workload.h), each with its
+ * op list's solo utilisation (evsim.h). --profiles FILE: the rows that
  * eval/profiles built with the nn helpers (its --out), with their device
  * time per iteration, parameters and planned ephemeral peak. --util graph: the measured timings
  * with the op lists' utilisation where the model is built (54 rows; the
@@ -17,7 +17,7 @@
  * (the CSV measures none). --lengths lognormal[:SIGMA]: the same jobs and
  * arrivals, each job's length redrawn log-normal with the CSV mix's mean
  * (workload.h sl_eval_trace_lognormal_lengths; SIGMA 1.5 by default, the
- * spread eval/philly.c assumes for the Philly study's run times): the
+ * spread eval/drivers/philly.c assumes for the Philly study's run times): the
  * same offered work with a heavier tail, to show what the paper's 3.19x
  * needs of a trace.
  *
@@ -31,7 +31,7 @@
  * and the same for the defaults. The paper reports srtf 3.19x better mean
  * JCT than fifo. */
 #include "cli.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -105,7 +105,7 @@ static double bound_srpt_min(const sl_eval_job_spec *jobs, size_t n)
  * log-normal lengths of sigma TAIL_SIGMA and the CSV mix's mean, under
  * fifo and srtf in both variants. Per seed: srtf's gain in the paper's
  * variant, in salusd's defaults, and the trace's bound. */
-#define TAIL_SIGMA 1.5 /* eval/philly.c's spread of the Philly study's run times */
+#define TAIL_SIGMA 1.5 /* eval/drivers/philly.c's spread of the Philly study's run times */
 #define TAIL_MAX_SEEDS 16
 
 static double median_of(double *v, size_t n)

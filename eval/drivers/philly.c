@@ -23,7 +23,7 @@
  * - salus: one salusd per GPU, many jobs per GPU. A job is placed on the
  *   least-loaded GPUs whose salusd admits it (the real memory manager,
  *   sl_mem_admit_ex, on each GPU of the gang, configured as salusd
- *   configures itself: eval/sim.h sl_eval_gpu_memory), with the same
+ *   configures itself: eval/lib/evsim.h sl_eval_gpu_memory), with the same
  *   locality rule and relaxation; a VC may hold --oversub times its quota in
  *   GPU slots (sharing halves each job's speed, so a VC at twice its quota
  *   gets about its quota's worth of device time).
@@ -33,7 +33,7 @@
  * (a Salus workload drawn per job, eval/data) fit beside the ones already
  * on the GPU, with lanes shared or not as sl_mem_admit_ex chooses. The
  * cluster models time: each GPU is processor-shared (kernels/sim's
- * sl_sim_ps model, as eval/sim.c: m jobs on a GPU each progress at 1/m, no
+ * sl_sim_ps model, as eval/lib/evsim.c: m jobs on a GPU each progress at 1/m, no
  * gain from concurrency), a gang progresses at the rate of its most shared
  * GPU (data-parallel replicas synchronise every iteration), and a job's
  * length is its work running alone. Which iteration runs next on a GPU does
@@ -81,7 +81,7 @@
 #include "cli.h"
 #include "manager.h"
 #include "placement.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"

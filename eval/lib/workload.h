@@ -1,4 +1,4 @@
-/* Job profiles and traces for the simulator (sim.h).
+/* Job profiles and traces for the simulator (evsim.h).
  *
  * Profiles come from the Salus artifact's measurements (eval/data/
  * salus-workloads.csv: TensorFlow 1.x tf_cnn_benchmarks on the paper's
@@ -12,12 +12,12 @@
  * - ephemeral_bytes: peak_mb (MiB) - persistent_bytes: everything else at
  *   the peak is what one iteration creates; derived.
  * sl_eval_workloads_compute replaces the measured timing with one computed
- * from the model's op list (eval/graphs.h) on any sim profile, for the
+ * from the model's op list (eval/lib/graphs.h) on any sim profile, for the
  * models whose op set allows it. */
 #ifndef SL_EVAL_WORKLOAD_H
 #define SL_EVAL_WORKLOAD_H
 
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 
 #include <stdbool.h>
@@ -36,7 +36,7 @@ typedef struct sl_eval_workload {
     uint64_t ephemeral_bytes;
     uint64_t peak_bytes; /* measured peak_mb, in bytes */
     bool computed;       /* iteration_ns and persistent_bytes from the op list */
-    /* Solo device utilisation (sim.h): 0 (= 1, the device filled) as
+    /* Solo device utilisation (evsim.h): 0 (= 1, the device filled) as
      * loaded, since the CSV measures none; from the op list after
      * sl_eval_workloads_compute or sl_eval_workloads_utilisation. */
     double utilisation;
@@ -50,7 +50,7 @@ typedef struct sl_eval_workload {
 int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
 
 /* Computed profiles on profile p: keeps the workloads whose model
- * eval/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
+ * eval/lib/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
  * rows), in order, and for each sets iteration_ns to the modeled time of
  * one training iteration on p at the row's batch, utilisation to its op
  * list's (sl_eval_workloads_utilisation), persistent_bytes to the
@@ -62,7 +62,7 @@ int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
  * rewritten. */
 int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p);
 
-/* Sets the utilisation of every workload whose model eval/graphs.c builds
+/* Sets the utilisation of every workload whose model eval/lib/graphs.c builds
  * to that of its training iteration's op list on profile p at its batch
  * (sl_eval_timeline_utilisation); leaves the others as they are. The
  * timing stays what it was (measured or computed). Errors: as
