@@ -44,14 +44,9 @@
 #include "sl_error.h"
 #include "workload.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef SL_EVAL_CSV
-#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
-#endif
 
 #define MIB (1ull << 20)
 
@@ -117,213 +112,213 @@ static int profile_case(model_case *c, const sl_sim_profile *gpu, enum launch_mo
     return rc;
 }
 
-int main(int argc, char **argv)
+static const char usage[] =
+    "usage: %s [--jobs N (300)] [--job-s S: each job's length alone (60)] "
+    "[--submit-s X: arrivals uniform in [0, X) s (0)] [--seed S] "
+    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] "
+    "[--private-launches] [--serial-launch | --graph-launch]\n";
+
+typedef struct options {
+    sl_cli_common c;
+    size_t n_jobs;
+    double job_s, submit_s;
+    bool tiny, private_launches;
+    enum launch_mode mode;
+    uint64_t launch_ns; /* UINT64_MAX: the profile's */
+} options;
+
+static bool set_mode(options *o, enum launch_mode mode)
 {
-    sl_cli_init(argv[0]);
-    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
-    size_t n_jobs = 300;
-    double job_s = 60, submit_s = 0;
-    uint64_t seed = 1;
-    bool tiny = false, launch_set = false, private_launches = false;
-    enum launch_mode mode = LAUNCH_PIPELINED;
-    uint64_t launch_ns = 0;
-    static const struct option longopts[] = {{"jobs", required_argument, NULL, 'n'},
-                                             {"job-s", required_argument, NULL, 'l'},
-                                             {"submit-s", required_argument, NULL, 'u'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"csv", required_argument, NULL, 'c'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"launch-ns", required_argument, NULL, 'L'},
-                                             {"private-launches", no_argument, NULL, 'P'},
-                                             {"serial-launch", no_argument, NULL, 'S'},
-                                             {"graph-launch", no_argument, NULL, 'G'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "n:l:u:s:g:c:j:thL:PSG", longopts, NULL)) != -1;) {
-        switch (ch) {
-        case 'n':
-            if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
-                return 2;
+    if (o->mode != LAUNCH_PIPELINED) {
+        fprintf(stderr, "hparam: --serial-launch and --graph-launch are exclusive\n");
+        return false;
+    }
+    o->mode = mode;
+    return true;
+}
+
+static bool serial_launch(void *dst, const char *arg)
+{
+    (void) arg;
+    return set_mode(dst, LAUNCH_SERIAL);
+}
+
+static bool graph_launch(void *dst, const char *arg)
+{
+    (void) arg;
+    return set_mode(dst, LAUNCH_GRAPH);
+}
+
+/* n_jobs identical jobs of case m: their lengths, arrivals and profile. */
+static void make_jobs(const options *o, const model_case *c, size_t m, sl_eval_job_spec *jobs)
+{
+    uint64_t iters = (uint64_t) (o->job_s * 1e9 / (double) c->iteration_ns + 0.5);
+    sl_eval_rng rng;
+    sl_eval_rng_seed(&rng, o->c.seed);
+    for (size_t i = 0; i < o->n_jobs; i++)
+        jobs[i] = (sl_eval_job_spec){
+            .id = i + 1,
+            .arrival_ns = (uint64_t) (sl_eval_rng_uniform(&rng) * o->submit_s * 1e9),
+            .iterations = iters ? iters : 1,
+            .iteration_ns = c->iteration_ns,
+            .persistent_bytes = c->persistent,
+            .ephemeral_bytes = c->ephemeral,
+            .declare_length = true,
+            .workload = (int) m,
+            .utilisation = c->util,
+            .launch_share = c->launch,
+        };
+}
+
+/* The jobs one at a time (v 0) and packed (v 1): makespan[v] in minutes,
+ * the most lanes packed. */
+static int run_both(const options *o, const model_case *c, const sl_eval_job_spec *jobs,
+                    double makespan[2], uint32_t *lanes)
+{
+    sl_eval_job_result *res = sl_calloc(o->n_jobs, sizeof *res);
+    int rc = res ? SL_OK : SL_ENOMEM;
+    for (int v = 0; v < 2 && rc == SL_OK; v++) {
+        sl_eval_config cfg =
+            sl_eval_config_default(v == 0 ? "fifo" : "pack", v == 0, 1, o->c.gpu->capacity);
+        cfg.spread_set = v == 0; /* --spread-limit 0: one shared lane */
+        cfg.private_launches = o->private_launches;
+        sl_eval_summary sum;
+        if ((rc = sl_eval_run(&cfg, jobs, o->n_jobs, res, &sum)) != SL_OK)
             break;
-        case 'l':
-            if (!sl_cli_double_above("--job-s", optarg, 0, 1e7, &job_s))
-                return 2;
+        if (sum.completed != o->n_jobs) {
+            fprintf(stderr, "hparam: %s: %zu of %zu jobs completed\n", c->model, sum.completed,
+                    o->n_jobs);
+            rc = SL_EINVAL;
             break;
-        case 'u':
-            if (!sl_cli_double("--submit-s", optarg, 0, 1e7, &submit_s))
-                return 2;
-            break;
-        case 's':
-            if (!sl_cli_seed("--seed", optarg, &seed))
-                return 2;
-            break;
-        case 'g':
-            gpu_name = optarg;
-            break;
-        case 'c':
-            csv = optarg;
-            break;
-        case 'j':
-            json_path = optarg;
-            break;
-        case 't':
-            tiny = true;
-            break;
-        case 'L':
-            if (!sl_cli_u64("--launch-ns", optarg, 0, 1000000000, &launch_ns))
-                return 2;
-            launch_set = true;
-            break;
-        case 'P':
-            private_launches = true;
-            break;
-        case 'S':
-        case 'G':
-            if (mode != LAUNCH_PIPELINED) {
-                fprintf(stderr, "hparam: --serial-launch and --graph-launch are exclusive\n");
-                return 2;
-            }
-            mode = ch == 'S' ? LAUNCH_SERIAL : LAUNCH_GRAPH;
-            break;
-        default:
-            fprintf(stderr,
-                    "usage: %s [--jobs N (300)] [--job-s S: each job's length alone (60)] "
-                    "[--submit-s X: arrivals uniform in [0, X) s (0)] [--seed S] "
-                    "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] "
-                    "[--private-launches] [--serial-launch | --graph-launch]\n",
-                    argv[0]);
-            return ch == 'h' ? 0 : 2;
         }
+        makespan[v] = (double) sum.makespan_ns / 6e10;
+        if (v == 1)
+            *lanes = sum.max_lanes;
+        fprintf(stderr, "hparam: %s %s done\n", c->model, v == 0 ? "one-at-a-time" : "packed");
     }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    if (tiny) {
-        n_jobs = 12;
-        job_s = 2;
-    }
-    const sl_sim_profile *gpu;
-    if (!sl_cli_gpu(gpu_name, &gpu))
-        return 2;
-    sl_sim_profile custom;
-    if (launch_set) {
-        custom = *gpu;
-        custom.launch_ns = launch_ns;
-        gpu = &custom;
-    }
-    sl_eval_workload *w;
-    size_t n_w;
-    int rc = sl_eval_workloads_load(csv, &w, &n_w);
-    if (rc != SL_OK) {
-        fprintf(stderr, "hparam: cannot load %s: %s\n", csv, sl_strerror(rc));
-        return 1;
-    }
-    sl_eval_job_spec *jobs = sl_calloc(n_jobs, sizeof *jobs);
-    sl_eval_job_result *res = sl_calloc(n_jobs, sizeof *res);
-    if (!jobs || !res)
-        return 1;
-    FILE *jf = json_path ? fopen(json_path, "w") : NULL;
+    sl_free(res);
+    return rc;
+}
+
+/* Case m's row of the table and of the JSON; *ratio its makespans'. */
+static int run_case(const options *o, size_t m, const sl_eval_workload *w, size_t n_w,
+                    sl_eval_job_spec *jobs, FILE *jf, double *ratio)
+{
+    model_case *c = &cases[m];
+    const sl_sim_profile *gpu = o->c.gpu;
+    int rc = profile_case(c, gpu, o->mode, w, n_w);
+    if (rc != SL_OK)
+        return rc;
+    make_jobs(o, c, m, jobs);
+    double makespan[2];
+    uint32_t lanes = 0;
+    if ((rc = run_both(o, c, jobs, makespan, &lanes)) != SL_OK)
+        return rc;
+    *ratio = makespan[0] / makespan[1];
+    /* the fluid limit: one at a time pays the client gap after every
+     * iteration; packed, a saturated device (SMs or launch path,
+     * whichever saturates first) does only the work */
+    double gap = (double) sl_eval_config_default("fifo", true, 1, gpu->capacity).client_gap_ns;
+    double busiest = c->util;
+    if (!o->private_launches && c->launch > busiest)
+        busiest = c->launch;
+    double bound = ((double) c->iteration_ns + gap) / ((double) c->iteration_ns * busiest);
+    printf("%-9s %5lld %8.2f %6.3f %6.3f %9.1f %9.1f %14.1f %12.1f %6.2f %6.2f %6u  %s\n", c->model,
+           (long long) c->batch, (double) c->iteration_ns / 1e6, c->util, c->launch,
+           (double) c->persistent / MIB, (double) c->ephemeral / MIB, makespan[0], makespan[1],
+           *ratio, bound, lanes, c->source);
+    if (jf)
+        fprintf(jf,
+                "    {\"model\": \"%s\", \"batch\": %lld, \"iteration_ms\": %.4f, "
+                "\"utilisation\": %.4f, \"launch_share\": %.4f, \"one_at_a_time_min\": %.3f, "
+                "\"packed_min\": %.3f, \"ratio\": %.4f, \"lanes\": %u}%s\n",
+                c->model, (long long) c->batch, (double) c->iteration_ns / 1e6, c->util, c->launch,
+                makespan[0], makespan[1], *ratio, lanes, m + 1 == N_CASES ? "" : ",");
+    return SL_OK;
+}
+
+static void print_head(const options *o, FILE *jf)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
     if (jf)
         fprintf(jf,
                 "{\n  \"bench\": \"eval_hparam\", \"jobs\": %zu, \"job_s\": %.3f, \"seed\": %llu, "
                 "\"gpu\": \"%s\",\n  \"models\": [\n",
-                n_jobs, job_s, (unsigned long long) seed, gpu->name);
+                o->n_jobs, o->job_s, (unsigned long long) o->c.seed, gpu->name);
     printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op, "
            "%s, launch path %s); one at a time (strict fifo, one lane) vs packed (pack, salusd "
            "defaults)\n",
-           n_jobs, job_s, gpu->name, (unsigned long long) gpu->launch_ns,
-           mode == LAUNCH_SERIAL  ? "each after the previous op"
-           : mode == LAUNCH_GRAPH ? "one per iteration"
-                                  : "asynchronous",
-           private_launches ? "per stream" : "shared per GPU");
+           o->n_jobs, o->job_s, gpu->name, (unsigned long long) gpu->launch_ns,
+           o->mode == LAUNCH_SERIAL  ? "each after the previous op"
+           : o->mode == LAUNCH_GRAPH ? "one per iteration"
+                                     : "asynchronous",
+           o->private_launches ? "per stream" : "shared per GPU");
     printf("%-9s %5s %8s %6s %6s %9s %9s %14s %12s %6s %6s %6s  %s\n", "model", "batch", "iter_ms",
            "util", "launch", "P_MiB", "E_MiB", "one_at_a_time", "packed_min", "ratio", "bound",
            "lanes", "source");
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_CSV),
+                 .n_jobs = 300,
+                 .job_s = 60,
+                 .mode = LAUNCH_PIPELINED,
+                 .launch_ns = UINT64_MAX};
+    const sl_cli_opt opts[] = {
+        {"jobs", SL_CLI_SIZE, &o.n_jobs, 1, 1000000, NULL},
+        {"job-s", SL_CLI_ABOVE, &o.job_s, 0, 1e7, NULL},
+        {"submit-s", SL_CLI_DOUBLE, &o.submit_s, 0, 1e7, NULL},
+        {"tiny", SL_CLI_SET, &o.tiny, 0, 0, NULL},
+        {"launch-ns", SL_CLI_U64, &o.launch_ns, 0, 1e9, NULL},
+        {"private-launches", SL_CLI_SET, &o.private_launches, 0, 0, NULL},
+        {"serial-launch", SL_CLI_CALL, &o, 0, 0, serial_launch},
+        {"graph-launch", SL_CLI_CALL, &o, 0, 0, graph_launch},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    if (o.tiny) {
+        o.n_jobs = 12;
+        o.job_s = 2;
+    }
+    sl_sim_profile custom;
+    if (o.launch_ns != UINT64_MAX) {
+        custom = *o.c.gpu;
+        custom.launch_ns = o.launch_ns;
+        o.c.gpu = &custom;
+    }
+    sl_eval_workload *w;
+    size_t n_w;
+    if (!sl_cli_workloads(&o.c, &w, &n_w))
+        return 1;
+    sl_eval_job_spec *jobs = sl_calloc(o.n_jobs, sizeof *jobs);
+    FILE *jf;
+    if (!jobs || !sl_cli_create(o.c.json, &jf))
+        return 1;
+    print_head(&o, jf);
     double best = 0, ratio[N_CASES];
     size_t best_i = 0;
     for (size_t m = 0; m < N_CASES; m++) {
-        model_case *c = &cases[m];
-        if ((rc = profile_case(c, gpu, mode, w, n_w)) != SL_OK) {
-            fprintf(stderr, "hparam: %s: %s\n", c->model, sl_strerror(rc));
-            return 1;
-        }
-        uint64_t iters = (uint64_t) (job_s * 1e9 / (double) c->iteration_ns + 0.5);
-        sl_eval_rng rng;
-        sl_eval_rng_seed(&rng, seed);
-        for (size_t i = 0; i < n_jobs; i++) {
-            jobs[i] = (sl_eval_job_spec){
-                .id = i + 1,
-                .arrival_ns = (uint64_t) (sl_eval_rng_uniform(&rng) * submit_s * 1e9),
-                .iterations = iters ? iters : 1,
-                .iteration_ns = c->iteration_ns,
-                .persistent_bytes = c->persistent,
-                .ephemeral_bytes = c->ephemeral,
-                .declare_length = true,
-                .workload = (int) m,
-                .utilisation = c->util,
-                .launch_share = c->launch,
-            };
-        }
-        double makespan[2];
-        uint32_t lanes = 0;
-        for (int v = 0; v < 2; v++) {
-            sl_eval_config cfg =
-                sl_eval_config_default(v == 0 ? "fifo" : "pack", v == 0, 1, gpu->capacity);
-            cfg.spread_set = v == 0; /* --spread-limit 0: one shared lane */
-            cfg.private_launches = private_launches;
-            sl_eval_summary sum;
-            if ((rc = sl_eval_run(&cfg, jobs, n_jobs, res, &sum)) != SL_OK) {
-                fprintf(stderr, "hparam: %s: %s\n", c->model, sl_strerror(rc));
-                return 1;
-            }
-            if (sum.completed != n_jobs) {
-                fprintf(stderr, "hparam: %s: %zu of %zu jobs completed\n", c->model, sum.completed,
-                        n_jobs);
-                return 1;
-            }
-            makespan[v] = (double) sum.makespan_ns / 6e10;
-            if (v == 1)
-                lanes = sum.max_lanes;
-            fprintf(stderr, "hparam: %s %s done\n", c->model, v == 0 ? "one-at-a-time" : "packed");
-        }
-        ratio[m] = makespan[0] / makespan[1];
+        int rc = run_case(&o, m, w, n_w, jobs, jf, &ratio[m]);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "%s", cases[m].model);
         if (ratio[m] > best) {
             best = ratio[m];
             best_i = m;
         }
-        /* the fluid limit: one at a time pays the client gap after every
-         * iteration; packed, a saturated device (SMs or launch path,
-         * whichever saturates first) does only the work */
-        double gap = (double) sl_eval_config_default("fifo", true, 1, gpu->capacity).client_gap_ns;
-        double busiest = c->util;
-        if (!private_launches && c->launch > busiest)
-            busiest = c->launch;
-        double bound = ((double) c->iteration_ns + gap) / ((double) c->iteration_ns * busiest);
-        printf("%-9s %5lld %8.2f %6.3f %6.3f %9.1f %9.1f %14.1f %12.1f %6.2f %6.2f %6u  %s\n",
-               c->model, (long long) c->batch, (double) c->iteration_ns / 1e6, c->util, c->launch,
-               (double) c->persistent / MIB, (double) c->ephemeral / MIB, makespan[0], makespan[1],
-               ratio[m], bound, lanes, c->source);
-        if (jf)
-            fprintf(jf,
-                    "    {\"model\": \"%s\", \"batch\": %lld, \"iteration_ms\": %.4f, "
-                    "\"utilisation\": %.4f, \"launch_share\": %.4f, \"one_at_a_time_min\": %.3f, "
-                    "\"packed_min\": %.3f, \"ratio\": %.4f, \"lanes\": %u}%s\n",
-                    c->model, (long long) c->batch, (double) c->iteration_ns / 1e6, c->util,
-                    c->launch, makespan[0], makespan[1], ratio[m], lanes,
-                    m + 1 == N_CASES ? "" : ",");
     }
-    if (jf) {
+    if (jf)
         fprintf(jf, "  ]\n}\n");
-        fclose(jf);
-    }
+    if (!sl_cli_close(jf, o.c.json))
+        return 1;
     printf("paper (Salus 5.2): 2.38x best makespan improvement\n");
     printf("BENCH eval_hparam model=%s ratio=%.2f", cases[best_i].model, best);
     for (size_t m = 0; m < N_CASES; m++)
         printf(" %s_ratio=%.2f", cases[m].model, ratio[m]);
     printf("\n");
     sl_free(jobs);
-    sl_free(res);
     sl_free(w);
     return 0;
 }

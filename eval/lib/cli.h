@@ -1,6 +1,9 @@
-/* Checked conversions of the experiment drivers' option arguments.
+/* The experiment drivers' options and reports: one table of options per
+ * driver parsed here (the flags every driver shares among them), checked
+ * conversions of their arguments, and the files and lines every driver
+ * writes.
  *
- * Every function takes the option as the person wrote it ("--jobs"), its
+ * Conversions. Every function takes the option as the person wrote it ("--jobs"), its
  * argument (optarg) and an inclusive range, and either stores the value
  * and returns true, or stores nothing, prints one line to stderr and
  * returns false; the caller then exits with status 2. The line names the
@@ -24,6 +27,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+struct sl_sim_profile;
+struct sl_eval_workload;
 
 /* Names the program in the messages: the last component of argv0 (NULL:
  * "eval"). Call it first in main. */
@@ -48,7 +55,98 @@ bool sl_cli_no_operands(int argc, char **argv, int first);
 
 /* The kernels/sim profile named name (a --gpu value) into *out; if there is
  * none, prints 'PROGRAM: unknown GPU profile NAME' and returns false. */
-struct sl_sim_profile;
 bool sl_cli_gpu(const char *name, const struct sl_sim_profile **out);
+
+/* ---- Option tables ---- */
+
+/* What an option stores, in the object its entry points at (dst). */
+typedef enum sl_cli_kind {
+    SL_CLI_SET,     /* no argument: bool, set true */
+    SL_CLI_CLEAR,   /* no argument: bool, set false */
+    SL_CLI_STR,     /* const char *: the argument itself (argv's, not copied) */
+    SL_CLI_SIZE,    /* size_t in [min, max] (sl_cli_size) */
+    SL_CLI_UINT,    /* unsigned in [min, max] */
+    SL_CLI_U64,     /* uint64_t in [min, max] (both exact in a double) */
+    SL_CLI_SEED,    /* uint64_t, any */
+    SL_CLI_DOUBLE,  /* double in [min, max] */
+    SL_CLI_ABOVE,   /* double in (min, max] */
+    SL_CLI_GPU,     /* const sl_sim_profile *: the profile named */
+    SL_CLI_CALL,    /* no argument: call(dst, NULL) */
+    SL_CLI_CALL_ARG /* call(dst, argument) */
+} sl_cli_kind;
+
+/* One option of a driver: --name, applied when it is read, in the order the
+ * options are given (so that "--tiny --jobs 5" and "--jobs 5 --tiny" may
+ * differ, as a call entry decides). call returns false after printing one
+ * line on stderr naming the program and the option. */
+typedef struct sl_cli_opt {
+    const char *name; /* without the dashes: "jobs" */
+    sl_cli_kind kind;
+    void *dst;
+    double min, max; /* the range of a number */
+    bool (*call)(void *dst, const char *arg);
+} sl_cli_opt;
+
+/* The options every driver takes some of, with their defaults
+ * (sl_cli_common_default). want says which the driver takes: SL_CLI_WANT_*
+ * bits; the others are not options of that driver and keep their
+ * defaults. */
+enum {
+    SL_CLI_WANT_SEED = 1u << 0,   /* --seed S: the random streams' seed, 1 */
+    SL_CLI_WANT_JSON = 1u << 1,   /* --json FILE: the figures as JSON; none */
+    SL_CLI_WANT_GPU = 1u << 2,    /* --gpu PROFILE: the kernels/sim profile, p100 */
+    SL_CLI_WANT_CSV = 1u << 3,    /* --csv FILE: the Salus workloads, eval/data's */
+    SL_CLI_WANT_SERIAL = 1u << 4, /* --serial-launch: each op launched after the
+                                   * one before it completed (pipelined false) */
+};
+typedef struct sl_cli_common {
+    unsigned want;
+    uint64_t seed;
+    const char *json; /* NULL: no JSON */
+    const char *csv;
+    const struct sl_sim_profile *gpu;
+    bool pipelined; /* true: an iteration's launches back to back, as salusd submits it */
+} sl_cli_common;
+
+/* The defaults above, for a driver that takes the options in want. */
+sl_cli_common sl_cli_common_default(unsigned want);
+
+/* The value sl_cli_parse returns when the driver is to run. */
+#define SL_CLI_RUN (-1)
+
+/* Parses argv (getopt_long: long options only, "--name=value" or "--name
+ * value", unique abbreviations accepted) against common's wanted options,
+ * the n entries of opts, and --help. Calls sl_cli_init(argv[0]) first.
+ * usage is a printf format with one %s (the program as invoked): --help
+ * prints it on stdout and the result is 0; an unknown option or a missing
+ * argument prints getopt's line and the usage on stderr, a rejected
+ * argument or an operand one line, and the result is 2; otherwise every option has been applied and
+ * the result is SL_CLI_RUN. Either way main returns the result unless it is SL_CLI_RUN. Uses
+ * getopt's global state (optind is reset here): one parse at a time. An entry of an unknown kind,
+ * or more than 64 options, is a programming error (abort). */
+int sl_cli_parse(int argc, char **argv, const char *usage, sl_cli_common *common,
+                 const sl_cli_opt *opts, size_t n);
+
+/* The profile named name, for a driver's default: aborts when there is
+ * none (a built-in name: a programming error). */
+const struct sl_sim_profile *sl_cli_profile(const char *name);
+
+/* ---- Reports ---- */
+
+/* Prints 'PROGRAM: WHAT: ERROR' on stderr (what a printf format, error
+ * sl_strerror(rc)) and returns 1, the status main exits with. */
+int sl_cli_fail(int rc, const char *what, ...) __attribute__((format(printf, 2, 3)));
+
+/* Loads common->csv (workload.h sl_eval_workloads_load) into *w, *n. On
+ * error prints 'PROGRAM: cannot load CSV: ERROR' and returns false. */
+bool sl_cli_workloads(const sl_cli_common *common, struct sl_eval_workload **w, size_t *n);
+
+/* Opens path for writing into *out (NULL path: *out = NULL, nothing to
+ * write). On error prints 'PROGRAM: cannot write PATH: ERROR' and returns
+ * false, *out untouched. */
+bool sl_cli_create(const char *path, FILE **out);
+/* Closes a file sl_cli_create opened (NULL: nothing); false, with a line
+ * on stderr, when a write to it failed. */
+bool sl_cli_close(FILE *f, const char *path);
 
 #endif
