@@ -36,7 +36,6 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,278 +89,207 @@ static void on_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration
         r->lp_iters++;
 }
 
-/* Op timeline of ops[from, to) as the simulator's ops, with their shapes
- * for the partition model in *shapes (sl_free; NULL on failure). */
-static sl_eval_op *to_ops(const sl_eval_timeline *t, size_t from, size_t to, uint64_t *sum,
-                          sl_eval_op_shape **shapes)
+static const char usage[] =
+    "usage: %s [--gpu PROFILE] [--hp-model M] [--lp-model M] [--lp-batch B] "
+    "[--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] "
+    "[--serial-launch]\n"
+    "  a batch-1 hp inference job (Poisson requests) beside lp training on one GPU:\n"
+    "  hp alone, plain sharing, priority without filling, gap filling 0/5/10 %%\n"
+    "  --serial-launch: each op launched after the one before it completed (the\n"
+    "  default launches a whole iteration's ops back to back, as salusd submits it)\n";
+
+typedef struct options {
+    sl_cli_common c;
+    const char *hp_model, *lp_model;
+    unsigned lp_batch, lp_jobs;
+    size_t n_req;
+    double qps;
+} options;
+
+#define MAX_LP 64
+
+/* The experiment's jobs: hp (jobs[0]) and lp_jobs lp, and what the
+ * report needs of them. */
+typedef struct setup {
+    sl_eval_timeline ht, lt;
+    size_t fwd; /* the hp request's ops: the forward part */
+    sl_eval_op_list hp, lp;
+    uint64_t hp_ns, lp_ns, lp_op_ns; /* solo times (pipelined or serial); lp's ops' sum */
+    unsigned need;                   /* the SMs hp declares */
+    sl_part_plan_config plan;
+    uint64_t *req, window;
+    sl_eval_job_spec jobs[1 + MAX_LP];
+} setup;
+
+/* lp memory from the Salus CSV's measured peak of that model and batch */
+static uint64_t lp_ephemeral(const options *o, uint64_t lp_p)
 {
-    sl_eval_op *o = sl_calloc(to - from, sizeof *o);
-    sl_eval_op_shape *sh = sl_calloc(to - from, sizeof *sh);
-    *shapes = sh;
-    if (!sh) {
-        sl_free(o);
-        return NULL;
+    sl_eval_workload *w;
+    size_t n_w;
+    uint64_t lp_e = 0;
+    if (sl_eval_workloads_load(o->c.csv, &w, &n_w) == SL_OK) {
+        for (size_t i = 0; i < n_w; i++)
+            if (!strcmp(w[i].model, o->lp_model) && w[i].batch == o->lp_batch &&
+                w[i].peak_bytes > lp_p)
+                lp_e = w[i].peak_bytes - lp_p;
+        sl_free(w);
     }
-    for (size_t i = from; i < to; i++)
-        sh[i - from] = (sl_eval_op_shape){.compute_ns = t->ops[i].compute_ns,
-                                          .memory_ns = t->ops[i].memory_ns,
-                                          .waves = t->ops[i].waves};
-    *sum = 0;
-    for (size_t i = from; o && i < to; i++) {
-        o[i - from] = (sl_eval_op){.launch_ns = t->ops[i].launch_ns,
-                                   .work_ns = t->ops[i].ns - t->ops[i].launch_ns,
-                                   .split_max = t->ops[i].split_max,
-                                   .occupancy = t->ops[i].occupancy,
-                                   .block_ns = t->ops[i].block_ns};
-        *sum += t->ops[i].ns;
-    }
-    return o;
+    return lp_e;
 }
 
-static void usage(const char *argv0)
+/* The timelines, their op lists and solo times, hp's need. */
+static int build_models(const options *o, setup *s)
 {
-    fprintf(stderr,
-            "usage: %s [--gpu PROFILE] [--hp-model M] [--lp-model M] [--lp-batch B] "
-            "[--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] "
-            "[--serial-launch]\n"
-            "  a batch-1 hp inference job (Poisson requests) beside lp training on one GPU:\n"
-            "  hp alone, plain sharing, priority without filling, gap filling 0/5/10 %%\n"
-            "  --serial-launch: each op launched after the one before it completed (the\n"
-            "  default launches a whole iteration's ops back to back, as salusd submits it)\n",
-            argv0);
-}
-
-int main(int argc, char **argv)
-{
-    sl_cli_init(argv[0]);
-    const char *gpu_name = "p100", *hp_model = "resnet50", *lp_model = "resnet50",
-               *json_path = NULL;
-    unsigned lp_batch = 32, lp_jobs = 2;
-    size_t n_req = 2000;
-    double qps = 40;
-    uint64_t seed = 1;
-    bool pipelined = true;
-    static const struct option longopts[] = {{"gpu", required_argument, NULL, 'g'},
-                                             {"hp-model", required_argument, NULL, 'h'},
-                                             {"lp-model", required_argument, NULL, 'l'},
-                                             {"lp-batch", required_argument, NULL, 'b'},
-                                             {"lp-jobs", required_argument, NULL, 'n'},
-                                             {"qps", required_argument, NULL, 'q'},
-                                             {"requests", required_argument, NULL, 'r'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"help", no_argument, NULL, 'H'},
-                                             {"serial-launch", no_argument, NULL, 'P'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
-        switch (ch) {
-        case 'g':
-            gpu_name = optarg;
-            break;
-        case 'h':
-            hp_model = optarg;
-            break;
-        case 'l':
-            lp_model = optarg;
-            break;
-        case 'b':
-            if (!sl_cli_uint("--lp-batch", optarg, 1, 4096, &lp_batch))
-                return 2;
-            break;
-        case 'n':
-            if (!sl_cli_uint("--lp-jobs", optarg, 1, 64, &lp_jobs))
-                return 2;
-            break;
-        case 'q':
-            if (!sl_cli_double_above("--qps", optarg, 0, 1e6, &qps))
-                return 2;
-            break;
-        case 'r':
-            if (!sl_cli_size("--requests", optarg, 1, 10000000, &n_req))
-                return 2;
-            break;
-        case 's':
-            if (!sl_cli_seed("--seed", optarg, &seed))
-                return 2;
-            break;
-        case 'j':
-            json_path = optarg;
-            break;
-        case 't':
-            n_req = 60;
-            break;
-        case 'P':
-            pipelined = false;
-            break;
-        case 'H':
-            usage(argv[0]);
-            return 0;
-        default:
-            usage(argv[0]);
-            return 2;
-        }
-    }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    const sl_sim_profile *gpu;
-    if (!sl_cli_gpu(gpu_name, &gpu))
-        return 2;
-    sl_eval_timeline ht = {0}, lt = {0};
-    int rc = sl_eval_timeline_build(hp_model, 1, gpu, &ht);
+    const sl_sim_profile *gpu = o->c.gpu;
+    int rc = sl_eval_timeline_build(o->hp_model, 1, gpu, &s->ht);
     if (rc == SL_OK)
-        rc = sl_eval_timeline_build(lp_model, lp_batch, gpu, &lt);
-    if (rc != SL_OK) {
-        fprintf(stderr, "fikit: cannot build %s/%s on %s: %s\n", hp_model, lp_model, gpu->name,
-                sl_strerror(rc));
-        return 1;
-    }
+        rc = sl_eval_timeline_build(o->lp_model, o->lp_batch, gpu, &s->lt);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "cannot build %s/%s on %s", o->hp_model, o->lp_model, gpu->name);
     /* inference: the forward ops, everything before the loss */
-    size_t fwd = 0;
-    while (fwd < ht.n_ops && ht.ops[fwd].kind != SL_EVAL_LOSS)
-        fwd++;
-    uint64_t hp_ns, lp_ns;
-    sl_eval_op_shape *hp_shapes, *lp_shapes;
-    sl_eval_op *hp_ops = to_ops(&ht, 0, fwd, &hp_ns, &hp_shapes);
-    sl_eval_op *lp_ops = to_ops(&lt, 0, lt.n_ops, &lp_ns, &lp_shapes);
+    while (s->fwd < s->ht.n_ops && s->ht.ops[s->fwd].kind != SL_EVAL_LOSS)
+        s->fwd++;
+    if (sl_eval_op_list_from(&s->ht, s->fwd, &s->hp) != SL_OK ||
+        sl_eval_op_list_from(&s->lt, s->lt.n_ops, &s->lp) != SL_OK)
+        return 1;
     /* the hp job's declared need: of its forward ops (a view of the
      * timeline's first fwd ops) */
     unsigned min_sms, align;
     sl_eval_part_granularity(gpu, &min_sms, &align);
-    sl_eval_timeline hp_view = ht;
-    hp_view.n_ops = fwd;
-    unsigned need =
-        sl_eval_timeline_need_sms_ex(&hp_view, gpu, min_sms, align, NEED_SLACK, pipelined);
-    uint64_t lp_op_ns = lp_ns; /* serial: the sum of its ops, for the mean op */
-    if (pipelined) {
-        hp_ns = sl_eval_timeline_pipelined_ns(&hp_view);
-        lp_ns = sl_eval_timeline_pipelined_ns(&lt);
+    sl_eval_timeline hp_view = s->ht;
+    hp_view.n_ops = s->fwd;
+    s->need =
+        sl_eval_timeline_need_sms_ex(&hp_view, gpu, min_sms, align, NEED_SLACK, o->c.pipelined);
+    s->hp_ns = s->hp.ns;
+    s->lp_ns = s->lp_op_ns = s->lp.ns; /* serial: the sum of its ops, for the mean op */
+    if (o->c.pipelined) {
+        s->hp_ns = sl_eval_timeline_pipelined_ns(&hp_view);
+        s->lp_ns = sl_eval_timeline_pipelined_ns(&s->lt);
     }
-    sl_part_plan_config plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
-    /* lp memory from the Salus CSV's measured peak of that model and batch */
-    uint64_t lp_p = lt.params * 4, lp_e = 0;
-    sl_eval_workload *w;
-    size_t n_w;
-    if (sl_eval_workloads_load(SL_EVAL_CSV, &w, &n_w) == SL_OK) {
-        for (size_t i = 0; i < n_w; i++)
-            if (!strcmp(w[i].model, lp_model) && w[i].batch == lp_batch && w[i].peak_bytes > lp_p)
-                lp_e = w[i].peak_bytes - lp_p;
-        sl_free(w);
-    }
+    s->plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
+    return -1;
+}
 
-    /* hp requests: Poisson at qps */
-    uint64_t *req = sl_calloc(n_req, sizeof *req);
-    if (!hp_ops || !lp_ops || !req)
+/* hp's Poisson requests at qps and the jobs. */
+static int build_jobs(const options *o, setup *s)
+{
+    if (!(s->req = sl_calloc(o->n_req, sizeof *s->req)))
         return 1;
+    sl_eval_rng rng;
+    sl_eval_rng_seed(&rng, o->c.seed);
+    double t = 0;
+    for (size_t i = 0; i < o->n_req; i++) {
+        t += sl_eval_rng_exp(&rng, 1e9 / o->qps);
+        s->req[i] = (uint64_t) t;
+    }
+    s->window = s->req[o->n_req - 1];
+    uint64_t lp_iters = s->window / s->lp_ns * 2 + 8; /* outlasts the window even slowed 2x */
+    uint64_t lp_p = s->lt.params * 4, lp_e = lp_ephemeral(o, lp_p);
+    s->jobs[0] = (sl_eval_job_spec){.id = 1,
+                                    .iterations = o->n_req,
+                                    .iteration_ns = s->hp_ns,
+                                    .persistent_bytes = s->ht.params * 4,
+                                    .priority = 10,
+                                    .ops = s->hp.ops,
+                                    .op_shapes = s->hp.shapes,
+                                    .n_ops = s->hp.n,
+                                    .request_ns = s->req};
+    for (unsigned k = 0; k < o->lp_jobs; k++)
+        s->jobs[1 + k] = (sl_eval_job_spec){.id = 2 + k,
+                                            .iterations = lp_iters,
+                                            .iteration_ns = s->lp_ns,
+                                            .persistent_bytes = lp_p,
+                                            .ephemeral_bytes = lp_e,
+                                            .ops = s->lp.ops,
+                                            .op_shapes = s->lp.shapes,
+                                            .n_ops = s->lp.n};
+    return -1;
+}
+
+static void print_setup(const options *o, const setup *s)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
     printf("fikit: compute partitions: hp declares %u of %u SMs (its request within %.0f %% of "
            "its time on the whole device)\n",
-           need, gpu->sm_count, 100 * NEED_SLACK);
+           s->need, gpu->sm_count, 100 * NEED_SLACK);
     printf("fikit: launches: %s\n",
-           pipelined ? "a whole iteration's all at its start, back to back (pipelined)"
-                     : "each op's after the one before it completed");
-    sl_eval_rng rng;
-    sl_eval_rng_seed(&rng, seed);
-    double t = 0;
-    for (size_t i = 0; i < n_req; i++) {
-        t += sl_eval_rng_exp(&rng, 1e9 / qps);
-        req[i] = (uint64_t) t;
-    }
-    uint64_t window = req[n_req - 1];
-    uint64_t lp_iters = window / lp_ns * 2 + 8; /* outlasts the window even slowed 2x */
-
-    sl_eval_job_spec jobs[1 + 64];
-    if (lp_jobs > 64)
-        lp_jobs = 64;
-    jobs[0] = (sl_eval_job_spec){.id = 1,
-                                 .iterations = n_req,
-                                 .iteration_ns = hp_ns,
-                                 .persistent_bytes = ht.params * 4,
-                                 .priority = 10,
-                                 .ops = hp_ops,
-                                 .op_shapes = hp_shapes,
-                                 .n_ops = (uint32_t) fwd,
-                                 .request_ns = req};
-    for (unsigned k = 0; k < lp_jobs; k++)
-        jobs[1 + k] = (sl_eval_job_spec){.id = 2 + k,
-                                         .iterations = lp_iters,
-                                         .iteration_ns = lp_ns,
-                                         .persistent_bytes = lp_p,
-                                         .ephemeral_bytes = lp_e,
-                                         .ops = lp_ops,
-                                         .op_shapes = lp_shapes,
-                                         .n_ops = (uint32_t) lt.n_ops};
-
+           o->c.pipelined ? "a whole iteration's all at its start, back to back (pipelined)"
+                          : "each op's after the one before it completed");
     printf("fikit: one %s; hp %s batch 1 inference (%zu forward ops, %.3f ms alone), %.0f "
            "requests/s Poisson, %zu requests (%.1f s); lp %u x %s batch %u training (%zu ops, "
            "%.1f ms per iteration alone, mean op %.1f us); seed %llu\n",
-           gpu->name, hp_model, fwd, (double) hp_ns / 1e6, qps, n_req, (double) window / 1e9,
-           lp_jobs, lp_model, lp_batch, lt.n_ops, (double) lp_ns / 1e6,
-           (double) lp_op_ns / (double) lt.n_ops / 1e3, (unsigned long long) seed);
+           gpu->name, o->hp_model, s->fwd, (double) s->hp_ns / 1e6, o->qps, o->n_req,
+           (double) s->window / 1e9, o->lp_jobs, o->lp_model, o->lp_batch, s->lt.n_ops,
+           (double) s->lp_ns / 1e6, (double) s->lp_op_ns / (double) s->lt.n_ops / 1e3,
+           (unsigned long long) o->c.seed);
     printf("%-21s %9s %9s %8s %8s %9s %9s %8s %7s %11s\n", "config", "hp_p50_ms", "hp_p99_ms",
            "p50_x", "p99_x", "lp_it/s", "lp_kept", "lp_steps", "max_lp", "us/decision");
+}
 
-    double p50[N_CONFIGS] = {0}, p99[N_CONFIGS] = {0}, lp_rate[N_CONFIGS] = {0};
-    double per_decision_ns[N_CONFIGS] = {0};
-    FILE *jf = json_path ? fopen(json_path, "w") : NULL;
+/* Per config: hp's p50 and p99, lp's iterations per second, the
+ * scheduler's wall time per decision. */
+typedef struct runs {
+    double p50[N_CONFIGS], p99[N_CONFIGS], lp_rate[N_CONFIGS], per_decision_ns[N_CONFIGS];
+} runs;
+
+static int run_config(const options *o, setup *s, int c, FILE *jf, runs *r)
+{
+    const config *cf = &configs[c];
+    const sl_sim_profile *gpu = o->c.gpu;
+    fprintf(stderr, "fikit: %s\n", cf->name);
+    sl_gaps_config gc = sl_gaps_config_default();
+    gc.fit_margin = cf->margin;
+    sl_eval_config cfg = sl_eval_config_default(cf->policy, false, 1, gpu->capacity);
+    cfg.gaps = &gc;
+    cfg.no_gap_fill = cf->no_gap_fill;
+    cfg.measure_decisions = true;
+    cfg.pipelined_launches = o->c.pipelined;
+    if (cf->partitions) {
+        cfg.part_sms = gpu->sm_count;
+        cfg.part_online = s->need;
+        cfg.part_plan = &s->plan;
+        cfg.part_spill_block_ns = (uint64_t) (gc.fit_margin * (double) s->hp_ns);
+    }
+    run_state st = {.window_end = s->window};
+    cfg.on_done = on_done;
+    cfg.arg = &st;
+    const sl_eval_job_spec *js = cf->hp ? s->jobs : s->jobs + 1;
+    size_t nj = (cf->hp ? 1 : 0) + (cf->lp ? o->lp_jobs : 0);
+    sl_eval_summary sum;
+    sl_eval_job_result res[1 + MAX_LP];
+    int rc = sl_eval_run(&cfg, js, nj, res, &sum);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "%s", cf->name);
+    r->p50[c] = cf->hp ? (double) res[0].lat_p50_ns : 0;
+    r->p99[c] = cf->hp ? (double) res[0].lat_p99_ns : 0;
+    r->lp_rate[c] = (double) st.lp_iters / ((double) s->window / 1e9);
+    r->per_decision_ns[c] = sum.decisions ? (double) sum.decision_wall_ns / sum.decisions : 0;
+    double x50 = cf->hp ? r->p50[c] / r->p50[C_HP_ALONE] : 0,
+           x99 = cf->hp ? r->p99[c] / r->p99[C_HP_ALONE] : 0;
+    double kept = cf->lp && r->lp_rate[C_LP_ALONE] > 0 ? r->lp_rate[c] / r->lp_rate[C_LP_ALONE] : 0;
+    printf("%-21s %9.3f %9.3f %8.2f %8.2f %9.2f %9.3f %8llu %7u %11.3f\n", cf->name,
+           r->p50[c] / 1e6, r->p99[c] / 1e6, x50, x99, r->lp_rate[c], kept,
+           (unsigned long long) sum.lp_steps, sum.lp_in_flight_max, r->per_decision_ns[c] / 1e3);
     if (jf)
         fprintf(jf,
-                "{\n  \"bench\": \"eval_fikit\", \"gpu\": \"%s\", \"seed\": %llu, \"qps\": %.3f, "
-                "\"requests\": %zu, \"hp\": \"%s\", \"lp\": \"%s\", \"lp_batch\": %u, "
-                "\"lp_jobs\": %u,\n  \"runs\": [\n",
-                gpu->name, (unsigned long long) seed, qps, n_req, hp_model, lp_model, lp_batch,
-                lp_jobs);
-    for (int c = 0; c < N_CONFIGS; c++) {
-        const config *cf = &configs[c];
-        fprintf(stderr, "fikit: %s\n", cf->name);
-        sl_gaps_config gc = sl_gaps_config_default();
-        gc.fit_margin = cf->margin;
-        sl_eval_config cfg = sl_eval_config_default(cf->policy, false, 1, gpu->capacity);
-        cfg.gaps = &gc;
-        cfg.no_gap_fill = cf->no_gap_fill;
-        cfg.measure_decisions = true;
-        cfg.pipelined_launches = pipelined;
-        if (cf->partitions) {
-            cfg.part_sms = gpu->sm_count;
-            cfg.part_online = need;
-            cfg.part_plan = &plan;
-            cfg.part_spill_block_ns = (uint64_t) (gc.fit_margin * (double) hp_ns);
-        }
-        run_state st = {.window_end = window};
-        cfg.on_done = on_done;
-        cfg.arg = &st;
-        const sl_eval_job_spec *js = cf->hp ? jobs : jobs + 1;
-        size_t nj = (cf->hp ? 1 : 0) + (cf->lp ? lp_jobs : 0);
-        sl_eval_summary sum;
-        sl_eval_job_result res[1 + 64];
-        rc = sl_eval_run(&cfg, js, nj, res, &sum);
-        if (rc != SL_OK) {
-            fprintf(stderr, "fikit: %s: %s\n", cf->name, sl_strerror(rc));
-            return 1;
-        }
-        p50[c] = cf->hp ? (double) res[0].lat_p50_ns : 0;
-        p99[c] = cf->hp ? (double) res[0].lat_p99_ns : 0;
-        lp_rate[c] = (double) st.lp_iters / ((double) window / 1e9);
-        per_decision_ns[c] = sum.decisions ? (double) sum.decision_wall_ns / sum.decisions : 0;
-        double x50 = cf->hp ? p50[c] / p50[C_HP_ALONE] : 0,
-               x99 = cf->hp ? p99[c] / p99[C_HP_ALONE] : 0;
-        double kept = cf->lp && lp_rate[C_LP_ALONE] > 0 ? lp_rate[c] / lp_rate[C_LP_ALONE] : 0;
-        printf("%-21s %9.3f %9.3f %8.2f %8.2f %9.2f %9.3f %8llu %7u %11.3f\n", cf->name,
-               p50[c] / 1e6, p99[c] / 1e6, x50, x99, lp_rate[c], kept,
-               (unsigned long long) sum.lp_steps, sum.lp_in_flight_max, per_decision_ns[c] / 1e3);
-        if (jf)
-            fprintf(jf,
-                    "    {\"config\": \"%s\", \"hp_p50_ms\": %.4f, \"hp_p99_ms\": %.4f, "
-                    "\"hp_p50_inflation\": %.4f, \"hp_p99_inflation\": %.4f, \"lp_iter_per_s\": "
-                    "%.4f, \"lp_retained\": %.4f, \"lp_steps\": %llu, \"lp_in_flight_max\": %u, "
-                    "\"decisions\": %llu, \"ns_per_decision\": %.1f}%s\n",
-                    cf->name, p50[c] / 1e6, p99[c] / 1e6, x50, x99, lp_rate[c], kept,
-                    (unsigned long long) sum.lp_steps, sum.lp_in_flight_max,
-                    (unsigned long long) sum.decisions, per_decision_ns[c],
-                    c + 1 < N_CONFIGS ? "," : "");
-    }
-    /* salus's figure: gap filling at salusd's default margin against
-     * plain sharing, and the lp it keeps; the max speed-up over the three
-     * margins and both quantiles, the least lp kept */
+                "    {\"config\": \"%s\", \"hp_p50_ms\": %.4f, \"hp_p99_ms\": %.4f, "
+                "\"hp_p50_inflation\": %.4f, \"hp_p99_inflation\": %.4f, \"lp_iter_per_s\": "
+                "%.4f, \"lp_retained\": %.4f, \"lp_steps\": %llu, \"lp_in_flight_max\": %u, "
+                "\"decisions\": %llu, \"ns_per_decision\": %.1f}%s\n",
+                cf->name, r->p50[c] / 1e6, r->p99[c] / 1e6, x50, x99, r->lp_rate[c], kept,
+                (unsigned long long) sum.lp_steps, sum.lp_in_flight_max,
+                (unsigned long long) sum.decisions, r->per_decision_ns[c],
+                c + 1 < N_CONFIGS ? "," : "");
+    return -1;
+}
+
+/* salus's figure: gap filling at salusd's default margin against plain
+ * sharing, and the lp it keeps; the max speed-up over the three margins
+ * and both quantiles, the least lp kept. The lines, the JSON's tail and
+ * the BENCH line. */
+static void report(const setup *s, const runs *r, FILE *jf)
+{
+    const double *p50 = r->p50, *p99 = r->p99, *lp_rate = r->lp_rate;
     int cdef = C_FILL0;
     for (int c = C_FILL0; c <= C_FILL10; c++)
         if (configs[c].margin == sl_gaps_config_default().fit_margin)
@@ -376,9 +304,9 @@ int main(int argc, char **argv)
         spmax = b > spmax ? b : spmax;
         double kept = lp_rate[c] / lp_rate[C_LP_ALONE];
         lp_kept = kept < lp_kept ? kept : lp_kept;
-        dec = per_decision_ns[c] > dec ? per_decision_ns[c] : dec;
+        dec = r->per_decision_ns[c] > dec ? r->per_decision_ns[c] : dec;
     }
-    double mean_op = (double) lp_op_ns / (double) lt.n_ops;
+    double mean_op = (double) s->lp_op_ns / (double) s->lt.n_ops;
     double overhead = 100.0 * dec / mean_op;
     printf("paper (FIKIT): hp %.2f-%.2fx faster than plain sharing, lp %.2f-1x of its speed "
            "under plain sharing, overhead < %.0f %%\n",
@@ -394,26 +322,74 @@ int main(int argc, char **argv)
     double pg_sp = p50[C_SHARE] / p50[C_PART_GAP], pg_x99 = p99[C_PART_GAP] / p99[C_HP_ALONE];
     printf("ours (partitions + gap filling, salusd --partitions auto:%u): hp p50 %.2fx faster "
            "than plain sharing, p99 x%.3f of alone; lp kept %.3f\n",
-           need, pg_sp, pg_x99, pg_lp);
-    if (jf) {
+           s->need, pg_sp, pg_x99, pg_lp);
+    if (jf)
         fprintf(jf,
                 "  ],\n  \"hp_speedup_p50\": %.4f, \"hp_speedup_max\": %.4f, \"lp_retained\": "
                 "%.4f, \"overhead_pct\": %.4f, \"lp_retained_min\": %.4f, "
                 "\"part_gap_lp_retained\": %.4f, \"part_gap_speedup_p50\": %.4f, "
                 "\"part_gap_p99_inflation\": %.4f, \"need_sms\": %u, \"lp_vs_sharing\": %.4f\n}\n",
-                sp50, spmax, lp_def, overhead, lp_kept, pg_lp, pg_sp, pg_x99, need, lp_vs_share);
-        fclose(jf);
-    }
+                sp50, spmax, lp_def, overhead, lp_kept, pg_lp, pg_sp, pg_x99, s->need, lp_vs_share);
     printf("BENCH eval_fikit hp_speedup_p50=%.2f hp_speedup_max=%.2f lp_retained=%.3f "
            "overhead_pct=%.3f lp_retained_min=%.3f hp_p50_inflation=%.3f partgap_lp_retained=%.3f "
            "partgap_speedup_p50=%.2f partgap_p99_inflation=%.3f lp_vs_sharing=%.3f\n",
            sp50, spmax, lp_def, overhead, lp_kept, x50_def, pg_lp, pg_sp, pg_x99, lp_vs_share);
-    sl_free(req);
-    sl_free(hp_ops);
-    sl_free(lp_ops);
-    sl_free(hp_shapes);
-    sl_free(lp_shapes);
-    sl_eval_timeline_fini(&ht);
-    sl_eval_timeline_fini(&lt);
+}
+
+static bool tiny(void *dst, const char *arg)
+{
+    (void) arg;
+    ((options *) dst)->n_req = 60;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_SERIAL),
+                 .hp_model = "resnet50",
+                 .lp_model = "resnet50",
+                 .lp_batch = 32,
+                 .lp_jobs = 2,
+                 .n_req = 2000,
+                 .qps = 40};
+    const sl_cli_opt opts[] = {
+        {"hp-model", SL_CLI_STR, &o.hp_model, 0, 0, NULL},
+        {"lp-model", SL_CLI_STR, &o.lp_model, 0, 0, NULL},
+        {"lp-batch", SL_CLI_UINT, &o.lp_batch, 1, 4096, NULL},
+        {"lp-jobs", SL_CLI_UINT, &o.lp_jobs, 1, MAX_LP, NULL},
+        {"qps", SL_CLI_ABOVE, &o.qps, 0, 1e6, NULL},
+        {"requests", SL_CLI_SIZE, &o.n_req, 1, 10000000, NULL},
+        {"tiny", SL_CLI_CALL, &o, 0, 0, tiny},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    static setup s; /* large: its jobs */
+    FILE *jf;
+    if ((st = build_models(&o, &s)) >= 0 || (st = build_jobs(&o, &s)) >= 0)
+        return st;
+    print_setup(&o, &s);
+    if (!sl_cli_create(o.c.json, &jf))
+        return 1;
+    if (jf)
+        fprintf(jf,
+                "{\n  \"bench\": \"eval_fikit\", \"gpu\": \"%s\", \"seed\": %llu, \"qps\": %.3f, "
+                "\"requests\": %zu, \"hp\": \"%s\", \"lp\": \"%s\", \"lp_batch\": %u, "
+                "\"lp_jobs\": %u,\n  \"runs\": [\n",
+                o.c.gpu->name, (unsigned long long) o.c.seed, o.qps, o.n_req, o.hp_model,
+                o.lp_model, o.lp_batch, o.lp_jobs);
+    runs r = {0};
+    for (int c = 0; c < N_CONFIGS; c++)
+        if ((st = run_config(&o, &s, c, jf, &r)) >= 0)
+            return st;
+    report(&s, &r, jf);
+    if (!sl_cli_close(jf, o.c.json))
+        return 1;
+    sl_free(s.req);
+    sl_eval_op_list_fini(&s.hp);
+    sl_eval_op_list_fini(&s.lp);
+    sl_eval_timeline_fini(&s.ht);
+    sl_eval_timeline_fini(&s.lt);
     return 0;
 }

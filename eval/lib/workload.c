@@ -332,3 +332,36 @@ int sl_eval_trace_lognormal_lengths(const sl_eval_workload *w, size_t n_w, doubl
     }
     return SL_OK;
 }
+
+int sl_eval_op_list_from(const sl_eval_timeline *t, size_t n_ops, sl_eval_op_list *out)
+{
+    sl_eval_op_list l = {.ops = sl_calloc(n_ops ? n_ops : 1, sizeof *l.ops),
+                         .shapes = sl_calloc(n_ops ? n_ops : 1, sizeof *l.shapes),
+                         .n = (uint32_t) n_ops};
+    if (!l.ops || !l.shapes) {
+        sl_eval_op_list_fini(&l);
+        *out = (sl_eval_op_list){0};
+        return SL_ENOMEM;
+    }
+    for (size_t i = 0; i < n_ops; i++) {
+        const sl_eval_op_time *o = &t->ops[i];
+        l.ops[i] = (sl_eval_op){.launch_ns = o->launch_ns,
+                                .work_ns = o->ns - o->launch_ns,
+                                .split_max = o->split_max,
+                                .occupancy = o->occupancy,
+                                .block_ns = o->block_ns};
+        l.shapes[i] = (sl_eval_op_shape){
+            .compute_ns = o->compute_ns, .memory_ns = o->memory_ns, .waves = o->waves};
+        l.ns += o->ns;
+    }
+    *out = l;
+    return SL_OK;
+}
+
+void sl_eval_op_list_fini(sl_eval_op_list *l)
+{
+    sl_free(l->ops);
+    sl_free(l->shapes);
+    l->ops = NULL;
+    l->shapes = NULL;
+}

@@ -18,6 +18,7 @@
 #define SL_EVAL_WORKLOAD_H
 
 #include "evsim.h"
+#include "graphs.h"
 #include "sim/profiles.h"
 
 #include <stdbool.h>
@@ -118,5 +119,21 @@ int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
  * Errors: SL_EINVAL (n_w 0, sigma outside [0, 5]). */
 int sl_eval_trace_lognormal_lengths(const sl_eval_workload *w, size_t n_w, double sigma,
                                     uint64_t seed, sl_eval_job_spec *jobs, size_t n_jobs);
+
+/* A job's ops for op-by-op execution (evsim.h sl_eval_job_spec ops,
+ * op_shapes, n_ops), from a timeline (graphs.h). */
+typedef struct sl_eval_op_list {
+    sl_eval_op *ops;          /* n entries: launch, work, split, occupancy, block */
+    sl_eval_op_shape *shapes; /* n entries: for the partition model */
+    uint32_t n;
+    uint64_t ns; /* the sum of the ops' serial times (launch + work) */
+} sl_eval_op_list;
+
+/* The first n_ops ops of t (n_ops <= t->n_ops: the forward part of a
+ * training timeline is an inference request) into *out. Errors: SL_ENOMEM,
+ * *out then empty. sl_eval_op_list_fini frees it. */
+int sl_eval_op_list_from(const sl_eval_timeline *t, size_t n_ops, sl_eval_op_list *out);
+/* Frees the list's ops; safe on a zeroed list. */
+void sl_eval_op_list_fini(sl_eval_op_list *l);
 
 #endif
