@@ -28,6 +28,7 @@
  * for that model and batch when it has the row, else salusd's default. */
 #include "cli.h"
 #include "graphs.h"
+#include "colo.h"
 #include "evsim.h"
 #include "workload.h"
 
@@ -70,25 +71,6 @@ static const config configs[N_CONFIGS] = {
     {"partitions+gap fill", "priority", true, true, false, 0.05, true},
 };
 
-/* The hp job's latencies are in its result (evsim.h request_ns); what the
- * results do not hold is how many lp iterations completed inside the hp
- * job's window, counted here. */
-typedef struct run_state {
-    uint64_t window_end; /* lp iterations are counted up to here */
-    uint64_t lp_iters;
-} run_state;
-
-static void on_done(void *arg, unsigned gpu, uint64_t job_id, uint64_t iteration,
-                    uint64_t request_ns, uint64_t now_ns)
-{
-    (void) gpu;
-    (void) iteration;
-    (void) request_ns;
-    run_state *r = arg;
-    if (job_id != 1 && now_ns <= r->window_end)
-        r->lp_iters++;
-}
-
 static const char usage[] =
     "usage: %s [--gpu PROFILE] [--hp-model M] [--lp-model M] [--lp-batch B] "
     "[--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] "
@@ -106,107 +88,9 @@ typedef struct options {
     double qps;
 } options;
 
-#define MAX_LP 64
+#define MAX_LP SL_EVAL_COLO_MAX_LP
 
-/* The experiment's jobs: hp (jobs[0]) and lp_jobs lp, and what the
- * report needs of them. */
-typedef struct setup {
-    sl_eval_timeline ht, lt;
-    size_t fwd; /* the hp request's ops: the forward part */
-    sl_eval_op_list hp, lp;
-    uint64_t hp_ns, lp_ns, lp_op_ns; /* solo times (pipelined or serial); lp's ops' sum */
-    unsigned need;                   /* the SMs hp declares */
-    sl_part_plan_config plan;
-    uint64_t *req, window;
-    sl_eval_job_spec jobs[1 + MAX_LP];
-} setup;
-
-/* lp memory from the Salus CSV's measured peak of that model and batch */
-static uint64_t lp_ephemeral(const options *o, uint64_t lp_p)
-{
-    sl_eval_workload *w;
-    size_t n_w;
-    uint64_t lp_e = 0;
-    if (sl_eval_workloads_load(o->c.csv, &w, &n_w) == SL_OK) {
-        for (size_t i = 0; i < n_w; i++)
-            if (!strcmp(w[i].model, o->lp_model) && w[i].batch == o->lp_batch &&
-                w[i].peak_bytes > lp_p)
-                lp_e = w[i].peak_bytes - lp_p;
-        sl_free(w);
-    }
-    return lp_e;
-}
-
-/* The timelines, their op lists and solo times, hp's need. */
-static int build_models(const options *o, setup *s)
-{
-    const sl_sim_profile *gpu = o->c.gpu;
-    int rc = sl_eval_timeline_build(o->hp_model, 1, gpu, &s->ht);
-    if (rc == SL_OK)
-        rc = sl_eval_timeline_build(o->lp_model, o->lp_batch, gpu, &s->lt);
-    if (rc != SL_OK)
-        return sl_cli_fail(rc, "cannot build %s/%s on %s", o->hp_model, o->lp_model, gpu->name);
-    /* inference: the forward ops, everything before the loss */
-    while (s->fwd < s->ht.n_ops && s->ht.ops[s->fwd].kind != SL_EVAL_LOSS)
-        s->fwd++;
-    if (sl_eval_op_list_from(&s->ht, s->fwd, &s->hp) != SL_OK ||
-        sl_eval_op_list_from(&s->lt, s->lt.n_ops, &s->lp) != SL_OK)
-        return 1;
-    /* the hp job's declared need: of its forward ops (a view of the
-     * timeline's first fwd ops) */
-    unsigned min_sms, align;
-    sl_eval_part_granularity(gpu, &min_sms, &align);
-    sl_eval_timeline hp_view = s->ht;
-    hp_view.n_ops = s->fwd;
-    s->need =
-        sl_eval_timeline_need_sms_ex(&hp_view, gpu, min_sms, align, NEED_SLACK, o->c.pipelined);
-    s->hp_ns = s->hp.ns;
-    s->lp_ns = s->lp_op_ns = s->lp.ns; /* serial: the sum of its ops, for the mean op */
-    if (o->c.pipelined) {
-        s->hp_ns = sl_eval_timeline_pipelined_ns(&hp_view);
-        s->lp_ns = sl_eval_timeline_pipelined_ns(&s->lt);
-    }
-    s->plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
-    return -1;
-}
-
-/* hp's Poisson requests at qps and the jobs. */
-static int build_jobs(const options *o, setup *s)
-{
-    if (!(s->req = sl_calloc(o->n_req, sizeof *s->req)))
-        return 1;
-    sl_eval_rng rng;
-    sl_eval_rng_seed(&rng, o->c.seed);
-    double t = 0;
-    for (size_t i = 0; i < o->n_req; i++) {
-        t += sl_eval_rng_exp(&rng, 1e9 / o->qps);
-        s->req[i] = (uint64_t) t;
-    }
-    s->window = s->req[o->n_req - 1];
-    uint64_t lp_iters = s->window / s->lp_ns * 2 + 8; /* outlasts the window even slowed 2x */
-    uint64_t lp_p = s->lt.params * 4, lp_e = lp_ephemeral(o, lp_p);
-    s->jobs[0] = (sl_eval_job_spec){.id = 1,
-                                    .iterations = o->n_req,
-                                    .iteration_ns = s->hp_ns,
-                                    .persistent_bytes = s->ht.params * 4,
-                                    .priority = 10,
-                                    .ops = s->hp.ops,
-                                    .op_shapes = s->hp.shapes,
-                                    .n_ops = s->hp.n,
-                                    .request_ns = s->req};
-    for (unsigned k = 0; k < o->lp_jobs; k++)
-        s->jobs[1 + k] = (sl_eval_job_spec){.id = 2 + k,
-                                            .iterations = lp_iters,
-                                            .iteration_ns = s->lp_ns,
-                                            .persistent_bytes = lp_p,
-                                            .ephemeral_bytes = lp_e,
-                                            .ops = s->lp.ops,
-                                            .op_shapes = s->lp.shapes,
-                                            .n_ops = s->lp.n};
-    return -1;
-}
-
-static void print_setup(const options *o, const setup *s)
+static void print_setup(const options *o, const sl_eval_colo *s)
 {
     const sl_sim_profile *gpu = o->c.gpu;
     printf("fikit: compute partitions: hp declares %u of %u SMs (its request within %.0f %% of "
@@ -232,7 +116,7 @@ typedef struct runs {
     double p50[N_CONFIGS], p99[N_CONFIGS], lp_rate[N_CONFIGS], per_decision_ns[N_CONFIGS];
 } runs;
 
-static int run_config(const options *o, setup *s, int c, FILE *jf, runs *r)
+static int run_config(const options *o, sl_eval_colo *s, int c, FILE *jf, runs *r)
 {
     const config *cf = &configs[c];
     const sl_sim_profile *gpu = o->c.gpu;
@@ -250,8 +134,10 @@ static int run_config(const options *o, setup *s, int c, FILE *jf, runs *r)
         cfg.part_plan = &s->plan;
         cfg.part_spill_block_ns = (uint64_t) (gc.fit_margin * (double) s->hp_ns);
     }
-    run_state st = {.window_end = s->window};
-    cfg.on_done = on_done;
+    /* hp's latencies are in its result (evsim.h request_ns); lp's
+     * iterations inside hp's window are counted */
+    sl_eval_colo_count st = {.window_end = s->window};
+    cfg.on_done = sl_eval_colo_on_done;
     cfg.arg = &st;
     const sl_eval_job_spec *js = cf->hp ? s->jobs : s->jobs + 1;
     size_t nj = (cf->hp ? 1 : 0) + (cf->lp ? o->lp_jobs : 0);
@@ -287,7 +173,7 @@ static int run_config(const options *o, setup *s, int c, FILE *jf, runs *r)
  * sharing, and the lp it keeps; the max speed-up over the three margins
  * and both quantiles, the least lp kept. The lines, the JSON's tail and
  * the BENCH line. */
-static void report(const setup *s, const runs *r, FILE *jf)
+static void report(const sl_eval_colo *s, const runs *r, FILE *jf)
 {
     const double *p50 = r->p50, *p99 = r->p99, *lp_rate = r->lp_rate;
     int cdef = C_FILL0;
@@ -365,10 +251,21 @@ int main(int argc, char **argv)
     int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
     if (st != SL_CLI_RUN)
         return st;
-    static setup s; /* large: its jobs */
+    sl_eval_colo_config cc = {.hp_model = o.hp_model,
+                              .lp_model = o.lp_model,
+                              .lp_batch = o.lp_batch,
+                              .lp_jobs = o.lp_jobs,
+                              .n_req = o.n_req,
+                              .qps = o.qps,
+                              .seed = o.c.seed,
+                              .pipelined = o.c.pipelined,
+                              .need_slack = NEED_SLACK,
+                              .csv = o.c.csv};
+    static sl_eval_colo s; /* large: its jobs */
     FILE *jf;
-    if ((st = build_models(&o, &s)) >= 0 || (st = build_jobs(&o, &s)) >= 0)
-        return st;
+    int rc = sl_eval_colo_build(&cc, o.c.gpu, &s);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "cannot build %s/%s on %s", o.hp_model, o.lp_model, o.c.gpu->name);
     print_setup(&o, &s);
     if (!sl_cli_create(o.c.json, &jf))
         return 1;
@@ -386,10 +283,6 @@ int main(int argc, char **argv)
     report(&s, &r, jf);
     if (!sl_cli_close(jf, o.c.json))
         return 1;
-    sl_free(s.req);
-    sl_eval_op_list_fini(&s.hp);
-    sl_eval_op_list_fini(&s.lp);
-    sl_eval_timeline_fini(&s.ht);
-    sl_eval_timeline_fini(&s.lt);
+    sl_eval_colo_fini(&s);
     return 0;
 }
