@@ -23,6 +23,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "workload.h"
+#include "zoo.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -106,7 +107,7 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
 {
     for (size_t m = 0; m < N_MODELS; m++) {
         inf_model *im = &models[m];
-        uint64_t params = sl_eval_model_params(im->name);
+        uint64_t params = sl_zoo_published_params(im->name);
         if (im->graph) {
             sl_eval_timeline t;
             int rc = sl_eval_timeline_build_ex(im->name, 1, gpu, true, &t);

@@ -81,9 +81,6 @@ int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_pr
  * may be partly rewritten. Reads a file; does not block otherwise. */
 int sl_eval_workloads_profiles(sl_eval_workload *w, size_t *n, const char *path);
 
-/* Published parameter count of a model of the CSV ("vgg16"); 0 if unknown. */
-uint64_t sl_eval_model_params(const char *model);
-
 /* A small deterministic generator (splitmix64): traces depend on the seed
  * alone, on every platform. */
 typedef struct sl_eval_rng {

@@ -39,6 +39,7 @@
 #include "sl_error.h"
 #include "sl_log.h"
 #include "workload.h"
+#include "zoo.h"
 
 #include <salus/salus.h>
 
@@ -52,89 +53,125 @@
 #define MAX_ROWS 32
 #define MAX_ITERS 64
 
-/* The networks, as eval/lib/graphs.c builds them, on 224 x 224 RGB inputs with
- * 1000 classes. VGG: Simonyan & Zisserman 2015, Table 1, 3x3 convolutions
- * per stage (n[s]), each stage ending in a 2x2 max pool, then three fully
- * connected layers. ResNet v1: He et al. 2016, Table 1, bottleneck blocks
- * per stage (n[s]). */
-static const struct {
-    const char *name;
-    bool resnet;
-    int n[5];
-} nets[] = {{"vgg11", false, {1, 1, 2, 2, 2}},  {"vgg16", false, {2, 2, 3, 3, 3}},
-            {"vgg19", false, {2, 2, 4, 4, 4}},  {"resnet50", true, {3, 4, 6, 3}},
-            {"resnet101", true, {3, 4, 23, 3}}, {"resnet152", true, {3, 8, 36, 3}}};
-
-static const int64_t sample[3] = {3, 224, 224};
-
-static salus_model *build_vgg(const int per_stage[5])
+/* The networks the nn helpers' layers and residual blocks build: the
+ * zoo's VGG and ResNet (v1) families (eval/lib/zoo.h), which eval/lib/graphs.c
+ * times too. */
+static bool nn_builds(const char *model)
 {
-    static const int64_t width[5] = {64, 128, 256, 512, 512};
-    salus_model *m = salus_model_new(3, sample);
-    if (!m)
-        return NULL;
-    for (unsigned s = 0; s < 5; s++) {
-        for (int c = 0; c < per_stage[s]; c++) {
-            salus_model_conv2d(m, width[s], 3, 1, 1);
-            salus_model_relu(m);
-        }
-        salus_model_maxpool(m, 2, 2);
-    }
-    salus_model_flatten(m);
-    salus_model_dense(m, 4096);
-    salus_model_relu(m);
-    salus_model_dense(m, 4096);
-    salus_model_relu(m);
-    salus_model_dense(m, 1000);
-    return m; /* a layer error stays in the model: compile reports it */
+    enum sl_zoo_family f = sl_zoo_family(model);
+    return (f == SL_ZOO_VGG || f == SL_ZOO_RESNET) && strcmp(model, "resnet50_v1.5") != 0;
 }
 
-/* A ResNet v1 bottleneck: 1x1 (stride here, v1), 3x3, 1x1 convolutions with
- * batch norm, the shortcut projected by a strided 1x1 convolution with
- * batch norm where the shape changes, the sum through a ReLU. */
-static void bottleneck(salus_model *m, int64_t mid, int64_t out, int64_t stride, bool project)
+/* The zoo's layers through the nn helpers. A layer error stays in the
+ * model: compile reports it. The helpers' pools have no padding: ResNet's
+ * stem pool gives 55 x 55 where graphs.c's padded one gives 56 x 56 (the
+ * first strided block brings both to 28 x 28), so the spatial size is
+ * followed here for the global average pool. */
+typedef struct nn {
+    salus_model *m;
+    int64_t h, in_h, main_h; /* spatial size; a residual block's input's, main path's */
+    bool flat;
+    bool shortcut; /* the projection's first layer calls residual_shortcut */
+} nn;
+
+static void nn_input(void *ctx, int64_t c, int64_t h, int64_t w)
 {
-    salus_model_residual_begin(m);
-    salus_model_conv2d_ex(m, mid, 1, stride, 0, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    salus_model_relu(m);
-    salus_model_conv2d_ex(m, mid, 3, 1, 1, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    salus_model_relu(m);
-    salus_model_conv2d_ex(m, out, 1, 1, 0, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    if (project) {
-        salus_model_residual_shortcut(m);
-        salus_model_conv2d_ex(m, out, 1, stride, 0, SALUS_CONV_NO_BIAS);
-        salus_model_batchnorm(m);
-    }
-    salus_model_residual_end(m);
-    salus_model_relu(m);
+    nn *b = ctx;
+    const int64_t sample[3] = {c, h, w};
+    b->m = salus_model_new(3, sample);
+    b->h = h;
 }
 
-/* The stem's 3x3 max pool has no padding here (the nn helpers' pools have
- * none): 55 x 55 after it where graphs.c's padded pool gives 56 x 56; the
- * first strided block brings both to 28 x 28. Every convolution is
- * followed by a batch norm and has no bias (tf_cnn_benchmarks', graphs.c's
- * and torchvision's ResNets alike). */
-static salus_model *build_resnet(const int blocks[4])
+static void nn_conv(void *ctx, const sl_zoo_conv *c)
 {
-    static const int64_t mid[4] = {64, 128, 256, 512}, out[4] = {256, 512, 1024, 2048},
-                         stride[4] = {1, 2, 2, 2};
-    salus_model *m = salus_model_new(3, sample);
-    if (!m)
+    nn *b = ctx;
+    if (b->shortcut)
+        salus_model_residual_shortcut(b->m);
+    b->shortcut = false;
+    if (c->bn) {
+        salus_model_conv2d_ex(b->m, c->out, c->k, c->stride, c->pad, SALUS_CONV_NO_BIAS);
+        salus_model_batchnorm(b->m);
+    } else {
+        salus_model_conv2d(b->m, c->out, c->k, c->stride, c->pad);
+    }
+    if (c->relu)
+        salus_model_relu(b->m);
+    b->h = (b->h + 2 * c->pad - c->k) / c->stride + 1;
+}
+
+static void nn_maxpool(void *ctx, int64_t k, int64_t stride, int64_t pad)
+{
+    (void) pad; /* the helpers' pools have none */
+    nn *b = ctx;
+    salus_model_maxpool(b->m, k, stride);
+    b->h = (b->h - k) / stride + 1;
+}
+
+static void nn_global_avgpool(void *ctx)
+{
+    nn *b = ctx;
+    salus_model_avgpool(b->m, b->h, b->h);
+    b->h = 1;
+}
+
+static void nn_fc(void *ctx, int64_t out, bool relu)
+{
+    nn *b = ctx;
+    if (!b->flat)
+        salus_model_flatten(b->m);
+    b->flat = true;
+    salus_model_dense(b->m, out);
+    if (relu)
+        salus_model_relu(b->m);
+}
+
+static void nn_residual_begin(void *ctx)
+{
+    nn *b = ctx;
+    salus_model_residual_begin(b->m);
+    b->in_h = b->h;
+}
+
+static void nn_residual_shortcut(void *ctx)
+{
+    nn *b = ctx;
+    b->shortcut = true;
+    b->main_h = b->h;
+    b->h = b->in_h;
+}
+
+static void nn_residual_end(void *ctx)
+{
+    nn *b = ctx;
+    b->shortcut = false;
+    salus_model_residual_end(b->m);
+    salus_model_relu(b->m);
+    b->h = b->main_h;
+}
+
+static void nn_loss(void *ctx)
+{
+    (void) ctx; /* salus_model_compile adds it */
+}
+
+/* The zoo's network model as an nn model (NULL out of memory). An identity
+ * shortcut is a residual block without residual_shortcut. */
+static salus_model *build_nn(const char *model)
+{
+    nn b = {0};
+    const sl_zoo_builder zb = {.ctx = &b,
+                               .input = nn_input,
+                               .conv = nn_conv,
+                               .maxpool = nn_maxpool,
+                               .global_avgpool = nn_global_avgpool,
+                               .fc = nn_fc,
+                               .residual_begin = nn_residual_begin,
+                               .residual_shortcut = nn_residual_shortcut,
+                               .residual_end = nn_residual_end,
+                               .loss = nn_loss};
+    if (sl_zoo_build(model, &zb) != SL_OK)
         return NULL;
-    salus_model_conv2d_ex(m, 64, 7, 2, 3, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    salus_model_relu(m);
-    salus_model_maxpool(m, 3, 2);
-    for (unsigned s = 0; s < 4; s++)
-        for (int b = 0; b < blocks[s]; b++)
-            bottleneck(m, mid[s], out[s], b == 0 ? stride[s] : 1, b == 0);
-    salus_model_avgpool(m, 7, 7); /* global: 7 x 7 -> 1 x 1 */
-    salus_model_flatten(m);
-    salus_model_dense(m, 1000);
-    return m;
+    return b.m;
 }
 
 typedef struct row {
@@ -197,9 +234,8 @@ static double attained_ns(salus_client *c, uint64_t id)
     return ns;
 }
 
-/* Compiles and trains nets[k] at batch on the embedded salusd. */
-static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsigned batch,
-                      int iters, row *r)
+/* Compiles and trains r->model at batch on the embedded salusd. */
+static int profile_nn(salus_client *c, const sl_sim_profile *gpu, unsigned batch, int iters, row *r)
 {
     salus_session *s; /* a session of its own, as a job has: closing it frees the model */
     int rc = salus_session_open(c, NULL, &s);
@@ -207,7 +243,7 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
         fprintf(stderr, "profiles: %s: opening a session: %s\n", r->model, salus_last_error(c));
         return rc;
     }
-    salus_model *m = nets[k].resnet ? build_resnet(nets[k].n) : build_vgg(nets[k].n);
+    salus_model *m = build_nn(r->model);
     if (!m) {
         salus_session_close(s);
         return SL_ENOMEM;
@@ -290,11 +326,11 @@ static size_t pick_rows(const options *o, const sl_eval_workload *w, size_t n_w,
     bool family_seen[2] = {false, false};
     for (size_t i = 0; i < n_w && n < MAX_ROWS; i++) {
         bool built = false, seen = false;
-        for (size_t k = 0; k < sizeof nets / sizeof *nets; k++)
-            if (strcmp(w[i].model, nets[k].name) == 0) {
-                built = !(o->tiny && family_seen[nets[k].resnet]);
-                family_seen[nets[k].resnet] = true;
-            }
+        if (nn_builds(w[i].model)) {
+            bool resnet = sl_zoo_family(w[i].model) == SL_ZOO_RESNET;
+            built = !(o->tiny && family_seen[resnet]);
+            family_seen[resnet] = true;
+        }
         for (size_t k = 0; k < n; k++)
             seen |= strcmp(rows[k].model, w[i].model) == 0 && rows[k].batch == w[i].batch;
         if (!built || seen)
@@ -324,11 +360,8 @@ static bool profile_rows(salus_client *c, const options *o, row *rows, size_t n,
     *q = (ratios){.tg_min = INFINITY, .tm_min = INFINITY, .e_min = INFINITY};
     for (size_t i = 0; i < n; i++) {
         row *r = &rows[i];
-        size_t k = 0;
-        while (strcmp(nets[k].name, r->model))
-            k++;
         fprintf(stderr, "profiles: %s batch %u ...\n", r->model, r->batch);
-        if (profile_nn(c, gpu, k, r->batch, (int) o->iters, r) != SL_OK) {
+        if (profile_nn(c, gpu, r->batch, (int) o->iters, r) != SL_OK) {
             ok = false;
             continue;
         }
