@@ -1,5 +1,5 @@
 /* Models for the memory benchmarks (packing, ephemeral_bind, churn), built
- * from their layer tables: the parameter tensors (persistent memory) and
+ * from the model zoo's layer tables (eval/lib/zoo.h): the parameter tensors (persistent memory) and
  * the tensors one iteration creates (ephemeral memory) with their live
  * ranges, so that sl_mem_plan gives the real planned peak.
  *
@@ -16,7 +16,8 @@
  * keeps momentum (one more tensor per parameter) as persistent state.
  * Workspaces (im2col, cuDNN) are framework memory, not part of the plan.
  *
- * Header-only; benchmarks are separate programs. */
+ * Header-only over the zoo (link sl_zoo_dep); benchmarks are separate
+ * programs. */
 #ifndef SL_BENCH_MODELS_H
 #define SL_BENCH_MODELS_H
 
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include "planner.h"
+#include "zoo.h"
 
 #define BM_MAX_PARAMS 1024
 #define BM_MAX_BUFS 4096
@@ -103,83 +105,96 @@ static inline void bm_begin(bm_net *n, const char *name, uint64_t batch, bool tr
     n->x = bm_buf(n, c * h * w * 4 * batch, false);
 }
 
-/* Convolution k x k (same padding when pad), with batch norm (4 parameter
- * tensors) or a bias, ReLU fused. */
-static inline void bm_conv(bm_net *n, uint64_t cout, uint64_t k, uint64_t stride, bool bn)
+/* The zoo's layers (eval/lib/zoo.h) as this graph model builds them: a
+ * convolution or dense layer one op with its batch norm or bias and its
+ * ReLU fused; a pool one op; a residual block's sum one op reading both
+ * branches (the block's input stays live until it). */
+typedef struct bm_zoo {
+    bm_net *n;
+    const char *name;
+    uint64_t batch;
+    bool training;
+    int res_in, res_main; /* a residual block's input and main path */
+    uint64_t in_c, in_h, in_w, main_c, main_h, main_w;
+} bm_zoo;
+
+static inline void bm_zoo_input(void *ctx, int64_t c, int64_t h, int64_t w)
 {
-    uint64_t pad = k / 2;
+    bm_zoo *z = ctx;
+    bm_begin(z->n, z->name, z->batch, z->training, (uint64_t) c, (uint64_t) h, (uint64_t) w);
+}
+
+/* Batch norm keeps 4 parameter tensors, a bias 1. */
+static inline void bm_zoo_conv(void *ctx, const sl_zoo_conv *c)
+{
+    bm_net *n = ((bm_zoo *) ctx)->n;
+    uint64_t k = (uint64_t) c->k, stride = (uint64_t) c->stride, pad = (uint64_t) c->pad;
+    uint64_t cout = (uint64_t) c->out;
     n->h = (n->h + 2 * pad - k) / stride + 1;
     n->w = (n->w + 2 * pad - k) / stride + 1;
     uint64_t p[5] = {k * k * n->c * cout, cout, cout, cout, cout};
     n->c = cout;
-    n->x = bm_fwd(n, &n->x, 1, n->c * n->h * n->w, p, bn ? 5 : 2);
+    n->x = bm_fwd(n, &n->x, 1, n->c * n->h * n->w, p, c->bn ? 5 : 2);
 }
 
-/* Convolution without padding (LeNet style). */
-static inline void bm_conv_valid(bm_net *n, uint64_t cout, uint64_t k)
+static inline void bm_zoo_maxpool(void *ctx, int64_t k, int64_t stride, int64_t pad)
 {
-    n->h = n->h - k + 1;
-    n->w = n->w - k + 1;
-    uint64_t p[2] = {k * k * n->c * cout, cout};
-    n->c = cout;
-    n->x = bm_fwd(n, &n->x, 1, n->c * n->h * n->w, p, 2);
-}
-
-static inline void bm_pool(bm_net *n, uint64_t k, uint64_t stride)
-{
-    n->h = (n->h - k) / stride + 1;
-    n->w = (n->w - k) / stride + 1;
+    bm_net *n = ((bm_zoo *) ctx)->n;
+    n->h = (n->h + 2 * (uint64_t) pad - (uint64_t) k) / (uint64_t) stride + 1;
+    n->w = (n->w + 2 * (uint64_t) pad - (uint64_t) k) / (uint64_t) stride + 1;
     n->x = bm_fwd(n, &n->x, 1, n->c * n->h * n->w, NULL, 0);
 }
 
-static inline void bm_global_pool(bm_net *n)
+static inline void bm_zoo_global_avgpool(void *ctx)
 {
+    bm_net *n = ((bm_zoo *) ctx)->n;
     n->h = n->w = 1;
     n->x = bm_fwd(n, &n->x, 1, n->c, NULL, 0);
 }
 
-static inline void bm_dense(bm_net *n, uint64_t out)
+static inline void bm_zoo_fc(void *ctx, int64_t units, bool relu)
 {
-    uint64_t in = n->c * n->h * n->w;
+    (void) relu;
+    bm_net *n = ((bm_zoo *) ctx)->n;
+    uint64_t in = n->c * n->h * n->w, out = (uint64_t) units;
     uint64_t p[2] = {in * out, out};
     n->c = out;
     n->h = n->w = 1;
     n->x = bm_fwd(n, &n->x, 1, out, p, 2);
 }
 
-/* Softmax (inference) or softmax + loss (training: the backward pass
- * starts from its gradient). */
-static inline void bm_softmax(bm_net *n)
+static inline void bm_zoo_residual_begin(void *ctx)
 {
-    n->x = bm_fwd(n, &n->x, 1, n->c, NULL, 0);
+    bm_zoo *z = ctx;
+    z->res_in = z->n->x;
+    z->in_c = z->n->c, z->in_h = z->n->h, z->in_w = z->n->w;
 }
 
-/* ResNet v1.5 bottleneck: 1x1, 3x3 (stride), 1x1 (4 x width), plus a
- * projection on the first block of a stage; the block input stays live
- * until the add. */
-static inline void bm_bottleneck(bm_net *n, uint64_t width, uint64_t stride, bool project)
+static inline void bm_zoo_residual_shortcut(void *ctx)
 {
-    int input = n->x;
-    uint64_t c0 = n->c, h0 = n->h, w0 = n->w;
-    bm_conv(n, width, 1, 1, true);
-    bm_conv(n, width, 3, stride, true);
-    bm_conv(n, 4 * width, 1, 1, true);
-    int main_path = n->x;
-    int shortcut = input;
-    if (project) {
-        uint64_t c = n->c, h = n->h, w = n->w;
-        n->c = c0;
-        n->h = h0;
-        n->w = w0;
-        n->x = input;
-        bm_conv(n, 4 * width, 1, stride, true);
-        shortcut = n->x;
-        n->c = c;
-        n->h = h;
-        n->w = w;
-    }
-    int both[2] = {main_path, shortcut};
+    bm_zoo *z = ctx;
+    bm_net *n = z->n;
+    z->res_main = n->x;
+    z->main_c = n->c, z->main_h = n->h, z->main_w = n->w;
+    n->x = z->res_in;
+    n->c = z->in_c, n->h = z->in_h, n->w = z->in_w;
+}
+
+static inline void bm_zoo_residual_end(void *ctx)
+{
+    bm_zoo *z = ctx;
+    bm_net *n = z->n;
+    int both[2] = {z->res_main, n->x}; /* the shortcut: the input or its projection */
+    n->c = z->main_c, n->h = z->main_h, n->w = z->main_w;
     n->x = bm_fwd(n, both, 2, n->c * n->h * n->w, NULL, 0);
+}
+
+/* Softmax (inference) or softmax + loss (training: the backward pass
+ * starts from its gradient). */
+static inline void bm_zoo_loss(void *ctx)
+{
+    bm_net *n = ((bm_zoo *) ctx)->n;
+    n->x = bm_fwd(n, &n->x, 1, n->c, NULL, 0);
 }
 
 /* Appends the backward pass and the optimizer updates. */
@@ -214,7 +229,7 @@ static inline void bm_backward(bm_net *n)
     n->step++;
 }
 
-/* ---- the model zoo ---- */
+/* ---- the models ---- */
 
 enum {
     BM_MLP_SMALL, /* 784-256-128-10 */
@@ -229,77 +244,29 @@ enum {
 static const char *const bm_model_names[BM_N_MODELS] = {
     "mlp-784-256-128-10", "mlp-4096x3-1000", "lenet5", "cifar-cnn", "resnet50", "vgg16",
 };
+/* Their names in the zoo. */
+static const char *const bm_zoo_names[BM_N_MODELS] = {
+    "mlp-784-256-128-10", "mlp-4096x3-1000", "lenet5", "cifar-cnn", "resnet50_v1.5", "vgg16",
+};
 
 /* Builds model `which` for `batch` samples; training adds backward. */
 static inline void bm_build(bm_net *n, int which, uint64_t batch, bool training)
 {
-    switch (which) {
-    case BM_MLP_SMALL:
-        bm_begin(n, bm_model_names[which], batch, training, 784, 1, 1);
-        bm_dense(n, 256);
-        bm_dense(n, 128);
-        bm_dense(n, 10);
-        break;
-    case BM_MLP_LARGE:
-        bm_begin(n, bm_model_names[which], batch, training, 4096, 1, 1);
-        bm_dense(n, 4096);
-        bm_dense(n, 4096);
-        bm_dense(n, 1000);
-        break;
-    case BM_LENET:
-        bm_begin(n, bm_model_names[which], batch, training, 1, 28, 28);
-        bm_conv(n, 6, 5, 1, false);
-        bm_pool(n, 2, 2);
-        bm_conv_valid(n, 16, 5);
-        bm_pool(n, 2, 2);
-        bm_dense(n, 120);
-        bm_dense(n, 84);
-        bm_dense(n, 10);
-        break;
-    case BM_CIFAR_CNN:
-        bm_begin(n, bm_model_names[which], batch, training, 3, 32, 32);
-        bm_conv(n, 32, 3, 1, false);
-        bm_conv(n, 32, 3, 1, false);
-        bm_pool(n, 2, 2);
-        bm_conv(n, 64, 3, 1, false);
-        bm_conv(n, 64, 3, 1, false);
-        bm_pool(n, 2, 2);
-        bm_dense(n, 512);
-        bm_dense(n, 10);
-        break;
-    case BM_RESNET50: {
-        bm_begin(n, bm_model_names[which], batch, training, 3, 224, 224);
-        bm_conv(n, 64, 7, 2, true);
-        n->h = (n->h + 2 - 3) / 2 + 1; /* 3x3/2 max pool, padded */
-        n->w = (n->w + 2 - 3) / 2 + 1;
-        n->x = bm_fwd(n, &n->x, 1, n->c * n->h * n->w, NULL, 0);
-        const uint64_t widths[4] = {64, 128, 256, 512}, blocks[4] = {3, 4, 6, 3};
-        for (int s = 0; s < 4; s++)
-            for (uint64_t b = 0; b < blocks[s]; b++)
-                bm_bottleneck(n, widths[s], b == 0 && s > 0 ? 2 : 1, b == 0);
-        bm_global_pool(n);
-        bm_dense(n, 1000);
-        break;
-    }
-    case BM_VGG16: {
-        bm_begin(n, bm_model_names[which], batch, training, 3, 224, 224);
-        const uint64_t cfg[] = {64, 64,  0,   128, 128, 0,   256, 256, 256,
-                                0,  512, 512, 512, 0,   512, 512, 512, 0};
-        for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
-            if (cfg[i])
-                bm_conv(n, cfg[i], 3, 1, false);
-            else
-                bm_pool(n, 2, 2);
-        }
-        bm_dense(n, 4096);
-        bm_dense(n, 4096);
-        bm_dense(n, 1000);
-        break;
-    }
-    default:
+    if (which < 0 || which >= BM_N_MODELS)
         abort();
-    }
-    bm_softmax(n);
+    bm_zoo z = {.n = n, .name = bm_model_names[which], .batch = batch, .training = training};
+    const sl_zoo_builder b = {.ctx = &z,
+                              .input = bm_zoo_input,
+                              .conv = bm_zoo_conv,
+                              .maxpool = bm_zoo_maxpool,
+                              .global_avgpool = bm_zoo_global_avgpool,
+                              .fc = bm_zoo_fc,
+                              .residual_begin = bm_zoo_residual_begin,
+                              .residual_shortcut = bm_zoo_residual_shortcut,
+                              .residual_end = bm_zoo_residual_end,
+                              .loss = bm_zoo_loss};
+    if (sl_zoo_build(bm_zoo_names[which], &b) != 0)
+        abort(); /* a name the zoo lacks: a table bug */
     if (training)
         bm_backward(n);
 }

@@ -4,7 +4,7 @@
  *   sim_models [--json FILE]
  *
  * For each case it builds the op list of one fp32 training iteration
- * (eval/graphs.c, shared with the simulator's computed profiles)
+ * (eval/lib/graphs.c, shared with the simulator's computed profiles)
  * (forward, backward and the SGD update of every parameter) from the op
  * registry, validating every op's shapes with sl_op_infer, and sums the
  * virtual-time model (sl_sim_op_timing) on the case's device profile: one
@@ -53,7 +53,7 @@ static const bench_case cases[] = {
      "u39kun/deep-learning-benchmark README (TensorFlow 1.5, Tesla V100, FP32, batch 16): "
      "71.7 ms per forward+backward"},
     {"p100_salus_resnet50", "resnet50", "p100", 50, 622.487 / 2665 * 1e3, false,
-     "Salus artifact tests/workloads.csv (shared/data/salus-workloads.csv), resnet50_50_10min: "
+     "Salus artifact tests/workloads.csv (eval/data/salus-workloads.csv), resnet50_50_10min: "
      "622.487 s / 2665 iterations, TF 1.x tf_cnn_benchmarks on a P100-class GPU"},
     {"p100_salus_vgg16", "vgg16", "p100", 50, 610.119 / 1693 * 1e3, true,
      "Salus artifact, vgg16_50_10min: 610.119 s / 1693 iterations"},

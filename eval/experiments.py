@@ -6,8 +6,9 @@ by the eval test suite (every experiment at a tiny scale).
 Which experiments exist is meson's to say, in one place each:
   - the full runs are the meson benchmarks named eval_* (or in suite 'eval'),
     read from BUILD/meson-info/intro-benchmarks.json;
-  - the tiny runs are the `eval_tiny` dictionary in eval/meson.build (BENCH
-    name -> executable, tiny arguments), one meson test 'tiny-NAME' each;
+  - the tiny runs are the `eval_tiny` dictionary built in eval/meson.build
+    from its `eval_drivers` table (BENCH name -> executable, tiny
+    arguments), one meson test 'tiny-NAME' each;
     test 'eval-coverage' fails while a benchmark has no tiny run.
 
   experiments.py list BUILD                    the eval benchmarks, one a line
@@ -42,7 +43,9 @@ PLOTS = os.path.join(HERE, "plots")
 
 
 def is_eval(bench):
-    return bench["name"].startswith("eval_") or "eval" in bench.get("suite", [])
+    # meson names a suite "PROJECT:SUITE" in its introspection
+    suites = [s.split(":")[-1] for s in bench.get("suite", [])]
+    return bench["name"].startswith("eval_") or "eval" in suites
 
 
 def benchmarks(build):

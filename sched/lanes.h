@@ -1,6 +1,6 @@
 /* The lane hand-off: which iteration starts on which lane, and when a lane
  * is busy or idle, for salusd's executor (server/executor.c) and the
- * simulator (eval/sim.c) alike. It joins the two libraries a lane belongs
+ * simulator (eval/lib/evsim.c) alike. It joins the two libraries a lane belongs
  * to: the scheduler (sched/scheduler.h) picks whose iteration runs next on
  * a lane; the memory manager (memory/manager.h) must know which lanes are
  * busy (busy lanes never move or shrink). The order of those calls is the
@@ -57,7 +57,7 @@ typedef struct sl_lanes_start {
     bool new_serial; /* the lane id names a new lane since its last start */
     /* Whose iteration ran last on the lane, 0 = none since it began: the
      * start is a switch when it differs from job->id (a caller that models
-     * the cost of a switch, eval/sim.c, charges it here). */
+     * the cost of a switch, eval/lib/evsim.c, charges it here). */
     uint64_t prev_job_id;
     /* The switch gap recorded (sl_sched_note_gap) runs from the later of
      * the lane's idle time and ready_ns to launched_ns. The start callback

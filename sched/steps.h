@@ -1,6 +1,6 @@
 /* Op-level dispatch of low-priority (lp) iterations beside high-priority
  * (hp) jobs, for salusd's executor (server/stepwise.c) and the simulator
- * (eval/sim.c) alike. Under a policy with SL_POLICY_STEPWISE, while hp jobs
+ * (eval/lib/evsim.c) alike. Under a policy with SL_POLICY_STEPWISE, while hp jobs
  * exist, an lp iteration goes op by op ("steps"), and at most one lp step
  * is on the device at a time, device-wide, whatever the number of lp lanes:
  * an hp iteration then waits for at most one lp step. With

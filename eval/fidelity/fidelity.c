@@ -4,7 +4,7 @@
  *         streams sleep for the modeled durations), one real client process
  *         per job (libsalusclient over ipc://), each started at the job's
  *         arrival time on the wall clock;
- *   sim:  the discrete-event simulator (eval/sim.h) on the same jobs.
+ *   sim:  the discrete-event simulator (eval/lib/evsim.h) on the same jobs.
  * The figure compared is the ratio of average JCTs between policies
  * (first policy / each other policy): a simulator that is to predict which
  * policy wins, and by how much, must get that ratio right even where its
@@ -44,7 +44,7 @@
  * with error = |ratio_real / ratio_sim - 1|, the largest over the policies
  * compared with the first. */
 #include "cli.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sim/sim.h"
 #include "sl_alloc.h"
@@ -54,7 +54,6 @@
 #include <salus/salus.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -542,141 +541,218 @@ static int write_json(const char *path, const json_in *in)
     return fclose(f) == 0 ? 0 : -1;
 }
 
-static void usage(FILE *f, const char *argv0)
+static const char usage[] =
+    "usage: %s [--salusd PATH] [--jobs N] [--seed S] [--scale-s X] "
+    "[--interarrival-min X]\n"
+    "          [--policies fifo,srtf] [--variant paper|salus] [--gpu PROFILE] "
+    "[--sim-only]\n"
+    "          [--json FILE] [--tiny] [--max-error X] [--verbose]\n"
+    "Replays a scaled-down training trace through a real salusd --device sim:GPU with\n"
+    "one client process per job, and through the simulator; compares the average-JCT\n"
+    "ratio between the first policy and each other one. Defaults: 12 jobs, seed 1,\n"
+    "0.5 s per paper minute, an arrival every 2 scaled minutes on average, fifo,srtf,\n"
+    "the paper variant (--strict --spread-limit 0), p100. --tiny: 10 jobs, 0.1 s per\n"
+    "minute. --sim-only skips the real run. --max-error X: exit 1 when the error is\n"
+    "over X (tests). --verbose: every real job's figures on stderr.\n";
+
+typedef struct options {
+    sl_cli_common c;
+    const char *salusd, *policy_list, *variant;
+    size_t n_jobs;
+    double scale_s, interarrival_min;
+    bool sim_only, verbose, paper;
+    double max_error; /* < 0: no limit */
+    char plist[128];
+    char *policies[MAX_POLICIES];
+    size_t n_pol;
+} options;
+
+/* Both sides' figures per policy (NaN on the real side when sim-only). */
+typedef struct figures {
+    double sim_jct[MAX_POLICIES][MAX_JOBS], real_jct[MAX_POLICIES][MAX_JOBS],
+        min_run[MAX_POLICIES][MAX_JOBS], setup[MAX_POLICIES][MAX_JOBS];
+    double sim_avg[MAX_POLICIES], real_avg[MAX_POLICIES], sim_mk[MAX_POLICIES],
+        real_mk[MAX_POLICIES];
+    unsigned lanes[MAX_POLICIES];
+    double err, ratio_sim, ratio_real, over_ms;
+} figures;
+
+static bool tiny(void *dst, const char *arg)
 {
-    fprintf(f,
-            "usage: %s [--salusd PATH] [--jobs N] [--seed S] [--scale-s X] "
-            "[--interarrival-min X]\n"
-            "          [--policies fifo,srtf] [--variant paper|salus] [--gpu PROFILE] "
-            "[--sim-only]\n"
-            "          [--json FILE] [--tiny] [--max-error X] [--verbose]\n"
-            "Replays a scaled-down training trace through a real salusd --device sim:GPU with\n"
-            "one client process per job, and through the simulator; compares the average-JCT\n"
-            "ratio between the first policy and each other one. Defaults: 12 jobs, seed 1,\n"
-            "0.5 s per paper minute, an arrival every 2 scaled minutes on average, fifo,srtf,\n"
-            "the paper variant (--strict --spread-limit 0), p100. --tiny: 10 jobs, 0.1 s per\n"
-            "minute. --sim-only skips the real run. --max-error X: exit 1 when the error is\n"
-            "over X (tests). --verbose: every real job's figures on stderr.\n",
-            argv0);
+    (void) arg;
+    options *o = dst;
+    o->n_jobs = 10;
+    o->scale_s = 0.1;
+    return true;
+}
+
+/* The variant and the policy list; 2 (after a line) when they are not
+ * valid, else -1. */
+static int check_options(options *o)
+{
+    o->paper = strcmp(o->variant, "paper") == 0;
+    if (!o->paper && strcmp(o->variant, "salus")) {
+        fprintf(stderr, "fidelity: unknown variant %s (paper or salus)\n", o->variant);
+        return 2;
+    }
+    char *save = NULL;
+    snprintf(o->plist, sizeof o->plist, "%s", o->policy_list);
+    for (char *tok = strtok_r(o->plist, ",", &save); tok && o->n_pol < MAX_POLICIES;
+         tok = strtok_r(NULL, ",", &save))
+        o->policies[o->n_pol++] = tok;
+    if (o->n_pol < 2) {
+        fprintf(stderr, "fidelity: --policies needs two or more, comma-separated\n");
+        return 2;
+    }
+    return -1;
+}
+
+static void print_trace(const options *o, const fjob *jobs)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
+    double solo = 0;
+    for (size_t i = 0; i < o->n_jobs; i++)
+        solo += (double) (jobs[i].iterations * jobs[i].iteration_ns) / 1e9;
+    printf("trace: %zu jobs (1/5/10-minute mix at %.3g s per minute), Poisson arrivals every %.3g "
+           "s on average, seed %llu; %.1f s of work running alone; %s variant on one %s\n",
+           o->n_jobs, o->scale_s, o->interarrival_min * o->scale_s, (unsigned long long) o->c.seed,
+           solo, o->paper ? "paper (--strict --spread-limit 0)" : "salus (defaults)", gpu->name);
+    printf("iteration: one matmul [M,%d]x[%d,%d], modeled on %s (sl_sim_op_time_ns):", DIM_KN,
+           DIM_KN, DIM_KN, gpu->name);
+    for (size_t m = 0; m < 3; m++)
+        for (size_t i = 0; i < o->n_jobs; i++)
+            if (jobs[i].rows == model_rows[m]) {
+                printf(" M=%lld %.2f ms", (long long) model_rows[m], jobs[i].iteration_ns / 1e6);
+                break;
+            }
+    printf("\n");
+}
+
+/* Every policy in the simulator and, unless sim-only, on the real salusd. */
+static int run_policies(const options *o, const char *self, const fjob *jobs, figures *f)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
+    size_t n = o->n_jobs;
+    for (size_t p = 0; p < o->n_pol; p++) {
+        const char *pol = o->policies[p];
+        int rc = run_sim(gpu, pol, o->paper, jobs, n, f->sim_jct[p], &f->sim_mk[p], &f->lanes[p]);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "simulator, %s", pol);
+        f->sim_avg[p] = mean(f->sim_jct[p], n);
+        if (o->sim_only) {
+            f->real_avg[p] = f->real_mk[p] = NAN;
+            for (size_t i = 0; i < n; i++)
+                f->real_jct[p][i] = f->min_run[p][i] = f->setup[p][i] = NAN;
+            continue;
+        }
+        fprintf(stderr, "fidelity: real %s: salusd %s, %zu client processes\n", pol, o->salusd, n);
+        if (run_real(self, o->salusd, gpu->name, pol, o->paper, o->verbose, jobs, n, f->real_jct[p],
+                     f->min_run[p], f->setup[p], &f->real_mk[p]) != 0)
+            return 1;
+        f->real_avg[p] = mean(f->real_jct[p], n);
+    }
+    return -1;
+}
+
+/* The table, and the ratios of the worst pair into f. */
+static void compare(const options *o, figures *f)
+{
+    printf("%-6s %12s %12s %12s %12s %10s %10s %9s\n", "policy", "sim_avg_s", "real_avg_s",
+           "sim_mksp_s", "real_mksp_s", "ratio_sim", "ratio_real", "sim_lanes");
+    for (size_t p = 0; p < o->n_pol; p++) {
+        double rs = f->sim_avg[0] / f->sim_avg[p], rr = f->real_avg[0] / f->real_avg[p];
+        printf("%-6s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f %9u\n", o->policies[p],
+               f->sim_avg[p], f->real_avg[p], f->sim_mk[p], f->real_mk[p], rs, rr, f->lanes[p]);
+        double e = fabs(rr / rs - 1);
+        if (p == 1 || e > f->err || isnan(e)) { /* the worst pair; NaN when sim-only */
+            f->err = e;
+            f->ratio_sim = rs;
+            f->ratio_real = rr;
+        }
+    }
+}
+
+/* What the simulator does not model: the client-observed iteration
+ * against the modeled one (RPC, executor, stream wake-up), measured on the
+ * iterations that ran alone (the fastest of a job, when under 1.5x the
+ * modeled time: a job sharing the device with another lane for all its
+ * iterations never ran alone); and the client's set-up: a real client
+ * creates its tensors and registers its graph between the session's
+ * admission (when the scheduler learns of the job) and its first request,
+ * where the simulated client sends its first request client_gap_ns after
+ * admission (a strict policy that picks a newly admitted job holds the
+ * lane idle for that long). */
+static void print_unmodeled(const options *o, const fjob *jobs, figures *f)
+{
+    static double over[MAX_POLICIES * MAX_JOBS], su[MAX_POLICIES * MAX_JOBS];
+    size_t n_over = 0, n_su = 0;
+    for (size_t p = 0; p < o->n_pol && !o->sim_only; p++)
+        for (size_t i = 0; i < o->n_jobs; i++) {
+            if (f->min_run[p][i] < 1.5 * (double) jobs[i].iteration_ns / 1e9)
+                over[n_over++] = f->min_run[p][i] - (double) jobs[i].iteration_ns / 1e9;
+            su[n_su++] = f->setup[p][i];
+        }
+    f->over_ms = NAN;
+    if (n_over) {
+        qsort(over, n_over, sizeof *over, cmp_double);
+        f->over_ms = over[n_over / 2] * 1e3;
+        printf("real per-iteration overhead (fastest client-observed iteration - modeled, jobs "
+               "that ran alone): median %.3f ms over %zu job runs, min %.3f ms, max %.3f ms\n",
+               f->over_ms, n_over, over[0] * 1e3, over[n_over - 1] * 1e3);
+    }
+    if (n_su) {
+        qsort(su, n_su, sizeof *su, cmp_double);
+        printf("real client set-up (session admitted to first request): median %.2f ms, max %.2f "
+               "ms\n",
+               su[n_su / 2] * 1e3, su[n_su - 1] * 1e3);
+    }
+}
+
+/* The child: one job's client, its report written to FD. */
+static int client_main(char **argv)
+{
+    /* fidelity --client URL FD JOB ROWS ITERATIONS P E */
+    fjob j = {.rows = atoll(argv[5]),
+              .iterations = strtoull(argv[6], NULL, 10),
+              .persistent_bytes = strtoull(argv[7], NULL, 10),
+              .ephemeral = strtoull(argv[8], NULL, 10)};
+    report r = {.job = (uint32_t) atoi(argv[4])};
+    client_job(argv[2], &j, &r);
+    int fd = atoi(argv[3]);
+    return write(fd, &r, sizeof r) == (ssize_t) sizeof r && r.rc == SALUS_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
-    sl_cli_init(argv[0]);
-    if (argc == 9 && strcmp(argv[1], "--client") == 0) {
-        /* fidelity --client URL FD JOB ROWS ITERATIONS P E */
-        fjob j = {.rows = atoll(argv[5]),
-                  .iterations = strtoull(argv[6], NULL, 10),
-                  .persistent_bytes = strtoull(argv[7], NULL, 10),
-                  .ephemeral = strtoull(argv[8], NULL, 10)};
-        report r = {.job = (uint32_t) atoi(argv[4])};
-        client_job(argv[2], &j, &r);
-        int fd = atoi(argv[3]);
-        return write(fd, &r, sizeof r) == (ssize_t) sizeof r && r.rc == SALUS_OK ? 0 : 1;
-    }
-    const char *salusd = getenv("SALUSD") ? getenv("SALUSD") : SL_SALUSD, *json_path = NULL,
-               *gpu_name = "p100", *policy_list = "fifo,srtf", *variant = "paper";
-    size_t n_jobs = 12;
-    uint64_t seed = 1;
-    double scale_s = 0.5, interarrival_min = 2;
-    bool sim_only = false, verbose = false;
-    double max_error = -1; /* < 0: no limit */
-    static const struct option longopts[] = {{"salusd", required_argument, NULL, 'd'},
-                                             {"jobs", required_argument, NULL, 'n'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"scale-s", required_argument, NULL, 'x'},
-                                             {"interarrival-min", required_argument, NULL, 'i'},
-                                             {"policies", required_argument, NULL, 'p'},
-                                             {"variant", required_argument, NULL, 'v'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"sim-only", no_argument, NULL, 'S'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"max-error", required_argument, NULL, 'e'},
-                                             {"verbose", no_argument, NULL, 'V'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch;
-         (ch = getopt_long(argc, argv, "d:n:s:x:i:p:v:g:Sj:te:Vh", longopts, NULL)) != -1;) {
-        switch (ch) {
-        case 'd':
-            salusd = optarg;
-            break;
-        case 'n':
-            if (!sl_cli_size("--jobs", optarg, 2, MAX_JOBS, &n_jobs))
-                return 2;
-            break;
-        case 's':
-            if (!sl_cli_seed("--seed", optarg, &seed))
-                return 2;
-            break;
-        case 'x':
-            if (!sl_cli_double_above("--scale-s", optarg, 0, 60, &scale_s))
-                return 2;
-            break;
-        case 'i':
-            if (!sl_cli_double("--interarrival-min", optarg, 0, 1e4, &interarrival_min))
-                return 2;
-            break;
-        case 'p':
-            policy_list = optarg;
-            break;
-        case 'v':
-            variant = optarg;
-            break;
-        case 'g':
-            gpu_name = optarg;
-            break;
-        case 'S':
-            sim_only = true;
-            break;
-        case 'j':
-            json_path = optarg;
-            break;
-        case 't':
-            n_jobs = 10;
-            scale_s = 0.1;
-            break;
-        case 'e':
-            if (!sl_cli_double("--max-error", optarg, 0, 100, &max_error))
-                return 2;
-            break;
-        case 'V':
-            verbose = true;
-            break;
-        case 'h':
-            usage(stdout, argv[0]);
-            return 0;
-        default:
-            usage(stderr, argv[0]);
-            return 2;
-        }
-    }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    bool paper = strcmp(variant, "paper") == 0;
-    const sl_sim_profile *gpu;
-    if (sl_sim_profile_find(gpu_name, &gpu) != SL_OK || (!paper && strcmp(variant, "salus"))) {
-        fprintf(stderr, "fidelity: unknown GPU profile %s or variant %s (paper or salus)\n",
-                gpu_name, variant);
-        return 2;
-    }
-    char plist[128], *policies[MAX_POLICIES], *save = NULL;
-    size_t n_pol = 0;
-    snprintf(plist, sizeof plist, "%s", policy_list);
-    for (char *tok = strtok_r(plist, ",", &save); tok && n_pol < MAX_POLICIES;
-         tok = strtok_r(NULL, ",", &save))
-        policies[n_pol++] = tok;
-    if (n_pol < 2) {
-        fprintf(stderr, "fidelity: --policies needs two or more, comma-separated\n");
-        return 2;
-    }
+    if (argc == 9 && strcmp(argv[1], "--client") == 0)
+        return client_main(argv);
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU),
+                 .salusd = getenv("SALUSD") ? getenv("SALUSD") : SL_SALUSD,
+                 .policy_list = "fifo,srtf",
+                 .variant = "paper",
+                 .n_jobs = 12,
+                 .scale_s = 0.5,
+                 .interarrival_min = 2,
+                 .max_error = -1};
+    const sl_cli_opt opts[] = {
+        {"salusd", SL_CLI_STR, &o.salusd, 0, 0, NULL},
+        {"jobs", SL_CLI_SIZE, &o.n_jobs, 2, MAX_JOBS, NULL},
+        {"scale-s", SL_CLI_ABOVE, &o.scale_s, 0, 60, NULL},
+        {"interarrival-min", SL_CLI_DOUBLE, &o.interarrival_min, 0, 1e4, NULL},
+        {"policies", SL_CLI_STR, &o.policy_list, 0, 0, NULL},
+        {"variant", SL_CLI_STR, &o.variant, 0, 0, NULL},
+        {"sim-only", SL_CLI_SET, &o.sim_only, 0, 0, NULL},
+        {"tiny", SL_CLI_CALL, &o, 0, 0, tiny},
+        {"max-error", SL_CLI_DOUBLE, &o.max_error, 0, 100, NULL},
+        {"verbose", SL_CLI_SET, &o.verbose, 0, 0, NULL},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN || (st = check_options(&o)) >= 0)
+        return st;
     fjob jobs[MAX_JOBS];
-    int rc = make_trace(gpu, n_jobs, seed, scale_s, interarrival_min, jobs);
-    if (rc != SL_OK) {
-        fprintf(stderr, "fidelity: cannot build the trace: %s\n", sl_strerror(rc));
-        return 1;
-    }
+    int rc = make_trace(o.c.gpu, o.n_jobs, o.c.seed, o.scale_s, o.interarrival_min, jobs);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "cannot build the trace");
     char self[512];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) {
@@ -684,113 +760,27 @@ int main(int argc, char **argv)
         return 1;
     }
     self[sl] = 0;
-    double solo = 0;
-    for (size_t i = 0; i < n_jobs; i++)
-        solo += (double) (jobs[i].iterations * jobs[i].iteration_ns) / 1e9;
-    printf("trace: %zu jobs (1/5/10-minute mix at %.3g s per minute), Poisson arrivals every %.3g "
-           "s on average, seed %llu; %.1f s of work running alone; %s variant on one %s\n",
-           n_jobs, scale_s, interarrival_min * scale_s, (unsigned long long) seed, solo,
-           paper ? "paper (--strict --spread-limit 0)" : "salus (defaults)", gpu->name);
-    printf("iteration: one matmul [M,%d]x[%d,%d], modeled on %s (sl_sim_op_time_ns):", DIM_KN,
-           DIM_KN, DIM_KN, gpu->name);
-    for (size_t m = 0; m < 3; m++)
-        for (size_t i = 0; i < n_jobs; i++)
-            if (jobs[i].rows == model_rows[m]) {
-                printf(" M=%lld %.2f ms", (long long) model_rows[m], jobs[i].iteration_ns / 1e6);
-                break;
-            }
-    printf("\n");
-
-    double sim_jct[MAX_POLICIES][MAX_JOBS], real_jct[MAX_POLICIES][MAX_JOBS],
-        min_run[MAX_POLICIES][MAX_JOBS], setup[MAX_POLICIES][MAX_JOBS];
-    double sim_avg[MAX_POLICIES], real_avg[MAX_POLICIES], sim_mk[MAX_POLICIES],
-        real_mk[MAX_POLICIES];
-    unsigned lanes[MAX_POLICIES];
-    for (size_t p = 0; p < n_pol; p++) {
-        rc = run_sim(gpu, policies[p], paper, jobs, n_jobs, sim_jct[p], &sim_mk[p], &lanes[p]);
-        if (rc != SL_OK) {
-            fprintf(stderr, "fidelity: simulator, %s: %s\n", policies[p], sl_strerror(rc));
-            return 1;
-        }
-        sim_avg[p] = mean(sim_jct[p], n_jobs);
-        if (sim_only) {
-            real_avg[p] = real_mk[p] = NAN;
-            for (size_t i = 0; i < n_jobs; i++)
-                real_jct[p][i] = min_run[p][i] = setup[p][i] = NAN;
-            continue;
-        }
-        fprintf(stderr, "fidelity: real %s: salusd %s, %zu client processes\n", policies[p], salusd,
-                n_jobs);
-        if (run_real(self, salusd, gpu->name, policies[p], paper, verbose, jobs, n_jobs,
-                     real_jct[p], min_run[p], setup[p], &real_mk[p]) != 0)
-            return 1;
-        real_avg[p] = mean(real_jct[p], n_jobs);
-    }
-
-    printf("%-6s %12s %12s %12s %12s %10s %10s %9s\n", "policy", "sim_avg_s", "real_avg_s",
-           "sim_mksp_s", "real_mksp_s", "ratio_sim", "ratio_real", "sim_lanes");
-    double err = 0, ratio_sim = 0, ratio_real = 0;
-    for (size_t p = 0; p < n_pol; p++) {
-        double rs = sim_avg[0] / sim_avg[p], rr = real_avg[0] / real_avg[p];
-        printf("%-6s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f %9u\n", policies[p], sim_avg[p],
-               real_avg[p], sim_mk[p], real_mk[p], rs, rr, lanes[p]);
-        double e = fabs(rr / rs - 1);
-        if (p == 1 || e > err || isnan(e)) { /* the worst pair; NaN when sim-only */
-            err = e;
-            ratio_sim = rs;
-            ratio_real = rr;
-        }
-    }
-    /* What the simulator does not model: the client-observed iteration
-     * against the modeled one (RPC, executor, stream wake-up). Measured on
-     * the iterations that ran alone (the fastest of a job, when under 1.5x
-     * the modeled time: a job sharing the device with another lane for all
-     * its iterations never ran alone). */
-    double over[MAX_POLICIES * MAX_JOBS];
-    size_t n_over = 0;
-    for (size_t p = 0; p < n_pol && !sim_only; p++)
-        for (size_t i = 0; i < n_jobs; i++)
-            if (min_run[p][i] < 1.5 * (double) jobs[i].iteration_ns / 1e9)
-                over[n_over++] = min_run[p][i] - (double) jobs[i].iteration_ns / 1e9;
-    double over_ms = NAN;
-    if (n_over) {
-        qsort(over, n_over, sizeof *over, cmp_double);
-        over_ms = over[n_over / 2] * 1e3;
-        printf("real per-iteration overhead (fastest client-observed iteration - modeled, jobs "
-               "that ran alone): median %.3f ms over %zu job runs, min %.3f ms, max %.3f ms\n",
-               over_ms, n_over, over[0] * 1e3, over[n_over - 1] * 1e3);
-    }
-    /* The other thing it does not model: a real client creates its tensors
-     * and registers its graph between the session's admission (when the
-     * scheduler learns of the job) and its first request; the simulated
-     * client sends its first request client_gap_ns after admission. A
-     * strict policy that picks a newly admitted job holds the lane idle for
-     * that long. */
-    double su[MAX_POLICIES * MAX_JOBS];
-    size_t n_su = 0;
-    for (size_t p = 0; p < n_pol && !sim_only; p++)
-        for (size_t i = 0; i < n_jobs; i++)
-            su[n_su++] = setup[p][i];
-    if (n_su) {
-        qsort(su, n_su, sizeof *su, cmp_double);
-        printf("real client set-up (session admitted to first request): median %.2f ms, max %.2f "
-               "ms\n",
-               su[n_su / 2] * 1e3, su[n_su - 1] * 1e3);
-    }
-    if (json_path &&
-        write_json(json_path, &(json_in){n_jobs,     seed,      scale_s,  interarrival_min,
-                                         variant,    gpu->name, sim_only, ratio_sim,
-                                         ratio_real, err,       over_ms,  policies,
-                                         n_pol,      jobs,      sim_avg,  real_avg,
-                                         sim_mk,     real_mk,   sim_jct,  real_jct}) != 0) {
-        perror(json_path);
+    print_trace(&o, jobs);
+    static figures f;
+    if ((st = run_policies(&o, self, jobs, &f)) >= 0)
+        return st;
+    compare(&o, &f);
+    print_unmodeled(&o, jobs, &f);
+    if (o.c.json &&
+        write_json(o.c.json, &(json_in){o.n_jobs,     o.c.seed,      o.scale_s,  o.interarrival_min,
+                                        o.variant,    o.c.gpu->name, o.sim_only, f.ratio_sim,
+                                        f.ratio_real, f.err,         f.over_ms,  o.policies,
+                                        o.n_pol,      jobs,          f.sim_avg,  f.real_avg,
+                                        f.sim_mk,     f.real_mk,     f.sim_jct,  f.real_jct}) !=
+            0) {
+        perror(o.c.json);
         return 1;
     }
     printf("BENCH eval_fidelity ratio_sim=%.3f ratio_real=%.3f error=%.3f policies=%s jobs=%zu "
            "scale_s=%.3g overhead_ms=%.3f\n",
-           ratio_sim, ratio_real, err, policy_list, n_jobs, scale_s, over_ms);
-    if (max_error >= 0 && !sim_only && !(err <= max_error)) {
-        fprintf(stderr, "fidelity: error %.3f over --max-error %.3f\n", err, max_error);
+           f.ratio_sim, f.ratio_real, f.err, o.policy_list, o.n_jobs, o.scale_s, f.over_ms);
+    if (o.max_error >= 0 && !o.sim_only && !(f.err <= o.max_error)) {
+        fprintf(stderr, "fidelity: error %.3f over --max-error %.3f\n", f.err, o.max_error);
         return 1;
     }
     return 0;

@@ -1,6 +1,6 @@
 # Job profiles: a VGG or ResNet training iteration as the nn helpers build it, timed
 # on an embedded salusd --device sim:p100 (the device time salusd charges), beside
-# eval/graphs.c's op list on the same profile and the Salus CSV's P100
+# eval/lib/graphs.c's op list on the same profile and the Salus CSV's P100
 # measurement. Data: eval_profiles.rows.dat (profiles --json, "rows").
 name = "eval_profiles"
 load plots . "/common.gnuplot"

@@ -1,6 +1,6 @@
 /* eval/profiles: job profiles from graphs built with the client's nn
  * helpers, on a simulated GPU, set beside the simulator's own op lists
- * (eval/graphs.c) and the Salus artifact's measurements.
+ * (eval/lib/graphs.c) and the Salus artifact's measurements.
  *
  *   profiles [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--tiny]
  *
@@ -39,107 +39,139 @@
 #include "sl_error.h"
 #include "sl_log.h"
 #include "workload.h"
+#include "zoo.h"
 
 #include <salus/salus.h>
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#ifndef SL_EVAL_CSV
-#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
-#endif
-
 #define URL "inproc://salus-profiles"
 #define MAX_ROWS 32
 #define MAX_ITERS 64
 
-/* The networks, as eval/graphs.c builds them, on 224 x 224 RGB inputs with
- * 1000 classes. VGG: Simonyan & Zisserman 2015, Table 1, 3x3 convolutions
- * per stage (n[s]), each stage ending in a 2x2 max pool, then three fully
- * connected layers. ResNet v1: He et al. 2016, Table 1, bottleneck blocks
- * per stage (n[s]). */
-static const struct {
-    const char *name;
-    bool resnet;
-    int n[5];
-} nets[] = {{"vgg11", false, {1, 1, 2, 2, 2}},  {"vgg16", false, {2, 2, 3, 3, 3}},
-            {"vgg19", false, {2, 2, 4, 4, 4}},  {"resnet50", true, {3, 4, 6, 3}},
-            {"resnet101", true, {3, 4, 23, 3}}, {"resnet152", true, {3, 8, 36, 3}}};
-
-static const int64_t sample[3] = {3, 224, 224};
-
-static salus_model *build_vgg(const int per_stage[5])
+/* The networks the nn helpers' layers and residual blocks build: the
+ * zoo's VGG and ResNet (v1) families (eval/lib/zoo.h), which eval/lib/graphs.c
+ * times too. */
+static bool nn_builds(const char *model)
 {
-    static const int64_t width[5] = {64, 128, 256, 512, 512};
-    salus_model *m = salus_model_new(3, sample);
-    if (!m)
-        return NULL;
-    for (unsigned s = 0; s < 5; s++) {
-        for (int c = 0; c < per_stage[s]; c++) {
-            salus_model_conv2d(m, width[s], 3, 1, 1);
-            salus_model_relu(m);
-        }
-        salus_model_maxpool(m, 2, 2);
-    }
-    salus_model_flatten(m);
-    salus_model_dense(m, 4096);
-    salus_model_relu(m);
-    salus_model_dense(m, 4096);
-    salus_model_relu(m);
-    salus_model_dense(m, 1000);
-    return m; /* a layer error stays in the model: compile reports it */
+    enum sl_zoo_family f = sl_zoo_family(model);
+    return (f == SL_ZOO_VGG || f == SL_ZOO_RESNET) && strcmp(model, "resnet50_v1.5") != 0;
 }
 
-/* A ResNet v1 bottleneck: 1x1 (stride here, v1), 3x3, 1x1 convolutions with
- * batch norm, the shortcut projected by a strided 1x1 convolution with
- * batch norm where the shape changes, the sum through a ReLU. */
-static void bottleneck(salus_model *m, int64_t mid, int64_t out, int64_t stride, bool project)
+/* The zoo's layers through the nn helpers. A layer error stays in the
+ * model: compile reports it. The helpers' pools have no padding: ResNet's
+ * stem pool gives 55 x 55 where graphs.c's padded one gives 56 x 56 (the
+ * first strided block brings both to 28 x 28), so the spatial size is
+ * followed here for the global average pool. */
+typedef struct nn {
+    salus_model *m;
+    int64_t h, in_h, main_h; /* spatial size; a residual block's input's, main path's */
+    bool flat;
+    bool shortcut; /* the projection's first layer calls residual_shortcut */
+} nn;
+
+static void nn_input(void *ctx, int64_t c, int64_t h, int64_t w)
 {
-    salus_model_residual_begin(m);
-    salus_model_conv2d_ex(m, mid, 1, stride, 0, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    salus_model_relu(m);
-    salus_model_conv2d_ex(m, mid, 3, 1, 1, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    salus_model_relu(m);
-    salus_model_conv2d_ex(m, out, 1, 1, 0, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    if (project) {
-        salus_model_residual_shortcut(m);
-        salus_model_conv2d_ex(m, out, 1, stride, 0, SALUS_CONV_NO_BIAS);
-        salus_model_batchnorm(m);
-    }
-    salus_model_residual_end(m);
-    salus_model_relu(m);
+    nn *b = ctx;
+    const int64_t sample[3] = {c, h, w};
+    b->m = salus_model_new(3, sample);
+    b->h = h;
 }
 
-/* The stem's 3x3 max pool has no padding here (the nn helpers' pools have
- * none): 55 x 55 after it where graphs.c's padded pool gives 56 x 56; the
- * first strided block brings both to 28 x 28. Every convolution is
- * followed by a batch norm and has no bias (tf_cnn_benchmarks', graphs.c's
- * and torchvision's ResNets alike). */
-static salus_model *build_resnet(const int blocks[4])
+static void nn_conv(void *ctx, const sl_zoo_conv *c)
 {
-    static const int64_t mid[4] = {64, 128, 256, 512}, out[4] = {256, 512, 1024, 2048},
-                         stride[4] = {1, 2, 2, 2};
-    salus_model *m = salus_model_new(3, sample);
-    if (!m)
+    nn *b = ctx;
+    if (b->shortcut)
+        salus_model_residual_shortcut(b->m);
+    b->shortcut = false;
+    if (c->bn) {
+        salus_model_conv2d_ex(b->m, c->out, c->k, c->stride, c->pad, SALUS_CONV_NO_BIAS);
+        salus_model_batchnorm(b->m);
+    } else {
+        salus_model_conv2d(b->m, c->out, c->k, c->stride, c->pad);
+    }
+    if (c->relu)
+        salus_model_relu(b->m);
+    b->h = (b->h + 2 * c->pad - c->k) / c->stride + 1;
+}
+
+static void nn_maxpool(void *ctx, int64_t k, int64_t stride, int64_t pad)
+{
+    (void) pad; /* the helpers' pools have none */
+    nn *b = ctx;
+    salus_model_maxpool(b->m, k, stride);
+    b->h = (b->h - k) / stride + 1;
+}
+
+static void nn_global_avgpool(void *ctx)
+{
+    nn *b = ctx;
+    salus_model_avgpool(b->m, b->h, b->h);
+    b->h = 1;
+}
+
+static void nn_fc(void *ctx, int64_t out, bool relu)
+{
+    nn *b = ctx;
+    if (!b->flat)
+        salus_model_flatten(b->m);
+    b->flat = true;
+    salus_model_dense(b->m, out);
+    if (relu)
+        salus_model_relu(b->m);
+}
+
+static void nn_residual_begin(void *ctx)
+{
+    nn *b = ctx;
+    salus_model_residual_begin(b->m);
+    b->in_h = b->h;
+}
+
+static void nn_residual_shortcut(void *ctx)
+{
+    nn *b = ctx;
+    b->shortcut = true;
+    b->main_h = b->h;
+    b->h = b->in_h;
+}
+
+static void nn_residual_end(void *ctx)
+{
+    nn *b = ctx;
+    b->shortcut = false;
+    salus_model_residual_end(b->m);
+    salus_model_relu(b->m);
+    b->h = b->main_h;
+}
+
+static void nn_loss(void *ctx)
+{
+    (void) ctx; /* salus_model_compile adds it */
+}
+
+/* The zoo's network model as an nn model (NULL out of memory). An identity
+ * shortcut is a residual block without residual_shortcut. */
+static salus_model *build_nn(const char *model)
+{
+    nn b = {0};
+    const sl_zoo_builder zb = {.ctx = &b,
+                               .input = nn_input,
+                               .conv = nn_conv,
+                               .maxpool = nn_maxpool,
+                               .global_avgpool = nn_global_avgpool,
+                               .fc = nn_fc,
+                               .residual_begin = nn_residual_begin,
+                               .residual_shortcut = nn_residual_shortcut,
+                               .residual_end = nn_residual_end,
+                               .loss = nn_loss};
+    if (sl_zoo_build(model, &zb) != SL_OK)
         return NULL;
-    salus_model_conv2d_ex(m, 64, 7, 2, 3, SALUS_CONV_NO_BIAS);
-    salus_model_batchnorm(m);
-    salus_model_relu(m);
-    salus_model_maxpool(m, 3, 2);
-    for (unsigned s = 0; s < 4; s++)
-        for (int b = 0; b < blocks[s]; b++)
-            bottleneck(m, mid[s], out[s], b == 0 ? stride[s] : 1, b == 0);
-    salus_model_avgpool(m, 7, 7); /* global: 7 x 7 -> 1 x 1 */
-    salus_model_flatten(m);
-    salus_model_dense(m, 1000);
-    return m;
+    return b.m;
 }
 
 typedef struct row {
@@ -202,9 +234,8 @@ static double attained_ns(salus_client *c, uint64_t id)
     return ns;
 }
 
-/* Compiles and trains nets[k] at batch on the embedded salusd. */
-static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsigned batch,
-                      int iters, row *r)
+/* Compiles and trains r->model at batch on the embedded salusd. */
+static int profile_nn(salus_client *c, const sl_sim_profile *gpu, unsigned batch, int iters, row *r)
 {
     salus_session *s; /* a session of its own, as a job has: closing it frees the model */
     int rc = salus_session_open(c, NULL, &s);
@@ -212,7 +243,7 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
         fprintf(stderr, "profiles: %s: opening a session: %s\n", r->model, salus_last_error(c));
         return rc;
     }
-    salus_model *m = nets[k].resnet ? build_resnet(nets[k].n) : build_vgg(nets[k].n);
+    salus_model *m = build_nn(r->model);
     if (!m) {
         salus_session_close(s);
         return SL_ENOMEM;
@@ -271,86 +302,35 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, size_t k, unsi
     return rc;
 }
 
-static void usage(const char *argv0)
-{
-    fprintf(stderr,
-            "usage: %s [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--out FILE] "
-            "[--tiny]\n"
-            "  VGG and ResNet job profiles from the nn helpers on an embedded salusd --device "
-            "sim:PROFILE,\n"
-            "  beside eval/graphs.c's op lists and the Salus CSV's measurements\n"
-            "defaults: p100, 3 counted steps per row (a first one is not counted), every VGG\n"
-            "and ResNet row of the CSV; --tiny: the first VGG and ResNet rows, 1 counted step\n",
-            argv0);
-}
+static const char usage[] =
+    "usage: %s [--gpu PROFILE] [--iters N] [--csv FILE] [--json FILE] [--out FILE] "
+    "[--tiny]\n"
+    "  VGG and ResNet job profiles from the nn helpers on an embedded salusd --device "
+    "sim:PROFILE,\n"
+    "  beside eval/lib/graphs.c's op lists and the Salus CSV's measurements\n"
+    "defaults: p100, 3 counted steps per row (a first one is not counted), every VGG\n"
+    "and ResNet row of the CSV; --tiny: the first VGG and ResNet rows, 1 counted step\n";
 
-int main(int argc, char **argv)
-{
-    const char *gpu_name = "p100", *csv = SL_EVAL_CSV, *json = NULL, *out = NULL;
-    int iters = 3;
-    bool tiny = false;
-    static const struct option longs[] = {
-        {"gpu", required_argument, NULL, 'g'}, {"iters", required_argument, NULL, 'i'},
-        {"csv", required_argument, NULL, 'c'}, {"json", required_argument, NULL, 'o'},
-        {"out", required_argument, NULL, 'O'}, {"tiny", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0}};
-    for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
-        uint64_t v;
-        switch (c) {
-        case 'g':
-            gpu_name = optarg;
-            break;
-        case 'i':
-            if (!sl_cli_u64("--iters", optarg, 1, MAX_ITERS, &v))
-                return 2;
-            iters = (int) v;
-            break;
-        case 'c':
-            csv = optarg;
-            break;
-        case 'o':
-            json = optarg;
-            break;
-        case 'O':
-            out = optarg;
-            break;
-        case 't':
-            tiny = true;
-            break;
-        case 'h':
-            usage(argv[0]);
-            return 0;
-        default:
-            usage(argv[0]);
-            return 2;
-        }
-    }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    if (tiny)
-        iters = 1;
-    const sl_sim_profile *gpu;
-    if (!sl_cli_gpu(gpu_name, &gpu))
-        return 2;
-    sl_eval_workload *w = NULL;
-    size_t n_w = 0;
-    int rc = sl_eval_workloads_load(csv, &w, &n_w);
-    if (rc != SL_OK) {
-        fprintf(stderr, "profiles: cannot load %s: %s\n", csv, sl_strerror(rc));
-        return 1;
-    }
+typedef struct options {
+    sl_cli_common c;
+    const char *out;
+    unsigned iters;
+    bool tiny;
+} options;
 
-    /* the rows: every (network, batch) of the CSV once, in file order */
-    row rows[MAX_ROWS];
+/* The rows: every (network, batch) of the CSV once, in file order (with
+ * --tiny a VGG and a ResNet row). Returns how many. */
+static size_t pick_rows(const options *o, const sl_eval_workload *w, size_t n_w, row *rows)
+{
     size_t n = 0;
-    bool family_seen[2] = {false, false}; /* --tiny: a VGG and a ResNet row */
+    bool family_seen[2] = {false, false};
     for (size_t i = 0; i < n_w && n < MAX_ROWS; i++) {
         bool built = false, seen = false;
-        for (size_t k = 0; k < sizeof nets / sizeof *nets; k++)
-            if (strcmp(w[i].model, nets[k].name) == 0) {
-                built = !(tiny && family_seen[nets[k].resnet]);
-                family_seen[nets[k].resnet] = true;
-            }
+        if (nn_builds(w[i].model)) {
+            bool resnet = sl_zoo_family(w[i].model) == SL_ZOO_RESNET;
+            built = !(o->tiny && family_seen[resnet]);
+            family_seen[resnet] = true;
+        }
         for (size_t k = 0; k < n; k++)
             seen |= strcmp(rows[k].model, w[i].model) == 0 && rows[k].batch == w[i].batch;
         if (!built || seen)
@@ -361,6 +341,128 @@ int main(int argc, char **argv)
         snprintf(rows[n].model, sizeof rows[n].model, "%s", w[i].model);
         n++;
     }
+    return n;
+}
+
+/* The ratios over the rows profiled. */
+typedef struct ratios {
+    double tg_min, tg_max, tm_min, tm_max, e_min, e_max;
+    double params_diff; /* the largest, % of graphs.c's */
+    size_t done;
+} ratios;
+
+/* Profiles every row on the embedded salusd and prints the table; false
+ * when a row failed (the others still run). */
+static bool profile_rows(salus_client *c, const options *o, row *rows, size_t n, ratios *q)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
+    bool ok = true;
+    *q = (ratios){.tg_min = INFINITY, .tm_min = INFINITY, .e_min = INFINITY};
+    for (size_t i = 0; i < n; i++) {
+        row *r = &rows[i];
+        fprintf(stderr, "profiles: %s batch %u ...\n", r->model, r->batch);
+        if (profile_nn(c, gpu, r->batch, (int) o->iters, r) != SL_OK) {
+            ok = false;
+            continue;
+        }
+        sl_eval_timeline t;
+        if (sl_eval_timeline_build(r->model, r->batch, gpu, &t) != SL_OK) {
+            fprintf(stderr, "profiles: graphs.c cannot build %s\n", r->model);
+            ok = false;
+            continue;
+        }
+        r->graph_ms = ms(sl_eval_timeline_pipelined_ns(&t)); /* as the sim device runs it */
+        r->graph_param_mib = mib(t.params * 4);
+        sl_eval_timeline_fini(&t);
+        double nn_ms = ms(r->nn_iteration_ns), nn_p = mib(r->nn_persistent),
+               nn_e = mib(r->nn_ephemeral);
+        double tg = nn_ms / r->graph_ms, tm = nn_ms / r->measured_ms,
+               e = nn_e / r->measured_eph_mib;
+        q->tg_min = fmin(q->tg_min, tg), q->tg_max = fmax(q->tg_max, tg);
+        q->tm_min = fmin(q->tm_min, tm), q->tm_max = fmax(q->tm_max, tm);
+        q->e_min = fmin(q->e_min, e), q->e_max = fmax(q->e_max, e);
+        q->params_diff =
+            fmax(q->params_diff, 100 * fabs(nn_p - r->graph_param_mib) / r->graph_param_mib);
+        printf("%-9s %5u %9.2f %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %9.1f %9.1f %9.1f %8.1f\n",
+               r->model, r->batch, nn_ms, r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms, tg,
+               tm, nn_p, r->graph_param_mib, nn_e, r->measured_eph_mib);
+        q->done++;
+    }
+    return ok;
+}
+
+static void write_json(FILE *f, const options *o, const row *rows, size_t n)
+{
+    fprintf(f, "{\"bench\": \"eval_profiles\", \"gpu\": \"%s\", \"iters\": %u, \"rows\": [",
+            o->c.gpu->name, o->iters);
+    for (size_t i = 0, first = 1; i < n; i++) {
+        const row *r = &rows[i];
+        if (r->graph_ms == 0)
+            continue;
+        fprintf(f,
+                "%s\n  {\"label\": \"%s/%u\", \"model\": \"%s\", \"batch\": %u, \"nn_ms\": "
+                "%.4f, \"upload_ms\": "
+                "%.4f, \"step_ms\": %.4f, \"graph_ms\": %.4f, \"measured_ms\": %.4f, "
+                "\"nn_persistent_mib\": %.3f, "
+                "\"graph_persistent_mib\": %.3f, \"nn_ephemeral_mib\": %.3f, "
+                "\"measured_ephemeral_mib\": %.3f}",
+                first ? "" : ",", r->model, r->batch, r->model, r->batch, ms(r->nn_iteration_ns),
+                r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms, mib(r->nn_persistent),
+                r->graph_param_mib, mib(r->nn_ephemeral), r->measured_eph_mib);
+        first = 0;
+    }
+    fprintf(f, "\n]}\n");
+}
+
+/* The profiles, for salus51 --profiles (workload.h). */
+static void write_profiles(FILE *f, const row *rows, size_t n)
+{
+    fprintf(f, "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\n");
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].graph_ms > 0)
+            fprintf(f, "%s,%u,%llu,%llu,%llu\n", rows[i].model, rows[i].batch,
+                    (unsigned long long) rows[i].nn_iteration_ns,
+                    (unsigned long long) rows[i].nn_persistent,
+                    (unsigned long long) rows[i].nn_ephemeral);
+}
+
+/* The report's files: the JSON and the profiles. */
+static bool write_files(const options *o, const row *rows, size_t n)
+{
+    FILE *jf, *pf;
+    if (!sl_cli_create(o->c.json, &jf))
+        return false;
+    if (jf)
+        write_json(jf, o, rows, n);
+    if (!sl_cli_close(jf, o->c.json) || !sl_cli_create(o->out, &pf))
+        return false;
+    if (pf)
+        write_profiles(pf, rows, n);
+    return sl_cli_close(pf, o->out);
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_JSON | SL_CLI_WANT_GPU | SL_CLI_WANT_CSV),
+                 .iters = 3};
+    const sl_cli_opt opts[] = {
+        {"iters", SL_CLI_UINT, &o.iters, 1, MAX_ITERS, NULL},
+        {"out", SL_CLI_STR, &o.out, 0, 0, NULL},
+        {"tiny", SL_CLI_SET, &o.tiny, 0, 0, NULL},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    if (o.tiny)
+        o.iters = 1;
+    const sl_sim_profile *gpu = o.c.gpu;
+    sl_eval_workload *w = NULL;
+    size_t n_w = 0;
+    if (!sl_cli_workloads(&o.c, &w, &n_w))
+        return 1;
+    row rows[MAX_ROWS];
+    size_t n = pick_rows(&o, w, n_w, rows);
+    sl_free(w);
 
     char device[64];
     snprintf(device, sizeof device, "sim:%s", gpu->name);
@@ -381,105 +483,24 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("profiles: VGG and ResNet training iterations from the nn helpers on an embedded salusd "
-           "--device %s (%d counted steps each: nn_ms salusd's device time per iteration, "
-           "step_ms the client's median step), beside eval/graphs.c's op lists on %s and the "
+           "--device %s (%u counted steps each: nn_ms salusd's device time per iteration, "
+           "step_ms the client's median step), beside eval/lib/graphs.c's op lists on %s and the "
            "Salus CSV (P100, measured)\n",
-           device, iters, gpu->name);
+           device, o.iters, gpu->name);
     printf("%-9s %5s %9s %9s %9s %9s %11s %8s %8s %9s %9s %9s %8s\n", "model", "batch", "nn_ms",
            "upload_ms", "step_ms", "graph_ms", "measured_ms", "nn/graph", "nn/meas", "nn_P_MiB",
            "graph_P", "nn_E_MiB", "meas_E");
-    int status = 0;
-    double tg_min = INFINITY, tg_max = 0, tm_min = INFINITY, tm_max = 0, e_min = INFINITY,
-           e_max = 0;
-    double params_diff = 0; /* the largest, % of graphs.c's */
-    size_t done = 0;
-    for (size_t i = 0; i < n; i++) {
-        row *r = &rows[i];
-        size_t k = 0;
-        while (strcmp(nets[k].name, r->model))
-            k++;
-        fprintf(stderr, "profiles: %s batch %u ...\n", r->model, r->batch);
-        if (profile_nn(c, gpu, k, r->batch, iters, r) != SL_OK) {
-            status = 1;
-            continue;
-        }
-        sl_eval_timeline t;
-        if (sl_eval_timeline_build(r->model, r->batch, gpu, &t) != SL_OK) {
-            fprintf(stderr, "profiles: graphs.c cannot build %s\n", r->model);
-            status = 1;
-            continue;
-        }
-        r->graph_ms = ms(sl_eval_timeline_pipelined_ns(&t)); /* as the sim device runs it */
-        r->graph_param_mib = mib(t.params * 4);
-        sl_eval_timeline_fini(&t);
-        double nn_ms = ms(r->nn_iteration_ns), nn_p = mib(r->nn_persistent),
-               nn_e = mib(r->nn_ephemeral);
-        double tg = nn_ms / r->graph_ms, tm = nn_ms / r->measured_ms,
-               e = nn_e / r->measured_eph_mib;
-        tg_min = fmin(tg_min, tg), tg_max = fmax(tg_max, tg);
-        tm_min = fmin(tm_min, tm), tm_max = fmax(tm_max, tm);
-        e_min = fmin(e_min, e), e_max = fmax(e_max, e);
-        params_diff = fmax(params_diff, 100 * fabs(nn_p - r->graph_param_mib) / r->graph_param_mib);
-        printf("%-9s %5u %9.2f %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %9.1f %9.1f %9.1f %8.1f\n",
-               r->model, r->batch, nn_ms, r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms, tg,
-               tm, nn_p, r->graph_param_mib, nn_e, r->measured_eph_mib);
-        done++;
-    }
+    ratios q;
+    bool ok = profile_rows(c, &o, rows, n, &q);
     salus_disconnect(c);
     sl_server_stop(&srv);
-    sl_free(w);
-    if (done == 0) {
+    if (q.done == 0) {
         fprintf(stderr, "profiles: no row profiled\n");
         return 1;
     }
     printf("BENCH eval_profiles rows=%zu time_vs_graph_min=%.3f time_vs_graph_max=%.3f "
            "time_vs_measured_min=%.3f time_vs_measured_max=%.3f params_diff_pct=%.3f "
            "eph_vs_measured_min=%.3f eph_vs_measured_max=%.3f\n",
-           done, tg_min, tg_max, tm_min, tm_max, params_diff, e_min, e_max);
-    if (json) {
-        FILE *f = fopen(json, "w");
-        if (!f) {
-            fprintf(stderr, "profiles: cannot write %s\n", json);
-            return 1;
-        }
-        fprintf(f, "{\"bench\": \"eval_profiles\", \"gpu\": \"%s\", \"iters\": %d, \"rows\": [",
-                gpu->name, iters);
-        for (size_t i = 0, first = 1; i < n; i++) {
-            const row *r = &rows[i];
-            if (r->graph_ms == 0)
-                continue;
-            fprintf(f,
-                    "%s\n  {\"label\": \"%s/%u\", \"model\": \"%s\", \"batch\": %u, \"nn_ms\": "
-                    "%.4f, \"upload_ms\": "
-                    "%.4f, \"step_ms\": %.4f, \"graph_ms\": %.4f, \"measured_ms\": %.4f, "
-                    "\"nn_persistent_mib\": %.3f, "
-                    "\"graph_persistent_mib\": %.3f, \"nn_ephemeral_mib\": %.3f, "
-                    "\"measured_ephemeral_mib\": %.3f}",
-                    first ? "" : ",", r->model, r->batch, r->model, r->batch,
-                    ms(r->nn_iteration_ns), r->upload_ms, r->step_ms, r->graph_ms, r->measured_ms,
-                    mib(r->nn_persistent), r->graph_param_mib, mib(r->nn_ephemeral),
-                    r->measured_eph_mib);
-            first = 0;
-        }
-        fprintf(f, "\n]}\n");
-        if (fclose(f) != 0)
-            status = 1;
-    }
-    if (out) { /* the profiles, for salus51 --profiles (workload.h) */
-        FILE *f = fopen(out, "w");
-        if (!f) {
-            fprintf(stderr, "profiles: cannot write %s\n", out);
-            return 1;
-        }
-        fprintf(f, "model,batch,iteration_ns,persistent_bytes,ephemeral_bytes\n");
-        for (size_t i = 0; i < n; i++)
-            if (rows[i].graph_ms > 0)
-                fprintf(f, "%s,%u,%llu,%llu,%llu\n", rows[i].model, rows[i].batch,
-                        (unsigned long long) rows[i].nn_iteration_ns,
-                        (unsigned long long) rows[i].nn_persistent,
-                        (unsigned long long) rows[i].nn_ephemeral);
-        if (fclose(f) != 0)
-            status = 1;
-    }
-    return status;
+           q.done, q.tg_min, q.tg_max, q.tm_min, q.tm_max, q.params_diff, q.e_min, q.e_max);
+    return write_files(&o, rows, n) && ok ? 0 : 1;
 }

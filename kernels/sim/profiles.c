@@ -18,7 +18,7 @@
  *   with CUDA Graphs" technical blog (a few us per launch), rounded up to
  *   include a framework's per-op dispatch. The same number is the service
  *   time of the device's one launch path (sim.h, sl_sim_psc_submit_ex;
- *   stream.c; eval/sim.c): every stream of one device shares it, so one
+ *   stream.c; eval/lib/evsim.c): every stream of one device shares it, so one
  *   device launches at most one op per launch_ns in all. ASSUMPTION too:
  *   the blog measures kernels launched back to back by one host thread,
  *   i.e. a throughput of one process issuing into one context, which is

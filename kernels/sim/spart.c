@@ -5,7 +5,7 @@
  * quantisation). Granularity: the green-context rule of the profile's
  * architecture (CUDA Driver API, "Green Contexts": 2 SMs in steps of 2 on
  * P100 and V100, 4 in steps of 2 on A100, 8 in steps of 8 on H100 and
- * H200). Not modelled here (eval/pdev.h does): memory bandwidth shared
+ * H200). Not modelled here (eval/lib/pdev.h does): memory bandwidth shared
  * across partitions, and a launch path per partition (every stream still
  * launches through the device's one). A stream bound to none runs on the
  * whole device's resource, which does not see the partitions' load. */

@@ -1,15 +1,20 @@
-/* Tests of the drivers' checked option conversions (eval/cli.h): valid
+/* Tests of the drivers' checked option conversions (eval/lib/cli.h): valid
  * values and both ends of a range, out of range, trailing garbage, empty,
  * white space, signs on integers, past 2^64, inf and nan, open lower
- * bounds, and the one line printed on a rejection. */
+ * bounds, and the one line printed on a rejection; option tables (every
+ * kind, order, the shared options, errors) and the report helpers. */
 #include "sl_test.h"
 
 #include "cli.h"
+#include "sim/profiles.h"
+#include "sl_error.h"
+#include "workload.h"
 
 #include <float.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 /* stderr goes to a temporary file while a test runs, so that the expected
@@ -214,6 +219,196 @@ static void test_messages(void **state)
     assert_string_equal(sl_cli_program(), "eval");
 }
 
+/* A driver's options for the table tests. */
+typedef struct opts {
+    size_t jobs;
+    unsigned gpus;
+    uint64_t n;
+    double x, y;
+    const char *name;
+    bool on, off;
+    int tiny_calls;
+    char list[32];
+} opts;
+
+static bool tiny(void *dst, const char *arg)
+{
+    opts *o = dst;
+    assert_null(arg);
+    o->tiny_calls++;
+    o->jobs = 12;
+    return true;
+}
+
+static bool list(void *dst, const char *arg)
+{
+    opts *o = dst;
+    if (strlen(arg) >= sizeof o->list) {
+        fprintf(stderr, "%s: --list is too long\n", sl_cli_program());
+        return false;
+    }
+    strcpy(o->list, arg);
+    return true;
+}
+
+static const char usage[] = "usage: %s [options]\n";
+
+/* Parses the NULL-ended argv against the test table and common. */
+static int parse(char **argv, sl_cli_common *c, opts *o)
+{
+    const sl_cli_opt table[] = {
+        {"jobs", SL_CLI_SIZE, &o->jobs, 1, 100, NULL},
+        {"gpus", SL_CLI_UINT, &o->gpus, 1, 8, NULL},
+        {"launch-ns", SL_CLI_U64, &o->n, 0, 1e9, NULL},
+        {"x", SL_CLI_DOUBLE, &o->x, 0, 1, NULL},
+        {"y", SL_CLI_ABOVE, &o->y, 0, 1, NULL},
+        {"name", SL_CLI_STR, &o->name, 0, 0, NULL},
+        {"on", SL_CLI_SET, &o->on, 0, 0, NULL},
+        {"no-off", SL_CLI_CLEAR, &o->off, 0, 0, NULL},
+        {"tiny", SL_CLI_CALL, o, 0, 0, tiny},
+        {"list", SL_CLI_CALL_ARG, o, 0, 0, list},
+    };
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    return sl_cli_parse(argc, argv, usage, c, table, sizeof table / sizeof table[0]);
+}
+
+/* Every kind stores what it is given, in the order given. */
+static void test_parse_table(void **state)
+{
+    (void) state;
+    opts o = {.off = true};
+    sl_cli_common c = sl_cli_common_default(0);
+    char *argv[] = {"./drv", "--jobs",   "5",      "--gpus", "3",      "--launch-ns=1000",
+                    "--x",   "0.25",     "--y",    "1",      "--name", "n",
+                    "--on",  "--no-off", "--list", "a,b",    NULL};
+    assert_int_equal(parse(argv, &c, &o), SL_CLI_RUN);
+    assert_string_equal(printed(), "");
+    assert_int_equal(o.jobs, 5);
+    assert_int_equal(o.gpus, 3);
+    assert_int_equal(o.n, 1000);
+    assert_true(o.x == 0.25 && o.y == 1);
+    assert_string_equal(o.name, "n");
+    assert_true(o.on);
+    assert_false(o.off);
+    assert_string_equal(o.list, "a,b");
+    assert_string_equal(sl_cli_program(), "drv");
+
+    /* a call applies where it stands: after --jobs it wins, before it not */
+    opts p = {0};
+    char *late[] = {"drv", "--jobs", "5", "--tiny", NULL};
+    assert_int_equal(parse(late, &c, &p), SL_CLI_RUN);
+    assert_int_equal(p.jobs, 12);
+    char *early[] = {"drv", "--tiny", "--jobs", "5", NULL};
+    assert_int_equal(parse(early, &c, &p), SL_CLI_RUN);
+    assert_int_equal(p.jobs, 5);
+    assert_int_equal(p.tiny_calls, 2);
+    /* a unique abbreviation is the option */
+    char *abbrev[] = {"drv", "--na", "m", NULL};
+    assert_int_equal(parse(abbrev, &c, &p), SL_CLI_RUN);
+    assert_string_equal(p.name, "m");
+}
+
+/* The shared options: their defaults, only those wanted are options. */
+static void test_parse_common(void **state)
+{
+    (void) state;
+    opts o = {0};
+    sl_cli_common c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_SERIAL);
+    assert_int_equal(c.seed, 1);
+    assert_null(c.json);
+    assert_string_equal(c.gpu->name, "p100");
+    assert_non_null(c.csv);
+    assert_true(c.pipelined);
+    char *argv[] = {"drv",   "--seed", "18446744073709551615", "--json", "out.json",
+                    "--gpu", "h100",   "--serial-launch",      NULL};
+    assert_int_equal(parse(argv, &c, &o), SL_CLI_RUN);
+    assert_true(c.seed == UINT64_MAX);
+    assert_string_equal(c.json, "out.json");
+    assert_string_equal(c.gpu->name, "h100");
+    assert_false(c.pipelined);
+    assert_string_equal(printed(), "");
+
+    /* --csv is not wanted here: an unknown option */
+    char *csv[] = {"drv", "--csv", "w.csv", NULL};
+    assert_int_equal(parse(csv, &c, &o), 2);
+    const char *err = printed();
+    assert_non_null(strstr(err, "--csv"));
+    assert_non_null(strstr(err, "usage: drv [options]\n"));
+    /* no common options at all */
+    char *seed[] = {"drv", "--seed", "3", NULL};
+    assert_int_equal(parse(seed, NULL, &o), 2);
+    printed();
+}
+
+/* A rejected value, an operand, a missing argument, an unknown profile:
+ * status 2 and what was wrong; --help: status 0. */
+static void test_parse_errors(void **state)
+{
+    (void) state;
+    opts o = {.jobs = 9};
+    sl_cli_common c = sl_cli_common_default(SL_CLI_WANT_GPU);
+    char *bad[] = {"drv", "--jobs", "101", NULL};
+    assert_int_equal(parse(bad, &c, &o), 2);
+    assert_string_equal(printed(), "drv: --jobs takes an integer 1..100, not \"101\"\n");
+    assert_int_equal(o.jobs, 9);
+    char *nan_y[] = {"drv", "--y", "0", NULL};
+    assert_int_equal(parse(nan_y, &c, &o), 2);
+    assert_string_equal(printed(), "drv: --y takes a number in (0, 1], not \"0\"\n");
+    char *operand[] = {"drv", "--on", "extra", NULL};
+    assert_int_equal(parse(operand, &c, &o), 2);
+    assert_string_equal(printed(), "drv: unexpected argument \"extra\"\n");
+    char *missing[] = {"drv", "--jobs", NULL};
+    assert_int_equal(parse(missing, &c, &o), 2);
+    assert_non_null(strstr(printed(), "usage: drv"));
+    char *gpu[] = {"drv", "--gpu", "x9000", NULL};
+    assert_int_equal(parse(gpu, &c, &o), 2);
+    assert_string_equal(printed(), "drv: unknown GPU profile x9000\n");
+    char *call[] = {"drv", "--list", "0123456789012345678901234567890123456789", NULL};
+    assert_int_equal(parse(call, &c, &o), 2);
+    assert_string_equal(printed(), "drv: --list is too long\n");
+    char *help[] = {"drv", "--jobs", "4", "--help", NULL};
+    assert_int_equal(parse(help, &c, &o), 0);
+    assert_string_equal(printed(), "");
+}
+
+/* The report's files and error lines. */
+static void test_report(void **state)
+{
+    (void) state;
+    sl_cli_init("drv");
+    FILE *f = stdout;
+    assert_true(sl_cli_create(NULL, &f));
+    assert_null(f);
+    assert_true(sl_cli_close(NULL, NULL));
+    f = NULL;
+    assert_false(sl_cli_create("/nonexistent-dir/x.json", &f));
+    assert_null(f);
+    assert_string_equal(printed(),
+                        "drv: cannot write /nonexistent-dir/x.json: No such file or directory\n");
+    char path[] = "/tmp/sl-test-cli-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_true(sl_cli_create(path, &f));
+    assert_non_null(f);
+    fprintf(f, "{}\n");
+    assert_true(sl_cli_close(f, path));
+    unlink(path);
+    assert_int_equal(sl_cli_fail(SL_ENOMEM, "run %d", 3), 1);
+    char want[128];
+    snprintf(want, sizeof want, "drv: run 3: %s\n", sl_strerror(SL_ENOMEM));
+    assert_string_equal(printed(), want);
+    sl_cli_common c = sl_cli_common_default(SL_CLI_WANT_CSV);
+    c.csv = "/nonexistent-dir/w.csv";
+    sl_eval_workload *w;
+    size_t n;
+    assert_false(sl_cli_workloads(&c, &w, &n));
+    assert_non_null(strstr(printed(), "drv: cannot load /nonexistent-dir/w.csv: "));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +417,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_double, capture, release),
         cmocka_unit_test_setup_teardown(test_double_above, capture, release),
         cmocka_unit_test_setup_teardown(test_messages, capture, release),
+        cmocka_unit_test_setup_teardown(test_parse_table, capture, release),
+        cmocka_unit_test_setup_teardown(test_parse_common, capture, release),
+        cmocka_unit_test_setup_teardown(test_parse_errors, capture, release),
+        cmocka_unit_test_setup_teardown(test_report, capture, release),
     };
     return cmocka_run_group_tests_name("eval cli", tests, NULL, NULL);
 }

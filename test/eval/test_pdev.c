@@ -1,4 +1,4 @@
-/* The simulator's partitioned device (eval/pdev.h) against hand figures:
+/* The simulator's partitioned device (eval/lib/pdev.h) against hand figures:
  * wave quantisation per partition, processor sharing inside one, memory
  * bandwidth shared across both, and the whole device unchanged; and the
  * declared need of a timeline (graphs.h) against its definition. */

@@ -1,4 +1,4 @@
-/* Tests of the placement policies (eval/placement.h): the Hungarian
+/* Tests of the placement policies (eval/lib/placement.h): the Hungarian
  * matching against exhaustive search on small random matrices (square,
  * rectangular both ways, with forbidden pairs), greedy's bounds, the
  * no-sharing baseline and gang placement on 8-GPU servers. */
@@ -6,7 +6,7 @@
 
 #include "manager.h"
 #include "placement.h"
-#include "sim.h"
+#include "evsim.h"
 #include "workload.h"
 
 #include <stdbool.h>

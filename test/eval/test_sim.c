@@ -1,11 +1,11 @@
-/* Tests of the simulator (eval/sim.h) at a tiny scale: the Salus section
+/* Tests of the simulator (eval/lib/evsim.h) at a tiny scale: the Salus section
  * 5.1 experiment with its iterations cut 100-fold, checked for the
  * invariants the experiment's figures rest on. */
 #include "sl_test.h"
 
 #include "graphs.h"
 #include "gaps.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "workload.h"

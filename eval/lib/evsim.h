@@ -34,7 +34,7 @@
  * salusd configures them for a device of that capacity (server/server.c
  * memory_init). Jobs reach a GPU through a cluster placement policy
  * (enum sl_eval_placement), a library policy of the simulator: salus itself
- * has none (DESIGN.md section 12).
+ * has none.
  *
  * Determinism: the simulator has no source of randomness and no clock of its
  * own; events at the same virtual time run in the order they were
@@ -42,8 +42,8 @@
  *
  * Not thread-safe; one simulation runs on the calling thread and allocates
  * what it needs (O(jobs + GPUs)); nothing survives the call. */
-#ifndef SL_EVAL_SIM_H
-#define SL_EVAL_SIM_H
+#ifndef SL_EVAL_EVSIM_H
+#define SL_EVAL_EVSIM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -53,7 +53,7 @@
  * GPU's launch path (one FIFO server per GPU shared by every stream, unless
  * sl_eval_config.private_launches), then work_ns on the device (shared),
  * kernels/sim's model of an op, capped at its occupancy: the share of the
- * SMs it keeps busy alone (kernels/sim sim.h), what it leaves to others'
+ * SMs it keeps busy alone (kernels/sim/sim.h), what it leaves to others'
  * ops. */
 typedef struct sl_eval_op {
     uint64_t launch_ns;
@@ -237,7 +237,7 @@ typedef struct sl_eval_config {
      * before it completed. Stepwise ops, which salusd issues one at a
      * time, launch after the op before them either way. */
     bool pipelined_launches;
-    /* Compute partitions (DESIGN.md section 13; pdev.h): part_sms the
+    /* Compute partitions (pdev.h): part_sms the
      * GPU's SMs (its profile's sm_count), 0 = no partitions. With them
      * high-priority jobs' ops run on an online partition of part_online
      * SMs and every other op on the rest, each partition sharing its SMs

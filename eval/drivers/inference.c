@@ -18,27 +18,23 @@
  *   BENCH eval_inference salus_jobs=... mps_jobs=... added_ms=... */
 #include "cli.h"
 #include "graphs.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "workload.h"
+#include "zoo.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef SL_EVAL_CSV
-#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
-#endif
-
 #define MIB (1ull << 20)
 
 /* The 14 models: the 11 CNNs of the Salus CSV, and the artifact's vae,
  * superres and seq2seq (PTB word LM, small config). How each is timed:
- * - graph: a forward pass at batch 1 from the op list (eval/graphs.c),
+ * - graph: a forward pass at batch 1 from the op list (eval/lib/graphs.c),
  *   its launches pipelined (a request is submitted whole);
  * - estimate: ops launched back to back at launch_ns each, beside forward
  *   FLOPs at the profile's effective rate split evenly over the ops (the
@@ -111,7 +107,7 @@ static int profile_models(const sl_sim_profile *gpu, const sl_eval_workload *w, 
 {
     for (size_t m = 0; m < N_MODELS; m++) {
         inf_model *im = &models[m];
-        uint64_t params = sl_eval_model_params(im->name);
+        uint64_t params = sl_zoo_published_params(im->name);
         if (im->graph) {
             sl_eval_timeline t;
             int rc = sl_eval_timeline_build_ex(im->name, 1, gpu, true, &t);
@@ -220,81 +216,102 @@ static size_t mps_fit(size_t n, uint64_t capacity, uint64_t overhead)
     return k;
 }
 
-int main(int argc, char **argv)
+/* MPS: per-process costs salus pays once (in its reserved 5 %), MPS per
+ * process. ASSUMPTIONS: a CUDA context with cuDNN and cuBLAS loaded is
+ * 300-500 MiB on Pascal (the range commonly reported for CUDA 9-10 with
+ * cuDNN; not measured here); library workspaces and handles 64 MiB, the
+ * per-lane framework memory salusd reserves on the sim device
+ * (server/server.c), so both sides pay it once per executing context. */
+static const struct {
+    const char *what;
+    uint64_t overhead;
+} mps_cases[] = {
+    {"weights + ephemeral only", 0},
+    {"+ 300 MiB context + 64 MiB workspaces", 364 * MIB},
+    {"+ 500 MiB context + 64 MiB workspaces", 564 * MIB},
+};
+
+static const char usage[] = "usage: %s [--instances K (3)] [--gap-s G (10)] [--spread F (3)] "
+                            "[--duration-s D (600)] [--seed S] [--gpu PROFILE (p100)] [--csv FILE] "
+                            "[--json FILE] [--tiny]\n";
+
+typedef struct options {
+    sl_cli_common c;
+    size_t instances;
+    double gap_s, spread, duration_s;
+} options;
+
+/* What the experiment found. */
+typedef struct figures {
+    size_t n, salus_jobs, cap_jobs, mps[3];
+    sl_eval_summary sum;            /* the admitted jobs together */
+    sl_eval_job_result *res, *solo; /* each job together, alone */
+    double solo_mean, added_ms, max_added_p99;
+} figures;
+
+/* salusd's admission: of the n jobs, how many at once; and how far it goes
+ * with more instances. MPS's fits beside it. */
+static int admission(const options *o, figures *f)
 {
-    sl_cli_init(argv[0]);
-    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
-    size_t instances = 3;
-    double gap_s = 10, spread = 3, duration_s = 600;
-    uint64_t seed = 1;
-    static const struct option longopts[] = {{"instances", required_argument, NULL, 'k'},
-                                             {"gap-s", required_argument, NULL, 'g'},
-                                             {"spread", required_argument, NULL, 'f'},
-                                             {"duration-s", required_argument, NULL, 'd'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"gpu", required_argument, NULL, 'G'},
-                                             {"csv", required_argument, NULL, 'c'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "k:g:f:d:s:G:c:j:th", longopts, NULL)) != -1;) {
-        switch (ch) {
-        case 'k':
-            if (!sl_cli_size("--instances", optarg, 1, 1000, &instances))
-                return 2;
+    uint64_t capacity = o->c.gpu->capacity;
+    f->n = o->instances * N_MODELS;
+    f->cap_jobs = 0;
+    int rc = admitted_at_once(f->n, capacity, &f->salus_jobs);
+    for (size_t k = f->n; rc == SL_OK && k <= 20 * N_MODELS; k++) {
+        size_t a;
+        if ((rc = admitted_at_once(k, capacity, &a)) != SL_OK || a < k)
             break;
-        case 'g':
-            if (!sl_cli_double("--gap-s", optarg, 1e-3, 1e5, &gap_s))
-                return 2;
-            break;
-        case 'f':
-            if (!sl_cli_double("--spread", optarg, 1, 1000, &spread))
-                return 2;
-            break;
-        case 'd':
-            if (!sl_cli_double_above("--duration-s", optarg, 1, 1e7, &duration_s))
-                return 2;
-            break;
-        case 's':
-            if (!sl_cli_seed("--seed", optarg, &seed))
-                return 2;
-            break;
-        case 'G':
-            gpu_name = optarg;
-            break;
-        case 'c':
-            csv = optarg;
-            break;
-        case 'j':
-            json_path = optarg;
-            break;
-        case 't':
-            duration_s = 30;
-            break;
-        default:
-            fprintf(stderr,
-                    "usage: %s [--instances K (3)] [--gap-s G (10)] [--spread F (3)] "
-                    "[--duration-s D (600)] [--seed S] [--gpu PROFILE (p100)] [--csv FILE] "
-                    "[--json FILE] [--tiny]\n",
-                    argv[0]);
-            return ch == 'h' ? 0 : 2;
-        }
+        f->cap_jobs = k;
     }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    const sl_sim_profile *gpu;
-    if (!sl_cli_gpu(gpu_name, &gpu))
-        return 2;
-    sl_eval_workload *w;
-    size_t n_w;
-    int rc = sl_eval_workloads_load(csv, &w, &n_w);
+    fprintf(stderr, "inference: admission done\n");
+    for (int c = 0; c < 3; c++)
+        f->mps[c] = mps_fit(f->n, capacity, mps_cases[c].overhead);
+    return rc;
+}
+
+/* The admitted jobs with their request schedules, together and each
+ * alone. */
+static int latency(const options *o, figures *f)
+{
+    size_t n_run = f->salus_jobs;
+    size_t max_req = (size_t) (o->duration_s / (o->gap_s / o->spread) * 4 + 64);
+    sl_eval_job_spec *jobs = sl_calloc(n_run, sizeof *jobs);
+    uint64_t *req = sl_calloc(n_run * max_req, sizeof *req);
+    f->res = sl_calloc(n_run, sizeof *f->res);
+    f->solo = sl_calloc(n_run, sizeof *f->solo);
+    uint64_t **reqs = sl_calloc(n_run, sizeof *reqs);
+    int rc = jobs && req && f->res && f->solo && reqs ? SL_OK : SL_ENOMEM;
+    for (size_t i = 0; rc == SL_OK && i < n_run; i++)
+        reqs[i] = req + i * max_req;
     if (rc == SL_OK)
-        rc = profile_models(gpu, w, n_w);
-    if (rc != SL_OK) {
-        fprintf(stderr, "inference: profiles: %s\n", sl_strerror(rc));
-        return 1;
+        make_jobs(n_run, jobs, reqs, o->gap_s, o->spread, o->duration_s, o->c.seed);
+    for (size_t i = 0; rc == SL_OK && i < n_run; i++) /* an overflowing Poisson draw: a bug */
+        if (jobs[i].iterations >= max_req)
+            rc = SL_EINVAL;
+    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, o->c.gpu->capacity);
+    if (rc == SL_OK)
+        rc = sl_eval_run(&cfg, jobs, n_run, f->res, &f->sum);
+    double solo_total = 0;
+    f->max_added_p99 = 0;
+    for (size_t i = 0; rc == SL_OK && i < n_run; i++) {
+        sl_eval_summary one;
+        if ((rc = sl_eval_run(&cfg, &jobs[i], 1, &f->solo[i], &one)) != SL_OK)
+            break;
+        solo_total += one.lat_mean_ns * (double) one.requests;
+        double d = (double) f->res[i].lat_p99_ns - (double) f->solo[i].lat_p99_ns;
+        f->max_added_p99 = d > f->max_added_p99 ? d : f->max_added_p99;
     }
+    f->solo_mean = solo_total / (double) f->sum.requests;
+    f->added_ms = (f->sum.lat_mean_ns - f->solo_mean) / 1e6;
+    fprintf(stderr, "inference: latency runs done\n");
+    sl_free(reqs);
+    sl_free(req);
+    sl_free(jobs);
+    return rc;
+}
+
+static void print_models(void)
+{
     printf("%-10s %10s %6s %9s %9s  %s\n", "model", "request_ms", "util", "P_MiB", "E_MiB",
            "timing source");
     for (size_t m = 0; m < N_MODELS; m++)
@@ -302,136 +319,114 @@ int main(int argc, char **argv)
                (double) models[m].request_ns / 1e6, models[m].util,
                (double) models[m].persistent / MIB, (double) models[m].ephemeral / MIB,
                models[m].graph ? "op list, forward at batch 1" : models[m].source);
+}
 
-    /* salusd's admission: of the n jobs, how many at once; and how far it
-     * goes with more instances */
-    size_t n = instances * N_MODELS, salus_jobs, cap_jobs = 0;
-    if ((rc = admitted_at_once(n, gpu->capacity, &salus_jobs)) != SL_OK) {
-        fprintf(stderr, "inference: admission run: %s\n", sl_strerror(rc));
-        return 1;
-    }
-    for (size_t k = n; k <= 20 * N_MODELS; k++) {
-        size_t a;
-        if ((rc = admitted_at_once(k, gpu->capacity, &a)) != SL_OK)
-            return 1;
-        if (a < k)
-            break;
-        cap_jobs = k;
-    }
-    fprintf(stderr, "inference: admission done\n");
-
-    /* MPS: per-process costs salus pays once (in its reserved 5 %), MPS per
-     * process. ASSUMPTIONS: a CUDA context with cuDNN and cuBLAS loaded is
-     * 300-500 MiB on Pascal (the range commonly reported for CUDA 9-10
-     * with cuDNN; not measured here); library workspaces and handles 64
-     * MiB, the per-lane framework memory salusd reserves on the sim device
-     * (server/server.c), so both sides pay it once per executing context. */
-    static const struct {
-        const char *what;
-        uint64_t overhead;
-    } mps_cases[] = {
-        {"weights + ephemeral only", 0},
-        {"+ 300 MiB context + 64 MiB workspaces", 364 * MIB},
-        {"+ 500 MiB context + 64 MiB workspaces", 564 * MIB},
-    };
-    size_t mps[3];
-    for (int c = 0; c < 3; c++)
-        mps[c] = mps_fit(n, gpu->capacity, mps_cases[c].overhead);
-
-    /* latency: the admitted jobs with their request schedules, together and
-     * each alone */
-    size_t n_run = salus_jobs;
-    sl_eval_job_spec *jobs = sl_calloc(n_run, sizeof *jobs);
-    sl_eval_job_result *res = sl_calloc(n_run, sizeof *res);
-    uint64_t **req = sl_calloc(n_run, sizeof *req);
-    size_t max_req = (size_t) (duration_s / (gap_s / spread) * 4 + 64);
-    if (!jobs || !res || !req)
-        return 1;
-    for (size_t i = 0; i < n_run; i++)
-        if (!(req[i] = sl_calloc(max_req, sizeof **req)))
-            return 1;
-    make_jobs(n_run, jobs, req, gap_s, spread, duration_s, seed);
-    for (size_t i = 0; i < n_run; i++) /* a Poisson draw that overflows is a bug here */
-        if (jobs[i].iterations >= max_req)
-            return 1;
-    sl_eval_config cfg = sl_eval_config_default("fair", false, 1, gpu->capacity);
-    sl_eval_summary sum, one;
-    if ((rc = sl_eval_run(&cfg, jobs, n_run, res, &sum)) != SL_OK) {
-        fprintf(stderr, "inference: %s\n", sl_strerror(rc));
-        return 1;
-    }
-    double solo_total = 0, max_added_p99 = 0;
-    sl_eval_job_result *solo = sl_calloc(n_run, sizeof *solo);
-    if (!solo)
-        return 1;
-    for (size_t i = 0; i < n_run; i++) {
-        sl_eval_job_result r1;
-        if ((rc = sl_eval_run(&cfg, &jobs[i], 1, &r1, &one)) != SL_OK)
-            return 1;
-        solo[i] = r1;
-        solo_total += one.lat_mean_ns * (double) one.requests;
-        double d = (double) res[i].lat_p99_ns - (double) r1.lat_p99_ns;
-        max_added_p99 = d > max_added_p99 ? d : max_added_p99;
-    }
-    double solo_mean = solo_total / (double) sum.requests;
-    double added_ms = (sum.lat_mean_ns - solo_mean) / 1e6;
-    fprintf(stderr, "inference: latency runs done\n");
-
+static void print_figures(const options *o, const figures *f)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
+    const sl_eval_summary *sum = &f->sum;
     printf("\n%zu sessions (%zu models x %zu instances) on one %s (%.0f GiB), requests every "
            "%.0f s times %.0f^U, U uniform in [-1, 1] per job, Poisson, for %.0f s, seed %llu\n",
-           n, N_MODELS, instances, gpu->name, (double) gpu->capacity / (1u << 30), gap_s, spread,
-           duration_s, (unsigned long long) seed);
+           f->n, N_MODELS, o->instances, gpu->name, (double) gpu->capacity / (1u << 30), o->gap_s,
+           o->spread, o->duration_s, (unsigned long long) o->c.seed);
     printf("salus: %zu of %zu admitted at once (admission goes on to %zu sessions with more "
            "instances); %u lanes; memory held %.1f of %.1f GiB\n",
-           salus_jobs, n, cap_jobs, sum.max_lanes, (double) sum.max_held_bytes / (1u << 30),
-           (double) sum.capacity_bytes / (1u << 30));
+           f->salus_jobs, f->n, f->cap_jobs, sum->max_lanes,
+           (double) sum->max_held_bytes / (1u << 30), (double) sum->capacity_bytes / (1u << 30));
     printf("salus latency: %llu requests, mean %.3f ms (solo %.3f ms, added %.3f ms), p50 %.3f "
            "ms, p99 %.3f ms; worst per-job p99 increase %.3f ms\n",
-           (unsigned long long) sum.requests, sum.lat_mean_ns / 1e6, solo_mean / 1e6, added_ms,
-           (double) sum.lat_p50_ns / 1e6, (double) sum.lat_p99_ns / 1e6, max_added_p99 / 1e6);
+           (unsigned long long) sum->requests, sum->lat_mean_ns / 1e6, f->solo_mean / 1e6,
+           f->added_ms, (double) sum->lat_p50_ns / 1e6, (double) sum->lat_p99_ns / 1e6,
+           f->max_added_p99 / 1e6);
     for (int c = 0; c < 3; c++)
-        printf("mps (%s): %zu of %zu processes fit in %.0f GiB\n", mps_cases[c].what, mps[c], n,
-               (double) gpu->capacity / (1u << 30));
+        printf("mps (%s): %zu of %zu processes fit in %.0f GiB\n", mps_cases[c].what, f->mps[c],
+               f->n, (double) gpu->capacity / (1u << 30));
     printf("paper (Salus 5.3): 42 jobs on one P100, added latency < 5 ms\n");
-    FILE *jf = json_path ? fopen(json_path, "w") : NULL;
-    if (jf) {
+}
+
+static void write_json(FILE *jf, const options *o, const figures *f)
+{
+    const sl_eval_summary *sum = &f->sum;
+    fprintf(jf,
+            "{\"bench\": \"eval_inference\", \"seed\": %llu, \"sessions\": %zu, "
+            "\"salus_jobs\": %zu, \"salus_capacity\": %zu, \"mps_jobs_bare\": %zu, "
+            "\"mps_jobs_300\": %zu, \"mps_jobs_500\": %zu, \"requests\": %llu, "
+            "\"lat_mean_ms\": %.4f, \"solo_mean_ms\": %.4f, \"added_ms\": %.4f, "
+            "\"lat_p99_ms\": %.4f,\n",
+            (unsigned long long) o->c.seed, f->n, f->salus_jobs, f->cap_jobs, f->mps[0], f->mps[1],
+            f->mps[2], (unsigned long long) sum->requests, sum->lat_mean_ns / 1e6,
+            f->solo_mean / 1e6, f->added_ms, (double) sum->lat_p99_ns / 1e6);
+    /* for the plot: jobs per system, and every job's latency shared and
+     * alone */
+    fprintf(jf,
+            " \"fit\": [{\"system\": \"salus\", \"jobs\": %zu, \"capacity\": %zu}, "
+            "{\"system\": \"mps_bare\", \"jobs\": %zu, \"capacity\": %zu}, "
+            "{\"system\": \"mps_300MiB\", \"jobs\": %zu, \"capacity\": %zu}, "
+            "{\"system\": \"mps_500MiB\", \"jobs\": %zu, \"capacity\": %zu}],\n",
+            f->salus_jobs, f->cap_jobs, f->mps[0], f->mps[0], f->mps[1], f->mps[1], f->mps[2],
+            f->mps[2]);
+    fprintf(jf, " \"per_job\": [");
+    for (size_t i = 0; i < f->salus_jobs; i++)
         fprintf(jf,
-                "{\"bench\": \"eval_inference\", \"seed\": %llu, \"sessions\": %zu, "
-                "\"salus_jobs\": %zu, \"salus_capacity\": %zu, \"mps_jobs_bare\": %zu, "
-                "\"mps_jobs_300\": %zu, \"mps_jobs_500\": %zu, \"requests\": %llu, "
-                "\"lat_mean_ms\": %.4f, \"solo_mean_ms\": %.4f, \"added_ms\": %.4f, "
-                "\"lat_p99_ms\": %.4f,\n",
-                (unsigned long long) seed, n, salus_jobs, cap_jobs, mps[0], mps[1], mps[2],
-                (unsigned long long) sum.requests, sum.lat_mean_ns / 1e6, solo_mean / 1e6, added_ms,
-                (double) sum.lat_p99_ns / 1e6);
-        /* for the plot: jobs per system, and every job's latency shared and
-         * alone */
-        fprintf(jf,
-                " \"fit\": [{\"system\": \"salus\", \"jobs\": %zu, \"capacity\": %zu}, "
-                "{\"system\": \"mps_bare\", \"jobs\": %zu, \"capacity\": %zu}, "
-                "{\"system\": \"mps_300MiB\", \"jobs\": %zu, \"capacity\": %zu}, "
-                "{\"system\": \"mps_500MiB\", \"jobs\": %zu, \"capacity\": %zu}],\n",
-                salus_jobs, cap_jobs, mps[0], mps[0], mps[1], mps[1], mps[2], mps[2]);
-        fprintf(jf, " \"per_job\": [");
-        for (size_t i = 0; i < n_run; i++)
-            fprintf(jf,
-                    "%s{\"job\": %zu, \"model\": \"%s\", \"shared_mean_ms\": %.4f, "
-                    "\"solo_mean_ms\": %.4f, \"shared_p99_ms\": %.4f, \"solo_p99_ms\": %.4f}",
-                    i ? ",\n  " : "", i + 1, models[i % N_MODELS].name, res[i].lat_mean_ns / 1e6,
-                    solo[i].lat_mean_ns / 1e6, (double) res[i].lat_p99_ns / 1e6,
-                    (double) solo[i].lat_p99_ns / 1e6);
-        fprintf(jf, "]}\n");
-        fclose(jf);
-    }
+                "%s{\"job\": %zu, \"model\": \"%s\", \"shared_mean_ms\": %.4f, "
+                "\"solo_mean_ms\": %.4f, \"shared_p99_ms\": %.4f, \"solo_p99_ms\": %.4f}",
+                i ? ",\n  " : "", i + 1, models[i % N_MODELS].name, f->res[i].lat_mean_ns / 1e6,
+                f->solo[i].lat_mean_ns / 1e6, (double) f->res[i].lat_p99_ns / 1e6,
+                (double) f->solo[i].lat_p99_ns / 1e6);
+    fprintf(jf, "]}\n");
+}
+
+static bool tiny(void *dst, const char *arg)
+{
+    (void) arg;
+    ((options *) dst)->duration_s = 30;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_CSV),
+                 .instances = 3,
+                 .gap_s = 10,
+                 .spread = 3,
+                 .duration_s = 600};
+    const sl_cli_opt opts[] = {
+        {"instances", SL_CLI_SIZE, &o.instances, 1, 1000, NULL},
+        {"gap-s", SL_CLI_DOUBLE, &o.gap_s, 1e-3, 1e5, NULL},
+        {"spread", SL_CLI_DOUBLE, &o.spread, 1, 1000, NULL},
+        {"duration-s", SL_CLI_ABOVE, &o.duration_s, 1, 1e7, NULL},
+        {"tiny", SL_CLI_CALL, &o, 0, 0, tiny},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    sl_eval_workload *w;
+    size_t n_w;
+    if (!sl_cli_workloads(&o.c, &w, &n_w))
+        return 1;
+    int rc = profile_models(o.c.gpu, w, n_w);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "profiles");
+    print_models();
+    figures f = {0};
+    if ((rc = admission(&o, &f)) != SL_OK)
+        return sl_cli_fail(rc, "admission run");
+    if ((rc = latency(&o, &f)) != SL_OK)
+        return sl_cli_fail(rc, "latency run");
+    print_figures(&o, &f);
+    FILE *jf;
+    if (!sl_cli_create(o.c.json, &jf))
+        return 1;
+    if (jf)
+        write_json(jf, &o, &f);
+    if (!sl_cli_close(jf, o.c.json))
+        return 1;
     printf("BENCH eval_inference salus_jobs=%zu mps_jobs=%zu added_ms=%.3f salus_capacity=%zu "
            "mps_jobs_bare=%zu mps_jobs_500=%zu\n",
-           salus_jobs, mps[1], added_ms, cap_jobs, mps[0], mps[2]);
-    for (size_t i = 0; i < n_run; i++)
-        sl_free(req[i]);
-    sl_free(req);
-    sl_free(solo);
-    sl_free(jobs);
-    sl_free(res);
+           f.salus_jobs, f.mps[1], f.added_ms, f.cap_jobs, f.mps[0], f.mps[2]);
+    sl_free(f.solo);
+    sl_free(f.res);
     sl_free(w);
     return 0;
 }

@@ -23,7 +23,7 @@
  * - salus: one salusd per GPU, many jobs per GPU. A job is placed on the
  *   least-loaded GPUs whose salusd admits it (the real memory manager,
  *   sl_mem_admit_ex, on each GPU of the gang, configured as salusd
- *   configures itself: eval/sim.h sl_eval_gpu_memory), with the same
+ *   configures itself: eval/lib/evsim.h sl_eval_gpu_memory), with the same
  *   locality rule and relaxation; a VC may hold --oversub times its quota in
  *   GPU slots (sharing halves each job's speed, so a VC at twice its quota
  *   gets about its quota's worth of device time).
@@ -33,7 +33,7 @@
  * (a Salus workload drawn per job, eval/data) fit beside the ones already
  * on the GPU, with lanes shared or not as sl_mem_admit_ex chooses. The
  * cluster models time: each GPU is processor-shared (kernels/sim's
- * sl_sim_ps model, as eval/sim.c: m jobs on a GPU each progress at 1/m, no
+ * sl_sim_ps model, as eval/lib/evsim.c: m jobs on a GPU each progress at 1/m, no
  * gain from concurrency), a gang progresses at the rate of its most shared
  * GPU (data-parallel replicas synchronise every iteration), and a job's
  * length is its work running alone. Which iteration runs next on a GPU does
@@ -81,21 +81,16 @@
 #include "cli.h"
 #include "manager.h"
 #include "placement.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "workload.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef SL_EVAL_CSV
-#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
-#endif
 
 #define PER_SERVER 8u /* the study's servers have 8 GPUs (the task's setting) */
 #define N_CLASSES 4
@@ -819,22 +814,18 @@ static const char *relax_label(int x)
     return labels[x];
 }
 
-static void usage(const char *argv0)
-{
-    fprintf(stderr,
-            "usage: %s [--csv FILE] [--jobs N] [--servers S] [--vcs V] [--load X] "
-            "[--relax-min M] [--probe-min P] [--probe-restart-min R] [--oversub F] "
-            "[--job-util U | --util-scale X] [--no-sweep] [--gpu PROFILE] [--seed S] "
-            "[--json FILE] [--tiny]\n"
-            "  --job-util U     every job keeps U of its GPU busy alone (0 < U <= 1)\n"
-            "  --util-scale X   the study's per-job utilisation draws times X (capped at 1)\n"
-            "  --probe-restart-min R  work a job redoes when its gang resumes a counted probe\n"
-            "  --no-sweep       skip the utilisation and locality sweeps\n"
-            "defaults: 3000 jobs, 64 servers x 8 GPUs, 14 VCs, load 2, relax after 10 min, "
-            "probe 5 min, restart 0 min, oversub 2, utilisation from the study (scale 1), p100, "
-            "seed 1\n",
-            argv0);
-}
+static const char usage[] =
+    "usage: %s [--csv FILE] [--jobs N] [--servers S] [--vcs V] [--load X] "
+    "[--relax-min M] [--probe-min P] [--probe-restart-min R] [--oversub F] "
+    "[--job-util U | --util-scale X] [--no-sweep] [--gpu PROFILE] [--seed S] "
+    "[--json FILE] [--tiny]\n"
+    "  --job-util U     every job keeps U of its GPU busy alone (0 < U <= 1)\n"
+    "  --util-scale X   the study's per-job utilisation draws times X (capped at 1)\n"
+    "  --probe-restart-min R  work a job redoes when its gang resumes a counted probe\n"
+    "  --no-sweep       skip the utilisation and locality sweeps\n"
+    "defaults: 3000 jobs, 64 servers x 8 GPUs, 14 VCs, load 2, relax after 10 min, "
+    "probe 5 min, restart 0 min, oversub 2, utilisation from the study (scale 1), p100, "
+    "seed 1\n";
 
 /* One row of the utilisation sweep: salus on the same trace at another
  * utilisation (the gang's figures do not depend on it). */
@@ -850,333 +841,351 @@ static const sweep_row sweep[] = {
 };
 enum { N_SWEEP = sizeof sweep / sizeof sweep[0] };
 
-int main(int argc, char **argv)
+typedef struct options {
+    sl_cli_common c;
+    size_t n_jobs;
+    unsigned n_servers, n_vcs;
+    double load, job_util, util_scale, relax_min, probe_min, restart_min, oversub;
+    bool do_sweep;
+} options;
+
+enum { N_RUNS = 4 };
+static const char *const run_names[N_RUNS] = {"gang", "salus", "gang+probe", "gang+probe-progress"};
+static const enum mode run_modes[N_RUNS] = {GANG, SALUS, GANG, GANG};
+
+/* The study: its trace and every run's results. */
+typedef struct study_run {
+    const options *o;
+    pjob *jobs;
+    unsigned *quota;
+    double util_mean;
+    sl_eval_config mcfg;
+    int n_runs;
+    run_result res[N_RUNS];
+    double saved_h, saved_progress_h; /* by the probes */
+    run_result sw[N_SWEEP];
+    double sw_mean[N_SWEEP];
+    run_result rx[N_RELAX][2];
+    relax_split split[N_RELAX];
+} study_run;
+
+/* One cluster run of the trace in mode, locality relaxed after relax_min,
+ * with a probe of probe_s (progress: counted). */
+static int run(study_run *sr, enum mode mode, double relax_min, double probe_s, bool progress,
+               run_result *out)
 {
-    sl_cli_init(argv[0]);
-    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
-    size_t n_jobs = 3000;
-    unsigned n_servers = 64, n_vcs = (unsigned) study[F_VCS].value;
-    double load = 2.0, job_util = 0, util_scale = 1.0, relax_min = study[F_RELAX].value,
-           probe_min = 5, restart_min = 0, oversub = 2;
-    bool do_sweep = true;
-    uint64_t seed = 1;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"jobs", required_argument, NULL, 'n'},
-                                             {"servers", required_argument, NULL, 'S'},
-                                             {"vcs", required_argument, NULL, 'v'},
-                                             {"load", required_argument, NULL, 'l'},
-                                             {"relax-min", required_argument, NULL, 'r'},
-                                             {"probe-min", required_argument, NULL, 'p'},
-                                             {"probe-restart-min", required_argument, NULL, 'R'},
-                                             {"oversub", required_argument, NULL, 'o'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"job-util", required_argument, NULL, 'u'},
-                                             {"util-scale", required_argument, NULL, 'x'},
-                                             {"no-sweep", no_argument, NULL, 'N'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch;
-         (ch = getopt_long(argc, argv, "c:n:S:v:l:r:p:R:o:g:s:j:thu:x:N", longopts, NULL)) != -1;) {
-        switch (ch) {
-        case 'c':
-            csv = optarg;
-            break;
-        case 'n':
-            if (!sl_cli_size("--jobs", optarg, 1, 1000000, &n_jobs))
-                return 2;
-            break;
-        case 'S':
-            if (!sl_cli_uint("--servers", optarg, 1, 10000, &n_servers))
-                return 2;
-            break;
-        case 'v':
-            if (!sl_cli_uint("--vcs", optarg, 1, 1000, &n_vcs))
-                return 2;
-            break;
-        case 'l':
-            if (!sl_cli_double_above("--load", optarg, 0, 1000, &load))
-                return 2;
-            break;
-        case 'r':
-            if (!sl_cli_double("--relax-min", optarg, 0, 1e5, &relax_min))
-                return 2;
-            break;
-        case 'p':
-            if (!sl_cli_double("--probe-min", optarg, 0, 1e5, &probe_min))
-                return 2;
-            break;
-        case 'R':
-            if (!sl_cli_double("--probe-restart-min", optarg, 0, 1e5, &restart_min))
-                return 2;
-            break;
-        case 'o':
-            if (!sl_cli_double("--oversub", optarg, 1, 64, &oversub))
-                return 2;
-            break;
-        case 'g':
-            gpu_name = optarg;
-            break;
-        case 's':
-            if (!sl_cli_seed("--seed", optarg, &seed))
-                return 2;
-            break;
-        case 'j':
-            json_path = optarg;
-            break;
-        case 't':
-            n_jobs = 150;
-            n_servers = 8;
-            n_vcs = 2;
-            break;
-        case 'u':
-            if (!sl_cli_double_above("--job-util", optarg, 0, 1, &job_util))
-                return 2;
-            break;
-        case 'x':
-            if (!sl_cli_double_above("--util-scale", optarg, 0, 100, &util_scale))
-                return 2;
-            break;
-        case 'N':
-            do_sweep = false;
-            break;
-        case 'h':
-            usage(argv[0]);
-            return 0;
-        default:
-            usage(argv[0]);
-            return 2;
-        }
-    }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    const sl_sim_profile *gpu;
-    if (!sl_cli_gpu(gpu_name, &gpu))
-        return 2;
-    if (n_vcs * 16 > n_servers * PER_SERVER) {
-        fprintf(stderr, "philly: %u VCs need %u GPUs (a quota of 16 each), %u servers have %u\n",
-                n_vcs, n_vcs * 16, n_servers, n_servers * PER_SERVER);
-        return 2;
-    }
-    sl_eval_workload *w;
-    size_t n_w;
-    int rc = sl_eval_workloads_load(csv, &w, &n_w);
-    if (rc != SL_OK) {
-        fprintf(stderr, "philly: cannot load %s: %s\n", csv, sl_strerror(rc));
-        return 1;
-    }
-    unsigned n_gpus = n_servers * PER_SERVER;
-    pjob *jobs = sl_calloc(n_jobs, sizeof *jobs);
-    unsigned *quota = sl_calloc(n_vcs, sizeof *quota);
-    if (!jobs || !quota ||
-        philly_trace(w, n_w, n_jobs, n_gpus, n_vcs, load, seed, jobs, quota) != SL_OK) {
-        fprintf(stderr, "philly: cannot build the trace\n");
-        return 1;
-    }
-    double util_mean = set_utils(jobs, n_jobs, job_util, util_scale, seed);
+    const options *o = sr->o;
+    return run_cluster(mode, sr->jobs, o->n_jobs, o->n_servers, o->n_vcs, sr->quota, o->oversub,
+                       relax_min * 60, probe_s, progress, progress ? o->restart_min * 60 : 0,
+                       &sr->mcfg, out);
+}
+
+static void print_trace(const study_run *sr)
+{
+    const options *o = sr->o;
     printf("the study's figures and our assumptions:\n");
     for (int f = 0; f < F_N; f++)
         printf("  %-42s %8.3f  %s\n", study[f].what, study[f].value, study[f].source);
     size_t count[N_CLASSES] = {0}, failed = 0, killed = 0;
     double gpu_h = 0;
-    for (size_t i = 0; i < n_jobs; i++) {
-        count[jobs[i].size_class]++;
-        failed += jobs[i].outcome == UNSUCCESSFUL;
-        killed += jobs[i].outcome == KILLED;
-        gpu_h += jobs[i].k * jobs[i].work_s / 3600;
+    for (size_t i = 0; i < o->n_jobs; i++) {
+        const pjob *j = &sr->jobs[i];
+        count[j->size_class]++;
+        failed += j->outcome == UNSUCCESSFUL;
+        killed += j->outcome == KILLED;
+        gpu_h += j->k * j->work_s / 3600;
     }
     printf("trace: %zu jobs (1 GPU %zu, 2-4 %zu, 5-8 %zu, >8 %zu; %zu failed, %zu killed), "
            "%.0f GPU-hours, %u servers x %u GPUs (%s), %u VCs, load %.2f, seed %llu\n",
-           n_jobs, count[0], count[1], count[2], count[3], failed, killed, gpu_h, n_servers,
-           PER_SERVER, gpu->name, n_vcs, load, (unsigned long long) seed);
-    if (job_util > 0)
-        printf("job utilisation alone: every job %.2f (--job-util)%s\n", job_util,
-               job_util >= 1 ? ": kernels/sim's model, sharing gains nothing" : "");
+           o->n_jobs, count[0], count[1], count[2], count[3], failed, killed, gpu_h, o->n_servers,
+           PER_SERVER, o->c.gpu->name, o->n_vcs, o->load, (unsigned long long) o->c.seed);
+    if (o->job_util > 0)
+        printf("job utilisation alone: every job %.2f (--job-util)%s\n", o->job_util,
+               o->job_util >= 1 ? ": kernels/sim's model, sharing gains nothing" : "");
     else
         printf("job utilisation alone: the study's per-size means (Table 3 as recalled) x %.2f, "
                "drawn per job (assumed shape); mean over the trace %.3f\n",
-               util_scale, util_mean);
+               o->util_scale, sr->util_mean);
     printf("quotas:");
-    for (unsigned v = 0; v < n_vcs; v++)
-        printf(" %u", quota[v]);
+    for (unsigned v = 0; v < o->n_vcs; v++)
+        printf(" %u", sr->quota[v]);
     printf("\n");
-    sl_eval_config mcfg = sl_eval_config_default("fair", false, 1, gpu->capacity);
-    enum { N_RUNS = 4 };
-    run_result res[N_RUNS];
-    const char *names[N_RUNS] = {"gang", "salus", "gang+probe", "gang+probe-progress"};
-    const enum mode modes[N_RUNS] = {GANG, SALUS, GANG, GANG};
-    const double probes[N_RUNS] = {0, 0, probe_min * 60, probe_min * 60};
-    int n_runs = probe_min > 0 ? N_RUNS : 2;
-    for (int m = 0; m < n_runs; m++) {
-        fprintf(stderr, "philly: %s ...\n", names[m]);
-        rc = run_cluster(modes[m], jobs, n_jobs, n_servers, n_vcs, quota, oversub, relax_min * 60,
-                         probes[m], m == 3, restart_min * 60, &mcfg, &res[m]);
-        if (rc != SL_OK) {
-            fprintf(stderr, "philly: %s: %s\n", names[m], sl_strerror(rc));
-            return 1;
-        }
+}
+
+/* gang, salus and, with probes, gang with a probe thrown away or counted. */
+static int run_schedulers(study_run *sr)
+{
+    const options *o = sr->o;
+    sr->n_runs = o->probe_min > 0 ? N_RUNS : 2;
+    for (int m = 0; m < sr->n_runs; m++) {
+        fprintf(stderr, "philly: %s ...\n", run_names[m]);
+        int rc = run(sr, run_modes[m], o->relax_min, m >= 2 ? o->probe_min * 60 : 0, m == 3,
+                     &sr->res[m]);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "%s", run_names[m]);
     }
     printf("%-20s %12s %12s %8s %8s %12s %10s\n", "scheduler", "avg_jct_min", "p95_jct_min", "busy",
            "dev_util", "makespan_h", "gpu_hours");
-    for (int m = 0; m < n_runs; m++)
-        printf("%-20s %12.1f %12.1f %8.3f %8.3f %12.1f %10.0f\n", names[m], res[m].avg_jct_s / 60,
-               res[m].p95_jct_s / 60, res[m].busy, res[m].device_util, res[m].makespan_s / 3600,
-               res[m].gpu_s / 3600);
-    print_waits("gang", &res[0]);
-    print_waits("salus", &res[1]);
+    for (int m = 0; m < sr->n_runs; m++) {
+        const run_result *r = &sr->res[m];
+        printf("%-20s %12.1f %12.1f %8.3f %8.3f %12.1f %10.0f\n", run_names[m], r->avg_jct_s / 60,
+               r->p95_jct_s / 60, r->busy, r->device_util, r->makespan_s / 3600, r->gpu_s / 3600);
+    }
+    print_waits("gang", &sr->res[0]);
+    print_waits("salus", &sr->res[1]);
     printf("study (Table 2): delays of small jobs are mostly fair-share, of jobs above 4 GPUs "
            "mostly fragmentation; its per-class counts are not available offline here, see "
            "eval/README.md\n");
-    double saved_h = 0, saved_progress_h = 0;
-    if (probe_min > 0) {
-        /* from the trace: the gang time a caught failure no longer burns,
-         * and the probes of the gangs that pass them (the cost); with a
-         * counted probe the cost is the restart, and the restart cost at
-         * which the counted probe breaks even */
-        double gross = 0, cost = 0, passing_gpus = 0;
-        for (size_t i = 0; i < n_jobs; i++) {
-            const pjob *p = &jobs[i];
-            if (p->k < 5)
-                continue;
-            if (p->outcome == UNSUCCESSFUL && p->work_s <= probe_min * 60)
-                gross += (p->k - 1) * p->work_s / 3600;
-            else {
-                cost += fmin(probe_min * 60, p->work_s) / 3600;
-                passing_gpus += p->k;
-            }
-        }
-        printf("probe accounting from the trace: %.1f GPU-hours of failing gangs avoided, %.1f "
-               "GPU-hours of probes for gangs that pass them (thrown away), %.1f GPU-hours of "
-               "restarts with a counted probe (%.1f min each); a counted probe breaks even at a "
-               "restart of %.2f min\n",
-               gross, cost, passing_gpus * restart_min / 60, restart_min,
-               passing_gpus > 0 ? gross * 60 / passing_gpus : 0);
-        saved_h = (res[0].gpu_s - res[2].gpu_s) / 3600;
-        saved_progress_h = (res[0].gpu_s - res[3].gpu_s) / 3600;
-        printf("early failure detection (probe %.0f min on one GPU before gangs of >= 5): %zu "
-               "failures caught; probe thrown away: %.0f GPU-hours saved of %.0f (%.1f %%), avg "
-               "JCT %.1f -> %.1f min; probe counted as progress: %.0f GPU-hours saved (%.1f %%), "
-               "avg JCT %.1f min\n",
-               probe_min, res[2].caught, saved_h, res[0].gpu_s / 3600,
-               100 * saved_h / (res[0].gpu_s / 3600), res[0].avg_jct_s / 60, res[2].avg_jct_s / 60,
-               saved_progress_h, 100 * saved_progress_h / (res[0].gpu_s / 3600),
-               res[3].avg_jct_s / 60);
-    }
-    run_result sw[N_SWEEP];
-    double sw_mean[N_SWEEP] = {0};
-    if (do_sweep) {
-        printf("utilisation sweep (salus on the same trace; gang avg JCT %.1f min at every "
-               "utilisation):\n%-14s %9s %12s %12s %9s %8s %8s\n",
-               res[0].avg_jct_s / 60, "utilisation", "mean_u", "avg_jct_min", "p95_jct_min",
-               "jct_ratio", "busy", "dev_util");
-        for (int k = 0; k < N_SWEEP; k++) {
-            fprintf(stderr, "philly: sweep %s ...\n", sweep[k].what);
-            sw_mean[k] = set_utils(jobs, n_jobs, sweep[k].fixed, sweep[k].scale, seed);
-            rc = run_cluster(SALUS, jobs, n_jobs, n_servers, n_vcs, quota, oversub, relax_min * 60,
-                             0, false, 0, &mcfg, &sw[k]);
-            if (rc != SL_OK) {
-                fprintf(stderr, "philly: sweep: %s\n", sl_strerror(rc));
-                return 1;
-            }
-            printf("%-14s %9.3f %12.1f %12.1f %9.2f %8.3f %8.3f\n", sweep[k].what, sw_mean[k],
-                   sw[k].avg_jct_s / 60, sw[k].p95_jct_s / 60, res[0].avg_jct_s / sw[k].avg_jct_s,
-                   sw[k].busy, sw[k].device_util);
-        }
-        set_utils(jobs, n_jobs, job_util, util_scale, seed);
-    }
-    run_result rx[N_RELAX][2];
-    relax_split split[N_RELAX];
-    if (do_sweep) {
-        printf("locality sweep (both schedulers, locality relaxed after the given wait): share of "
-               "each size class's gang waits that is fragmentation (F) or fair-share (Q)\n"
-               "%-9s %6s %6s %6s %6s %6s %10s %10s %9s\n",
-               "relax", "1:Q", "2-4:F", "5-8:F", ">8:F", ">4:F", "gang_jct", "salus_jct",
-               "jct_ratio");
-        for (int x = 0; x < N_RELAX; x++) {
-            fprintf(stderr, "philly: locality sweep %s ...\n", relax_label(x));
-            for (int m = 0; m < 2; m++) {
-                rc = run_cluster(modes[m], jobs, n_jobs, n_servers, n_vcs, quota, oversub,
-                                 relax_sweep_min[x] * 60, 0, false, 0, &mcfg, &rx[x][m]);
-                if (rc != SL_OK) {
-                    fprintf(stderr, "philly: locality sweep: %s\n", sl_strerror(rc));
-                    return 1;
-                }
-            }
-            const run_result *g = &rx[x][0];
-            split[x] = split_of(g);
-            const relax_split *q = &split[x];
-            printf("%-9s %6.2f %6.2f %6.2f %6.2f %6.2f %10.1f %10.1f %9.2f\n", relax_label(x),
-                   q->fair_1, q->frag_2_4, q->frag_5_8, q->frag_gt8, q->frag_gt4, g->avg_jct_s / 60,
-                   rx[x][1].avg_jct_s / 60, g->avg_jct_s / rx[x][1].avg_jct_s);
+    return -1;
+}
+
+/* From the trace: the gang time a caught failure no longer burns, and the
+ * probes of the gangs that pass them (the cost); with a counted probe the
+ * cost is the restart, and the restart cost at which the counted probe
+ * breaks even. */
+static void print_probes(study_run *sr)
+{
+    const options *o = sr->o;
+    const run_result *res = sr->res;
+    double gross = 0, cost = 0, passing_gpus = 0;
+    for (size_t i = 0; i < o->n_jobs; i++) {
+        const pjob *p = &sr->jobs[i];
+        if (p->k < 5)
+            continue;
+        if (p->outcome == UNSUCCESSFUL && p->work_s <= o->probe_min * 60)
+            gross += (p->k - 1) * p->work_s / 3600;
+        else {
+            cost += fmin(o->probe_min * 60, p->work_s) / 3600;
+            passing_gpus += p->k;
         }
     }
-    if (json_path) {
-        FILE *jf = fopen(json_path, "w");
-        if (jf) {
-            fprintf(jf,
-                    "{\"bench\": \"eval_philly\", \"jobs\": %zu, \"gpus\": %u, \"seed\": %llu, "
-                    "\"util_mean\": %.4f, ",
-                    n_jobs, n_gpus, (unsigned long long) seed, util_mean);
-            fprintf(jf, "\"runs\": [");
-            for (int m = 0; m < n_runs; m++) {
-                const run_result *r = &res[m];
-                double tot = r->wait[R_QUOTA] + r->wait[R_CAPACITY] + r->wait[R_FRAG];
-                fprintf(jf,
-                        "%s{\"scheduler\": \"%s\", \"avg_jct_min\": %.3f, \"p95_jct_min\": %.3f, "
-                        "\"busy\": %.4f, \"device_util\": %.4f, \"wait_quota_h\": %.2f, "
-                        "\"wait_capacity_h\": %.2f, \"wait_frag_h\": %.2f, \"wait_quota_share\": "
-                        "%.4f, \"wait_capacity_share\": %.4f, \"wait_frag_share\": %.4f, "
-                        "\"gpu_hours\": %.2f}",
-                        m ? ", " : "", names[m], r->avg_jct_s / 60, r->p95_jct_s / 60, r->busy,
-                        r->device_util, r->wait[R_QUOTA] / 3600, r->wait[R_CAPACITY] / 3600,
-                        r->wait[R_FRAG] / 3600, tot > 0 ? r->wait[R_QUOTA] / tot : 0,
-                        tot > 0 ? r->wait[R_CAPACITY] / tot : 0,
-                        tot > 0 ? r->wait[R_FRAG] / tot : 0, r->gpu_s / 3600);
-            }
-            fprintf(jf, "], \"sweep\": [");
-            for (int k = 0; do_sweep && k < N_SWEEP; k++)
-                fprintf(jf,
-                        "%s{\"utilisation\": \"%s\", \"mean_util\": %.4f, \"salus_avg_jct_min\": "
-                        "%.3f, \"gang_avg_jct_min\": %.3f, \"jct_ratio\": %.4f, \"busy\": %.4f, "
-                        "\"device_util\": %.4f}",
-                        k ? ", " : "", sweep[k].what, sw_mean[k], sw[k].avg_jct_s / 60,
-                        res[0].avg_jct_s / 60, res[0].avg_jct_s / sw[k].avg_jct_s, sw[k].busy,
-                        sw[k].device_util);
-            fprintf(jf, "], \"relax_sweep\": [");
-            for (int x = 0; do_sweep && x < N_RELAX; x++) {
-                const run_result *g = &rx[x][0];
-                const relax_split *q = &split[x];
-                fprintf(jf,
-                        "%s{\"relax\": \"%s\", \"fair_share_1\": %.4f, \"frag_2_4\": %.4f, "
-                        "\"frag_5_8\": %.4f, \"frag_gt8\": %.4f, \"frag_gt4\": %.4f, "
-                        "\"gang_avg_jct_min\": %.3f, \"salus_avg_jct_min\": %.3f, "
-                        "\"jct_ratio\": %.4f}",
-                        x ? ", " : "", relax_label(x), q->fair_1, q->frag_2_4, q->frag_5_8,
-                        q->frag_gt8, q->frag_gt4, g->avg_jct_s / 60, rx[x][1].avg_jct_s / 60,
-                        g->avg_jct_s / rx[x][1].avg_jct_s);
-            }
-            fprintf(jf,
-                    "], \"probe_saved_gpu_hours\": %.2f, \"probe_progress_saved_gpu_hours\": "
-                    "%.2f}\n",
-                    saved_h, saved_progress_h);
-            fclose(jf);
-        }
+    printf("probe accounting from the trace: %.1f GPU-hours of failing gangs avoided, %.1f "
+           "GPU-hours of probes for gangs that pass them (thrown away), %.1f GPU-hours of "
+           "restarts with a counted probe (%.1f min each); a counted probe breaks even at a "
+           "restart of %.2f min\n",
+           gross, cost, passing_gpus * o->restart_min / 60, o->restart_min,
+           passing_gpus > 0 ? gross * 60 / passing_gpus : 0);
+    sr->saved_h = (res[0].gpu_s - res[2].gpu_s) / 3600;
+    sr->saved_progress_h = (res[0].gpu_s - res[3].gpu_s) / 3600;
+    printf("early failure detection (probe %.0f min on one GPU before gangs of >= 5): %zu "
+           "failures caught; probe thrown away: %.0f GPU-hours saved of %.0f (%.1f %%), avg "
+           "JCT %.1f -> %.1f min; probe counted as progress: %.0f GPU-hours saved (%.1f %%), "
+           "avg JCT %.1f min\n",
+           o->probe_min, res[2].caught, sr->saved_h, res[0].gpu_s / 3600,
+           100 * sr->saved_h / (res[0].gpu_s / 3600), res[0].avg_jct_s / 60, res[2].avg_jct_s / 60,
+           sr->saved_progress_h, 100 * sr->saved_progress_h / (res[0].gpu_s / 3600),
+           res[3].avg_jct_s / 60);
+}
+
+/* salus on the same trace at other utilisations (the gang's figures do
+ * not depend on them); the trace's own utilisations restored after. */
+static int util_sweep(study_run *sr)
+{
+    const options *o = sr->o;
+    double gang_jct = sr->res[0].avg_jct_s;
+    printf("utilisation sweep (salus on the same trace; gang avg JCT %.1f min at every "
+           "utilisation):\n%-14s %9s %12s %12s %9s %8s %8s\n",
+           gang_jct / 60, "utilisation", "mean_u", "avg_jct_min", "p95_jct_min", "jct_ratio",
+           "busy", "dev_util");
+    for (int k = 0; k < N_SWEEP; k++) {
+        fprintf(stderr, "philly: sweep %s ...\n", sweep[k].what);
+        sr->sw_mean[k] = set_utils(sr->jobs, o->n_jobs, sweep[k].fixed, sweep[k].scale, o->c.seed);
+        run_result *r = &sr->sw[k];
+        int rc = run(sr, SALUS, o->relax_min, 0, false, r);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "sweep");
+        printf("%-14s %9.3f %12.1f %12.1f %9.2f %8.3f %8.3f\n", sweep[k].what, sr->sw_mean[k],
+               r->avg_jct_s / 60, r->p95_jct_s / 60, gang_jct / r->avg_jct_s, r->busy,
+               r->device_util);
     }
+    set_utils(sr->jobs, o->n_jobs, o->job_util, o->util_scale, o->c.seed);
+    return -1;
+}
+
+/* Both schedulers with locality relaxed after each wait of the sweep. */
+static int locality_sweep(study_run *sr)
+{
+    printf("locality sweep (both schedulers, locality relaxed after the given wait): share of "
+           "each size class's gang waits that is fragmentation (F) or fair-share (Q)\n"
+           "%-9s %6s %6s %6s %6s %6s %10s %10s %9s\n",
+           "relax", "1:Q", "2-4:F", "5-8:F", ">8:F", ">4:F", "gang_jct", "salus_jct", "jct_ratio");
+    for (int x = 0; x < N_RELAX; x++) {
+        fprintf(stderr, "philly: locality sweep %s ...\n", relax_label(x));
+        for (int m = 0; m < 2; m++) {
+            int rc = run(sr, run_modes[m], relax_sweep_min[x], 0, false, &sr->rx[x][m]);
+            if (rc != SL_OK)
+                return sl_cli_fail(rc, "locality sweep");
+        }
+        const run_result *g = &sr->rx[x][0];
+        sr->split[x] = split_of(g);
+        const relax_split *q = &sr->split[x];
+        printf("%-9s %6.2f %6.2f %6.2f %6.2f %6.2f %10.1f %10.1f %9.2f\n", relax_label(x),
+               q->fair_1, q->frag_2_4, q->frag_5_8, q->frag_gt8, q->frag_gt4, g->avg_jct_s / 60,
+               sr->rx[x][1].avg_jct_s / 60, g->avg_jct_s / sr->rx[x][1].avg_jct_s);
+    }
+    return -1;
+}
+
+static void write_runs(FILE *jf, const study_run *sr)
+{
+    fprintf(jf, "\"runs\": [");
+    for (int m = 0; m < sr->n_runs; m++) {
+        const run_result *r = &sr->res[m];
+        double tot = r->wait[R_QUOTA] + r->wait[R_CAPACITY] + r->wait[R_FRAG];
+        fprintf(jf,
+                "%s{\"scheduler\": \"%s\", \"avg_jct_min\": %.3f, \"p95_jct_min\": %.3f, "
+                "\"busy\": %.4f, \"device_util\": %.4f, \"wait_quota_h\": %.2f, "
+                "\"wait_capacity_h\": %.2f, \"wait_frag_h\": %.2f, \"wait_quota_share\": "
+                "%.4f, \"wait_capacity_share\": %.4f, \"wait_frag_share\": %.4f, "
+                "\"gpu_hours\": %.2f}",
+                m ? ", " : "", run_names[m], r->avg_jct_s / 60, r->p95_jct_s / 60, r->busy,
+                r->device_util, r->wait[R_QUOTA] / 3600, r->wait[R_CAPACITY] / 3600,
+                r->wait[R_FRAG] / 3600, tot > 0 ? r->wait[R_QUOTA] / tot : 0,
+                tot > 0 ? r->wait[R_CAPACITY] / tot : 0, tot > 0 ? r->wait[R_FRAG] / tot : 0,
+                r->gpu_s / 3600);
+    }
+    fprintf(jf, "], ");
+}
+
+static void write_json(FILE *jf, const study_run *sr)
+{
+    const options *o = sr->o;
+    const run_result *res = sr->res;
+    fprintf(jf,
+            "{\"bench\": \"eval_philly\", \"jobs\": %zu, \"gpus\": %u, \"seed\": %llu, "
+            "\"util_mean\": %.4f, ",
+            o->n_jobs, o->n_servers * PER_SERVER, (unsigned long long) o->c.seed, sr->util_mean);
+    write_runs(jf, sr);
+    fprintf(jf, "\"sweep\": [");
+    for (int k = 0; o->do_sweep && k < N_SWEEP; k++)
+        fprintf(jf,
+                "%s{\"utilisation\": \"%s\", \"mean_util\": %.4f, \"salus_avg_jct_min\": "
+                "%.3f, \"gang_avg_jct_min\": %.3f, \"jct_ratio\": %.4f, \"busy\": %.4f, "
+                "\"device_util\": %.4f}",
+                k ? ", " : "", sweep[k].what, sr->sw_mean[k], sr->sw[k].avg_jct_s / 60,
+                res[0].avg_jct_s / 60, res[0].avg_jct_s / sr->sw[k].avg_jct_s, sr->sw[k].busy,
+                sr->sw[k].device_util);
+    fprintf(jf, "], \"relax_sweep\": [");
+    for (int x = 0; o->do_sweep && x < N_RELAX; x++) {
+        const run_result *g = &sr->rx[x][0];
+        const relax_split *q = &sr->split[x];
+        fprintf(jf,
+                "%s{\"relax\": \"%s\", \"fair_share_1\": %.4f, \"frag_2_4\": %.4f, "
+                "\"frag_5_8\": %.4f, \"frag_gt8\": %.4f, \"frag_gt4\": %.4f, "
+                "\"gang_avg_jct_min\": %.3f, \"salus_avg_jct_min\": %.3f, "
+                "\"jct_ratio\": %.4f}",
+                x ? ", " : "", relax_label(x), q->fair_1, q->frag_2_4, q->frag_5_8, q->frag_gt8,
+                q->frag_gt4, g->avg_jct_s / 60, sr->rx[x][1].avg_jct_s / 60,
+                g->avg_jct_s / sr->rx[x][1].avg_jct_s);
+    }
+    fprintf(jf,
+            "], \"probe_saved_gpu_hours\": %.2f, \"probe_progress_saved_gpu_hours\": "
+            "%.2f}\n",
+            sr->saved_h, sr->saved_progress_h);
+}
+
+static void print_bench(const study_run *sr)
+{
+    const run_result *res = sr->res;
     printf("BENCH eval_philly jct_ratio=%.2f busy=%.3f frag_wait_share=%.3f gang_busy=%.3f "
            "gang_frag_wait_share=%.3f probe_saved_gpu_h=%.0f util_mean=%.3f "
            "probe_progress_saved_gpu_h=%.0f",
            res[0].avg_jct_s / res[1].avg_jct_s, res[1].busy, frag_share(&res[1]), res[0].busy,
-           frag_share(&res[0]), saved_h, util_mean, saved_progress_h);
-    if (do_sweep) /* strict locality: the study's split, per size class */
+           frag_share(&res[0]), sr->saved_h, sr->util_mean, sr->saved_progress_h);
+    if (sr->o->do_sweep) /* strict locality: the study's split, per size class */
         printf(" strict_gang_frag_share_gt4=%.3f strict_gang_fair_share_1=%.3f "
                "strict_jct_ratio=%.2f",
-               split[N_RELAX - 1].frag_gt4, split[N_RELAX - 1].fair_1,
-               rx[N_RELAX - 1][0].avg_jct_s / rx[N_RELAX - 1][1].avg_jct_s);
+               sr->split[N_RELAX - 1].frag_gt4, sr->split[N_RELAX - 1].fair_1,
+               sr->rx[N_RELAX - 1][0].avg_jct_s / sr->rx[N_RELAX - 1][1].avg_jct_s);
     printf("\n");
-    sl_free(jobs);
-    sl_free(quota);
+}
+
+static bool tiny(void *dst, const char *arg)
+{
+    (void) arg;
+    options *o = dst;
+    o->n_jobs = 150;
+    o->n_servers = 8;
+    o->n_vcs = 2;
+    return true;
+}
+
+/* The trace and its utilisations. The exit status on error, else -1. */
+static int trace(study_run *sr)
+{
+    const options *o = sr->o;
+    if (o->n_vcs * 16 > o->n_servers * PER_SERVER) {
+        fprintf(stderr, "philly: %u VCs need %u GPUs (a quota of 16 each), %u servers have %u\n",
+                o->n_vcs, o->n_vcs * 16, o->n_servers, o->n_servers * PER_SERVER);
+        return 2;
+    }
+    sl_eval_workload *w;
+    size_t n_w;
+    if (!sl_cli_workloads(&o->c, &w, &n_w))
+        return 1;
+    sr->jobs = sl_calloc(o->n_jobs, sizeof *sr->jobs);
+    sr->quota = sl_calloc(o->n_vcs, sizeof *sr->quota);
+    int rc = sr->jobs && sr->quota ? philly_trace(w, n_w, o->n_jobs, o->n_servers * PER_SERVER,
+                                                  o->n_vcs, o->load, o->c.seed, sr->jobs, sr->quota)
+                                   : SL_ENOMEM;
     sl_free(w);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "cannot build the trace");
+    sr->util_mean = set_utils(sr->jobs, o->n_jobs, o->job_util, o->util_scale, o->c.seed);
+    sr->mcfg = sl_eval_config_default("fair", false, 1, o->c.gpu->capacity);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_CSV),
+                 .n_jobs = 3000,
+                 .n_servers = 64,
+                 .n_vcs = (unsigned) study[F_VCS].value,
+                 .load = 2.0,
+                 .util_scale = 1.0,
+                 .relax_min = study[F_RELAX].value,
+                 .probe_min = 5,
+                 .oversub = 2,
+                 .do_sweep = true};
+    const sl_cli_opt opts[] = {
+        {"jobs", SL_CLI_SIZE, &o.n_jobs, 1, 1000000, NULL},
+        {"servers", SL_CLI_UINT, &o.n_servers, 1, 10000, NULL},
+        {"vcs", SL_CLI_UINT, &o.n_vcs, 1, 1000, NULL},
+        {"load", SL_CLI_ABOVE, &o.load, 0, 1000, NULL},
+        {"relax-min", SL_CLI_DOUBLE, &o.relax_min, 0, 1e5, NULL},
+        {"probe-min", SL_CLI_DOUBLE, &o.probe_min, 0, 1e5, NULL},
+        {"probe-restart-min", SL_CLI_DOUBLE, &o.restart_min, 0, 1e5, NULL},
+        {"oversub", SL_CLI_DOUBLE, &o.oversub, 1, 64, NULL},
+        {"tiny", SL_CLI_CALL, &o, 0, 0, tiny},
+        {"job-util", SL_CLI_ABOVE, &o.job_util, 0, 1, NULL},
+        {"util-scale", SL_CLI_ABOVE, &o.util_scale, 0, 100, NULL},
+        {"no-sweep", SL_CLI_CLEAR, &o.do_sweep, 0, 0, NULL},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    static study_run sr;
+    sr.o = &o;
+    if ((st = trace(&sr)) >= 0)
+        return st;
+    print_trace(&sr);
+    if ((st = run_schedulers(&sr)) >= 0)
+        return st;
+    if (o.probe_min > 0)
+        print_probes(&sr);
+    if (o.do_sweep && ((st = util_sweep(&sr)) >= 0 || (st = locality_sweep(&sr)) >= 0))
+        return st;
+    FILE *jf;
+    if (!sl_cli_create(o.c.json, &jf))
+        return 1;
+    if (jf)
+        write_json(jf, &sr);
+    if (!sl_cli_close(jf, o.c.json))
+        return 1;
+    print_bench(&sr);
+    sl_free(sr.jobs);
+    sl_free(sr.quota);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* Job profiles and traces for the simulator (sim.h).
+/* Job profiles and traces for the simulator (evsim.h).
  *
  * Profiles come from the Salus artifact's measurements (eval/data/
  * salus-workloads.csv: TensorFlow 1.x tf_cnn_benchmarks on the paper's
@@ -12,12 +12,13 @@
  * - ephemeral_bytes: peak_mb (MiB) - persistent_bytes: everything else at
  *   the peak is what one iteration creates; derived.
  * sl_eval_workloads_compute replaces the measured timing with one computed
- * from the model's op list (eval/graphs.h) on any sim profile, for the
+ * from the model's op list (eval/lib/graphs.h) on any sim profile, for the
  * models whose op set allows it. */
 #ifndef SL_EVAL_WORKLOAD_H
 #define SL_EVAL_WORKLOAD_H
 
-#include "sim.h"
+#include "evsim.h"
+#include "graphs.h"
 #include "sim/profiles.h"
 
 #include <stdbool.h>
@@ -36,7 +37,7 @@ typedef struct sl_eval_workload {
     uint64_t ephemeral_bytes;
     uint64_t peak_bytes; /* measured peak_mb, in bytes */
     bool computed;       /* iteration_ns and persistent_bytes from the op list */
-    /* Solo device utilisation (sim.h): 0 (= 1, the device filled) as
+    /* Solo device utilisation (evsim.h): 0 (= 1, the device filled) as
      * loaded, since the CSV measures none; from the op list after
      * sl_eval_workloads_compute or sl_eval_workloads_utilisation. */
     double utilisation;
@@ -50,7 +51,7 @@ typedef struct sl_eval_workload {
 int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
 
 /* Computed profiles on profile p: keeps the workloads whose model
- * eval/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
+ * eval/lib/graphs.c builds (VGG-11/16/19, ResNet-50/101/152: 54 of the 99
  * rows), in order, and for each sets iteration_ns to the modeled time of
  * one training iteration on p at the row's batch, utilisation to its op
  * list's (sl_eval_workloads_utilisation), persistent_bytes to the
@@ -62,7 +63,7 @@ int sl_eval_workloads_load(const char *path, sl_eval_workload **out, size_t *n);
  * rewritten. */
 int sl_eval_workloads_compute(sl_eval_workload *w, size_t *n, const sl_sim_profile *p);
 
-/* Sets the utilisation of every workload whose model eval/graphs.c builds
+/* Sets the utilisation of every workload whose model eval/lib/graphs.c builds
  * to that of its training iteration's op list on profile p at its batch
  * (sl_eval_timeline_utilisation); leaves the others as they are. The
  * timing stays what it was (measured or computed). Errors: as
@@ -79,9 +80,6 @@ int sl_eval_workloads_utilisation(sl_eval_workload *w, size_t n, const sl_sim_pr
  * SL_EINVAL (a malformed line, a zero field, no workload left); on error w
  * may be partly rewritten. Reads a file; does not block otherwise. */
 int sl_eval_workloads_profiles(sl_eval_workload *w, size_t *n, const char *path);
-
-/* Published parameter count of a model of the CSV ("vgg16"); 0 if unknown. */
-uint64_t sl_eval_model_params(const char *model);
 
 /* A small deterministic generator (splitmix64): traces depend on the seed
  * alone, on every platform. */
@@ -118,5 +116,21 @@ int sl_eval_trace_salus(const sl_eval_workload *w, size_t n_w, size_t n_jobs,
  * Errors: SL_EINVAL (n_w 0, sigma outside [0, 5]). */
 int sl_eval_trace_lognormal_lengths(const sl_eval_workload *w, size_t n_w, double sigma,
                                     uint64_t seed, sl_eval_job_spec *jobs, size_t n_jobs);
+
+/* A job's ops for op-by-op execution (evsim.h sl_eval_job_spec ops,
+ * op_shapes, n_ops), from a timeline (graphs.h). */
+typedef struct sl_eval_op_list {
+    sl_eval_op *ops;          /* n entries: launch, work, split, occupancy, block */
+    sl_eval_op_shape *shapes; /* n entries: for the partition model */
+    uint32_t n;
+    uint64_t ns; /* the sum of the ops' serial times (launch + work) */
+} sl_eval_op_list;
+
+/* The first n_ops ops of t (n_ops <= t->n_ops: the forward part of a
+ * training timeline is an inference request) into *out. Errors: SL_ENOMEM,
+ * *out then empty. sl_eval_op_list_fini frees it. */
+int sl_eval_op_list_from(const sl_eval_timeline *t, size_t n_ops, sl_eval_op_list *out);
+/* Frees the list's ops; safe on a zeroed list. */
+void sl_eval_op_list_fini(sl_eval_op_list *l);
 
 #endif

@@ -5,6 +5,7 @@
 #include "graphs.h"
 
 #include "sim/sim.h"
+#include "zoo.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -26,6 +27,11 @@ typedef struct net {
     bool infer; /* forward only: backward and update ops are not emitted */
     bool adam;  /* parameters updated by Adam (one fused op each), not SGD */
     int error;  /* the first one; later ops are not emitted */
+    /* a zoo network under construction (zoo.h): the current activation,
+     * whether a convolution has run (the first one's input gradient is
+     * never needed), a residual block's input and main path */
+    sl_shape x, res_in, res_main;
+    bool conv_seen;
 } net;
 
 /* The ops an inference request does not run: gradients and updates. The
@@ -230,55 +236,75 @@ static void softmax_xent(net *n, sl_shape logits)
     (void) emit(n, SL_EVAL_LOSS, SL_OP_SOFTMAX_XENT_GRAD, NULL, in, 2);
 }
 
-/* ResNet bottleneck. v1 (tf_cnn_benchmarks "resnet50") strides the first
- * 1x1 convolution, v1.5 (NVIDIA's) the 3x3 one. The residual add runs once
- * forward and once backward (summing the two branches' input gradients). */
-static sl_shape bottleneck(net *n, sl_shape x, int64_t mid, int64_t out, int64_t stride, bool v15)
+/* The zoo's layers as timed ops (zoo.h): each hook emits its forward
+ * op, its backward ops and the update of its parameters. */
+static void z_input(void *ctx, int64_t c, int64_t h, int64_t w)
 {
-    sl_shape y = relu(n, batchnorm(n, conv(n, x, mid, 1, v15 ? 1 : stride, 0, true, false)));
-    y = relu(n, batchnorm(n, conv(n, y, mid, 3, v15 ? stride : 1, 1, true, false)));
-    y = batchnorm(n, conv(n, y, out, 1, 1, 0, true, false));
-    if (x.dims[1] != out || stride != 1)
-        (void) batchnorm(n, conv(n, x, out, 1, stride, 0, true, false));
-    sl_shape add[2] = {y, y};
+    net *n = ctx;
+    n->x = shp(4, n->batch, c, h, w);
+}
+
+static void z_conv(void *ctx, const sl_zoo_conv *c)
+{
+    net *n = ctx;
+    sl_shape y = conv(n, n->x, c->out, c->k, c->stride, c->pad, n->conv_seen, !c->bn);
+    n->conv_seen = true;
+    if (c->bn)
+        y = batchnorm(n, y);
+    n->x = c->relu ? relu(n, y) : y;
+}
+
+static void z_maxpool(void *ctx, int64_t k, int64_t stride, int64_t pad)
+{
+    net *n = ctx;
+    n->x = maxpool(n, n->x, k, stride, pad);
+}
+
+static void z_global_avgpool(void *ctx)
+{
+    net *n = ctx;
+    n->x = global_avgpool(n, n->x);
+}
+
+static void z_fc(void *ctx, int64_t out, bool act)
+{
+    net *n = ctx;
+    sl_shape x = n->x;
+    if (x.ndim == 4) /* flattened */
+        x = shp(2, n->batch, x.dims[1] * x.dims[2] * x.dims[3], 0, 0);
+    sl_shape y = fc(n, x, out);
+    n->x = act ? relu(n, y) : y;
+}
+
+static void z_residual_begin(void *ctx)
+{
+    net *n = ctx;
+    n->res_in = n->x;
+}
+
+static void z_residual_shortcut(void *ctx)
+{
+    net *n = ctx;
+    n->res_main = n->x;
+    n->x = n->res_in;
+}
+
+/* The residual add runs once forward and once backward (summing the two
+ * branches' input gradients). */
+static void z_residual_end(void *ctx)
+{
+    net *n = ctx;
+    sl_shape add[2] = {n->res_main, n->res_main};
     (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
     if (!n->infer)
         (void) emit(n, SL_EVAL_ELEMWISE, SL_OP_ADD, NULL, add, 2);
-    return relu(n, y);
+    n->x = relu(n, n->res_main);
 }
 
-/* He et al. 2016, Table 1: bottleneck blocks per stage. */
-static void resnet(net *n, const int blocks[4], bool v15)
+static void z_loss(void *ctx)
 {
-    sl_shape x = shp(4, n->batch, 3, 224, 224);
-    x = relu(n, batchnorm(n, conv(n, x, 64, 7, 2, 3, false, false)));
-    x = maxpool(n, x, 3, 2, 1);
-    static const int64_t mid[4] = {64, 128, 256, 512}, out[4] = {256, 512, 1024, 2048},
-                         stride[4] = {1, 2, 2, 2};
-    for (unsigned s = 0; s < 4; s++)
-        for (int b = 0; b < blocks[s]; b++)
-            x = bottleneck(n, x, mid[s], out[s], b == 0 ? stride[s] : 1, v15);
-    softmax_xent(n, fc(n, global_avgpool(n, x), 1000));
-}
-
-/* Simonyan & Zisserman 2015, Table 1: 3x3 convolutions per stage (0 ends a
- * stage with a 2x2 max pool), then three fully connected layers. */
-static void vgg(net *n, const int per_stage[5])
-{
-    static const int64_t width[5] = {64, 128, 256, 512, 512};
-    sl_shape x = shp(4, n->batch, 3, 224, 224);
-    bool first = true;
-    for (unsigned s = 0; s < 5; s++) {
-        for (int c = 0; c < per_stage[s]; c++) {
-            x = relu(n, conv(n, x, width[s], 3, 1, 1, !first, true));
-            first = false;
-        }
-        x = maxpool(n, x, 2, 2, 0);
-    }
-    sl_shape flat = shp(2, n->batch, x.dims[1] * x.dims[2] * x.dims[3], 0, 0);
-    sl_shape h = relu(n, fc(n, flat, 4096));
-    h = relu(n, fc(n, h, 4096));
-    softmax_xent(n, fc(n, h, 1000));
+    net *n = ctx;
+    softmax_xent(n, n->x);
 }
 
 /* An activation the registry has (tanh, sigmoid) and its gradient. ELU,
@@ -340,26 +366,6 @@ static void superres(net *n)
     (void) emit(n, SL_EVAL_LOSS, SL_OP_MSE_GRAD, NULL, l, 2);
 }
 
-static const struct {
-    const char *name;
-    bool is_vgg, v15;
-    int layers[5];
-} models[] = {
-    {"vgg11", true, false, {1, 1, 2, 2, 2}},      {"vgg16", true, false, {2, 2, 3, 3, 3}},
-    {"vgg19", true, false, {2, 2, 4, 4, 4}},      {"resnet50", false, false, {3, 4, 6, 3}},
-    {"resnet101", false, false, {3, 4, 23, 3}},   {"resnet152", false, false, {3, 8, 36, 3}},
-    {"resnet50_v1.5", false, true, {3, 4, 6, 3}},
-};
-#define N_MODELS (sizeof models / sizeof models[0])
-
-static int find_model(const char *model)
-{
-    for (unsigned i = 0; model && i < N_MODELS; i++)
-        if (strcmp(models[i].name, model) == 0)
-            return (int) i;
-    return -1;
-}
-
 /* Models outside the CNN table: the Salus artifact's small networks. */
 static const struct {
     const char *name;
@@ -377,7 +383,7 @@ static int find_small(const char *model)
 
 bool sl_eval_graph_known(const char *model)
 {
-    return find_model(model) >= 0 || find_small(model) >= 0;
+    return sl_zoo_known(model) || find_small(model) >= 0;
 }
 
 int sl_eval_timeline_build(const char *model, int64_t batch, const sl_sim_profile *p,
@@ -422,16 +428,24 @@ int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_pro
                               bool inference, sl_eval_timeline *out)
 {
     memset(out, 0, sizeof *out);
-    int m = find_model(model), sm = find_small(model);
-    if ((m < 0 && sm < 0) || batch < 1 || !p)
+    int sm = find_small(model);
+    if ((!sl_zoo_known(model) && sm < 0) || batch < 1 || !p)
         return SL_EINVAL;
     net n = {.p = p, .batch = batch, .t = out, .infer = inference};
+    const sl_zoo_builder zb = {.ctx = &n,
+                               .input = z_input,
+                               .conv = z_conv,
+                               .maxpool = z_maxpool,
+                               .global_avgpool = z_global_avgpool,
+                               .fc = z_fc,
+                               .residual_begin = z_residual_begin,
+                               .residual_shortcut = z_residual_shortcut,
+                               .residual_end = z_residual_end,
+                               .loss = z_loss};
     if (sm >= 0)
         small_models[sm].build(&n);
-    else if (models[m].is_vgg)
-        vgg(&n, models[m].layers);
     else
-        resnet(&n, models[m].layers, models[m].v15);
+        (void) sl_zoo_build(model, &zb);
     if (n.error) {
         sl_eval_timeline_fini(out);
         return n.error;

@@ -3,6 +3,7 @@
 #include "workload.h"
 
 #include "graphs.h"
+#include "zoo.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -10,46 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Parameter counts as published; the CSV has no persistent memory, and the
- * weights are what a training session keeps between iterations. */
-static const struct {
-    const char *model;
-    uint64_t params;
-    const char *source;
-} model_params[] = {
-    /* Simonyan & Zisserman, "Very Deep Convolutional Networks", ICLR 2015,
-     * Table 2: configurations A (11 layers) 133 M, D (16) 138 M, E (19)
-     * 144 M */
-    {"vgg11", 133000000, "Simonyan & Zisserman 2015, Table 2 (A)"},
-    {"vgg16", 138000000, "Simonyan & Zisserman 2015, Table 2 (D)"},
-    {"vgg19", 144000000, "Simonyan & Zisserman 2015, Table 2 (E)"},
-    /* He et al., "Deep Residual Learning", CVPR 2016, as counted by
-     * torchvision's and Keras's model tables: 25.6 M, 44.5 M, 60.2 M */
-    {"resnet50", 25600000, "He et al. 2016 (torchvision table)"},
-    {"resnet101", 44500000, "He et al. 2016 (torchvision table)"},
-    {"resnet152", 60200000, "He et al. 2016 (torchvision table)"},
-    /* Krizhevsky et al., NIPS 2012: "60 million parameters" */
-    {"alexnet", 60000000, "Krizhevsky et al. 2012"},
-    /* Szegedy et al., "Going Deeper with Convolutions", CVPR 2015, Table 1:
-     * about 6.8 M */
-    {"googlenet", 6800000, "Szegedy et al. 2015, Table 1"},
-    /* Szegedy et al., "Rethinking the Inception Architecture", CVPR 2016:
-     * 23.8 M as counted by Keras's table */
-    {"inception3", 23800000, "Szegedy et al. 2016 (Keras table)"},
-    /* Szegedy et al., "Inception-v4", AAAI 2017: 42.7 M as commonly counted */
-    {"inception4", 42700000, "Szegedy et al. 2017"},
-    /* Sermanet et al., "OverFeat", ICLR 2014, Table 1 (fast model): 145 M */
-    {"overfeat", 145000000, "Sermanet et al. 2014, fast model"},
-};
-
-uint64_t sl_eval_model_params(const char *model)
-{
-    for (size_t i = 0; i < sizeof model_params / sizeof model_params[0]; i++)
-        if (strcmp(model_params[i].model, model) == 0)
-            return model_params[i].params;
-    return 0;
-}
 
 /* The length class of a measured JCT: the nearest of 1, 5, 10 minutes. */
 static unsigned length_class(double jct_s)
@@ -83,7 +44,7 @@ static int parse_row(char *line, void *row)
     if (!w->batch || !(w->jct_s > 0) || !(peak_mb > 0) || !w->iterations)
         return SL_EINVAL;
     w->length_min = length_class(w->jct_s);
-    uint64_t params = sl_eval_model_params(w->model);
+    uint64_t params = sl_zoo_published_params(w->model);
     uint64_t peak = (uint64_t) (peak_mb * 1048576.0);
     w->peak_bytes = peak;
     w->persistent_bytes = params * 4;
@@ -331,4 +292,37 @@ int sl_eval_trace_lognormal_lengths(const sl_eval_workload *w, size_t n_w, doubl
         jobs[i].iterations = it < 1 ? 1 : (uint64_t) (it + 0.5);
     }
     return SL_OK;
+}
+
+int sl_eval_op_list_from(const sl_eval_timeline *t, size_t n_ops, sl_eval_op_list *out)
+{
+    sl_eval_op_list l = {.ops = sl_calloc(n_ops ? n_ops : 1, sizeof *l.ops),
+                         .shapes = sl_calloc(n_ops ? n_ops : 1, sizeof *l.shapes),
+                         .n = (uint32_t) n_ops};
+    if (!l.ops || !l.shapes) {
+        sl_eval_op_list_fini(&l);
+        *out = (sl_eval_op_list){0};
+        return SL_ENOMEM;
+    }
+    for (size_t i = 0; i < n_ops; i++) {
+        const sl_eval_op_time *o = &t->ops[i];
+        l.ops[i] = (sl_eval_op){.launch_ns = o->launch_ns,
+                                .work_ns = o->ns - o->launch_ns,
+                                .split_max = o->split_max,
+                                .occupancy = o->occupancy,
+                                .block_ns = o->block_ns};
+        l.shapes[i] = (sl_eval_op_shape){
+            .compute_ns = o->compute_ns, .memory_ns = o->memory_ns, .waves = o->waves};
+        l.ns += o->ns;
+    }
+    *out = l;
+    return SL_OK;
+}
+
+void sl_eval_op_list_fini(sl_eval_op_list *l)
+{
+    sl_free(l->ops);
+    sl_free(l->shapes);
+    l->ops = NULL;
+    l->shapes = NULL;
 }

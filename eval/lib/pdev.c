@@ -55,7 +55,7 @@ void sl_eval_pdev_resize(sl_eval_pdev *d, unsigned online_sms)
 void sl_eval_pdev_sync(sl_eval_pdev *d, uint64_t now)
 {
     /* every departure is a sync, so each partition was busy for all of
-     * (synced, now] or for none of it (as sim.c's device_sync) */
+     * (synced, now] or for none of it (as evsim.c's device_sync) */
     if (now > d->synced_ns) {
         double dt = (double) (now - d->synced_ns), used = 0;
         bool any = false;

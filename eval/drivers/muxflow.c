@@ -12,22 +12,22 @@
  * (default 120: latency and utilisation ratios do not depend on T while T
  * is far above a request's service time), scaled per service. M offline
  * training jobs wait to be co-located, at most one per GPU. Policies
- * (eval/placement.h):
+ * (eval/lib/placement.h):
  * - one-per-gpu: no co-location (the offline jobs need GPUs of their own);
  * - greedy: pairs by descending predicted weight;
  * - matching: maximum-weight bipartite matching (Hungarian).
  * The weight of (offline job, GPU) is the pair's predicted normalised
  * throughput, online plus offline, as MuxFlow's scheduler uses, computed
  * from the profiles (pair_weight); a pair whose memory salusd does not
- * admit (eval/sim.h sl_eval_gpu_memory: the service's sessions, then the
+ * admit (eval/lib/evsim.h sl_eval_gpu_memory: the service's sessions, then the
  * offline job, through sl_mem_admit_ex) is forbidden.
  *
- * Each GPU is one sl_eval_run (eval/sim.h), salusd's code on a virtual
+ * Each GPU is one sl_eval_run (eval/lib/evsim.h), salusd's code on a virtual
  * clock, policy priority with salusd's defaults (stepwise dispatch and gap
  * filling: sched/steps.h and sched/gaps.h decide when an offline op goes):
  * - a service is K sessions (replicas) of priority 10, each an inference
  *   job (request_ns) whose requests go op by op (the model's batch-1
- *   forward pass, eval/graphs.c, each op at its occupancy, kernels/sim).
+ *   forward pass, eval/lib/graphs.c, each op at its occupancy, kernels/sim).
  *   A session runs one request at a time, so the service's requests are
  *   dealt round-robin to its K replicas and wait at their replica when it
  *   is busy (latency counts from the request's arrival). K = the smallest
@@ -73,22 +73,17 @@
 #include "manager.h"
 #include "partition.h"
 #include "placement.h"
-#include "sim.h"
+#include "evsim.h"
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "workload.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#ifndef SL_EVAL_CSV
-#define SL_EVAL_CSV "eval/data/salus-workloads.csv"
-#endif
 
 #define MIB (1ull << 20)
 
@@ -105,8 +100,8 @@
  * service's peak (request rate x request time alone): headroom for a
  * latency objective, the usual provisioning rule of thumb */
 #define REPLICA_LOAD 0.5
-/* the services' models: the CNNs eval/graphs.c builds, batch-1 forward
- * passes (as eval/inference.c) */
+/* the services' models: the CNNs eval/lib/graphs.c builds, batch-1 forward
+ * passes (as eval/drivers/inference.c) */
 static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
                                          "vgg11",    "vgg16",     "vgg19"};
 #define N_SVC_MODELS (sizeof svc_models / sizeof svc_models[0])
@@ -114,7 +109,7 @@ static const char *const svc_models[] = {"resnet50", "resnet101", "resnet152",
 
 /* A service's declared need for an online partition: the fewest SMs on
  * which its request runs within this slack of its time on the whole device
- * (graphs.h sl_eval_timeline_need_sms; eval/spatial.c declares the same) */
+ * (graphs.h sl_eval_timeline_need_sms; eval/drivers/spatial.c declares the same) */
 #define NEED_SLACK 0.02
 /* MuxFlow's online latency objective (+< 20 %): a need sized to it, the
  * fewest SMs on which a request runs within 20 % of its whole-device time
@@ -132,7 +127,7 @@ typedef struct gpu_mode {
     /* with partitions: the offline job op by op beside the service (the
      * isolated step dispatch of sched/steps.h) and, while the service is
      * idle, into its partition when one of its blocks there is within the
-     * gap filler's margin of a request (sim.h part_spill_block_ns); without
+     * gap filler's margin of a request (evsim.h part_spill_block_ns); without
      * it the offline job's iterations go whole on their partition */
     bool spill;
     /* with partitions: the service declares no need (salusd --partitions
@@ -146,9 +141,7 @@ typedef struct gpu_mode {
 
 /* A model's batch-1 request: its ops, time alone and memory. */
 typedef struct svc_model {
-    sl_eval_op *ops;
-    sl_eval_op_shape *shapes;
-    uint32_t n_ops;
+    sl_eval_op_list ops;
     uint64_t request_ns;
     double u; /* utilisation alone (graphs.h) */
     uint64_t p, e;
@@ -158,9 +151,7 @@ typedef struct svc_model {
 
 /* An offline training job's computed iteration. */
 typedef struct train_model {
-    sl_eval_op *ops;
-    sl_eval_op_shape *shapes;
-    uint32_t n_ops;
+    sl_eval_op_list ops;
     uint64_t iteration_ns; /* alone, whole iterations (pipelined unless --serial-launch) */
     uint64_t op_ns;        /* its mean op, launch and work: what a stepwise op takes */
     double u;
@@ -189,31 +180,6 @@ static double rate_at(const online *on, double t, double T)
 {
     double low = QPS_LOW * on->peak, high = QPS_PEAK * on->peak;
     return low + (high - low) * 0.5 * (1.0 - cos(6.283185307179586 * t / T));
-}
-
-/* A timeline's ops as the simulator takes them (each with its occupancy). */
-static sl_eval_op *to_ops(const sl_eval_timeline *t)
-{
-    sl_eval_op *o = sl_calloc(t->n_ops ? t->n_ops : 1, sizeof *o);
-    for (size_t i = 0; o && i < t->n_ops; i++)
-        o[i] = (sl_eval_op){.launch_ns = t->ops[i].launch_ns,
-                            .work_ns = t->ops[i].ns - t->ops[i].launch_ns,
-                            .split_max = t->ops[i].split_max,
-                            .occupancy = t->ops[i].occupancy,
-                            .block_ns = t->ops[i].block_ns};
-    return o;
-}
-
-/* The timeline's op shapes for the partition model (kernels/sim's
- * compute/memory split and waves, as graphs.c timed them). */
-static sl_eval_op_shape *to_shapes(const sl_eval_timeline *t)
-{
-    sl_eval_op_shape *o = sl_calloc(t->n_ops ? t->n_ops : 1, sizeof *o);
-    for (size_t i = 0; o && i < t->n_ops; i++)
-        o[i] = (sl_eval_op_shape){.compute_ns = t->ops[i].compute_ns,
-                                  .memory_ns = t->ops[i].memory_ns,
-                                  .waves = t->ops[i].waves};
-    return o;
 }
 
 /* The service's request times in [0, T) (ns): a Poisson process at the
@@ -249,7 +215,7 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
     return at ? n : 0;
 }
 
-/* A whole iteration's launches all at its start (sim.h
+/* A whole iteration's launches all at its start (evsim.h
  * pipelined_launches), and every solo time, utilisation and declared need
  * computed the same way; --serial-launch: each after the op before it */
 static bool pipelined = true;
@@ -289,9 +255,9 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
                                             .persistent_bytes = sm->p,
                                             .ephemeral_bytes = sm->e,
                                             .priority = SVC_PRIORITY,
-                                            .ops = sm->ops,
-                                            .op_shapes = sm->shapes,
-                                            .n_ops = sm->n_ops,
+                                            .ops = sm->ops.ops,
+                                            .op_shapes = sm->ops.shapes,
+                                            .n_ops = sm->ops.n,
                                             .request_ns = dealt + first};
     }
     uint64_t T_ns = (uint64_t) (T * 1e9);
@@ -321,9 +287,9 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
             .iteration_ns = tm->iteration_ns,
             .persistent_bytes = cw->persistent_bytes,
             .ephemeral_bytes = cw->ephemeral_bytes,
-            .ops = tm->ops,
-            .op_shapes = tm->shapes,
-            .n_ops = tm->n_ops,
+            .ops = tm->ops.ops,
+            .op_shapes = tm->ops.shapes,
+            .n_ops = tm->ops.n,
         };
     }
     sl_eval_job_result *res = sl_calloc(n_jobs ? n_jobs : 1, sizeof *res);
@@ -394,16 +360,12 @@ static double time_matching(size_t n, uint64_t seed, double *greedy_ratio)
     return rc == SL_OK ? ms : -1;
 }
 
-static void usage(const char *argv0)
-{
-    fprintf(stderr,
-            "usage: %s [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE] "
-            "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill] "
-            "[--serial-launch]\n"
-            "defaults: 32 GPUs, 32 offline jobs, a 120 s day, p100, seed 1; --tiny: 4 GPUs, "
-            "4 jobs, a 10 s day\n",
-            argv0);
-}
+static const char usage[] =
+    "usage: %s [--csv FILE] [--gpus N] [--offline M] [--day-s T] [--gpu PROFILE] "
+    "[--seed S] [--json FILE] [--tiny] [--no-timing] [--no-gap-fill] "
+    "[--serial-launch]\n"
+    "defaults: 32 GPUs, 32 offline jobs, a 120 s day, p100, seed 1; --tiny: 4 GPUs, "
+    "4 jobs, a 10 s day\n";
 
 enum { P_ONE, P_GREEDY, P_MATCH, N_POL };
 
@@ -420,284 +382,354 @@ typedef struct row_res {
     double util, sm, infl, worst, tput;
 } row_res;
 
-int main(int argc, char **argv)
-{
-    sl_cli_init(argv[0]);
-    const char *csv = SL_EVAL_CSV, *gpu_name = "p100", *json_path = NULL;
-    size_t n_gpus = 32, n_off = 32;
-    double T = 120;
-    uint64_t seed = 1;
-    bool timing = true, tiny = false, no_gap_fill = false;
-    static const struct option longopts[] = {{"csv", required_argument, NULL, 'c'},
-                                             {"gpus", required_argument, NULL, 'n'},
-                                             {"offline", required_argument, NULL, 'm'},
-                                             {"day-s", required_argument, NULL, 'd'},
-                                             {"gpu", required_argument, NULL, 'g'},
-                                             {"seed", required_argument, NULL, 's'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"tiny", no_argument, NULL, 't'},
-                                             {"no-timing", no_argument, NULL, 'T'},
-                                             {"no-gap-fill", no_argument, NULL, 'G'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"serial-launch", no_argument, NULL, 'P'},
-                                             {NULL, 0, NULL, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "c:n:m:d:g:s:j:tTGhP", longopts, NULL)) != -1;) {
-        switch (ch) {
-        case 'c':
-            csv = optarg;
-            break;
-        case 'n':
-            if (!sl_cli_size("--gpus", optarg, 1, 4096, &n_gpus))
-                return 2;
-            break;
-        case 'm':
-            if (!sl_cli_size("--offline", optarg, 1, 100000, &n_off))
-                return 2;
-            break;
-        case 'd':
-            if (!sl_cli_double_above("--day-s", optarg, 1, 1e7, &T))
-                return 2;
-            break;
-        case 'g':
-            gpu_name = optarg;
-            break;
-        case 's':
-            if (!sl_cli_seed("--seed", optarg, &seed))
-                return 2;
-            break;
-        case 'j':
-            json_path = optarg;
-            break;
-        case 't':
-            tiny = true;
-            n_gpus = n_off = 4;
-            T = 10;
-            break;
-        case 'T':
-            timing = false;
-            break;
-        case 'G':
-            no_gap_fill = true;
-            break;
-        case 'P':
-            pipelined = false;
-            break;
-        case 'h':
-            usage(argv[0]);
-            return 0;
-        default:
-            usage(argv[0]);
-            return 2;
-        }
-    }
-    if (!sl_cli_no_operands(argc, argv, optind))
-        return 2;
-    const sl_sim_profile *gpu;
-    if (!sl_cli_gpu(gpu_name, &gpu))
-        return 2;
-    sl_eval_workload *w;
-    size_t n_w;
-    int rc = sl_eval_workloads_load(csv, &w, &n_w);
-    if (rc != SL_OK) {
-        fprintf(stderr, "muxflow: cannot load %s: %s\n", csv, sl_strerror(rc));
-        return 1;
-    }
-    /* offline jobs: the CSV rows whose training iteration eval/graphs.c
-     * computes (memory measured, time and ops computed on this GPU) */
-    size_t n_cw = n_w;
-    sl_eval_workload *cw = sl_calloc(n_w, sizeof *cw);
-    if (!cw)
-        return 1;
-    memcpy(cw, w, n_w * sizeof *cw);
-    if ((rc = sl_eval_workloads_compute(cw, &n_cw, gpu)) != SL_OK) {
-        fprintf(stderr, "muxflow: computed profiles: %s\n", sl_strerror(rc));
-        return 1;
-    }
-    /* every model's batch-1 request, and every distinct offline timeline */
+typedef struct options {
+    sl_cli_common c;
+    size_t n_gpus, n_off;
+    double T;
+    bool timing, tiny, no_gap_fill;
+} options;
+
+/* The cluster: its services and offline jobs, their profiles, the
+ * placements, and the services' runs alone. */
+typedef struct cluster {
+    const options *o;
+    sl_eval_workload *w, *cw; /* the CSV; its rows graphs.c computes */
+    size_t n_w, n_cw;
     svc_model sm[N_SVC_MODELS];
-    uint64_t need_ns[N_SVC_MODELS];
+    uint64_t need_ns[N_SVC_MODELS]; /* a request on its declared need */
+    train_model *tm;                /* the distinct offline timelines */
+    int *tl_of;                     /* computed row -> timeline */
+    size_t n_tm;
+    online *on;
+    offline *off;
+    double *wt; /* offline job x GPU weights */
+    int *assign[N_POL];
+    double wtot[N_POL], place_ms[N_POL];
+    size_t forbidden;
+    unsigned replicas_total;
+    sl_eval_config mcfg; /* salusd's, for admission and the client gap */
+    gpu_out *alone;
+    double alone_busy, alone_sm; /* sums over the GPUs */
+    /* a GPU given the same offline job by two rows of the same mode runs
+     * once */
+    int *done_o;
+    gpu_out *done_r;
+} cluster;
+
+/* Every model's batch-1 request. */
+static int build_services(cluster *cl)
+{
+    const sl_sim_profile *gpu = cl->o->c.gpu;
     for (size_t m = 0; m < N_SVC_MODELS; m++) {
         sl_eval_timeline t;
-        if ((rc = sl_eval_timeline_build_ex(svc_models[m], 1, gpu, true, &t)) != SL_OK) {
-            fprintf(stderr, "muxflow: %s: %s\n", svc_models[m], sl_strerror(rc));
-            return 1;
-        }
+        int rc = sl_eval_timeline_build_ex(svc_models[m], 1, gpu, true, &t);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "%s", svc_models[m]);
         unsigned min_sms, align;
         sl_eval_part_granularity(gpu, &min_sms, &align);
-        sm[m] = (svc_model){
-            .ops = to_ops(&t),
-            .shapes = to_shapes(&t),
-            .n_ops = (uint32_t) t.n_ops,
-            .request_ns = sl_eval_timeline_solo_ns(&t, pipelined),
-            .u = sl_eval_timeline_utilisation_ex(&t, pipelined),
-            .p = t.params * 4,
-            .need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, pipelined),
-            .need_slo =
-                sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, pipelined)};
+        svc_model *sm = &cl->sm[m];
+        rc = sl_eval_op_list_from(&t, t.n_ops, &sm->ops);
+        sm->request_ns = sl_eval_timeline_solo_ns(&t, pipelined);
+        sm->u = sl_eval_timeline_utilisation_ex(&t, pipelined);
+        sm->p = t.params * 4;
+        sm->need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, pipelined);
+        sm->need_slo = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, pipelined);
         /* batch-1 activations: the CSV's smallest-batch training peak less
-         * weights and gradients, per sample (as eval/inference.c: an
+         * weights and gradients, per sample (as eval/drivers/inference.c: an
          * over-statement, since inference keeps only live activations),
          * at least 16 MiB */
         const sl_eval_workload *best = NULL;
-        for (size_t i = 0; i < n_w; i++)
-            if (!strcmp(w[i].model, svc_models[m]) && (!best || w[i].batch < best->batch))
-                best = &w[i];
-        sm[m].e = 16 * MIB;
-        if (best && best->peak_bytes > 2 * sm[m].p && best->batch)
-            sm[m].e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm[m].p) / best->batch);
-        need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm[m].need, pipelined);
+        for (size_t i = 0; i < cl->n_w; i++)
+            if (!strcmp(cl->w[i].model, svc_models[m]) && (!best || cl->w[i].batch < best->batch))
+                best = &cl->w[i];
+        sm->e = 16 * MIB;
+        if (best && best->peak_bytes > 2 * sm->p && best->batch)
+            sm->e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm->p) / best->batch);
+        cl->need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm->need, pipelined);
         sl_eval_timeline_fini(&t);
-        if (!sm[m].ops || !sm[m].shapes)
+        if (rc != SL_OK)
             return 1;
     }
-    train_model *tm = sl_calloc(n_cw, sizeof *tm);
-    int *tl_of = sl_calloc(n_cw, sizeof *tl_of); /* computed row -> timeline */
-    size_t n_tm = 0;
-    if (!tm || !tl_of)
+    return -1;
+}
+
+/* Offline jobs: the CSV rows whose training iteration eval/lib/graphs.c
+ * computes (memory measured, time and ops computed on this GPU), and
+ * every distinct timeline among them. */
+static int build_offline(cluster *cl)
+{
+    const sl_sim_profile *gpu = cl->o->c.gpu;
+    cl->n_cw = cl->n_w;
+    if (!(cl->cw = sl_calloc(cl->n_w, sizeof *cl->cw)))
         return 1;
-    for (size_t i = 0; i < n_cw; i++) {
-        tl_of[i] = -1;
-        for (size_t k = 0; k < i && tl_of[i] < 0; k++)
+    memcpy(cl->cw, cl->w, cl->n_w * sizeof *cl->cw);
+    int rc = sl_eval_workloads_compute(cl->cw, &cl->n_cw, gpu);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "computed profiles");
+    cl->tm = sl_calloc(cl->n_cw, sizeof *cl->tm);
+    cl->tl_of = sl_calloc(cl->n_cw, sizeof *cl->tl_of);
+    if (!cl->tm || !cl->tl_of)
+        return 1;
+    const sl_eval_workload *cw = cl->cw;
+    for (size_t i = 0; i < cl->n_cw; i++) {
+        cl->tl_of[i] = -1;
+        for (size_t k = 0; k < i && cl->tl_of[i] < 0; k++)
             if (!strcmp(cw[k].model, cw[i].model) && cw[k].batch == cw[i].batch)
-                tl_of[i] = tl_of[k];
-        if (tl_of[i] >= 0)
+                cl->tl_of[i] = cl->tl_of[k];
+        if (cl->tl_of[i] >= 0)
             continue;
         sl_eval_timeline t;
-        if ((rc = sl_eval_timeline_build(cw[i].model, cw[i].batch, gpu, &t)) != SL_OK) {
-            fprintf(stderr, "muxflow: %s: %s\n", cw[i].name, sl_strerror(rc));
-            return 1;
-        }
-        tm[n_tm] = (train_model){.ops = to_ops(&t),
-                                 .shapes = to_shapes(&t),
-                                 .n_ops = (uint32_t) t.n_ops,
-                                 .iteration_ns = sl_eval_timeline_solo_ns(&t, pipelined),
-                                 .op_ns = t.n_ops ? t.iteration_ns / t.n_ops : 0,
-                                 .u = sl_eval_timeline_utilisation_ex(&t, pipelined)};
+        if ((rc = sl_eval_timeline_build(cw[i].model, cw[i].batch, gpu, &t)) != SL_OK)
+            return sl_cli_fail(rc, "%s", cw[i].name);
+        train_model *tm = &cl->tm[cl->n_tm];
+        rc = sl_eval_op_list_from(&t, t.n_ops, &tm->ops);
+        tm->iteration_ns = sl_eval_timeline_solo_ns(&t, pipelined);
+        tm->op_ns = t.n_ops ? t.iteration_ns / t.n_ops : 0;
+        tm->u = sl_eval_timeline_utilisation_ex(&t, pipelined);
         sl_eval_timeline_fini(&t);
-        if (!tm[n_tm].ops || !tm[n_tm].shapes)
+        if (rc != SL_OK)
             return 1;
-        tl_of[i] = (int) n_tm++;
+        cl->tl_of[i] = (int) cl->n_tm++;
     }
-    sl_eval_rng r;
-    sl_eval_rng_seed(&r, seed);
-    online *on = sl_calloc(n_gpus, sizeof *on);
-    offline *off = sl_calloc(n_off, sizeof *off);
-    double *wt = sl_calloc(n_off * n_gpus, sizeof *wt);
-    int *assign[N_POL];
+    return -1;
+}
+
+/* The services (a model, a peak, replicas) and the offline jobs, drawn. */
+static int draw(cluster *cl)
+{
+    size_t n_gpus = cl->o->n_gpus, n_off = cl->o->n_off;
+    cl->on = sl_calloc(n_gpus, sizeof *cl->on);
+    cl->off = sl_calloc(n_off, sizeof *cl->off);
+    cl->wt = sl_calloc(n_off * n_gpus, sizeof *cl->wt);
     for (int p = 0; p < N_POL; p++)
-        assign[p] = sl_calloc(n_off, sizeof(int));
-    gpu_out *alone = sl_calloc(n_gpus, sizeof *alone);
-    if (!on || !off || !wt || !assign[0] || !assign[1] || !assign[2] || !alone) {
+        cl->assign[p] = sl_calloc(n_off, sizeof(int));
+    cl->alone = sl_calloc(n_gpus, sizeof *cl->alone);
+    cl->done_o = sl_calloc(n_gpus, sizeof *cl->done_o);
+    cl->done_r = sl_calloc(n_gpus, sizeof *cl->done_r);
+    if (!cl->on || !cl->off || !cl->wt || !cl->assign[0] || !cl->assign[1] || !cl->assign[2] ||
+        !cl->alone || !cl->done_o || !cl->done_r) {
         fprintf(stderr, "muxflow: out of memory\n");
         return 1;
     }
-    unsigned replicas_total = 0;
+    sl_eval_rng r;
+    sl_eval_rng_seed(&r, cl->o->c.seed);
     for (size_t g = 0; g < n_gpus; g++) {
-        on[g].model = (int) (sl_eval_rng_next(&r) % N_SVC_MODELS);
-        on[g].peak = PEAK_MIN + (PEAK_MAX - PEAK_MIN) * sl_eval_rng_uniform(&r);
-        double peak_load = QPS_PEAK * on[g].peak * (double) sm[on[g].model].request_ns / 1e9;
-        on[g].replicas = (unsigned) ceil(peak_load / REPLICA_LOAD);
-        if (on[g].replicas < 1)
-            on[g].replicas = 1;
-        replicas_total += on[g].replicas;
+        online *on = &cl->on[g];
+        on->model = (int) (sl_eval_rng_next(&r) % N_SVC_MODELS);
+        on->peak = PEAK_MIN + (PEAK_MAX - PEAK_MIN) * sl_eval_rng_uniform(&r);
+        double peak_load = QPS_PEAK * on->peak * (double) cl->sm[on->model].request_ns / 1e9;
+        on->replicas = (unsigned) ceil(peak_load / REPLICA_LOAD);
+        if (on->replicas < 1)
+            on->replicas = 1;
+        cl->replicas_total += on->replicas;
     }
     for (size_t o = 0; o < n_off; o++) {
-        off[o].workload = (int) (sl_eval_rng_next(&r) % n_cw);
-        off[o].timeline = tl_of[off[o].workload];
+        cl->off[o].workload = (int) (sl_eval_rng_next(&r) % cl->n_cw);
+        cl->off[o].timeline = cl->tl_of[cl->off[o].workload];
     }
-    /* weights, with salusd's admission on each GPU deciding what fits */
-    sl_eval_config mcfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
-    size_t forbidden = 0;
+    return -1;
+}
+
+/* Whether GPU g's service and offline job o fit together: salusd's
+ * admission on that GPU decides. */
+static int fits(const cluster *cl, size_t g, size_t o, bool *ok)
+{
+    sl_mem_mgr *m;
+    int rc = sl_eval_gpu_memory(&cl->mcfg, &m);
+    if (rc != SL_OK)
+        return rc;
+    const svc_model *s = &cl->sm[cl->on[g].model];
+    int reason;
+    uint32_t lane;
+    *ok = true;
+    for (unsigned k = 0; k < cl->on[g].replicas && *ok; k++)
+        *ok = sl_mem_admit_ex(m, k + 1, s->p, s->e, 0, &reason, &lane) == SL_OK;
+    const sl_eval_workload *ow = &cl->cw[cl->off[o].workload];
+    *ok = *ok && sl_mem_admit_ex(m, 1000, ow->persistent_bytes, ow->ephemeral_bytes, 0, &reason,
+                                 &lane) == SL_OK;
+    sl_mem_mgr_destroy(m);
+    return SL_OK;
+}
+
+/* The weights and the three placements. */
+static int place(cluster *cl)
+{
+    size_t n_gpus = cl->o->n_gpus, n_off = cl->o->n_off;
+    cl->mcfg = sl_eval_config_default("priority", false, 1, cl->o->c.gpu->capacity);
     for (size_t g = 0; g < n_gpus; g++) {
         /* the mean rate of the raised cosine is the midpoint of its range */
-        double mean_qps = 0.5 * (QPS_LOW + QPS_PEAK) * on[g].peak;
-        const svc_model *s = &sm[on[g].model];
+        double mean_qps = 0.5 * (QPS_LOW + QPS_PEAK) * cl->on[g].peak;
         for (size_t o = 0; o < n_off; o++) {
-            sl_mem_mgr *m;
-            if ((rc = sl_eval_gpu_memory(&mcfg, &m)) != SL_OK) {
-                fprintf(stderr, "muxflow: %s\n", sl_strerror(rc));
-                return 1;
-            }
-            int reason;
-            uint32_t lane;
-            bool fits = true;
-            for (unsigned k = 0; k < on[g].replicas && fits; k++)
-                fits = sl_mem_admit_ex(m, k + 1, s->p, s->e, 0, &reason, &lane) == SL_OK;
-            const sl_eval_workload *ow = &cw[off[o].workload];
-            fits = fits && sl_mem_admit_ex(m, 1000, ow->persistent_bytes, ow->ephemeral_bytes, 0,
-                                           &reason, &lane) == SL_OK;
-            sl_mem_mgr_destroy(m);
-            wt[o * n_gpus + g] =
-                fits ? pair_weight(s, &tm[off[o].timeline], mean_qps) : SL_PLACE_FORBIDDEN;
-            forbidden += !fits;
+            bool ok;
+            int rc = fits(cl, g, o, &ok);
+            if (rc != SL_OK)
+                return sl_cli_fail(rc, "admission");
+            cl->wt[o * n_gpus + g] =
+                ok ? pair_weight(&cl->sm[cl->on[g].model], &cl->tm[cl->off[o].timeline], mean_qps)
+                   : SL_PLACE_FORBIDDEN;
+            cl->forbidden += !ok;
         }
     }
     bool *gfree = sl_calloc(n_gpus, sizeof *gfree);
     if (!gfree)
         return 1;
-    double wtot[N_POL] = {0}, place_ms[N_POL] = {0};
     /* one-per-gpu: every GPU already runs its service, none is free */
-    rc = sl_place_one_per_gpu(n_off, gfree, n_gpus, assign[P_ONE]);
+    int rc = sl_place_one_per_gpu(n_off, gfree, n_gpus, cl->assign[P_ONE]);
+    sl_free(gfree);
     double t0 = now_s();
     if (rc == SL_OK)
-        rc = sl_place_greedy(wt, n_off, n_gpus, assign[P_GREEDY], &wtot[P_GREEDY]);
-    place_ms[P_GREEDY] = (now_s() - t0) * 1e3;
+        rc = sl_place_greedy(cl->wt, n_off, n_gpus, cl->assign[P_GREEDY], &cl->wtot[P_GREEDY]);
+    cl->place_ms[P_GREEDY] = (now_s() - t0) * 1e3;
     t0 = now_s();
     if (rc == SL_OK)
-        rc = sl_place_match(wt, n_off, n_gpus, assign[P_MATCH], &wtot[P_MATCH]);
-    place_ms[P_MATCH] = (now_s() - t0) * 1e3;
-    if (rc != SL_OK) {
-        fprintf(stderr, "muxflow: placement: %s\n", sl_strerror(rc));
-        return 1;
-    }
+        rc = sl_place_match(cl->wt, n_off, n_gpus, cl->assign[P_MATCH], &cl->wtot[P_MATCH]);
+    cl->place_ms[P_MATCH] = (now_s() - t0) * 1e3;
+    return rc == SL_OK ? -1 : sl_cli_fail(rc, "placement");
+}
+
+static void print_cluster(const cluster *cl)
+{
+    const options *o = cl->o;
+    const sl_sim_profile *gpu = o->c.gpu;
     printf("cluster: %zu GPUs (%s), one online service each (batch-1 %s..., %.0f -> %.0f -> "
            "%.0f QPS diurnal x a per-service peak in [%.1f, %.1f], a %.0f s day; %u replicas in "
            "all), %zu offline training jobs (computed, %zu distinct); %zu of %zu pairs do not fit "
            "in memory (salusd admission)\n",
-           n_gpus, gpu->name, svc_models[0], QPS_LOW, QPS_PEAK, QPS_LOW, PEAK_MIN, PEAK_MAX, T,
-           replicas_total, n_off, n_tm, forbidden, n_off * n_gpus);
-    for (size_t m = 0; m < N_SVC_MODELS; m++)
+           o->n_gpus, gpu->name, svc_models[0], QPS_LOW, QPS_PEAK, QPS_LOW, PEAK_MIN, PEAK_MAX,
+           o->T, cl->replicas_total, o->n_off, cl->n_tm, cl->forbidden, o->n_off * o->n_gpus);
+    for (size_t m = 0; m < N_SVC_MODELS; m++) {
+        const svc_model *sm = &cl->sm[m];
         printf("service %-10s request %.3f ms alone, %u ops, utilisation %.3f, P %.0f MiB, E %.0f "
                "MiB, declared need %u of %u SMs (%.3f ms there), %u at the latency objective\n",
-               svc_models[m], (double) sm[m].request_ns / 1e6, sm[m].n_ops, sm[m].u,
-               (double) sm[m].p / MIB, (double) sm[m].e / MIB, sm[m].need, gpu->sm_count,
-               (double) need_ns[m] / 1e6, sm[m].need_slo);
-    /* the services alone: the whole device, no partitions */
-    const gpu_mode plain = {.no_gap_fill = no_gap_fill};
-    double sum_alone_busy = 0, sum_alone_sm = 0;
-    for (size_t g = 0; g < n_gpus; g++) {
-        fprintf(stderr, "\rmuxflow: services alone %zu/%zu", g + 1, n_gpus);
-        rc = run_gpu(gpu, &plain, &on[g], &sm[on[g].model], NULL, NULL, NULL, seed * 1000003u + g,
-                     T, &alone[g]);
-        if (rc != SL_OK) {
-            fprintf(stderr, "muxflow: service %zu: %s\n", g, sl_strerror(rc));
-            return 1;
-        }
-        sum_alone_busy += alone[g].busy_s / T;
-        sum_alone_sm += alone[g].sm_s / T;
+               svc_models[m], (double) sm->request_ns / 1e6, sm->ops.n, sm->u, (double) sm->p / MIB,
+               (double) sm->e / MIB, sm->need, gpu->sm_count, (double) cl->need_ns[m] / 1e6,
+               sm->need_slo);
+    }
+}
+
+/* The services alone: the whole device, no partitions. */
+static int run_alone(cluster *cl)
+{
+    const options *o = cl->o;
+    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill};
+    for (size_t g = 0; g < o->n_gpus; g++) {
+        fprintf(stderr, "\rmuxflow: services alone %zu/%zu", g + 1, o->n_gpus);
+        int rc = run_gpu(o->c.gpu, &plain, &cl->on[g], &cl->sm[cl->on[g].model], NULL, NULL, NULL,
+                         o->c.seed * 1000003u + g, o->T, &cl->alone[g]);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "service %zu", g);
+        cl->alone_busy += cl->alone[g].busy_s / o->T;
+        cl->alone_sm += cl->alone[g].sm_s / o->T;
     }
     fprintf(stderr, "\n");
-    printf("%-18s %8s %8s %10s %10s %12s %10s %8s %8s %8s\n", "configuration", "util", "sm_occ",
-           "p99_infl", "p99_worst", "offline_tput", "weight", "placed", "spills", "resizes");
-    FILE *jf = json_path ? fopen(json_path, "w") : NULL;
+    return -1;
+}
+
+/* What one row's GPUs did, summed. */
+typedef struct row_sum {
+    double busy, smo, infl, worst, tput;
+    /* per service model: what the partitions' sizing depends on */
+    double m_infl[N_SVC_MODELS], m_tput[N_SVC_MODELS];
+    unsigned m_gpus[N_SVC_MODELS], m_placed[N_SVC_MODELS];
+    size_t placed;
+    uint64_t spills, resizes;
+} row_sum;
+
+/* GPU g under row rw: its service and the offline job placed there. */
+static int run_row_gpu(cluster *cl, const row *rw, size_t g, row_sum *rs)
+{
+    const options *o = cl->o;
+    int ok = -1;
+    for (size_t k = 0; k < o->n_off; k++)
+        if (cl->assign[rw->policy][k] == (int) g)
+            ok = (int) k;
+    gpu_out go = cl->alone[g];
+    const online *on = &cl->on[g];
+    if (ok >= 0 && cl->done_o[g] == ok) {
+        go = cl->done_r[g];
+    } else if (ok >= 0) {
+        const offline *of = &cl->off[ok];
+        int rc = run_gpu(o->c.gpu, &rw->mode, on, &cl->sm[on->model], of, &cl->cw[of->workload],
+                         &cl->tm[of->timeline], o->c.seed * 1000003u + g, o->T, &go);
+        if (rc != SL_OK)
+            return sl_cli_fail(rc, "GPU %zu", g);
+        cl->done_o[g] = ok;
+        cl->done_r[g] = go;
+    }
+    rs->busy += go.busy_s / o->T;
+    rs->smo += go.sm_s / o->T;
+    double ratio = cl->alone[g].p99_s > 0 ? go.p99_s / cl->alone[g].p99_s : 1;
+    rs->infl += ratio;
+    rs->worst = fmax(rs->worst, ratio);
+    rs->m_infl[on->model] += ratio;
+    rs->m_gpus[on->model]++;
+    if (ok >= 0) {
+        const train_model *t = &cl->tm[cl->off[ok].timeline];
+        double solo = o->T * 1e9 / (double) (t->iteration_ns + cl->mcfg.client_gap_ns);
+        rs->tput += go.off_iters / solo;
+        rs->m_tput[on->model] += go.off_iters / solo;
+        rs->m_placed[on->model]++;
+        rs->spills += go.spills;
+        rs->resizes += go.resizes;
+    }
+    rs->placed += ok >= 0;
+    return -1;
+}
+
+/* Row ri on every GPU: *rr, its line(s) and JSON object. */
+static int run_row(cluster *cl, const row *rows, int ri, row_res *rr, FILE *jf)
+{
+    const options *o = cl->o;
+    const row *rw = &rows[ri];
+    if (ri > R_MATCH) /* a mode of its own: its own runs */
+        for (size_t g = 0; g < o->n_gpus; g++)
+            cl->done_o[g] = -1;
+    row_sum rs = {.worst = 1};
+    for (size_t g = 0; g < o->n_gpus; g++) {
+        fprintf(stderr, "\rmuxflow: %s %zu/%zu", rw->name, g + 1, o->n_gpus);
+        int st = run_row_gpu(cl, rw, g, &rs);
+        if (st >= 0)
+            return st;
+    }
+    fprintf(stderr, "\n");
+    rr->ran = true;
+    rr->util = rs.busy / (double) o->n_gpus;
+    rr->sm = rs.smo / (double) o->n_gpus;
+    rr->infl = rs.infl / (double) o->n_gpus;
+    rr->worst = rs.worst;
+    rr->tput = rs.tput / (double) o->n_off;
+    double wtot = cl->wtot[rw->policy];
+    printf("%-18s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu %8llu %8llu\n", rw->name, rr->util,
+           rr->sm, rr->infl, rr->worst, rr->tput, wtot, rs.placed, (unsigned long long) rs.spills,
+           (unsigned long long) rs.resizes);
+    if (ri >= R_MATCH) {
+        printf("%-18s by service model (GPUs: p99 x mean, offline mean):", "");
+        for (size_t m = 0; m < N_SVC_MODELS; m++)
+            if (rs.m_gpus[m])
+                printf(" %s (%u: x%.3f, %.3f)", svc_models[m], rs.m_gpus[m],
+                       rs.m_infl[m] / rs.m_gpus[m],
+                       rs.m_placed[m] ? rs.m_tput[m] / rs.m_placed[m] : 0.0);
+        printf("\n");
+    }
     if (jf)
         fprintf(jf,
-                "{\"bench\": \"eval_muxflow\", \"gpus\": %zu, \"offline\": %zu, \"seed\": %llu, "
-                "\"day_s\": %.1f, \"alone_util\": %.4f, \"alone_sm_occupancy\": %.4f, \"runs\": [",
-                n_gpus, n_off, (unsigned long long) seed, T, sum_alone_busy / (double) n_gpus,
-                sum_alone_sm / (double) n_gpus);
-    /* a GPU given the same offline job by two rows of the same mode runs
-     * once */
-    int *done_o = sl_calloc(n_gpus, sizeof *done_o);
-    gpu_out *done_r = sl_calloc(n_gpus, sizeof *done_r);
-    if (!done_o || !done_r)
-        return 1;
-    for (size_t g = 0; g < n_gpus; g++)
-        done_o[g] = -1;
-    /* rows: the three placements under the command line's gap filling;
-     * then the matching placement under salusd's --no-gap-fill (unless
-     * that is the command line's already), with partitions, and with
-     * partitions and gap filling (both whatever the command line says) */
+                "%s{\"policy\": \"%s\", \"util\": %.4f, \"sm_occupancy\": %.4f, "
+                "\"p99_inflation\": %.4f, \"p99_inflation_worst\": %.4f, \"offline_tput\": "
+                "%.4f, \"weight\": %.3f, \"placed\": %zu, \"part_spills\": %llu, "
+                "\"part_resizes\": %llu}",
+                ri ? ", " : "", rw->name, rr->util, rr->sm, rr->infl, rr->worst, rr->tput, wtot,
+                rs.placed, (unsigned long long) rs.spills, (unsigned long long) rs.resizes);
+    return -1;
+}
+
+/* rows: the three placements under the command line's gap filling; then
+ * the matching placement under salusd's --no-gap-fill (unless that is the
+ * command line's already), with partitions, and with partitions and gap
+ * filling (both whatever the command line says). */
+static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
+{
+    const options *o = cl->o;
+    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill};
     const row rows[N_ROWS] = {
         [R_ONE] = {"one-per-gpu", P_ONE, plain},
         [R_GREEDY] = {"greedy", P_GREEDY, plain},
@@ -712,131 +744,76 @@ int main(int argc, char **argv)
                         P_MATCH,
                         {.partitions = true, .spill = true, .slo_need = true}},
     };
-    row_res res[N_ROWS] = {0};
+    for (size_t g = 0; g < o->n_gpus; g++)
+        cl->done_o[g] = -1;
+    printf("%-18s %8s %8s %10s %10s %12s %10s %8s %8s %8s\n", "configuration", "util", "sm_occ",
+           "p99_infl", "p99_worst", "offline_tput", "weight", "placed", "spills", "resizes");
+    if (jf)
+        fprintf(jf,
+                "{\"bench\": \"eval_muxflow\", \"gpus\": %zu, \"offline\": %zu, \"seed\": %llu, "
+                "\"day_s\": %.1f, \"alone_util\": %.4f, \"alone_sm_occupancy\": %.4f, \"runs\": [",
+                o->n_gpus, o->n_off, (unsigned long long) o->c.seed, o->T,
+                cl->alone_busy / (double) o->n_gpus, cl->alone_sm / (double) o->n_gpus);
     for (int ri = 0; ri < N_ROWS; ri++) {
-        const row *rw = &rows[ri];
-        if (ri == R_NOFILL && no_gap_fill)
+        if (ri == R_NOFILL && o->no_gap_fill)
             continue;
-        int p = rw->policy;
-        if (ri > R_MATCH) /* a mode of its own: its own runs */
-            for (size_t g = 0; g < n_gpus; g++)
-                done_o[g] = -1;
-        double busy = 0, smo = 0, infl = 0, worst = 1, tput = 0;
-        /* per service model: what the partitions' sizing depends on */
-        double m_infl[N_SVC_MODELS] = {0}, m_tput[N_SVC_MODELS] = {0};
-        unsigned m_gpus[N_SVC_MODELS] = {0}, m_placed[N_SVC_MODELS] = {0};
-        size_t placed = 0;
-        uint64_t spills = 0, resizes = 0;
-        for (size_t g = 0; g < n_gpus; g++) {
-            fprintf(stderr, "\rmuxflow: %s %zu/%zu", rw->name, g + 1, n_gpus);
-            int ok = -1;
-            for (size_t k = 0; k < n_off; k++)
-                if (assign[p][k] == (int) g)
-                    ok = (int) k;
-            gpu_out go = alone[g];
-            if (ok >= 0 && done_o[g] == ok) {
-                go = done_r[g];
-            } else if (ok >= 0) {
-                const offline *o = &off[ok];
-                rc = run_gpu(gpu, &rw->mode, &on[g], &sm[on[g].model], o, &cw[o->workload],
-                             &tm[o->timeline], seed * 1000003u + g, T, &go);
-                if (rc != SL_OK) {
-                    fprintf(stderr, "muxflow: GPU %zu: %s\n", g, sl_strerror(rc));
-                    return 1;
-                }
-                done_o[g] = ok;
-                done_r[g] = go;
-            }
-            busy += go.busy_s / T;
-            smo += go.sm_s / T;
-            double ratio = alone[g].p99_s > 0 ? go.p99_s / alone[g].p99_s : 1;
-            infl += ratio;
-            worst = fmax(worst, ratio);
-            m_infl[on[g].model] += ratio;
-            m_gpus[on[g].model]++;
-            if (ok >= 0) {
-                const train_model *t = &tm[off[ok].timeline];
-                double solo = T * 1e9 / (double) (t->iteration_ns + mcfg.client_gap_ns);
-                tput += go.off_iters / solo;
-                m_tput[on[g].model] += go.off_iters / solo;
-                m_placed[on[g].model]++;
-                spills += go.spills;
-                resizes += go.resizes;
-            }
-            placed += ok >= 0;
-        }
-        fprintf(stderr, "\n");
-        row_res *rr = &res[ri];
-        rr->ran = true;
-        rr->util = busy / (double) n_gpus;
-        rr->sm = smo / (double) n_gpus;
-        rr->infl = infl / (double) n_gpus;
-        rr->worst = worst;
-        rr->tput = tput / (double) n_off;
-        printf("%-18s %8.3f %8.3f %10.3f %10.3f %12.3f %10.2f %8zu %8llu %8llu\n", rw->name,
-               rr->util, rr->sm, rr->infl, rr->worst, rr->tput, wtot[p], placed,
-               (unsigned long long) spills, (unsigned long long) resizes);
-        if (ri >= R_MATCH) {
-            printf("%-18s by service model (GPUs: p99 x mean, offline mean):", "");
-            for (size_t m = 0; m < N_SVC_MODELS; m++)
-                if (m_gpus[m])
-                    printf(" %s (%u: x%.3f, %.3f)", svc_models[m], m_gpus[m], m_infl[m] / m_gpus[m],
-                           m_placed[m] ? m_tput[m] / m_placed[m] : 0.0);
-            printf("\n");
-        }
-        if (jf)
-            fprintf(jf,
-                    "%s{\"policy\": \"%s\", \"util\": %.4f, \"sm_occupancy\": %.4f, "
-                    "\"p99_inflation\": %.4f, \"p99_inflation_worst\": %.4f, \"offline_tput\": "
-                    "%.4f, \"weight\": %.3f, \"placed\": %zu, \"part_spills\": %llu, "
-                    "\"part_resizes\": %llu}",
-                    ri ? ", " : "", rw->name, rr->util, rr->sm, rr->infl, rr->worst, rr->tput,
-                    wtot[p], placed, (unsigned long long) spills, (unsigned long long) resizes);
+        int st = run_row(cl, rows, ri, &res[ri], jf);
+        if (st >= 0)
+            return st;
     }
-    printf("services alone: util %.3f, SM occupancy %.3f\n", sum_alone_busy / (double) n_gpus,
-           sum_alone_sm / (double) n_gpus);
+    if (jf)
+        fprintf(jf, "]}\n");
+    return -1;
+}
+
+static void print_ours(const cluster *cl, const row_res res[N_ROWS])
+{
+    static const char *const what[N_ROWS] = {
+        [R_MATCH] = "salusd's defaults",
+        [R_NOFILL] = "--no-gap-fill",
+        [R_PART] = "--partitions auto:need --no-stepwise",
+        [R_PART_GAP] = "--partitions auto:need",
+        [R_PART_AUTO] = "--partitions auto, no need declared",
+        [R_PART_SLO] = "--partitions auto:need at the latency objective",
+    };
+    double n_gpus = (double) cl->o->n_gpus;
+    printf("services alone: util %.3f, SM occupancy %.3f\n", cl->alone_busy / n_gpus,
+           cl->alone_sm / n_gpus);
     printf("paper (MuxFlow): GPU utilisation (nvidia-smi's: time with a kernel running) 26 %% -> "
            "76 %%, SM activity 16 %% -> 33 %%, online latency up < 20 %%\n");
     for (int ri = R_MATCH; ri < N_ROWS; ri++) {
-        static const char *const what[N_ROWS] = {
-            [R_MATCH] = "salusd's defaults",
-            [R_NOFILL] = "--no-gap-fill",
-            [R_PART] = "--partitions auto:need --no-stepwise",
-            [R_PART_GAP] = "--partitions auto:need",
-            [R_PART_AUTO] = "--partitions auto, no need declared",
-            [R_PART_SLO] = "--partitions auto:need at the latency objective",
-        };
         if (!res[ri].ran)
             continue;
         printf("ours (matching, %s): util %.0f %% -> %.0f %%, SM occupancy %.0f %% -> %.0f %%, p99 "
                "x%.3f (worst x%.3f), offline %.3f of alone\n",
-               ri == R_MATCH && no_gap_fill ? "--no-gap-fill" : what[ri],
-               100 * sum_alone_busy / (double) n_gpus, 100 * res[ri].util,
-               100 * sum_alone_sm / (double) n_gpus, 100 * res[ri].sm, res[ri].infl, res[ri].worst,
-               res[ri].tput);
+               ri == R_MATCH && cl->o->no_gap_fill ? "--no-gap-fill" : what[ri],
+               100 * cl->alone_busy / n_gpus, 100 * res[ri].util, 100 * cl->alone_sm / n_gpus,
+               100 * res[ri].sm, res[ri].infl, res[ri].worst, res[ri].tput);
     }
-    printf("placement time on this cluster: greedy %.3f ms, matching %.3f ms\n", place_ms[P_GREEDY],
-           place_ms[P_MATCH]);
-    if (jf) {
-        fprintf(jf, "]}\n");
-        fclose(jf);
+    printf("placement time on this cluster: greedy %.3f ms, matching %.3f ms\n",
+           cl->place_ms[P_GREEDY], cl->place_ms[P_MATCH]);
+}
+
+/* sl_place_match's wall time on random matrices (BENCH eval_matching). */
+static void print_matching(const options *o)
+{
+    const size_t sizes[3] = {100, 500, 2000};
+    double ms[3] = {0}, gr[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        if (o->tiny && sizes[i] > 100)
+            break;
+        fprintf(stderr, "muxflow: matching n=%zu ...\n", sizes[i]);
+        ms[i] = time_matching(sizes[i], o->c.seed, &gr[i]);
+        printf("matching n=%zu: %.2f ms (greedy reaches %.4f of the optimum)\n", sizes[i], ms[i],
+               gr[i]);
     }
-    if (timing) {
-        const size_t sizes[3] = {100, 500, 2000};
-        double ms[3] = {0}, gr[3] = {0};
-        for (int i = 0; i < 3; i++) {
-            if (tiny && sizes[i] > 100)
-                break;
-            fprintf(stderr, "muxflow: matching n=%zu ...\n", sizes[i]);
-            ms[i] = time_matching(sizes[i], seed, &gr[i]);
-            printf("matching n=%zu: %.2f ms (greedy reaches %.4f of the optimum)\n", sizes[i],
-                   ms[i], gr[i]);
-        }
-        printf("BENCH eval_matching n100_ms=%.2f n500_ms=%.2f n2000_ms=%.2f\n", ms[0], ms[1],
-               ms[2]);
-    }
-    /* the headline stays salusd's defaults (partitions are off unless the
-     * operator asks for them); the other configurations beside it */
+    printf("BENCH eval_matching n100_ms=%.2f n500_ms=%.2f n2000_ms=%.2f\n", ms[0], ms[1], ms[2]);
+}
+
+/* The headline stays salusd's defaults (partitions are off unless the
+ * operator asks for them); the other configurations beside it. */
+static void print_bench(const row_res res[N_ROWS])
+{
     printf("BENCH eval_muxflow util=%.3f online_p99_inflation=%.3f offline_tput=%.3f "
            "sm_occupancy=%.3f greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f "
            "alone_util=%.3f alone_sm_occupancy=%.3f p99_worst=%.3f",
@@ -856,26 +833,78 @@ int main(int argc, char **argv)
                    res[ri].worst);
         }
     printf("\n");
-    sl_free(done_o);
-    sl_free(done_r);
-    sl_free(gfree);
-    sl_free(on);
-    sl_free(off);
-    sl_free(wt);
+}
+
+static void cluster_fini(cluster *cl)
+{
+    sl_free(cl->done_o);
+    sl_free(cl->done_r);
+    sl_free(cl->on);
+    sl_free(cl->off);
+    sl_free(cl->wt);
     for (int p = 0; p < N_POL; p++)
-        sl_free(assign[p]);
-    sl_free(alone);
-    for (size_t m = 0; m < N_SVC_MODELS; m++) {
-        sl_free(sm[m].ops);
-        sl_free(sm[m].shapes);
-    }
-    for (size_t i = 0; i < n_tm; i++) {
-        sl_free(tm[i].ops);
-        sl_free(tm[i].shapes);
-    }
-    sl_free(tm);
-    sl_free(tl_of);
-    sl_free(cw);
-    sl_free(w);
+        sl_free(cl->assign[p]);
+    sl_free(cl->alone);
+    for (size_t m = 0; m < N_SVC_MODELS; m++)
+        sl_eval_op_list_fini(&cl->sm[m].ops);
+    for (size_t i = 0; i < cl->n_tm; i++)
+        sl_eval_op_list_fini(&cl->tm[i].ops);
+    sl_free(cl->tm);
+    sl_free(cl->tl_of);
+    sl_free(cl->cw);
+    sl_free(cl->w);
+}
+
+static bool tiny(void *dst, const char *arg)
+{
+    (void) arg;
+    options *o = dst;
+    o->tiny = true;
+    o->n_gpus = o->n_off = 4;
+    o->T = 10;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_CSV | SL_CLI_WANT_SERIAL),
+                 .n_gpus = 32,
+                 .n_off = 32,
+                 .T = 120,
+                 .timing = true};
+    const sl_cli_opt opts[] = {
+        {"gpus", SL_CLI_SIZE, &o.n_gpus, 1, 4096, NULL},
+        {"offline", SL_CLI_SIZE, &o.n_off, 1, 100000, NULL},
+        {"day-s", SL_CLI_ABOVE, &o.T, 1, 1e7, NULL},
+        {"tiny", SL_CLI_CALL, &o, 0, 0, tiny},
+        {"no-timing", SL_CLI_CLEAR, &o.timing, 0, 0, NULL},
+        {"no-gap-fill", SL_CLI_SET, &o.no_gap_fill, 0, 0, NULL},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    pipelined = o.c.pipelined;
+    static cluster cl;
+    cl.o = &o;
+    if (!sl_cli_workloads(&o.c, &cl.w, &cl.n_w))
+        return 1;
+    if ((st = build_offline(&cl)) >= 0 || (st = build_services(&cl)) >= 0 ||
+        (st = draw(&cl)) >= 0 || (st = place(&cl)) >= 0)
+        return st;
+    print_cluster(&cl);
+    FILE *jf;
+    row_res res[N_ROWS] = {0};
+    if ((st = run_alone(&cl)) >= 0 || !sl_cli_create(o.c.json, &jf))
+        return st >= 0 ? st : 1;
+    if ((st = run_rows(&cl, res, jf)) >= 0)
+        return st;
+    print_ours(&cl, res);
+    if (!sl_cli_close(jf, o.c.json))
+        return 1;
+    if (o.timing)
+        print_matching(&o);
+    print_bench(res);
+    cluster_fini(&cl);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* Cluster placement policies for the simulator's cluster experiments: which
  * job goes to which GPU (or server). salus itself places nothing (one salusd
- * per device, DESIGN.md section 12); these are the policies of the cluster
+ * per device); these are the policies of the cluster
  * schedulers the experiments compare, kept out of the simulators so that a
  * simulator only asks and applies.
  *

@@ -1,6 +1,5 @@
-/* The simulated GPU's compute, whole or in two partitions (DESIGN.md
- * section 13): an online partition for high-priority lanes and an offline
- * one for the rest, each its own processor-sharing resource with stream
+/* The simulated GPU's compute, whole or in two partitions: an online partition for high-priority
+ * lanes and an offline one for the rest, each its own processor-sharing resource with stream
  * classes (kernels/sim sl_sim_psc), ops timed on their partition's SMs by
  * kernels/sim's partition model (sl_sim_part_work_ns: wave quantisation),
  * device-memory bandwidth shared by both (sl_sim_part_bw_share, taken when
@@ -8,7 +7,7 @@
  * Without partitions it is exactly the one sl_sim_psc the simulator always
  * had: the same calls, in the same order, so results do not move.
  *
- * Not thread-safe; part of one simulation (sim.c). */
+ * Not thread-safe; part of one simulation (evsim.c). */
 #ifndef SL_EVAL_PDEV_H
 #define SL_EVAL_PDEV_H
 

@@ -55,7 +55,7 @@ typedef struct sl_eval_timeline {
     uint64_t iteration_ns; /* sum of ops[].ns */
     uint64_t kind_ns[SL_EVAL_KIND_COUNT];
     uint64_t mem_bound_ns; /* time of ops whose bytes, not flops, decided */
-    double flops;          /* charged (after the Winograd rule, sim.h) */
+    double flops;          /* charged (after the Winograd rule, kernels/sim/sim.h) */
     uint64_t params;       /* parameter elements (fp32) */
     /* sum of the ops' work_ns (kernels/sim: time on the shared device,
      * without the launch, which goes through the launch path) */
@@ -92,7 +92,7 @@ int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_pro
  * use the launch path, sl_eval_timeline_launch_share), and while an op's work
  * runs it leaves 1 - occupancy_i of the SMs. 1 for an empty timeline.
  * sl_eval_timeline_utilisation_ex gives it over the pipelined time too:
- * the cap of sim.h's utilisation for a job run as whole iterations as
+ * the cap of evevsim.h's utilisation for a job run as whole iterations as
  * salusd submits them. */
 double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
 
@@ -100,7 +100,7 @@ double sl_eval_timeline_utilisation(const sl_eval_timeline *t);
  *     l = sum(launch_i) / sum(launch_i + work_i)
  * (pipelined, the share is sum(launch_i) over sl_eval_timeline_pipelined_ns)
  * in [0, 1); 0 for an empty timeline. What a job run as whole iterations
- * asks of the GPU's shared launch path (sim.h launch_share). */
+ * asks of the GPU's shared launch path (evsim.h launch_share). */
 double sl_eval_timeline_launch_share(const sl_eval_timeline *t);
 
 /* The iteration alone when its ops are launched asynchronously, as

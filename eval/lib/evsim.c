@@ -1,11 +1,11 @@
-/* The discrete-event simulator (sim.h). One event heap on a virtual clock;
+/* The discrete-event simulator (evsim.h). One event heap on a virtual clock;
  * per GPU the salusd state (a scheduler, a memory manager, lane records)
  * and one processor-sharing device with rate caps (kernels/sim sl_sim_psc,
  * which is sl_sim_ps when every job fills the device). The handlers
  * below follow salusd's code paths step for step; each names the server
  * function it stands for, so a change there shows where to change here
  * (eval/README.md lists what is duplicated). */
-#include "sim.h"
+#include "evsim.h"
 
 #include "gaps.h"
 #include "lanes.h"
@@ -326,7 +326,7 @@ static int stream_priority(const sim *s, const gpu *g, const sim_job *j)
     return g->gaps.n_hp > 0 ? -1 : 0;
 }
 
-/* Partitions plus gap filling (sim.h part_spill_block_ns): a low-priority
+/* Partitions plus gap filling (evsim.h part_spill_block_ns): a low-priority
  * op may go to the online partition while it is idle and no high-priority
  * request is on its way through salusd (the gap filler's own test), when
  * one of its blocks there is short enough: a request arriving meanwhile
@@ -629,7 +629,7 @@ static void client_request(sim *s, sim_job *j, uint64_t now)
 }
 
 /* The client's turnaround: its next request after client_gap_ns, and for
- * an inference job not before that request's time (sim.h request_ns). */
+ * an inference job not before that request's time (evsim.h request_ns). */
 static void client_next(sim *s, sim_job *j, uint64_t now)
 {
     uint64_t at = now + s->cfg->client_gap_ns;

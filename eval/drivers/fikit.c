@@ -1,0 +1,288 @@
+/* FIKIT on the simulator: a batch-1 high-priority (hp) inference job with
+ * Poisson request arrivals beside low-priority (lp) training jobs on one
+ * simulated GPU, run op by op through salusd's own lane hand-off, step
+ * dispatcher and gap filler (sched/lanes.h, steps.h, gaps.h).
+ *
+ *   fikit [--gpu PROFILE] [--hp-model M] [--lp-model M] [--lp-batch B]
+ *         [--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE]
+ *         [--tiny]
+ *
+ * Configurations: hp alone; lp alone (the throughput baseline); plain
+ * sharing (policy fair: no classes, every job in its own lane, the device
+ * shared); priority without filling (policy priority --no-gap-fill: lp
+ * ops only while no hp work is pending); salus's gap filling (policy
+ * priority) with fit margins 0, 5 and 10 %; and, beside FIKIT's set,
+ * compute partitions with gap filling (salusd --partitions auto:N, the
+ * rest of salusd's defaults, as eval/drivers/spatial.c runs it: hp on an online
+ * partition sized by sched/partition.h from its declared need N, the
+ * fewest SMs on which its request runs within NEED_SLACK of its time on
+ * the whole device; lp op by op on the rest and, while hp is idle, into
+ * the online partition when one of its blocks there is within the default
+ * margin of a request).
+ *
+ * Profiles (computed, eval/lib/graphs.h, on --gpu): hp = the forward part of
+ * the model's batch-1 training iteration (every op before the loss), lp =
+ * the model's training iteration at --lp-batch. Memory: hp persistent =
+ * its parameters x 4 B, ephemeral salusd's default (assumption: a batch-1
+ * forward needs far less than capacity/8); lp from the Salus CSV's peak
+ * for that model and batch when it has the row, else salusd's default. */
+#include "cli.h"
+#include "graphs.h"
+#include "colo.h"
+#include "evsim.h"
+#include "workload.h"
+
+#include "gaps.h"
+#include "partition.h"
+#include "sl_alloc.h"
+#include "sl_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* FIKIT's published figures (FIKIT paper, abstract and evaluation): hp
+ * jobs 1.32-16.41x faster than under plain sharing, lp throughput 0.86-1x
+ * of running alone, scheduling overhead under 5 %. */
+#define PAPER_HP_MIN 1.32
+#define PAPER_HP_MAX 16.41
+#define PAPER_LP_MIN 0.86
+#define PAPER_OVERHEAD_PCT 5.0
+/* the declared need's slack (eval/drivers/spatial.c's and eval/drivers/muxflow.c's) */
+#define NEED_SLACK 0.02
+
+enum { C_HP_ALONE, C_LP_ALONE, C_SHARE, C_PRIO, C_FILL0, C_FILL5, C_FILL10, C_PART_GAP, N_CONFIGS };
+
+typedef struct config {
+    const char *name, *policy;
+    bool hp, lp, no_gap_fill;
+    double margin;
+    bool partitions;
+} config;
+
+static const config configs[N_CONFIGS] = {
+    {"hp alone", "priority", true, false, false, 0, false},
+    {"lp alone", "priority", false, true, false, 0, false},
+    {"plain sharing", "fair", true, true, false, 0, false},
+    {"priority, no filling", "priority", true, true, true, 0, false},
+    {"gap filling 0%", "priority", true, true, false, 0, false},
+    {"gap filling 5%", "priority", true, true, false, 0.05, false},
+    {"gap filling 10%", "priority", true, true, false, 0.10, false},
+    {"partitions+gap fill", "priority", true, true, false, 0.05, true},
+};
+
+static const char usage[] =
+    "usage: %s [--gpu PROFILE] [--hp-model M] [--lp-model M] [--lp-batch B] "
+    "[--lp-jobs N] [--qps Q] [--requests N] [--seed S] [--json FILE] [--tiny] "
+    "[--serial-launch]\n"
+    "  a batch-1 hp inference job (Poisson requests) beside lp training on one GPU:\n"
+    "  hp alone, plain sharing, priority without filling, gap filling 0/5/10 %%\n"
+    "  --serial-launch: each op launched after the one before it completed (the\n"
+    "  default launches a whole iteration's ops back to back, as salusd submits it)\n";
+
+typedef struct options {
+    sl_cli_common c;
+    const char *hp_model, *lp_model;
+    unsigned lp_batch, lp_jobs;
+    size_t n_req;
+    double qps;
+} options;
+
+#define MAX_LP SL_EVAL_COLO_MAX_LP
+
+static void print_setup(const options *o, const sl_eval_colo *s)
+{
+    const sl_sim_profile *gpu = o->c.gpu;
+    printf("fikit: compute partitions: hp declares %u of %u SMs (its request within %.0f %% of "
+           "its time on the whole device)\n",
+           s->need, gpu->sm_count, 100 * NEED_SLACK);
+    printf("fikit: launches: %s\n",
+           o->c.pipelined ? "a whole iteration's all at its start, back to back (pipelined)"
+                          : "each op's after the one before it completed");
+    printf("fikit: one %s; hp %s batch 1 inference (%zu forward ops, %.3f ms alone), %.0f "
+           "requests/s Poisson, %zu requests (%.1f s); lp %u x %s batch %u training (%zu ops, "
+           "%.1f ms per iteration alone, mean op %.1f us); seed %llu\n",
+           gpu->name, o->hp_model, s->fwd, (double) s->hp_ns / 1e6, o->qps, o->n_req,
+           (double) s->window / 1e9, o->lp_jobs, o->lp_model, o->lp_batch, s->lt.n_ops,
+           (double) s->lp_ns / 1e6, (double) s->lp_op_ns / (double) s->lt.n_ops / 1e3,
+           (unsigned long long) o->c.seed);
+    printf("%-21s %9s %9s %8s %8s %9s %9s %8s %7s %11s\n", "config", "hp_p50_ms", "hp_p99_ms",
+           "p50_x", "p99_x", "lp_it/s", "lp_kept", "lp_steps", "max_lp", "us/decision");
+}
+
+/* Per config: hp's p50 and p99, lp's iterations per second, the
+ * scheduler's wall time per decision. */
+typedef struct runs {
+    double p50[N_CONFIGS], p99[N_CONFIGS], lp_rate[N_CONFIGS], per_decision_ns[N_CONFIGS];
+} runs;
+
+static int run_config(const options *o, sl_eval_colo *s, int c, FILE *jf, runs *r)
+{
+    const config *cf = &configs[c];
+    const sl_sim_profile *gpu = o->c.gpu;
+    fprintf(stderr, "fikit: %s\n", cf->name);
+    sl_gaps_config gc = sl_gaps_config_default();
+    gc.fit_margin = cf->margin;
+    sl_eval_config cfg = sl_eval_config_default(cf->policy, false, 1, gpu->capacity);
+    cfg.gaps = &gc;
+    cfg.no_gap_fill = cf->no_gap_fill;
+    cfg.measure_decisions = true;
+    cfg.pipelined_launches = o->c.pipelined;
+    if (cf->partitions) {
+        cfg.part_sms = gpu->sm_count;
+        cfg.part_online = s->need;
+        cfg.part_plan = &s->plan;
+        cfg.part_spill_block_ns = (uint64_t) (gc.fit_margin * (double) s->hp_ns);
+    }
+    /* hp's latencies are in its result (evsim.h request_ns); lp's
+     * iterations inside hp's window are counted */
+    sl_eval_colo_count st = {.window_end = s->window};
+    cfg.on_done = sl_eval_colo_on_done;
+    cfg.arg = &st;
+    const sl_eval_job_spec *js = cf->hp ? s->jobs : s->jobs + 1;
+    size_t nj = (cf->hp ? 1 : 0) + (cf->lp ? o->lp_jobs : 0);
+    sl_eval_summary sum;
+    sl_eval_job_result res[1 + MAX_LP];
+    int rc = sl_eval_run(&cfg, js, nj, res, &sum);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "%s", cf->name);
+    r->p50[c] = cf->hp ? (double) res[0].lat_p50_ns : 0;
+    r->p99[c] = cf->hp ? (double) res[0].lat_p99_ns : 0;
+    r->lp_rate[c] = (double) st.lp_iters / ((double) s->window / 1e9);
+    r->per_decision_ns[c] = sum.decisions ? (double) sum.decision_wall_ns / sum.decisions : 0;
+    double x50 = cf->hp ? r->p50[c] / r->p50[C_HP_ALONE] : 0,
+           x99 = cf->hp ? r->p99[c] / r->p99[C_HP_ALONE] : 0;
+    double kept = cf->lp && r->lp_rate[C_LP_ALONE] > 0 ? r->lp_rate[c] / r->lp_rate[C_LP_ALONE] : 0;
+    printf("%-21s %9.3f %9.3f %8.2f %8.2f %9.2f %9.3f %8llu %7u %11.3f\n", cf->name,
+           r->p50[c] / 1e6, r->p99[c] / 1e6, x50, x99, r->lp_rate[c], kept,
+           (unsigned long long) sum.lp_steps, sum.lp_in_flight_max, r->per_decision_ns[c] / 1e3);
+    if (jf)
+        fprintf(jf,
+                "    {\"config\": \"%s\", \"hp_p50_ms\": %.4f, \"hp_p99_ms\": %.4f, "
+                "\"hp_p50_inflation\": %.4f, \"hp_p99_inflation\": %.4f, \"lp_iter_per_s\": "
+                "%.4f, \"lp_retained\": %.4f, \"lp_steps\": %llu, \"lp_in_flight_max\": %u, "
+                "\"decisions\": %llu, \"ns_per_decision\": %.1f}%s\n",
+                cf->name, r->p50[c] / 1e6, r->p99[c] / 1e6, x50, x99, r->lp_rate[c], kept,
+                (unsigned long long) sum.lp_steps, sum.lp_in_flight_max,
+                (unsigned long long) sum.decisions, r->per_decision_ns[c],
+                c + 1 < N_CONFIGS ? "," : "");
+    return -1;
+}
+
+/* salus's figure: gap filling at salusd's default margin against plain
+ * sharing, and the lp it keeps; the max speed-up over the three margins
+ * and both quantiles, the least lp kept. The lines, the JSON's tail and
+ * the BENCH line. */
+static void report(const sl_eval_colo *s, const runs *r, FILE *jf)
+{
+    const double *p50 = r->p50, *p99 = r->p99, *lp_rate = r->lp_rate;
+    int cdef = C_FILL0;
+    for (int c = C_FILL0; c <= C_FILL10; c++)
+        if (configs[c].margin == sl_gaps_config_default().fit_margin)
+            cdef = c;
+    double sp50 = p50[C_SHARE] / p50[cdef], spmax = 0, lp_kept = 1, dec = 0;
+    double lp_def = lp_rate[cdef] / lp_rate[C_LP_ALONE], x50_def = p50[cdef] / p50[C_HP_ALONE];
+    /* FIKIT's own lp figure: against lp under plain sharing, not alone */
+    double lp_vs_share = lp_rate[cdef] / lp_rate[C_SHARE];
+    for (int c = C_FILL0; c <= C_FILL10; c++) {
+        double a = p50[C_SHARE] / p50[c], b = p99[C_SHARE] / p99[c];
+        spmax = a > spmax ? a : spmax;
+        spmax = b > spmax ? b : spmax;
+        double kept = lp_rate[c] / lp_rate[C_LP_ALONE];
+        lp_kept = kept < lp_kept ? kept : lp_kept;
+        dec = r->per_decision_ns[c] > dec ? r->per_decision_ns[c] : dec;
+    }
+    double mean_op = (double) s->lp_op_ns / (double) s->lt.n_ops;
+    double overhead = 100.0 * dec / mean_op;
+    printf("paper (FIKIT): hp %.2f-%.2fx faster than plain sharing, lp %.2f-1x of its speed "
+           "under plain sharing, overhead < %.0f %%\n",
+           PAPER_HP_MIN, PAPER_HP_MAX, PAPER_LP_MIN, PAPER_OVERHEAD_PCT);
+    printf("ours (gap filling, margins 0/5/10 %%): hp p50 %.2fx faster than plain sharing at "
+           "salusd's default margin (%.0f %%), up to %.2fx; lp kept %.3f of alone there (%.3f of "
+           "its speed under plain sharing), >= %.3f at any; scheduler %.3f us per decision = %.2f "
+           "%% of the mean lp op (%.1f us; host "
+           "wall time, simulator build)\n",
+           sp50, 100 * configs[cdef].margin, spmax, lp_def, lp_vs_share, lp_kept, dec / 1e3,
+           overhead, mean_op / 1e3);
+    double pg_lp = lp_rate[C_PART_GAP] / lp_rate[C_LP_ALONE];
+    double pg_sp = p50[C_SHARE] / p50[C_PART_GAP], pg_x99 = p99[C_PART_GAP] / p99[C_HP_ALONE];
+    printf("ours (partitions + gap filling, salusd --partitions auto:%u): hp p50 %.2fx faster "
+           "than plain sharing, p99 x%.3f of alone; lp kept %.3f\n",
+           s->need, pg_sp, pg_x99, pg_lp);
+    if (jf)
+        fprintf(jf,
+                "  ],\n  \"hp_speedup_p50\": %.4f, \"hp_speedup_max\": %.4f, \"lp_retained\": "
+                "%.4f, \"overhead_pct\": %.4f, \"lp_retained_min\": %.4f, "
+                "\"part_gap_lp_retained\": %.4f, \"part_gap_speedup_p50\": %.4f, "
+                "\"part_gap_p99_inflation\": %.4f, \"need_sms\": %u, \"lp_vs_sharing\": %.4f\n}\n",
+                sp50, spmax, lp_def, overhead, lp_kept, pg_lp, pg_sp, pg_x99, s->need, lp_vs_share);
+    printf("BENCH eval_fikit hp_speedup_p50=%.2f hp_speedup_max=%.2f lp_retained=%.3f "
+           "overhead_pct=%.3f lp_retained_min=%.3f hp_p50_inflation=%.3f partgap_lp_retained=%.3f "
+           "partgap_speedup_p50=%.2f partgap_p99_inflation=%.3f lp_vs_sharing=%.3f\n",
+           sp50, spmax, lp_def, overhead, lp_kept, x50_def, pg_lp, pg_sp, pg_x99, lp_vs_share);
+}
+
+static bool tiny(void *dst, const char *arg)
+{
+    (void) arg;
+    ((options *) dst)->n_req = 60;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
+                                            SL_CLI_WANT_SERIAL),
+                 .hp_model = "resnet50",
+                 .lp_model = "resnet50",
+                 .lp_batch = 32,
+                 .lp_jobs = 2,
+                 .n_req = 2000,
+                 .qps = 40};
+    const sl_cli_opt opts[] = {
+        {"hp-model", SL_CLI_STR, &o.hp_model, 0, 0, NULL},
+        {"lp-model", SL_CLI_STR, &o.lp_model, 0, 0, NULL},
+        {"lp-batch", SL_CLI_UINT, &o.lp_batch, 1, 4096, NULL},
+        {"lp-jobs", SL_CLI_UINT, &o.lp_jobs, 1, MAX_LP, NULL},
+        {"qps", SL_CLI_ABOVE, &o.qps, 0, 1e6, NULL},
+        {"requests", SL_CLI_SIZE, &o.n_req, 1, 10000000, NULL},
+        {"tiny", SL_CLI_CALL, &o, 0, 0, tiny},
+    };
+    int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
+    if (st != SL_CLI_RUN)
+        return st;
+    sl_eval_colo_config cc = {.hp_model = o.hp_model,
+                              .lp_model = o.lp_model,
+                              .lp_batch = o.lp_batch,
+                              .lp_jobs = o.lp_jobs,
+                              .n_req = o.n_req,
+                              .qps = o.qps,
+                              .seed = o.c.seed,
+                              .pipelined = o.c.pipelined,
+                              .need_slack = NEED_SLACK,
+                              .csv = o.c.csv};
+    static sl_eval_colo s; /* large: its jobs */
+    FILE *jf;
+    int rc = sl_eval_colo_build(&cc, o.c.gpu, &s);
+    if (rc != SL_OK)
+        return sl_cli_fail(rc, "cannot build %s/%s on %s", o.hp_model, o.lp_model, o.c.gpu->name);
+    print_setup(&o, &s);
+    if (!sl_cli_create(o.c.json, &jf))
+        return 1;
+    if (jf)
+        fprintf(jf,
+                "{\n  \"bench\": \"eval_fikit\", \"gpu\": \"%s\", \"seed\": %llu, \"qps\": %.3f, "
+                "\"requests\": %zu, \"hp\": \"%s\", \"lp\": \"%s\", \"lp_batch\": %u, "
+                "\"lp_jobs\": %u,\n  \"runs\": [\n",
+                o.c.gpu->name, (unsigned long long) o.c.seed, o.qps, o.n_req, o.hp_model,
+                o.lp_model, o.lp_batch, o.lp_jobs);
+    runs r = {0};
+    for (int c = 0; c < N_CONFIGS; c++)
+        if ((st = run_config(&o, &s, c, jf, &r)) >= 0)
+            return st;
+    report(&s, &r, jf);
+    if (!sl_cli_close(jf, o.c.json))
+        return 1;
+    sl_eval_colo_fini(&s);
+    return 0;
+}
