@@ -13,6 +13,12 @@ static inline uint64_t sl_now_ns(void)
     return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
 
+/* sl_now_ns in seconds, for timing whole runs. */
+static inline double sl_now_s(void)
+{
+    return (double) sl_now_ns() / 1e9;
+}
+
 /* Initialises cond to time its waits on the monotonic clock (a wall-clock
  * step must not stretch or cut a wait). Returns pthread_cond_init's result. */
 static inline int sl_cond_init_monotonic(pthread_cond_t *cond)

@@ -77,6 +77,7 @@
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_time.h"
 #include "workload.h"
 
 #include <math.h>
@@ -328,13 +329,6 @@ static double pair_weight(const svc_model *sm, const train_model *tm, double mea
     return (1.0 - rho) + t_s / (t_s + extra);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /* Wall time of sl_place_match on an n x n matrix of seeded uniform
  * weights, milliseconds. */
 static double time_matching(size_t n, uint64_t seed, double *greedy_ratio)
@@ -350,9 +344,9 @@ static double time_matching(size_t n, uint64_t seed, double *greedy_ratio)
     sl_eval_rng_seed(&r, seed);
     for (size_t i = 0; i < n * n; i++)
         w[i] = sl_eval_rng_uniform(&r);
-    double t0 = now_s(), best = 0, gr = 0;
+    double t0 = sl_now_s(), best = 0, gr = 0;
     int rc = sl_place_match(w, n, n, out, &best);
-    double ms = (now_s() - t0) * 1e3;
+    double ms = (sl_now_s() - t0) * 1e3;
     if (rc == SL_OK && sl_place_greedy(w, n, n, out, &gr) == SL_OK && greedy_ratio)
         *greedy_ratio = gr / best;
     sl_free(w);
@@ -576,14 +570,14 @@ static int place(cluster *cl)
     /* one-per-gpu: every GPU already runs its service, none is free */
     int rc = sl_place_one_per_gpu(n_off, gfree, n_gpus, cl->assign[P_ONE]);
     sl_free(gfree);
-    double t0 = now_s();
+    double t0 = sl_now_s();
     if (rc == SL_OK)
         rc = sl_place_greedy(cl->wt, n_off, n_gpus, cl->assign[P_GREEDY], &cl->wtot[P_GREEDY]);
-    cl->place_ms[P_GREEDY] = (now_s() - t0) * 1e3;
-    t0 = now_s();
+    cl->place_ms[P_GREEDY] = (sl_now_s() - t0) * 1e3;
+    t0 = sl_now_s();
     if (rc == SL_OK)
         rc = sl_place_match(cl->wt, n_off, n_gpus, cl->assign[P_MATCH], &cl->wtot[P_MATCH]);
-    cl->place_ms[P_MATCH] = (now_s() - t0) * 1e3;
+    cl->place_ms[P_MATCH] = (sl_now_s() - t0) * 1e3;
     return rc == SL_OK ? -1 : sl_cli_fail(rc, "placement");
 }
 

@@ -12,6 +12,7 @@
 #include "sim/profiles.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_time.h"
 #include "workload.h"
 
 #include <stdio.h>
@@ -25,13 +26,6 @@ static const char usage[] =
     "  for the policy, least-jobs placement, Poisson arrivals X s apart, and reports\n"
     "  the wall time of the run (one thread)\n"
     "defaults: 10000 jobs, 512 GPUs, interarrival 0.5 s, srtf, seed 1\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 int main(int argc, char **argv)
 {
@@ -60,9 +54,9 @@ int main(int argc, char **argv)
     sl_eval_summary sum;
     /* progress: the run is one call (a hook per iteration would be timed too) */
     fprintf(stderr, "speed: %zu jobs on %u GPUs (%s) ...\n", n_jobs, n_gpus, policy);
-    double t0 = now_s();
+    double t0 = sl_now_s();
     int rc = sl_eval_run(&cfg, jobs, n_jobs, NULL, &sum);
-    double wall = now_s() - t0;
+    double wall = sl_now_s() - t0;
     if (rc != SL_OK)
         return sl_cli_fail(rc, "%s", policy);
     fprintf(stderr, "speed: done in %.1f s\n", wall);

@@ -49,6 +49,7 @@
 #include "sim/sim.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_testsupport.h"
 #include "workload.h"
 
 #include <salus/salus.h>
@@ -97,16 +98,9 @@ typedef struct report {
     uint64_t min_run_ns; /* fastest iteration as the client saw it */
 } report;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
 static void sleep_until(uint64_t t)
 {
-    for (uint64_t n; (n = now_ns()) < t;) {
+    for (uint64_t n; (n = sl_ts_now_ns()) < t;) {
         struct timespec d = {(time_t) ((t - n) / 1000000000ull), (long) ((t - n) % 1000000000ull)};
         nanosleep(&d, NULL);
     }
@@ -122,7 +116,7 @@ static void client_job(const char *url, const fjob *j, report *r)
     salus_client *c = NULL;
     salus_session *s = NULL;
     salus_graph *g = NULL;
-    r->open_ns = now_ns();
+    r->open_ns = sl_ts_now_ns();
     r->min_run_ns = UINT64_MAX;
     salus_session_opts o = {.name = "fidelity",
                             .persistent_bytes = j->persistent_bytes,
@@ -136,7 +130,7 @@ static void client_job(const char *url, const fjob *j, report *r)
     int rc = salus_connect(url, &c);
     if (!rc)
         rc = salus_session_open(c, &o, &s);
-    r->admitted_ns = now_ns();
+    r->admitted_ns = sl_ts_now_ns();
     if (!rc)
         rc = salus_tensor_create(s, SALUS_F32, 2, da, NULL, &ta);
     if (!rc)
@@ -148,14 +142,14 @@ static void client_job(const char *url, const fjob *j, report *r)
         salus_graph_op(g, "matmul", 2, in, 0, NULL, 0, NULL);
         rc = salus_graph_register(s, g, NULL);
     }
-    r->first_ns = now_ns();
+    r->first_ns = sl_ts_now_ns();
     for (uint64_t i = 0; !rc && i < j->iterations; i++) {
-        uint64_t t = now_ns();
+        uint64_t t = sl_ts_now_ns();
         rc = salus_run(s, g, NULL, 0, NULL, NULL);
-        t = now_ns() - t;
+        t = sl_ts_now_ns() - t;
         r->min_run_ns = t < r->min_run_ns ? t : r->min_run_ns;
     }
-    r->finish_ns = now_ns();
+    r->finish_ns = sl_ts_now_ns();
     r->rc = rc;
     salus_graph_free(g);
     if (s)
@@ -235,10 +229,7 @@ static int run_sim(const sl_sim_profile *p, const char *policy, bool paper, cons
 
 /* ---- the real side ---- */
 
-typedef struct server {
-    pid_t pid;
-    char dir[64], url[128], log[128];
-} server;
+typedef sl_ts_salusd server;
 
 static void print_log_tail(const server *sv)
 {
@@ -255,50 +246,18 @@ static void print_log_tail(const server *sv)
 static int server_start(server *sv, const char *salusd, const char *gpu, const char *policy,
                         bool paper)
 {
-    snprintf(sv->dir, sizeof sv->dir, "/tmp/salus-fidelity-XXXXXX");
-    if (!mkdtemp(sv->dir))
-        return -1;
-    snprintf(sv->url, sizeof sv->url, "ipc://%s/salus.sock", sv->dir);
-    snprintf(sv->log, sizeof sv->log, "%s/salusd.log", sv->dir);
     char dev[64];
     snprintf(dev, sizeof dev, "sim:%s", gpu);
-    const char *argv[16] = {salusd,     "--listen", sv->url,       "--device", dev,
-                            "--policy", policy,     "--log-level", "warn"};
-    int n = 9;
+    const char *args[12] = {"--device", dev, "--policy", policy, "--log-level", "warn"};
     if (paper) {
-        argv[n++] = "--strict";
-        argv[n++] = "--spread-limit";
-        argv[n++] = "0";
+        args[6] = "--strict";
+        args[7] = "--spread-limit";
+        args[8] = "0";
     }
-    if (geteuid() == 0) /* salusd refuses root unless told */
-        argv[n++] = "--allow-root";
-    argv[n] = NULL;
-    fflush(NULL); /* the child must not repeat our buffered output */
-    sv->pid = fork();
-    if (sv->pid < 0)
-        return -1;
-    if (sv->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the experiment */
-        FILE *f = freopen(sv->log, "w", stdout);
-        if (f)
-            dup2(fileno(stdout), 2);
-        execv(salusd, (char *const *) argv);
-        perror(salusd);
-        _exit(127);
-    }
-    for (int i = 0; i < 500; i++) { /* up to 10 s */
-        salus_client *c;
-        if (salus_connect(sv->url, &c) == SALUS_OK) {
-            salus_disconnect(c);
-            return 0;
-        }
-        if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) {
-            sv->pid = 0;
-            break;
-        }
-        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-    }
+    if (sl_ts_salusd_start(sv, salusd, "fidelity", args, true) == SL_OK)
+        return 0;
     print_log_tail(sv);
+    sl_ts_salusd_cleanup(sv);
     return -1;
 }
 
@@ -306,30 +265,10 @@ static int server_start(server *sv, const char *salusd, const char *gpu, const c
  * status (-1: killed after 15 s or by a signal). */
 static int server_stop(server *sv)
 {
-    int st = -1, status;
-    if (sv->pid > 0) {
-        kill(sv->pid, SIGTERM);
-        for (int i = 0; i < 1500; i++) {
-            if (waitpid(sv->pid, &status, WNOHANG) == sv->pid) {
-                st = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-                break;
-            }
-            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-        }
-        if (st == -1) {
-            kill(sv->pid, SIGKILL);
-            (void) waitpid(sv->pid, NULL, 0);
-        }
-    }
+    int st = sl_ts_salusd_stop(sv, 15);
     if (st != 0)
         print_log_tail(sv);
-    char sock[160];
-    snprintf(sock, sizeof sock, "%s/salus.sock", sv->dir);
-    (void) unlink(sock);
-    strcat(sock, ".fd");
-    (void) unlink(sock);
-    (void) unlink(sv->log);
-    (void) rmdir(sv->dir);
+    sl_ts_tempdir_remove(sv->dir);
     return st;
 }
 
@@ -344,7 +283,6 @@ static int run_real(const char *self, const char *salusd, const char *gpu, const
     server sv = {0};
     if (server_start(&sv, salusd, gpu, policy, paper) != 0) {
         fprintf(stderr, "fidelity: salusd (%s) did not start\n", salusd);
-        server_stop(&sv);
         return -1;
     }
     int fds[2];
@@ -354,7 +292,7 @@ static int run_real(const char *self, const char *salusd, const char *gpu, const
     }
     pid_t pids[MAX_JOBS] = {0};
     fflush(NULL); /* children must not repeat our buffered output */
-    uint64_t t0 = now_ns() + 100 * 1000 * 1000ull, total_solo = 0;
+    uint64_t t0 = sl_ts_now_ns() + 100 * 1000 * 1000ull, total_solo = 0;
     int failed = 0;
     for (size_t i = 0; i < n && !failed; i++) {
         sleep_until(t0 + jobs[i].arrival_ns);
@@ -389,7 +327,7 @@ static int run_real(const char *self, const char *salusd, const char *gpu, const
     for (size_t i = 0; i < n; i++)
         jct_s[i] = -1;
     while (!failed && got < n) {
-        uint64_t t = now_ns();
+        uint64_t t = sl_ts_now_ns();
         if (t >= deadline) {
             fprintf(stderr, "fidelity: %s: %zu of %zu jobs done at the deadline\n", policy, got, n);
             failed = 1;

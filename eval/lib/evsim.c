@@ -14,6 +14,7 @@
 #include "sim/sim.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
+#include "sl_time.h"
 #include "partition.h"
 #include "pdev.h"
 #include "steps.h"
@@ -213,22 +214,15 @@ static void memory_observe(sim *s, gpu *g)
 
 /* ---- decisions timed (measure_decisions) -------------------------------- */
 
-static uint64_t wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
-}
-
 static uint64_t decision_begin(const sim *s)
 {
-    return s->cfg->measure_decisions ? wall_ns() : 0;
+    return s->cfg->measure_decisions ? sl_now_ns() : 0;
 }
 
 static void decision_end(sim *s, uint64_t t0)
 {
     if (s->cfg->measure_decisions) {
-        s->sum->decision_wall_ns += wall_ns() - t0;
+        s->sum->decision_wall_ns += sl_now_ns() - t0;
         s->sum->decisions++;
     }
 }

@@ -38,6 +38,7 @@
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
+#include "sl_time.h"
 #include "workload.h"
 #include "zoo.h"
 
@@ -195,13 +196,6 @@ static double mib(uint64_t bytes)
     return (double) bytes / (1 << 20);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *) a, y = *(const double *) b;
@@ -269,9 +263,9 @@ static int profile_nn(salus_client *c, const sl_sim_profile *gpu, unsigned batch
         double a0 = -1;
         for (int i = 0; i <= iters && rc == SL_OK; i++) {
             float loss;
-            double t0 = now_s();
+            double t0 = sl_now_s();
             rc = salus_model_train_step(m, x, labels, &loss);
-            t[i] = now_s() - t0;
+            t[i] = sl_now_s() - t0;
             if (i == 0 && rc == SL_OK && (a0 = attained_ns(c, salus_session_id(s))) < 0)
                 rc = SL_EPROTO;
         }
