@@ -4,7 +4,8 @@ Run at build time by meson (python/salus/meson.build):
 `build_ffi.py salus.h OUT.c`. The declarations are the public header's own,
 read from it (its body inside `extern "C"`, preprocessor lines dropped, and
 a #define that is not an integer literal left for the compiler to
-evaluate), so every function of the C API is reachable from Python and
+evaluate, the SALUS_EXPORT visibility marks dropped: cffi's parser knows no
+attributes), so every function of the C API is reachable from Python and
 none is written twice. The extension is compiled in cffi's API mode against
 <salus/salus.h>, so the C compiler checks every declaration, struct layout
 and enum value once more.
@@ -28,7 +29,7 @@ def declarations(header):
             out.append(f"#define {define.group(1)} "
                        + (value if re.fullmatch(r"-?\d+", value) else "..."))
         elif not line.lstrip().startswith("#"):
-            out.append(line)
+            out.append(re.sub(r"\bSALUS_EXPORT\s+", "", line))
     return "\n".join(out)
 
 

@@ -12,7 +12,18 @@
 #   scripts/install-deps.sh observe  the same plus the observability tests'
 #                                    tools (test/observe: Prometheus and
 #                                    promtool, headless Chromium, groff)
+#   scripts/install-deps.sh --state GROUP...
+#                                    installs nothing: prints each package of
+#                                    those groups with its installed version
+#                                    ("-" when absent), for scripts/run to
+#                                    tell whether a build folder was
+#                                    configured with other packages than now
 set -euo pipefail
+state=false
+if [ "${1:-}" = --state ]; then
+  state=true
+  shift
+fi
 
 packages=(
   meson ninja-build cmake pkg-config gcc clang clang-format libclang-rt-14-dev
@@ -46,6 +57,17 @@ for group in "$@"; do
     exit 2 ;;
   esac
 done
+
+if $state; then
+  for p in "${packages[@]}"; do
+    v=$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null || true)
+    case "$v" in
+    "install ok installed "*) echo "$p ${v#install ok installed }" ;;
+    *) echo "$p -" ;;
+    esac
+  done | sort -u
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -50,6 +50,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* libsalusclient is built with hidden visibility: what this header declares
+ * is exported, marked SALUS_EXPORT, and nothing else, so the library's
+ * internals stay free to change without breaking a program linked to it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define SALUS_EXPORT __attribute__((visibility("default")))
+#else
+#define SALUS_EXPORT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -82,7 +91,7 @@ enum salus_dtype { SALUS_F32 = 0, SALUS_I32 = 1 };
 #define SALUS_MAX_DIMS 6
 
 /* Static text for a code (never NULL). */
-const char *salus_strerror(int code);
+SALUS_EXPORT const char *salus_strerror(int code);
 
 typedef struct salus_client salus_client;
 typedef struct salus_session salus_session;
@@ -92,7 +101,7 @@ typedef struct salus_graph salus_graph;
  * ipc://$XDG_RUNTIME_DIR/salus/salus.sock when that socket exists (a salusd
  * of your own), else ipc:///run/salus/salus.sock (the system's). Returns a
  * static buffer. */
-const char *salus_default_url(void);
+SALUS_EXPORT const char *salus_default_url(void);
 
 /* Connects to the server at url (NULL = salus_default_url()) and checks the
  * protocol version. On success *out is owned by the caller. url is
@@ -125,20 +134,20 @@ const char *salus_default_url(void);
  * files), SALUS_EPERM (TLS: a certificate was refused, by either side; ipc://:
  * the server runs as a user not trusted),
  * SALUS_ENOMEM. salus_last_error(NULL) then says why. */
-int salus_connect(const char *url, salus_client **out);
+SALUS_EXPORT int salus_connect(const char *url, salus_client **out);
 
 /* Closes the connection. Sessions still open are closed by the server when it
  * sees the connection go; their salus_session handles must still be passed to
  * salus_session_close (which then only frees them). NULL is fine. */
-void salus_disconnect(salus_client *c);
+SALUS_EXPORT void salus_disconnect(salus_client *c);
 
 /* The server's message for the last failed call on c ("" if none). Valid until
  * the next call on c. With c NULL: why the calling thread's last salus_connect
  * failed. */
-const char *salus_last_error(const salus_client *c);
+SALUS_EXPORT const char *salus_last_error(const salus_client *c);
 
 /* A description of the server's device and policy, from the handshake. */
-const char *salus_server_device(const salus_client *c);
+SALUS_EXPORT const char *salus_server_device(const salus_client *c);
 
 typedef struct salus_session_opts {
     const char *name;             /* shown in status; NULL = "" */
@@ -162,14 +171,15 @@ typedef struct salus_session_opts {
  * Errors: SALUS_EEXHAUSTED (does not fit and not waiting), SALUS_ESHUTDOWN,
  * SALUS_ECONN, SALUS_ENOMEM, SALUS_EPERM (the step is not running there),
  * SALUS_EINVAL ($SALUS_JOB is not JOB.STEP). */
-int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_session **out);
+SALUS_EXPORT int salus_session_open(salus_client *c, const salus_session_opts *opts,
+                                    salus_session **out);
 
 /* Closes the session on the server (freeing every tensor and graph of it) and
  * frees s, whatever the result. Returns the server's answer. NULL is fine. */
-int salus_session_close(salus_session *s);
+SALUS_EXPORT int salus_session_close(salus_session *s);
 
 /* The server-side id of the session. */
-uint64_t salus_session_id(const salus_session *s);
+SALUS_EXPORT uint64_t salus_session_id(const salus_session *s);
 
 /* Bytes of shared memory the session's runs move their feeds and fetches
  * through (0: they travel inside the messages). Over ipc:// a session
@@ -179,25 +189,25 @@ uint64_t salus_session_id(const salus_session *s);
  * runs needing more stay inline). Where salusd refuses it (no descriptor
  * socket, or a session opened over another transport) runs stay inline.
  * Set SALUS_SHM=0 before salus_connect to keep everything inline. */
-size_t salus_session_shm_bytes(salus_session *s);
+SALUS_EXPORT size_t salus_session_shm_bytes(salus_session *s);
 
 /* Creates a persistent tensor of the given shape. init: NULL = zeros, else
  * exactly elems * 4 bytes (larger than one message: created zeroed, then
  * written in chunks). Writes its id to *id.
  * Errors: SALUS_EINVAL (bad shape), SALUS_EEXHAUSTED (quota or capacity;
  * the session's host-memory budget, salusd --session-metadata). */
-int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *dims,
-                        const void *init, uint64_t *id);
+SALUS_EXPORT int salus_tensor_create(salus_session *s, int dtype, int ndim, const int64_t *dims,
+                                     const void *init, uint64_t *id);
 /* Overwrites a tensor; bytes must equal its size. A tensor larger than
  * salusd's message limit (--max-message) moves in chunks of at most half
  * of it (16 MiB at most), one request each; a call that fails part-way
  * leaves the tensor partly written. */
-int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes);
+SALUS_EXPORT int salus_tensor_write(salus_session *s, uint64_t id, const void *data, size_t bytes);
 /* Reads a tensor into buf; bytes must equal its size. Chunked like
  * salus_tensor_write. */
-int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes);
+SALUS_EXPORT int salus_tensor_read(salus_session *s, uint64_t id, void *buf, size_t bytes);
 /* Frees a tensor. Errors: SALUS_EBUSY while a registered graph uses it. */
-int salus_tensor_free(salus_session *s, uint64_t id);
+SALUS_EXPORT int salus_tensor_free(salus_session *s, uint64_t id);
 
 /* ---- graph builder ------------------------------------------------------
  * A graph is built on the client and validated as it is built (shapes are
@@ -210,54 +220,58 @@ typedef uint32_t salus_value;
 #define SALUS_NO_VALUE UINT32_MAX
 
 /* A new, empty builder (NULL on out of memory). */
-salus_graph *salus_graph_new(void);
+SALUS_EXPORT salus_graph *salus_graph_new(void);
 /* Frees the builder. If registered, the server-side graph is freed too (best
  * effort; it also goes when its session closes). NULL is fine. */
-void salus_graph_free(salus_graph *g);
+SALUS_EXPORT void salus_graph_free(salus_graph *g);
 /* The first builder error, or NULL when there is none. */
-const char *salus_graph_error(const salus_graph *g);
+SALUS_EXPORT const char *salus_graph_error(const salus_graph *g);
 
 /* An input fed at every run. */
-salus_value salus_graph_input(salus_graph *g, int dtype, int ndim, const int64_t *dims);
+SALUS_EXPORT salus_value salus_graph_input(salus_graph *g, int dtype, int ndim,
+                                           const int64_t *dims);
 /* A persistent tensor of the session the graph will be registered with;
  * dtype/ndim/dims must be the tensor's (checked by the server). */
-salus_value salus_graph_param(salus_graph *g, uint64_t tensor_id, int dtype, int ndim,
-                              const int64_t *dims);
+SALUS_EXPORT salus_value salus_graph_param(salus_graph *g, uint64_t tensor_id, int dtype, int ndim,
+                                           const int64_t *dims);
 /* Adds an op; returns its first output (outputs are consecutive handles). Ops
  * without outputs (sgd_update) return the handle of their first input.
  * type, inputs and attributes are as docs/ops.md lists them; iattrs and
  * fattrs are positional, and n_iattrs / n_fattrs say how many are sent: an
  * optional attribute may be left out, a required one may not (the op fails,
  * naming the attribute). Attribute arrays may be NULL when their count is 0. */
-salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
-                           const salus_value *inputs, unsigned n_iattrs, const int64_t *iattrs,
-                           unsigned n_fattrs, const float *fattrs);
+SALUS_EXPORT salus_value salus_graph_op(salus_graph *g, const char *type, unsigned n_in,
+                                        const salus_value *inputs, unsigned n_iattrs,
+                                        const int64_t *iattrs, unsigned n_fattrs,
+                                        const float *fattrs);
 
 /* Shape of a value: writes dtype, ndim and up to SALUS_MAX_DIMS dims.
  * Errors: SALUS_EINVAL (no such value). */
-int salus_graph_shape(const salus_graph *g, salus_value v, int *dtype, int *ndim, int64_t *dims);
+SALUS_EXPORT int salus_graph_shape(const salus_graph *g, salus_value v, int *dtype, int *ndim,
+                                   int64_t *dims);
 /* Bytes of a value's tensor (0 for no such value). */
-size_t salus_graph_bytes(const salus_graph *g, salus_value v);
+SALUS_EXPORT size_t salus_graph_bytes(const salus_graph *g, salus_value v);
 /* The inputs of g in feed order (the order salus_run's feeds follow): how
  * many there are, and the value of input i (SALUS_NO_VALUE when i is out of
  * range). For graphs built elsewhere: a trainer's, an ONNX model's. */
-unsigned salus_graph_n_inputs(const salus_graph *g);
-salus_value salus_graph_input_value(const salus_graph *g, unsigned i);
+SALUS_EXPORT unsigned salus_graph_n_inputs(const salus_graph *g);
+SALUS_EXPORT salus_value salus_graph_input_value(const salus_graph *g, unsigned i);
 
 /* Registers the graph with s (at most once per builder). The server validates
  * and plans it; planned_peak (may be NULL) receives the ephemeral bytes one
  * iteration needs. Errors: SALUS_EINVAL (invalid graph; a builder error),
  * SALUS_EEXHAUSTED (the plan does not fit). */
-int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_peak);
+SALUS_EXPORT int salus_graph_register(salus_session *s, salus_graph *g, uint64_t *planned_peak);
 
 /* Ephemeral memory of a registered graph, as the server planned it: the
  * bytes one iteration needs (planned peak) and the sum of all its ephemeral
  * tensors (what allocating each separately, without reuse, would take).
  * Errors: SALUS_EINVAL (not registered). */
-int salus_graph_memory(const salus_graph *g, uint64_t *planned_peak, uint64_t *naive_bytes);
+SALUS_EXPORT int salus_graph_memory(const salus_graph *g, uint64_t *planned_peak,
+                                    uint64_t *naive_bytes);
 
 /* The server-side id of a registered graph (0 before registration). */
-uint64_t salus_graph_id(const salus_graph *g);
+SALUS_EXPORT uint64_t salus_graph_id(const salus_graph *g);
 
 /* Runs one iteration of a registered graph: feeds[i] holds the bytes of the
  * i-th input (in the order salus_graph_input was called; exact sizes), and
@@ -274,8 +288,8 @@ uint64_t salus_graph_id(const salus_graph *g);
  * needed where the backend says), SALUS_EDEVICERESET (see "Device faults" above),
  * SALUS_ESHUTDOWN (salusd is draining: the iteration did not start),
  * SALUS_ECONN, SALUS_ESESSIONLOST. */
-int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
-              const salus_value *fetch, void *const *out);
+SALUS_EXPORT int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds,
+                           unsigned n_fetch, const salus_value *fetch, void *const *out);
 
 /* ---- nn: models of layers, compiled to a training and an inference graph --
  * A model is a stack of layers on one sample's shape. Compiling it with a
@@ -325,31 +339,31 @@ typedef struct salus_optimizer {
 
 /* A model whose samples have shape dims[0..ndim) (no batch dimension), e.g.
  * {784} or {1, 28, 28}. NULL on bad arguments or out of memory. */
-salus_model *salus_model_new(int ndim, const int64_t *sample_dims);
+SALUS_EXPORT salus_model *salus_model_new(int ndim, const int64_t *sample_dims);
 /* Frees the model (its graphs too; its tensors go with the session). */
-void salus_model_free(salus_model *m);
-const char *salus_model_error(const salus_model *m);
+SALUS_EXPORT void salus_model_free(salus_model *m);
+SALUS_EXPORT const char *salus_model_error(const salus_model *m);
 
 /* Fully connected: [.., in] -> [.., units] (input must be 1-D per sample). */
-int salus_model_dense(salus_model *m, int64_t units);
+SALUS_EXPORT int salus_model_dense(salus_model *m, int64_t units);
 /* 2-D convolution with bias, square kernel, symmetric padding (NCHW). */
-int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
-                       int64_t pad);
+SALUS_EXPORT int salus_model_conv2d(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
+                                    int64_t pad);
 /* The same, with flags: SALUS_CONV_NO_BIAS leaves the bias out (as before a
  * batchnorm, whose shift makes it redundant: PyTorch's bias=False). Other
  * flags fail the model. */
 enum salus_conv_flags { SALUS_CONV_NO_BIAS = 1u << 0 };
-int salus_model_conv2d_ex(salus_model *m, int64_t filters, int64_t kernel, int64_t stride,
-                          int64_t pad, unsigned flags);
-int salus_model_maxpool(salus_model *m, int64_t kernel, int64_t stride);
-int salus_model_avgpool(salus_model *m, int64_t kernel, int64_t stride);
+SALUS_EXPORT int salus_model_conv2d_ex(salus_model *m, int64_t filters, int64_t kernel,
+                                       int64_t stride, int64_t pad, unsigned flags);
+SALUS_EXPORT int salus_model_maxpool(salus_model *m, int64_t kernel, int64_t stride);
+SALUS_EXPORT int salus_model_avgpool(salus_model *m, int64_t kernel, int64_t stride);
 /* Batch normalisation over channels (C of [C] or [C,H,W] samples). */
-int salus_model_batchnorm(salus_model *m);
-int salus_model_relu(salus_model *m);
-int salus_model_sigmoid(salus_model *m);
-int salus_model_tanh(salus_model *m);
+SALUS_EXPORT int salus_model_batchnorm(salus_model *m);
+SALUS_EXPORT int salus_model_relu(salus_model *m);
+SALUS_EXPORT int salus_model_sigmoid(salus_model *m);
+SALUS_EXPORT int salus_model_tanh(salus_model *m);
 /* [C,H,W] -> [C*H*W] (a view: no copy). */
-int salus_model_flatten(salus_model *m);
+SALUS_EXPORT int salus_model_flatten(salus_model *m);
 /* A residual block (He et al. 2016): y = main(x) + shortcut(x).
  * salus_model_residual_begin starts one at the current output x; the
  * layers added next are its main path. salus_model_residual_shortcut
@@ -359,20 +373,21 @@ int salus_model_flatten(salus_model *m);
  * adds the two, which must have the same shape (else the model fails,
  * naming both shapes). Blocks nest up to 8 deep; an activation after the
  * sum is a layer of its own (salus_model_relu). Exported to ONNX as Add. */
-int salus_model_residual_begin(salus_model *m);
-int salus_model_residual_shortcut(salus_model *m);
-int salus_model_residual_end(salus_model *m);
+SALUS_EXPORT int salus_model_residual_begin(salus_model *m);
+SALUS_EXPORT int salus_model_residual_shortcut(salus_model *m);
+SALUS_EXPORT int salus_model_residual_end(salus_model *m);
 
 /* Creates parameters in s (He-uniform weights from seed, zero biases),
  * builds and registers the training graph for `batch` samples and the
  * inference graph for `infer_batch` samples. The last layer must produce
  * [classes] per sample. Errors: SALUS_EINVAL (model or optimizer invalid;
  * see salus_model_error), SALUS_EEXHAUSTED, transport errors. */
-int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt, int64_t batch,
-                        int64_t infer_batch, uint64_t seed);
+SALUS_EXPORT int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer *opt,
+                                     int64_t batch, int64_t infer_batch, uint64_t seed);
 /* One training iteration on x[batch, sample...] and labels[batch]; writes the
  * batch's mean loss (before the update) to *loss (may be NULL). */
-int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels, float *loss);
+SALUS_EXPORT int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels,
+                                        float *loss);
 /* Predicted classes of x[infer_batch, sample...] into classes[infer_batch].
  * When one iteration of the whole batch needs more lane workspace than
  * salusd gives its lanes (a convolution's scratch grows with the batch;
@@ -381,12 +396,12 @@ int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels
  * sample does not fit does it fail with SALUS_EEXHAUSTED, and
  * salus_last_error then names the op, the bytes it needs and the lane's
  * workspace. */
-int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
+SALUS_EXPORT int salus_model_predict(salus_model *m, const float *x, int32_t *classes);
 /* The model's compiled graphs (NULL before compile); owned by the model. */
-const salus_graph *salus_model_training_graph(const salus_model *m);
-const salus_graph *salus_model_inference_graph(const salus_model *m);
+SALUS_EXPORT const salus_graph *salus_model_training_graph(const salus_model *m);
+SALUS_EXPORT const salus_graph *salus_model_inference_graph(const salus_model *m);
 /* Number of trainable parameters (after compile). */
-int64_t salus_model_param_count(const salus_model *m);
+SALUS_EXPORT int64_t salus_model_param_count(const salus_model *m);
 
 /* ---- a compiled model's tensors, by name --------------------------------
  * After salus_model_compile every tensor of the model has a name, as
@@ -426,19 +441,19 @@ enum salus_tensor_kind {
     SALUS_TENSOR_OPTIMIZER = 2
 };
 /* Number of named tensors (0 before compile). */
-int salus_model_tensor_count(const salus_model *m);
+SALUS_EXPORT int salus_model_tensor_count(const salus_model *m);
 /* Name of tensor i (NULL when out of range); valid while m lives. */
-const char *salus_model_tensor_name(const salus_model *m, int i);
+SALUS_EXPORT const char *salus_model_tensor_name(const salus_model *m, int i);
 /* Index of the tensor named name, or -1. */
-int salus_model_tensor_find(const salus_model *m, const char *name);
+SALUS_EXPORT int salus_model_tensor_find(const salus_model *m, const char *name);
 /* Kind, shape (up to SALUS_MAX_DIMS dims) and session tensor id of tensor
  * i; any out-pointer may be NULL. Errors: SALUS_EINVAL (no such index). */
-int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim, int64_t *dims,
-                            uint64_t *tensor_id);
+SALUS_EXPORT int salus_model_tensor_info(const salus_model *m, int i, int *kind, int *ndim,
+                                         int64_t *dims, uint64_t *tensor_id);
 /* Copies tensor i out of / into the server; bytes must be its size. A
  * write takes effect from the next step or prediction. */
-int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes);
-int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes);
+SALUS_EXPORT int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes);
+SALUS_EXPORT int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes);
 /* Checkpoints: every named tensor (parameters, buffers and optimizer state,
  * so training resumes where it stopped) to a file, and back. The file is
  * replaced at once (written beside it, then renamed). Format, little-endian:
@@ -450,12 +465,12 @@ int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t byt
  * Loading needs exactly the model's names with the same shapes (a file of
  * another architecture or optimizer is refused, naming the first tensor
  * that differs) and writes nothing unless the whole file fits. */
-int salus_model_save(salus_model *m, const char *path);
-int salus_model_load(salus_model *m, const char *path);
+SALUS_EXPORT int salus_model_save(salus_model *m, const char *path);
+SALUS_EXPORT int salus_model_load(salus_model *m, const char *path);
 /* Sets the learning rate of the following steps: a model compiled with
  * SALUS_OPT_LR_PER_STEP in its optimizer's flags (else SALUS_EINVAL, as
  * for lr not finite or negative). A schedule calls it before each step. */
-int salus_model_set_lr(salus_model *m, float lr);
+SALUS_EXPORT int salus_model_set_lr(salus_model *m, float lr);
 /* Writes the model's inference forward pass, with its current weights and
  * batchnorm statistics, as an ONNX model file (opset 13): input "input"
  * [N, sample...], output "logits" [N, classes] (no softmax), N symbolic.
@@ -465,23 +480,23 @@ int salus_model_set_lr(salus_model *m, float lr);
  * end of a residual block Add (main path, shortcut).
  * Errors: SALUS_EINVAL (not compiled, I/O), SALUS_EUNSUPPORTED (built
  * without onnx.proto), transport errors reading the weights. */
-int salus_model_export_onnx(salus_model *m, const char *path);
+SALUS_EXPORT int salus_model_export_onnx(salus_model *m, const char *path);
 
 /* Operator calls (what salusctl does). Changes the scheduling policy at run
  * time; it applies from the next iteration boundary. Errors: SALUS_EINVAL
  * (unknown policy). */
-int salus_set_policy(salus_client *c, const char *policy, int strict);
+SALUS_EXPORT int salus_set_policy(salus_client *c, const char *policy, int strict);
 /* Changes the compute partitions at run time: mode "off", "demand" (auto
  * while a high-priority job runs under the priority policy), "auto",
  * "auto:N" or "N" (units of the high-priority lanes' partition: SMs,
  * cores; the other lanes share the rest). Errors: SALUS_EINVAL (malformed, no room
  * left), SALUS_EUNSUPPORTED (the device has none), SALUS_EBUSY (the device
  * changes them only while no lane runs: retry). */
-int salus_set_partitions(salus_client *c, const char *mode);
+SALUS_EXPORT int salus_set_partitions(salus_client *c, const char *mode);
 /* Changes a session's priority and/or weight (set_* nonzero to change).
  * Errors: SALUS_ENOTFOUND, SALUS_EINVAL (weight not in (0, 1e6)). */
-int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, int priority,
-                      int set_weight, double weight);
+SALUS_EXPORT int salus_set_session(salus_client *c, uint64_t session_id, int set_priority,
+                                   int priority, int set_weight, double weight);
 
 /* Operator calls for a cluster manager (the Slurm plugin, as root on the
  * node). salus_job_register: sessions that uid opens for job step
@@ -491,15 +506,15 @@ int salus_set_session(salus_client *c, uint64_t session_id, int set_priority, in
  * the step forgotten; *sessions_closed (may be NULL) says how many.
  * Errors: SALUS_EPERM (not an operator), SALUS_EINVAL (the step belongs to
  * another uid), SALUS_EEXHAUSTED (too many steps registered), SALUS_ECONN. */
-int salus_job_register(salus_client *c, uint32_t job_id, uint32_t step_id, uint32_t uid,
-                       uint64_t memory, int32_t priority);
-int salus_job_close(salus_client *c, uint32_t job_id, uint32_t step_id, int all_steps,
-                    uint32_t *sessions_closed);
+SALUS_EXPORT int salus_job_register(salus_client *c, uint32_t job_id, uint32_t step_id,
+                                    uint32_t uid, uint64_t memory, int32_t priority);
+SALUS_EXPORT int salus_job_close(salus_client *c, uint32_t job_id, uint32_t step_id, int all_steps,
+                                 uint32_t *sessions_closed);
 
 /* Fetches the server status as human-readable text (what `salusctl status`
  * prints). *text is owned by the caller: release with salus_free. */
-int salus_status_text(salus_client *c, char **text);
-void salus_free(void *p);
+SALUS_EXPORT int salus_status_text(salus_client *c, char **text);
+SALUS_EXPORT void salus_free(void *p);
 
 /* ---- automatic differentiation and training graphs ----------------------
  * Reverse-mode automatic differentiation over the op registry: every
@@ -519,8 +534,8 @@ void salus_free(void *p);
  * summed. Errors: SALUS_EINVAL (bad values, or g has a builder error),
  * SALUS_EUNSUPPORTED (an op on the way has no gradient); the reason, naming
  * the op, is then g's builder error (salus_graph_error). */
-int salus_graph_gradients(salus_graph *g, salus_value loss, unsigned n, const salus_value *wrt,
-                          salus_value *grads);
+SALUS_EXPORT int salus_graph_gradients(salus_graph *g, salus_value loss, unsigned n,
+                                       const salus_value *wrt, salus_value *grads);
 
 enum salus_loss_kind {
     /* softmax cross-entropy of [N, C] logits against i32 labels [N],
@@ -549,24 +564,25 @@ typedef struct salus_trainer salus_trainer;
  * early. Errors: SALUS_EINVAL (bad arguments, optimiser or graph),
  * SALUS_EUNSUPPORTED (an op without a gradient), SALUS_EEXHAUSTED and
  * transport errors; salus_last_error says why. *out is the caller's. */
-int salus_graph_train(salus_session *s, const salus_graph *forward, int loss_kind,
-                      salus_value output, const salus_optimizer *opt, salus_trainer **out);
+SALUS_EXPORT int salus_graph_train(salus_session *s, const salus_graph *forward, int loss_kind,
+                                   salus_value output, const salus_optimizer *opt,
+                                   salus_trainer **out);
 /* One iteration: feeds as salus_run's for the training graph (the forward
  * graph's inputs, then the labels or target). Writes the loss computed
  * before the update to *loss (may be NULL). */
-int salus_trainer_step(salus_trainer *t, const void *const *feeds, float *loss);
+SALUS_EXPORT int salus_trainer_step(salus_trainer *t, const void *const *feeds, float *loss);
 /* The registered training graph and its loss value (owned by t). */
-const salus_graph *salus_trainer_graph(const salus_trainer *t);
-salus_value salus_trainer_loss(const salus_trainer *t);
+SALUS_EXPORT const salus_graph *salus_trainer_graph(const salus_trainer *t);
+SALUS_EXPORT salus_value salus_trainer_loss(const salus_trainer *t);
 /* The parameters trained, in the order of their values in the graph. */
-unsigned salus_trainer_param_count(const salus_trainer *t);
-uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
+SALUS_EXPORT unsigned salus_trainer_param_count(const salus_trainer *t);
+SALUS_EXPORT uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigned i);
 /* Sets the learning rate of the following steps (graphs built with
  * SALUS_OPT_LR_PER_STEP; else SALUS_EINVAL). lr finite and >= 0. */
-int salus_trainer_set_lr(salus_trainer *t, float lr);
+SALUS_EXPORT int salus_trainer_set_lr(salus_trainer *t, float lr);
 /* Frees the trainer and its graph (state tensors stay with the session).
  * NULL is fine. */
-void salus_trainer_free(salus_trainer *t);
+SALUS_EXPORT void salus_trainer_free(salus_trainer *t);
 
 /* ---- ONNX import ----------------------------------------------------------
  * Loads an ONNX model (a protobuf file, e.g. from torch.onnx.export) as an
@@ -600,33 +616,33 @@ typedef struct salus_onnx_options {
 
 /* opts may be NULL (all zero). Reads at most 2 GiB from path. Blocks while
  * it uploads tensors and registers the graph. */
-int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options *opts,
-                    salus_onnx_model **out);
+SALUS_EXPORT int salus_onnx_load(salus_session *s, const char *path, const salus_onnx_options *opts,
+                                 salus_onnx_model **out);
 /* As salus_onnx_load from a model already in memory (len bytes, not kept). */
-int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
-                           const salus_onnx_options *opts, salus_onnx_model **out);
+SALUS_EXPORT int salus_onnx_load_buffer(salus_session *s, const void *data, size_t len,
+                                        const salus_onnx_options *opts, salus_onnx_model **out);
 /* Checks, without a server, whether salus_onnx_load would import the model
  * in data: parsing, folding and the mapping of every node, with the same
  * refusals. why (may be NULL) receives the reason of a refusal ("" on
  * success). Returns what salus_onnx_load would, but never an error of the
  * server's. Blocks only to compute. */
-int salus_onnx_check_buffer(const void *data, size_t len, const salus_onnx_options *opts, char *why,
-                            size_t why_len);
+SALUS_EXPORT int salus_onnx_check_buffer(const void *data, size_t len,
+                                         const salus_onnx_options *opts, char *why, size_t why_len);
 /* Frees the model, its graph and its tensors in the session. NULL is fine. */
-void salus_onnx_free(salus_onnx_model *m);
+SALUS_EXPORT void salus_onnx_free(salus_onnx_model *m);
 /* The graph inputs fed at each run (initialisers excluded) and the outputs,
  * in the model's order. */
-unsigned salus_onnx_n_inputs(const salus_onnx_model *m);
-unsigned salus_onnx_n_outputs(const salus_onnx_model *m);
+SALUS_EXPORT unsigned salus_onnx_n_inputs(const salus_onnx_model *m);
+SALUS_EXPORT unsigned salus_onnx_n_outputs(const salus_onnx_model *m);
 /* Input or output i: its ONNX name (owned by m), salus dtype (SALUS_F32, or
  * SALUS_I32 for an int64/int32 input), rank and dims (up to 6). Any
  * out-pointer may be NULL. Errors: SALUS_EINVAL (i out of range). */
-int salus_onnx_input(const salus_onnx_model *m, unsigned i, const char **name, int *dtype,
-                     int *ndim, int64_t *dims);
-int salus_onnx_output(const salus_onnx_model *m, unsigned i, const char **name, int *dtype,
-                      int *ndim, int64_t *dims);
+SALUS_EXPORT int salus_onnx_input(const salus_onnx_model *m, unsigned i, const char **name,
+                                  int *dtype, int *ndim, int64_t *dims);
+SALUS_EXPORT int salus_onnx_output(const salus_onnx_model *m, unsigned i, const char **name,
+                                   int *dtype, int *ndim, int64_t *dims);
 /* The registered inference graph (owned by m). */
-const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
+SALUS_EXPORT const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
 /* The value of output i in salus_onnx_graph(m) (SALUS_NO_VALUE if i is out
  * of range): what salus_graph_train takes as its output, to train the
  * imported forward graph (every initialiser is then a trained parameter;
@@ -642,10 +658,11 @@ const salus_graph *salus_onnx_graph(const salus_onnx_model *m);
  * every run of the graph, salus_onnx_run's included, with ONNX's momentum
  * (0.9 from PyTorch's 0.1). They are batch-norm state, not trained
  * parameters. */
-salus_value salus_onnx_output_value(const salus_onnx_model *m, unsigned i);
+SALUS_EXPORT salus_value salus_onnx_output_value(const salus_onnx_model *m, unsigned i);
 /* One inference: inputs[i] holds input i (dense, row-major, its exact
  * size), outputs[j] receives output j. As salus_run otherwise. */
-int salus_onnx_run(salus_onnx_model *m, const void *const *inputs, void *const *outputs);
+SALUS_EXPORT int salus_onnx_run(salus_onnx_model *m, const void *const *inputs,
+                                void *const *outputs);
 
 /* Operator tools (salusctl). Every *json is a NUL-terminated UTF-8 JSON
  * document owned by the caller (salus_free); strings from the server are
@@ -653,32 +670,32 @@ int salus_onnx_run(salus_onnx_model *m, const void *const *inputs, void *const *
  *
  * The status reply as JSON: the fields of proto/salus.proto StatusReply
  * under their proto names. */
-int salus_status_json(salus_client *c, char **json);
+SALUS_EXPORT int salus_status_json(salus_client *c, char **json);
 /* One line per session the caller may see, admitted or waiting for
  * admission (with why), as text for people (`salusctl sessions`). */
-int salus_sessions_text(salus_client *c, char **text);
+SALUS_EXPORT int salus_sessions_text(salus_client *c, char **text);
 /* The compute partitions in force (`salusctl partitions`), read from the
  * status reply (no rights needed): as text for people, a line per figure;
  * or as JSON {"description": the one-line summary, "detail": the fields of
  * proto/salus.proto PartitionsStatus} ("detail" absent from a salusd that
  * does not send them). Errors: those of any call (SALUS_ECONN, ...). */
-int salus_partitions_text(salus_client *c, char **text);
-int salus_partitions_json(salus_client *c, char **json);
+SALUS_EXPORT int salus_partitions_text(salus_client *c, char **text);
+SALUS_EXPORT int salus_partitions_json(salus_client *c, char **json);
 /* Asks salusd to drain and exit as on SIGTERM (operators). Errors:
  * SALUS_EPERM, SALUS_EUNSUPPORTED. */
-int salus_drain(salus_client *c);
+SALUS_EXPORT int salus_drain(salus_client *c);
 /* Closes a session as if its connection had gone (operators, or the
  * session's owner). Errors: SALUS_ENOTFOUND, SALUS_EPERM. */
-int salus_kill_session(salus_client *c, uint64_t session_id);
+SALUS_EXPORT int salus_kill_session(salus_client *c, uint64_t session_id);
 /* Starts recording salusd's timeline (operators); a later
  * salus_trace_stop_json ends it. Starting again clears what was recorded.
  * Errors: SALUS_EPERM. */
-int salus_trace_start(salus_client *c);
+SALUS_EXPORT int salus_trace_start(salus_client *c);
 /* Stops recording and returns the events in the Chrome trace event format
  * (JSON object form: traceEvents, times in microseconds from the start;
  * lanes are threads of process 1, sessions' waits threads of process 2).
  * *n_events (may be NULL) gets how many events salusd returned. */
-int salus_trace_stop_json(salus_client *c, char **json, size_t *n_events);
+SALUS_EXPORT int salus_trace_stop_json(salus_client *c, char **json, size_t *n_events);
 
 #ifdef __cplusplus
 }
