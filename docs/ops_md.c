@@ -52,6 +52,12 @@ static void attrs_rows(FILE *f, const char *list, const sl_op_attr *attrs, unsig
 static void write_op(FILE *f, const sl_op_def *d)
 {
     fprintf(f, "### %s\n\n%s\n\n", d->name, d->doc);
+    char names[32];
+    unsigned dtypes = d->dtypes ? d->dtypes : SL_DTS(SL_F32);
+    fprintf(f, "Computes in: %s", sl_dtypes_str(dtypes, names, sizeof names));
+    if (dtypes & SL_DTS_HALF)
+        fprintf(f, "; bf16 and f16 accumulate in %s", sl_dtype_name(d->accum));
+    fputs(".\n\n", f);
     args_table(f, "Inputs", "in", d->ins, d->n_in, d->mutates);
     if (d->n_out)
         args_table(f, "Outputs", "out", d->outs, d->n_out, 0);
@@ -86,7 +92,12 @@ static void write_reference(FILE *f)
           "either means the default shown.\n"
           "- Positions past an op's last attribute must be absent or 0, so that a later "
           "meaning for them can never be silently ignored.\n"
-          "- dtypes are f32 unless said otherwise; i32 where said.\n"
+          "- *Computes in* lists the float dtypes an op accepts: its float inputs share one of "
+          "them and its float outputs have it (i32 inputs are what the op says). A graph that "
+          "gives an op another dtype is refused at registration, naming the op, the input and "
+          "the dtype; so is one whose device has no kernel for that dtype. Sums and products "
+          "of bf16 and f16 accumulate in the dtype shown, so an op rounds once, at its "
+          "output.\n"
           "- Inputs marked *updated in place* are written by the op; give it a param (a "
           "session tensor) to keep the result across iterations.\n\n",
           f);

@@ -127,3 +127,13 @@ void sl_dev_close(sl_device *dev)
     dev->ops->close(dev);
     sl_free(dev);
 }
+
+unsigned sl_dev_op_dtypes(sl_device *dev, unsigned op)
+{
+    const sl_op_def *d = sl_op_get(op);
+    if (!d)
+        return 0;
+    unsigned own = d->dtypes ? d->dtypes : SL_DTS(SL_F32);
+    unsigned backend = dev && dev->ops->op_dtypes ? dev->ops->op_dtypes(dev, op) : 0;
+    return (SL_DTS(SL_F32) | backend) & own;
+}

@@ -92,6 +92,12 @@ typedef struct sl_device_ops {
      * allocated until the op has run. Errors at submission: SL_EUNSUPPORTED
      * (op not implemented by this backend), SL_ENOMEM. */
     int (*launch)(sl_device *dev, sl_stream *s, const sl_op_call *call);
+    /* Optional: the float dtypes (SL_DTS bits) this backend runs op in, a
+     * subset of the op's own (sl_op_def.dtypes); for cast, those it converts
+     * between. NULL: f32 only. salusd refuses, at graph registration, an op
+     * in a dtype its device does not run (sl_dev_op_dtypes), so launch never
+     * sees one. Never blocks. */
+    unsigned (*op_dtypes)(sl_device *dev, unsigned op);
 
     /* Gives stream s a workspace, in stream order: ops launched on s after
      * this call take every scratch buffer they need (oneDNN scratchpads and
@@ -272,6 +278,9 @@ struct sl_device {
 int sl_dev_open(const char *spec, sl_device **out);
 /* Closes and frees; NULL is fine. */
 void sl_dev_close(sl_device *dev);
+/* The float dtypes (SL_DTS bits) dev runs op in: f32 always, and what the
+ * backend's op_dtypes adds, within what the op itself accepts. */
+unsigned sl_dev_op_dtypes(sl_device *dev, unsigned op);
 
 /* Backend tables (sl_dev_open picks by name). cuda's is NULL when not built. */
 extern const sl_device_ops sl_cpu_device_ops;

@@ -1,6 +1,8 @@
 /* Graph registration: every op validated by the registry, every value's
  * shape inferred, ephemeral values planned into one block (graph.h). */
 #include "graph.h"
+
+#include "device.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -183,7 +185,8 @@ int sl_shape_from_desc(const Salus__TensorDesc *d, sl_shape *out, char *why, siz
         return SL_EINVAL;
     }
     if ((unsigned) d->dtype >= SL_DTYPE_COUNT) {
-        snprintf(why, whylen, "unknown dtype %d (F32 = 0, I32 = 1)", (int) d->dtype);
+        snprintf(why, whylen, "unknown dtype %d (F32 = 0, I32 = 1, BF16 = 2, F16 = 3)",
+                 (int) d->dtype);
         return SL_EINVAL;
     }
     if (d->n_dims > SL_MAX_DIMS) {
@@ -333,4 +336,30 @@ out_free:
         snprintf(err, errlen, "out of host memory");
     sl_graph_free(g);
     return rc;
+}
+
+int sl_graph_check_device(const sl_graph *g, struct sl_device *dev, char *err, size_t errlen)
+{
+    for (uint32_t k = 0; k < g->n_ops; k++) {
+        const sl_graph_op *op = &g->ops[k];
+        unsigned runs = sl_dev_op_dtypes(dev, op->op), need = 0;
+        for (unsigned i = 0; i < op->n_in; i++) {
+            unsigned dt = g->values[op->in[i]].shape.dtype;
+            if (sl_dtype_is_float(dt))
+                need |= SL_DTS(dt);
+        }
+        if (op->op == SL_OP_CAST && op->n_out)
+            need |= SL_DTS(g->values[op->out[0]].shape.dtype);
+        if ((need & runs) == need)
+            continue;
+        char has[32];
+        unsigned missing = need & ~runs, dt = 0;
+        while (!(missing & SL_DTS(dt)))
+            dt++;
+        snprintf(err, errlen, "op %u (%s): the %s device does not run it in %s (it runs it in %s)",
+                 k, sl_op_get(op->op)->name, dev->ops->name, sl_dtype_name(dt),
+                 sl_dtypes_str(runs, has, sizeof has));
+        return SL_EUNSUPPORTED;
+    }
+    return SL_OK;
 }

@@ -78,6 +78,13 @@ typedef struct sl_graph {
  * err), SL_ENOMEM. Runs in O(values^2) at most: bounded by its limits. */
 int sl_graph_build(sl_map *tensors, const Salus__Graph *msg, bool inplace, sl_graph **out,
                    char *err, size_t errlen);
+struct sl_device;
+
+/* Whether dev runs every op of g in the dtype g gives it (sl_dev_op_dtypes):
+ * a graph of bf16 ops is refused on a backend that has no bf16 kernels for
+ * them, before anything runs. Returns SL_OK, or SL_EUNSUPPORTED with a reason
+ * naming the first such op, its dtype and what the device runs it in. */
+int sl_graph_check_device(const sl_graph *g, struct sl_device *dev, char *err, size_t errlen);
 /* Host memory one tensor's bookkeeping holds (its struct and its id table
  * slot), counted against its session's metadata budget like graphs. */
 #define SL_TENSOR_HOST_BYTES (sizeof(sl_tensor) + 2 * (sizeof(uint64_t) + sizeof(void *)))

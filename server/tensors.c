@@ -285,6 +285,10 @@ int sl_handle_register_graph(sl_sessions *ss, sl_session *s, sl_work *w)
         return SL_HANDLED;
     int rc = sl_graph_build(&s->tensors, w->msg->register_graph->graph, !ss->cfg->no_inplace,
                             &w->graph, err, sizeof err);
+    if (rc == SL_OK && (rc = sl_graph_check_device(w->graph, ss->ex->dev, err, sizeof err))) {
+        sl_graph_free(w->graph);
+        w->graph = NULL;
+    }
     if (rc) {
         sl_reply_error(r, rc, "%s", err);
         return SL_HANDLED;

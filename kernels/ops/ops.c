@@ -78,7 +78,7 @@ int sl_ops_need_f32(const sl_shape *in, unsigned n_in, char *err, size_t errlen)
     for (unsigned i = 0; i < n_in; i++)
         if (in[i].dtype != SL_F32) {
             char s[SL_SHAPE_STR_LEN];
-            return sl_ops_fail(err, errlen, "in%u %s: only f32 is supported", i,
+            return sl_ops_fail(err, errlen, "in%u %s: expected a float tensor", i,
                                sl_shape_str(&in[i], s, sizeof s));
         }
     return SL_OK;
@@ -145,6 +145,22 @@ int sl_ops_infer_like_in0(const sl_op_attrs *a, const sl_shape *in, sl_shape *ou
     if (rc == SL_OK)
         out[0] = in[0];
     return rc;
+}
+
+int sl_ops_infer_cast(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                      size_t errlen)
+{
+    char s[SL_SHAPE_STR_LEN];
+    if (!sl_dtype_is_float(in[0].dtype))
+        return sl_ops_fail(err, errlen, "in0 %s: cast converts between float dtypes only",
+                           sl_shape_str(&in[0], s, sizeof s));
+    if (a->i[0] < 0 || a->i[0] >= SL_DTYPE_COUNT || !sl_dtype_is_float((unsigned) a->i[0]))
+        return sl_ops_fail(err, errlen,
+                           "to is %lld: it must be a float dtype (0 f32, 2 bf16, 3 f16)",
+                           (long long) a->i[0]);
+    out[0] = in[0];
+    out[0].dtype = (uint8_t) a->i[0];
+    return SL_OK;
 }
 
 /* The bit mask of relu_mask for an input of n elements: i32[ceil(n/32)]. */
@@ -508,6 +524,13 @@ static void cost_ew(const sl_shape *s, unsigned flops_per_elem, unsigned tensors
     }
 COST_EW(sl_ops_cost_fill, &out[0], 0, 1)
 COST_EW(sl_ops_cost_copy, &out[0], 0, 2)
+
+void sl_ops_cost_cast(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)
+{
+    (void) a;
+    c->flops = sl_shape_elems(&in[0]);
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&out[0]);
+}
 COST_EW(sl_ops_cost_unary, &out[0], 1, 2)  /* scale, relu */
 COST_EW(sl_ops_cost_binary, &out[0], 1, 3) /* add, mul, relu_grad */
 COST_EW(sl_ops_cost_axpy, &out[0], 2, 3)
@@ -708,6 +731,37 @@ static int check_unused_attrs(const sl_op_def *d, const sl_op_attrs *a, char *er
     return SL_OK;
 }
 
+/* The float dtype an op computes in: that of its float inputs, which must
+ * share it, and one the op accepts (sl_op_def.dtypes). */
+static int compute_dtype(const sl_op_def *d, const sl_shape *in, unsigned n_in, unsigned *dtype,
+                         char *err, size_t errlen)
+{
+    unsigned accepted = d->dtypes ? d->dtypes : SL_DTS(SL_F32);
+    int first = -1;
+    for (unsigned i = 0; i < n_in; i++) {
+        if (!sl_dtype_is_float(in[i].dtype))
+            continue;
+        char s[SL_SHAPE_STR_LEN], t[SL_SHAPE_STR_LEN], names[32];
+        if (!(accepted & SL_DTS(in[i].dtype)))
+            return sl_ops_fail(err, errlen,
+                               "in%u (%s) is %s: %s is not supported here (it computes in %s); "
+                               "cast it first",
+                               i, d->ins[i].name, sl_shape_str(&in[i], s, sizeof s),
+                               sl_dtype_name(in[i].dtype),
+                               sl_dtypes_str(accepted, names, sizeof names));
+        if (first < 0) {
+            first = (int) i;
+            *dtype = in[i].dtype;
+        } else if (in[i].dtype != *dtype)
+            return sl_ops_fail(err, errlen,
+                               "in%u (%s) is %s but in%d (%s) is %s: float inputs must share one "
+                               "dtype; cast one of them",
+                               i, d->ins[i].name, sl_shape_str(&in[i], s, sizeof s), first,
+                               d->ins[first].name, sl_shape_str(&in[first], t, sizeof t));
+    }
+    return SL_OK;
+}
+
 int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned n_in, sl_shape *out,
                 char *err, size_t errlen)
 {
@@ -731,14 +785,25 @@ int sl_op_infer(unsigned id, const sl_op_attrs *a, const sl_shape *in, unsigned 
                 d->name, i, sl_shape_str(&in[i], s, sizeof s), SL_MAX_DIMS);
         }
     char why[192] = "";
-    sl_shape tmp[SL_OP_MAX_OUT];
+    sl_shape tmp[SL_OP_MAX_OUT], view[SL_OP_MAX_IN];
     memset(tmp, 0, sizeof tmp);
+    unsigned dtype = SL_F32;
     int rc = check_unused_attrs(d, a, why, sizeof why);
-    if (rc == SL_OK)
-        rc = d->infer(a, in, tmp, why, sizeof why);
-    for (unsigned i = 0; rc == SL_OK && i < d->n_out; i++)
+    if (rc == SL_OK && !d->converts)
+        rc = compute_dtype(d, in, n_in, &dtype, why, sizeof why);
+    if (rc == SL_OK) {
+        memcpy(view, in, n_in * sizeof *in);
+        for (unsigned i = 0; i < n_in && !d->converts; i++)
+            if (sl_dtype_is_float(view[i].dtype))
+                view[i].dtype = SL_F32;
+        rc = d->infer(a, view, tmp, why, sizeof why);
+    }
+    for (unsigned i = 0; rc == SL_OK && i < d->n_out; i++) {
+        if (!d->converts && tmp[i].dtype == SL_F32)
+            tmp[i].dtype = (uint8_t) dtype;
         if (!sl_shape_valid(&tmp[i]))
             rc = sl_ops_fail(why, sizeof why, "output %u would not be a valid shape", i);
+    }
     if (rc != SL_OK)
         return sl_ops_fail(err, errlen, "%s: %s", d->name, why);
     if (d->n_out)

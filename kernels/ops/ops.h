@@ -78,6 +78,8 @@ enum sl_op_id {
     SL_OP_REDUCE_AXES,
     SL_OP_LOG_SOFTMAX,
     SL_OP_BATCH_MATMUL,
+    /* conversions between the float dtypes (f32, bf16, f16) */
+    SL_OP_CAST,
     SL_OP_COUNT
 };
 
@@ -164,6 +166,20 @@ typedef struct sl_op_def {
      * out[0].data == in[i].data (no restrict, no copy that assumes disjoint
      * buffers); salusd decides the aliasing at graph registration. */
     uint8_t inplace;
+    /* The float dtypes the op computes in (SL_DTS bits; 0 means f32 only):
+     * its float inputs share one of these, and its float outputs have it.
+     * i32 inputs (labels, indices) are what the op's docs say.
+     * sl_op_infer refuses any other float dtype, naming the op's input. */
+    uint8_t dtypes;
+    /* What a backend accumulates sums and products in when the inputs are
+     * bf16 or f16 (enum sl_dtype): SL_F32 for every op that sums (matmul,
+     * convolution, reductions), so a half-precision op rounds once, at its
+     * output. */
+    uint8_t accum;
+    /* true for cast, whose output dtype is an attribute: infer sees the
+     * real dtypes. For every other op, infer sees float inputs as f32 and
+     * sl_op_infer gives its f32 outputs the inputs' float dtype. */
+    bool converts;
 } sl_op_def;
 
 /* The definition of op id, or NULL if id >= SL_OP_COUNT. */

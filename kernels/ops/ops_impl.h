@@ -36,6 +36,7 @@ int sl_ops_need_finite(float v, const char *what, char *err, size_t errlen);
                             sl_op_cost *c);
 #define SL_OPS_FNS(name) SL_OPS_INFER(name) SL_OPS_COST(name)
 SL_OPS_INFER(like_in0)
+SL_OPS_FNS(cast)
 SL_OPS_INFER(relu_mask)
 SL_OPS_INFER(relu_grad_mask)
 SL_OPS_INFER(scale)

@@ -407,6 +407,16 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                                 "`y[b] = a[b] b[b]` for each batch `b`; a batch of 1 broadcasts.",
                             INS({"a", "`[B,M,K]` (B may be 1)"}, {"b", "`[B,K,N]` (B may be 1)"}),
                             OUTS({"y", "`[B,M,N]`"})},
+
+    /* ---- appended: precision ---- */
+    [SL_OP_CAST] = {"cast", .group = SL_OP_GROUP_DENSE, FNS(cast, cast), .converts = true,
+                    .dtypes = SL_DTS_FLOAT, .accum = SL_F32,
+                    .doc = "`y = x` converted to another float dtype: narrowing rounds to "
+                           "nearest, ties to even; a value beyond the target's range becomes "
+                           "infinity, NaN stays NaN.",
+                    INS({"x", "any shape; f32, bf16 or f16"}),
+                    OUTS({"y", "`x`'s shape in dtype `to`"}),
+                    IATTRS(REQ("to", "the dtype: 0 f32, 2 bf16, 3 f16"))},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

@@ -26,12 +26,30 @@ bool sl_shape_equal(const sl_shape *a, const sl_shape *b)
     return true;
 }
 
-char *sl_shape_str(const sl_shape *s, char *buf, size_t len)
+const char *sl_dtype_name(unsigned dtype)
 {
-    static const char *const names[SL_DTYPE_COUNT] = {[SL_F32] = "f32", [SL_I32] = "i32"};
+    static const char *const names[SL_DTYPE_COUNT] = {
+        [SL_F32] = "f32", [SL_I32] = "i32", [SL_BF16] = "bf16", [SL_F16] = "f16"};
+    return dtype < SL_DTYPE_COUNT ? names[dtype] : "dtype?";
+}
+
+char *sl_dtypes_str(unsigned mask, char *buf, size_t len)
+{
     if (!buf || len == 0)
         return buf;
-    const char *dt = s->dtype < SL_DTYPE_COUNT ? names[s->dtype] : "dtype?";
+    buf[0] = '\0';
+    size_t at = 0;
+    for (unsigned d = 0; d < SL_DTYPE_COUNT && at < len; d++)
+        if (mask & SL_DTS(d))
+            at += (size_t) snprintf(buf + at, len - at, "%s%s", at ? ", " : "", sl_dtype_name(d));
+    return buf;
+}
+
+char *sl_shape_str(const sl_shape *s, char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return buf;
+    const char *dt = sl_dtype_name(s->dtype);
     size_t at = (size_t) snprintf(buf, len, "%s[", dt);
     unsigned ndim = s->ndim <= SL_MAX_DIMS ? s->ndim : SL_MAX_DIMS;
     for (unsigned i = 0; i < ndim && at < len; i++)

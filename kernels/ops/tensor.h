@@ -11,7 +11,15 @@
  * uint64 overflow, so sizes computed from validated shapes never wrap. */
 #define SL_MAX_ELEMS (1ull << 40)
 
-enum sl_dtype { SL_F32 = 0, SL_I32 = 1, SL_DTYPE_COUNT };
+/* Element types. bf16 and f16 are 16-bit floats stored as their bit
+ * patterns (uint16_t): bf16 is f32's upper half (8 exponent bits, 7
+ * mantissa bits), f16 IEEE 754 binary16. Values equal the wire's DType. */
+enum sl_dtype { SL_F32 = 0, SL_I32 = 1, SL_BF16 = 2, SL_F16 = 3, SL_DTYPE_COUNT };
+
+/* Sets of dtypes, as bit masks (1 << dtype): what an op accepts. */
+#define SL_DTS(dt) (1u << (dt))
+#define SL_DTS_HALF (SL_DTS(SL_BF16) | SL_DTS(SL_F16))
+#define SL_DTS_FLOAT (SL_DTS(SL_F32) | SL_DTS_HALF)
 
 typedef struct sl_shape {
     uint8_t dtype; /* enum sl_dtype */
@@ -28,8 +36,21 @@ typedef struct sl_tensor_ref {
 /* Size in bytes of one element of dtype (0 for an unknown dtype). */
 static inline size_t sl_dtype_size(unsigned dtype)
 {
-    return dtype == SL_F32 || dtype == SL_I32 ? 4 : 0;
+    return dtype == SL_F32 || dtype == SL_I32 ? 4 : dtype == SL_BF16 || dtype == SL_F16 ? 2 : 0;
 }
+
+/* True for the floating-point dtypes (f32, bf16, f16). */
+static inline bool sl_dtype_is_float(unsigned dtype)
+{
+    return dtype < SL_DTYPE_COUNT && (SL_DTS(dtype) & SL_DTS_FLOAT);
+}
+
+/* "f32", "i32", "bf16", "f16"; "dtype?" for an unknown one. */
+const char *sl_dtype_name(unsigned dtype);
+
+/* Writes the names of the dtypes in mask (SL_DTS bits), separated by ", ",
+ * into buf (always terminated when len > 0); returns buf. */
+char *sl_dtypes_str(unsigned mask, char *buf, size_t len);
 
 /* Element count of s. Only meaningful for a shape sl_shape_valid accepted. */
 static inline uint64_t sl_shape_elems(const sl_shape *s)

@@ -186,7 +186,7 @@ static const struct infer_case cases[] = {
     /* fill */
     {"fill", SL_OP_FILL, {.f = {3}}, 1, {A2(2, 3)}, SL_OK, A2(2, 3), NULL},
     {"fill scalar", SL_OP_FILL, {.f = {-INFINITY}}, 1, {SCALAR}, SL_OK, SCALAR, NULL},
-    {"fill i32", SL_OP_FILL, NONE, 1, {I32(2, 3)}, SL_EINVAL, {0}, "only f32"},
+    {"fill i32", SL_OP_FILL, NONE, 1, {I32(2, 3)}, SL_EINVAL, {0}, "expected a float tensor"},
     {"fill 2 inputs", SL_OP_FILL, NONE, 2, {A2(2, 3), A2(2, 3)}, SL_EINVAL, {0}, "expected 1 inputs"},
     {"fill f[1]", SL_OP_FILL, {.f = {1, 2}}, 1, {A2(2, 3)}, SL_EINVAL, {0}, "f[1] is not used"},
     /* copy */
@@ -198,7 +198,7 @@ static const struct infer_case cases[] = {
     {"add", SL_OP_ADD, NONE, 2, {A2(2, 3), A2(2, 3)}, SL_OK, A2(2, 3), NULL},
     {"add mismatch", SL_OP_ADD, NONE, 2, {A2(2, 3), A2(3, 2)}, SL_EINVAL, {0}, "does not match"},
     {"add rank", SL_OP_ADD, NONE, 2, {A2(2, 3), KT_F32(3, 2, 3, 1)}, SL_EINVAL, {0}, "does not match"},
-    {"add dtype", SL_OP_ADD, NONE, 2, {A2(2, 3), I32(2, 3)}, SL_EINVAL, {0}, "only f32"},
+    {"add dtype", SL_OP_ADD, NONE, 2, {A2(2, 3), I32(2, 3)}, SL_EINVAL, {0}, "expected a float tensor"},
     {"add 1 input", SL_OP_ADD, NONE, 1, {A2(2, 3)}, SL_EINVAL, {0}, "expected 2 inputs"},
     /* scale */
     {"scale", SL_OP_SCALE, {.f = {0.5f}}, 1, {V(9)}, SL_OK, V(9), NULL},
@@ -218,10 +218,10 @@ static const struct infer_case cases[] = {
     {"matmul rank 1", SL_OP_MATMUL, NONE, 2, {V(4), A2(4, 5)}, SL_EINVAL, {0}, "expected rank 2"},
     {"matmul rank 3", SL_OP_MATMUL, NONE, 2, {A2(3, 4), KT_F32(3, 4, 5, 1)}, SL_EINVAL, {0}, "in1 f32[4,5,1]: expected rank 2"},
     {"matmul too big", SL_OP_MATMUL, NONE, 2, {A2(1 << 21, 1), A2(1, 1 << 21)}, SL_EINVAL, {0}, "exceeds"},
-    {"matmul i32", SL_OP_MATMUL, NONE, 2, {I32(3, 4), I32(4, 5)}, SL_EINVAL, {0}, "only f32"},
+    {"matmul i32", SL_OP_MATMUL, NONE, 2, {I32(3, 4), I32(4, 5)}, SL_EINVAL, {0}, "expected a float tensor"},
     /* relu_mask: y like x, bits i32[ceil(n/32)]; relu_grad_mask checks them */
     {"relu_mask", SL_OP_RELU_MASK, NONE, 1, {A2(3, 11)}, SL_OK, A2(3, 11), NULL},
-    {"relu_mask i32", SL_OP_RELU_MASK, NONE, 1, {I32(3, 11)}, SL_EINVAL, {0}, "f32"},
+    {"relu_mask i32", SL_OP_RELU_MASK, NONE, 1, {I32(3, 11)}, SL_EINVAL, {0}, "expected a float tensor"},
     {"relu_grad_mask", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(3, 11), KT_SHAPE(SL_I32, 1, 2)}, SL_OK, A2(3, 11), NULL},
     {"relu_grad_mask 32", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(4, 8), KT_SHAPE(SL_I32, 1, 1)}, SL_OK, A2(4, 8), NULL},
     {"relu_grad_mask short", SL_OP_RELU_GRAD_MASK, NONE, 2, {A2(3, 11), KT_SHAPE(SL_I32, 1, 1)}, SL_EINVAL, {0}, "relu_mask's bits"},
@@ -256,7 +256,7 @@ static const struct infer_case cases[] = {
     {"bias_grad 2 inputs", SL_OP_BIAS_GRAD, NONE, 2, {A2(8, 3), V(3)}, SL_EINVAL, {0}, "expected 1 inputs"},
     /* relu, relu_grad */
     {"relu", SL_OP_RELU, NONE, 1, {KT_F32(5, 1, 2, 1, 2, 1)}, SL_OK, KT_F32(5, 1, 2, 1, 2, 1), NULL},
-    {"relu i32", SL_OP_RELU, NONE, 1, {I32(1, 1)}, SL_EINVAL, {0}, "only f32"},
+    {"relu i32", SL_OP_RELU, NONE, 1, {I32(1, 1)}, SL_EINVAL, {0}, "expected a float tensor"},
     {"relu rank 7", SL_OP_RELU, NONE, 1, {{.dtype = SL_F32, .ndim = 7}}, SL_EINVAL, {0}, "not a valid shape"},
     {"relu dtype 9", SL_OP_RELU, NONE, 1, {KT_SHAPE(9, 1, 4)}, SL_EINVAL, {0}, "not a valid shape"},
     {"relu f[3]", SL_OP_RELU, {.f = {0, 0, 0, 1}}, 1, {V(2)}, SL_EINVAL, {0}, "f[3] is not used"},
@@ -281,7 +281,7 @@ static const struct infer_case cases[] = {
     {"axpy f[1]", SL_OP_AXPY, {.f = {1, 1}}, 2, {V(4), V(4)}, SL_EINVAL, {0}, "f[1] is not used"},
     {"add_scalar", SL_OP_ADD_SCALAR, {.f = {1}}, 1, {V(1)}, SL_OK, {0}, NULL},
     {"add_scalar inf", SL_OP_ADD_SCALAR, {.f = {INFINITY}}, 1, {V(1)}, SL_EINVAL, {0}, "finite"},
-    {"add_scalar i32", SL_OP_ADD_SCALAR, {.f = {1}}, 1, {IV(1)}, SL_EINVAL, {0}, "only f32"},
+    {"add_scalar i32", SL_OP_ADD_SCALAR, {.f = {1}}, 1, {IV(1)}, SL_EINVAL, {0}, "expected a float tensor"},
     /* sigmoid, tanh */
     {"sigmoid", SL_OP_SIGMOID, NONE, 1, {X4(1, 2, 3, 4)}, SL_OK, X4(1, 2, 3, 4), NULL},
     {"sigmoid_grad", SL_OP_SIGMOID_GRAD, NONE, 2, {V(5), V(5)}, SL_OK, V(5), NULL},
@@ -289,7 +289,7 @@ static const struct infer_case cases[] = {
     {"tanh", SL_OP_TANH, NONE, 1, {SCALAR}, SL_OK, SCALAR, NULL},
     {"tanh i[0]", SL_OP_TANH, {.i = {1}}, 1, {V(2)}, SL_EINVAL, {0}, "i[0] is not used"},
     {"tanh_grad", SL_OP_TANH_GRAD, NONE, 2, {A2(2, 2), A2(2, 2)}, SL_OK, A2(2, 2), NULL},
-    {"tanh_grad dtype", SL_OP_TANH_GRAD, NONE, 2, {A2(2, 2), I32(2, 2)}, SL_EINVAL, {0}, "only f32"},
+    {"tanh_grad dtype", SL_OP_TANH_GRAD, NONE, 2, {A2(2, 2), I32(2, 2)}, SL_EINVAL, {0}, "expected a float tensor"},
     /* conv2d: i[0..1] strides, i[2..5] pads, i[6..7] dilations, i[8] group */
     {"conv2d", SL_OP_CONV2D, NONE, 2, {X4(2, 3, 7, 6), X4(4, 3, 3, 3)}, SL_OK, X4(2, 4, 5, 4), NULL},
     {"conv2d pad 1", SL_OP_CONV2D, {.i = {0, 0, 1, 1, 1, 1}}, 2, {X4(2, 3, 7, 6), X4(4, 3, 3, 3)}, SL_OK, X4(2, 4, 7, 6), NULL},
@@ -312,7 +312,7 @@ static const struct infer_case cases[] = {
     {"conv2d f[0]", SL_OP_CONV2D, {.f = {1}}, 2, {X4(2, 3, 7, 6), X4(4, 3, 3, 3)}, SL_EINVAL, {0}, "f[0] is not used"},
     {"conv2d rank", SL_OP_CONV2D, NONE, 2, {KT_F32(3, 3, 7, 6), X4(4, 3, 3, 3)}, SL_EINVAL, {0}, "in0 f32[3,7,6]: expected rank 4"},
     {"conv2d w rank", SL_OP_CONV2D, NONE, 2, {X4(2, 3, 7, 6), A2(4, 27)}, SL_EINVAL, {0}, "in1 f32[4,27]: expected rank 4"},
-    {"conv2d i32", SL_OP_CONV2D, NONE, 2, {KT_SHAPE(SL_I32, 4, 2, 3, 7, 6), X4(4, 3, 3, 3)}, SL_EINVAL, {0}, "only f32"},
+    {"conv2d i32", SL_OP_CONV2D, NONE, 2, {KT_SHAPE(SL_I32, 4, 2, 3, 7, 6), X4(4, 3, 3, 3)}, SL_EINVAL, {0}, "expected a float tensor"},
     {"conv2d output too big", SL_OP_CONV2D, NONE, 2, {X4(1, 1, 1 << 20, 1 << 20), X4(1 << 20, 1, 1, 1)}, SL_EINVAL, {0}, "exceed 2^40 elements"},
     {"conv2d too much work", SL_OP_CONV2D, NONE, 2, {X4(1, 1, 1 << 20, 1 << 20), X4(1, 1, 1 << 19, 1 << 19)}, SL_EINVAL, {0}, "exceeds 2^62 flops"},
     {"conv2d 2 inputs", SL_OP_CONV2D, NONE, 3, {X4(2, 3, 7, 6), X4(4, 3, 3, 3), V(4)}, SL_EINVAL, {0}, "expected 2 inputs, got 3"},
@@ -371,12 +371,12 @@ static const struct infer_case cases[] = {
     {"softmax_xent", SL_OP_SOFTMAX_XENT, NONE, 2, {A2(4, 10), IV(4)}, SL_OK, SCALAR, NULL},
     {"softmax_xent f32 labels", SL_OP_SOFTMAX_XENT, NONE, 2, {A2(4, 10), V(4)}, SL_EINVAL, {0}, "in1 f32[4] does not match one i32 label per row of in0 i32[4]"},
     {"softmax_xent label count", SL_OP_SOFTMAX_XENT, NONE, 2, {A2(4, 10), IV(10)}, SL_EINVAL, {0}, "one i32 label per row"},
-    {"softmax_xent i32 logits", SL_OP_SOFTMAX_XENT, NONE, 2, {I32(4, 10), IV(4)}, SL_EINVAL, {0}, "in0 i32[4,10]: only f32"},
+    {"softmax_xent i32 logits", SL_OP_SOFTMAX_XENT, NONE, 2, {I32(4, 10), IV(4)}, SL_EINVAL, {0}, "in0 i32[4,10]: expected a float tensor"},
     {"softmax_xent_grad", SL_OP_SOFTMAX_XENT_GRAD, NONE, 2, {A2(4, 10), IV(4)}, SL_OK, A2(4, 10), NULL},
     {"softmax_xent_grad labels rank", SL_OP_SOFTMAX_XENT_GRAD, NONE, 2, {A2(4, 10), I32(4, 1)}, SL_EINVAL, {0}, "one i32 label per row"},
     /* reductions, argmax */
     {"reduce_sum", SL_OP_REDUCE_SUM, NONE, 1, {X4(2, 3, 4, 5)}, SL_OK, SCALAR, NULL},
-    {"reduce_sum i32", SL_OP_REDUCE_SUM, NONE, 1, {IV(3)}, SL_EINVAL, {0}, "only f32"},
+    {"reduce_sum i32", SL_OP_REDUCE_SUM, NONE, 1, {IV(3)}, SL_EINVAL, {0}, "expected a float tensor"},
     {"reduce_mean", SL_OP_REDUCE_MEAN, NONE, 1, {SCALAR}, SL_OK, SCALAR, NULL},
     {"argmax", SL_OP_ARGMAX, NONE, 1, {A2(4, 10)}, SL_OK, IV(4), NULL},
     {"argmax rank", SL_OP_ARGMAX, NONE, 1, {V(10)}, SL_EINVAL, {0}, "expected rank 2"},
@@ -393,7 +393,13 @@ static const struct infer_case cases[] = {
     {"adam beta1 1", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 1.0f, 0.999f, 1e-8f}}, 5, {V(6), V(6), V(6), V(6), V(1)}, SL_EINVAL, {0}, "f[1] (beta1) must be in [0, 1)"},
     {"adam beta2 nan", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, NAN, 1e-8f}}, 5, {V(6), V(6), V(6), V(6), V(1)}, SL_EINVAL, {0}, "f[2] (beta2)"},
     {"adam eps", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, 0.999f, -1}}, 5, {V(6), V(6), V(6), V(6), V(1)}, SL_EINVAL, {0}, "f[3] (epsilon)"},
-    {"adam i32 t", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, 0.999f, 1e-8f}}, 5, {V(6), V(6), V(6), V(6), IV(1)}, SL_EINVAL, {0}, "in4 i32[1]: only f32"},
+    {"adam i32 t", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, 0.999f, 1e-8f}}, 5, {V(6), V(6), V(6), V(6), IV(1)}, SL_EINVAL, {0}, "in4 i32[1]: expected a float tensor"},
+    /* dtypes: cast converts between floats; an op refuses a dtype it does not compute in */
+    {"cast to bf16", SL_OP_CAST, {.i = {SL_BF16}}, 1, {A2(2, 3)}, SL_OK, KT_SHAPE(SL_BF16, 2, 2, 3), NULL},
+    {"cast f16 to f32", SL_OP_CAST, {.i = {SL_F32}}, 1, {KT_SHAPE(SL_F16, 1, 7)}, SL_OK, V(7), NULL},
+    {"cast to i32", SL_OP_CAST, {.i = {SL_I32}}, 1, {A2(2, 3)}, SL_EINVAL, {0}, "to is 1: it must be a float dtype"},
+    {"cast i32", SL_OP_CAST, {.i = {SL_F16}}, 1, {I32(2, 3)}, SL_EINVAL, {0}, "cast converts between float dtypes only"},
+    {"mse_loss bf16", SL_OP_MSE_LOSS, NONE, 2, {KT_SHAPE(SL_BF16, 2, 2, 3), KT_SHAPE(SL_BF16, 2, 2, 3)}, SL_EINVAL, {0}, "mse_loss: in0 (pred) is bf16[2,3]: bf16 is not supported here (it computes in f32); cast it first"},
     /* reshape: dims i[0..ndim), one may be -1 */
     {"reshape", SL_OP_RESHAPE, {.i = {3, 2}}, 1, {A2(2, 3)}, SL_OK, A2(3, 2), NULL},
     {"reshape infer", SL_OP_RESHAPE, {.i = {2, -1, 1}}, 1, {V(6)}, SL_OK, KT_F32(3, 2, 3, 1), NULL},

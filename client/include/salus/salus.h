@@ -86,7 +86,10 @@ enum salus_code {
     SALUS_EBUSY = 16,        /* resource in use (e.g. tensor used by a graph) */
 };
 
-enum salus_dtype { SALUS_F32 = 0, SALUS_I32 = 1 };
+/* Element types. SALUS_BF16 and SALUS_F16 are 16-bit floats whose elements
+ * are passed as uint16_t bit patterns: bfloat16 (the upper half of an f32)
+ * and IEEE 754 binary16. */
+enum salus_dtype { SALUS_F32 = 0, SALUS_I32 = 1, SALUS_BF16 = 2, SALUS_F16 = 3 };
 
 #define SALUS_MAX_DIMS 6
 
