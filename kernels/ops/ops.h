@@ -88,10 +88,23 @@ typedef struct sl_op_attrs {
     float f[SL_OP_MAX_FATTRS];
 } sl_op_attrs;
 
+/* How f32 matmuls and convolutions may round their products, per session
+ * (bits of sl_op_call.math). Without a bit the op is exact f32; with it a
+ * backend that has TF32 tensor cores (cuda on Ampere and later) may use
+ * them (10-bit mantissa products, f32 sums). Backends without TF32 (cpu)
+ * stay exact. SL_MATH_DEFAULT is PyTorch's: matmul exact, convolution
+ * TF32. */
+enum sl_math {
+    SL_MATH_MATMUL_TF32 = 1,
+    SL_MATH_CONV_TF32 = 2,
+    SL_MATH_DEFAULT = SL_MATH_CONV_TF32,
+};
+
 /* One launch of an op: what a backend kernel receives. */
 typedef struct sl_op_call {
     uint16_t op; /* enum sl_op_id */
     uint8_t n_in, n_out;
+    uint8_t math; /* enum sl_math bits: the session's choice for f32 */
     sl_op_attrs attrs;
     sl_tensor_ref in[SL_OP_MAX_IN];
     sl_tensor_ref out[SL_OP_MAX_OUT];
