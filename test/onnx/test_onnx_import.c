@@ -474,9 +474,9 @@ static void persistent_now(char *out, size_t len)
     assert_sl_ok(salus_status_text(client, &text));
     const char *p = strstr(text, "persistent ");
     assert_non_null(p);
-    const char *of = strstr(p, " of ");
-    assert_non_null(of);
-    snprintf(out, len, "%.*s", (int) (of - p), p); /* "persistent 1.8 KiB" */
+    const char *end = strstr(p, " + ");
+    assert_non_null(end);
+    snprintf(out, len, "%.*s", (int) (end - p), p); /* "persistent 1.8 KiB" */
     salus_free(text);
 }
 
