@@ -9,6 +9,7 @@
 #include "client_internal.h"
 #include "salusd_ctl.h"
 #include "sl_test.h"
+#include "sl_testsupport.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -265,42 +266,22 @@ static struct pki {
     char rogue_ca[400], rogue_crt[400], rogue_key[400];
 } pki;
 
-static bool sh(const char *fmt, const char *dir)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && ( %s ) >/dev/null 2>&1", dir, fmt);
-    return system(cmd) == 0;
-}
-
 /* A CA, a server certificate for 127.0.0.1 and a client certificate signed
- * by it, and a rogue CA with its own client certificate (EC P-256 keys). */
+ * by it, and a rogue CA with its own client certificate. */
 static bool make_pki(void)
 {
     if (pki.made)
         return pki.ok;
     pki.made = true;
-    if (!sh("command -v openssl", "/"))
+    if (!sl_ts_have_openssl())
         return false;
     sl_ctl_prepare(&pki.dir);
     const char *d = pki.dir.dir;
-    const char *key = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out";
-    char script[1600];
-    snprintf(script, sizeof script,
-             "%s ca.key && %s rogue.key && %s server.key && %s client.key && %s rclient.key && "
-             "openssl req -x509 -new -key ca.key -days 2 -subj /CN=salus-test-ca -out ca.crt && "
-             "openssl req -x509 -new -key rogue.key -days 2 -subj /CN=rogue-ca -out rogue.crt && "
-             "printf 'subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\\n' > server.ext && "
-             "openssl req -new -key server.key -subj /CN=127.0.0.1 -out server.csr && "
-             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-extfile server.ext -out server.crt && "
-             "openssl req -new -key client.key -subj /CN=salus-client -out client.csr && "
-             "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-out client.crt && "
-             "openssl req -new -key rclient.key -subj /CN=salus-client -out rclient.csr && "
-             "openssl x509 -req -in rclient.csr -CA rogue.crt -CAkey rogue.key -CAcreateserial "
-             "-days 2 -out rclient.crt && chmod 600 *.key",
-             key, key, key, key, key);
-    pki.ok = sh(script, d);
+    pki.ok = sl_ts_pki_ca(d, "ca", "salus-test-ca") == SL_OK &&
+             sl_ts_pki_ca(d, "rogue", "rogue-ca") == SL_OK &&
+             sl_ts_pki_cert(d, "server", "127.0.0.1", "ca", "127.0.0.1") == SL_OK &&
+             sl_ts_pki_cert(d, "client", "salus-client", "ca", NULL) == SL_OK &&
+             sl_ts_pki_cert(d, "rclient", "salus-client", "rogue", NULL) == SL_OK;
     sl_ctl_path(&pki.dir, "ca.crt", pki.ca, sizeof pki.ca);
     sl_ctl_path(&pki.dir, "server.crt", pki.server_crt, sizeof pki.server_crt);
     sl_ctl_path(&pki.dir, "server.key", pki.server_key, sizeof pki.server_key);

@@ -188,18 +188,7 @@ static void runs_past_the_budget_stay_inline(void **state)
 static void expect_attach(salus_session *s, int fd, uint64_t ticket, uint64_t size, int code,
                           const char *msg)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
-    m.fd = (uint32_t) fd;
-    m.ticket = ticket;
-    m.size = size;
-    req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
-    req.attach_shm = &m;
-    Salus__Reply *rep = NULL;
-    int rc = sl_client_session_call(s, &req, &rep);
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
-    assert_sl_err(rc, code);
+    assert_sl_err(sl_test_attach_shm(s, fd, ticket, size), code);
     if (msg && !strstr(salus_last_error(s->client), msg))
         fail_msg("attach: message \"%s\" lacks \"%s\"", salus_last_error(s->client), msg);
 }
@@ -221,24 +210,8 @@ static uint64_t expect_stage(salus_session *s, int fd, uint64_t size, int code, 
 /* A run of j's graph whose feed and first fetch are the given slices. */
 static void expect_slice_run(job *j, Salus__ShmSlice feed, Salus__ShmSlice fetch, int code)
 {
-    Salus__ShmSlice *feeds[] = {&feed}, *fetches[] = {&fetch};
-    Salus__Run run = SALUS__RUN__INIT;
-    run.graph_id = salus_graph_id(j->g);
-    run.n_shm_feeds = 1;
-    run.shm_feeds = feeds;
-    uint32_t z = 3; /* wire numbers: inputs, params, then op outputs: x W y z */
-    run.n_fetches = 1;
-    run.fetches = &z;
-    run.n_shm_fetches = 1;
-    run.shm_fetches = fetches;
-    Salus__Request req = SALUS__REQUEST__INIT;
-    req.body_case = SALUS__REQUEST__BODY_RUN;
-    req.run = &run;
-    Salus__Reply *rep = NULL;
-    int rc = sl_client_session_call(j->s, &req, &rep);
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
-    assert_sl_err(rc, code);
+    /* z is value 3: inputs, params, then op outputs: x W y z */
+    assert_sl_err(sl_test_shm_run(j->s, salus_graph_id(j->g), feed, 3, fetch), code);
 }
 
 static int sealed_memfd(size_t size, unsigned seals)
