@@ -38,13 +38,7 @@ static void job_open_on(job *j, const sl_test_server *srv, int64_t rows)
     uint64_t wid;
     int64_t wd[] = {K, N}, xd[] = {rows, K};
     assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 2, wd, j->w, &wid));
-    j->g = salus_graph_new();
-    j->x = salus_graph_input(j->g, SALUS_F32, 2, xd);
-    salus_value w = salus_graph_param(j->g, wid, SALUS_F32, 2, wd);
-    salus_value y = salus_graph_op(j->g, "matmul", 2, (salus_value[]){j->x, w}, 0, NULL, 0, NULL);
-    j->z = salus_graph_op(j->g, "relu", 1, &y, 0, NULL, 0, NULL);
-    assert_null(salus_graph_error(j->g));
-    assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+    j->g = sl_test_relu_graph(j->s, "matmul", 2, xd, wid, 2, wd, &j->x, &j->z);
 }
 
 static void job_open(job *j, int64_t rows)
@@ -137,12 +131,7 @@ static void segments_grow_with_the_run(void **state)
     uint64_t wid;
     int64_t wd[] = {K, N}, xd[] = {4096, K};
     assert_sl_ok(salus_tensor_create(big.s, SALUS_F32, 2, wd, big.w, &wid));
-    big.g = salus_graph_new();
-    big.x = salus_graph_input(big.g, SALUS_F32, 2, xd);
-    salus_value w = salus_graph_param(big.g, wid, SALUS_F32, 2, wd);
-    salus_value y = salus_graph_op(big.g, "matmul", 2, (salus_value[]){big.x, w}, 0, NULL, 0, NULL);
-    big.z = salus_graph_op(big.g, "relu", 1, &y, 0, NULL, 0, NULL);
-    assert_sl_ok(salus_graph_register(big.s, big.g, NULL));
+    big.g = sl_test_relu_graph(big.s, "matmul", 2, xd, wid, 2, wd, &big.x, &big.z);
     x = random_input(4096, 9);
     run_and_check(&big, x, 4096, z);
     assert_true(salus_session_shm_bytes(big.s) > first);
