@@ -177,17 +177,13 @@ static void ipc_socket_gets_the_requested_mode(void **state)
 {
     (void) state;
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
+    sl_ctl_launch(&srv, NULL);
     assert_int_equal(socket_mode(&srv), 0600);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, (const char *[]){"--ipc-mode", "0660", NULL});
+    sl_ctl_launch(&srv, (const char *[]){"--ipc-mode", "0660", NULL});
     assert_int_equal(socket_mode(&srv), 0660);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 static void other_user_cannot_reach_a_private_socket(void **state)
@@ -195,16 +191,14 @@ static void other_user_cannot_reach_a_private_socket(void **state)
     (void) state;
     need_root_helper();
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
+    sl_ctl_launch(&srv, NULL);
     assert_int_equal(chmod(srv.dir, 0711), 0); /* only the socket's own mode keeps it out */
     char cmd[600], reply[512];
     snprintf(cmd, sizeof cmd, "connect %s\n", srv.url);
     helper_ask(cmd, reply, sizeof reply);
     assert_int_equal(field(reply, "uid"), NOBODY);
     assert_int_equal(field(reply, "connect"), SALUS_ECONN);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 static void other_user_cannot_use_a_stolen_session(void **state)
@@ -212,8 +206,7 @@ static void other_user_cannot_use_a_stolen_session(void **state)
     (void) state;
     need_root_helper();
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, (const char *[]){"--ipc-mode", "0666", NULL});
+    sl_ctl_launch(&srv, (const char *[]){"--ipc-mode", "0666", NULL});
     assert_int_equal(chmod(srv.dir, 0711), 0);
 
     salus_client *c = sl_test_connect(&srv);
@@ -253,8 +246,7 @@ static void other_user_cannot_use_a_stolen_session(void **state)
     salus_disconnect(c2);
     assert_sl_ok(salus_session_close(s));
     salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 /* ---- tls+tcp:// ------------------------------------------------------ */
@@ -301,9 +293,16 @@ static void clear_tls_env(void)
     unsetenv("SALUS_TLS_SERVER_NAME");
 }
 
-/* Starts salusd on ipc:// and tls+tcp://127.0.0.1:<free port> (url). */
+/* Starts salusd on ipc:// and tls+tcp://127.0.0.1:<free port> (url), with
+ * the TLS variables cleared; skips the test when no certificates can be
+ * made. */
 static void start_tls_server(sl_test_server *srv, char *url, size_t len, bool client_auth)
 {
+    if (!make_pki()) {
+        print_message("openssl is not available: skipped\n");
+        skip();
+    }
+    clear_tls_env();
     snprintf(url, len, "tls+tcp://127.0.0.1:%d", sl_ctl_free_port());
     sl_ctl_prepare(srv);
     const char *args[] = {"--listen",
@@ -316,6 +315,13 @@ static void start_tls_server(sl_test_server *srv, char *url, size_t len, bool cl
                           client_auth ? pki.ca : NULL,
                           NULL};
     sl_ctl_start(srv, args);
+}
+
+/* Stops what start_tls_server started, checking that salusd exited 0. */
+static void stop_tls_server(sl_test_server *srv)
+{
+    clear_tls_env();
+    sl_ctl_finish(srv);
 }
 
 /* A session and a tensor round trip over c. */
@@ -336,16 +342,12 @@ static void round_trip(salus_client *c)
 static void tls_clients_verify_the_server(void **state)
 {
     (void) state;
-    if (!make_pki()) {
-        print_message("openssl is not available: skipped\n");
-        skip();
-    }
     sl_test_server srv;
     char url[64];
     start_tls_server(&srv, url, sizeof url, false);
     salus_client *c = NULL;
 
-    clear_tls_env(); /* no CA: refused before any connection */
+    /* no CA: refused before any connection */
     assert_sl_err(salus_connect(url, &c), SALUS_EINVAL);
     assert_non_null(strstr(salus_last_error(NULL), "SALUS_TLS_CA"));
 
@@ -369,23 +371,16 @@ static void tls_clients_verify_the_server(void **state)
     double t0 = sl_ts_now_s();
     assert_int_not_equal(salus_connect(plain, &c), SALUS_OK);
     assert_true(sl_ts_now_s() - t0 < 5);
-    clear_tls_env();
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    stop_tls_server(&srv);
 }
 
 static void tls_client_certificates_when_the_server_asks(void **state)
 {
     (void) state;
-    if (!make_pki()) {
-        print_message("openssl is not available: skipped\n");
-        skip();
-    }
     sl_test_server srv;
     char url[64];
     start_tls_server(&srv, url, sizeof url, true);
     salus_client *c = NULL;
-    clear_tls_env();
     setenv("SALUS_TLS_CA", pki.ca, 1);
     assert_int_not_equal(salus_connect(url, &c), SALUS_OK); /* no certificate */
 
@@ -404,9 +399,7 @@ static void tls_client_certificates_when_the_server_asks(void **state)
      * not an operator (operators have a listener of their own) */
     assert_sl_err(salus_set_policy(c, "fifo", 0), SALUS_EPERM);
     salus_disconnect(c);
-    clear_tls_env();
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    stop_tls_server(&srv);
 }
 
 /* ---- plain tcp:// ---------------------------------------------------- */
@@ -434,8 +427,7 @@ static void plain_tcp_needs_an_explicit_flag(void **state)
     round_trip(c);
     assert_sl_err(salus_set_policy(c, "fifo", 0), SALUS_EPERM); /* anyone there: no operator */
     salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 /* test_isolation: everything a user can check; test_isolation --uid: the

@@ -386,6 +386,22 @@ static void test_maxpool_rows(void **state)
     }
 }
 
+/* want [m, n] = op(a) op(b) in double precision, op transposing when ta /
+ * tb: a is read as [m, k] (ta: [k, m]) with rows lda apart, b as [k, n]
+ * (tb: [n, k]) with rows ldb apart. */
+static void ref_gemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
+                     int ldb, double *want)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0;
+            for (int p = 0; p < k; p++)
+                sum += (double) a[ta ? p * lda + i : i * lda + p] *
+                       (double) b[tb ? j * ldb + p : p * ldb + j];
+            want[i * n + j] = sum;
+        }
+}
+
 /* Big GEMMs are cut into row bands across the threads: matmul (every
  * transpose) and matmul_acc on 2 threads, an odd row count for uneven
  * bands, against a double reference (float sums of 300 products: 1e-4). */
@@ -401,14 +417,7 @@ static void test_matmul_threads(void **state)
     for (int t = 0; t < 4; t++) {
         bool ta = t & 1, tb = t & 2;
         /* the same buffers read as [K,M] / [N,K] when transposed */
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) {
-                double sum = 0;
-                for (int k = 0; k < K; k++)
-                    sum += (double) a[ta ? k * M + i : i * K + k] *
-                           (double) b[tb ? j * K + k : k * N + j];
-                want[i * N + j] = sum;
-            }
+        ref_gemm(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, want);
         sl_op_attrs at = {.i = {ta, tb}};
         sl_shape sh[3] = {ta ? KT_F32(2, K, M) : KT_F32(2, M, K),
                           tb ? KT_F32(2, N, K) : KT_F32(2, K, N), KT_F32(2, M, N)};
@@ -632,14 +641,11 @@ static void test_sgemm_libraries(void **state)
                 kt_rand(b, brows * ldb + 1, 780 + t, -1, 1);
                 kt_rand(c, m * ldc, 790 + t, -1, 1);
                 float alpha = nan_c ? 1.0f : 1.5f, beta = nan_c ? 0.0f : -0.5f;
+                ref_gemm(ta, tb, m, n, k, a, lda, b, ldb, want);
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < n; j++) {
-                        double sum = 0;
-                        for (int p = 0; p < k; p++)
-                            sum += (double) a[ta ? p * lda + i : i * lda + p] *
-                                   (double) b[tb ? j * ldb + p : p * ldb + j];
                         want[i * n + j] =
-                            alpha * sum + (nan_c ? 0 : beta * (double) c[i * ldc + j]);
+                            alpha * want[i * n + j] + (nan_c ? 0 : beta * (double) c[i * ldc + j]);
                         if (nan_c)
                             c[i * ldc + j] = NAN;
                     }
