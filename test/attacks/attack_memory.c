@@ -11,6 +11,7 @@
  *     it must come back when the tenant leaves. */
 #include "attack.h"
 #include "client_internal.h"
+#include "hello_pack.h"
 #include "salus.pb-c.h"
 #include "sl_nng.h"
 #include "sl_test.h"
@@ -135,13 +136,8 @@ static size_t server_limit(const char *url)
     size_t limit = DEFAULT_LIMIT;
     if (salus_connect(url, &c) == SALUS_OK) {
         nng_socket sock = dial(url);
-        Salus__Request req = SALUS__REQUEST__INIT;
-        Salus__Hello hello = SALUS__HELLO__INIT;
-        hello.protocol_version = 1;
-        req.body_case = SALUS__REQUEST__BODY_HELLO;
-        req.hello = &hello;
         uint8_t buf[64];
-        size_t n = salus__request__pack(&req, buf);
+        size_t n = sl_test_pack_hello(1, buf, sizeof buf);
         Salus__Reply *rep = nng_socket_id(sock) > 0 ? call(sock, buf, n) : NULL;
         if (rep && rep->body_case == SALUS__REPLY__BODY_HELLO && rep->hello->max_message)
             limit = rep->hello->max_message;

@@ -20,6 +20,7 @@
 #include "attack.h"
 #include "client_internal.h"
 #include "sl_test.h"
+#include "sl_testsupport.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -277,29 +278,17 @@ static int free_port(void)
  * operator client certificate, in dir (readable by the tenant). */
 static bool make_pki(const char *dir)
 {
-    char cmd[3072];
-    const char *key = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out";
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && ( %s ca.key && %s server.key && %s opca.key && %s op.key && "
-             "openssl req -x509 -new -key ca.key -days 2 -subj /CN=attack-ca -out ca.crt && "
-             "openssl req -x509 -new -key opca.key -days 2 -subj /CN=attack-op-ca -out opca.crt && "
-             "printf 'subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\\n' > server.ext && "
-             "openssl req -new -key server.key -subj /CN=127.0.0.1 -out server.csr && "
-             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-extfile server.ext -out server.crt && "
-             "openssl req -new -key op.key -subj /CN=operator -out op.csr && "
-             "openssl x509 -req -in op.csr -CA opca.crt -CAkey opca.key -CAcreateserial -days 2 "
-             "-out op.crt && chmod 600 server.key ca.key opca.key ) >/dev/null 2>&1",
-             dir, key, key, key, key);
-    return system(cmd) == 0;
+    return sl_ts_pki_ca(dir, "ca", "attack-ca") == SL_OK &&
+           sl_ts_pki_ca(dir, "opca", "attack-op-ca") == SL_OK &&
+           sl_ts_pki_cert(dir, "server", "127.0.0.1", "ca", "127.0.0.1") == SL_OK &&
+           sl_ts_pki_cert(dir, "op", "operator", "opca", NULL) == SL_OK;
 }
 
 static void network_operator(void **state)
 {
     (void) state;
     char dir[] = "/tmp/salus-attack-pki-XXXXXX";
-    if (system("command -v openssl >/dev/null 2>&1") != 0 || !mkdtemp(dir) || chmod(dir, 0755) ||
-        !make_pki(dir)) {
+    if (!sl_ts_have_openssl() || !mkdtemp(dir) || chmod(dir, 0755) || !make_pki(dir)) {
         sl_attack_skip("network-operator", "openssl is not available to make certificates");
         skip();
     }

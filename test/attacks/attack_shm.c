@@ -46,17 +46,7 @@
 /* AttachShm naming descriptor fd of this process by number (to be refused). */
 static int attach_by_number(salus_session *s, int fd, uint64_t size)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
-    m.fd = (uint32_t) fd;
-    m.size = size;
-    req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
-    req.attach_shm = &m;
-    Salus__Reply *rep = NULL;
-    int rc = sl_client_session_call(s, &req, &rep);
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
-    return rc;
+    return sl_test_attach_shm(s, fd, 0, size);
 }
 
 /* Stages fd over the descriptor socket and attaches its ticket. */
@@ -65,19 +55,7 @@ static int attach_by_socket(const char *sock, salus_session *s, int fd, uint64_t
 {
     uint64_t ticket = 0;
     int rc = sl_test_stage_shm(sock, s->id, s->token, fd, size, &ticket, msg, msg_len);
-    if (rc != SL_OK)
-        return rc;
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
-    m.ticket = ticket;
-    m.size = size;
-    req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
-    req.attach_shm = &m;
-    Salus__Reply *rep = NULL;
-    rc = sl_client_session_call(s, &req, &rep);
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
-    return rc;
+    return rc == SL_OK ? sl_test_attach_shm(s, 0, ticket, size) : rc;
 }
 
 /* Either way; SL_OK when salusd took the segment. */
@@ -252,25 +230,9 @@ static int hugetlb_tenant(void *varg)
     feed.length = HUGE_ROWS * 4;
     fetch.offset = HUGE_PAGE;
     fetch.length = HUGE_ROWS * 4;
-    Salus__ShmSlice *feeds[] = {&feed}, *fetches[] = {&fetch};
-    uint32_t z = 1;
-    Salus__Run run = SALUS__RUN__INIT;
-    run.graph_id = salus_graph_id(g);
-    run.n_shm_feeds = 1;
-    run.shm_feeds = feeds;
-    run.n_fetches = 1;
-    run.fetches = &z;
-    run.n_shm_fetches = 1;
-    run.shm_fetches = fetches;
-    Salus__Request req = SALUS__REQUEST__INIT;
-    req.body_case = SALUS__REQUEST__BODY_RUN;
-    req.run = &run;
-    Salus__Reply *rep = NULL;
-    rc = sl_client_session_call(s, &req, &rep);
+    rc = sl_test_shm_run(s, salus_graph_id(g), feed, 1, fetch); /* value 1: relu(x) */
     printf("  tenant: the run on the emptied segment: %s (%s)\n", salus_strerror(rc),
            salus_last_error(c));
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
     salus_graph_free(g);
     tenant_done(c, s);
     return rc == SL_OK ? 2 : 0;

@@ -9,6 +9,7 @@
 #include "attack.h"
 #include "salusd_ctl.h"
 #include "sl_test.h"
+#include "sl_testsupport.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -30,25 +31,14 @@ static bool make_pki(void)
 {
     if (!mkdtemp(pki_dir))
         return false;
-    char cmd[2048];
-    const char *k = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out";
-    snprintf(cmd, sizeof cmd,
-             "cd %s && ( %s ca.key && %s server.key && %s client.key && "
-             "openssl req -x509 -new -key ca.key -days 2 -subj /CN=salus-test-ca -out ca.crt && "
-             "printf 'subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\\n' > server.ext && "
-             "openssl req -new -key server.key -subj /CN=127.0.0.1 -out server.csr && "
-             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-extfile server.ext -out server.crt && "
-             "openssl req -new -key client.key -subj /CN=salus-client -out client.csr && "
-             "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-out client.crt && chmod 600 *.key ) >/dev/null 2>&1",
-             pki_dir, k, k, k);
     snprintf(ca, sizeof ca, "%s/ca.crt", pki_dir);
     snprintf(crt, sizeof crt, "%s/server.crt", pki_dir);
     snprintf(key, sizeof key, "%s/server.key", pki_dir);
     snprintf(client_crt, sizeof client_crt, "%s/client.crt", pki_dir);
     snprintf(client_key, sizeof client_key, "%s/client.key", pki_dir);
-    return system(cmd) == 0;
+    return sl_ts_pki_ca(pki_dir, "ca", "salus-test-ca") == SL_OK &&
+           sl_ts_pki_cert(pki_dir, "server", "127.0.0.1", "ca", "127.0.0.1") == SL_OK &&
+           sl_ts_pki_cert(pki_dir, "client", "salus-client", "ca", NULL) == SL_OK;
 }
 
 static int raw_peer(bool half_header)

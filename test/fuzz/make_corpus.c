@@ -4,6 +4,7 @@
  * Usage: make_corpus CORPUS_DIR   (writes CORPUS_DIR/{graph,request}/NAME).
  * Run after a protocol change and commit the output. */
 #include "fuzz_common.h"
+#include "graph_msg.h"
 #include "ops.h"
 #include "salus.pb-c.h"
 
@@ -30,59 +31,7 @@ static void write_file(const char *sub, const char *name, const uint8_t *buf, si
 
 /* ---- graphs ---- */
 
-typedef struct gb {
-    Salus__Graph g;
-    Salus__TensorDesc descs[4], *inputs[4];
-    int64_t dims[4][SL_MAX_DIMS];
-    uint64_t params[8];
-    Salus__Op ops[16], *opp[16];
-    uint32_t in[16][SL_OP_MAX_IN];
-    int64_t iattrs[16][SL_OP_MAX_IATTRS];
-    float fattrs[16][SL_OP_MAX_FATTRS];
-} gb;
-
-static void gb_init(gb *b)
-{
-    memset(b, 0, sizeof *b);
-    salus__graph__init(&b->g);
-    b->g.inputs = b->inputs;
-    b->g.params = b->params;
-    b->g.ops = b->opp;
-}
-
-static void gb_input(gb *b, int dtype, int ndim, const int64_t *dims)
-{
-    size_t i = b->g.n_inputs++;
-    salus__tensor_desc__init(&b->descs[i]);
-    b->descs[i].dtype = (Salus__DType) dtype;
-    b->descs[i].n_dims = (size_t) ndim;
-    memcpy(b->dims[i], dims, (size_t) ndim * sizeof *dims);
-    b->descs[i].dims = b->dims[i];
-    b->inputs[i] = &b->descs[i];
-}
-
-static void gb_param(gb *b, uint64_t id)
-{
-    b->params[b->g.n_params++] = id;
-}
-
-/* Adds op `type` reading n_in values (then int attrs until a sentinel). */
-static Salus__Op *gb_op(gb *b, const char *type, int n_in, const uint32_t *in)
-{
-    size_t k = b->g.n_ops++;
-    Salus__Op *o = &b->ops[k];
-    salus__op__init(o);
-    o->type = (char *) type;
-    o->n_inputs = (size_t) n_in;
-    memcpy(b->in[k], in, (size_t) n_in * sizeof *in);
-    o->inputs = b->in[k];
-    o->iattrs = b->iattrs[k];
-    o->fattrs = b->fattrs[k];
-    b->opp[k] = o;
-    return o;
-}
-
-static void gb_write(gb *b, const char *name)
+static void gb_write(sl_test_gb *b, const char *name)
 {
     uint8_t buf[4096];
     size_t n = salus__graph__get_packed_size(&b->g);
@@ -94,94 +43,94 @@ static void gb_write(gb *b, const char *name)
 
 static void graphs(void)
 {
-    gb b;
+    sl_test_gb b;
     const int64_t d23[] = {2, 3}, d4[] = {4}, d2[] = {2};
     /* x @ t3 -> relu -> reduce_sum */
-    gb_init(&b);
-    gb_input(&b, SL_F32, 2, d23);
-    gb_param(&b, 3);
-    gb_op(&b, "matmul", 2, (uint32_t[]){0, 1});
-    gb_op(&b, "relu", 1, (uint32_t[]){2});
-    gb_op(&b, "reduce_sum", 1, (uint32_t[]){3});
+    sl_test_gb_init(&b);
+    sl_test_gb_input(&b, SL_F32, 2, d23);
+    sl_test_gb_param(&b, 3);
+    sl_test_gb_op(&b, "matmul", 2, (uint32_t[]){0, 1});
+    sl_test_gb_op(&b, "relu", 1, (uint32_t[]){2});
+    sl_test_gb_op(&b, "reduce_sum", 1, (uint32_t[]){3});
     gb_write(&b, "matmul_relu_sum");
 
     /* a dense layer with bias and an MSE loss, its gradients and SGD */
-    gb_init(&b);
-    gb_input(&b, SL_F32, 2, d23);
-    gb_input(&b, SL_F32, 2, (int64_t[]){2, 2});
-    gb_param(&b, 3);
-    gb_param(&b, 7);
-    gb_op(&b, "matmul", 2, (uint32_t[]){0, 2});                /* 4 [2,2] */
-    gb_op(&b, "bias_add", 2, (uint32_t[]){4, 3});              /* 5 */
-    gb_op(&b, "sigmoid", 1, (uint32_t[]){5});                  /* 6 */
-    gb_op(&b, "mse_loss", 2, (uint32_t[]){6, 1});              /* 7 */
-    gb_op(&b, "mse_grad", 2, (uint32_t[]){6, 1});              /* 8 */
-    gb_op(&b, "sigmoid_grad", 2, (uint32_t[]){8, 6});          /* 9 */
-    gb_op(&b, "bias_grad", 1, (uint32_t[]){9});                /* 10 [2] */
-    Salus__Op *o = gb_op(&b, "matmul", 2, (uint32_t[]){0, 9}); /* 11 [3,2] */
+    sl_test_gb_init(&b);
+    sl_test_gb_input(&b, SL_F32, 2, d23);
+    sl_test_gb_input(&b, SL_F32, 2, (int64_t[]){2, 2});
+    sl_test_gb_param(&b, 3);
+    sl_test_gb_param(&b, 7);
+    sl_test_gb_op(&b, "matmul", 2, (uint32_t[]){0, 2});                /* 4 [2,2] */
+    sl_test_gb_op(&b, "bias_add", 2, (uint32_t[]){4, 3});              /* 5 */
+    sl_test_gb_op(&b, "sigmoid", 1, (uint32_t[]){5});                  /* 6 */
+    sl_test_gb_op(&b, "mse_loss", 2, (uint32_t[]){6, 1});              /* 7 */
+    sl_test_gb_op(&b, "mse_grad", 2, (uint32_t[]){6, 1});              /* 8 */
+    sl_test_gb_op(&b, "sigmoid_grad", 2, (uint32_t[]){8, 6});          /* 9 */
+    sl_test_gb_op(&b, "bias_grad", 1, (uint32_t[]){9});                /* 10 [2] */
+    Salus__Op *o = sl_test_gb_op(&b, "matmul", 2, (uint32_t[]){0, 9}); /* 11 [3,2] */
     o->n_iattrs = 1;
     o->iattrs[0] = 1; /* transA */
-    o = gb_op(&b, "sgd_update", 2, (uint32_t[]){2, 11});
+    o = sl_test_gb_op(&b, "sgd_update", 2, (uint32_t[]){2, 11});
     o->n_fattrs = 1;
     o->fattrs[0] = 0.05f;
-    o = gb_op(&b, "momentum_update", 3, (uint32_t[]){3, 10, 3});
+    o = sl_test_gb_op(&b, "momentum_update", 3, (uint32_t[]){3, 10, 3});
     o->n_fattrs = 3;
     o->fattrs[0] = 0.1f;
     o->fattrs[1] = 0.9f;
     gb_write(&b, "dense_mse_sgd");
 
     /* convolution, pooling, batch norm on the NCHW tensor 5 */
-    gb_init(&b);
-    gb_param(&b, 5);                                /* 0 [1,2,4,4] */
-    gb_param(&b, 6);                                /* 1 [3,2,3,3] */
-    gb_param(&b, 7);                                /* 2 [2] */
-    o = gb_op(&b, "conv2d", 2, (uint32_t[]){0, 1}); /* 3 [1,3,4,4] */
+    sl_test_gb_init(&b);
+    sl_test_gb_param(&b, 5);                                /* 0 [1,2,4,4] */
+    sl_test_gb_param(&b, 6);                                /* 1 [3,2,3,3] */
+    sl_test_gb_param(&b, 7);                                /* 2 [2] */
+    o = sl_test_gb_op(&b, "conv2d", 2, (uint32_t[]){0, 1}); /* 3 [1,3,4,4] */
     o->n_iattrs = 6;
     o->iattrs[2] = o->iattrs[3] = o->iattrs[4] = o->iattrs[5] = 1;
-    gb_op(&b, "relu", 1, (uint32_t[]){3});        /* 4 */
-    o = gb_op(&b, "maxpool", 1, (uint32_t[]){4}); /* 5 [1,3,2,2] */
+    sl_test_gb_op(&b, "relu", 1, (uint32_t[]){3});        /* 4 */
+    o = sl_test_gb_op(&b, "maxpool", 1, (uint32_t[]){4}); /* 5 [1,3,2,2] */
     o->n_iattrs = 4;
     o->iattrs[0] = o->iattrs[1] = o->iattrs[2] = o->iattrs[3] = 2;
-    o = gb_op(&b, "avgpool", 1, (uint32_t[]){0}); /* 6 [1,2,2,2] */
+    o = sl_test_gb_op(&b, "avgpool", 1, (uint32_t[]){0}); /* 6 [1,2,2,2] */
     o->n_iattrs = 4;
     o->iattrs[0] = o->iattrs[1] = o->iattrs[2] = o->iattrs[3] = 2;
-    o = gb_op(&b, "batchnorm", 5, (uint32_t[]){0, 2, 2, 2, 2}); /* 7, 8, 9 */
+    o = sl_test_gb_op(&b, "batchnorm", 5, (uint32_t[]){0, 2, 2, 2, 2}); /* 7, 8, 9 */
     o->n_fattrs = 2;
     o->fattrs[0] = 1e-5f;
     o->fattrs[1] = 0.9f;
-    o = gb_op(&b, "conv2d_grad_input", 3, (uint32_t[]){3, 1, 0});
+    o = sl_test_gb_op(&b, "conv2d_grad_input", 3, (uint32_t[]){3, 1, 0});
     o->n_iattrs = 6;
     o->iattrs[2] = o->iattrs[3] = o->iattrs[4] = o->iattrs[5] = 1;
     gb_write(&b, "conv_pool_batchnorm");
 
     /* softmax cross-entropy with i32 labels, argmax, reshape views */
-    gb_init(&b);
-    gb_param(&b, 2);                                       /* 0 [2,3] */
-    gb_param(&b, 4);                                       /* 1 i32[2] */
-    gb_op(&b, "softmax_xent", 2, (uint32_t[]){0, 1});      /* 2 [], 3 [2,3] */
-    gb_op(&b, "softmax_xent_grad", 2, (uint32_t[]){3, 1}); /* 4 */
-    gb_op(&b, "argmax", 1, (uint32_t[]){0});               /* 5 i32[2] */
-    o = gb_op(&b, "reshape", 1, (uint32_t[]){4});          /* 6 [3,2] */
+    sl_test_gb_init(&b);
+    sl_test_gb_param(&b, 2);                                       /* 0 [2,3] */
+    sl_test_gb_param(&b, 4);                                       /* 1 i32[2] */
+    sl_test_gb_op(&b, "softmax_xent", 2, (uint32_t[]){0, 1});      /* 2 [], 3 [2,3] */
+    sl_test_gb_op(&b, "softmax_xent_grad", 2, (uint32_t[]){3, 1}); /* 4 */
+    sl_test_gb_op(&b, "argmax", 1, (uint32_t[]){0});               /* 5 i32[2] */
+    o = sl_test_gb_op(&b, "reshape", 1, (uint32_t[]){4});          /* 6 [3,2] */
     o->n_iattrs = 2;
     o->iattrs[0] = 3;
     o->iattrs[1] = -1;
-    o = gb_op(&b, "reshape", 1, (uint32_t[]){0}); /* 7 [6], a param view */
+    o = sl_test_gb_op(&b, "reshape", 1, (uint32_t[]){0}); /* 7 [6], a param view */
     o->n_iattrs = 1;
     o->iattrs[0] = 6;
-    gb_op(&b, "reduce_mean", 1, (uint32_t[]){7}); /* 8 */
+    sl_test_gb_op(&b, "reduce_mean", 1, (uint32_t[]){7}); /* 8 */
     gb_write(&b, "softmax_xent_reshape");
 
     /* adam on the vector tensor, with the scalar step count */
-    gb_init(&b);
-    gb_input(&b, SL_F32, 1, d4);
-    gb_param(&b, 1);
-    gb_param(&b, 8);
-    o = gb_op(&b, "add_scalar", 1, (uint32_t[]){2});
+    sl_test_gb_init(&b);
+    sl_test_gb_input(&b, SL_F32, 1, d4);
+    sl_test_gb_param(&b, 1);
+    sl_test_gb_param(&b, 8);
+    o = sl_test_gb_op(&b, "add_scalar", 1, (uint32_t[]){2});
     o->n_fattrs = 1;
     o->fattrs[0] = 1;
-    gb_op(&b, "copy", 1, (uint32_t[]){0});   /* 3 */
-    gb_op(&b, "mul", 2, (uint32_t[]){0, 3}); /* 4 */
-    o = gb_op(&b, "adam_update", 5, (uint32_t[]){1, 4, 3, 4, 2});
+    sl_test_gb_op(&b, "copy", 1, (uint32_t[]){0});   /* 3 */
+    sl_test_gb_op(&b, "mul", 2, (uint32_t[]){0, 3}); /* 4 */
+    o = sl_test_gb_op(&b, "adam_update", 5, (uint32_t[]){1, 4, 3, 4, 2});
     o->n_fattrs = 4;
     o->fattrs[0] = 1e-3f;
     o->fattrs[1] = 0.9f;
@@ -191,17 +140,17 @@ static void graphs(void)
 
     /* refusals: a value used before it is defined, an unknown op, a
      * missing tensor, a huge input */
-    gb_init(&b);
-    gb_input(&b, SL_F32, 1, d2);
-    gb_op(&b, "relu", 1, (uint32_t[]){1});
+    sl_test_gb_init(&b);
+    sl_test_gb_input(&b, SL_F32, 1, d2);
+    sl_test_gb_op(&b, "relu", 1, (uint32_t[]){1});
     gb_write(&b, "bad_dangling");
-    gb_init(&b);
-    gb_param(&b, 99);
-    gb_op(&b, "frobnicate", 1, (uint32_t[]){0});
+    sl_test_gb_init(&b);
+    sl_test_gb_param(&b, 99);
+    sl_test_gb_op(&b, "frobnicate", 1, (uint32_t[]){0});
     gb_write(&b, "bad_unknown");
-    gb_init(&b);
-    gb_input(&b, SL_F32, 3, (int64_t[]){1ll << 40, 1ll << 40, 4});
-    gb_op(&b, "tanh", 1, (uint32_t[]){0});
+    sl_test_gb_init(&b);
+    sl_test_gb_input(&b, SL_F32, 3, (int64_t[]){1ll << 40, 1ll << 40, 4});
+    sl_test_gb_op(&b, "tanh", 1, (uint32_t[]){0});
     gb_write(&b, "bad_huge");
 }
 

@@ -94,6 +94,21 @@ int sl_test_server_stop(sl_test_server *srv)
     return st;
 }
 
+salus_graph *sl_test_relu_graph(salus_session *s, const char *op, int x_ndim, const int64_t *x_dims,
+                                uint64_t param, int p_ndim, const int64_t *p_dims, salus_value *x,
+                                salus_value *y)
+{
+    salus_graph *g = salus_graph_new();
+    *x = salus_graph_input(g, SALUS_F32, x_ndim, x_dims);
+    salus_value p = salus_graph_param(g, param, SALUS_F32, p_ndim, p_dims);
+    salus_value v = salus_graph_op(g, op, 2, (salus_value[]){*x, p}, 0, NULL, 0, NULL);
+    *y = salus_graph_op(g, "relu", 1, &v, 0, NULL, 0, NULL);
+    if (salus_graph_error(g))
+        fail_msg("graph relu(%s(x, p)): %s", op, salus_graph_error(g));
+    assert_sl_ok(salus_graph_register(s, g, NULL));
+    return g;
+}
+
 salus_client *sl_test_connect(const sl_test_server *srv)
 {
     salus_client *c = NULL;

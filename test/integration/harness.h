@@ -47,6 +47,13 @@ int sl_test_group_stop(void **state);
     }
 /* Connects a client to srv; fails the test on error. */
 salus_client *sl_test_connect(const sl_test_server *srv);
+/* Registers in s the f32 graph relu(op(x, p)): x an input of x_ndim dims
+ * x_dims, p the tensor param (p_ndim dims p_dims), op a binary op such as
+ * "add" or "matmul". Returns the graph (the caller frees it) with its input
+ * in *x and its output in *y; fails the test on error. */
+salus_graph *sl_test_relu_graph(salus_session *s, const char *op, int x_ndim, const int64_t *x_dims,
+                                uint64_t param, int p_ndim, const int64_t *p_dims, salus_value *x,
+                                salus_value *y);
 /* Spawns program (env var name, e.g. "MLP_REGRESSION") with args; returns
  * its pid. */
 pid_t sl_test_spawn(const char *env_program, const char *const *args);

@@ -99,6 +99,20 @@ void sl_ctl_cleanup(sl_test_server *srv)
     sl_ts_tempdir_remove(srv->dir);
 }
 
+void sl_ctl_launch(sl_test_server *srv, const char *const *args)
+{
+    sl_ctl_prepare(srv);
+    sl_ctl_start(srv, args);
+}
+
+void sl_ctl_finish(sl_test_server *srv)
+{
+    int status = sl_ctl_stop(srv);
+    if (status != 0)
+        fail_msg("salusd exited with status %d (log in %s)", status, srv->dir);
+    sl_ctl_cleanup(srv);
+}
+
 bool sl_ctl_log_has(const sl_test_server *srv, const char *text)
 {
     return sl_ts_salusd_log_find(srv, text, NULL, 0);

@@ -28,6 +28,11 @@ int sl_ctl_wait(sl_test_server *srv, int timeout_s);
 int sl_ctl_stop(sl_test_server *srv);
 /* Removes srv->dir and everything in it. */
 void sl_ctl_cleanup(sl_test_server *srv);
+/* sl_ctl_prepare, then sl_ctl_start with args. */
+void sl_ctl_launch(sl_test_server *srv, const char *const *args);
+/* sl_ctl_stop, failing the test unless salusd drained and exited 0, then
+ * sl_ctl_cleanup. */
+void sl_ctl_finish(sl_test_server *srv);
 /* Whether salusd's log contains text. */
 bool sl_ctl_log_has(const sl_test_server *srv, const char *text);
 /* Copies the last log line containing text into line; false if none. */

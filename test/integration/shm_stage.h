@@ -1,9 +1,12 @@
 /* Tests' own client of salusd's descriptor socket (salus.proto AttachShm),
  * written from the protocol as another-language client would be, so that
- * tests can hand over descriptors libsalusclient never would. */
+ * tests can hand over descriptors libsalusclient never would; and the
+ * AttachShm and shared-memory Run requests that go with it, sent through a
+ * session of the client library (whose internals the includer sees). */
 #ifndef SL_TEST_SHM_STAGE_H
 #define SL_TEST_SHM_STAGE_H
 
+#include "client_internal.h"
 #include "salus.pb-c.h"
 #include "sl_error.h"
 
@@ -91,6 +94,52 @@ static inline int sl_test_stage_shm(const char *sock_path, uint64_t id, uint64_t
                                     uint64_t size, uint64_t *ticket, char *msg, size_t msg_len)
 {
     return sl_test_stage_shm_ex(sock_path, id, token, fd, false, size, ticket, msg, msg_len);
+}
+
+/* Sends req through session s and drops the reply; returns its code. */
+static inline int sl_test_session_call(salus_session *s, Salus__Request *req)
+{
+    Salus__Reply *rep = NULL;
+    int rc = sl_client_session_call(s, req, &rep);
+    if (rep)
+        salus__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+/* AttachShm for s of size bytes: the segment staged as ticket, or, with fd
+ * not 0, a descriptor number of the caller's (which salusd must refuse).
+ * Returns the reply's code. */
+static inline int sl_test_attach_shm(salus_session *s, int fd, uint64_t ticket, uint64_t size)
+{
+    Salus__Request req = SALUS__REQUEST__INIT;
+    Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
+    m.fd = (uint32_t) fd;
+    m.ticket = ticket;
+    m.size = size;
+    req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
+    req.attach_shm = &m;
+    return sl_test_session_call(s, &req);
+}
+
+/* Runs graph graph_id of s with its one feed at slice feed of the attached
+ * segment and one fetch, value number fetch (on the wire: inputs, params,
+ * then op outputs), written at slice out. Returns the reply's code. */
+static inline int sl_test_shm_run(salus_session *s, uint64_t graph_id, Salus__ShmSlice feed,
+                                  uint32_t fetch, Salus__ShmSlice out)
+{
+    Salus__ShmSlice *feeds[] = {&feed}, *fetches[] = {&out};
+    Salus__Run run = SALUS__RUN__INIT;
+    run.graph_id = graph_id;
+    run.n_shm_feeds = 1;
+    run.shm_feeds = feeds;
+    run.n_fetches = 1;
+    run.fetches = &fetch;
+    run.n_shm_fetches = 1;
+    run.shm_fetches = fetches;
+    Salus__Request req = SALUS__REQUEST__INIT;
+    req.body_case = SALUS__REQUEST__BODY_RUN;
+    req.run = &run;
+    return sl_test_session_call(s, &req);
 }
 
 #endif

@@ -7,6 +7,7 @@
  * taken at start: no session, no persistent byte, no lane. */
 #include "client_internal.h"
 #include "harness.h"
+#include "hello_pack.h"
 #include "status_call.h"
 #include "sl_nng.h"
 #include "sl_test.h"
@@ -702,13 +703,8 @@ static bool answers(const char *url)
 {
     nng_socket sock;
     assert_int_equal(nng_req0_open(&sock), 0);
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Hello hello = SALUS__HELLO__INIT;
-    hello.protocol_version = SALUS_PROTOCOL_VERSION;
-    req.body_case = SALUS__REQUEST__BODY_HELLO;
-    req.hello = &hello;
     uint8_t buf[64];
-    size_t n = salus__request__pack(&req, buf);
+    size_t n = sl_test_pack_hello(SALUS_PROTOCOL_VERSION, buf, sizeof buf);
     char *reply;
     size_t len;
     bool ok = nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 3000) == 0 &&

@@ -9,6 +9,7 @@
 #include "client_internal.h"
 #include "salusd_ctl.h"
 #include "sl_test.h"
+#include "sl_testsupport.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -176,17 +177,13 @@ static void ipc_socket_gets_the_requested_mode(void **state)
 {
     (void) state;
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
+    sl_ctl_launch(&srv, NULL);
     assert_int_equal(socket_mode(&srv), 0600);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, (const char *[]){"--ipc-mode", "0660", NULL});
+    sl_ctl_launch(&srv, (const char *[]){"--ipc-mode", "0660", NULL});
     assert_int_equal(socket_mode(&srv), 0660);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 static void other_user_cannot_reach_a_private_socket(void **state)
@@ -194,16 +191,14 @@ static void other_user_cannot_reach_a_private_socket(void **state)
     (void) state;
     need_root_helper();
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
+    sl_ctl_launch(&srv, NULL);
     assert_int_equal(chmod(srv.dir, 0711), 0); /* only the socket's own mode keeps it out */
     char cmd[600], reply[512];
     snprintf(cmd, sizeof cmd, "connect %s\n", srv.url);
     helper_ask(cmd, reply, sizeof reply);
     assert_int_equal(field(reply, "uid"), NOBODY);
     assert_int_equal(field(reply, "connect"), SALUS_ECONN);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 static void other_user_cannot_use_a_stolen_session(void **state)
@@ -211,8 +206,7 @@ static void other_user_cannot_use_a_stolen_session(void **state)
     (void) state;
     need_root_helper();
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, (const char *[]){"--ipc-mode", "0666", NULL});
+    sl_ctl_launch(&srv, (const char *[]){"--ipc-mode", "0666", NULL});
     assert_int_equal(chmod(srv.dir, 0711), 0);
 
     salus_client *c = sl_test_connect(&srv);
@@ -252,8 +246,7 @@ static void other_user_cannot_use_a_stolen_session(void **state)
     salus_disconnect(c2);
     assert_sl_ok(salus_session_close(s));
     salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 /* ---- tls+tcp:// ------------------------------------------------------ */
@@ -265,42 +258,22 @@ static struct pki {
     char rogue_ca[400], rogue_crt[400], rogue_key[400];
 } pki;
 
-static bool sh(const char *fmt, const char *dir)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && ( %s ) >/dev/null 2>&1", dir, fmt);
-    return system(cmd) == 0;
-}
-
 /* A CA, a server certificate for 127.0.0.1 and a client certificate signed
- * by it, and a rogue CA with its own client certificate (EC P-256 keys). */
+ * by it, and a rogue CA with its own client certificate. */
 static bool make_pki(void)
 {
     if (pki.made)
         return pki.ok;
     pki.made = true;
-    if (!sh("command -v openssl", "/"))
+    if (!sl_ts_have_openssl())
         return false;
     sl_ctl_prepare(&pki.dir);
     const char *d = pki.dir.dir;
-    const char *key = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out";
-    char script[1600];
-    snprintf(script, sizeof script,
-             "%s ca.key && %s rogue.key && %s server.key && %s client.key && %s rclient.key && "
-             "openssl req -x509 -new -key ca.key -days 2 -subj /CN=salus-test-ca -out ca.crt && "
-             "openssl req -x509 -new -key rogue.key -days 2 -subj /CN=rogue-ca -out rogue.crt && "
-             "printf 'subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\\n' > server.ext && "
-             "openssl req -new -key server.key -subj /CN=127.0.0.1 -out server.csr && "
-             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-extfile server.ext -out server.crt && "
-             "openssl req -new -key client.key -subj /CN=salus-client -out client.csr && "
-             "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-             "-out client.crt && "
-             "openssl req -new -key rclient.key -subj /CN=salus-client -out rclient.csr && "
-             "openssl x509 -req -in rclient.csr -CA rogue.crt -CAkey rogue.key -CAcreateserial "
-             "-days 2 -out rclient.crt && chmod 600 *.key",
-             key, key, key, key, key);
-    pki.ok = sh(script, d);
+    pki.ok = sl_ts_pki_ca(d, "ca", "salus-test-ca") == SL_OK &&
+             sl_ts_pki_ca(d, "rogue", "rogue-ca") == SL_OK &&
+             sl_ts_pki_cert(d, "server", "127.0.0.1", "ca", "127.0.0.1") == SL_OK &&
+             sl_ts_pki_cert(d, "client", "salus-client", "ca", NULL) == SL_OK &&
+             sl_ts_pki_cert(d, "rclient", "salus-client", "rogue", NULL) == SL_OK;
     sl_ctl_path(&pki.dir, "ca.crt", pki.ca, sizeof pki.ca);
     sl_ctl_path(&pki.dir, "server.crt", pki.server_crt, sizeof pki.server_crt);
     sl_ctl_path(&pki.dir, "server.key", pki.server_key, sizeof pki.server_key);
@@ -320,9 +293,16 @@ static void clear_tls_env(void)
     unsetenv("SALUS_TLS_SERVER_NAME");
 }
 
-/* Starts salusd on ipc:// and tls+tcp://127.0.0.1:<free port> (url). */
+/* Starts salusd on ipc:// and tls+tcp://127.0.0.1:<free port> (url), with
+ * the TLS variables cleared; skips the test when no certificates can be
+ * made. */
 static void start_tls_server(sl_test_server *srv, char *url, size_t len, bool client_auth)
 {
+    if (!make_pki()) {
+        print_message("openssl is not available: skipped\n");
+        skip();
+    }
+    clear_tls_env();
     snprintf(url, len, "tls+tcp://127.0.0.1:%d", sl_ctl_free_port());
     sl_ctl_prepare(srv);
     const char *args[] = {"--listen",
@@ -335,6 +315,13 @@ static void start_tls_server(sl_test_server *srv, char *url, size_t len, bool cl
                           client_auth ? pki.ca : NULL,
                           NULL};
     sl_ctl_start(srv, args);
+}
+
+/* Stops what start_tls_server started, checking that salusd exited 0. */
+static void stop_tls_server(sl_test_server *srv)
+{
+    clear_tls_env();
+    sl_ctl_finish(srv);
 }
 
 /* A session and a tensor round trip over c. */
@@ -355,16 +342,12 @@ static void round_trip(salus_client *c)
 static void tls_clients_verify_the_server(void **state)
 {
     (void) state;
-    if (!make_pki()) {
-        print_message("openssl is not available: skipped\n");
-        skip();
-    }
     sl_test_server srv;
     char url[64];
     start_tls_server(&srv, url, sizeof url, false);
     salus_client *c = NULL;
 
-    clear_tls_env(); /* no CA: refused before any connection */
+    /* no CA: refused before any connection */
     assert_sl_err(salus_connect(url, &c), SALUS_EINVAL);
     assert_non_null(strstr(salus_last_error(NULL), "SALUS_TLS_CA"));
 
@@ -388,23 +371,16 @@ static void tls_clients_verify_the_server(void **state)
     double t0 = sl_ts_now_s();
     assert_int_not_equal(salus_connect(plain, &c), SALUS_OK);
     assert_true(sl_ts_now_s() - t0 < 5);
-    clear_tls_env();
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    stop_tls_server(&srv);
 }
 
 static void tls_client_certificates_when_the_server_asks(void **state)
 {
     (void) state;
-    if (!make_pki()) {
-        print_message("openssl is not available: skipped\n");
-        skip();
-    }
     sl_test_server srv;
     char url[64];
     start_tls_server(&srv, url, sizeof url, true);
     salus_client *c = NULL;
-    clear_tls_env();
     setenv("SALUS_TLS_CA", pki.ca, 1);
     assert_int_not_equal(salus_connect(url, &c), SALUS_OK); /* no certificate */
 
@@ -423,9 +399,7 @@ static void tls_client_certificates_when_the_server_asks(void **state)
      * not an operator (operators have a listener of their own) */
     assert_sl_err(salus_set_policy(c, "fifo", 0), SALUS_EPERM);
     salus_disconnect(c);
-    clear_tls_env();
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    stop_tls_server(&srv);
 }
 
 /* ---- plain tcp:// ---------------------------------------------------- */
@@ -453,8 +427,7 @@ static void plain_tcp_needs_an_explicit_flag(void **state)
     round_trip(c);
     assert_sl_err(salus_set_policy(c, "fifo", 0), SALUS_EPERM); /* anyone there: no operator */
     salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 /* test_isolation: everything a user can check; test_isolation --uid: the

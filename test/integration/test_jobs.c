@@ -136,8 +136,7 @@ static void step_quota_priority_and_close(void **state)
     salus_disconnect(op);
     close(to_child[1]);
     close(from_child[0]);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 /* A one-shard step's client as nobody: a session that declares nothing
@@ -217,8 +216,7 @@ static void one_shard_step_runs(void **state)
     salus_disconnect(op);
     close(go[1]);
     close(from_child[0]);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 int main(int argc, char **argv)

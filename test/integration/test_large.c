@@ -76,13 +76,7 @@ static void big_run_open(big_run *r, bool shm)
     uint64_t p;
     const int64_t dims[] = {BIG_ELEMS};
     assert_sl_ok(salus_tensor_create(r->s, SALUS_F32, 1, dims, NULL, &p));
-    r->g = salus_graph_new();
-    r->x = salus_graph_input(r->g, SALUS_F32, 1, dims);
-    salus_value pv = salus_graph_param(r->g, p, SALUS_F32, 1, dims);
-    salus_value sum = salus_graph_op(r->g, "add", 2, (salus_value[]){r->x, pv}, 0, NULL, 0, NULL);
-    r->y = salus_graph_op(r->g, "relu", 1, &sum, 0, NULL, 0, NULL);
-    assert_null(salus_graph_error(r->g));
-    assert_sl_ok(salus_graph_register(r->s, r->g, NULL));
+    r->g = sl_test_relu_graph(r->s, "add", 1, dims, p, 1, dims, &r->x, &r->y);
 }
 
 static void big_run_close(big_run *r)

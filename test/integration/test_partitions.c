@@ -91,12 +91,8 @@ static void spill_beside_hp(void **state)
     uint64_t w;
     const int64_t dw[] = {64, 64}, dx[] = {8, 64};
     assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, dw, NULL, &w));
-    salus_graph *g = salus_graph_new();
-    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
-    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
-    salus_value h = salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
-    (void) salus_graph_op(g, "relu", 1, &h, 0, NULL, 0, NULL);
-    assert_sl_ok(salus_graph_register(s, g, NULL));
+    salus_value x, y;
+    salus_graph *g = sl_test_relu_graph(s, "matmul", 2, dx, w, 2, dw, &x, &y);
     const char *a1[] = {"--url", server.url, "--name", "lp1",     "--seed",
                         "3",     "--steps",  "150",    "--check", NULL};
     const char *a2[] = {"--url", server.url, "--name", "lp2",     "--seed",

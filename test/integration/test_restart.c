@@ -34,8 +34,7 @@ static void restart_gives_session_lost_then_a_new_session(void **state)
 {
     (void) state;
     sl_test_server srv;
-    sl_ctl_prepare(&srv);
-    sl_ctl_start(&srv, NULL);
+    sl_ctl_launch(&srv, NULL);
     salus_client *c = sl_test_connect(&srv);
     salus_session *s;
     assert_sl_ok(salus_session_open(c, NULL, &s));
@@ -63,8 +62,7 @@ static void restart_gives_session_lost_then_a_new_session(void **state)
     assert_memory_equal(back, init, sizeof init);
     assert_sl_ok(salus_session_close(s));
     salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 typedef struct runner {
@@ -125,8 +123,7 @@ static void killed_server_fails_the_call_in_flight(void **state)
     assert_sl_ok(salus_session_open(c, NULL, &s));
     assert_sl_ok(salus_session_close(s));
     salus_disconnect(c);
-    assert_int_equal(sl_ctl_stop(&srv), 0);
-    sl_ctl_cleanup(&srv);
+    sl_ctl_finish(&srv);
 }
 
 /* Something at salusd's path that takes connections and hangs up before the
@@ -193,8 +190,7 @@ typedef struct orphan {
 
 static void orphan_start(orphan *o)
 {
-    sl_ctl_prepare(&o->srv);
-    sl_ctl_start(&o->srv, NULL);
+    sl_ctl_launch(&o->srv, NULL);
     o->c = sl_test_connect(&o->srv);
     assert_sl_ok(salus_session_open(o->c, NULL, &o->s));
     const int64_t dims[] = {4};
@@ -219,8 +215,22 @@ static void orphan_adopted(orphan *o)
     assert_sl_ok(salus_session_open(o->c, NULL, &o->s));
     assert_sl_ok(salus_session_close(o->s));
     salus_disconnect(o->c);
-    assert_int_equal(sl_ctl_stop(&o->srv), 0);
-    sl_ctl_cleanup(&o->srv);
+    sl_ctl_finish(&o->srv);
+}
+
+/* Serves h on o's socket while calling as a resilient client would (each
+ * call refused), every 0.1 s up to tries times or until enough connections
+ * came; then stops serving and checks that at least one came. */
+static void call_through_hangups(orphan *o, hangup *h, int tries, int enough)
+{
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, hangup_thread, h), 0);
+    for (int i = 0; i < tries && atomic_load(&h->accepted) < enough; i++) {
+        assert_sl_err(orphan_read(o), SALUS_ECONN);
+        sl_ts_sleep_ms(100);
+    }
+    hangup_stop(h, th);
+    assert_true(atomic_load(&h->accepted) >= 1);
 }
 
 /* Whatever the failed handshakes, a client reconnects to the salusd that
@@ -231,16 +241,8 @@ static void hangups_before_the_handshake_do_not_stop_reconnecting(void **state)
     orphan o;
     orphan_start(&o);
     hangup h = {.fd = hangup_listen(o.srv.url + strlen("ipc://"))};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, hangup_thread, &h), 0);
-    /* the client redials every 0.1-1 s; give it many hang-ups, calling as a
-     * resilient client would meanwhile */
-    for (int i = 0; i < 60 && atomic_load(&h.accepted) < 8; i++) {
-        assert_sl_err(orphan_read(&o), SALUS_ECONN);
-        sl_ts_sleep_ms(100);
-    }
-    hangup_stop(&h, th);
-    assert_true(atomic_load(&h.accepted) >= 1);
+    /* the client redials every 0.1-1 s: give it many hang-ups */
+    call_through_hangups(&o, &h, 60, 8);
     orphan_adopted(&o);
 }
 
@@ -253,14 +255,7 @@ static void a_peer_of_another_protocol_does_not_hide_the_next_server(void **stat
     orphan_start(&o);
     static const uint8_t pair0[8] = {0, 'S', 'P', 0, 0, 0x10, 0, 0}; /* NNG's pair v0 */
     hangup h = {.fd = hangup_listen(o.srv.url + strlen("ipc://")), .greeting = pair0};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, hangup_thread, &h), 0);
-    for (int i = 0; i < 30 && atomic_load(&h.accepted) < 2; i++) {
-        assert_sl_err(orphan_read(&o), SALUS_ECONN);
-        sl_ts_sleep_ms(100);
-    }
-    hangup_stop(&h, th);
-    assert_true(atomic_load(&h.accepted) >= 1);
+    call_through_hangups(&o, &h, 30, 2);
     orphan_adopted(&o);
 }
 

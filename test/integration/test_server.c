@@ -1,6 +1,7 @@
 /* Integration tests against a real salusd process on ipc://. */
 #include "client_internal.h"
 #include "harness.h"
+#include "hello_pack.h"
 #include "status_call.h"
 #include "sl_test.h"
 
@@ -272,13 +273,8 @@ static void session_handles_outlive_their_client(void **state)
 static void protocol_version_mismatch_is_refused(void **state)
 {
     (void) state;
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__Hello hello = SALUS__HELLO__INIT;
-    hello.protocol_version = 77;
-    req.body_case = SALUS__REQUEST__BODY_HELLO;
-    req.hello = &hello;
     uint8_t buf[64];
-    size_t len = salus__request__pack(&req, buf);
+    size_t len = sl_test_pack_hello(77, buf, sizeof buf);
     Salus__Reply *rep = raw_request(buf, len);
     assert_int_equal(rep->code, SALUS__CODE__PROTOCOL_ERROR);
     assert_non_null(strstr(rep->message, "77"));

@@ -38,13 +38,7 @@ static void job_open_on(job *j, const sl_test_server *srv, int64_t rows)
     uint64_t wid;
     int64_t wd[] = {K, N}, xd[] = {rows, K};
     assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 2, wd, j->w, &wid));
-    j->g = salus_graph_new();
-    j->x = salus_graph_input(j->g, SALUS_F32, 2, xd);
-    salus_value w = salus_graph_param(j->g, wid, SALUS_F32, 2, wd);
-    salus_value y = salus_graph_op(j->g, "matmul", 2, (salus_value[]){j->x, w}, 0, NULL, 0, NULL);
-    j->z = salus_graph_op(j->g, "relu", 1, &y, 0, NULL, 0, NULL);
-    assert_null(salus_graph_error(j->g));
-    assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+    j->g = sl_test_relu_graph(j->s, "matmul", 2, xd, wid, 2, wd, &j->x, &j->z);
 }
 
 static void job_open(job *j, int64_t rows)
@@ -137,12 +131,7 @@ static void segments_grow_with_the_run(void **state)
     uint64_t wid;
     int64_t wd[] = {K, N}, xd[] = {4096, K};
     assert_sl_ok(salus_tensor_create(big.s, SALUS_F32, 2, wd, big.w, &wid));
-    big.g = salus_graph_new();
-    big.x = salus_graph_input(big.g, SALUS_F32, 2, xd);
-    salus_value w = salus_graph_param(big.g, wid, SALUS_F32, 2, wd);
-    salus_value y = salus_graph_op(big.g, "matmul", 2, (salus_value[]){big.x, w}, 0, NULL, 0, NULL);
-    big.z = salus_graph_op(big.g, "relu", 1, &y, 0, NULL, 0, NULL);
-    assert_sl_ok(salus_graph_register(big.s, big.g, NULL));
+    big.g = sl_test_relu_graph(big.s, "matmul", 2, xd, wid, 2, wd, &big.x, &big.z);
     x = random_input(4096, 9);
     run_and_check(&big, x, 4096, z);
     assert_true(salus_session_shm_bytes(big.s) > first);
@@ -188,18 +177,7 @@ static void runs_past_the_budget_stay_inline(void **state)
 static void expect_attach(salus_session *s, int fd, uint64_t ticket, uint64_t size, int code,
                           const char *msg)
 {
-    Salus__Request req = SALUS__REQUEST__INIT;
-    Salus__AttachShm m = SALUS__ATTACH_SHM__INIT;
-    m.fd = (uint32_t) fd;
-    m.ticket = ticket;
-    m.size = size;
-    req.body_case = SALUS__REQUEST__BODY_ATTACH_SHM;
-    req.attach_shm = &m;
-    Salus__Reply *rep = NULL;
-    int rc = sl_client_session_call(s, &req, &rep);
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
-    assert_sl_err(rc, code);
+    assert_sl_err(sl_test_attach_shm(s, fd, ticket, size), code);
     if (msg && !strstr(salus_last_error(s->client), msg))
         fail_msg("attach: message \"%s\" lacks \"%s\"", salus_last_error(s->client), msg);
 }
@@ -221,24 +199,8 @@ static uint64_t expect_stage(salus_session *s, int fd, uint64_t size, int code, 
 /* A run of j's graph whose feed and first fetch are the given slices. */
 static void expect_slice_run(job *j, Salus__ShmSlice feed, Salus__ShmSlice fetch, int code)
 {
-    Salus__ShmSlice *feeds[] = {&feed}, *fetches[] = {&fetch};
-    Salus__Run run = SALUS__RUN__INIT;
-    run.graph_id = salus_graph_id(j->g);
-    run.n_shm_feeds = 1;
-    run.shm_feeds = feeds;
-    uint32_t z = 3; /* wire numbers: inputs, params, then op outputs: x W y z */
-    run.n_fetches = 1;
-    run.fetches = &z;
-    run.n_shm_fetches = 1;
-    run.shm_fetches = fetches;
-    Salus__Request req = SALUS__REQUEST__INIT;
-    req.body_case = SALUS__REQUEST__BODY_RUN;
-    req.run = &run;
-    Salus__Reply *rep = NULL;
-    int rc = sl_client_session_call(j->s, &req, &rep);
-    if (rep)
-        salus__reply__free_unpacked(rep, NULL);
-    assert_sl_err(rc, code);
+    /* z is value 3: inputs, params, then op outputs: x W y z */
+    assert_sl_err(sl_test_shm_run(j->s, salus_graph_id(j->g), feed, 3, fetch), code);
 }
 
 static int sealed_memfd(size_t size, unsigned seals)

@@ -32,19 +32,43 @@ static void conv_once(kt_env *e, const float *x, const float *w, float *y)
               (float *[]){y});
 }
 
+/* conv_once's operands, random in [-1, 1] (x from seed, w from seed + 1),
+ * and its result computed in double precision. */
+typedef struct conv_case {
+    int64_t yd[4];
+    size_t nx, nw, ny;
+    float *x, *w;
+    double *want;
+} conv_case;
+
+static void conv_case_make(conv_case *c, uint64_t seed)
+{
+    kt_conv_out(cx, cw, &cattrs, c->yd);
+    c->nx = kt_elems(cx, 4), c->nw = kt_elems(cw, 4), c->ny = kt_elems(c->yd, 4);
+    c->x = kt_fvec(c->nx), c->w = kt_fvec(c->nw), c->want = kt_dvec(c->ny);
+    double *xd = kt_dvec(c->nx), *wd = kt_dvec(c->nw);
+    kt_rand(c->x, c->nx, seed, -1, 1);
+    kt_rand(c->w, c->nw, seed + 1, -1, 1);
+    kt_widen(c->x, xd, c->nx);
+    kt_widen(c->w, wd, c->nw);
+    kt_ref_conv2d(xd, wd, c->want, cx, cw, &cattrs);
+    sl_free(xd), sl_free(wd);
+}
+
+static void conv_case_free(conv_case *c)
+{
+    sl_free(c->x), sl_free(c->w), sl_free(c->want);
+}
+
 static void test_cache_and_threads(void **state)
 {
     kt_env *e = *state;
-    int64_t yd[4];
-    kt_conv_out(cx, cw, &cattrs, yd);
-    size_t nx = kt_elems(cx, 4), nw = kt_elems(cw, 4), ny = kt_elems(yd, 4);
-    float *x = kt_fvec(nx), *w = kt_fvec(nw), *y1 = kt_fvec(ny), *y2 = kt_fvec(ny);
-    double *xd = kt_dvec(nx), *wd = kt_dvec(nw), *want = kt_dvec(ny);
-    kt_rand(x, nx, 700, -1, 1);
-    kt_rand(w, nw, 701, -1, 1);
-    kt_widen(x, xd, nx);
-    kt_widen(w, wd, nw);
-    kt_ref_conv2d(xd, wd, want, cx, cw, &cattrs);
+    conv_case cc;
+    conv_case_make(&cc, 700);
+    const float *x = cc.x, *w = cc.w;
+    const double *want = cc.want;
+    size_t ny = cc.ny;
+    float *y1 = kt_fvec(ny), *y2 = kt_fvec(ny);
 
     unsigned before = sl_cpu_cached_prims(e->stream);
     sl_cpu_force_threads(e->dev, 1);
@@ -72,7 +96,8 @@ static void test_cache_and_threads(void **state)
     assert_int_equal(sl_cpu_cached_prims(e->stream), before + 2);
     kt_expect_close("conv2d, 2 threads", y2, want, ny, 1e-5);
     sl_cpu_force_threads(e->dev, 0);
-    sl_free(x), sl_free(w), sl_free(y1), sl_free(y2), sl_free(xd), sl_free(wd), sl_free(want);
+    sl_free(y1), sl_free(y2);
+    conv_case_free(&cc);
 }
 
 /* A stream with a workspace (salusd: the lane's framework block) takes
@@ -82,16 +107,13 @@ static void test_lane_workspace(void **state)
 {
     kt_env *e = *state;
     const sl_device_ops *ops = e->dev->ops;
-    int64_t yd[4];
-    kt_conv_out(cx, cw, &cattrs, yd);
-    size_t nx = kt_elems(cx, 4), nw = kt_elems(cw, 4), ny = kt_elems(yd, 4);
-    float *x = kt_fvec(nx), *w = kt_fvec(nw), *y = kt_fvec(ny);
-    double *xd = kt_dvec(nx), *wd = kt_dvec(nw), *want = kt_dvec(ny);
-    kt_rand(x, nx, 710, -1, 1);
-    kt_rand(w, nw, 711, -1, 1);
-    kt_widen(x, xd, nx);
-    kt_widen(w, wd, nw);
-    kt_ref_conv2d(xd, wd, want, cx, cw, &cattrs);
+    conv_case cc;
+    conv_case_make(&cc, 710);
+    const float *x = cc.x, *w = cc.w;
+    const double *want = cc.want;
+    const int64_t *yd = cc.yd;
+    size_t nx = cc.nx, nw = cc.nw, ny = cc.ny;
+    float *y = kt_fvec(ny);
     const size_t ws_bytes = 16u << 20;
     unsigned char *ws = sl_aligned_alloc(256, ws_bytes);
     assert_non_null(ws);
@@ -134,8 +156,8 @@ static void test_lane_workspace(void **state)
     memset(y, 0, ny * sizeof *y);
     conv_once(e, x, w, y);
     kt_expect_close("conv2d, own scratch again", y, want, ny, 1e-5);
-    sl_free(ws);
-    sl_free(x), sl_free(w), sl_free(y), sl_free(xd), sl_free(wd), sl_free(want);
+    sl_free(ws), sl_free(y);
+    conv_case_free(&cc);
 }
 
 /* More distinct shapes than the cache holds: the least recently used are
@@ -185,36 +207,28 @@ static void *lane_main(void *arg)
 static void test_concurrent_lanes(void **state)
 {
     (void) state;
-    int64_t yd[4];
-    kt_conv_out(cx, cw, &cattrs, yd);
-    size_t nx = kt_elems(cx, 4), nw = kt_elems(cw, 4), ny = kt_elems(yd, 4);
-    float *x = kt_fvec(nx), *w = kt_fvec(nw);
-    double *xd = kt_dvec(nx), *wd = kt_dvec(nw), *want = kt_dvec(ny);
-    kt_rand(x, nx, 720, -1, 1);
-    kt_rand(w, nw, 721, -1, 1);
-    kt_widen(x, xd, nx);
-    kt_widen(w, wd, nw);
-    kt_ref_conv2d(xd, wd, want, cx, cw, &cattrs);
+    conv_case cc;
+    conv_case_make(&cc, 720);
     struct lane lanes[2];
     pthread_t threads[2];
     for (int i = 0; i < 2; i++) {
         memset(&lanes[i], 0, sizeof lanes[i]);
         assert_sl_ok(kt_env_open(&lanes[i].env, "cpu"));
-        lanes[i].x = x;
-        lanes[i].w = w;
-        lanes[i].y = kt_fvec(ny);
+        lanes[i].x = cc.x;
+        lanes[i].w = cc.w;
+        lanes[i].y = kt_fvec(cc.ny);
         lanes[i].rounds = 4;
     }
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&threads[i], NULL, lane_main, &lanes[i]), 0);
     for (int i = 0; i < 2; i++) {
         pthread_join(threads[i], NULL);
-        kt_expect_close("conv2d on a concurrent lane", lanes[i].y, want, ny, 1e-5);
+        kt_expect_close("conv2d on a concurrent lane", lanes[i].y, cc.want, cc.ny, 1e-5);
         assert_true(sl_cpu_cached_prims(lanes[i].env.stream) >= 1);
         sl_free(lanes[i].y);
         kt_env_close(&lanes[i].env);
     }
-    sl_free(x), sl_free(w), sl_free(xd), sl_free(wd), sl_free(want);
+    conv_case_free(&cc);
 }
 
 /* Adam before its first step (t = 0) would divide by a zero bias
@@ -302,6 +316,25 @@ static void test_maxpool_grad_tiled(void **state)
     }
 }
 
+/* maxpool of x [xd], random in [-2, 2] from seed, against the reference:
+ * exactly (a max is one of its inputs). */
+static void maxpool_vs_reference(kt_env *e, const int64_t xd[4], const sl_op_attrs *a,
+                                 uint64_t seed, const char *what)
+{
+    int64_t yd[4];
+    kt_pool_out(xd, a, yd);
+    size_t nx = kt_elems(xd, 4), ny = kt_elems(yd, 4);
+    float *x = kt_fvec(nx), *y = kt_fvec(ny);
+    double *xdd = kt_dvec(nx), *want = kt_dvec(ny);
+    kt_rand(x, nx, seed, -2, 2);
+    kt_widen(x, xdd, nx);
+    sl_shape xs = KT_F32(4, xd[0], xd[1], xd[2], xd[3]);
+    kt_run_op(e, SL_OP_MAXPOOL, a, &xs, (float *[]){x}, 1, (float *[]){y});
+    kt_ref_pool(true, xdd, want, xd, a);
+    kt_expect_close(what, y, want, ny, 0);
+    sl_free(x), sl_free(y), sl_free(xdd), sl_free(want);
+}
+
 /* maxpool's C path for windows that tile the plane, against the reference
  * (2x2 and 3x2 windows, uncovered rows and columns, rows long enough for
  * the vector loop), and NaN: a window
@@ -311,20 +344,9 @@ static void test_maxpool_tiled(void **state)
     static const int64_t xd[][4] = {{2, 3, 7, 5}, {1, 2, 9, 8}, {2, 2, 6, 21}};
     static const sl_op_attrs attrs[] = {
         {.i = {2, 2, 2, 2}}, {.i = {3, 2, 3, 2}}, {.i = {2, 2, 2, 2}}};
-    for (int k = 0; k < 3; k++) {
-        int64_t yd[4];
-        kt_pool_out(xd[k], &attrs[k], yd);
-        size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
-        float *x = kt_fvec(nx), *y = kt_fvec(ny);
-        double *xdd = kt_dvec(nx), *want = kt_dvec(ny);
-        kt_rand(x, nx, 750 + (uint64_t) k, -2, 2);
-        kt_widen(x, xdd, nx);
-        sl_shape xs = KT_F32(4, xd[k][0], xd[k][1], xd[k][2], xd[k][3]);
-        kt_run_op(*state, SL_OP_MAXPOOL, &attrs[k], &xs, (float *[]){x}, 1, (float *[]){y});
-        kt_ref_pool(true, xdd, want, xd[k], &attrs[k]);
-        kt_expect_close("maxpool, tiled windows", y, want, ny, 0);
-        sl_free(x), sl_free(y), sl_free(xdd), sl_free(want);
-    }
+    for (int k = 0; k < 3; k++)
+        maxpool_vs_reference(*state, xd[k], &attrs[k], 750 + (uint64_t) k,
+                             "maxpool, tiled windows");
     sl_op_attrs a = {.i = {2, 2, 2, 2}};
     for (int at = 0; at < 4; at++) {
         float x[4] = {1, 2, 3, 4}, y = 0;
@@ -346,20 +368,9 @@ static void test_maxpool_rows(void **state)
                                         {.i = {3, 3, 1, 1, 1, 1, 1, 1}},
                                         {.i = {2, 2, 1, 1}},
                                         {.i = {3, 2, 2, 2, 1, 0, 0, 1}}};
-    for (int k = 0; k < 4; k++) {
-        int64_t yd[4];
-        kt_pool_out(xd[k], &attrs[k], yd);
-        size_t nx = kt_elems(xd[k], 4), ny = kt_elems(yd, 4);
-        float *x = kt_fvec(nx), *y = kt_fvec(ny);
-        double *xdd = kt_dvec(nx), *want = kt_dvec(ny);
-        kt_rand(x, nx, 760 + (uint64_t) k, -2, 2);
-        kt_widen(x, xdd, nx);
-        sl_shape xs = KT_F32(4, xd[k][0], xd[k][1], xd[k][2], xd[k][3]);
-        kt_run_op(*state, SL_OP_MAXPOOL, &attrs[k], &xs, (float *[]){x}, 1, (float *[]){y});
-        kt_ref_pool(true, xdd, want, xd[k], &attrs[k]);
-        kt_expect_close("maxpool, overlapping and padded windows", y, want, ny, 0);
-        sl_free(x), sl_free(y), sl_free(xdd), sl_free(want);
-    }
+    for (int k = 0; k < 4; k++)
+        maxpool_vs_reference(*state, xd[k], &attrs[k], 760 + (uint64_t) k,
+                             "maxpool, overlapping and padded windows");
     sl_op_attrs a = {.i = {3, 3, 2, 2, 1, 1, 1, 1}};
     for (int at = 0; at < 9; at++) {
         float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4] = {0};
@@ -373,6 +384,22 @@ static void test_maxpool_rows(void **state)
             assert_int_equal(isnan(y[o]) != 0, inside);
         }
     }
+}
+
+/* want [m, n] = op(a) op(b) in double precision, op transposing when ta /
+ * tb: a is read as [m, k] (ta: [k, m]) with rows lda apart, b as [k, n]
+ * (tb: [n, k]) with rows ldb apart. */
+static void ref_gemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
+                     int ldb, double *want)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0;
+            for (int p = 0; p < k; p++)
+                sum += (double) a[ta ? p * lda + i : i * lda + p] *
+                       (double) b[tb ? j * ldb + p : p * ldb + j];
+            want[i * n + j] = sum;
+        }
 }
 
 /* Big GEMMs are cut into row bands across the threads: matmul (every
@@ -390,14 +417,7 @@ static void test_matmul_threads(void **state)
     for (int t = 0; t < 4; t++) {
         bool ta = t & 1, tb = t & 2;
         /* the same buffers read as [K,M] / [N,K] when transposed */
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) {
-                double sum = 0;
-                for (int k = 0; k < K; k++)
-                    sum += (double) a[ta ? k * M + i : i * K + k] *
-                           (double) b[tb ? j * K + k : k * N + j];
-                want[i * N + j] = sum;
-            }
+        ref_gemm(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, want);
         sl_op_attrs at = {.i = {ta, tb}};
         sl_shape sh[3] = {ta ? KT_F32(2, K, M) : KT_F32(2, M, K),
                           tb ? KT_F32(2, N, K) : KT_F32(2, K, N), KT_F32(2, M, N)};
@@ -621,14 +641,11 @@ static void test_sgemm_libraries(void **state)
                 kt_rand(b, brows * ldb + 1, 780 + t, -1, 1);
                 kt_rand(c, m * ldc, 790 + t, -1, 1);
                 float alpha = nan_c ? 1.0f : 1.5f, beta = nan_c ? 0.0f : -0.5f;
+                ref_gemm(ta, tb, m, n, k, a, lda, b, ldb, want);
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < n; j++) {
-                        double sum = 0;
-                        for (int p = 0; p < k; p++)
-                            sum += (double) a[ta ? p * lda + i : i * lda + p] *
-                                   (double) b[tb ? j * ldb + p : p * ldb + j];
                         want[i * n + j] =
-                            alpha * sum + (nan_c ? 0 : beta * (double) c[i * ldc + j]);
+                            alpha * want[i * n + j] + (nan_c ? 0 : beta * (double) c[i * ldc + j]);
                         if (nan_c)
                             c[i * ldc + j] = NAN;
                     }

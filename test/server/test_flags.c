@@ -216,30 +216,36 @@ static void test_refusals(void **state)
     free(err);
 }
 
-static char *write_temp(const char *text)
+/* A configuration file holding text, and the --config argument naming it. */
+typedef struct temp_config {
+    char path[32];
+    char arg[64];
+} temp_config;
+
+static void config_write(temp_config *t, const char *text)
 {
-    char *path = strdup("/tmp/salus-flags-XXXXXX");
-    int fd = mkstemp(path);
+    snprintf(t->path, sizeof t->path, "/tmp/salus-flags-XXXXXX");
+    int fd = mkstemp(t->path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, text, strlen(text)), (ssize_t) strlen(text));
     close(fd);
-    return path;
+    snprintf(t->arg, sizeof t->arg, "--config=%s", t->path);
 }
 
 static void test_config_file(void **state)
 {
     (void) state;
-    char *path = write_temp("# a comment\n"
-                            "contexts = 9\n"
-                            "listen = inproc://file\n"
-                            "strict = true\n"
-                            "no-stepwise = false\n"
-                            "device = \"sim:v100\"  # quoted\n");
+    temp_config t;
+    config_write(&t, "# a comment\n"
+                     "contexts = 9\n"
+                     "listen = inproc://file\n"
+                     "strict = true\n"
+                     "no-stepwise = false\n"
+                     "device = \"sim:v100\"  # quoted\n");
     sl_config cfg;
     enum sl_flags_action action;
-    char *err, cfgarg[64];
-    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
-    assert_int_equal(parse(&cfg, &action, &err, cfgarg, "--contexts", "10", NULL), 0);
+    char *err;
+    assert_int_equal(parse(&cfg, &action, &err, t.arg, "--contexts", "10", NULL), 0);
     free(err);
     assert_int_equal(cfg.contexts, 10); /* the command line wins */
     assert_true(cfg.strict && !cfg.no_stepwise);
@@ -247,9 +253,9 @@ static void test_config_file(void **state)
     assert_int_equal(cfg.n_listen, 1);
     assert_string_equal(cfg.listen[0], "inproc://file");
     /* a repeatable flag on the command line replaces the file's */
-    assert_int_equal(
-        parse(&cfg, &action, &err, "--config", path, "-l", "inproc://cli", "--print-config", NULL),
-        0);
+    assert_int_equal(parse(&cfg, &action, &err, "--config", t.path, "-l", "inproc://cli",
+                           "--print-config", NULL),
+                     0);
     free(err);
     assert_int_equal(action, SL_FLAGS_PRINT_CONFIG);
     assert_int_equal(cfg.n_listen, 1);
@@ -274,27 +280,22 @@ static void test_config_file(void **state)
     assert_null(strstr(out, "print-config ="));
     assert_null(strstr(out, "help ="));
     free(out);
-    unlink(path);
-    free(path);
+    unlink(t.path);
 
     /* the error names the file and line */
-    path = write_temp("policy = srtf\n\nidle-timeout = soon\n");
-    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
-    assert_int_equal(parse(&cfg, &action, &err, cfgarg, NULL), 2);
+    config_write(&t, "policy = srtf\n\nidle-timeout = soon\n");
+    assert_int_equal(parse(&cfg, &action, &err, t.arg, NULL), 2);
     char where[64];
-    snprintf(where, sizeof where, "%s:3: bad --idle-timeout 'soon'", path);
+    snprintf(where, sizeof where, "%s:3: bad --idle-timeout 'soon'", t.path);
     if (!strstr(err, where))
         fail_msg("'%s' lacks '%s'", err, where);
     free(err);
-    unlink(path);
-    free(path);
-    path = write_temp("help = true\n");
-    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
-    assert_int_equal(parse(&cfg, &action, &err, cfgarg, NULL), 2);
+    unlink(t.path);
+    config_write(&t, "help = true\n");
+    assert_int_equal(parse(&cfg, &action, &err, t.arg, NULL), 2);
     assert_non_null(strstr(err, "unknown key 'help'"));
     free(err);
-    unlink(path);
-    free(path);
+    unlink(t.path);
 }
 
 int main(void)

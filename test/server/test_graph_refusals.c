@@ -2,61 +2,34 @@
  * that lacks a required attribute (naming the op, the attribute and its
  * position) and an unknown op type (listing the known ones): sl_graph_build
  * on a hand-made session, as salusd runs it for RegisterGraph. */
+#include "graph_msg.h"
 #include "server.h"
 #include "sl_test.h"
 
 #include <string.h>
 
-/* A graph message of up to four ops on one input x = f32[2,1,4,4]. */
-typedef struct gb {
-    Salus__Graph g;
-    Salus__TensorDesc desc, *inputs[1];
-    int64_t dims[4];
-    Salus__Op ops[4], *opp[4];
-    uint32_t in[4][1];
-    int64_t iattrs[4][SL_OP_MAX_IATTRS];
-    float fattrs[4][SL_OP_MAX_FATTRS];
-} gb;
-
-static void gb_init(gb *b)
+/* A graph message on one input x = f32[2,1,4,4]. */
+static void gb_init(sl_test_gb *b)
 {
-    memset(b, 0, sizeof *b);
-    salus__graph__init(&b->g);
-    salus__tensor_desc__init(&b->desc);
-    b->desc.dtype = SALUS__DTYPE__F32;
-    b->dims[0] = 2, b->dims[1] = 1, b->dims[2] = b->dims[3] = 4;
-    b->desc.n_dims = 4;
-    b->desc.dims = b->dims;
-    b->inputs[0] = &b->desc;
-    b->g.n_inputs = 1;
-    b->g.inputs = b->inputs;
-    b->g.ops = b->opp;
+    sl_test_gb_init(b);
+    (void) sl_test_gb_input(b, SL_F32, 4, (const int64_t[]){2, 1, 4, 4});
 }
 
 /* Adds op `type` reading value `in`, sending n_i iattrs and n_f fattrs (all
  * 2, a valid value for every attribute used here). */
-static void gb_op(gb *b, const char *type, uint32_t in, size_t n_i, size_t n_f)
+static void gb_op(sl_test_gb *b, const char *type, uint32_t in, size_t n_i, size_t n_f)
 {
-    size_t k = b->g.n_ops++;
-    Salus__Op *o = &b->ops[k];
-    salus__op__init(o);
-    o->type = (char *) type;
-    b->in[k][0] = in;
-    o->n_inputs = 1;
-    o->inputs = b->in[k];
+    Salus__Op *o = sl_test_gb_op(b, type, 1, &in);
     for (size_t i = 0; i < n_i; i++)
-        b->iattrs[k][i] = 2;
+        o->iattrs[i] = 2;
     for (size_t i = 0; i < n_f; i++)
-        b->fattrs[k][i] = 2.0f;
+        o->fattrs[i] = 2.0f;
     o->n_iattrs = n_i;
-    o->iattrs = b->iattrs[k];
     o->n_fattrs = n_f;
-    o->fattrs = b->fattrs[k];
-    b->opp[k] = o;
 }
 
 /* sl_graph_build's code, its message in err. */
-static int build(gb *b, char *err, size_t errlen)
+static int build(sl_test_gb *b, char *err, size_t errlen)
 {
     sl_map tensors = {0}; /* a session without tensors */
     sl_graph *g = NULL;
@@ -70,7 +43,7 @@ static int build(gb *b, char *err, size_t errlen)
 static void a_missing_required_attribute_is_named(void **state)
 {
     (void) state;
-    gb b;
+    sl_test_gb b;
     char err[256];
     gb_init(&b);
     gb_op(&b, "relu", 0, 0, 0);
@@ -98,7 +71,7 @@ static void a_missing_required_attribute_is_named(void **state)
 static void an_unknown_op_lists_the_known_ones(void **state)
 {
     (void) state;
-    gb b;
+    sl_test_gb b;
     char err[2048];
     gb_init(&b);
     gb_op(&b, "relu", 0, 0, 0);

@@ -3,6 +3,7 @@
  * and, on an embedded server over inproc:// on the cpu device, that fetches
  * of overwritten values and whole training runs give exactly the results
  * they give with in-place execution turned off (cfg.no_inplace). */
+#include "graph_msg.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_log.h"
@@ -51,66 +52,19 @@ static int fixture_teardown(void **state)
     return 0;
 }
 
-/* A graph message under construction (static storage: small graphs). */
-typedef struct gb {
-    Salus__Graph g;
-    Salus__TensorDesc descs[4], *inputs[4];
-    int64_t dims[4][SL_MAX_DIMS];
-    uint64_t params[4];
-    Salus__Op ops[8], *opp[8];
-    uint32_t in[8][SL_OP_MAX_IN];
-    int64_t iattrs[8][SL_OP_MAX_IATTRS];
-    uint32_t n_values;
-} gb;
-
-static void gb_init(gb *b)
-{
-    memset(b, 0, sizeof *b);
-    salus__graph__init(&b->g);
-    b->g.inputs = b->inputs;
-    b->g.params = b->params;
-    b->g.ops = b->opp;
-}
-
-/* Inputs first, then params, then ops (value numbering follows). */
-static uint32_t gb_input(gb *b, int ndim, const int64_t *dims)
-{
-    size_t i = b->g.n_inputs++;
-    salus__tensor_desc__init(&b->descs[i]);
-    b->descs[i].dtype = SALUS__DTYPE__F32;
-    b->descs[i].n_dims = (size_t) ndim;
-    memcpy(b->dims[i], dims, (size_t) ndim * sizeof *dims);
-    b->descs[i].dims = b->dims[i];
-    b->inputs[i] = &b->descs[i];
-    return b->n_values++;
-}
-
-static uint32_t gb_param(gb *b, uint64_t id)
-{
-    b->params[b->g.n_params++] = id;
-    return b->n_values++;
-}
-
-/* Adds a one-output op; returns its output value. */
-static uint32_t gb_op(gb *b, const char *type, int n_in, const uint32_t *in, int n_iattrs,
+/* Adds a one-output op with n_iattrs int attributes; returns its output
+ * value. */
+static uint32_t gb_op(sl_test_gb *b, const char *type, int n_in, const uint32_t *in, int n_iattrs,
                       const int64_t *iattrs)
 {
-    size_t k = b->g.n_ops++;
-    Salus__Op *o = &b->ops[k];
-    salus__op__init(o);
-    o->type = (char *) type;
-    o->n_inputs = (size_t) n_in;
-    memcpy(b->in[k], in, (size_t) n_in * sizeof *in);
-    o->inputs = b->in[k];
+    Salus__Op *o = sl_test_gb_op(b, type, n_in, in);
     o->n_iattrs = (size_t) n_iattrs;
     if (n_iattrs)
-        memcpy(b->iattrs[k], iattrs, (size_t) n_iattrs * sizeof *iattrs);
-    o->iattrs = b->iattrs[k];
-    b->opp[k] = o;
-    return b->n_values++;
+        memcpy(o->iattrs, iattrs, (size_t) n_iattrs * sizeof *iattrs);
+    return b->n_values - 1;
 }
 
-static sl_graph *build(fixture *f, gb *b, bool inplace)
+static sl_graph *build(fixture *f, sl_test_gb *b, bool inplace)
 {
     sl_graph *g = NULL;
     char err[256] = "";
@@ -124,9 +78,9 @@ static const int64_t v4x8[] = {4, 8}, v32[] = {32}, v4x4[] = {4, 4}, v4[] = {4};
 
 static void relu_chain_shares_one_buffer(void **state)
 {
-    gb b;
-    gb_init(&b);
-    uint32_t x = gb_input(&b, 2, v4x8);
+    sl_test_gb b;
+    sl_test_gb_init(&b);
+    uint32_t x = sl_test_gb_input(&b, SL_F32, 2, v4x8);
     uint32_t a = gb_op(&b, "relu", 1, &x, 0, NULL);
     uint32_t c = gb_op(&b, "sigmoid", 1, &a, 0, NULL);
     uint32_t d = gb_op(&b, "tanh", 1, &c, 0, NULL);
@@ -153,9 +107,9 @@ static void relu_chain_shares_one_buffer(void **state)
 
 static void input_read_later_is_not_overwritten(void **state)
 {
-    gb b;
-    gb_init(&b);
-    uint32_t x = gb_input(&b, 2, v4x8);
+    sl_test_gb b;
+    sl_test_gb_init(&b);
+    uint32_t x = sl_test_gb_input(&b, SL_F32, 2, v4x8);
     uint32_t a = gb_op(&b, "relu", 1, &x, 0, NULL);
     uint32_t s = gb_op(&b, "add", 2, (uint32_t[]){a, x}, 0, NULL);
     /* mul's first input lives on (read by the next op): its second is taken */
@@ -175,12 +129,12 @@ static void input_read_later_is_not_overwritten(void **state)
 
 static void params_and_non_elementwise_ops_never_share(void **state)
 {
-    gb b;
-    gb_init(&b);
-    uint32_t x = gb_input(&b, 2, v4x4);
-    uint32_t bias = gb_input(&b, 1, v4);
-    uint32_t w = gb_param(&b, P_MAT);
-    uint32_t pv = gb_param(&b, P_VEC);
+    sl_test_gb b;
+    sl_test_gb_init(&b);
+    uint32_t x = sl_test_gb_input(&b, SL_F32, 2, v4x4);
+    uint32_t bias = sl_test_gb_input(&b, SL_F32, 1, v4);
+    uint32_t w = sl_test_gb_param(&b, P_MAT);
+    uint32_t pv = sl_test_gb_param(&b, P_VEC);
     uint32_t r = gb_op(&b, "relu", 1, &w, 0, NULL);                                 /* param: no */
     uint32_t mm = gb_op(&b, "matmul", 2, (uint32_t[]){x, r}, 2, (int64_t[]){0, 0}); /* no */
     uint32_t sm = gb_op(&b, "softmax", 1, &mm, 0, NULL);                            /* no */
@@ -208,9 +162,9 @@ static void params_and_non_elementwise_ops_never_share(void **state)
 
 static void a_view_keeps_its_memory_alive(void **state)
 {
-    gb b;
-    gb_init(&b);
-    uint32_t x = gb_input(&b, 2, v4x8);
+    sl_test_gb b;
+    sl_test_gb_init(&b);
+    uint32_t x = sl_test_gb_input(&b, SL_F32, 2, v4x8);
     uint32_t v = gb_op(&b, "reshape", 1, &x, 1, v32);
     uint32_t a = gb_op(&b, "relu", 1, &x, 0, NULL);    /* x's memory is read later via v */
     uint32_t c = gb_op(&b, "sigmoid", 1, &v, 0, NULL); /* the last reader: over it */

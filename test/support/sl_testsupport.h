@@ -1,6 +1,7 @@
 /* What tests, benchmarks and the evaluation drivers share: monotonic clocks,
- * percentiles, private temporary folders, child processes, and a real salusd
- * started in a folder of its own and stopped with SIGTERM.
+ * percentiles, private temporary folders, child processes, test certificates
+ * (openssl), and a real salusd started in a folder of its own and stopped
+ * with SIGTERM.
  *
  * Library code: nothing here exits the process or fails a test; fallible
  * functions return SL_OK or an SL_E* code (errno is left as the failed call
@@ -72,6 +73,23 @@ bool sl_ts_exited(pid_t pid);
 /* A free TCP port on 127.0.0.1, or -1 (bound and released: another
  * process may take it before the caller binds it). */
 int sl_ts_free_port(void);
+
+/* ---- certificates --------------------------------------------------------- */
+
+/* Whether the openssl command line is on PATH (the functions below run it). */
+bool sl_ts_have_openssl(void);
+/* Makes a self-signed CA in the folder dir: <name>.key (EC P-256, mode
+ * 0600) and <name>.crt, subject CN=cn, valid two days. Returns SL_OK,
+ * SL_EINVAL when the command does not fit, or SL_EINTERNAL when openssl
+ * failed (or is missing). */
+int sl_ts_pki_ca(const char *dir, const char *name, const char *cn);
+/* Makes <name>.key (EC P-256, mode 0600) and <name>.crt in dir, subject
+ * CN=cn, signed by the CA <ca>.crt / <ca>.key there (sl_ts_pki_ca). With
+ * san not NULL (a host address), the certificate names it as subjectAltName
+ * (DNS and IP), which clients that verify a server's name need. Errors as
+ * sl_ts_pki_ca. */
+int sl_ts_pki_cert(const char *dir, const char *name, const char *cn, const char *ca,
+                   const char *san);
 
 /* ---- salusd --------------------------------------------------------------- */
 
