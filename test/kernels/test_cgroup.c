@@ -137,15 +137,9 @@ static void cpu_device_fits_the_container(void **state)
     unsetenv("SALUS_TEST_CGROUP_ROOT");
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(v2_ancestors, fresh_root, remove_root),
-        cmocka_unit_test_setup_teardown(v2_container, fresh_root, remove_root),
-        cmocka_unit_test_setup_teardown(v1_memory_controller, fresh_root, remove_root),
-        cmocka_unit_test_setup_teardown(hybrid, fresh_root, remove_root),
-        cmocka_unit_test_setup_teardown(no_limit, fresh_root, remove_root),
-        cmocka_unit_test_setup_teardown(cpu_device_fits_the_container, fresh_root, remove_root),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+/* Each test in a fake tree of its own. */
+#define IN_FRESH_ROOT(t) cmocka_unit_test_setup_teardown(t, fresh_root, remove_root)
+
+SL_TEST_MAIN("cgroup", NULL, NULL, IN_FRESH_ROOT(v2_ancestors), IN_FRESH_ROOT(v2_container),
+             IN_FRESH_ROOT(v1_memory_controller), IN_FRESH_ROOT(hybrid), IN_FRESH_ROOT(no_limit),
+             IN_FRESH_ROOT(cpu_device_fits_the_container))

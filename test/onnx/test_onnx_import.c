@@ -159,15 +159,32 @@ static void add_init_i64(const char *name, size_t n, const int64_t *v)
     graph.initializer[graph.n_initializer++] = t;
 }
 
-static int load(const salus_onnx_options *opts, salus_onnx_model **m)
+/* The model under construction as bytes (the caller frees them). */
+static uint8_t *packed(size_t *len)
 {
-    size_t len = onnx__model_proto__get_packed_size(&model);
-    uint8_t *buf = malloc(len);
+    *len = onnx__model_proto__get_packed_size(&model);
+    uint8_t *buf = malloc(*len);
     assert_non_null(buf);
     onnx__model_proto__pack(&model, buf);
-    int rc = salus_onnx_load_buffer(session, buf, len, opts, m);
+    return buf;
+}
+
+/* The model under construction loaded into the session (m) or, with m
+ * NULL, only checked without a server (the verdict in why). */
+static int load_or_check(const salus_onnx_options *opts, salus_onnx_model **m, char *why,
+                         size_t len)
+{
+    size_t n;
+    uint8_t *buf = packed(&n);
+    int rc = m ? salus_onnx_load_buffer(session, buf, n, opts, m)
+               : salus_onnx_check_buffer(buf, n, NULL, why, len);
     free(buf);
     return rc;
+}
+
+static int load(const salus_onnx_options *opts, salus_onnx_model **m)
+{
+    return load_or_check(opts, m, NULL, 0);
 }
 
 /* ---- tests ---- */
@@ -391,13 +408,7 @@ static void bad_runtime_index_fails_the_run(void **state)
 /* salus_onnx_check_buffer: the same verdicts without a server. */
 static int check(char *why, size_t len)
 {
-    size_t n = onnx__model_proto__get_packed_size(&model);
-    uint8_t *buf = malloc(n);
-    assert_non_null(buf);
-    onnx__model_proto__pack(&model, buf);
-    int rc = salus_onnx_check_buffer(buf, n, NULL, why, len);
-    free(buf);
-    return rc;
+    return load_or_check(NULL, NULL, why, len);
 }
 
 static void checks_without_a_server(void **state)
