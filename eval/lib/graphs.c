@@ -121,7 +121,7 @@ static sl_shape emit(net *n, enum sl_eval_op_kind k, unsigned op, const sl_op_at
                           .split_max = most > UINT32_MAX ? UINT32_MAX : (uint32_t) most,
                           .occupancy = tm.occupancy,
                           .block_ns = tm.block_ns,
-                          .compute_ns = sl_sim_work_ns(n->p, SL_SIM_FP32, tm.flops, 0, NULL),
+                          .compute_ns = sl_sim_work_ns(n->p, tm.prec, tm.flops, 0, NULL),
                           .memory_ns = sl_sim_work_ns(n->p, SL_SIM_FP32, 0, tm.bytes, NULL),
                           .waves = tm.waves};
     t->iteration_ns += ns;

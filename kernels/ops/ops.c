@@ -509,11 +509,16 @@ int sl_ops_infer_bias_grad(const sl_op_attrs *a, const sl_shape *in, sl_shape *o
 
 /* ---- cost ---- */
 
+/* Bytes are counted in each tensor's own dtype (sl_shape_bytes): a bf16 or
+ * f16 tensor moves half the bytes of an f32 one, which is what makes
+ * memory-bound ops faster in half precision. Flops do not depend on the
+ * dtype. */
+
+/* An element-wise op over `tensors` tensors of s's shape and dtype. */
 static void cost_ew(const sl_shape *s, unsigned flops_per_elem, unsigned tensors, sl_op_cost *c)
 {
-    uint64_t n = sl_shape_elems(s);
-    c->flops = flops_per_elem * n;
-    c->bytes = tensors * n * 4;
+    c->flops = flops_per_elem * sl_shape_elems(s);
+    c->bytes = tensors * sl_shape_bytes(s);
 }
 
 #define COST_EW(fn, shape, flops, tensors)                                                         \
@@ -564,17 +569,17 @@ void sl_ops_cost_reshape(const sl_op_attrs *a, const sl_shape *in, const sl_shap
 void sl_ops_cost_mse_loss(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                           sl_op_cost *c)
 {
-    (void) a, (void) out;
+    (void) a;
     cost_ew(&in[0], 3, 2, c);
-    c->bytes += 4;
+    c->bytes += sl_shape_bytes(&out[0]);
 }
 
 void sl_ops_cost_reduce_sum(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                             sl_op_cost *c)
 {
-    (void) a, (void) out;
+    (void) a;
     cost_ew(&in[0], 1, 1, c);
-    c->bytes += 4;
+    c->bytes += sl_shape_bytes(&out[0]);
 }
 
 void sl_ops_cost_reduce_mean(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -587,36 +592,37 @@ void sl_ops_cost_reduce_mean(const sl_op_attrs *a, const sl_shape *in, const sl_
 void sl_ops_cost_softmax_xent(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                               sl_op_cost *c)
 {
-    (void) a, (void) out;
+    (void) a;
+    /* reads the logits and the labels, writes the loss and the softmax */
     uint64_t n = sl_shape_elems(&in[0]), rows = (uint64_t) in[0].dims[0];
     c->flops = 5 * n + 2 * rows;
-    c->bytes = (2 * n + rows + 1) * 4;
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]) +
+               sl_shape_bytes(&out[1]);
 }
 
 void sl_ops_cost_softmax_xent_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                                    sl_op_cost *c)
 {
-    (void) a, (void) out;
-    uint64_t n = sl_shape_elems(&in[0]), rows = (uint64_t) in[0].dims[0];
-    c->flops = 2 * n;
-    c->bytes = (2 * n + rows) * 4;
+    (void) a;
+    c->flops = 2 * sl_shape_elems(&in[0]);
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]);
 }
 
 void sl_ops_cost_argmax(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                         sl_op_cost *c)
 {
-    (void) a, (void) out;
-    uint64_t n = sl_shape_elems(&in[0]), rows = (uint64_t) in[0].dims[0];
-    c->flops = n;
-    c->bytes = (n + rows) * 4;
+    (void) a;
+    c->flops = sl_shape_elems(&in[0]);
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&out[0]);
 }
 
 void sl_ops_cost_adam(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)
 {
     (void) a, (void) out;
-    uint64_t n = sl_shape_elems(&in[0]);
-    c->flops = 14 * n;
-    c->bytes = (7 * n + 1) * 4;
+    /* reads param, grad, m, v and t; writes param, m and v */
+    c->flops = 14 * sl_shape_elems(&in[0]);
+    c->bytes = 2 * sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + 2 * sl_shape_bytes(&in[2]) +
+               2 * sl_shape_bytes(&in[3]) + sl_shape_bytes(&in[4]);
 }
 
 void sl_ops_cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -626,7 +632,7 @@ void sl_ops_cost_matmul(const sl_op_attrs *a, const sl_shape *in, const sl_shape
     uint64_t k = (uint64_t) in[0].dims[a->i[0] ? 0 : 1];
     /* Validated: MK, KN and MN are each <= 2^40, so MNK <= 2^60. */
     c->flops = 2 * m * n * k;
-    c->bytes = (m * k + k * n + m * n) * 4;
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]);
 }
 
 void sl_ops_cost_matmul_acc(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -635,10 +641,9 @@ void sl_ops_cost_matmul_acc(const sl_op_attrs *a, const sl_shape *in, const sl_s
     (void) out;
     const sl_shape *acc = &in[2];
     sl_ops_cost_matmul(a, in, acc, c);
-    uint64_t mn = sl_shape_elems(acc);
-    c->flops += 2 * mn;
+    c->flops += 2 * sl_shape_elems(acc);
     if (a->f[1] != 0.0f)
-        c->bytes += mn * 4;
+        c->bytes += sl_shape_bytes(acc);
 }
 
 void sl_ops_cost_bias_add(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,

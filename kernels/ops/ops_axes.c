@@ -56,7 +56,7 @@ void sl_ops_cost_ew_binary(const sl_op_attrs *a, const sl_shape *in, const sl_sh
 {
     uint64_t n = sl_shape_elems(&out[0]);
     c->flops = a->i[0] == SL_EW_POW ? 8 * n : n;
-    c->bytes = 4 * (sl_shape_elems(&in[0]) + sl_shape_elems(&in[1]) + n);
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]);
 }
 
 int sl_ops_infer_ew_unary(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
@@ -88,7 +88,7 @@ void sl_ops_cost_ew_unary(const sl_op_attrs *a, const sl_shape *in, const sl_sha
                  a->i[0] == SL_EW_THRESHOLDED_RELU || a->i[0] == SL_EW_HARD_SWISH ||
                  a->i[0] == SL_EW_SHRINK;
     c->flops = cheap ? n : 8 * n;
-    c->bytes = 8 * n;
+    c->bytes = 2 * sl_shape_bytes(&in[0]);
 }
 
 int sl_ops_infer_transpose(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,

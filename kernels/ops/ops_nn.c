@@ -419,9 +419,12 @@ void sl_ops_cost_batchnorm(const sl_op_attrs *a, const sl_shape *in, const sl_sh
                            sl_op_cost *c)
 {
     (void) a, (void) out;
+    /* x read twice (statistics, then normalisation) and y written; eight
+     * per-channel vectors (scale, bias, running mean and variance read and
+     * written, the saved mean and inverse deviation) */
     uint64_t n = sl_shape_elems(&in[0]), ch = (uint64_t) in[0].dims[1];
     c->flops = 8 * n + 16 * ch;
-    c->bytes = (3 * n + 8 * ch) * 4;
+    c->bytes = 3 * sl_shape_bytes(&in[0]) + 8 * ch * sl_dtype_size(in[1].dtype);
 }
 
 void sl_ops_cost_batchnorm_infer(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -430,7 +433,7 @@ void sl_ops_cost_batchnorm_infer(const sl_op_attrs *a, const sl_shape *in, const
     (void) a, (void) out;
     uint64_t n = sl_shape_elems(&in[0]), ch = (uint64_t) in[0].dims[1];
     c->flops = 2 * n + 4 * ch;
-    c->bytes = (2 * n + 4 * ch) * 4;
+    c->bytes = 2 * sl_shape_bytes(&in[0]) + 4 * ch * sl_dtype_size(in[1].dtype);
 }
 
 void sl_ops_cost_batchnorm_grad(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -439,5 +442,5 @@ void sl_ops_cost_batchnorm_grad(const sl_op_attrs *a, const sl_shape *in, const 
     (void) a, (void) out;
     uint64_t n = sl_shape_elems(&in[0]), ch = (uint64_t) in[0].dims[1];
     c->flops = 10 * n + 4 * ch;
-    c->bytes = (5 * n + 5 * ch) * 4;
+    c->bytes = 5 * sl_shape_bytes(&in[0]) + 5 * ch * sl_dtype_size(in[2].dtype);
 }

@@ -246,6 +246,16 @@ static int sim_reset(sl_device *dev)
     return SL_OK;
 }
 
+/* Every op is only timed, never computed, so an op runs in every float
+ * dtype of the profile (within the op's own, sl_dev_op_dtypes): a cast
+ * included. */
+static unsigned sim_op_dtypes(sl_device *dev, unsigned op)
+{
+    (void) op;
+    const struct sl_sim_dev *d = dev->priv;
+    return sl_sim_dtypes(d->profile);
+}
+
 const sl_sim_profile *sl_sim_device_profile(const sl_device *dev)
 {
     if (!dev || dev->ops != &sl_sim_device_ops)
@@ -267,6 +277,7 @@ const sl_device_ops sl_sim_device_ops = {
     .memcpy_d2h = sl_sim_memcpy_d2h,
     .memcpy_d2d = sl_sim_memcpy_d2d,
     .launch = sl_sim_launch,
+    .op_dtypes = sim_op_dtypes,
     .stream_set_workspace = sl_sim_stream_set_workspace,
     .host_callback = sl_sim_host_callback,
     .synchronize = sl_sim_synchronize,

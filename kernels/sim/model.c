@@ -43,10 +43,71 @@
  * of the departure time. */
 #define PS_EPS_NS 1e-6
 
-unsigned sl_sim_dtype_prec(unsigned dtype)
+unsigned sl_sim_dtypes(const sl_sim_profile *p)
 {
-    (void) dtype; /* f32 and i32 only: both run on the FP32 pipes */
+    unsigned dts = SL_DTS(SL_F32);
+    if (p && p->peak_flops[SL_SIM_BF16_TC] > 0)
+        dts |= SL_DTS(SL_BF16);
+    if (p && p->peak_flops[SL_SIM_FP16_TC] > 0)
+        dts |= SL_DTS(SL_F16);
+    return dts;
+}
+
+/* The math bit that lets op's f32 form use TF32; 0 for an op that is no
+ * GEMM on tensor cores. */
+static unsigned tensor_core_bit(unsigned op)
+{
+    switch (op) {
+    case SL_OP_MATMUL:
+    case SL_OP_MATMUL_ACC:
+    case SL_OP_BATCH_MATMUL:
+        return SL_MATH_MATMUL_TF32;
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CONV2D_GRAD_FILTER:
+        return SL_MATH_CONV_TF32;
+    default:
+        return 0;
+    }
+}
+
+unsigned sl_sim_op_prec(const sl_sim_profile *p, unsigned op, unsigned dtype, unsigned math)
+{
+    unsigned bit = tensor_core_bit(op);
+    if (!bit)
+        return SL_SIM_FP32;
+    if (dtype == SL_BF16)
+        return SL_SIM_BF16_TC;
+    if (dtype == SL_F16)
+        return SL_SIM_FP16_TC;
+    if ((math & bit) && p && p->peak_flops[SL_SIM_TF32_TC] > 0)
+        return SL_SIM_TF32_TC;
     return SL_SIM_FP32;
+}
+
+/* The dtype an op computes in: its first float input's (the registry makes
+ * every float input of an op share one, cast aside), f32 when it has none. */
+static unsigned compute_dtype(const sl_op_def *d, const sl_shape *in)
+{
+    for (unsigned i = 0; i < d->n_in; i++)
+        if (sl_dtype_is_float(in[i].dtype))
+            return in[i].dtype;
+    return SL_F32;
+}
+
+/* Whether p runs every float dtype among op's tensors (a cast's output
+ * included). */
+static bool runs_dtypes(const sl_sim_profile *p, const sl_op_def *d, const sl_shape *in,
+                        const sl_shape *out)
+{
+    unsigned need = 0;
+    for (unsigned i = 0; i < d->n_in; i++)
+        if (sl_dtype_is_float(in[i].dtype))
+            need |= SL_DTS(in[i].dtype);
+    for (unsigned i = 0; out && i < d->n_out; i++)
+        if (sl_dtype_is_float(out[i].dtype))
+            need |= SL_DTS(out[i].dtype);
+    return (need & ~sl_sim_dtypes(p)) == 0;
 }
 
 uint64_t sl_sim_work_ns(const sl_sim_profile *p, unsigned prec, uint64_t flops, uint64_t bytes,
@@ -170,8 +231,8 @@ static double op_block_ratio(const sl_sim_profile *p, const sl_op_def *d, unsign
     return block_ratio(p, most, p->threads_per_sm);
 }
 
-int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
-                     const sl_shape *in, const sl_shape *out, sl_sim_timing *t)
+int sl_sim_op_timing_math(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                          unsigned math, const sl_shape *in, const sl_shape *out, sl_sim_timing *t)
 {
     static const sl_op_attrs zero_attrs;
     const sl_op_def *d = sl_op_get(op);
@@ -181,8 +242,9 @@ int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *at
         return SL_EUNSUPPORTED;
     if (!attrs)
         attrs = &zero_attrs;
-    const sl_shape *ref = d->n_out ? &out[0] : &in[0];
-    unsigned prec = sl_sim_dtype_prec(ref->dtype);
+    if (!runs_dtypes(p, d, in, out))
+        return SL_EUNSUPPORTED;
+    unsigned prec = sl_sim_op_prec(p, op, compute_dtype(d, in), math);
     if (!(p->peak_flops[prec] > 0))
         return SL_EUNSUPPORTED;
 
@@ -195,7 +257,8 @@ int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *at
     sl_sim_timing r = {.launch_ns = p->launch_ns,
                        .resource = SL_SIM_RES_DEVICE,
                        .flops = c.flops,
-                       .bytes = c.bytes};
+                       .bytes = c.bytes,
+                       .prec = (uint8_t) prec};
     double ratio = op_block_ratio(p, d, op, in, out);
     r.occupancy = ratio < 1.0 ? ratio : 1.0;
     r.work_ns = sl_sim_work_ns(p, prec, c.flops, c.bytes, &r.memory_bound);
@@ -203,6 +266,12 @@ int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *at
     r.waves = ratio;
     *t = r;
     return SL_OK;
+}
+
+int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                     const sl_shape *in, const sl_shape *out, sl_sim_timing *t)
+{
+    return sl_sim_op_timing_math(p, op, attrs, 0, in, out, t);
 }
 
 int sl_sim_op_time_ns(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,

@@ -53,7 +53,9 @@ int sl_sim_part_timing(const sl_sim_profile *p, const sl_sim_timing *whole, unsi
         *out = r;
         return SL_OK;
     }
-    uint64_t compute = sl_sim_work_ns(p, SL_SIM_FP32, whole->flops, 0, NULL);
+    unsigned prec = whole->prec < SL_SIM_PREC_COUNT && p->peak_flops[whole->prec] > 0 ? whole->prec
+                                                                                      : SL_SIM_FP32;
+    uint64_t compute = sl_sim_work_ns(p, prec, whole->flops, 0, NULL);
     uint64_t memory = sl_sim_work_ns(p, SL_SIM_FP32, 0, whole->bytes, NULL);
     double waves = whole->waves;
     if (!(waves > 0)) /* a timing made elsewhere: its waves from its blocks */

@@ -5,6 +5,10 @@
  * Conventions used throughout:
  * - Peak FLOP/s are dense figures at boost clock. Datasheets for A100 and
  *   later quote tensor-core figures "with sparsity"; those are halved here.
+ *   A precision a GPU does not have is 0: BF16 and TF32 before Ampere
+ *   (the P100 and V100 documents list neither), so sim:p100 and sim:v100
+ *   refuse bf16 graphs and run f32 matmuls and convolutions in plain FP32
+ *   whatever the session's math mode (sim.h, sl_sim_op_prec).
  * - Capacities are the marketed size read as binary units (HBM stacks are
  *   binary-sized; nvidia-smi shows a "16 GB" V100 as ~16 GiB less what the
  *   driver reserves). salusd keeps its own margin below total_bytes.
@@ -71,8 +75,12 @@
  *   Volta sustaining a larger fraction of its peak than Pascal agrees with
  *   its larger L1/shared memory and separate integer pipes.
  * - A100, H100, H200: ASSUMPTION, V100's factors (no measured FP32 rows for
- *   them here). Their FP32 figure is strict FP32 on CUDA cores; frameworks
- *   that default to TF32 tensor cores run faster than this models. */
+ *   them here). Their FP32 figure is strict FP32 on CUDA cores; an f32
+ *   matmul or convolution runs at the TF32 figure only where the session's
+ *   math mode allows it (sl_op_call.math), as with PyTorch's allow_tf32.
+ * - Every precision of a profile: ASSUMPTION, the same eff_compute (no
+ *   measured tensor-core rows here), so a compute-bound op's time scales
+ *   with the ratio of the peaks: 14.8x from FP32 to BF16 on H100. */
 #define EFF_COMPUTE_PASCAL 0.63
 #define EFF_COMPUTE_VOLTA_ON 0.76
 #define EFF_MEM 0.80
@@ -86,7 +94,7 @@ static const sl_sim_profile profiles[] = {
         .description = "NVIDIA Tesla P100 SXM2 16 GB (sim)",
         /* NVIDIA Tesla P100 whitepaper (GP100, WP-08019-001), Table 1: FP32
          * 10.6 TFLOPS, FP16 21.2 TFLOPS (packed half2 on CUDA cores; no
-         * tensor cores, no BF16). */
+         * tensor cores, no BF16, no TF32). */
         .peak_flops = {[SL_SIM_FP32] = 10.6 * TFLOPS, [SL_SIM_FP16_TC] = 21.2 * TFLOPS},
         /* NVIDIA Tesla P100 datasheet: 732 GB/s HBM2 (the launch whitepaper
          * quotes 720 GB/s). */
@@ -104,7 +112,7 @@ static const sl_sim_profile profiles[] = {
         .name = "v100",
         .description = "NVIDIA Tesla V100 SXM2 16 GB (sim)",
         /* NVIDIA Tesla V100 datasheet (SXM2 column): FP32 15.7 TFLOPS, tensor
-         * 125 TFLOPS (FP16 multiply); Volta has no BF16. */
+         * 125 TFLOPS (FP16 multiply); Volta has no BF16 and no TF32. */
         .peak_flops = {[SL_SIM_FP32] = 15.7 * TFLOPS, [SL_SIM_FP16_TC] = 125 * TFLOPS},
         .mem_bw = 900 * GBPS, /* V100 datasheet: HBM2 900 GB/s */
         /* V100 datasheet: PCIe 32 GB/s (Gen3 x16, both directions). */
@@ -120,10 +128,12 @@ static const sl_sim_profile profiles[] = {
         .name = "a100",
         .description = "NVIDIA A100 SXM4 40 GB (sim)",
         /* NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 1: FP32
-         * 19.5 TFLOPS, FP16 and BF16 tensor 312 TFLOPS (dense). */
+         * 19.5 TFLOPS, TF32 tensor 156 TFLOPS, FP16 and BF16 tensor 312
+         * TFLOPS (dense; twice that with sparsity). */
         .peak_flops = {[SL_SIM_FP32] = 19.5 * TFLOPS,
                        [SL_SIM_FP16_TC] = 312 * TFLOPS,
-                       [SL_SIM_BF16_TC] = 312 * TFLOPS},
+                       [SL_SIM_BF16_TC] = 312 * TFLOPS,
+                       [SL_SIM_TF32_TC] = 156 * TFLOPS},
         .mem_bw = 1555 * GBPS, /* A100 whitepaper: 1555 GB/s HBM2 (40 GB) */
         /* A100 whitepaper: PCIe Gen 4 host interface (64 GB/s both ways). */
         .pcie_bw = 24 * GBPS,
@@ -138,11 +148,12 @@ static const sl_sim_profile profiles[] = {
         .name = "a100-80",
         .description = "NVIDIA A100 SXM4 80 GB (sim)",
         /* NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column): same
-         * compute as the 40 GB part; 312 TFLOPS FP16/BF16 dense (624 with
-         * sparsity). */
+         * compute as the 40 GB part; TF32 156 TFLOPS and FP16/BF16 312
+         * TFLOPS dense (312 and 624 with sparsity). */
         .peak_flops = {[SL_SIM_FP32] = 19.5 * TFLOPS,
                        [SL_SIM_FP16_TC] = 312 * TFLOPS,
-                       [SL_SIM_BF16_TC] = 312 * TFLOPS},
+                       [SL_SIM_BF16_TC] = 312 * TFLOPS,
+                       [SL_SIM_TF32_TC] = 156 * TFLOPS},
         .mem_bw = 2039 * GBPS, /* A100 datasheet: 2039 GB/s HBM2e */
         .pcie_bw = 24 * GBPS,  /* A100 datasheet: PCIe Gen4 64 GB/s */
         .capacity = 80 * GIB,  /* A100 datasheet: 80 GB HBM2e */
@@ -156,11 +167,12 @@ static const sl_sim_profile profiles[] = {
         .name = "h100",
         .description = "NVIDIA H100 SXM5 80 GB (sim)",
         /* NVIDIA H100 Tensor Core GPU datasheet (SXM column): FP32 67
-         * TFLOPS; FP16 and BF16 tensor 1979 TFLOPS with sparsity, so 989.5
-         * dense. */
+         * TFLOPS; TF32 tensor 989 TFLOPS with sparsity, so 494.5 dense;
+         * FP16 and BF16 tensor 1979 TFLOPS with sparsity, so 989.5 dense. */
         .peak_flops = {[SL_SIM_FP32] = 67 * TFLOPS,
                        [SL_SIM_FP16_TC] = 989.5 * TFLOPS,
-                       [SL_SIM_BF16_TC] = 989.5 * TFLOPS},
+                       [SL_SIM_BF16_TC] = 989.5 * TFLOPS,
+                       [SL_SIM_TF32_TC] = 494.5 * TFLOPS},
         .mem_bw = 3350 * GBPS, /* H100 datasheet: 3.35 TB/s HBM3 */
         .pcie_bw = 48 * GBPS,  /* H100 datasheet: PCIe Gen5 128 GB/s */
         .capacity = 80 * GIB,  /* H100 datasheet: 80 GB */
@@ -176,11 +188,12 @@ static const sl_sim_profile profiles[] = {
         .name = "h200",
         .description = "NVIDIA H200 SXM 141 GB (sim)",
         /* NVIDIA H200 Tensor Core GPU datasheet (SXM column): FP32 67
-         * TFLOPS; FP16 and BF16 tensor 1979 TFLOPS with sparsity (989.5
-         * dense). */
+         * TFLOPS; TF32 tensor 989 TFLOPS with sparsity (494.5 dense); FP16
+         * and BF16 tensor 1979 TFLOPS with sparsity (989.5 dense). */
         .peak_flops = {[SL_SIM_FP32] = 67 * TFLOPS,
                        [SL_SIM_FP16_TC] = 989.5 * TFLOPS,
-                       [SL_SIM_BF16_TC] = 989.5 * TFLOPS},
+                       [SL_SIM_BF16_TC] = 989.5 * TFLOPS,
+                       [SL_SIM_TF32_TC] = 494.5 * TFLOPS},
         .mem_bw = 4800 * GBPS, /* H200 datasheet: 4.8 TB/s HBM3e */
         .pcie_bw = 48 * GBPS,  /* H200 datasheet: PCIe Gen5 128 GB/s */
         .capacity = 141 * GIB, /* H200 datasheet: 141 GB HBM3e */

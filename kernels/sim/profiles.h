@@ -8,11 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Arithmetic the cost model can charge an op to. */
+/* Arithmetic the cost model can charge an op to. Which ops run on which
+ * is sl_sim_op_prec's rule (sim.h). */
 enum sl_sim_prec {
     SL_SIM_FP32 = 0,    /* plain FP32 on the CUDA cores (no TF32) */
     SL_SIM_FP16_TC = 1, /* FP16 multiply, FP32 accumulate on tensor cores (P100: packed FP16) */
-    SL_SIM_BF16_TC = 2, /* BF16 on tensor cores */
+    SL_SIM_BF16_TC = 2, /* BF16 multiply, FP32 accumulate on tensor cores */
+    SL_SIM_TF32_TC = 3, /* f32 operands rounded to TF32 on tensor cores, FP32 accumulate */
     SL_SIM_PREC_COUNT
 };
 

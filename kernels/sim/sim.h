@@ -12,7 +12,10 @@
  *
  * The cost of one op is
  *     launch_ns + max(flops / (peak[prec] * eff_compute), bytes / (mem_bw * eff_mem))
- * with flops and bytes from the op registry's cost(), except that 3x3
+ * with flops and bytes from the op registry's cost() (bytes in each
+ * tensor's dtype: a bf16 tensor moves half an f32 one's), prec the op's
+ * precision (sl_sim_op_prec: tensor cores for half-precision matmuls and
+ * convolutions, and for f32 ones the session lets use TF32), except that 3x3
  * stride-1 convolutions are charged 1/2.25 of their direct FLOPs: cuDNN runs
  * them as Winograd F(2x2,3x3) (Lavin & Gray, "Fast Algorithms for
  * Convolutional Neural Networks", CVPR 2016), and without this no efficiency
@@ -67,19 +70,47 @@ typedef struct sl_sim_timing {
      * below 1, the number of waves its blocks run in above (partitions,
      * sl_sim_part_timing); 0 = unknown (taken from occupancy and block_ns) */
     double waves;
+    /* enum sl_sim_prec the flops were charged at (SL_SIM_FP32 for copies) */
+    uint8_t prec;
 } sl_sim_timing;
 
-/* The precision an op of this dtype runs at: SL_SIM_FP32 for every dtype
- * that exists today (f32, and i32 for index outputs). */
-unsigned sl_sim_dtype_prec(unsigned dtype);
+/* The float dtypes (SL_DTS bits) a profile runs: f32 always, f16 and bf16
+ * where it has a peak for them (sl_sim_profile.peak_flops). A GPU without
+ * BF16 (P100, V100) has no bf16 arithmetic for cuBLAS or cuDNN to use, so
+ * the sim device refuses bf16 there as the real one would, rather than
+ * inventing a rate; the sim device's op_dtypes is this set. Never blocks. */
+unsigned sl_sim_dtypes(const sl_sim_profile *p);
+
+/* The precision op runs at on p when its float inputs are of dtype (enum
+ * sl_dtype; i32 counts as f32) under the session's math (enum sl_math
+ * bits), the rule the cost model charges flops by:
+ * - matmul, matmul_acc, batch_matmul and the three convolutions are GEMMs
+ *   on tensor cores (cuBLAS, cuDNN): bf16 at SL_SIM_BF16_TC, f16 at
+ *   SL_SIM_FP16_TC; f32 at SL_SIM_TF32_TC when math has the op's TF32 bit
+ *   (SL_MATH_MATMUL_TF32 for the matmuls, SL_MATH_CONV_TF32 for the
+ *   convolutions) and p has TF32, else SL_SIM_FP32 (cuBLAS ignores the TF32
+ *   math mode before Ampere);
+ * - every other op computes in f32 on the CUDA cores whatever its dtype
+ *   (half-precision element-wise kernels, PyTorch's among them, load,
+ *   compute in f32 and store): SL_SIM_FP32; its half-precision gain is in
+ *   its bytes.
+ * Does not say whether p runs dtype at all (sl_sim_dtypes). Pure. */
+unsigned sl_sim_op_prec(const sl_sim_profile *p, unsigned op, unsigned dtype, unsigned math);
 
 /* Models one op with validated shapes (sl_op_infer accepted in/attrs and
- * produced out). attrs NULL means all zero. Pure; never blocks.
+ * produced out), its f32 matmuls and convolutions exact (math 0).
+ * attrs NULL means all zero. Pure; never blocks.
  * Errors: SL_EINVAL (p, in or t NULL, or unknown op id), SL_EUNSUPPORTED (the
- * registry has no cost for this op, or the profile has no peak for its
- * precision). */
+ * registry has no cost for this op, or a float dtype of its inputs or
+ * outputs is not in sl_sim_dtypes(p)). */
 int sl_sim_op_timing(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
                      const sl_shape *in, const sl_shape *out, sl_sim_timing *t);
+
+/* sl_sim_op_timing under the session's math (enum sl_math bits, as in
+ * sl_op_call.math): what the real-time device charges a launched op.
+ * Same preconditions and errors. */
+int sl_sim_op_timing_math(const sl_sim_profile *p, unsigned op, const sl_op_attrs *attrs,
+                          unsigned math, const sl_shape *in, const sl_shape *out, sl_sim_timing *t);
 
 /* The occupancy of `blocks` thread blocks of which `per_sm` fit on one SM
  * at once: min(1, blocks / (p->sm_count * per_sm)); 1 when p has no SM
@@ -358,7 +389,8 @@ double sl_sim_part_bw_share(double used, unsigned others);
 
 /* The sim backend's ops table: sl_dev_open("sim:PROFILE[:N]") opens it.
  * arg is the profile name; N in [0, SL_SIM_MAX_DEVICES). Memory is address
- * space only; d2h copies zero-fill their host destination. */
+ * space only; d2h copies zero-fill their host destination. It runs every
+ * op in the float dtypes of its profile (op_dtypes: sl_sim_dtypes). */
 extern const sl_device_ops sl_sim_device_ops;
 #define SL_SIM_MAX_DEVICES 8
 

@@ -2,7 +2,8 @@
  * in-order command queue (workq.h), like the cpu backend, except that an op or copy
  * computes nothing and instead occupies its modeled time on the device.
  *
- * Timing. Each command is priced at submission (sl_sim_op_timing /
+ * Timing. Each command is priced at submission (sl_sim_op_timing_math,
+ * with the call's dtypes and math mode /
  * sl_sim_copy_timing). The worker submits its work to the device's
  * processor-sharing resource, capped at the op's occupancy (sl_sim_psc:
  * a small kernel leaves the SMs it cannot fill to other streams; with
@@ -282,7 +283,8 @@ int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     for (unsigned i = 0; i < call->n_out; i++)
         out[i] = call->out[i].shape;
     sl_sim_timing timing;
-    int rc = sl_sim_op_timing(d->profile, call->op, &call->attrs, in, out, &timing);
+    int rc =
+        sl_sim_op_timing_math(d->profile, call->op, &call->attrs, call->math, in, out, &timing);
     if (rc != SL_OK)
         return rc;
 

@@ -564,8 +564,126 @@ static void test_costs(void **state)
         }
 }
 
+/* Whether every tensor of a cost call is f32. */
+static bool all_f32(const sl_shape *in, unsigned n_in, const sl_shape *out, unsigned n_out)
+{
+    for (unsigned i = 0; i < n_in; i++)
+        if (in[i].dtype != SL_F32)
+            return false;
+    for (unsigned o = 0; o < n_out; o++)
+        if (out[o].dtype != SL_F32)
+            return false;
+    return true;
+}
+
+/* The cost of op on in with every f32 tensor, inputs and outputs, made
+ * dtype: what the registry charges the op in half precision. Shapes are
+ * inferred in f32, so this holds whatever dtypes the op accepts. *f32
+ * gets the f32 cost, *same whether every tensor was f32. */
+static sl_op_cost cost_as(unsigned op, const sl_op_attrs *a, const sl_shape *in, unsigned n_in,
+                          unsigned dtype, sl_op_cost *f32, bool *same)
+{
+    sl_shape hin[SL_OP_MAX_IN], out[SL_OP_MAX_OUT];
+    unsigned n_out = sl_op_get(op)->n_out;
+    assert_sl_ok(sl_op_infer(op, a, in, n_in, out, NULL, 0));
+    sl_op_cost c = {0, 0};
+    sl_op_get(op)->cost(a, in, out, &c);
+    if (f32)
+        *f32 = c;
+    if (same)
+        *same = all_f32(in, n_in, out, n_out);
+    for (unsigned i = 0; i < n_in; i++) {
+        hin[i] = in[i];
+        if (hin[i].dtype == SL_F32)
+            hin[i].dtype = (uint8_t) dtype;
+    }
+    for (unsigned o = 0; o < n_out; o++)
+        if (out[o].dtype == SL_F32)
+            out[o].dtype = (uint8_t) dtype;
+    c = (sl_op_cost){0, 0};
+    sl_op_get(op)->cost(a, hin, out, &c);
+    return c;
+}
+
+static void test_costs_dtype(void **state)
+{
+    (void) state;
+    sl_op_attrs none = {.i = {0}};
+    /* [3,4] @ [4,5] in bf16: the same 120 flops, (12 + 20 + 15) * 2 bytes. */
+    sl_op_cost c =
+        cost_as(SL_OP_MATMUL, &none, (sl_shape[]){A2(3, 4), A2(4, 5)}, 2, SL_BF16, NULL, NULL);
+    assert_int_equal(c.flops, 120);
+    assert_int_equal(c.bytes, 94);
+    /* matmul_acc reading its f16 accumulator: + 15 * 2 bytes. */
+    sl_op_attrs acc_b = {.f = {1, 0.5f}};
+    c = cost_as(SL_OP_MATMUL_ACC, &acc_b, (sl_shape[]){A2(3, 4), A2(4, 5), A2(3, 5)}, 3, SL_F16,
+                NULL, NULL);
+    assert_int_equal(c.flops, 150);
+    assert_int_equal(c.bytes, 94 + 30);
+    /* batch_matmul [2,3,4] @ [2,4,5]: (24 + 40 + 30) * 2 bytes. */
+    c = cost_as(SL_OP_BATCH_MATMUL, &none, (sl_shape[]){KT_F32(3, 2, 3, 4), KT_F32(3, 2, 4, 5)}, 2,
+                SL_BF16, NULL, NULL);
+    assert_int_equal(c.flops, 240);
+    assert_int_equal(c.bytes, 188);
+    /* add [10,10]: 100 flops, three tensors of 200 bytes. */
+    c = cost_as(SL_OP_ADD, &none, (sl_shape[]){A2(10, 10), A2(10, 10)}, 2, SL_BF16, NULL, NULL);
+    assert_int_equal(c.flops, 100);
+    assert_int_equal(c.bytes, 600);
+    /* ew_unary and ew_binary, broadcast [10,10] + [10]: each in its dtype. */
+    c = cost_as(SL_OP_EW_UNARY, &none, (sl_shape[]){A2(10, 10)}, 1, SL_F16, NULL, NULL);
+    assert_int_equal(c.bytes, 400);
+    c = cost_as(SL_OP_EW_BINARY, &none, (sl_shape[]){A2(10, 10), V(10)}, 2, SL_BF16, NULL, NULL);
+    assert_int_equal(c.flops, 100);
+    assert_int_equal(c.bytes, 200 + 20 + 200);
+    /* conv2d x [2,3,7,6], w [4,3,3,3], pad 1: 18144 flops, (252 + 108 +
+     * 336) * 2 bytes. */
+    sl_op_attrs pad1 = {.i = {0, 0, 1, 1, 1, 1}};
+    c = cost_as(SL_OP_CONV2D, &pad1, (sl_shape[]){X4(2, 3, 7, 6), X4(4, 3, 3, 3)}, 2, SL_BF16, NULL,
+                NULL);
+    assert_int_equal(c.flops, 18144);
+    assert_int_equal(c.bytes, 1392);
+    /* argmax of a bf16 [8,3]: 24 * 2 bytes read, 8 i32 indices written. */
+    c = cost_as(SL_OP_ARGMAX, &none, (sl_shape[]){A2(8, 3)}, 1, SL_BF16, NULL, NULL);
+    assert_int_equal(c.flops, 24);
+    assert_int_equal(c.bytes, 48 + 32);
+    /* relu_mask: x and y in bf16, the mask's bits in 32-bit words. */
+    c = cost_as(SL_OP_RELU_MASK, &none, (sl_shape[]){A2(10, 10)}, 1, SL_BF16, NULL, NULL);
+    assert_int_equal(c.bytes, 400 + 4 * 4);
+    /* cast reads its source and writes its destination, each in its dtype. */
+    sl_op_attrs to_bf16 = {.i = {SL_BF16}}, to_f16 = {.i = {SL_F16}};
+    c = cost_of(SL_OP_CAST, &to_bf16, (sl_shape[]){A2(10, 10)}, 1);
+    assert_int_equal(c.flops, 100);
+    assert_int_equal(c.bytes, 400 + 200);
+    c = cost_of(SL_OP_CAST, &to_f16, (sl_shape[]){KT_SHAPE(SL_BF16, 2, 10, 10)}, 1);
+    assert_int_equal(c.bytes, 400);
+
+    /* Every op: the same flops in half precision, never more bytes, and
+     * exactly half of them when every tensor was f32 (cast, whose output
+     * dtype is its attribute, and the masks' bit words aside). */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].rc != SL_OK)
+            continue;
+        sl_op_cost full;
+        bool f32_only;
+        for (unsigned dt = SL_BF16; dt <= SL_F16; dt++) {
+            c = cost_as(cases[i].op, &cases[i].attrs, cases[i].in, cases[i].n_in, dt, &full,
+                        &f32_only);
+            assert_int_equal(c.flops, full.flops);
+            assert_true(c.bytes <= full.bytes);
+            unsigned op = cases[i].op;
+            if (f32_only && op != SL_OP_CAST && op != SL_OP_RELU_MASK &&
+                op != SL_OP_RELU_GRAD_MASK && 2 * c.bytes != full.bytes) {
+                print_error("%s: %llu bytes in %s, %llu in f32\n", cases[i].what,
+                            (unsigned long long) c.bytes, sl_dtype_name(dt),
+                            (unsigned long long) full.bytes);
+                fail();
+            }
+        }
+    }
+}
+
 SL_TEST_GROUP(kt_run_registry_tests, "registry", NULL, NULL, cmocka_unit_test(test_shapes),
               cmocka_unit_test(test_lookup), cmocka_unit_test(test_infer_cases),
               cmocka_unit_test(test_infer_edges), cmocka_unit_test(test_costs),
-              cmocka_unit_test(test_docs), cmocka_unit_test(test_required_attrs),
-              cmocka_unit_test(test_op_names))
+              cmocka_unit_test(test_costs_dtype), cmocka_unit_test(test_docs),
+              cmocka_unit_test(test_required_attrs), cmocka_unit_test(test_op_names))

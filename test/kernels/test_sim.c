@@ -73,9 +73,31 @@ static void test_profiles(void **state)
             assert_true(p->peak_flops[k] >= 0);
     }
     assert_null(sl_sim_profile_at(sl_sim_profile_count()));
-    /* Volta has no BF16; tensor FP16 is 8x its FP32 peak. */
+    /* Volta has no BF16 and no TF32; tensor FP16 is 8x its FP32 peak. */
     assert_true(profile("v100")->peak_flops[SL_SIM_BF16_TC] == 0);
+    assert_true(profile("v100")->peak_flops[SL_SIM_TF32_TC] == 0);
     assert_true(profile("v100")->peak_flops[SL_SIM_FP16_TC] == 125e12);
+    /* Pascal: packed FP16 at twice FP32, nothing else */
+    assert_true(profile("p100")->peak_flops[SL_SIM_FP16_TC] == 21.2e12);
+    assert_true(profile("p100")->peak_flops[SL_SIM_BF16_TC] == 0);
+    assert_true(profile("p100")->peak_flops[SL_SIM_TF32_TC] == 0);
+    /* Ampere and Hopper, dense (half the datasheets' sparsity figures) */
+    static const struct {
+        const char *name;
+        double tf32, half;
+    } tc[] = {{"a100", 156e12, 312e12},
+              {"a100-80", 156e12, 312e12},
+              {"h100", 494.5e12, 989.5e12},
+              {"h200", 494.5e12, 989.5e12}};
+    for (unsigned i = 0; i < sizeof tc / sizeof tc[0]; i++) {
+        const sl_sim_profile *p = profile(tc[i].name);
+        assert_true(p->peak_flops[SL_SIM_TF32_TC] == tc[i].tf32);
+        assert_true(p->peak_flops[SL_SIM_BF16_TC] == tc[i].half);
+        assert_true(p->peak_flops[SL_SIM_FP16_TC] == tc[i].half);
+        assert_int_equal(sl_sim_dtypes(p), SL_DTS_FLOAT);
+    }
+    assert_int_equal(sl_sim_dtypes(profile("v100")), SL_DTS(SL_F32) | SL_DTS(SL_F16));
+    assert_int_equal(sl_sim_dtypes(profile("p100")), SL_DTS(SL_F32) | SL_DTS(SL_F16));
 
     const sl_sim_profile *p;
     assert_sl_ok(sl_sim_profile_find("V100", &p)); /* case-insensitive */
@@ -230,6 +252,153 @@ static void test_cost_errors(void **state)
     }
     assert_sl_ok(sl_sim_op_time_ns(v100, SL_OP_ADD, NULL, in, out, &ns));
     assert_true(ns >= v100->launch_ns);
+}
+
+static sl_shape typed(sl_shape s, unsigned dtype)
+{
+    s.dtype = (uint8_t) dtype;
+    return s;
+}
+
+/* The work of a square matmul of size n in dtype under math on p. */
+static sl_sim_timing matmul_timing(const sl_sim_profile *p, int64_t n, unsigned dtype,
+                                   unsigned math)
+{
+    sl_shape in[2] = {typed(f32_2(n, n), dtype), typed(f32_2(n, n), dtype)};
+    sl_shape out[1] = {typed(f32_2(n, n), dtype)};
+    sl_sim_timing t;
+    assert_sl_ok(sl_sim_op_timing_math(p, SL_OP_MATMUL, NULL, math, in, out, &t));
+    return t;
+}
+
+static double work_ratio(const sl_sim_timing *slow, const sl_sim_timing *fast)
+{
+    return (double) slow->work_ns / (double) fast->work_ns;
+}
+
+/* Precision: half-precision and TF32 matmuls and convolutions at the
+ * profile's tensor-core peaks, other ops at FP32 with their bytes in their
+ * dtype, and no dtype a profile lacks. */
+static void test_cost_precision(void **state)
+{
+    (void) state;
+    const sl_sim_profile *h100 = profile("h100"), *v100 = profile("v100"), *p100 = profile("p100");
+    /* 8192^3 on H100: compute-bound in every precision (bf16: 1.1 TFLOP
+     * against 0.4 GB), so the work scales with the peaks: 989.5 / 67 =
+     * 14.8x for bf16 and f16, 494.5 / 67 = 7.4x for TF32. */
+    sl_sim_timing f32 = matmul_timing(h100, 8192, SL_F32, 0);
+    sl_sim_timing bf16 = matmul_timing(h100, 8192, SL_BF16, 0);
+    sl_sim_timing f16 = matmul_timing(h100, 8192, SL_F16, 0);
+    sl_sim_timing tf32 = matmul_timing(h100, 8192, SL_F32, SL_MATH_MATMUL_TF32);
+    assert_int_equal(f32.prec, SL_SIM_FP32);
+    assert_int_equal(bf16.prec, SL_SIM_BF16_TC);
+    assert_int_equal(f16.prec, SL_SIM_FP16_TC);
+    assert_int_equal(tf32.prec, SL_SIM_TF32_TC);
+    assert_false(bf16.memory_bound || tf32.memory_bound);
+    assert_int_equal(bf16.flops, f32.flops);
+    assert_int_equal(2 * bf16.bytes, f32.bytes);
+    assert_true(fabs(work_ratio(&f32, &bf16) - 989.5 / 67) < 1e-3);
+    assert_true(fabs(work_ratio(&f32, &f16) - 989.5 / 67) < 1e-3);
+    assert_true(fabs(work_ratio(&f32, &tf32) - 494.5 / 67) < 1e-3);
+    assert_true(fabs(work_ratio(&f32, &bf16) - 14.8) < 0.05);
+    assert_true(fabs(work_ratio(&f32, &tf32) - 7.4) < 0.05);
+    /* The matmul bit does not make convolutions TF32, nor the other way
+     * round; PyTorch's default (convolutions only) leaves matmuls exact. */
+    assert_int_equal(matmul_timing(h100, 8192, SL_F32, SL_MATH_CONV_TF32).work_ns, f32.work_ns);
+    assert_int_equal(matmul_timing(h100, 8192, SL_F32, SL_MATH_DEFAULT).work_ns, f32.work_ns);
+    /* sl_sim_op_timing is math 0: exact f32, bit for bit */
+    sl_shape mm_in[2] = {f32_2(8192, 8192), f32_2(8192, 8192)}, mm_out[1] = {f32_2(8192, 8192)};
+    sl_sim_timing t;
+    assert_sl_ok(sl_sim_op_timing(h100, SL_OP_MATMUL, NULL, mm_in, mm_out, &t));
+    assert_int_equal(t.work_ns, f32.work_ns);
+
+    /* A 3x3 convolution: TF32 under the convolution bit (the Winograd rule
+     * applies in every precision), bf16 on tensor cores. */
+    sl_op_attrs pad1 = {.i = {1, 1, 1, 1, 1, 1}};
+    sl_shape cin[2] = {f32_4(64, 256, 56, 56), f32_4(256, 256, 3, 3)}, cout[1];
+    char err[128];
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D, &pad1, cin, 2, cout, err, sizeof err));
+    sl_sim_timing c32, ctf, cmm, cbf;
+    assert_sl_ok(sl_sim_op_timing_math(h100, SL_OP_CONV2D, &pad1, 0, cin, cout, &c32));
+    assert_sl_ok(
+        sl_sim_op_timing_math(h100, SL_OP_CONV2D, &pad1, SL_MATH_CONV_TF32, cin, cout, &ctf));
+    assert_sl_ok(
+        sl_sim_op_timing_math(h100, SL_OP_CONV2D, &pad1, SL_MATH_MATMUL_TF32, cin, cout, &cmm));
+    assert_int_equal(ctf.prec, SL_SIM_TF32_TC);
+    assert_int_equal(cmm.prec, SL_SIM_FP32);
+    assert_int_equal(cmm.work_ns, c32.work_ns);
+    assert_int_equal(ctf.flops, c32.flops);
+    assert_true(c32.work_ns > 7 * ctf.work_ns);
+    sl_shape bin[2] = {typed(cin[0], SL_BF16), typed(cin[1], SL_BF16)};
+    sl_shape bout[1] = {typed(cout[0], SL_BF16)};
+    assert_sl_ok(sl_sim_op_timing_math(h100, SL_OP_CONV2D, &pad1, 0, bin, bout, &cbf));
+    assert_int_equal(cbf.prec, SL_SIM_BF16_TC);
+    assert_true(c32.work_ns > 14 * cbf.work_ns);
+    /* the gradients follow the same rule */
+    sl_shape gin[3] = {cout[0], cin[1], cin[0]}, gout[1];
+    assert_sl_ok(sl_op_infer(SL_OP_CONV2D_GRAD_INPUT, &pad1, gin, 3, gout, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing_math(h100, SL_OP_CONV2D_GRAD_INPUT, &pad1, SL_MATH_DEFAULT, gin,
+                                       gout, &t));
+    assert_int_equal(t.prec, SL_SIM_TF32_TC);
+    for (unsigned op = 0; op < SL_OP_COUNT; op++) {
+        bool tc = op == SL_OP_MATMUL || op == SL_OP_MATMUL_ACC || op == SL_OP_BATCH_MATMUL ||
+                  op == SL_OP_CONV2D || op == SL_OP_CONV2D_GRAD_INPUT ||
+                  op == SL_OP_CONV2D_GRAD_FILTER;
+        assert_int_equal(sl_sim_op_prec(h100, op, SL_BF16, 0), tc ? SL_SIM_BF16_TC : SL_SIM_FP32);
+        assert_int_equal(sl_sim_op_prec(h100, op, SL_F16, 0), tc ? SL_SIM_FP16_TC : SL_SIM_FP32);
+        assert_int_equal(sl_sim_op_prec(h100, op, SL_F32, SL_MATH_MATMUL_TF32 | SL_MATH_CONV_TF32),
+                         tc ? SL_SIM_TF32_TC : SL_SIM_FP32);
+        assert_int_equal(sl_sim_op_prec(h100, op, SL_I32, 0), SL_SIM_FP32);
+    }
+
+    /* Element-wise: memory-bound, FP32 arithmetic, half the bytes: 2x. */
+    int64_t n = 1ll << 28;
+    sl_shape ain[2] = {f32_2(n / 1024, 1024), f32_2(n / 1024, 1024)}, aout[1];
+    assert_sl_ok(sl_op_infer(SL_OP_ADD, NULL, ain, 2, aout, err, sizeof err));
+    sl_sim_timing a32, a16;
+    assert_sl_ok(sl_sim_op_timing(h100, SL_OP_ADD, NULL, ain, aout, &a32));
+    sl_shape hin[2] = {typed(ain[0], SL_BF16), typed(ain[1], SL_BF16)};
+    sl_shape hout[1] = {typed(aout[0], SL_BF16)};
+    assert_sl_ok(
+        sl_sim_op_timing_math(h100, SL_OP_ADD, NULL, SL_MATH_MATMUL_TF32, hin, hout, &a16));
+    assert_true(a32.memory_bound && a16.memory_bound);
+    assert_int_equal(a16.prec, SL_SIM_FP32);
+    assert_int_equal(2 * a16.bytes, a32.bytes);
+    assert_true(fabs(work_ratio(&a32, &a16) - 2.0) < 1e-5);
+    /* a cast f32 -> bf16 reads 4 and writes 2 bytes an element */
+    sl_op_attrs to_bf16 = {.i = {SL_BF16}};
+    sl_shape cast_out[1];
+    assert_sl_ok(sl_op_infer(SL_OP_CAST, &to_bf16, ain, 1, cast_out, err, sizeof err));
+    assert_sl_ok(sl_sim_op_timing(h100, SL_OP_CAST, &to_bf16, ain, cast_out, &t));
+    assert_int_equal(t.bytes, 6 * (uint64_t) n);
+    assert_true(t.memory_bound);
+
+    /* V100: f16 on its tensor cores (125 / 15.7 = 8x), no TF32 (the math
+     * mode changes nothing), no bf16 at all, a cast to it included. */
+    sl_sim_timing v32 = matmul_timing(v100, 8192, SL_F32, 0);
+    sl_sim_timing v16 = matmul_timing(v100, 8192, SL_F16, 0);
+    assert_true(fabs(work_ratio(&v32, &v16) - 125 / 15.7) < 1e-3);
+    sl_sim_timing vtf = matmul_timing(v100, 8192, SL_F32, SL_MATH_MATMUL_TF32);
+    assert_int_equal(vtf.prec, SL_SIM_FP32);
+    assert_int_equal(vtf.work_ns, v32.work_ns);
+    sl_shape vin[2] = {typed(mm_in[0], SL_BF16), typed(mm_in[1], SL_BF16)};
+    sl_shape vout[1] = {typed(mm_out[0], SL_BF16)};
+    assert_sl_err(sl_sim_op_timing(v100, SL_OP_MATMUL, NULL, vin, vout, &t), SL_EUNSUPPORTED);
+    assert_sl_err(sl_sim_op_timing(v100, SL_OP_ADD, NULL, hin, hout, &t), SL_EUNSUPPORTED);
+    assert_sl_err(sl_sim_op_timing(v100, SL_OP_CAST, &to_bf16, ain, cast_out, &t), SL_EUNSUPPORTED);
+    assert_sl_err(sl_sim_op_timing(p100, SL_OP_ADD, NULL, hin, hout, &t), SL_EUNSUPPORTED);
+    /* P100: f16 as packed half2 at twice FP32 */
+    sl_sim_timing p32 = matmul_timing(p100, 8192, SL_F32, 0);
+    sl_sim_timing p16 = matmul_timing(p100, 8192, SL_F16, 0);
+    assert_true(fabs(work_ratio(&p32, &p16) - 2.0) < 1e-3);
+
+    /* On a partition of the whole device a bf16 matmul keeps its
+     * tensor-core time (the partition model charges the op's precision). */
+    sl_sim_timing part;
+    assert_sl_ok(sl_sim_part_timing(h100, &bf16, h100->sm_count, 1.0, &part));
+    assert_true(part.work_ns <= bf16.work_ns + 1 && part.work_ns + 1 >= bf16.work_ns);
+    assert_sl_ok(sl_sim_part_timing(h100, &bf16, h100->sm_count / 2, 1.0, &part));
+    assert_true(part.work_ns < f32.work_ns / 4);
 }
 
 /* Occupancy: output tiles of 128 x 128 at 2 blocks per SM for GEMM-like
@@ -1029,6 +1198,65 @@ static void test_sharing(void **state)
     env_close(&e);
 }
 
+/* The real-time device runs every op in its profile's dtypes, and charges
+ * a launched op its call's dtypes and math mode. */
+static void test_launch_precision(void **state)
+{
+    (void) state;
+    static const struct {
+        const char *spec;
+        unsigned dts;
+    } devs[] = {{"sim:h100", SL_DTS_FLOAT},
+                {"sim:a100", SL_DTS_FLOAT},
+                {"sim:v100", SL_DTS(SL_F32) | SL_DTS(SL_F16)},
+                {"sim:p100", SL_DTS(SL_F32) | SL_DTS(SL_F16)}};
+    for (unsigned i = 0; i < sizeof devs / sizeof devs[0]; i++) {
+        sl_device *dev;
+        assert_sl_ok(sl_dev_open(devs[i].spec, &dev));
+        for (unsigned op = 0; op < SL_OP_COUNT; op++) {
+            const sl_op_def *d = sl_op_get(op);
+            unsigned own = d->dtypes ? d->dtypes : SL_DTS(SL_F32);
+            assert_int_equal(sl_dev_op_dtypes(dev, op), own & devs[i].dts);
+        }
+        /* a cast converts between every float dtype the GPU has */
+        assert_int_equal(sl_dev_op_dtypes(dev, SL_OP_CAST), devs[i].dts);
+        sl_dev_close(dev);
+    }
+
+    struct env e;
+    env_open(&e, "sim:h100");
+    const sl_device_ops *o = e.dev->ops;
+    const sl_sim_profile *h100 = sl_sim_device_profile(e.dev);
+    static const struct {
+        unsigned dtype, math, prec;
+    } runs[] = {{SL_F32, 0, SL_SIM_FP32},
+                {SL_BF16, 0, SL_SIM_BF16_TC},
+                {SL_F16, 0, SL_SIM_FP16_TC},
+                {SL_F32, SL_MATH_MATMUL_TF32, SL_SIM_TF32_TC}};
+    uint64_t took[4];
+    for (unsigned i = 0; i < 4; i++) {
+        sl_op_call mm = matmul_call(&e, 8192);
+        mm.math = (uint8_t) runs[i].math;
+        for (unsigned k = 0; k < 2; k++)
+            mm.in[k].shape.dtype = (uint8_t) runs[i].dtype;
+        mm.out[0].shape.dtype = (uint8_t) runs[i].dtype;
+        sl_shape in[2] = {mm.in[0].shape, mm.in[1].shape}, out[1] = {mm.out[0].shape};
+        sl_sim_timing t;
+        assert_sl_ok(sl_sim_op_timing_math(h100, mm.op, NULL, mm.math, in, out, &t));
+        assert_int_equal(t.prec, runs[i].prec);
+        uint64_t t0 = sl_now_ns();
+        assert_sl_ok(o->launch(e.dev, e.s[0], &mm));
+        assert_sl_ok(o->synchronize(e.dev, e.s[0]));
+        took[i] = sl_sim_stream_modeled_ns(e.s[0]) - t0;
+        assert_about(took[i], t.launch_ns + t.work_ns, "matmul");
+    }
+    /* f32 21.6 ms, bf16 and f16 1.5 ms, TF32 2.9 ms: the modeled times,
+     * which a late worker thread never stretches */
+    assert_true(took[0] > 10 * took[1] && took[0] > 10 * took[2]);
+    assert_true(took[0] > 5 * took[3] && took[3] > took[1]);
+    env_close(&e);
+}
+
 /* Launches are reserved when an op is submitted: ops submitted together
  * launch back to back while earlier ones run (a whole iteration), an op
  * submitted after the previous one completed launches after it (a
@@ -1267,6 +1495,7 @@ int main(void)
         cmocka_unit_test(test_cost_memory_bound),
         cmocka_unit_test(test_cost_conv),
         cmocka_unit_test(test_cost_errors),
+        cmocka_unit_test(test_cost_precision),
         cmocka_unit_test(test_occupancy),
         cmocka_unit_test(test_ps_basic),
         cmocka_unit_test(test_ps_incremental),
@@ -1280,6 +1509,7 @@ int main(void)
         cmocka_unit_test(test_open),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_launch_timing),
+        cmocka_unit_test(test_launch_precision),
         cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_pipelined_launches),
         cmocka_unit_test(test_launches_rebased),
