@@ -1,6 +1,7 @@
 /* The cpu backend's internal interface: device memory and streams
- * (device.c, stream.c), the kernels (ops.c, loss.c, norm.c, pool.c, conv.c)
- * and the oneDNN primitive cache (dnnl.c). Device addresses are host
+ * (device.c, stream.c), the kernels (ops.c, loss.c, norm.c, pool.c, conv.c,
+ * matmul_dnnl.c; bf16 and f16 in half.c) and the oneDNN primitive cache
+ * (dnnl.c). Device addresses are host
  * addresses. Only the test hooks at the end are meant for use outside
  * kernels/cpu/.
  *

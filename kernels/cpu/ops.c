@@ -3,7 +3,8 @@
  * elementwise.h. Losses and reductions are in loss.c, normalisation in
  * norm.c, convolution and pooling in conv.c and pool.c. Shapes were
  * validated by the registry; kernels trust them. Reductions accumulate in
- * double. */
+ * double. Calls with bf16 or f16 tensors go to half.c, which runs most of
+ * them on these f32 kernels. */
 #include "cpu.h"
 
 #include "elementwise.h"
