@@ -180,6 +180,14 @@ static int walk(ad *a, salus_value loss, unsigned n, const salus_value *wrt,
             if (rc)
                 return rc;
         }
+        bool seeded = false;
+        for (unsigned k = 0; k < o.n_out; k++)
+            seeded |= ga.dout[k] == SL_GV_ONE;
+        for (unsigned i = 0; i < o.n_in && seeded && h && h->scale_seed; i++)
+            if (ga.want[i] && ga.din[i] != SL_GV_NONE)
+                ga.din[i] =
+                    salus_graph_op(a->g, "mul_scalar", 2, (salus_value[]){ga.din[i], h->seed_scale},
+                                   0, NULL, 0, NULL);
         for (unsigned i = 0; i < o.n_in; i++) {
             if (!ga.want[i])
                 continue;

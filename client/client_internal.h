@@ -139,6 +139,11 @@ typedef struct sl_autodiff_hooks {
      * the accumulator, or SALUS_NO_VALUE alone when the loss does not
      * depend on wrt[i]. Returns SL_OK or an error that stops the pass. */
     int (*ready)(void *ctx, unsigned i, salus_value grad, bool accumulated);
+    /* With scale_seed, the gradients leaving the loss op are multiplied by
+     * seed_scale (an f32 [1] value: mul_scalar), so every gradient is that
+     * many times the loss's (loss scaling for f16). */
+    bool scale_seed;
+    salus_value seed_scale;
 } sl_autodiff_hooks;
 
 /* Appends to g the ops computing the gradients of the scalar `loss` with

@@ -521,6 +521,28 @@ static salus_value forward(salus_model *m, salus_graph *g, salus_value x, int64_
     return x;
 }
 
+/* Mixed precision (salus_optimizer.precision): rewrites the forward graph
+ * *g by autocast's rules (autocast.c) and maps *v and, when training, the
+ * parameters' values into the copy. Nothing to do in f32. */
+static int mixed(salus_model *m, salus_graph **g, salus_value *v, int training)
+{
+    if (m->opt.precision == SALUS_F32 || salus_graph_error(*g))
+        return SL_OK;
+    salus_graph *copy;
+    salus_value *map;
+    char err[256];
+    int rc = sl_autocast(*g, m->opt.precision, &copy, &map, err, sizeof err);
+    if (rc)
+        return fail(m, "%s", err);
+    for (int i = 0; i < m->n_params && training; i++)
+        m->params[i].value = map[m->params[i].value];
+    *v = map[*v];
+    sl_free(map);
+    salus_graph_free(*g);
+    *g = copy;
+    return SL_OK;
+}
+
 /* Appends the backward pass and the optimizer's updates of every parameter
  * to the training graph, by automatic differentiation from its loss. */
 static int backward(salus_model *m, const salus_optimizer *opt)
@@ -543,6 +565,9 @@ static int backward(salus_model *m, const salus_optimizer *opt)
         memcpy(m->params[i].state, t.params[i].state, sizeof m->params[i].state);
     m->step_tensor = t.step_tensor;
     m->lr_tensor = t.lr_tensor;
+    m->scale_tensor = t.scale_tensor;
+    m->growth_tensor = t.growth_tensor;
+    m->skipped_tensor = t.skipped_tensor;
     sl_free(t.params);
     if (rc)
         fail(m, "training graph: %s", err);
@@ -583,8 +608,10 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
     salus_value x = salus_graph_input(m->train, SALUS_F32, n, dims);
     salus_value labels = salus_graph_input(m->train, SALUS_I32, 1, &batch);
     salus_value logits = forward(m, m->train, x, batch, 1);
-    m->train_loss = OP(m->train, "softmax_xent", logits, labels);
     m->opt = o;
+    if ((rc = mixed(m, &m->train, &logits, 1)) != SL_OK)
+        return rc;
+    m->train_loss = OP(m->train, "softmax_xent", sl_autocast_to(m->train, logits, SL_F32), labels);
     if (!salus_graph_error(m->train) && (rc = backward(m, &o)) != SL_OK)
         return rc;
     if ((rc = sl_nn_name_tensors(m)) != SL_OK)
@@ -592,7 +619,10 @@ int salus_model_compile(salus_model *m, salus_session *s, const salus_optimizer 
 
     n = batched(infer_batch, m->sample_ndim, m->sample, dims);
     x = salus_graph_input(m->infer, SALUS_F32, n, dims);
-    m->infer_classes = OP(m->infer, "argmax", forward(m, m->infer, x, infer_batch, 0));
+    logits = forward(m, m->infer, x, infer_batch, 0);
+    if ((rc = mixed(m, &m->infer, &logits, 0)) != SL_OK)
+        return rc;
+    m->infer_classes = OP(m->infer, "argmax", logits);
 
     for (salus_graph *g = m->train; g; g = g == m->train ? m->infer : NULL) {
         if (salus_graph_error(g))
@@ -629,7 +659,12 @@ static salus_graph *inference_graph(salus_model *m, int64_t batch, salus_value *
         return NULL;
     int n = batched(batch, m->sample_ndim, m->sample, dims);
     salus_value x = salus_graph_input(g, SALUS_F32, n, dims);
-    *classes = OP(g, "argmax", forward(m, g, x, batch, 0));
+    salus_value logits = forward(m, g, x, batch, 0);
+    if (mixed(m, &g, &logits, 0) != SL_OK) {
+        salus_graph_free(g);
+        return NULL;
+    }
+    *classes = OP(g, "argmax", logits);
     if (salus_graph_error(g) || salus_graph_register(m->session, g, NULL) != SL_OK) {
         salus_graph_free(g);
         return NULL;
@@ -678,6 +713,16 @@ static int predict_parts(salus_model *m, const float *x, int32_t *classes)
  * they fit; the part graph is kept for later calls. Every op of the
  * inference graph works per sample, so the parts compute what the whole
  * batch would. */
+int salus_model_amp_state(salus_model *m, float *scale, int64_t *skipped)
+{
+    if (!m->train || m->error[0])
+        return SL_EINVAL;
+    sl_train t = {.session = m->session,
+                  .scale_tensor = m->scale_tensor,
+                  .skipped_tensor = m->skipped_tensor};
+    return sl_train_amp_state(&t, scale, skipped);
+}
+
 int salus_model_predict(salus_model *m, const float *x, int32_t *classes)
 {
     if (!m->infer || m->error[0])

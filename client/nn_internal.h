@@ -64,7 +64,8 @@ struct salus_model {
     salus_graph *train, *infer;
     salus_value train_loss, infer_classes;
     uint64_t step_tensor, lr_tensor;
-    salus_optimizer opt; /* resolved */
+    uint64_t scale_tensor, growth_tensor, skipped_tensor; /* f16 loss scaling */
+    salus_optimizer opt;                                  /* resolved */
     int64_t batch, infer_batch;
     /* salus_model_predict in parts of part_batch samples (NULL: whole) */
     salus_graph *part;

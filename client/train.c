@@ -42,6 +42,10 @@ int sl_train_resolve(const salus_optimizer *in, salus_optimizer *out, char *err,
         return seterr(err, len,
                       "SALUS_OPT_DECOUPLED_WD (AdamW) needs SALUS_ADAM; SGD's "
                       "weight_decay is PyTorch's (L2, added to the gradient)");
+    if (in->precision != SALUS_F32 && in->precision != SALUS_BF16 && in->precision != SALUS_F16)
+        return seterr(err, len,
+                      "optimizer precision %d is not SALUS_F32 (0), SALUS_BF16 or SALUS_F16",
+                      in->precision);
     if (in->kind == SALUS_MOMENTUM && (!(in->momentum >= 0) || !isfinite(in->momentum)))
         return seterr(err, len, "optimizer momentum %g must be finite and >= 0",
                       (double) in->momentum);
@@ -70,6 +74,12 @@ typedef struct emit_ctx {
     sl_train *t;
     salus_value step; /* Adam's step count */
     salus_value lr;   /* SALUS_OPT_LR_PER_STEP: the learning rate's tensor */
+    /* The parameter being updated and its state: the tensors' own values,
+     * or with loss scaling copies that the step commits only when its
+     * gradients are finite (SALUS_NO_VALUE: the state tensor itself). */
+    salus_value w, st[2];
+    /* loss scaling: the gradients, held until every one has been checked */
+    salus_value *grads;
     char *err;
     size_t len;
 } emit_ctx;
@@ -77,6 +87,11 @@ typedef struct emit_ctx {
 static salus_value state_value(sl_train *t, const sl_trainable *p, int k)
 {
     return salus_graph_param(t->g, p->state[k], SALUS_F32, p->shape.ndim, p->shape.dims);
+}
+
+static salus_value state_of(emit_ctx *e, const sl_trainable *p, int k)
+{
+    return e->st[k] != SALUS_NO_VALUE ? e->st[k] : state_value(e->t, p, k);
 }
 
 #define OPF(g, type, fattrs, ...)                                                                  \
@@ -92,7 +107,7 @@ static salus_value state_value(sl_train *t, const sl_trainable *p, int k)
 static bool accumulate(void *ctx, unsigned i, salus_value *acc, float *beta)
 {
     emit_ctx *e = ctx;
-    if (e->t->opt.kind != SALUS_MOMENTUM)
+    if (e->t->opt.kind != SALUS_MOMENTUM || e->grads)
         return false;
     *acc = state_value(e->t, &e->t->params[i], 0);
     *beta = e->t->opt.momentum;
@@ -109,7 +124,7 @@ static void per_step(emit_ctx *e, const sl_trainable *p, salus_value g, bool acc
     sl_train *t = e->t;
     const salus_optimizer *o = &t->opt;
     salus_graph *G = t->g;
-    salus_value w = p->value, step;
+    salus_value w = e->w, step;
     const float one[] = {1.0f};
     if (o->kind == SALUS_SGD) {
         if (o->weight_decay != 0) {
@@ -118,7 +133,7 @@ static void per_step(emit_ctx *e, const sl_trainable *p, salus_value g, bool acc
         }
         step = g;
     } else if (o->kind == SALUS_MOMENTUM) {
-        salus_value v = state_value(t, p, 0);
+        salus_value v = state_of(e, p, 0);
         if (accumulated && o->weight_decay != 0) {
             const float wd[] = {-o->weight_decay};
             OPF(G, "sgd_update", wd, v, w);
@@ -139,24 +154,19 @@ static void per_step(emit_ctx *e, const sl_trainable *p, salus_value g, bool acc
         const float zero[] = {0.0f};
         step = salus_graph_op(G, "fill", 1, &w, 0, NULL, 1, zero);
         const float f[] = {-1.0f, o->beta1, o->beta2, o->eps};
-        OPF(G, "adam_update", f, step, g, state_value(t, p, 0), state_value(t, p, 1), e->step);
+        OPF(G, "adam_update", f, step, g, state_of(e, p, 0), state_of(e, p, 1), e->step);
     }
     OPF(G, "sgd_update", one, w, OP2(G, "mul_scalar", step, e->lr));
 }
 
-/* The update of parameter i from its gradient g. */
-static int ready(void *ctx, unsigned i, salus_value g, bool accumulated)
+/* The update of parameter i (e->w, e->st) from its gradient g. */
+static int update(emit_ctx *e, unsigned i, salus_value g, bool accumulated)
 {
-    emit_ctx *e = ctx;
     sl_train *t = e->t;
     const salus_optimizer *o = &t->opt;
     sl_trainable *p = &t->params[i];
     salus_graph *G = t->g;
-    salus_value w = p->value;
-    if (g == SALUS_NO_VALUE && !accumulated) {
-        p->unused = true; /* PyTorch too skips a parameter without a gradient */
-        return SL_OK;
-    }
+    salus_value w = e->w;
     if (e->lr != SALUS_NO_VALUE)
         per_step(e, p, g, accumulated);
     else if (o->kind == SALUS_SGD) {
@@ -169,7 +179,7 @@ static int ready(void *ctx, unsigned i, salus_value g, bool accumulated)
     } else if (o->kind == SALUS_MOMENTUM && accumulated) {
         /* v = momentum * v + g is done: v += weight decay * p, then
          * p -= lr * v, which is momentum_update's math */
-        salus_value v = state_value(t, p, 0);
+        salus_value v = state_of(e, p, 0);
         if (o->weight_decay != 0) {
             const float wd[] = {-o->weight_decay};
             OPF(G, "sgd_update", wd, v, w);
@@ -178,7 +188,7 @@ static int ready(void *ctx, unsigned i, salus_value g, bool accumulated)
         OPF(G, "sgd_update", lr, w, v);
     } else if (o->kind == SALUS_MOMENTUM) {
         const float f[] = {o->lr, o->momentum, o->weight_decay};
-        OPF(G, "momentum_update", f, w, g, state_value(t, p, 0));
+        OPF(G, "momentum_update", f, w, g, state_of(e, p, 0));
     } else {
         if (o->weight_decay != 0 && (o->flags & SALUS_OPT_DECOUPLED_WD)) {
             /* AdamW: p -= lr * weight_decay * p, before the Adam step */
@@ -190,10 +200,109 @@ static int ready(void *ctx, unsigned i, salus_value g, bool accumulated)
             g = OPF(G, "axpy", wd, w, g);
         }
         const float f[] = {o->lr, o->beta1, o->beta2, o->eps};
-        OPF(G, "adam_update", f, w, g, state_value(t, p, 0), state_value(t, p, 1), e->step);
+        OPF(G, "adam_update", f, w, g, state_of(e, p, 0), state_of(e, p, 1), e->step);
     }
     if (salus_graph_error(G))
         return seterr(e->err, e->len, "update of parameter %u: %s", i, salus_graph_error(G));
+    return SL_OK;
+}
+
+/* Parameter i's gradient is complete: its update follows at once, or with
+ * loss scaling the gradient waits for the check of all of them. */
+static int ready(void *ctx, unsigned i, salus_value g, bool accumulated)
+{
+    emit_ctx *e = ctx;
+    sl_trainable *p = &e->t->params[i];
+    if (g == SALUS_NO_VALUE && !accumulated) {
+        p->unused = true; /* PyTorch too skips a parameter without a gradient */
+        return SL_OK;
+    }
+    if (e->grads) {
+        e->grads[i] = g;
+        return SL_OK;
+    }
+    e->w = p->value;
+    e->st[0] = e->st[1] = SALUS_NO_VALUE;
+    return update(e, i, g, accumulated);
+}
+
+static int new_scalar(sl_train *t, float v, uint64_t *id, const char *what, char *err, size_t len)
+{
+    if (*id)
+        return SL_OK;
+    int rc = salus_tensor_create(t->session, SALUS_F32, 1, (int64_t[]){1}, &v, id);
+    if (rc)
+        seterr(err, len, "creating %s: %s", what, salus_last_error(t->session->client));
+    return rc;
+}
+
+static salus_value scalar_value(sl_train *t, uint64_t id)
+{
+    return salus_graph_param(t->g, id, SALUS_F32, 1, (int64_t[]){1});
+}
+
+/* PyTorch's GradScaler defaults. */
+#define AMP_INIT_SCALE 65536.0f
+#define AMP_GROWTH 2.0f
+#define AMP_BACKOFF 0.5f
+#define AMP_INTERVAL 2000.0f
+
+/* After the backward pass of a loss-scaled graph: every gradient divided
+ * by the scale and checked for inf and NaN (found), then each update
+ * computed on copies of its parameter and state, committed only when
+ * found stayed 0 (a skipped step changes nothing but the scale), then the
+ * scale's update. The copies cost a pass over each parameter and state
+ * tensor: the price of deciding after every gradient is known, as
+ * GradScaler.step does. */
+static int scaled_updates(emit_ctx *e, salus_value scale)
+{
+    sl_train *t = e->t;
+    salus_graph *G = t->g;
+    const float zero[] = {0.0f}, one[] = {1.0f};
+    salus_value found = salus_graph_op(G, "fill", 1, &scale, 0, NULL, 1, zero);
+    for (unsigned i = 0; i < t->n_params; i++) {
+        bool seen = e->grads[i] == SALUS_NO_VALUE;
+        for (unsigned j = 0; j < i && !seen; j++)
+            seen = e->grads[j] == e->grads[i]; /* one gradient value for two parameters */
+        if (!seen)
+            salus_graph_op(G, "amp_unscale", 3, (salus_value[]){e->grads[i], scale, found}, 0, NULL,
+                           0, NULL);
+    }
+    salus_value step = e->step;
+    if (t->opt.kind == SALUS_ADAM) {
+        e->step = salus_graph_op(G, "copy", 1, &step, 0, NULL, 0, NULL);
+        OPF(G, "add_scalar", one, e->step);
+    }
+    int n_state = sl_train_state_count(&t->opt);
+    for (unsigned i = 0; i < t->n_params; i++) {
+        sl_trainable *p = &t->params[i];
+        if (e->grads[i] == SALUS_NO_VALUE)
+            continue;
+        salus_value orig[2];
+        e->w = salus_graph_op(G, "copy", 1, &p->value, 0, NULL, 0, NULL);
+        e->st[0] = e->st[1] = SALUS_NO_VALUE;
+        for (int k = 0; k < n_state; k++) {
+            orig[k] = state_value(t, p, k);
+            e->st[k] = salus_graph_op(G, "copy", 1, &orig[k], 0, NULL, 0, NULL);
+        }
+        int rc = update(e, i, e->grads[i], false);
+        if (rc)
+            return rc;
+        salus_graph_op(G, "amp_commit", 3, (salus_value[]){p->value, e->w, found}, 0, NULL, 0,
+                       NULL);
+        for (int k = 0; k < n_state; k++)
+            salus_graph_op(G, "amp_commit", 3, (salus_value[]){orig[k], e->st[k], found}, 0, NULL,
+                           0, NULL);
+    }
+    if (t->opt.kind == SALUS_ADAM)
+        salus_graph_op(G, "amp_commit", 3, (salus_value[]){step, e->step, found}, 0, NULL, 0, NULL);
+    const float f[] = {AMP_GROWTH, AMP_BACKOFF, AMP_INTERVAL};
+    salus_graph_op(G, "amp_scale_update", 4,
+                   (salus_value[]){scale, scalar_value(t, t->growth_tensor),
+                                   scalar_value(t, t->skipped_tensor), found},
+                   0, NULL, 3, f);
+    if (salus_graph_error(G))
+        return seterr(e->err, e->len, "loss scaling: %s", salus_graph_error(G));
     return SL_OK;
 }
 
@@ -211,7 +320,14 @@ int sl_train_emit(sl_train *t, char *err, size_t len)
                     return rc;
                 }
             }
-    emit_ctx e = {.t = t, .step = SALUS_NO_VALUE, .lr = SALUS_NO_VALUE, .err = err, .len = len};
+    emit_ctx e = {.t = t,
+                  .step = SALUS_NO_VALUE,
+                  .lr = SALUS_NO_VALUE,
+                  .w = SALUS_NO_VALUE,
+                  .st = {SALUS_NO_VALUE, SALUS_NO_VALUE},
+                  .err = err,
+                  .len = len};
+    bool scaled = t->opt.precision == SALUS_F16;
     if (t->opt.flags & SALUS_OPT_LR_PER_STEP) {
         if (!t->lr_tensor) {
             int rc = salus_tensor_create(t->session, SALUS_F32, 1, (int64_t[]){1}, &t->opt.lr,
@@ -234,19 +350,64 @@ int sl_train_emit(sl_train *t, char *err, size_t len)
                 return rc;
             }
         }
-        /* the step count advances once, before any update reads it */
+        /* the step count advances once, before any update reads it (with
+         * loss scaling, on a copy committed with the updates) */
         e.step = salus_graph_param(t->g, t->step_tensor, SALUS_F32, 1, (int64_t[]){1});
         const float one[] = {1.0f};
-        OPF(t->g, "add_scalar", one, e.step);
+        if (!scaled)
+            OPF(t->g, "add_scalar", one, e.step);
+    }
+    salus_value scale = SALUS_NO_VALUE;
+    if (scaled) {
+        int rc = new_scalar(t, AMP_INIT_SCALE, &t->scale_tensor, "the loss scale", err, len);
+        if (rc == SL_OK)
+            rc = new_scalar(t, 0, &t->growth_tensor, "the loss scale's growth count", err, len);
+        if (rc == SL_OK)
+            rc = new_scalar(t, 0, &t->skipped_tensor, "the skipped-step count", err, len);
+        if (rc)
+            return rc;
+        scale = scalar_value(t, t->scale_tensor);
     }
     salus_value *wrt = sl_calloc(t->n_params ? t->n_params : 1, sizeof *wrt);
-    if (!wrt)
+    if (scaled && wrt)
+        e.grads = sl_calloc(t->n_params ? t->n_params : 1, sizeof *e.grads);
+    if (!wrt || (scaled && !e.grads)) {
+        sl_free(wrt);
         return seterr(err, len, "out of memory"), SL_ENOMEM;
-    for (unsigned i = 0; i < t->n_params; i++)
+    }
+    for (unsigned i = 0; i < t->n_params; i++) {
         wrt[i] = t->params[i].value;
-    const sl_autodiff_hooks h = {.ctx = &e, .accumulate = accumulate, .ready = ready};
+        if (e.grads)
+            e.grads[i] = SALUS_NO_VALUE;
+    }
+    const sl_autodiff_hooks h = {.ctx = &e,
+                                 .accumulate = accumulate,
+                                 .ready = ready,
+                                 .scale_seed = scaled,
+                                 .seed_scale = scale};
     int rc = sl_autodiff(t->g, t->loss, t->n_params, wrt, &h, err, len);
+    if (rc == SL_OK && scaled)
+        rc = scaled_updates(&e, scale);
     sl_free(wrt);
+    sl_free(e.grads);
+    return rc;
+}
+
+int sl_train_amp_state(sl_train *t, float *scale, int64_t *skipped)
+{
+    if (!t->scale_tensor) {
+        if (t->session->client)
+            snprintf(t->session->client->last_error, sizeof t->session->client->last_error,
+                     "no loss scaling: the graph was not built with precision SALUS_F16");
+        return SL_EINVAL;
+    }
+    float v;
+    int rc = SL_OK;
+    if (scale && (rc = salus_tensor_read(t->session, t->scale_tensor, &v, sizeof v)) == SL_OK)
+        *scale = v;
+    if (rc == SL_OK && skipped &&
+        (rc = salus_tensor_read(t->session, t->skipped_tensor, &v, sizeof v)) == SL_OK)
+        *skipped = (int64_t) v;
     return rc;
 }
 
@@ -360,6 +521,18 @@ int salus_graph_train(salus_session *s, const salus_graph *forward, int loss_kin
     if (rc == SL_OK &&
         (sl_graph_value_info(forward, output, &ov) != SL_OK || ov.shape.dtype != SL_F32))
         rc = seterr(err, sizeof err, "output %u is not an f32 value of the graph", output);
+    if (rc == SL_OK && t->opt.precision != SALUS_F32) {
+        salus_graph *mixed;
+        salus_value *map;
+        rc = sl_autocast(forward, t->opt.precision, &mixed, &map, err, sizeof err);
+        if (rc == SL_OK) {
+            salus_graph_free(t->g);
+            t->g = mixed;
+            /* the loss takes the output in f32, as autocast's losses do */
+            output = sl_autocast_to(t->g, map[output], SL_F32);
+            sl_free(map);
+        }
+    }
     if (rc == SL_OK) {
         sl_graph_value in;
         for (salus_value v = 0; sl_graph_value_info(forward, v, &in) == SL_OK; v++)
@@ -431,6 +604,11 @@ int salus_trainer_step(salus_trainer *tr, const void *const *feeds, float *loss)
     if (rc == SL_OK && loss)
         *loss = l;
     return rc;
+}
+
+int salus_trainer_amp_state(salus_trainer *tr, float *scale, int64_t *skipped)
+{
+    return sl_train_amp_state(&tr->t, scale, skipped);
 }
 
 void salus_trainer_free(salus_trainer *tr)

@@ -26,6 +26,10 @@ typedef struct sl_train {
     /* SALUS_OPT_LR_PER_STEP: the learning rate's [1] tensor (created by
      * sl_train_emit, holding opt.lr) */
     uint64_t lr_tensor;
+    /* opt.precision SALUS_F16: the loss scale, the clean steps since it
+     * last changed and the steps skipped, persistent [1] f32 tensors
+     * (created by sl_train_emit) */
+    uint64_t scale_tensor, growth_tensor, skipped_tensor;
 } sl_train;
 
 /* Checks an optimizer and fills in Adam's defaults (unless
@@ -42,5 +46,28 @@ int sl_train_emit(sl_train *t, char *err, size_t len);
  * step uses it. SL_EINVAL (message in the client's last error) when the
  * rate is fixed or lr is not finite and >= 0. */
 int sl_train_set_lr(sl_train *t, float lr);
+
+/* Reads the loss scale and the skipped steps of an f16 training graph
+ * (either out-pointer may be NULL). SL_EINVAL without loss scaling. */
+int sl_train_amp_state(sl_train *t, float *scale, int64_t *skipped);
+
+/* Mixed precision (autocast.c): a copy of forward graph `in` with casts
+ * placed by PyTorch autocast's rules for `half` (SL_BF16 or SL_F16):
+ * matmul, batch_matmul and conv2d take every float input in the half type;
+ * bias_add and channel_bias_add take the bias in the activation's dtype;
+ * ops the registry runs in f32 only (losses, softmax, batch norm,
+ * reductions, optimisers) take f32; the rest take their inputs as they
+ * come, the widest dtype when they differ. An input written in place is
+ * never cast. The copy has the same inputs (in order, so the feeds are the
+ * same) and parameters, and the ops in the same order; *map (n_values of
+ * `in` entries) gives each value of `in` its value in the copy, whose
+ * dtype is the half type where the op making it ran in it. On success *out and *map are the
+ * caller's (salus_graph_free, sl_free); on failure nothing is allocated and err says why
+ * (SL_EINVAL, SL_ENOMEM). */
+int sl_autocast(const salus_graph *in, int half, salus_graph **out, salus_value **map, char *err,
+                size_t len);
+/* v as dtype: v itself when it has that dtype or is not a float value,
+ * else a cast appended to g (SALUS_NO_VALUE on a builder error). */
+salus_value sl_autocast_to(salus_graph *g, salus_value v, int dtype);
 
 #endif

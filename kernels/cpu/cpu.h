@@ -241,6 +241,10 @@ int sl_cpu_batchnorm_infer(const sl_op_call *c);
 int sl_cpu_batchnorm_grad(const sl_op_call *c);
 /* pool.c (maxpool_grad in plain C, ties to the first max): */
 int sl_cpu_maxpool_grad(const sl_op_call *c);
+/* amp.c (loss scaling): */
+int sl_cpu_amp_unscale(const sl_op_call *c);
+int sl_cpu_amp_commit(const sl_op_call *c);
+int sl_cpu_amp_scale_update(const sl_op_call *c);
 /* Whether maxpool call c's windows tile the plane (stride = kernel, no
  * padding, no dilation): sl_cpu_maxpool_tiled then runs it. */
 bool sl_cpu_maxpool_tiles(const sl_op_call *c);

@@ -494,6 +494,9 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_LOG_SOFTMAX] = sl_cpu_axes_op,
     [SL_OP_BATCH_MATMUL] = sl_cpu_axes_op,
     [SL_OP_CAST] = k_cast,
+    [SL_OP_AMP_UNSCALE] = sl_cpu_amp_unscale,
+    [SL_OP_AMP_COMMIT] = sl_cpu_amp_commit,
+    [SL_OP_AMP_SCALE_UPDATE] = sl_cpu_amp_scale_update,
 };
 
 static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)

@@ -80,6 +80,10 @@ enum sl_op_id {
     SL_OP_BATCH_MATMUL,
     /* conversions between the float dtypes (f32, bf16, f16) */
     SL_OP_CAST,
+    /* dynamic loss scaling of f16 mixed-precision training (ops_amp.c) */
+    SL_OP_AMP_UNSCALE,
+    SL_OP_AMP_COMMIT,
+    SL_OP_AMP_SCALE_UPDATE,
     SL_OP_COUNT
 };
 

@@ -275,6 +275,26 @@ static int grad_reshape(const sl_grad_emitter *e, sl_grad_args *a, char *err, si
     return failed(a);
 }
 
+/* A conversion's gradient is the gradient converted back to the input's
+ * dtype: under mixed precision a half-precision weight's gradient arrives
+ * in f32, the master weight's dtype. */
+static int grad_cast(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    sl_shape s, ds;
+    if (e->shape(e->ctx, a->in[0], &s) != SL_OK || e->shape(e->ctx, a->dout[0], &ds) != SL_OK)
+        return SL_EINVAL;
+    if (ds.dtype == s.dtype) {
+        a->din[0] = a->dout[0];
+    } else {
+        const int64_t to[1] = {s.dtype};
+        a->din[0] = emit(e, SL_OP_CAST, IN(a->dout[0]), 1, to, 0, NULL);
+    }
+    return failed(a);
+}
+
 /* Ops whose inputs only give a shape: nothing flows back. */
 static int grad_none(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
 {
@@ -294,7 +314,7 @@ static const sl_op_grad_fn rules[SL_OP_COUNT] = {
     [SL_OP_BATCHNORM] = grad_batchnorm, [SL_OP_MSE_LOSS] = grad_loss,
     [SL_OP_SOFTMAX_XENT] = grad_loss,   [SL_OP_REDUCE_SUM] = grad_loss,
     [SL_OP_REDUCE_MEAN] = grad_loss,    [SL_OP_RESHAPE] = grad_reshape,
-    [SL_OP_MUL_SCALAR] = grad_unary,
+    [SL_OP_MUL_SCALAR] = grad_unary,    [SL_OP_CAST] = grad_cast,
 };
 
 sl_op_grad_fn sl_op_grad(unsigned id)

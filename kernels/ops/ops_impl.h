@@ -37,6 +37,10 @@ int sl_ops_need_finite(float v, const char *what, char *err, size_t errlen);
 #define SL_OPS_FNS(name) SL_OPS_INFER(name) SL_OPS_COST(name)
 SL_OPS_INFER(like_in0)
 SL_OPS_FNS(cast)
+/* ops_amp.c: */
+SL_OPS_FNS(amp_unscale)
+SL_OPS_FNS(amp_commit)
+SL_OPS_FNS(amp_scale_update)
 SL_OPS_INFER(relu_mask)
 SL_OPS_INFER(relu_grad_mask)
 SL_OPS_INFER(scale)

@@ -424,6 +424,32 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                     INS({"x", "any shape; f32, bf16 or f16"}),
                     OUTS({"y", "`x`'s shape in dtype `to`"}),
                     IATTRS(REQ("to", "the dtype: 0 f32, 2 bf16, 3 f16"))},
+
+    /* ---- appended: loss scaling (ops_amp.c) ---- */
+    [SL_OP_AMP_UNSCALE] =
+        {"amp_unscale", .group = SL_OP_GROUP_OPTIM, .mutates = 0x5, NN(amp_unscale),
+         .doc = "Loss scaling's check of one gradient, as PyTorch's GradScaler: `grad *= 1 / "
+                "scale` in place, and `found = 1` when an element of `grad` is infinite or NaN "
+                "(else `found` is left as it is). No outputs.",
+         INS({"grad", "any shape"}, {"scale", "`[1]`: the loss scale, finite and nonzero"},
+             {"found", "`[1]`: 0 or 1, or-ed over the gradients of one step"})},
+    [SL_OP_AMP_COMMIT] = {"amp_commit", .group = SL_OP_GROUP_OPTIM, .mutates = 0x1, NN(amp_commit),
+                          .doc = "`dst = src` unless `found` is nonzero: a step whose gradients "
+                                 "overflowed leaves a parameter or optimiser state as it was. No "
+                                 "outputs.",
+                          INS({"dst", "any shape"}, {"src", "`dst`'s shape"},
+                              {"found", "`[1]`, from `amp_unscale`"})},
+    [SL_OP_AMP_SCALE_UPDATE] =
+        {"amp_scale_update", .group = SL_OP_GROUP_OPTIM, .mutates = 0x7, NN(amp_scale_update),
+         .doc = "The loss scale after one step, as PyTorch's GradScaler.update: when `found` is "
+                "nonzero `scale *= backoff`, `growth = 0` and `skipped += 1`; else `growth += 1` "
+                "and when it reaches `interval`, `scale *= growth_factor` and `growth = 0`. No "
+                "outputs.",
+         INS({"scale", "`[1]`"}, {"growth", "`[1]`: clean steps since the scale last changed"},
+             {"skipped", "`[1]`: steps skipped so far"}, {"found", "`[1]`, from `amp_unscale`"}),
+         FATTRS(REQ("growth_factor", "finite, > 1 (PyTorch: 2)"),
+                REQ("backoff", "finite, in (0, 1) (PyTorch: 0.5)"),
+                REQ("interval", "clean steps before the scale grows, >= 1 (PyTorch: 2000)"))},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

@@ -89,9 +89,11 @@ class Model:
         """Adds the main path and the shortcut (same shapes)."""
         return self._layer(lib.salus_model_residual_end(self._live()))
 
-    def compile(self, session, optimizer, batch, infer_batch=None, seed=0):
-        """Creates the parameters in `session` and registers both graphs."""
-        opt = optimizer._struct()
+    def compile(self, session, optimizer, batch, infer_batch=None, seed=0, precision="f32"):
+        """Creates the parameters in `session` and registers both graphs.
+        precision "bf16" or "f16" trains in mixed precision as torch.autocast
+        (see Trainer); "f16" adds dynamic loss scaling (amp_state)."""
+        opt = optimizer._struct(precision)
         infer_batch = batch if infer_batch is None else infer_batch
         self._check(lib.salus_model_compile(self._live(), session._live(), opt, batch,
                                             infer_batch, seed))
@@ -113,6 +115,14 @@ class Model:
         self._check(lib.salus_model_train_step(self._live(), ffi.cast("float *", xp),
                                                ffi.cast("int32_t *", lp), loss))
         return float(loss[0])
+
+    def amp_state(self):
+        """precision="f16": (the loss scale of the next step, the steps
+        skipped so far for an inf or NaN gradient)."""
+        self._compiled()
+        scale, skipped = ffi.new("float *"), ffi.new("int64_t *")
+        self._check(lib.salus_model_amp_state(self._live(), scale, skipped))
+        return float(scale[0]), int(skipped[0])
 
     def predict(self, x):
         """Predicted classes of x[infer_batch, *sample_shape] (int32)."""

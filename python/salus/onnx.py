@@ -100,13 +100,15 @@ class OnnxModel:
             raise IndexError(f"output {i} out of range ({len(self.outputs)} outputs)")
         return Value(self.graph, h)
 
-    def trainer(self, optimizer, loss="cross_entropy", output=0):
+    def trainer(self, optimizer, loss="cross_entropy", output=0, precision="f32"):
         """A Trainer of the imported forward graph (salus_graph_train): every
         initialiser is a trained parameter, updated in place, so run() sees
         the trained weights. output: the output (index or name) the loss is
         taken of. Ops without a gradient (BatchNormalization, imported in its
-        inference form) raise Error(Code.EUNSUPPORTED) naming the op."""
-        t = Trainer(self.session, self.graph, self.output_value(output), optimizer, loss)
+        inference form) raise Error(Code.EUNSUPPORTED) naming the op.
+        precision: "f32", "bf16" or "f16" (mixed precision, see Trainer)."""
+        t = Trainer(self.session, self.graph, self.output_value(output), optimizer, loss,
+                    precision)
         self._trainers.add(t)
         return t
 

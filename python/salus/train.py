@@ -5,6 +5,18 @@ from ._core import Code, Error, _buffer, ffi, lib
 from .graph import Graph, Value
 
 
+# Mixed-precision training (salus_optimizer.precision): "bf16" or "f16" run
+# forward and backward in that type with PyTorch autocast's rules, on f32
+# master weights; "f16" adds GradScaler's dynamic loss scaling.
+_PRECISIONS = {"f32": lib.SALUS_F32, "bf16": lib.SALUS_BF16, "f16": lib.SALUS_F16}
+
+
+def _amp_state(session, fn, ptr):
+    scale, skipped = ffi.new("float *"), ffi.new("int64_t *")
+    session._check(fn(ptr, scale, skipped))
+    return float(scale[0]), int(skipped[0])
+
+
 class _Optimizer:
     """What salus_optimizer holds; the subclasses are the optimizers. Their
     semantics are PyTorch's torch.optim ones (salus.h states each update).
@@ -18,8 +30,11 @@ class _Optimizer:
             raise ValueError(f"lr must be > 0, not {lr}")
         self.lr, self.weight_decay, self.lr_schedule = lr, weight_decay, lr_schedule
 
-    def _struct(self):
+    def _struct(self, precision="f32"):
+        if precision not in _PRECISIONS:
+            raise ValueError(f"precision is one of {sorted(_PRECISIONS)}, not {precision!r}")
         opt = ffi.new("salus_optimizer *")
+        opt.precision = _PRECISIONS[precision]
         opt.kind, opt.lr, opt.weight_decay = self.kind, self.lr, self.weight_decay
         opt.flags = lib.SALUS_OPT_LR_PER_STEP if self.lr_schedule else 0
         self._fill(opt)
@@ -88,9 +103,16 @@ class Trainer:
     squared error against a target shaped as `output`) or "scalar" (output
     already is the loss). The forward graph is copied, not changed; the
     optimizer's state tensors are created in `session`.
+
+    precision: "f32", or "bf16" / "f16" for mixed precision as
+    torch.autocast (f32 master weights and optimizer state; matmuls and
+    convolutions in the half type; losses, softmax, norms and reductions in
+    f32); "f16" adds dynamic loss scaling with GradScaler's defaults
+    (amp_state).
     """
 
-    def __init__(self, session, forward, output, optimizer, loss="cross_entropy"):
+    def __init__(self, session, forward, output, optimizer, loss="cross_entropy",
+                 precision="f32"):
         if loss not in _LOSSES:
             raise ValueError(f"loss is one of {sorted(_LOSSES)}")
         if output.graph is not forward:
@@ -98,7 +120,8 @@ class Trainer:
         forward._check_builder()
         out = ffi.new("salus_trainer **")
         session._check(lib.salus_graph_train(session._live(), forward._live(), _LOSSES[loss],
-                                             output.handle, optimizer._struct(), out))
+                                             output.handle, optimizer._struct(precision),
+                                             out))
         self._ptr = out[0]
         self.session = session
         self.graph = Graph(_borrowed=lib.salus_trainer_graph(self._ptr), _owner=self)
@@ -131,6 +154,11 @@ class Trainer:
         """The learning rate of the following steps (optimizer made with
         lr_schedule=True)."""
         self.session._check(lib.salus_trainer_set_lr(self._live(), lr))
+
+    def amp_state(self):
+        """precision="f16": (the loss scale of the next step, the steps skipped
+        so far because a gradient held an inf or NaN)."""
+        return _amp_state(self.session, lib.salus_trainer_amp_state, self._live())
 
     @property
     def params(self):

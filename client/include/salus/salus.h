@@ -338,6 +338,22 @@ typedef struct salus_optimizer {
     float weight_decay;      /* every kind, see above; 0 = none */
     float beta1, beta2, eps; /* SALUS_ADAM; 0 = 0.9, 0.999, 1e-8 unless SALUS_OPT_EXACT */
     unsigned flags;          /* enum salus_optimizer_flags */
+    /* Mixed-precision training: SALUS_F32 (0: none), SALUS_BF16 or
+     * SALUS_F16. With PyTorch autocast's rules (torch.autocast): master
+     * weights, optimizer state and updates stay f32; the training graph
+     * casts the weights and the activations to the half type for matmuls
+     * and convolutions (the biases follow the activations), element-wise
+     * ops run in what they are given, and losses, softmax, batch norm and
+     * reductions run in f32 (cast up before them). The backward pass
+     * mirrors it (a cast's gradient is a cast back), so every weight's
+     * gradient reaches the f32 update. SALUS_F16 adds dynamic loss scaling
+     * with torch.cuda.amp.GradScaler's defaults, inside the graph: the
+     * loss's gradient is multiplied by a scale (initially 65536); a step
+     * whose gradients hold an inf or NaN leaves weights and optimizer state
+     * untouched and halves the scale, and 2000 clean steps in a row double
+     * it (salus_model_amp_state, salus_trainer_amp_state). Every iteration
+     * stays one request. */
+    int precision;
 } salus_optimizer;
 
 /* A model whose samples have shape dims[0..ndim) (no batch dimension), e.g.
@@ -391,6 +407,11 @@ SALUS_EXPORT int salus_model_compile(salus_model *m, salus_session *s, const sal
  * batch's mean loss (before the update) to *loss (may be NULL). */
 SALUS_EXPORT int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels,
                                         float *loss);
+/* f16 mixed precision's loss scaling (salus_optimizer.precision): the
+ * scale the next step uses and the steps skipped so far for an inf or NaN
+ * gradient (either may be NULL). SALUS_EINVAL when the model is not
+ * compiled for SALUS_F16; transport errors. Two reads of session tensors. */
+SALUS_EXPORT int salus_model_amp_state(salus_model *m, float *scale, int64_t *skipped);
 /* Predicted classes of x[infer_batch, sample...] into classes[infer_batch].
  * When one iteration of the whole batch needs more lane workspace than
  * salusd gives its lanes (a convolution's scratch grows with the batch;
@@ -583,6 +604,8 @@ SALUS_EXPORT uint64_t salus_trainer_param_tensor(const salus_trainer *t, unsigne
 /* Sets the learning rate of the following steps (graphs built with
  * SALUS_OPT_LR_PER_STEP; else SALUS_EINVAL). lr finite and >= 0. */
 SALUS_EXPORT int salus_trainer_set_lr(salus_trainer *t, float lr);
+/* As salus_model_amp_state, for a trainer built with SALUS_F16. */
+SALUS_EXPORT int salus_trainer_amp_state(salus_trainer *t, float *scale, int64_t *skipped);
 /* Frees the trainer and its graph (state tensors stay with the session).
  * NULL is fine. */
 SALUS_EXPORT void salus_trainer_free(salus_trainer *t);
