@@ -134,6 +134,6 @@ unsigned sl_dev_op_dtypes(sl_device *dev, unsigned op)
     if (!d)
         return 0;
     unsigned own = d->dtypes ? d->dtypes : SL_DTS(SL_F32);
-    unsigned backend = dev && dev->ops->op_dtypes ? dev->ops->op_dtypes(dev, op) : 0;
-    return (SL_DTS(SL_F32) | backend) & own;
+    unsigned backend = dev && dev->ops->op_dtypes ? dev->ops->op_dtypes(dev, op) : SL_DTS(SL_F32);
+    return backend & own;
 }

@@ -94,7 +94,8 @@ typedef struct sl_device_ops {
     int (*launch)(sl_device *dev, sl_stream *s, const sl_op_call *call);
     /* Optional: the float dtypes (SL_DTS bits) this backend runs op in, a
      * subset of the op's own (sl_op_def.dtypes); for cast, those it converts
-     * between. NULL: f32 only. salusd refuses, at graph registration, an op
+     * between; 0 when the backend has no kernel for op. NULL: every op, in
+     * f32 only. salusd refuses, at graph registration, an op
      * in a dtype its device does not run (sl_dev_op_dtypes), so launch never
      * sees one. Never blocks. */
     unsigned (*op_dtypes)(sl_device *dev, unsigned op);
@@ -278,8 +279,9 @@ struct sl_device {
 int sl_dev_open(const char *spec, sl_device **out);
 /* Closes and frees; NULL is fine. */
 void sl_dev_close(sl_device *dev);
-/* The float dtypes (SL_DTS bits) dev runs op in: f32 always, and what the
- * backend's op_dtypes adds, within what the op itself accepts. */
+/* The float dtypes (SL_DTS bits) dev runs op in, within what the op itself
+ * accepts: the backend's op_dtypes, or f32 when it has none. 0: the backend
+ * has no kernel for op at all. */
 unsigned sl_dev_op_dtypes(sl_device *dev, unsigned op);
 
 /* Backend tables (sl_dev_open picks by name). cuda's is NULL when not built. */

@@ -350,8 +350,13 @@ int sl_graph_check_device(const sl_graph *g, struct sl_device *dev, char *err, s
         }
         if (op->op == SL_OP_CAST && op->n_out)
             need |= SL_DTS(g->values[op->out[0]].shape.dtype);
-        if ((need & runs) == need)
+        if (runs && (need & runs) == need)
             continue;
+        if (!runs) {
+            snprintf(err, errlen, "op %u (%s): the %s device has no kernel for it", k,
+                     sl_op_get(op->op)->name, dev->ops->name);
+            return SL_EUNSUPPORTED;
+        }
         char has[32];
         unsigned missing = need & ~runs, dt = 0;
         while (!(missing & SL_DTS(dt)))
