@@ -108,14 +108,14 @@ static int k_ew_unary(const sl_op_call *c)
     return SL_OK;
 }
 
-/* Any dtype of 4 bytes: copies move uint32 words. */
+/* Any dtype: elements of 4 bytes (f32, i32) or 2 (bf16, f16) move as
+ * words of their size. */
 static int k_transpose(const sl_op_call *c)
 {
     const sl_shape *is = &c->in[0].shape, *os = &c->out[0].shape;
-    const uint32_t *x = c->in[0].data;
-    uint32_t *y = c->out[0].data;
+    size_t es = sl_dtype_size(is->dtype);
     if (os->ndim == 0) {
-        y[0] = x[0];
+        memcpy(c->out[0].data, c->in[0].data, es);
         return SL_OK;
     }
     int64_t in_st[SL_MAX_DIMS], st[SL_MAX_DIMS], idx[SL_MAX_DIMS] = {0};
@@ -126,9 +126,17 @@ static int k_transpose(const sl_op_call *c)
     int64_t inner = os->dims[last], s_last = st[last], off = 0;
     uint64_t rows = sl_shape_elems(os) / (uint64_t) inner;
     for (uint64_t r = 0; r < rows; r++) {
-        uint32_t *row = y + r * (uint64_t) inner;
-        for (int64_t i = 0; i < inner; i++)
-            row[i] = x[off + i * s_last];
+        if (es == 4) {
+            const uint32_t *x = c->in[0].data;
+            uint32_t *row = (uint32_t *) c->out[0].data + r * (uint64_t) inner;
+            for (int64_t i = 0; i < inner; i++)
+                row[i] = x[off + i * s_last];
+        } else {
+            const uint16_t *x = c->in[0].data;
+            uint16_t *row = (uint16_t *) c->out[0].data + r * (uint64_t) inner;
+            for (int64_t i = 0; i < inner; i++)
+                row[i] = x[off + i * s_last];
+        }
         for (int d = (int) last - 1; d >= 0; d--) {
             off += st[d];
             if (++idx[d] < os->dims[d])
@@ -158,12 +166,14 @@ static int k_slice(const sl_op_call *c)
     int64_t dim = c->in[0].shape.dims[axis], count = c->out[0].shape.dims[axis];
     uint64_t outer, inner;
     split_at(&c->in[0].shape, axis, &outer, &inner);
-    const uint32_t *x = c->in[0].data;
-    uint32_t *y = c->out[0].data;
+    size_t es = sl_dtype_size(c->in[0].shape.dtype);
+    const char *x = c->in[0].data;
+    char *y = c->out[0].data;
     for (uint64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++)
-            memcpy(y + (o * (uint64_t) count + (uint64_t) k) * inner,
-                   x + (o * (uint64_t) dim + (uint64_t) (start + k * step)) * inner, inner * 4);
+            memcpy(y + (o * (uint64_t) count + (uint64_t) k) * inner * es,
+                   x + (o * (uint64_t) dim + (uint64_t) (start + k * step)) * inner * es,
+                   inner * es);
     return SL_OK;
 }
 
@@ -174,11 +184,12 @@ static int k_concat(const sl_op_call *c)
     split_at(&c->out[0].shape, axis, &outer, &inner);
     uint64_t na = (uint64_t) c->in[0].shape.dims[axis] * inner;
     uint64_t nb = (uint64_t) c->in[1].shape.dims[axis] * inner;
-    const uint32_t *a = c->in[0].data, *b = c->in[1].data;
-    uint32_t *y = c->out[0].data;
+    size_t es = sl_dtype_size(c->in[0].shape.dtype);
+    const char *a = c->in[0].data, *b = c->in[1].data;
+    char *y = c->out[0].data;
     for (uint64_t o = 0; o < outer; o++) {
-        memcpy(y + o * (na + nb), a + o * na, na * 4);
-        memcpy(y + o * (na + nb) + na, b + o * nb, nb * 4);
+        memcpy(y + o * (na + nb) * es, a + o * na * es, na * es);
+        memcpy(y + (o * (na + nb) + na) * es, b + o * nb * es, nb * es);
     }
     return SL_OK;
 }
@@ -189,17 +200,18 @@ static int k_gather(const sl_op_call *c)
     int64_t dim = c->in[0].shape.dims[axis];
     uint64_t outer, inner, n_idx = sl_shape_elems(&c->in[1].shape);
     split_at(&c->in[0].shape, axis, &outer, &inner);
-    const uint32_t *x = c->in[0].data;
+    size_t es = sl_dtype_size(c->in[0].shape.dtype);
+    const char *x = c->in[0].data;
     const int32_t *idx = c->in[1].data;
-    uint32_t *y = c->out[0].data;
+    char *y = c->out[0].data;
     for (uint64_t j = 0; j < n_idx; j++)
         if (idx[j] < -dim || idx[j] >= dim)
             return SL_EINVAL;
     for (uint64_t o = 0; o < outer; o++)
         for (uint64_t j = 0; j < n_idx; j++) {
             int64_t k = idx[j] < 0 ? idx[j] + dim : idx[j];
-            memcpy(y + (o * n_idx + j) * inner, x + (o * (uint64_t) dim + (uint64_t) k) * inner,
-                   inner * 4);
+            memcpy(y + (o * n_idx + j) * inner * es,
+                   x + (o * (uint64_t) dim + (uint64_t) k) * inner * es, inner * es);
         }
     return SL_OK;
 }

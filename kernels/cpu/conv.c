@@ -46,26 +46,29 @@ struct conv_mds {
     struct dnnl_window win;
 };
 
+/* Every tensor in x's dtype: f32, or bf16 on oneDNN's bf16 kernels, which
+ * sum in f32 and round their output once. */
 static dnnl_status_t conv_mds(const sl_op_attrs *a, const sl_shape *x, const sl_shape *w,
                               const sl_shape *y, struct conv_mds *m)
 {
+    unsigned dt = x->dtype;
     sl_window2d g = sl_conv_window(a, w);
     m->win = to_dnnl(&g);
     int64_t wd[5] = {g.group, w->dims[0] / g.group, w->dims[1], w->dims[2], w->dims[3]};
     int wn = g.group > 1 ? 5 : 4;
     const int64_t *wdims = g.group > 1 ? wd : w->dims;
     dnnl_format_tag_t wtag = g.group > 1 ? dnnl_goihw : dnnl_oihw;
-    dnnl_status_t st = sl_cpu_plain_md(&m->x_u, 4, x->dims, dnnl_nchw);
+    dnnl_status_t st = sl_cpu_plain_md(&m->x_u, 4, x->dims, dt, dnnl_nchw);
     if (st == dnnl_success)
-        st = sl_cpu_plain_md(&m->w_u, wn, wdims, wtag);
+        st = sl_cpu_plain_md(&m->w_u, wn, wdims, dt, wtag);
     if (st == dnnl_success)
-        st = sl_cpu_plain_md(&m->y_u, 4, y->dims, dnnl_nchw);
+        st = sl_cpu_plain_md(&m->y_u, 4, y->dims, dt, dnnl_nchw);
     if (st == dnnl_success)
-        st = sl_cpu_plain_md(&m->x, 4, x->dims, dnnl_format_tag_any);
+        st = sl_cpu_plain_md(&m->x, 4, x->dims, dt, dnnl_format_tag_any);
     if (st == dnnl_success)
-        st = sl_cpu_plain_md(&m->w, wn, wdims, dnnl_format_tag_any);
+        st = sl_cpu_plain_md(&m->w, wn, wdims, dt, dnnl_format_tag_any);
     if (st == dnnl_success)
-        st = sl_cpu_plain_md(&m->y, 4, y->dims, dnnl_format_tag_any);
+        st = sl_cpu_plain_md(&m->y, 4, y->dims, dt, dnnl_format_tag_any);
     return st;
 }
 
@@ -175,8 +178,8 @@ static dnnl_status_t pool_mds(const sl_op_call *c, const sl_shape *x, const sl_s
     m->alg = !avg                  ? dnnl_pooling_max
              : g.count_include_pad ? dnnl_pooling_avg_include_padding
                                    : dnnl_pooling_avg_exclude_padding;
-    dnnl_status_t st = sl_cpu_plain_md(&m->x, 4, x->dims, dnnl_nchw);
-    return st == dnnl_success ? sl_cpu_plain_md(&m->y, 4, y->dims, dnnl_nchw) : st;
+    dnnl_status_t st = sl_cpu_plain_md(&m->x, 4, x->dims, SL_F32, dnnl_nchw);
+    return st == dnnl_success ? sl_cpu_plain_md(&m->y, 4, y->dims, SL_F32, dnnl_nchw) : st;
 }
 
 static dnnl_status_t pool_fwd_pd(dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,

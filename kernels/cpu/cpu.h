@@ -134,6 +134,10 @@ typedef struct sl_cpu_exec {
      * more); read by sl_cpu_stream_failure, cleared after each host
      * callback (stream.c) */
     char failure[192];
+    /* f32 copies of a half-precision op's tensors (half.c) when the stream
+     * has no workspace: grown on demand, freed with the stream */
+    void *half_buf;
+    size_t half_bytes;
 } sl_cpu_exec;
 
 /* Runs one op synchronously on the calling (worker) thread. The call must
@@ -142,6 +146,44 @@ typedef struct sl_cpu_exec {
  * SL_EEXHAUSTED (its oneDNN scratch does not fit x->workspace; logged) or
  * SL_EDEVICE (oneDNN failed; logged). */
 int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call);
+
+/* sl_cpu_run_op for a call whose float tensors are all f32 (and for the
+ * ops that move elements of any size: fill, copy, reshape, transpose,
+ * slice, concat, gather). half.c runs bf16 and f16 calls through it. */
+int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call);
+
+/* Half precision (half.c). True when a float tensor of c is bf16 or f16. */
+bool sl_cpu_call_half(const sl_op_call *c);
+/* Runs a call with bf16 or f16 tensors: the ops that move elements as they
+ * are; bf16 matmuls and convolutions on oneDNN's bf16 kernels where the
+ * processor has them (sl_cpu_bf16_native); every other one, f16 always,
+ * through f32: its half inputs are widened into f32 copies, the f32 kernel
+ * runs on them, and its half outputs (and inputs it updates in place) are
+ * rounded back once. The copies come from the stream's workspace when it
+ * has one (SL_EEXHAUSTED, with x->failure set, when they and the kernel's
+ * own scratch do not fit), else from x->half_buf. Contract otherwise as
+ * sl_cpu_run_op. */
+int sl_cpu_half_op(sl_cpu_exec *x, const sl_op_call *c);
+/* cast: converts between f32, bf16 and f16 (half.h's rounding), split
+ * across the team (x->threads) from SL_CPU_TEAM_MIN_ELEMS elements. */
+int sl_cpu_cast(sl_cpu_exec *x, const sl_op_call *c);
+/* The op_dtypes of sl_cpu_device_ops (device.h): the registry's dtypes for
+ * every op the cpu backend runs. */
+unsigned sl_cpu_op_dtypes(sl_device *dev, unsigned op);
+/* Whether bf16 matmuls and convolutions run on oneDNN's bf16 kernels
+ * (half.c): the processor has AVX512-BF16 (as oneDNN sees it, so
+ * DNNL_MAX_CPU_ISA can turn it off), and SALUS_CPU_BF16 (or
+ * sl_cpu_force_bf16_path) says native, or auto (the default) with AMX. */
+bool sl_cpu_bf16_native(void);
+/* Whether the processor has oneDNN's bf16 kernels at all. */
+bool sl_cpu_bf16_capable(void);
+/* Whether call c runs on the stream's worker thread, which owns the oneDNN
+ * state: sl_cpu_op_uses_dnnl, and the bf16 matmuls on oneDNN. */
+bool sl_cpu_call_uses_dnnl(const sl_op_call *c);
+/* bf16 matmul, matmul_acc and batch_matmul on oneDNN's matmul primitive
+ * (matmul_dnnl.c), f32 accumulation, bf16 output rounded once. Contract as
+ * sl_cpu_dnnl_op. */
+int sl_cpu_dnnl_matmul(sl_cpu_exec *x, const sl_op_call *c);
 
 /* Whether the cpu kernels can run this call: a known op with the registry's
  * arity, and dimensions that fit the libraries' integer types.
@@ -252,6 +294,11 @@ int sl_cpu_inject_error(sl_stream *s, int code);
 /* Test hook: the number of oneDNN primitives cached by stream s (waits for
  * nothing: call it after synchronize). */
 unsigned sl_cpu_cached_prims(sl_stream *s);
+
+/* Test / benchmark hook: overrides SALUS_CPU_BF16 process-wide: 0 auto,
+ * 1 native (where the processor has the kernels), 2 convert; -1 goes back
+ * to the environment's choice. */
+void sl_cpu_force_bf16_path(int path);
 
 /* Test / benchmark hook: when threads > 0, every op on this device uses
  * exactly that many threads instead of cores / running streams; 0 restores

@@ -178,6 +178,7 @@ const sl_device_ops sl_cpu_device_ops = {
     .memcpy_d2h = sl_cpu_memcpy_host,
     .memcpy_d2d = sl_cpu_memcpy,
     .launch = sl_cpu_launch,
+    .op_dtypes = sl_cpu_op_dtypes,
     .stream_set_workspace = sl_cpu_stream_set_workspace,
     .host_callback = sl_cpu_host_callback,
     .stream_failure = sl_cpu_stream_failure,

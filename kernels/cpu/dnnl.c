@@ -54,7 +54,9 @@ struct key {
     uint16_t threads;
     uint32_t zero;
     int64_t dims[SL_OP_MAX_IN + 1][4]; /* inputs, then out[0] */
+    uint8_t dtypes[SL_OP_MAX_IN + 1];  /* the same */
     int64_t attrs[SL_OP_MAX_IATTRS];
+    float fattrs[SL_OP_MAX_FATTRS]; /* matmul_acc's factors are in its primitive */
 };
 
 struct arg {
@@ -123,13 +125,18 @@ static int from_dnnl(dnnl_status_t st, const char *what)
     return code;
 }
 
-dnnl_status_t sl_cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,
+dnnl_data_type_t sl_cpu_dnnl_dt(unsigned dtype)
+{
+    return dtype == SL_BF16 ? dnnl_bf16 : dtype == SL_F16 ? dnnl_f16 : dnnl_f32;
+}
+
+dnnl_status_t sl_cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims, unsigned dtype,
                               dnnl_format_tag_t tag)
 {
     dnnl_dims_t d;
     for (int i = 0; i < ndim; i++)
         d[i] = dims[i];
-    return dnnl_memory_desc_init_by_tag(md, ndim, d, dnnl_f32, tag);
+    return dnnl_memory_desc_init_by_tag(md, ndim, d, sl_cpu_dnnl_dt(dtype), tag);
 }
 
 unsigned sl_cpu_dnnl_count(const sl_cpu_dnnl *d)
@@ -208,10 +215,14 @@ static void make_key(const sl_op_call *c, int threads, struct key *k)
     memset(k, 0, sizeof *k);
     k->op = c->op;
     k->threads = (uint16_t) threads;
-    for (unsigned i = 0; i < c->n_in; i++)
+    for (unsigned i = 0; i < c->n_in; i++) {
         memcpy(k->dims[i], c->in[i].shape.dims, sizeof k->dims[i]);
+        k->dtypes[i] = c->in[i].shape.dtype;
+    }
     memcpy(k->dims[SL_OP_MAX_IN], c->out[0].shape.dims, sizeof k->dims[SL_OP_MAX_IN]);
+    k->dtypes[SL_OP_MAX_IN] = c->out[0].shape.dtype;
     memcpy(k->attrs, c->attrs.i, sizeof k->attrs);
+    memcpy(k->fattrs, c->attrs.f, sizeof k->fattrs);
 }
 
 /* FNV-1a over the key's bytes: a cheap first filter before memcmp. */

@@ -35,7 +35,7 @@ typedef dnnl_status_t (*sl_cpu_prim_build)(dnnl_engine_t eng, const_dnnl_primiti
                                            const sl_op_call *c, sl_cpu_prim_spec *spec);
 
 /* Runs call c on the worker's oneDNN stream with x->threads threads: finds
- * the cached primitive for (c's op, shapes, attributes, x->threads) or
+ * the cached primitive for (c's op, shapes, dtypes, attributes, x->threads) or
  * builds it with build, points its memory objects at c's tensors (no copy
  * unless a layout differs), executes and waits. Weights with a version
  * (sl_op_call.in_version) are reordered into the primitive's layout once per
@@ -59,9 +59,11 @@ int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out);
 bool sl_cpu_conv_grad_filter_by_gemm(const sl_op_call *c);
 int sl_cpu_conv_grad_filter_gemm(sl_cpu_exec *x, const sl_op_call *c);
 
-/* Fills md with a dense f32 layout of dims (ndim 4 or 5; tag nchw, oihw or
- * goihw). Returns the oneDNN status. */
-dnnl_status_t sl_cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,
+/* Fills md with a dense layout of dims in dtype (enum sl_dtype; ndim 4 or
+ * 5; tag nchw, oihw, goihw, or any). Returns the oneDNN status. */
+dnnl_status_t sl_cpu_plain_md(dnnl_memory_desc_t *md, int ndim, const int64_t *dims, unsigned dtype,
                               dnnl_format_tag_t tag);
+/* oneDNN's data type for a float dtype (enum sl_dtype). */
+dnnl_data_type_t sl_cpu_dnnl_dt(unsigned dtype);
 
 #endif

@@ -7,6 +7,7 @@
 #include "cpu.h"
 
 #include "elementwise.h"
+#include "half.h"
 #include "sl_error.h"
 
 #ifdef __SSE2__
@@ -25,10 +26,19 @@ static inline float *f32(const sl_tensor_ref *t)
     return t->data;
 }
 
+/* Any float dtype: a half output is filled with the value rounded once. */
 static int k_fill(const sl_op_call *c)
 {
-    float *y = f32(&c->out[0]), v = c->attrs.f[0];
+    float v = c->attrs.f[0];
+    unsigned dt = c->out[0].shape.dtype;
     uint64_t n = sl_shape_elems(&c->out[0].shape);
+    if (dt == SL_BF16 || dt == SL_F16) {
+        uint16_t *y = c->out[0].data, h = dt == SL_BF16 ? sl_bf16_from_f32(v) : sl_f16_from_f32(v);
+        for (uint64_t i = 0; i < n; i++)
+            y[i] = h;
+        return SL_OK;
+    }
+    float *y = f32(&c->out[0]);
     for (uint64_t i = 0; i < n; i++)
         y[i] = v;
     return SL_OK;
@@ -432,6 +442,8 @@ bool sl_cpu_op_uses_dnnl(unsigned op)
     }
 }
 
+static int k_cast(const sl_op_call *c);
+
 static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_FILL] = k_fill,
     [SL_OP_COPY] = k_copy,
@@ -480,6 +492,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_REDUCE_AXES] = sl_cpu_axes_op,
     [SL_OP_LOG_SOFTMAX] = sl_cpu_axes_op,
     [SL_OP_BATCH_MATMUL] = sl_cpu_axes_op,
+    [SL_OP_CAST] = k_cast,
 };
 
 static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
@@ -531,7 +544,23 @@ static void range_part(void *arg, int part, int parts)
     ranges[j->c->op](j->c, i0, i1 < j->n ? i1 : j->n);
 }
 
+/* cast's entry in the table: sl_cpu_run_op gives it the team. */
+static int k_cast(const sl_op_call *c)
+{
+    sl_cpu_exec one = {.threads = 1};
+    return sl_cpu_cast(&one, c);
+}
+
 int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call)
+{
+    if (call->op == SL_OP_CAST)
+        return sl_cpu_cast(x, call);
+    if (sl_cpu_call_half(call))
+        return sl_cpu_half_op(x, call);
+    return sl_cpu_run_op_f32(x, call);
+}
+
+int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
 {
     if (sl_cpu_op_uses_dnnl(call->op))
         return sl_cpu_dnnl_op(x, call);

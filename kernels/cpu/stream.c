@@ -183,6 +183,9 @@ static void worker_exit(void *ctx)
     sl_stream *s = ctx;
     sl_cpu_dnnl_free(s->exec.dnnl);
     s->exec.dnnl = NULL;
+    sl_free(s->exec.half_buf);
+    s->exec.half_buf = NULL;
+    s->exec.half_bytes = 0;
 }
 
 /* A failure's reason lives until the host callback that reports its
@@ -214,7 +217,7 @@ static bool runs_anywhere(void *ctx, const void *payload)
         !(s->everywhere && atomic_load(&p->gen) == s->applied_gen &&
           atomic_load(&s->exec.shared->lent_gen) == s->applied_lent_gen))
         return false;
-    return c->kind != CMD_OP || !sl_cpu_op_uses_dnnl(c->u.op.op);
+    return c->kind != CMD_OP || !sl_cpu_call_uses_dnnl(&c->u.op);
 }
 
 static const sl_workq_config cpu_workq = {

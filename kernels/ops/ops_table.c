@@ -7,7 +7,8 @@
  *
  * Text is Markdown. Inputs are in0, in1, ... and outputs out0, ... in the
  * order listed; attributes are iattrs[i] / fattrs[i] in the order listed.
- * dtypes are f32 unless said otherwise. */
+ * Float tensors are f32, or any dtype of the op's `dtypes` (HALF: f32, bf16
+ * or f16; docs/ops.md's "Computes in"); i32 ones are documented as such. */
 #include "ops_axes.h"
 #include "ops_impl.h"
 
@@ -30,10 +31,16 @@
 #define FNS(infer_name, cost_name)                                                                 \
     .infer = sl_ops_infer_##infer_name, .cost = sl_ops_cost_##cost_name
 #define NN(name) FNS(name, name)
+/* Computes in f32, bf16 or f16; halves accumulate in f32 and round once. */
+#define HALF .dtypes = SL_DTS_FLOAT, .accum = SL_F32
 
 static const sl_op_group_def groups[SL_OP_GROUP_COUNT] = {
-    [SL_OP_GROUP_DENSE] = {"Element-wise and dense", "Element-wise ops take inputs of one shape "
-                                                     "(any rank) and produce that shape."},
+    [SL_OP_GROUP_DENSE] = {"Element-wise and dense",
+                           "Element-wise ops take inputs of one shape (any rank) and produce that "
+                           "shape. On cpu, bf16 matmuls (and convolutions) run on oneDNN's bf16 "
+                           "kernels where the processor has AVX512-BF16 or AMX; every other "
+                           "half-precision op, f16 always, converts its inputs to f32, runs the "
+                           "f32 kernel and rounds its outputs once."},
     [SL_OP_GROUP_CONV] =
         {"Convolution and pooling",
          "Tensors are NCHW. Pads are in ONNX order: `h_begin, w_begin, h_end, w_end`. An output "
@@ -100,31 +107,31 @@ static const sl_op_attr reshape_attrs[SL_MAX_DIMS] = {
 
 const sl_op_def sl_ops_table[SL_OP_COUNT] = {
     /* ---- element-wise and dense ---- */
-    [SL_OP_FILL] = {"fill", .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(like_in0, fill),
+    [SL_OP_FILL] = {"fill", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(like_in0, fill),
                     .doc = "Every element of the output is `value`.",
                     INS({"like", "any shape; gives the output's shape only (not read)"}),
                     OUTS({"y", "`like`'s shape"}),
                     FATTRS(REQ("value", "the value; any float, infinities and NaN included"))},
-    [SL_OP_COPY] = {"copy", .group = SL_OP_GROUP_DENSE, FNS(like_in0, copy), .doc = "`y = x`.",
-                    INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
-    [SL_OP_ADD] = {"add", .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(same2, binary),
+    [SL_OP_COPY] = {"copy", HALF, .group = SL_OP_GROUP_DENSE, FNS(like_in0, copy),
+                    .doc = "`y = x`.", INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
+    [SL_OP_ADD] = {"add", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(same2, binary),
                    .doc = "`y = a + b`.", INS({"a", "any shape"}, {"b", "`a`'s shape"}),
                    OUTS({"y", "`a`'s shape"})},
-    [SL_OP_MUL] = {"mul", .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(same2, binary),
+    [SL_OP_MUL] = {"mul", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(same2, binary),
                    .doc = "`y = a * b`, element by element.",
                    INS({"a", "any shape"}, {"b", "`a`'s shape"}), OUTS({"y", "`a`'s shape"})},
-    [SL_OP_SCALE] = {"scale", .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(scale, unary),
+    [SL_OP_SCALE] = {"scale", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(scale, unary),
                      .doc = "`y = alpha * x`.", INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"}),
                      FATTRS(REQ("alpha", "the factor; finite"))},
-    [SL_OP_AXPY] = {"axpy", .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(axpy, axpy),
+    [SL_OP_AXPY] = {"axpy", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x3, FNS(axpy, axpy),
                     .doc = "`out = alpha * x + y`.", INS({"x", "any shape"}, {"y", "`x`'s shape"}),
                     OUTS({"out", "`x`'s shape"}), FATTRS(REQ("alpha", "the factor; finite"))},
-    [SL_OP_ADD_SCALAR] = {"add_scalar", .group = SL_OP_GROUP_DENSE, .mutates = 0x1,
+    [SL_OP_ADD_SCALAR] = {"add_scalar", HALF, .group = SL_OP_GROUP_DENSE, .mutates = 0x1,
                           FNS(add_scalar, add_scalar),
                           .doc = "`x += value` in place, e.g. to count an optimiser's steps. No "
                                  "outputs.",
                           INS({"x", "any shape"}), FATTRS(REQ("value", "the addend; finite"))},
-    [SL_OP_MATMUL] = {"matmul", .group = SL_OP_GROUP_DENSE, FNS(matmul, matmul),
+    [SL_OP_MATMUL] = {"matmul", HALF, .group = SL_OP_GROUP_DENSE, FNS(matmul, matmul),
                       .doc = "`y = op(a) @ op(b)`, where `op` transposes when the attribute "
                              "says so.",
                       INS({"a", "`[M,K]`, or `[K,M]` when `transA`"},
@@ -133,7 +140,8 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                       IATTRS(OPT("transA", "1: use `a` transposed; 0 or 1", "0"),
                              OPT("transB", "1: use `b` transposed; 0 or 1", "0"))},
     [SL_OP_MATMUL_ACC] =
-        {"matmul_acc", .group = SL_OP_GROUP_DENSE, .mutates = 0x4, FNS(matmul_acc, matmul_acc),
+        {"matmul_acc", HALF, .group = SL_OP_GROUP_DENSE, .mutates = 0x4,
+         FNS(matmul_acc, matmul_acc),
          .doc = "`acc = beta * acc + alpha * op(a) @ op(b)` in place; no outputs. With `beta = "
                 "0`, `acc` is not read (NaN or infinity there do not propagate). `acc` sharing "
                 "memory with `a` or `b` gives unspecified values (never an out-of-bounds "
@@ -146,88 +154,88 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                 OPT("transB", "1: use `b` transposed; 0 or 1", "0")),
          FATTRS(REQ("alpha", "factor of the product; finite"),
                 REQ("beta", "factor of the old `acc`; finite"))},
-    [SL_OP_BIAS_ADD] = {"bias_add", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+    [SL_OP_BIAS_ADD] = {"bias_add", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
                         FNS(bias_add, bias_add), .doc = "`y[m,n] = x[m,n] + b[n]`.",
                         INS({"x", "`[M,N]`"}, {"b", "`[N]`"}), OUTS({"y", "`[M,N]`"})},
-    [SL_OP_BIAS_GRAD] = {"bias_grad", .group = SL_OP_GROUP_DENSE, FNS(bias_grad, bias_grad),
+    [SL_OP_BIAS_GRAD] = {"bias_grad", HALF, .group = SL_OP_GROUP_DENSE, FNS(bias_grad, bias_grad),
                          .doc = "The gradient of bias_add's bias: `db[n] = sum over m of "
                                 "dy[m,n]`.",
                          INS({"dy", "`[M,N]`"}), OUTS({"db", "`[N]`"})},
-    [SL_OP_RELU] = {"relu", .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(like_in0, unary),
+    [SL_OP_RELU] = {"relu", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1, FNS(like_in0, unary),
                     .doc = "`y = max(x, 0)`.", INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
-    [SL_OP_RELU_GRAD] = {"relu_grad", .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
+    [SL_OP_RELU_GRAD] = {"relu_grad", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
                          FNS(same2, binary), .doc = "`dx = dy * (x > 0)`.",
                          INS({"dy", "any shape"}, {"x", "relu's input, `dy`'s shape"}),
                          OUTS({"dx", "`dy`'s shape"})},
-    [SL_OP_RELU_MASK] = {"relu_mask", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+    [SL_OP_RELU_MASK] = {"relu_mask", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
                          FNS(relu_mask, relu_bits),
-                         .doc = "relu, and the bits its gradient needs: 1/32 of the memory of "
-                                "keeping `x` or `y` for the backward pass.",
+                         .doc = "relu, and the bits its gradient needs: one bit per element "
+                                "instead of keeping `x` or `y` for the backward pass.",
                          INS({"x", "any shape, n elements"}),
                          OUTS({"y", "`max(x, 0)`, `x`'s shape"},
                               {"bits", "i32 `[ceil(n/32)]`: bit `i % 32` of word `i / 32` is set "
                                        "iff `x[i] > 0`"})},
-    [SL_OP_RELU_GRAD_MASK] = {"relu_grad_mask", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+    [SL_OP_RELU_GRAD_MASK] = {"relu_grad_mask", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
                               FNS(relu_grad_mask, relu_bits),
                               .doc = "`dx = dy` where relu_mask's bit is set, else 0.",
                               INS({"dy", "any shape, n elements"},
                                   {"bits", "relu_mask's `bits` for n elements"}),
                               OUTS({"dx", "`dy`'s shape"})},
-    [SL_OP_SIGMOID] = {"sigmoid", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+    [SL_OP_SIGMOID] = {"sigmoid", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
                        FNS(like_in0, transcendental), .doc = "`y = 1 / (1 + exp(-x))`.",
                        INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"})},
-    [SL_OP_SIGMOID_GRAD] = {"sigmoid_grad", .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
+    [SL_OP_SIGMOID_GRAD] = {"sigmoid_grad", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
                             FNS(same2, act_grad), .doc = "`dx = dy * y * (1 - y)`.",
                             INS({"dy", "any shape"}, {"y", "sigmoid's output, `dy`'s shape"}),
                             OUTS({"dx", "`dy`'s shape"})},
-    [SL_OP_TANH] = {"tanh", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+    [SL_OP_TANH] = {"tanh", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
                     FNS(like_in0, transcendental), .doc = "`y = tanh(x)`.", INS({"x", "any shape"}),
                     OUTS({"y", "`x`'s shape"})},
-    [SL_OP_TANH_GRAD] = {"tanh_grad", .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
+    [SL_OP_TANH_GRAD] = {"tanh_grad", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x3,
                          FNS(same2, act_grad), .doc = "`dx = dy * (1 - y^2)`.",
                          INS({"dy", "any shape"}, {"y", "tanh's output, `dy`'s shape"}),
                          OUTS({"dx", "`dy`'s shape"})},
 
     /* ---- convolution and pooling ---- */
-    [SL_OP_CONV2D] = {"conv2d", .group = SL_OP_GROUP_CONV, NN(conv2d),
+    [SL_OP_CONV2D] = {"conv2d", HALF, .group = SL_OP_GROUP_CONV, NN(conv2d),
                       .doc = "2-D convolution (cross-correlation, as ONNX Conv), no bias.",
                       INS({"x", "`[N,C,H,W]`"}, {"w", "`[K,C/group,R,S]`"}),
                       OUTS({"y", "`[N,K,OH,OW]`"}), IATTRS_OF(conv_attrs)},
-    [SL_OP_CONV2D_GRAD_INPUT] = {"conv2d_grad_input", .group = SL_OP_GROUP_CONV,
+    [SL_OP_CONV2D_GRAD_INPUT] = {"conv2d_grad_input", HALF, .group = SL_OP_GROUP_CONV,
                                  NN(conv2d_grad_input),
                                  .doc = "conv2d's gradient with respect to its input.",
                                  INS({"dy", "conv2d's output shape for `x` and `w`"},
                                      {"w", "the filter"}, {"x", "gives the shape only (not read)"}),
                                  OUTS({"dx", "`x`'s shape"}), IATTRS_OF(conv_attrs)},
-    [SL_OP_CONV2D_GRAD_FILTER] = {"conv2d_grad_filter", .group = SL_OP_GROUP_CONV,
+    [SL_OP_CONV2D_GRAD_FILTER] = {"conv2d_grad_filter", HALF, .group = SL_OP_GROUP_CONV,
                                   NN(conv2d_grad_filter),
                                   .doc = "conv2d's gradient with respect to its filter.",
                                   INS({"dy", "conv2d's output shape for `x` and `w`"},
                                       {"x", "the input"}, {"w", "gives the shape only (not read)"}),
                                   OUTS({"dw", "`w`'s shape"}), IATTRS_OF(conv_attrs)},
-    [SL_OP_CHANNEL_BIAS_ADD] = {"channel_bias_add", .group = SL_OP_GROUP_CONV, .inplace = 0x1,
+    [SL_OP_CHANNEL_BIAS_ADD] = {"channel_bias_add", HALF, .group = SL_OP_GROUP_CONV, .inplace = 0x1,
                                 NN(channel_bias_add), .doc = "`y[n,c,h,w] = x[n,c,h,w] + b[c]`.",
                                 INS({"x", "`[N,C,H,W]`"}, {"b", "`[C]`"}),
                                 OUTS({"y", "`[N,C,H,W]`"})},
-    [SL_OP_CHANNEL_BIAS_GRAD] = {"channel_bias_grad", .group = SL_OP_GROUP_CONV,
+    [SL_OP_CHANNEL_BIAS_GRAD] = {"channel_bias_grad", HALF, .group = SL_OP_GROUP_CONV,
                                  NN(channel_bias_grad),
                                  .doc = "`db[c] = sum over n, h, w of dy[n,c,h,w]`.",
                                  INS({"dy", "`[N,C,H,W]`"}), OUTS({"db", "`[C]`"})},
-    [SL_OP_MAXPOOL] = {"maxpool", .group = SL_OP_GROUP_CONV, NN(maxpool),
+    [SL_OP_MAXPOOL] = {"maxpool", HALF, .group = SL_OP_GROUP_CONV, NN(maxpool),
                        .doc = "Maximum over each window. Padding never wins: each pad is "
                               "smaller than the kernel, so every window holds a real element.",
                        INS({"x", "`[N,C,H,W]`"}), OUTS({"y", "`[N,C,OH,OW]`"}),
                        IATTRS_OF(maxpool_attrs)},
-    [SL_OP_MAXPOOL_GRAD] = {"maxpool_grad", .group = SL_OP_GROUP_CONV, NN(maxpool_grad),
+    [SL_OP_MAXPOOL_GRAD] = {"maxpool_grad", HALF, .group = SL_OP_GROUP_CONV, NN(maxpool_grad),
                             .doc = "maxpool's gradient: each window's `dy` goes to the position "
                                    "of its maximum (the first one on ties).",
                             INS({"dy", "maxpool's output shape"}, {"x", "maxpool's input"},
                                 {"y", "maxpool's output"}),
                             OUTS({"dx", "`x`'s shape"}), IATTRS_OF(maxpool_attrs)},
-    [SL_OP_AVGPOOL] = {"avgpool", .group = SL_OP_GROUP_CONV, NN(avgpool),
+    [SL_OP_AVGPOOL] = {"avgpool", HALF, .group = SL_OP_GROUP_CONV, NN(avgpool),
                        .doc = "Mean over each window.", INS({"x", "`[N,C,H,W]`"}),
                        OUTS({"y", "`[N,C,OH,OW]`"}), IATTRS_OF(avgpool_attrs)},
-    [SL_OP_AVGPOOL_GRAD] = {"avgpool_grad", .group = SL_OP_GROUP_CONV, NN(avgpool_grad),
+    [SL_OP_AVGPOOL_GRAD] = {"avgpool_grad", HALF, .group = SL_OP_GROUP_CONV, NN(avgpool_grad),
                             .doc = "avgpool's gradient.",
                             INS({"dy", "avgpool's output shape"},
                                 {"x", "avgpool's input; gives the shape only (not read)"}),
@@ -291,7 +299,7 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
     [SL_OP_REDUCE_MEAN] = {"reduce_mean", .group = SL_OP_GROUP_LOSS, FNS(reduce, reduce_mean),
                            .doc = "The mean of all elements.", INS({"x", "any shape"}),
                            OUTS({"mean", "`[]`"})},
-    [SL_OP_ARGMAX] = {"argmax", .group = SL_OP_GROUP_LOSS, FNS(argmax, argmax),
+    [SL_OP_ARGMAX] = {"argmax", HALF, .group = SL_OP_GROUP_LOSS, FNS(argmax, argmax),
                       .doc = "The index of each row's maximum (the first one on ties).",
                       INS({"x", "`[N,C]`"}), OUTS({"index", "i32 `[N]`"})},
 
@@ -320,7 +328,7 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                                   REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"))},
 
     /* ---- views ---- */
-    [SL_OP_RESHAPE] = {"reshape", .group = SL_OP_GROUP_SHAPE, FNS(reshape, reshape),
+    [SL_OP_RESHAPE] = {"reshape", HALF, .group = SL_OP_GROUP_SHAPE, FNS(reshape, reshape),
                        .doc = "`y` is `x` with the dimensions given by the leading nonzero "
                               "attributes (none: a scalar), one of which may be -1 (inferred); "
                               "the element count is unchanged. Any dtype. A view: `y` aliases "
@@ -329,7 +337,7 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                        IATTRS_OF(reshape_attrs)},
 
     /* ---- appended: element-wise ---- */
-    [SL_OP_MUL_SCALAR] = {"mul_scalar", .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
+    [SL_OP_MUL_SCALAR] = {"mul_scalar", HALF, .group = SL_OP_GROUP_DENSE, .inplace = 0x1,
                           FNS(mul_scalar, unary),
                           .doc = "`y = x * s[0]`: a factor read at run time, e.g. a learning "
                                  "rate kept in a persistent tensor and set before each step.",
@@ -337,14 +345,14 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                           OUTS({"y", "`x`'s shape"})},
     /* ---- broadcasting, layout and axes (ops_axes.c; kinds in ops_axes.h) ---- */
     [SL_OP_EW_BINARY] =
-        {"ew_binary", .group = SL_OP_GROUP_AXES, .inplace = 0x3, NN(ew_binary),
+        {"ew_binary", HALF, .group = SL_OP_GROUP_AXES, .inplace = 0x3, NN(ew_binary),
          .doc = "`y = a op b` element-wise with broadcasting; `op` by kind: 0 add, 1 sub, 2 mul, "
                 "3 div, 4 pow (`powf`), 5 max, 6 min (NaN propagates through max and min), 7 "
                 "prelu (`a >= 0 ? a : a * b`).",
          INS({"a", "any shape"}, {"b", "a shape that broadcasts with `a`'s"}),
          OUTS({"y", "the broadcast shape"}), IATTRS(REQ("kind", "the operation, 0 to 7"))},
     [SL_OP_EW_UNARY] =
-        {"ew_unary", .group = SL_OP_GROUP_AXES, .inplace = 0x1, NN(ew_unary),
+        {"ew_unary", HALF, .group = SL_OP_GROUP_AXES, .inplace = 0x1, NN(ew_unary),
          .doc =
              "`y = f(x)` element-wise; `f` by kind: 0 sqrt, 1 erf, 2 exp, 3 log, 4 neg, 5 abs, "
              "6 reciprocal, 7 clip `min(max(x, alpha), beta)`, 8 leaky relu (`x >= 0 ? x : "
@@ -364,7 +372,7 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                     "not NaN",
                     "0"))},
     [SL_OP_TRANSPOSE] =
-        {"transpose", .group = SL_OP_GROUP_AXES, FNS(transpose, layout),
+        {"transpose", HALF, .group = SL_OP_GROUP_AXES, FNS(transpose, layout),
          .doc = "`y` is `x` with its axes permuted: `y.dims[d] = x.dims[perm[d]]`. Any dtype.",
          INS({"x", "any shape, rank r"}), OUTS({"y", "the permuted shape, `x`'s dtype"}),
          IATTRS(OPT("perm0", "`perm[0]`; `perm[0..r)` is a permutation of `0..r-1`", "0"),
@@ -372,7 +380,7 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                 OPT("perm3", "`perm[3]`", "0"), OPT("perm4", "`perm[4]`", "0"),
                 OPT("perm5", "`perm[5]`", "0"))},
     [SL_OP_SLICE] =
-        {"slice", .group = SL_OP_GROUP_AXES, FNS(slice, layout),
+        {"slice", HALF, .group = SL_OP_GROUP_AXES, FNS(slice, layout),
          .doc = "Elements `start, start + step, ...` up to (excluding) `end` along one axis. "
                 "Any dtype. Bounds are not clamped: a positive step needs `0 <= start < end <= "
                 "dim`, a negative one `-1 <= end < start < dim`.",
@@ -380,13 +388,13 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
          IATTRS(REQ("axis", "in `[0, rank)`"), REQ("start", "first index"),
                 REQ("end", "one past the last index (in step's direction)"),
                 OPT("step", "nonzero", "1"))},
-    [SL_OP_CONCAT] = {"concat", .group = SL_OP_GROUP_AXES, FNS(concat, layout),
+    [SL_OP_CONCAT] = {"concat", HALF, .group = SL_OP_GROUP_AXES, FNS(concat, layout),
                       .doc = "`a` and `b` joined along one axis. Any dtype (the same for both).",
                       INS({"a", "any shape"},
                           {"b", "`a`'s dtype, rank and dims except along the axis"}),
                       OUTS({"y", "the joined shape"}), IATTRS(REQ("axis", "in `[0, rank)`"))},
     [SL_OP_GATHER] =
-        {"gather", .group = SL_OP_GROUP_AXES, NN(gather),
+        {"gather", HALF, .group = SL_OP_GROUP_AXES, NN(gather),
          .doc = "ONNX Gather: `y[i..., j..., k...] = x[i..., indices[j...], k...]` along one "
                 "axis. Any dtype. A negative index counts from the end; an index outside `[-dim, "
                 "dim)` fails the run (`INVALID_ARGUMENT`) and is never used as an address.",
@@ -402,15 +410,14 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
     [SL_OP_LOG_SOFTMAX] = {"log_softmax", .group = SL_OP_GROUP_AXES, FNS(softmax, softmax),
                            .doc = "The logarithm of the softmax of each row.",
                            INS({"x", "`[N,C]`"}), OUTS({"y", "`[N,C]`"})},
-    [SL_OP_BATCH_MATMUL] = {"batch_matmul", .group = SL_OP_GROUP_AXES, NN(batch_matmul),
+    [SL_OP_BATCH_MATMUL] = {"batch_matmul", HALF, .group = SL_OP_GROUP_AXES, NN(batch_matmul),
                             .doc =
                                 "`y[b] = a[b] b[b]` for each batch `b`; a batch of 1 broadcasts.",
                             INS({"a", "`[B,M,K]` (B may be 1)"}, {"b", "`[B,K,N]` (B may be 1)"}),
                             OUTS({"y", "`[B,M,N]`"})},
 
     /* ---- appended: precision ---- */
-    [SL_OP_CAST] = {"cast", .group = SL_OP_GROUP_DENSE, FNS(cast, cast), .converts = true,
-                    .dtypes = SL_DTS_FLOAT, .accum = SL_F32,
+    [SL_OP_CAST] = {"cast", .group = SL_OP_GROUP_DENSE, FNS(cast, cast), .converts = true, HALF,
                     .doc = "`y = x` converted to another float dtype: narrowing rounds to "
                            "nearest, ties to even; a value beyond the target's range becomes "
                            "infinity, NaN stays NaN.",
