@@ -255,8 +255,20 @@ static void trace_names_dtype_and_math(void **state)
     salus_value mm = salus_graph_op(g, "matmul", 2, (salus_value[]){xv, wv}, 0, NULL, 0, NULL);
     salus_value yv = salus_graph_op(g, "relu", 1, &mm, 0, NULL, 0, NULL);
     assert_sl_ok(salus_graph_register(s, g, NULL));
+    /* the same in bf16: x cast, the weights kept in bf16 */
+    uint64_t wb;
+    assert_sl_ok(salus_tensor_create(s, SALUS_BF16, 2, (int64_t[]){K, M}, NULL, &wb));
+    salus_graph *h = salus_graph_new();
+    salus_value hx = salus_graph_input(h, SALUS_F32, 2, (int64_t[]){N, K});
+    salus_value hb = salus_graph_op(h, "cast", 1, &hx, 1, (int64_t[]){SALUS_BF16}, 0, NULL);
+    salus_value hw = salus_graph_param(h, wb, SALUS_BF16, 2, (int64_t[]){K, M});
+    salus_value hm = salus_graph_op(h, "matmul", 2, (salus_value[]){hb, hw}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(s, h, NULL));
+    uint16_t hy[N * M];
     assert_sl_ok(salus_trace_start(c));
     assert_sl_ok(salus_run(s, g, (const void *const[]){x}, 1, &yv, (void *const[]){y}));
+    usleep(20 * 1000); /* the next iteration of the lane is timed op by op too */
+    assert_sl_ok(salus_run(s, h, (const void *const[]){x}, 1, &hm, (void *const[]){hy}));
     char *json;
     size_t n;
     assert_sl_ok(salus_trace_stop_json(c, &json, &n));
@@ -264,7 +276,12 @@ static void trace_names_dtype_and_math(void **state)
     assert_non_null(strstr(json, "\"name\":\"matmul\""));
     assert_non_null(strstr(json, "\"index\":0,\"dtype\":\"f32\",\"math\":\"tf32\""));
     assert_non_null(strstr(json, "\"index\":1,\"dtype\":\"f32\"}"));
+    /* the cast names the dtype it makes; a bf16 matmul has no f32 math */
+    assert_non_null(strstr(json, "\"name\":\"cast\""));
+    assert_non_null(strstr(json, "\"index\":0,\"dtype\":\"bf16\"}"));
+    assert_non_null(strstr(json, "\"index\":1,\"dtype\":\"bf16\"}"));
     salus_free(json);
+    salus_graph_free(h);
     salus_graph_free(g);
     assert_sl_ok(salus_session_close(s));
     salus_disconnect(c);

@@ -672,8 +672,9 @@ SALUS_EXPORT void salus_onnx_free(salus_onnx_model *m);
  * in the model's order. */
 SALUS_EXPORT unsigned salus_onnx_n_inputs(const salus_onnx_model *m);
 SALUS_EXPORT unsigned salus_onnx_n_outputs(const salus_onnx_model *m);
-/* Input or output i: its ONNX name (owned by m), salus dtype (SALUS_F32, or
- * SALUS_I32 for an int64/int32 input), rank and dims (up to 6). Any
+/* Input or output i: its ONNX name (owned by m), salus dtype (SALUS_F32,
+ * SALUS_F16 or SALUS_BF16 for float, float16 and bfloat16, SALUS_I32 for
+ * an int64/int32 input), rank and dims (up to 6). Any
  * out-pointer may be NULL. Errors: SALUS_EINVAL (i out of range). */
 SALUS_EXPORT int salus_onnx_input(const salus_onnx_model *m, unsigned i, const char **name,
                                   int *dtype, int *ndim, int64_t *dims);
