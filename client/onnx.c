@@ -473,6 +473,13 @@ static int add_output(sl_onnx_imp *m, const Onnx__ValueInfoProto *vi)
     struct ent *e = sl_onnx_find(m, name);
     if (!e)
         return sl_onnx_fail(m, SL_EINVAL, "output '%.64s' is never computed", name);
+    /* a constant output without a dtype of its own takes the declared one */
+    const Onnx__TypeProto *tp = vi->type;
+    int declared = tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type &&
+                           tp->tensor_type->has_elem_type
+                       ? sl_onnx_float_dtype(tp->tensor_type->elem_type)
+                       : -1;
+    m->fdtype = (uint8_t) (declared >= 0 ? declared : SL_F32);
     salus_value v = sl_onnx_value(m, e);
     if (v == SALUS_NO_VALUE)
         return m->code ? m->code : SL_EINVAL;
