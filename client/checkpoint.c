@@ -12,7 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Version 1 holds f32 tensors only; version 2 adds a dtype byte to each
+ * entry. A checkpoint of f32 tensors is written as version 1, which
+ * readers of either version take. */
 #define MAGIC "SALUSCK1"
+#define MAGIC2 "SALUSCK2"
 #define MAX_NAME 255
 #define MAX_ENTRIES 65536
 
@@ -49,25 +53,30 @@ int sl_ckpt_save(salus_session *s, const sl_named *t, unsigned n, const char *pa
     if (!f)
         return seterr(err, len, "cannot create %s: %s", tmp, strerror(errno));
     int rc = SL_OK;
+    bool v2 = false;
+    for (unsigned i = 0; i < n; i++)
+        v2 |= t[i].shape.dtype != SL_F32;
     uint8_t head[12];
-    memcpy(head, MAGIC, 8);
+    memcpy(head, v2 ? MAGIC2 : MAGIC, 8);
     put_u32(head + 8, n);
     if (fwrite(head, 1, sizeof head, f) != sizeof head)
         rc = seterr(err, len, "writing %s: %s", tmp, strerror(errno));
     for (unsigned i = 0; i < n && rc == SL_OK; i++) {
         size_t name_len = strlen(t[i].name), bytes = sl_shape_bytes(&t[i].shape);
-        uint8_t rec[2 + MAX_NAME + 2 + 8 * SL_MAX_DIMS];
+        uint8_t rec[2 + MAX_NAME + 3 + 8 * SL_MAX_DIMS];
         size_t k = 0;
         rec[k++] = (uint8_t) name_len;
         rec[k++] = (uint8_t) (name_len >> 8);
         memcpy(rec + k, t[i].name, name_len);
         k += name_len;
         rec[k++] = (uint8_t) t[i].kind;
+        if (v2)
+            rec[k++] = t[i].shape.dtype;
         rec[k++] = t[i].shape.ndim;
         for (unsigned d = 0; d < t[i].shape.ndim; d++, k += 8)
             for (int b = 0; b < 8; b++)
                 rec[k + b] = (uint8_t) ((uint64_t) t[i].shape.dims[d] >> (8 * b));
-        float *data = sl_calloc(bytes / 4 + 1, 4);
+        uint8_t *data = sl_calloc(bytes + 1, 1);
         if (!data) {
             rc = SL_ENOMEM;
             seterr(err, len, "out of memory");
@@ -76,8 +85,8 @@ int sl_ckpt_save(salus_session *s, const sl_named *t, unsigned n, const char *pa
         rc = salus_tensor_read(s, t[i].tensor, data, bytes);
         if (rc)
             seterr(err, len, "reading %s: %s", t[i].name, salus_last_error(s->client));
-        /* f32 is written as the host holds it: little-endian hosts only
-         * (every host salus builds for) */
+        /* elements are written as the host holds them: little-endian hosts
+         * only (every host salus builds for) */
         else if (fwrite(rec, 1, k, f) != k || fwrite(data, 1, bytes, f) != bytes)
             rc = seterr(err, len, "writing %s: %s", tmp, strerror(errno));
         sl_free(data);
@@ -114,8 +123,10 @@ int sl_ckpt_load(salus_session *s, const sl_named *t, unsigned n, const char *pa
         return seterr(err, len, "cannot open %s: %s", path, strerror(errno));
     uint8_t head[12];
     int rc = need(f, head, sizeof head, path, err, len);
-    if (rc == SL_OK && memcmp(head, MAGIC, 8) != 0)
-        rc = seterr(err, len, "%s is not a salus checkpoint (no %s magic)", path, MAGIC);
+    bool v2 = rc == SL_OK && memcmp(head, MAGIC2, 8) == 0;
+    if (rc == SL_OK && !v2 && memcmp(head, MAGIC, 8) != 0)
+        rc = seterr(err, len, "%s is not a salus checkpoint (no %s or %s magic)", path, MAGIC,
+                    MAGIC2);
     uint32_t count = rc == SL_OK ? (uint32_t) get_le(head + 8, 4) : 0;
     if (rc == SL_OK && count > MAX_ENTRIES)
         rc = seterr(err, len, "%s: %u entries, more than %d", path, count, MAX_ENTRIES);
@@ -132,12 +143,18 @@ int sl_ckpt_load(salus_session *s, const sl_named *t, unsigned n, const char *pa
             rc = seterr(err, len, "%s: entry %u: name longer than %d", path, i, MAX_NAME);
             break;
         }
+        /* kind, [dtype,] rank */
         if ((rc = need(f, e[i].name, name_len, path, err, len)) != SL_OK ||
-            (rc = need(f, b, 2, path, err, len)) != SL_OK)
+            (rc = need(f, b, v2 ? 3 : 2, path, err, len)) != SL_OK)
             break;
-        e[i].shape = (sl_shape){.dtype = SL_F32, .ndim = b[1]};
-        if (b[1] > SL_MAX_DIMS) {
-            rc = seterr(err, len, "%s: %s: rank %u", path, e[i].name, b[1]);
+        uint8_t dtype = v2 ? b[1] : SL_F32, rank = b[v2 ? 2 : 1];
+        e[i].shape = (sl_shape){.dtype = dtype, .ndim = rank};
+        if (dtype >= SL_DTYPE_COUNT) {
+            rc = seterr(err, len, "%s: %s: unknown dtype %u", path, e[i].name, dtype);
+            break;
+        }
+        if (rank > SL_MAX_DIMS) {
+            rc = seterr(err, len, "%s: %s: rank %u", path, e[i].name, rank);
             break;
         }
         for (unsigned d = 0; d < e[i].shape.ndim && rc == SL_OK; d++)
@@ -181,7 +198,7 @@ int sl_ckpt_load(salus_session *s, const sl_named *t, unsigned n, const char *pa
             rc = seterr(err, len, "%s: tensor %s is not in the model", path, e[j].name);
     for (unsigned i = 0; i < n && rc == SL_OK; i++) {
         size_t bytes = sl_shape_bytes(&t[i].shape);
-        float *data = sl_calloc(bytes / 4 + 1, 4);
+        uint8_t *data = sl_calloc(bytes + 1, 1);
         if (!data) {
             rc = SL_ENOMEM;
             seterr(err, len, "out of memory");

@@ -4,6 +4,7 @@
  * and comes back; calls made while no connection exists fail at once with
  * SL_ECONN instead of queueing. */
 #include "client_internal.h"
+#include "half.h"
 #include "sl_nng.h"
 
 #include <errno.h>
@@ -47,6 +48,42 @@ _Static_assert(SL_E_COUNT == SALUS__CODE__BUSY + 1,
 
 /* Why the calling thread's last salus_connect failed (salus_last_error(NULL)). */
 static _Thread_local char connect_error[512];
+
+uint16_t salus_bf16_from_f32(float f)
+{
+    return sl_bf16_from_f32(f);
+}
+
+float salus_f32_from_bf16(uint16_t h)
+{
+    return sl_f32_from_bf16(h);
+}
+
+uint16_t salus_f16_from_f32(float f)
+{
+    return sl_f16_from_f32(f);
+}
+
+float salus_f32_from_f16(uint16_t h)
+{
+    return sl_f32_from_f16(h);
+}
+
+int salus_half_from_f32(int dtype, const float *src, uint16_t *dst, size_t n)
+{
+    if (dtype != SALUS_BF16 && dtype != SALUS_F16)
+        return SL_EINVAL;
+    sl_half_from_f32((unsigned) dtype, src, dst, n);
+    return SL_OK;
+}
+
+int salus_half_to_f32(int dtype, const uint16_t *src, float *dst, size_t n)
+{
+    if (dtype != SALUS_BF16 && dtype != SALUS_F16)
+        return SL_EINVAL;
+    sl_half_to_f32((unsigned) dtype, src, dst, n);
+    return SL_OK;
+}
 
 const char *salus_strerror(int code)
 {
@@ -612,6 +649,8 @@ int salus_session_open(salus_client *c, const salus_session_opts *opts, salus_se
     hints.expected_total_s = opts->expected_total_s;
     hints.expected_iterations = opts->expected_iterations;
     hints.compute_units = opts->compute_units;
+    hints.math_matmul = (Salus__MathMode) opts->math_matmul;
+    hints.math_conv = (Salus__MathMode) opts->math_conv;
     hints.wait_for_admission = opts->wait_for_admission != 0;
     open.hints = &hints;
     int job_rc = sl_client_job_from_env(&open.has_job, &open.job_id, &open.step_id);

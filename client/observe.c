@@ -198,6 +198,27 @@ static const char *safe(const char *s, char *buf, size_t len)
     return buf;
 }
 
+/* "exact/tf32": a session's math for f32 matmuls / convolutions. */
+static const char *math_pair(const Salus__SessionStatus *x, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", x->math_matmul == SALUS__MATH_MODE__MATH_TF32 ? "tf32" : "exact",
+             x->math_conv == SALUS__MATH_MODE__MATH_TF32 ? "tf32" : "exact");
+    return buf;
+}
+
+/* "f32,bf16": the dtypes of a session's persistent tensors ("-": none). */
+static const char *dtypes_held(const Salus__SessionStatus *x, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < x->n_persistent_by_dtype && at < len; k++) {
+        int n = snprintf(buf + at, len - at, "%s%s", k ? "," : "",
+                         sl_dtype_name(x->persistent_by_dtype[k]->dtype));
+        at += n > 0 ? (size_t) n : 0;
+    }
+    return buf[0] ? buf : "-";
+}
+
 int salus_sessions_text(salus_client *c, char **text)
 {
     char e1[256], e2[256];
@@ -211,26 +232,31 @@ int salus_sessions_text(salus_client *c, char **text)
         return rc;
     const Salus__StatusReply *s = rep->status;
     sl_textbuf b = {0};
-    sl_textbuf_printf(&b, "%13s  %-16s %-12s %5s %4s %10s %10s %9s %8s %11s %12s  %s\n", "id",
-                      "name", "owner", "lane", "prio", "iters", "device s", "wait ms", "switches",
-                      "persist MiB", "reserved MiB", "state");
+    char mm[16], dts[32];
+    sl_textbuf_printf(&b, "%13s  %-16s %-12s %5s %4s %10s %10s %9s %8s %11s %12s %-11s %-9s %s\n",
+                      "id", "name", "owner", "lane", "prio", "iters", "device s", "wait ms",
+                      "switches", "persist MiB", "reserved MiB", "math mm/cv", "dtypes", "state");
     for (size_t i = 0; i < s->n_sessions; i++) {
         const Salus__SessionStatus *x = s->sessions[i];
         sl_textbuf_printf(
             &b,
-            "%13llu  %-16.16s %-12.12s %5u %4d %10llu %10.3f %9.2f %8llu %11.1f %12.1f  running\n",
+            "%13llu  %-16.16s %-12.12s %5u %4d %10llu %10.3f %9.2f %8llu %11.1f %12.1f %-11s %-9s "
+            "running\n",
             (unsigned long long) x->id, safe(x->name, e1, sizeof e1), safe(x->owner, e2, sizeof e2),
             x->lane, x->priority, (unsigned long long) x->iterations, (double) x->attained_ns / 1e9,
             x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0.0,
             (unsigned long long) x->switches, (double) x->persistent_bytes / (1 << 20),
-            (double) x->persistent_reserved / (1 << 20));
+            (double) x->persistent_reserved / (1 << 20), math_pair(x, mm, sizeof mm),
+            dtypes_held(x, dts, sizeof dts));
     }
     for (size_t i = 0; i < s->n_queue; i++) {
         const Salus__QueuedSession *q = s->queue[i];
         sl_textbuf_printf(
-            &b, "%13llu  %-16.16s %-12s %5s %4s %10s %10s %9.2f %8s %11s %12.1f  waiting (%s)\n",
+            &b,
+            "%13llu  %-16.16s %-12s %5s %4s %10s %10s %9.2f %8s %11s %12.1f %-11s %-9s "
+            "waiting (%s)\n",
             (unsigned long long) q->id, safe(q->name, e1, sizeof e1), "", "-", "-", "-", "-",
-            (double) q->waited_ns / 1e6, "-", "-", (double) q->persistent / (1 << 20),
+            (double) q->waited_ns / 1e6, "-", "-", (double) q->persistent / (1 << 20), "-", "-",
             safe(q->reason, e2, sizeof e2));
     }
     salus__reply__free_unpacked(rep, NULL);
@@ -377,6 +403,31 @@ static double us(const Salus__TraceReply *tr, uint64_t ns)
 }
 
 /* The Chrome trace event format, JSON object form. */
+/* The math an op event's op ran with (TraceEvent arg bits 52-57): "tf32"
+ * or "exact" for an f32 matmul or convolution, NULL for the others (the
+ * session's choice does not touch them). */
+static const char *op_math(unsigned op, unsigned dtype, unsigned math)
+{
+    if (dtype != SL_F32)
+        return NULL;
+    unsigned bit;
+    switch (op) {
+    case SL_OP_MATMUL:
+    case SL_OP_MATMUL_ACC:
+    case SL_OP_BATCH_MATMUL:
+        bit = SL_MATH_MATMUL_TF32;
+        break;
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CONV2D_GRAD_FILTER:
+        bit = SL_MATH_CONV_TF32;
+        break;
+    default:
+        return NULL;
+    }
+    return math & bit ? "tf32" : "exact";
+}
+
 static void chrome(sl_textbuf *b, const Salus__TraceReply *tr)
 {
     sl_textbuf_printf(
@@ -436,15 +487,20 @@ static void chrome(sl_textbuf *b, const Salus__TraceReply *tr)
                 e->lane, us(tr, e->ts_ns), (double) e->dur_ns / 1e3, sid, e->priority);
             break;
         case 2: {
-            const sl_op_def *def = sl_op_get((unsigned) (e->arg >> 32 & 0xffff));
+            unsigned op = (unsigned) (e->arg >> 32 & 0xffff), dtype = e->arg >> 52 & 0xf;
+            const sl_op_def *def = sl_op_get(op);
             bool gap = e->arg >> 48 & 1;
+            const char *math = op_math(op, dtype, e->arg >> 56 & 3);
             sl_textbuf_printf(b,
                               ",{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":1,\"tid\":%u,"
                               "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"session\":%llu,\"priority\":%d,"
-                              "\"index\":%llu}}",
+                              "\"index\":%llu,\"dtype\":\"%s\"",
                               gap ? "op,gap_fill" : "op", def ? def->name : "op", e->lane,
                               us(tr, e->ts_ns), (double) e->dur_ns / 1e3, sid, e->priority,
-                              (unsigned long long) (e->arg & 0xffffffffu));
+                              (unsigned long long) (e->arg & 0xffffffffu), sl_dtype_name(dtype));
+            if (math)
+                sl_textbuf_printf(b, ",\"math\":\"%s\"", math);
+            sl_textbuf_printf(b, "}}");
             break;
         }
         case 3:

@@ -3,6 +3,7 @@
  * Nodes are folded (onnx_fold.c) or mapped to salus ops (onnx_ops.c) in the
  * graph's order, which ONNX requires to be topological. */
 #include "onnx_internal.h"
+#include "half.h"
 
 #include <errno.h>
 #include <math.h>
@@ -130,7 +131,9 @@ int sl_onnx_const_alloc(sl_onnx_imp *m, struct ent *e, int ctype, unsigned ndim,
 void sl_onnx_shape(sl_onnx_imp *m, const struct ent *e, sl_shape *s)
 {
     if (e->kind == ENT_CONST) {
-        *s = (sl_shape){.dtype = e->ctype == CT_INT ? SL_I32 : SL_F32, .ndim = e->ndim};
+        *s = (sl_shape){.dtype =
+                            (uint8_t) (e->ctype == CT_INT ? SL_I32 : sl_onnx_const_fdtype(m, e)),
+                        .ndim = e->ndim};
         memcpy(s->dims, e->dims, sizeof s->dims);
         return;
     }
@@ -155,6 +158,8 @@ salus_value sl_onnx_value(sl_onnx_imp *m, struct ent *e)
     uint32_t *buf = sl_reallocarray(NULL, e->n, 4);
     if (!buf)
         return sl_onnx_fail(m, SL_ENOMEM, "out of memory"), SALUS_NO_VALUE;
+    unsigned fdtype = e->ctype == CT_INT ? SL_I32 : sl_onnx_const_fdtype(m, e);
+    uint16_t *half = (uint16_t *) buf; /* narrowed in place: element i after i's bytes */
     for (uint64_t i = 0; i < e->n; i++) {
         if (e->ctype == CT_INT) {
             if (!(e->d[i] >= INT32_MIN && e->d[i] <= INT32_MAX)) {
@@ -165,12 +170,16 @@ salus_value sl_onnx_value(sl_onnx_imp *m, struct ent *e)
             }
             int32_t v = (int32_t) e->d[i];
             memcpy(&buf[i], &v, 4);
+        } else if (fdtype == SL_BF16) {
+            half[i] = sl_bf16_from_f32((float) e->d[i]);
+        } else if (fdtype == SL_F16) {
+            half[i] = sl_f16_from_f32((float) e->d[i]);
         } else {
             float v = (float) e->d[i];
             memcpy(&buf[i], &v, 4);
         }
     }
-    int dtype = e->ctype == CT_INT ? SALUS_I32 : SALUS_F32;
+    int dtype = (int) fdtype;
     salus_onnx_model *mm = m->model;
     uint64_t id;
     if (mm->n_tensors == m->cap_tensors) {
@@ -254,14 +263,18 @@ int sl_onnx_axis(sl_onnx_imp *m, int64_t axis, unsigned rank, unsigned *out)
     return SL_OK;
 }
 
-/* f16's bits to float (initialisers of half-precision models). */
-static float half_to_float(uint16_t h)
+int sl_onnx_float_dtype(int64_t onnx_type)
 {
-    int e = (h >> 10) & 31, f = h & 1023;
-    float v = e == 0    ? ldexpf((float) f, -24)
-              : e == 31 ? (f ? NAN : INFINITY)
-                        : ldexpf((float) (f | 1024), e - 25);
-    return (h & 0x8000) ? -v : v;
+    switch (onnx_type) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+        return SL_F32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+        return SL_F16;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+        return SL_BF16;
+    default:
+        return -1;
+    }
 }
 
 int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e)
@@ -279,6 +292,7 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e)
         esize = 8, ctype = CT_FLOAT;
         break;
     case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
         esize = 2, ctype = CT_FLOAT;
         break;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
@@ -301,6 +315,10 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e)
     int rc = sl_onnx_const_alloc(m, e, ctype, (unsigned) t->n_dims, t->dims);
     if (rc)
         return rc;
+    /* f32 and double are computed in f32; the half types keep theirs */
+    int fdtype = sl_onnx_float_dtype(dt);
+    if (ctype == CT_FLOAT)
+        e->fdtype = (uint8_t) ((fdtype >= 0 ? fdtype : SL_F32) + 1);
     uint64_t n = e->n;
     if (t->has_raw_data) {
         if (t->raw_data.len != n * esize)
@@ -318,10 +336,12 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e)
             case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
                 memcpy(&e->d[i], p, 8);
                 break;
-            case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: {
+            case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+            case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
                 uint16_t h;
                 memcpy(&h, p, 2);
-                e->d[i] = half_to_float(h);
+                e->d[i] = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? sl_f32_from_f16(h)
+                                                                       : sl_f32_from_bf16(h);
                 break;
             }
             case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: {
@@ -346,7 +366,7 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e)
         return SL_OK;
     }
     /* typed fields: float_data (float), double_data, int64_data, int32_data
-     * (int32, f16 bits, bool, int8, uint8) */
+     * (int32, f16 and bf16 bits, bool, int8, uint8) */
     size_t have;
     switch (dt) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
@@ -376,7 +396,10 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e)
             e->d[i] = (double) t->int64_data[i];
             break;
         case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
-            e->d[i] = half_to_float((uint16_t) t->int32_data[i]);
+            e->d[i] = sl_f32_from_f16((uint16_t) t->int32_data[i]);
+            break;
+        case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+            e->d[i] = sl_f32_from_bf16((uint16_t) t->int32_data[i]);
             break;
         default:
             e->d[i] = t->int32_data[i];
@@ -393,16 +416,14 @@ static int add_input(sl_onnx_imp *m, const Onnx__ValueInfoProto *vi)
     if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
         return sl_onnx_fail(m, SL_EUNSUPPORTED, "input '%.64s': not a tensor", name);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
-    int et = tt->has_elem_type ? tt->elem_type : 0, dtype;
-    if (et == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-        dtype = SALUS_F32;
-    else if (et == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
-             et == ONNX__TENSOR_PROTO__DATA_TYPE__INT32)
+    int et = tt->has_elem_type ? tt->elem_type : 0, dtype = sl_onnx_float_dtype(et);
+    if (dtype < 0 &&
+        (et == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 || et == ONNX__TENSOR_PROTO__DATA_TYPE__INT32))
         dtype = SALUS_I32; /* fed as i32: indices */
-    else
+    else if (dtype < 0)
         return sl_onnx_fail(m, SL_EUNSUPPORTED,
-                            "input '%.64s': element type %d (salus has f32 "
-                            "and i32)",
+                            "input '%.64s': element type %d (salus has float, float16, "
+                            "bfloat16, and int32/int64 as i32)",
                             name, et);
     if (!tt->shape)
         return sl_onnx_fail(m, SL_EUNSUPPORTED, "input '%.64s': no shape (dynamic)", name);
@@ -452,6 +473,13 @@ static int add_output(sl_onnx_imp *m, const Onnx__ValueInfoProto *vi)
     struct ent *e = sl_onnx_find(m, name);
     if (!e)
         return sl_onnx_fail(m, SL_EINVAL, "output '%.64s' is never computed", name);
+    /* a constant output without a dtype of its own takes the declared one */
+    const Onnx__TypeProto *tp = vi->type;
+    int declared = tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type &&
+                           tp->tensor_type->has_elem_type
+                       ? sl_onnx_float_dtype(tp->tensor_type->elem_type)
+                       : -1;
+    m->fdtype = (uint8_t) (declared >= 0 ? declared : SL_F32);
     salus_value v = sl_onnx_value(m, e);
     if (v == SALUS_NO_VALUE)
         return m->code ? m->code : SL_EINVAL;

@@ -6,6 +6,7 @@
  * sentinel such as INT64_MAX (Slice's "to the end") rounds up and is
  * clamped back when read as an integer. Anything not folded here is mapped
  * to salus ops (onnx_ops.c). */
+#include "half.h"
 #include "onnx_ops.h"
 
 #include <math.h>
@@ -368,14 +369,18 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
         return fold_view(m, x, x->ndim, x->dims, x->ctype, out);
     if (!strcmp(op, "Cast")) {
         int64_t to = sl_onnx_attr_i(n, "to", 0);
-        bool f = to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
-                 to == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+        int fdtype = sl_onnx_float_dtype(to);
+        bool f = fdtype >= 0 || to == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
         int rc = fold_view(m, x, x->ndim, x->dims, f ? CT_FLOAT : CT_INT, out);
+        if (f)
+            out->fdtype = (uint8_t) ((fdtype >= 0 ? fdtype : SL_F32) + 1);
         for (uint64_t i = 0; rc == SL_OK && i < out->n; i++)
-            out->d[i] = to == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL    ? out->d[i] != 0
-                        : to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? (double) (float) out->d[i]
-                        : f                                          ? out->d[i]
-                                                                     : trunc(out->d[i]);
+            out->d[i] = to == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? out->d[i] != 0
+                        : fdtype == SL_F32                        ? (double) (float) out->d[i]
+                        : fdtype == SL_F16  ? sl_f32_from_f16(sl_f16_from_f32((float) out->d[i]))
+                        : fdtype == SL_BF16 ? sl_f32_from_bf16(sl_bf16_from_f32((float) out->d[i]))
+                        : f                 ? out->d[i]
+                                            : trunc(out->d[i]);
         return rc;
     }
     if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") ||
@@ -607,6 +612,10 @@ int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded)
         sl_free(tmp.d);
         return rc == SL_EUNSUPPORTED && !m->code ? SL_OK : rc;
     }
+    /* floats folded from constants of a declared dtype keep it */
+    for (size_t i = 0; i < n_in && tmp.ctype == CT_FLOAT && !tmp.fdtype; i++)
+        if (in[i] && in[i]->ctype == CT_FLOAT)
+            tmp.fdtype = in[i]->fdtype;
     *folded = true;
     return emit(m, n->output[0], &tmp);
 }

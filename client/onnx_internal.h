@@ -30,8 +30,8 @@
 #define SL_ONNX_MAX_ENTS (1u << 20)
 
 enum ent_kind { ENT_CONST, ENT_VALUE };
-/* A constant's element type: floats (float, double, f16 read as float) or
- * integers (any width, bool). */
+/* A constant's element type: floats (float, double, f16 and bf16 read as
+ * float) or integers (any width, bool). */
 enum const_type { CT_FLOAT, CT_INT };
 
 struct ent {
@@ -39,6 +39,11 @@ struct ent {
     uint8_t kind;
     /* ENT_CONST */
     uint8_t ctype;
+    /* CT_FLOAT: the dtype it is uploaded in, enum sl_dtype + 1, where the
+     * model says it (an initialiser, a Cast, what is folded from them); 0
+     * where it follows the node using it (constants made while importing:
+     * f32 beside f32 values, f16 beside f16 ones), sl_onnx_imp.fdtype */
+    uint8_t fdtype;
     uint8_t ndim;
     int64_t dims[SL_MAX_DIMS];
     uint64_t n;    /* elements */
@@ -69,6 +74,9 @@ typedef struct sl_onnx_imp {
     salus_onnx_model *model;
     int64_t opset; /* of the default domain */
     int64_t batch; /* for a symbolic leading input dim; 0: refuse */
+    /* the float dtype of the node being mapped (its first float graph
+     * value's, else SL_F32): constants without a dtype of their own take it */
+    uint8_t fdtype;
     struct ent *ents;
     size_t n_ents, cap_ents;
     uint32_t *slots; /* open-addressing hash of names: entry index + 1, 0 empty */
@@ -102,6 +110,14 @@ int sl_onnx_const_alloc(sl_onnx_imp *m, struct ent *e, int ctype, unsigned ndim,
 /* The graph value of an entry, uploading a constant first (i32 when it is
  * an integer constant, checked to fit). SALUS_NO_VALUE on error. */
 salus_value sl_onnx_value(sl_onnx_imp *m, struct ent *e);
+/* The float dtype a CT_FLOAT constant is uploaded in (ent.fdtype). */
+static inline unsigned sl_onnx_const_fdtype(const sl_onnx_imp *m, const struct ent *e)
+{
+    return e->fdtype ? e->fdtype - 1u : m->fdtype;
+}
+/* The salus dtype of an ONNX TensorProto data type that salus computes
+ * in (FLOAT, FLOAT16, BFLOAT16), or -1. */
+int sl_onnx_float_dtype(int64_t onnx_type);
 /* The shape of an entry (either kind). */
 void sl_onnx_shape(sl_onnx_imp *m, const struct ent *e, sl_shape *s);
 /* Adds one salus op; SALUS_NO_VALUE with the builder's error recorded. */

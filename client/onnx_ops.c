@@ -239,22 +239,41 @@ static int map_alias(sl_onnx_imp *m, const Onnx__NodeProto *n)
         struct ent *train = sl_onnx_input(m, n, 2);
         if (train && (train->kind != ENT_CONST || train->n != 1 || train->d[0] != 0))
             return UNSUP("training_mode (salus imports inference graphs)");
-    } else if (!strcmp(op, "Cast")) {
-        static const char *const k[] = {"to", NULL};
-        if (sl_onnx_known_attrs(m, n, k))
-            return m->code;
-        sl_shape s;
-        struct ent *x = sl_onnx_input(m, n, 0);
-        if (x)
-            sl_onnx_shape(m, x, &s);
-        if (!x || s.dtype != SL_F32 ||
-            sl_onnx_attr_i(n, "to", 0) != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-            return UNSUP("only a cast of float to float");
     } else if (sl_onnx_known_attrs(m, n, sl_onnx_no_attrs))
         return m->code;
     struct ent *x = sl_onnx_input(m, n, 0);
     salus_value v = x ? sl_onnx_value(m, x) : SALUS_NO_VALUE;
     return sl_onnx_set_out(m, n, 1, &v);
+}
+
+/* Cast between the float types salus computes in (float, float16,
+ * bfloat16): the same type is the value itself, another the registry's
+ * cast (rounding to nearest even). */
+static int map_cast(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    static const char *const k[] = {"to", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    struct ent *x = sl_onnx_input(m, n, 0);
+    if (!x)
+        return UNSUP("a required input is missing");
+    sl_shape s;
+    sl_onnx_shape(m, x, &s);
+    int64_t to_type = sl_onnx_attr_i(n, "to", 0);
+    int to = sl_onnx_float_dtype(to_type);
+    if (!sl_dtype_is_float(s.dtype))
+        return UNSUP("a cast from %s: salus casts between float, float16 and bfloat16 only",
+                     sl_dtype_name(s.dtype));
+    if (to < 0)
+        return UNSUP("a cast to ONNX data type %lld: salus casts between float (1), float16 "
+                     "(10) and bfloat16 (16) only",
+                     (long long) to_type);
+    salus_value v = sl_onnx_value(m, x);
+    if (v != SALUS_NO_VALUE && (unsigned) to != s.dtype) {
+        int64_t attr = to;
+        v = sl_onnx_op(m, "cast", 1, &v, 1, &attr, 0, NULL);
+    }
+    return v == SALUS_NO_VALUE ? m->code : sl_onnx_set_out(m, n, 1, &v);
 }
 
 /* Expand: x broadcast to a constant shape, as x + zeros(shape). */
@@ -323,6 +342,20 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
     for (size_t i = 0; i < n->n_input; i++)
         if (n->input[i][0] && !sl_onnx_find(m, n->input[i]))
             return sl_onnx_fail(m, SL_EINVAL, "input '%.64s' is not defined before", n->input[i]);
+    /* the node's float dtype, for the constants made for it */
+    m->fdtype = SL_F32;
+    for (size_t i = 0, found = 0; i < n->n_input && !found; i++) {
+        struct ent *e = sl_onnx_input(m, n, i);
+        sl_shape s = {0};
+        if (e && e->kind == ENT_VALUE)
+            sl_onnx_shape(m, e, &s);
+        else if (e && e->ctype == CT_FLOAT && e->fdtype)
+            s.dtype = (uint8_t) (e->fdtype - 1);
+        else
+            continue;
+        if ((found = sl_dtype_is_float(s.dtype)) != 0)
+            m->fdtype = s.dtype;
+    }
     static const struct {
         const char *name;
         int kind;
@@ -384,8 +417,10 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return map_simple(m, n, "tanh");
     if (!strcmp(op, "Clip"))
         return map_clip(m, n);
-    if (!strcmp(op, "Identity") || !strcmp(op, "Dropout") || !strcmp(op, "Cast"))
+    if (!strcmp(op, "Identity") || !strcmp(op, "Dropout"))
         return map_alias(m, n);
+    if (!strcmp(op, "Cast"))
+        return map_cast(m, n);
     if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax"))
         return sl_onnx_map_softmax(m, n, op[0] == 'L');
     if (!strcmp(op, "MatMul"))

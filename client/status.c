@@ -35,6 +35,14 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
     }
 }
 
+/* A session's resolved MathMode (SessionStatus) as status shows it. */
+static const char *math_name(int mode)
+{
+    return mode == SALUS__MATH_MODE__MATH_TF32    ? "tf32"
+           : mode == SALUS__MATH_MODE__MATH_EXACT ? "exact"
+                                                  : "default";
+}
+
 /* 1536 -> "1.5 KiB": bytes in the largest binary unit that keeps >= 1. */
 static const char *mib(uint64_t bytes, char *buf)
 {
@@ -152,6 +160,13 @@ int salus_status_text(salus_client *c, char **out)
             (double) x->attained_ns / 1e9, x->queued, (unsigned long long) x->switches,
             x->iterations ? (double) x->queue_delay_ns / 1e6 / (double) x->iterations : 0,
             x->slowdown, safe(x->owner, e2, sizeof e2), x->limited ? "" : " (operator)");
+        put(&t, "  %*s math: matmul %s, conv %s", idw, "", math_name(x->math_matmul),
+            math_name(x->math_conv));
+        for (size_t k = 0; k < x->n_persistent_by_dtype; k++)
+            put(&t, "%s %s %s", k ? "," : "; persistent",
+                sl_dtype_name(x->persistent_by_dtype[k]->dtype),
+                mib(x->persistent_by_dtype[k]->bytes, a));
+        put(&t, "\n");
     }
     salus__reply__free_unpacked(rep, NULL);
     if (t.failed) {

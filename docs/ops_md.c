@@ -98,6 +98,13 @@ static void write_reference(FILE *f)
           "the dtype; so is one whose device has no kernel for that dtype. Sums and products "
           "of bf16 and f16 accumulate in the dtype shown, so an op rounds once, at its "
           "output.\n"
+          "- f32 matmuls (matmul, matmul_acc, batch_matmul) and convolutions (conv2d and its "
+          "gradients) follow the session's math choice (`salus_session_opts.math_matmul` and "
+          "`math_conv`; Python `session(math_matmul=..., math_conv=...)`): `exact` f32 "
+          "products, or `tf32`, which lets a device with TF32 tensor cores (cuda, Ampere and "
+          "later) multiply with 10-bit mantissas and sum in f32; other devices stay exact. The "
+          "defaults are PyTorch's: matmul exact, convolution TF32. `salusctl status` and the "
+          "trace show the choice; bf16 and f16 ops are not affected.\n"
           "- Inputs marked *updated in place* are written by the op; give it a param (a "
           "session tensor) to keep the result across iterations.\n\n",
           f);

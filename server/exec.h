@@ -39,6 +39,7 @@ typedef struct sl_exec_job {
     bool high_priority; /* in the gap predictor as a high-priority job */
     sl_gaps_hp hp;
     uint32_t compute_units; /* its session's declared need (partitions.h); 0 = none */
+    uint8_t math;           /* enum sl_math bits: every op call of its iterations carries them */
 } sl_exec_job;
 
 /* What a control task does (one copy on the control stream). */

@@ -13,11 +13,27 @@
 #include "sl_error.h"
 #include "sl_time.h"
 
-/* An op event's arg: its index, its registry id, and whether it ran op by
- * op beside high-priority work (proto/salus.proto TraceEvent). */
-static uint64_t op_arg(const sl_graph *g, uint32_t k, bool stepwise)
+/* The dtype op k computes in: its first float output's, else its first
+ * float input's (argmax), else i32. */
+static unsigned op_dtype(const sl_graph *g, uint32_t k)
 {
-    return (uint64_t) k | ((uint64_t) (g->ops[k].op & 0xffff) << 32) | ((uint64_t) stepwise << 48);
+    const sl_graph_op *op = &g->ops[k];
+    for (unsigned o = 0; o < op->n_out; o++)
+        if (sl_dtype_is_float(g->values[op->out[o]].shape.dtype))
+            return g->values[op->out[o]].shape.dtype;
+    for (unsigned i = 0; i < op->n_in; i++)
+        if (sl_dtype_is_float(g->values[op->in[i]].shape.dtype))
+            return g->values[op->in[i]].shape.dtype;
+    return SL_I32;
+}
+
+/* An op event's arg: its index, its registry id, whether it ran op by op
+ * beside high-priority work, its dtype and the session's math bits
+ * (proto/salus.proto TraceEvent). */
+static uint64_t op_arg(const sl_graph *g, uint32_t k, bool stepwise, uint8_t math)
+{
+    return (uint64_t) k | ((uint64_t) (g->ops[k].op & 0xffff) << 32) | ((uint64_t) stepwise << 48) |
+           ((uint64_t) (op_dtype(g, k) & 0xf) << 52) | ((uint64_t) (math & 3) << 56);
 }
 
 /* Trace events of an iteration starting: its wait, and a switch when the
@@ -58,7 +74,7 @@ void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool i
                              .dur_ns = now - t->trace_op_ns,
                              .lane = t->lane,
                              .session = j->id,
-                             .arg = op_arg(t->graph, t->trace_op_k, true),
+                             .arg = op_arg(t->graph, t->trace_op_k, true, t->job->math),
                              .priority = j->priority};
         sl_obs_record(ex->obs, &op);
     }
@@ -88,6 +104,7 @@ struct op_marks {
     uint64_t session, last_ns;
     uint32_t lane;
     int32_t priority;
+    uint8_t math;
     op_mark mark[];
 };
 
@@ -102,7 +119,7 @@ static void op_mark_done(void *arg, int status)
                             .dur_ns = now - m->last_ns,
                             .lane = m->lane,
                             .session = m->session,
-                            .arg = op_arg(m->g, mk->k, false),
+                            .arg = op_arg(m->g, mk->k, false, m->math),
                             .priority = m->priority};
         sl_obs_record(m->obs, &e);
     }
@@ -141,7 +158,8 @@ void sl_exec_trace_marks(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k
                         .session = t->job->sched.id,
                         .last_ns = sl_now_ns(),
                         .lane = t->lane,
-                        .priority = t->job->sched.priority};
+                        .priority = t->job->sched.priority,
+                        .math = t->job->math};
         t->trace_marks = m;
     }
     if (!m || (k != UINT32_MAX && (k >= n || t->graph->ops[k].op == SL_OP_RESHAPE)))

@@ -221,7 +221,11 @@ sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 {
     const sl_graph *g = t->graph;
     const sl_graph_op *op = &g->ops[k];
-    sl_op_call call = {.op = op->op, .n_in = op->n_in, .n_out = op->n_out, .attrs = op->attrs};
+    sl_op_call call = {.op = op->op,
+                       .n_in = op->n_in,
+                       .n_out = op->n_out,
+                       .math = t->job->math,
+                       .attrs = op->attrs};
     uint64_t version = atomic_load(&ex->param_version);
     for (unsigned i = 0; i < op->n_in; i++) {
         const sl_value *v = &g->values[op->in[i]];

@@ -402,6 +402,34 @@ static bool step_of(const sl_sessions *ss, const Salus__OpenSession *m, const sl
     return true;
 }
 
+/* The math bits (enum sl_math) a session asks for: each choice left at
+ * MATH_DEFAULT takes SL_MATH_DEFAULT's. False (r set) for a value that is
+ * no MathMode (a newer client's). */
+static bool session_math(const Salus__SessionHints *h, uint8_t *math, sl_reply *r)
+{
+    *math = SL_MATH_DEFAULT;
+    if (!h)
+        return true;
+    const struct {
+        int mode;
+        uint8_t bit;
+        const char *field;
+    } choice[] = {{h->math_matmul, SL_MATH_MATMUL_TF32, "math_matmul"},
+                  {h->math_conv, SL_MATH_CONV_TF32, "math_conv"}};
+    for (unsigned i = 0; i < 2; i++) {
+        if (choice[i].mode == SALUS__MATH_MODE__MATH_EXACT) {
+            *math &= (uint8_t) ~choice[i].bit;
+        } else if (choice[i].mode == SALUS__MATH_MODE__MATH_TF32) {
+            *math |= choice[i].bit;
+        } else if (choice[i].mode != SALUS__MATH_MODE__MATH_DEFAULT) {
+            sl_reply_error(r, SL_EINVAL, "%s %d is no math mode (0 default, 1 exact, 2 tf32)",
+                           choice[i].field, choice[i].mode);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* A limited session's hints within its limits (sl_tenants_admit): priority
  * and weight clamped, memory sized and checked against its quota. Returns
  * false with the refusal in r. */
@@ -446,6 +474,9 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         return false;
     uint64_t tenant = job ? job->tenant : sl_tenant_key(peer);
     const Salus__SessionHints *h = m->hints;
+    uint8_t math;
+    if (!session_math(h, &math, r))
+        return false;
     sl_session *s = sl_calloc(1, sizeof *s);
     Salus__OpenSessionReply *body = sl_reply_alloc(r, sizeof *body);
     if (!s || !body)
@@ -461,6 +492,7 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
     s->limited = !peer->is_operator;
     s->open_ns = sl_now_ns();
     s->job.sched.weight = 1.0;
+    s->job.math = math;
     if (h) {
         /* a client's name reaches logs and terminals (salusctl status) */
         if (h->name)

@@ -51,6 +51,7 @@ struct sl_session {
     sl_map graphs;  /* id -> sl_graph */
     uint64_t next_object_id;
     uint64_t persistent_bytes;
+    uint64_t persistent_by_dtype[SL_DTYPE_COUNT]; /* persistent_bytes by enum sl_dtype */
     /* host memory held for it: its graphs' and tensors' bookkeeping, at
      * most cfg->session_metadata */
     uint64_t host_bytes;

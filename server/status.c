@@ -81,6 +81,33 @@ static Salus__PartitionsStatus *partitions_detail(const sl_exec_parts *p, sl_rep
     return d;
 }
 
+/* x->persistent_by_dtype: s's persistent bytes of each dtype it holds. */
+static int by_dtype(sl_reply *r, const sl_session *s, Salus__SessionStatus *x)
+{
+    size_t n = 0;
+    for (unsigned d = 0; d < SL_DTYPE_COUNT; d++)
+        n += s->persistent_by_dtype[d] != 0;
+    if (!n)
+        return SL_OK;
+    Salus__DTypeBytes **list = sl_reply_alloc(r, n * sizeof *list);
+    if (!list)
+        return SL_ENOMEM;
+    x->n_persistent_by_dtype = 0;
+    for (unsigned d = 0; d < SL_DTYPE_COUNT; d++) {
+        if (!s->persistent_by_dtype[d])
+            continue;
+        Salus__DTypeBytes *e = sl_reply_alloc(r, sizeof *e);
+        if (!e)
+            return SL_ENOMEM;
+        salus__dtype_bytes__init(e);
+        e->dtype = (Salus__DType) d;
+        e->bytes = s->persistent_by_dtype[d];
+        list[x->n_persistent_by_dtype++] = e;
+    }
+    x->persistent_by_dtype = list;
+    return SL_OK;
+}
+
 int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
 {
     Salus__StatusReply *st = sl_reply_alloc(r, sizeof *st);
@@ -172,6 +199,12 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
         sl_mem_session_info mi;
         if (sl_mem_session_get(srv->mem, s->id, &mi) == SL_OK)
             x->persistent_reserved = mi.region_size > mi.used ? mi.region_size : mi.used;
+        x->math_matmul = s->job.math & SL_MATH_MATMUL_TF32 ? SALUS__MATH_MODE__MATH_TF32
+                                                           : SALUS__MATH_MODE__MATH_EXACT;
+        x->math_conv = s->job.math & SL_MATH_CONV_TF32 ? SALUS__MATH_MODE__MATH_TF32
+                                                       : SALUS__MATH_MODE__MATH_EXACT;
+        if (by_dtype(r, s, x) != SL_OK)
+            return SL_ENOMEM;
         list[k++] = x;
     }
     qsort(list, k, sizeof *list, by_id);

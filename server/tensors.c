@@ -172,6 +172,7 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
         return SL_HANDLED;
     }
     s->persistent_bytes += t->bytes;
+    s->persistent_by_dtype[shape.dtype] += t->bytes;
     hold_host(ss, s, (int64_t) SL_TENSOR_HOST_BYTES);
     salus__create_tensor_reply__init(body);
     body->tensor_id = t->id;
@@ -266,6 +267,7 @@ int sl_handle_free_tensor(sl_sessions *ss, sl_session *s, sl_work *w, bool *free
     }
     (void) sl_map_del(&s->tensors, t->id);
     s->persistent_bytes -= t->bytes;
+    s->persistent_by_dtype[t->shape.dtype] -= t->bytes;
     hold_host(ss, s, -(int64_t) SL_TENSOR_HOST_BYTES);
     (void) sl_mem_free(ss->mem, s->id, t->addr);
     sl_free(t);

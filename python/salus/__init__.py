@@ -32,6 +32,13 @@ onnx (OnnxModel).
 Every failure raises salus.Error, carrying the salus status code (`code`,
 a salus.Code) and the server's message (`message`).
 
+dtypes: "f32" (numpy.float32), "i32" (numpy.int32), "f16" (numpy.float16)
+and "bf16", which numpy lacks: bf16 elements are carried as numpy.uint16
+arrays of their bit patterns; salus.to_bf16 makes them from floats and
+salus.from_bf16 reads them back as float32, rounding exactly as salusd
+does. Tensors, graph inputs and feeds of a bf16 or f16 value also take
+float arrays and round them; fetches and reads of bf16 return uint16.
+
 Memory: feeds are passed to the server straight from the numpy arrays' own
 buffers when they are C-contiguous and of the graph input's dtype (else one
 converted copy is made), and fetched values are written by the C library
@@ -44,7 +51,7 @@ compiled in it, its trainers and its ONNX models. Objects are also released
 when garbage-collected, but close() (or a `with` block) says when.
 """
 
-from ._core import F32, I32, Code, Error, default_url
+from ._core import BF16, F16, F32, I32, Code, Error, default_url, from_bf16, to_bf16
 from .client import Client, Session, Tensor, connect
 from .graph import Graph, Value
 from .nn import Model
@@ -54,4 +61,5 @@ from .train import SGD, Adam, AdamW, Momentum, Trainer
 __all__ = [
     "Code", "Error", "connect", "Client", "Session", "Tensor", "Graph", "Value",
     "Model", "Trainer", "OnnxModel", "SGD", "Momentum", "Adam", "AdamW", "default_url", "F32", "I32",
+    "BF16", "F16", "to_bf16", "from_bf16",
 ]

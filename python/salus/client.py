@@ -6,8 +6,17 @@ import weakref
 
 import numpy as np
 
-from ._core import F32, I32, Code, Error, _NUMPY, _buffer, _dims, _dtype_code, _text, ffi, lib
+from ._core import F16, F32, I32, Code, Error, _NUMPY, _buffer, _dims, _dtype_code, _text, ffi, lib
 from .onnx import OnnxModel
+
+
+_MATH = {None: lib.SALUS_MATH_DEFAULT, "exact": lib.SALUS_MATH_EXACT, "tf32": lib.SALUS_MATH_TF32}
+
+
+def _math(choice, what):
+    if choice not in _MATH:
+        raise ValueError(f"{what} is \"exact\", \"tf32\" or None (the default), not {choice!r}")
+    return _MATH[choice]
 
 
 def connect(url=None):
@@ -44,12 +53,16 @@ class Client:
         return _text(lib.salus_server_device(self._live()))
 
     def session(self, name="", priority=0, weight=1.0, persistent_bytes=0, ephemeral_bytes=0,
-                expected_total_s=0.0, expected_iterations=0, wait=False):
+                expected_total_s=0.0, expected_iterations=0, wait=False, math_matmul=None,
+                math_conv=None):
         """Opens a session (see salus_session_opts in salus.h for each
         argument; wait=True waits for admission instead of failing with
-        Code.EEXHAUSTED)."""
+        Code.EEXHAUSTED). math_matmul and math_conv: "exact" or "tf32", how
+        f32 matmuls and convolutions may round their products (None:
+        PyTorch's defaults, matmul exact and convolution tf32; TF32 needs a
+        device with TF32 tensor cores, others stay exact)."""
         return Session(self, name, priority, weight, persistent_bytes, ephemeral_bytes,
-                       expected_total_s, expected_iterations, wait)
+                       expected_total_s, expected_iterations, wait, math_matmul, math_conv)
 
     def status(self):
         """The server's status as text (what `salusctl status` prints)."""
@@ -95,7 +108,7 @@ class Session:
     long as its client's connection; open it with Client.session()."""
 
     def __init__(self, client, name, priority, weight, persistent_bytes, ephemeral_bytes,
-                 expected_total_s, expected_iterations, wait):
+                 expected_total_s, expected_iterations, wait, math_matmul=None, math_conv=None):
         opts = ffi.new("salus_session_opts *")
         cname = ffi.new("char[]", name.encode())
         opts.name = cname
@@ -106,6 +119,8 @@ class Session:
         opts.expected_total_s = float(expected_total_s)
         opts.expected_iterations = int(expected_iterations)
         opts.wait_for_admission = int(bool(wait))
+        opts.math_matmul = _math(math_matmul, "math_matmul")
+        opts.math_conv = _math(math_conv, "math_conv")
         out = ffi.new("salus_session **")
         client._check(lib.salus_session_open(client._live(), opts, out))
         self.client = client
@@ -133,12 +148,17 @@ class Session:
 
     def tensor(self, data=None, shape=None, dtype=None):
         """Creates a persistent tensor: from `data` (an array; int32 if its
-        values are integers, else float32, unless `dtype` says), or zeros of
-        `shape` and `dtype` (default float32)."""
+        values are integers, float16 for a float16 array, else float32,
+        unless `dtype` says), or zeros of `shape` and `dtype` (default
+        float32). dtype "bf16" takes uint16 bit patterns (to_bf16) or
+        floats, which are rounded to bf16; "f16" takes any floats."""
         if data is not None:
             arr = np.asarray(data)
+            if dtype is None and arr.dtype == np.uint16:
+                raise ValueError("uint16 data is ambiguous: say dtype=\"bf16\" for bfloat16 bit "
+                                 "patterns, or convert it")
             if dtype is None:
-                dtype = I32 if arr.dtype.kind in "iub" else F32
+                dtype = I32 if arr.dtype.kind in "iub" else F16 if arr.dtype == np.float16 else F32
             shape = arr.shape if shape is None else shape
         elif shape is None:
             raise ValueError("give data or a shape")

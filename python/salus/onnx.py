@@ -16,7 +16,8 @@ class OnnxModel:
     registered inference graph.
 
     inputs / outputs  lists of (name, shape, dtype) in the model's order
-                      (int64/int32 inputs are fed as int32)
+                      (int64/int32 inputs are fed as int32; float16 as
+                      float16, bfloat16 as uint16 bit patterns, salus.to_bf16)
     run(*arrays)      one inference; returns the outputs as numpy arrays
     graph             the registered Graph (owned by the model)
     trainer(...)      a Trainer of the same graph and the same weights
@@ -39,18 +40,21 @@ class OnnxModel:
         self._ptr = out[0]
         self.session = session
         self._trainers = weakref.WeakSet()
-        self.inputs = [self._io(lib.salus_onnx_input, i)
+        self._input_codes = []
+        self.inputs = [self._io(lib.salus_onnx_input, i, self._input_codes)
                        for i in range(lib.salus_onnx_n_inputs(self._ptr))]
         self.outputs = [self._io(lib.salus_onnx_output, i)
                         for i in range(lib.salus_onnx_n_outputs(self._ptr))]
         self.graph = Graph(_borrowed=lib.salus_onnx_graph(self._ptr), _owner=self)
         session._dependents.add(self)
 
-    def _io(self, fn, i):
+    def _io(self, fn, i, codes=None):
         name, dtype = ffi.new("const char **"), ffi.new("int *")
         ndim, dims = ffi.new("int *"), ffi.new("int64_t[]", lib.SALUS_MAX_DIMS)
         if fn(self._ptr, i, name, dtype, ndim, dims):
             raise Error(Code.EINVAL, f"no input/output {i}")
+        if codes is not None:
+            codes.append(dtype[0])
         return (_text(name[0]), tuple(dims[d] for d in range(ndim[0])), _NUMPY[dtype[0]])
 
     def _live(self):
@@ -75,9 +79,9 @@ class OnnxModel:
         if len(arrays) != len(self.inputs):
             raise ValueError(f"the model has {len(self.inputs)} inputs, {len(arrays)} given")
         keep, ptrs = [], ffi.new("void *[]", max(len(arrays), 1))
-        for i, ((name, shape, dtype), a) in enumerate(zip(self.inputs, arrays)):
-            a, p = _buffer(a, lib.SALUS_I32 if dtype == np.int32 else lib.SALUS_F32, shape,
-                           f"input {name!r}")
+        for i, ((name, shape, _), code, a) in enumerate(zip(self.inputs, self._input_codes,
+                                                            arrays)):
+            a, p = _buffer(a, code, shape, f"input {name!r}")
             keep.append(a)
             ptrs[i] = p
         outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]

@@ -149,13 +149,18 @@ static int load_tensor(const char *path, struct tensor *t, char *why, size_t wle
         onnx__tensor_proto__free_unpacked(p, NULL);
         return snprintf(why, wlen, "%s: bad dims", path), -1;
     }
+    bool f16 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
+         bf16 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
     size_t esize = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT   ? 4
                    : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
                    : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4
+                   : f16 || bf16                                          ? 2
                                                                           : 0;
     if (!esize) {
         onnx__tensor_proto__free_unpacked(p, NULL);
-        return snprintf(why, wlen, "test data of ONNX type %d (salus has float, int32, int64)",
+        return snprintf(why, wlen,
+                        "test data of ONNX type %d (salus has float, float16, bfloat16, int32, "
+                        "int64)",
                         t->dtype),
                1;
     }
@@ -176,6 +181,10 @@ static int load_tensor(const char *path, struct tensor *t, char *why, size_t wle
                 float v;
                 memcpy(&v, q, 4);
                 t->d[i] = v;
+            } else if (esize == 2) {
+                uint16_t h;
+                memcpy(&h, q, 2);
+                t->d[i] = f16 ? salus_f32_from_f16(h) : salus_f32_from_bf16(h);
             } else if (esize == 8) {
                 int64_t v;
                 memcpy(&v, q, 8);
@@ -188,6 +197,8 @@ static int load_tensor(const char *path, struct tensor *t, char *why, size_t wle
         } else
             t->d[i] = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? p->float_data[i]
                       : esize == 8 ? (double) p->int64_data[i]
+                      : f16        ? salus_f32_from_f16((uint16_t) p->int32_data[i])
+                      : bf16       ? salus_f32_from_bf16((uint16_t) p->int32_data[i])
                                    : p->int32_data[i];
     }
     onnx__tensor_proto__free_unpacked(p, NULL);
@@ -237,6 +248,10 @@ static enum result run_sets(salus_onnx_model *m, salus_client *c, const char *di
                     if (dtype == SALUS_F32) {
                         float v = (float) t.d[k];
                         memcpy((char *) in[i] + 4 * k, &v, 4);
+                    } else if (dtype == SALUS_F16 || dtype == SALUS_BF16) {
+                        uint16_t h = dtype == SALUS_F16 ? salus_f16_from_f32((float) t.d[k])
+                                                        : salus_bf16_from_f32((float) t.d[k]);
+                        memcpy((char *) in[i] + 2 * k, &h, 2);
                     } else {
                         if (t.d[k] < INT32_MIN || t.d[k] > INT32_MAX) {
                             snprintf(why, wlen, "input %u: an integer beyond i32", i);
@@ -277,13 +292,19 @@ static enum result run_sets(salus_onnx_model *m, salus_client *c, const char *di
         for (unsigned j = 0; j < n_out && res == PASS; j++) {
             int dtype;
             (void) salus_onnx_output(m, j, NULL, &dtype, NULL, NULL);
-            bool ints = want[j].dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+            bool ints = want[j].dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
+                        want[j].dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 &&
+                        want[j].dtype != ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
             for (size_t k = 0; k < want[j].n; k++) {
                 double got;
                 if (dtype == SALUS_F32) {
                     float v;
                     memcpy(&v, (char *) out[j] + 4 * k, 4);
                     got = v;
+                } else if (dtype == SALUS_F16 || dtype == SALUS_BF16) {
+                    uint16_t h;
+                    memcpy(&h, (char *) out[j] + 2 * k, 2);
+                    got = dtype == SALUS_F16 ? salus_f32_from_f16(h) : salus_f32_from_bf16(h);
                 } else {
                     int32_t v;
                     memcpy(&v, (char *) out[j] + 4 * k, 4);

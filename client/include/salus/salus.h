@@ -88,8 +88,31 @@ enum salus_code {
 
 /* Element types. SALUS_BF16 and SALUS_F16 are 16-bit floats whose elements
  * are passed as uint16_t bit patterns: bfloat16 (the upper half of an f32)
- * and IEEE 754 binary16. */
+ * and IEEE 754 binary16. Tensors, graph inputs, feeds and fetches of these
+ * types take 2 bytes per element; convert with the functions below. */
 enum salus_dtype { SALUS_F32 = 0, SALUS_I32 = 1, SALUS_BF16 = 2, SALUS_F16 = 3 };
+
+/* Conversions between f32 and the 16-bit types, the same as salusd's
+ * kernels do them: narrowing rounds to nearest, ties to even (as IEEE 754
+ * and PyTorch's .to() do); NaN stays NaN (quiet), a value beyond the
+ * type's range becomes infinity, f16's subnormals are exact both ways.
+ * Widening is exact. */
+SALUS_EXPORT uint16_t salus_bf16_from_f32(float f);
+SALUS_EXPORT float salus_f32_from_bf16(uint16_t h);
+SALUS_EXPORT uint16_t salus_f16_from_f32(float f);
+SALUS_EXPORT float salus_f32_from_f16(uint16_t h);
+/* The same for n elements: dtype SALUS_BF16 or SALUS_F16 (src and dst must
+ * not overlap). Errors: SALUS_EINVAL (another dtype). */
+SALUS_EXPORT int salus_half_from_f32(int dtype, const float *src, uint16_t *dst, size_t n);
+SALUS_EXPORT int salus_half_to_f32(int dtype, const uint16_t *src, float *dst, size_t n);
+
+/* How f32 matmuls and convolutions may round their products
+ * (salus_session_opts). */
+enum salus_math {
+    SALUS_MATH_DEFAULT = 0, /* PyTorch's: matmul exact, convolution TF32 */
+    SALUS_MATH_EXACT = 1,   /* f32 products */
+    SALUS_MATH_TF32 = 2     /* TF32 tensor cores where the device has them */
+};
 
 #define SALUS_MAX_DIMS 6
 
@@ -165,6 +188,16 @@ typedef struct salus_session_opts {
      * as on the whole device; 0 = unknown. Sizes the high-priority
      * partition when salusd runs --partitions auto. */
     unsigned compute_units;
+    /* enum salus_math for the session's f32 matmuls (matmul, matmul_acc,
+     * batch_matmul) and convolutions (conv2d and its gradients). 0 is
+     * PyTorch's default for each: matmul exact (torch.backends.cuda.
+     * matmul.allow_tf32 = False), convolution TF32 (torch.backends.cudnn.
+     * allow_tf32 = True). SALUS_MATH_TF32 lets a device with TF32 tensor
+     * cores (cuda, Ampere and later) multiply with 10-bit mantissas and
+     * sum in f32; other devices compute exact f32 whatever the choice.
+     * bf16 and f16 ops are not affected. Status shows the choice. */
+    int math_matmul;
+    int math_conv;
 } salus_session_opts;
 
 /* Opens a session (opts may be NULL for defaults). *out is owned by the caller
@@ -481,12 +514,14 @@ SALUS_EXPORT int salus_model_tensor_write(salus_model *m, int i, const float *bu
 /* Checkpoints: every named tensor (parameters, buffers and optimizer state,
  * so training resumes where it stopped) to a file, and back. The file is
  * replaced at once (written beside it, then renamed). Format, little-endian:
- *   "SALUSCK1"  8 bytes of magic
+ *   "SALUSCK1"  8 bytes of magic ("SALUSCK2" when a tensor is not f32)
  *   u32         number of entries
  *   per entry:  u16 name length, the name (UTF-8, no NUL), u8 kind (enum
- *               salus_tensor_kind), u8 rank, rank x i64 dims, then the f32
- *               values in row-major order
- * Loading needs exactly the model's names with the same shapes (a file of
+ *               salus_tensor_kind), in SALUSCK2 only u8 dtype (enum
+ *               salus_dtype), u8 rank, rank x i64 dims, then the values
+ *               in row-major order (f32 in SALUSCK1; bf16 and f16 as
+ *               their uint16_t bit patterns)
+ * Loading needs exactly the model's names with the same dtypes and shapes (a file of
  * another architecture or optimizer is refused, naming the first tensor
  * that differs) and writes nothing unless the whole file fits. */
 SALUS_EXPORT int salus_model_save(salus_model *m, const char *path);
@@ -660,8 +695,9 @@ SALUS_EXPORT void salus_onnx_free(salus_onnx_model *m);
  * in the model's order. */
 SALUS_EXPORT unsigned salus_onnx_n_inputs(const salus_onnx_model *m);
 SALUS_EXPORT unsigned salus_onnx_n_outputs(const salus_onnx_model *m);
-/* Input or output i: its ONNX name (owned by m), salus dtype (SALUS_F32, or
- * SALUS_I32 for an int64/int32 input), rank and dims (up to 6). Any
+/* Input or output i: its ONNX name (owned by m), salus dtype (SALUS_F32,
+ * SALUS_F16 or SALUS_BF16 for float, float16 and bfloat16, SALUS_I32 for
+ * an int64/int32 input), rank and dims (up to 6). Any
  * out-pointer may be NULL. Errors: SALUS_EINVAL (i out of range). */
 SALUS_EXPORT int salus_onnx_input(const salus_onnx_model *m, unsigned i, const char **name,
                                   int *dtype, int *ndim, int64_t *dims);
