@@ -194,6 +194,17 @@ def test_memory():
     assert rc == 0
 
 
+def next_record(top):
+    """The next JSON record `salusctl --json top` printed; fails, with its
+    exit status, if it exited instead."""
+    while True:
+        line = top.stdout.readline()
+        if not line:
+            raise AssertionError(f"salusctl top exited early (status {top.wait(timeout=10)})")
+        if line.strip():
+            return json.loads(line)
+
+
 def test_top_restart():
     srv = obs.Salusd()
     tops = []
@@ -205,11 +216,11 @@ def test_top_restart():
         tx = subprocess.Popen(base + ["top", "--interval", "0.2", "--iterations", str(want)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tops = [js, tx]
-        before = [json.loads(js.stdout.readline()) for _ in range(2)]
+        before = [next_record(js) for _ in range(2)]
         assert all(d["policy"] == "fair" for d in before), before
         # a mark of the first salusd: the second starts with the default
         srv.ctl("policy", "srtf", check=True)
-        while json.loads(js.stdout.readline())["policy"] != "srtf":
+        while next_record(js)["policy"] != "srtf":
             pass
         time.sleep(0.3)  # the text one refreshes too
         srv.proc.send_signal(signal.SIGTERM)
@@ -217,7 +228,7 @@ def test_top_restart():
         # while it is away: reconnecting..., backing off
         states = []
         while len(states) < 3:
-            d = json.loads(js.stdout.readline())
+            d = next_record(js)
             if d.get("state") == "reconnecting":
                 states.append(d)
             else:
