@@ -6,13 +6,21 @@
  *   status.c            the one translation of cudart/cuBLAS/cuDNN statuses
  *   device.c            the sl_device_ops table: memory, streams, callbacks
  *   exec.c              per-stream execution context, workspace, op dispatch,
- *                       copy and matmul (cuBLAS)
+ *                       the dtypes each op runs in, copy and matmul (cuBLAS)
  *   dnn_conv.c          conv2d and both gradients (cuDNN, cached plans)
  *   dnn_norm.c          batchnorm, batchnorm_infer, batchnorm_grad (cuDNN)
- *   ops_elementwise.cu  element-wise ops, bias adds, optimisers, pad/crop
+ *   ops_elementwise.cu  element-wise ops, bias adds, optimisers, cast, pad/crop
  *   ops_reduce.cu       bias_grad, channel_bias_grad, mse_loss, reduce_*
  *   ops_softmax.cu      softmax, softmax_xent(_grad), argmax
- *   ops_pool.cu         maxpool, avgpool and their gradients */
+ *   ops_pool.cu         maxpool, avgpool and their gradients
+ *   ops_axes.cu         the ops along axes of any rank
+ *
+ * Precision. The ops of the registry's half set run in bf16 and f16 too
+ * (sl_cuda_op_dtypes): storage in the half type, arithmetic in f32 (cuBLAS
+ * and cuDNN with f32 compute on tensor cores; custom kernels load into f32
+ * registers and round once on store). bf16 needs sm_80 or later. f32
+ * matmuls and convolutions use TF32 tensor cores only when the call's math
+ * bits (sl_op_call.math) allow it; otherwise they are exact f32. */
 #ifndef SL_CUDA_H
 #define SL_CUDA_H
 
@@ -65,6 +73,7 @@ typedef struct sl_cuda_exec {
     cudaStream_t stream;
     int ordinal;  /* the CUDA device */
     int sm_count; /* multiprocessors: sizes reduction grids */
+    bool bf16;    /* sm_80 or later: the device computes in bf16 */
     cublasHandle_t blas;
     cudnnHandle_t dnn; /* NULL when cuDNN could not be set up: its ops are refused */
     cudnnTensorDescriptor_t bn_x, bn_param; /* batchnorm scratch descriptors */
@@ -142,11 +151,18 @@ size_t sl_cuda_workspace_bytes(const sl_cuda_exec *x);
  * caller holds the stream's launch lock. Errors: translated statuses. */
 int sl_cuda_set_lane_workspace(sl_cuda_exec *x, void *ptr, size_t bytes);
 
+/* The float dtypes (SL_DTS bits) this backend runs op in on a device that
+ * has bf16 arithmetic (sm_80+) or not: f32, plus bf16 and f16 for the ops
+ * of the registry's half set (bf16 dropped without it); for cast, the
+ * dtypes it converts between. Never blocks. */
+unsigned sl_cuda_op_dtypes(unsigned op, bool bf16);
+
 /* Contract checks of one call before anything is enqueued: the op exists,
- * its arity matches the registry, and this backend can run it with these
- * shapes and attributes. Returns SL_OK, SL_EINVAL (arity) or SL_EUNSUPPORTED
- * (not implemented here, cuDNN unavailable, sizes beyond what cuBLAS/cuDNN
- * index). Never blocks. */
+ * its arity matches the registry, its float tensors are in a dtype
+ * sl_cuda_op_dtypes gives it, and this backend can run it with these shapes
+ * and attributes. Returns SL_OK, SL_EINVAL (arity) or SL_EUNSUPPORTED (not
+ * implemented here or not in that dtype, cuDNN unavailable, sizes beyond
+ * what cuBLAS/cuDNN index). Never blocks. */
 int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c);
 
 /* Enqueues a checked, registry-validated call on x's stream. Returns SL_OK,
@@ -224,6 +240,8 @@ int sl_cuda_stream_bind(sl_device *dev, sl_stream *s, sl_partition *p);
  * tanh(_grad), mse_grad, bias_add, channel_bias_add, sgd_update,
  * momentum_update, adam_update. */
 int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c);
+/* cast between f32, bf16 and f16 (ops_elementwise.cu). */
+int sl_cuda_run_cast(sl_cuda_exec *x, const sl_op_call *c);
 /* bias_grad, channel_bias_grad, mse_loss, reduce_sum, reduce_mean. */
 int sl_cuda_run_reduce(sl_cuda_exec *x, const sl_op_call *c);
 /* softmax, softmax_xent, softmax_xent_grad, argmax. */
@@ -248,14 +266,17 @@ struct sl_cuda_conv_cache *sl_cuda_conv_cache_new(void);
 void sl_cuda_conv_cache_free(struct sl_cuda_conv_cache *cache);
 
 /* Zero-padded copy on x's stream: dst[n][c][h + pad_h][w + pad_w] = src
- * [n][c][h][w], dst being [planes, dst_h, dst_w] and zero outside the copy.
- * Returns the launch status. */
-int sl_cuda_pad_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes, int64_t h,
-                       int64_t w, int64_t dst_h, int64_t dst_w, int64_t pad_h, int64_t pad_w);
+ * [n][c][h][w], dst being [planes, dst_h, dst_w] and zero outside the copy;
+ * elements of `elem` bytes (2 or 4: any float dtype). Returns the launch
+ * status. */
+int sl_cuda_pad_planes(sl_cuda_exec *x, size_t elem, void *dst, const void *src, uint64_t planes,
+                       int64_t h, int64_t w, int64_t dst_h, int64_t dst_w, int64_t pad_h,
+                       int64_t pad_w);
 /* The inverse crop: dst[p][h][w] = src[p][h + pad_h][w + pad_w] for dst of
  * [planes, h, w] and src of [planes, src_h, src_w]. Returns the launch status. */
-int sl_cuda_crop_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes, int64_t h,
-                        int64_t w, int64_t src_h, int64_t src_w, int64_t pad_h, int64_t pad_w);
+int sl_cuda_crop_planes(sl_cuda_exec *x, size_t elem, void *dst, const void *src, uint64_t planes,
+                        int64_t h, int64_t w, int64_t src_h, int64_t src_w, int64_t pad_h,
+                        int64_t pad_w);
 
 #ifdef __cplusplus
 }

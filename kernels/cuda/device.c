@@ -95,6 +95,7 @@ struct poll_slot {
 
 struct cuda_dev {
     int ordinal;
+    bool bf16;                     /* sm_80 or later: ops run in bf16 too */
     int prio_least, prio_greatest; /* numerically: greatest <= least */
     bool cb_ready;                 /* lock and condvars initialised */
     bool cb_thread_running;
@@ -421,6 +422,7 @@ static int cuda_open(sl_device *dev, int index, const char *arg)
                                           &d->prio_least, &d->prio_greatest))) != SL_OK)
         return rc;
     dev->total_bytes = prop.totalGlobalMem;
+    d->bf16 = prop.major >= 8;
     /* cuBLAS asks 32 MiB on Hopper (4 MiB before); cuDNN's fastest
      * convolution algorithms for a small CNN fit in the rest */
     dev->workspace_hint = 64ull << 20;
@@ -855,6 +857,11 @@ static void cuda_host_unregister(sl_device *dev, void *ptr)
     sl_free(r);
 }
 
+static unsigned cuda_op_dtypes(sl_device *dev, unsigned op)
+{
+    return sl_cuda_op_dtypes(op, ((struct cuda_dev *) dev->priv)->bf16);
+}
+
 static const sl_device_ops cuda_device_ops = {
     .name = "cuda",
     .priv_size = sizeof(struct cuda_dev),
@@ -868,6 +875,7 @@ static const sl_device_ops cuda_device_ops = {
     .memcpy_d2h = cuda_memcpy_d2h,
     .memcpy_d2d = cuda_memcpy_d2d,
     .launch = cuda_launch,
+    .op_dtypes = cuda_op_dtypes,
     .stream_set_workspace = cuda_stream_set_workspace,
     .host_callback = cuda_host_callback,
     .synchronize = cuda_synchronize,

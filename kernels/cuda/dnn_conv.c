@@ -1,15 +1,21 @@
 /* conv2d, conv2d_grad_input and conv2d_grad_filter through cuDNN (NCHW,
- * f32, cross-correlation as ONNX defines Conv).
+ * f32, bf16 or f16, cross-correlation as ONNX defines Conv).
  *
- * Plans. Descriptors and the algorithm of one (op, shapes, attributes) are
- * built once per stream and cached (CONV_CACHE_SIZE plans, least recently
- * used evicted): a training step launches the same convolutions every
- * iteration. The algorithm comes from cuDNN's heuristics
- * (cudnnGet*Algorithm_v7), restricted to FMA math and to direct and
- * GEMM-based algorithms: TF32 tensor-core math, FFT and Winograd transforms
- * give up f32 accuracy (about 1e-3 relative; an FFT-tiled filter gradient
- * was seen 5.7e-4 off on an H100), which the cpu backend and the tests hold
- * the op to. The first algorithm in the
+ * Precision. bf16 and f16 tensors are convolved with f32 accumulation
+ * (compute type FLOAT) on tensor cores (CUDNN_TENSOR_OP_MATH). f32 uses FMA
+ * math unless the call allows TF32 (SL_MATH_CONV_TF32): then tensor-op math,
+ * under which cuDNN rounds the operands to TF32 on Ampere and later.
+ *
+ * Plans. Descriptors and the algorithm of one (op, dtype, math, shapes,
+ * attributes) are built once per stream and cached (CONV_CACHE_SIZE plans,
+ * least recently used evicted): a training step launches the same
+ * convolutions every iteration. The algorithm comes from cuDNN's heuristics
+ * (cudnnGet*Algorithm_v7), restricted to direct and GEMM-based algorithms,
+ * and in exact f32 to FMA math: FFT and Winograd transforms give up
+ * accuracy (about 1e-3 relative; an FFT-tiled filter gradient was seen
+ * 5.7e-4 off on an H100), which the cpu backend and the tests hold the op
+ * to, and no mode takes an algorithm that converts f32 operands to f16
+ * (CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION). The first algorithm in the
  * heuristics' order that needs at most WS_PREFERRED_MAX bytes of workspace
  * is used; when the workspace cannot grow to it, the plan falls back to the
  * algorithm needing the least workspace.
@@ -39,6 +45,7 @@ enum conv_kind { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER };
 /* Everything a plan depends on. Built zeroed (memcmp-compared). */
 struct conv_key {
     int64_t kind;
+    int64_t dtype, tensor_op; /* the tensors' sl_dtype; tensor-core math allowed */
     int64_t x[4], w[4];
     int64_t attrs[9];
 };
@@ -201,11 +208,13 @@ static int workspace_size(sl_cuda_exec *x, const struct conv_plan *p, int algo, 
     return SL_EINTERNAL;
 }
 
-/* Whether an algorithm computes in f32 as a direct sum would: FMA math,
- * no FFT or Winograd transform of the operands. */
-static bool exact_f32(enum conv_kind kind, int algo, cudnnMathType_t math)
+/* Whether an algorithm may serve a plan: no FFT or Winograd transform of
+ * the operands, never a conversion of f32 operands to f16, and FMA math
+ * (a direct f32 sum) unless the plan allows tensor cores. */
+static bool algo_allowed(enum conv_kind kind, bool tensor_op, int algo, cudnnMathType_t math)
 {
-    if (math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+    if (math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+        (!tensor_op && math == CUDNN_TENSOR_OP_MATH))
         return false;
     switch (kind) {
     case CONV_FWD:
@@ -235,7 +244,8 @@ static int pick_algo(sl_cuda_exec *x, struct conv_plan *p)
     int best = -1, smallest = -1;
     for (int i = 0; i < cand.n; i++) {
         if (cand.status[i] != CUDNN_STATUS_SUCCESS ||
-            !exact_f32((enum conv_kind) p->key.kind, cand.algo[i], cand.math[i]))
+            !algo_allowed((enum conv_kind) p->key.kind, p->key.tensor_op, cand.algo[i],
+                          cand.math[i]))
             continue;
         if (best < 0 && cand.memory[i] <= WS_PREFERRED_MAX)
             best = i;
@@ -243,7 +253,8 @@ static int pick_algo(sl_cuda_exec *x, struct conv_plan *p)
             smallest = i;
     }
     if (smallest < 0) {
-        sl_log_err("cuda.conv.algo", "cuDNN has no f32 algorithm here (%d offered)", cand.n);
+        sl_log_err("cuda.conv.algo", "cuDNN has no %s algorithm here (%d offered)",
+                   sl_dtype_name((unsigned) p->key.dtype), cand.n);
         return SL_EUNSUPPORTED;
     }
     if (best < 0)
@@ -256,10 +267,19 @@ static int pick_algo(sl_cuda_exec *x, struct conv_plan *p)
     return rc;
 }
 
+/* cuDNN's element type of a float dtype. */
+static cudnnDataType_t dnn_type(unsigned dtype)
+{
+    return dtype == SL_BF16  ? CUDNN_DATA_BFLOAT16
+           : dtype == SL_F16 ? CUDNN_DATA_HALF
+                             : CUDNN_DATA_FLOAT;
+}
+
 static int plan_build(sl_cuda_exec *x, const sl_op_call *c, struct conv_plan *p)
 {
     const sl_shape *xs, *ws, *ys;
     conv_shapes(c, &xs, &ws, &ys);
+    cudnnDataType_t t = dnn_type((unsigned) p->key.dtype);
     sl_window2d g = sl_conv_window(&c->attrs, ws);
     const int64_t *xd = xs->dims, *wd = ws->dims, *yd = ys->dims;
     p->explicit_pad = asymmetric(&g);
@@ -270,7 +290,7 @@ static int plan_build(sl_cuda_exec *x, const sl_op_call *c, struct conv_plan *p)
         p->xp[3] += g.pad_begin[1] + g.pad_end[1];
         /* sl_cuda_conv_check: the padded x has at most INT_MAX elements */
         p->pad_bytes = (size_t) sl_align_up(
-            (uint64_t) (p->xp[0] * p->xp[1] * p->xp[2] * p->xp[3]) * sizeof(float), 256);
+            (uint64_t) (p->xp[0] * p->xp[1] * p->xp[2] * p->xp[3]) * sl_dtype_size(xs->dtype), 256);
         pad_h = pad_w = 0;
     }
 
@@ -283,17 +303,17 @@ static int plan_build(sl_cuda_exec *x, const sl_op_call *c, struct conv_plan *p)
         rc = SL_CUDNN("cuda.conv", cudnnCreateConvolutionDescriptor(&p->cd));
     if (rc != SL_OK)
         return rc; /* the caller destroys what was created */
-    rc = SL_CUDNN("cuda.conv", cudnnSetTensor4dDescriptor(
-                                   p->xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int) p->xp[0],
-                                   (int) p->xp[1], (int) p->xp[2], (int) p->xp[3]));
+    rc = SL_CUDNN("cuda.conv",
+                  cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NCHW, t, (int) p->xp[0],
+                                             (int) p->xp[1], (int) p->xp[2], (int) p->xp[3]));
     if (rc == SL_OK)
-        rc = SL_CUDNN("cuda.conv", cudnnSetTensor4dDescriptor(
-                                       p->yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int) yd[0],
-                                       (int) yd[1], (int) yd[2], (int) yd[3]));
+        rc = SL_CUDNN("cuda.conv",
+                      cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NCHW, t, (int) yd[0],
+                                                 (int) yd[1], (int) yd[2], (int) yd[3]));
     if (rc == SL_OK)
-        rc = SL_CUDNN("cuda.conv", cudnnSetFilter4dDescriptor(
-                                       p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int) wd[0],
-                                       (int) wd[1], (int) wd[2], (int) wd[3]));
+        rc = SL_CUDNN("cuda.conv",
+                      cudnnSetFilter4dDescriptor(p->wd, t, CUDNN_TENSOR_NCHW, (int) wd[0],
+                                                 (int) wd[1], (int) wd[2], (int) wd[3]));
     if (rc == SL_OK)
         rc = SL_CUDNN("cuda.conv", cudnnSetConvolution2dDescriptor(
                                        p->cd, pad_h, pad_w, (int) g.stride[0], (int) g.stride[1],
@@ -302,7 +322,9 @@ static int plan_build(sl_cuda_exec *x, const sl_op_call *c, struct conv_plan *p)
     if (rc == SL_OK)
         rc = SL_CUDNN("cuda.conv", cudnnSetConvolutionGroupCount(p->cd, (int) g.group));
     if (rc == SL_OK)
-        rc = SL_CUDNN("cuda.conv", cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+        rc = SL_CUDNN("cuda.conv",
+                      cudnnSetConvolutionMathType(p->cd, p->key.tensor_op ? CUDNN_TENSOR_OP_MATH
+                                                                          : CUDNN_FMA_MATH));
     if (rc != SL_OK)
         return rc;
 
@@ -326,6 +348,8 @@ static void make_key(const sl_op_call *c, struct conv_key *key)
     conv_shapes(c, &xs, &ws, &ys);
     memset(key, 0, sizeof *key);
     key->kind = kind_of(c->op);
+    key->dtype = xs->dtype;
+    key->tensor_op = xs->dtype != SL_F32 || (c->math & SL_MATH_CONV_TF32);
     memcpy(key->x, xs->dims, sizeof key->x);
     memcpy(key->w, ws->dims, sizeof key->w);
     memcpy(key->attrs, c->attrs.i, sizeof key->attrs);
@@ -378,10 +402,11 @@ void sl_cuda_conv_cache_free(struct sl_cuda_conv_cache *cache)
 /* ---- launch ---- */
 
 /* Copies x zero-padded into the workspace head (explicit pads only). */
-static int pad_input(sl_cuda_exec *x, const struct conv_plan *p, float *dst, const void *src)
+static int pad_input(sl_cuda_exec *x, const struct conv_plan *p, void *dst, const void *src)
 {
     const int64_t *d = p->key.x;
-    return sl_cuda_pad_planes(x, dst, src, (uint64_t) (d[0] * d[1]), d[2], d[3], p->xp[2], p->xp[3],
+    return sl_cuda_pad_planes(x, sl_dtype_size((unsigned) p->key.dtype), dst, src,
+                              (uint64_t) (d[0] * d[1]), d[2], d[3], p->xp[2], p->xp[3],
                               p->key.attrs[2], p->key.attrs[3]);
 }
 
@@ -405,7 +430,7 @@ int sl_cuda_run_conv(sl_cuda_exec *x, const sl_op_call *c)
     }
     if (rc != SL_OK)
         return rc;
-    float *padded = p->explicit_pad ? ws : NULL;
+    void *padded = p->explicit_pad ? ws : NULL;
     void *scratch = need ? (char *) ws + p->pad_bytes : NULL;
 
     switch ((enum conv_kind) p->key.kind) {
@@ -422,12 +447,13 @@ int sl_cuda_run_conv(sl_cuda_exec *x, const sl_op_call *c)
         rc = SL_CUDNN("cuda.conv", cudnnConvolutionBackwardData(
                                        x->dnn, &one, p->wd, c->in[1].data, p->yd, c->in[0].data,
                                        p->cd, (cudnnConvolutionBwdDataAlgo_t) algo, scratch, need,
-                                       &zero, p->xd, padded ? (void *) padded : c->out[0].data));
+                                       &zero, p->xd, padded ? padded : c->out[0].data));
         if (rc != SL_OK || !padded)
             return rc;
         const int64_t *d = p->key.x;
-        return sl_cuda_crop_planes(x, c->out[0].data, padded, (uint64_t) (d[0] * d[1]), d[2], d[3],
-                                   p->xp[2], p->xp[3], p->key.attrs[2], p->key.attrs[3]);
+        return sl_cuda_crop_planes(x, sl_dtype_size((unsigned) p->key.dtype), c->out[0].data,
+                                   padded, (uint64_t) (d[0] * d[1]), d[2], d[3], p->xp[2], p->xp[3],
+                                   p->key.attrs[2], p->key.attrs[3]);
     }
     case CONV_BWD_FILTER: {
         const void *src = c->in[1].data;

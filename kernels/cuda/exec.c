@@ -1,6 +1,7 @@
 /* Per-stream execution context of the cuda backend: library handles, the
- * stream-ordered workspace, the device-raised error flag, the contract checks
- * of a launch and the dispatch of every op to its family.
+ * stream-ordered workspace, the device-raised error flag, the dtypes each op
+ * runs in, the contract checks of a launch and the dispatch of every op to
+ * its family.
  *
  * Why a workspace per stream: cuDNN convolutions and the two-pass reductions
  * need scratch memory whose lifetime is one launch. Launches on one stream
@@ -195,8 +196,13 @@ int sl_cuda_exec_init(sl_cuda_exec *x, cudaStream_t stream, int ordinal)
     if (rc == SL_OK)
         rc = SL_CUDA_RT("cuda.exec",
                         cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinal));
+    int major = 0;
+    if (rc == SL_OK)
+        rc = SL_CUDA_RT("cuda.exec",
+                        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
     if (rc != SL_OK)
         return rc;
+    x->bf16 = major >= 8;
     if (x->sm_count < 1)
         x->sm_count = 1;
     x->ws_stream_ordered = pools != 0;
@@ -281,8 +287,44 @@ static int run_copy(sl_cuda_exec *x, const sl_op_call *c)
                                                    cudaMemcpyDeviceToDevice, x->stream));
 }
 
-/* Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap
- * the operands and keep each one's transpose flag and leading dimension. */
+/* cuBLAS's element type of a float dtype. */
+static cudaDataType blas_type(unsigned dtype)
+{
+    return dtype == SL_BF16 ? CUDA_R_16BF : dtype == SL_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Exact f32 is cuBLAS's S routine with the handle's default math, which
+ * never rounds operands to TF32. */
+static bool exact_f32(const sl_op_call *c)
+{
+    return c->in[0].shape.dtype == SL_F32 && !(c->math & SL_MATH_MATMUL_TF32);
+}
+
+/* Everything else goes through the Ex routines with f32 accumulation: bf16
+ * and f16 operands and results on tensor cores, or f32 with TF32 products
+ * when the call allows it. alpha and beta are f32 in both cases. */
+static cublasComputeType_t compute_type(const sl_op_call *c)
+{
+    return c->in[0].shape.dtype == SL_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+/* C[m,n] = alpha op(A) op(B) + beta C, row-major, in the call's dtype.
+ * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
+ * operands and keep each one's transpose flag and leading dimension (lda,
+ * ldb: A's and B's row lengths). cuBLAS does not read C when beta is 0. */
+static int gemm(sl_cuda_exec *x, const sl_op_call *c, const char *id, bool ta, bool tb, int m,
+                int n, int k, const float *alpha, const void *a, int lda, const void *b, int ldb,
+                const float *beta, void *y)
+{
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (exact_f32(c))
+        return SL_CUBLAS(
+            id, cublasSgemm(x->blas, opb, opa, n, m, k, alpha, b, ldb, a, lda, beta, y, n));
+    cudaDataType t = blas_type(c->in[0].shape.dtype);
+    return SL_CUBLAS(id, cublasGemmEx(x->blas, opb, opa, n, m, k, alpha, b, t, ldb, a, t, lda, beta,
+                                      y, t, n, compute_type(c), CUBLAS_GEMM_DEFAULT));
+}
+
 static int run_matmul(sl_cuda_exec *x, const sl_op_call *c)
 {
     static const float one = 1.0f, zero = 0.0f;
@@ -290,14 +332,11 @@ static int run_matmul(sl_cuda_exec *x, const sl_op_call *c)
     const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
     int m = (int) c->out[0].shape.dims[0], n = (int) c->out[0].shape.dims[1];
     int k = (int) a[ta ? 0 : 1];
-    return SL_CUBLAS("cuda.gemm",
-                     cublasSgemm(x->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, c->in[1].data,
-                                 (int) b[1], c->in[0].data, (int) a[1], &zero, c->out[0].data, n));
+    return gemm(x, c, "cuda.gemm", ta, tb, m, n, k, &one, c->in[0].data, (int) a[1], c->in[1].data,
+                (int) b[1], &zero, c->out[0].data);
 }
 
-/* acc = beta * acc + alpha * op(A) op(B), in place: acc is GEMM's C, laid
- * out as run_matmul's. cuBLAS does not read C when beta is 0. */
+/* acc = beta * acc + alpha * op(A) op(B), in place: acc is GEMM's C. */
 static int run_matmul_acc(sl_cuda_exec *x, const sl_op_call *c)
 {
     const float alpha = c->attrs.f[0], beta = c->attrs.f[1];
@@ -305,10 +344,8 @@ static int run_matmul_acc(sl_cuda_exec *x, const sl_op_call *c)
     const int64_t *a = c->in[0].shape.dims, *b = c->in[1].shape.dims;
     int m = (int) c->in[2].shape.dims[0], n = (int) c->in[2].shape.dims[1];
     int k = (int) a[ta ? 0 : 1];
-    return SL_CUBLAS("cuda.gemm_acc",
-                     cublasSgemm(x->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, c->in[1].data,
-                                 (int) b[1], c->in[0].data, (int) a[1], &beta, c->in[2].data, n));
+    return gemm(x, c, "cuda.gemm_acc", ta, tb, m, n, k, &alpha, c->in[0].data, (int) a[1],
+                c->in[1].data, (int) b[1], &beta, c->in[2].data);
 }
 
 /* batch_matmul: cuBLAS's strided batched GEMM, row-major as column-major
@@ -320,10 +357,18 @@ static int run_batch_matmul(sl_cuda_exec *x, const sl_op_call *c)
     int batch = (int) c->out[0].shape.dims[0], m = (int) a[1], k = (int) a[2], n = (int) b[2];
     const float alpha = 1.0f, beta = 0.0f;
     long long sa = a[0] == 1 ? 0 : (long long) m * k, sb = b[0] == 1 ? 0 : (long long) k * n;
+    long long sy = (long long) m * n;
+    if (exact_f32(c))
+        return SL_CUBLAS("cuda.batch_gemm",
+                         cublasSgemmStridedBatched(x->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+                                                   &alpha, c->in[1].data, n, sb, c->in[0].data, k,
+                                                   sa, &beta, c->out[0].data, n, sy, batch));
+    cudaDataType t = blas_type(c->in[0].shape.dtype);
     return SL_CUBLAS("cuda.batch_gemm",
-                     cublasSgemmStridedBatched(x->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha,
-                                               c->in[1].data, n, sb, c->in[0].data, k, sa, &beta,
-                                               c->out[0].data, n, (long long) m * n, batch));
+                     cublasGemmStridedBatchedEx(x->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha,
+                                                c->in[1].data, t, n, sb, c->in[0].data, t, k, sa,
+                                                &beta, c->out[0].data, t, n, sy, batch,
+                                                compute_type(c), CUBLAS_GEMM_DEFAULT));
 }
 
 static family_fn family_of(unsigned op)
@@ -393,9 +438,74 @@ static family_fn family_of(unsigned op)
         return sl_cuda_run_axes;
     case SL_OP_BATCH_MATMUL:
         return run_batch_matmul;
+    case SL_OP_CAST:
+        return sl_cuda_run_cast;
     default:
         return NULL;
     }
+}
+
+unsigned sl_cuda_op_dtypes(unsigned op, bool bf16)
+{
+    unsigned half = bf16 ? SL_DTS_HALF : SL_DTS(SL_F16);
+    switch (op) {
+    /* the registry's half set: these kernels are templates over the
+     * element type, or cuBLAS/cuDNN calls with f32 accumulation */
+    case SL_OP_FILL:
+    case SL_OP_COPY:
+    case SL_OP_RESHAPE:
+    case SL_OP_ADD:
+    case SL_OP_MUL:
+    case SL_OP_SCALE:
+    case SL_OP_AXPY:
+    case SL_OP_ADD_SCALAR:
+    case SL_OP_MUL_SCALAR:
+    case SL_OP_MATMUL:
+    case SL_OP_MATMUL_ACC:
+    case SL_OP_BATCH_MATMUL:
+    case SL_OP_BIAS_ADD:
+    case SL_OP_BIAS_GRAD:
+    case SL_OP_CHANNEL_BIAS_ADD:
+    case SL_OP_CHANNEL_BIAS_GRAD:
+    case SL_OP_RELU:
+    case SL_OP_RELU_GRAD:
+    case SL_OP_RELU_MASK:
+    case SL_OP_RELU_GRAD_MASK:
+    case SL_OP_SIGMOID:
+    case SL_OP_SIGMOID_GRAD:
+    case SL_OP_TANH:
+    case SL_OP_TANH_GRAD:
+    case SL_OP_CONV2D:
+    case SL_OP_CONV2D_GRAD_INPUT:
+    case SL_OP_CONV2D_GRAD_FILTER:
+    case SL_OP_MAXPOOL:
+    case SL_OP_MAXPOOL_GRAD:
+    case SL_OP_AVGPOOL:
+    case SL_OP_AVGPOOL_GRAD:
+    case SL_OP_EW_BINARY:
+    case SL_OP_EW_UNARY:
+    case SL_OP_TRANSPOSE:
+    case SL_OP_SLICE:
+    case SL_OP_CONCAT:
+    case SL_OP_GATHER:
+    case SL_OP_ARGMAX:
+    case SL_OP_CAST:
+        return SL_DTS(SL_F32) | half;
+    default:
+        return SL_DTS(SL_F32);
+    }
+}
+
+/* Whether every float tensor of c is in a dtype the backend runs c->op in. */
+static bool dtypes_ok(const sl_cuda_exec *x, const sl_op_call *c)
+{
+    unsigned runs = sl_cuda_op_dtypes(c->op, x->bf16);
+    for (unsigned i = 0; i < c->n_in + c->n_out; i++) {
+        unsigned dt = (i < c->n_in ? c->in[i] : c->out[i - c->n_in]).shape.dtype;
+        if (sl_dtype_is_float(dt) && !(runs & SL_DTS(dt)))
+            return false;
+    }
+    return true;
 }
 
 int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c)
@@ -405,6 +515,8 @@ int sl_cuda_check(const sl_cuda_exec *x, const sl_op_call *c)
         return SL_EUNSUPPORTED;
     if (c->n_in != def->n_in || c->n_out != def->n_out)
         return SL_EINVAL;
+    if (!dtypes_ok(x, c))
+        return SL_EUNSUPPORTED;
     switch (c->op) {
     case SL_OP_MATMUL:
     case SL_OP_MATMUL_ACC: { /* cuBLAS takes int dimensions */

@@ -13,6 +13,9 @@
 
 #include "sl_error.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <stdint.h>
 
 #define BLOCK 256
@@ -44,6 +47,67 @@ static inline int32_t *i32(const sl_tensor_ref *t)
 {
     return (int32_t *) t->data;
 }
+
+/* ---- element types ----
+ *
+ * Kernels of the ops that run in bf16 and f16 are templates over the
+ * storage type T (float, bf16, f16): they load an element as f32 (ld),
+ * compute in f32 registers and round the result once into T (st). For T =
+ * float both are the identity, so the f32 kernels are what they were. The
+ * conversions round as kernels/ops/half.h does, bit for bit (NaN included:
+ * the hardware instructions make every NaN the canonical one, half.h keeps
+ * its sign and payload), so a cast gives the same bits on every backend. */
+typedef __nv_bfloat16 bf16;
+typedef __half f16;
+
+__device__ static inline float ld(float v)
+{
+    return v;
+}
+
+__device__ static inline float ld(bf16 v)
+{
+    return __uint_as_float((uint32_t) __bfloat16_as_ushort(v) << 16); /* exact */
+}
+
+__device__ static inline float ld(f16 v)
+{
+    uint32_t h = __half_as_ushort(v);
+    if ((h & 0x7fffu) > 0x7c00u) /* NaN: sign and payload move up */
+        return __uint_as_float(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+    return __half2float(v); /* exact, subnormals included */
+}
+
+template <class T> __device__ static inline T st(float v);
+
+template <> __device__ inline float st<float>(float v)
+{
+    return v;
+}
+
+template <> __device__ inline bf16 st<bf16>(float v)
+{
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, make it quiet */
+        return __ushort_as_bfloat16((unsigned short) ((u >> 16) | 0x40u));
+    return __float2bfloat16_rn(v);
+}
+
+template <> __device__ inline f16 st<f16>(float v)
+{
+    uint32_t u = __float_as_uint(v), a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: keep the sign and the payload's top bits, quiet */
+        return __ushort_as_half(
+            (unsigned short) (((u >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu)));
+    return __float2half_rn(v);
+}
+
+/* Calls FN<T>(args...) with T the storage type of the float dtype dt
+ * (anything but bf16 and f16 is f32). */
+#define SL_FLOAT_DISPATCH(dt, FN, ...)                                                             \
+    ((dt) == SL_BF16  ? FN<bf16>(__VA_ARGS__)                                                      \
+     : (dt) == SL_F16 ? FN<f16>(__VA_ARGS__)                                                       \
+                      : FN<float>(__VA_ARGS__))
 
 /* Device-raised errors (see sl_cuda_exec.flag_dev). Every kernel takes the
  * stream's flag word and does nothing while an earlier op of the stream has

@@ -5,7 +5,12 @@
  * (at most 6 dims). 64-bit indices throughout: these ops serve imported
  * graphs, where they are seldom the hot path. batch_matmul is cuBLAS's
  * strided batched GEMM (exec.c). The math per element is the cpu
- * backend's (kernels/cpu/axes.c). */
+ * backend's (kernels/cpu/axes.c).
+ *
+ * The element-wise ops run in f32, bf16 and f16 (T, computing in f32); the
+ * ops that move elements (transpose, slice, concat, gather) move words of
+ * the element's size (W), whatever its dtype; reduce_axes and log_softmax
+ * are f32 only, as the registry declares. */
 #include "elementwise.h"
 #include "kernels.cuh"
 
@@ -58,24 +63,27 @@ __device__ static inline int64_t offset_of(const view &v, uint64_t i)
 
 /* y may alias a or b (in-place execution): each thread reads its inputs
  * before writing its own element, and an aliased input has y's shape. */
-__global__ void k_ew_binary(float *y, const float *a, view va, const float *b, view vb, uint64_t n,
-                            int kind, const int *failed)
+template <class T>
+__global__ void k_ew_binary(T *y, const T *a, view va, const T *b, view vb, uint64_t n, int kind,
+                            const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = sl_ew_binary(kind, a[offset_of(va, i)], b[offset_of(vb, i)]);
+    y[i] = st<T>(sl_ew_binary(kind, ld(a[offset_of(va, i)]), ld(b[offset_of(vb, i)])));
 }
 
-__global__ void k_ew_unary(float *y, const float *x, uint64_t n, int kind, float p, float q,
+template <class T>
+__global__ void k_ew_unary(T *y, const T *x, uint64_t n, int kind, float p, float q,
                            const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = sl_ew_unary(kind, x[i], p, q);
+    y[i] = st<T>(sl_ew_unary(kind, ld(x[i]), p, q));
 }
 
 /* transpose: v has the output's dims and the input's permuted strides. */
-__global__ void k_gather_view(uint32_t *y, const uint32_t *x, view v, uint64_t n, const int *failed)
+template <class W>
+__global__ void k_gather_view(W *y, const W *x, view v, uint64_t n, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
@@ -83,7 +91,8 @@ __global__ void k_gather_view(uint32_t *y, const uint32_t *x, view v, uint64_t n
 }
 
 /* slice: output [outer, count, inner] from input rows start + k * step. */
-__global__ void k_slice(uint32_t *y, const uint32_t *x, uint64_t count, uint64_t inner, int64_t dim,
+template <class W>
+__global__ void k_slice(W *y, const W *x, uint64_t count, uint64_t inner, int64_t dim,
                         int64_t start, int64_t step, uint64_t n, const int *failed)
 {
     SKIP_IF_FAILED(failed);
@@ -95,8 +104,9 @@ __global__ void k_slice(uint32_t *y, const uint32_t *x, uint64_t count, uint64_t
 }
 
 /* concat: each output row of na + nb elements from a row of a and one of b. */
-__global__ void k_concat(uint32_t *y, const uint32_t *a, const uint32_t *b, uint64_t na,
-                         uint64_t nb, uint64_t n, const int *failed)
+template <class W>
+__global__ void k_concat(W *y, const W *a, const W *b, uint64_t na, uint64_t nb, uint64_t n,
+                         const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
@@ -108,8 +118,9 @@ __global__ void k_concat(uint32_t *y, const uint32_t *a, const uint32_t *b, uint
 
 /* gather: output [outer, n_idx, inner]; an index outside [-dim, dim)
  * raises the stream's flag and is never used as an address. */
-__global__ void k_gather(uint32_t *y, const uint32_t *x, const int32_t *idx, uint64_t n_idx,
-                         uint64_t inner, int64_t dim, uint64_t n, int *flag)
+template <class W>
+__global__ void k_gather(W *y, const W *x, const int32_t *idx, uint64_t n_idx, uint64_t inner,
+                         int64_t dim, uint64_t n, int *flag)
 {
     SKIP_IF_FAILED(flag);
     GRID_STRIDE(uint64_t, i, n)
@@ -181,6 +192,63 @@ static void split_at(const sl_shape *s, unsigned axis, uint64_t *outer, uint64_t
         *inner *= (uint64_t) s->dims[d];
 }
 
+template <class T> static void launch_ew(sl_cuda_exec *x, const sl_op_call *c)
+{
+    const sl_shape *os = &c->out[0].shape;
+    uint64_t n = sl_shape_elems(os);
+    T *y = (T *) c->out[0].data;
+    const T *a = (const T *) c->in[0].data;
+    int kind = (int) c->attrs.i[0];
+    if (c->op == SL_OP_EW_BINARY)
+        k_ew_binary<<<blocks_for(n), BLOCK, 0, x->stream>>>(
+            y, a, bcast_view(&c->in[0].shape, os), (const T *) c->in[1].data,
+            bcast_view(&c->in[1].shape, os), n, kind, x->flag_dev);
+    else
+        k_ew_unary<<<blocks_for(n), BLOCK, 0, x->stream>>>(y, a, n, kind, c->attrs.f[0],
+                                                           c->attrs.f[1], x->flag_dev);
+}
+
+/* transpose, slice, concat and gather in words W of the element's size. */
+template <class W> static void launch_move(sl_cuda_exec *x, const sl_op_call *c)
+{
+    cudaStream_t st = x->stream;
+    const sl_shape *os = &c->out[0].shape, *is = &c->in[0].shape;
+    uint64_t n = sl_shape_elems(os);
+    unsigned grid = blocks_for(n);
+    const int64_t *ia = c->attrs.i;
+    W *y = (W *) c->out[0].data;
+    const W *in = (const W *) c->in[0].data;
+    uint64_t outer, inner;
+    switch (c->op) {
+    case SL_OP_TRANSPOSE: {
+        view dense = dense_view(is), v = {};
+        v.nd = os->ndim;
+        for (int d = 0; d < os->ndim; d++) {
+            v.dims[d] = os->dims[d];
+            v.st[d] = dense.st[ia[d]];
+        }
+        k_gather_view<<<grid, BLOCK, 0, st>>>(y, in, v, n, x->flag_dev);
+        break;
+    }
+    case SL_OP_SLICE:
+        split_at(is, (unsigned) ia[0], &outer, &inner);
+        k_slice<<<grid, BLOCK, 0, st>>>(y, in, (uint64_t) os->dims[ia[0]], inner, is->dims[ia[0]],
+                                        ia[1], sl_slice_step(&c->attrs), n, x->flag_dev);
+        break;
+    case SL_OP_CONCAT:
+        split_at(os, (unsigned) ia[0], &outer, &inner);
+        k_concat<<<grid, BLOCK, 0, st>>>(
+            y, in, (const W *) c->in[1].data, (uint64_t) is->dims[ia[0]] * inner,
+            (uint64_t) c->in[1].shape.dims[ia[0]] * inner, n, x->flag_dev);
+        break;
+    default: /* SL_OP_GATHER */
+        split_at(is, (unsigned) ia[0], &outer, &inner);
+        k_gather<<<grid, BLOCK, 0, st>>>(y, in, i32(&c->in[1]), sl_shape_elems(&c->in[1].shape),
+                                         inner, is->dims[ia[0]], n, x->flag_dev);
+        break;
+    }
+}
+
 extern "C" int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c)
 {
     cudaStream_t st = x->stream;
@@ -190,51 +258,18 @@ extern "C" int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c)
     const int64_t *ia = c->attrs.i;
     switch (c->op) {
     case SL_OP_EW_BINARY:
-        k_ew_binary<<<grid, BLOCK, 0, st>>>(f32(&c->out[0]), f32(&c->in[0]), bcast_view(is, os),
-                                            f32(&c->in[1]), bcast_view(&c->in[1].shape, os), n,
-                                            (int) ia[0], x->flag_dev);
-        break;
     case SL_OP_EW_UNARY:
-        k_ew_unary<<<grid, BLOCK, 0, st>>>(f32(&c->out[0]), f32(&c->in[0]), n, (int) ia[0],
-                                           c->attrs.f[0], c->attrs.f[1], x->flag_dev);
+        SL_FLOAT_DISPATCH(is->dtype, launch_ew, x, c);
         break;
-    case SL_OP_TRANSPOSE: {
-        view in = dense_view(is), v = {};
-        v.nd = os->ndim;
-        for (int d = 0; d < os->ndim; d++) {
-            v.dims[d] = os->dims[d];
-            v.st[d] = in.st[ia[d]];
-        }
-        k_gather_view<<<grid, BLOCK, 0, st>>>((uint32_t *) c->out[0].data,
-                                              (const uint32_t *) c->in[0].data, v, n, x->flag_dev);
+    case SL_OP_TRANSPOSE:
+    case SL_OP_SLICE:
+    case SL_OP_CONCAT:
+    case SL_OP_GATHER:
+        if (sl_dtype_size(is->dtype) == 2)
+            launch_move<uint16_t>(x, c);
+        else
+            launch_move<uint32_t>(x, c);
         break;
-    }
-    case SL_OP_SLICE: {
-        uint64_t outer, inner;
-        split_at(is, (unsigned) ia[0], &outer, &inner);
-        k_slice<<<grid, BLOCK, 0, st>>>((uint32_t *) c->out[0].data,
-                                        (const uint32_t *) c->in[0].data,
-                                        (uint64_t) os->dims[ia[0]], inner, is->dims[ia[0]], ia[1],
-                                        sl_slice_step(&c->attrs), n, x->flag_dev);
-        break;
-    }
-    case SL_OP_CONCAT: {
-        uint64_t outer, inner;
-        split_at(os, (unsigned) ia[0], &outer, &inner);
-        k_concat<<<grid, BLOCK, 0, st>>>(
-            (uint32_t *) c->out[0].data, (const uint32_t *) c->in[0].data,
-            (const uint32_t *) c->in[1].data, (uint64_t) is->dims[ia[0]] * inner,
-            (uint64_t) c->in[1].shape.dims[ia[0]] * inner, n, x->flag_dev);
-        break;
-    }
-    case SL_OP_GATHER: {
-        uint64_t outer, inner;
-        split_at(is, (unsigned) ia[0], &outer, &inner);
-        k_gather<<<grid, BLOCK, 0, st>>>(
-            (uint32_t *) c->out[0].data, (const uint32_t *) c->in[0].data, i32(&c->in[1]),
-            sl_shape_elems(&c->in[1].shape), inner, is->dims[ia[0]], n, x->flag_dev);
-        break;
-    }
     case SL_OP_REDUCE_AXES: {
         view in = dense_view(is), vo = {}, vr = {};
         vo.nd = os->ndim;

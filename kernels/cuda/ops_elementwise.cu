@@ -1,10 +1,16 @@
 /* Element-wise ops, bias adds and optimiser updates: grid-stride loops over
- * the per-element math of elementwise.h (shared with the cpu backend); the
- * zero-padding copies that dnn_conv.c uses for asymmetric pads; the
- * collection of the stream's device error flag. */
+ * the per-element math of elementwise.h (shared with the cpu backend); cast
+ * between the float dtypes; the zero-padding copies that dnn_conv.c uses for
+ * asymmetric pads; the collection of the stream's device error flag.
+ *
+ * The element-wise ops and bias adds run in f32, bf16 and f16 (kernels over
+ * the storage type T, computing in f32: kernels.cuh); the optimiser updates
+ * and mse_grad in f32 only, as the registry declares. */
 #include "kernels.cuh"
 
 #include "elementwise.h"
+
+#include <type_traits>
 
 /* ---- per-element functors ---- */
 
@@ -108,68 +114,95 @@ __global__ void k_collect_flag(int *flag, int *host)
     }
 }
 
-__global__ void k_fill(float *y, uint64_t n, float v, const int *failed)
+template <class T> __global__ void k_fill(T *y, uint64_t n, float v, const int *failed)
 {
     SKIP_IF_FAILED(failed);
+    T t = st<T>(v);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = v;
+    y[i] = t;
 }
 
 /* y may alias x (in-place updates and in-place execution, ops.h). */
-template <class F>
-__global__ void k_map1(float *y, const float *x, uint64_t n, F f, const int *failed)
+template <class T, class F>
+__global__ void k_map1(T *y, const T *x, uint64_t n, F f, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = f(x[i]);
+    y[i] = st<T>(f(ld(x[i])));
 }
 
 /* mul_scalar: the factor is read on the device (set between launches). y
  * may alias x. */
-__global__ void k_mul_scalar(float *y, const float *x, const float *s, uint64_t n,
-                             const int *failed)
+template <class T>
+__global__ void k_mul_scalar(T *y, const T *x, const T *s, uint64_t n, const int *failed)
 {
     SKIP_IF_FAILED(failed);
-    float v = *s;
+    float v = ld(*s);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = x[i] * v;
+    y[i] = st<T>(ld(x[i]) * v);
 }
 
-/* relu_mask: one thread per 32-element word. */
-__global__ void k_relu_mask(float *y, uint32_t *bits, const float *x, uint64_t n, const int *failed)
+/* relu_mask: one thread per 32-element word, bit k of word w for element
+ * 32 w + k (sl_ew_relu_mask_word's layout). */
+template <class T>
+__global__ void k_relu_mask(T *y, uint32_t *bits, const T *x, uint64_t n, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, w, (n + 31) / 32)
-    bits[w] = sl_ew_relu_mask_word(y, x, n, w);
+    {
+        if constexpr (std::is_same<T, float>::value) {
+            bits[w] = sl_ew_relu_mask_word(y, x, n, w);
+        } else {
+            uint64_t begin = w * 32, end = n - begin < 32 ? n : begin + 32;
+            uint32_t word = 0;
+            for (uint64_t i = begin; i < end; i++) {
+                float v = ld(x[i]);
+                word |= (uint32_t) (v > 0.0f) << (i - begin);
+                y[i] = st<T>(sl_ew_relu(v));
+            }
+            bits[w] = word;
+        }
+    }
 }
 
-__global__ void k_relu_grad_mask(float *dx, const float *dy, const uint32_t *bits, uint64_t n,
+template <class T>
+__global__ void k_relu_grad_mask(T *dx, const T *dy, const uint32_t *bits, uint64_t n,
                                  const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    dx[i] = sl_ew_relu_grad_bit(dy[i], bits[i / 32] >> (i % 32));
+    dx[i] = st<T>(sl_ew_relu_grad_bit(ld(dy[i]), bits[i / 32] >> (i % 32)));
 }
 
 /* y may alias a or b (in-place updates and in-place execution, ops.h): each
  * thread reads a[i] and b[i] before it writes y[i]. */
-template <class F>
-__global__ void k_map2(float *y, const float *a, const float *b, uint64_t n, F f, const int *failed)
+template <class T, class F>
+__global__ void k_map2(T *y, const T *a, const T *b, uint64_t n, F f, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
-    y[i] = f(a[i], b[i]);
+    y[i] = st<T>(f(ld(a[i]), ld(b[i])));
 }
 
 /* y[i] = x[i] + bias[(i / inner) % channels] (y may alias x): bias_add is inner = 1,
  * channels = columns; channel_bias_add is inner = H*W, channels = C. */
-template <class I>
-__global__ void k_bias_add(float *y, const float *x, const float *bias, I n, I inner, I channels,
+template <class T, class I>
+__global__ void k_bias_add(T *y, const T *x, const T *bias, I n, I inner, I channels,
                            const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(I, i, n)
-    y[i] = sl_ew_add(x[i], bias[(i / inner) % channels]);
+    y[i] = st<T>(sl_ew_add(ld(x[i]), ld(bias[(i / inner) % channels])));
+}
+
+/* cast: one rounding from f32, which holds every value of S exactly. y
+ * never aliases x when the sizes differ (the registry gives a cast a new
+ * output). */
+template <class S, class D> __global__ void k_cast(D *y, const S *x, uint64_t n, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    y[i] = st<D>(ld(x[i]));
 }
 
 __global__ void k_momentum(float *p, const float *g, float *v, uint64_t n, float lr, float momentum,
@@ -218,9 +251,11 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, const float
 }
 
 /* One thread per destination element: every element is written (zero in
- * the border), so the destination needs no separate memset. */
-template <class I>
-__global__ void k_pad_planes(float *dst, const float *src, I n, I h, I w, I dst_h, I dst_w, I pad_h,
+ * the border), so the destination needs no separate memset. W is an
+ * unsigned word of the element's size: the copies move bits, and zero is
+ * all-zero bits in every float dtype. */
+template <class W, class I>
+__global__ void k_pad_planes(W *dst, const W *src, I n, I h, I w, I dst_h, I dst_w, I pad_h,
                              I pad_w, const int *failed)
 {
     SKIP_IF_FAILED(failed);
@@ -229,13 +264,13 @@ __global__ void k_pad_planes(float *dst, const float *src, I n, I h, I w, I dst_
         I col = i % dst_w, t = i / dst_w;
         I row = t % dst_h, plane = t / dst_h;
         bool inside = row >= pad_h && row - pad_h < h && col >= pad_w && col - pad_w < w;
-        dst[i] = inside ? src[(plane * h + (row - pad_h)) * w + (col - pad_w)] : 0.0f;
+        dst[i] = inside ? src[(plane * h + (row - pad_h)) * w + (col - pad_w)] : (W) 0;
     }
 }
 
-template <class I>
-__global__ void k_crop_planes(float *dst, const float *src, I n, I h, I w, I src_h, I src_w,
-                              I pad_h, I pad_w, const int *failed)
+template <class W, class I>
+__global__ void k_crop_planes(W *dst, const W *src, I n, I h, I w, I src_h, I src_w, I pad_h,
+                              I pad_w, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(I, i, n)
@@ -248,12 +283,12 @@ __global__ void k_crop_planes(float *dst, const float *src, I n, I h, I w, I src
 
 /* ---- launchers ---- */
 
-template <class I>
-static void launch_bias_add(const sl_cuda_exec *x, float *y, const float *in, const float *bias,
-                            uint64_t n, uint64_t inner, uint64_t channels)
+template <class T, class I>
+static void launch_bias_add(const sl_cuda_exec *x, T *y, const T *in, const T *bias, uint64_t n,
+                            uint64_t inner, uint64_t channels)
 {
-    k_bias_add<I><<<blocks_for(n), BLOCK, 0, x->stream>>>(y, in, bias, (I) n, (I) inner,
-                                                          (I) channels, x->flag_dev);
+    k_bias_add<T, I><<<blocks_for(n), BLOCK, 0, x->stream>>>(y, in, bias, (I) n, (I) inner,
+                                                             (I) channels, x->flag_dev);
 }
 
 extern "C" int sl_cuda_exec_collect_flag_into(sl_cuda_exec *x, int *mapped)
@@ -268,47 +303,103 @@ extern "C" int sl_cuda_exec_collect_flag(sl_cuda_exec *x)
     return sl_cuda_exec_collect_flag_into(x, x->flag_host_mapped);
 }
 
-extern "C" int sl_cuda_pad_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes,
-                                  int64_t h, int64_t w, int64_t dst_h, int64_t dst_w, int64_t pad_h,
-                                  int64_t pad_w)
+template <class W>
+static void launch_pad(sl_cuda_exec *x, void *dst, const void *src, uint64_t planes, int64_t h,
+                       int64_t w, int64_t dst_h, int64_t dst_w, int64_t pad_h, int64_t pad_w)
 {
     uint64_t n = planes * (uint64_t) dst_h * (uint64_t) dst_w;
+    W *d = (W *) dst;
+    const W *s = (const W *) src;
     if (use_32bit(n))
-        k_pad_planes<uint32_t><<<blocks_for(n), BLOCK, 0, x->stream>>>(
-            dst, src, (uint32_t) n, (uint32_t) h, (uint32_t) w, (uint32_t) dst_h, (uint32_t) dst_w,
+        k_pad_planes<W, uint32_t><<<blocks_for(n), BLOCK, 0, x->stream>>>(
+            d, s, (uint32_t) n, (uint32_t) h, (uint32_t) w, (uint32_t) dst_h, (uint32_t) dst_w,
             (uint32_t) pad_h, (uint32_t) pad_w, x->flag_dev);
     else
-        k_pad_planes<uint64_t><<<blocks_for(n), BLOCK, 0, x->stream>>>(
-            dst, src, n, (uint64_t) h, (uint64_t) w, (uint64_t) dst_h, (uint64_t) dst_w,
+        k_pad_planes<W, uint64_t><<<blocks_for(n), BLOCK, 0, x->stream>>>(
+            d, s, n, (uint64_t) h, (uint64_t) w, (uint64_t) dst_h, (uint64_t) dst_w,
             (uint64_t) pad_h, (uint64_t) pad_w, x->flag_dev);
-    return LAUNCHED("cuda.pad");
 }
 
-extern "C" int sl_cuda_crop_planes(sl_cuda_exec *x, float *dst, const float *src, uint64_t planes,
-                                   int64_t h, int64_t w, int64_t src_h, int64_t src_w,
-                                   int64_t pad_h, int64_t pad_w)
+template <class W>
+static void launch_crop(sl_cuda_exec *x, void *dst, const void *src, uint64_t planes, int64_t h,
+                        int64_t w, int64_t src_h, int64_t src_w, int64_t pad_h, int64_t pad_w)
 {
     uint64_t n = planes * (uint64_t) src_h * (uint64_t) src_w; /* the larger of the two */
     uint64_t out = planes * (uint64_t) h * (uint64_t) w;
+    W *d = (W *) dst;
+    const W *s = (const W *) src;
     if (use_32bit(n))
-        k_crop_planes<uint32_t><<<blocks_for(out), BLOCK, 0, x->stream>>>(
-            dst, src, (uint32_t) out, (uint32_t) h, (uint32_t) w, (uint32_t) src_h,
-            (uint32_t) src_w, (uint32_t) pad_h, (uint32_t) pad_w, x->flag_dev);
+        k_crop_planes<W, uint32_t><<<blocks_for(out), BLOCK, 0, x->stream>>>(
+            d, s, (uint32_t) out, (uint32_t) h, (uint32_t) w, (uint32_t) src_h, (uint32_t) src_w,
+            (uint32_t) pad_h, (uint32_t) pad_w, x->flag_dev);
     else
-        k_crop_planes<uint64_t><<<blocks_for(out), BLOCK, 0, x->stream>>>(
-            dst, src, out, (uint64_t) h, (uint64_t) w, (uint64_t) src_h, (uint64_t) src_w,
+        k_crop_planes<W, uint64_t><<<blocks_for(out), BLOCK, 0, x->stream>>>(
+            d, s, out, (uint64_t) h, (uint64_t) w, (uint64_t) src_h, (uint64_t) src_w,
             (uint64_t) pad_h, (uint64_t) pad_w, x->flag_dev);
+}
+
+extern "C" int sl_cuda_pad_planes(sl_cuda_exec *x, size_t elem, void *dst, const void *src,
+                                  uint64_t planes, int64_t h, int64_t w, int64_t dst_h,
+                                  int64_t dst_w, int64_t pad_h, int64_t pad_w)
+{
+    if (elem == 2)
+        launch_pad<uint16_t>(x, dst, src, planes, h, w, dst_h, dst_w, pad_h, pad_w);
+    else
+        launch_pad<uint32_t>(x, dst, src, planes, h, w, dst_h, dst_w, pad_h, pad_w);
+    return LAUNCHED("cuda.pad");
+}
+
+extern "C" int sl_cuda_crop_planes(sl_cuda_exec *x, size_t elem, void *dst, const void *src,
+                                   uint64_t planes, int64_t h, int64_t w, int64_t src_h,
+                                   int64_t src_w, int64_t pad_h, int64_t pad_w)
+{
+    if (elem == 2)
+        launch_crop<uint16_t>(x, dst, src, planes, h, w, src_h, src_w, pad_h, pad_w);
+    else
+        launch_crop<uint32_t>(x, dst, src, planes, h, w, src_h, src_w, pad_h, pad_w);
     return LAUNCHED("cuda.crop");
 }
 
-extern "C" int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c)
+/* The f32-only ops: optimiser updates and mse_grad. */
+static int run_f32_only(sl_cuda_exec *x, const sl_op_call *c)
+{
+    cudaStream_t st = x->stream;
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    unsigned grid = blocks_for(n);
+    float *a = f32(&c->in[0]), *b = f32(&c->in[1]);
+    const float *fa = c->attrs.f;
+    const int *failed = x->flag_dev;
+
+    switch (c->op) {
+    case SL_OP_MSE_GRAD:
+        k_map2<<<grid, BLOCK, 0, st>>>(f32(&c->out[0]), a, b, n,
+                                       f_mse_grad{(float) (2.0 / (double) n)}, failed);
+        break;
+    case SL_OP_SGD_UPDATE: /* in place: in0 is both the parameter and the result */
+        k_map2<<<grid, BLOCK, 0, st>>>(a, a, b, n, f_sgd{fa[0]}, failed);
+        break;
+    case SL_OP_MOMENTUM_UPDATE:
+        k_momentum<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, fa[0], fa[1], fa[2], failed);
+        break;
+    case SL_OP_ADAM_UPDATE:
+        k_adam<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), f32(&c->in[4]), n,
+                                       fa[0], fa[1], fa[2], fa[3], x->flag_dev);
+        break;
+    default:
+        return SL_EUNSUPPORTED;
+    }
+    return LAUNCHED("cuda.kernel");
+}
+
+/* The ops that run in every float dtype, in T. */
+template <class T> static int run_typed(sl_cuda_exec *x, const sl_op_call *c)
 {
     cudaStream_t st = x->stream;
     const sl_shape *s0 = &c->in[0].shape;
     uint64_t n = sl_shape_elems(s0);
     unsigned grid = blocks_for(n);
-    float *a = f32(&c->in[0]), *b = c->n_in > 1 ? f32(&c->in[1]) : NULL;
-    float *y = c->n_out ? f32(&c->out[0]) : NULL;
+    T *a = (T *) c->in[0].data, *b = c->n_in > 1 ? (T *) c->in[1].data : NULL;
+    T *y = c->n_out ? (T *) c->out[0].data : NULL;
     const float *fa = c->attrs.f;
     const int *failed = x->flag_dev; /* kernels skip while it is set */
 
@@ -359,32 +450,63 @@ extern "C" int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_TANH_GRAD:
         k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_tanh_grad{}, failed);
         break;
-    case SL_OP_MSE_GRAD:
-        k_map2<<<grid, BLOCK, 0, st>>>(y, a, b, n, f_mse_grad{(float) (2.0 / (double) n)}, failed);
-        break;
-    case SL_OP_SGD_UPDATE: /* in place: in0 is both the parameter and the result */
-        k_map2<<<grid, BLOCK, 0, st>>>(a, a, b, n, f_sgd{fa[0]}, failed);
-        break;
-    case SL_OP_MOMENTUM_UPDATE:
-        k_momentum<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, fa[0], fa[1], fa[2], failed);
-        break;
-    case SL_OP_ADAM_UPDATE:
-        k_adam<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), f32(&c->in[4]), n,
-                                       fa[0], fa[1], fa[2], fa[3], x->flag_dev);
-        break;
     case SL_OP_BIAS_ADD:
     case SL_OP_CHANNEL_BIAS_ADD: {
         bool per_channel = c->op == SL_OP_CHANNEL_BIAS_ADD;
         uint64_t channels = (uint64_t) s0->dims[1];
         uint64_t inner = per_channel ? (uint64_t) (s0->dims[2] * s0->dims[3]) : 1;
         if (use_32bit(n))
-            launch_bias_add<uint32_t>(x, y, a, b, n, inner, channels);
+            launch_bias_add<T, uint32_t>(x, y, a, b, n, inner, channels);
         else
-            launch_bias_add<uint64_t>(x, y, a, b, n, inner, channels);
+            launch_bias_add<T, uint64_t>(x, y, a, b, n, inner, channels);
         break;
     }
     default:
+        if constexpr (std::is_same<T, float>::value)
+            return run_f32_only(x, c);
         return SL_EUNSUPPORTED;
     }
     return LAUNCHED("cuda.kernel");
+}
+
+extern "C" int sl_cuda_run_elementwise(sl_cuda_exec *x, const sl_op_call *c)
+{
+    return SL_FLOAT_DISPATCH(c->in[0].shape.dtype, run_typed, x, c);
+}
+
+template <class S, class D> static void launch_cast_to(sl_cuda_exec *x, const sl_op_call *c)
+{
+    uint64_t n = sl_shape_elems(&c->in[0].shape);
+    k_cast<S, D><<<blocks_for(n), BLOCK, 0, x->stream>>>((D *) c->out[0].data,
+                                                         (const S *) c->in[0].data, n, x->flag_dev);
+}
+
+template <class S> static void launch_cast(sl_cuda_exec *x, const sl_op_call *c)
+{
+    switch (c->out[0].shape.dtype) {
+    case SL_BF16:
+        launch_cast_to<S, bf16>(x, c);
+        break;
+    case SL_F16:
+        launch_cast_to<S, f16>(x, c);
+        break;
+    default:
+        launch_cast_to<S, float>(x, c);
+        break;
+    }
+}
+
+/* A cast to the same dtype is a copy, bit for bit (NaN payloads kept), as
+ * on the cpu backend. */
+extern "C" int sl_cuda_run_cast(sl_cuda_exec *x, const sl_op_call *c)
+{
+    if (c->in[0].shape.dtype == c->out[0].shape.dtype) {
+        if (c->out[0].data == c->in[0].data)
+            return SL_OK;
+        return SL_CUDA_RT("cuda.cast", cudaMemcpyAsync(c->out[0].data, c->in[0].data,
+                                                       sl_shape_bytes(&c->in[0].shape),
+                                                       cudaMemcpyDeviceToDevice, x->stream));
+    }
+    SL_FLOAT_DISPATCH(c->in[0].shape.dtype, launch_cast, x, c);
+    return LAUNCHED("cuda.cast");
 }

@@ -12,7 +12,10 @@
  * windows that contain it: deterministic, no atomics, no memset.
  * maxpool_grad recomputes each covering window's first maximum from x
  * instead of trusting y, so ties follow the rule even when several elements
- * equal y. */
+ * equal y.
+ *
+ * Every op runs in f32, bf16 and f16 (T): windows are read into f32, sums
+ * are f32, the result is rounded once into T. */
 #include "kernels.cuh"
 
 #include "ops_geom.h"
@@ -39,13 +42,14 @@ __device__ static window window_at(const pool_geom &g, long long oh, long long o
 }
 
 /* Offset in the plane of the window's first maximum. */
-__device__ static long long window_argmax(const float *plane, const pool_geom &g, window wd)
+template <class T>
+__device__ static long long window_argmax(const T *plane, const pool_geom &g, window wd)
 {
     long long best = wd.h0 * g.w + wd.w0;
-    float bv = plane[best];
+    float bv = ld(plane[best]);
     for (long long h = wd.h0; h < wd.h1; h++)
         for (long long w = wd.w0; w < wd.w1; w++) {
-            float v = plane[h * g.w + w];
+            float v = ld(plane[h * g.w + w]);
             if (v > bv || (isnan(v) && !isnan(bv))) {
                 bv = v;
                 best = h * g.w + w;
@@ -60,15 +64,15 @@ __device__ static float window_divisor(const pool_geom &g, window wd)
 }
 
 /* One thread per output element. */
-template <class I, bool MAX>
-__global__ void k_pool(const float *x, float *y, I n, pool_geom g, const int *failed)
+template <class T, class I, bool MAX>
+__global__ void k_pool(const T *x, T *y, I n, pool_geom g, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(I, i, n)
     {
         I ow = i % (I) g.ow, t = i / (I) g.ow;
         I oh = t % (I) g.oh, plane = t / (I) g.oh;
-        const float *xp = x + (uint64_t) plane * (uint64_t) (g.h * g.w);
+        const T *xp = x + (uint64_t) plane * (uint64_t) (g.h * g.w);
         window wd = window_at(g, (long long) oh, (long long) ow);
         if constexpr (MAX) {
             y[i] = xp[window_argmax(xp, g, wd)];
@@ -76,8 +80,8 @@ __global__ void k_pool(const float *x, float *y, I n, pool_geom g, const int *fa
             float s = 0.0f;
             for (long long h = wd.h0; h < wd.h1; h++)
                 for (long long w = wd.w0; w < wd.w1; w++)
-                    s += xp[h * g.w + w];
-            y[i] = s / window_divisor(g, wd);
+                    s += ld(xp[h * g.w + w]);
+            y[i] = st<T>(s / window_divisor(g, wd));
         }
     }
 }
@@ -94,17 +98,16 @@ __device__ static void covering(long long v, long long k, long long s, long long
 }
 
 /* One thread per input element, gathering from the windows containing it. */
-template <class I, bool MAX>
-__global__ void k_pool_grad(const float *dy, const float *x, float *dx, I n, pool_geom g,
-                            const int *failed)
+template <class T, class I, bool MAX>
+__global__ void k_pool_grad(const T *dy, const T *x, T *dx, I n, pool_geom g, const int *failed)
 {
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(I, i, n)
     {
         I w = i % (I) g.w, t = i / (I) g.w;
         I h = t % (I) g.h, plane = t / (I) g.h;
-        const float *dyp = dy + (uint64_t) plane * (uint64_t) (g.oh * g.ow);
-        const float *xp = MAX ? x + (uint64_t) plane * (uint64_t) (g.h * g.w) : NULL;
+        const T *dyp = dy + (uint64_t) plane * (uint64_t) (g.oh * g.ow);
+        const T *xp = MAX ? x + (uint64_t) plane * (uint64_t) (g.h * g.w) : NULL;
         long long oh0, oh1, ow0, ow1, self = (long long) h * g.w + (long long) w;
         covering((long long) h, g.kh, g.sh, g.ph, g.oh, &oh0, &oh1);
         covering((long long) w, g.kw, g.sw, g.pw, g.ow, &ow0, &ow1);
@@ -114,37 +117,42 @@ __global__ void k_pool_grad(const float *dy, const float *x, float *dx, I n, poo
                 window wd = window_at(g, oh, ow);
                 if constexpr (MAX) {
                     if (window_argmax(xp, g, wd) == self)
-                        acc += dyp[oh * g.ow + ow];
+                        acc += ld(dyp[oh * g.ow + ow]);
                 } else {
-                    acc += dyp[oh * g.ow + ow] / window_divisor(g, wd);
+                    acc += ld(dyp[oh * g.ow + ow]) / window_divisor(g, wd);
                 }
             }
-        dx[i] = acc;
+        dx[i] = st<T>(acc);
     }
 }
 
 /* One thread per element of the output: y for the forward ops, dx (x's
  * shape; in0 dy, in1 x) for the gradients. */
-template <class I, bool MAX>
+template <class T, class I, bool MAX>
 static void launch_pool(const sl_cuda_exec *x, const sl_op_call *c, const pool_geom &g, bool grad)
 {
     uint64_t n = sl_shape_elems(&c->out[0].shape);
+    const T *in0 = (const T *) c->in[0].data;
+    T *out = (T *) c->out[0].data;
     if (!grad)
-        k_pool<I, MAX><<<blocks_for(n), BLOCK, 0, x->stream>>>(f32(&c->in[0]), f32(&c->out[0]),
-                                                               (I) n, g, x->flag_dev);
+        k_pool<T, I, MAX><<<blocks_for(n), BLOCK, 0, x->stream>>>(in0, out, (I) n, g, x->flag_dev);
     else
-        k_pool_grad<I, MAX><<<blocks_for(n), BLOCK, 0, x->stream>>>(
-            f32(&c->in[0]), f32(&c->in[1]), f32(&c->out[0]), (I) n, g, x->flag_dev);
+        k_pool_grad<T, I, MAX><<<blocks_for(n), BLOCK, 0, x->stream>>>(
+            in0, (const T *) c->in[1].data, out, (I) n, g, x->flag_dev);
 }
 
-template <bool MAX>
+template <class T>
 static void launch_any(const sl_cuda_exec *x, const sl_op_call *c, const pool_geom &g, bool grad,
-                       bool narrow)
+                       bool max, bool narrow)
 {
-    if (narrow)
-        launch_pool<uint32_t, MAX>(x, c, g, grad);
+    if (max && narrow)
+        launch_pool<T, uint32_t, true>(x, c, g, grad);
+    else if (max)
+        launch_pool<T, uint64_t, true>(x, c, g, grad);
+    else if (narrow)
+        launch_pool<T, uint32_t, false>(x, c, g, grad);
     else
-        launch_pool<uint64_t, MAX>(x, c, g, grad);
+        launch_pool<T, uint64_t, false>(x, c, g, grad);
 }
 
 extern "C" int sl_cuda_run_pool(sl_cuda_exec *x, const sl_op_call *c)
@@ -165,9 +173,6 @@ extern "C" int sl_cuda_run_pool(sl_cuda_exec *x, const sl_op_call *c)
 
     uint64_t nx = sl_shape_elems(xs), ny = sl_shape_elems(ys);
     bool narrow = use_32bit(nx > ny ? nx : ny);
-    if (max)
-        launch_any<true>(x, c, g, grad, narrow);
-    else
-        launch_any<false>(x, c, g, grad, narrow);
+    SL_FLOAT_DISPATCH(c->in[0].shape.dtype, launch_any, x, c, g, grad, max, narrow);
     return LAUNCHED("cuda.pool");
 }

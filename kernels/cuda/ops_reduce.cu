@@ -8,7 +8,11 @@
  * partials. Per-channel reductions of x[outer][channels][inner]: blocks own
  * a channel (or, when inner == 1, a tile of 32 neighbouring columns, read
  * coalesced) and, when that gives too few blocks to fill the device, a slice
- * of `outer`; a second kernel then sums the slices. */
+ * of `outer`; a second kernel then sums the slices.
+ *
+ * The per-channel reductions run in f32, bf16 and f16 (T: elements read
+ * into f32, the double sum rounded once into T); the full reductions in f32
+ * only, as the registry declares. */
 #include "kernels.cuh"
 
 #include "elementwise.h"
@@ -81,9 +85,9 @@ static int full_sum(sl_cuda_exec *x, uint64_t n, F term, double divisor, float *
 /* inner == 1: x is [rows, cols]; block (bx, by) sums columns [32 bx, 32 bx +
  * 32) over the rows of slice by. Writes out[col] directly when there is one
  * slice, else part[slice][col]. */
-template <class I>
-__global__ void k_cols_part(const float *x, I rows, I cols, I rows_per_split, double *part,
-                            float *out, const int *failed)
+template <class T, class I>
+__global__ void k_cols_part(const T *x, I rows, I cols, I rows_per_split, double *part, T *out,
+                            const int *failed)
 {
     __shared__ double tile[COL_ROWS][COL_TILE + 1];
     SKIP_BLOCK_IF_FAILED(failed);
@@ -93,7 +97,7 @@ __global__ void k_cols_part(const float *x, I rows, I cols, I rows_per_split, do
     double acc = 0.0;
     if (col < cols)
         for (I r = r0 + threadIdx.y; r < r1; r += COL_ROWS)
-            acc += x[r * cols + col];
+            acc += ld(x[r * cols + col]);
     tile[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && col < cols) {
@@ -101,7 +105,7 @@ __global__ void k_cols_part(const float *x, I rows, I cols, I rows_per_split, do
         for (int k = 0; k < COL_ROWS; k++)
             s += tile[k][threadIdx.x];
         if (out)
-            out[col] = (float) s;
+            out[col] = st<T>((float) s);
         else
             part[(uint64_t) blockIdx.y * cols + col] = s;
     }
@@ -110,9 +114,9 @@ __global__ void k_cols_part(const float *x, I rows, I cols, I rows_per_split, do
 /* inner > 1: block (bx, by) sums channel c (bx, bx + gridDim.x, ...) over
  * x[o][c][0..inner) for the o of slice by. Each thread walks the flattened
  * (o, i) positions of the slice blockDim.x apart without dividing. */
-template <class I>
-__global__ void k_chan_part(const float *x, I outer, I channels, I inner, I outer_per_split,
-                            double *part, float *out, const int *failed)
+template <class T, class I>
+__global__ void k_chan_part(const T *x, I outer, I channels, I inner, I outer_per_split,
+                            double *part, T *out, const int *failed)
 {
     SKIP_BLOCK_IF_FAILED(failed);
     I o0 = (I) blockIdx.y * outer_per_split;
@@ -122,7 +126,7 @@ __global__ void k_chan_part(const float *x, I outer, I channels, I inner, I oute
         double acc = 0.0;
         I o = o0 + threadIdx.x / inner, i = threadIdx.x % inner;
         while (o < o1) {
-            acc += x[(o * channels + c) * inner + i];
+            acc += ld(x[(o * channels + c) * inner + i]);
             o += step_o;
             i += step_i;
             if (i >= inner) {
@@ -133,7 +137,7 @@ __global__ void k_chan_part(const float *x, I outer, I channels, I inner, I oute
         acc = block_allreduce(acc, op_sum{}, 0.0);
         if (threadIdx.x == 0) {
             if (out)
-                out[c] = (float) acc;
+                out[c] = st<T>((float) acc);
             else
                 part[(uint64_t) blockIdx.y * channels + c] = acc;
         }
@@ -141,7 +145,8 @@ __global__ void k_chan_part(const float *x, I outer, I channels, I inner, I oute
 }
 
 /* out[c] = sum over the slices of part[slice][c]. */
-__global__ void k_chan_finish(const double *part, unsigned splits, uint64_t channels, float *out,
+template <class T>
+__global__ void k_chan_finish(const double *part, unsigned splits, uint64_t channels, T *out,
                               const int *failed)
 {
     SKIP_IF_FAILED(failed);
@@ -150,7 +155,7 @@ __global__ void k_chan_finish(const double *part, unsigned splits, uint64_t chan
         double s = 0.0;
         for (unsigned k = 0; k < splits; k++)
             s += part[k * channels + c];
-        out[c] = (float) s;
+        out[c] = st<T>((float) s);
     }
 }
 
@@ -171,26 +176,30 @@ static unsigned pick_splits(const sl_cuda_exec *x, uint64_t base_blocks, uint64_
     return s < 1 ? 1 : (unsigned) s;
 }
 
-template <class I>
-static void launch_chan(const sl_cuda_exec *x, const float *in, uint64_t outer, uint64_t channels,
-                        uint64_t inner, uint64_t per_split, unsigned splits, double *part,
-                        float *out)
+template <class T, class I>
+static void launch_chan(const sl_cuda_exec *x, const T *in, uint64_t outer, uint64_t channels,
+                        uint64_t inner, uint64_t per_split, unsigned splits, double *part, T *out)
 {
     if (inner == 1) {
         dim3 grid((unsigned) ((channels + COL_TILE - 1) / COL_TILE), splits);
-        k_cols_part<I><<<grid, dim3(COL_TILE, COL_ROWS), 0, x->stream>>>(
+        k_cols_part<T, I><<<grid, dim3(COL_TILE, COL_ROWS), 0, x->stream>>>(
             in, (I) outer, (I) channels, (I) per_split, part, out, x->flag_dev);
     } else {
         unsigned bx = channels < MAX_CHAN_BLOCKS ? (unsigned) channels : MAX_CHAN_BLOCKS;
-        k_chan_part<I><<<dim3(bx, splits), BLOCK, 0, x->stream>>>(
+        k_chan_part<T, I><<<dim3(bx, splits), BLOCK, 0, x->stream>>>(
             in, (I) outer, (I) channels, (I) inner, (I) per_split, part, out, x->flag_dev);
     }
 }
 
-/* out[c] = sum over o, i of in[o][c][i]. */
-static int channel_sum(sl_cuda_exec *x, const float *in, uint64_t outer, uint64_t channels,
-                       uint64_t inner, float *out)
+/* out[c] = sum over o, i of in[o][c][i], for c's in and out (bias_grad:
+ * inner 1; channel_bias_grad: inner H*W). */
+template <class T> static int channel_sum(sl_cuda_exec *x, const sl_op_call *c)
 {
+    const int64_t *d = c->in[0].shape.dims;
+    uint64_t outer = (uint64_t) d[0], channels = (uint64_t) d[1];
+    uint64_t inner = c->op == SL_OP_CHANNEL_BIAS_GRAD ? (uint64_t) (d[2] * d[3]) : 1;
+    const T *in = (const T *) c->in[0].data;
+    T *out = (T *) c->out[0].data;
     unsigned splits;
     if (inner == 1)
         splits = pick_splits(x, (channels + COL_TILE - 1) / COL_TILE, outer, 8 * COL_ROWS);
@@ -207,11 +216,11 @@ static int channel_sum(sl_cuda_exec *x, const float *in, uint64_t outer, uint64_
             return rc;
         part = (double *) ws;
     }
-    float *direct = splits > 1 ? NULL : out;
+    T *direct = splits > 1 ? NULL : out;
     if (use_32bit(outer * channels * inner))
-        launch_chan<uint32_t>(x, in, outer, channels, inner, per_split, splits, part, direct);
+        launch_chan<T, uint32_t>(x, in, outer, channels, inner, per_split, splits, part, direct);
     else
-        launch_chan<uint64_t>(x, in, outer, channels, inner, per_split, splits, part, direct);
+        launch_chan<T, uint64_t>(x, in, outer, channels, inner, per_split, splits, part, direct);
     if (splits > 1)
         k_chan_finish<<<blocks_for(channels), BLOCK, 0, x->stream>>>(part, splits, channels, out,
                                                                      x->flag_dev);
@@ -221,7 +230,6 @@ static int channel_sum(sl_cuda_exec *x, const float *in, uint64_t outer, uint64_
 extern "C" int sl_cuda_run_reduce(sl_cuda_exec *x, const sl_op_call *c)
 {
     const sl_shape *s0 = &c->in[0].shape;
-    const int64_t *d = s0->dims;
     uint64_t n = sl_shape_elems(s0);
     const float *a = f32(&c->in[0]);
     float *y = f32(&c->out[0]);
@@ -234,9 +242,8 @@ extern "C" int sl_cuda_run_reduce(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_MSE_LOSS:
         return full_sum(x, n, t_sq_err{a, f32(&c->in[1])}, (double) n, y);
     case SL_OP_BIAS_GRAD:
-        return channel_sum(x, a, (uint64_t) d[0], (uint64_t) d[1], 1, y);
     case SL_OP_CHANNEL_BIAS_GRAD:
-        return channel_sum(x, a, (uint64_t) d[0], (uint64_t) d[1], (uint64_t) (d[2] * d[3]), y);
+        return SL_FLOAT_DISPATCH(s0->dtype, channel_sum, x, c);
     default:
         return SL_EUNSUPPORTED;
     }

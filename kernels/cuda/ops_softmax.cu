@@ -132,9 +132,10 @@ __device__ static bool argmax_better(float v, int i, float bv, int bi)
     return v > bv || (v == bv && i < bi);
 }
 
-template <bool WARP>
-__global__ void k_argmax(const float *x, int32_t *out, uint64_t rows, unsigned cols,
-                         const int *failed)
+/* argmax runs in f32, bf16 and f16 (T, compared as f32); the softmax
+ * family in f32 only, as the registry declares. */
+template <class T, bool WARP>
+__global__ void k_argmax(const T *x, int32_t *out, uint64_t rows, unsigned cols, const int *failed)
 {
     SKIP_BLOCK_IF_FAILED(failed);
     typedef row_group<WARP> G;
@@ -142,12 +143,14 @@ __global__ void k_argmax(const float *x, int32_t *out, uint64_t rows, unsigned c
     __shared__ int part_i[32];
     unsigned lane = G::lane(), width = G::width();
     for (uint64_t r = G::first(); r < rows; r += G::stride()) {
-        const float *xr = x + r * cols;
+        const T *xr = x + r * cols;
         float bv = -INFINITY;
         int bi = INT32_MAX; /* "none yet": loses every tie with a real index */
-        for (unsigned j = lane; j < cols; j += width)
-            if (argmax_better(xr[j], (int) j, bv, bi))
-                bv = xr[j], bi = (int) j;
+        for (unsigned j = lane; j < cols; j += width) {
+            float v = ld(xr[j]);
+            if (argmax_better(v, (int) j, bv, bi))
+                bv = v, bi = (int) j;
+        }
         for (int off = 16; off > 0; off >>= 1) {
             float ov = __shfl_xor_sync(FULL_MASK, bv, off);
             int oi = __shfl_xor_sync(FULL_MASK, bi, off);
@@ -183,10 +186,22 @@ static void launch_rows(sl_cuda_exec *x, const sl_op_call *c, uint64_t rows, uns
         k_softmax<WARP><<<grid, BLOCK, 0, x->stream>>>(in, f32(&c->out[1]), rows, cols,
                                                        i32(&c->in[1]), loss_part, x->flag_dev);
         break;
-    default: /* SL_OP_ARGMAX */
-        k_argmax<WARP><<<grid, BLOCK, 0, x->stream>>>(in, i32(&c->out[0]), rows, cols, x->flag_dev);
+    default: /* SL_OP_ARGMAX: launch_argmax */
         break;
     }
+}
+
+template <class T>
+static void launch_argmax(sl_cuda_exec *x, const sl_op_call *c, uint64_t rows, unsigned cols,
+                          bool warp, unsigned grid)
+{
+    const T *in = (const T *) c->in[0].data;
+    if (warp)
+        k_argmax<T, true>
+            <<<grid, BLOCK, 0, x->stream>>>(in, i32(&c->out[0]), rows, cols, x->flag_dev);
+    else
+        k_argmax<T, false>
+            <<<grid, BLOCK, 0, x->stream>>>(in, i32(&c->out[0]), rows, cols, x->flag_dev);
 }
 
 extern "C" int sl_cuda_run_softmax(sl_cuda_exec *x, const sl_op_call *c)
@@ -198,9 +213,11 @@ extern "C" int sl_cuda_run_softmax(sl_cuda_exec *x, const sl_op_call *c)
     unsigned grid = row_blocks(rows, warp);
 
     switch (c->op) {
+    case SL_OP_ARGMAX:
+        SL_FLOAT_DISPATCH(c->in[0].shape.dtype, launch_argmax, x, c, rows, cols, warp, grid);
+        return LAUNCHED("cuda.softmax");
     case SL_OP_SOFTMAX:
-    case SL_OP_SOFTMAX_XENT:
-    case SL_OP_ARGMAX: {
+    case SL_OP_SOFTMAX_XENT: {
         double *loss_part = NULL;
         if (c->op == SL_OP_SOFTMAX_XENT) {
             void *ws;

@@ -98,5 +98,8 @@ int kt_run_cnn_tests(const char *spec);
 /* cuda only (test_cuda_paths.c): shapes that reach every code path of the
  * cuda kernels (warp or block rows, sliced reductions, device-side steps). */
 int kt_run_cuda_paths_tests(void);
+/* cuda only (test_cuda_half.c): bf16 and f16 against f32, cast bit for bit
+ * against half.h, TF32 against exact f32. */
+int kt_run_cuda_half_tests(void);
 
 #endif

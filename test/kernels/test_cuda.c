@@ -1,6 +1,7 @@
 /* Every op on the cuda backend, against the same double-precision
  * references as the cpu tests (test_exec*.c), the cuda kernels' own code
- * paths (test_cuda_paths.c), and what only the cuda backend does: errors a
+ * paths (test_cuda_paths.c), bf16, f16 and TF32 (test_cuda_half.c), and
+ * what only the cuda backend does: errors a
  * kernel finds on the device, reported at the next host callback or
  * synchronize, with the work after them skipped. Skips (exit 77) where
  * there is no GPU. */
@@ -131,6 +132,7 @@ int main(void)
     failed += kt_run_nn_tests("cuda");
     failed += kt_run_cnn_tests("cuda");
     failed += kt_run_cuda_paths_tests();
+    failed += kt_run_cuda_half_tests();
     failed += kt_run_axes_tests("cuda");
     failed += run_device_error_tests();
     return failed ? 1 : 0;
