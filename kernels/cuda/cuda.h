@@ -154,7 +154,8 @@ int sl_cuda_set_lane_workspace(sl_cuda_exec *x, void *ptr, size_t bytes);
 /* The float dtypes (SL_DTS bits) this backend runs op in on a device that
  * has bf16 arithmetic (sm_80+) or not: f32, plus bf16 and f16 for the ops
  * of the registry's half set (bf16 dropped without it); for cast, the
- * dtypes it converts between. Never blocks. */
+ * dtypes it converts between; 0 for an op with no kernel here (the f16
+ * loss-scaling ops). Never blocks. */
 unsigned sl_cuda_op_dtypes(unsigned op, bool bf16);
 
 /* Contract checks of one call before anything is enqueued: the op exists,

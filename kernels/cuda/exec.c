@@ -491,8 +491,8 @@ unsigned sl_cuda_op_dtypes(unsigned op, bool bf16)
     case SL_OP_ARGMAX:
     case SL_OP_CAST:
         return SL_DTS(SL_F32) | half;
-    default:
-        return SL_DTS(SL_F32);
+    default: /* f32 only; none at all for an op with no kernel here */
+        return family_of(op) ? SL_DTS(SL_F32) : 0;
     }
 }
 
