@@ -135,3 +135,15 @@ int sl_test_group_stop(void **state)
         fprintf(stderr, "salusd exited with %d\n", st);
     return st == 0 ? 0 : -1;
 }
+
+void sl_test_env_open(const sl_test_server *srv, sl_test_env *e)
+{
+    e->c = sl_test_connect(srv);
+    assert_int_equal(salus_session_open(e->c, NULL, &e->s), SALUS_OK);
+}
+
+void sl_test_env_close(sl_test_env *e)
+{
+    assert_int_equal(salus_session_close(e->s), SALUS_OK);
+    salus_disconnect(e->c);
+}

@@ -47,6 +47,17 @@ int sl_test_group_stop(void **state);
     }
 /* Connects a client to srv; fails the test on error. */
 salus_client *sl_test_connect(const sl_test_server *srv);
+
+/* A client with one open session, for tests that need no more. */
+typedef struct sl_test_env {
+    salus_client *c;
+    salus_session *s;
+} sl_test_env;
+/* Connects to srv and opens a session with default options (fails the
+ * test otherwise). */
+void sl_test_env_open(const sl_test_server *srv, sl_test_env *e);
+/* Closes the session (fails the test if that fails) and disconnects. */
+void sl_test_env_close(sl_test_env *e);
 /* Registers in s the f32 graph relu(op(x, p)): x an input of x_ndim dims
  * x_dims, p the tensor param (p_ndim dims p_dims), op a binary op such as
  * "add" or "matmul". Returns the graph (the caller frees it) with its input

@@ -19,23 +19,6 @@
 
 static sl_test_server server;
 
-typedef struct env {
-    salus_client *c;
-    salus_session *s;
-} env;
-
-static void open_env(env *e)
-{
-    e->c = sl_test_connect(&server);
-    assert_int_equal(salus_session_open(e->c, NULL, &e->s), SALUS_OK);
-}
-
-static void close_env(env *e)
-{
-    assert_int_equal(salus_session_close(e->s), SALUS_OK);
-    salus_disconnect(e->c);
-}
-
 static void rand_fill(float *x, size_t n, uint32_t *seed, float scale)
 {
     for (size_t i = 0; i < n; i++) {
@@ -49,7 +32,7 @@ static void rand_fill(float *x, size_t n, uint32_t *seed, float scale)
                    (salus_value[]){__VA_ARGS__}, 0, NULL, 0, NULL)
 
 /* A persistent tensor holding the values of the model's tensor `name`. */
-static salus_value copy_param(env *e, salus_graph *g, salus_model *m, const char *name,
+static salus_value copy_param(sl_test_env *e, salus_graph *g, salus_model *m, const char *name,
                               uint64_t *id_out)
 {
     int i = salus_model_tensor_find(m, name), ndim;
@@ -97,8 +80,8 @@ static void mlp_by_the_builder_trains_as_nn(void **state)
 {
     (void) state;
     enum { B = 16, IN = 20, H = 12, K = 5 };
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     const salus_optimizer opts[] = {
         {.kind = SALUS_MOMENTUM, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f},
         {.kind = SALUS_ADAM, .lr = 0.01f, .weight_decay = 1e-3f},
@@ -143,15 +126,15 @@ static void mlp_by_the_builder_trains_as_nn(void **state)
         salus_graph_free(g);
         salus_model_free(m);
     }
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 static void cnn_by_the_builder_trains_as_nn(void **state)
 {
     (void) state;
     enum { B = 8, C = 2, HW = 8, F = 4, K = 5 };
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     const salus_optimizer opts[] = {{.kind = SALUS_MOMENTUM, .lr = 0.05f, .momentum = 0.9f},
                                     {.kind = SALUS_ADAM, .lr = 0.01f}};
     for (size_t o = 0; o < 2; o++) {
@@ -195,7 +178,7 @@ static void cnn_by_the_builder_trains_as_nn(void **state)
         salus_graph_free(g);
         salus_model_free(m);
     }
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 /* A one-hidden-layer MLP under SGD with its backward pass written by hand
@@ -205,8 +188,8 @@ static void hand_written_backward_agrees(void **state)
 {
     (void) state;
     enum { B = 8, IN = 10, H = 6, K = 4, STEPS = 5 };
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     uint32_t seed = 3;
     float w1[IN * H], b1[H] = {0}, w2[H * K], b2[K] = {0};
     rand_fill(w1, IN * H, &seed, 1.0f);
@@ -277,7 +260,7 @@ static void hand_written_backward_agrees(void **state)
     salus_trainer_free(t);
     salus_graph_free(g[0]);
     salus_graph_free(g[1]);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 /* salus_graph_gradients of a graph with a value read twice (the gradients
@@ -287,8 +270,8 @@ static void gradients_match_finite_differences(void **state)
 {
     (void) state;
     enum { B = 4, IN = 5, H = 4, NW1 = IN * H, NW2 = H * H };
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     uint32_t seed = 11;
     float w1[NW1], w2[NW2], x[B * IN], target[B * H];
     rand_fill(w1, NW1, &seed, 1.0f);
@@ -348,7 +331,7 @@ static void gradients_match_finite_differences(void **state)
                          i, (double) got[k][i], fd);
         }
     salus_graph_free(g);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 /* One step of a linear model, loss mean((x w - t)^2), under each optimiser
@@ -357,7 +340,7 @@ typedef struct one_step {
     float w[6], x[2 * 3], t[2 * 2];
 } one_step;
 
-static void step_once(env *e, const salus_optimizer *o, const one_step *d, float *w_after,
+static void step_once(sl_test_env *e, const salus_optimizer *o, const one_step *d, float *w_after,
                       float lr2)
 {
     uint64_t id;
@@ -420,8 +403,8 @@ static void reference(const salus_optimizer *o, const one_step *d, double *w, fl
 static void optimisers_follow_their_formulas(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     one_step d;
     uint32_t seed = 21;
     rand_fill(d.w, 6, &seed, 2.0f);
@@ -469,10 +452,10 @@ static void optimisers_follow_their_formulas(void **state)
                     fail_msg("optimizer %zu%s: w[%d] = %.8g, formula %.8g", k,
                              per_step ? " (lr per step)" : "", i, (double) got[i], want[i]);
         }
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
-static salus_model *small_cnn(env *e, const salus_optimizer *o, int filters)
+static salus_model *small_cnn(sl_test_env *e, const salus_optimizer *o, int filters)
 {
     salus_model *m = salus_model_new(3, (int64_t[]){1, 6, 6});
     salus_model_conv2d(m, filters, 3, 1, 1);
@@ -500,8 +483,8 @@ static void run_steps(salus_model *m, int steps, uint32_t seed, float *losses)
 static void checkpoints_resume_training(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     const salus_optimizer adam = {.kind = SALUS_ADAM, .lr = 0.01f, .flags = SALUS_OPT_LR_PER_STEP};
     salus_model *m = small_cnn(&e, &adam, 2);
     const char *want[] = {"0.weight",       "0.bias",      "1.weight",         "1.running_mean",
@@ -557,14 +540,14 @@ static void checkpoints_resume_training(void **state)
     assert_memory_equal(b, r, sizeof b);
     salus_model_free(other);
     salus_model_free(m);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 static void errors_name_their_cause(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     salus_graph *g = salus_graph_new();
     uint64_t id;
     assert_int_equal(salus_tensor_create(e.s, SALUS_F32, 2, (int64_t[]){3, 4}, NULL, &id), 0);
@@ -600,7 +583,7 @@ static void errors_name_their_cause(void **state)
     assert_int_equal(salus_model_set_lr(m, 0.01f), SALUS_EINVAL);
     assert_non_null(strstr(salus_last_error(e.c), "SALUS_OPT_LR_PER_STEP"));
     salus_model_free(m);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 static salus_model *fashion_cnn(salus_session *s, int64_t infer_batch)
@@ -631,8 +614,8 @@ static void predict_fits_the_lane_workspace(void **state)
 {
     (void) state;
     enum { N = 1000, PART = 250 };
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     salus_model *big = fashion_cnn(e.s, N), *small = fashion_cnn(e.s, PART);
     float *x = malloc(sizeof(float) * N * 784);
     int32_t *a = malloc(sizeof(int32_t) * N), *b = malloc(sizeof(int32_t) * N);
@@ -646,7 +629,7 @@ static void predict_fits_the_lane_workspace(void **state)
     assert_memory_equal(a, b, sizeof(int32_t) * N);
     salus_model_free(big);
     salus_model_free(small);
-    close_env(&e);
+    sl_test_env_close(&e);
 
     sl_test_server tiny;
     sl_test_server_start(&tiny, (const char *const[]){"--framework-per-lane", "4K", NULL});
@@ -674,8 +657,8 @@ static void predict_fits_the_lane_workspace(void **state)
 static void residual_blocks_name_their_errors(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     const salus_optimizer o = {.kind = SALUS_SGD, .lr = 0.1f};
     const int64_t sample[3] = {2, 8, 8};
     static const struct {
@@ -725,7 +708,7 @@ static void residual_blocks_name_their_errors(void **state)
             fail_msg("case %zu: %s", k, salus_model_error(m) ? salus_model_error(m) : "(none)");
         salus_model_free(m);
     }
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 /* A trained model exported to ONNX, residual blocks included (an identity
@@ -737,8 +720,8 @@ static void onnx_export_agrees(void **state)
 {
     (void) state;
     enum { N = 64 };
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     const salus_optimizer o = {.kind = SALUS_ADAM, .lr = 0.01f};
     salus_model *m = salus_model_new(3, (int64_t[]){2, 8, 8});
     salus_model_conv2d(m, 4, 3, 1, 1);
@@ -799,7 +782,7 @@ static void onnx_export_agrees(void **state)
     assert_int_equal(fwrite(classes, sizeof classes, 1, f), 1);
     fclose(f);
     salus_model_free(m);
-    close_env(&e);
+    sl_test_env_close(&e);
     const char *script = getenv("ONNX_EVAL");
     assert_non_null(script);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s' '%s'", script, model, xin, cls);

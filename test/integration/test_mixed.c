@@ -16,23 +16,6 @@
 
 static sl_test_server server;
 
-typedef struct env {
-    salus_client *c;
-    salus_session *s;
-} env;
-
-static void open_env(env *e)
-{
-    e->c = sl_test_connect(&server);
-    assert_int_equal(salus_session_open(e->c, NULL, &e->s), SALUS_OK);
-}
-
-static void close_env(env *e)
-{
-    assert_int_equal(salus_session_close(e->s), SALUS_OK);
-    salus_disconnect(e->c);
-}
-
 static void rand_fill(float *x, size_t n, uint32_t *seed, float scale)
 {
     for (size_t i = 0; i < n; i++) {
@@ -123,8 +106,8 @@ static void batch_of(uint32_t *seed, float *x, int32_t *y)
 static void nn_bf16_follows_autocast_and_tracks_f32(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     salus_model *m[2];
     for (int k = 0; k < 2; k++) {
         salus_optimizer o = {.kind = SALUS_MOMENTUM,
@@ -178,7 +161,7 @@ static void nn_bf16_follows_autocast_and_tracks_f32(void **state)
     assert_int_equal(salus_model_amp_state(m[1], NULL, NULL), SALUS_EINVAL);
     for (int k = 0; k < 2; k++)
         salus_model_free(m[k]);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 /* A builder's graph through salus_graph_train in bf16, Adam: the same
@@ -186,8 +169,8 @@ static void nn_bf16_follows_autocast_and_tracks_f32(void **state)
 static void trainer_bf16_adam(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     float w0[PIXELS * 3];
     uint32_t seed = 5;
     rand_fill(w0, PIXELS * 3, &seed, 0.1f);
@@ -222,7 +205,7 @@ static void trainer_bf16_adam(void **state)
     for (int s = 0; s < 20; s++)
         assert_true(fabsf(loss[1][s] - loss[0][s]) <= 0.02f * loss[0][s] + 0.005f);
     assert_true(loss[1][19] < loss[1][0]);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 /* f16: GradScaler's rules in the graph. An overflowing batch changes no
@@ -231,8 +214,8 @@ static void trainer_bf16_adam(void **state)
 static void f16_loss_scaling(void **state)
 {
     (void) state;
-    env e;
-    open_env(&e);
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
     float w0[4 * 2] = {0.1f, -0.2f, 0.3f, 0.05f, -0.1f, 0.2f, 0.0f, 0.1f};
     uint64_t w;
     assert_int_equal(salus_tensor_create(e.s, SALUS_F32, 2, (int64_t[]){4, 2}, w0, &w), SALUS_OK);
@@ -272,7 +255,7 @@ static void f16_loss_scaling(void **state)
     assert_true(scale == 65536.0f && skipped == 1);
     salus_trainer_free(t);
     salus_graph_free(g);
-    close_env(&e);
+    sl_test_env_close(&e);
 }
 
 SL_TEST_SERVER_MAIN(server, "mixed", sl_test_group_start,
