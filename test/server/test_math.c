@@ -3,7 +3,7 @@
  * server is wrapped so that each launch records the call's math bits, for
  * whole iterations (policy fair) and for iterations run op by op beside a
  * high-priority session, their matmuls split in parts (policy priority). */
-#include "server.h"
+#include "served.h"
 #include "sl_test.h"
 
 #include <salus/salus.h>
@@ -40,33 +40,15 @@ static void reset_seen(void)
     pthread_mutex_unlock(&seen.lock);
 }
 
-typedef struct served {
-    sl_server srv;
-    salus_client *client;
-} served;
-
-static void serve(served *sv, const char *url, const char *policy, uint64_t op_part_ns)
+/* Records every launch: the device's ops, wrapped before any request (the
+ * executor reads the table only for work that reaches it through the
+ * server's lock afterwards). */
+static void wrap_launches(sl_served *sv)
 {
-    memset(sv, 0, sizeof *sv);
-    sv->srv.cfg = (sl_config) SL_CONFIG_DEFAULTS;
-    sv->srv.cfg.listen[sv->srv.cfg.n_listen++] = url;
-    sv->srv.cfg.memory_limit = 256ull << 20;
-    sv->srv.cfg.policy = policy;
-    sv->srv.cfg.op_part_ns = op_part_ns;
-    assert_sl_ok(sl_server_start(&sv->srv));
-    /* before any request: the executor reads the table only for work
-     * that reaches it through the server's lock afterwards */
     real_ops = sv->srv.dev->ops;
     wrapped_ops = *real_ops;
     wrapped_ops.launch = recording_launch;
     sv->srv.dev->ops = &wrapped_ops;
-    assert_sl_ok(salus_connect(url, &sv->client));
-}
-
-static void unserve(served *sv)
-{
-    salus_disconnect(sv->client);
-    sl_server_stop(&sv->srv);
 }
 
 /* Runs y = relu(x w) twice in a session opened with the given choices and
@@ -115,15 +97,15 @@ static void each_choice(salus_client *c)
 static void whole_iterations_carry_the_session_math(void **state)
 {
     (void) state;
-    served sv;
-    serve(&sv, "inproc://salus-test-math-whole", "fair", 0);
+    sl_served sv;
+    sl_served_start(&sv, "inproc://salus-test-math-whole", "fair", 0, wrap_launches);
     each_choice(sv.client);
     /* a mode salusd does not know is refused, naming the field */
     salus_session_opts bad = {.math_conv = 7};
     salus_session *s;
     assert_sl_err(salus_session_open(sv.client, &bad, &s), SALUS_EINVAL);
     assert_non_null(strstr(salus_last_error(sv.client), "math_conv 7"));
-    unserve(&sv);
+    sl_served_stop(&sv);
 }
 
 /* Beside an idle high-priority session the others run op by op, their
@@ -131,14 +113,14 @@ static void whole_iterations_carry_the_session_math(void **state)
 static void op_by_op_parts_carry_the_session_math(void **state)
 {
     (void) state;
-    served sv;
-    serve(&sv, "inproc://salus-test-math-parts", "priority", 1000);
+    sl_served sv;
+    sl_served_start(&sv, "inproc://salus-test-math-parts", "priority", 1000, wrap_launches);
     salus_session_opts hp_opts = {.name = "hp", .priority = 10};
     salus_session *hp;
     assert_sl_ok(salus_session_open(sv.client, &hp_opts, &hp));
     each_choice(sv.client);
     assert_sl_ok(salus_session_close(hp));
-    unserve(&sv);
+    sl_served_stop(&sv);
 }
 
 SL_TEST_MAIN("session math", NULL, NULL, cmocka_unit_test(whole_iterations_carry_the_session_math),

@@ -3,30 +3,13 @@
  * sl_op_split, server/executor.c): training that way gives the losses and
  * predictions of training whole, on an embedded server over inproc:// on
  * the cpu device. */
-#include "server.h"
+#include "served.h"
 #include "sl_test.h"
 
 #include <salus/salus.h>
 
 #include <math.h>
 #include <string.h>
-
-typedef struct served {
-    sl_server srv;
-    salus_client *client;
-} served;
-
-static void serve(served *sv, const char *url, const char *policy, uint64_t op_part_ns)
-{
-    memset(sv, 0, sizeof *sv);
-    sv->srv.cfg = (sl_config) SL_CONFIG_DEFAULTS;
-    sv->srv.cfg.listen[sv->srv.cfg.n_listen++] = url;
-    sv->srv.cfg.memory_limit = 256ull << 20;
-    sv->srv.cfg.policy = policy;
-    sv->srv.cfg.op_part_ns = op_part_ns;
-    assert_sl_ok(sl_server_start(&sv->srv));
-    assert_sl_ok(salus_connect(url, &sv->client));
-}
 
 static void fill(float *p, size_t n, uint32_t *seed)
 {
@@ -42,9 +25,9 @@ static void fill(float *p, size_t n, uint32_t *seed)
 static void split_training_matches_whole(void **state)
 {
     (void) state;
-    served whole, split;
-    serve(&whole, "inproc://salus-test-split-whole", "fair", 0);
-    serve(&split, "inproc://salus-test-split-parts", "priority", 1000);
+    sl_served whole, split;
+    sl_served_start(&whole, "inproc://salus-test-split-whole", "fair", 0, NULL);
+    sl_served_start(&split, "inproc://salus-test-split-parts", "priority", 1000, NULL);
     salus_session_opts hp_opts = {.name = "hp", .priority = 10};
     salus_session *hp, *s[2];
     assert_sl_ok(salus_session_open(split.client, &hp_opts, &hp));
@@ -94,10 +77,8 @@ static void split_training_matches_whole(void **state)
         assert_sl_ok(salus_session_close(s[k]));
     }
     assert_sl_ok(salus_session_close(hp));
-    salus_disconnect(whole.client);
-    salus_disconnect(split.client);
-    sl_server_stop(&whole.srv);
-    sl_server_stop(&split.srv);
+    sl_served_stop(&whole);
+    sl_served_stop(&split);
 }
 
 SL_TEST_MAIN("server split", NULL, NULL, cmocka_unit_test(split_training_matches_whole))
