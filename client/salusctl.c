@@ -2,6 +2,7 @@
 #include "salus/salus.h"
 
 #include <errno.h>
+#include <nng/nng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,5 +542,9 @@ int main(int argc, char **argv)
     }
     rc = run(&c, url, cmd, argc, argv, i);
     salus_disconnect(c);
+    /* NNG reaps a closed connection on its own threads; after top replaced
+     * one whose peer had gone, that may still be pending. Let it finish, so
+     * that leak checkers see a clean exit. */
+    nng_fini();
     return rc;
 }
