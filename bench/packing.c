@@ -3,7 +3,7 @@
  * an MPS-style one process per job, side by side in one run.
  *
  *   packing [--capacity-gib 16] [--framework-mib 64] [--context-mib 287]
- *           [--batch 1] [--json FILE]
+ *           [--batch 1] [--train-batch 32] [--json FILE]
  *
  * Jobs: inference sessions of six models built from their layer tables
  * (bench_models.h): persistent bytes = their parameter tensors, ephemeral
@@ -29,7 +29,18 @@
  * Every assumption is printed with its source (or marked as having none).
  * The table varies batch, context and workspace, and includes the row most
  * generous to MPS (no per-process context or workspace at all, while salus
- * keeps its own). Last lines:
+ * keeps its own).
+ *
+ * Precision: the same mix packed by salus alone (the first configuration)
+ * with every tensor's bytes from its dtype (bench_models.h, bm_prec):
+ * inference jobs in f32 and in bf16 (weights and activations); training
+ * jobs (--train-batch) in f32, in salus's mixed precision (f32 master
+ * weights and momentum, bf16 compute, so only the ephemeral memory
+ * changes) and in pure bf16 (weights and momentum too; not what salus's
+ * precision option does, shown as the bound). Last lines:
+ *   BENCH packing_precision bf16_jobs=... f32_jobs=... ratio=... (inference)
+ *         inf_bf16=... inf_f32=... train_bf16=... (mixed) train_f32=...
+ *         train_ratio=... train_pure_bf16=... train_pure_ratio=...
  *   BENCH packing_generous salus_jobs=... mps_jobs=... ratio=...
  *         salus_concurrent=... mps_concurrent=...
  *   BENCH packing salus_jobs=... mps_jobs=... ratio=... salus_concurrent=...
@@ -70,11 +81,11 @@ struct overhead {
     uint64_t spread_limit;    /* salus: lanes stay private below this */
 };
 
-static void load_models(struct model_figures *mf, uint64_t batch)
+static void load_models_prec(struct model_figures *mf, uint64_t batch, bool training, bm_prec prec)
 {
     for (int k = 0; k < BM_N_MODELS; k++) {
         bm_net *n = mf[k].net;
-        bm_build(n, k, batch, false);
+        bm_build_prec(n, k, batch, training, prec);
         mf[k].persistent = bm_persistent_bytes(n);
         mf[k].ephemeral = bm_ephemeral_peak(n, &mf[k].naive);
         mf[k].n_params = n->n_params;
@@ -84,6 +95,11 @@ static void load_models(struct model_figures *mf, uint64_t batch)
             exit(1);
         }
     }
+}
+
+static void load_models(struct model_figures *mf, uint64_t batch)
+{
+    load_models_prec(mf, batch, false, BM_F32);
 }
 
 /* Admits jobs round-robin into a real manager until the first refusal, and
@@ -155,6 +171,73 @@ static double ratio_of(int a, int b)
     return b ? (double) a / b : 0;
 }
 
+/* The same job mix packed by salus in each precision (bm_prec): inference
+ * in f32 and bf16 (weights and activations), training in f32, in salus's
+ * mixed precision (f32 master weights and momentum, bf16 compute) and in
+ * pure bf16 (weights and momentum too). */
+enum { P_INF_F32, P_INF_BF16, P_TRAIN_F32, P_TRAIN_MIXED, P_TRAIN_BF16, P_N };
+
+struct prec_case {
+    const char *name;
+    bool training;
+    bm_prec prec;
+    uint64_t persistent[BM_N_MODELS], ephemeral[BM_N_MODELS];
+    struct result r;
+};
+
+static void pack_precisions(struct prec_case *pc, struct model_figures *mf, uint64_t capacity,
+                            const struct overhead *o, uint64_t inf_batch, uint64_t train_batch)
+{
+    static const struct {
+        const char *name;
+        bool training;
+        bm_prec prec;
+    } cases[P_N] = {
+        {"inference f32", false, BM_F32},      {"inference bf16", false, BM_BF16},
+        {"training f32", true, BM_F32},        {"training mixed bf16", true, BM_MIXED},
+        {"training pure bf16", true, BM_BF16},
+    };
+    for (int c = 0; c < P_N; c++) {
+        pc[c].name = cases[c].name;
+        pc[c].training = cases[c].training;
+        pc[c].prec = cases[c].prec;
+        load_models_prec(mf, cases[c].training ? train_batch : inf_batch, cases[c].training,
+                         cases[c].prec);
+        for (int k = 0; k < BM_N_MODELS; k++) {
+            pc[c].persistent[k] = mf[k].persistent;
+            pc[c].ephemeral[k] = mf[k].ephemeral;
+        }
+        pc[c].r = pack(mf, capacity, o);
+    }
+    printf("\nprecision: the same job mix under salus's admission, each tensor's bytes from its "
+           "dtype\n(inference batch %llu, training batch %llu; persistent / planned ephemeral "
+           "peak, MiB)\n",
+           (unsigned long long) inf_batch, (unsigned long long) train_batch);
+    printf("%-20s", "model");
+    for (int c = 0; c < P_N; c++)
+        printf(" | %21s", pc[c].name);
+    printf("\n");
+    for (int k = 0; k < BM_N_MODELS; k++) {
+        printf("%-20s", bm_model_names[k]);
+        for (int c = 0; c < P_N; c++)
+            printf(" | %9.1f / %9.1f", pc[c].persistent[k] / MIB, pc[c].ephemeral[k] / MIB);
+        printf("\n");
+    }
+    printf("%-20s", "jobs admitted");
+    for (int c = 0; c < P_N; c++)
+        printf(" | %21d", pc[c].r.salus_jobs);
+    printf("\n%-20s", "at once (lanes)");
+    for (int c = 0; c < P_N; c++)
+        printf(" | %21u", pc[c].r.lanes);
+    printf("\n");
+    printf("inference bf16 / f32: %.2fx jobs. training mixed bf16 / f32: %.2fx (master weights\n"
+           "and momentum stay f32, only the ephemeral memory changes); pure bf16 training\n"
+           "(weights and momentum in bf16 too, not what salus's precision option does): %.2fx\n",
+           ratio_of(pc[P_INF_BF16].r.salus_jobs, pc[P_INF_F32].r.salus_jobs),
+           ratio_of(pc[P_TRAIN_MIXED].r.salus_jobs, pc[P_TRAIN_F32].r.salus_jobs),
+           ratio_of(pc[P_TRAIN_BF16].r.salus_jobs, pc[P_TRAIN_F32].r.salus_jobs));
+}
+
 static void print_assumptions(double capacity_gib, double framework_mib, double context_mib)
 {
     printf("assumptions (MPS side and shared):\n"
@@ -187,13 +270,14 @@ static void print_assumptions(double capacity_gib, double framework_mib, double 
 int main(int argc, char **argv)
 {
     double capacity_gib = 16, framework_mib = 64, context_mib = 287;
-    uint64_t batch = 1;
+    uint64_t batch = 1, train_batch = 32;
     const char *json = NULL;
     static const struct option opts[] = {
         {"capacity-gib", required_argument, NULL, 'c'},
         {"framework-mib", required_argument, NULL, 'f'},
         {"context-mib", required_argument, NULL, 'x'},
         {"batch", required_argument, NULL, 'b'},
+        {"train-batch", required_argument, NULL, 't'},
         {"json", required_argument, NULL, 'j'},
         {0},
     };
@@ -212,19 +296,23 @@ int main(int argc, char **argv)
         case 'b':
             batch = strtoull(optarg, NULL, 10);
             break;
+        case 't':
+            train_batch = strtoull(optarg, NULL, 10);
+            break;
         case 'j':
             json = optarg;
             break;
         default:
             fprintf(stderr, "usage: packing [--capacity-gib G] [--framework-mib M] "
-                            "[--context-mib M] [--batch N] [--json FILE]\n");
+                            "[--context-mib M] [--batch N] [--train-batch N] "
+                            "[--json FILE]\n");
             return 2;
         }
     }
     uint64_t capacity = (uint64_t) (capacity_gib * 1024 * MIB) & ~255ull;
     uint64_t framework = ((uint64_t) (framework_mib * MIB) + 255) & ~255ull;
     uint64_t context = ((uint64_t) (context_mib * MIB) + 255) & ~255ull;
-    if (capacity == 0 || batch == 0 || framework_mib < 0 || context_mib < 0 ||
+    if (capacity == 0 || batch == 0 || train_batch == 0 || framework_mib < 0 || context_mib < 0 ||
         framework + context >= capacity) {
         fprintf(stderr, "packing: bad capacity, workspace, context or batch\n");
         return 2;
@@ -306,6 +394,8 @@ int main(int argc, char **argv)
         }
     }
     printf("(jobs_x, conc_x: salus / mps; * = MPS charged no context and no workspace)\n");
+    struct prec_case pc[P_N];
+    pack_precisions(pc, mf, capacity, &base, batch, train_batch);
     load_models(mf, batch);
 
     if (json) {
@@ -327,7 +417,22 @@ int main(int argc, char **argv)
                 fprintf(f, "%s{\"name\":\"%s\",\"persistent\":%llu,\"ephemeral\":%llu}",
                         k ? "," : "", bm_model_names[k], (unsigned long long) mf[k].persistent,
                         (unsigned long long) mf[k].ephemeral);
-            fprintf(f, "]}\n");
+            fprintf(f, "],\"precision\":{\"train_batch\":%llu,\"cases\":[",
+                    (unsigned long long) train_batch);
+            for (int c = 0; c < P_N; c++) {
+                fprintf(f,
+                        "%s{\"name\":\"%s\",\"training\":%s,\"dtype\":\"%s\","
+                        "\"salus_jobs\":%d,\"salus_concurrent\":%u,\"models\":[",
+                        c ? "," : "", pc[c].name, pc[c].training ? "true" : "false",
+                        bm_prec_names[pc[c].prec], pc[c].r.salus_jobs, pc[c].r.lanes);
+                for (int k = 0; k < BM_N_MODELS; k++)
+                    fprintf(f, "%s{\"name\":\"%s\",\"persistent\":%llu,\"ephemeral\":%llu}",
+                            k ? "," : "", bm_model_names[k],
+                            (unsigned long long) pc[c].persistent[k],
+                            (unsigned long long) pc[c].ephemeral[k]);
+                fprintf(f, "]}");
+            }
+            fprintf(f, "]}}\n");
             fclose(f);
         }
     }
@@ -336,6 +441,16 @@ int main(int argc, char **argv)
     printf("BENCH packing_generous salus_jobs=%d mps_jobs=%d ratio=%.2f salus_concurrent=%u "
            "mps_concurrent=%d\n",
            g.salus_jobs, g.mps_jobs, ratio_of(g.salus_jobs, g.mps_jobs), g.lanes, g.mps_jobs);
+    printf("BENCH packing_precision bf16_jobs=%d f32_jobs=%d ratio=%.2f inf_bf16=%d inf_f32=%d "
+           "train_bf16=%d train_f32=%d train_ratio=%.2f train_pure_bf16=%d "
+           "train_pure_ratio=%.2f\n",
+           pc[P_INF_BF16].r.salus_jobs, pc[P_INF_F32].r.salus_jobs,
+           ratio_of(pc[P_INF_BF16].r.salus_jobs, pc[P_INF_F32].r.salus_jobs),
+           pc[P_INF_BF16].r.salus_jobs, pc[P_INF_F32].r.salus_jobs, pc[P_TRAIN_MIXED].r.salus_jobs,
+           pc[P_TRAIN_F32].r.salus_jobs,
+           ratio_of(pc[P_TRAIN_MIXED].r.salus_jobs, pc[P_TRAIN_F32].r.salus_jobs),
+           pc[P_TRAIN_BF16].r.salus_jobs,
+           ratio_of(pc[P_TRAIN_BF16].r.salus_jobs, pc[P_TRAIN_F32].r.salus_jobs));
     printf("BENCH packing salus_jobs=%d mps_jobs=%d ratio=%.2f salus_concurrent=%u "
            "mps_concurrent=%d context_mib=%.0f workspace_mib=%.0f\n",
            r.salus_jobs, r.mps_jobs, ratio, r.lanes, r.mps_jobs, context_mib, framework_mib);
