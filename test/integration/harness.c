@@ -136,10 +136,17 @@ int sl_test_group_stop(void **state)
     return st == 0 ? 0 : -1;
 }
 
+salus_session *sl_test_session(const sl_test_server *srv, salus_client **c)
+{
+    salus_session *s;
+    *c = sl_test_connect(srv);
+    assert_int_equal(salus_session_open(*c, NULL, &s), SALUS_OK);
+    return s;
+}
+
 void sl_test_env_open(const sl_test_server *srv, sl_test_env *e)
 {
-    e->c = sl_test_connect(srv);
-    assert_int_equal(salus_session_open(e->c, NULL, &e->s), SALUS_OK);
+    e->s = sl_test_session(srv, &e->c);
 }
 
 void sl_test_env_close(sl_test_env *e)

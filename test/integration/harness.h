@@ -48,6 +48,10 @@ int sl_test_group_stop(void **state);
 /* Connects a client to srv; fails the test on error. */
 salus_client *sl_test_connect(const sl_test_server *srv);
 
+/* Connects a client to srv (*c) and opens a session with default options;
+ * fails the test on error. */
+salus_session *sl_test_session(const sl_test_server *srv, salus_client **c);
+
 /* A client with one open session, for tests that need no more. */
 typedef struct sl_test_env {
     salus_client *c;

@@ -65,9 +65,8 @@ static void *values(int dtype, size_t n, float scale)
 static void half_tensors_move_bit_for_bit(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     enum { N = 3000 };
     for (int dt = SALUS_BF16; dt <= SALUS_F16; dt++) {
         uint16_t *a = values(dt, N, 1.0f), *b = values(dt, N, -0.5f), back[N];
@@ -99,9 +98,8 @@ static void half_tensors_move_bit_for_bit(void **state)
 static void checkpoints_keep_dtypes(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     enum { N = 240 };
     sl_named t[3] = {{.name = "w32", .kind = SALUS_TENSOR_PARAM},
                      {.name = "wbf", .kind = SALUS_TENSOR_PARAM},

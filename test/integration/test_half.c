@@ -24,9 +24,8 @@ enum { M = 8, K = 64, N = 16 };
 static void bf16_matmul_relu(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     static float x[M * K], w[K * N];
     static uint16_t wb[K * N];
     for (int i = 0; i < M * K; i++)
@@ -99,9 +98,8 @@ static void bf16_softmax_refused(void **state)
     assert_non_null(strstr(why, "bf16"));
     salus_graph_free(g);
 
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     Salus__TensorDesc in = SALUS__TENSOR_DESC__INIT, *inp[1] = {&in};
     in.dtype = SALUS__DTYPE__BF16;
     in.n_dims = 2;
@@ -145,9 +143,8 @@ static uint64_t persistent_used(salus_client *c, uint64_t *session_bytes)
 static void bf16_counts_half(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     const int64_t d[2] = {256, 128};
     uint64_t sess0, sess1, sess2;
     uint64_t base = persistent_used(c, &sess0), id;

@@ -211,9 +211,8 @@ static int create_dims(salus_session *s, int dtype, size_t ndim, const int64_t *
 static void absurd_shapes_dtypes_and_hints(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     const int64_t big[] = {1ll << 62};
     const int64_t wrap[] = {1ll << 31, 1ll << 31, 4}; /* 2^64 bytes: wraps to 0 */
     const int64_t max2[] = {INT64_MAX, INT64_MAX};
@@ -303,9 +302,8 @@ static void expect_register(salus_session *s, Salus__Graph *g, int code, const c
 static void invalid_graphs_are_refused_with_the_reason(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     graph_msg m;
     const int64_t d22[] = {2, 2};
     graph_init(&m, SALUS_I32, 2, d22); /* i32 into matmul */
@@ -409,9 +407,8 @@ static void expect_run(salus_session *s, uint64_t graph, size_t n_feeds, Protobu
 static void bad_feeds_fetches_and_graph_ids(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     salus_graph *g = salus_graph_new();
     salus_value x = salus_graph_input(g, SALUS_F32, 1, (int64_t[]){4});
     salus_graph_op(g, "relu", 1, &x, 0, NULL, 0, NULL);
@@ -546,9 +543,8 @@ static void other_sessions_tensors_are_not_found(void **state)
 static void wrong_and_replayed_tokens(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     uint64_t t;
     assert_sl_ok(salus_tensor_create(s, SALUS_F32, 1, (int64_t[]){4}, NULL, &t));
     Salus__Request req;
@@ -586,9 +582,8 @@ static void wrong_and_replayed_tokens(void **state)
 static void messages_over_the_size_limit(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     size_t n = (2u << 20) / sizeof(float); /* 2 MiB, over --max-message 1M */
     float *big = calloc(n, sizeof *big);
     assert_non_null(big);

@@ -217,9 +217,8 @@ static void metadata_budgets(void **state)
 static void largest_graph_decodes(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     salus_graph *g = salus_graph_new();
     salus_value v = salus_graph_input(g, SALUS_F32, 1, (int64_t[]){1});
     for (int i = 0; i < 8192; i++)

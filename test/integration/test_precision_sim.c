@@ -93,13 +93,18 @@ static double iteration_ns(salus_client *c, int a, int b)
     return ns[0] + ns[1] + ns[2] - lo - hi;
 }
 
+/* Starts a salusd on a sim device with that much memory; a client of it. */
+static salus_client *on_sim(sl_test_server *srv, const char *device, const char *memory)
+{
+    sl_test_server_start(srv, (const char *[]){"--device", device, "--memory-limit", memory, NULL});
+    return sl_test_connect(srv);
+}
+
 static void half_runs_at_its_rate_on_h100(void **state)
 {
     (void) state;
     sl_test_server srv;
-    sl_test_server_start(&srv,
-                         (const char *[]){"--device", "sim:h100", "--memory-limit", "16G", NULL});
-    salus_client *c = sl_test_connect(&srv);
+    salus_client *c = on_sim(&srv, "sim:h100", "16G");
     double f32 = iteration_ns(c, SALUS_F32, SALUS_F32);
     double half = iteration_ns(c, SALUS_BF16, SALUS_F16);
     /* 40 casts of 2 GiB at 80% of 3.35 TB/s: 32 ms in f32, 16 in half */
@@ -129,9 +134,7 @@ static void v100_refuses_bf16(void **state)
 {
     (void) state;
     sl_test_server srv;
-    sl_test_server_start(&srv,
-                         (const char *[]){"--device", "sim:v100", "--memory-limit", "8G", NULL});
-    salus_client *c = sl_test_connect(&srv);
+    salus_client *c = on_sim(&srv, "sim:v100", "8G");
     salus_session *s;
     assert_sl_ok(salus_session_open(c, NULL, &s));
     uint64_t tensor;

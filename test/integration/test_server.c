@@ -59,9 +59,8 @@ static void two_clients_train_and_match_reference(void **state)
 static void tensors_round_trip_and_busy_free(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     float init[6] = {1, 2, 3, 4, 5, 6}, back[6] = {0}, zeros[6] = {0};
     const int64_t dims[] = {2, 3};
     uint64_t t, z;
@@ -161,9 +160,8 @@ static void garbage_gets_an_error_and_server_keeps_serving(void **state)
 static void unknown_session_wrong_token_unknown_graph(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
 
     struct salus_session ghost = {.client = c, .id = 999999, .token = 1};
     uint64_t id;
@@ -297,9 +295,8 @@ static void requests_are_never_resent(void **state)
 static void policy_and_weights_change_at_run_time(void **state)
 {
     (void) state;
-    salus_client *c = sl_test_connect(&server);
-    salus_session *s;
-    assert_sl_ok(salus_session_open(c, NULL, &s));
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
     assert_sl_ok(salus_set_policy(c, "fifo", 1));
     char *text;
     assert_sl_ok(salus_status_text(c, &text));

@@ -13,6 +13,12 @@ typedef struct sl_served {
     salus_client *client;
 } sl_served;
 
+/* Zeroes sv and gives its configuration salusd's defaults, listening on
+ * url, 256 MiB; the caller may change sv->srv.cfg before sl_served_run. */
+void sl_served_init(sl_served *sv, const char *url);
+/* Starts the server configured in sv->srv.cfg, calls ready(sv) when given,
+ * then connects sv->client. Fails the test on error. */
+void sl_served_run(sl_served *sv, void (*ready)(sl_served *sv));
 /* Starts a server on url under policy (op_part_ns: sl_config.op_part_ns,
  * 0 for none); calls ready(sv), when given, before any client connects
  * (to wrap the device's ops), then connects sv->client. Fails the test on

@@ -4,6 +4,7 @@
  * of overwritten values and whole training runs give exactly the results
  * they give with in-place execution turned off (cfg.no_inplace). */
 #include "graph_msg.h"
+#include "served.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_log.h"
@@ -186,28 +187,22 @@ static void a_view_keeps_its_memory_alive(void **state)
 /* ---- on a server ---- */
 
 typedef struct served {
-    sl_server srv;
-    salus_client *client;
+    sl_served base;
     salus_session *session;
 } served;
 
 static void serve(served *sv, const char *url, bool inplace)
 {
-    memset(sv, 0, sizeof *sv);
-    sv->srv.cfg = (sl_config) SL_CONFIG_DEFAULTS;
-    sv->srv.cfg.listen[sv->srv.cfg.n_listen++] = url;
-    sv->srv.cfg.memory_limit = 256ull << 20;
-    sv->srv.cfg.no_inplace = !inplace;
-    assert_sl_ok(sl_server_start(&sv->srv));
-    assert_sl_ok(salus_connect(url, &sv->client));
-    assert_sl_ok(salus_session_open(sv->client, NULL, &sv->session));
+    sl_served_init(&sv->base, url);
+    sv->base.srv.cfg.no_inplace = !inplace;
+    sl_served_run(&sv->base, NULL);
+    assert_sl_ok(salus_session_open(sv->base.client, NULL, &sv->session));
 }
 
 static void unserve(served *sv)
 {
     assert_sl_ok(salus_session_close(sv->session));
-    salus_disconnect(sv->client);
-    sl_server_stop(&sv->srv);
+    sl_served_stop(&sv->base);
 }
 
 static salus_value op1(salus_graph *g, const char *type, salus_value x, float f)
