@@ -247,12 +247,9 @@ static void trace_names_dtype_and_math(void **state)
         x[i] = (float) i / 100.0f;
     uint64_t w;
     assert_sl_ok(salus_tensor_create(s, SALUS_F32, 2, (int64_t[]){K, M}, NULL, &w));
-    salus_graph *g = salus_graph_new();
-    salus_value xv = salus_graph_input(g, SALUS_F32, 2, (int64_t[]){N, K});
-    salus_value wv = salus_graph_param(g, w, SALUS_F32, 2, (int64_t[]){K, M});
-    salus_value mm = salus_graph_op(g, "matmul", 2, (salus_value[]){xv, wv}, 0, NULL, 0, NULL);
-    salus_value yv = salus_graph_op(g, "relu", 1, &mm, 0, NULL, 0, NULL);
-    assert_sl_ok(salus_graph_register(s, g, NULL));
+    salus_value xv, yv;
+    salus_graph *g =
+        sl_test_relu_graph(s, "matmul", 2, (int64_t[]){N, K}, w, 2, (int64_t[]){K, M}, &xv, &yv);
     /* the same in bf16: x cast, the weights kept in bf16 */
     uint64_t wb;
     assert_sl_ok(salus_tensor_create(s, SALUS_BF16, 2, (int64_t[]){K, M}, NULL, &wb));

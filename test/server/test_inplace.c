@@ -253,6 +253,25 @@ static void fill(float *p, size_t n, uint32_t *seed)
     }
 }
 
+enum { BATCH = 16, STEPS = 4 }; /* the training tests' batch and steps */
+
+/* STEPS steps of both models on the same random batches (x: the last
+ * one's inputs); their losses must be equal to the bit. */
+static void train_both_alike(salus_model *m[2], float *x, uint32_t *seed)
+{
+    int32_t labels[BATCH];
+    for (int step = 0; step < STEPS; step++) {
+        fill(x, BATCH * 64, seed);
+        for (int i = 0; i < BATCH; i++)
+            labels[i] = (int32_t) ((*seed >> (i % 24)) % 10);
+        float loss[2];
+        for (int k = 0; k < 2; k++)
+            assert_sl_ok(salus_model_train_step(m[k], x, labels, &loss[k]));
+        assert_true(isfinite(loss[0]));
+        assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
+    }
+}
+
 /* Trains the same model on two servers, one with in-place execution and one
  * without: every loss and every prediction must be bit-identical. */
 static void train_both(bool cnn, const salus_optimizer *opt)
@@ -260,7 +279,6 @@ static void train_both(bool cnn, const salus_optimizer *opt)
     served on, off;
     serve(&on, "inproc://salus-test-inplace-on", true);
     serve(&off, "inproc://salus-test-inplace-off", false);
-    enum { BATCH = 16, STEPS = 4 };
     const int64_t mlp_in[] = {64}, cnn_in[] = {1, 8, 8};
     salus_model *m[2];
     served *sv[2] = {&on, &off};
@@ -294,17 +312,8 @@ static void train_both(bool cnn, const salus_optimizer *opt)
     assert_int_equal(naive[0], naive[1]);
     uint32_t seed = 12345;
     float x[BATCH * 64];
-    int32_t labels[BATCH], classes[2][BATCH];
-    for (int step = 0; step < STEPS; step++) {
-        fill(x, BATCH * 64, &seed);
-        for (int i = 0; i < BATCH; i++)
-            labels[i] = (int32_t) ((seed >> (i % 24)) % 10);
-        float loss[2];
-        for (int k = 0; k < 2; k++)
-            assert_sl_ok(salus_model_train_step(m[k], x, labels, &loss[k]));
-        assert_true(isfinite(loss[0]));
-        assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
-    }
+    int32_t classes[2][BATCH];
+    train_both_alike(m, x, &seed);
     for (int k = 0; k < 2; k++)
         assert_sl_ok(salus_model_predict(m[k], x, classes[k]));
     assert_memory_equal(classes[0], classes[1], sizeof classes[0]);
@@ -339,7 +348,6 @@ static void momentum_zero_trains_like_sgd(void **state)
     (void) state;
     served sv;
     serve(&sv, "inproc://salus-test-inplace-fused", true);
-    enum { BATCH = 16, STEPS = 4 };
     const salus_optimizer opts[2] = {{.kind = SALUS_SGD, .lr = 0.1f},
                                      {.kind = SALUS_MOMENTUM, .lr = 0.1f, .momentum = 0.0f}};
     salus_model *m[2];
@@ -359,17 +367,7 @@ static void momentum_zero_trains_like_sgd(void **state)
     assert_true(peak[1] <= peak[0]);
     uint32_t seed = 777;
     float x[BATCH * 64];
-    int32_t labels[BATCH];
-    for (int step = 0; step < STEPS; step++) {
-        fill(x, BATCH * 64, &seed);
-        for (int i = 0; i < BATCH; i++)
-            labels[i] = (int32_t) ((seed >> (i % 24)) % 10);
-        float loss[2];
-        for (int k = 0; k < 2; k++)
-            assert_sl_ok(salus_model_train_step(m[k], x, labels, &loss[k]));
-        assert_true(isfinite(loss[0]));
-        assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
-    }
+    train_both_alike(m, x, &seed);
     for (int k = 0; k < 2; k++)
         salus_model_free(m[k]);
     unserve(&sv);
