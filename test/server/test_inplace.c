@@ -373,26 +373,29 @@ static void momentum_zero_trains_like_sgd(void **state)
     unserve(&sv);
 }
 
-int main(void)
+/* Each registration test with a session of its own. */
+#define WITH_FIXTURE(t) cmocka_unit_test_setup_teardown(t, fixture_setup, fixture_teardown)
+
+static SL_TEST_GROUP(
+    registration_tests, "inplace_registration", NULL, NULL,
+    WITH_FIXTURE(relu_chain_shares_one_buffer), WITH_FIXTURE(input_read_later_is_not_overwritten),
+    WITH_FIXTURE(params_and_non_elementwise_ops_never_share),
+    WITH_FIXTURE(
+        a_view_keeps_its_memory_alive)) static SL_TEST_GROUP(server_tests, "inplace_on_a_server",
+                                                             NULL, NULL,
+                                                             cmocka_unit_test(
+                                                                 fetches_of_overwritten_values_are_exact),
+                                                             cmocka_unit_test(
+                                                                 mlp_training_is_identical_in_place),
+                                                             cmocka_unit_test(
+                                                                 cnn_training_is_identical_in_place),
+                                                             cmocka_unit_test(
+                                                                 momentum_zero_trains_like_sgd))
+
+    int main(void)
 {
     sl_log_set_level("warn");
-    const struct CMUnitTest graph_tests[] = {
-        cmocka_unit_test_setup_teardown(relu_chain_shares_one_buffer, fixture_setup,
-                                        fixture_teardown),
-        cmocka_unit_test_setup_teardown(input_read_later_is_not_overwritten, fixture_setup,
-                                        fixture_teardown),
-        cmocka_unit_test_setup_teardown(params_and_non_elementwise_ops_never_share, fixture_setup,
-                                        fixture_teardown),
-        cmocka_unit_test_setup_teardown(a_view_keeps_its_memory_alive, fixture_setup,
-                                        fixture_teardown),
-    };
-    const struct CMUnitTest server_tests[] = {
-        cmocka_unit_test(fetches_of_overwritten_values_are_exact),
-        cmocka_unit_test(mlp_training_is_identical_in_place),
-        cmocka_unit_test(cnn_training_is_identical_in_place),
-        cmocka_unit_test(momentum_zero_trains_like_sgd),
-    };
-    int failed = cmocka_run_group_tests_name("inplace_registration", graph_tests, NULL, NULL);
-    failed += cmocka_run_group_tests_name("inplace_on_a_server", server_tests, NULL, NULL);
+    int failed = registration_tests();
+    failed += server_tests();
     return failed ? 1 : 0;
 }
