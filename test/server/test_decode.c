@@ -11,12 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint8_t *pack(const Salus__Request *req, size_t *len)
+/* req, with seq, packed into a buffer the caller frees; scratch (what the
+ * request points into) is freed. */
+static uint8_t *pack(Salus__Request *req, uint64_t seq, void *scratch, size_t *len)
 {
+    req->seq = seq;
     *len = salus__request__get_packed_size(req);
     uint8_t *buf = malloc(*len ? *len : 1);
     assert_non_null(buf);
     salus__request__pack(req, buf);
+    free(scratch);
     return buf;
 }
 
@@ -30,12 +34,9 @@ static uint8_t *write_request(uint64_t seq, size_t bytes, size_t *len)
     w.tensor_id = 3;
     w.data.data = data;
     w.data.len = bytes;
-    req.seq = seq;
     req.body_case = SALUS__REQUEST__BODY_WRITE_TENSOR;
     req.write_tensor = &w;
-    uint8_t *buf = pack(&req, len);
-    free(data);
-    return buf;
+    return pack(&req, seq, data, len);
 }
 
 /* RegisterGraph{graph{n ops of type `type` (NULL: empty ops)}} with seq. */
@@ -54,12 +55,9 @@ static uint8_t *ops_request(uint64_t seq, size_t n, const char *type, size_t *le
     g.n_ops = n;
     g.ops = ops;
     rg.graph = &g;
-    req.seq = seq;
     req.body_case = SALUS__REQUEST__BODY_REGISTER_GRAPH;
     req.register_graph = &rg;
-    uint8_t *buf = pack(&req, len);
-    free(ops);
-    return buf;
+    return pack(&req, seq, ops, len);
 }
 
 static void valid_requests_decode_and_give_back(void **state)
