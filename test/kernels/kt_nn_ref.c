@@ -325,15 +325,23 @@ void kt_ref_batchnorm_grad(const double *dy, const double *x, const double *scal
 
 /* ---- softmax family ---- */
 
+/* Row r's maximum (*m) and sum of exp(x - max), the stable softmax's parts. */
+static double exp_sum(const double *xr, size_t c, double *m)
+{
+    double s = 0;
+    *m = xr[0];
+    for (size_t j = 1; j < c; j++)
+        *m = xr[j] > *m ? xr[j] : *m;
+    for (size_t j = 0; j < c; j++)
+        s += exp(xr[j] - *m);
+    return s;
+}
+
 void kt_ref_softmax(const double *x, double *p, size_t n, size_t c)
 {
     for (size_t r = 0; r < n; r++) {
         const double *xr = x + r * c;
-        double m = xr[0], s = 0;
-        for (size_t j = 1; j < c; j++)
-            m = xr[j] > m ? xr[j] : m;
-        for (size_t j = 0; j < c; j++)
-            s += exp(xr[j] - m);
+        double m, s = exp_sum(xr, c, &m);
         for (size_t j = 0; j < c; j++)
             p[r * c + j] = exp(xr[j] - m) / s;
     }
@@ -344,11 +352,7 @@ double kt_ref_xent(const double *x, const int32_t *labels, size_t n, size_t c)
     double total = 0;
     for (size_t r = 0; r < n; r++) {
         const double *xr = x + r * c;
-        double m = xr[0], s = 0;
-        for (size_t j = 1; j < c; j++)
-            m = xr[j] > m ? xr[j] : m;
-        for (size_t j = 0; j < c; j++)
-            s += exp(xr[j] - m);
+        double m, s = exp_sum(xr, c, &m);
         total += log(s) + m - xr[labels[r]];
     }
     return total / (double) n;
