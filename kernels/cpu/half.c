@@ -331,6 +331,10 @@ static int run_through_f32(sl_cpu_exec *x, const sl_op_call *c)
         if (p.in[i] < 0)
             continue;
         f.in[i].data = base + p.in[i];
+        /* a copy in the workspace is not the tensor in_version speaks of:
+         * the next op's copy may sit at the same address, so nothing may be
+         * kept from it (oneDNN's reordered weights) */
+        f.in_version[i] = 0;
         if (p.widen[i])
             convert(x, c->in[i].shape.dtype, SL_F32, c->in[i].data, f.in[i].data,
                     sl_shape_elems(&c->in[i].shape));

@@ -163,6 +163,66 @@ static void bf16_counts_half(void **state)
     salus_disconnect(c);
 }
 
+/* Two bf16 convolutions in a row, each with a weight tensor of its own:
+ * the cpu backend computes them in f32 on copies that sit at the same
+ * workspace address, and must not take the second for the first (it kept
+ * reordered weights by address and version). Compared with the same graph
+ * in f32 on the same rounded values. */
+static void bf16_convolutions_in_a_row(void **state)
+{
+    (void) state;
+    enum { N = 2, C = 8, H = 8, K = 3 }; /* padded: the output is N x C x H x H */
+    const int64_t xd[4] = {N, C, H, H}, wd[4] = {C, C, K, K};
+    static float x[N * C * H * H], w[2][C * C * K * K];
+    static uint16_t xb[N * C * H * H], wb[2][C * C * K * K];
+    uint32_t seed = 5;
+    for (int i = 0; i < N * C * H * H; i++)
+        xb[i] = sl_bf16_from_f32(
+            (float) ((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < C * C * K * K; i++)
+            wb[k][i] = sl_bf16_from_f32(
+                (float) ((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+    for (int i = 0; i < N * C * H * H; i++)
+        x[i] = sl_f32_from_bf16(xb[i]);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < C * C * K * K; i++)
+            w[k][i] = sl_f32_from_bf16(wb[k][i]);
+    salus_client *c;
+    salus_session *s = sl_test_session(&server, &c);
+    static float got[2][N * C * H * H];
+    for (int half = 0; half < 2; half++) {
+        int dt = half ? SALUS_BF16 : SALUS_F32;
+        uint64_t t[2];
+        for (int k = 0; k < 2; k++)
+            assert_sl_ok(
+                salus_tensor_create(s, dt, 4, wd, half ? (void *) wb[k] : (void *) w[k], &t[k]));
+        salus_graph *g = salus_graph_new();
+        salus_value v = salus_graph_input(g, dt, 4, xd);
+        for (int k = 0; k < 2; k++) {
+            salus_value wv = salus_graph_param(g, t[k], dt, 4, wd);
+            v = salus_graph_op(g, "conv2d", 2, (salus_value[]){v, wv}, 6,
+                               (int64_t[]){1, 1, 1, 1, 1, 1}, 0, NULL);
+        }
+        salus_value y =
+            half ? salus_graph_op(g, "cast", 1, &v, 1, (int64_t[]){SALUS_F32}, 0, NULL) : v;
+        assert_sl_ok(salus_graph_register(s, g, NULL));
+        assert_sl_ok(salus_run(s, g, (const void *const[]){half ? (void *) xb : (void *) x}, 1, &y,
+                               (void *const[]){got[half]}));
+        salus_graph_free(g);
+    }
+    float scale = 0;
+    for (int i = 0; i < N * C * H * H; i++)
+        scale = fmaxf(scale, fabsf(got[0][i]));
+    assert_true(scale > 0);
+    for (int i = 0; i < N * C * H * H; i++)
+        if (fabsf(got[1][i] - got[0][i]) > 2e-2f * scale)
+            fail_msg("y[%d]: bf16 %g, f32 %g", i, (double) got[1][i], (double) got[0][i]);
+    assert_sl_ok(salus_session_close(s));
+    salus_disconnect(c);
+}
+
 SL_TEST_SERVER_MAIN(server, "half precision on salusd (cpu)", sl_test_group_start,
                     cmocka_unit_test(bf16_matmul_relu), cmocka_unit_test(bf16_softmax_refused),
-                    cmocka_unit_test(bf16_counts_half))
+                    cmocka_unit_test(bf16_counts_half),
+                    cmocka_unit_test(bf16_convolutions_in_a_row))
