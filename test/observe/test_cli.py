@@ -210,7 +210,8 @@ def test_top_restart():
     tops = []
     try:
         base = [os.environ["SALUSCTL"], "--url", srv.url]
-        want = 12
+        # enough refreshes to outlast the restart on a slow (sanitized) build
+        want = 40
         js = subprocess.Popen(base + ["--json", "top", "--interval", "0.2", "--iterations",
                                       str(want)], stdout=subprocess.PIPE, text=True)
         tx = subprocess.Popen(base + ["top", "--interval", "0.2", "--iterations", str(want)],
