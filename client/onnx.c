@@ -209,16 +209,97 @@ salus_value sl_onnx_value(sl_onnx_imp *m, struct ent *e)
     return e->v;
 }
 
+static int value_dtype(sl_onnx_imp *m, salus_value v)
+{
+    int dtype, ndim;
+    int64_t dims[SL_MAX_DIMS];
+    return salus_graph_shape(m->g, v, &dtype, &ndim, dims) == SL_OK ? dtype : -1;
+}
+
+static bool is_half(int dtype)
+{
+    return dtype == SL_BF16 || dtype == SL_F16;
+}
+
+/* v (a half value) as f32, one cast per value within a node. */
+static salus_value upcast(sl_onnx_imp *m, salus_value v)
+{
+    for (unsigned i = 0; i < m->n_ups; i++)
+        if (m->ups[0][i] == v)
+            return m->ups[1][i];
+    const int64_t to = SL_F32;
+    salus_value c = salus_graph_op(m->g, "cast", 1, &v, 1, &to, 0, NULL);
+    if (c != SALUS_NO_VALUE && m->n_ups < sizeof m->ups[0] / sizeof m->ups[0][0]) {
+        m->ups[0][m->n_ups] = v;
+        m->ups[1][m->n_ups++] = c;
+    }
+    return c;
+}
+
 salus_value sl_onnx_op(sl_onnx_imp *m, const char *type, unsigned n_in, const salus_value *in,
                        unsigned n_i, const int64_t *iattrs, unsigned n_f, const float *fattrs)
 {
     for (unsigned i = 0; i < n_in; i++)
         if (in[i] == SALUS_NO_VALUE)
             return SALUS_NO_VALUE;
+    /* PyTorch autocast's rule for ops without a half kernel: they compute
+     * in f32 from f32 casts of their inputs. Inputs written in place keep
+     * their dtype: a cast would update a copy. */
+    unsigned id;
+    salus_value cin[SL_OP_MAX_IN];
+    const sl_op_def *d =
+        n_in <= SL_OP_MAX_IN && sl_op_lookup(type, &id) == SL_OK ? sl_op_get(id) : NULL;
+    if (d && !d->converts) {
+        unsigned dts = d->dtypes ? d->dtypes : SL_DTS(SL_F32);
+        for (unsigned i = 0; i < n_in && !m->up; i++) {
+            int dt = value_dtype(m, in[i]);
+            if (is_half(dt) && !((d->mutates >> i) & 1) && !(SL_DTS(dt) & dts)) {
+                m->up = true;
+                m->down = (uint8_t) dt;
+                m->fdtype = SL_F32; /* constants made for the node from here on */
+            }
+        }
+        for (unsigned i = 0; i < n_in; i++)
+            cin[i] = m->up && !((d->mutates >> i) & 1) && is_half(value_dtype(m, in[i]))
+                         ? upcast(m, in[i])
+                         : in[i];
+        in = cin;
+    }
     salus_value v = salus_graph_op(m->g, type, n_in, in, n_i, iattrs, n_f, fattrs);
     if (v == SALUS_NO_VALUE)
         sl_onnx_fail(m, SL_EUNSUPPORTED, "as salus op %s: %s", type, salus_graph_error(m->g));
     return v;
+}
+
+/* The float dtype the graph declares for value `name` (value_info, graph
+ * outputs), or -1. */
+static int declared_dtype(const sl_onnx_imp *m, const char *name)
+{
+    const Onnx__GraphProto *g = m->graph;
+    for (int pass = 0; g && pass < 2; pass++) {
+        size_t n = pass ? g->n_output : g->n_value_info;
+        Onnx__ValueInfoProto *const *vi = pass ? g->output : g->value_info;
+        for (size_t i = 0; i < n; i++) {
+            const Onnx__TypeProto *t = vi[i]->type;
+            if (vi[i]->name && !strcmp(vi[i]->name, name) && t && t->tensor_type &&
+                t->tensor_type->has_elem_type)
+                return sl_onnx_float_dtype(t->tensor_type->elem_type);
+        }
+    }
+    return -1;
+}
+
+salus_value sl_onnx_autocast_out(sl_onnx_imp *m, const char *name, salus_value v)
+{
+    if (!m->up || v == SALUS_NO_VALUE || value_dtype(m, v) != SL_F32)
+        return v;
+    int want = declared_dtype(m, name);
+    if (want < 0)
+        want = m->down;
+    if (want == SL_F32)
+        return v;
+    const int64_t to = want;
+    return sl_onnx_op(m, "cast", 1, &v, 1, &to, 0, NULL);
 }
 
 const Onnx__AttributeProto *sl_onnx_attr(const Onnx__NodeProto *n, const char *name)

@@ -77,6 +77,15 @@ typedef struct sl_onnx_imp {
     /* the float dtype of the node being mapped (its first float graph
      * value's, else SL_F32): constants without a dtype of their own take it */
     uint8_t fdtype;
+    /* Autocast of the node being mapped: set once one of its ops computes
+     * in f32 only and was given the half dtype `down`; from then on its ops
+     * get f32 inputs, and its float outputs are cast back to the dtype the
+     * graph declares for them (else `down`). ups[] caches the f32 casts of
+     * its half values. */
+    bool up;
+    uint8_t down;
+    unsigned n_ups;
+    salus_value ups[2][8]; /* [0]: half value, [1]: its f32 cast */
     struct ent *ents;
     size_t n_ents, cap_ents;
     uint32_t *slots; /* open-addressing hash of names: entry index + 1, 0 empty */
@@ -120,9 +129,17 @@ static inline unsigned sl_onnx_const_fdtype(const sl_onnx_imp *m, const struct e
 int sl_onnx_float_dtype(int64_t onnx_type);
 /* The shape of an entry (either kind). */
 void sl_onnx_shape(sl_onnx_imp *m, const struct ent *e, sl_shape *s);
-/* Adds one salus op; SALUS_NO_VALUE with the builder's error recorded. */
+/* Adds one salus op; SALUS_NO_VALUE with the builder's error recorded.
+ * An op that computes in f32 only (the registry's dtypes) given a half
+ * input starts the node's autocast (sl_onnx_imp.up): its half inputs, and
+ * those of the node's later ops, are cast to f32 first. */
 salus_value sl_onnx_op(sl_onnx_imp *m, const char *type, unsigned n_in, const salus_value *in,
                        unsigned n_i, const int64_t *iattrs, unsigned n_f, const float *fattrs);
+
+/* v as the node's output `name`: under the node's autocast, an f32 value
+ * cast to the dtype the graph declares for name (value_info or graph
+ * output), else to the node's half dtype; otherwise v itself. */
+salus_value sl_onnx_autocast_out(sl_onnx_imp *m, const char *name, salus_value v);
 
 /* The node's attribute named name, or NULL. */
 const Onnx__AttributeProto *sl_onnx_attr(const Onnx__NodeProto *n, const char *name);

@@ -69,12 +69,15 @@ int sl_onnx_set_out(sl_onnx_imp *m, const Onnx__NodeProto *n, size_t produced, c
             continue;
         if (v[i] == SALUS_NO_VALUE)
             return m->code ? m->code : UNSUP("no value");
+        salus_value out = sl_onnx_autocast_out(m, n->output[i], v[i]);
+        if (out == SALUS_NO_VALUE)
+            return m->code;
         struct ent *e;
         int rc = sl_onnx_add(m, n->output[i], &e);
         if (rc)
             return rc;
         e->kind = ENT_VALUE;
-        e->v = v[i];
+        e->v = out;
     }
     return SL_OK;
 }
@@ -344,6 +347,8 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
             return sl_onnx_fail(m, SL_EINVAL, "input '%.64s' is not defined before", n->input[i]);
     /* the node's float dtype, for the constants made for it */
     m->fdtype = SL_F32;
+    m->up = false;
+    m->n_ups = 0;
     for (size_t i = 0, found = 0; i < n->n_input && !found; i++) {
         struct ent *e = sl_onnx_input(m, n, i);
         sl_shape s = {0};

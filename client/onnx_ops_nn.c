@@ -375,6 +375,8 @@ int sl_onnx_map_batchnorm(sl_onnx_imp *m, const Onnx__NodeProto *n)
     /* the extra outputs are unused (bn_train_check): only Y gets a name */
     if (m->code || !n->output[0][0])
         return m->code;
+    if ((y = sl_onnx_autocast_out(m, n->output[0], y)) == SALUS_NO_VALUE)
+        return m->code;
     struct ent *e;
     int rc = sl_onnx_add(m, n->output[0], &e);
     if (rc)

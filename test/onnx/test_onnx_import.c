@@ -4,6 +4,7 @@
  * name the node, the op and what is missing, for unsupported content and
  * for malformed (hostile) files. */
 #include "../integration/harness.h"
+#include "client_internal.h"
 #include "onnx.pb-c.h"
 #include "sl_test.h"
 
@@ -405,6 +406,90 @@ static void bad_runtime_index_fails_the_run(void **state)
     refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"g2", "index 9", NULL});
 }
 
+static unsigned count_op(const salus_graph *g, const char *name)
+{
+    unsigned id, n = 0;
+    assert_sl_ok(sl_op_lookup(name, &id));
+    for (size_t i = 0; i < sl_graph_n_ops(g); i++) {
+        sl_graph_op o;
+        sl_graph_op_info(g, i, &o);
+        n += o.id == id;
+    }
+    return n;
+}
+
+/* Softmax, then LayerNormalization whose Mean output the graph declares
+ * float: ops the registry runs in f32 only. Given float16 or bfloat16 they
+ * run in f32 between casts, as under PyTorch autocast (the Softmax node's
+ * input and output, LayerNormalization's half inputs and Y; Mean stays
+ * f32); an f32 graph gets no cast. */
+static void autocasts_f32_only_ops(void **state)
+{
+    (void) state;
+    static const struct {
+        int onnx, dtype;
+        unsigned casts;
+        double tol;
+    } cases[] = {{ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, SALUS_F32, 0, 1e-5},
+                 {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, SALUS_F16, 5, 1e-2},
+                 {ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, SALUS_BF16, 5, 6e-2}};
+    static const float x[6] = {0.5f, -1, 2, 3, 0.25f, -0.5f}, scale[3] = {1, 2, -1};
+    static char *sin[] = {"x"}, *sout[] = {"p"}, *lin[] = {"p", "s"}, *lout[] = {"y", "mean"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        model_begin(17);
+        add_input("x", 2, (int64_t[]){2, 3});
+        ttypes[n_vis - 1].elem_type = cases[c].onnx;
+        add_input("s", 1, (int64_t[]){3});
+        ttypes[n_vis - 1].elem_type = cases[c].onnx;
+        add_node("Softmax", "sm", 1, sin, 1, sout);
+        add_node("LayerNormalization", "ln", 2, lin, 2, lout);
+        add_output("y");
+        ttypes[n_vis - 1].elem_type = cases[c].onnx;
+        add_output("mean");
+        salus_onnx_model *m;
+        assert_sl_ok(load(NULL, &m));
+        assert_int_equal(count_op(salus_onnx_graph(m), "cast"), cases[c].casts);
+        int ydt, meandt;
+        assert_sl_ok(salus_onnx_output(m, 0, NULL, &ydt, NULL, NULL));
+        assert_sl_ok(salus_onnx_output(m, 1, NULL, &meandt, NULL, NULL));
+        assert_int_equal(ydt, cases[c].dtype);
+        assert_int_equal(meandt, SALUS_F32);
+        float xf[6], sf[3], y[6], mean[2];
+        uint16_t xh[6], sh[3], yh[6];
+        bool half = cases[c].dtype != SALUS_F32;
+        for (int i = 0; i < 6; i++) {
+            xh[i] =
+                cases[c].dtype == SALUS_F16 ? salus_f16_from_f32(x[i]) : salus_bf16_from_f32(x[i]);
+            xf[i] = x[i];
+            if (i < 3) {
+                sh[i] = cases[c].dtype == SALUS_F16 ? salus_f16_from_f32(scale[i])
+                                                    : salus_bf16_from_f32(scale[i]);
+                sf[i] = scale[i];
+            }
+        }
+        const void *in[2] = {half ? (const void *) xh : xf, half ? (const void *) sh : sf};
+        assert_sl_ok(salus_onnx_run(m, in, (void *[]){half ? (void *) yh : y, mean}));
+        for (int r = 0; r < 2; r++) {
+            double p[3], sum = 0, mu = 0, var = 0;
+            for (int j = 0; j < 3; j++)
+                sum += p[j] = exp(x[r * 3 + j]);
+            for (int j = 0; j < 3; j++)
+                mu += (p[j] /= sum) / 3;
+            for (int j = 0; j < 3; j++)
+                var += (p[j] - mu) * (p[j] - mu) / 3;
+            assert_float_equal(mean[r], mu, cases[c].tol);
+            for (int j = 0; j < 3; j++) {
+                double want = (p[j] - mu) / sqrt(var + 1e-5) * scale[j];
+                float got = !half                         ? y[r * 3 + j]
+                            : cases[c].dtype == SALUS_F16 ? salus_f32_from_f16(yh[r * 3 + j])
+                                                          : salus_f32_from_bf16(yh[r * 3 + j]);
+                assert_float_equal(got, want, cases[c].tol);
+            }
+        }
+        salus_onnx_free(m);
+    }
+}
+
 /* salus_onnx_check_buffer: the same verdicts without a server. */
 static int check(char *why, size_t len)
 {
@@ -535,6 +620,7 @@ int main(void)
         cmocka_unit_test(refuses_with_reasons),
         cmocka_unit_test(refuses_malformed_files),
         cmocka_unit_test(bad_runtime_index_fails_the_run),
+        cmocka_unit_test(autocasts_f32_only_ops),
         cmocka_unit_test(checks_without_a_server),
         cmocka_unit_test(refuses_deep_nesting),
         cmocka_unit_test(refusal_frees_uploaded_tensors),

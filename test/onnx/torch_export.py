@@ -2,13 +2,23 @@
 """Exports PyTorch models to ONNX with PyTorch's own outputs beside them.
 
 For each model: DIR/NAME.onnx (torch.onnx.export, eval mode, random weights
-from a fixed seed: nothing is downloaded), DIR/NAME.in (the input, raw
-float32) and DIR/NAME.out (PyTorch's output for it, raw float32), and a
-line in DIR/models.txt: NAME. The C checker (onnx_torch_check) runs the
-.onnx through salusd and compares.
+from a fixed seed: nothing is downloaded), DIR/NAME.in (the input, raw, in
+the model's input type) and DIR/NAME.out (PyTorch's output for it, raw
+float32), and a line in DIR/models.txt: NAME. The C checker
+(onnx_torch_check) runs the .onnx through salusd and compares.
 
-  torch_export.py DIR [--models mlp,cnn,resnet18,mobilenet_v2,transformer]
-                      [--batch N]
+NAME_f16 and NAME_bf16 are the same models in float16 and bfloat16.
+PyTorch 1.13 cannot run most float16 ops on the CPU, so the half model is
+the float export converted with the onnx package (to_half: initialisers,
+constants, Cast targets, inputs, outputs and value_info of type float
+become the half type). PyTorch's reference is its float32 output for the
+weights and input the half model holds: both rounded to the half type
+first, so what the comparison measures is salus's half-precision
+arithmetic, not the rounding of the weights.
+
+  torch_export.py DIR [--models mlp,cnn,resnet18,mobilenet_v2,transformer,
+                       resnet18_bf16,resnet18_f16,transformer_bf16,
+                       transformer_f16] [--batch N]
 Exits 77 when torch or torchvision is missing (meson: SKIP)."""
 import argparse
 import os
@@ -17,6 +27,7 @@ import sys
 try:
     import torch
     import torch.nn as nn
+    import numpy as np
 except ImportError as e:
     print(f"SKIP: PyTorch is not installed ({e}); apt-get install python3-torch")
     sys.exit(77)
@@ -77,14 +88,55 @@ def build(name):
     raise SystemExit(f"unknown model {name}")
 
 
+HALF = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def half_bits(a, kind):
+    """float32 array a rounded to the half type (to nearest even), as the
+    16-bit patterns ONNX stores."""
+    t = torch.from_numpy(np.array(a, dtype=np.float32)).to(HALF[kind])
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def to_half(src, dst, kind):
+    """Rewrites the float ONNX model src as a float16 or bfloat16 one."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+    f = TensorProto.FLOAT
+    half = TensorProto.FLOAT16 if kind == "f16" else TensorProto.BFLOAT16
+
+    def tensor(t):
+        if t.data_type != f:
+            return
+        bits = half_bits(numpy_helper.to_array(t), kind)
+        t.CopyFrom(TensorProto(name=t.name, data_type=half, dims=t.dims,
+                               raw_data=bits.astype("<u2").tobytes()))
+
+    m = onnx.load(src)
+    g = m.graph
+    for t in g.initializer:
+        tensor(t)
+    for n in g.node:
+        for a in n.attribute:
+            if a.name == "value" and n.op_type in ("Constant", "ConstantOfShape"):
+                tensor(a.t)
+            elif a.name == "to" and n.op_type == "Cast" and a.i == f:
+                a.i = half
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type == f:
+            vi.type.tensor_type.elem_type = half
+    onnx.save(m, dst)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
-    ap.add_argument("--models", default="mlp,cnn,transformer,resnet18,mobilenet_v2")
+    ap.add_argument("--models", default="mlp,cnn,transformer,resnet18,mobilenet_v2,"
+                    "transformer_f16,transformer_bf16")
     ap.add_argument("--batch", type=int, default=2)
     args = ap.parse_args()
     names = args.models.split(",")
-    if any(n in ("resnet18", "mobilenet_v2") for n in names):
+    if any(n.split("_")[0] in ("resnet18", "mobilenet") for n in names):
         try:
             import torchvision  # noqa: F401
         except ImportError as e:
@@ -94,7 +146,10 @@ def main():
     torch.manual_seed(1234)
     with open(os.path.join(args.dir, "models.txt"), "w") as listing:
         for name in names:
-            model, shape = build(name)
+            base, _, kind = name.rpartition("_")
+            if kind not in HALF:
+                base, kind = name, None
+            model, shape = build(base)
             model.eval()
             # batch norm statistics that are not the identity, so that the
             # exported (folded) normalisation is exercised
@@ -103,12 +158,25 @@ def main():
                     m.running_mean.uniform_(-0.5, 0.5)
                     m.running_var.uniform_(0.5, 2.0)
             x = torch.randn(args.batch, *shape)
+            if kind:
+                with torch.no_grad():
+                    for t in list(model.parameters()) + list(model.buffers()):
+                        if t.is_floating_point():
+                            t.copy_(t.to(HALF[kind]).float())
+                x = x.to(HALF[kind]).float()
             with torch.no_grad():
                 y = model(x)
             path = os.path.join(args.dir, name + ".onnx")
-            torch.onnx.export(model, x, path, opset_version=14, do_constant_folding=True,
-                              input_names=["input"], output_names=["output"])
-            x.numpy().astype("float32").tofile(os.path.join(args.dir, name + ".in"))
+            torch.onnx.export(model, x, path + ".f32" if kind else path, opset_version=14,
+                              do_constant_folding=True, input_names=["input"],
+                              output_names=["output"])
+            if kind:
+                to_half(path + ".f32", path, kind)
+                os.remove(path + ".f32")
+                half_bits(x.numpy(), kind).astype("<u2").tofile(
+                    os.path.join(args.dir, name + ".in"))
+            else:
+                x.numpy().astype("float32").tofile(os.path.join(args.dir, name + ".in"))
             y.numpy().astype("float32").tofile(os.path.join(args.dir, name + ".out"))
             listing.write(name + "\n")
             print(f"exported {name}: input {list(x.shape)}, output {list(y.shape)}")
