@@ -132,7 +132,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--models", default="mlp,cnn,transformer,resnet18,mobilenet_v2,"
-                    "transformer_f16,transformer_bf16")
+                    "transformer_f16,transformer_bf16,resnet18_f16,resnet18_bf16")
     ap.add_argument("--batch", type=int, default=2)
     args = ap.parse_args()
     names = args.models.split(",")
