@@ -20,6 +20,7 @@
  * gradient goes to the first element of the window (row-major) that equals
  * the max. Padding never holds the max, so only real elements are scanned. */
 #include "cpu.h"
+#include "half.h"
 #include "ops_geom.h"
 
 #include "sl_error.h"
@@ -94,20 +95,6 @@ static void grad_tiled(const float *x, const float *y, const float *dy, float *d
     memset(dx + oh * kh * w, 0, (size_t) ((h - oh * kh) * w) * sizeof *dx);
 }
 
-static inline uint32_t float_bits(float v)
-{
-    uint32_t b;
-    memcpy(&b, &v, sizeof b);
-    return b;
-}
-
-static inline float bits_float(uint32_t b)
-{
-    float v;
-    memcpy(&v, &b, sizeof v);
-    return v;
-}
-
 /* One row of 2x2 windows: per output, masks pick the first of a, b, c, d
  * equal to the max, all in integer bit operations so the loop vectorises.
  * A NaN max matches nothing; returns true when one was seen, and the caller
@@ -118,16 +105,16 @@ static bool grad_row_2x2(const float *x0, const float *x1, const float *y, const
     uint32_t nan_seen = 0;
     for (int64_t j = 0; j < ow; j++) {
         float m = y[j];
-        uint32_t g = float_bits(dy[j]);
+        uint32_t g = sl_f32_bits(dy[j]);
         uint32_t ma = 0u - (uint32_t) (x0[2 * j] == m);
         uint32_t mb = (0u - (uint32_t) (x0[2 * j + 1] == m)) & ~ma;
         uint32_t mc = (0u - (uint32_t) (x1[2 * j] == m)) & ~(ma | mb);
         uint32_t md = (0u - (uint32_t) (x1[2 * j + 1] == m)) & ~(ma | mb | mc);
         nan_seen |= (uint32_t) (m != m);
-        d0[2 * j] = bits_float(g & ma);
-        d0[2 * j + 1] = bits_float(g & mb);
-        d1[2 * j] = bits_float(g & mc);
-        d1[2 * j + 1] = bits_float(g & md);
+        d0[2 * j] = sl_f32_from_bits(g & ma);
+        d0[2 * j + 1] = sl_f32_from_bits(g & mb);
+        d1[2 * j] = sl_f32_from_bits(g & mc);
+        d1[2 * j + 1] = sl_f32_from_bits(g & md);
     }
     return nan_seen != 0;
 }
