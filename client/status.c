@@ -162,6 +162,9 @@ int salus_status_text(salus_client *c, char **out)
             x->slowdown, safe(x->owner, e2, sizeof e2), x->limited ? "" : " (operator)");
         put(&t, "  %*s math: matmul %s, conv %s", idw, "", math_name(x->math_matmul),
             math_name(x->math_conv));
+        if (x->skipped_steps)
+            put(&t, "; %llu skipped step%s (loss scaling)", (unsigned long long) x->skipped_steps,
+                x->skipped_steps == 1 ? "" : "s");
         for (size_t k = 0; k < x->n_persistent_by_dtype; k++)
             put(&t, "%s %s %s", k ? "," : "; persistent",
                 sl_dtype_name(x->persistent_by_dtype[k]->dtype),

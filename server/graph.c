@@ -245,6 +245,7 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
     if (!g->values || (m->n_ops && !g->ops))
         goto out_free;
 
+    g->amp_found = UINT32_MAX;
     uint32_t nv = 0;
     for (size_t i = 0; i < m->n_inputs; i++, nv++) {
         char why[96];
@@ -295,6 +296,8 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
             FAIL(SL_EINVAL, "op %u (%s): %s", k, def->name, why);
         op->op = (uint16_t) id;
         op->inplace_in = -1;
+        if (id == SL_OP_AMP_SCALE_UPDATE)
+            g->amp_found = op->in[3];
         op->n_in = (uint8_t) mo->n_inputs;
         op->n_out = def->n_out;
         for (unsigned i = 0; i < op->n_in; i++) {

@@ -66,6 +66,10 @@ typedef struct sl_graph {
     sl_gaps_lp lp;
     sl_gaps_ewma *op_ewma; /* n_ops of them */
     uint64_t iter_ewma_ns;
+    /* the value an amp_scale_update op reads as `found` (nonzero: the step
+     * found an inf or NaN gradient and was skipped), fetched with every run
+     * to count skipped steps; UINT32_MAX when the graph has none */
+    uint32_t amp_found;
 } sl_graph;
 
 /* Validates msg against tensors (a session's: id -> sl_tensor), infers

@@ -49,7 +49,7 @@ static void header(sl_textbuf *b, const char *name, const char *type, const char
 /* ---- the snapshot, taken under the server lock ---- */
 
 typedef struct snap_session {
-    uint64_t id, iterations, attained_ns, queue_ns, switches;
+    uint64_t id, iterations, attained_ns, queue_ns, switches, skipped_steps;
     uint64_t persistent, ephemeral_peak, host_bytes, declared_p, declared_e;
     uint64_t persistent_reserved, ephemeral_need; /* the memory manager's figures */
     int priority;
@@ -123,6 +123,7 @@ static int take(sl_server *srv, snap *s)
         o->attained_ns = x->job.sched.attained_ns;
         o->queue_ns = x->job.sched.queue_sum_ns;
         o->switches = x->job.sched.switches;
+        o->skipped_steps = x->skipped_steps;
         o->persistent = x->persistent_bytes;
         o->ephemeral_peak = x->ephemeral_peak;
         o->host_bytes = x->host_bytes;
@@ -278,6 +279,10 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
     PER_SESSION(b, s, "salus_session_switches_total", "counter",
                 "Times the session took a lane from another session.", "%llu",
                 (unsigned long long) x->switches);
+    PER_SESSION(b, s, "salus_session_skipped_steps_total", "counter",
+                "Iterations of loss-scaled (f16) graphs that skipped their update for an inf or "
+                "NaN gradient.",
+                "%llu", (unsigned long long) x->skipped_steps);
     PER_SESSION(b, s, "salus_session_priority", "gauge", "The session's scheduling priority.", "%d",
                 x->priority);
     PER_SESSION(b, s, "salus_session_lane", "gauge", "The lane the session runs on.", "%u",

@@ -75,12 +75,27 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
         return SL_HANDLED;
     }
     sl_exec_task *t = &w->task;
+    /* a loss-scaled graph's found flag is fetched too, after the client's
+     * fetches: it tells a skipped step (sl_handle_run_done) */
+    size_t n_fetches = m->n_fetches + (g->amp_found != UINT32_MAX);
     Salus__RunReply *body = sl_reply_alloc(r, sizeof *body);
     Salus__Tensor **outs = sl_reply_alloc(r, m->n_fetches * sizeof *outs);
     t->feed_src = sl_reply_alloc(r, g->n_inputs * sizeof *t->feed_src);
-    t->fetch_dst = sl_reply_alloc(r, m->n_fetches * sizeof *t->fetch_dst);
-    if (!body || (m->n_fetches && (!outs || !t->fetch_dst)) || (g->n_inputs && !t->feed_src))
+    t->fetch_dst = sl_reply_alloc(r, n_fetches * sizeof *t->fetch_dst);
+    uint32_t *fetches =
+        n_fetches > m->n_fetches ? sl_reply_alloc(r, n_fetches * sizeof *fetches) : m->fetches;
+    if (!body || (m->n_fetches && !outs) || (n_fetches && (!t->fetch_dst || !fetches)) ||
+        (g->n_inputs && !t->feed_src))
         return refuse_oom(r);
+    w->amp_found = NULL;
+    if (n_fetches > m->n_fetches) {
+        if (!(w->amp_found = sl_reply_alloc(r, sizeof *w->amp_found)))
+            return refuse_oom(r);
+        for (size_t j = 0; j < m->n_fetches; j++)
+            fetches[j] = m->fetches[j];
+        fetches[m->n_fetches] = g->amp_found;
+        t->fetch_dst[m->n_fetches] = w->amp_found;
+    }
     for (uint32_t i = 0; i < g->n_inputs; i++) {
         uint64_t want = sl_shape_bytes(&g->values[i].shape);
         if (shm_in) {
@@ -122,8 +137,8 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
     sl_reply_msg(r)->run = body;
     t->job = &s->job;
     t->graph = g;
-    t->fetches = m->fetches;
-    t->n_fetches = m->n_fetches;
+    t->fetches = fetches;
+    t->n_fetches = n_fetches;
     sl_exec_run(ss->ex, t, box);
     return SL_HANDLED_LATER;
 }
@@ -133,4 +148,8 @@ void sl_handle_run_done(sl_work *w)
     Salus__RunReply *body = sl_reply_msg(w->reply)->run;
     body->device_ns = w->task.device_ns;
     body->queue_ns = w->task.queue_ns;
+    if (w->amp_found && *w->amp_found != 0.0f) {
+        body->step_skipped = true;
+        w->session->skipped_steps++;
+    }
 }

@@ -33,6 +33,7 @@ typedef struct sl_work {
     sl_reply *reply;     /* built while it runs, sent when it ends */
     sl_graph *graph;     /* a registration waiting for its lane */
     sl_exec_task task;   /* its device work (runs, control copies) */
+    float *amp_found;    /* a run of a loss-scaled graph: its step's found flag */
 } sl_work;
 
 struct sl_session {
@@ -57,6 +58,7 @@ struct sl_session {
     uint64_t host_bytes;
     uint64_t declared_persistent, declared_ephemeral;
     uint64_t ephemeral_peak; /* largest planned peak of its graphs */
+    uint64_t skipped_steps;  /* loss-scaled iterations that skipped their update */
     sl_work *head, *tail;    /* pending work, head is executing when busy */
     bool busy;
     bool closing;

@@ -196,6 +196,7 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
         x->switches = s->job.sched.switches;
         x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job.sched);
         x->slowdown = sl_sched_job_slowdown(&s->job.sched);
+        x->skipped_steps = s->skipped_steps;
         sl_mem_session_info mi;
         if (sl_mem_session_get(srv->mem, s->id, &mi) == SL_OK)
             x->persistent_reserved = mi.region_size > mi.used ? mi.region_size : mi.used;

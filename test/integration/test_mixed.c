@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static sl_test_server server;
@@ -243,6 +244,11 @@ static void f16_loss_scaling(void **state)
     assert_memory_equal(before, after, sizeof before);
     assert_int_equal(salus_trainer_amp_state(t, &scale, &skipped), SALUS_OK);
     assert_true(scale == 32768.0f && skipped == 1);
+    /* salusd counted the skipped step for status and metrics */
+    char *json = NULL;
+    assert_int_equal(salus_status_json(e.c, &json), SALUS_OK);
+    assert_non_null(strstr(json, "\"skipped_steps\":1"));
+    salus_free(json);
     /* Adam's moments and step were left alone too: the next clean step is
      * the second Adam step, whose size is lr (bias-corrected) per element */
     assert_int_equal(salus_trainer_step(t, (const void *[]){good, y}, &loss), SALUS_OK);
