@@ -217,6 +217,54 @@ __global__ void k_momentum(float *p, const float *g, float *v, uint64_t n, float
     }
 }
 
+/* f16 loss scaling, in the arithmetic of kernels/cpu/amp.c (PyTorch's
+ * GradScaler): the gradient times the scale's reciprocal, in f32. Every
+ * thread that meets an inf or NaN stores the same 1 into found. */
+__global__ void k_amp_unscale(float *g, const float *scale, float *found, uint64_t n,
+                              const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    const float inv = 1.0f / *scale;
+    bool bad = false;
+    GRID_STRIDE(uint64_t, i, n)
+    {
+        bad |= !isfinite(g[i]);
+        g[i] *= inv;
+    }
+    if (bad)
+        *found = 1.0f;
+}
+
+/* dst = src unless the step found an inf or NaN (then dst stays). */
+__global__ void k_amp_commit(float *dst, const float *src, const float *found, uint64_t n,
+                             const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    if (*found != 0.0f)
+        return;
+    GRID_STRIDE(uint64_t, i, n)
+    dst[i] = src[i];
+}
+
+/* The scale's update: halve (backoff) on a skipped step, grow after
+ * `interval` clean steps in a row. One thread. */
+__global__ void k_amp_scale_update(float *scale, float *growth, float *skipped, const float *found,
+                                   float growth_factor, float backoff, float interval,
+                                   const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    if (*found != 0.0f) {
+        *scale *= backoff;
+        *growth = 0.0f;
+        *skipped += 1.0f;
+    } else if ((*growth += 1.0f) >= interval) {
+        *scale *= growth_factor;
+        *growth = 0.0f;
+    }
+}
+
 /* The step count t is a device scalar (advanced on the device by
  * add_scalar), read here so that no host round trip is needed per step.
  * Before the first step (t < 1) the bias corrections would divide by zero:
@@ -384,6 +432,16 @@ static int run_f32_only(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_ADAM_UPDATE:
         k_adam<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), f32(&c->in[4]), n,
                                        fa[0], fa[1], fa[2], fa[3], x->flag_dev);
+        break;
+    case SL_OP_AMP_UNSCALE:
+        k_amp_unscale<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, failed);
+        break;
+    case SL_OP_AMP_COMMIT:
+        k_amp_commit<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, failed);
+        break;
+    case SL_OP_AMP_SCALE_UPDATE:
+        k_amp_scale_update<<<1, 1, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), fa[0], fa[1],
+                                            fa[2], failed);
         break;
     default:
         return SL_EUNSUPPORTED;

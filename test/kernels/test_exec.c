@@ -243,6 +243,54 @@ static void test_mse_sgd(void **state)
     sl_free(p), sl_free(t), sl_free(g), sl_free(dp), sl_free(dt), sl_free(want);
 }
 
+/* The loss-scaling ops (GradScaler's rules): unscale multiplies by the
+ * scale's reciprocal and raises found on an inf or NaN (spread over the
+ * tensor: a grid-stride kernel's later blocks see it); commit copies only
+ * while found is 0; scale_update halves on found, doubles after `interval`
+ * clean steps. Exact: the same f32 arithmetic on every backend. */
+static void test_amp(void **state)
+{
+    kt_env *e = *state;
+    float *g = vec(N_EW), *want = vec(N_EW), *dst = vec(N_EW), *keep = vec(N_EW);
+    kt_rand(g, N_EW, 11, -4, 4);
+    float scale = 1024.0f, found = 0;
+    for (size_t i = 0; i < N_EW; i++)
+        want[i] = g[i] * (1.0f / scale);
+    sl_shape s = KT_F32(2, ROWS, COLS), one = KT_F32(1, 1);
+    kt_run_op(e, SL_OP_AMP_UNSCALE, NULL, (sl_shape[]){s, one, one}, (float *[]){g, &scale, &found},
+              3, NULL);
+    assert_memory_equal(g, want, N_EW * sizeof *g);
+    assert_true(found == 0.0f);
+    g[N_EW - 1] = INFINITY; /* the last element: the last block's */
+    kt_run_op(e, SL_OP_AMP_UNSCALE, NULL, (sl_shape[]){s, one, one}, (float *[]){g, &scale, &found},
+              3, NULL);
+    assert_true(found == 1.0f);
+
+    kt_rand(dst, N_EW, 12, -1, 1);
+    memcpy(keep, dst, N_EW * sizeof *dst);
+    kt_run_op(e, SL_OP_AMP_COMMIT, NULL, (sl_shape[]){s, s, one}, (float *[]){dst, want, &found}, 3,
+              NULL);
+    assert_memory_equal(dst, keep, N_EW * sizeof *dst); /* found: left alone */
+    found = 0;
+    kt_run_op(e, SL_OP_AMP_COMMIT, NULL, (sl_shape[]){s, s, one}, (float *[]){dst, want, &found}, 3,
+              NULL);
+    assert_memory_equal(dst, want, N_EW * sizeof *dst);
+
+    sl_op_attrs a = {.f = {2.0f, 0.5f, 2.0f}}; /* growth, backoff, interval */
+    float growth = 0, skipped = 0;
+    sl_shape four[4] = {one, one, one, one};
+    found = 1;
+    kt_run_op(e, SL_OP_AMP_SCALE_UPDATE, &a, four, (float *[]){&scale, &growth, &skipped, &found},
+              4, NULL);
+    assert_true(scale == 512.0f && growth == 0.0f && skipped == 1.0f);
+    found = 0;
+    for (int k = 0; k < 2; k++)
+        kt_run_op(e, SL_OP_AMP_SCALE_UPDATE, &a, four,
+                  (float *[]){&scale, &growth, &skipped, &found}, 4, NULL);
+    assert_true(scale == 1024.0f && growth == 0.0f && skipped == 1.0f);
+    sl_free(g), sl_free(want), sl_free(dst), sl_free(keep);
+}
+
 /* ---- gradients against finite differences ---- */
 
 #define FD_TOL 1e-4
@@ -416,6 +464,7 @@ static void test_large(void **state)
 KT_GROUP_ON(kt_run_exec_tests, "exec", exec_spec, group_setup, kt_group_close,
             cmocka_unit_test(test_fill_copy_scale_add), cmocka_unit_test(test_matmul),
             cmocka_unit_test(test_bias_add_grad), cmocka_unit_test(test_relu),
-            cmocka_unit_test(test_mse_sgd), cmocka_unit_test(test_grad_relu),
-            cmocka_unit_test(test_grad_mse), cmocka_unit_test(test_grad_bias),
-            cmocka_unit_test(test_grad_matmul), cmocka_unit_test(test_large))
+            cmocka_unit_test(test_mse_sgd), cmocka_unit_test(test_amp),
+            cmocka_unit_test(test_grad_relu), cmocka_unit_test(test_grad_mse),
+            cmocka_unit_test(test_grad_bias), cmocka_unit_test(test_grad_matmul),
+            cmocka_unit_test(test_large))
