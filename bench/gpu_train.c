@@ -1,0 +1,574 @@
+/* bench/gpu_train: training steps through salusd on a GPU, f32 against bf16
+ * mixed precision (salus_optimizer.precision), and salus against PyTorch on
+ * the same device at PyTorch's best (bench/torch_gpu.py: its defaults,
+ * bf16 autocast, and bf16 autocast with the whole step captured as a CUDA
+ * graph).
+ *
+ * Models: "mlp" (784-256-128-10), "cnn" (the Fashion-MNIST CNN of
+ * examples/fashion_train.c) and "resnet50" (ResNet-50 v1.5 built with
+ * salus_model, torch_gpu.py builds the same layers), SGD with momentum 0.9,
+ * cross-entropy, synthetic batches uploaded every step. salusd runs on
+ * $SALUS_BENCH_DEVICE (cuda on a GPU host); PyTorch on cuda when that is a
+ * cuda device, else on the cpu (a check that the script runs, not a
+ * figure). With --predict DEVICE (default sim:h200 when the bench device is
+ * cuda), a second salusd on that simulated device runs the same salus steps:
+ * the simulator's prediction beside each measured figure.
+ *
+ * A round is `steps` steps of each side in turn (salus f32, salus bf16,
+ * PyTorch f32, bf16, bf16 with CUDA graphs, then the prediction), for
+ * --rounds rounds, after warm-up steps that are not timed. Figures are
+ * medians over rounds of samples/s as each client sees them (salus: the
+ * loss of every step back at the client; PyTorch: the last step's loss).
+ * Prints per-round figures, then per model
+ *   BENCH gpu_precision model=M ratio=BF16/F32 f32_sps=... bf16_sps=... ...
+ *   BENCH gpu_vs_torch model=M ratio=SALUS_BEST/TORCH_BEST salus_sps=...
+ *         torch_sps=... torch_best=VARIANT torch_f32_sps=... ...
+ *
+ *   gpu_train --salusd PATH --script bench/torch_gpu.py [--python python3]
+ *             [--models mlp,cnn,resnet50] [--rounds 5] [--steps N]
+ *             [--image 224] [--resnet-batch 64] [--predict DEVICE|none]
+ *             [--quick] [--json FILE]
+ * --script none leaves PyTorch out (salus and the prediction only).
+ * --quick: a 64-pixel ResNet-50 at batch 4, 2 steps a round: for checking
+ * the script end to end without a GPU. */
+#include "bench_util.h"
+#include "sl_error.h"
+
+#include <salus/salus.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_MODELS 3
+#define MAX_ROUNDS 64
+#define HOST_BATCHES 4
+
+typedef struct model_cfg {
+    const char *name;
+    int64_t batch;
+    int steps; /* a round's steps on a GPU */
+} model_cfg;
+
+static model_cfg known[MAX_MODELS] = {
+    {"mlp", 512, 200},
+    {"cnn", 256, 100},
+    {"resnet50", 64, 20},
+};
+
+/* Adds ResNet-50 v1.5's layers for image x image inputs (see torch_gpu.py). */
+static int build_resnet50(salus_model *m)
+{
+    int rc = salus_model_conv2d_ex(m, 64, 7, 2, 3, SALUS_CONV_NO_BIAS);
+    rc = rc ? rc : salus_model_batchnorm(m);
+    rc = rc ? rc : salus_model_relu(m);
+    rc = rc ? rc : salus_model_maxpool(m, 3, 2);
+    static const int stage[4][3] = {{64, 3, 1}, {128, 4, 2}, {256, 6, 2}, {512, 3, 2}};
+    int64_t cin = 64;
+    for (int s = 0; s < 4 && !rc; s++)
+        for (int b = 0; b < stage[s][1] && !rc; b++) {
+            int64_t width = stage[s][0], out = 4 * width;
+            int stride = b == 0 ? stage[s][2] : 1;
+            rc = salus_model_residual_begin(m);
+            rc = rc ? rc : salus_model_conv2d_ex(m, width, 1, 1, 0, SALUS_CONV_NO_BIAS);
+            rc = rc ? rc : salus_model_batchnorm(m);
+            rc = rc ? rc : salus_model_relu(m);
+            rc = rc ? rc : salus_model_conv2d_ex(m, width, 3, stride, 1, SALUS_CONV_NO_BIAS);
+            rc = rc ? rc : salus_model_batchnorm(m);
+            rc = rc ? rc : salus_model_relu(m);
+            rc = rc ? rc : salus_model_conv2d_ex(m, out, 1, 1, 0, SALUS_CONV_NO_BIAS);
+            rc = rc ? rc : salus_model_batchnorm(m);
+            if (!rc && (stride != 1 || cin != out)) {
+                rc = salus_model_residual_shortcut(m);
+                rc = rc ? rc : salus_model_conv2d_ex(m, out, 1, stride, 0, SALUS_CONV_NO_BIAS);
+                rc = rc ? rc : salus_model_batchnorm(m);
+            }
+            rc = rc ? rc : salus_model_residual_end(m);
+            rc = rc ? rc : salus_model_relu(m);
+            cin = out;
+        }
+    return rc;
+}
+
+/* Side of the final feature map for the stem and three strided stages. */
+static int64_t resnet_side(int64_t image)
+{
+    int64_t side = (image + 2 * 3 - 7) / 2 + 1;
+    side = (side - 3) / 2 + 1;
+    for (int i = 0; i < 3; i++)
+        side = (side + 2 - 3) / 2 + 1;
+    return side;
+}
+
+/* The model, its sample shape (dims, ndim) and its class count. */
+static salus_model *build(const char *kind, int64_t image, int64_t *sample, int *classes)
+{
+    salus_model *m = NULL;
+    int rc = 0;
+    if (strcmp(kind, "mlp") == 0) {
+        int64_t dims[] = {784};
+        m = salus_model_new(1, dims);
+        rc = !m || salus_model_dense(m, 256) || salus_model_relu(m) || salus_model_dense(m, 128) ||
+             salus_model_relu(m) || salus_model_dense(m, 10);
+        *sample = 784, *classes = 10;
+    } else if (strcmp(kind, "cnn") == 0) {
+        int64_t dims[] = {1, 28, 28};
+        m = salus_model_new(3, dims);
+        rc = !m || salus_model_conv2d(m, 16, 3, 1, 1) || salus_model_relu(m) ||
+             salus_model_maxpool(m, 2, 2) || salus_model_conv2d(m, 32, 3, 1, 1) ||
+             salus_model_relu(m) || salus_model_maxpool(m, 2, 2) || salus_model_flatten(m) ||
+             salus_model_dense(m, 128) || salus_model_relu(m) || salus_model_dense(m, 10);
+        *sample = 784, *classes = 10;
+    } else {
+        int64_t dims[] = {3, image, image}, side = resnet_side(image);
+        m = salus_model_new(3, dims);
+        rc = !m || build_resnet50(m) || salus_model_avgpool(m, side, side) ||
+             salus_model_flatten(m) || salus_model_dense(m, 1000);
+        *sample = 3 * image * image, *classes = 1000;
+    }
+    if (rc) {
+        fprintf(stderr, "gpu_train: building %s: %s\n", kind,
+                m && salus_model_error(m) ? salus_model_error(m) : "out of memory");
+        salus_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* One salus training job: a session of its own and host batches. */
+typedef struct job {
+    salus_client *client;
+    salus_session *session;
+    salus_model *model;
+    int64_t batch, sample;
+    float *x;
+    int32_t *y;
+    int next;
+} job;
+
+static int job_open(job *j, const char *url, const char *kind, int precision, int math,
+                    int64_t batch, int64_t image)
+{
+    salus_session_opts so = {.math_matmul = math, .math_conv = math};
+    salus_optimizer opt = {
+        .kind = SALUS_MOMENTUM, .lr = 0.01f, .momentum = 0.9f, .precision = precision};
+    int classes, rc;
+    memset(j, 0, sizeof *j);
+    j->batch = batch;
+    if (!(j->model = build(kind, image, &j->sample, &classes)))
+        return SL_EINVAL;
+    j->x = malloc((size_t) (HOST_BATCHES * batch * j->sample) * sizeof *j->x);
+    j->y = malloc((size_t) (HOST_BATCHES * batch) * sizeof *j->y);
+    if (!j->x || !j->y)
+        return SL_ENOMEM;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < HOST_BATCHES * batch * j->sample; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        j->x[i] = (float) (r >> 40) / (float) (1u << 24);
+    }
+    for (int64_t i = 0; i < HOST_BATCHES * batch; i++)
+        j->y[i] = (int32_t) (i * 7919 % classes);
+    if ((rc = salus_connect(url, &j->client)) ||
+        (rc = salus_session_open(j->client, &so, &j->session)) ||
+        (rc = salus_model_compile(j->model, j->session, &opt, batch, batch, 1))) {
+        fprintf(stderr, "gpu_train: %s on %s: %s %s %s\n", kind, url, salus_strerror(rc),
+                salus_model_error(j->model) ? salus_model_error(j->model) : "",
+                j->client ? salus_last_error(j->client) : "");
+        return rc;
+    }
+    return SL_OK;
+}
+
+static void job_close(job *j)
+{
+    salus_model_free(j->model);
+    if (j->session)
+        (void) salus_session_close(j->session);
+    salus_disconnect(j->client);
+    free(j->x);
+    free(j->y);
+    memset(j, 0, sizeof *j);
+}
+
+/* `steps` steps; samples/s, or 0 on failure. */
+static double job_steps(job *j, int steps)
+{
+    uint64_t t0 = sl_ts_now_ns();
+    for (int s = 0; s < steps; s++) {
+        int k = j->next++ % HOST_BATCHES;
+        float loss;
+        if (salus_model_train_step(j->model, j->x + (int64_t) k * j->batch * j->sample,
+                                   j->y + (int64_t) k * j->batch, &loss) != SALUS_OK) {
+            fprintf(stderr, "gpu_train: step failed: %s\n", salus_last_error(j->client));
+            return 0;
+        }
+    }
+    return (double) steps * (double) j->batch / ((double) (sl_ts_now_ns() - t0) / 1e9);
+}
+
+/* The PyTorch process of one model. */
+typedef struct torch_proc {
+    pid_t pid;
+    FILE *in, *out;
+} torch_proc;
+
+static int torch_start(torch_proc *t, const char *python, const char *script, const char *device,
+                       const char *model, int64_t batch, int64_t image)
+{
+    int to_py[2], from_py[2];
+    if (pipe(to_py) || pipe(from_py))
+        return -1;
+    char b[24], im[24];
+    snprintf(b, sizeof b, "%lld", (long long) batch);
+    snprintf(im, sizeof im, "%lld", (long long) image);
+    if ((t->pid = fork()) < 0)
+        return -1;
+    if (t->pid == 0) {
+        dup2(to_py[0], 0);
+        dup2(from_py[1], 1);
+        close(to_py[0]), close(to_py[1]), close(from_py[0]), close(from_py[1]);
+        execlp(python, python, script, device, model, b, im, (char *) NULL);
+        perror(python);
+        _exit(127);
+    }
+    close(to_py[0]);
+    close(from_py[1]);
+    t->in = fdopen(to_py[1], "w");
+    t->out = fdopen(from_py[0], "r");
+    return t->in && t->out ? 0 : -1;
+}
+
+/* "warm" or "run" of a variant: samples/s for run, 1 for warm, -1 when
+ * the variant does not apply to the device (na), 0 on failure. */
+static double torch_cmd(torch_proc *t, const char *cmd, const char *variant, int steps)
+{
+    char line[256];
+    double sps;
+    fprintf(t->in, "%s %s %d\n", cmd, variant, steps);
+    fflush(t->in);
+    if (!fgets(line, sizeof line, t->out)) {
+        fprintf(stderr, "gpu_train: PyTorch stopped (%s %s)\n", cmd, variant);
+        return 0;
+    }
+    if (strncmp(line, "na", 2) == 0)
+        return -1;
+    if (strcmp(cmd, "warm") == 0)
+        return strncmp(line, "ok", 2) == 0 ? 1 : 0;
+    if (sscanf(line, "sps %lf", &sps) != 1) {
+        fprintf(stderr, "gpu_train: bad answer from PyTorch: %s", line);
+        return 0;
+    }
+    return sps;
+}
+
+static void torch_stop(torch_proc *t)
+{
+    if (t->in) {
+        fprintf(t->in, "quit\n");
+        fclose(t->in);
+    }
+    if (t->out)
+        fclose(t->out);
+    if (t->pid > 0)
+        (void) waitpid(t->pid, NULL, 0);
+}
+
+/* The series a round measures. */
+enum {
+    S_EXACT, /* salus f32, products exact everywhere */
+    S_F32,   /* salus f32, PyTorch's default math (convolutions TF32) */
+    S_BF16,  /* salus bf16 mixed precision */
+    T_F32,
+    T_BF16,
+    T_GRAPH,
+    P_EXACT, /* the same three salus jobs on the predicting simulator */
+    P_F32,
+    P_BF16,
+    N_SERIES,
+};
+#define N_SALUS 3
+static const char *const series_name[N_SERIES] = {
+    "salus_f32_exact",  "salus_f32",     "salus_bf16", "torch_f32", "torch_bf16",
+    "torch_bf16_graph", "sim_f32_exact", "sim_f32",    "sim_bf16",
+};
+static const char *const torch_variant[3] = {"f32", "bf16", "bf16_graph"};
+
+typedef struct result {
+    double med[N_SERIES], lo[N_SERIES], hi[N_SERIES];
+    bool have[N_SERIES];
+} result;
+
+static int run_model(const model_cfg *mc, const char *url, const char *predict_url, torch_proc *tp,
+                     int rounds, int steps, int64_t image, result *res)
+{
+    job j[2 * N_SALUS] = {0};
+    double sps[N_SERIES][MAX_ROUNDS];
+    int rc = 1, warm = steps / 4 > 2 ? steps / 4 : 2;
+    memset(res, 0, sizeof *res);
+    static const int prec[N_SALUS] = {SALUS_F32, SALUS_F32, SALUS_BF16};
+    static const int math[N_SALUS] = {SALUS_MATH_EXACT, SALUS_MATH_DEFAULT, SALUS_MATH_DEFAULT};
+    for (int v = 0; v < N_SALUS; v++)
+        if (job_open(&j[v], url, mc->name, prec[v], math[v], mc->batch, image) ||
+            (predict_url &&
+             job_open(&j[N_SALUS + v], predict_url, mc->name, prec[v], math[v], mc->batch, image)))
+            goto out;
+    int njobs = predict_url ? 2 * N_SALUS : N_SALUS;
+    for (int v = 0; v < njobs; v++)
+        if (!job_steps(&j[v], warm))
+            goto out;
+    for (int v = 0; v < 3 && tp->pid > 0; v++) {
+        double w = torch_cmd(tp, "warm", torch_variant[v], warm);
+        if (w == 0)
+            goto out;
+        res->have[T_F32 + v] = w > 0;
+    }
+    for (int v = 0; v < N_SALUS; v++) {
+        res->have[S_EXACT + v] = true;
+        res->have[P_EXACT + v] = predict_url != NULL;
+    }
+    for (int k = 0; k < rounds; k++) {
+        for (int v = 0; v < N_SALUS; v++)
+            if (!(sps[S_EXACT + v][k] = job_steps(&j[v], steps)))
+                goto out;
+        for (int v = 0; v < 3; v++)
+            if (res->have[T_F32 + v] &&
+                (sps[T_F32 + v][k] = torch_cmd(tp, "run", torch_variant[v], steps)) <= 0)
+                goto out;
+        for (int v = 0; v < N_SALUS && predict_url; v++)
+            if (!(sps[P_EXACT + v][k] = job_steps(&j[N_SALUS + v], steps)))
+                goto out;
+        printf("%s round %d:", mc->name, k + 1);
+        for (int s = 0; s < N_SERIES; s++)
+            if (res->have[s])
+                printf(" %s %.0f", series_name[s], sps[s][k]);
+        printf(" samples/s\n");
+        fflush(stdout);
+    }
+    for (int s = 0; s < N_SERIES; s++)
+        if (res->have[s]) {
+            res->med[s] = sl_ts_median(sps[s], (size_t) rounds);
+            res->lo[s] = sl_ts_percentile(sps[s], (size_t) rounds, 0);
+            res->hi[s] = sl_ts_percentile(sps[s], (size_t) rounds, 100);
+        }
+    rc = 0;
+out:
+    for (int v = 0; v < 2 * N_SALUS; v++)
+        job_close(&j[v]);
+    return rc;
+}
+
+static void usage(void)
+{
+    fprintf(
+        stderr,
+        "usage: gpu_train --salusd PATH --script bench/torch_gpu.py [--python PY]\n"
+        "                 [--models mlp,cnn,resnet50] [--rounds 5] [--steps N] [--image 224]\n"
+        "                 [--resnet-batch 64] [--predict DEVICE|none] [--quick] [--json FILE]\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *salusd = NULL, *script = NULL, *python = "python3", *json = NULL;
+    const char *predict = NULL;
+    char models[128] = "mlp,cnn,resnet50";
+    int rounds = 5, steps = 0;
+    int64_t image = 224;
+    bool quick = false;
+    static const struct option lo[] = {
+        {"salusd", 1, NULL, 's'},
+        {"script", 1, NULL, 'S'},
+        {"python", 1, NULL, 'p'},
+        {"models", 1, NULL, 'm'},
+        {"rounds", 1, NULL, 'r'},
+        {"steps", 1, NULL, 'n'},
+        {"image", 1, NULL, 'i'},
+        {"resnet-batch", 1, NULL, 'b'},
+        {"predict", 1, NULL, 'P'},
+        {"quick", 0, NULL, 'q'},
+        {"json", 1, NULL, 'j'},
+        {"help", 0, NULL, 'h'},
+        {0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            salusd = optarg;
+            break;
+        case 'S':
+            script = optarg;
+            break;
+        case 'p':
+            python = optarg;
+            break;
+        case 'm':
+            snprintf(models, sizeof models, "%s", optarg);
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
+        case 'n':
+            steps = atoi(optarg);
+            break;
+        case 'i':
+            image = atoll(optarg);
+            break;
+        case 'b':
+            known[2].batch = atoll(optarg);
+            break;
+        case 'P':
+            predict = optarg;
+            break;
+        case 'q':
+            quick = true;
+            break;
+        case 'j':
+            json = optarg;
+            break;
+        case 'h':
+            usage();
+            return 0;
+        default:
+            usage();
+            return 2;
+        }
+    }
+    if (!salusd || !script || rounds < 1 || rounds > MAX_ROUNDS || steps < 0 || image < 32) {
+        usage();
+        return 2;
+    }
+    const char *device = getenv("SALUS_BENCH_DEVICE");
+    bool on_gpu = device && strncmp(device, "cuda", 4) == 0;
+    if (!predict && on_gpu)
+        predict = "sim:h200";
+    if (predict && strcmp(predict, "none") == 0)
+        predict = NULL;
+    if (quick) {
+        image = 64;
+        known[0].batch = known[1].batch = 32;
+        known[2].batch = 4;
+        if (!steps)
+            steps = 2;
+    }
+
+    const model_cfg *run[MAX_MODELS];
+    int nrun = 0;
+    for (char *save = NULL, *tok = strtok_r(models, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < MAX_MODELS && strcmp(known[k].name, tok) != 0)
+            k++;
+        if (k == MAX_MODELS || nrun == MAX_MODELS) {
+            fprintf(stderr, "gpu_train: unknown model '%s' (mlp, cnn, resnet50)\n", tok);
+            return 2;
+        }
+        run[nrun++] = &known[k];
+    }
+
+    /* every child before the first NNG call: salusd on the bench device,
+     * salusd on the predicting simulator, one PyTorch process per model */
+    sl_ts_salusd main_d = {0}, sim_d = {0};
+    const char *const args[] = {"--log-level", "warn", NULL};
+    bench_salusd_spawn(&main_d, salusd, "gputrain", args);
+    if (predict) {
+        char *saved = device ? strdup(device) : NULL;
+        setenv("SALUS_BENCH_DEVICE", predict, 1);
+        bench_salusd_spawn(&sim_d, salusd, "gpupredict", args);
+        if (saved)
+            setenv("SALUS_BENCH_DEVICE", saved, 1);
+        else
+            unsetenv("SALUS_BENCH_DEVICE");
+        free(saved);
+    }
+    torch_proc tp[MAX_MODELS] = {0};
+    bool with_torch = strcmp(script, "none") != 0;
+    for (int k = 0; k < nrun && with_torch; k++)
+        if (torch_start(&tp[k], python, script, on_gpu ? "cuda" : "cpu", run[k]->name,
+                        run[k]->batch, image)) {
+            fprintf(stderr, "gpu_train: cannot start %s %s\n", python, script);
+            return 1;
+        }
+    bench_salusd_ready(&main_d);
+    if (predict)
+        bench_salusd_ready(&sim_d);
+    int status = 0;
+    char line[256];
+    for (int k = 0; k < nrun && with_torch; k++)
+        if (!fgets(line, sizeof line, tp[k].out) || strncmp(line, "ready", 5) != 0) {
+            fprintf(stderr, "gpu_train: PyTorch did not start for %s (torch installed?)\n",
+                    run[k]->name);
+            status = 1;
+        }
+
+    printf("gpu_train: salusd on %s, PyTorch on %s%s%s\n", device ? device : "its default device",
+           on_gpu ? "cuda" : "the cpu (a check of the script, not a figure)",
+           predict ? ", prediction on " : "", predict ? predict : "");
+    result res[MAX_MODELS];
+    for (int k = 0; k < nrun && !status; k++) {
+        int n = steps ? steps : run[k]->steps;
+        if (run_model(run[k], main_d.url, predict ? sim_d.url : NULL, &tp[k], rounds, n, image,
+                      &res[k]))
+            status = 1;
+    }
+    FILE *jf = json && !status ? fopen(json, "w") : NULL;
+    if (jf)
+        fprintf(jf, "{\"bench\":\"gpu_train\",\"device\":\"%s\",\"rounds\":%d,\"models\":{",
+                device ? device : "default", rounds);
+    for (int k = 0; k < nrun && !status; k++) {
+        const result *r = &res[k];
+        const char *dev = device ? device : "default";
+        /* bf16 against the slowest f32 path (exact products), and against
+         * f32 under PyTorch's default math */
+        printf("BENCH gpu_precision model=%s ratio=%.3f ratio_vs_default=%.3f f32_exact_sps=%.0f "
+               "f32_sps=%.0f bf16_sps=%.0f bf16_range=%.0f-%.0f batch=%lld rounds=%d device=%s",
+               run[k]->name, r->med[S_BF16] / r->med[S_EXACT], r->med[S_BF16] / r->med[S_F32],
+               r->med[S_EXACT], r->med[S_F32], r->med[S_BF16], r->lo[S_BF16], r->hi[S_BF16],
+               (long long) run[k]->batch, rounds, dev);
+        if (r->have[P_F32])
+            printf(" predicted_ratio=%.3f predicted_f32_exact_sps=%.0f predicted_f32_sps=%.0f "
+                   "predicted_bf16_sps=%.0f",
+                   r->med[P_BF16] / r->med[P_EXACT], r->med[P_EXACT], r->med[P_F32],
+                   r->med[P_BF16]);
+        printf("\n");
+        int best_t = -1, best_s = S_EXACT;
+        for (int v = T_F32; v <= T_GRAPH; v++)
+            if (r->have[v] && (best_t < 0 || r->med[v] > r->med[best_t]))
+                best_t = v;
+        for (int v = S_F32; v <= S_BF16; v++)
+            if (r->med[v] > r->med[best_s])
+                best_s = v;
+        if (best_t >= 0) {
+            printf("BENCH gpu_vs_torch model=%s ratio=%.3f salus_sps=%.0f salus_best=%s "
+                   "torch_sps=%.0f torch_best=%s",
+                   run[k]->name, r->med[best_s] / r->med[best_t], r->med[best_s],
+                   series_name[best_s] + 6, r->med[best_t], torch_variant[best_t - T_F32]);
+            for (int v = T_F32; v <= T_GRAPH; v++)
+                if (r->have[v])
+                    printf(" %s_sps=%.0f", series_name[v], r->med[v]);
+            printf(" batch=%lld torch_device=%s salus_device=%s\n", (long long) run[k]->batch,
+                   on_gpu ? "cuda" : "cpu", dev);
+        }
+        if (jf) {
+            fprintf(jf, "%s\"%s\":{\"batch\":%lld", k ? "," : "", run[k]->name,
+                    (long long) run[k]->batch);
+            for (int s = 0; s < N_SERIES; s++)
+                if (r->have[s])
+                    fprintf(jf, ",\"%s\":{\"sps\":%.1f,\"min\":%.1f,\"max\":%.1f}", series_name[s],
+                            r->med[s], r->lo[s], r->hi[s]);
+            fprintf(jf, "}");
+        }
+    }
+    if (jf) {
+        fprintf(jf, "}}\n");
+        fclose(jf);
+    }
+    for (int k = 0; k < nrun; k++)
+        torch_stop(&tp[k]);
+    bench_salusd_stop(&main_d);
+    if (predict)
+        bench_salusd_stop(&sim_d);
+    return status;
+}
