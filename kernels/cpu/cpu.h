@@ -242,6 +242,9 @@ int sl_cpu_batchnorm_grad(const sl_op_call *c);
 /* pool.c (maxpool_grad in plain C, ties to the first max): */
 int sl_cpu_maxpool_grad(const sl_op_call *c);
 /* amp.c (loss scaling): */
+/* sigmoid and tanh of n floats, vectorised (vmath.c); y may be x. */
+void sl_cpu_vsigmoid(const float *x, float *y, uint64_t n);
+void sl_cpu_vtanh(const float *x, float *y, uint64_t n);
 int sl_cpu_amp_unscale(const sl_op_call *c);
 int sl_cpu_amp_commit(const sl_op_call *c);
 int sl_cpu_amp_scale_update(const sl_op_call *c);

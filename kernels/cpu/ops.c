@@ -335,33 +335,42 @@ static int k_add_scalar(const sl_op_call *c)
     return SL_OK;
 }
 
+/* sigmoid, tanh and sigmoid's gradient over a range [i0, i1): activations
+ * are as large as the layers they follow, so sl_cpu_run_op splits a large
+ * one across the team like the optimizer updates. */
+static void r_sigmoid(const sl_op_call *c, uint64_t i0, uint64_t i1)
+{
+    sl_cpu_vsigmoid(f32(&c->in[0]) + i0, f32(&c->out[0]) + i0, i1 - i0);
+}
+
+static void r_tanh(const sl_op_call *c, uint64_t i0, uint64_t i1)
+{
+    sl_cpu_vtanh(f32(&c->in[0]) + i0, f32(&c->out[0]) + i0, i1 - i0);
+}
+
+static void r_sigmoid_grad(const sl_op_call *c, uint64_t i0, uint64_t i1)
+{
+    const float *dy = f32(&c->in[0]), *y = f32(&c->in[1]);
+    float *dx = f32(&c->out[0]);
+    for (uint64_t i = i0; i < i1; i++)
+        dx[i] = sl_ew_sigmoid_grad(dy[i], y[i]);
+}
+
 static int k_sigmoid(const sl_op_call *c)
 {
-    const float *x = f32(&c->in[0]);
-    float *y = f32(&c->out[0]);
-    uint64_t n = sl_shape_elems(&c->out[0].shape);
-    for (uint64_t i = 0; i < n; i++)
-        y[i] = sl_ew_sigmoid(x[i]);
+    r_sigmoid(c, 0, sl_shape_elems(&c->out[0].shape));
     return SL_OK;
 }
 
 static int k_sigmoid_grad(const sl_op_call *c)
 {
-    const float *dy = f32(&c->in[0]), *y = f32(&c->in[1]);
-    float *dx = f32(&c->out[0]);
-    uint64_t n = sl_shape_elems(&c->out[0].shape);
-    for (uint64_t i = 0; i < n; i++)
-        dx[i] = sl_ew_sigmoid_grad(dy[i], y[i]);
+    r_sigmoid_grad(c, 0, sl_shape_elems(&c->out[0].shape));
     return SL_OK;
 }
 
 static int k_tanh(const sl_op_call *c)
 {
-    const float *x = f32(&c->in[0]);
-    float *y = f32(&c->out[0]);
-    uint64_t n = sl_shape_elems(&c->out[0].shape);
-    for (uint64_t i = 0; i < n; i++)
-        y[i] = tanhf(x[i]);
+    r_tanh(c, 0, sl_shape_elems(&c->out[0].shape));
     return SL_OK;
 }
 
@@ -527,9 +536,9 @@ int sl_cpu_op_check(const sl_op_call *call)
 /* The ops with a range form, and one thread's range of them. */
 typedef void (*range_fn)(const sl_op_call *c, uint64_t i0, uint64_t i1);
 static const range_fn ranges[SL_OP_COUNT] = {
-    [SL_OP_SGD_UPDATE] = r_sgd_update,
-    [SL_OP_MOMENTUM_UPDATE] = r_momentum_update,
-    [SL_OP_ADAM_UPDATE] = r_adam_update,
+    [SL_OP_SGD_UPDATE] = r_sgd_update,     [SL_OP_MOMENTUM_UPDATE] = r_momentum_update,
+    [SL_OP_ADAM_UPDATE] = r_adam_update,   [SL_OP_SIGMOID] = r_sigmoid,
+    [SL_OP_SIGMOID_GRAD] = r_sigmoid_grad, [SL_OP_TANH] = r_tanh,
 };
 
 struct range_job {

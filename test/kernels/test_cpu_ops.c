@@ -669,13 +669,50 @@ static void test_reshape_launch(void **state)
     assert_memory_equal(x, y, sizeof x);
 }
 
+/* The vectorised sigmoid and tanh (vmath.c) against double precision,
+ * relative to the exact value, over the whole float range: tiny inputs
+ * (tanh's cancellation), the polynomial's edges, the tails, where sigmoid
+ * leaves the normal floats, infinities and NaN. Large enough to be split
+ * across the team. */
+static void test_vector_sigmoid_tanh(void **state)
+{
+    enum { N = 200000 };
+    float *x = kt_fvec(N), *y = kt_fvec(N), *t = kt_fvec(N);
+    kt_rand(x, N, 41, -90, 90);
+    static const float edge[] = {0.0f,     -0.0f,    1e-30f,    -1e-20f, 1e-7f,   3e-4f,
+                                 -0.6249f, 0.625f,   0.6251f,   9.0f,    15.9f,   44.0f,
+                                 -87.0f,   -87.33f,  -87.34f,   -88.0f,  -103.0f, 87.0f,
+                                 89.0f,    INFINITY, -INFINITY, NAN};
+    size_t n_edge = sizeof edge / sizeof edge[0];
+    memcpy(x, edge, sizeof edge);
+    for (size_t i = n_edge; i < 20000; i++) /* small magnitudes, densely */
+        x[i] = x[i] * 1e-3f;
+    sl_shape s = KT_F32(1, N);
+    kt_run_op(*state, SL_OP_SIGMOID, NULL, &s, (float *[]){x}, 1, (float *[]){y});
+    kt_run_op(*state, SL_OP_TANH, NULL, &s, (float *[]){x}, 1, (float *[]){t});
+    for (size_t i = 0; i < N; i++) {
+        double a = x[i], ws = 1.0 / (1.0 + exp(-a)), wt = tanh(a);
+        if (isnan(a)) {
+            assert_true(isnan(y[i]) && isnan(t[i]));
+            continue;
+        }
+        if (ws >= 1.1754944e-38) /* a normal float: within 2.5e-7 of it */
+            assert_true(fabs(y[i] - ws) <= 2.5e-7 * ws);
+        else /* flushed to zero */
+            assert_true(y[i] >= 0.0f && y[i] <= 1.2e-38f);
+        if (!(fabs(t[i] - wt) <= 3e-7 * fabs(wt)))
+            fail_msg("tanh(%.9g) = %.9g, want %.9g", a, (double) t[i], wt);
+    }
+    sl_free(x), sl_free(y), sl_free(t);
+}
+
 SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
-              cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
-              cmocka_unit_test(test_concurrent_lanes), cmocka_unit_test(test_adam_step_zero),
-              cmocka_unit_test(test_refused_dims), cmocka_unit_test(test_maxpool_grad_tiled),
-              cmocka_unit_test(test_reshape_launch), cmocka_unit_test(test_lane_workspace),
-              cmocka_unit_test(test_maxpool_tiled), cmocka_unit_test(test_maxpool_rows),
-              cmocka_unit_test(test_matmul_threads),
+              cmocka_unit_test(test_vector_sigmoid_tanh), cmocka_unit_test(test_cache_and_threads),
+              cmocka_unit_test(test_cache_eviction), cmocka_unit_test(test_concurrent_lanes),
+              cmocka_unit_test(test_adam_step_zero), cmocka_unit_test(test_refused_dims),
+              cmocka_unit_test(test_maxpool_grad_tiled), cmocka_unit_test(test_reshape_launch),
+              cmocka_unit_test(test_lane_workspace), cmocka_unit_test(test_maxpool_tiled),
+              cmocka_unit_test(test_maxpool_rows), cmocka_unit_test(test_matmul_threads),
               cmocka_unit_test(test_conv_grad_filter_threads),
               cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
               cmocka_unit_test(test_team_cores), cmocka_unit_test(test_sgemm_libraries))
