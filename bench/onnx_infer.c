@@ -1,5 +1,7 @@
-/* bench/onnx_infer: batch-1 inference latency of torchvision's ResNet-18
- * (random weights, the same in every process) exported to ONNX and served
+/* bench/onnx_infer: batch-1 inference latency of a torchvision model
+ * (--model: resnet18, the default, resnet50, efficientnet_b0 or
+ * mobilenet_v3_small; random weights, the same in every process) exported
+ * to ONNX and served
  * through salusd, against PyTorch running the same model in-process:
  *   salus   salus_onnx_run through salusd over ipc:// (a separate process):
  *           what a client sees, the input sent and the output fetched;
@@ -12,11 +14,12 @@
  * compared once: max_abs_err against PyTorch's output for the same input.
  * Every process runs with OMP_WAIT_POLICY=PASSIVE. Prints per-round
  * figures, then
- *   BENCH onnx_infer model=resnet18 salus_ms=... torch_ms=... torch_threads=...
+ *   BENCH onnx_infer model=M salus_ms=... torch_ms=... torch_threads=...
  *         max_abs_err=... rel_err=... salus_p99_ms=... torch_p99_ms=... ...
+ *   BENCH torch_infer model=M ratio=SALUS_MS/TORCH_MS ...
  *
  *   onnx_infer --salusd PATH --script bench/torch_infer.py [--python /usr/bin/python3]
- *              [--rounds 5] [--iters 20] [--json FILE] */
+ *              [--model resnet18] [--rounds 5] [--iters 20] [--json FILE] */
 #include "bench_util.h"
 
 #include <salus/salus.h>
@@ -30,6 +33,8 @@
 
 #define IN_ELEMS (3 * 224 * 224)
 #define OUT_ELEMS 1000
+
+static const char *model = "resnet18";
 
 typedef struct torch_proc {
     int threads;
@@ -55,7 +60,7 @@ static int torch_start(torch_proc *t, const char *python, const char *script,
         close(to_py[1]);
         close(from_py[0]);
         close(from_py[1]);
-        execl(python, python, script, threads, export_dir, (char *) NULL);
+        execl(python, python, script, threads, export_dir ? export_dir : "-", model, (char *) NULL);
         perror(python);
         _exit(127);
     }
@@ -105,7 +110,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'},
                                          {"python", 1, NULL, 'p'}, {"rounds", 1, NULL, 'r'},
                                          {"iters", 1, NULL, 'i'},  {"json", 1, NULL, 'j'},
-                                         {NULL, 0, NULL, 0}};
+                                         {"model", 1, NULL, 'm'},  {NULL, 0, NULL, 0}};
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (c) {
         case 's':
@@ -126,13 +131,16 @@ int main(int argc, char **argv)
         case 'j':
             json = optarg;
             break;
+        case 'm':
+            model = optarg;
+            break;
         default:
             return 2;
         }
     }
     if (!salusd || !script || rounds < 1 || iters < 1 || iters > 2000) {
         fprintf(stderr, "usage: onnx_infer --salusd PATH --script torch_infer.py [--python PY] "
-                        "[--rounds N] [--iters N] [--json FILE]\n");
+                        "[--model NAME] [--rounds N] [--iters N] [--json FILE]\n");
         return 2;
     }
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
@@ -160,16 +168,16 @@ int main(int argc, char **argv)
     salus_session *s;
     salus_session_opts so = {0};
     salus_onnx_model *m;
-    snprintf(path, sizeof path, "%s/resnet18.onnx", dir);
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, model);
     if (!c || salus_session_open(c, &so, &s) != SALUS_OK ||
         salus_onnx_load(s, path, NULL, &m) != SALUS_OK) {
         fprintf(stderr, "onnx_infer: %s\n", c ? salus_last_error(c) : "cannot connect");
         sl_ts_salusd_cleanup(&srv);
         return 1;
     }
-    snprintf(path, sizeof path, "%s/resnet18.in", dir);
+    snprintf(path, sizeof path, "%s/%s.in", dir, model);
     float *x = read_floats(path, IN_ELEMS);
-    snprintf(path, sizeof path, "%s/resnet18.out", dir);
+    snprintf(path, sizeof path, "%s/%s.out", dir, model);
     float *want = read_floats(path, OUT_ELEMS);
     float *y = calloc(OUT_ELEMS, sizeof *y);
     if (!x || !want || !y)
@@ -244,23 +252,26 @@ int main(int argc, char **argv)
         FILE *f = fopen(json, "w");
         if (f) {
             fprintf(f,
-                    "{\"model\": \"resnet18\", \"salus_ms\": %.4f, \"torch1_ms\": %.4f, "
+                    "{\"model\": \"%s\", \"salus_ms\": %.4f, \"torch1_ms\": %.4f, "
                     "\"torch2_ms\": %.4f, \"torch_threads\": %d, \"salus_p99_ms\": %.4f, "
                     "\"torch_p99_ms\": %.4f, \"max_abs_err\": %.3g, \"rel_err\": %.3g, "
                     "\"rounds\": %d, \"iters\": %d, \"load_before\": %.2f, \"load_after\": "
                     "%.2f}\n",
-                    salus_ms, torch_ms[0], torch_ms[1], best + 1, salus_p99, torch_p99, max_err,
-                    rel, rounds, iters, load0[0], load1[0]);
+                    model, salus_ms, torch_ms[0], torch_ms[1], best + 1, salus_p99, torch_p99,
+                    max_err, rel, rounds, iters, load0[0], load1[0]);
             fclose(f);
         }
     }
     printf("load average %.2f before, %.2f after (other users of the machine move every figure)\n",
            load0[0], load1[0]);
-    printf("BENCH onnx_infer model=resnet18 salus_ms=%.3f torch_ms=%.3f torch_threads=%d "
+    printf("BENCH onnx_infer model=%s salus_ms=%.3f torch_ms=%.3f torch_threads=%d "
            "torch1_ms=%.3f torch2_ms=%.3f ratio=%.3f salus_p99_ms=%.3f torch_p99_ms=%.3f "
            "max_abs_err=%.3g rel_err=%.3g\n",
-           salus_ms, torch_ms[best], best + 1, torch_ms[0], torch_ms[1], salus_ms / torch_ms[best],
-           salus_p99, torch_p99, max_err, rel);
+           model, salus_ms, torch_ms[best], best + 1, torch_ms[0], torch_ms[1],
+           salus_ms / torch_ms[best], salus_p99, torch_p99, max_err, rel);
+    /* the issue-facing name: salus's latency over PyTorch's best */
+    printf("BENCH torch_infer model=%s ratio=%.3f salus_ms=%.3f torch_ms=%.3f torch_threads=%d\n",
+           model, salus_ms / torch_ms[best], salus_ms, torch_ms[best], best + 1);
     free(x), free(want), free(y), free(all_salus), free(all_torch[0]), free(all_torch[1]);
     free(med_salus), free(med_torch[0]), free(med_torch[1]);
     return 0;
