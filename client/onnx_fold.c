@@ -57,6 +57,15 @@ static int ints_of(sl_onnx_imp *m, const struct ent *e, int64_t *out, size_t max
     return SL_OK;
 }
 
+/* ONNX Mod: with fmod (C's, the dividend's sign; floats always) or
+ * Python's (the divisor's sign). A zero divisor gives 0. */
+static double mod(double a, double b, bool cmod)
+{
+    if (b == 0)
+        return 0;
+    return cmod ? fmod(a, b) : a - b * floor(a / b);
+}
+
 static double binop(const char *op, double a, double b, bool ints)
 {
     if (!strcmp(op, "Add"))
@@ -127,8 +136,9 @@ static int fold_binary(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in
         return rc;
     int64_t idx[SL_MAX_DIMS] = {0};
     for (uint64_t i = 0; i < out->n; i++, next_index(idx, dims, nd)) {
-        double v = binop(n->op_type, in[0]->d[bcast_off(in[0], nd, idx)],
-                         in[1]->d[bcast_off(in[1], nd, idx)], ints);
+        double a = in[0]->d[bcast_off(in[0], nd, idx)], b = in[1]->d[bcast_off(in[1], nd, idx)];
+        double v = !strcmp(n->op_type, "Mod") ? mod(a, b, !ints || sl_onnx_attr_i(n, "fmod", 0))
+                                              : binop(n->op_type, a, b, ints);
         out->d[i] = out->ctype == CT_FLOAT ? (double) (float) v : v;
     }
     return SL_OK;
@@ -343,8 +353,8 @@ bool sl_onnx_slice_range(int64_t dim, int64_t *start, int64_t *end, int64_t step
  * optional input is NULL in in[]). */
 static size_t fold_inputs(const char *op, size_t n_in)
 {
-    static const char *const two[] = {"Add",   "Sub",  "Mul",     "Div",   "Pow",
-                                      "Equal", "Less", "Greater", "Gather"};
+    static const char *const two[] = {"Add",   "Sub",  "Mul",     "Div",    "Pow",
+                                      "Equal", "Less", "Greater", "Gather", "Mod"};
     static const char *const three[] = {"Where", "Range"}; /* Slice: its own check */
     for (size_t i = 0; i < sizeof two / sizeof *two; i++)
         if (!strcmp(op, two[i]))
@@ -396,8 +406,26 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
         return fold_concat(m, n, in, n_in, out, m->opset < 4 ? 1 : 0);
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
         !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "Less") ||
-        !strcmp(op, "Greater") || ((!strcmp(op, "Max") || !strcmp(op, "Min")) && n_in == 2))
+        !strcmp(op, "Greater") || !strcmp(op, "Mod") ||
+        ((!strcmp(op, "Max") || !strcmp(op, "Min")) && n_in == 2))
         return fold_binary(m, n, in, out);
+    if (!strcmp(op, "Trilu")) {
+        /* zero the elements above (upper = 0) or below the k-th diagonal of
+         * the last two axes */
+        int64_t k = n_in > 1 && in[1] ? (in[1]->n ? (int64_t) in[1]->d[0] : 0) : 0;
+        bool upper = sl_onnx_attr_i(n, "upper", 1) != 0;
+        if (x->ndim < 2)
+            return sl_onnx_fail(m, SL_EINVAL, "Trilu of rank %u", x->ndim);
+        int rc = fold_view(m, x, x->ndim, x->dims, x->ctype, out);
+        int64_t rows = x->dims[x->ndim - 2], cols = x->dims[x->ndim - 1];
+        for (uint64_t i = 0; rc == SL_OK && i < out->n; i++) {
+            int64_t c = (int64_t) (i % (uint64_t) cols),
+                    r = (int64_t) (i / (uint64_t) cols % (uint64_t) rows);
+            if (upper ? c - r < k : c - r > k)
+                out->d[i] = 0;
+        }
+        return rc;
+    }
     if (!strcmp(op, "Neg") || !strcmp(op, "Sqrt") || !strcmp(op, "Not") || !strcmp(op, "Abs") ||
         !strcmp(op, "Floor") || !strcmp(op, "Ceil")) {
         int rc = fold_view(m, x, x->ndim, x->dims, x->ctype, out);

@@ -181,6 +181,68 @@ static int map_unary(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind)
     return sl_onnx_set_out(m, n, 1, &y);
 }
 
+/* Mod of float values: with fmod (required for floats) C's, the dividend's
+ * sign: a - b * trunc(a / b), trunc(q) = sign(q) * floor(|q|). Python's
+ * (integer inputs, folded when constant) a - b * floor(a / b). */
+static int map_mod(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    static const char *const k[] = {"fmod", NULL};
+    if (sl_onnx_known_attrs(m, n, k))
+        return m->code;
+    salus_value a = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0));
+    salus_value b = sl_onnx_fvalue(m, sl_onnx_input(m, n, 1));
+    salus_value q = sl_onnx_binary(m, SL_EW_DIV, a, b);
+    if (sl_onnx_attr_i(n, "fmod", 0))
+        q = sl_onnx_binary(
+            m, SL_EW_MUL, sl_onnx_unary(m, SL_EW_SIGN, q, 0, 0),
+            sl_onnx_unary(m, SL_EW_FLOOR, sl_onnx_unary(m, SL_EW_ABS, q, 0, 0), 0, 0));
+    else
+        q = sl_onnx_unary(m, SL_EW_FLOOR, q, 0, 0);
+    salus_value y = sl_onnx_binary(m, SL_EW_SUB, a, sl_onnx_binary(m, SL_EW_MUL, b, q));
+    return sl_onnx_set_out(m, n, 1, &y);
+}
+
+/* Trilu of a graph value: y = max(min(x, hi), lo) with hi = +inf, lo = -inf
+ * where an element is kept and both 0 where it is zeroed: exact for every
+ * x, infinities included (a 0/1 mask would turn a masked -inf into NaN).
+ * The bounds are [rows, cols] constants broadcast over the leading axes; k
+ * must be a constant. */
+static int map_trilu(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    static const char *const attrs[] = {"upper", NULL};
+    if (sl_onnx_known_attrs(m, n, attrs))
+        return m->code;
+    struct ent *ke = sl_onnx_input(m, n, 1);
+    if (ke && ke->kind != ENT_CONST)
+        return UNSUP("k that is not a constant");
+    int64_t k = ke && ke->n ? (int64_t) ke->d[0] : 0;
+    bool upper = sl_onnx_attr_i(n, "upper", 1) != 0;
+    salus_value x = sl_onnx_fvalue(m, sl_onnx_input(m, n, 0));
+    sl_shape s;
+    sl_onnx_shape_of(m, x, &s);
+    if (m->code)
+        return m->code;
+    if (s.ndim < 2)
+        return UNSUP("an input of rank %u", s.ndim);
+    int64_t dims[2] = {s.dims[s.ndim - 2], s.dims[s.ndim - 1]};
+    struct ent hi = {.name = "(trilu upper bound)"}, lo = {.name = "(trilu lower bound)"};
+    if (sl_onnx_const_alloc(m, &hi, CT_FLOAT, 2, dims) ||
+        sl_onnx_const_alloc(m, &lo, CT_FLOAT, 2, dims)) {
+        sl_free(hi.d);
+        return m->code;
+    }
+    for (int64_t r = 0; r < dims[0]; r++)
+        for (int64_t c = 0; c < dims[1]; c++) {
+            bool keep = upper ? c - r >= k : c - r <= k;
+            hi.d[r * dims[1] + c] = keep ? INFINITY : 0;
+            lo.d[r * dims[1] + c] = keep ? -INFINITY : 0;
+        }
+    salus_value hv = sl_onnx_value(m, &hi), lv = sl_onnx_value(m, &lo);
+    sl_free(hi.d), sl_free(lo.d);
+    salus_value y = sl_onnx_binary(m, SL_EW_MAX, sl_onnx_binary(m, SL_EW_MIN, x, hv), lv);
+    return sl_onnx_set_out(m, n, 1, &y);
+}
+
 static int map_simple(sl_onnx_imp *m, const Onnx__NodeProto *n, const char *op)
 {
     if (sl_onnx_known_attrs(m, n, sl_onnx_no_attrs))
@@ -461,6 +523,20 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return sl_onnx_map_conv_transpose(m, n);
     if (!strcmp(op, "Tile"))
         return sl_onnx_map_tile(m, n);
+    if (!strcmp(op, "Mod"))
+        return map_mod(m, n);
+    if (!strcmp(op, "Trilu"))
+        return map_trilu(m, n);
+    if (!strcmp(op, "Resize"))
+        return sl_onnx_map_resize(m, n);
+    if (!strcmp(op, "Upsample"))
+        return sl_onnx_map_upsample(m, n);
+    if (!strcmp(op, "LSTM"))
+        return sl_onnx_map_lstm(m, n);
+    if (!strcmp(op, "GRU"))
+        return sl_onnx_map_gru(m, n);
+    if (!strcmp(op, "RNN"))
+        return sl_onnx_map_rnn(m, n);
     if (!strcmp(op, "Mean"))
         return map_mean(m, n);
     if (!strcmp(op, "DepthToSpace") || !strcmp(op, "SpaceToDepth"))

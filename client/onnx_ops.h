@@ -60,6 +60,15 @@ int sl_onnx_map_layernorm(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_instancenorm(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_argmax(sl_onnx_imp *m, const Onnx__NodeProto *n, bool min);
 
+/* onnx_ops_rnn.c */
+int sl_onnx_map_rnn(sl_onnx_imp *m, const Onnx__NodeProto *n);
+int sl_onnx_map_gru(sl_onnx_imp *m, const Onnx__NodeProto *n);
+int sl_onnx_map_lstm(sl_onnx_imp *m, const Onnx__NodeProto *n);
+
+/* onnx_ops_resize.c */
+int sl_onnx_map_resize(sl_onnx_imp *m, const Onnx__NodeProto *n);
+int sl_onnx_map_upsample(sl_onnx_imp *m, const Onnx__NodeProto *n);
+
 /* onnx_ops_layout.c */
 int sl_onnx_map_reduce(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind);
 int sl_onnx_map_reduce_ex(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind, int form);

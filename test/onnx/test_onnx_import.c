@@ -247,6 +247,110 @@ static void folds_shape_arithmetic(void **state)
     salus_onnx_free(m);
 }
 
+/* An initialiser of float values. */
+static void add_init_f32(const char *name, unsigned ndim, const int64_t *dims, const float *v)
+{
+    Onnx__TensorProto *t = &inits[graph.n_initializer];
+    onnx__tensor_proto__init(t);
+    t->name = (char *) name;
+    t->has_data_type = true;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    static int64_t fdims[MAXN][4];
+    size_t n = 1;
+    for (unsigned d = 0; d < ndim; d++)
+        fdims[graph.n_initializer][d] = dims[d], n *= (size_t) dims[d];
+    t->n_dims = ndim;
+    t->dims = fdims[graph.n_initializer];
+    t->n_float_data = n;
+    t->float_data = (float *) v;
+    graph.initializer[graph.n_initializer++] = t;
+}
+
+static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    static int64_t vals[MAXN];
+    vals[n_attrs] = v;
+    attr_ints(n, name, 1, &vals[n_attrs]);
+    Onnx__AttributeProto *a = attr_ptrs[n_attrs - 1];
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = true, a->i = v, a->n_ints = 0;
+}
+
+static void attr_string(Onnx__NodeProto *n, const char *name, const char *v)
+{
+    attr_ints(n, name, 0, NULL);
+    Onnx__AttributeProto *a = attr_ptrs[n_attrs - 1];
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    a->has_s = true;
+    a->s.data = (uint8_t *) v;
+    a->s.len = strlen(v);
+}
+
+/* Trilu of a graph value holding infinities: a causal mask's -inf above
+ * the diagonal stays -inf where kept and becomes 0 (never NaN) where
+ * zeroed, both ways round and with k. */
+static void trilu_keeps_infinities(void **state)
+{
+    (void) state;
+    for (int upper = 0; upper < 2; upper++) {
+        model_begin(14);
+        add_input("x", 3, (int64_t[]){2, 3, 4});
+        static char *in[] = {"x", "k"}, *out[] = {"y"};
+        static int64_t k = 1;
+        add_init_i64("k", 1, &k);
+        inits[0].n_dims = 0;
+        Onnx__NodeProto *t = add_node("Trilu", "mask", 2, in, 1, out);
+        attr_int(t, "upper", upper);
+        add_output("y");
+        salus_onnx_model *m;
+        assert_sl_ok(load(NULL, &m));
+        float x[24], y[24];
+        for (int i = 0; i < 24; i++)
+            x[i] = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? INFINITY : (float) i;
+        assert_sl_ok(salus_onnx_run(m, (const void *[]){x}, (void *[]){y}));
+        for (int i = 0; i < 24; i++) {
+            int r = i / 4 % 3, c = i % 4;
+            bool keep = upper ? c - r >= 1 : c - r <= 1;
+            if (keep ? y[i] != x[i] : y[i] != 0.0f)
+                fail_msg("upper=%d [%d]: %g from %g", upper, i, (double) y[i], (double) x[i]);
+        }
+        salus_onnx_free(m);
+    }
+}
+
+/* Resize by constant scales: nearest (asymmetric, floor) doubles every
+ * element; linear with align_corners interpolates exactly between the
+ * corners. */
+static void resizes_by_constant_scales(void **state)
+{
+    (void) state;
+    for (int linear = 0; linear < 2; linear++) {
+        model_begin(13);
+        add_input("x", 4, (int64_t[]){1, 1, 2, 2});
+        static char *in[] = {"x", "", "scales"}, *out[] = {"y"};
+        static const float scales[4] = {1, 1, 2, 2};
+        add_init_f32("scales", 1, (int64_t[]){4}, scales);
+        Onnx__NodeProto *r = add_node("Resize", "up", 3, in, 1, out);
+        attr_string(r, "mode", linear ? "linear" : "nearest");
+        attr_string(r, "coordinate_transformation_mode", linear ? "align_corners" : "asymmetric");
+        if (!linear)
+            attr_string(r, "nearest_mode", "floor");
+        add_output("y");
+        salus_onnx_model *m;
+        assert_sl_ok(load(NULL, &m));
+        float x[4] = {1, 2, 3, 4}, y[16];
+        assert_sl_ok(salus_onnx_run(m, (const void *[]){x}, (void *[]){y}));
+        for (int i = 0; i < 16; i++) {
+            int row = i / 4, col = i % 4;
+            double want = linear ? 1 + (col / 3.0) + 2 * (row / 3.0) : x[(row / 2) * 2 + col / 2];
+            if (fabs(y[i] - want) > 1e-6)
+                fail_msg("%s [%d]: %g, want %g", linear ? "linear" : "nearest", i, (double) y[i],
+                         want);
+        }
+        salus_onnx_free(m);
+    }
+}
+
 /* A refusal: the code, and a message that contains every word of want. */
 static void refused(int rc, int code, const char *const *want)
 {
@@ -624,6 +728,8 @@ int main(void)
         cmocka_unit_test(checks_without_a_server),
         cmocka_unit_test(refuses_deep_nesting),
         cmocka_unit_test(refusal_frees_uploaded_tensors),
+        cmocka_unit_test(trilu_keeps_infinities),
+        cmocka_unit_test(resizes_by_constant_scales),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }
