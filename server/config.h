@@ -37,7 +37,7 @@
     {                                                                                              \
         .device = "cpu", .policy = "fair", .contexts = 256, .max_message = SL_DEFAULT_MAX_MESSAGE, \
         .ipc_mode = 0600, .idle_timeout_ms = SL_DEFAULT_IDLE_TIMEOUT_MS,                           \
-        .max_conns_per_user = SL_DEFAULT_MAX_CONNS_PER_USER                                        \
+        .max_conns_per_user = SL_DEFAULT_MAX_CONNS_PER_USER, .metrics_mode = 0600                  \
     }
 
 typedef struct sl_config {
@@ -109,8 +109,14 @@ typedef struct sl_config {
     bool run_uid_set;      /* run_uid: the uid --user resolved to (set by main) */
     uint32_t run_uid;
     const char *fault_file; /* fault commands read on SIGUSR1 (fault.c) */
-    /* observability (metrics.h): where /metrics is served, or NULL */
+    /* observability (metrics.h): where /metrics is served, or NULL; the
+     * CA(s) an https:// one requires client certificates of (NULL: the
+     * operator CA); a unix socket's permissions; whether sessions' names
+     * and tenants' uids are shown */
     const char *metrics_listen;
+    const char *metrics_tls_ca;
+    int metrics_mode;
+    bool metrics_names;
     /* called once (an NNG thread; must not block) when an operator asks for
      * a drain (Drain request); NULL: the request is UNSUPPORTED. salusd's
      * raises SIGTERM, the same drain as a signal */

@@ -3,8 +3,11 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The largest file and line read: a configuration, not a data set. */
 #define MAX_FILE_BYTES (1 << 20)
@@ -75,12 +78,64 @@ typedef struct setting {
     const sl_flag *flag;
 } setting;
 
-/* Parses the file into settings; 2 after printing an error. */
+/* Whether the open file may configure salusd: a regular file or a pipe,
+ * owned by root or by salusd's user, that neither group nor others may
+ * write. The open descriptor is checked, not the path, so a file swapped
+ * in after the check is never read; its directory is not checked, because
+ * whatever is renamed or linked into it still has to pass this. */
+static bool file_trusted(FILE *f, const char *path, FILE *err)
+{
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fprintf(err, "salusd: --config %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        fprintf(err, "salusd: --config %s: not a regular file\n", path);
+        return false;
+    }
+    uid_t me = geteuid();
+    if ((st.st_uid == 0 || st.st_uid == me) && !(st.st_mode & 022))
+        return true;
+    char owner[64];
+    struct passwd *pw = getpwuid(st.st_uid);
+    if (pw)
+        snprintf(owner, sizeof owner, "%u (%s)", (unsigned) st.st_uid, pw->pw_name);
+    else
+        snprintf(owner, sizeof owner, "%u", (unsigned) st.st_uid);
+    fprintf(err,
+            "salusd: --config %s: refusing it: owned by uid %s with mode %04o; a configuration "
+            "file must belong to root or to salusd's user (uid %u) and must not be writable by "
+            "group or others, since its settings include listeners and operator rights. Fix: "
+            "chown root %s && chmod go-w %s\n",
+            path, owner, (unsigned) (st.st_mode & 07777), (unsigned) me, path, path);
+    return false;
+}
+
+/* Whether key reads like a flag name (lowercase letters, digits, dashes):
+ * only such a key is repeated in an error, so that a line of a file that
+ * is not a configuration is never printed. */
+static bool key_printable(const char *key)
+{
+    size_t n = 0;
+    for (; key[n]; n++)
+        if (!(islower((unsigned char) key[n]) || isdigit((unsigned char) key[n]) || key[n] == '-'))
+            return false;
+    return n > 0 && n <= 40;
+}
+
+/* Parses the file into settings; 2 after printing an error. Errors name
+ * the line and at most its key, never its content: salusd may run with
+ * more rights than whoever chose the file. */
 static int read_file(const char *path, FILE *err, setting **out, int *n_out)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(err, "salusd: --config %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    if (!file_trusted(f, path, err)) {
+        fclose(f);
         return 2;
     }
     setting *list = NULL;
@@ -116,7 +171,8 @@ static int read_file(const char *path, FILE *err, setting **out, int *n_out)
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            fprintf(err, "salusd: %s:%d: expected 'key = value', got '%s'\n", path, lineno, s);
+            fprintf(err, "salusd: %s:%d: expected 'key = value' (the line is not shown)\n", path,
+                    lineno);
             rc = 2;
             break;
         }
@@ -130,9 +186,10 @@ static int read_file(const char *path, FILE *err, setting **out, int *n_out)
         const sl_flag *flag = sl_flag_find(key);
         if (!flag || !sl_flag_is_key(flag)) {
             fprintf(err,
-                    "salusd: %s:%d: unknown key '%s' (the keys are salusd's long flags, "
+                    "salusd: %s:%d: unknown key%s%s%s (the keys are salusd's long flags, "
                     "see salusd --help and salusd --print-config)\n",
-                    path, lineno, key);
+                    path, lineno, key_printable(key) ? " '" : "", key_printable(key) ? key : "",
+                    key_printable(key) ? "'" : "");
             rc = 2;
             break;
         }
@@ -146,8 +203,7 @@ static int read_file(const char *path, FILE *err, setting **out, int *n_out)
                        strcmp(val, "0") == 0) {
                 continue;
             } else {
-                fprintf(err, "salusd: %s:%d: '%s' takes true or false, not '%s'\n", path, lineno,
-                        key, val);
+                fprintf(err, "salusd: %s:%d: '%s' takes true or false\n", path, lineno, key);
                 rc = 2;
                 break;
             }

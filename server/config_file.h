@@ -7,7 +7,13 @@
  *
  * Flags override the file: the file's settings are applied first, then
  * the command line's; a repeatable flag given on the command line replaces
- * all of the file's lines for it. Errors name the file and line.
+ * all of the file's lines for it. Errors name the file and line, and at
+ * most the line's key, never its content.
+ *
+ * Trust. The file is read only when it belongs to root or to salusd's
+ * (effective) user and neither group nor others may write it: its settings
+ * include listeners and operator rights. Anything else is refused at once,
+ * naming the file, its owner and mode.
  *
  * Used by salusd's main thread during start-up only (state is static). */
 #ifndef SL_CONFIG_FILE_H

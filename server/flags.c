@@ -161,8 +161,17 @@ static int check_combinations(const sl_config *cfg, FILE *err)
                                     "--operator-listen\n");
         return 2;
     }
-    if (tls && (!cfg->tls_cert || !cfg->tls_key)) {
-        fprintf(err, "salusd: tls+tcp:// listeners need --tls-cert FILE and --tls-key FILE\n");
+    bool metrics_tls = cfg->metrics_listen && strncmp(cfg->metrics_listen, "https://", 8) == 0;
+    if ((tls || metrics_tls) && (!cfg->tls_cert || !cfg->tls_key)) {
+        fprintf(err, "salusd: tls+tcp:// listeners and an https:// --metrics-listen need "
+                     "--tls-cert FILE and --tls-key FILE\n");
+        return 2;
+    }
+    if (metrics_tls != (cfg->metrics_tls_ca != NULL)) {
+        fprintf(err, metrics_tls ? "salusd: an https:// --metrics-listen needs --metrics-tls-ca "
+                                   "FILE (the CA of scrapers' client certificates)\n"
+                                 : "salusd: --metrics-tls-ca given without an https:// "
+                                   "--metrics-listen\n");
         return 2;
     }
     if (tls && !cfg->tls_ca && !cfg->tls_allow_anonymous) {
@@ -170,7 +179,8 @@ static int check_combinations(const sl_config *cfg, FILE *err)
                      "certificate it signed), or --tls-allow-anonymous to let any client in\n");
         return 2;
     }
-    if (!tls && (cfg->tls_cert || cfg->tls_key || cfg->tls_ca || cfg->tls_allow_anonymous)) {
+    if (!tls && (((cfg->tls_cert || cfg->tls_key) && !metrics_tls) || cfg->tls_ca ||
+                 cfg->tls_allow_anonymous)) {
         fprintf(err, "salusd: --tls-cert/--tls-key/--tls-ca/--tls-allow-anonymous given "
                      "without a tls+tcp:// listener\n");
         return 2;

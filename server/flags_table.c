@@ -443,11 +443,41 @@ const sl_flag sl_flags[] = {
      .kind = SL_FLAG_TEXT,
      .arg = "ADDR",
      .section = SEC_OBSERVE,
-     .help = "serve Prometheus metrics at http://ADDR/metrics: PORT, HOST:PORT or "
-             "http://HOST:PORT (HOST 127.0.0.1 when not given). Whoever reaches it sees every "
-             "tenant's sessions and usage: keep it on loopback or a trusted network",
+     .help = "serve Prometheus metrics at /metrics of ADDR: PORT, HOST:PORT or http://HOST:PORT "
+             "(HOST 127.0.0.1 when not given); https://HOST:PORT (TLS with --tls-cert and "
+             "--tls-key; scrapers must present a certificate --metrics-tls-ca signs); or "
+             "unix:PATH or an absolute PATH (a unix socket, --metrics-mode). At most 8 "
+             "connections per peer (a uid for local peers) and 64 in all, each dropped 10 s "
+             "after it opened unless its request has come, and 10 s after that unless its answer "
+             "is sent. Whoever reaches it sees every tenant's usage: keep it on loopback, a "
+             "unix socket, https:// or a trusted network",
      .def_text = "off",
      FIELD(metrics_listen)},
+    {.name = "metrics-tls-ca",
+     .kind = SL_FLAG_TEXT,
+     .arg = "FILE",
+     .section = SEC_OBSERVE,
+     .help = "PEM CA(s) signing the client certificates an https:// --metrics-listen requires "
+             "(required with https://)",
+     FIELD(metrics_tls_ca)},
+    {.name = "metrics-mode",
+     .kind = SL_FLAG_INT,
+     .arg = "MODE",
+     .section = SEC_OBSERVE,
+     .help = "permissions of a unix-socket --metrics-listen, octal (0600: salusd's user only; "
+             "0660: its group too); the socket belongs to salusd's user",
+     .def = "0600",
+     .traits = SL_FLAG_OCTAL,
+     FIELD(metrics_mode),
+     .max = 0777,
+     .scale = 1},
+    {.name = "metrics-names",
+     .kind = SL_FLAG_SWITCH,
+     .section = SEC_OBSERVE,
+     .help = "label per-session metrics with the session's name and its tenant's uid; without "
+             "it, sessions are labelled by id and tenants by a hash that is stable while salusd "
+             "runs and names no one",
+     FIELD(metrics_names)},
     {.name = "log-level",
      .kind = SL_FLAG_CUSTOM,
      .arg = "LEVEL",

@@ -91,11 +91,14 @@ static void set_session(sl_server *srv, const sl_peer *peer, const Salus__SetSes
         if (t)
             sl_log_warn("ses.foreign", "pipe %u tried to change session %llu of another tenant",
                         peer->pipe_id, (unsigned long long) t->id);
-        sl_reply_error(r, t ? SL_EPERM : SL_ENOTFOUND,
-                       t ? "session %llu belongs to another tenant; changing it takes operator "
-                           "rights"
-                         : "no open session %llu",
-                       (unsigned long long) m->target_session);
+        /* another tenant's session and a missing one get the same answer:
+         * a tenant learns nothing about ids it does not own */
+        if (peer->is_operator)
+            sl_reply_error(r, SL_ENOTFOUND, "no open session %llu",
+                           (unsigned long long) m->target_session);
+        else
+            sl_reply_error(r, SL_EPERM, SL_NOT_YOURS_SESSION,
+                           (unsigned long long) m->target_session);
         return;
     }
     if (m->set_weight && !(m->weight > 0 && m->weight < 1e6)) {
@@ -169,18 +172,13 @@ static sl_session *session_of(sl_server *srv, const sl_req *req, const Salus__Re
         return NULL;
     }
     sl_session *s = sl_sessions_find(&srv->sessions, msg->session_id);
-    if (!s) {
-        sl_reply_error(r, SL_ESESSIONLOST,
-                       "no session %llu: it was closed, its connection closed (a session lives "
-                       "as long as the connection that opened it: open a new one on this "
-                       "connection), or salusd restarted",
-                       (unsigned long long) msg->session_id);
-        return NULL;
-    }
-    if (msg->token != s->token) {
+    if (s && msg->token != s->token)
         sl_log_warn("ses.token", "wrong token for session %llu from pipe %u",
                     (unsigned long long) s->id, pipe_id);
-        sl_reply_error(r, SL_EPERM, "wrong token for session %llu", (unsigned long long) s->id);
+    /* a wrong token is answered as a missing session, word for word: the
+     * answer never tells whether an id is in use */
+    if (!s || msg->token != s->token) {
+        sl_reply_error(r, SL_ESESSIONLOST, SL_NO_SESSION, (unsigned long long) msg->session_id);
         return NULL;
     }
     if (!same_user(req, s)) {

@@ -58,11 +58,7 @@ static char *read_pem(const char *path)
     return buf;
 }
 
-/* The server's TLS configuration from --tls-cert/--tls-key, requiring
- * client certificates signed by ca when given (--tls-ca, or
- * --operator-tls-ca for operator listeners, which never take anonymous
- * clients). */
-static int tls_config(const sl_config *cfg, const char *ca, bool operator, nng_tls_config ** out)
+int sl_listen_tls_config(const sl_config *cfg, const char *ca, bool operator, nng_tls_config ** out)
 {
     if (!cfg->tls_cert || !cfg->tls_key) {
         sl_log_err("net.tls", "tls+tcp:// needs --tls-cert FILE and --tls-key FILE");
@@ -134,7 +130,8 @@ static int configure_listener(const sl_config *cfg, nng_listener l, const char *
                     url);
     } else if (sl_url_is_tls(url)) {
         nng_tls_config *tc;
-        int rc = tls_config(cfg, operator? cfg->operator_tls_ca : cfg->tls_ca, operator, & tc);
+        int rc =
+            sl_listen_tls_config(cfg, operator? cfg->operator_tls_ca : cfg->tls_ca, operator, & tc);
         if (rc)
             return rc;
         rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tc);

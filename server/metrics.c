@@ -7,18 +7,13 @@
 #include "sl_text.h"
 #include "sl_time.h"
 
-#include <nng/nng.h>
-#include <nng/supplemental/http/http.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct sl_metrics {
-    nng_http_server *http;
-    nng_http_handler *handler;
-    sl_server *srv;
-};
+#include <sys/random.h>
+#include <unistd.h>
 
 /* A label value as the exposition format wants it: backslash, double quote
  * and newline escaped (names reach here escaped by sl_text.h already, so
@@ -54,7 +49,9 @@ typedef struct snap_session {
     uint64_t persistent_reserved, ephemeral_need; /* the memory manager's figures */
     int priority;
     uint32_t lane;
-    char name[64], owner[96];
+    /* its labels: session="ID",name="NAME",tenant="OWNER" with
+     * --metrics-names, else session="ID",tenant="HASH" */
+    char labels[448];
 } snap_session;
 
 typedef struct snap {
@@ -72,6 +69,74 @@ typedef struct snap {
     /* time waited for admission by reason, the waits going on included */
     uint64_t waited_ns[SL_OBS_WAIT_REASONS];
 } snap;
+
+/* ---- who a session is, as the metrics show it ---- */
+
+static uint64_t hash_key[2];
+static pthread_once_t hash_once = PTHREAD_ONCE_INIT;
+
+static void hash_key_init(void)
+{
+    /* without randomness the hash is still opaque to a tenant that cannot
+     * read salusd's memory, if guessable from uids */
+    if (getrandom(hash_key, sizeof hash_key, 0) != (ssize_t) sizeof hash_key) {
+        hash_key[0] = sl_now_ns() * 0x9e3779b97f4a7c15ull;
+        hash_key[1] = (uint64_t) getpid() * 0xc2b2ae3d27d4eb4full;
+    }
+}
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = ROTL(v1, 13) ^ v0;                                                                    \
+        v0 = ROTL(v0, 32);                                                                         \
+        v2 += v3;                                                                                  \
+        v3 = ROTL(v3, 16) ^ v2;                                                                    \
+        v0 += v3;                                                                                  \
+        v3 = ROTL(v3, 21) ^ v0;                                                                    \
+        v2 += v1;                                                                                  \
+        v1 = ROTL(v1, 17) ^ v2;                                                                    \
+        v2 = ROTL(v2, 32);                                                                         \
+    } while (0)
+
+/* SipHash-2-4 of one 64-bit word under this run's random key: a tenant's
+ * label that groups its sessions without naming it, and that cannot be
+ * turned back into a uid by trying every uid (the key never leaves). */
+static uint64_t tenant_hash(uint64_t tenant)
+{
+    pthread_once(&hash_once, hash_key_init);
+    uint64_t v0 = 0x736f6d6570736575ull ^ hash_key[0], v1 = 0x646f72616e646f6dull ^ hash_key[1];
+    uint64_t v2 = 0x6c7967656e657261ull ^ hash_key[0], v3 = 0x7465646279746573ull ^ hash_key[1];
+    const uint64_t last = 8ull << 56; /* the length block of an 8-byte message */
+    v3 ^= tenant;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= tenant;
+    v3 ^= last;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= last;
+    v2 ^= 0xff;
+    for (int i = 0; i < 4; i++)
+        SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static void session_labels(const sl_session *x, bool names, char *out, size_t cap)
+{
+    if (names) {
+        char name[64], owner[96], n[160], o[200];
+        memcpy(name, x->name, sizeof name);
+        name[sizeof name - 1] = '\0';
+        sl_tenant_name(x->tenant, owner, sizeof owner);
+        snprintf(out, cap, "session=\"%llu\",name=\"%s\",tenant=\"%s\"", (unsigned long long) x->id,
+                 label(name, n, sizeof n), label(owner, o, sizeof o));
+    } else {
+        snprintf(out, cap, "session=\"%llu\",tenant=\"%016llx\"", (unsigned long long) x->id,
+                 (unsigned long long) tenant_hash(x->tenant));
+    }
+}
 
 static int take(sl_server *srv, snap *s)
 {
@@ -131,9 +196,7 @@ static int take(sl_server *srv, snap *s)
         o->declared_e = x->declared_ephemeral;
         o->priority = x->job.sched.priority;
         o->lane = x->job.sched.lane;
-        memcpy(o->name, x->name, sizeof o->name);
-        o->name[sizeof o->name - 1] = '\0';
-        sl_tenant_name(x->tenant, o->owner, sizeof o->owner);
+        session_labels(x, srv->cfg.metrics_names, o->labels, sizeof o->labels);
     }
     s->n_lanes = sl_mem_lanes(srv->mem, s->lanes, nl);
     nq = sl_mem_queue(srv->mem, q, nq);
@@ -184,10 +247,7 @@ static void hist(sl_textbuf *b, const char *name, const char *help, const sl_his
         header(b, metric, type, help);                                                             \
         for (size_t k_ = 0; k_ < (s)->n_sessions; k_++) {                                          \
             const snap_session *x = &(s)->sessions[k_];                                            \
-            char n_[160], o_[200];                                                                 \
-            sl_textbuf_printf(b, "%s{session=\"%llu\",name=\"%s\",tenant=\"%s\"} " fmt "\n",       \
-                              metric, (unsigned long long) x->id, label(x->name, n_, sizeof n_),   \
-                              label(x->owner, o_, sizeof o_), expr);                               \
+            sl_textbuf_printf(b, "%s{%s} " fmt "\n", metric, x->labels, expr);                     \
         }                                                                                          \
     } while (0)
 
@@ -296,9 +356,6 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
            "for its graphs and tensors).");
     for (size_t k = 0; k < s->n_sessions; k++) {
         const snap_session *x = &s->sessions[k];
-        char n[160], o[200];
-        label(x->name, n, sizeof n);
-        label(x->owner, o, sizeof o);
         const struct {
             const char *cls;
             uint64_t v;
@@ -310,11 +367,8 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
                  {"declared_ephemeral", x->declared_e},
                  {"host", x->host_bytes}};
         for (size_t j = 0; j < sizeof c / sizeof c[0]; j++)
-            sl_textbuf_printf(
-                b,
-                "salus_session_memory_bytes{session=\"%llu\",name=\"%s\",tenant=\"%s\","
-                "class=\"%s\"} %llu\n",
-                (unsigned long long) x->id, n, o, c[j].cls, (unsigned long long) c[j].v);
+            sl_textbuf_printf(b, "salus_session_memory_bytes{%s,class=\"%s\"} %llu\n", x->labels,
+                              c[j].cls, (unsigned long long) c[j].v);
     }
 
     header(b, "salus_lanes", "gauge", "Lanes now.");
@@ -371,103 +425,4 @@ int sl_metrics_render(sl_server *srv, char **text, size_t *len)
     *text = b.p;
     *len = b.len;
     return SL_OK;
-}
-
-/* ---- HTTP ---- */
-
-static void serve(nng_aio *aio)
-{
-    nng_http_handler *h = nng_aio_get_input(aio, 1);
-    sl_metrics *m = nng_http_handler_get_data(h);
-    nng_http_res *res;
-    if (nng_http_res_alloc(&res) != 0) {
-        nng_aio_finish(aio, NNG_ENOMEM);
-        return;
-    }
-    char *text;
-    size_t len;
-    if (sl_metrics_render(m->srv, &text, &len) != SL_OK) {
-        (void) nng_http_res_set_status(res, NNG_HTTP_STATUS_INTERNAL_SERVER_ERROR);
-        nng_aio_set_output(aio, 0, res);
-        nng_aio_finish(aio, 0);
-        return;
-    }
-    int rv =
-        nng_http_res_set_header(res, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    if (rv == 0)
-        rv = nng_http_res_copy_data(res, text, len);
-    sl_free(text);
-    if (rv != 0) {
-        nng_http_res_free(res);
-        nng_aio_finish(aio, rv);
-        return;
-    }
-    nng_aio_set_output(aio, 0, res);
-    nng_aio_finish(aio, 0);
-}
-
-int sl_metrics_url(const char *addr, char *out, size_t len)
-{
-    if (!addr || !*addr)
-        return SL_EINVAL;
-    if (strncmp(addr, "http://", 7) == 0)
-        addr += 7;
-    const char *colon = strrchr(addr, ':');
-    const char *port = colon ? colon + 1 : addr;
-    size_t host_len = colon ? (size_t) (colon - addr) : 0;
-    char *end;
-    long p = strtol(port, &end, 10);
-    if (!*port || *end || p < 1 || p > 65535 || host_len > 255 || strchr(port, '/'))
-        return SL_EINVAL;
-    int n = host_len ? snprintf(out, len, "http://%.*s:%ld/metrics", (int) host_len, addr, p)
-                     : snprintf(out, len, "http://127.0.0.1:%ld/metrics", p);
-    return n > 0 && (size_t) n < len ? SL_OK : SL_EINVAL;
-}
-
-int sl_metrics_start(sl_server *srv, const char *addr, sl_metrics **out)
-{
-    char url[300];
-    int rc = sl_metrics_url(addr, url, sizeof url);
-    if (rc != SL_OK) {
-        sl_log_err("met.listen", "--metrics-listen '%s': give PORT, HOST:PORT or http://HOST:PORT",
-                   addr);
-        return rc;
-    }
-    sl_metrics *m = sl_calloc(1, sizeof *m);
-    if (!m)
-        return SL_ENOMEM;
-    m->srv = srv;
-    nng_url *u = NULL;
-    int rv = nng_url_parse(&u, url);
-    if (rv == 0)
-        rv = nng_http_server_hold(&m->http, u);
-    if (rv == 0 && (rv = nng_http_handler_alloc(&m->handler, "/metrics", serve)) == 0) {
-        (void) nng_http_handler_set_method(m->handler, "GET");
-        (void) nng_http_handler_set_data(m->handler, m, NULL);
-        if ((rv = nng_http_server_add_handler(m->http, m->handler)) != 0)
-            nng_http_handler_free(m->handler);
-    }
-    if (rv == 0)
-        rv = nng_http_server_start(m->http);
-    if (u)
-        nng_url_free(u);
-    if (rv != 0) {
-        sl_log_err("met.listen", "cannot serve metrics at %s: %s", url, nng_strerror(rv));
-        if (m->http)
-            nng_http_server_release(m->http);
-        sl_free(m);
-        return SL_ECONN;
-    }
-    sl_log_info("met.listen", "metrics at %s", url);
-    *out = m;
-    return SL_OK;
-}
-
-void sl_metrics_stop(sl_metrics *m)
-{
-    if (!m)
-        return;
-    nng_http_server_stop(m->http);
-    nng_http_server_release(m->http);
-    sl_free(m);
 }

@@ -103,12 +103,12 @@ void sl_op_kill_session(sl_server *srv, const sl_peer *peer, const Salus__KillSe
                         sl_reply *r, sl_outbox *box)
 {
     int rc = sl_sessions_kill(&srv->sessions, m->target_session, peer, box);
-    if (rc == SL_ENOTFOUND)
+    /* a tenant is told the same about another tenant's session as about a
+     * missing one */
+    if (!peer->is_operator && (rc == SL_ENOTFOUND || rc == SL_EPERM))
+        sl_reply_error(r, SL_EPERM, SL_NOT_YOURS_SESSION, (unsigned long long) m->target_session);
+    else if (rc == SL_ENOTFOUND)
         sl_reply_error(r, rc, "no open session %llu", (unsigned long long) m->target_session);
-    else if (rc == SL_EPERM)
-        sl_reply_error(r, rc,
-                       "session %llu belongs to another tenant; closing it takes operator rights",
-                       (unsigned long long) m->target_session);
     else if (rc != SL_OK)
         sl_reply_error(r, rc, "out of host memory");
 }

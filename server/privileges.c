@@ -1,5 +1,6 @@
 /* Giving up root (privileges.h). */
 #include "privileges.h"
+#include "metrics.h"
 #include "sl_error.h"
 #include "sl_log.h"
 
@@ -159,6 +160,11 @@ int sl_priv_switch_user(const sl_config *cfg, const sl_run_as *as, char *why, si
             sl_log_warn("srv.user", "cannot hand %s to uid %u: %s", path, (unsigned) as->uid,
                         strerror(errno));
     }
+    const char *metrics;
+    if (sl_metrics_socket_path(cfg->metrics_listen, &metrics) &&
+        chown(metrics, as->uid, as->gid) != 0)
+        sl_log_warn("srv.user", "cannot hand %s to uid %u: %s", metrics, (unsigned) as->uid,
+                    strerror(errno));
     struct passwd *pw = getpwuid(as->uid);
     int rv = pw ? initgroups(pw->pw_name, as->gid) : setgroups(1, &as->gid);
     if (rv != 0) {

@@ -776,12 +776,9 @@ static sl_session *staging_session(sl_sessions *ss, uint64_t id, uint64_t token,
                                    int *rc, const char **why)
 {
     sl_session *s = sl_sessions_find(ss, id);
-    if (!s) {
+    if (!s || token != s->token) { /* one answer: it never tells an id is in use */
         *rc = SL_ESESSIONLOST;
-        *why = "no such open session";
-    } else if (token != s->token) {
-        *rc = SL_EPERM;
-        *why = "wrong token for the session";
+        *why = "no such open session with this token";
         s = NULL;
     } else if (!s->has_uid) {
         *rc = SL_EUNSUPPORTED;

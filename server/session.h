@@ -168,7 +168,8 @@ void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box);
  * budget (then charged to the plane). end: installs seg as the session's
  * staged segment (retiring one staged before) and makes the ticket that
  * AttachShm names. Errors, with the reason in *why (static text):
- * SL_ESESSIONLOST, SL_EPERM, SL_EUNSUPPORTED (not opened over ipc://),
+ * SL_ESESSIONLOST (no such session, or a wrong token: one answer for
+ * both), SL_EPERM, SL_EUNSUPPORTED (not opened over ipc://),
  * SL_EEXHAUSTED and SL_EINVAL (budget, size). On an error of end the caller
  * still owns seg. */
 int sl_sessions_stage_begin(sl_sessions *ss, uint64_t id, uint64_t token, uint64_t uid,
@@ -178,8 +179,24 @@ int sl_sessions_stage_end(sl_sessions *ss, uint64_t id, uint64_t token, sl_shm *
 
 /* Closes session id (waiting for admission or admitted) as if its
  * connection had gone: queued work finishes or fails, then it goes. For
- * operators and its owner. Errors: SL_ENOTFOUND, SL_EPERM, SL_ENOMEM. */
+ * operators and its owner. Errors: SL_ENOTFOUND, SL_EPERM (another
+ * tenant's), SL_ENOMEM. */
 int sl_sessions_kill(sl_sessions *ss, uint64_t id, const sl_peer *peer, sl_outbox *box);
+
+/* What a peer is told about a session id it cannot use, whether the id is
+ * open (another tenant's, or a wrong token) or not: the same code and text
+ * either way, so that answers never tell which ids are in use. The format
+ * takes the id (unsigned long long). SL_NO_SESSION goes with
+ * SL_ESESSIONLOST (requests that name a session and its token),
+ * SL_NOT_YOURS_SESSION with SL_EPERM (SetSession and KillSession, which
+ * name only the id, from a tenant without operator rights). */
+#define SL_NO_SESSION                                                                              \
+    "no session %llu with this token: it was closed, its connection closed (a session lives as "   \
+    "long as the connection that opened it: open a new one on this connection), or salusd "        \
+    "restarted"
+#define SL_NOT_YOURS_SESSION                                                                       \
+    "no open session %llu of yours (changing or closing another tenant's session takes operator "  \
+    "rights)"
 
 /* What a client is told after a device reset. */
 #define SL_RESET_NOTICE                                                                            \

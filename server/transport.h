@@ -83,5 +83,14 @@ int sl_ipc_dir_check(const char *sock_path, const sl_config *cfg);
 /* Whether url is a TLS transport (tls+tcp://, wss://): needs cfg.tls_cert
  * and cfg.tls_key. */
 bool sl_url_is_tls(const char *url);
+/* A server TLS configuration from cfg's --tls-cert and --tls-key into *out
+ * (the caller frees it with nng_tls_config_free), requiring client
+ * certificates that ca signs when ca is given. Without ca, clients need
+ * none if cfg allows anonymous ones and operator is false; otherwise
+ * (operator: a listener whose clients must always be verified) it is an
+ * error. Logs why; errors: SL_EINVAL, SL_ENOMEM. */
+struct nng_tls_config;
+int sl_listen_tls_config(const sl_config *cfg, const char *ca, bool operator,
+                         struct nng_tls_config ** out);
 
 #endif

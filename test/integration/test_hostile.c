@@ -518,17 +518,18 @@ static void other_sessions_tensors_are_not_found(void **state)
         m.g.params = &ta[i];
         expect_register(b, &m.g, SL_ENOTFOUND, "has no tensor");
     }
-    /* a's session id with b's (valid) token: refused, a untouched */
+    /* a's session id with b's (valid) token: refused as a missing session
+     * would be, a untouched */
     struct salus_session forged = {.client = cb, .id = a->id, .token = b->token};
     tensor_req(&req, SALUS__REQUEST__BODY_READ_TENSOR, ta[0], NULL);
-    expect_call(&forged, &req, SL_EPERM, "wrong token");
+    expect_call(&forged, &req, SL_ESESSIONLOST, "with this token");
     tensor_req(&req, SALUS__REQUEST__BODY_WRITE_TENSOR, ta[0], &data);
-    expect_call(&forged, &req, SL_EPERM, "wrong token");
+    expect_call(&forged, &req, SL_ESESSIONLOST, "with this token");
     Salus__CloseSession cs = SALUS__CLOSE_SESSION__INIT;
     salus__request__init(&req);
     req.body_case = SALUS__REQUEST__BODY_CLOSE_SESSION;
     req.close_session = &cs;
-    expect_call(&forged, &req, SL_EPERM, "wrong token");
+    expect_call(&forged, &req, SL_ESESSIONLOST, "with this token");
     for (int i = 0; i < 3; i++) {
         assert_sl_ok(salus_tensor_read(a, ta[i], buf, sizeof buf));
         assert_memory_equal(buf, secret[i], sizeof buf);
@@ -538,6 +539,16 @@ static void other_sessions_tensors_are_not_found(void **state)
     salus_disconnect(cb);
     salus_disconnect(ca);
     expect_baseline();
+}
+
+/* text with its one mention of id replaced by "ID", into out. */
+static void without_id(const char *text, uint64_t id, char *out, size_t len)
+{
+    char id_text[32];
+    snprintf(id_text, sizeof id_text, "%llu", (unsigned long long) id);
+    const char *at = strstr(text, id_text);
+    assert_non_null(at);
+    snprintf(out, len, "%.*sID%s", (int) (at - text), text, at + strlen(id_text));
 }
 
 static void wrong_and_replayed_tokens(void **state)
@@ -553,13 +564,22 @@ static void wrong_and_replayed_tokens(void **state)
     uint64_t tokens[] = {0, 1, s->token + 1, s->token ^ (1ull << 63), UINT64_MAX};
     for (size_t i = 0; i < sizeof tokens / sizeof *tokens; i++) {
         wrong.token = tokens[i] == s->token ? tokens[i] + 2 : tokens[i];
-        expect_call(&wrong, &req, SL_EPERM, "wrong token");
+        expect_call(&wrong, &req, SL_ESESSIONLOST, "with this token");
     }
     wrong = *s;
     wrong.id = 0;
     expect_call(&wrong, &req, SL_EINVAL, "this request needs a session");
     wrong.id = s->id + 1000;
     expect_call(&wrong, &req, SL_ESESSIONLOST, "a session lives as long as the connection");
+    /* an open id with a wrong token and a missing id: the same answer, but
+     * for the id itself */
+    char missing[512], open_id[512];
+    without_id(salus_last_error(c), wrong.id, missing, sizeof missing);
+    wrong = *s;
+    wrong.token ^= 1;
+    expect_call(&wrong, &req, SL_ESESSIONLOST, NULL);
+    without_id(salus_last_error(c), s->id, open_id, sizeof open_id);
+    assert_string_equal(open_id, missing);
     struct salus_session old = *s; /* replayed after the close */
     assert_sl_ok(salus_session_close(s));
     char want[64];
@@ -573,7 +593,7 @@ static void wrong_and_replayed_tokens(void **state)
     /* the old token on the next session's id */
     assert_sl_ok(salus_session_open(c, NULL, &s));
     old.id = s->id;
-    expect_call(&old, &req, SL_EPERM, "wrong token");
+    expect_call(&old, &req, SL_ESESSIONLOST, "with this token");
     assert_sl_ok(salus_session_close(s));
     salus_disconnect(c);
     expect_baseline();

@@ -171,7 +171,7 @@ static void unknown_session_wrong_token_unknown_graph(void **state)
 
     struct salus_session thief = *s;
     thief.token ^= 0x5a5a;
-    assert_sl_err(salus_tensor_create(&thief, SALUS_F32, 1, dims, NULL, &id), SALUS_EPERM);
+    assert_sl_err(salus_tensor_create(&thief, SALUS_F32, 1, dims, NULL, &id), SALUS_ESESSIONLOST);
 
     Salus__Request req = SALUS__REQUEST__INIT;
     Salus__Run run = SALUS__RUN__INIT;

@@ -384,6 +384,17 @@ def test_config():
             (body, p.stderr)
     p = salusd("--config", os.path.join(tmp, "none.conf"))
     assert p.returncode == 2 and "none.conf" in p.stderr
+    # a bad line is named, never shown; a file others may write is refused
+    with open(path, "w") as f:
+        f.write("the-secret-is hunter2\n")
+    p = salusd("--config", path)
+    assert p.returncode == 2 and "%s:1" % path in p.stderr and "hunter2" not in p.stderr, p.stderr
+    with open(path, "w") as f:
+        f.write("policy = srtf\n")
+    os.chmod(path, 0o666)
+    p = salusd("--config", path)
+    assert p.returncode == 2 and path in p.stderr and "0666" in p.stderr, p.stderr
+    os.chmod(path, 0o644)
 
     run = tempfile.mkdtemp(prefix="salus-cfgrun-")
     with open(path, "w") as f:

@@ -6,11 +6,19 @@ promtool:   a scrape passes `promtool check metrics` (format and naming
             session that waits for memory shows in the admission-wait
             counter while it waits and in the histogram by reason once
             admitted; each session's reserved memory is shown.
+            By default sessions are labelled by id and tenants by an opaque
+            hash: no session name and no uid is shown.
 prometheus: a real Prometheus server scrapes salusd every 200 ms; its
-            HTTP API (/api/v1/query) then reports the same counts."""
+            HTTP API (/api/v1/query) then reports the same counts.
+exposure:   --metrics-names shows names and uids; a unix-socket endpoint
+            is born 0600 and serves the same text; an https:// one serves a
+            client with a certificate its CA signed and no other."""
 import json
 import os
 import re
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -47,13 +55,20 @@ def check_promtool(srv, jobs):
     for j in jobs:
         got = obs.series(m, "salus_session_iterations_total", session=str(j.session))
         assert len(got) == 1 and got[0][1] == RUNS[j.name], (j.name, got)
-        if j.name.isalnum():
-            assert got[0][0]["name"] == j.name
+        # the default names no one: no name label, the tenant a hash
+        assert "name" not in got[0][0], got[0][0]
+        assert re.fullmatch(r"[0-9a-f]{16}", got[0][0]["tenant"]), got[0][0]
         dev = obs.series(m, "salus_session_device_seconds_total", session=str(j.session))
         assert dev and dev[0][1] > 0, dev
         mem = obs.series(m, "salus_session_memory_bytes", session=str(j.session),
                          **{"class": "persistent"})
         assert mem and mem[0][1] > 0, mem
+    assert len({obs.series(m, "salus_session_iterations_total", session=str(j.session))[0][0]
+                ["tenant"] for j in jobs}) == 1, "one tenant's sessions share its hash"
+    for j in jobs:
+        if j.name.isalnum():
+            assert j.name not in text, j.name
+    assert "uid %d" % os.geteuid() not in text
     total = sum(RUNS.values())
     assert m[("salus_iterations_total", frozenset())] >= total
     count = m[("salus_iteration_duration_seconds_count", frozenset())]
@@ -271,8 +286,109 @@ def check_prometheus(srv, jobs):
             print(log.read())
 
 
+def http_get(sock):
+    """GET /metrics over a connected socket: (status, body)."""
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: salusd\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def check_names():
+    srv = obs.Salusd("--metrics-names", metrics=True)
+    jobs = []
+    try:
+        jobs = start_jobs(srv)
+        m = obs.parse_metrics(srv.scrape()[1])
+        for j in jobs:
+            got = obs.series(m, "salus_session_iterations_total", session=str(j.session))
+            assert len(got) == 1 and got[0][0]["tenant"] == "uid %d" % os.geteuid(), got
+            if j.name.isalnum():
+                assert got[0][0]["name"] == j.name, got
+    finally:
+        assert srv.finish(jobs) == 0
+
+
+def check_unix():
+    run = tempfile.mkdtemp(prefix="salus-met-")
+    path = os.path.join(run, "metrics.sock")
+    srv = obs.Salusd("--metrics-listen", "unix:" + path)
+    jobs = []
+    try:
+        jobs = start_jobs(srv)
+        st = os.lstat(path)
+        assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid(), oct(st.st_mode)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(path)
+        status, body = http_get(s)
+        assert status == 200 and "salus_session_iterations_total" in body, (status, body[:300])
+        promtool_clean(body)
+    finally:
+        assert srv.finish(jobs) == 0
+    assert not os.path.exists(path), "the socket file outlived salusd"
+
+
+def check_tls():
+    if not shutil.which("openssl"):
+        obs.skip("openssl not installed")
+    pki = tempfile.mkdtemp(prefix="salus-met-pki-")
+    key = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out %s.key"
+
+    def sh(cmd):
+        subprocess.run(cmd, shell=True, cwd=pki, check=True, capture_output=True)
+
+    for ca in ("ca", "other"):
+        sh(key % ca + " && openssl req -x509 -new -key %s.key -days 2 -subj /CN=%s -out %s.crt"
+           % (ca, ca, ca))
+    for name, ca, ext in (("srv", "ca", "-extfile srv.ext"), ("scraper", "ca", ""),
+                          ("stranger", "other", "")):
+        if ext:
+            sh("printf 'subjectAltName=IP:127.0.0.1\n' > srv.ext")
+        sh(key % name + " && openssl req -new -key %s.key -subj /CN=%s -out %s.csr && "
+           "openssl x509 -req -in %s.csr -CA %s.crt -CAkey %s.key -CAcreateserial -days 2 %s "
+           "-out %s.crt" % (name, name, name, name, ca, ca, ext, name))
+    os.chmod(os.path.join(pki, "srv.key"), 0o600)
+    port = obs.free_port()
+    srv = obs.Salusd("--metrics-listen", "https://127.0.0.1:%d" % port, "--tls-cert",
+                     os.path.join(pki, "srv.crt"), "--tls-key", os.path.join(pki, "srv.key"),
+                     "--metrics-tls-ca", os.path.join(pki, "ca.crt"))
+
+    def get(cert):
+        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        if cert:
+            ctx.load_cert_chain(os.path.join(pki, cert + ".crt"), os.path.join(pki, cert + ".key"))
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        return http_get(ctx.wrap_socket(raw, server_hostname="127.0.0.1"))
+
+    try:
+        status, body = get("scraper")
+        assert status == 200 and "salus_uptime_seconds" in body, (status, body[:300])
+        for cert in (None, "stranger"):
+            try:
+                status, body = get(cert)
+            except (OSError, ssl.SSLError, IndexError, ValueError):
+                continue  # refused in the handshake, or the connection dropped
+            raise AssertionError("a scraper with %s got %d" % (cert or "no certificate", status))
+    finally:
+        assert srv.finish([]) == 0
+
+
 def main():
     mode = sys.argv[1]
+    if mode == "exposure":
+        obs.need("promtool")
+        check_names()
+        check_unix()
+        check_tls()
+        print("ok")
+        return
     if mode == "prometheus":
         obs.need("prometheus")
     else:

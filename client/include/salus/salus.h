@@ -72,7 +72,7 @@ enum salus_code {
     SALUS_ENOMEM = 2,        /* host memory exhausted */
     SALUS_EEXHAUSTED = 3,    /* device memory quota or capacity exhausted */
     SALUS_ENOTFOUND = 4,     /* unknown session, tensor or graph */
-    SALUS_EPERM = 5,         /* wrong token / not the owner */
+    SALUS_EPERM = 5,         /* not the owner, or not allowed */
     SALUS_EPROTO = 6,        /* protocol error or version mismatch */
     SALUS_EDEVICE = 7,       /* the device failed the request */
     SALUS_ENODEV = 8,        /* the server has no usable device */
@@ -81,7 +81,7 @@ enum salus_code {
     SALUS_ETIMEDOUT = 11,    /* no reply in time */
     SALUS_ECONN = 12,        /* cannot reach the server / connection lost */
     SALUS_EINTERNAL = 13,    /* a bug in salus */
-    SALUS_ESESSIONLOST = 14, /* the session is gone (server restarted) */
+    SALUS_ESESSIONLOST = 14, /* no such session with that token (gone, or never was) */
     SALUS_EDEVICERESET = 15, /* device reset: tensor contents lost, re-upload them */
     SALUS_EBUSY = 16,        /* resource in use (e.g. tensor used by a graph) */
 };
