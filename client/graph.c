@@ -341,10 +341,31 @@ static size_t shm_layout(const salus_graph *g, unsigned n_fetch, const salus_val
 int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
               const salus_value *fetch, void *const *out)
 {
+    return salus_run_ex(s, g, feeds, n_fetch, fetch, out, 0, NULL);
+}
+
+int salus_run_ex(salus_session *s, const salus_graph *g, const void *const *feeds, unsigned n_fetch,
+                 const salus_value *fetch, void *const *out, unsigned n_writes,
+                 const salus_run_write *writes)
+{
     salus_client *c = s->client;
     if (g->session != s) {
         snprintf(c->last_error, sizeof c->last_error, "graph is not registered with session");
         return SL_EINVAL;
+    }
+    enum { MAX_WRITES = 16 };
+    if (n_writes > MAX_WRITES || (n_writes && !writes)) {
+        snprintf(c->last_error, sizeof c->last_error, "%u tensor writes: at most %d", n_writes,
+                 MAX_WRITES);
+        return SL_EINVAL;
+    }
+    Salus__TensorWrite tw[MAX_WRITES], *tw_ptrs[MAX_WRITES];
+    for (unsigned i = 0; i < n_writes; i++) {
+        salus__tensor_write__init(&tw[i]);
+        tw[i].tensor_id = writes[i].tensor;
+        tw[i].data.data = (uint8_t *) writes[i].data;
+        tw[i].data.len = writes[i].bytes;
+        tw_ptrs[i] = &tw[i];
     }
     /* the request's arrays, in one allocation (a small run makes none) */
     size_t n_slices = g->n_inputs + n_fetch;
@@ -369,6 +390,8 @@ int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds, 
     run.graph_id = g->graph_id;
     run.n_fetches = n_fetch;
     run.fetches = fetch_numbers;
+    run.n_writes = n_writes;
+    run.writes = tw_ptrs;
 
     pthread_mutex_lock(&s->shm_lock);
     uint8_t *shm = sl_client_shm_get(s, shm_layout(g, n_fetch, fetch, slices));

@@ -643,7 +643,10 @@ int salus_model_train_step(salus_model *m, const float *x, const int32_t *labels
     float l;
     const void *feeds[] = {x, labels};
     void *out[] = {&l};
-    int rc = salus_run(m->session, m->train, feeds, 1, &m->train_loss, out);
+    salus_run_write w = {.tensor = m->lr_tensor, .data = &m->lr_next, .bytes = sizeof m->lr_next};
+    int rc = salus_run_ex(m->session, m->train, feeds, 1, &m->train_loss, out, m->lr_pending, &w);
+    if (rc == SL_OK)
+        m->lr_pending = false;
     if (rc == SL_OK && loss)
         *loss = l;
     return rc;

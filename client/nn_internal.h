@@ -64,6 +64,8 @@ struct salus_model {
     salus_graph *train, *infer;
     salus_value train_loss, infer_classes;
     uint64_t step_tensor, lr_tensor;
+    bool lr_pending; /* lr_next goes with the next step (sl_train's lr_pending) */
+    float lr_next;
     uint64_t scale_tensor, growth_tensor, skipped_tensor; /* f16 loss scaling */
     salus_optimizer opt;                                  /* resolved */
     int64_t batch, infer_batch;
@@ -83,6 +85,8 @@ struct salus_model {
 int sl_nn_name_tensors(salus_model *m);
 /* Reports a failed call on a compiled model through the client
  * (salus_last_error) without marking the model failed; returns rc. */
+/* Writes a learning rate set for the next step now (nn_state.c). */
+int sl_nn_lr_flush(salus_model *m);
 __attribute__((format(printf, 3, 4))) int sl_nn_refuse(salus_model *m, int rc, const char *fmt,
                                                        ...);
 

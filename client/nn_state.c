@@ -138,14 +138,18 @@ static int named_io(salus_model *m, int i, void *buf, size_t bytes, bool write)
                  : salus_tensor_read(m->session, n->tensor, buf, bytes);
 }
 
+/* A rate set for the next step is written first: reads see it, and a
+ * write of the rate's tensor (or a checkpoint's load) overrides it. */
 int salus_model_tensor_read(salus_model *m, int i, float *buf, size_t bytes)
 {
-    return named_io(m, i, buf, bytes, false);
+    int rc = sl_nn_lr_flush(m);
+    return rc ? rc : named_io(m, i, buf, bytes, false);
 }
 
 int salus_model_tensor_write(salus_model *m, int i, const float *buf, size_t bytes)
 {
-    return named_io(m, i, (void *) buf, bytes, true);
+    int rc = sl_nn_lr_flush(m);
+    return rc ? rc : named_io(m, i, (void *) buf, bytes, true);
 }
 
 int salus_model_save(salus_model *m, const char *path)
@@ -153,7 +157,10 @@ int salus_model_save(salus_model *m, const char *path)
     if (!m->train || !path)
         return sl_nn_refuse(m, SL_EINVAL, "save: the model is not compiled, or no path");
     char err[512];
-    int rc = sl_ckpt_save(m->session, m->named, m->n_named, path, err, sizeof err);
+    int rc = sl_nn_lr_flush(m);
+    if (rc)
+        return rc;
+    rc = sl_ckpt_save(m->session, m->named, m->n_named, path, err, sizeof err);
     return rc ? sl_nn_refuse(m, rc, "save: %s", err) : SL_OK;
 }
 
@@ -162,17 +169,41 @@ int salus_model_load(salus_model *m, const char *path)
     if (!m->train || !path)
         return sl_nn_refuse(m, SL_EINVAL, "load: the model is not compiled, or no path");
     char err[512];
-    int rc = sl_ckpt_load(m->session, m->named, m->n_named, path, err, sizeof err);
+    int rc = sl_nn_lr_flush(m);
+    if (rc)
+        return rc;
+    rc = sl_ckpt_load(m->session, m->named, m->n_named, path, err, sizeof err);
     return rc ? sl_nn_refuse(m, rc, "load: %s", err) : SL_OK;
+}
+
+/* m's rate as sl_train sees it, and back. */
+static sl_train lr_of(const salus_model *m)
+{
+    return (sl_train){.session = m->session,
+                      .lr_tensor = m->lr_tensor,
+                      .opt = m->opt,
+                      .lr_pending = m->lr_pending,
+                      .lr_next = m->lr_next};
 }
 
 int salus_model_set_lr(salus_model *m, float lr)
 {
     if (!m->train)
         return sl_nn_refuse(m, SL_EINVAL, "set_lr: the model is not compiled");
-    sl_train t = {.session = m->session, .lr_tensor = m->lr_tensor, .opt = m->opt};
+    sl_train t = lr_of(m);
     int rc = sl_train_set_lr(&t, lr);
-    if (rc == SL_OK)
+    if (rc == SL_OK) {
         m->opt.lr = lr;
+        m->lr_pending = true;
+        m->lr_next = lr;
+    }
+    return rc;
+}
+
+int sl_nn_lr_flush(salus_model *m)
+{
+    sl_train t = lr_of(m);
+    int rc = sl_train_lr_flush(&t);
+    m->lr_pending = t.lr_pending;
     return rc;
 }

@@ -600,7 +600,11 @@ int salus_trainer_step(salus_trainer *tr, const void *const *feeds, float *loss)
 {
     float l;
     void *outs[] = {&l};
-    int rc = salus_run(tr->t.session, tr->t.g, feeds, 1, &tr->t.loss, outs);
+    salus_run_write w = {0};
+    unsigned n_w = sl_train_lr_write(&tr->t, &w);
+    int rc = salus_run_ex(tr->t.session, tr->t.g, feeds, 1, &tr->t.loss, outs, n_w, &w);
+    if (rc == SL_OK && n_w)
+        tr->t.lr_pending = false;
     if (rc == SL_OK && loss)
         *loss = l;
     return rc;
@@ -634,9 +638,27 @@ int sl_train_set_lr(sl_train *t, float lr)
             snprintf(msg, len, "learning rate %g must be finite and >= 0", (double) lr);
         return SL_EINVAL;
     }
-    int rc = salus_tensor_write(t->session, t->lr_tensor, &lr, sizeof lr);
+    t->lr_next = lr;
+    t->lr_pending = true;
+    t->opt.lr = lr;
+    return SL_OK;
+}
+
+unsigned sl_train_lr_write(const sl_train *t, salus_run_write *w)
+{
+    if (!t->lr_pending)
+        return 0;
+    *w = (salus_run_write){.tensor = t->lr_tensor, .data = &t->lr_next, .bytes = sizeof t->lr_next};
+    return 1;
+}
+
+int sl_train_lr_flush(sl_train *t)
+{
+    if (!t->lr_pending)
+        return SL_OK;
+    int rc = salus_tensor_write(t->session, t->lr_tensor, &t->lr_next, sizeof t->lr_next);
     if (rc == SL_OK)
-        t->opt.lr = lr;
+        t->lr_pending = false;
     return rc;
 }
 

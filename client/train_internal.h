@@ -26,6 +26,10 @@ typedef struct sl_train {
     /* SALUS_OPT_LR_PER_STEP: the learning rate's [1] tensor (created by
      * sl_train_emit, holding opt.lr) */
     uint64_t lr_tensor;
+    /* a rate set since the last step: written into lr_tensor by the next
+     * step's own request (Run.writes), so a schedule costs no round trip */
+    bool lr_pending;
+    float lr_next;
     /* opt.precision SALUS_F16: the loss scale, the clean steps since it
      * last changed and the steps skipped, persistent [1] f32 tensors
      * (created by sl_train_emit) */
@@ -42,10 +46,16 @@ int sl_train_state_count(const salus_optimizer *o);
  * t->params[i].value and their updates. Errors: as sl_autodiff, and the
  * session's when a tensor cannot be created; the reason is in err. */
 int sl_train_emit(sl_train *t, char *err, size_t len);
-/* Writes lr into t's learning-rate tensor (SALUS_OPT_LR_PER_STEP); the next
- * step uses it. SL_EINVAL (message in the client's last error) when the
- * rate is fixed or lr is not finite and >= 0. */
+/* Sets the rate of t's next steps (SALUS_OPT_LR_PER_STEP): it travels with
+ * the next step's run (sl_train_lr_write). SL_EINVAL (message in the
+ * client's last error) when the rate is fixed or lr is not finite and >= 0. */
 int sl_train_set_lr(sl_train *t, float lr);
+/* The run write a pending rate needs (0 or 1 of them into *w); the caller
+ * clears lr_pending once the run succeeded. */
+unsigned sl_train_lr_write(const sl_train *t, salus_run_write *w);
+/* Writes a pending rate now, for reads and writes of the model's tensors
+ * that must see it. */
+int sl_train_lr_flush(sl_train *t);
 
 /* Reads the loss scale and the skipped steps of an f16 training graph
  * (either out-pointer may be NULL). SL_EINVAL without loss scaling. */

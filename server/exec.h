@@ -45,6 +45,13 @@ typedef struct sl_exec_job {
 /* What a control task does (one copy on the control stream). */
 enum { SL_EXEC_COPY_IN, SL_EXEC_COPY_OUT, SL_EXEC_FILL };
 
+/* A run's write of host bytes into a persistent tensor (Run.writes). */
+typedef struct sl_exec_write {
+    const sl_tensor *tensor; /* its address is read at launch */
+    const void *src;
+    uint64_t bytes;
+} sl_exec_write;
+
 /* One unit of device work: an iteration (sl_exec_run) or a control copy
  * (sl_exec_control). The caller fills the "in" fields and keeps the task
  * alive until the done hook; the rest is the executor's. */
@@ -56,6 +63,8 @@ typedef struct sl_exec_task {
     void **fetch_dst;      /* per fetch: where its bytes go */
     const uint32_t *fetches;
     size_t n_fetches;
+    const struct sl_exec_write *writes; /* copied in before the first op */
+    size_t n_writes;
     uint64_t arrival_ns; /* when the request was received */
     /* out, valid in the done hook of a finished iteration */
     uint64_t device_ns, queue_ns;

@@ -301,7 +301,8 @@ static int lane_workspace(sl_exec *ex, sl_lane *l, const sl_mem_lane_info *info)
     return rc;
 }
 
-/* Submits the lane's workspace, the feeds, then the whole iteration, or
+/* Submits the lane's workspace, the run's tensor writes, the feeds, then
+ * the whole iteration, or
  * (stepwise) parks it for its first step. An error stops submission; the
  * completion callback is still queued so the iteration finishes through one
  * path. */
@@ -314,6 +315,12 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
 
     t->stream = st;
     t->failure[0] = 0;
+    for (size_t i = 0; i < t->n_writes && rc == SL_OK; i++)
+        rc = dev->ops->memcpy_h2d(dev, st, sl_exec_ptr(ex, t->writes[i].tensor->addr),
+                                  t->writes[i].src, t->writes[i].bytes);
+    /* ops submitted from now on see the written tensors' new version */
+    if (t->n_writes)
+        atomic_fetch_add(&ex->param_version, 1);
     for (uint32_t i = 0; i < g->n_inputs && rc == SL_OK; i++)
         rc = dev->ops->memcpy_h2d(dev, st, value_ptr(ex, t, i), t->feed_src[i],
                                   sl_shape_bytes(&g->values[i].shape));

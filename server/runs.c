@@ -7,6 +7,10 @@
 #include "sl_error.h"
 #include "sl_time.h"
 
+/* Run.writes: per-step scalars, not a second way to upload weights. */
+#define SL_RUN_MAX_WRITES 16
+#define SL_RUN_MAX_WRITE_BYTES 256
+
 static int refuse_slice(sl_session *s, sl_reply *r)
 {
     sl_reply_error(r, SL_EINVAL,
@@ -74,7 +78,37 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
                        (unsigned long long) sl_max_reply_bytes(ss->cfg));
         return SL_HANDLED;
     }
+    /* per-step writes: few and small, each a whole tensor of the session */
+    if (m->n_writes > SL_RUN_MAX_WRITES) {
+        sl_reply_error(r, SL_EINVAL, "%zu tensor writes in one run: at most %d", m->n_writes,
+                       SL_RUN_MAX_WRITES);
+        return SL_HANDLED;
+    }
+    sl_exec_write *writes = NULL;
+    if (m->n_writes && !(writes = sl_reply_alloc(r, m->n_writes * sizeof *writes)))
+        return refuse_oom(r);
+    for (size_t j = 0; j < m->n_writes; j++) {
+        const Salus__TensorWrite *tw = m->writes[j];
+        sl_tensor *dst = sl_map_get(&s->tensors, tw->tensor_id);
+        if (!dst) {
+            sl_reply_error(r, SL_ENOTFOUND, "write %zu: session %llu has no tensor %llu", j,
+                           (unsigned long long) s->id, (unsigned long long) tw->tensor_id);
+            return SL_HANDLED;
+        }
+        uint64_t bytes = sl_shape_bytes(&dst->shape);
+        if (tw->data.len != bytes || bytes > SL_RUN_MAX_WRITE_BYTES) {
+            sl_reply_error(r, SL_EINVAL,
+                           "write %zu: %zu bytes for tensor %llu of %llu; a run writes whole "
+                           "tensors of at most %d bytes (WriteTensor for larger ones)",
+                           j, tw->data.len, (unsigned long long) tw->tensor_id,
+                           (unsigned long long) bytes, SL_RUN_MAX_WRITE_BYTES);
+            return SL_HANDLED;
+        }
+        writes[j] = (sl_exec_write){.tensor = dst, .src = tw->data.data, .bytes = bytes};
+    }
     sl_exec_task *t = &w->task;
+    t->writes = writes;
+    t->n_writes = m->n_writes;
     /* a loss-scaled graph's found flag is fetched too, after the client's
      * fetches: it tells a skipped step (sl_handle_run_done) */
     size_t n_fetches = m->n_fetches + (g->amp_found != UINT32_MAX);

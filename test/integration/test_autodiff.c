@@ -795,7 +795,50 @@ static void onnx_export_agrees(void **state)
     assert_int_equal(WEXITSTATUS(rc), 0);
 }
 
+/* Run.writes: a per-step scalar written by the run itself lands before
+ * the first op and stays; a write of the wrong size, of a tensor the
+ * session lacks, or too many of them, refuses the run before it starts. */
+static void run_writes_scalars_before_the_ops(void **state)
+{
+    (void) state;
+    sl_test_env e;
+    sl_test_env_open(&server, &e);
+    float one = 1.0f, x[4] = {1, 2, 3, 4}, y[4];
+    uint64_t s_id;
+    assert_int_equal(salus_tensor_create(e.s, SALUS_F32, 1, (int64_t[]){1}, &one, &s_id), 0);
+    salus_graph *g = salus_graph_new();
+    salus_value xv = salus_graph_input(g, SALUS_F32, 1, (int64_t[]){4});
+    salus_value sv = salus_graph_param(g, s_id, SALUS_F32, 1, (int64_t[]){1});
+    salus_value yv = OP(g, "mul_scalar", xv, sv);
+    assert_int_equal(salus_graph_register(e.s, g, NULL), SALUS_OK);
+    const void *feeds[] = {x};
+    void *out[] = {y};
+    float three = 3.0f;
+    salus_run_write w = {.tensor = s_id, .data = &three, .bytes = sizeof three};
+    assert_int_equal(salus_run_ex(e.s, g, feeds, 1, &yv, out, 1, &w), SALUS_OK);
+    for (int i = 0; i < 4; i++)
+        assert_true(y[i] == 3.0f * x[i]);
+    assert_int_equal(salus_run(e.s, g, feeds, 1, &yv, out), SALUS_OK); /* it stays */
+    assert_true(y[3] == 12.0f);
+
+    double wide = 2.0;
+    w = (salus_run_write){.tensor = s_id, .data = &wide, .bytes = sizeof wide};
+    assert_int_equal(salus_run_ex(e.s, g, feeds, 1, &yv, out, 1, &w), SALUS_EINVAL);
+    assert_non_null(strstr(salus_last_error(e.c), "whole"));
+    w = (salus_run_write){.tensor = s_id + 1000, .data = &three, .bytes = sizeof three};
+    assert_int_equal(salus_run_ex(e.s, g, feeds, 1, &yv, out, 1, &w), SALUS_ENOTFOUND);
+    salus_run_write many[17];
+    for (int i = 0; i < 17; i++)
+        many[i] = (salus_run_write){.tensor = s_id, .data = &three, .bytes = sizeof three};
+    assert_int_equal(salus_run_ex(e.s, g, feeds, 1, &yv, out, 17, many), SALUS_EINVAL);
+    assert_int_equal(salus_run(e.s, g, feeds, 1, &yv, out), SALUS_OK); /* nothing written */
+    assert_true(y[3] == 12.0f);
+    salus_graph_free(g);
+    sl_test_env_close(&e);
+}
+
 SL_TEST_SERVER_MAIN(server, "autodiff", sl_test_group_start,
+                    cmocka_unit_test(run_writes_scalars_before_the_ops),
                     cmocka_unit_test(mlp_by_the_builder_trains_as_nn),
                     cmocka_unit_test(cnn_by_the_builder_trains_as_nn),
                     cmocka_unit_test(hand_written_backward_agrees),

@@ -327,6 +327,21 @@ SALUS_EXPORT uint64_t salus_graph_id(const salus_graph *g);
 SALUS_EXPORT int salus_run(salus_session *s, const salus_graph *g, const void *const *feeds,
                            unsigned n_fetch, const salus_value *fetch, void *const *out);
 
+/* A write of a whole small tensor of the session, made with a run. */
+typedef struct salus_run_write {
+    uint64_t tensor;  /* from salus_tensor_create */
+    const void *data; /* its new contents */
+    size_t bytes;     /* exactly the tensor's size, at most 256 */
+} salus_run_write;
+/* salus_run, with writes[0..n_writes) made on the device, in order, before
+ * the iteration's first op, in the same request: per-step scalars (a
+ * learning rate, a loss scale, a step count) at no extra round trip. At
+ * most 16 writes. Errors as salus_run's; SALUS_ENOTFOUND names a tensor
+ * the session does not have, SALUS_EINVAL a size that does not match. */
+SALUS_EXPORT int salus_run_ex(salus_session *s, const salus_graph *g, const void *const *feeds,
+                              unsigned n_fetch, const salus_value *fetch, void *const *out,
+                              unsigned n_writes, const salus_run_write *writes);
+
 /* ---- nn: models of layers, compiled to a training and an inference graph --
  * A model is a stack of layers on one sample's shape. Compiling it with a
  * session creates its parameters (and optimizer state) as persistent tensors,
