@@ -94,6 +94,9 @@ typedef struct sl_config {
     bool tls_allow_anonymous;    /* tls+tcp:// without --tls-ca: clients need no certificate */
     uint64_t idle_timeout_ms;    /* close sessionless connections idle this long; 0 = never */
     uint32_t max_conns_per_user; /* ipc:// connections per uid; 0 = no limit */
+    /* bytes of requests one uid's ipc:// connections may hold while they
+     * arrive; 0 = an eighth of the memory salusd may use (sl_host_memory) */
+    uint64_t max_receiving_per_user;
     /* rights (tenants.h): listen[i] is an operator listener when
      * listen_operator[i]; its TLS clients must present a certificate that
      * operator_tls_ca signs, and are then operators */

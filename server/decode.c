@@ -10,6 +10,7 @@
  * request is freed, which the budget allows for. */
 #include "decode.h"
 #include "sl_alloc.h"
+#include "sl_cgroup.h"
 #include "sl_error.h"
 
 #include <stdbool.h>
@@ -52,7 +53,13 @@ _Static_assert(sizeof(block) % ALIGN == 0, "block headers must keep data aligned
 
 void sl_decoder_init(sl_decoder *d, uint64_t cap)
 {
-    d->cap = cap ? cap : SL_DEFAULT_MAX_DECODING;
+    if (!cap) {
+        /* what the host lets salusd use: its cgroup's limit where one is
+         * set, so that decoding cannot get it OOM-killed */
+        uint64_t eighth = sl_host_memory() / 8;
+        cap = eighth && eighth < SL_DEFAULT_MAX_DECODING ? eighth : SL_DEFAULT_MAX_DECODING;
+    }
+    d->cap = cap;
     atomic_store(&d->held, 0);
     atomic_store(&d->refused, 0);
 }

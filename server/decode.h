@@ -40,7 +40,9 @@ typedef struct sl_decoder {
     _Atomic uint64_t refused;
 } sl_decoder;
 
-/* Sets up a decoder whose large requests hold at most cap bytes together. */
+/* Sets up a decoder whose large requests hold at most cap bytes together;
+ * cap 0: SL_DEFAULT_MAX_DECODING, or an eighth of the memory salusd may
+ * use (sl_host_memory: its cgroup's limit where lower) when that is less. */
 void sl_decoder_init(sl_decoder *d, uint64_t cap);
 
 /* The most bytes a request of len bytes may take decoded. */

@@ -42,9 +42,13 @@ const sl_flag_section sl_flag_sections[] = {
          "sessions, at most --session-metadata of graphs and tensors and one reply of at most "
          "--max-message being built (a session runs one request at a time); all sessions' graphs "
          "and tensors together, at most --max-metadata; decoded requests of all tenants "
-         "together, at most --max-decoding + --contexts x 1M. With the defaults: 128M per "
-         "session, at most a quarter of the host's memory in graphs and tensors, and 768M of "
-         "decoded requests."},
+         "together, at most --max-decoding + --contexts x 1M; shared memory mapped for all "
+         "sessions, at most --shm-total-bytes; requests still arriving, at most "
+         "--max-receiving-per-user per uid. With the defaults: 128M per session, at most a "
+         "quarter of the memory salusd may use in graphs and tensors, 768M of decoded requests "
+         "(less in a small cgroup), a quarter (at most 8G) in shared memory and an eighth per uid "
+         "in requests arriving; the memory salusd may use is its cgroup's memory limit where "
+         "one is set, the host's RAM otherwise."},
     [SEC_RIGHTS] =
         {"Rights",
          "Operator requests (SetPolicy, other tenants' sessions, shares beyond a tenant's "
@@ -160,6 +164,18 @@ const sl_flag sl_flags[] = {
      FIELD(max_conns_per_user),
      .max = 1u << 20,
      .scale = 1},
+    {.name = "max-receiving-per-user",
+     .kind = SL_FLAG_SIZE,
+     .arg = "SIZE",
+     .section = SEC_LISTEN,
+     .help = "bytes of requests one uid other than root and salusd's may have salusd hold while "
+             "they arrive: each ipc:// connection can hold a request of up to --max-message "
+             "(stalled or not, with a session or without), so such a uid holds at most SIZE / "
+             "--max-message connections (at least one)",
+     .def_text = "an eighth of the memory salusd may use (its cgroup memory limit where lower "
+                 "than the host's)",
+     FIELD(max_receiving_per_user),
+     .min = 1},
 
     /* Memory */
     {.name = "memory-limit",
@@ -321,7 +337,8 @@ const sl_flag sl_flags[] = {
      .help = "decoded requests held at once, queued ones included; over it a request larger "
              "than about 30K gets RESOURCE_EXHAUSTED. A request may take at most its size + "
              "min(32 x its size, 16M) + 64K decoded",
-     .def = "512M",
+     .def_text = "512M, or an eighth of the memory salusd may use (its cgroup memory limit where "
+                 "lower than the host's) when that is less",
      FIELD(max_decoding),
      .min = 1},
     {.name = "max-sessions",

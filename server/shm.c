@@ -58,7 +58,10 @@ int sl_shm_plane_init(sl_shm_plane *p, sl_device *dev, uint64_t session_max, uin
         total_max =
             quarter && quarter < SL_SHM_DEFAULT_TOTAL_BYTES ? quarter : SL_SHM_DEFAULT_TOTAL_BYTES;
     }
-    p->session_max = session_max ? session_max : SL_SHM_DEFAULT_SESSION_BYTES;
+    if (!session_max) /* in a small cgroup, a session's default within the total */
+        session_max =
+            SL_SHM_DEFAULT_SESSION_BYTES < total_max ? SL_SHM_DEFAULT_SESSION_BYTES : total_max;
+    p->session_max = session_max;
     p->total_max = total_max;
     if (pthread_mutex_init(&p->lock, NULL) != 0)
         return SL_ENOMEM;

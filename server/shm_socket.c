@@ -14,8 +14,11 @@
  * lives at most SL_SHM_SOCKET_DEADLINE_MS, and a user holds at most
  * SL_SHM_SOCKET_CONNS_PER_UID of the SL_SHM_SOCKET_CONNS slots, so a
  * tenant that stalls or floods delays only descriptor hand-overs (its own
- * first). Descriptors that fail the checks are closed on a closer thread,
- * since their last close may block as long as the client likes. The
+ * first). The last close of a descriptor a client sent can block as long
+ * as the client likes, so nothing the client controls is closed plainly
+ * here: sockets are defused first (lingering off, unix sockets emptied of
+ * what is in flight in them) and closed at once, anything else goes to a
+ * closer thread with a bound per user (dispose). The
  * server lock is taken twice per hand-over, each time for an O(1) lookup:
  * checking the descriptor, mapping it and registering it with the device
  * all happen without it. */
@@ -43,23 +46,36 @@
  * so none is dropped inside recvmsg: each one received is closed here. */
 #define FDS_MAX 253
 
-/* Descriptors waiting for the closer; when it is this far behind, the
- * socket's thread closes them itself. */
-#define CLOSE_QUEUE 256
-/* How long stopping waits for a closer stuck in a close. */
-#define CLOSER_STOP_MS 2000
+/* Refused descriptors of one user that may wait for the closer at once;
+ * while a user has this many, its descriptor connections are refused as
+ * they come, so a tenant whose files close slowly holds only these. */
+#define CLOSE_PER_UID 16
+/* Unix sockets handed over inside a refused unix socket are emptied this
+ * deep; what a deeper one holds goes to the closer with it. */
+#define DEFUSE_DEPTH 2
+/* Messages or pending connections taken out of one unix socket before it
+ * is closed; a socket holding more goes to the closer. */
+#define DEFUSE_DRAIN 64
 
 /* The closer: the last close of a client's file can block for as long as
- * the client likes (a FUSE file's flush, a socket lingering on unsent
- * data), so descriptors that failed the checks are closed on a thread of
- * their own. Heap-allocated: a closer stuck at shutdown is left behind, not
- * freed under it. */
+ * the client likes (a FUSE file's flush), so descriptors that may block
+ * are closed on a thread of their own, in order, at most CLOSE_PER_UID
+ * waiting per user. Sockets never get here: they are defused (see
+ * defuse) and closed at once. Heap-allocated: a closer still closing at
+ * shutdown is left behind, not waited for nor freed under it. */
+struct pending_close {
+    int fd;
+    uid_t uid;
+    struct pending_close *next;
+};
+
 struct closer {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     bool stop;
-    int fds[CLOSE_QUEUE];
-    int head, n;
+    struct pending_close *head, *tail;
+    bool closing;      /* a close is under way */
+    uid_t closing_uid; /* whose */
     pthread_t thread;
 };
 
@@ -89,16 +105,21 @@ static void *closer_main(void *arg)
     struct closer *cl = arg;
     pthread_mutex_lock(&cl->lock);
     for (;;) {
-        while (!cl->n && !cl->stop)
+        while (!cl->head && !cl->stop)
             pthread_cond_wait(&cl->cv, &cl->lock);
-        if (!cl->n)
+        struct pending_close *pc = cl->head;
+        if (!pc)
             break;
-        int fd = cl->fds[cl->head];
-        cl->head = (cl->head + 1) % CLOSE_QUEUE;
-        cl->n--;
+        cl->head = pc->next;
+        if (!cl->head)
+            cl->tail = NULL;
+        cl->closing = true;
+        cl->closing_uid = pc->uid;
         pthread_mutex_unlock(&cl->lock);
-        (void) close(fd);
+        (void) close(pc->fd);
+        sl_free(pc);
         pthread_mutex_lock(&cl->lock);
+        cl->closing = false;
     }
     pthread_mutex_unlock(&cl->lock);
     return NULL;
@@ -126,47 +147,140 @@ out_free:
     return NULL;
 }
 
-/* Stops the closer once its queue is closed, waiting a bounded time: one
- * stuck in a client's close is abandoned (with what it holds) rather than
- * hanging salusd's shutdown. */
+/* Stops the closer. One with nothing to do is joined and freed; one still
+ * closing a client's file, or with files queued, is left behind with what
+ * it holds (the process's exit ends it): salusd's exit never waits on a
+ * tenant. */
 static void closer_stop(struct closer *cl)
 {
     if (!cl)
         return;
     pthread_mutex_lock(&cl->lock);
     cl->stop = true;
+    bool busy = cl->closing || cl->head;
     pthread_cond_signal(&cl->cv);
     pthread_mutex_unlock(&cl->lock);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += CLOSER_STOP_MS / 1000;
-    if (pthread_timedjoin_np(cl->thread, NULL, &until) != 0) {
+    if (busy) {
         sl_log_warn("shm.closer",
                     "a client's descriptor is still closing at shutdown; left behind");
         (void) pthread_detach(cl->thread);
         return;
     }
+    pthread_join(cl->thread, NULL);
     pthread_cond_destroy(&cl->cv);
     pthread_mutex_destroy(&cl->lock);
     sl_free(cl);
 }
 
-/* Closes a received descriptor that failed the checks, off this thread. */
-static void close_later(sl_shm_socket *t, int fd)
+/* Descriptors of uid waiting for the closer, the one it is closing
+ * included. */
+static int closer_pending(struct closer *cl, uid_t uid)
 {
-    struct closer *cl = t->closer;
-    bool queued = false;
-    if (cl) {
-        pthread_mutex_lock(&cl->lock);
-        if (cl->n < CLOSE_QUEUE) {
-            cl->fds[(cl->head + cl->n++) % CLOSE_QUEUE] = fd;
-            pthread_cond_signal(&cl->cv);
-            queued = true;
+    if (!cl)
+        return 0;
+    pthread_mutex_lock(&cl->lock);
+    int n = cl->closing && cl->closing_uid == uid;
+    for (const struct pending_close *pc = cl->head; pc; pc = pc->next)
+        n += pc->uid == uid;
+    pthread_mutex_unlock(&cl->lock);
+    return n;
+}
+
+static void dispose(sl_shm_socket *t, uid_t uid, int fd, int depth);
+
+/* Takes out of unix socket fd the descriptors its queue holds in flight
+ * (closing a socket closes those too, on the closing thread): messages'
+ * SCM_RIGHTS, or a listening socket's pending connections. False when it
+ * held more than DEFUSE_DRAIN, or depth is too deep to look. */
+static bool drain_unix(sl_shm_socket *t, uid_t uid, int fd, int depth)
+{
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (depth >= DEFUSE_DEPTH)
+        return false;
+    (void) getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+    for (int i = 0; i < DEFUSE_DRAIN; i++) {
+        if (listening) {
+            int child = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (child < 0)
+                return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINVAL;
+            dispose(t, uid, child, depth + 1);
+            continue;
         }
-        pthread_mutex_unlock(&cl->lock);
+        uint8_t data[256];
+        union {
+            struct cmsghdr align;
+            char bytes[CMSG_SPACE(FDS_MAX * sizeof(int))];
+        } control;
+        struct iovec iov = {data, sizeof data};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = control.bytes,
+                            .msg_controllen = sizeof control.bytes};
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINVAL || errno == ENOTCONN;
+        if (n == 0 && !mh.msg_controllen)
+            return true;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t j = 0; j < k; j++) {
+                int inner;
+                memcpy(&inner, CMSG_DATA(cm) + j * sizeof(int), sizeof(int));
+                dispose(t, uid, inner, depth + 1);
+            }
+        }
     }
-    if (!queued)
+    return false;
+}
+
+/* Whether socket fd's last close can be made to return at once: lingering
+ * switched off (a socket lingering on unsent data blocks its closer for up
+ * to its linger time), and a unix socket shut down (no one can add to it)
+ * and emptied of the descriptors in flight in it. False for anything that
+ * is not a socket: it may block (a FUSE file's flush) and goes to the
+ * closer. Asking costs no I/O. */
+static bool defuse(sl_shm_socket *t, uid_t uid, int fd, int depth)
+{
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0)
+        return false; /* not a socket */
+    struct linger off = {0, 0};
+    if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof off) != 0)
+        return false;
+    if (domain != AF_UNIX)
+        return true;
+    (void) shutdown(fd, SHUT_RDWR);
+    return drain_unix(t, uid, fd, depth);
+}
+
+/* Lets go of descriptor fd, which uid's client controls: at once when it
+ * is a socket that can be defused, otherwise on the closer. Never blocks
+ * this thread on the client. */
+static void dispose(sl_shm_socket *t, uid_t uid, int fd, int depth)
+{
+    if (defuse(t, uid, fd, depth) || !t->closer) {
         (void) close(fd);
+        return;
+    }
+    struct pending_close *pc = sl_malloc(sizeof *pc);
+    if (!pc) {
+        (void) close(fd); /* out of memory: nothing left to keep it in */
+        return;
+    }
+    *pc = (struct pending_close){.fd = fd, .uid = uid};
+    struct closer *cl = t->closer;
+    pthread_mutex_lock(&cl->lock);
+    if (cl->tail)
+        cl->tail->next = pc;
+    else
+        cl->head = pc;
+    cl->tail = pc;
+    pthread_cond_signal(&cl->cv);
+    pthread_mutex_unlock(&cl->lock);
 }
 
 /* Sends one packed Reply on connection fd; a client that does not read
@@ -280,11 +394,12 @@ static void serve(sl_shm_socket *t, struct conn *c)
         if (i == 0 && checked)
             (void) close(fds[i]);
         else
-            close_later(t, fds[i]);
+            dispose(t, c->uid, fds[i], 0);
     }
     if (m)
         salus__request__free_unpacked(m, NULL);
-    (void) close(c->fd);
+    /* more messages may wait behind the one read, descriptors and all */
+    dispose(t, c->uid, c->fd, 0);
     c->fd = -1;
 }
 
@@ -298,7 +413,7 @@ static void accept_all(sl_shm_socket *t, int lfd)
         struct ucred cred;
         socklen_t len = sizeof cred;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            (void) close(fd);
+            dispose(t, (uid_t) -1, fd, 0);
             continue;
         }
         struct conn *slot = NULL;
@@ -312,7 +427,13 @@ static void accept_all(sl_shm_socket *t, int lfd)
         }
         if (!slot || same_uid >= SL_SHM_SOCKET_CONNS_PER_UID) {
             answer(fd, 0, SL_EEXHAUSTED, "came while too many descriptor connections were open", 0);
-            (void) close(fd);
+            dispose(t, cred.uid, fd, 0);
+            continue;
+        }
+        if (closer_pending(t->closer, cred.uid) >= CLOSE_PER_UID) {
+            answer(fd, 0, SL_EEXHAUSTED,
+                   "came while too many of this user's refused descriptors were still closing", 0);
+            dispose(t, cred.uid, fd, 0);
             continue;
         }
         slot->fd = fd;
@@ -338,7 +459,7 @@ static void *socket_main(void *arg)
             if (c->fd < 0)
                 continue;
             if (c->deadline_ns <= now) { /* stalled: dropped unanswered */
-                (void) close(c->fd);
+                dispose(t, c->uid, c->fd, 0);
                 c->fd = -1;
                 continue;
             }
@@ -460,10 +581,10 @@ void sl_shm_socket_stop(sl_shm_socket *t)
         (void) !write(t->wake_fd, &one, sizeof one);
         pthread_join(t->thread, NULL);
     }
-    closer_stop(t->closer);
     for (int i = 0; i < SL_SHM_SOCKET_CONNS; i++)
         if (t->conns[i].fd >= 0)
-            (void) close(t->conns[i].fd);
+            dispose(t, t->conns[i].uid, t->conns[i].fd, 0);
+    closer_stop(t->closer);
     for (int i = 0; i < t->n_listen; i++) {
         (void) close(t->listen_fd[i]);
         (void) unlink(t->path[i]);

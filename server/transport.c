@@ -57,19 +57,22 @@
  *
  * Connections that hold memory. NNG allocates a message's announced size
  * (up to --max-message) when its header arrives and keeps it until the rest
- * comes; nothing in its API shows a partial message. A connection that
- * holds no session, has no request in hand and completed no request for
- * --idle-timeout is closed (a stalled partial message, an idle or a
- * half-open peer: a client library reconnects by itself). Each uid other
- * than root and salusd's own may hold at most --max-connections-per-user
- * ipc:// connections (refused as they join). Memory held by partial
- * messages is therefore bounded by max_message times the connections that
- * hold a session, each of which needs a session admitted under its user's
- * limits, plus, for at most --idle-timeout, the rest. The watchdog also
+ * comes; nothing in its API shows a partial message, so a stalled one
+ * cannot be told from an idle client that holds a session (whose session
+ * would go with its connection). What bounds them is the count: each uid
+ * other than root and salusd's own may hold at most
+ * --max-connections-per-user ipc:// connections, and at most
+ * --max-receiving-per-user / --max-message of them (refused as they join;
+ * the budget defaults to an eighth of salusd's memory, its cgroup's limit
+ * where one is set), with a session or without. A connection that holds
+ * no session, has no request in hand and completed no request for
+ * --idle-timeout is also closed (a stalled partial message, an idle or a
+ * half-open peer: a client library reconnects by itself). The watchdog also
  * watches salusd's own descriptors: above three quarters of RLIMIT_NOFILE
  * it closes idle sessionless connections after a second, not the timeout. */
 #include "transport_internal.h"
 #include "sl_alloc.h"
+#include "sl_cgroup.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_nng.h"
@@ -158,10 +161,33 @@ uint64_t sl_transport_listener_pipes(sl_transport *t, uint32_t listener_id)
 
 /* Whether uid may hold another connection (root and salusd's own user
  * always may). */
-static bool under_cap(const sl_config *cfg, uint64_t uid, uint64_t held)
+static bool under_cap(const sl_transport *t, uint64_t uid, uint64_t held)
 {
-    return uid == 0 || uid == (uint64_t) geteuid() || !cfg->max_conns_per_user ||
-           held < cfg->max_conns_per_user;
+    return uid == 0 || uid == (uint64_t) geteuid() || !t->conns_per_uid || held < t->conns_per_uid;
+}
+
+/* The connections one uid may hold: each can hold one message of up to
+ * max_message while it arrives, NNG having allocated it whole from its
+ * header, and nothing in NNG's API shows such a message; so the count is
+ * what bounds the bytes, whether or not the connections hold sessions. */
+static void size_conn_cap(sl_transport *t)
+{
+    const sl_config *cfg = t->cfg;
+    uint64_t budget = cfg->max_receiving_per_user;
+    if (!budget) {
+        uint64_t host = sl_host_memory();
+        budget = host ? host / 8 : 0;
+    }
+    t->conns_per_uid = cfg->max_conns_per_user;
+    if (!budget)
+        return;
+    uint64_t by_memory = budget / (cfg->max_message ? cfg->max_message : 1);
+    if (by_memory < 1)
+        by_memory = 1;
+    if (!t->conns_per_uid || by_memory < t->conns_per_uid) {
+        t->conns_per_uid = by_memory;
+        t->conns_by_memory = true;
+    }
 }
 
 static void pipe_joins(sl_transport *t, nng_pipe p)
@@ -172,8 +198,7 @@ static void pipe_joins(sl_transport *t, nng_pipe p)
     uint32_t listener = (uint32_t) nng_listener_id(nng_pipe_listener(p));
     bool refused = false;
     pthread_mutex_lock(&t->peers_lock);
-    if (has_uid &&
-        !under_cap(t->cfg, uid, (uint64_t) (uintptr_t) sl_map_get(&t->per_uid, uid + 1))) {
+    if (has_uid && !under_cap(t, uid, (uint64_t) (uintptr_t) sl_map_get(&t->per_uid, uid + 1))) {
         refused = true;
     } else if (peer) {
         peer->pipe = p;
@@ -196,10 +221,10 @@ static void pipe_joins(sl_transport *t, nng_pipe p)
     uint64_t now = sl_now_ns(), logged = atomic_load(&cap_logged_ns);
     if (refused && now - logged >= 1000000000ull &&
         atomic_compare_exchange_strong(&cap_logged_ns, &logged, now))
-        sl_log_warn("net.cap",
-                    "uid %llu already holds %u connections (--max-connections-per-user); "
-                    "refusing another",
-                    (unsigned long long) uid, t->cfg->max_conns_per_user);
+        sl_log_warn("net.cap", "uid %llu already holds %llu connections (%s); refusing another",
+                    (unsigned long long) uid, (unsigned long long) t->conns_per_uid,
+                    t->conns_by_memory ? "--max-receiving-per-user / --max-message"
+                                       : "--max-connections-per-user");
     if (refused) {
         (void) nng_pipe_close(p);
     } else if (peer) {
@@ -381,6 +406,7 @@ int sl_transport_start(const sl_config *cfg, const sl_transport_hooks *hooks, sl
         return SL_ENOMEM;
     t->cfg = cfg;
     t->hooks = *hooks;
+    size_conn_cap(t);
     for (int i = 0; i < cfg->n_listen; i++)
         t->has_operator_listener |=
             cfg->listen_operator[i] || strncmp(cfg->listen[i], "inproc://", 9) == 0;

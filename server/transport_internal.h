@@ -74,6 +74,11 @@ struct sl_transport {
      * operator listener's clients */
     _Atomic uint32_t listener_ids[SL_MAX_LISTEN];
     bool has_operator_listener; /* any operator or inproc:// listener */
+    /* ipc:// connections one uid other than root and salusd's may hold
+     * (0: no limit): --max-connections-per-user, lowered so that they hold
+     * at most --max-receiving-per-user of messages being received */
+    uint64_t conns_per_uid;
+    bool conns_by_memory; /* the receiving budget set it, not the flag */
     uint64_t other_seen[SL_MAX_LISTEN];
     /* after a failed replacement (a folder made unwritable, no descriptors
      * left): no new try before retry_at_ns, waiting twice as long each time */

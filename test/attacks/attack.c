@@ -394,3 +394,148 @@ bool sl_attack_may_run(const char *name, bool can, const char *why)
         sl_attack_skip(name, why);
     return can;
 }
+
+/* Writes text to file; true on success. */
+static bool put_file(const char *file, const char *text)
+{
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = write(fd, text, strlen(text)) == (ssize_t) strlen(text);
+    return close(fd) == 0 && ok;
+}
+
+/* This process's cgroup folder in the hierarchy mounted at mount: v2's
+ * ("0::PATH") when v1_memory is false, else v1's memory controller's. */
+static bool own_cgroup(const char *mount, bool v1_memory, char *out, size_t len)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[1024];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!path)
+            continue;
+        *path++ = '\0';
+        ctl++;
+        bool match = v1_memory ? strstr(ctl, "memory") != NULL : strcmp(line, "0") == 0 && !*ctl;
+        if (match)
+            found = (size_t) snprintf(out, len, "%s%s", mount, path) < len;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Makes a child of this process's cgroup limited to limit and moves this
+ * process into it. */
+static bool real_cgroup(sl_attack_cgroup *cg, bool v1, uint64_t limit)
+{
+    const char *mount = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
+    char file[700], text[32], me[32];
+    if (!own_cgroup(mount, v1, cg->parent, sizeof cg->parent))
+        return false;
+    if ((size_t) snprintf(cg->dir, sizeof cg->dir, "%.400s/salus-attack-%d", cg->parent,
+                          (int) getpid()) >= sizeof cg->dir ||
+        mkdir(cg->dir, 0755) != 0)
+        return false;
+    snprintf(text, sizeof text, "%llu", (unsigned long long) limit);
+    snprintf(file, sizeof file, "%s/%s", cg->dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    bool ok = put_file(file, text);
+    /* no swapping around the limit, where swap is accounted */
+    snprintf(file, sizeof file, "%s/%s", cg->dir,
+             v1 ? "memory.memsw.limit_in_bytes" : "memory.swap.max");
+    if (ok && access(file, F_OK) == 0)
+        (void) put_file(file, v1 ? text : "0");
+    snprintf(file, sizeof file, "%s/cgroup.procs", cg->dir);
+    snprintf(me, sizeof me, "%d", (int) getpid());
+    if (!ok || !put_file(file, me)) {
+        rmdir(cg->dir);
+        return false;
+    }
+    cg->real = true;
+    cg->version = v1 ? "v1" : "v2";
+    return true;
+}
+
+void sl_attack_cgroup_enter(sl_attack_cgroup *cg, uint64_t limit)
+{
+    memset(cg, 0, sizeof *cg);
+    if (!real_cgroup(cg, false, limit) && !real_cgroup(cg, true, limit)) {
+        char file[700], text[32];
+        snprintf(cg->dir, sizeof cg->dir, "/tmp/salus-cgroup-XXXXXX");
+        if (!mkdtemp(cg->dir))
+            fail_msg("mkdtemp: %s", strerror(errno));
+        static const char *const dirs[] = {"proc", "proc/self", "sys", "sys/fs", "sys/fs/cgroup"};
+        for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+            snprintf(file, sizeof file, "%s/%s", cg->dir, dirs[i]);
+            if (mkdir(file, 0755) != 0)
+                fail_msg("mkdir %s: %s", file, strerror(errno));
+        }
+        snprintf(text, sizeof text, "%llu\n", (unsigned long long) limit);
+        FILE *f;
+        snprintf(file, sizeof file, "%s/proc/self/cgroup", cg->dir);
+        if (!(f = fopen(file, "w")) || fputs("0::/\n", f) < 0 || fclose(f) != 0)
+            fail_msg("cannot write %s", file);
+        snprintf(file, sizeof file, "%s/sys/fs/cgroup/memory.max", cg->dir);
+        if (!(f = fopen(file, "w")) || fputs(text, f) < 0 || fclose(f) != 0)
+            fail_msg("cannot write %s", file);
+        setenv("SALUS_TEST_CGROUP_ROOT", cg->dir, 1);
+        cg->version = "a fake tree";
+    }
+    if (cg->real)
+        printf("  salusd runs in a real memory cgroup (%s) limited to %llu MiB\n", cg->version,
+               (unsigned long long) (limit >> 20));
+    else
+        printf("  no memory cgroup can be made here: salusd reads a limit of %llu MiB from a "
+               "fake tree ($SALUS_TEST_CGROUP_ROOT), which its budgets follow and the kernel "
+               "does not enforce\n",
+               (unsigned long long) (limit >> 20));
+    fflush(stdout);
+}
+
+void sl_attack_cgroup_started(sl_attack_cgroup *cg)
+{
+    if (!cg->real) {
+        unsetenv("SALUS_TEST_CGROUP_ROOT");
+        return;
+    }
+    char file[700], me[32];
+    snprintf(file, sizeof file, "%s/cgroup.procs", cg->parent);
+    snprintf(me, sizeof me, "%d", (int) getpid());
+    if (!put_file(file, me))
+        fail_msg("cannot move back out of %s: %s", cg->dir, strerror(errno));
+}
+
+int sl_attack_cgroup_remove(sl_attack_cgroup *cg)
+{
+    if (!cg->real) {
+        static const char *const files[] = {"sys/fs/cgroup/memory.max",
+                                            "proc/self/cgroup",
+                                            "sys/fs/cgroup",
+                                            "sys/fs",
+                                            "sys",
+                                            "proc/self",
+                                            "proc"};
+        char file[700];
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+            snprintf(file, sizeof file, "%s/%s", cg->dir, files[i]);
+            (void) remove(file);
+        }
+        (void) rmdir(cg->dir);
+        return 0;
+    }
+    char file[700];
+    long kills = 0;
+    if (strcmp(cg->version, "v2") == 0) {
+        snprintf(file, sizeof file, "%s/memory.events", cg->dir);
+        kills = sl_attack_proc_value(file, "oom_kill ");
+    } else {
+        snprintf(file, sizeof file, "%s/memory.oom_control", cg->dir);
+        kills = sl_attack_proc_value(file, "oom_kill ");
+    }
+    for (int i = 0; i < 50 && rmdir(cg->dir) != 0 && errno == EBUSY; i++)
+        sl_ts_sleep_ms(100);
+    return (int) kills;
+}

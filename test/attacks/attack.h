@@ -114,6 +114,31 @@ pid_t sl_attack_spawn_tenant(const char *const *args);
  * at argv[2]. False otherwise (the test itself). */
 bool sl_attack_tenant_start(int argc, char **argv);
 
+/* A memory cgroup for salusd (sl_attack_cgroup_enter). */
+typedef struct sl_attack_cgroup {
+    bool real;           /* the kernel enforces the limit */
+    char dir[512];       /* real: the cgroup's folder; else the fake tree's */
+    char parent[512];    /* real: the folder this process came from */
+    const char *version; /* "v2", "v1" or "a fake tree" */
+} sl_attack_cgroup;
+
+/* Makes the salusd that sl_attack_begin starts next live under a memory
+ * limit of limit bytes: in a real memory cgroup, a child of this process's
+ * own (cgroup v2, else v1's memory hierarchy), when this process may make
+ * one (root, a writable hierarchy); this process moves into it until
+ * sl_attack_cgroup_started. Otherwise salusd is pointed by
+ * $SALUS_TEST_CGROUP_ROOT at a fake tree holding that limit: its budgets
+ * follow it, but the kernel enforces nothing (the attack must check RSS
+ * itself). Prints which. */
+void sl_attack_cgroup_enter(sl_attack_cgroup *cg, uint64_t limit);
+/* Right after sl_attack_begin: this process leaves the cgroup (salusd
+ * stays) and the environment goes back as it was. */
+void sl_attack_cgroup_started(sl_attack_cgroup *cg);
+/* After sl_attack_end (salusd gone): removes the cgroup or the fake tree.
+ * Returns how many times the kernel's OOM killer acted in it (0 for a fake
+ * tree). */
+int sl_attack_cgroup_remove(sl_attack_cgroup *cg);
+
 /* True when attackers really run as another user (the test runs as root). */
 bool sl_attack_cross_user(void);
 

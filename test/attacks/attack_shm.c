@@ -662,13 +662,19 @@ static uint64_t memfd_mapped(pid_t pid)
     return total;
 }
 
-/* One budget attack: salusd with args, a tenant offering sizes; what
- * salusd maps must stay within limit. */
-static void budget_case(const char *name, const char *const *args, const uint64_t *sizes, int n,
-                        uint64_t limit, int want_taken)
+/* One budget attack: salusd with args (in a memory cgroup of cgroup_limit
+ * bytes unless 0), a tenant offering sizes; what salusd maps must stay
+ * within limit. */
+static void budget_case(const char *name, const char *const *args, uint64_t cgroup_limit,
+                        const uint64_t *sizes, int n, uint64_t limit, int want_taken)
 {
     sl_attack a;
+    sl_attack_cgroup cg;
+    if (cgroup_limit)
+        sl_attack_cgroup_enter(&cg, cgroup_limit);
     sl_attack_begin(&a, name, args);
+    if (cgroup_limit)
+        sl_attack_cgroup_started(&cg);
     struct tenant_arg arg = {.which = "budget", .url = a.srv.url, .n = n};
     memcpy(arg.sizes, sizes, (size_t) n * sizeof *sizes);
     tenant_pipes(&arg);
@@ -692,6 +698,8 @@ static void budget_case(const char *name, const char *const *args, const uint64_
     sl_attack_expect(&a, want_taken < 0 || taken == want_taken,
                      "not the configured number of segments taken");
     bool held = sl_attack_end(&a, detail);
+    if (cgroup_limit)
+        (void) sl_attack_cgroup_remove(&cg);
     assert_true(held);
     assert_true(mapped <= limit);
     if (want_taken >= 0)
@@ -703,7 +711,16 @@ static void mapped_bytes_budget_default(void **state)
     (void) state;
     /* sparse segments: mapping them costs the tenant nothing */
     const uint64_t sizes[] = {4ull << 30, 1ull << 30};
-    budget_case("mapped-bytes-budget", NULL, sizes, 2, 8ull << 30, -1);
+    budget_case("mapped-bytes-budget", NULL, 0, sizes, 2, 8ull << 30, -1);
+}
+
+static void mapped_bytes_budget_cgroup(void **state)
+{
+    (void) state;
+    /* pages salusd faults in are charged to its cgroup: in a 1 GiB one it
+     * maps at most a quarter, whatever the host's RAM */
+    const uint64_t sizes[] = {1ull << 30, 200ull << 20, 64ull << 20};
+    budget_case("mapped-bytes-budget-cgroup", NULL, 1ull << 30, sizes, 3, 256ull << 20, -1);
 }
 
 static void mapped_bytes_budget_configured(void **state)
@@ -712,7 +729,7 @@ static void mapped_bytes_budget_configured(void **state)
     const char *const args[] = {"--shm-session-bytes", "64M", "--shm-total-bytes", "160M", NULL};
     const uint64_t sizes[] = {1ull << 30, 65ull << 20, 64ull << 20};
     /* two sessions get 64 MiB each; a third would pass the total */
-    budget_case("mapped-bytes-budget-configured", args, sizes, 3, 160ull << 20, 2);
+    budget_case("mapped-bytes-budget-configured", args, 0, sizes, 3, 160ull << 20, 2);
 }
 
 /* The tenant side of this program: --tenant WHICH URL READY_FD GO_FD
@@ -761,6 +778,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(opath_root_files),
         cmocka_unit_test(mapped_bytes_budget_default),
         cmocka_unit_test(mapped_bytes_budget_configured),
+        cmocka_unit_test(mapped_bytes_budget_cgroup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

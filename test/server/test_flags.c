@@ -94,7 +94,6 @@ static void test_defaults(void **state)
         {"idle-timeout", SL_DEFAULT_IDLE_TIMEOUT_MS},
         {"op-part-us", SL_DEFAULT_OP_PART_NS},
         {"max-message", SL_DEFAULT_MAX_MESSAGE},
-        {"max-decoding", SL_DEFAULT_MAX_DECODING},
         {"session-metadata", SL_DEFAULT_SESSION_METADATA},
         {"shm-session-bytes", SL_SHM_DEFAULT_SESSION_BYTES},
         {"max-sessions", SL_DEFAULT_MAX_SESSIONS},
