@@ -368,27 +368,17 @@ void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits
 }
 
 /* The job step a session opened by peer belongs to (*out NULL: none): the
- * step m names, which must be registered for peer's uid, else the uid's
- * only registered step. Operators' sessions belong to no step: no limits
- * hold for them anyway. False with the refusal (PERMISSION_DENIED) in r. */
+ * step m names, which must be registered for peer's uid. A session that
+ * names none is its user's own, whatever steps the user runs: a process
+ * outside the job must not get the step's quota, priority and end.
+ * Operators' sessions belong to no step: no limits hold for them anyway.
+ * False with the refusal (PERMISSION_DENIED) in r. */
 static bool step_of(const sl_sessions *ss, const Salus__OpenSession *m, const sl_peer *peer,
                     const sl_job **out, sl_reply *r)
 {
     *out = NULL;
-    if (peer->is_operator || !peer->has_uid)
+    if (peer->is_operator || !peer->has_uid || !m->has_job)
         return true;
-    if (!m->has_job) {
-        bool several;
-        *out = sl_jobs_only_of(&ss->jobs, peer->uid, &several);
-        if (several) {
-            sl_reply_error(r, SL_EPERM,
-                           "uid %llu runs several job steps here: name the session's step "
-                           "(SALUS_JOB=JOB.STEP, which the Slurm plugin sets)",
-                           (unsigned long long) peer->uid);
-            return false;
-        }
-        return true;
-    }
     const sl_job *job = sl_jobs_find(&ss->jobs, m->job_id, m->step_id);
     if (!job || job->uid != peer->uid) {
         sl_reply_error(r, SL_EPERM,

@@ -113,8 +113,10 @@ static int tenant_alias(const char *url, const char *hold_file)
     if (salus_connect(url, &c) != SALUS_OK)
         return 2;
     salus_session *s;
-    salus_session_opts o = {
-        .name = "alias", .priority = INT32_MAX, .persistent_bytes = 1 << 20, .ephemeral_bytes = 1 << 20};
+    salus_session_opts o = {.name = "alias",
+                            .priority = INT32_MAX,
+                            .persistent_bytes = 1 << 20,
+                            .ephemeral_bytes = 1 << 20};
     int rc = salus_session_open(c, &o, &s);
     printf("tenant: OpenSession as step %s (only %u.%u is registered) -> %s %s\n", alias, JOB, STEP,
            sl_errname(rc), rc ? salus_last_error(c) : "");
@@ -146,8 +148,8 @@ static salus_client *register_step(sl_attack *a)
 {
     salus_client *op = NULL;
     assert_int_equal(salus_connect(a->srv.url, &op), SALUS_OK);
-    assert_int_equal(
-        salus_job_register(op, JOB, STEP, SL_ATTACK_UID, STEP_MEMORY, STEP_PRIORITY), SALUS_OK);
+    assert_int_equal(salus_job_register(op, JOB, STEP, SL_ATTACK_UID, STEP_MEMORY, STEP_PRIORITY),
+                     SALUS_OK);
     return op;
 }
 

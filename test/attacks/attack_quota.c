@@ -103,9 +103,10 @@ static int tenant_other(const char *url)
     salus_session_opts o = {
         .name = "other", .persistent_bytes = capacity / 8 - MIB, .ephemeral_bytes = MIB};
     int rc = salus_session_open(c, &o, &s);
-    printf("other tenant (uid %d): session declaring %llu bytes (largest free block %llu) -> %s %s\n",
-           (int) getuid(), (unsigned long long) (o.persistent_bytes + o.ephemeral_bytes),
-           (unsigned long long) free_bytes, sl_errname(rc), rc ? salus_last_error(c) : "");
+    printf(
+        "other tenant (uid %d): session declaring %llu bytes (largest free block %llu) -> %s %s\n",
+        (int) getuid(), (unsigned long long) (o.persistent_bytes + o.ephemeral_bytes),
+        (unsigned long long) free_bytes, sl_errname(rc), rc ? salus_last_error(c) : "");
     salus_disconnect(c);
     return rc == SALUS_OK ? 0 : 1;
 }
@@ -167,9 +168,10 @@ static void device_memory_hog(void **state)
              "first ask (nearly all free memory) %s; the hog holds %llu bytes in %d sessions "
              "(default quota %llu of %llu); another user's session of an eighth %s",
              first == SALUS_EEXHAUSTED && for_quota ? "refused for its quota"
-             : first == SALUS_OK                   ? "GRANTED"
-                                                   : "refused, NOT FOR ITS QUOTA", held, sessions,
-             (unsigned long long) quota, capacity, other == 0 ? "opened" : "REFUSED");
+             : first == SALUS_OK                    ? "GRANTED"
+                                                    : "refused, NOT FOR ITS QUOTA",
+             held, sessions, (unsigned long long) quota, capacity,
+             other == 0 ? "opened" : "REFUSED");
     sl_attack_expect(&a, reported && hog_rc == 0, "the hog did not run");
     sl_attack_expect(&a, first == SALUS_EEXHAUSTED && for_quota,
                      "the hog's ask for nearly all device memory was not refused for its quota");
