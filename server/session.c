@@ -35,7 +35,8 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
     ss->tenants.defaults = &cfg->tenant_limits;
     ss->tenants.rules = cfg->limit_rules;
     ss->tenants.n_rules = cfg->n_limit_rules;
-    ss->tenants.max_sessions_all = cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS;
+    ss->tenants.default_sessions = sl_tenant_default_sessions(
+        cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS, cfg->expected_tenants);
     ss->tenants.jobs = &ss->jobs;
     /* a quarter of the memory salusd may use: its cgroup's limit where one
      * is set, so that graphs tenants pin cannot get it OOM-killed */
@@ -358,7 +359,7 @@ bool sl_session_owned_by(const sl_session *s, const sl_peer *peer)
 void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out)
 {
     const sl_tenants *t = &ss->tenants;
-    sl_limits_for(t->defaults, t->rules, t->n_rules, t->max_sessions_all, peer, out);
+    sl_limits_for(t, peer, out);
 }
 
 void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits *out)
