@@ -81,6 +81,7 @@ typedef struct sl_config {
     /* what one client can make the server hold (0 = the SL_DEFAULT_ value);
      * over the limit a request fails with RESOURCE_EXHAUSTED */
     uint32_t max_sessions;            /* open sessions, waiting ones included */
+    uint32_t expected_tenants;        /* default quotas' divisor; 0 = the default */
     uint32_t max_tensors_per_session; /* tensors of one session; as many graphs */
     uint64_t session_metadata;        /* host bytes of one session's graphs and tensors */
     uint64_t max_metadata;            /* of all sessions' together; 0 = a quarter of RAM */

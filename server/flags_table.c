@@ -15,7 +15,15 @@
 /* What a tenant without --tenant-limits gets (tenants.h). */
 #define TENANT_DEFAULTS                                                                            \
     "priority=" STR(SL_TENANT_DEFAULT_PRIORITY) ",weight=" STR(                                    \
-        SL_TENANT_DEFAULT_WEIGHT) ",sessions=<max-sessions/" STR(SL_TENANT_DEFAULT_SESSIONS_DIV) ">"
+        SL_TENANT_DEFAULT_WEIGHT) ",sessions=" STR(SL_TENANT_DEFAULT_SESSIONS) " (fewer when "     \
+                                                                               "--max-sessions / " \
+                                                                               "--expected-"       \
+                                                                               "tenants is "       \
+                                                                               "less),memory=<"    \
+                                                                               "the "              \
+                                                                               "device memory / "  \
+                                                                               "--expected-"       \
+                                                                               "tenants>"
 
 /* The generic kinds' field, and the bool a flag also sets. */
 #define FIELD(f) .offset = offsetof(sl_config, f), .width = sizeof(((sl_config *) 0)->f)
@@ -420,9 +428,24 @@ const sl_flag sl_flags[] = {
      .help = "limits of every non-operator tenant, SPEC a list of priority=N (highest "
              "priority), weight=W (highest fair-share weight), sessions=N (open at once) and "
              "memory=SIZE (what its sessions together may declare, persistent + ephemeral; 0 = "
-             "no quota of its own), e.g. priority=0,weight=1,sessions=8,memory=4G",
+             "no quota: whatever is free), e.g. priority=0,weight=1,sessions=8,memory=4G",
      .def_text = TENANT_DEFAULTS,
      .set = set_tenant_limits},
+    {.name = "expected-tenants",
+     .kind = SL_FLAG_INT,
+     .arg = "N",
+     .section = SEC_RIGHTS,
+     .help = "tenants the host is shared by: unless --tenant-limits or --user-limits say "
+             "otherwise, each tenant may declare the device memory (--memory-limit) / N and open "
+             "at most " STR(SL_TENANT_DEFAULT_SESSIONS) " sessions (fewer when --max-sessions / N "
+                                                        "is less), so that a tenant taking all it "
+                                                        "may still leaves room for N - 1 others. "
+                                                        "1 gives a single tenant all of the memory",
+     .def = STR(SL_DEFAULT_EXPECTED_TENANTS),
+     FIELD(expected_tenants),
+     .min = 1,
+     .max = 1u << 16,
+     .scale = 1},
     {.name = "user-limits",
      .kind = SL_FLAG_CUSTOM,
      .arg = "WHO:SPEC",

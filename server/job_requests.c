@@ -10,6 +10,13 @@ void sl_job_request_register(sl_sessions *ss, const Salus__RegisterJob *m, sl_re
                   .uid = m->uid,
                   .memory = m->memory,
                   .priority = m->priority};
+    if (!sl_job_step_valid(m->step_id)) {
+        sl_reply_error(r, SL_EINVAL,
+                       "job step %u.%u: no step has that id (steps are numbered from 0, special "
+                       "ones from 4294967040 up)",
+                       m->job_id, m->step_id);
+        return;
+    }
     int rc = sl_jobs_register(&ss->jobs, &job);
     switch (rc) {
     case SL_OK:
@@ -38,12 +45,15 @@ struct close_match {
 
 /* Whether tenant key is the step's (or, for all_steps, any step's of the
  * job): the key encodes the step, so no table lookup is needed and
- * sessions of a step forgotten earlier still match. */
+ * sessions of a step forgotten earlier still match. A step id that is not
+ * valid has no key and matches nothing. */
 static bool step_matches(uint64_t tenant, void *arg)
 {
     const struct close_match *c = arg;
-    return c->all_steps ? sl_job_tenant_of_job(tenant, c->job_id)
-                        : tenant == sl_job_tenant(c->job_id, c->step_id);
+    if (c->all_steps)
+        return sl_job_tenant_of_job(tenant, c->job_id);
+    uint64_t key = sl_job_tenant(c->job_id, c->step_id);
+    return key && tenant == key;
 }
 
 void sl_job_request_close(sl_sessions *ss, const Salus__CloseJob *m, sl_reply *r, sl_outbox *box)

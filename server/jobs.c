@@ -6,15 +6,26 @@
 #include <stdio.h>
 
 /* Bit 63 marks a step; the job id takes the 32 bits below it and the step
- * id the low 31. Slurm's ordinary step ids stay far below 2^31 and its
- * special ones (batch, extern, interactive) are the last few of 2^32, so
- * dropping the top bit keeps every step apart. */
+ * id the low 31. Slurm numbers ordinary steps from 0 (bounded by its
+ * MaxStepCount, far below 2^31) and gives its special ones (batch, extern,
+ * interactive) the last few of 2^32: ordinary ids below ORDINARY_END keep
+ * their value, special ids from SPECIAL_FIRST take the 256 values above
+ * it, and the ids between, which no step of Slurm has, have no key at all
+ * (rather than one shared with another step). */
 #define JOB_TENANT_BIT (1ull << 63)
 #define STEP_MASK 0x7fffffffu
-#define SPECIAL_STEPS 0x7fffff00u
+#define ORDINARY_END 0x7fffff00u
+#define SPECIAL_FIRST 0xffffff00u
+
+bool sl_job_step_valid(uint32_t step_id)
+{
+    return step_id < ORDINARY_END || step_id >= SPECIAL_FIRST;
+}
 
 uint64_t sl_job_tenant(uint32_t job_id, uint32_t step_id)
 {
+    if (!sl_job_step_valid(step_id))
+        return 0;
     return JOB_TENANT_BIT | (uint64_t) job_id << 31 | (step_id & STEP_MASK);
 }
 
@@ -23,7 +34,7 @@ bool sl_job_tenant_name(uint64_t key, char *buf, size_t len)
     if (!(key & JOB_TENANT_BIT))
         return false;
     uint32_t step = (uint32_t) (key & STEP_MASK);
-    if (step >= SPECIAL_STEPS)
+    if (step >= ORDINARY_END)
         step |= ~STEP_MASK;
     snprintf(buf, len, "job %u.%u", (unsigned) ((key >> 31) & 0xffffffffu), (unsigned) step);
     return true;
@@ -37,6 +48,8 @@ bool sl_job_tenant_of_job(uint64_t key, uint32_t job_id)
 int sl_jobs_register(sl_jobs *jobs, const sl_job *job)
 {
     uint64_t key = sl_job_tenant(job->job_id, job->step_id);
+    if (!key)
+        return SL_EINVAL;
     sl_job *j = sl_map_get(&jobs->steps, key);
     if (j) {
         if (j->uid != job->uid)
@@ -65,32 +78,15 @@ const sl_job *sl_jobs_by_tenant(const sl_jobs *jobs, uint64_t key)
 
 const sl_job *sl_jobs_find(const sl_jobs *jobs, uint32_t job_id, uint32_t step_id)
 {
-    return sl_map_get(&jobs->steps, sl_job_tenant(job_id, step_id));
-}
-
-const sl_job *sl_jobs_only_of(const sl_jobs *jobs, uint64_t uid, bool *several)
-{
-    const sl_job *found = NULL;
-    size_t i = 0;
-    void *v;
-    *several = false;
-    while (sl_map_next(&jobs->steps, &i, NULL, &v)) {
-        const sl_job *j = v;
-        if (j->uid != uid)
-            continue;
-        if (found) {
-            *several = true;
-            return NULL;
-        }
-        found = j;
-    }
-    return found;
+    uint64_t key = sl_job_tenant(job_id, step_id);
+    return key ? sl_map_get(&jobs->steps, key) : NULL;
 }
 
 uint32_t sl_jobs_remove(sl_jobs *jobs, uint32_t job_id, uint32_t step_id, bool all_steps)
 {
     if (!all_steps) {
-        sl_job *j = sl_map_del(&jobs->steps, sl_job_tenant(job_id, step_id));
+        uint64_t key = sl_job_tenant(job_id, step_id);
+        sl_job *j = key ? sl_map_del(&jobs->steps, key) : NULL;
         sl_free(j);
         return j ? 1 : 0;
     }

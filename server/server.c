@@ -79,6 +79,7 @@ static int memory_init(sl_server *srv, uint64_t *capacity)
         return rc;
     }
     srv->sessions.capacity = cap;
+    srv->sessions.tenants.default_memory = sl_tenant_default_memory(cap, srv->cfg.expected_tenants);
     srv->sessions.quota = mc.session_quota && mc.session_quota < cap ? mc.session_quota : cap;
     srv->sessions.default_ephemeral = mc.default_ephemeral;
     srv->sessions.framework_per_lane = mc.framework_per_lane;

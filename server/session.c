@@ -35,7 +35,8 @@ void sl_sessions_init(sl_sessions *ss, const sl_config *cfg, sl_exec *ex, sl_fau
     ss->tenants.defaults = &cfg->tenant_limits;
     ss->tenants.rules = cfg->limit_rules;
     ss->tenants.n_rules = cfg->n_limit_rules;
-    ss->tenants.max_sessions_all = cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS;
+    ss->tenants.default_sessions = sl_tenant_default_sessions(
+        cfg->max_sessions ? cfg->max_sessions : SL_DEFAULT_MAX_SESSIONS, cfg->expected_tenants);
     ss->tenants.jobs = &ss->jobs;
     /* a quarter of the memory salusd may use: its cgroup's limit where one
      * is set, so that graphs tenants pin cannot get it OOM-killed */
@@ -358,7 +359,7 @@ bool sl_session_owned_by(const sl_session *s, const sl_peer *peer)
 void sl_sessions_limits(const sl_sessions *ss, const sl_peer *peer, sl_limits *out)
 {
     const sl_tenants *t = &ss->tenants;
-    sl_limits_for(t->defaults, t->rules, t->n_rules, t->max_sessions_all, peer, out);
+    sl_limits_for(t, peer, out);
 }
 
 void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits *out)
@@ -368,27 +369,17 @@ void sl_sessions_limits_of(const sl_sessions *ss, const sl_session *s, sl_limits
 }
 
 /* The job step a session opened by peer belongs to (*out NULL: none): the
- * step m names, which must be registered for peer's uid, else the uid's
- * only registered step. Operators' sessions belong to no step: no limits
- * hold for them anyway. False with the refusal (PERMISSION_DENIED) in r. */
+ * step m names, which must be registered for peer's uid. A session that
+ * names none is its user's own, whatever steps the user runs: a process
+ * outside the job must not get the step's quota, priority and end.
+ * Operators' sessions belong to no step: no limits hold for them anyway.
+ * False with the refusal (PERMISSION_DENIED) in r. */
 static bool step_of(const sl_sessions *ss, const Salus__OpenSession *m, const sl_peer *peer,
                     const sl_job **out, sl_reply *r)
 {
     *out = NULL;
-    if (peer->is_operator || !peer->has_uid)
+    if (peer->is_operator || !peer->has_uid || !m->has_job)
         return true;
-    if (!m->has_job) {
-        bool several;
-        *out = sl_jobs_only_of(&ss->jobs, peer->uid, &several);
-        if (several) {
-            sl_reply_error(r, SL_EPERM,
-                           "uid %llu runs several job steps here: name the session's step "
-                           "(SALUS_JOB=JOB.STEP, which the Slurm plugin sets)",
-                           (unsigned long long) peer->uid);
-            return false;
-        }
-        return true;
-    }
     const sl_job *job = sl_jobs_find(&ss->jobs, m->job_id, m->step_id);
     if (!job || job->uid != peer->uid) {
         sl_reply_error(r, SL_EPERM,

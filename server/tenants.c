@@ -168,10 +168,20 @@ static void overlay(sl_limits *dst, const sl_limits *src)
         dst->memory = src->memory;
 }
 
-void sl_limits_for(const sl_limits *defaults, const sl_limit_rule *rules, int n_rules,
-                   uint32_t max_sessions_all, const sl_peer *peer, sl_limits *out)
+uint32_t sl_tenant_default_sessions(uint32_t max_sessions_all, uint32_t expected)
 {
-    uint32_t sessions = max_sessions_all / SL_TENANT_DEFAULT_SESSIONS_DIV;
+    uint32_t n = max_sessions_all / (expected ? expected : SL_DEFAULT_EXPECTED_TENANTS);
+    return n < 1 ? 1 : n > SL_TENANT_DEFAULT_SESSIONS ? SL_TENANT_DEFAULT_SESSIONS : n;
+}
+
+uint64_t sl_tenant_default_memory(uint64_t capacity, uint32_t expected)
+{
+    uint64_t share = capacity / (expected ? expected : SL_DEFAULT_EXPECTED_TENANTS);
+    return share & ~(uint64_t) 255;
+}
+
+void sl_limits_for(const sl_tenants *t, const sl_peer *peer, sl_limits *out)
+{
     *out = (sl_limits){
         .has_priority = true,
         .has_weight = true,
@@ -179,12 +189,13 @@ void sl_limits_for(const sl_limits *defaults, const sl_limit_rule *rules, int n_
         .has_memory = true,
         .max_priority = SL_TENANT_DEFAULT_PRIORITY,
         .max_weight = SL_TENANT_DEFAULT_WEIGHT,
-        .max_sessions = sessions ? sessions : 1,
+        .max_sessions = t->default_sessions ? t->default_sessions : 1,
+        .memory = t->default_memory,
     };
-    if (defaults)
-        overlay(out, defaults);
-    for (int i = 0; i < n_rules; i++) {
-        const sl_limit_rule *r = &rules[i];
+    if (t->defaults)
+        overlay(out, t->defaults);
+    for (int i = 0; i < t->n_rules; i++) {
+        const sl_limit_rule *r = &t->rules[i];
         if (r->remote ? !peer->has_uid : peer->has_uid && peer->uid == r->uid)
             overlay(out, &r->limits); /* a later rule for the same tenant wins */
     }
@@ -260,7 +271,7 @@ void sl_tenants_fini(sl_tenants *t)
 
 int sl_tenants_limits(const sl_tenants *t, const sl_peer *owner, uint64_t key, sl_limits *out)
 {
-    sl_limits_for(t->defaults, t->rules, t->n_rules, t->max_sessions_all, owner, out);
+    sl_limits_for(t, owner, out);
     const sl_job *job = t->jobs ? sl_jobs_by_tenant(t->jobs, key) : NULL;
     if (job) {
         out->max_priority = job->priority;
@@ -278,8 +289,8 @@ static const char *quota_remedy(int source)
     return source == SL_QUOTA_STEP
                ? "the quota is the job step's (the Slurm plugin's shard_memory times the job's "
                  "shards on this node): ask for more shards (srun --gres=shard:N)"
-               : "the quota is this user's (salusd --tenant-limits / --user-limits memory=): "
-                 "ask the operator for more";
+               : "the quota is this user's (salusd --tenant-limits / --user-limits memory=, by "
+                 "default the device memory / --expected-tenants): ask the operator for more";
 }
 
 bool sl_tenants_admit(const sl_tenants *t, const sl_peer *owner, uint64_t key,

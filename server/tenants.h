@@ -44,11 +44,16 @@
 typedef struct sl_reply sl_reply;
 
 /* Built-in defaults: no tenant outranks the default priority or weight
- * unless the operator grants it, and none holds more than a quarter of the
- * sessions (--max-sessions). */
+ * unless the operator grants it; a tenant may hold the device's memory
+ * divided by the tenants the host expects (--expected-tenants), so that one
+ * tenant declaring all of it leaves the others room, and at most
+ * SL_TENANT_DEFAULT_SESSIONS sessions (fewer when --max-sessions divided by
+ * the expected tenants is less): each session may pin --session-metadata of
+ * host memory, 1G in all with the defaults. */
 #define SL_TENANT_DEFAULT_PRIORITY 0
 #define SL_TENANT_DEFAULT_WEIGHT 1.0
-#define SL_TENANT_DEFAULT_SESSIONS_DIV 4
+#define SL_TENANT_DEFAULT_SESSIONS 16
+#define SL_DEFAULT_EXPECTED_TENANTS 4
 #define SL_MAX_LIMIT_RULES 64
 
 /* Limits; has_ says which fields a flag set (an override sets some). */
@@ -81,11 +86,11 @@ int sl_limits_parse(const char *spec, sl_limits *out, char *why, size_t why_len)
 /* Parses "WHO:SPEC" (WHO: a user name, a numeric uid, or "remote"); user
  * names are looked up now. Errors: SL_EINVAL with the reason in why. */
 int sl_limit_rule_parse(const char *arg, sl_limit_rule *out, char *why, size_t why_len);
-/* The limits of a non-operator peer, every field set: the built-in
- * defaults, then defaults, then the rule for the peer. max_sessions_all is
- * salusd's --max-sessions (for the built-in session default). */
-void sl_limits_for(const sl_limits *defaults, const sl_limit_rule *rules, int n_rules,
-                   uint32_t max_sessions_all, const sl_peer *peer, sl_limits *out);
+/* The built-in session and memory defaults for max_sessions_all sessions
+ * (--max-sessions) and capacity bytes of device memory (0: unknown, no
+ * default quota) shared by expected tenants (0: the default). */
+uint32_t sl_tenant_default_sessions(uint32_t max_sessions_all, uint32_t expected);
+uint64_t sl_tenant_default_memory(uint64_t capacity, uint32_t expected);
 
 /* The key a tenant's usage is counted under (never 0). */
 uint64_t sl_tenant_key(const sl_peer *peer);
@@ -106,10 +111,17 @@ typedef struct sl_tenants {
     const sl_limits *defaults;
     const sl_limit_rule *rules;
     int n_rules;
-    uint32_t max_sessions_all;
+    /* the built-in defaults (sl_tenant_default_sessions and _memory; 0:
+     * one session, no quota) */
+    uint32_t default_sessions;
+    uint64_t default_memory;
     /* the registered job steps: a step's sessions live under its quota */
     const sl_jobs *jobs;
 } sl_tenants;
+
+/* The limits of a non-operator peer, every field set: the built-in
+ * defaults, then t's defaults, then the rule for the peer. */
+void sl_limits_for(const sl_tenants *t, const sl_peer *peer, sl_limits *out);
 
 /* What tenant key holds (zeros when nothing). */
 sl_tenant_use sl_tenants_get(const sl_tenants *t, uint64_t key);

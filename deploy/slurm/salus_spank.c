@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +53,10 @@
 #include <salus/salus.h>
 
 SPANK_PLUGIN(salus, 1);
+
+#ifndef P_PIDFD
+#define P_PIDFD 3 /* waitid on a pidfd: Linux 5.4 */
+#endif
 
 #define DEFAULT_URL "ipc:///run/salus/salus.sock"
 #define MAX_QOS 32
@@ -266,14 +271,64 @@ static int job_figures(uint32_t job_id, uint64_t *shards, int *priority)
 
 enum call { CALL_REGISTER, CALL_CLOSE_STEP, CALL_CLOSE_JOB };
 
+/* A descriptor for the child pid, or -1 (a kernel before 5.3). The child
+ * must not be able to exit yet: it waits for the caller's go, so that pid
+ * is still the child's and no recycled number. */
+static int child_pidfd(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int) syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void) pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Ends the helper that pidfd names: SIGKILL when it has not answered
+ * (kill), then reaps it unless slurmstepd did. Through the descriptor
+ * only: slurmstepd waits for any child, so the helper's pid may already be
+ * reaped and given to another process, one of the step's tasks even, which
+ * a kill(pid) or waitpid(pid) would hit. Without a descriptor the helper
+ * is left to exit by itself (its own timeouts bound it) and to
+ * slurmstepd's reaping. */
+static void end_helper(int pidfd, bool kill_it)
+{
+    if (pidfd < 0)
+        return;
+#ifdef SYS_pidfd_send_signal
+    if (kill_it)
+        (void) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+#else
+    (void) kill_it;
+#endif
+    /* readable once it exited; a second at most after it answered */
+    struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+    int pr;
+    do
+        pr = poll(&pfd, 1, 1000);
+    while (pr < 0 && errno == EINTR);
+    siginfo_t info;
+    /* ECHILD: slurmstepd reaped it first */
+    while (waitid((idtype_t) P_PIDFD, (id_t) pidfd, &info, WEXITED | WNOHANG) < 0 && errno == EINTR)
+        ;
+    close(pidfd);
+}
+
 /* Runs one call to salusd in a child process; 0 on success, else -1 with
  * salusd's or the client library's reason in why. */
 static int salus_call(enum call what, uint32_t job, uint32_t step, uint32_t uid, uint64_t memory,
                       int priority, char *why, size_t why_len)
 {
-    int fds[2];
+    int fds[2], go[2];
     if (pipe(fds) != 0) {
         snprintf(why, why_len, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe(go) != 0) {
+        snprintf(why, why_len, "pipe: %s", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
         return -1;
     }
     pid_t pid = fork();
@@ -281,10 +336,18 @@ static int salus_call(enum call what, uint32_t job, uint32_t step, uint32_t uid,
         snprintf(why, why_len, "fork: %s", strerror(errno));
         close(fds[0]);
         close(fds[1]);
+        close(go[0]);
+        close(go[1]);
         return -1;
     }
     if (pid == 0) {
         close(fds[0]);
+        close(go[1]);
+        /* the parent's go: it holds a descriptor of this process first */
+        char byte;
+        while (read(go[0], &byte, 1) < 0 && errno == EINTR)
+            ;
+        close(go[0]);
         if (conf.server_uid[0])
             setenv("SALUS_SERVER_UID", conf.server_uid, 1);
         char ms[16];
@@ -312,6 +375,10 @@ static int salus_call(enum call what, uint32_t job, uint32_t step, uint32_t uid,
         _exit(n > 0 && rc == 0 ? 0 : 1);
     }
     close(fds[1]);
+    close(go[0]);
+    /* the child cannot have exited: it waits on go */
+    int pidfd = child_pidfd(pid);
+    close(go[1]);
     /* the answer comes through the pipe: slurmstepd may reap the child
      * itself (it waits for any child), so its exit status is not ours to
      * rely on */
@@ -340,9 +407,10 @@ static int salus_call(enum call what, uint32_t job, uint32_t step, uint32_t uid,
     }
     buf[got] = '\0';
     close(fds[0]);
-    if (strncmp(buf, "OK", 2) != 0)
-        kill(pid, SIGKILL); /* a helper stuck on salusd must not outlive the step */
-    (void) waitpid(pid, NULL, 0);
+    /* an answer, OK or ERR, means the helper is exiting by itself; only a
+     * helper stuck on salusd is killed, so that it does not outlive the step */
+    bool answered = strncmp(buf, "OK", 2) == 0 || strncmp(buf, "ERR", 3) == 0;
+    end_helper(pidfd, !answered);
     if (strncmp(buf, "OK", 2) == 0)
         return 0;
     snprintf(why, why_len, "%s", got > 4 ? buf + 4 : "salusd did not answer in time");

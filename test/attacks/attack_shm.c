@@ -668,11 +668,17 @@ static uint64_t memfd_mapped(pid_t pid)
 static void budget_case(const char *name, const char *const *args, uint64_t cgroup_limit,
                         const uint64_t *sizes, int n, uint64_t limit, int want_taken)
 {
+    /* its sessions declare no device memory, so under the default quota
+     * each would take all the tenant may have: what is tested here is the
+     * shared-memory budget, so the tenant has no device quota */
+    const char *all[16] = {"--tenant-limits", "memory=0"};
+    for (int i = 0; args && args[i] && i < 13; i++)
+        all[2 + i] = args[i];
     sl_attack a;
     sl_attack_cgroup cg;
     if (cgroup_limit)
         sl_attack_cgroup_enter(&cg, cgroup_limit);
-    sl_attack_begin(&a, name, args);
+    sl_attack_begin(&a, name, all);
     if (cgroup_limit)
         sl_attack_cgroup_started(&cg);
     struct tenant_arg arg = {.which = "budget", .url = a.srv.url, .n = n};

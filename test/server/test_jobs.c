@@ -64,21 +64,33 @@ static void register_replace_and_refuse(void **state)
     sl_jobs_fini(&jobs);
 }
 
-static void only_step_of_a_user(void **state)
+static void step_ids_never_alias(void **state)
 {
     (void) state;
+    /* the highest ordinary id with a key, and the first special one */
+    assert_true(sl_job_step_valid(0x7ffffeffu));
+    assert_true(sl_job_step_valid(0xffffff00u));
+    assert_true(sl_job_step_valid(0xffffffffu));
+    /* the ids between have none: each would share a key with another */
+    const uint32_t between[] = {0x7fffff00u, 0x80000000u, 0x80000005u, 0xfffffeffu};
+    for (size_t i = 0; i < sizeof between / sizeof between[0]; i++) {
+        assert_false(sl_job_step_valid(between[i]));
+        assert_int_equal(sl_job_tenant(3, between[i]), 0);
+    }
+    /* every valid step of a job has a key of its own */
+    const uint32_t steps[] = {0, 5, 0x7ffffeffu, 0xffffff00u, 0xfffffffbu, 0xffffffffu};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        for (size_t k = i + 1; k < sizeof steps / sizeof steps[0]; k++)
+            assert_int_not_equal(sl_job_tenant(3, steps[i]), sl_job_tenant(3, steps[k]));
+    /* x + 2^31 is neither registered nor found nor closed as x */
     sl_jobs jobs = {0};
-    bool several;
-    assert_null(sl_jobs_only_of(&jobs, 1000, &several));
-    assert_false(several);
-    assert_sl_ok(sl_jobs_register(&jobs, &(sl_job){.job_id = 7, .step_id = 0, .uid = 1000}));
-    assert_sl_ok(sl_jobs_register(&jobs, &(sl_job){.job_id = 8, .step_id = 0, .uid = 1001}));
-    const sl_job *j = sl_jobs_only_of(&jobs, 1000, &several);
-    assert_non_null(j);
-    assert_int_equal(j->job_id, 7);
-    assert_sl_ok(sl_jobs_register(&jobs, &(sl_job){.job_id = 7, .step_id = 1, .uid = 1000}));
-    assert_null(sl_jobs_only_of(&jobs, 1000, &several));
-    assert_true(several); /* the session must then name its step */
+    assert_sl_ok(sl_jobs_register(&jobs, &(sl_job){.job_id = 3, .step_id = 5, .uid = 1000}));
+    assert_sl_err(
+        sl_jobs_register(&jobs, &(sl_job){.job_id = 3, .step_id = 5u + (1u << 31), .uid = 1000}),
+        SL_EINVAL);
+    assert_null(sl_jobs_find(&jobs, 3, 5u + (1u << 31)));
+    assert_int_equal(sl_jobs_remove(&jobs, 3, 5u + (1u << 31), false), 0);
+    assert_non_null(sl_jobs_find(&jobs, 3, 5));
     sl_jobs_fini(&jobs);
 }
 
@@ -117,7 +129,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tenant_keys_name_their_step),
         cmocka_unit_test(register_replace_and_refuse),
-        cmocka_unit_test(only_step_of_a_user),
+        cmocka_unit_test(step_ids_never_alias),
         cmocka_unit_test(remove_step_or_job),
         cmocka_unit_test(table_is_bounded),
     };

@@ -79,19 +79,38 @@ static void limits_layer_default_then_rule(void **state)
     sl_limits l;
     sl_peer alice = {.has_uid = true, .uid = 1000}, bob = {.has_uid = true, .uid = 1001},
             net = {.pipe_id = 7};
-    sl_limits_for(&def, rules, 3, 1024, &alice, &l);
+    sl_tenants t = {.defaults = &def,
+                    .rules = rules,
+                    .n_rules = 3,
+                    .default_sessions = sl_tenant_default_sessions(1024, 0),
+                    .default_memory = sl_tenant_default_memory(8ull << 30, 0)};
+    sl_limits_for(&t, &alice, &l);
     assert_int_equal(l.max_priority, 1);
     assert_true(l.max_weight == 3.0);
     assert_int_equal(l.max_sessions, 5); /* the later rule wins */
     assert_int_equal(l.memory, 4ull << 30);
-    sl_limits_for(&def, rules, 3, 1024, &bob, &l);
+    sl_limits_for(&t, &bob, &l);
     assert_int_equal(l.max_priority, 1);
     assert_true(l.max_weight == SL_TENANT_DEFAULT_WEIGHT);
-    assert_int_equal(l.max_sessions, 1024 / SL_TENANT_DEFAULT_SESSIONS_DIV);
-    sl_limits_for(NULL, rules, 3, 2, &net, &l);
+    assert_int_equal(l.max_sessions, SL_TENANT_DEFAULT_SESSIONS);
+    /* without --tenant-limits memory=: the device shared by the expected
+     * tenants */
+    t.defaults = NULL;
+    sl_limits_for(&t, &bob, &l);
+    assert_int_equal(l.memory, 2ull << 30);
+    t.default_sessions = sl_tenant_default_sessions(2, 0);
+    t.default_memory = 0; /* capacity unknown: no quota */
+    sl_limits_for(&t, &net, &l);
     assert_int_equal(l.max_priority, -1);
     assert_int_equal(l.max_sessions, 1);
     assert_int_equal(l.memory, 0);
+    /* the defaults: a share of the memory each, sessions to match */
+    assert_int_equal(sl_tenant_default_sessions(1024, 0), 16);
+    assert_int_equal(sl_tenant_default_sessions(1024, 128), 8);
+    assert_int_equal(sl_tenant_default_sessions(3, 4), 1);
+    assert_int_equal(sl_tenant_default_memory(1000ull << 20, 0), 250ull << 20);
+    assert_int_equal(sl_tenant_default_memory(1000ull << 20, 1), 1000ull << 20);
+    assert_int_equal(sl_tenant_default_memory(1001, 4) % 256, 0);
     assert_int_not_equal(sl_tenant_key(&alice), sl_tenant_key(&net));
     assert_int_not_equal(sl_tenant_key(&alice), 0);
 }
@@ -124,7 +143,7 @@ static void quota_admits_exactly_what_is_left(void **state)
 {
     (void) state;
     sl_limits defaults = {.has_memory = true, .memory = 1 * MIB};
-    sl_tenants t = {.defaults = &defaults, .max_sessions_all = 64};
+    sl_tenants t = {.defaults = &defaults, .default_sessions = 16};
     sl_peer owner = {.has_uid = true, .uid = 1000};
     uint64_t key = sl_tenant_key(&owner);
     sl_reply *r = sl_reply_new(1);
@@ -160,7 +179,7 @@ static void one_shard_step_gets_its_quota_split(void **state)
     sl_jobs jobs = {0};
     assert_sl_ok(sl_jobs_register(
         &jobs, &(sl_job){.job_id = 5, .step_id = 0, .uid = 1000, .memory = shard, .priority = 3}));
-    sl_tenants t = {.max_sessions_all = 64, .jobs = &jobs};
+    sl_tenants t = {.default_sessions = 16, .jobs = &jobs};
     sl_peer owner = {.has_uid = true, .uid = 1000};
     uint64_t key = sl_job_tenant(5, 0);
     sl_limits lim;
@@ -215,7 +234,7 @@ static void session_count_and_clamps(void **state)
     (void) state;
     sl_limits defaults = {
         .has_sessions = true, .max_sessions = 1, .has_weight = true, .max_weight = 2};
-    sl_tenants t = {.defaults = &defaults, .max_sessions_all = 64};
+    sl_tenants t = {.defaults = &defaults, .default_sessions = 16};
     sl_peer owner = {.has_uid = false}; /* remote */
     uint64_t key = sl_tenant_key(&owner);
     sl_reply *r = sl_reply_new(1);
