@@ -57,7 +57,8 @@ static const sl_op_group_def groups[SL_OP_GROUP_COUNT] = {
          "Ops on tensors of any rank (up to 6) for graphs imported from ONNX. Broadcasting is "
          "numpy's (ONNX multidirectional): shapes are aligned at the right, and each dim pair is "
          "equal or one of them is 1. Axes are non-negative (the importer resolves ONNX's "
-         "negative ones). These ops have no gradient rules yet."},
+         "negative ones). Of these, ew_unary, gather along axis 0 and batch_matmul have gradient "
+         "rules."},
     [SL_OP_GROUP_TRAIN] =
         {"Transformer training",
          "Normalisation, activations' gradients, softmax along any axis, embeddings, masks and "
