@@ -224,9 +224,145 @@ SL_HD static inline float sl_ew_unary(int kind, float x, float p, float q)
         return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
     case SL_EW_CELU:
         return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
-    default: /* shrink */
+    case SL_EW_SHRINK:
         return x < -p ? x + q : x > p ? x - q : 0.0f;
+    case SL_EW_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case SL_EW_GELU_TANH: {
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
     }
+    default: /* silu */
+        return x * sl_ew_sigmoid(x);
+    }
+}
+
+/* ew_unary_grad: the derivative f'(x) of ew_unary's kind at x, where the
+ * kind is differentiable there; at a kink the side PyTorch takes (relu-like
+ * kinds: 0 at 0 from the left; clip: 1 on its closed range). Piecewise
+ * constant kinds (floor, ceil, round, sign) have 0. */
+SL_HD static inline float sl_ew_unary_deriv(int kind, float x, float p, float q)
+{
+    switch (kind) {
+    case SL_EW_SQRT:
+        return 0.5f / sqrtf(x);
+    case SL_EW_ERF:
+        return 1.12837916709551257f * expf(-x * x);
+    case SL_EW_EXP:
+        return expf(x);
+    case SL_EW_LOG:
+        return 1.0f / x;
+    case SL_EW_NEG:
+        return -1.0f;
+    case SL_EW_ABS:
+        return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;
+    case SL_EW_RECIPROCAL:
+        return -1.0f / (x * x);
+    case SL_EW_CLIP:
+        return x >= p && x <= q ? 1.0f : 0.0f;
+    case SL_EW_LEAKY_RELU:
+        return x > 0.0f ? 1.0f : p;
+    case SL_EW_HARD_SIGMOID: {
+        float v = p * x + q;
+        return v > 0.0f && v < 1.0f ? p : 0.0f;
+    }
+    case SL_EW_ELU:
+        return x > 0.0f ? 1.0f : p * expf(x);
+    case SL_EW_SELU:
+        return q * (x > 0.0f ? 1.0f : p * expf(x));
+    case SL_EW_SOFTPLUS:
+        return sl_ew_sigmoid(x);
+    case SL_EW_SOFTSIGN: {
+        float d = 1.0f + fabsf(x);
+        return 1.0f / (d * d);
+    }
+    case SL_EW_SIN:
+        return cosf(x);
+    case SL_EW_COS:
+        return -sinf(x);
+    case SL_EW_TAN: {
+        float t = tanf(x);
+        return 1.0f + t * t;
+    }
+    case SL_EW_SINH:
+        return coshf(x);
+    case SL_EW_COSH:
+        return sinhf(x);
+    case SL_EW_ASIN:
+        return 1.0f / sqrtf(1.0f - x * x);
+    case SL_EW_ACOS:
+        return -1.0f / sqrtf(1.0f - x * x);
+    case SL_EW_ATAN:
+        return 1.0f / (1.0f + x * x);
+    case SL_EW_ASINH:
+        return 1.0f / sqrtf(x * x + 1.0f);
+    case SL_EW_ACOSH:
+        return 1.0f / sqrtf(x * x - 1.0f);
+    case SL_EW_ATANH:
+        return 1.0f / (1.0f - x * x);
+    case SL_EW_THRESHOLDED_RELU:
+        return x > p ? 1.0f : 0.0f;
+    case SL_EW_HARD_SWISH:
+        return x < -3.0f ? 0.0f : x <= 3.0f ? x / 3.0f + 0.5f : 1.0f;
+    case SL_EW_CELU:
+        return x > 0.0f ? 1.0f : expf(x / p);
+    case SL_EW_SHRINK:
+        return x < -p || x > p ? 1.0f : 0.0f;
+    case SL_EW_GELU: {
+        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+        return cdf + x * 0.39894228040143268f * expf(-0.5f * x * x);
+    }
+    case SL_EW_GELU_TANH: {
+        const float k = 0.79788456080286536f;
+        float x2 = x * x, t = tanhf(k * (x + 0.044715f * x2 * x));
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x2);
+    }
+    case SL_EW_SILU: {
+        float s = sl_ew_sigmoid(x);
+        return s * (1.0f + x * (1.0f - s));
+    }
+    default: /* floor, ceil, sign, round: flat almost everywhere */
+        return 0.0f;
+    }
+}
+
+/* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+ * 3"): four 32-bit words, a pure function of a 128-bit counter (ctr, in)
+ * and a 64-bit key (out: the words), so every backend draws the same
+ * numbers for one (key, counter) whatever its threads. */
+SL_HD static inline void sl_philox4x32(uint32_t ctr[4], uint32_t k0, uint32_t k1)
+{
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t) 0xD2511F53u * ctr[0], p1 = (uint64_t) 0xCD9E8D57u * ctr[2];
+        uint32_t c0 = (uint32_t) (p1 >> 32) ^ ctr[1] ^ k0, c2 = (uint32_t) (p0 >> 32) ^ ctr[3] ^ k1;
+        ctr[1] = (uint32_t) p1;
+        ctr[3] = (uint32_t) p0;
+        ctr[0] = c0;
+        ctr[2] = c2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+}
+
+/* dropout's threshold for drop probability p in [0, 1): a word u keeps its
+ * element when u >= the threshold, so it keeps with probability 1 - p (to
+ * 2^-32). */
+SL_HD static inline uint64_t sl_dropout_threshold(float p)
+{
+    return (uint64_t) ((double) p * 4294967296.0);
+}
+
+/* dropout's draws for elements 4 * blk .. 4 * blk + 3: the key is the seed
+ * tensor's two words, the counter (blk, its high half, the op's offset, 0);
+ * element i keeps when words[i % 4] >= sl_dropout_threshold(p). */
+SL_HD static inline void sl_dropout_block(uint64_t blk, uint32_t seed0, uint32_t seed1,
+                                          uint32_t offset, uint32_t words[4])
+{
+    words[0] = (uint32_t) blk;
+    words[1] = (uint32_t) (blk >> 32);
+    words[2] = offset;
+    words[3] = 0;
+    sl_philox4x32(words, seed0, seed1);
 }
 
 #endif

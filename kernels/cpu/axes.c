@@ -1,6 +1,6 @@
 /* cpu kernels of the ops along axes of any rank (ops_axes.h): broadcasting
  * element-wise math, transpose, slice, concat, gather, reductions over axes,
- * log_softmax and batch_matmul. Shapes were validated by the registry.
+ * log_softmax, batch_matmul, where and masked_fill. Shapes were validated by the registry.
  * Walks over a shape keep a counter per dim and step the innermost dim in a
  * plain loop, so the broadcast and permuted cases cost one add per element
  * rather than a division per dim. Reductions accumulate in double. */
@@ -84,6 +84,49 @@ static int k_ew_binary(const sl_op_call *c)
             ob += sb[d];
             if (++idx[d] < os->dims[d])
                 break;
+            oa -= sa[d] * os->dims[d];
+            ob -= sb[d] * os->dims[d];
+            idx[d] = 0;
+        }
+    }
+    return SL_OK;
+}
+
+/* where and masked_fill: y = cond ? a : b with each operand broadcast to
+ * y's shape (masked_fill: cond is the mask, a the fill value, b x). One
+ * walk over y's rows, as ew_binary's. */
+static int k_select(const sl_op_call *c)
+{
+    const sl_shape *os = &c->out[0].shape;
+    bool fill = c->op == SL_OP_MASKED_FILL;
+    const sl_tensor_ref *cond = &c->in[fill ? 1 : 0];
+    const float *a = fill ? NULL : c->in[1].data, *b = c->in[fill ? 0 : 2].data;
+    const int32_t *m = cond->data;
+    float v = c->attrs.f[0], *y = c->out[0].data;
+    if (os->ndim == 0) {
+        y[0] = m[0] ? (fill ? v : a[0]) : b[0];
+        return SL_OK;
+    }
+    int64_t sm[SL_MAX_DIMS], sa[SL_MAX_DIMS] = {0}, sb[SL_MAX_DIMS], idx[SL_MAX_DIMS] = {0};
+    bcast_strides(&cond->shape, os, sm);
+    if (!fill)
+        bcast_strides(&c->in[1].shape, os, sa);
+    bcast_strides(&c->in[fill ? 0 : 2].shape, os, sb);
+    unsigned last = os->ndim - 1;
+    int64_t inner = os->dims[last];
+    uint64_t rows = sl_shape_elems(os) / (uint64_t) inner;
+    int64_t om = 0, oa = 0, ob = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        float *yr = y + r * (uint64_t) inner;
+        for (int64_t i = 0; i < inner; i++)
+            yr[i] = m[om + i * sm[last]] ? (fill ? v : a[oa + i * sa[last]]) : b[ob + i * sb[last]];
+        for (int d = (int) last - 1; d >= 0; d--) {
+            om += sm[d];
+            oa += sa[d];
+            ob += sb[d];
+            if (++idx[d] < os->dims[d])
+                break;
+            om -= sm[d] * os->dims[d];
             oa -= sa[d] * os->dims[d];
             ob -= sb[d] * os->dims[d];
             idx[d] = 0;
@@ -328,6 +371,9 @@ int sl_cpu_axes_op(const sl_op_call *c)
         return k_log_softmax(c);
     case SL_OP_BATCH_MATMUL:
         return k_batch_matmul(c);
+    case SL_OP_WHERE:
+    case SL_OP_MASKED_FILL:
+        return k_select(c);
     default:
         return SL_EUNSUPPORTED;
     }

@@ -227,6 +227,14 @@ const char *sl_cpu_gemm_name(sl_cpu_gemm_lib lib);
  * sl_cpu_run_op. loss.c: */
 /* The ops along axes of any rank (axes.c, ops_axes.h): one entry for all. */
 int sl_cpu_axes_op(const sl_op_call *c);
+/* The transformer training ops (train.c): layer_norm, layer_norm_grad,
+ * ew_unary_grad, softmax_axis, softmax_axis_grad, embedding_grad, dropout,
+ * dropout_grad, split across x->threads from SL_CPU_TEAM_MIN_ELEMS
+ * elements. SL_EINVAL (x->failure says which) for an id outside the
+ * table. */
+int sl_cpu_train_op(sl_cpu_exec *x, const sl_op_call *c);
+/* Whether op is one of sl_cpu_train_op's. */
+bool sl_cpu_is_train_op(unsigned op);
 int sl_cpu_softmax(const sl_op_call *c);
 int sl_cpu_softmax_xent(const sl_op_call *c);
 int sl_cpu_softmax_xent_grad(const sl_op_call *c);

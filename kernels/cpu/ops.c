@@ -453,6 +453,7 @@ bool sl_cpu_op_uses_dnnl(unsigned op)
 }
 
 static int k_cast(const sl_op_call *c);
+static int k_train(const sl_op_call *c);
 
 static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_FILL] = k_fill,
@@ -506,6 +507,16 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_AMP_UNSCALE] = sl_cpu_amp_unscale,
     [SL_OP_AMP_COMMIT] = sl_cpu_amp_commit,
     [SL_OP_AMP_SCALE_UPDATE] = sl_cpu_amp_scale_update,
+    [SL_OP_LAYER_NORM] = k_train,
+    [SL_OP_LAYER_NORM_GRAD] = k_train,
+    [SL_OP_EW_UNARY_GRAD] = k_train,
+    [SL_OP_SOFTMAX_AXIS] = k_train,
+    [SL_OP_SOFTMAX_AXIS_GRAD] = k_train,
+    [SL_OP_EMBEDDING_GRAD] = k_train,
+    [SL_OP_WHERE] = sl_cpu_axes_op,
+    [SL_OP_MASKED_FILL] = sl_cpu_axes_op,
+    [SL_OP_DROPOUT] = k_train,
+    [SL_OP_DROPOUT_GRAD] = k_train,
 };
 
 static bool dims_fit_int(const sl_tensor_ref *t, unsigned n)
@@ -564,6 +575,14 @@ static int k_cast(const sl_op_call *c)
     return sl_cpu_cast(&one, c);
 }
 
+/* The training ops' entry in the table: sl_cpu_run_op_f32 gives them the
+ * team. */
+static int k_train(const sl_op_call *c)
+{
+    sl_cpu_exec one = {.threads = 1};
+    return sl_cpu_train_op(&one, c);
+}
+
 int sl_cpu_run_op(sl_cpu_exec *x, const sl_op_call *call)
 {
     if (call->op == SL_OP_CAST)
@@ -582,6 +601,8 @@ int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
         if (2ull * (uint64_t) g.m * (uint64_t) g.n * (uint64_t) g.k >= SL_CPU_TEAM_MIN_FLOPS)
             return matmul_threads(call, x->threads);
     }
+    if (sl_cpu_is_train_op(call->op))
+        return sl_cpu_train_op(x, call);
     if (ranges[call->op] && x->threads > 1) {
         struct range_job j = {call, sl_shape_elems(&call->in[0].shape)};
         if (j.n >= SL_CPU_TEAM_MIN_ELEMS) {

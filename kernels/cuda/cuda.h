@@ -257,6 +257,9 @@ int sl_cuda_run_norm(sl_cuda_exec *x, const sl_op_call *c);
 int sl_cuda_run_bn_train(sl_cuda_exec *x, const sl_op_call *c);
 /* The ops along axes of any rank but batch_matmul (ops_axes.cu). */
 int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c);
+/* layer_norm(_grad), ew_unary_grad, softmax_axis(_grad), embedding_grad,
+ * dropout(_grad) (ops_train.cu). */
+int sl_cuda_run_train(sl_cuda_exec *x, const sl_op_call *c);
 
 /* SL_OK when the conv call's tensors fit cuDNN's int indexing, else
  * SL_EUNSUPPORTED. */

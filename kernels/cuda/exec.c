@@ -438,7 +438,18 @@ static family_fn family_of(unsigned op)
     case SL_OP_GATHER:
     case SL_OP_REDUCE_AXES:
     case SL_OP_LOG_SOFTMAX:
+    case SL_OP_WHERE:
+    case SL_OP_MASKED_FILL:
         return sl_cuda_run_axes;
+    case SL_OP_LAYER_NORM:
+    case SL_OP_LAYER_NORM_GRAD:
+    case SL_OP_EW_UNARY_GRAD:
+    case SL_OP_SOFTMAX_AXIS:
+    case SL_OP_SOFTMAX_AXIS_GRAD:
+    case SL_OP_EMBEDDING_GRAD:
+    case SL_OP_DROPOUT:
+    case SL_OP_DROPOUT_GRAD:
+        return sl_cuda_run_train;
     case SL_OP_BATCH_MATMUL:
         return run_batch_matmul;
     case SL_OP_CAST:
@@ -493,6 +504,11 @@ unsigned sl_cuda_op_dtypes(unsigned op, bool bf16)
     case SL_OP_GATHER:
     case SL_OP_ARGMAX:
     case SL_OP_CAST:
+    case SL_OP_WHERE:
+    case SL_OP_MASKED_FILL:
+    case SL_OP_EW_UNARY_GRAD:
+    case SL_OP_DROPOUT:
+    case SL_OP_DROPOUT_GRAD:
         return SL_DTS(SL_F32) | half;
     default: /* f32 only; none at all for an op with no kernel here */
         return family_of(op) ? SL_DTS(SL_F32) : 0;

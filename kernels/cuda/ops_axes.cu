@@ -1,6 +1,6 @@
 /* The ops along axes of any rank (ops_axes.h) on cuda: broadcasting
  * element-wise math, transpose, slice, concat, gather, reductions over
- * axes and log_softmax. One thread per output element; an element's input
+ * axes, log_softmax, where and masked_fill. One thread per output element; an element's input
  * offsets are decoded from its flat index with the shapes passed by value
  * (at most 6 dims). 64-bit indices throughout: these ops serve imported
  * graphs, where they are seldom the hot path. batch_matmul is cuBLAS's
@@ -79,6 +79,33 @@ __global__ void k_ew_unary(T *y, const T *x, uint64_t n, int kind, float p, floa
     SKIP_IF_FAILED(failed);
     GRID_STRIDE(uint64_t, i, n)
     y[i] = st<T>(sl_ew_unary(kind, ld(x[i]), p, q));
+}
+
+/* where (a given) and masked_fill (a NULL: the fill value v): y = cond ? a
+ * : b, each operand broadcast to y's shape. y may alias masked_fill's x. */
+template <class T>
+__global__ void k_select(T *y, const int32_t *m, view vm, const T *a, view va, float v, const T *b,
+                         view vb, uint64_t n, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    {
+        bool c = m[offset_of(vm, i)] != 0;
+        y[i] = c ? (a ? a[offset_of(va, i)] : st<T>(v)) : b[offset_of(vb, i)];
+    }
+}
+
+template <class T> static void launch_select(sl_cuda_exec *x, const sl_op_call *c)
+{
+    const sl_shape *os = &c->out[0].shape;
+    uint64_t n = sl_shape_elems(os);
+    bool fill = c->op == SL_OP_MASKED_FILL;
+    const sl_tensor_ref *m = &c->in[fill ? 1 : 0], *b = &c->in[fill ? 0 : 2];
+    view va = fill ? view{} : bcast_view(&c->in[1].shape, os);
+    k_select<<<blocks_for(n), BLOCK, 0, x->stream>>>(
+        (T *) c->out[0].data, i32(m), bcast_view(&m->shape, os),
+        fill ? (const T *) NULL : (const T *) c->in[1].data, va, c->attrs.f[0], (const T *) b->data,
+        bcast_view(&b->shape, os), n, x->flag_dev);
 }
 
 /* transpose: v has the output's dims and the input's permuted strides. */
@@ -260,6 +287,10 @@ extern "C" int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_EW_BINARY:
     case SL_OP_EW_UNARY:
         SL_FLOAT_DISPATCH(is->dtype, launch_ew, x, c);
+        break;
+    case SL_OP_WHERE:
+    case SL_OP_MASKED_FILL:
+        SL_FLOAT_DISPATCH(os->dtype, launch_select, x, c);
         break;
     case SL_OP_TRANSPOSE:
     case SL_OP_SLICE:

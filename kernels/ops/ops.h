@@ -84,6 +84,17 @@ enum sl_op_id {
     SL_OP_AMP_UNSCALE,
     SL_OP_AMP_COMMIT,
     SL_OP_AMP_SCALE_UPDATE,
+    /* what transformer training graphs need (ops_train.c, ops_axes.c) */
+    SL_OP_LAYER_NORM,
+    SL_OP_LAYER_NORM_GRAD,
+    SL_OP_EW_UNARY_GRAD,
+    SL_OP_SOFTMAX_AXIS,
+    SL_OP_SOFTMAX_AXIS_GRAD,
+    SL_OP_EMBEDDING_GRAD,
+    SL_OP_WHERE,
+    SL_OP_MASKED_FILL,
+    SL_OP_DROPOUT,
+    SL_OP_DROPOUT_GRAD,
     SL_OP_COUNT
 };
 
@@ -134,6 +145,7 @@ enum sl_op_group {
     SL_OP_GROUP_OPTIM,
     SL_OP_GROUP_SHAPE,
     SL_OP_GROUP_AXES,
+    SL_OP_GROUP_TRAIN,
     SL_OP_GROUP_COUNT
 };
 

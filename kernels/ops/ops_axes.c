@@ -1,7 +1,8 @@
 /* Shape inference and cost of the ops that work along axes of any rank:
  * broadcasting element-wise math (ew_binary, ew_unary), layout and indexing
  * (transpose, slice, concat, gather), reductions over chosen axes
- * (reduce_axes), log_softmax and batch_matmul. They are what ONNX graphs
+ * (reduce_axes), log_softmax, batch_matmul, and selection by a mask
+ * (where, masked_fill). They are what ONNX graphs
  * exported from PyTorch need beyond the dense and convolution ops.
  *
  * Cost (flops, bytes read + written), for the sim backend's timing model:
@@ -12,7 +13,8 @@
  *                bytes (gather also reads its indices)
  *   reduce_axes  input elems flops, reads the input, writes the output
  *   log_softmax  5n flops, reads n, writes n
- *   batch_matmul 2*B*M*N*K flops, reads a + b, writes B*M*N */
+ *   batch_matmul 2*B*M*N*K flops, reads a + b, writes B*M*N
+ *   where, masked_fill  n flops, reads every input, writes n */
 #include "ops_axes.h"
 #include "ops_impl.h"
 
@@ -20,8 +22,7 @@
 
 #include <math.h>
 
-/* Numpy broadcasting of a and b (right-aligned, each dim equal or 1). */
-static int broadcast(const sl_shape *a, const sl_shape *b, sl_shape *out, char *err, size_t errlen)
+int sl_ops_broadcast(const sl_shape *a, const sl_shape *b, sl_shape *out, char *err, size_t errlen)
 {
     unsigned nd = a->ndim > b->ndim ? a->ndim : b->ndim;
     sl_shape s = {.dtype = a->dtype, .ndim = (uint8_t) nd};
@@ -48,7 +49,7 @@ int sl_ops_infer_ew_binary(const sl_op_attrs *a, const sl_shape *in, sl_shape *o
     if (a->i[0] < 0 || a->i[0] >= SL_EW_BINARY_COUNT)
         return sl_ops_fail(err, errlen, "i[0] (kind) = %lld: must be in [0, %d)",
                            (long long) a->i[0], SL_EW_BINARY_COUNT);
-    return broadcast(&in[0], &in[1], &out[0], err, errlen);
+    return sl_ops_broadcast(&in[0], &in[1], &out[0], err, errlen);
 }
 
 void sl_ops_cost_ew_binary(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
@@ -272,5 +273,69 @@ void sl_ops_cost_batch_matmul(const sl_op_attrs *a, const sl_shape *in, const sl
 {
     (void) a;
     c->flops = 2 * sl_shape_elems(&out[0]) * (uint64_t) in[0].dims[2];
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]);
+}
+
+static int need_mask(const sl_shape *m, const char *what, char *err, size_t errlen)
+{
+    if (m->dtype != SL_I32)
+        return sl_ops_fail(err, errlen, "%s (the mask) must be i32, not %s", what,
+                           sl_dtype_name(m->dtype));
+    return SL_OK;
+}
+
+int sl_ops_infer_where(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                       size_t errlen)
+{
+    (void) a;
+    int rc = need_mask(&in[0], "in0", err, errlen);
+    for (unsigned i = 1; i < 3 && !rc; i++)
+        if (in[i].dtype != SL_F32)
+            rc = sl_ops_fail(err, errlen, "in%u must be a float tensor", i);
+    sl_shape ab, all;
+    if (!rc)
+        rc = sl_ops_broadcast(&in[1], &in[2], &ab, err, errlen);
+    if (!rc)
+        rc = sl_ops_broadcast(&ab, &in[0], &all, err, errlen);
+    if (rc)
+        return rc;
+    all.dtype = SL_F32;
+    out[0] = all;
+    return SL_OK;
+}
+
+void sl_ops_cost_where(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out, sl_op_cost *c)
+{
+    (void) a;
+    c->flops = sl_shape_elems(&out[0]);
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&in[2]) +
+               sl_shape_bytes(&out[0]);
+}
+
+int sl_ops_infer_masked_fill(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                             size_t errlen)
+{
+    int rc = sl_ops_need_f32(in, 1, err, errlen);
+    if (!rc)
+        rc = need_mask(&in[1], "in1", err, errlen);
+    sl_shape b;
+    if (!rc)
+        rc = sl_ops_broadcast(&in[0], &in[1], &b, err, errlen);
+    if (rc)
+        return rc;
+    b.dtype = in[0].dtype;
+    if (!sl_shape_equal(&b, &in[0]))
+        return sl_ops_fail(err, errlen, "in1 (the mask) must broadcast to in0's shape");
+    if (isnan(a->f[0]))
+        return sl_ops_fail(err, errlen, "f[0] (value) must not be NaN");
+    out[0] = in[0];
+    return SL_OK;
+}
+
+void sl_ops_cost_masked_fill(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                             sl_op_cost *c)
+{
+    (void) a;
+    c->flops = sl_shape_elems(&out[0]);
     c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]);
 }

@@ -56,6 +56,9 @@ enum sl_ew_unary_kind {
     SL_EW_HARD_SWISH,
     SL_EW_CELU,
     SL_EW_SHRINK,
+    SL_EW_GELU,      /* x * (1 + erf(x / sqrt(2))) / 2 */
+    SL_EW_GELU_TANH, /* x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2 */
+    SL_EW_SILU,      /* x * sigmoid(x) */
     SL_EW_UNARY_COUNT
 };
 

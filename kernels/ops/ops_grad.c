@@ -4,6 +4,8 @@
  * written by hand. */
 #include "ops_grad.h"
 
+#include "ops_axes.h"
+
 #include "sl_error.h"
 
 #include <stdio.h>
@@ -295,6 +297,158 @@ static int grad_cast(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_
     return failed(a);
 }
 
+/* g (a gradient of the broadcast shape) summed over the dims that were
+ * broadcast to give `to`'s shape: reduce_axes over them, then a view in
+ * `to`'s shape. g itself when nothing was broadcast. */
+static uint32_t unbroadcast(const sl_grad_emitter *e, uint32_t g, uint32_t to)
+{
+    sl_shape gs, ts;
+    if (g == NO || e->shape(e->ctx, g, &gs) != SL_OK || e->shape(e->ctx, to, &ts) != SL_OK)
+        return NO;
+    unsigned off = gs.ndim - ts.ndim;
+    int64_t mask = 0;
+    for (unsigned d = 0; d < gs.ndim; d++)
+        if (d < off || (ts.dims[d - off] == 1 && gs.dims[d] != 1))
+            mask |= (int64_t) 1 << d;
+    if (mask == 0 && gs.ndim == ts.ndim)
+        return g;
+    if (mask) {
+        const int64_t ra[2] = {SL_REDUCE_SUM, mask};
+        g = emit(e, SL_OP_REDUCE_AXES, IN(g), 2, ra, 0, NULL);
+    }
+    int64_t dims[SL_MAX_DIMS];
+    for (unsigned d = 0; d < ts.ndim; d++)
+        dims[d] = ts.dims[d];
+    return emit(e, SL_OP_RESHAPE, IN(g), ts.ndim, dims, 0, NULL);
+}
+
+/* Every output but the first must have no gradient (statistics, masks). */
+static int only_first_output(const sl_grad_args *a, char *err, size_t len)
+{
+    for (unsigned o = 1; o < a->n_out; o++)
+        if (a->dout[o] != NO) {
+            snprintf(err, len, "%s: only its first output is differentiable",
+                     sl_op_get(a->op)->name);
+            return SL_EUNSUPPORTED;
+        }
+    return no_seed(a, err, len);
+}
+
+static int grad_ew_unary(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    a->din[0] =
+        emit(e, SL_OP_EW_UNARY_GRAD, IN(a->dout[0], a->in[0]), 1, a->attrs->i, 2, a->attrs->f);
+    return failed(a);
+}
+
+static int grad_layer_norm(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = only_first_output(a, err, len);
+    if (rc)
+        return rc;
+    uint32_t dx =
+        emit(e, SL_OP_LAYER_NORM_GRAD, IN(a->dout[0], a->in[0], a->in[1], a->out[1], a->out[2]), 1,
+             a->attrs->i, 0, NULL);
+    if (dx != NO) {
+        a->din[0] = dx;
+        a->din[1] = dx + 1;
+        a->din[2] = dx + 2;
+    }
+    return failed(a);
+}
+
+static int grad_softmax_axis(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    a->din[0] =
+        emit(e, SL_OP_SOFTMAX_AXIS_GRAD, IN(a->dout[0], a->out[0]), 2, a->attrs->i, 0, NULL);
+    return failed(a);
+}
+
+/* gather along axis 0 is an embedding lookup: its gradient scatters dy
+ * back into the table's rows. */
+static int grad_gather(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    sl_shape xs;
+    if (e->shape(e->ctx, a->in[0], &xs) != SL_OK)
+        return SL_EINVAL;
+    if (a->attrs->i[0] != 0) {
+        snprintf(err, len, "gather: only a gather along axis 0 (an embedding) is differentiable");
+        return SL_EUNSUPPORTED;
+    }
+    const int64_t ea[2] = {xs.dims[0], -1};
+    a->din[0] = emit(e, SL_OP_EMBEDDING_GRAD, IN(a->dout[0], a->in[1]), 2, ea, 0, NULL);
+    return failed(a);
+}
+
+/* where(cond, a, b): dy flows to a where cond holds, to b elsewhere. */
+static int grad_where(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    uint32_t dy = a->dout[0];
+    const float zero[1] = {0.0f};
+    uint32_t z = emit(e, SL_OP_FILL, IN(dy), 0, NULL, 1, zero);
+    if (a->want[1])
+        a->din[1] =
+            unbroadcast(e, emit(e, SL_OP_WHERE, IN(a->in[0], dy, z), 0, NULL, 0, NULL), a->in[1]);
+    if (a->want[2])
+        a->din[2] =
+            unbroadcast(e, emit(e, SL_OP_WHERE, IN(a->in[0], z, dy), 0, NULL, 0, NULL), a->in[2]);
+    return failed(a);
+}
+
+static int grad_masked_fill(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    const float zero[1] = {0.0f};
+    a->din[0] = emit(e, SL_OP_MASKED_FILL, IN(a->dout[0], a->in[1]), 0, NULL, 1, zero);
+    return failed(a);
+}
+
+static int grad_dropout(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = only_first_output(a, err, len);
+    if (rc)
+        return rc;
+    const float scale[1] = {1.0f / (1.0f - a->attrs->f[0])};
+    a->din[0] = emit(e, SL_OP_DROPOUT_GRAD, IN(a->dout[0], a->out[1]), 0, NULL, 1, scale);
+    return failed(a);
+}
+
+/* y[b] = a[b] @ b[b]: da = dy b^T, db = a^T dy per batch, each summed over
+ * the batch where its operand was broadcast from a batch of 1. */
+static int grad_batch_matmul(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
+{
+    int rc = no_seed(a, err, len);
+    if (rc)
+        return rc;
+    uint32_t dy = a->dout[0];
+    const int64_t swap[3] = {0, 2, 1};
+    if (a->want[0]) {
+        uint32_t bt = emit(e, SL_OP_TRANSPOSE, IN(a->in[1]), 3, swap, 0, NULL);
+        a->din[0] =
+            unbroadcast(e, emit(e, SL_OP_BATCH_MATMUL, IN(dy, bt), 0, NULL, 0, NULL), a->in[0]);
+    }
+    if (a->want[1]) {
+        uint32_t at = emit(e, SL_OP_TRANSPOSE, IN(a->in[0]), 3, swap, 0, NULL);
+        a->din[1] =
+            unbroadcast(e, emit(e, SL_OP_BATCH_MATMUL, IN(at, dy), 0, NULL, 0, NULL), a->in[1]);
+    }
+    return failed(a);
+}
+
 /* Ops whose inputs only give a shape: nothing flows back. */
 static int grad_none(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_t len)
 {
@@ -303,18 +457,38 @@ static int grad_none(const sl_grad_emitter *e, sl_grad_args *a, char *err, size_
 }
 
 static const sl_op_grad_fn rules[SL_OP_COUNT] = {
-    [SL_OP_FILL] = grad_none,           [SL_OP_COPY] = grad_unary,
-    [SL_OP_ADD] = grad_binary,          [SL_OP_MUL] = grad_binary,
-    [SL_OP_SCALE] = grad_unary,         [SL_OP_AXPY] = grad_binary,
-    [SL_OP_MATMUL] = grad_matmul,       [SL_OP_BIAS_ADD] = grad_bias,
-    [SL_OP_RELU] = grad_unary,          [SL_OP_RELU_MASK] = grad_unary,
-    [SL_OP_SIGMOID] = grad_unary,       [SL_OP_TANH] = grad_unary,
-    [SL_OP_CONV2D] = grad_conv2d,       [SL_OP_CHANNEL_BIAS_ADD] = grad_bias,
-    [SL_OP_MAXPOOL] = grad_pool,        [SL_OP_AVGPOOL] = grad_pool,
-    [SL_OP_BATCHNORM] = grad_batchnorm, [SL_OP_MSE_LOSS] = grad_loss,
-    [SL_OP_SOFTMAX_XENT] = grad_loss,   [SL_OP_REDUCE_SUM] = grad_loss,
-    [SL_OP_REDUCE_MEAN] = grad_loss,    [SL_OP_RESHAPE] = grad_reshape,
-    [SL_OP_MUL_SCALAR] = grad_unary,    [SL_OP_CAST] = grad_cast,
+    [SL_OP_FILL] = grad_none,
+    [SL_OP_COPY] = grad_unary,
+    [SL_OP_ADD] = grad_binary,
+    [SL_OP_MUL] = grad_binary,
+    [SL_OP_SCALE] = grad_unary,
+    [SL_OP_AXPY] = grad_binary,
+    [SL_OP_MATMUL] = grad_matmul,
+    [SL_OP_BIAS_ADD] = grad_bias,
+    [SL_OP_RELU] = grad_unary,
+    [SL_OP_RELU_MASK] = grad_unary,
+    [SL_OP_SIGMOID] = grad_unary,
+    [SL_OP_TANH] = grad_unary,
+    [SL_OP_CONV2D] = grad_conv2d,
+    [SL_OP_CHANNEL_BIAS_ADD] = grad_bias,
+    [SL_OP_MAXPOOL] = grad_pool,
+    [SL_OP_AVGPOOL] = grad_pool,
+    [SL_OP_BATCHNORM] = grad_batchnorm,
+    [SL_OP_MSE_LOSS] = grad_loss,
+    [SL_OP_SOFTMAX_XENT] = grad_loss,
+    [SL_OP_REDUCE_SUM] = grad_loss,
+    [SL_OP_REDUCE_MEAN] = grad_loss,
+    [SL_OP_RESHAPE] = grad_reshape,
+    [SL_OP_MUL_SCALAR] = grad_unary,
+    [SL_OP_CAST] = grad_cast,
+    [SL_OP_EW_UNARY] = grad_ew_unary,
+    [SL_OP_LAYER_NORM] = grad_layer_norm,
+    [SL_OP_SOFTMAX_AXIS] = grad_softmax_axis,
+    [SL_OP_GATHER] = grad_gather,
+    [SL_OP_WHERE] = grad_where,
+    [SL_OP_MASKED_FILL] = grad_masked_fill,
+    [SL_OP_DROPOUT] = grad_dropout,
+    [SL_OP_BATCH_MATMUL] = grad_batch_matmul,
 };
 
 sl_op_grad_fn sl_op_grad(unsigned id)
@@ -327,8 +501,11 @@ bool sl_op_grad_input(unsigned id, unsigned i)
     const sl_op_def *d = sl_op_get(id);
     if (!d || !rules[id] || i >= d->n_in || (d->mutates >> i) & 1)
         return false;
+    /* shapes only, labels, indices, masks and seeds */
     if (id == SL_OP_FILL || (id == SL_OP_SOFTMAX_XENT && i == 1) ||
-        (id == SL_OP_MUL_SCALAR && i == 1))
+        (id == SL_OP_MUL_SCALAR && i == 1) || (id == SL_OP_GATHER && i == 1) ||
+        (id == SL_OP_WHERE && i == 0) || (id == SL_OP_MASKED_FILL && i == 1) ||
+        (id == SL_OP_DROPOUT && i == 1))
         return false;
     return true;
 }

@@ -20,6 +20,9 @@ int sl_ops_need_rank(const sl_shape *in, unsigned i, unsigned rank, char *err, s
 /* SL_OK when in[j] has exactly the shape `want` (what names what want is). */
 int sl_ops_need_shape(const sl_shape *in, unsigned j, const sl_shape *want, const char *what,
                       char *err, size_t errlen);
+/* Numpy broadcasting of a and b (right-aligned, each dim equal or 1) into
+ * out, with a's dtype; SL_EINVAL naming both shapes when they do not. */
+int sl_ops_broadcast(const sl_shape *a, const sl_shape *b, sl_shape *out, char *err, size_t errlen);
 /* SL_OK when v is finite. */
 int sl_ops_need_finite(float v, const char *what, char *err, size_t errlen);
 
@@ -109,6 +112,17 @@ SL_OPS_COST(layout)
 SL_OPS_FNS(gather)
 SL_OPS_FNS(reduce_axes)
 SL_OPS_FNS(batch_matmul)
+SL_OPS_FNS(where)
+SL_OPS_FNS(masked_fill)
+/* ops_train.c */
+SL_OPS_FNS(layer_norm)
+SL_OPS_FNS(layer_norm_grad)
+SL_OPS_FNS(ew_unary_grad)
+SL_OPS_FNS(softmax_axis)
+SL_OPS_FNS(softmax_axis_grad)
+SL_OPS_FNS(embedding_grad)
+SL_OPS_FNS(dropout)
+SL_OPS_FNS(dropout_grad)
 #undef SL_OPS_FNS
 #undef SL_OPS_COST
 #undef SL_OPS_INFER

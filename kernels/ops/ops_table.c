@@ -57,7 +57,14 @@ static const sl_op_group_def groups[SL_OP_GROUP_COUNT] = {
          "Ops on tensors of any rank (up to 6) for graphs imported from ONNX. Broadcasting is "
          "numpy's (ONNX multidirectional): shapes are aligned at the right, and each dim pair is "
          "equal or one of them is 1. Axes are non-negative (the importer resolves ONNX's "
-         "negative ones). These ops have no gradient rules yet."},
+         "negative ones). Of these, ew_unary, gather along axis 0 and batch_matmul have gradient "
+         "rules."},
+    [SL_OP_GROUP_TRAIN] =
+        {"Transformer training",
+         "Normalisation, activations' gradients, softmax along any axis, embeddings, masks and "
+         "dropout, in the forms PyTorch's aten graphs use. Masks are i32 tensors (nonzero: "
+         "true): they travel and are stored as every other i32 tensor, and a mask of 0s and 1s "
+         "needs no conversion between ops. Axes are non-negative."},
     [SL_OP_GROUP_SHAPE] = {"Views", "A view gives a value a new shape over the same memory; "
                                     "salusd never launches it."},
 };
@@ -102,6 +109,9 @@ static const sl_op_attr reshape_attrs[SL_MAX_DIMS] = {
     RESHAPE_DIM(5, "extent of dimension 5"),
 };
 #undef RESHAPE_DIM
+
+#define LN_AXIS                                                                                    \
+    REQ("axis", "the first normalised dim, in `[0, rank)`: dims `axis..rank-1` are normalised")
 
 #define BN_EPSILON REQ("epsilon", "added to the variance; finite and > 0")
 
@@ -363,9 +373,11 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
              "19 tan, 20 sinh, 21 cosh, 22 asin, 23 acos, 24 atan, 25 asinh, 26 acosh, 27 atanh, "
              "28 round half to even, 29 thresholded relu `x > alpha ? x : 0`, 30 hard swish `x * "
              "max(0, min(1, x / 6 + 0.5))`, 31 celu `max(0, x) + min(0, alpha * (exp(x / alpha) - "
-             "1))`, 32 shrink `x < -alpha ? x + beta : x > alpha ? x - beta : 0`.",
+             "1))`, 32 shrink `x < -alpha ? x + beta : x > alpha ? x - beta : 0`, 33 gelu `x * (1 "
+             "+ erf(x / sqrt(2))) / 2`, 34 gelu with the tanh approximation `x * (1 + tanh(sqrt(2 "
+             "/ pi) * (x + 0.044715 x^3))) / 2`, 35 silu `x / (1 + exp(-x))`.",
          INS({"x", "any shape"}), OUTS({"y", "`x`'s shape"}),
-         IATTRS(REQ("kind", "the function, 0 to 32")),
+         IATTRS(REQ("kind", "the function, 0 to 35")),
          FATTRS(OPT("alpha", "first parameter (clip: the minimum, may be -inf); not NaN", "0"),
                 OPT("beta",
                     "second parameter (clip: the maximum, at least alpha, may be inf); "
@@ -450,6 +462,94 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
          FATTRS(REQ("growth_factor", "finite, > 1 (PyTorch: 2)"),
                 REQ("backoff", "finite, in (0, 1) (PyTorch: 0.5)"),
                 REQ("interval", "clean steps before the scale grows, >= 1 (PyTorch: 2000)"))},
+
+    /* ---- appended: transformer training (ops_train.c; where and masked_fill in ops_axes.c) ----
+     */
+    [SL_OP_LAYER_NORM] =
+        {"layer_norm", .group = SL_OP_GROUP_TRAIN, NN(layer_norm),
+         .doc = "Layer normalisation over the trailing dims from `axis` on, as PyTorch's "
+                "native_layer_norm: per row `mean` and `rstd = 1 / sqrt(var + epsilon)` (biased "
+                "variance), `y = (x - mean) * rstd * weight + bias`. Statistics accumulate in "
+                "double on cpu.",
+         INS({"x", "any shape, rank >= 1"}, {"weight", "`x.dims[axis:]`"},
+             {"bias", "`x.dims[axis:]`"}),
+         OUTS({"y", "`x`'s shape"}, {"mean", "`x`'s shape with dims `axis..` 1"},
+              {"rstd", "`mean`'s shape"}),
+         IATTRS(LN_AXIS), FATTRS(REQ("epsilon", "added to the variance; finite and > 0"))},
+    [SL_OP_LAYER_NORM_GRAD] =
+        {"layer_norm_grad", .group = SL_OP_GROUP_TRAIN, NN(layer_norm_grad),
+         .doc = "layer_norm's gradients, as PyTorch's native_layer_norm_backward: with `xhat = (x "
+                "- mean) * rstd` and `g = dy * weight`, `dx = rstd * (g - mean(g) - xhat * "
+                "mean(g * xhat))` (means over a row), `dweight = sum(dy * xhat)` and `dbias = "
+                "sum(dy)` over the rows.",
+         INS({"dy", "`x`'s shape"}, {"x", "layer_norm's input"}, {"weight", "`x.dims[axis:]`"},
+             {"mean", "layer_norm's `mean`"}, {"rstd", "layer_norm's `rstd`"}),
+         OUTS({"dx", "`x`'s shape"}, {"dweight", "`weight`'s shape"},
+              {"dbias", "`weight`'s shape"}),
+         IATTRS(LN_AXIS)},
+    [SL_OP_EW_UNARY_GRAD] =
+        {"ew_unary_grad", HALF, .group = SL_OP_GROUP_TRAIN, .inplace = 0x3, NN(ew_unary_grad),
+         .doc = "ew_unary's gradient: `dx = dy * f'(x)` for the same kind and parameters. At a "
+                "kink the derivative is PyTorch's (relu-like kinds take the left side at 0, clip "
+                "is 1 on its closed range); floor, ceil, sign and round have 0.",
+         INS({"dy", "any shape"}, {"x", "ew_unary's input, `dy`'s shape"}),
+         OUTS({"dx", "`dy`'s shape"}), IATTRS(REQ("kind", "ew_unary's kind, 0 to 35")),
+         FATTRS(OPT("alpha", "ew_unary's alpha", "0"), OPT("beta", "ew_unary's beta", "0"))},
+    [SL_OP_SOFTMAX_AXIS] =
+        {"softmax_axis", .group = SL_OP_GROUP_TRAIN, NN(softmax_axis),
+         .doc = "Softmax (or log-softmax) along one axis: `y = exp(x - max) / sum(exp(x - max))`, "
+                "or `x - max - log(sum(exp(x - max)))`, sums along the axis. PyTorch's _softmax "
+                "and _log_softmax.",
+         INS({"x", "any shape, rank >= 1"}), OUTS({"y", "`x`'s shape"}),
+         IATTRS(REQ("axis", "in `[0, rank)`"), OPT("log", "1: log-softmax; 0 or 1", "0"))},
+    [SL_OP_SOFTMAX_AXIS_GRAD] =
+        {"softmax_axis_grad", .group = SL_OP_GROUP_TRAIN, NN(softmax_axis_grad),
+         .doc = "softmax_axis's gradient from its output, as PyTorch's _softmax_backward_data "
+                "and _log_softmax_backward_data: `dx = y * (dy - sum(dy * y))`, or with `log`, "
+                "`dx = dy - exp(y) * sum(dy)`, sums along the axis.",
+         INS({"dy", "`y`'s shape"}, {"y", "softmax_axis's output"}), OUTS({"dx", "`y`'s shape"}),
+         IATTRS(REQ("axis", "softmax_axis's axis"), OPT("log", "softmax_axis's log", "0"))},
+    [SL_OP_EMBEDDING_GRAD] =
+        {"embedding_grad", HALF, .group = SL_OP_GROUP_TRAIN, NN(embedding_grad),
+         .doc = "The gradient of an embedding lookup (gather along axis 0 of a table `[V, "
+                "D...]`), as PyTorch's embedding_dense_backward: `dw` is 0, then `dw[ids[j]] += "
+                "dy[j]` for every id. A negative id counts from the end (as gather's); an id "
+                "outside `[-V, V)` fails the run (`INVALID_ARGUMENT`) and is never used as an "
+                "address. The order of the sums is unspecified on cuda.",
+         INS({"dy", "`ids.dims + D...`"}, {"ids", "i32, any shape"}),
+         OUTS({"dw", "`[num_weights, D...]` (rank at most 6)"}),
+         IATTRS(REQ("num_weights", "V, the table's rows, >= 1"),
+                REQ("padding_idx", "rows with this id get no gradient; outside `[0, V)` (-1): "
+                                   "none"))},
+    [SL_OP_WHERE] = {"where", HALF, .group = SL_OP_GROUP_TRAIN, NN(where),
+                     .doc = "`y = cond ? a : b` element-wise with broadcasting of all three.",
+                     INS({"cond", "i32 mask"}, {"a", "any shape"}, {"b", "`a`'s dtype"}),
+                     OUTS({"y", "the broadcast shape of `cond`, `a` and `b`"})},
+    [SL_OP_MASKED_FILL] =
+        {"masked_fill", HALF, .group = SL_OP_GROUP_TRAIN, .inplace = 0x1, NN(masked_fill),
+         .doc = "`y = mask ? value : x`, `mask` broadcast to `x`'s shape (an attention mask).",
+         INS({"x", "any shape"}, {"mask", "i32, a shape that broadcasts to `x`'s"}),
+         OUTS({"y", "`x`'s shape"}),
+         FATTRS(REQ("value", "the fill; any float but NaN (-inf for attention masks)"))},
+    [SL_OP_DROPOUT] =
+        {"dropout", HALF, .group = SL_OP_GROUP_TRAIN, NN(dropout),
+         .doc = "Dropout with a counter-based generator (Philox4x32-10) keyed by the `seed` "
+                "tensor: element i is kept when word `i % 4` of Philox((i / 4, 0, offset, 0), "
+                "seed) is at least `p * 2^32`; `mask` is 1 where kept, `y = mask ? x / (1 - p) : "
+                "0`. Every backend draws the same mask for one (seed, offset). The client "
+                "changes `seed` between steps and gives each dropout of a graph its own "
+                "`offset`.",
+         INS({"x", "any shape"}, {"seed", "i32 `[2]`: the generator's key"}),
+         OUTS({"y", "`x`'s shape"}, {"mask", "i32, `x`'s dims: 1 kept, 0 dropped"}),
+         IATTRS(OPT("offset", "in `[0, 2^32)`: which stream of the seed", "0")),
+         FATTRS(REQ("p", "the drop probability, in `[0, 1)`"))},
+    [SL_OP_DROPOUT_GRAD] =
+        {"dropout_grad", HALF, .group = SL_OP_GROUP_TRAIN, .inplace = 0x1, NN(dropout_grad),
+         .doc = "dropout's gradient, as PyTorch's native_dropout_backward: `dx = mask ? dy * "
+                "scale : 0`.",
+         INS({"dy", "any shape"}, {"mask", "dropout's `mask`, `dy`'s dims"}),
+         OUTS({"dx", "`dy`'s shape"}),
+         FATTRS(REQ("scale", "finite; `1 / (1 - p)` for dropout's gradient"))},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

@@ -99,5 +99,6 @@ int kt_run_registry_tests(void);
 int kt_run_device_tests(void);           /* specs, memory, streams on cpu */
 int kt_run_cpu_ops_tests(void);          /* what only the cpu kernels have: oneDNN cache, threads */
 int kt_run_axes_tests(const char *spec); /* the ops along axes (ops_axes.h) on spec */
+int kt_run_train_tests(const char *spec); /* the transformer training ops on spec */
 
 #endif

@@ -134,6 +134,7 @@ int main(void)
     failed += kt_run_cuda_paths_tests();
     failed += kt_run_cuda_half_tests();
     failed += kt_run_axes_tests("cuda");
+    failed += kt_run_train_tests("cuda");
     failed += run_device_error_tests();
     return failed ? 1 : 0;
 }

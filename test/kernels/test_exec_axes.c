@@ -182,8 +182,14 @@ static double ref_unary(int kind, double x, double p, double q)
         return x * fmax(0, fmin(1, x / 6 + 0.5));
     case SL_EW_CELU:
         return fmax(0, x) + fmin(0, p * expm1(x / p));
-    default: /* shrink */
+    case SL_EW_SHRINK:
         return x < -p ? x + q : x > p ? x - q : 0;
+    case SL_EW_GELU:
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case SL_EW_GELU_TANH:
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    default: /* silu */
+        return x / (1 + exp(-x));
     }
 }
 

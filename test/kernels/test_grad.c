@@ -10,6 +10,7 @@
  * the step; the tolerance covers the f32 rounding of the differences. */
 #include "kt_nn.h"
 
+#include "ops_axes.h"
 #include "ops_grad.h"
 #include "sl_alloc.h"
 
@@ -446,6 +447,94 @@ static void convolution_pooling_norm(void **state)
     free_inputs(in);
 }
 
+#define I32(nd, ...) KT_SHAPE(SL_I32, nd, __VA_ARGS__)
+
+/* Runs case c with its i32 input `which` holding ints[0..n). */
+static void run_with_ints(const gcase *c, unsigned which, const int32_t *ints, size_t n)
+{
+    float **in = rand_inputs(c, false);
+    memcpy(in[which], ints, n * sizeof *ints);
+    check_rule(&env, c, in);
+    free_inputs(in);
+}
+
+static void transformer_ops(void **state)
+{
+    (void) state;
+    const gcase cases[] = {
+        {"gelu", SL_OP_EW_UNARY, 1, 1, 0, {F(2, 3, 4)}, {.i = {SL_EW_GELU}}, -1},
+        {"gelu_tanh", SL_OP_EW_UNARY, 1, 1, 0, {F(2, 3, 4)}, {.i = {SL_EW_GELU_TANH}}, -1},
+        {"silu", SL_OP_EW_UNARY, 1, 1, 0, {F(2, 3, 4)}, {.i = {SL_EW_SILU}}, -1},
+        {"exp", SL_OP_EW_UNARY, 1, 1, 0, {F(2, 3, 4)}, {.i = {SL_EW_EXP}}, -1},
+        {"elu", SL_OP_EW_UNARY, 1, 1, 1, {F(2, 3, 4)}, {.i = {SL_EW_ELU}, .f = {0.7f}}, -1},
+        {"softsign", SL_OP_EW_UNARY, 1, 1, 0, {F(2, 3, 4)}, {.i = {SL_EW_SOFTSIGN}}, -1},
+        {"layer_norm last axis",
+         SL_OP_LAYER_NORM,
+         3,
+         1,
+         1,
+         {F(3, 2, 3, 5), F(1, 5), F(1, 5)},
+         {.i = {2}, .f = {1e-5f}},
+         -1},
+        {"layer_norm two axes",
+         SL_OP_LAYER_NORM,
+         3,
+         1,
+         1,
+         {F(3, 2, 3, 4), F(2, 3, 4), F(2, 3, 4)},
+         {.i = {1}, .f = {1e-5f}},
+         -1},
+        {"softmax axis 0", SL_OP_SOFTMAX_AXIS, 1, 2, 0, {F(3, 3, 4, 2)}, {.i = {0, 0}}, -1},
+        {"softmax axis 1", SL_OP_SOFTMAX_AXIS, 1, 2, 0, {F(3, 3, 4, 2)}, {.i = {1, 0}}, -1},
+        {"log_softmax axis 2", SL_OP_SOFTMAX_AXIS, 1, 2, 0, {F(3, 3, 4, 2)}, {.i = {2, 1}}, -1},
+        {"batch_matmul",
+         SL_OP_BATCH_MATMUL,
+         2,
+         0,
+         0,
+         {F(3, 2, 3, 4), F(3, 2, 4, 5)},
+         .acc_input = -1},
+        {"batch_matmul broadcast b",
+         SL_OP_BATCH_MATMUL,
+         2,
+         0,
+         0,
+         {F(3, 3, 2, 4), F(3, 1, 4, 3)},
+         .acc_input = -1},
+        {"batch_matmul broadcast a",
+         SL_OP_BATCH_MATMUL,
+         2,
+         0,
+         0,
+         {F(3, 1, 2, 4), F(3, 3, 4, 3)},
+         .acc_input = -1},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0], false);
+
+    /* masks, ids and seeds are i32 inputs that carry no gradient */
+    const int32_t causal[12] = {0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1};
+    const gcase where = {
+        "where", SL_OP_WHERE, 3, 0, 0, {I32(2, 3, 4), F(3, 2, 3, 4), F(1, 4)}, .acc_input = -1};
+    run_with_ints(&where, 0, causal, 12);
+    const gcase fill = {"masked_fill",
+                        SL_OP_MASKED_FILL,
+                        2,
+                        0,
+                        1,
+                        {F(3, 2, 3, 4), I32(2, 3, 4)},
+                        {.f = {-3.0f}},
+                        -1};
+    run_with_ints(&fill, 1, causal, 12);
+    const int32_t ids[6] = {4, 0, 4, -1, 2, 2};
+    const gcase emb = {"embedding (gather axis 0)", SL_OP_GATHER, 2, 1, 0,
+                       {F(2, 5, 3), I32(2, 2, 3)},  {.i = {0}},   -1};
+    run_with_ints(&emb, 1, ids, 6);
+    const int32_t seed[2] = {99, 1};
+    const gcase drop = {
+        "dropout", SL_OP_DROPOUT, 2, 1, 1, {F(2, 4, 6), I32(1, 2)}, {.i = {3}, .f = {0.4f}}, -1};
+    run_with_ints(&drop, 1, seed, 2);
+}
+
 /* Ops with no rule, and inputs that carry none, are declared so. */
 static void what_has_no_gradient(void **state)
 {
@@ -476,4 +565,4 @@ static void what_has_no_gradient(void **state)
 
 SL_TEST_MAIN("grad", setup, teardown, cmocka_unit_test(elementwise_and_dense),
              cmocka_unit_test(softmax_xent_by_rows), cmocka_unit_test(convolution_pooling_norm),
-             cmocka_unit_test(what_has_no_gradient))
+             cmocka_unit_test(transformer_ops), cmocka_unit_test(what_has_no_gradient))

@@ -10,5 +10,6 @@ int main(void)
     failed += kt_run_cnn_tests("cpu");
     failed += kt_run_cpu_ops_tests();
     failed += kt_run_axes_tests("cpu");
+    failed += kt_run_train_tests("cpu");
     return failed ? 1 : 0;
 }
