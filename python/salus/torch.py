@@ -45,8 +45,9 @@ import numpy as np
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ._aten import HostCounter, lower, op_key
-from ._core import F32, I32, Code, Error, F16, BF16, _dtype_code
+from ._aten import HostCounter, op_key
+from ._lower import lower
+from ._core import BF16, F16, F32, I32, Code, Error
 from .graph import Graph
 
 __all__ = ["compile_step", "compile_module", "CompiledStep", "CompiledModule"]
