@@ -64,3 +64,12 @@ def test_serve_resnet_example_runs(server):
     b = _bench(p.stdout, "serve_resnet")
     assert float(b["max_rel_err"]) <= 1e-4, p.stdout
     assert float(b["salus_p50_ms"]) > 0 and float(b["torch_p50_ms"]) > 0
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/share/datasets/fashion-mnist"),
+                    reason="dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(not _has_torch(), reason="python3-torch/python3-torchvision are not installed")
+def test_torch_resnet_example_runs(server):
+    p = run_example(server, "torch_resnet.py", "--steps", "3", "--batch", "8", "--test", "64")
+    assert p.returncode == 0, p.stderr
+    assert "step 3/3  loss" in p.stdout and "test accuracy" in p.stdout, p.stdout

@@ -1,0 +1,842 @@
+"""Lowering of aten graphs (torch.fx graphs of aten ops, as make_fx
+captures them) to salus graph ops: the table of rules, one per aten op
+overload (the walk that applies them is _lower.lower).
+
+A rule is `rule(cx, *args, **kwargs)` for one aten overload, registered
+with @lowers("name.overload", ...) (the names as `str(op)` spells them
+without the "aten." namespace). Its arguments are the node's, with every
+fx Node replaced by what an earlier rule produced for it: a graph Value,
+a deferred value (Transposed, LogSoftmax, ...; rules that can use one take
+it as it is, others call cx.v() to make it a Value), a tuple of them for an
+op with several outputs, or a Python constant. It returns the same kinds
+of thing. A rule raises Unsupported, with the reason, for arguments salus
+cannot compute exactly; the walk collects every such node before anything
+is registered, so a user sees the whole list at once.
+
+In-place variants ("relu_.default", "add_.Tensor") need no rule of their
+own: the walk applies the functional rule and rebinds the mutated tensor
+(and its identity aliases) to the result, so a later read sees the new
+value, as in PyTorch. A mutated placeholder is reported to the caller,
+which writes the new value back into its persistent tensor at the end of
+the iteration.
+
+Adding an op is adding a row: a function decorated with @lowers that
+builds the op from salus ops (docs/ops.md).
+"""
+
+import math
+import struct
+
+
+
+class Unsupported(Exception):
+    """A node salus cannot compute; the message says why."""
+
+
+RULES = {}
+
+
+def lowers(*names):
+    """Registers the decorated function as the rule of aten overloads
+    `names` ("convolution.default", "add.Tensor")."""
+    def deco(fn):
+        for n in names:
+            RULES[n] = fn
+        return fn
+    return deco
+
+
+# ---- deferred values: results that some consumers take as they are ----
+
+class Transposed:
+    """aten.t of a 2-D value: a matmul reads it with its trans flag."""
+
+    def __init__(self, base):
+        self.base = base
+        self.shape = (base.shape[1], base.shape[0])
+
+
+class LogSoftmax:
+    """aten._log_softmax of x along dim: nll_loss over it becomes one
+    softmax_xent (whose probabilities its backward reuses)."""
+
+    def __init__(self, x, dim):
+        self.x, self.dim, self.shape = x, dim, x.shape
+        self.xent = None  # (loss, probs, labels) once nll_loss took it
+
+
+class NllGrad:
+    """nll_loss_backward of a LogSoftmax: the gradient of log_softmax's
+    backward becomes softmax_xent_grad."""
+
+    def __init__(self, grad, ls, scale):
+        self.grad, self.ls, self.scale, self.shape = grad, ls, scale, ls.shape
+
+
+class Opaque:
+    """A value only particular consumers read (maxpool's indices,
+    nll_loss's total weight, dropout's mask); `why` says what it is."""
+
+    def __init__(self, why, shape=None, **data):
+        self.why, self.shape, self.data = why, shape, data
+
+
+class HostCounter:
+    """An integer buffer that is only ever incremented by constants
+    (batchnorm's num_batches_tracked): counted by the client, which adds
+    `step` per iteration."""
+
+    def __init__(self, name, shape):
+        self.name, self.shape, self.step = name, shape, 0
+        self.value = 0  # the increments of the iterations run so far
+
+
+class _Poison:
+    """The result of a node that depends on an unsupported one."""
+
+
+POISON = _Poison()
+
+
+def _is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _pair(v):
+    if isinstance(v, (list, tuple)):
+        return (int(v[0]), int(v[0])) if len(v) == 1 else (int(v[0]), int(v[1]))
+    return int(v), int(v)
+
+
+def _axes(dims, rank):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if not isinstance(dims, (list, tuple)):
+        dims = [dims]
+    return sorted(int(d) % rank if rank else 0 for d in dims)
+
+
+class Lowering:
+    """What a rule builds with: the salus Graph, constants and the node
+    being lowered. Made by lower(); rules use op(), v(), const(), fill()
+    and out_shape()."""
+
+    def __init__(self, graph, make_const):
+        self.graph = graph
+        self._make_const = make_const
+        self._consts = {}
+        self.node = None
+
+    def op(self, type, inputs, iattrs=(), fattrs=(), outputs=1):
+        return self.graph.op(type, [self.v(i) for i in inputs], iattrs, fattrs, outputs)
+
+    def v(self, e):
+        """e as a graph Value (deferred values are computed here)."""
+        if isinstance(e, Transposed):
+            return self.graph.op("transpose", [self.v(e.base)], [1, 0])
+        if isinstance(e, LogSoftmax):
+            return _softmax_op(self, "log_softmax", e.x, e.dim)
+        if isinstance(e, NllGrad):
+            raise Unsupported("nll_loss_backward is lowered only as the gradient of log_softmax "
+                              "followed by nll_loss (cross-entropy)")
+        if isinstance(e, Opaque):
+            raise Unsupported(f"{e.why} is read only by its own backward op")
+        if isinstance(e, HostCounter):
+            raise Unsupported(f"integer buffer {e.name!r} may only be incremented by a constant")
+        if e is None:
+            raise Unsupported("an absent tensor (None) is read")
+        if _is_number(e):
+            raise Unsupported("a tensor was expected, got a number")
+        return e
+
+    def const(self, value, shape=()):
+        """A constant tensor of `shape` filled with float `value`."""
+        key = (struct.pack("<f", float(value)), tuple(shape))
+        if key not in self._consts:
+            self._consts[key] = self._make_const(float(value), tuple(shape))
+        return self._consts[key]
+
+    def fill(self, like, value):
+        """A tensor of like's shape filled with value (no persistent memory)."""
+        return self.graph.op("fill", [self.v(like)], (), [float(value)])
+
+    def out_shape(self):
+        """The shape PyTorch computed for the current node's output."""
+        shape = meta_shape(self.node)
+        if shape is None:
+            raise Unsupported("the capture recorded no output shape")
+        return shape
+
+    def reshape(self, x, shape):
+        x = self.v(x)
+        shape = tuple(int(d) for d in shape)
+        if tuple(x.shape) == shape:
+            return x
+        if any(d == 0 for d in shape) or len(shape) > 6:
+            raise Unsupported(f"salus has no tensors of shape {list(shape)}")
+        return self.graph.op("reshape", [x], shape)
+
+
+def meta_shape(node):
+    """The tensor shape make_fx recorded for node (None for other outputs)."""
+    for key in ("val", "tensor_meta"):
+        m = node.meta.get(key)
+        if m is not None and hasattr(m, "shape"):
+            return tuple(int(d) for d in m.shape)
+    return None
+
+
+def meta_dtype(node):
+    for key in ("val", "tensor_meta"):
+        m = node.meta.get(key)
+        if m is not None and hasattr(m, "dtype"):
+            return m.dtype
+    return None
+
+
+# ---- element-wise ----
+
+_EW_BINARY = {"add": 0, "sub": 1, "mul": 2, "div": 3, "pow": 4, "max": 5, "min": 6}
+
+
+def _scalar_const(cx, value, rank):
+    return cx.const(value, (1,) * rank)
+
+
+def binary(cx, kind, a, b):
+    """a (kind) b with numpy broadcasting; either may be a number."""
+    if _is_number(a) and _is_number(b):
+        raise Unsupported("both operands are numbers")
+    if _is_number(b):
+        b = _scalar_const(cx, b, len(cx.v(a).shape))
+    if _is_number(a):
+        a = _scalar_const(cx, a, len(cx.v(b).shape))
+    a, b = cx.v(a), cx.v(b)
+    if a.shape == b.shape and kind in ("add", "mul"):
+        return cx.op(kind, [a, b])
+    return cx.op("ew_binary", [a, b], [_EW_BINARY[kind]])
+
+
+def _scaled(cx, x, alpha):
+    if alpha == 1:
+        return x
+    if _is_number(x):
+        return x * alpha
+    return cx.op("scale", [x], (), [alpha])
+
+
+@lowers("add.Tensor", "add.Scalar")
+def _add(cx, a, b, alpha=1):
+    if not _is_number(b) and alpha != 1 and cx.v(a).shape == cx.v(b).shape:
+        return cx.op("axpy", [b, a], (), [alpha])
+    return binary(cx, "add", a, _scaled(cx, b, alpha))
+
+
+@lowers("sub.Tensor", "sub.Scalar")
+def _sub(cx, a, b, alpha=1):
+    return binary(cx, "sub", a, _scaled(cx, b, alpha))
+
+
+@lowers("rsub.Scalar", "rsub.Tensor")
+def _rsub(cx, a, b, alpha=1):
+    return binary(cx, "sub", b, _scaled(cx, a, alpha))
+
+
+@lowers("mul.Tensor", "mul.Scalar")
+def _mul(cx, a, b):
+    if _is_number(a):
+        a, b = b, a
+    if _is_number(b):
+        if not math.isfinite(b):
+            return binary(cx, "mul", a, b)
+        return cx.op("scale", [a], (), [b])
+    va, vb = cx.v(a), cx.v(b)
+    if va.shape != vb.shape:
+        if math.prod(vb.shape) == 1 and len(vb.shape) <= len(va.shape) and len(vb.shape) <= 1:
+            return cx.op("mul_scalar", [va, vb])
+        if math.prod(va.shape) == 1 and len(va.shape) <= len(vb.shape) and len(va.shape) <= 1:
+            return cx.op("mul_scalar", [vb, va])
+    return binary(cx, "mul", va, vb)
+
+
+@lowers("div.Tensor", "div.Scalar")
+def _div(cx, a, b):
+    return binary(cx, "div", a, b)
+
+
+@lowers("addcmul.default")
+def _addcmul(cx, x, t1, t2, value=1):
+    # x + value * t1 * t2, multiplied in PyTorch's order
+    return binary(cx, "add", x, binary(cx, "mul", _scaled(cx, t1, value), t2))
+
+
+@lowers("addcdiv.default")
+def _addcdiv(cx, x, t1, t2, value=1):
+    return binary(cx, "add", x, binary(cx, "div", _scaled(cx, t1, value), t2))
+
+
+@lowers("maximum.default")
+def _maximum(cx, a, b):
+    return binary(cx, "max", a, b)
+
+
+@lowers("minimum.default")
+def _minimum(cx, a, b):
+    return binary(cx, "min", a, b)
+
+
+@lowers("pow.Tensor_Scalar")
+def _pow(cx, x, e):
+    if e == 2:
+        return cx.op("mul", [x, x])
+    if e == 1:
+        return cx.v(x)
+    if e == 0.5:
+        return unary(cx, "sqrt", x)
+    if e == -1:
+        return unary(cx, "reciprocal", x)
+    return binary(cx, "pow", x, e)
+
+
+@lowers("pow.Scalar")
+def _pow_scalar(cx, base, e):
+    return binary(cx, "pow", base, e)
+
+
+@lowers("pow.Tensor_Tensor")
+def _pow_tensor(cx, x, e):
+    return binary(cx, "pow", x, e)
+
+
+# ew_unary kinds (docs/ops.md) of the aten ops that are exactly one of them
+_EW_UNARY = {"sqrt": 0, "erf": 1, "exp": 2, "log": 3, "neg": 4, "abs": 5, "reciprocal": 6,
+             "floor": 9, "ceil": 10, "sign": 18, "sin": 16, "cos": 17, "round": 28,
+             "hardswish": 30}
+
+
+def unary(cx, name, x, alpha=0.0, beta=0.0):
+    return cx.op("ew_unary", [x], [_EW_UNARY[name]], [alpha, beta])
+
+
+def _unary_rule(name):
+    return lambda cx, x: unary(cx, name, x)
+
+
+for _name in _EW_UNARY:
+    lowers(f"{_name}.default")(_unary_rule(_name))
+
+
+@lowers("rsqrt.default")
+def _rsqrt(cx, x):
+    return unary(cx, "reciprocal", unary(cx, "sqrt", x))
+
+
+@lowers("relu.default")
+def _relu(cx, x):
+    return cx.op("relu", [x])
+
+
+@lowers("sigmoid.default")
+def _sigmoid(cx, x):
+    return cx.op("sigmoid", [x])
+
+
+@lowers("tanh.default")
+def _tanh(cx, x):
+    return cx.op("tanh", [x])
+
+
+@lowers("threshold_backward.default")
+def _threshold_backward(cx, grad, x, threshold):
+    if threshold != 0:
+        raise Unsupported(f"threshold {threshold} (only relu's 0 is lowered)")
+    # relu's output is positive exactly where its input is
+    return cx.op("relu_grad", [grad, x])
+
+
+@lowers("sigmoid_backward.default")
+def _sigmoid_backward(cx, grad, y):
+    return cx.op("sigmoid_grad", [grad, y])
+
+
+@lowers("tanh_backward.default")
+def _tanh_backward(cx, grad, y):
+    return cx.op("tanh_grad", [grad, y])
+
+
+def _clip(cx, x, lo, hi):
+    lo = -math.inf if lo is None else float(lo)
+    hi = math.inf if hi is None else float(hi)
+    return cx.op("ew_unary", [x], [7], [lo, hi])
+
+
+@lowers("clamp.default")
+def _clamp(cx, x, min=None, max=None):
+    return _clip(cx, x, min, max)
+
+
+@lowers("hardtanh.default")
+def _hardtanh(cx, x, min_val=-1.0, max_val=1.0):
+    return _clip(cx, x, min_val, max_val)
+
+
+@lowers("leaky_relu.default")
+def _leaky_relu(cx, x, negative_slope=0.01):
+    return cx.op("ew_unary", [x], [8], [negative_slope, 0.0])
+
+
+@lowers("hardsigmoid.default")
+def _hardsigmoid(cx, x):
+    return cx.op("ew_unary", [x], [11], [1.0 / 6.0, 0.5])
+
+
+# ---- views, copies and constants ----
+
+@lowers("detach.default", "alias.default", "clone.default", "lift_fresh_copy.default",
+        "contiguous.default")
+def _identity(cx, x, *args, **kwargs):
+    return x
+
+
+@lowers("view.default", "_reshape_alias.default", "reshape.default", "_unsafe_view.default",
+        "unsqueeze.default", "squeeze.dim", "squeeze.default", "squeeze.dims",
+        "flatten.using_ints", "view.dtype")
+def _view(cx, x, *args, **kwargs):
+    return cx.reshape(x, cx.out_shape())
+
+
+@lowers("t.default")
+def _t(cx, x):
+    if len(cx.v(x).shape) < 2:
+        return x
+    return Transposed(x)
+
+
+def _permute(cx, x, perm):
+    x = cx.v(x)
+    perm = [int(p) % len(x.shape) for p in perm]
+    if perm == list(range(len(perm))):
+        return x
+    return cx.op("transpose", [x], perm)
+
+
+@lowers("permute.default")
+def _permute_rule(cx, x, dims):
+    return _permute(cx, x, dims)
+
+
+@lowers("transpose.int")
+def _transpose(cx, x, d0, d1):
+    rank = len(cx.v(x).shape)
+    perm = list(range(rank))
+    d0, d1 = d0 % rank, d1 % rank
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute(cx, x, perm)
+
+
+@lowers("expand.default")
+def _expand(cx, x, size, implicit=False):
+    x = cx.v(x)
+    out = cx.out_shape()
+    if tuple(x.shape) == out:
+        return x
+    # x + (-0.0) is x exactly; the constant holds only the new extents
+    lead = len(out) - len(x.shape)
+    src = (1,) * lead + tuple(x.shape)
+    cshape = tuple(o if s == 1 and o != 1 else 1 for s, o in zip(src, out))
+    return cx.op("ew_binary", [x, cx.const(-0.0, cshape)], [0])
+
+
+@lowers("ones_like.default")
+def _ones_like(cx, x, **kwargs):
+    return cx.fill(x, 1.0)
+
+
+@lowers("zeros_like.default", "empty_like.default")
+def _zeros_like(cx, x, **kwargs):
+    return cx.fill(x, 0.0)
+
+
+@lowers("full_like.default")
+def _full_like(cx, x, value, **kwargs):
+    return cx.fill(x, value)
+
+
+@lowers("zeros.default", "new_zeros.default")
+def _zeros(cx, *args, **kwargs):
+    return cx.const(0.0, cx.out_shape())
+
+
+@lowers("ones.default", "new_ones.default")
+def _ones(cx, *args, **kwargs):
+    return cx.const(1.0, cx.out_shape())
+
+
+@lowers("scalar_tensor.default")
+def _scalar_tensor(cx, value, **kwargs):
+    return cx.const(value, ())
+
+
+_CASTS = {"torch.float32": 0, "torch.bfloat16": 2, "torch.float16": 3}
+
+
+@lowers("_to_copy.default")
+def _to_copy(cx, x, dtype=None, **kwargs):
+    if dtype is None or str(dtype) == str(meta_dtype(cx.node.args[0])):
+        return x
+    if str(dtype) not in _CASTS:
+        raise Unsupported(f"conversion to {dtype}")
+    return cx.op("cast", [x], [_CASTS[str(dtype)]])
+
+
+# ---- reductions ----
+
+def _reduce(cx, kind, x, dims, keepdim):
+    x = cx.v(x)
+    rank = len(x.shape)
+    if rank == 0:
+        return x
+    mask = 0
+    for a in _axes(dims, rank):
+        mask |= 1 << a
+    y = cx.op("reduce_axes", [x], [kind, mask])
+    return y if keepdim else cx.reshape(y, cx.out_shape())
+
+
+@lowers("sum.dim_IntList")
+def _sum_dim(cx, x, dim, keepdim=False, dtype=None):
+    return _reduce(cx, 0, x, dim, keepdim)
+
+
+@lowers("sum.default")
+def _sum(cx, x, dtype=None):
+    return cx.op("reduce_sum", [x])
+
+
+@lowers("mean.dim")
+def _mean_dim(cx, x, dim, keepdim=False, dtype=None):
+    return _reduce(cx, 1, x, dim, keepdim)
+
+
+@lowers("mean.default")
+def _mean(cx, x, dtype=None):
+    return cx.op("reduce_mean", [x])
+
+
+@lowers("amax.default")
+def _amax(cx, x, dim=(), keepdim=False):
+    return _reduce(cx, 2, x, dim, keepdim)
+
+
+@lowers("amin.default")
+def _amin(cx, x, dim=(), keepdim=False):
+    return _reduce(cx, 3, x, dim, keepdim)
+
+
+# ---- matrix products ----
+
+def _matmul(cx, a, b):
+    ta, tb = isinstance(a, Transposed), isinstance(b, Transposed)
+    a = a.base if ta else a
+    b = b.base if tb else b
+    va, vb = cx.v(a), cx.v(b)
+    if len(va.shape) != 2 or len(vb.shape) != 2:
+        raise Unsupported("matmul of tensors that are not matrices")
+    return cx.op("matmul", [va, vb], [int(ta), int(tb)])
+
+
+@lowers("mm.default")
+def _mm(cx, a, b):
+    return _matmul(cx, a, b)
+
+
+@lowers("addmm.default")
+def _addmm(cx, bias, a, b, beta=1, alpha=1):
+    if beta != 1 or alpha != 1:
+        raise Unsupported(f"addmm with beta={beta}, alpha={alpha}")
+    y = _matmul(cx, a, b)
+    bias = cx.v(bias)
+    if len(bias.shape) == 1 and bias.shape[0] == y.shape[1]:
+        return cx.op("bias_add", [y, bias])
+    return binary(cx, "add", y, bias)
+
+
+@lowers("bmm.default")
+def _bmm(cx, a, b):
+    return cx.op("batch_matmul", [a, b])
+
+
+# ---- convolution, pooling, normalisation ----
+
+def _conv_attrs(stride, padding, dilation, groups):
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    return [sh, sw, ph, pw, ph, pw, dh, dw, int(groups)]
+
+
+def _conv_check(x, transposed, output_padding):
+    if transposed:
+        raise Unsupported("transposed convolution")
+    if len(x.shape) != 4:
+        raise Unsupported(f"{len(x.shape) - 2}-D convolution (salus has 2-D)")
+
+
+@lowers("convolution.default")
+def _convolution(cx, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    x = cx.v(x)
+    _conv_check(x, transposed, output_padding)
+    y = cx.op("conv2d", [x, w], _conv_attrs(stride, padding, dilation, groups))
+    if bias is not None:
+        y = cx.op("channel_bias_add", [y, bias])
+    return y
+
+
+@lowers("convolution_backward.default")
+def _convolution_backward(cx, dy, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    x = cx.v(x)
+    _conv_check(x, transposed, output_padding)
+    attrs = _conv_attrs(stride, padding, dilation, groups)
+    dx = cx.op("conv2d_grad_input", [dy, w, x], attrs) if output_mask[0] else None
+    dw = cx.op("conv2d_grad_filter", [dy, x, w], attrs) if output_mask[1] else None
+    db = cx.op("channel_bias_grad", [dy]) if output_mask[2] else None
+    return dx, dw, db
+
+
+def _pool_attrs(cx, x, kernel, stride, padding, dilation, ceil_mode):
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    ph, pw = _pair(padding)
+    if _pair(dilation) != (1, 1):
+        raise Unsupported("dilated pooling")
+    if len(x.shape) != 4:
+        raise Unsupported("pooling of a tensor that is not [N,C,H,W]")
+    if ceil_mode:
+        oh = (x.shape[2] + 2 * ph - kh) // sh + 1
+        ow = (x.shape[3] + 2 * pw - kw) // sw + 1
+        out = meta_shape(cx.node)
+        if out is None or tuple(out[-2:]) != (oh, ow):
+            raise Unsupported("ceil_mode pooling whose windows overhang the input")
+    return [kh, kw, sh, sw, ph, pw, ph, pw]
+
+
+@lowers("max_pool2d_with_indices.default")
+def _max_pool(cx, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    x = cx.v(x)
+    attrs = _pool_attrs(cx, x, kernel, stride, padding, dilation, ceil_mode)
+    y = cx.op("maxpool", [x], attrs)
+    return y, Opaque("max_pool2d's indices", x=x, y=y, attrs=attrs)
+
+
+@lowers("max_pool2d_with_indices_backward.default")
+def _max_pool_backward(cx, dy, x, kernel, stride, padding, dilation, ceil_mode, indices):
+    if not isinstance(indices, Opaque) or "attrs" not in indices.data:
+        raise Unsupported("max_pool2d indices that max_pool2d_with_indices did not make")
+    d = indices.data
+    return cx.op("maxpool_grad", [dy, d["x"], d["y"]], d["attrs"])
+
+
+@lowers("avg_pool2d.default")
+def _avg_pool(cx, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    if divisor_override is not None:
+        raise Unsupported("avg_pool2d with divisor_override")
+    x = cx.v(x)
+    attrs = _pool_attrs(cx, x, kernel, stride, padding, 1, ceil_mode)
+    return cx.op("avgpool", [x], attrs + [int(bool(count_include_pad))])
+
+
+@lowers("avg_pool2d_backward.default")
+def _avg_pool_backward(cx, dy, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override):
+    if divisor_override is not None:
+        raise Unsupported("avg_pool2d with divisor_override")
+    x = cx.v(x)
+    attrs = _pool_attrs(cx, x, kernel, stride, padding, 1, ceil_mode)
+    return cx.op("avgpool_grad", [dy, x], attrs + [int(bool(count_include_pad))])
+
+
+def _adaptive_kernel(x, size):
+    oh, ow = _pair(size)
+    h, w = x.shape[2], x.shape[3]
+    if h % oh or w % ow:
+        raise Unsupported(f"adaptive pooling of {h}x{w} to {oh}x{ow} (windows of unequal size)")
+    return [h // oh, w // ow, h // oh, w // ow, 0, 0, 0, 0, 0]
+
+
+@lowers("_adaptive_avg_pool2d.default")
+def _adaptive_avg_pool(cx, x, size):
+    x = cx.v(x)
+    return cx.op("avgpool", [x], _adaptive_kernel(x, size))
+
+
+@lowers("_adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool_backward(cx, dy, x):
+    x, dy = cx.v(x), cx.v(dy)
+    return cx.op("avgpool_grad", [dy, x], _adaptive_kernel(x, dy.shape[2:]))
+
+
+def _bn_affine(cx, w, b, c):
+    w = cx.const(1.0, (c,)) if w is None else w
+    b = cx.const(0.0, (c,)) if b is None else b
+    return w, b
+
+
+@lowers("native_batch_norm.default", "_native_batch_norm_legit.default")
+def _batch_norm(cx, x, w, b, running_mean, running_var, training, momentum, eps):
+    x = cx.v(x)
+    if len(x.shape) not in (2, 4):
+        raise Unsupported("batch norm of a tensor that is not [N,C] or [N,C,H,W]")
+    c = x.shape[1]
+    w, b = _bn_affine(cx, w, b, c)
+    if not training:
+        if running_mean is None:
+            raise Unsupported("batch norm in eval mode without running statistics")
+        y = cx.op("batchnorm_infer", [x, w, b, running_mean, running_var], (), [eps])
+        return y, Opaque("batch norm's saved mean"), Opaque("batch norm's saved invstd")
+    if running_mean is None:
+        # track_running_stats=False: the op still writes statistics somewhere
+        running_mean, running_var = cx.const(0.0, (c,)), cx.const(1.0, (c,))
+        momentum = 0.0
+    # PyTorch's momentum weighs the batch, salus's (ONNX's) the old statistics
+    return cx.op("batchnorm", [x, w, b, running_mean, running_var], (), [eps, 1.0 - momentum],
+                 outputs=3)
+
+
+@lowers("_native_batch_norm_legit_no_training.default")
+def _batch_norm_eval(cx, x, w, b, running_mean, running_var, momentum, eps):
+    return _batch_norm(cx, x, w, b, running_mean, running_var, False, momentum, eps)
+
+
+@lowers("native_batch_norm_backward.default")
+def _batch_norm_backward(cx, dy, x, w, running_mean, running_var, save_mean, save_invstd, train,
+                         eps, output_mask):
+    if not train:
+        raise Unsupported("the gradient of batch norm in eval mode")
+    x = cx.v(x)
+    w, _ = _bn_affine(cx, w, None, x.shape[1])
+    dx, dw, db = cx.op("batchnorm_grad", [dy, x, w, save_mean, save_invstd], outputs=3)
+    return (dx if output_mask[0] else None, dw if output_mask[1] else None,
+            db if output_mask[2] else None)
+
+
+@lowers("native_dropout.default")
+def _dropout(cx, x, p, train):
+    if train and p != 0:
+        raise Unsupported(f"dropout with p={p} in training mode")
+    return x, Opaque("dropout's mask")
+
+
+@lowers("native_dropout_backward.default")
+def _dropout_backward(cx, grad, mask, scale):
+    if scale != 1.0:
+        raise Unsupported(f"dropout's gradient with scale {scale}")
+    return grad
+
+
+# ---- softmax and losses ----
+
+def _softmax_op(cx, type, x, dim):
+    """softmax or log_softmax of x along dim through the row op: the last
+    dim of any rank, as rows of a [rows, C] view."""
+    x = cx.v(x)
+    rank = len(x.shape)
+    if rank == 0 or dim % rank != rank - 1:
+        raise Unsupported(f"{type} along dim {dim} of a rank-{rank} tensor (salus: the last)")
+    if rank == 2:
+        return cx.op(type, [x])
+    rows = cx.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1]))
+    return cx.reshape(cx.op(type, [rows]), x.shape)
+
+
+@lowers("_log_softmax.default")
+def _log_softmax(cx, x, dim, half_to_float=False):
+    cx.v(x)
+    return LogSoftmax(x, dim)
+
+
+@lowers("_softmax.default")
+def _softmax(cx, x, dim, half_to_float=False):
+    return _softmax_op(cx, "softmax", x, dim)
+
+
+@lowers("_softmax_backward_data.default")
+def _softmax_backward(cx, grad, y, dim, input_dtype=None):
+    # dx = y * (g - sum(g * y, dim))
+    gy = binary(cx, "mul", grad, y)
+    s = _reduce(cx, 0, gy, [dim], True)
+    return binary(cx, "mul", y, binary(cx, "sub", grad, s))
+
+
+_REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
+
+
+@lowers("nll_loss_forward.default")
+def _nll_loss(cx, x, target, weight, reduction, ignore_index):
+    if not isinstance(x, LogSoftmax):
+        raise Unsupported("nll_loss of anything but log_softmax (cross-entropy)")
+    if weight is not None:
+        raise Unsupported("class weights")
+    if reduction not in (_REDUCTION_MEAN, _REDUCTION_SUM):
+        raise Unsupported("reduction='none'")
+    logits = cx.v(x.x)
+    if len(logits.shape) != 2 or x.dim % 2 != 1:
+        raise Unsupported("cross-entropy over anything but [N, C] logits")
+    labels = cx.v(target)
+    loss, probs = cx.op("softmax_xent", [logits, labels], outputs=2)
+    x.xent = (loss, probs, labels)
+    if reduction == _REDUCTION_SUM:
+        loss = cx.op("scale", [loss], (), [float(logits.shape[0])])
+    return loss, Opaque("nll_loss's total weight")
+
+
+@lowers("nll_loss_backward.default")
+def _nll_loss_backward(cx, grad, x, target, weight, reduction, ignore_index, total_weight):
+    if not isinstance(x, LogSoftmax) or x.xent is None:
+        raise Unsupported("nll_loss_backward of anything but log_softmax (cross-entropy)")
+    scale = float(cx.v(x.x).shape[0]) if reduction == _REDUCTION_SUM else 1.0
+    return NllGrad(grad, x, scale)
+
+
+@lowers("_log_softmax_backward_data.default")
+def _log_softmax_backward(cx, grad, y, dim, input_dtype=None):
+    if isinstance(grad, NllGrad):
+        _, probs, labels = grad.ls.xent
+        d = cx.op("softmax_xent_grad", [probs, labels])
+        if grad.scale != 1.0:
+            d = cx.op("scale", [d], (), [grad.scale])
+        return cx.op("mul_scalar", [d, grad.grad])
+    # dx = g - exp(y) * sum(g, dim)
+    s = _reduce(cx, 0, grad, [dim], True)
+    return binary(cx, "sub", grad, binary(cx, "mul", unary(cx, "exp", y), s))
+
+
+@lowers("mse_loss.default")
+def _mse_loss(cx, x, target, reduction=_REDUCTION_MEAN):
+    if reduction not in (_REDUCTION_MEAN, _REDUCTION_SUM):
+        raise Unsupported("reduction='none'")
+    loss = cx.op("mse_loss", [x, target])
+    if reduction == _REDUCTION_SUM:
+        loss = cx.op("scale", [loss], (), [float(math.prod(cx.v(x).shape))])
+    return loss
+
+
+@lowers("mse_loss_backward.default")
+def _mse_loss_backward(cx, grad, x, target, reduction):
+    if reduction not in (_REDUCTION_MEAN, _REDUCTION_SUM):
+        raise Unsupported("reduction='none'")
+    d = cx.op("mse_grad", [x, target])
+    if reduction == _REDUCTION_SUM:
+        d = cx.op("scale", [d], (), [float(math.prod(cx.v(x).shape))])
+    return cx.op("mul_scalar", [d, grad])
+
+
+def op_key(target):
+    """("relu_", "default") for torch.ops.aten.relu_.default; None for
+    anything that is not an aten op overload."""
+    text = str(target)
+    parts = text.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        return None
+    return parts[1], parts[2]
