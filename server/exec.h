@@ -6,8 +6,35 @@
  *
  * Threads and locking. Every function here is called with the server lock
  * (`lock` given at init) held, and never blocks; the executor's own threads
- * (device callbacks, the gap timer) take that lock themselves. Device work
- * is only ever submitted under it, never waited for. */
+ * (device callbacks, the gap timer, the launchers) take that lock
+ * themselves. Device work is never waited for.
+ *
+ * Launching. An iteration picked for a lane is submitted (feeds, ops,
+ * fetches, its completion callback) either at once under the lock, when it
+ * is short (at most LAUNCH_INLINE_MAX submissions, executor.c), or by a
+ * launcher (launcher.h) without the lock, so the lock is held for a
+ * bounded time per iteration whatever its op count. The rules:
+ *  - One iteration on a stream at a time: a lane's next iteration is picked
+ *    only in the completion of the one before, so no two launchers ever
+ *    submit to one stream, and a session's iterations never overlap.
+ *  - Completion through the one callback: the iteration ends in
+ *    sl_exec_iteration_done's path (its done hook), once both the device's
+ *    callback ran and its launcher let go of it (a count of two on the
+ *    task), whichever is last; a failure to submit, or to queue the
+ *    callback, ends it through the same path. Until then the task, its
+ *    session and its lane stay pinned (lanes_busy counts it, so neither a
+ *    reset nor a drain nor a close can pass it).
+ *  - What a launcher reads without the lock is fixed under the lock before
+ *    the hand-off and cannot change while the lane is busy: the registered
+ *    graph, the task's feeds and fetches, its ephemeral base, stream and
+ *    math bits, the arena (moved only by a reset, which waits for idle)
+ *    and the params' addresses (moved only while their lane is idle).
+ *  - Faults reach launchers through launch_stop, read before each op: a
+ *    lost device stops the submission (the iteration fails with
+ *    SL_EDEVICERESET through its callback). A drain lets launching
+ *    iterations finish like running ones.
+ * Stepwise iterations hand only their feeds to a launcher; each later step
+ * is one op (or part) submitted under the lock. */
 #ifndef SL_EXEC_H
 #define SL_EXEC_H
 
@@ -16,6 +43,7 @@
 #include "gaps.h"
 #include "graph.h"
 #include "lanes.h"
+#include "launcher.h"
 #include "manager.h"
 #include "partitions.h"
 #include "observe.h"
@@ -85,6 +113,12 @@ typedef struct sl_exec_task {
     uint64_t trace_op_ns; /* when its op in flight was issued (tracing) */
     uint32_t trace_op_k;  /* and which op */
     void *trace_marks;    /* a whole iteration's op timing (exec_trace.c), or NULL */
+    uint8_t math;         /* its job's math bits, fixed when it starts */
+    /* Launched off the lock: the launcher's hand-off and who ends it (the
+     * last of the device's callback and the launcher, exec.h) */
+    sl_launch_job launch_job;
+    _Atomic unsigned launch_refs;
+    int device_status; /* the device callback's status */
 } sl_exec_task;
 
 typedef struct sl_exec_hooks {
@@ -157,6 +191,9 @@ struct sl_exec {
      * and again when it completed, so no (address, version) pair is ever
      * seen with two contents outside a run racing with the write itself. */
     _Atomic uint64_t param_version;
+    sl_launchers launchers; /* submit long iterations without the lock */
+    /* set with halted when the device is lost: launchers stop submitting */
+    atomic_bool launch_stop;
 };
 
 /* Opens the executor on dev: the arena (capacity bytes), the control

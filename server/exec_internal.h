@@ -14,14 +14,19 @@ sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 /* Submits part `part` of `parts` of op k onto st, with its fetches. */
 int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t part,
                       uint32_t parts);
-/* The device callback that ends an iteration. */
+/* The device callback that ends an iteration (once its launcher, if any,
+ * let go of it too: exec.h). */
 void sl_exec_iteration_done(void *arg, int status);
 /* Trace events of an iteration starting on its lane at now (its wait, and
  * a switch when the lane last ran another session). Lock held; tracing on. */
 void sl_exec_trace_start(sl_exec *ex, sl_exec_task *t, uint64_t now);
-/* While tracing, times a whole iteration's ops: k UINT32_MAX (first, after
- * the feeds) allocates t->trace_marks and queues the clock's start on st,
- * k an op queues its end. Without memory the ops go untimed. Lock held. */
+/* While tracing, whether t's whole iteration is the one of its lane to
+ * time op by op: if so allocates t->trace_marks (without memory the ops go
+ * untimed). Lock held, before t is handed to a launcher. */
+void sl_exec_trace_marks_prepare(sl_exec *ex, sl_exec_task *t);
+/* With t->trace_marks: k UINT32_MAX (first, after the feeds) queues the
+ * clock's start on st, k an op queues its end. Touches only t's marks and
+ * the stream: t's launcher calls it, with or without the lock. */
 void sl_exec_trace_marks(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k);
 /* Frees t's marks, once none is queued any more. */
 void sl_exec_trace_marks_free(sl_exec_task *t);

@@ -143,25 +143,28 @@ static bool sample_lane(sl_obs *o, uint32_t lane)
     return true;
 }
 
+void sl_exec_trace_marks_prepare(sl_exec *ex, sl_exec_task *t)
+{
+    uint32_t n = t->graph->n_ops;
+    if (t->trace_marks || !sample_lane(ex->obs, t->lane))
+        return;
+    op_marks *m = sl_malloc(sizeof *m + ((size_t) n + 1) * sizeof m->mark[0]);
+    if (!m)
+        return; /* this iteration's ops go untimed */
+    *m = (op_marks){.obs = ex->obs,
+                    .g = t->graph,
+                    .session = t->job->sched.id,
+                    .last_ns = sl_now_ns(),
+                    .lane = t->lane,
+                    .priority = t->job->sched.priority,
+                    .math = t->math};
+    t->trace_marks = m;
+}
+
 void sl_exec_trace_marks(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k)
 {
     op_marks *m = t->trace_marks;
     uint32_t n = t->graph->n_ops;
-    if (k == UINT32_MAX && !m) {
-        if (!sample_lane(ex->obs, t->lane))
-            return;
-        m = sl_malloc(sizeof *m + ((size_t) n + 1) * sizeof m->mark[0]);
-        if (!m)
-            return; /* this iteration's ops go untimed */
-        *m = (op_marks){.obs = ex->obs,
-                        .g = t->graph,
-                        .session = t->job->sched.id,
-                        .last_ns = sl_now_ns(),
-                        .lane = t->lane,
-                        .priority = t->job->sched.priority,
-                        .math = t->job->math};
-        t->trace_marks = m;
-    }
     if (!m || (k != UINT32_MAX && (k >= n || t->graph->ops[k].op == SL_OP_RESHAPE)))
         return; /* a view runs nothing */
     op_mark *mk = &m->mark[k == UINT32_MAX ? n : k];

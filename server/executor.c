@@ -32,6 +32,9 @@
  * costs two thread wake-ups, most of a small iteration's round trip. The
  * bound keeps that (network) thread from being taken for long. */
 #define RUN_HERE_MAX_NS 100000u
+/* Launchers at most (launcher.h): lanes launching long iterations at once
+ * beyond this wait for one to be free. */
+#define LAUNCHERS_MAX 16u
 
 unsigned sl_exec_caps(const sl_exec *ex)
 {
@@ -221,11 +224,8 @@ sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k)
 {
     const sl_graph *g = t->graph;
     const sl_graph_op *op = &g->ops[k];
-    sl_op_call call = {.op = op->op,
-                       .n_in = op->n_in,
-                       .n_out = op->n_out,
-                       .math = t->job->math,
-                       .attrs = op->attrs};
+    sl_op_call call = {
+        .op = op->op, .n_in = op->n_in, .n_out = op->n_out, .math = t->math, .attrs = op->attrs};
     uint64_t version = atomic_load(&ex->param_version);
     for (unsigned i = 0; i < op->n_in; i++) {
         const sl_value *v = &g->values[op->in[i]];
@@ -301,20 +301,34 @@ static int lane_workspace(sl_exec *ex, sl_lane *l, const sl_mem_lane_info *info)
     return rc;
 }
 
-/* Submits the lane's workspace, the run's tensor writes, the feeds, then
- * the whole iteration, or
- * (stepwise) parks it for its first step. An error stops submission; the
- * completion callback is still queued so the iteration finishes through one
- * path. */
-static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_info *info)
+/* Fixes, under the lock, everything t's submission reads (exec.h): the
+ * lane's workspace, the stream, the math bits, the trace marks. An error
+ * is kept in t->status (the submission then queues only the callback). */
+static void launch_prepare(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_info *info)
+{
+    t->status = lane_workspace(ex, l, info);
+    t->stream = l->stream;
+    t->failure[0] = 0;
+    t->math = t->job->math;
+    t->device_status = SL_OK;
+    atomic_store(&t->launch_refs, 1); /* the device callback's */
+    if (!t->stepwise && sl_obs_tracing(ex->obs))
+        sl_exec_trace_marks_prepare(ex, t);
+}
+
+/* Submits the run's tensor writes and the feeds, then (whole iterations)
+ * every op with its fetches and
+ * the completion callback; the first error stops submission and stays in
+ * t->status, the callback still being queued so the iteration finishes
+ * through one path. Reads only what launch_prepare fixed: runs under the
+ * lock or on a launcher without it. Returns the callback's queuing error
+ * (stepwise: SL_OK; its steps come later). */
+static int launch_submit(sl_exec *ex, sl_exec_task *t)
 {
     sl_device *dev = ex->dev;
-    sl_stream *st = l->stream;
+    sl_stream *st = t->stream;
     const sl_graph *g = t->graph;
-    int rc = lane_workspace(ex, l, info);
-
-    t->stream = st;
-    t->failure[0] = 0;
+    int rc = t->status;
     for (size_t i = 0; i < t->n_writes && rc == SL_OK; i++)
         rc = dev->ops->memcpy_h2d(dev, st, sl_exec_ptr(ex, t->writes[i].tensor->addr),
                                   t->writes[i].src, t->writes[i].bytes);
@@ -327,20 +341,89 @@ static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_in
     if (rc == SL_OK)
         rc = fetch_at(ex, t, st, 0, g->n_ops == 0, false);
     t->status = rc;
-    if (t->stepwise) {
-        t->step = (sl_steps_task){.lp = &t->graph->lp, .n_ops = g->n_ops, .failed = rc != SL_OK};
-        sl_steps_begin(&ex->steps, &t->step, sl_now_ns());
-        sl_exec_resume(ex, false);
+    if (t->stepwise)
         return SL_OK;
-    }
-    if (sl_obs_tracing(ex->obs))
+    if (t->trace_marks)
         sl_exec_trace_marks(ex, t, st, UINT32_MAX);
     for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++) {
+        /* a lost device fails everything anyway: stop queuing into it */
+        if (atomic_load_explicit(&ex->launch_stop, memory_order_relaxed)) {
+            t->status = SL_EDEVICERESET;
+            break;
+        }
         t->status = sl_exec_submit_op(ex, t, st, k, 0, 1);
         if (t->trace_marks && t->status == SL_OK)
             sl_exec_trace_marks(ex, t, st, k);
     }
     return dev->ops->host_callback(dev, st, sl_exec_iteration_done, t);
+}
+
+/* A stepwise iteration whose feeds are submitted waits for its first step
+ * (sched/steps.h). Lock held. */
+static void launch_steps(sl_exec *ex, sl_exec_task *t)
+{
+    t->step = (sl_steps_task){
+        .lp = &t->graph->lp, .n_ops = t->graph->n_ops, .failed = t->status != SL_OK};
+    sl_steps_begin(&ex->steps, &t->step, sl_now_ns());
+    sl_exec_resume(ex, false);
+}
+
+/* How many submissions an iteration may make under the lock: a bound on
+ * the lock's hold per iteration (about 5 us each through a GPU driver).
+ * Longer iterations go to a launcher, paying its wake-up instead. */
+#define LAUNCH_INLINE_MAX 32u
+
+static bool launch_inline(const sl_exec_task *t)
+{
+    const sl_graph *g = t->graph;
+    uint64_t n = (uint64_t) g->n_inputs + t->n_fetches + (t->stepwise ? 0 : g->n_ops);
+    return n <= LAUNCH_INLINE_MAX;
+}
+
+static void iteration_end(sl_exec_task *t);
+
+/* A launcher's job (launcher.h): t's submission without the lock. */
+static void launch_off_lock(sl_launch_job *job)
+{
+    sl_exec_task *t = sl_container_of(job, sl_exec_task, launch_job);
+    sl_exec *ex = t->ex;
+    int rc = launch_submit(ex, t);
+    if (t->stepwise) {
+        sl_outbox box = {0};
+        pthread_mutex_lock(ex->lock);
+        launch_steps(ex, t);
+        ex->hooks.unlock_send(ex->hooks.arg, &box);
+        return;
+    }
+    if (rc != SL_OK) {
+        /* no callback will come: end it here, as the device would have */
+        sl_log_err("exe.launch", "cannot queue the completion of an iteration of job %llu: %s",
+                   (unsigned long long) t->job->sched.id, sl_strerror(rc));
+        t->device_status = rc;
+        iteration_end(t);
+        return;
+    }
+    /* the last to let go of t ends it; t may be gone once this drops */
+    if (atomic_fetch_sub(&t->launch_refs, 1) == 1)
+        iteration_end(t);
+}
+
+/* Submits t now, under the lock, or hands it to a launcher (exec.h).
+ * Errors (t then fails through fail_task): the callback's queuing, inline. */
+static int launch(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_mem_lane_info *info, bool here)
+{
+    launch_prepare(ex, t, l, info);
+    if (!here && !launch_inline(t)) {
+        atomic_store(&t->launch_refs, 2); /* the launcher's and the callback's */
+        t->launch_job.run = launch_off_lock;
+        if (sl_launchers_submit(&ex->launchers, &t->launch_job) == SL_OK)
+            return SL_OK;
+        atomic_store(&t->launch_refs, 1); /* no launcher: here after all */
+    }
+    int rc = launch_submit(ex, t);
+    if (t->stepwise)
+        launch_steps(ex, t);
+    return rc;
 }
 
 /* ---- gap filling ------------------------------------------------------ */
@@ -415,7 +498,7 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
     bool here = !c->box->run_here && runs_here(ex, t);
     if (here)
         ex->dev->ops->stream_hold(ex->dev, l->stream);
-    int rc = launch(ex, t, l, info);
+    int rc = launch(ex, t, l, info, here);
     if (here)
         c->box->run_here = l->stream;
     st->ready_ns = t->arrival_ns;
@@ -482,14 +565,27 @@ void sl_exec_iteration_done(void *arg, int status)
 {
     sl_exec_task *t = arg;
     sl_exec *ex = t->ex;
-    sl_exec_job *j = t->job;
-    uint64_t now = sl_now_ns();
-    sl_outbox box = {0};
     /* the backend's reason, read on the stream's own thread (no op of it
      * runs now), before any lock */
     if (status != SL_OK && status != SL_EDEVICERESET && t->stream && !t->stepwise &&
         ex->dev->ops->stream_failure)
         ex->dev->ops->stream_failure(ex->dev, t->stream, t->failure, sizeof t->failure);
+    t->device_status = status;
+    /* its launcher may still be returning from queuing this callback: the
+     * last of the two ends it (exec.h) */
+    if (atomic_fetch_sub(&t->launch_refs, 1) == 1)
+        iteration_end(t);
+}
+
+/* Ends iteration t (its device work done, its launcher gone): charges it,
+ * hands its lane on, reports through the done hook. Takes the lock. */
+static void iteration_end(sl_exec_task *t)
+{
+    sl_exec *ex = t->ex;
+    sl_exec_job *j = t->job;
+    int status = t->device_status;
+    uint64_t now = sl_now_ns();
+    sl_outbox box = {0};
 
     /* its in-place writes of params are done: the version moves past any
      * call that raced with them (exec.h) */
@@ -516,7 +612,7 @@ void sl_exec_iteration_done(void *arg, int status)
             sl_hist_observe(&ex->obs->iterations, now - t->arrival_ns);
         }
     } else if (t->status == SL_EDEVICERESET) {
-        ex->halted = true; /* the device is lost: start nothing more */
+        sl_exec_halt(ex); /* the device is lost: start nothing more */
     }
     /* hot path first: charge, and hand the lane to the next pick before any
      * bookkeeping, so the device idles only for this (the switch cost) */
@@ -576,7 +672,7 @@ static void control_done(void *arg, int status)
     pthread_mutex_lock(ex->lock);
     ex->stats.control_in_flight--;
     if (status == SL_EDEVICERESET)
-        ex->halted = true;
+        sl_exec_halt(ex);
     t->status = status;
     ex->hooks.done(ex->hooks.arg, t, status, false, &box);
     ex->hooks.unlock_send(ex->hooks.arg, &box);
@@ -681,6 +777,7 @@ bool sl_exec_idle(const sl_exec *ex)
 void sl_exec_halt(sl_exec *ex)
 {
     ex->halted = true;
+    atomic_store(&ex->launch_stop, true);
 }
 
 int sl_exec_reset_device(sl_exec *ex)
@@ -719,8 +816,10 @@ int sl_exec_reset_device(sl_exec *ex)
     pthread_mutex_lock(ex->lock);
     ex->arena = arena; /* also on failure: freed with the executor */
     ex->copy_stream = copy;
-    if (rc == SL_OK)
+    if (rc == SL_OK) {
         ex->halted = false;
+        atomic_store(&ex->launch_stop, false);
+    }
     return rc;
 }
 
@@ -729,6 +828,7 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
 {
     ex->lock = lock;
     atomic_store(&ex->param_version, 1);
+    atomic_store(&ex->launch_stop, false);
     ex->cfg = cfg;
     ex->dev = dev;
     ex->mem = mem;
@@ -738,6 +838,8 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
     if (!policy)
         return SL_EINVAL;
     if ((rc = sl_sched_create(policy, cfg->strict, &ex->sched)) != SL_OK)
+        return rc;
+    if ((rc = sl_launchers_init(&ex->launchers, LAUNCHERS_MAX)) != SL_OK)
         return rc;
     sl_lanes_init(&ex->handoff, ex->sched, mem);
     if ((rc = dev->ops->mem_alloc(dev, capacity, &ex->arena)) != SL_OK) {
@@ -804,6 +906,7 @@ void sl_exec_fini(sl_exec *ex)
         ex->timer_running = false;
         pthread_cond_destroy(&ex->timer_cond);
     }
+    sl_launchers_fini(&ex->launchers); /* idle: nothing is launching */
     if (ex->dev) {
         sl_exec_parts_fini(ex);
         streams_destroy(ex->dev, &ex->lanes, ex->spare, ex->n_spare);

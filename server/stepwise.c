@@ -133,7 +133,7 @@ static void op_done(void *arg, int status)
     if (sl_obs_tracing(ex->obs))
         sl_exec_trace_done(ex, t, sl_now_ns(), false);
     if (status == SL_EDEVICERESET)
-        ex->halted = true;
+        sl_exec_halt(ex);
     sl_steps_op_done(&ex->steps, &t->step, sl_now_ns());
     sl_exec_resume(ex, false);
     ex->hooks.unlock_send(ex->hooks.arg, &box);

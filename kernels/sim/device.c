@@ -25,16 +25,25 @@
 #define SIM_ADDR_ALIGN 65536u
 _Static_assert(sizeof(uintptr_t) == 8, "sim device addresses need 64-bit pointers");
 
+/* The option after the profile's name ("h200,host-launch"): a launch
+ * occupies the thread that submits it (sl_sim_device_ops). */
+#define HOST_LAUNCH_OPT ",host-launch"
+
 static int sim_open(sl_device *dev, int index, const char *arg)
 {
     struct sl_sim_dev *d = dev->priv;
-    char names[128];
+    char names[128], profile[64];
     if (!arg || arg[0] == '\0') {
         sl_log_err("sim.open.arg", "the sim backend needs a profile, e.g. sim:v100 (profiles: %s)",
                    sl_sim_profile_names(names, sizeof names));
         return SL_EINVAL;
     }
-    if (sl_sim_profile_find(arg, &d->profile) != SL_OK) {
+    size_t len = strlen(arg), opt = strlen(HOST_LAUNCH_OPT);
+    d->host_launch = len > opt && strcmp(arg + len - opt, HOST_LAUNCH_OPT) == 0;
+    if (d->host_launch)
+        len -= opt;
+    snprintf(profile, sizeof profile, "%.*s", (int) len, arg);
+    if (sl_sim_profile_find(profile, &d->profile) != SL_OK) {
         sl_log_err("sim.open.profile", "unknown sim profile \"%s\" (profiles: %s)", arg,
                    sl_sim_profile_names(names, sizeof names));
         return SL_EINVAL;
@@ -73,7 +82,8 @@ static int sim_open(sl_device *dev, int index, const char *arg)
 
     dev->total_bytes = d->profile->capacity;
     dev->workspace_hint = 64ull << 20; /* cuBLAS's 32 MiB (Hopper) + cuDNN's */
-    snprintf(dev->description, sizeof dev->description, "%s", d->profile->description);
+    snprintf(dev->description, sizeof dev->description, "%s%s", d->profile->description,
+             d->host_launch ? " (launches take host time)" : "");
     rc = SL_OK;
 out_destroy_attr:
     pthread_condattr_destroy(&attr);

@@ -388,7 +388,11 @@ double sl_sim_part_bw_share(double used, unsigned others);
 /* ---- the real-time device ---- */
 
 /* The sim backend's ops table: sl_dev_open("sim:PROFILE[:N]") opens it.
- * arg is the profile name; N in [0, SL_SIM_MAX_DEVICES). Memory is address
+ * arg is the profile name; N in [0, SL_SIM_MAX_DEVICES). "PROFILE,host-launch"
+ * makes each submission (op or copy) hold the calling thread until its
+ * launch has gone through the device's launch path (stream.c), the host
+ * cost of a GPU driver's launch call; without it submission returns at
+ * once and only the device's timeline pays the launch. Memory is address
  * space only; d2h copies zero-fill their host destination. It runs every
  * op in the float dtypes of its profile (op_dtypes: sl_sim_dtypes). */
 extern const sl_device_ops sl_sim_device_ops;

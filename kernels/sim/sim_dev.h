@@ -39,6 +39,9 @@ struct sl_sim_dev {
      * reserved before (at the old speed, perhaps far ahead) are reserved
      * again when their command runs, and the path is free from now. */
     uint64_t launch_epoch;
+    /* "PROFILE,host-launch": submitting a command holds the submitting
+     * thread until its launch ends, as a GPU driver's launch call does */
+    bool host_launch;
     unsigned part_sms; /* SMs held by live partitions (spart.c) */
 
     /* Fault injection (sl_sim_fail_next_ops, sl_sim_set_slowdown); atomics

@@ -21,7 +21,10 @@
  * So the ops of a whole iteration, submitted together, launch back to back
  * while earlier ones run, and an op submitted only after the previous one
  * completed (salusd's stepwise ops, from a completion callback) pays its
- * launch after it, as eval/'s simulator models both. A change of the
+ * launch after it, as eval/'s simulator models both. With host-launch
+ * (sim.h) the submitting thread also spends that time, as it does in a GPU
+ * driver: it returns when its launch ends, so launches reserve the path one
+ * by one and several submitting threads interleave on it. A change of the
  * injected slowdown or a reset frees the path from then on; a launch
  * reserved before it is reserved again when its command runs. The worker then
  * sleeps on the device's condition variable until the model says the
@@ -197,10 +200,18 @@ static int commit(sl_stream *s, struct cmd *c)
 {
     struct sl_sim_dev *d = s->dev;
     pthread_mutex_lock(&d->model_lock);
-    c->launched_ns = reserve_launch_locked(s, sl_now_ns(), c->timing.launch_ns);
+    uint64_t launched = reserve_launch_locked(s, sl_now_ns(), c->timing.launch_ns);
+    c->launched_ns = launched;
     c->launch_epoch = d->launch_epoch;
     pthread_mutex_unlock(&d->model_lock);
-    return sl_workq_commit(s->q, c);
+    int rc = sl_workq_commit(s->q, c);
+    /* a driver's launch call returns once the launch went through: the
+     * submitting thread spends the launch path's time, spinning as the
+     * driver does (a sleep would take tens of microseconds to wake) */
+    if (d->host_launch)
+        while (sl_now_ns() < launched)
+            ;
+    return rc;
 }
 
 int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out)
