@@ -74,6 +74,10 @@ typedef struct sl_config {
     bool strict_partitions; /* no loans between partitions (device.h partition_lend) */
     const char *policy;
     bool strict;
+    /* the longest a lane waits for a session owed share whose client is
+     * between iterations (sched/scheduler.h sl_sched_set_anticipation);
+     * 0 = never waits */
+    uint64_t anticipate_ns;
     int contexts;          /* NNG contexts = requests in flight */
     uint64_t max_message;  /* NNG_OPT_RECVMAXSZ, and the most tensor bytes a reply carries */
     uint64_t max_decoding; /* decoded requests held at once (decode.h); 0 = default */

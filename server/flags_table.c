@@ -253,6 +253,19 @@ const sl_flag sl_flags[] = {
      .section = SEC_SCHED,
      .help = "the Salus paper's non-work-conserving fifo and srtf",
      FIELD(strict)},
+    {.name = "anticipate-us",
+     .kind = SL_FLAG_INT,
+     .arg = "N",
+     .section = SEC_SCHED,
+     .help = "under fair, srtf, priority and pack, a lane waits up to N us for a session owed "
+             "share whose client is between iterations (as long as that client's usual gap, "
+             "and at most half an iteration of the session that would run instead), so that "
+             "device time follows the weights whatever the clients' gaps; 0 = never waits",
+     .def = "3000",
+     FIELD(anticipate_ns),
+     .min = 0,
+     .max = 1000 * 1000,
+     .scale = 1000},
     {.name = "op-part-us",
      .kind = SL_FLAG_INT,
      .arg = "N",
