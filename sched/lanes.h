@@ -45,7 +45,7 @@ typedef struct sl_lanes_rec {
 typedef struct sl_lanes {
     sl_sched *sched;
     sl_mem_mgr *mem;
-    sl_map tenants; /* tenant key -> sl_sched_tenant, while it has joined jobs */
+    sl_map tenants;     /* tenant key -> sl_sched_tenant, while it has joined jobs */
     sl_lanes_rec *recs; /* indexed by lane id, n_recs entries */
     uint32_t n_recs;
     uint32_t n_busy;

@@ -209,11 +209,13 @@ void sl_sched_job_add(sl_sched *s, sl_sched_job *job, uint64_t now)
     job->gap_from_ns = 0;
     job->n_gaps = 0;
     job->anticipate_ns = 0;
+    job->gap_median_ns = 0;
     sl_sched_tenant *t = sl_sched_job_tenant(s, job);
     if (t->n_jobs++ == 0) {
         /* a tenant with jobs again: ranked from now on, last among ties */
         t->seq = s->next_tenant_seq++;
         t->in_flight_ns = 0;
+        t->active_ns = 0;
         t->next = NULL;
         t->prev = NULL;
         sl_sched_tenant *tail = s->tenants;

@@ -31,7 +31,7 @@ typedef struct sl_sched_item {
  * caller, who links it from its jobs (sl_sched_job.tenant) and keeps it
  * alive while any of them is added; zero it before the first job joins. */
 typedef struct sl_sched_tenant {
-    uint64_t key; /* in: the caller's name for it */
+    uint64_t key;  /* in: the caller's name for it */
     double weight; /* in: share among tenants (> 0; else 1); may change at run time */
     /* scheduler state */
     uint32_t n_jobs;       /* jobs added and not removed */
@@ -40,6 +40,7 @@ typedef struct sl_sched_tenant {
                             * when it comes back from idle (sched/share.c) */
     uint64_t attained_ns;  /* device time charged to its jobs, departed ones included */
     uint64_t in_flight_ns; /* expected device time of its iterations in flight */
+    uint64_t active_ns;    /* its last arrival or completion of an item */
     struct sl_sched_tenant *prev, *next; /* tenants with jobs, private */
 } sl_sched_tenant;
 
@@ -89,6 +90,7 @@ typedef struct sl_sched_job {
     uint32_t gaps_ns[SL_SCHED_GAP_SAMPLES]; /* its client's latest gaps (saturated) */
     uint32_t n_gaps;                        /* samples taken (the ring holds the latest) */
     uint64_t anticipate_ns; /* how long its claim outlives a completion; 0 = no claim */
+    uint64_t gap_median_ns; /* its client's usual gap: whether a claim is worth keeping */
 } sl_sched_job;
 
 /* A policy only chooses. Everything a policy reads (attained time,
@@ -273,11 +275,12 @@ void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial);
  * time then does not depend on winning the race for a free lane. The
  * moment is the 90th percentile of that client's measured gaps (completion
  * to its next item, the latest SL_SCHED_GAP_SAMPLES, at least 4 of them)
- * plus an eighth and 20 us, and the claim is kept only while that is at
- * most the scheduler's bound (sl_sched_set_anticipation) and half the mean
- * iteration of the job the lane would run instead: a client slower than
- * that gets what it asks for, and waiting never costs more than half an
- * iteration of the other job. A lane kept that way is held until a
+ * plus an eighth and 20 us, cut to the limit: the scheduler's bound
+ * (sl_sched_set_anticipation) and half the mean iteration of the job the
+ * lane would run instead. A claim is kept only for a client whose median
+ * gap (plus the slack) is within that limit: a slower client gets what it
+ * asks for, and waiting never costs more than half an iteration of the
+ * other job. A lane kept that way is held until a
  * deadline; a lane whose tenant is ahead of another tenant that runs or
  * waits elsewhere is held until the next start or completion (the caller
  * then kicks held lanes again). */

@@ -26,11 +26,18 @@
  * idle may start (device ns at weight 1): a few iterations of catching up,
  * not the whole absence. */
 #define LAG_NS (50ull * 1000 * 1000)
+/* Idle: nothing of the tenant arrived or completed for this long. Far
+ * longer than any claim between iterations, so a client that is merely
+ * slow keeps what it is owed. */
+#define TENANT_IDLE_NS (500ull * 1000 * 1000)
 /* Client gaps needed before a job's claim outlives its completion. */
 #define MIN_GAP_SAMPLES 4
 /* Added to the gap percentile: the waking of the thread that delivers the
  * client's next item. */
 #define GAP_SLACK_NS (20ull * 1000)
+/* A tenant's claim between iterations lasts at most this many times the
+ * scheduler's bound (tenant_claim_limit). */
+#define TENANT_CLAIM_MAX 8
 
 static double weight_of(const sl_sched_tenant *t)
 {
@@ -98,23 +105,40 @@ static uint64_t claim_limit(const sl_sched *s, const sl_sched_job *other)
     return half && half < limit ? half : limit;
 }
 
+/* The longest claim of a tenant on the device between its iterations.
+ * Holding lanes for a tenant costs only the tenants ahead of it, never the
+ * tenant itself, so a tenant's claim may be longer than a job's inside its
+ * tenant: up to TENANT_CLAIM_MAX times the scheduler's bound. That covers
+ * clients slowed by the host they share with the device (the cpu device
+ * takes the clients' cores) while a client that thinks for longer, an
+ * inference every 100 ms, holds nobody up. */
+static uint64_t tenant_claim_limit(const sl_sched *s)
+{
+    return TENANT_CLAIM_MAX * s->anticipate_max_ns;
+}
+
 /* Whether job, between iterations, still claims the device at now under a
- * claim limit; *until is when the claim ends. */
+ * claim limit; *until is when the claim ends. A job whose median gap passes
+ * the limit keeps no claim: others are not to idle for a client that asks
+ * for less. A tenant's claim (tenant) lasts twice the job's window, so
+ * that the rare long gap does not hand its share to the others. */
 static bool anticipated(const sl_sched *s, const sl_sched_job *job, uint64_t now, uint64_t limit,
-                        uint64_t *until)
+                        bool tenant, uint64_t *until)
 {
     if (!s->anticipate_max_ns || job->running || job->n_queued || !job->gap_from_ns ||
-        !job->anticipate_ns || job->anticipate_ns > limit)
+        !job->anticipate_ns || job->gap_median_ns + GAP_SLACK_NS > limit)
         return false;
-    uint64_t end = job->gap_from_ns + job->anticipate_ns;
+    uint64_t window = tenant ? 2 * job->anticipate_ns : job->anticipate_ns;
+    uint64_t end = job->gap_from_ns + (window < limit ? window : limit);
     if (now >= end)
         return false;
     *until = end;
     return true;
 }
 
-/* Records one client gap of job and recomputes its anticipation window:
- * the 90th percentile of the latest gaps, plus an eighth and the slack. */
+/* Records one client gap of job and recomputes its anticipation window
+ * (the 90th percentile of the latest gaps, plus an eighth and the slack)
+ * and its median gap. */
 static void record_gap(sl_sched_job *job, uint64_t gap_ns)
 {
     job->gaps_ns[job->n_gaps % SL_SCHED_GAP_SAMPLES] =
@@ -123,6 +147,7 @@ static void record_gap(sl_sched_job *job, uint64_t gap_ns)
     uint32_t n = job->n_gaps < SL_SCHED_GAP_SAMPLES ? job->n_gaps : SL_SCHED_GAP_SAMPLES;
     if (n < MIN_GAP_SAMPLES) {
         job->anticipate_ns = 0;
+        job->gap_median_ns = 0;
         return;
     }
     uint32_t sorted[SL_SCHED_GAP_SAMPLES];
@@ -135,6 +160,7 @@ static void record_gap(sl_sched_job *job, uint64_t gap_ns)
     }
     uint64_t p90 = sorted[(9 * n + 9) / 10 - 1];
     job->anticipate_ns = p90 + p90 / 8 + GAP_SLACK_NS;
+    job->gap_median_ns = sorted[(n - 1) / 2];
 }
 
 /* The order inside one tenant: the policy's, ties to the earlier arrival. */
@@ -189,17 +215,18 @@ sl_sched_job *sl_share_pick(const sl_sched *s, uint32_t lane, uint64_t now, uint
                 return NULL;
     }
 
-    uint64_t limit = claim_limit(s, best), until, hold = 0;
+    uint64_t limit = claim_limit(s, best), until, hold = 0; /* inside the tenant */
     double v = sl_sched_tenant_vtime(bt);
     /* owed share on this lane, its client between iterations: wait for it */
     for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
-        if (j == best || (p->classes && j->priority < best->priority) ||
-            !anticipated(s, j, now, limit, &until))
+        if (j == best || (p->classes && j->priority < best->priority))
             continue;
         const sl_sched_tenant *tj = sl_sched_job_tenant(s, j);
-        bool owed = (p->classes && j->priority > best->priority) ||
-                    (tj != bt ? sl_sched_tenant_vtime(tj) < v
-                              : p->anticipates && job_before(s, j, best));
+        if (!anticipated(s, j, now, tj != bt ? tenant_claim_limit(s) : limit, tj != bt, &until))
+            continue;
+        bool owed =
+            (p->classes && j->priority > best->priority) ||
+            (tj != bt ? sl_sched_tenant_vtime(tj) < v : p->anticipates && job_before(s, j, best));
         if (owed)
             hold = earlier(hold, until);
     }
@@ -214,7 +241,7 @@ sl_sched_job *sl_share_pick(const sl_sched *s, uint32_t lane, uint64_t now, uint
                 continue;
             if (j->running || j->n_queued)
                 hold = UINT64_MAX;
-            else if (anticipated(s, j, now, limit, &until))
+            else if (anticipated(s, j, now, tenant_claim_limit(s), true, &until))
                 hold = earlier(hold, until);
         }
     }
@@ -230,16 +257,17 @@ sl_sched_job *sl_share_pick(const sl_sched *s, uint32_t lane, uint64_t now, uint
 static bool claims(const sl_sched *s, const sl_sched_job *job, uint64_t now)
 {
     uint64_t until;
-    return job->running || job->n_queued || anticipated(s, job, now, s->anticipate_max_ns, &until);
+    return job->running || job->n_queued ||
+           anticipated(s, job, now, tenant_claim_limit(s), true, &until);
 }
 
 void sl_share_enqueue(sl_sched *s, sl_sched_job *job, uint64_t now)
 {
     if (job->gap_from_ns && !job->running && !job->n_queued)
         record_gap(job, now > job->gap_from_ns ? now - job->gap_from_ns : 0);
-    if (s->n_tenants > 1 && !job->running && !job->n_queued) {
+    sl_sched_tenant *t = sl_sched_job_tenant(s, job);
+    if (s->n_tenants > 1 && (!t->active_ns || now - t->active_ns > TENANT_IDLE_NS)) {
         /* back from idle: no further behind than the lag */
-        sl_sched_tenant *t = sl_sched_job_tenant(s, job);
         bool claiming = false, others = false;
         double least = 0;
         for (const sl_sched_job *j = s->first; j && !claiming; j = j->next_job) {
@@ -260,6 +288,7 @@ void sl_share_enqueue(sl_sched *s, sl_sched_job *job, uint64_t now)
             t->vtime = floor;
     }
     job->gap_from_ns = 0;
+    t->active_ns = now;
 }
 
 void sl_share_start(sl_sched *s, sl_sched_job *job)
@@ -275,8 +304,9 @@ void sl_share_complete(sl_sched *s, sl_sched_job *job, uint64_t device_ns, uint6
     t->in_flight_ns -= job->in_flight_ns < t->in_flight_ns ? job->in_flight_ns : t->in_flight_ns;
     job->in_flight_ns = 0;
     t->vtime += (double) device_ns / weight_of(t);
-    t->attained_ns = t->attained_ns + device_ns < t->attained_ns ? UINT64_MAX
-                                                                 : t->attained_ns + device_ns;
+    t->attained_ns =
+        t->attained_ns + device_ns < t->attained_ns ? UINT64_MAX : t->attained_ns + device_ns;
     /* its client's gap starts now, unless it already sent its next item */
     job->gap_from_ns = job->n_queued ? 0 : now;
+    t->active_ns = now;
 }

@@ -658,7 +658,7 @@ void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box)
     (void) kicked(ex, sl_lanes_leave(&ex->handoff, &j->sched, sl_now_ns(), start, &c, &st, NULL),
                   &st, &c);
     sl_exec_kick_held(ex, box); /* lanes may have been held for its tenant */
-    sl_exec_resume(ex, false); /* one fewer high-priority job to wait for */
+    sl_exec_resume(ex, false);  /* one fewer high-priority job to wait for */
 }
 
 int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane)
@@ -765,7 +765,8 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         return SL_EINVAL;
     if ((rc = sl_sched_create(policy, cfg->strict, &ex->sched)) != SL_OK)
         return rc;
-    sl_sched_set_anticipation(ex->sched, cfg->anticipate_ns);
+    sl_sched_set_anticipation(ex->sched,
+                              cfg->anticipate_set ? cfg->anticipate_ns : SL_DEFAULT_ANTICIPATE_NS);
     sl_lanes_init(&ex->handoff, ex->sched, mem);
     if ((rc = dev->ops->mem_alloc(dev, capacity, &ex->arena)) != SL_OK) {
         sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",

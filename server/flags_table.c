@@ -263,6 +263,7 @@ const sl_flag sl_flags[] = {
              "device time follows the weights whatever the clients' gaps; 0 = never waits",
      .def = "3000",
      FIELD(anticipate_ns),
+     GIVEN(anticipate_set),
      .min = 0,
      .max = 1000 * 1000,
      .scale = 1000},
