@@ -277,10 +277,10 @@ void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial);
  * to its next item, the latest SL_SCHED_GAP_SAMPLES, at least 4 of them)
  * plus an eighth and 20 us, cut to the limit: the scheduler's bound
  * (sl_sched_set_anticipation) and half the mean iteration of the job the
- * lane would run instead. A claim is kept only for a client whose median
- * gap (plus the slack) is within that limit: a slower client gets what it
- * asks for, and waiting never costs more than half an iteration of the
- * other job. A lane kept that way is held until a
+ * lane would run instead, so waiting never costs more than half an
+ * iteration of the other job. Between tenants a claim lasts twice that
+ * window, up to 8 times the bound, and only for a client whose median gap
+ * is within that (sched/share.c says why). A lane kept that way is held until a
  * deadline; a lane whose tenant is ahead of another tenant that runs or
  * waits elsewhere is held until the next start or completion (the caller
  * then kicks held lanes again). */

@@ -118,15 +118,19 @@ static uint64_t tenant_claim_limit(const sl_sched *s)
 }
 
 /* Whether job, between iterations, still claims the device at now under a
- * claim limit; *until is when the claim ends. A job whose median gap passes
- * the limit keeps no claim: others are not to idle for a client that asks
- * for less. A tenant's claim (tenant) lasts twice the job's window, so
- * that the rare long gap does not hand its share to the others. */
+ * claim limit; *until is when the claim ends, its window cut to the limit.
+ * Inside a tenant that is all: a client slower than the limit costs at most
+ * the limit per iteration of its own, and its gaps shrink once it stops
+ * losing races for the host's cores to the other job's iteration (on cpu
+ * the device's cores are the clients'). A tenant's claim (tenant) is
+ * longer, so it lasts twice the job's window, that the rare long gap does
+ * not hand its share to the others, but only for a client whose median gap
+ * is within the limit: the others do not wait on one that asks for less. */
 static bool anticipated(const sl_sched *s, const sl_sched_job *job, uint64_t now, uint64_t limit,
                         bool tenant, uint64_t *until)
 {
     if (!s->anticipate_max_ns || job->running || job->n_queued || !job->gap_from_ns ||
-        !job->anticipate_ns || job->gap_median_ns + GAP_SLACK_NS > limit)
+        !job->anticipate_ns || (tenant && job->gap_median_ns + GAP_SLACK_NS > limit))
         return false;
     uint64_t window = tenant ? 2 * job->anticipate_ns : job->anticipate_ns;
     uint64_t end = job->gap_from_ns + (window < limit ? window : limit);

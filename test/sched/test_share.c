@@ -176,8 +176,10 @@ static void test_share_anticipation(void **state)
     assert_ptr_equal(pick(0, now, NULL), &big);
 }
 
-/* A client whose usual gap is longer than the limit (the bound, and half
- * the iteration of the job that would run instead) keeps no claim. */
+/* A client whose gap is longer than the limit (the bound, and half the
+ * iteration of the job that would run instead) is waited for only that
+ * long inside its tenant; between tenants, one whose usual gap passes the
+ * tenant limit (8 times the bound) is not waited for. */
 static void test_share_anticipation_limit(void **state)
 {
     (void) state;
@@ -190,7 +192,23 @@ static void test_share_anticipation_limit(void **state)
     run_one(0, &big, 1 * MS, 0);                               /* half of big's iteration: 0.5 ms */
     uint64_t now = rhythm(&slow, 1, 6, 10000, 600000, 1 * MS); /* gaps of 0.6 ms */
     enq(&big, 0, now);
-    assert_ptr_equal(pick(0, now, NULL), &big);
+    assert_null(pick(0, now, NULL));
+    assert_int_equal(sl_sched_lane_hold(fx.s, 0), now + 500000);
+    assert_ptr_equal(pick(0, now + 500000, NULL), &big);
+    release_list(sl_sched_job_remove(fx.s, &slow));
+    sl_sched_complete(fx.s, &big, 1 * MS, now + 1500000);
+    release_list(sl_sched_job_remove(fx.s, &big));
+
+    sl_sched_tenant ta = {.key = 1, .weight = 1}, tb = {.key = 2, .weight = 1};
+    sl_sched_job a, b;
+    now += 2 * MS;
+    add_t(&b, 3, 0, &tb, now);
+    add_t(&a, 4, 0, &ta, now);
+    enq(&b, 0, now);
+    run_one(0, &b, 1 * MS, now);
+    now = rhythm(&a, 1, 6, 10000, 9 * MS, now + 1 * MS); /* gaps of 9 ms: above 8 */
+    enq(&b, 0, now);
+    assert_ptr_equal(pick(0, now, NULL), &b);
 }
 
 /* Between tenants on one lane: the lane waits for the tenant owed share. */
