@@ -440,7 +440,8 @@ const sl_flag sl_flags[] = {
      .arg = "SPEC",
      .section = SEC_RIGHTS,
      .help = "limits of every non-operator tenant, SPEC a list of priority=N (highest "
-             "priority), weight=W (highest fair-share weight), sessions=N (open at once) and "
+             "priority), weight=W (its share of the device beside other tenants, and the highest "
+             "weight its sessions may ask for among themselves), sessions=N (open at once) and "
              "memory=SIZE (what its sessions together may declare, persistent + ephemeral; 0 = "
              "no quota: whatever is free), e.g. priority=0,weight=1,sessions=8,memory=4G",
      .def_text = TENANT_DEFAULTS,
