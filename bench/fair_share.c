@@ -64,17 +64,11 @@ static double run(const char *salusd, const char *train, bool anticipate, double
                   bool *split)
 {
     sl_ts_salusd srv;
-    const char *args[] = {"--policy",
-                          "fair",
-                          "--spread-limit",
-                          "0",
-                          "--lane-size",
-                          "64K",
-                          "--log-level",
-                          "warn",
-                          "--anticipate-us",
-                          anticipate ? "3000" : "0",
-                          NULL};
+    /* as shipped (without the last two), or with anticipation off */
+    const char *args[] = {"--policy",    "fair", "--spread-limit",  "0", "--lane-size", "64K",
+                          "--log-level", "warn", "--anticipate-us", "0", NULL};
+    if (anticipate)
+        args[8] = NULL;
     bench_salusd_spawn(&srv, salusd, "fair-share", args);
     bench_salusd_ready(&srv);
     const char *cnn[] = {train,  "--url",         srv.url, "--model",      "cnn", "--epochs",

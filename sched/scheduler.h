@@ -279,8 +279,8 @@ void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial);
  * (sl_sched_set_anticipation) and half the mean iteration of the job the
  * lane would run instead, so waiting never costs more than half an
  * iteration of the other job. Between tenants a claim lasts twice that
- * window, up to 8 times the bound, and only for a client whose median gap
- * is within that (sched/share.c says why). A lane kept that way is held until a
+ * window, up to the bound, and only for a client whose median gap is
+ * within the bound (sched/share.c says why). A lane kept that way is held until a
  * deadline; a lane whose tenant is ahead of another tenant that runs or
  * waits elsewhere is held until the next start or completion (the caller
  * then kicks held lanes again). */

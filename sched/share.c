@@ -35,9 +35,6 @@
 /* Added to the gap percentile: the waking of the thread that delivers the
  * client's next item. */
 #define GAP_SLACK_NS (20ull * 1000)
-/* A tenant's claim between iterations lasts at most this many times the
- * scheduler's bound (tenant_claim_limit). */
-#define TENANT_CLAIM_MAX 8
 
 static double weight_of(const sl_sched_tenant *t)
 {
@@ -105,16 +102,15 @@ static uint64_t claim_limit(const sl_sched *s, const sl_sched_job *other)
     return half && half < limit ? half : limit;
 }
 
-/* The longest claim of a tenant on the device between its iterations.
- * Holding lanes for a tenant costs only the tenants ahead of it, never the
- * tenant itself, so a tenant's claim may be longer than a job's inside its
- * tenant: up to TENANT_CLAIM_MAX times the scheduler's bound. That covers
- * clients slowed by the host they share with the device (the cpu device
- * takes the clients' cores) while a client that thinks for longer, an
- * inference every 100 ms, holds nobody up. */
+/* The longest claim of a tenant on the device between its iterations: the
+ * scheduler's bound, without the other job's iteration, since holding
+ * lanes for a tenant costs only the tenants ahead of it, never the tenant
+ * itself. That covers clients slowed by the host they share with the
+ * device (the cpu device takes the clients' cores) while a client that
+ * thinks for longer, an inference every 100 ms, holds nobody up. */
 static uint64_t tenant_claim_limit(const sl_sched *s)
 {
-    return TENANT_CLAIM_MAX * s->anticipate_max_ns;
+    return s->anticipate_max_ns;
 }
 
 /* Whether job, between iterations, still claims the device at now under a

@@ -18,7 +18,7 @@
 #define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
 /* The longest claim a session owed share keeps between iterations
  * (--anticipate-us) */
-#define SL_DEFAULT_ANTICIPATE_NS (3000 * 1000ull)
+#define SL_DEFAULT_ANTICIPATE_NS (20000 * 1000ull)
 #define SL_DEFAULT_MAX_SESSIONS 1024
 #define SL_DEFAULT_MAX_TENSORS 65536
 /* The largest message either way: large enough for a big graph or a 16M

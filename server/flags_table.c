@@ -261,7 +261,7 @@ const sl_flag sl_flags[] = {
              "share whose client is between iterations (as long as that client's usual gap, "
              "and at most half an iteration of the session that would run instead), so that "
              "device time follows the weights whatever the clients' gaps; 0 = never waits",
-     .def = "3000",
+     .def = "20000",
      FIELD(anticipate_ns),
      GIVEN(anticipate_set),
      .min = 0,

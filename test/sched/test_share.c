@@ -179,7 +179,7 @@ static void test_share_anticipation(void **state)
 /* A client whose gap is longer than the limit (the bound, and half the
  * iteration of the job that would run instead) is waited for only that
  * long inside its tenant; between tenants, one whose usual gap passes the
- * tenant limit (8 times the bound) is not waited for. */
+ * bound is not waited for. */
 static void test_share_anticipation_limit(void **state)
 {
     (void) state;
@@ -206,7 +206,7 @@ static void test_share_anticipation_limit(void **state)
     add_t(&a, 4, 0, &ta, now);
     enq(&b, 0, now);
     run_one(0, &b, 1 * MS, now);
-    now = rhythm(&a, 1, 6, 10000, 9 * MS, now + 1 * MS); /* gaps of 9 ms: above 8 */
+    now = rhythm(&a, 1, 6, 10000, 9 * MS, now + 1 * MS); /* gaps of 9 ms: above the bound */
     enq(&b, 0, now);
     assert_ptr_equal(pick(0, now, NULL), &b);
 }
@@ -225,7 +225,7 @@ static void test_share_anticipation_tenants(void **state)
     run_one(0, &b, 5 * MS, 0);
     uint64_t now = rhythm(&a, 1, 6, 100000, 50000, 5 * MS);
     enq(&b, 0, now);
-    /* a tenant's claim lasts twice its window */
+    /* a tenant's claim lasts twice its window (within the bound) */
     assert_null(pick(0, now, NULL));
     assert_int_equal(sl_sched_lane_hold(fx.s, 0), now + 2 * (50000 + 6250 + 20000));
 }
