@@ -5,9 +5,8 @@
  * window. Their iterations differ tenfold and both clients think between
  * iterations: without anticipation the MLP's client is still sending its
  * next step when the lane frees, and the CNN wins every race. The share is
- * of the device time each attained from its start to S seconds after both
- * opened (fair evens out what sessions attained since they opened). Each
- * round
+ * of the device time the two attain over S seconds, from 2 s after both
+ * opened. Each round
  * runs salusd as shipped and with --anticipate-us 0, alternating which goes
  * first; prints the median, min and max over rounds of the MLP's share:
  *   BENCH fair_share policy=fair seconds=S rounds=N mlp_share=... ...
@@ -88,10 +87,10 @@ static double run(const char *salusd, const char *train, bool anticipate, double
         fprintf(stderr, "cannot connect to salusd\n");
         goto out;
     }
-    /* both opened (data loaded, graphs registered); fair evens out device
-     * time attained since a session opened, so that is what is shared */
+    /* both opened (data loaded, graphs registered), 2 s of warm-up */
     for (int i = 0; i < 300 && take(c, &a) != 0; i++)
         sl_ts_sleep_ms(100);
+    sl_ts_sleep_ms(2000);
     if (take(c, &a) != 0) {
         fprintf(stderr, "the two sessions are not in the status\n");
         goto out;
@@ -105,7 +104,7 @@ static double run(const char *salusd, const char *train, bool anticipate, double
         *split = true;
         goto out;
     }
-    double dc = b.cnn_ns, dm = b.mlp_ns;
+    double dc = b.cnn_ns - a.cnn_ns, dm = b.mlp_ns - a.mlp_ns;
     if (dc + dm > 0)
         share = dm / (dc + dm);
 out:

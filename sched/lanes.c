@@ -89,8 +89,10 @@ sl_lanes_kicked sl_lanes_kick(sl_lanes *L, uint32_t lane, uint64_t now, sl_lanes
     if (!start || lane >= L->n_recs || L->recs[lane].busy)
         return SL_LANES_NONE;
     sl_mem_lane_info info;
-    if (sl_mem_lane_get(L->mem, lane, &info) != SL_OK)
-        return SL_LANES_NONE; /* reclaimed */
+    if (sl_mem_lane_get(L->mem, lane, &info) != SL_OK) {
+        sl_sched_lane_unhold(L->sched, lane); /* reclaimed: nobody waits there */
+        return SL_LANES_NONE;
+    }
     sl_lanes_rec *r = &L->recs[lane];
     out->new_serial = r->serial != info.serial;
     if (out->new_serial) {

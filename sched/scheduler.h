@@ -291,6 +291,10 @@ void sl_sched_set_anticipation(sl_sched *s, uint64_t bound_ns);
  * something), UINT64_MAX = held until another item starts, completes or
  * arrives, otherwise held until that time (ns). */
 uint64_t sl_sched_lane_hold(const sl_sched *s, uint32_t lane);
+/* Forgets lane's hold without a pick: the caller found the lane gone (a
+ * reclaimed lane is never picked again under its id until it is bound
+ * anew). O(1). */
+void sl_sched_lane_unhold(sl_sched *s, uint32_t lane);
 /* Lanes whose last pick held them. O(1). */
 uint32_t sl_sched_held_lanes(const sl_sched *s);
 /* The earliest finite hold deadline over all lanes; 0 = none. O(lanes). */

@@ -66,6 +66,14 @@ uint64_t sl_sched_lane_hold(const sl_sched *s, uint32_t lane)
     return lane < s->n_lanes ? s->lanes[lane].hold_ns : 0;
 }
 
+void sl_sched_lane_unhold(sl_sched *s, uint32_t lane)
+{
+    if (lane < s->n_lanes && s->lanes[lane].hold_ns) {
+        s->lanes[lane].hold_ns = 0;
+        s->n_held--;
+    }
+}
+
 uint32_t sl_sched_held_lanes(const sl_sched *s)
 {
     return s->n_held;

@@ -472,9 +472,11 @@ void sl_exec_kick_held(sl_exec *ex, sl_outbox *box)
                 started = true;
     }
     /* the gap timer also wakes the lanes held for a client between
-     * iterations when its claim runs out */
+     * iterations when its claim runs out (every hold left was just set
+     * anew, in the future; a halted executor starts nothing) */
     uint64_t wake = sl_sched_hold_deadline(ex->sched);
-    if (wake && ex->timer_running && (!ex->timer_deadline || wake < ex->timer_deadline)) {
+    if (wake && !ex->halted && ex->timer_running &&
+        (!ex->timer_deadline || wake < ex->timer_deadline)) {
         ex->timer_deadline = wake;
         pthread_cond_signal(&ex->timer_cond);
     }
