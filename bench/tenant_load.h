@@ -52,7 +52,8 @@ static void *tl_session_main(void *arg)
     char name[32];
     snprintf(name, sizeof name, "load%d", t->index);
     salus_optimizer opt = {.kind = SALUS_MOMENTUM, .lr = 0.01f, .momentum = 0.9f};
-    salus_session_opts o = {.name = name, .ephemeral_bytes = 8 << 20};
+    /* declared, so that a tenant's memory quota holds all its sessions */
+    salus_session_opts o = {.name = name, .persistent_bytes = 8 << 20, .ephemeral_bytes = 8 << 20};
     salus_model_dense(m, 256);
     salus_model_relu(m);
     salus_model_dense(m, 128);
