@@ -273,7 +273,7 @@ void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial);
  * moment after its last completion, as the anticipatory disk scheduler
  * waits for a process that will read again soon: a fair share of device
  * time then does not depend on winning the race for a free lane. The
- * moment is the 90th percentile of that client's measured gaps (completion
+ * moment is the longest of that client's latest measured gaps (completion
  * to its next item, the latest SL_SCHED_GAP_SAMPLES, at least 4 of them)
  * plus an eighth and 20 us, cut to the limit: the scheduler's bound
  * (sl_sched_set_anticipation) and half the mean iteration of the job the

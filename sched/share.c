@@ -144,9 +144,10 @@ static bool anticipated(const sl_sched *s, const sl_sched_job *job, uint64_t now
     return true;
 }
 
-/* Records one client gap of job and recomputes its anticipation window
- * (the 90th percentile of the latest gaps, plus an eighth and the slack)
- * and its median gap. */
+/* Records one client gap of job and recomputes its anticipation window,
+ * the longest of the latest gaps plus an eighth and the slack (a miss
+ * hands the lane to the other job for a whole iteration, while waiting
+ * costs at most the limit), and its median gap. */
 static void record_gap(sl_sched_job *job, uint64_t gap_ns)
 {
     job->gaps_ns[job->n_gaps % SL_SCHED_GAP_SAMPLES] =
@@ -166,8 +167,8 @@ static void record_gap(sl_sched_job *job, uint64_t gap_ns)
             sorted[k] = sorted[k - 1];
         sorted[k] = v;
     }
-    uint64_t p90 = sorted[(9 * n + 9) / 10 - 1];
-    job->anticipate_ns = p90 + p90 / 8 + GAP_SLACK_NS;
+    uint64_t longest = sorted[n - 1];
+    job->anticipate_ns = longest + longest / 8 + GAP_SLACK_NS;
     job->gap_median_ns = sorted[(n - 1) / 2];
 }
 

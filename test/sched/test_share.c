@@ -149,7 +149,7 @@ static void test_share_anticipation(void **state)
     uint64_t now = rhythm(&small, 1, 6, 100000, 50000, 10 * MS);
     enq(&big, 0, now);
     /* small is owed share and between iterations: the lane waits for it,
-     * until the 90th percentile of its gaps (50 us) + 1/8 + 20 us */
+     * until the longest of its gaps (50 us) + 1/8 + 20 us */
     uint64_t until = now + 50000 + 6250 + 20000;
     assert_null(pick(0, now, NULL));
     assert_int_equal(sl_sched_lane_hold(fx.s, 0), until);
