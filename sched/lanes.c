@@ -17,6 +17,11 @@ void sl_lanes_init(sl_lanes *L, sl_sched *sched, sl_mem_mgr *mem)
 
 void sl_lanes_fini(sl_lanes *L)
 {
+    size_t i = 0;
+    void *t;
+    while (sl_map_next(&L->tenants, &i, NULL, &t))
+        sl_free(t);
+    sl_map_fini(&L->tenants);
     sl_free(L->recs);
     L->recs = NULL;
     L->n_recs = 0;
@@ -43,9 +48,24 @@ static int reserve(sl_lanes *L, uint32_t n)
 int sl_lanes_join(sl_lanes *L, sl_sched_job *job, uint64_t now)
 {
     int rc = reserve(L, job->lane + 1);
-    if (rc == SL_OK)
-        sl_sched_job_add(L->sched, job, now);
-    return rc;
+    if (rc != SL_OK)
+        return rc;
+    if (job->tenant_key) {
+        sl_sched_tenant *t = sl_map_get(&L->tenants, job->tenant_key);
+        if (!t) {
+            if (!(t = sl_calloc(1, sizeof *t)))
+                return SL_ENOMEM;
+            t->key = job->tenant_key;
+            if (sl_map_put(&L->tenants, t->key, t) != SL_OK) {
+                sl_free(t);
+                return SL_ENOMEM;
+            }
+        }
+        t->weight = job->tenant_weight; /* the latest word on it */
+        job->tenant = t;
+    }
+    sl_sched_job_add(L->sched, job, now);
+    return SL_OK;
 }
 
 int sl_lanes_move(sl_lanes *L, sl_sched_job *job, uint32_t lane)
@@ -69,8 +89,10 @@ sl_lanes_kicked sl_lanes_kick(sl_lanes *L, uint32_t lane, uint64_t now, sl_lanes
     if (!start || lane >= L->n_recs || L->recs[lane].busy)
         return SL_LANES_NONE;
     sl_mem_lane_info info;
-    if (sl_mem_lane_get(L->mem, lane, &info) != SL_OK)
-        return SL_LANES_NONE; /* reclaimed */
+    if (sl_mem_lane_get(L->mem, lane, &info) != SL_OK) {
+        sl_sched_lane_unhold(L->sched, lane); /* reclaimed: nobody waits there */
+        return SL_LANES_NONE;
+    }
     sl_lanes_rec *r = &L->recs[lane];
     out->new_serial = r->serial != info.serial;
     if (out->new_serial) {
@@ -144,5 +166,10 @@ sl_lanes_kicked sl_lanes_leave(sl_lanes *L, sl_sched_job *job, uint64_t now,
     sl_sched_item *items = sl_sched_job_remove(L->sched, job);
     if (dropped)
         *dropped = items;
+    sl_sched_tenant *t = job->tenant_key ? job->tenant : NULL;
+    if (t && !t->n_jobs) {
+        sl_free(sl_map_del(&L->tenants, t->key));
+        job->tenant = NULL;
+    }
     return sl_lanes_kick(L, job->lane, now, start, arg, out);
 }

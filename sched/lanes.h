@@ -30,6 +30,7 @@
 
 #include "manager.h"
 #include "scheduler.h"
+#include "sl_map.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -44,6 +45,7 @@ typedef struct sl_lanes_rec {
 typedef struct sl_lanes {
     sl_sched *sched;
     sl_mem_mgr *mem;
+    sl_map tenants;     /* tenant key -> sl_sched_tenant, while it has joined jobs */
     sl_lanes_rec *recs; /* indexed by lane id, n_recs entries */
     uint32_t n_recs;
     uint32_t n_busy;
@@ -82,12 +84,16 @@ typedef enum sl_lanes_kicked {
 
 /* Binds sched and mem; no lanes known yet. Never fails. */
 void sl_lanes_init(sl_lanes *L, sl_sched *sched, sl_mem_mgr *mem);
-/* Frees the records (not the scheduler or manager). Safe on a zeroed one. */
+/* Frees the records and tenants (not the scheduler or manager). Safe on a
+ * zeroed one. */
 void sl_lanes_fini(sl_lanes *L);
 
 /* Job (its "in" fields set, job->lane its lane) starts being scheduled:
- * lanes up to its own are reserved in the scheduler and here, then
- * sl_sched_job_add. Errors: SL_ENOMEM (nothing changed). */
+ * lanes up to its own are reserved in the scheduler and here, job->tenant
+ * is set to the tenant record of job->tenant_key (made on the first of its
+ * jobs, its weight job->tenant_weight; kept until its last job leaves;
+ * key 0 leaves job->tenant as it is), then sl_sched_job_add. Errors:
+ * SL_ENOMEM (nothing changed). */
 int sl_lanes_join(sl_lanes *L, sl_sched_job *job, uint64_t now);
 /* Moves job (not running) to lane. Errors: SL_ENOMEM (it stays). */
 int sl_lanes_move(sl_lanes *L, sl_sched_job *job, uint32_t lane);
@@ -115,7 +121,9 @@ sl_lanes_kicked sl_lanes_done(sl_lanes *L, sl_sched_job *job, uint32_t lane, uin
 bool sl_lanes_settle(sl_lanes *L, uint32_t lane);
 /* Job (nothing of it running) leaves: removed from the scheduler (its
  * queued items, if any, come back as in sl_sched_job_remove through
- * *dropped, which may be NULL), then its lane is kicked. */
+ * *dropped, which may be NULL), its tenant record freed if it was the
+ * last of its jobs, then its lane is kicked. Other lanes held for its
+ * tenant (sl_sched_lane_hold) are the caller's to kick. */
 sl_lanes_kicked sl_lanes_leave(sl_lanes *L, sl_sched_job *job, uint64_t now,
                                sl_lanes_start_fn start, void *arg, sl_lanes_start *out,
                                sl_sched_item **dropped);

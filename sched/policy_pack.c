@@ -9,25 +9,22 @@
  * order and submits everything each one has queued, never stopping early: it
  * is work-conserving by construction, so pack has no strict variant here
  * either. With one item per lane, "everything queued, in order" becomes
- * "the oldest queued item first". */
+ * "the oldest queued item first". Among tenants, the one with the least
+ * device time per weight goes first (sched/share.c); the order above holds
+ * among one tenant's jobs. */
 #include "scheduler.h"
 
-static sl_sched_job *pack_pick(const sl_sched *s, uint32_t lane, uint64_t now, bool strict)
+/* Only ready jobs are compared (their head items): pack keeps no claim for
+ * a job between iterations inside a tenant; between tenants it shares like
+ * every tenant-sharing policy (sched/share.c). */
+static bool pack_before(const sl_sched *s, const sl_sched_job *a, const sl_sched_job *b)
 {
-    (void) now;
-    (void) strict;
-    sl_sched_job *best = NULL;
-    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
-        if (!sl_sched_job_ready(j, lane))
-            continue;
-        if (!best || j->head->seq < best->head->seq)
-            best = j;
-    }
-    return best;
+    (void) s;
+    return a->head && b->head && a->head->seq < b->head->seq;
 }
 
 const sl_policy_ops sl_policy_pack = {
     .name = "pack",
-    .pick = pack_pick,
+    .before = pack_before,
     .has_strict = false,
 };

@@ -1,7 +1,8 @@
 /* priority: strict priority classes, fair inside a class. The lane runs a
  * job of the highest job->priority (larger first) among those with queued
  * work; inside that class the one with the least attained device time per
- * unit of weight (as fair: weight <= 0 or NaN counts as 1); ties go to the
+ * unit of weight (as fair: weight <= 0 or NaN counts as 1), between tenants
+ * first and then between one tenant's jobs (sched/share.c); ties go to the
  * earlier arrival. A lower class runs only when no higher-class job on the
  * lane has queued work, and may then be overtaken at the next boundary.
  *
@@ -13,6 +14,7 @@
 #include "scheduler.h"
 
 #include <limits.h>
+#include <stdbool.h>
 
 static double share(const sl_sched_job *j)
 {
@@ -20,24 +22,12 @@ static double share(const sl_sched_job *j)
     return (double) j->attained_ns / w;
 }
 
-static sl_sched_job *priority_pick(const sl_sched *s, uint32_t lane, uint64_t now, bool strict)
+/* Inside one class and one tenant: fair. The class itself comes first
+ * (.classes), then the tenants' share (sched/share.c). */
+static bool priority_before(const sl_sched *s, const sl_sched_job *a, const sl_sched_job *b)
 {
-    (void) now;
-    (void) strict;
-    sl_sched_job *best = NULL;
-    double best_share = 0;
-    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
-        if (!sl_sched_job_ready(j, lane))
-            continue;
-        double sh = share(j);
-        /* Admission order plus strict comparisons: ties to the earlier. */
-        if (!best || j->priority > best->priority ||
-            (j->priority == best->priority && sh < best_share)) {
-            best = j;
-            best_share = sh;
-        }
-    }
-    return best;
+    (void) s;
+    return share(a) < share(b);
 }
 
 /* Higher priority classes are admitted first when memory is short; within
@@ -49,7 +39,9 @@ static uint64_t priority_wait_rank(const sl_sched_job *j)
 
 const sl_policy_ops sl_policy_priority = {
     .name = "priority",
-    .pick = priority_pick,
+    .before = priority_before,
+    .anticipates = true,
+    .classes = true,
     .has_strict = false,
     .caps = SL_POLICY_EXCLUSIVE_LANES | SL_POLICY_STEPWISE | SL_POLICY_GAP_FILL,
     .wait_rank = priority_wait_rank,

@@ -41,7 +41,11 @@
  * lane idles rather than lend the device to a longer job (Salus stops its
  * candidate loop after the first session unless work conservation is on:
  * PreemptScheduler::reportScheduleResult). Non-strict (the default) skips to
- * the best job that has work. */
+ * the best job that has work.
+ *
+ * Between tenants srtf shares first (sched/share.c): the tenant with the
+ * least device time per weight runs, and the order above holds among its
+ * own jobs (strict too: inside the tenant). */
 #include "scheduler.h"
 
 typedef struct rank {
@@ -70,25 +74,11 @@ static bool before(const sl_sched_job *a, rank ra, const sl_sched_job *b, rank r
     return a->arrival_seq < b->arrival_seq;
 }
 
-static sl_sched_job *srtf_pick(const sl_sched *s, uint32_t lane, uint64_t now, bool strict)
+/* Ranks any two jobs, queued or not: strict and anticipation compare
+ * jobs between iterations too. */
+static bool srtf_before(const sl_sched *s, const sl_sched_job *a, const sl_sched_job *b)
 {
-    (void) now;
-    sl_sched_job *best = NULL;
-    rank best_rank = {0};
-    for (sl_sched_job *j = sl_sched_lane_first_job(s, lane); j; j = sl_sched_lane_next_job(j)) {
-        /* Strict ranks every job on the lane, ready or not; the lane is
-         * idle when we are asked, so none of them is running. */
-        if (strict ? j->lane != lane : !sl_sched_job_ready(j, lane))
-            continue;
-        rank r = rank_of(s, j);
-        if (!best || before(j, r, best, best_rank)) {
-            best = j;
-            best_rank = r;
-        }
-    }
-    if (best && !sl_sched_job_ready(best, lane))
-        return NULL; /* strict: the shortest job has nothing queued */
-    return best;
+    return before(a, rank_of(s, a), b, rank_of(s, b));
 }
 
 /* Jobs waiting for memory go in shortest declared total first, so
@@ -107,7 +97,8 @@ static uint64_t srtf_wait_rank(const sl_sched_job *j)
 
 const sl_policy_ops sl_policy_srtf = {
     .name = "srtf",
-    .pick = srtf_pick,
+    .before = srtf_before,
+    .anticipates = true,
     .has_strict = true,
     .wait_rank = srtf_wait_rank,
 };

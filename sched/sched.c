@@ -19,27 +19,14 @@
  *   iteration done     sl_sched_complete(device_ns, now)
  *   weight/priority    sl_sched_job_set_* (next pick)
  *   --policy at run    sl_sched_set_policy (next pick) */
-#include "scheduler.h"
+#include "sched_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "hist.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
-
-typedef struct lane_state {
-    uint64_t serial;       /* which lane the id names (sl_sched_lane_bind); 0 = unbound */
-    sl_sched_job *running; /* job with an item in flight; NULL = idle */
-    sl_sched_job *last;    /* job of the previous item, for switch counting */
-    uint64_t switches;
-    uint64_t epoch;         /* bumped whenever a job joins or leaves (rr) */
-    uint64_t idle_since_ns; /* completion time of the last item */
-    uint64_t gap_count[2];  /* [same_job] */
-    uint64_t gap_sum_ns[2];
-    sl_sched_job *jobs_head, *jobs_tail; /* its jobs, admission order */
-} lane_state;
 
 /* Links job into its lane's list at its place in admission order (at the
  * tail for a new job; a moved job may go further in). */
@@ -72,19 +59,6 @@ static void lane_unlink(lane_state *ls, sl_sched_job *job)
         ls->jobs_tail = job->lane_prev;
     job->lane_prev = job->lane_next = NULL;
 }
-
-struct sl_sched {
-    const sl_policy_ops *policy;
-    bool strict;
-    sl_sched_job *first, *last;
-    uint64_t next_seq;
-    uint64_t next_item_seq;
-    uint64_t completed_ns; /* device time of every completion, any job */
-    uint64_t completed_iterations;
-    lane_state *lanes;
-    uint32_t n_lanes;
-    sl_sched_hist gaps[2]; /* [same_job]: embedded, so recording never allocates */
-};
 
 /* New policies: one line here and one name in policy_names. */
 static const sl_policy_ops *const policies[] = {&sl_policy_fifo, &sl_policy_fair,
@@ -124,13 +98,14 @@ static void check(bool ok, const char *what)
 
 int sl_sched_create(const sl_policy_ops *policy, bool strict, sl_sched **out)
 {
-    if (!policy || !policy->pick || !out)
+    if (!policy || (!policy->pick && !policy->before) || !out)
         return SL_EINVAL;
     sl_sched *s = sl_calloc(1, sizeof(*s));
     if (!s)
         return SL_ENOMEM;
     s->policy = policy;
     s->strict = strict;
+    s->default_tenant.weight = 1.0;
     int rc = sl_sched_reserve_lanes(s, SL_SCHED_INITIAL_LANES);
     if (rc != SL_OK) {
         sl_free(s);
@@ -151,7 +126,7 @@ void sl_sched_destroy(sl_sched *s)
 
 void sl_sched_set_policy(sl_sched *s, const sl_policy_ops *policy, bool strict)
 {
-    check(policy && policy->pick, "set_policy: policy without pick");
+    check(policy && (policy->pick || policy->before), "set_policy: policy without pick");
     s->policy = policy;
     s->strict = strict;
 }
@@ -194,6 +169,8 @@ void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial)
      * so does its membership (the caller's). */
     uint64_t epoch = ls->epoch;
     sl_sched_job *head = ls->jobs_head, *tail = ls->jobs_tail;
+    if (ls->hold_ns)
+        s->n_held--;
     memset(ls, 0, sizeof(*ls));
     ls->epoch = epoch;
     ls->serial = serial;
@@ -228,6 +205,30 @@ void sl_sched_job_add(sl_sched *s, sl_sched_job *job, uint64_t now)
     job->response_sum_ns = 0;
     job->min_iteration_ns = 0;
     job->running_enqueue_ns = 0;
+    job->in_flight_ns = 0;
+    job->gap_from_ns = 0;
+    job->n_gaps = 0;
+    job->anticipate_ns = 0;
+    job->gap_median_ns = 0;
+    sl_sched_tenant *t = sl_sched_job_tenant(s, job);
+    if (t->n_jobs++ == 0) {
+        /* a tenant with jobs again: ranked from now on, last among ties */
+        t->seq = s->next_tenant_seq++;
+        t->in_flight_ns = 0;
+        t->active_ns = 0;
+        t->next = NULL;
+        t->prev = NULL;
+        sl_sched_tenant *tail = s->tenants;
+        while (tail && tail->next)
+            tail = tail->next;
+        if (tail) {
+            tail->next = t;
+            t->prev = tail;
+        } else {
+            s->tenants = t;
+        }
+        s->n_tenants++;
+    }
     /* Joining changes the lane's membership: everyone's rr count restarts. */
     job->lane_epoch = ++s->lanes[job->lane].epoch;
     job->lane_iterations = 0;
@@ -262,6 +263,18 @@ sl_sched_item *sl_sched_job_remove(sl_sched *s, sl_sched_job *job)
         if (s->lanes[l].last == job)
             s->lanes[l].last = NULL;
 
+    sl_sched_tenant *t = sl_sched_job_tenant(s, job);
+    if (--t->n_jobs == 0) {
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            s->tenants = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        t->prev = t->next = NULL;
+        s->n_tenants--;
+    }
+
     sl_sched_item *items = job->head; /* tail->next is already NULL */
     job->head = job->tail = NULL;
     job->n_queued = 0;
@@ -284,6 +297,7 @@ bool sl_sched_job_high_priority(const sl_sched *s, const sl_sched_job *job)
 
 void sl_sched_enqueue(sl_sched *s, sl_sched_job *job, sl_sched_item *item, uint64_t now)
 {
+    sl_share_enqueue(s, job, now);
     item->next = NULL;
     item->enqueue_ns = now;
     item->seq = s->next_item_seq++;
@@ -300,7 +314,12 @@ bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_
 {
     if (lane >= s->n_lanes || s->lanes[lane].running)
         return false;
-    sl_sched_job *job = s->policy->pick(s, lane, now, s->strict);
+    uint64_t hold = 0;
+    sl_sched_job *job = s->policy->before ? sl_share_pick(s, lane, now, &hold)
+                                          : s->policy->pick(s, lane, now, s->strict);
+    lane_state *ls = &s->lanes[lane];
+    s->n_held += (hold != 0) - (ls->hold_ns != 0);
+    ls->hold_ns = hold;
     if (!job)
         return false;
     check(sl_sched_job_ready(job, lane), "policy picked a job that is not ready");
@@ -312,7 +331,6 @@ bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_
     job->n_queued--;
     item->next = NULL;
 
-    lane_state *ls = &s->lanes[lane];
     if (ls->last && ls->last != job) {
         ls->switches++;
         job->switches++;
@@ -327,6 +345,7 @@ bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_
     if (delay > job->queue_max_ns)
         job->queue_max_ns = delay;
     job->running_enqueue_ns = item->enqueue_ns;
+    sl_share_start(s, job);
 
     *job_out = job;
     *item_out = item;
@@ -352,6 +371,7 @@ void sl_sched_complete(sl_sched *s, sl_sched_job *job, uint64_t device_ns, uint6
     /* A zero charge is a launch that never ran, not a fast iteration. */
     if (device_ns > 0 && (job->min_iteration_ns == 0 || device_ns < job->min_iteration_ns))
         job->min_iteration_ns = device_ns;
+    sl_share_complete(s, job, device_ns, now);
 
     /* rr's count restarts lazily: the first completion in a new membership
      * epoch starts from zero, so a join or leave is O(1), not O(jobs). */

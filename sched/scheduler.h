@@ -23,6 +23,30 @@ typedef struct sl_sched_item {
     uint64_t seq;               /* set by sl_sched_enqueue: submission order, all jobs */
 } sl_sched_item;
 
+/* A tenant: whoever a set of jobs belongs to (salusd: a uid, the network
+ * clients together, or a Slurm job step). Under a policy that shares
+ * between tenants (sl_policy_ops.before) device time is shared out between
+ * tenants by weight first, then between one tenant's jobs by the policy's
+ * own order, so that opening more jobs buys a tenant nothing. Owned by the
+ * caller, who links it from its jobs (sl_sched_job.tenant) and keeps it
+ * alive while any of them is added; zero it before the first job joins. */
+typedef struct sl_sched_tenant {
+    uint64_t key;  /* in: the caller's name for it */
+    double weight; /* in: share among tenants (> 0; else 1); may change at run time */
+    /* scheduler state */
+    uint32_t n_jobs;       /* jobs added and not removed */
+    uint64_t seq;          /* order of arrival (tie break), set when its first job is added */
+    double vtime;          /* device ns charged / weight, raised to within a lag of the others
+                            * when it comes back from idle (sched/share.c) */
+    uint64_t attained_ns;  /* device time charged to its jobs, departed ones included */
+    uint64_t in_flight_ns; /* expected device time of its iterations in flight */
+    uint64_t active_ns;    /* its last arrival or completion of an item */
+    struct sl_sched_tenant *prev, *next; /* tenants with jobs, private */
+} sl_sched_tenant;
+
+/* Client gaps kept per job for anticipation (a ring of the latest). */
+#define SL_SCHED_GAP_SAMPLES 16
+
 /* One job (a session). Fields marked "in" are set by the caller before
  * sl_sched_job_add and may be changed later through the setters; the others
  * are the scheduler's and read-only for the caller. */
@@ -35,6 +59,11 @@ typedef struct sl_sched_job {
     uint64_t expected_iterations; /* in: declared total iterations, 0 = unknown */
     uint64_t solo_iteration_ns;   /* in: declared device time of one iteration run
                                    * alone, 0 = use the fastest one observed */
+    sl_sched_tenant *tenant;      /* in: its tenant; NULL = the scheduler's own default
+                                   * tenant, shared by every job without one */
+    uint64_t tenant_key;          /* in, for sl_lanes_join (lanes.h), which sets tenant
+                                   * to the tenant of this key; 0 = none */
+    double tenant_weight;         /* in, for sl_lanes_join: that tenant's weight */
     /* scheduler state */
     uint64_t arrival_ns;  /* when added */
     uint64_t arrival_seq; /* admission order */
@@ -56,6 +85,12 @@ typedef struct sl_sched_job {
     uint64_t running_enqueue_ns; /* enqueue_ns of the item in flight */
     uint64_t lane_epoch;         /* membership epoch lane_iterations counts in */
     uint64_t lane_iterations;    /* completions in that epoch (rr) */
+    uint64_t in_flight_ns;       /* expected device time of its item in flight */
+    uint64_t gap_from_ns;        /* completion its client's next item is timed from; 0 = none */
+    uint32_t gaps_ns[SL_SCHED_GAP_SAMPLES]; /* its client's latest gaps (saturated) */
+    uint32_t n_gaps;                        /* samples taken (the ring holds the latest) */
+    uint64_t anticipate_ns; /* how long its claim outlives a completion; 0 = no claim */
+    uint64_t gap_median_ns; /* its client's usual gap: whether a claim is worth keeping */
 } sl_sched_job;
 
 /* A policy only chooses. Everything a policy reads (attained time,
@@ -68,8 +103,24 @@ typedef struct sl_policy_ops {
     /* Chooses the job whose head item runs next on `lane`, among jobs with
      * lane == lane, n_queued > 0 and !running. NULL = leave the lane idle.
      * Must not modify the jobs. strict: the paper's non-work-conserving
-     * variant where the policy has one. */
+     * variant where the policy has one. Used only when `before` is NULL. */
     sl_sched_job *(*pick)(const sl_sched *s, uint32_t lane, uint64_t now, bool strict);
+    /* Policies that share between tenants give instead the order among one
+     * tenant's jobs: whether a runs before b (a strict weak order; ties go
+     * to the earlier arrival). The core then picks (sched/share.c): the
+     * highest priority class when `classes`, then the tenant with the least
+     * device time per weight, then that tenant's first job by this order;
+     * it keeps a lane for a tenant or job that is owed share and whose
+     * client is between iterations (anticipation), and holds a tenant's
+     * lanes while another tenant is owed share elsewhere. */
+    bool (*before)(const sl_sched *s, const sl_sched_job *a, const sl_sched_job *b);
+    /* before also compares jobs with nothing queued, so a job that ranks
+     * first and is between iterations keeps its claim among its tenant's
+     * jobs (anticipation inside a tenant). */
+    bool anticipates;
+    /* Priority classes come first: a larger job->priority always runs
+     * before a smaller one, whatever the tenants' shares. */
+    bool classes;
     /* Whether strict changes anything for this policy (fifo, srtf). The
      * others are work-conserving either way. */
     bool has_strict;
@@ -116,7 +167,8 @@ const sl_policy_ops *sl_sched_policy_find(const char *name);
 /* Comma-separated names of all policies, for --help. */
 const char *sl_sched_policy_names(void);
 
-/* Creates a scheduler with the given policy. Errors: SL_EINVAL, SL_ENOMEM.
+/* Creates a scheduler with the given policy (anticipation off). Errors:
+ * SL_EINVAL, SL_ENOMEM.
  * The only allocations of the whole module happen here and in
  * sl_sched_reserve_lanes. */
 int sl_sched_create(const sl_policy_ops *policy, bool strict, sl_sched **out);
@@ -124,7 +176,7 @@ int sl_sched_create(const sl_policy_ops *policy, bool strict, sl_sched **out);
 void sl_sched_destroy(sl_sched *s);
 /* Switches policy and strictness; takes effect at the next pick of every
  * lane (an item in flight is not affected). Never allocates. Precondition:
- * policy has a pick function. */
+ * policy has a pick or a before function. */
 void sl_sched_set_policy(sl_sched *s, const sl_policy_ops *policy, bool strict);
 /* The current policy. */
 const sl_policy_ops *sl_sched_policy(const sl_sched *s);
@@ -153,7 +205,9 @@ void sl_sched_enqueue(sl_sched *s, sl_sched_job *job, sl_sched_item *item, uint6
 /* Asks the policy for the next item on lane. On success pops it, marks the
  * job running, records its queueing delay (now - item->enqueue_ns) and
  * returns true with *job_out and *item_out set; returns false when the lane
- * should stay idle. O(jobs), never allocates. */
+ * should stay idle (sl_sched_lane_hold says whether it is kept for someone).
+ * O(jobs on the lane), O(all jobs) when several tenants have jobs; never
+ * allocates. */
 bool sl_sched_next(sl_sched *s, uint32_t lane, uint64_t now, sl_sched_job **job_out,
                    sl_sched_item **item_out);
 
@@ -212,6 +266,48 @@ uint64_t sl_sched_lane_switches(const sl_sched *s, uint32_t lane);
  * no item is running on the lane when its serial changes. O(1), never
  * allocates. */
 void sl_sched_lane_bind(sl_sched *s, uint32_t lane, uint64_t serial);
+/* ---- anticipation and holds (sched/share.c) ----
+ *
+ * A job that is owed share (it would rank before what the lane would run)
+ * and whose client is between iterations keeps its claim for a bounded
+ * moment after its last completion, as the anticipatory disk scheduler
+ * waits for a process that will read again soon: a fair share of device
+ * time then does not depend on winning the race for a free lane. The
+ * moment is the longest of that client's latest measured gaps (completion
+ * to its next item, the latest SL_SCHED_GAP_SAMPLES, at least 4 of them)
+ * plus an eighth and 20 us, cut to the limit: the scheduler's bound
+ * (sl_sched_set_anticipation) and half the mean iteration of the job the
+ * lane would run instead, so waiting never costs more than half an
+ * iteration of the other job. Between tenants a claim lasts twice that
+ * window, up to the bound, and only for a client whose median gap is
+ * within the bound (sched/share.c says why). A lane kept that way is held until a
+ * deadline; a lane whose tenant is ahead of another tenant that runs or
+ * waits elsewhere is held until the next start or completion (the caller
+ * then kicks held lanes again). */
+
+/* Turns anticipation on with bound_ns as the longest claim (0: off). */
+void sl_sched_set_anticipation(sl_sched *s, uint64_t bound_ns);
+/* Why lane's last pick started nothing: 0 = nothing to run (or it started
+ * something), UINT64_MAX = held until another item starts, completes or
+ * arrives, otherwise held until that time (ns). */
+uint64_t sl_sched_lane_hold(const sl_sched *s, uint32_t lane);
+/* Forgets lane's hold without a pick: the caller found the lane gone (a
+ * reclaimed lane is never picked again under its id until it is bound
+ * anew). O(1). */
+void sl_sched_lane_unhold(sl_sched *s, uint32_t lane);
+/* Lanes whose last pick held them. O(1). */
+uint32_t sl_sched_held_lanes(const sl_sched *s);
+/* The earliest finite hold deadline over all lanes; 0 = none. O(lanes). */
+uint64_t sl_sched_hold_deadline(const sl_sched *s);
+/* What a job's claim is measured against: its tenant (the default one for
+ * a job without). */
+sl_sched_tenant *sl_sched_job_tenant(const sl_sched *s, const sl_sched_job *job);
+/* The tenant's device time per weight, counting its iterations in flight
+ * at their expected time: what tenants are ranked by. */
+double sl_sched_tenant_vtime(const sl_sched_tenant *t);
+/* Tenants with jobs now (the default one included when it has any). */
+uint32_t sl_sched_tenants(const sl_sched *s);
+
 /* Whether the current policy runs in its strict (paper) variant. */
 bool sl_sched_strict(const sl_sched *s);
 

@@ -16,6 +16,9 @@
  * (executor.c): long enough that a part is mostly work, not its launch and
  * callback; short enough to fit a high-priority job's idle gaps. */
 #define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
+/* The longest claim a session owed share keeps between iterations
+ * (--anticipate-us) */
+#define SL_DEFAULT_ANTICIPATE_NS (20000 * 1000ull)
 #define SL_DEFAULT_MAX_SESSIONS 1024
 #define SL_DEFAULT_MAX_TENSORS 65536
 /* The largest message either way: large enough for a big graph or a 16M
@@ -74,6 +77,11 @@ typedef struct sl_config {
     bool strict_partitions; /* no loans between partitions (device.h partition_lend) */
     const char *policy;
     bool strict;
+    /* the longest a lane waits for a session owed share whose client is
+     * between iterations (sched/scheduler.h sl_sched_set_anticipation),
+     * when anticipate_set; else SL_DEFAULT_ANTICIPATE_NS. 0 = never waits */
+    uint64_t anticipate_ns;
+    bool anticipate_set;
     int contexts;          /* NNG contexts = requests in flight */
     uint64_t max_message;  /* NNG_OPT_RECVMAXSZ, and the most tensor bytes a reply carries */
     uint64_t max_decoding; /* decoded requests held at once (decode.h); 0 = default */

@@ -34,6 +34,9 @@ void sl_exec_trace_marks_free(sl_exec_task *t);
  * whole iteration ending at now. Lock held; tracing on. */
 void sl_exec_trace_done(sl_exec *ex, const sl_exec_task *t, uint64_t now, bool iteration);
 
+/* Kicks every lane the scheduler held (sl_sched_lane_hold) and arms the
+ * timer for the earliest hold deadline. Lock held. */
+void sl_exec_kick_held(sl_exec *ex, sl_outbox *box);
 /* Job j's gap-filling class follows its priority and the policy. */
 void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving);
 /* Issues parked steps that may go now (all of them when force). */

@@ -541,6 +541,30 @@ static void kick_one(sl_exec *ex, uint32_t lane, sl_outbox *box)
     (void) kick_lane(ex, lane, sl_now_ns(), box);
 }
 
+void sl_exec_kick_held(sl_exec *ex, sl_outbox *box)
+{
+    /* a start may release lanes held behind the starting tenant: go round
+     * again while anything starts (each round starts one more at least) */
+    bool started = true;
+    while (started && sl_sched_held_lanes(ex->sched) && !ex->halted) {
+        started = false;
+        uint64_t now = sl_now_ns();
+        uint32_t n = sl_sched_lane_capacity(ex->sched);
+        for (uint32_t lane = 0; lane < n; lane++)
+            if (sl_sched_lane_hold(ex->sched, lane) && kick_lane(ex, lane, now, box))
+                started = true;
+    }
+    /* the gap timer also wakes the lanes held for a client between
+     * iterations when its claim runs out (every hold left was just set
+     * anew, in the future; a halted executor starts nothing) */
+    uint64_t wake = sl_sched_hold_deadline(ex->sched);
+    if (wake && !ex->halted && ex->timer_running &&
+        (!ex->timer_deadline || wake < ex->timer_deadline)) {
+        ex->timer_deadline = wake;
+        pthread_cond_signal(&ex->timer_cond);
+    }
+}
+
 void sl_exec_kick(sl_exec *ex, sl_outbox *box)
 {
     sl_mem_lane_info stack[KICK_STACK_LANES], *lanes = stack;
@@ -622,6 +646,8 @@ static void iteration_end(sl_exec_task *t)
     (void) kicked(ex,
                   sl_lanes_done(&ex->handoff, &j->sched, t->lane, device_ns, now, start, &c, &st),
                   &st, &c);
+    /* the charge may release lanes held for the share between tenants */
+    sl_exec_kick_held(ex, &box);
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
     if (t->online)
@@ -653,6 +679,7 @@ void sl_exec_run(sl_exec *ex, sl_exec_task *t, sl_outbox *box)
     (void) kicked(
         ex, sl_lanes_ready(&ex->handoff, &t->job->sched, &t->item, sl_now_ns(), start, &c, &st),
         &st, &c);
+    sl_exec_kick_held(ex, box); /* its start, or its hold, moves the share */
 }
 
 sl_exec_task *sl_exec_unqueue(sl_exec *ex, sl_exec_job *j)
@@ -728,7 +755,8 @@ void sl_exec_leave(sl_exec *ex, sl_exec_job *j, sl_outbox *box)
     sl_lanes_start_fn start = ex->halted ? NULL : start_on_lane;
     (void) kicked(ex, sl_lanes_leave(&ex->handoff, &j->sched, sl_now_ns(), start, &c, &st, NULL),
                   &st, &c);
-    sl_exec_resume(ex, false); /* one fewer high-priority job to wait for */
+    sl_exec_kick_held(ex, box); /* lanes may have been held for its tenant */
+    sl_exec_resume(ex, false);  /* one fewer high-priority job to wait for */
 }
 
 int sl_exec_move(sl_exec *ex, sl_exec_job *j, uint32_t lane)
@@ -841,6 +869,8 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         return rc;
     if ((rc = sl_launchers_init(&ex->launchers, LAUNCHERS_MAX)) != SL_OK)
         return rc;
+    sl_sched_set_anticipation(ex->sched,
+                              cfg->anticipate_set ? cfg->anticipate_ns : SL_DEFAULT_ANTICIPATE_NS);
     sl_lanes_init(&ex->handoff, ex->sched, mem);
     if ((rc = dev->ops->mem_alloc(dev, capacity, &ex->arena)) != SL_OK) {
         sl_log_err("mem.arena", "cannot allocate %llu bytes of device memory: %s",

@@ -253,6 +253,20 @@ const sl_flag sl_flags[] = {
      .section = SEC_SCHED,
      .help = "the Salus paper's non-work-conserving fifo and srtf",
      FIELD(strict)},
+    {.name = "anticipate-us",
+     .kind = SL_FLAG_INT,
+     .arg = "N",
+     .section = SEC_SCHED,
+     .help = "under fair, srtf, priority and pack, a lane waits up to N us for a session owed "
+             "share whose client is between iterations (as long as that client's usual gap, "
+             "and at most half an iteration of the session that would run instead), so that "
+             "device time follows the weights whatever the clients' gaps; 0 = never waits",
+     .def = "20000",
+     FIELD(anticipate_ns),
+     GIVEN(anticipate_set),
+     .min = 0,
+     .max = 1000 * 1000,
+     .scale = 1000},
     {.name = "op-part-us",
      .kind = SL_FLAG_INT,
      .arg = "N",
@@ -426,7 +440,8 @@ const sl_flag sl_flags[] = {
      .arg = "SPEC",
      .section = SEC_RIGHTS,
      .help = "limits of every non-operator tenant, SPEC a list of priority=N (highest "
-             "priority), weight=W (highest fair-share weight), sessions=N (open at once) and "
+             "priority), weight=W (its share of the device beside other tenants, and the highest "
+             "weight its sessions may ask for among themselves), sessions=N (open at once) and "
              "memory=SIZE (what its sessions together may declare, persistent + ephemeral; 0 = "
              "no quota: whatever is free), e.g. priority=0,weight=1,sessions=8,memory=4G",
      .def_text = TENANT_DEFAULTS,

@@ -509,6 +509,12 @@ bool sl_sessions_open(sl_sessions *ss, const Salus__OpenSession *m, sl_req *req,
         s->tenant_charge = s->declared_persistent + e < e ? UINT64_MAX : s->declared_persistent + e;
     }
     s->job.sched.id = s->id;
+    /* device time is shared between tenants by their weight first, then
+     * between a tenant's sessions by theirs */
+    sl_limits tenant_limits;
+    (void) sl_tenants_limits(&ss->tenants, peer, tenant, &tenant_limits);
+    s->job.sched.tenant_key = tenant;
+    s->job.sched.tenant_weight = tenant_limits.max_weight;
     salus__open_session_reply__init(body);
     body->session_id = s->id;
     body->token = s->token;

@@ -110,6 +110,7 @@ void *sl_exec_timer_main(void *arg)
         ex->timer_deadline = 0;
         sl_outbox box = {0};
         sl_exec_resume(ex, false);
+        sl_exec_kick_held(ex, &box); /* claims between iterations that ran out */
         ex->hooks.unlock_send(ex->hooks.arg, &box);
         pthread_mutex_lock(ex->lock);
     }

@@ -13,7 +13,9 @@
  * user or for "remote" (--user-limits WHO:SPEC). Operators have none.
  *   priority  highest priority its sessions may have (OpenSession hints are
  *             clamped to it; SetSession above it is refused)
- *   weight    highest fair-share weight, the same way
+ *   weight    the tenant's share of the device beside other tenants
+ *             (sched/scheduler.h: tenants first), and the highest weight
+ *             its sessions may have among themselves, clamped the same way
  *   sessions  sessions open at once, waiting ones included (refused beyond)
  *   memory    device memory all its sessions together may declare, each
  *             session counting persistent + ephemeral bytes (refused

@@ -67,6 +67,7 @@ int sched_group_core(void);
 int sched_group_policies(void);
 int sched_group_accounting(void);
 int sched_group_gaps(void);
+int sched_group_share(void);
 
 #define SCHED_TEST(f) cmocka_unit_test_setup_teardown(f, sched_setup, sched_teardown)
 

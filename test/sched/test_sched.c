@@ -744,5 +744,6 @@ int main(void)
     failed += sched_group_policies();
     failed += sched_group_accounting();
     failed += sched_group_gaps();
+    failed += sched_group_share();
     return failed ? 1 : 0;
 }
