@@ -21,7 +21,7 @@ compile_step(model, loss_fn, optimizer, example_inputs, session)
     PyTorch's single-tensor implementations compute them. The learning
     rate of each param group lives in a persistent tensor: a change of
     optimizer.param_groups[i]["lr"] (an LR scheduler's) is written to it
-    before the next step.
+    by the next step's Run request itself.
 
 compile_module(model, example_inputs, session)
     Inference: module(*inputs) returns what model(*inputs) returns, as
@@ -60,6 +60,9 @@ except ImportError:  # torch 1.13
 # bool tensors (masks) are salus's i32 masks of 0s and 1s
 _DTYPES = {torch.float32: F32, torch.int64: I32, torch.int32: I32, torch.float16: F16,
            torch.bfloat16: BF16, torch.bool: I32}
+
+
+_MAX_RUN_WRITES = 16  # salus_run_ex's limit
 
 
 def _salus_dtype(t, what):
@@ -551,11 +554,18 @@ class CompiledStep(_Compiled):
         """One training step (one Run request); returns the loss (a float)
         computed before the update."""
         feeds = self._feeds(inputs)
+        writes, changed = [], []
         for gi, grp in enumerate(self.optimizer.param_groups):
             if float(grp["lr"]) != self._lrs[gi]:
-                self._lr_slots[gi].tensor.write(np.array([grp["lr"]], np.float32))
-                self._lrs[gi] = float(grp["lr"])
-        (loss,) = self.session.run(self.graph, feeds, fetch=[self._loss])
+                # in the Run request itself: a schedule costs no round trip
+                writes.append((self._lr_slots[gi].tensor, np.array([grp["lr"]], np.float32)))
+                changed.append(gi)
+        for t, a in writes[_MAX_RUN_WRITES:]:  # more groups than a request carries
+            t.write(a)
+        (loss,) = self.session.run(self.graph, feeds, fetch=[self._loss],
+                                   writes=writes[:_MAX_RUN_WRITES])
+        for gi in changed:
+            self._lrs[gi] = float(self.optimizer.param_groups[gi]["lr"])
         for c, _ in self._counters.values():
             c.value += c.step
         return float(loss.reshape(()))
