@@ -27,6 +27,10 @@ builds the op from salus ops (docs/ops.md).
 import math
 import struct
 
+from ._core import I32, _dtype_code
+
+_I32_CODE = _dtype_code(I32)
+
 
 
 class Unsupported(Exception):
@@ -156,6 +160,15 @@ class Lowering:
             self._consts[key] = self._make_const(float(value), tuple(shape))
         return self._consts[key]
 
+    def int_const(self, value, shape):
+        """A constant i32 tensor of `shape` filled with int `value`."""
+        import torch
+        key = ("i32", int(value), tuple(shape))
+        if key not in self._consts:
+            self._consts[key] = self._make_const(torch.full(tuple(shape), int(value),
+                                                            dtype=torch.int32), None)
+        return self._consts[key]
+
     def fill(self, like, value):
         """A tensor of like's shape filled with value (no persistent memory)."""
         return self.graph.op("fill", [self.v(like)], (), [float(value)])
@@ -184,6 +197,10 @@ def meta_shape(node):
         if m is not None and hasattr(m, "shape"):
             return tuple(int(d) for d in m.shape)
     return None
+
+
+def _is_float(v):
+    return v.dtype_code != _I32_CODE
 
 
 def meta_dtype(node):
@@ -311,7 +328,7 @@ def _pow_tensor(cx, x, e):
 # ew_unary kinds (docs/ops.md) of the aten ops that are exactly one of them
 _EW_UNARY = {"sqrt": 0, "erf": 1, "exp": 2, "log": 3, "neg": 4, "abs": 5, "reciprocal": 6,
              "floor": 9, "ceil": 10, "sign": 18, "sin": 16, "cos": 17, "round": 28,
-             "hardswish": 30}
+             "hardswish": 30, "silu": 35}
 
 
 def unary(cx, name, x, alpha=0.0, beta=0.0):
@@ -390,6 +407,42 @@ def _hardsigmoid(cx, x):
     return cx.op("ew_unary", [x], [11], [1.0 / 6.0, 0.5])
 
 
+_GELU = {"none": 33, "tanh": 34}
+
+
+def _gelu_kind(approximate):
+    if approximate not in _GELU:
+        raise Unsupported(f"gelu with approximate={approximate!r}")
+    return _GELU[approximate]
+
+
+@lowers("gelu.default")
+def _gelu(cx, x, approximate="none"):
+    return cx.op("ew_unary", [x], [_gelu_kind(approximate)])
+
+
+# the gradients of ew_unary kinds: dx = dy * f'(x), from the forward's input
+
+@lowers("gelu_backward.default")
+def _gelu_backward(cx, grad, x, approximate="none"):
+    return cx.op("ew_unary_grad", [grad, x], [_gelu_kind(approximate)])
+
+
+@lowers("silu_backward.default")
+def _silu_backward(cx, grad, x):
+    return cx.op("ew_unary_grad", [grad, x], [_EW_UNARY["silu"]])
+
+
+@lowers("hardswish_backward.default")
+def _hardswish_backward(cx, grad, x):
+    return cx.op("ew_unary_grad", [grad, x], [_EW_UNARY["hardswish"]])
+
+
+@lowers("hardsigmoid_backward.default")
+def _hardsigmoid_backward(cx, grad, x):
+    return cx.op("ew_unary_grad", [grad, x], [11], [1.0 / 6.0, 0.5])
+
+
 # ---- views, copies and constants ----
 
 @lowers("detach.default", "alias.default", "clone.default", "lift_fresh_copy.default",
@@ -440,26 +493,155 @@ def _expand(cx, x, size, implicit=False):
     out = cx.out_shape()
     if tuple(x.shape) == out:
         return x
-    # x + (-0.0) is x exactly; the constant holds only the new extents
     lead = len(out) - len(x.shape)
     src = (1,) * lead + tuple(x.shape)
+    if not _is_float(x):
+        # an integer mask: gathers of index 0 along each broadcast axis
+        x = cx.reshape(x, src)
+        for d, (s_, o) in enumerate(zip(src, out)):
+            if s_ == 1 and o != 1:
+                x = cx.op("gather", [x, cx.int_const(0, (o,))], [d])
+        return x
+    # x + (-0.0) is x exactly; the constant holds only the new extents
     cshape = tuple(o if s == 1 and o != 1 else 1 for s, o in zip(src, out))
     return cx.op("ew_binary", [x, cx.const(-0.0, cshape)], [0])
 
 
+def _slice(cx, x, dim, start, end, step=1):
+    x = cx.v(x)
+    n = x.shape[dim]
+    start, end = max(0, min(n, start + n if start < 0 else start)), \
+        max(0, min(n, end + n if end < 0 else end))
+    if start == 0 and end == n and step == 1:
+        return x
+    if end <= start:
+        raise Unsupported("an empty slice")
+    return cx.op("slice", [x], [dim, start, end, step])
+
+
+@lowers("slice.Tensor")
+def _slice_rule(cx, x, dim=0, start=None, end=None, step=1):
+    rank = len(cx.v(x).shape)
+    return _slice(cx, x, dim % rank, 0 if start is None else start,
+                  cx.v(x).shape[dim % rank] if end is None else min(end, 2 ** 62), step)
+
+
+@lowers("select.int")
+def _select(cx, x, dim, index):
+    x = cx.v(x)
+    dim = dim % len(x.shape)
+    index = index % x.shape[dim]
+    return cx.reshape(_slice(cx, x, dim, index, index + 1), cx.out_shape())
+
+
+def _split_at(cx, x, dim, sizes):
+    x = cx.v(x)
+    dim = dim % len(x.shape)
+    out, at = [], 0
+    for n in sizes:
+        out.append(_slice(cx, x, dim, at, at + n))
+        at += n
+    return tuple(out)
+
+
+@lowers("split.Tensor")
+def _split(cx, x, size, dim=0):
+    n = cx.v(x).shape[dim]
+    return _split_at(cx, x, dim, [min(size, n - at) for at in range(0, n, size)])
+
+
+@lowers("split_with_sizes.default")
+def _split_with_sizes(cx, x, sizes, dim=0):
+    return _split_at(cx, x, dim, sizes)
+
+
+@lowers("unbind.int")
+def _unbind(cx, x, dim=0):
+    x = cx.v(x)
+    dim = dim % len(x.shape)
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    return tuple(cx.reshape(p, shape) for p in _split_at(cx, x, dim, [1] * x.shape[dim]))
+
+
+def _concat(cx, parts, dim):
+    parts = [cx.v(p) for p in parts if p is not None]
+    y = parts[0]
+    for p in parts[1:]:
+        y = cx.op("concat", [y, p], [dim])
+    return y
+
+
+@lowers("cat.default")
+def _cat(cx, tensors, dim=0):
+    tensors = [cx.v(t) for t in tensors if math.prod(cx.v(t).shape) != 0]
+    return _concat(cx, tensors, dim % len(tensors[0].shape))
+
+
+@lowers("stack.default")
+def _stack(cx, tensors, dim=0):
+    tensors = [cx.v(t) for t in tensors]
+    rank = len(tensors[0].shape) + 1
+    dim = dim % rank
+    shape = tensors[0].shape[:dim] + (1,) + tensors[0].shape[dim:]
+    return _concat(cx, [cx.reshape(t, shape) for t in tensors], dim)
+
+
+def _pad_axis(cx, grad, sizes, dim, start, end):
+    """grad placed at [start, end) along dim of zeros of shape sizes (the
+    gradient of a slice: concat of zeros, grad, zeros)."""
+    grad = cx.v(grad)
+    parts = []
+    if start > 0:
+        parts.append(cx.const(0.0, tuple(sizes[:dim]) + (start,) + tuple(sizes[dim + 1:])))
+    parts.append(grad)
+    if end < sizes[dim]:
+        parts.append(cx.const(0.0, tuple(sizes[:dim]) + (sizes[dim] - end,) +
+                              tuple(sizes[dim + 1:])))
+    return _concat(cx, parts, dim)
+
+
+@lowers("slice_backward.default")
+def _slice_backward(cx, grad, sizes, dim, start, end, step):
+    dim = dim % len(sizes)
+    n = sizes[dim]
+    start, end = max(0, min(n, start + n if start < 0 else start)), \
+        max(0, min(n, end + n if end < 0 else end))
+    if step != 1:
+        raise Unsupported(f"the gradient of a slice with step {step}")
+    return _pad_axis(cx, grad, list(sizes), dim, start, end)
+
+
+@lowers("select_backward.default")
+def _select_backward(cx, grad, sizes, dim, index):
+    dim = dim % len(sizes)
+    index = index % sizes[dim]
+    shape = tuple(sizes[:dim]) + (1,) + tuple(sizes[dim + 1:])
+    return _pad_axis(cx, cx.reshape(grad, shape), list(sizes), dim, index, index + 1)
+
+
+def _fill_like(cx, x, value):
+    dt = meta_dtype(cx.node)
+    if dt is not None and not dt.is_floating_point:
+        raise Unsupported(f"a {dt} tensor made by {cx.node.target}")
+    if _is_float(cx.v(x)):
+        return cx.fill(x, value)
+    # a float tensor of a mask's shape
+    return cx.const(value, cx.out_shape())
+
+
 @lowers("ones_like.default")
 def _ones_like(cx, x, **kwargs):
-    return cx.fill(x, 1.0)
+    return _fill_like(cx, x, 1.0)
 
 
 @lowers("zeros_like.default", "empty_like.default")
 def _zeros_like(cx, x, **kwargs):
-    return cx.fill(x, 0.0)
+    return _fill_like(cx, x, 0.0)
 
 
 @lowers("full_like.default")
 def _full_like(cx, x, value, **kwargs):
-    return cx.fill(x, value)
+    return _fill_like(cx, x, value)
 
 
 @lowers("zeros.default", "new_zeros.default")
@@ -564,6 +746,14 @@ def _addmm(cx, bias, a, b, beta=1, alpha=1):
 @lowers("bmm.default")
 def _bmm(cx, a, b):
     return cx.op("batch_matmul", [a, b])
+
+
+@lowers("baddbmm.default")
+def _baddbmm(cx, x, a, b, beta=1, alpha=1):
+    y = _scaled(cx, cx.op("batch_matmul", [a, b]), alpha)
+    if beta == 0:
+        return y
+    return binary(cx, "add", _scaled(cx, x, beta), y)
 
 
 # ---- convolution, pooling, normalisation ----
@@ -721,6 +911,47 @@ def _batch_norm_backward(cx, dy, x, w, running_mean, running_var, save_mean, sav
             db if output_mask[2] else None)
 
 
+@lowers("native_layer_norm.default")
+def _layer_norm(cx, x, normalized_shape, w, b, eps):
+    x = cx.v(x)
+    axis = len(x.shape) - len(normalized_shape)
+    shape = tuple(x.shape[axis:])
+    w = cx.const(1.0, shape) if w is None else w
+    b = cx.const(0.0, shape) if b is None else b
+    return cx.op("layer_norm", [x, w, b], [axis], [eps], outputs=3)
+
+
+@lowers("native_layer_norm_backward.default")
+def _layer_norm_backward(cx, dy, x, normalized_shape, mean, rstd, w, b, output_mask):
+    x = cx.v(x)
+    axis = len(x.shape) - len(normalized_shape)
+    w = cx.const(1.0, tuple(x.shape[axis:])) if w is None else w
+    dx, dw, db = cx.op("layer_norm_grad", [dy, x, w, mean, rstd], [axis], outputs=3)
+    return (dx if output_mask[0] else None, dw if output_mask[1] else None,
+            db if output_mask[2] else None)
+
+
+# ---- embeddings and masks ----
+
+@lowers("embedding.default")
+def _embedding(cx, w, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return cx.op("gather", [w, ids], [0])
+
+
+@lowers("embedding_dense_backward.default")
+def _embedding_backward(cx, grad, ids, num_weights, padding_idx, scale_grad_by_freq):
+    if scale_grad_by_freq:
+        raise Unsupported("embedding with scale_grad_by_freq")
+    return cx.op("embedding_grad", [grad, ids], [num_weights, padding_idx])
+
+
+@lowers("masked_fill.Scalar")
+def _masked_fill(cx, x, mask, value):
+    if math.isnan(value):
+        raise Unsupported("masked_fill with NaN")
+    return cx.op("masked_fill", [x, mask], (), [float(value)])
+
+
 @lowers("native_dropout.default")
 def _dropout(cx, x, p, train):
     if train and p != 0:
@@ -738,16 +969,15 @@ def _dropout_backward(cx, grad, mask, scale):
 # ---- softmax and losses ----
 
 def _softmax_op(cx, type, x, dim):
-    """softmax or log_softmax of x along dim through the row op: the last
-    dim of any rank, as rows of a [rows, C] view."""
+    """softmax or log_softmax of x along dim: the row op for the last dim
+    of a matrix, softmax_axis for any other."""
     x = cx.v(x)
     rank = len(x.shape)
-    if rank == 0 or dim % rank != rank - 1:
-        raise Unsupported(f"{type} along dim {dim} of a rank-{rank} tensor (salus: the last)")
-    if rank == 2:
+    if rank == 0:
+        raise Unsupported(f"{type} of a scalar")
+    if rank == 2 and dim % rank == 1:
         return cx.op(type, [x])
-    rows = cx.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1]))
-    return cx.reshape(cx.op(type, [rows]), x.shape)
+    return cx.op("softmax_axis", [x], [dim % rank, int(type == "log_softmax")])
 
 
 @lowers("_log_softmax.default")
@@ -763,10 +993,8 @@ def _softmax(cx, x, dim, half_to_float=False):
 
 @lowers("_softmax_backward_data.default")
 def _softmax_backward(cx, grad, y, dim, input_dtype=None):
-    # dx = y * (g - sum(g * y, dim))
-    gy = binary(cx, "mul", grad, y)
-    s = _reduce(cx, 0, gy, [dim], True)
-    return binary(cx, "mul", y, binary(cx, "sub", grad, s))
+    y = cx.v(y)
+    return cx.op("softmax_axis_grad", [grad, y], [dim % len(y.shape), 0])
 
 
 _REDUCTION_MEAN, _REDUCTION_SUM = 1, 2
@@ -807,9 +1035,8 @@ def _log_softmax_backward(cx, grad, y, dim, input_dtype=None):
         if grad.scale != 1.0:
             d = cx.op("scale", [d], (), [grad.scale])
         return cx.op("mul_scalar", [d, grad.grad])
-    # dx = g - exp(y) * sum(g, dim)
-    s = _reduce(cx, 0, grad, [dim], True)
-    return binary(cx, "sub", grad, binary(cx, "mul", unary(cx, "exp", y), s))
+    y = cx.v(y)
+    return cx.op("softmax_axis_grad", [grad, y], [dim % len(y.shape), 1])
 
 
 @lowers("mse_loss.default")

@@ -181,11 +181,15 @@ class Session:
         self._dependents.add(graph)
         return int(peak[0])
 
-    def run(self, graph, feeds=(), fetch=()):
+    def run(self, graph, feeds=(), fetch=(), writes=()):
         """Runs one iteration of a registered graph. feeds: one array per graph
         input, in the order the inputs were made (or a dict {Value: array}).
-        fetch: Values whose contents to return. Returns a list of new numpy
-        arrays, one per fetched value, written in place by the library."""
+        fetch: Values whose contents to return. writes: (Tensor, array)
+        pairs, whole small tensors of this session (at most 256 bytes, at
+        most 16) written on the device before the iteration's first op, in
+        the same request: per-step scalars at no extra round trip. Returns a
+        list of new numpy arrays, one per fetched value, written in place by
+        the library."""
         inputs = graph.inputs
         if isinstance(feeds, dict):
             missing = [v for v in inputs if v not in feeds]
@@ -210,8 +214,15 @@ class Session:
             o = np.empty(v.shape, dtype=_NUMPY[v.dtype_code])
             outs.append(o)
             out_ptrs[j] = ffi.from_buffer(o)
-        self._check(lib.salus_run(self._live(), graph._live(), ffi.cast("const void *const *", ptrs),
-                                  len(fetch), handles, out_ptrs))
+        writes = list(writes)
+        ws = ffi.new("salus_run_write[]", max(len(writes), 1))
+        for k, (t, data) in enumerate(writes):
+            a, p = _buffer(data, t.dtype_code, t.shape, f"write {k}")
+            keep.append(a)
+            ws[k].tensor, ws[k].data, ws[k].bytes = t.id, p, a.nbytes
+        self._check(lib.salus_run_ex(self._live(), graph._live(),
+                                     ffi.cast("const void *const *", ptrs), len(fetch), handles,
+                                     out_ptrs, len(writes), ws))
         return outs
 
     def load_onnx(self, model, batch=None):

@@ -21,7 +21,7 @@ compile_step(model, loss_fn, optimizer, example_inputs, session)
     PyTorch's single-tensor implementations compute them. The learning
     rate of each param group lives in a persistent tensor: a change of
     optimizer.param_groups[i]["lr"] (an LR scheduler's) is written to it
-    before the next step.
+    by the next step's Run request itself.
 
 compile_module(model, example_inputs, session)
     Inference: module(*inputs) returns what model(*inputs) returns, as
@@ -57,8 +57,12 @@ try:
 except ImportError:  # torch 1.13
     from torch.nn.utils.stateless import functional_call as _functional_call
 
+# bool tensors (masks) are salus's i32 masks of 0s and 1s
 _DTYPES = {torch.float32: F32, torch.int64: I32, torch.int32: I32, torch.float16: F16,
-           torch.bfloat16: BF16}
+           torch.bfloat16: BF16, torch.bool: I32}
+
+
+_MAX_RUN_WRITES = 16  # salus_run_ex's limit
 
 
 def _salus_dtype(t, what):
@@ -76,9 +80,10 @@ def _numpy(t, dtype):
 
 def _named_tensors(model):
     """Every parameter and buffer name, tied ones included, with a list of
-    the distinct tensors and, per name, its index in that list."""
+    the distinct tensors and, per name, its index in that list; and the
+    names of the buffers a state_dict() leaves out (persistent=False)."""
     params, buffers = [], []
-    p_index, b_index, seen = {}, {}, {}
+    p_index, b_index, seen, transient = {}, {}, {}, set()
 
     def walk(mod, prefix):
         for n, p in mod._parameters.items():
@@ -88,6 +93,8 @@ def _named_tensors(model):
                     params.append((prefix + n, p))
                 p_index[prefix + n] = seen[id(p)]
         for n, b in mod._buffers.items():
+            if b is not None and n in mod._non_persistent_buffers_set:
+                transient.add(prefix + n)
             if b is not None:
                 b_index[prefix + n] = len(buffers)
                 buffers.append((prefix + n, b))
@@ -95,7 +102,7 @@ def _named_tensors(model):
             if c is not None:
                 walk(c, prefix + n + ".")
     walk(model, "")
-    return params, p_index, buffers, b_index
+    return params, p_index, buffers, b_index, transient
 
 
 class _Tracker:
@@ -196,15 +203,22 @@ class _Slot:
     graph's param Value of it, and the entry ops read (rank 0 tensors are
     stored as [1] and read through a reshape to [])."""
 
-    def __init__(self, session, graph, name, data, dtype=F32):
+    def __init__(self, session, graph, name, data, dtype=F32, torch_dtype=torch.float32):
         data = np.asarray(data)
         self.name, self.torch_shape = name, tuple(data.shape)
+        self.dtype, self.torch_dtype = dtype, torch_dtype
         self.tensor = session.tensor(data.reshape(data.shape or (1,)), dtype=dtype)
         self.value = graph.param(self.tensor)
         self.entry = self.value if data.shape else graph.op("reshape", [self.value])
 
     def read(self):
         return self.tensor.read().reshape(self.torch_shape)
+
+    def read_torch(self):
+        return torch.from_numpy(self.read()).to(self.torch_dtype)
+
+    def write_torch(self, t):
+        self.tensor.write(_numpy(t, self.dtype).reshape(-1))
 
 
 class _Compiled:
@@ -218,10 +232,33 @@ class _Compiled:
         self._consts = []
         self._zero_flag = None
 
-    def _slot(self, name, data, dtype=F32):
-        s = _Slot(self.session, self.graph, name, data, dtype)
+    def _slot(self, name, data, dtype=F32, torch_dtype=torch.float32):
+        s = _Slot(self.session, self.graph, name, data, dtype, torch_dtype)
         self._slots.append(s)
         return s
+
+    def _buffer_entries(self, gm, first, buffers):
+        """Entries of the buffers, placeholders first.. of gm: float buffers
+        and integer ones the step only reads (positions, masks) as
+        persistent tensors; an integer buffer the step changes in place
+        (batch norm's num_batches_tracked) as a HostCounter."""
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"][first:first + len(buffers)]
+        self._b_slots, self._counters, entries = [], {}, []
+        for (n, b), ph in zip(buffers, phs):
+            mutated = any((op_key(u.target) or ("",))[0].endswith("_") and u.args[0] is ph
+                          for u in ph.users)
+            if b.dtype.is_floating_point or not mutated:
+                dt = F32 if b.dtype.is_floating_point else _salus_dtype(b, f"buffer {n}")
+                s = self._slot(n, _numpy(b.to(torch.float32) if dt == F32 else b, dt), dt,
+                               b.dtype)
+                self._b_slots.append(s)
+                entries.append(s.entry)
+            else:
+                c = HostCounter(n, tuple(b.shape))
+                self._counters[n] = (c, b.detach().clone())
+                self._b_slots.append(None)
+                entries.append(c)
+        return entries
 
     def _make_const(self, value, shape):
         if shape is None:  # a tensor the captured code made
@@ -362,7 +399,7 @@ class CompiledStep(_Compiled):
         if not 0 < targets < len(example):
             raise ValueError("example_inputs holds the model's inputs, then `targets` targets")
         self.model, self.optimizer, self.targets = model, optimizer, targets
-        params, self._p_index, buffers, self._b_index = _named_tensors(model)
+        params, self._p_index, buffers, self._b_index, self._transient = _named_tensors(model)
         self._params, self._buffers = params, buffers
         groups = {}
         for gi, group in enumerate(optimizer.param_groups):
@@ -470,16 +507,7 @@ class CompiledStep(_Compiled):
                          for n, p in params]
         entries += [s.entry for s in self._p_slots]
         self._b_slots, self._counters = [], {}
-        for n, b in buffers:
-            if b.dtype.is_floating_point:
-                s = self._slot(n, b.detach().cpu().numpy().astype(np.float32))
-                self._b_slots.append(s)
-                entries.append(s.entry)
-            else:
-                c = HostCounter(n, tuple(b.shape))
-                self._counters[n] = (c, b.detach().clone())
-                self._b_slots.append(None)
-                entries.append(c)
+        entries += self._buffer_entries(gm, len(params), buffers)
         self._s_slots = []
         for j, sts in enumerate(init_states):
             for k, s in enumerate(sts):
@@ -526,11 +554,18 @@ class CompiledStep(_Compiled):
         """One training step (one Run request); returns the loss (a float)
         computed before the update."""
         feeds = self._feeds(inputs)
+        writes, changed = [], []
         for gi, grp in enumerate(self.optimizer.param_groups):
             if float(grp["lr"]) != self._lrs[gi]:
-                self._lr_slots[gi].tensor.write(np.array([grp["lr"]], np.float32))
-                self._lrs[gi] = float(grp["lr"])
-        (loss,) = self.session.run(self.graph, feeds, fetch=[self._loss])
+                # in the Run request itself: a schedule costs no round trip
+                writes.append((self._lr_slots[gi].tensor, np.array([grp["lr"]], np.float32)))
+                changed.append(gi)
+        for t, a in writes[_MAX_RUN_WRITES:]:  # more groups than a request carries
+            t.write(a)
+        (loss,) = self.session.run(self.graph, feeds, fetch=[self._loss],
+                                   writes=writes[:_MAX_RUN_WRITES])
+        for gi in changed:
+            self._lrs[gi] = float(self.optimizer.param_groups[gi]["lr"])
         for c, _ in self._counters.values():
             c.value += c.step
         return float(loss.reshape(()))
@@ -542,9 +577,11 @@ class CompiledStep(_Compiled):
         for n, i in self._p_index.items():
             out[n] = torch.from_numpy(self._p_slots[i].read())
         for n, i in self._b_index.items():
+            if n in self._transient:
+                continue
             slot = self._b_slots[i]
             if slot is not None:
-                out[n] = torch.from_numpy(slot.read())
+                out[n] = slot.read_torch()
             else:
                 c, init = self._counters[n]
                 out[n] = init + c.value
@@ -558,7 +595,7 @@ class CompiledStep(_Compiled):
             elif n in self._b_index:
                 slot = self._b_slots[self._b_index[n]]
                 if slot is not None:
-                    slot.tensor.write(_numpy(t, F32).reshape(-1))
+                    slot.write_torch(t)
                 else:
                     c, _ = self._counters[n]
                     self._counters[n] = (c, t.detach().clone())
@@ -600,7 +637,7 @@ class CompiledModule(_Compiled):
     def __init__(self, model, example_inputs, session):
         super().__init__(session)
         example = tuple(example_inputs)
-        params, p_index, buffers, b_index = _named_tensors(model)
+        params, p_index, buffers, b_index, self._transient = _named_tensors(model)
         self._p_index, self._b_index = p_index, b_index
         spec = {}
 
@@ -626,16 +663,7 @@ class CompiledModule(_Compiled):
             self._p_slots = [self._slot(n, p.detach().cpu().numpy().astype(np.float32))
                              for n, p in params]
             entries += [s.entry for s in self._p_slots]
-            for n, b in buffers:
-                if b.dtype.is_floating_point:
-                    s = self._slot(n, b.detach().cpu().numpy().astype(np.float32))
-                    self._b_slots.append(s)
-                    entries.append(s.entry)
-                else:
-                    c = HostCounter(n, tuple(b.shape))
-                    self._counters[n] = (c, b.detach().clone())
-                    self._b_slots.append(None)
-                    entries.append(c)
+            entries += self._buffer_entries(gm, len(params), buffers)
             entries += self._inputs(example)
             outputs, assigned, cx = lower(gm, self.graph, entries, self._make_const,
                                           tracker.labeller(gm, labels))
@@ -662,8 +690,10 @@ class CompiledModule(_Compiled):
         statistics change when the model ran in training mode)."""
         out = {n: torch.from_numpy(self._p_slots[i].read()) for n, i in self._p_index.items()}
         for n, i in self._b_index.items():
+            if n in self._transient:
+                continue
             slot = self._b_slots[i]
-            out[n] = torch.from_numpy(slot.read()) if slot is not None else self._counters[n][1]
+            out[n] = slot.read_torch() if slot is not None else self._counters[n][1]
         return out
 
 
