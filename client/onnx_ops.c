@@ -313,7 +313,8 @@ static int map_alias(sl_onnx_imp *m, const Onnx__NodeProto *n)
 
 /* Cast between the float types salus computes in (float, float16,
  * bfloat16): the same type is the value itself, another the registry's
- * cast (rounding to nearest even). */
+ * cast (rounding to nearest even). Casts from or to bools and integers are
+ * onnx_ops_mask.c's. */
 static int map_cast(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     static const char *const k[] = {"to", NULL};
@@ -326,13 +327,8 @@ static int map_cast(sl_onnx_imp *m, const Onnx__NodeProto *n)
     sl_onnx_shape(m, x, &s);
     int64_t to_type = sl_onnx_attr_i(n, "to", 0);
     int to = sl_onnx_float_dtype(to_type);
-    if (!sl_dtype_is_float(s.dtype))
-        return UNSUP("a cast from %s: salus casts between float, float16 and bfloat16 only",
-                     sl_dtype_name(s.dtype));
-    if (to < 0)
-        return UNSUP("a cast to ONNX data type %lld: salus casts between float (1), float16 "
-                     "(10) and bfloat16 (16) only",
-                     (long long) to_type);
+    if (!sl_dtype_is_float(s.dtype) || to < 0)
+        return sl_onnx_map_cast_int(m, n, x, to_type);
     salus_value v = sl_onnx_value(m, x);
     if (v != SALUS_NO_VALUE && (unsigned) to != s.dtype) {
         int64_t attr = to;
@@ -557,5 +553,23 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return sl_onnx_map_argmax(m, n, op[4] == 'i');
     if (!strcmp(op, "Expand"))
         return map_expand(m, n);
+    static const struct {
+        const char *name;
+        int kind;
+    } cmp[] = {{"Equal", SL_CMP_EQ},
+               {"Less", SL_CMP_LT},
+               {"LessOrEqual", SL_CMP_LE},
+               {"Greater", SL_CMP_GT},
+               {"GreaterOrEqual", SL_CMP_GE},
+               {"And", SL_CMP_AND},
+               {"Or", SL_CMP_OR},
+               {"Xor", SL_CMP_XOR}};
+    for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++)
+        if (!strcmp(op, cmp[i].name))
+            return sl_onnx_map_compare(m, n, cmp[i].kind);
+    if (!strcmp(op, "Not"))
+        return sl_onnx_map_not(m, n);
+    if (!strcmp(op, "Where"))
+        return sl_onnx_map_where(m, n);
     return UNSUP("op %.32s is not supported", op);
 }
