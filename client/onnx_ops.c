@@ -349,14 +349,26 @@ static int map_expand(sl_onnx_imp *m, const Onnx__NodeProto *n)
     for (uint64_t i = 0; i < se->n; i++)
         if ((dims[i] = (int64_t) se->d[i]) < 1)
             return UNSUP("a shape dim below 1");
+    /* a bool mask (an i32 of 0s and 1s) is broadcast by or with zeros */
+    struct ent *x = sl_onnx_input(m, n, 0);
+    bool mask = x && x->kind == ENT_VALUE && x->boolean;
     struct ent zeros = {.name = "(expand)"};
-    if (sl_onnx_const_alloc(m, &zeros, CT_FLOAT, (unsigned) se->n, dims))
+    if (sl_onnx_const_alloc(m, &zeros, mask ? CT_INT : CT_FLOAT, (unsigned) se->n, dims))
         return m->code;
-    salus_value z = sl_onnx_value(m, &zeros);
+    salus_value z = sl_onnx_value(m, &zeros), y;
     m->const_elems -= zeros.n;
     sl_free(zeros.d);
-    salus_value y = sl_onnx_binary(m, SL_EW_ADD, sl_onnx_fvalue(m, sl_onnx_input(m, n, 0)), z);
-    return sl_onnx_set_out(m, n, 1, &y);
+    if (mask) {
+        salus_value in[2] = {sl_onnx_value(m, x), z};
+        int64_t k = SL_CMP_OR;
+        y = sl_onnx_op(m, "compare", 2, in, 1, &k, 0, NULL);
+    } else
+        y = sl_onnx_binary(m, SL_EW_ADD, sl_onnx_fvalue(m, x), z);
+    int rc = sl_onnx_set_out(m, n, 1, &y);
+    struct ent *e = rc == SL_OK && mask && n->output[0][0] ? sl_onnx_find(m, n->output[0]) : NULL;
+    if (e)
+        e->boolean = true;
+    return rc;
 }
 
 /* Mean of its inputs (broadcasting): their sum divided by their count. */
@@ -397,7 +409,35 @@ static int map_prelu_legacy(sl_onnx_imp *m, const Onnx__NodeProto *n)
     return sl_onnx_set_out(m, n, 1, &y);
 }
 
+static int dispatch(sl_onnx_imp *m, const Onnx__NodeProto *n);
+
+/* The ops that move or select elements of their first input without
+ * changing them: of a bool, their outputs are bools. */
+static bool moves_elements(const char *op)
+{
+    static const char *const movers[] = {
+        "Reshape", "Flatten", "Squeeze",  "Unsqueeze", "Transpose",    "Concat",      "Slice",
+        "Split",   "Gather",  "Identity", "Tile",      "DepthToSpace", "SpaceToDepth"};
+    for (size_t i = 0; i < sizeof movers / sizeof *movers; i++)
+        if (!strcmp(op, movers[i]))
+            return true;
+    return false;
+}
+
 int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    struct ent *x = n->n_input && n->input[0][0] ? sl_onnx_find(m, n->input[0]) : NULL;
+    bool of_bool = x && x->kind == ENT_VALUE && x->boolean && moves_elements(n->op_type);
+    int rc = dispatch(m, n);
+    for (size_t i = 0; rc == SL_OK && of_bool && i < n->n_output; i++) {
+        struct ent *e = n->output[i][0] ? sl_onnx_find(m, n->output[i]) : NULL;
+        if (e && e->kind == ENT_VALUE)
+            e->boolean = true;
+    }
+    return rc;
+}
+
+static int dispatch(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     const char *op = n->op_type;
     for (size_t i = 0; i < n->n_input; i++)

@@ -595,8 +595,8 @@ static void autocasts_f32_only_ops(void **state)
 }
 
 /* A BERT-style key padding mask: Equal(ids, 0), or Not of a bool input
- * (fed as i32 0/1), unsqueezed over the query axis, then Where(mask,
- * -inf, scores) and Softmax. The padded keys get exactly 0, the others
+ * (fed as i32 0/1), unsqueezed and expanded over the query axis (still a
+ * bool), then Where(mask, -inf, scores) and Softmax. The padded keys get exactly 0, the others
  * the softmax over the kept keys; the -inf branch is one masked_fill. The
  * mask cast to float is 1 at the padding. */
 static void masks_padding_before_softmax(void **state)
@@ -604,11 +604,11 @@ static void masks_padding_before_softmax(void **state)
     (void) state;
     enum { B = 2, Q = 3, K = 4 };
     static const int32_t ids[B * K] = {5, 7, 0, 0, 3, 0, 9, 0};
-    static int64_t zero = 0, axis1 = 1;
+    static int64_t zero = 0, axis1 = 1, full[3] = {B, Q, K};
     static const float ninf = -INFINITY;
     static char *eq_in[] = {"ids", "zero"}, *not_in[] = {"valid"}, *mask_out[] = {"pad"},
-                *un_in[] = {"pad", "axes"}, *un_out[] = {"pad3"},
-                *wh_in[] = {"pad3", "ninf", "scores"}, *wh_out[] = {"masked"},
+                *un_in[] = {"pad", "axes"}, *un_out[] = {"pad3"}, *ex_in[] = {"pad3", "full"},
+                *ex_out[] = {"padq"}, *wh_in[] = {"padq", "ninf", "scores"}, *wh_out[] = {"masked"},
                 *sm_in[] = {"masked"}, *sm_out[] = {"y"}, *ca_in[] = {"pad"}, *ca_out[] = {"padf"};
     for (int form = 0; form < 2; form++) {
         model_begin(14);
@@ -619,12 +619,14 @@ static void masks_padding_before_softmax(void **state)
         add_init_i64("zero", 1, &zero);
         inits[0].n_dims = 0;
         add_init_i64("axes", 1, &axis1);
+        add_init_i64("full", 3, full);
         add_init_f32("ninf", 0, NULL, &ninf);
         if (form)
             add_node("Not", "not", 1, not_in, 1, mask_out);
         else
             add_node("Equal", "eq", 2, eq_in, 1, mask_out);
         add_node("Unsqueeze", "un", 2, un_in, 1, un_out);
+        add_node("Expand", "ex", 2, ex_in, 1, ex_out);
         add_node("Where", "where", 3, wh_in, 1, wh_out);
         attr_int(add_node("Softmax", "sm", 1, sm_in, 1, sm_out), "axis", -1);
         attr_int(add_node("Cast", "cast", 1, ca_in, 1, ca_out), "to",
@@ -634,7 +636,7 @@ static void masks_padding_before_softmax(void **state)
         salus_onnx_model *m;
         assert_sl_ok(load(NULL, &m));
         const salus_graph *g = salus_onnx_graph(m);
-        assert_int_equal(count_op(g, "compare"), 1);
+        assert_int_equal(count_op(g, "compare"), 2); /* the mask, the expansion */
         assert_int_equal(count_op(g, "masked_fill"), 1);
         int dtype;
         assert_sl_ok(salus_onnx_input(m, 0, NULL, &dtype, NULL, NULL));
