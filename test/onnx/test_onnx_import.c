@@ -668,6 +668,42 @@ static void masks_padding_before_softmax(void **state)
     }
 }
 
+/* Cast to bool is nonzero (NaN and -0 as ONNX: true and false); a bool to
+ * int64 is its 0 and 1 as i32. An integer that is not a bool to a float is
+ * refused, naming the Cast. */
+static void casts_to_and_from_bool(void **state)
+{
+    (void) state;
+    static char *c1_in[] = {"x"}, *c1_out[] = {"b"}, *c2_in[] = {"b"}, *c2_out[] = {"y"};
+    model_begin(14);
+    add_input("x", 1, (int64_t[]){6});
+    attr_int(add_node("Cast", "to_bool", 1, c1_in, 1, c1_out), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__BOOL);
+    attr_int(add_node("Cast", "to_int", 1, c2_in, 1, c2_out), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+    add_output("y");
+    salus_onnx_model *m;
+    assert_sl_ok(load(NULL, &m));
+    int dtype;
+    assert_sl_ok(salus_onnx_output(m, 0, NULL, &dtype, NULL, NULL));
+    assert_int_equal(dtype, SALUS_I32);
+    const float x[6] = {0.0f, -0.0f, 1.5f, NAN, -2.0f, INFINITY};
+    int32_t y[6];
+    assert_sl_ok(salus_onnx_run(m, (const void *[]){x}, (void *[]){y}));
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(y[i], i >= 2);
+    salus_onnx_free(m);
+
+    static char *c3_in[] = {"ids"}, *c3_out[] = {"f"};
+    model_begin(14);
+    add_input("ids", 1, (int64_t[]){6});
+    ttypes[n_vis - 1].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    attr_int(add_node("Cast", "ids_to_float", 1, c3_in, 1, c3_out), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    add_output("f");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"ids_to_float", "integers", NULL});
+}
+
 /* salus_onnx_check_buffer: the same verdicts without a server. */
 static int check(char *why, size_t len)
 {
@@ -805,6 +841,7 @@ int main(void)
         cmocka_unit_test(trilu_keeps_infinities),
         cmocka_unit_test(resizes_by_constant_scales),
         cmocka_unit_test(masks_padding_before_softmax),
+        cmocka_unit_test(casts_to_and_from_bool),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }
