@@ -498,13 +498,14 @@ static int add_input(sl_onnx_imp *m, const Onnx__ValueInfoProto *vi)
         return sl_onnx_fail(m, SL_EUNSUPPORTED, "input '%.64s': not a tensor", name);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     int et = tt->has_elem_type ? tt->elem_type : 0, dtype = sl_onnx_float_dtype(et);
-    if (dtype < 0 &&
-        (et == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 || et == ONNX__TENSOR_PROTO__DATA_TYPE__INT32))
-        dtype = SALUS_I32; /* fed as i32: indices */
+    bool boolean = et == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+    if (dtype < 0 && (et == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+                      et == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 || boolean))
+        dtype = SALUS_I32; /* fed as i32: indices, and bools as 0 and 1 */
     else if (dtype < 0)
         return sl_onnx_fail(m, SL_EUNSUPPORTED,
                             "input '%.64s': element type %d (salus has float, float16, "
-                            "bfloat16, and int32/int64 as i32)",
+                            "bfloat16, and int32/int64/bool as i32)",
                             name, et);
     if (!tt->shape)
         return sl_onnx_fail(m, SL_EUNSUPPORTED, "input '%.64s': no shape (dynamic)", name);
@@ -531,6 +532,7 @@ static int add_input(sl_onnx_imp *m, const Onnx__ValueInfoProto *vi)
     if (rc)
         return rc;
     e->kind = ENT_VALUE;
+    e->boolean = boolean;
     e->v = salus_graph_input(m->g, dtype, (int) nd, dims);
     if (e->v == SALUS_NO_VALUE)
         return sl_onnx_fail(m, SL_EUNSUPPORTED, "input '%.64s': %s", name, salus_graph_error(m->g));

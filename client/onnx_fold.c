@@ -84,6 +84,16 @@ static double binop(const char *op, double a, double b, bool ints)
         return a < b;
     if (!strcmp(op, "Greater"))
         return a > b;
+    if (!strcmp(op, "LessOrEqual"))
+        return a <= b;
+    if (!strcmp(op, "GreaterOrEqual"))
+        return a >= b;
+    if (!strcmp(op, "And"))
+        return a != 0 && b != 0;
+    if (!strcmp(op, "Or"))
+        return a != 0 || b != 0;
+    if (!strcmp(op, "Xor"))
+        return (a != 0) != (b != 0);
     if (!strcmp(op, "Max"))
         return a > b ? a : b;
     return a < b ? a : b; /* Min */
@@ -124,14 +134,25 @@ static void next_index(int64_t *idx, const int64_t *dims, unsigned nd)
     }
 }
 
+/* The ops folded as fold_binary's whose result is a bool. */
+static const char *const cmp_ops[] = {"Equal",          "Less", "Greater", "LessOrEqual",
+                                      "GreaterOrEqual", "And",  "Or",      "Xor"};
+
+static bool is_cmp(const char *op)
+{
+    for (size_t i = 0; i < sizeof cmp_ops / sizeof *cmp_ops; i++)
+        if (!strcmp(op, cmp_ops[i]))
+            return true;
+    return false;
+}
+
 static int fold_binary(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, struct ent *out)
 {
     unsigned nd = 0;
     int64_t dims[SL_MAX_DIMS] = {0};
     int rc = bcast_shape(m, in[0], in[1], &nd, dims);
     bool ints = in[0]->ctype == CT_INT && in[1]->ctype == CT_INT;
-    bool cmp = !strcmp(n->op_type, "Equal") || !strcmp(n->op_type, "Less") ||
-               !strcmp(n->op_type, "Greater");
+    bool cmp = is_cmp(n->op_type);
     if (rc || (rc = new_const(m, out, ints || cmp ? CT_INT : CT_FLOAT, nd, dims)))
         return rc;
     int64_t idx[SL_MAX_DIMS] = {0};
@@ -359,6 +380,8 @@ static size_t fold_inputs(const char *op, size_t n_in)
     for (size_t i = 0; i < sizeof two / sizeof *two; i++)
         if (!strcmp(op, two[i]))
             return 2;
+    if (is_cmp(op))
+        return 2;
     for (size_t i = 0; i < sizeof three / sizeof *three; i++)
         if (!strcmp(op, three[i]))
             return 3;
@@ -405,8 +428,7 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
     if (!strcmp(op, "Concat"))
         return fold_concat(m, n, in, n_in, out, m->opset < 4 ? 1 : 0);
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "Less") ||
-        !strcmp(op, "Greater") || !strcmp(op, "Mod") ||
+        !strcmp(op, "Pow") || is_cmp(op) || !strcmp(op, "Mod") ||
         ((!strcmp(op, "Max") || !strcmp(op, "Min")) && n_in == 2))
         return fold_binary(m, n, in, out);
     if (!strcmp(op, "Trilu")) {
@@ -442,8 +464,9 @@ static int fold_node(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent **in, 
     }
     if (!strcmp(op, "Where")) {
         /* folded only when all three have one shape: what shape code emits */
+        /* (a broadcasting one is left to the mapper: a where op) */
         if (n_in != 3 || in[0]->n != in[1]->n || in[1]->n != in[2]->n)
-            return sl_onnx_fail(m, SL_EUNSUPPORTED, "a broadcasting Where of constants");
+            return SL_EUNSUPPORTED;
         int rc = fold_view(m, in[1], in[1]->ndim, in[1]->dims, in[1]->ctype, out);
         for (uint64_t i = 0; rc == SL_OK && i < out->n; i++)
             out->d[i] = in[0]->d[i] != 0 ? in[1]->d[i] : in[2]->d[i];

@@ -49,6 +49,8 @@ struct ent {
     uint64_t n;    /* elements */
     double *d;     /* n values, owned */
     bool uploaded; /* v is its persistent tensor */
+    /* ENT_VALUE: its ONNX type is bool (carried as an i32 of 0s and 1s) */
+    bool boolean;
     salus_value v; /* ENT_VALUE, or an uploaded constant */
 };
 

@@ -313,7 +313,8 @@ static int map_alias(sl_onnx_imp *m, const Onnx__NodeProto *n)
 
 /* Cast between the float types salus computes in (float, float16,
  * bfloat16): the same type is the value itself, another the registry's
- * cast (rounding to nearest even). */
+ * cast (rounding to nearest even). Casts from or to bools and integers are
+ * onnx_ops_mask.c's. */
 static int map_cast(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     static const char *const k[] = {"to", NULL};
@@ -326,13 +327,8 @@ static int map_cast(sl_onnx_imp *m, const Onnx__NodeProto *n)
     sl_onnx_shape(m, x, &s);
     int64_t to_type = sl_onnx_attr_i(n, "to", 0);
     int to = sl_onnx_float_dtype(to_type);
-    if (!sl_dtype_is_float(s.dtype))
-        return UNSUP("a cast from %s: salus casts between float, float16 and bfloat16 only",
-                     sl_dtype_name(s.dtype));
-    if (to < 0)
-        return UNSUP("a cast to ONNX data type %lld: salus casts between float (1), float16 "
-                     "(10) and bfloat16 (16) only",
-                     (long long) to_type);
+    if (!sl_dtype_is_float(s.dtype) || to < 0)
+        return sl_onnx_map_cast_int(m, n, x, to_type);
     salus_value v = sl_onnx_value(m, x);
     if (v != SALUS_NO_VALUE && (unsigned) to != s.dtype) {
         int64_t attr = to;
@@ -353,14 +349,26 @@ static int map_expand(sl_onnx_imp *m, const Onnx__NodeProto *n)
     for (uint64_t i = 0; i < se->n; i++)
         if ((dims[i] = (int64_t) se->d[i]) < 1)
             return UNSUP("a shape dim below 1");
+    /* a bool mask (an i32 of 0s and 1s) is broadcast by or with zeros */
+    struct ent *x = sl_onnx_input(m, n, 0);
+    bool mask = x && x->kind == ENT_VALUE && x->boolean;
     struct ent zeros = {.name = "(expand)"};
-    if (sl_onnx_const_alloc(m, &zeros, CT_FLOAT, (unsigned) se->n, dims))
+    if (sl_onnx_const_alloc(m, &zeros, mask ? CT_INT : CT_FLOAT, (unsigned) se->n, dims))
         return m->code;
-    salus_value z = sl_onnx_value(m, &zeros);
+    salus_value z = sl_onnx_value(m, &zeros), y;
     m->const_elems -= zeros.n;
     sl_free(zeros.d);
-    salus_value y = sl_onnx_binary(m, SL_EW_ADD, sl_onnx_fvalue(m, sl_onnx_input(m, n, 0)), z);
-    return sl_onnx_set_out(m, n, 1, &y);
+    if (mask) {
+        salus_value in[2] = {sl_onnx_value(m, x), z};
+        int64_t k = SL_CMP_OR;
+        y = sl_onnx_op(m, "compare", 2, in, 1, &k, 0, NULL);
+    } else
+        y = sl_onnx_binary(m, SL_EW_ADD, sl_onnx_fvalue(m, x), z);
+    int rc = sl_onnx_set_out(m, n, 1, &y);
+    struct ent *e = rc == SL_OK && mask && n->output[0][0] ? sl_onnx_find(m, n->output[0]) : NULL;
+    if (e)
+        e->boolean = true;
+    return rc;
 }
 
 /* Mean of its inputs (broadcasting): their sum divided by their count. */
@@ -401,7 +409,35 @@ static int map_prelu_legacy(sl_onnx_imp *m, const Onnx__NodeProto *n)
     return sl_onnx_set_out(m, n, 1, &y);
 }
 
+static int dispatch(sl_onnx_imp *m, const Onnx__NodeProto *n);
+
+/* The ops that move or select elements of their first input without
+ * changing them: of a bool, their outputs are bools. */
+static bool moves_elements(const char *op)
+{
+    static const char *const movers[] = {
+        "Reshape", "Flatten", "Squeeze",  "Unsqueeze", "Transpose",    "Concat",      "Slice",
+        "Split",   "Gather",  "Identity", "Tile",      "DepthToSpace", "SpaceToDepth"};
+    for (size_t i = 0; i < sizeof movers / sizeof *movers; i++)
+        if (!strcmp(op, movers[i]))
+            return true;
+    return false;
+}
+
 int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
+{
+    struct ent *x = n->n_input && n->input[0][0] ? sl_onnx_find(m, n->input[0]) : NULL;
+    bool of_bool = x && x->kind == ENT_VALUE && x->boolean && moves_elements(n->op_type);
+    int rc = dispatch(m, n);
+    for (size_t i = 0; rc == SL_OK && of_bool && i < n->n_output; i++) {
+        struct ent *e = n->output[i][0] ? sl_onnx_find(m, n->output[i]) : NULL;
+        if (e && e->kind == ENT_VALUE)
+            e->boolean = true;
+    }
+    return rc;
+}
+
+static int dispatch(sl_onnx_imp *m, const Onnx__NodeProto *n)
 {
     const char *op = n->op_type;
     for (size_t i = 0; i < n->n_input; i++)
@@ -557,5 +593,23 @@ int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n)
         return sl_onnx_map_argmax(m, n, op[4] == 'i');
     if (!strcmp(op, "Expand"))
         return map_expand(m, n);
+    static const struct {
+        const char *name;
+        int kind;
+    } cmp[] = {{"Equal", SL_CMP_EQ},
+               {"Less", SL_CMP_LT},
+               {"LessOrEqual", SL_CMP_LE},
+               {"Greater", SL_CMP_GT},
+               {"GreaterOrEqual", SL_CMP_GE},
+               {"And", SL_CMP_AND},
+               {"Or", SL_CMP_OR},
+               {"Xor", SL_CMP_XOR}};
+    for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++)
+        if (!strcmp(op, cmp[i].name))
+            return sl_onnx_map_compare(m, n, cmp[i].kind);
+    if (!strcmp(op, "Not"))
+        return sl_onnx_map_not(m, n);
+    if (!strcmp(op, "Where"))
+        return sl_onnx_map_where(m, n);
     return UNSUP("op %.32s is not supported", op);
 }

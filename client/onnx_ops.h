@@ -1,8 +1,8 @@
 /* Private to the node mappers of the ONNX importer (onnx_ops.c: helpers,
  * element-wise nodes and the dispatch by op type; onnx_ops_nn.c: dense,
  * convolutional and normalisation nodes; onnx_ops_layout.c: reshaping,
- * moving and reducing nodes). Every mapper returns SL_OK with the node's
- * outputs defined, or the error recorded in m (sl_onnx_fail). */
+ * moving and reducing nodes; onnx_ops_mask.c: bool masks). Every mapper returns SL_OK with the
+ * node's outputs defined, or the error recorded in m (sl_onnx_fail). */
 #ifndef SL_CLIENT_ONNX_OPS_H
 #define SL_CLIENT_ONNX_OPS_H
 
@@ -68,6 +68,13 @@ int sl_onnx_map_lstm(sl_onnx_imp *m, const Onnx__NodeProto *n);
 /* onnx_ops_resize.c */
 int sl_onnx_map_resize(sl_onnx_imp *m, const Onnx__NodeProto *n);
 int sl_onnx_map_upsample(sl_onnx_imp *m, const Onnx__NodeProto *n);
+
+/* onnx_ops_mask.c: comparisons, logic and Where on masks (bools carried
+ * as i32 0/1), and a Cast from or to a bool or an integer of entry x */
+int sl_onnx_map_compare(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind);
+int sl_onnx_map_not(sl_onnx_imp *m, const Onnx__NodeProto *n);
+int sl_onnx_map_where(sl_onnx_imp *m, const Onnx__NodeProto *n);
+int sl_onnx_map_cast_int(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent *x, int64_t to_type);
 
 /* onnx_ops_layout.c */
 int sl_onnx_map_reduce(sl_onnx_imp *m, const Onnx__NodeProto *n, int kind);

@@ -155,6 +155,37 @@ SL_HD static inline float sl_ew_binary(int kind, float a, float b)
     }
 }
 
+/* compare's kinds (ops/ops_axes.h) for one element pair: 1 where the
+ * relation holds, else 0. One body for floats and i32, so that each
+ * compares in its own type (an i32 above 2^24 is not rounded to a float). */
+#define SL_CMP_FN(name, T)                                                                         \
+    SL_HD static inline int32_t name(int kind, T a, T b)                                           \
+    {                                                                                              \
+        switch (kind) {                                                                            \
+        case SL_CMP_EQ:                                                                            \
+            return a == b;                                                                         \
+        case SL_CMP_NE:                                                                            \
+            return a != b;                                                                         \
+        case SL_CMP_LT:                                                                            \
+            return a < b;                                                                          \
+        case SL_CMP_LE:                                                                            \
+            return a <= b;                                                                         \
+        case SL_CMP_GT:                                                                            \
+            return a > b;                                                                          \
+        case SL_CMP_GE:                                                                            \
+            return a >= b;                                                                         \
+        case SL_CMP_AND:                                                                           \
+            return a != 0 && b != 0;                                                               \
+        case SL_CMP_OR:                                                                            \
+            return a != 0 || b != 0;                                                               \
+        default: /* xor */                                                                         \
+            return (a != 0) != (b != 0);                                                           \
+        }                                                                                          \
+    }
+SL_CMP_FN(sl_cmp_f32, float)
+SL_CMP_FN(sl_cmp_i32, int32_t)
+#undef SL_CMP_FN
+
 SL_HD static inline float sl_ew_unary(int kind, float x, float p, float q)
 {
     switch (kind) {

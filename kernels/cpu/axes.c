@@ -1,6 +1,7 @@
 /* cpu kernels of the ops along axes of any rank (ops_axes.h): broadcasting
  * element-wise math, transpose, slice, concat, gather, reductions over axes,
- * log_softmax, batch_matmul, where and masked_fill. Shapes were validated by the registry.
+ * log_softmax, batch_matmul, where, masked_fill and compare. Shapes were
+ * validated by the registry.
  * Walks over a shape keep a counter per dim and step the innermost dim in a
  * plain loop, so the broadcast and permuted cases cost one add per element
  * rather than a division per dim. Reductions accumulate in double. */
@@ -127,6 +128,48 @@ static int k_select(const sl_op_call *c)
             if (++idx[d] < os->dims[d])
                 break;
             om -= sm[d] * os->dims[d];
+            oa -= sa[d] * os->dims[d];
+            ob -= sb[d] * os->dims[d];
+            idx[d] = 0;
+        }
+    }
+    return SL_OK;
+}
+
+/* compare: an i32 mask from a and b (both float or both i32) broadcast to
+ * y's shape; one walk over y's rows, as ew_binary's. */
+static int k_compare(const sl_op_call *c)
+{
+    const sl_shape *os = &c->out[0].shape;
+    int kind = (int) c->attrs.i[0];
+    bool ints = c->in[0].shape.dtype == SL_I32;
+    const float *fa = c->in[0].data, *fb = c->in[1].data;
+    const int32_t *ia = c->in[0].data, *ib = c->in[1].data;
+    int32_t *y = c->out[0].data;
+    if (os->ndim == 0) {
+        y[0] = ints ? sl_cmp_i32(kind, ia[0], ib[0]) : sl_cmp_f32(kind, fa[0], fb[0]);
+        return SL_OK;
+    }
+    int64_t sa[SL_MAX_DIMS], sb[SL_MAX_DIMS], idx[SL_MAX_DIMS] = {0};
+    bcast_strides(&c->in[0].shape, os, sa);
+    bcast_strides(&c->in[1].shape, os, sb);
+    unsigned last = os->ndim - 1;
+    int64_t inner = os->dims[last];
+    uint64_t rows = sl_shape_elems(os) / (uint64_t) inner;
+    int64_t oa = 0, ob = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        int32_t *yr = y + r * (uint64_t) inner;
+        if (ints)
+            for (int64_t i = 0; i < inner; i++)
+                yr[i] = sl_cmp_i32(kind, ia[oa + i * sa[last]], ib[ob + i * sb[last]]);
+        else
+            for (int64_t i = 0; i < inner; i++)
+                yr[i] = sl_cmp_f32(kind, fa[oa + i * sa[last]], fb[ob + i * sb[last]]);
+        for (int d = (int) last - 1; d >= 0; d--) {
+            oa += sa[d];
+            ob += sb[d];
+            if (++idx[d] < os->dims[d])
+                break;
             oa -= sa[d] * os->dims[d];
             ob -= sb[d] * os->dims[d];
             idx[d] = 0;
@@ -374,6 +417,8 @@ int sl_cpu_axes_op(const sl_op_call *c)
     case SL_OP_WHERE:
     case SL_OP_MASKED_FILL:
         return k_select(c);
+    case SL_OP_COMPARE:
+        return k_compare(c);
     default:
         return SL_EUNSUPPORTED;
     }

@@ -515,6 +515,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_EMBEDDING_GRAD] = k_train,
     [SL_OP_WHERE] = sl_cpu_axes_op,
     [SL_OP_MASKED_FILL] = sl_cpu_axes_op,
+    [SL_OP_COMPARE] = sl_cpu_axes_op,
     [SL_OP_DROPOUT] = k_train,
     [SL_OP_DROPOUT_GRAD] = k_train,
 };

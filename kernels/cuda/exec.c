@@ -440,6 +440,7 @@ static family_fn family_of(unsigned op)
     case SL_OP_LOG_SOFTMAX:
     case SL_OP_WHERE:
     case SL_OP_MASKED_FILL:
+    case SL_OP_COMPARE:
         return sl_cuda_run_axes;
     case SL_OP_LAYER_NORM:
     case SL_OP_LAYER_NORM_GRAD:
@@ -506,6 +507,7 @@ unsigned sl_cuda_op_dtypes(unsigned op, bool bf16)
     case SL_OP_CAST:
     case SL_OP_WHERE:
     case SL_OP_MASKED_FILL:
+    case SL_OP_COMPARE:
     case SL_OP_EW_UNARY_GRAD:
     case SL_OP_DROPOUT:
     case SL_OP_DROPOUT_GRAD:

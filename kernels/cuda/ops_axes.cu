@@ -1,11 +1,11 @@
 /* The ops along axes of any rank (ops_axes.h) on cuda: broadcasting
  * element-wise math, transpose, slice, concat, gather, reductions over
- * axes, log_softmax, where and masked_fill. One thread per output element; an element's input
- * offsets are decoded from its flat index with the shapes passed by value
- * (at most 6 dims). 64-bit indices throughout: these ops serve imported
- * graphs, where they are seldom the hot path. batch_matmul is cuBLAS's
- * strided batched GEMM (exec.c). The math per element is the cpu
- * backend's (kernels/cpu/axes.c).
+ * axes, log_softmax, where, masked_fill and compare. One thread per output
+ * element; an element's input offsets are decoded from its flat index with
+ * the shapes passed by value (at most 6 dims). 64-bit indices throughout:
+ * these ops serve imported graphs, where they are seldom the hot path.
+ * batch_matmul is cuBLAS's strided batched GEMM (exec.c). The math per
+ * element is the cpu backend's (kernels/cpu/axes.c).
  *
  * The element-wise ops run in f32, bf16 and f16 (T, computing in f32); the
  * ops that move elements (transpose, slice, concat, gather) move words of
@@ -106,6 +106,47 @@ template <class T> static void launch_select(sl_cuda_exec *x, const sl_op_call *
         (T *) c->out[0].data, i32(m), bcast_view(&m->shape, os),
         fill ? (const T *) NULL : (const T *) c->in[1].data, va, c->attrs.f[0], (const T *) b->data,
         bcast_view(&b->shape, os), n, x->flag_dev);
+}
+
+/* compare: y = a kind b as 0 or 1, a and b broadcast to y's shape. Floats
+ * compare in f32 (exact for the halves), i32 as integers. */
+__device__ static inline int32_t cmp_elem(int kind, float a, float b)
+{
+    return sl_cmp_f32(kind, a, b);
+}
+
+__device__ static inline int32_t cmp_elem(int kind, int32_t a, int32_t b)
+{
+    return sl_cmp_i32(kind, a, b);
+}
+
+__device__ static inline int32_t load_cmp(int32_t v)
+{
+    return v;
+}
+
+template <class T> __device__ static inline float load_cmp(T v)
+{
+    return ld(v);
+}
+
+template <class T>
+__global__ void k_compare(int32_t *y, const T *a, view va, const T *b, view vb, uint64_t n,
+                          int kind, const int *failed)
+{
+    SKIP_IF_FAILED(failed);
+    GRID_STRIDE(uint64_t, i, n)
+    y[i] = cmp_elem(kind, load_cmp(a[offset_of(va, i)]), load_cmp(b[offset_of(vb, i)]));
+}
+
+template <class T> static void launch_compare(sl_cuda_exec *x, const sl_op_call *c)
+{
+    const sl_shape *os = &c->out[0].shape;
+    uint64_t n = sl_shape_elems(os);
+    k_compare<<<blocks_for(n), BLOCK, 0, x->stream>>>(
+        i32(&c->out[0]), (const T *) c->in[0].data, bcast_view(&c->in[0].shape, os),
+        (const T *) c->in[1].data, bcast_view(&c->in[1].shape, os), n, (int) c->attrs.i[0],
+        x->flag_dev);
 }
 
 /* transpose: v has the output's dims and the input's permuted strides. */
@@ -291,6 +332,12 @@ extern "C" int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_WHERE:
     case SL_OP_MASKED_FILL:
         SL_FLOAT_DISPATCH(os->dtype, launch_select, x, c);
+        break;
+    case SL_OP_COMPARE:
+        if (is->dtype == SL_I32)
+            launch_compare<int32_t>(x, c);
+        else
+            SL_FLOAT_DISPATCH(is->dtype, launch_compare, x, c);
         break;
     case SL_OP_TRANSPOSE:
     case SL_OP_SLICE:

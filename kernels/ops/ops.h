@@ -95,6 +95,8 @@ enum sl_op_id {
     SL_OP_MASKED_FILL,
     SL_OP_DROPOUT,
     SL_OP_DROPOUT_GRAD,
+    /* comparisons and logic producing i32 masks (ops_axes.c) */
+    SL_OP_COMPARE,
     SL_OP_COUNT
 };
 

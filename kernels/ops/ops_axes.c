@@ -2,8 +2,9 @@
  * broadcasting element-wise math (ew_binary, ew_unary), layout and indexing
  * (transpose, slice, concat, gather), reductions over chosen axes
  * (reduce_axes), log_softmax, batch_matmul, and selection by a mask
- * (where, masked_fill). They are what ONNX graphs
- * exported from PyTorch need beyond the dense and convolution ops.
+ * (where, masked_fill) and the comparisons that make masks (compare). They
+ * are what ONNX graphs exported from PyTorch need beyond the dense and
+ * convolution ops.
  *
  * Cost (flops, bytes read + written), for the sim backend's timing model:
  *   ew_binary    n flops (n = output elems; 8n for pow), reads both
@@ -14,7 +15,8 @@
  *   reduce_axes  input elems flops, reads the input, writes the output
  *   log_softmax  5n flops, reads n, writes n
  *   batch_matmul 2*B*M*N*K flops, reads a + b, writes B*M*N
- *   where, masked_fill  n flops, reads every input, writes n */
+ *   where, masked_fill  n flops, reads every input, writes n
+ *   compare      n flops, reads both inputs, writes n i32 */
 #include "ops_axes.h"
 #include "ops_impl.h"
 
@@ -334,6 +336,37 @@ int sl_ops_infer_masked_fill(const sl_op_attrs *a, const sl_shape *in, sl_shape 
 
 void sl_ops_cost_masked_fill(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
                              sl_op_cost *c)
+{
+    (void) a;
+    c->flops = sl_shape_elems(&out[0]);
+    c->bytes = sl_shape_bytes(&in[0]) + sl_shape_bytes(&in[1]) + sl_shape_bytes(&out[0]);
+}
+
+int sl_ops_infer_compare(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                         size_t errlen)
+{
+    if (a->i[0] < 0 || a->i[0] >= SL_CMP_COUNT)
+        return sl_ops_fail(err, errlen, "i[0] (kind) must be in [0, %d), got %lld", SL_CMP_COUNT,
+                           (long long) a->i[0]);
+    /* float inputs arrive here as f32 (the registry checked they share a
+     * dtype); an i32 one must then be beside another i32 */
+    for (unsigned i = 0; i < 2; i++)
+        if (in[i].dtype != SL_F32 && in[i].dtype != SL_I32)
+            return sl_ops_fail(err, errlen, "in%u must be a float or i32 tensor, not %s", i,
+                               sl_dtype_name(in[i].dtype));
+    if (in[0].dtype != in[1].dtype)
+        return sl_ops_fail(err, errlen, "in0 and in1 must both be float or both be i32");
+    sl_shape s;
+    int rc = sl_ops_broadcast(&in[0], &in[1], &s, err, errlen);
+    if (rc)
+        return rc;
+    s.dtype = SL_I32;
+    out[0] = s;
+    return SL_OK;
+}
+
+void sl_ops_cost_compare(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                         sl_op_cost *c)
 {
     (void) a;
     c->flops = sl_shape_elems(&out[0]);

@@ -71,6 +71,21 @@ enum sl_reduce_kind {
     SL_REDUCE_COUNT
 };
 
+/* compare's i[0]: a relation (1 where it holds) or a logical op on the
+ * truth of a and b (nonzero: true). */
+enum sl_cmp_kind {
+    SL_CMP_EQ,
+    SL_CMP_NE,
+    SL_CMP_LT,
+    SL_CMP_LE,
+    SL_CMP_GT,
+    SL_CMP_GE,
+    SL_CMP_AND,
+    SL_CMP_OR,
+    SL_CMP_XOR,
+    SL_CMP_COUNT
+};
+
 /* slice's step: i[3], where 0 (absent) means 1. */
 static inline int64_t sl_slice_step(const sl_op_attrs *a)
 {

@@ -114,6 +114,7 @@ SL_OPS_FNS(reduce_axes)
 SL_OPS_FNS(batch_matmul)
 SL_OPS_FNS(where)
 SL_OPS_FNS(masked_fill)
+SL_OPS_FNS(compare)
 /* ops_train.c */
 SL_OPS_FNS(layer_norm)
 SL_OPS_FNS(layer_norm_grad)

@@ -550,6 +550,21 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
          INS({"dy", "any shape"}, {"mask", "dropout's `mask`, `dy`'s dims"}),
          OUTS({"dx", "`dy`'s shape"}),
          FATTRS(REQ("scale", "finite; `1 / (1 - p)` for dropout's gradient"))},
+
+    /* ---- appended: masks from comparisons (ops_axes.c) ---- */
+    [SL_OP_COMPARE] =
+        {"compare", HALF, .group = SL_OP_GROUP_AXES, NN(compare),
+         .doc = "An i32 mask from two tensors, element-wise with broadcasting: `y = 1` where `a "
+                "kind b` holds, else 0. Kinds 0 to 5 compare values (`==`, `!=`, `<`, `<=`, "
+                "`>`, `>=`; NaN compares unequal to everything, so only `!=` holds for it); "
+                "kinds 6 to 8 are logical and, or and xor of the operands' truth (nonzero: "
+                "true), as ONNX's And, Or and Xor on bool tensors. i32 operands compare as "
+                "integers, float ones in their dtype (exactly: halves widen to f32). ONNX's "
+                "Equal, Less, Greater, their OrEqual forms and Not (`eq` with 0) map here.",
+         INS({"a", "float or i32, any shape"}, {"b", "`a`'s dtype, a shape that broadcasts "
+                                                     "with `a`'s"}),
+         OUTS({"y", "i32, the broadcast shape of `a` and `b`: 0 or 1"}),
+         IATTRS(REQ("kind", "0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge, 6 and, 7 or, 8 xor"))},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

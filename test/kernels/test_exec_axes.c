@@ -1,10 +1,12 @@
 /* The ops along axes of any rank (ops_axes.h) on one backend, against
  * references computed here in double: broadcasting element-wise math,
- * transpose, slice, concat, gather, reduce_axes, log_softmax and
- * batch_matmul. test_kernels runs them on the cpu, test_cuda on the GPU.
+ * transpose, slice, concat, gather, reduce_axes, log_softmax,
+ * batch_matmul and compare. test_kernels runs them on the cpu, test_cuda
+ * on the GPU.
  * (Their gradients belong to the autodiff rules and are tested there.) */
 #include "kt.h"
 
+#include "half.h"
 #include "ops_axes.h"
 
 #include <math.h>
@@ -378,7 +380,78 @@ static void test_log_softmax_batch_matmul(void **state)
     }
 }
 
+static int ref_compare(int kind, double a, double b)
+{
+    switch (kind) {
+    case SL_CMP_EQ:
+        return a == b;
+    case SL_CMP_NE:
+        return a != b;
+    case SL_CMP_LT:
+        return a < b;
+    case SL_CMP_LE:
+        return a <= b;
+    case SL_CMP_GT:
+        return a > b;
+    case SL_CMP_GE:
+        return a >= b;
+    case SL_CMP_AND:
+        return a != 0 && b != 0;
+    case SL_CMP_OR:
+        return a != 0 || b != 0;
+    default:
+        return (a != 0) != (b != 0);
+    }
+}
+
+/* Every kind of compare, broadcasting both ways, on f32 (with NaN, zeros
+ * and infinities), bf16 and i32 (values beyond f32's exact integers, which
+ * must compare as integers), against the relation evaluated in double. */
+static void test_compare(void **state)
+{
+    (void) state;
+    enum { A = 2, B = 3, C = 4, N = A * B * C };
+    float a[N], b[B];
+    for (int i = 0; i < N; i++)
+        a[i] = (float) (i % 5) - 2.0f; /* -2 .. 2: equal to b's values now and then */
+    a[3] = NAN, a[7] = INFINITY, a[11] = -INFINITY, a[13] = -0.0f;
+    b[0] = 0.0f, b[1] = 1.0f, b[2] = NAN;
+    int32_t y[N];
+    uint16_t ha[N], hb[B];
+    for (int i = 0; i < N; i++)
+        ha[i] = sl_bf16_from_f32(a[i]);
+    for (int i = 0; i < B; i++)
+        hb[i] = sl_bf16_from_f32(b[i]);
+    /* ints that f32 would round to the same value (2^24 + 1 and 2^24) */
+    int32_t ia[N], ib[B] = {0, 16777217, -5};
+    for (int i = 0; i < N; i++)
+        ia[i] = i % 3 == 1 ? 16777216 + (i % 2) : i % 3 == 0 ? 0 : -5 + i % 2;
+    for (int kind = 0; kind < SL_CMP_COUNT; kind++)
+        for (int swap = 0; swap < 2; swap++)
+            for (int dt = 0; dt < 3; dt++) {
+                unsigned dtype = dt == 0 ? SL_F32 : dt == 1 ? SL_BF16 : SL_I32;
+                /* a [A,B,C] against b [B,1], or b [B,1] against a */
+                sl_shape sa = KT_SHAPE(dtype, 3, A, B, C), sb = KT_SHAPE(dtype, 2, B, 1);
+                sl_shape sh[3] = {swap ? sb : sa, swap ? sa : sb};
+                void *pa = dt == 0 ? (void *) a : dt == 1 ? (void *) ha : (void *) ia;
+                void *pb = dt == 0 ? (void *) b : dt == 1 ? (void *) hb : (void *) ib;
+                sl_op_attrs at = {.i = {kind}};
+                kt_run_op(&env, SL_OP_COMPARE, &at, sh,
+                          (float *const[]){swap ? pb : pa, swap ? pa : pb}, 2,
+                          (float *const[]){(float *) y});
+                for (int i = 0; i < N; i++) {
+                    int j = i / C % B;
+                    double x = dt == 2 ? (double) ia[i] : dt == 1 ? sl_f32_from_bf16(ha[i]) : a[i];
+                    double z = dt == 2 ? (double) ib[j] : dt == 1 ? sl_f32_from_bf16(hb[j]) : b[j];
+                    int want = swap ? ref_compare(kind, z, x) : ref_compare(kind, x, z);
+                    if (y[i] != want)
+                        fail_msg("compare kind %d %s%s element %d: got %d, want %d", kind,
+                                 sl_dtype_name(dtype), swap ? " swapped" : "", i, y[i], want);
+                }
+            }
+}
+
 KT_GROUP_ON(kt_run_axes_tests, "axes ops", spec, setup, teardown, cmocka_unit_test(test_ew_binary),
             cmocka_unit_test(test_ew_unary), cmocka_unit_test(test_layout),
             cmocka_unit_test(test_gather), cmocka_unit_test(test_reduce_axes),
-            cmocka_unit_test(test_log_softmax_batch_matmul))
+            cmocka_unit_test(test_log_softmax_batch_matmul), cmocka_unit_test(test_compare))

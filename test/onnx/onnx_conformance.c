@@ -150,17 +150,19 @@ static int load_tensor(const char *path, struct tensor *t, char *why, size_t wle
         return snprintf(why, wlen, "%s: bad dims", path), -1;
     }
     bool f16 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
-         bf16 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+         bf16 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16,
+         boolean = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL; /* fed as i32 0/1 */
     size_t esize = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT   ? 4
                    : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
                    : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4
                    : f16 || bf16                                          ? 2
+                   : boolean                                              ? 1
                                                                           : 0;
     if (!esize) {
         onnx__tensor_proto__free_unpacked(p, NULL);
         return snprintf(why, wlen,
                         "test data of ONNX type %d (salus has float, float16, bfloat16, int32, "
-                        "int64)",
+                        "int64, bool)",
                         t->dtype),
                1;
     }
@@ -181,6 +183,8 @@ static int load_tensor(const char *path, struct tensor *t, char *why, size_t wle
                 float v;
                 memcpy(&v, q, 4);
                 t->d[i] = v;
+            } else if (esize == 1) {
+                t->d[i] = *q != 0;
             } else if (esize == 2) {
                 uint16_t h;
                 memcpy(&h, q, 2);

@@ -594,6 +594,116 @@ static void autocasts_f32_only_ops(void **state)
     }
 }
 
+/* A BERT-style key padding mask: Equal(ids, 0), or Not of a bool input
+ * (fed as i32 0/1), unsqueezed and expanded over the query axis (still a
+ * bool), then Where(mask, -inf, scores) and Softmax. The padded keys get exactly 0, the others
+ * the softmax over the kept keys; the -inf branch is one masked_fill. The
+ * mask cast to float is 1 at the padding. */
+static void masks_padding_before_softmax(void **state)
+{
+    (void) state;
+    enum { B = 2, Q = 3, K = 4 };
+    static const int32_t ids[B * K] = {5, 7, 0, 0, 3, 0, 9, 0};
+    static int64_t zero = 0, axis1 = 1, full[3] = {B, Q, K};
+    static const float ninf = -INFINITY;
+    static char *eq_in[] = {"ids", "zero"}, *not_in[] = {"valid"}, *mask_out[] = {"pad"},
+                *un_in[] = {"pad", "axes"}, *un_out[] = {"pad3"}, *ex_in[] = {"pad3", "full"},
+                *ex_out[] = {"padq"}, *wh_in[] = {"padq", "ninf", "scores"}, *wh_out[] = {"masked"},
+                *sm_in[] = {"masked"}, *sm_out[] = {"y"}, *ca_in[] = {"pad"}, *ca_out[] = {"padf"};
+    for (int form = 0; form < 2; form++) {
+        model_begin(14);
+        add_input(form ? "valid" : "ids", 2, (int64_t[]){B, K});
+        ttypes[n_vis - 1].elem_type =
+            form ? ONNX__TENSOR_PROTO__DATA_TYPE__BOOL : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+        add_input("scores", 3, (int64_t[]){B, Q, K});
+        add_init_i64("zero", 1, &zero);
+        inits[0].n_dims = 0;
+        add_init_i64("axes", 1, &axis1);
+        add_init_i64("full", 3, full);
+        add_init_f32("ninf", 0, NULL, &ninf);
+        if (form)
+            add_node("Not", "not", 1, not_in, 1, mask_out);
+        else
+            add_node("Equal", "eq", 2, eq_in, 1, mask_out);
+        add_node("Unsqueeze", "un", 2, un_in, 1, un_out);
+        add_node("Expand", "ex", 2, ex_in, 1, ex_out);
+        add_node("Where", "where", 3, wh_in, 1, wh_out);
+        attr_int(add_node("Softmax", "sm", 1, sm_in, 1, sm_out), "axis", -1);
+        attr_int(add_node("Cast", "cast", 1, ca_in, 1, ca_out), "to",
+                 ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+        add_output("y");
+        add_output("padf");
+        salus_onnx_model *m;
+        assert_sl_ok(load(NULL, &m));
+        const salus_graph *g = salus_onnx_graph(m);
+        assert_int_equal(count_op(g, "compare"), 2); /* the mask, the expansion */
+        assert_int_equal(count_op(g, "masked_fill"), 1);
+        int dtype;
+        assert_sl_ok(salus_onnx_input(m, 0, NULL, &dtype, NULL, NULL));
+        assert_int_equal(dtype, SALUS_I32);
+        int32_t in0[B * K];
+        for (int i = 0; i < B * K; i++)
+            in0[i] = form ? ids[i] != 0 : ids[i];
+        float scores[B * Q * K], y[B * Q * K], padf[B * K];
+        for (int i = 0; i < B * Q * K; i++)
+            scores[i] = (float) ((i * 7) % 11) * 0.25f - 1.0f;
+        assert_sl_ok(salus_onnx_run(m, (const void *[]){in0, scores}, (void *[]){y, padf}));
+        for (int i = 0; i < B * K; i++)
+            if (padf[i] != (ids[i] == 0 ? 1.0f : 0.0f))
+                fail_msg("form %d padf[%d] = %g", form, i, (double) padf[i]);
+        for (int r = 0; r < B * Q; r++) {
+            const int32_t *row_ids = ids + r / Q * K;
+            double sum = 0;
+            for (int k = 0; k < K; k++)
+                if (row_ids[k])
+                    sum += exp(scores[r * K + k]);
+            for (int k = 0; k < K; k++) {
+                double want = row_ids[k] ? exp(scores[r * K + k]) / sum : 0.0;
+                if (!(fabs(y[r * K + k] - want) <= 1e-6))
+                    fail_msg("form %d y[%d][%d] = %g, want %g", form, r, k, (double) y[r * K + k],
+                             want);
+            }
+        }
+        salus_onnx_free(m);
+    }
+}
+
+/* Cast to bool is nonzero (NaN and -0 as ONNX: true and false); a bool to
+ * int64 is its 0 and 1 as i32. An integer that is not a bool to a float is
+ * refused, naming the Cast. */
+static void casts_to_and_from_bool(void **state)
+{
+    (void) state;
+    static char *c1_in[] = {"x"}, *c1_out[] = {"b"}, *c2_in[] = {"b"}, *c2_out[] = {"y"};
+    model_begin(14);
+    add_input("x", 1, (int64_t[]){6});
+    attr_int(add_node("Cast", "to_bool", 1, c1_in, 1, c1_out), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__BOOL);
+    attr_int(add_node("Cast", "to_int", 1, c2_in, 1, c2_out), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+    add_output("y");
+    salus_onnx_model *m;
+    assert_sl_ok(load(NULL, &m));
+    int dtype;
+    assert_sl_ok(salus_onnx_output(m, 0, NULL, &dtype, NULL, NULL));
+    assert_int_equal(dtype, SALUS_I32);
+    const float x[6] = {0.0f, -0.0f, 1.5f, NAN, -2.0f, INFINITY};
+    int32_t y[6];
+    assert_sl_ok(salus_onnx_run(m, (const void *[]){x}, (void *[]){y}));
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(y[i], i >= 2);
+    salus_onnx_free(m);
+
+    static char *c3_in[] = {"ids"}, *c3_out[] = {"f"};
+    model_begin(14);
+    add_input("ids", 1, (int64_t[]){6});
+    ttypes[n_vis - 1].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    attr_int(add_node("Cast", "ids_to_float", 1, c3_in, 1, c3_out), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    add_output("f");
+    refused(load(NULL, &m), SALUS_EUNSUPPORTED, (const char *[]){"ids_to_float", "integers", NULL});
+}
+
 /* salus_onnx_check_buffer: the same verdicts without a server. */
 static int check(char *why, size_t len)
 {
@@ -730,6 +840,8 @@ int main(void)
         cmocka_unit_test(refusal_frees_uploaded_tensors),
         cmocka_unit_test(trilu_keeps_infinities),
         cmocka_unit_test(resizes_by_constant_scales),
+        cmocka_unit_test(masks_padding_before_softmax),
+        cmocka_unit_test(casts_to_and_from_bool),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }

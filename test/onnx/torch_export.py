@@ -3,7 +3,7 @@
 
 For each model: DIR/NAME.onnx (torch.onnx.export, eval mode, random weights
 from a fixed seed: nothing is downloaded), DIR/NAME.in (the input, raw, in
-the model's input type) and DIR/NAME.out (PyTorch's output for it, raw
+the model's input type as salus feeds it: bert's int64 token ids as int32) and DIR/NAME.out (PyTorch's output for it, raw
 float32), and a line in DIR/models.txt: NAME. The C checker
 (onnx_torch_check) runs the .onnx through salusd and compares.
 
@@ -16,7 +16,7 @@ weights and input the half model holds: both rounded to the half type
 first, so what the comparison measures is salus's half-precision
 arithmetic, not the rounding of the weights.
 
-  torch_export.py DIR [--models mlp,cnn,resnet18,mobilenet_v2,transformer,
+  torch_export.py DIR [--models mlp,cnn,resnet18,mobilenet_v2,transformer,bert,
                        resnet18_bf16,resnet18_f16,transformer_bf16,
                        transformer_f16] [--batch N]
 Exits 77 when torch or torchvision is missing (meson: SKIP)."""
@@ -73,6 +73,40 @@ class Encoder(nn.Module):
         return self.out(self.norm(self.enc(self.embed(x))).mean(dim=1))
 
 
+class Bert(nn.Module):
+    """A BERT-style encoder over token ids with a key padding mask (id 0 is
+    padding): token and position embeddings, 2 layers whose attention
+    skips the padding, and the mean over the real tokens. Its export
+    computes the mask (Equal), broadcasts it (Reshape, Expand), turns it
+    into -inf scores (Where) and back into floats (Not, Cast)."""
+    SEQ = 12
+
+    def __init__(self, vocab=100):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, 64, padding_idx=0)
+        self.pos = nn.Parameter(torch.randn(1, self.SEQ, 64) * 0.1)
+        layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                           dropout=0.1, activation="gelu", batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(64)
+        self.out = nn.Linear(64, 5)
+
+    def forward(self, ids):
+        pad = ids == 0
+        h = self.enc(self.tok(ids) + self.pos, src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).to(h.dtype)
+        return self.out((self.norm(h) * keep).sum(dim=1) / keep.sum(dim=1))
+
+
+def token_ids(batch):
+    """Token ids in [1, 100) with 0s (padding) at the end of each row,
+    every row keeping at least half its tokens."""
+    ids = torch.randint(1, 100, (batch, Bert.SEQ))
+    for b in range(batch):
+        ids[b, Bert.SEQ // 2 + b % (Bert.SEQ // 2):] = 0
+    return ids
+
+
 def build(name):
     if name == "mlp":
         return MLP(), (1, 28, 28)
@@ -80,6 +114,8 @@ def build(name):
         return CNN(), (1, 28, 28)
     if name == "transformer":
         return Encoder(), (12, 16)
+    if name == "bert":
+        return Bert(), None
     import torchvision
     if name == "resnet18":
         return torchvision.models.resnet18(weights=None), (3, 224, 224)
@@ -131,7 +167,7 @@ def to_half(src, dst, kind):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
-    ap.add_argument("--models", default="mlp,cnn,transformer,resnet18,mobilenet_v2,"
+    ap.add_argument("--models", default="mlp,cnn,transformer,bert,resnet18,mobilenet_v2,"
                     "transformer_f16,transformer_bf16,resnet18_f16,resnet18_bf16")
     ap.add_argument("--batch", type=int, default=2)
     args = ap.parse_args()
@@ -157,7 +193,7 @@ def main():
                 if isinstance(m, nn.BatchNorm2d):
                     m.running_mean.uniform_(-0.5, 0.5)
                     m.running_var.uniform_(0.5, 2.0)
-            x = torch.randn(args.batch, *shape)
+            x = token_ids(args.batch) if shape is None else torch.randn(args.batch, *shape)
             if kind:
                 with torch.no_grad():
                     for t in list(model.parameters()) + list(model.buffers()):
@@ -175,8 +211,9 @@ def main():
                 os.remove(path + ".f32")
                 half_bits(x.numpy(), kind).astype("<u2").tofile(
                     os.path.join(args.dir, name + ".in"))
-            else:
-                x.numpy().astype("float32").tofile(os.path.join(args.dir, name + ".in"))
+            else:  # token ids (int64 in the model) are fed as int32
+                x.numpy().astype("int32" if shape is None else "float32").tofile(
+                    os.path.join(args.dir, name + ".in"))
             y.numpy().astype("float32").tofile(os.path.join(args.dir, name + ".out"))
             listing.write(name + "\n")
             print(f"exported {name}: input {list(x.shape)}, output {list(y.shape)}")
