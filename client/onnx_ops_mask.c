@@ -190,7 +190,7 @@ int sl_onnx_map_cast_int(sl_onnx_imp *m, const Onnx__NodeProto *n, struct ent *x
     if (to < 0)
         return UNSUP("a cast to ONNX data type %lld", (long long) to_type);
     if (!src_bool)
-        return UNSUP("a cast of integers to a float (salus converts bools: 0 and 1)");
+        return UNSUP("a cast of i32 integers to a float (salus converts bools: 0 and 1)");
     /* a bool to a float: where(x, 1, 0) in the target dtype */
     m->fdtype = (uint8_t) to;
     salus_value in[3] = {sl_onnx_value(m, x), sl_onnx_scalar(m, 1), sl_onnx_scalar(m, 0)};
