@@ -53,6 +53,13 @@
 #define PER_PEER_DIV 8
 /* After accept fails (out of descriptors or memory), before trying again. */
 #define ACCEPT_BACKOFF_MS 100
+/* After a connection was refused, before accepting the next: a refused
+ * stream's descriptor is closed later by NNG's reaper thread, so a flood
+ * accepted as fast as it arrives holds descriptors for as long as the
+ * reaper lags. Paced, the flood waits in the kernel's listen backlog (not
+ * salusd's descriptors) and a scrape queued behind it waits a few ms per
+ * connection ahead of it. */
+#define REFUSAL_PACE_MS 5
 #define REFUSAL_LOG_NS (60ull * 1000000000ull)
 
 /* Peer keys: the top two bits say what the rest is. */
@@ -342,8 +349,8 @@ static void note_refusal(sl_metrics *m, uint64_t peer)
     m->refused_logged = m->refused;
 }
 
-/* Admits s under the budget, or closes it. */
-static void admit(sl_metrics *m, nng_stream *s)
+/* Admits s under the budget, or closes it (then false). */
+static bool admit(sl_metrics *m, nng_stream *s)
 {
     uint64_t peer = peer_key(s);
     conn *c = sl_calloc(1, sizeof *c);
@@ -377,9 +384,10 @@ static void admit(sl_metrics *m, nng_stream *s)
             sl_free(c);
         }
         nng_stream_free(s);
-        return;
+        return false;
     }
     receive(c);
+    return true;
 }
 
 static void accept_done(void *arg)
@@ -392,7 +400,11 @@ static void accept_done(void *arg)
     if (m->accept_backing_off) {
         m->accept_backing_off = false;
     } else if (rv == 0) {
-        admit(m, nng_aio_get_output(m->accept_aio, 0));
+        if (!admit(m, nng_aio_get_output(m->accept_aio, 0)) && !stopping) {
+            m->accept_backing_off = true;
+            nng_sleep_aio(REFUSAL_PACE_MS, m->accept_aio);
+            return;
+        }
     } else if (!stopping && rv != NNG_ECLOSED && rv != NNG_ECANCELED) {
         /* out of descriptors or memory: try again later, never spin */
         m->accept_backing_off = true;
