@@ -97,8 +97,10 @@ static void print_setup(const options *o, const sl_eval_colo *s)
            "its time on the whole device)\n",
            s->need, gpu->sm_count, 100 * NEED_SLACK);
     printf("fikit: launches: %s\n",
-           o->c.pipelined ? "a whole iteration's all at its start, back to back (pipelined)"
-                          : "each op's after the one before it completed");
+           o->c.launch == SL_EVAL_LAUNCH_GRAPH ? "one graph replay per iteration (lp: per segment)"
+           : o->c.launch == SL_EVAL_LAUNCH_OPS
+               ? "op by op, a whole iteration's all at its start, back to back (pipelined)"
+               : "each op's after the one before it completed");
     printf("fikit: one %s; hp %s batch 1 inference (%zu forward ops, %.3f ms alone), %.0f "
            "requests/s Poisson, %zu requests (%.1f s); lp %u x %s batch %u training (%zu ops, "
            "%.1f ms per iteration alone, mean op %.1f us); seed %llu\n",
@@ -127,7 +129,7 @@ static int run_config(const options *o, sl_eval_colo *s, int c, FILE *jf, runs *
     cfg.gaps = &gc;
     cfg.no_gap_fill = cf->no_gap_fill;
     cfg.measure_decisions = true;
-    cfg.pipelined_launches = o->c.pipelined;
+    sl_cli_launch_config(&o->c, &cfg);
     if (cf->partitions) {
         cfg.part_sms = gpu->sm_count;
         cfg.part_online = s->need;
@@ -232,7 +234,7 @@ static bool tiny(void *dst, const char *arg)
 int main(int argc, char **argv)
 {
     options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
-                                            SL_CLI_WANT_SERIAL),
+                                            SL_CLI_WANT_LAUNCH),
                  .hp_model = "resnet50",
                  .lp_model = "resnet50",
                  .lp_batch = 32,
@@ -258,7 +260,7 @@ int main(int argc, char **argv)
                               .n_req = o.n_req,
                               .qps = o.qps,
                               .seed = o.c.seed,
-                              .pipelined = o.c.pipelined,
+                              .launch = o.c.launch,
                               .need_slack = NEED_SLACK,
                               .csv = o.c.csv};
     static sl_eval_colo s; /* large: its jobs */

@@ -153,7 +153,7 @@ typedef struct svc_model {
 /* An offline training job's computed iteration. */
 typedef struct train_model {
     sl_eval_op_list ops;
-    uint64_t iteration_ns; /* alone, whole iterations (pipelined unless --serial-launch) */
+    uint64_t iteration_ns; /* alone, whole iterations, launched as `launch` says */
     uint64_t op_ns;        /* its mean op, launch and work: what a stepwise op takes */
     double u;
 } train_model;
@@ -216,10 +216,10 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
     return at ? n : 0;
 }
 
-/* A whole iteration's launches all at its start (evsim.h
- * pipelined_launches), and every solo time, utilisation and declared need
- * computed the same way; --serial-launch: each after the op before it */
-static bool pipelined = true;
+/* How an iteration reaches the device (cli.h: one graph replay unless
+ * --op-launch or --serial-launch), and every solo time, utilisation and
+ * declared need computed the same way */
+static enum sl_eval_launch launch = SL_EVAL_LAUNCH_GRAPH;
 
 /* One GPU for one day through sl_eval_run: the service's replicas and,
  * unless off is NULL, the offline job, run as mode says. */
@@ -265,7 +265,8 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
     cfg.until_ns = T_ns;
     cfg.no_gap_fill = mode->no_gap_fill;
-    cfg.pipelined_launches = pipelined;
+    sl_cli_common lc = {.launch = launch, .gpu = gpu};
+    sl_cli_launch_config(&lc, &cfg);
     sl_part_plan_config plan;
     if (mode->partitions) {
         unsigned min_sms, align;
@@ -423,11 +424,11 @@ static int build_services(cluster *cl)
         sl_eval_part_granularity(gpu, &min_sms, &align);
         svc_model *sm = &cl->sm[m];
         rc = sl_eval_op_list_from(&t, t.n_ops, &sm->ops);
-        sm->request_ns = sl_eval_timeline_solo_ns(&t, pipelined);
-        sm->u = sl_eval_timeline_utilisation_ex(&t, pipelined);
+        sm->request_ns = sl_eval_timeline_solo_ns(&t, launch);
+        sm->u = sl_eval_timeline_utilisation_ex(&t, launch);
         sm->p = t.params * 4;
-        sm->need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, pipelined);
-        sm->need_slo = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, pipelined);
+        sm->need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, launch);
+        sm->need_slo = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, launch);
         /* batch-1 activations: the CSV's smallest-batch training peak less
          * weights and gradients, per sample (as eval/drivers/inference.c: an
          * over-statement, since inference keeps only live activations),
@@ -439,7 +440,7 @@ static int build_services(cluster *cl)
         sm->e = 16 * MIB;
         if (best && best->peak_bytes > 2 * sm->p && best->batch)
             sm->e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm->p) / best->batch);
-        cl->need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm->need, pipelined);
+        cl->need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm->need, launch);
         sl_eval_timeline_fini(&t);
         if (rc != SL_OK)
             return 1;
@@ -477,9 +478,9 @@ static int build_offline(cluster *cl)
             return sl_cli_fail(rc, "%s", cw[i].name);
         train_model *tm = &cl->tm[cl->n_tm];
         rc = sl_eval_op_list_from(&t, t.n_ops, &tm->ops);
-        tm->iteration_ns = sl_eval_timeline_solo_ns(&t, pipelined);
+        tm->iteration_ns = sl_eval_timeline_solo_ns(&t, launch);
         tm->op_ns = t.n_ops ? t.iteration_ns / t.n_ops : 0;
-        tm->u = sl_eval_timeline_utilisation_ex(&t, pipelined);
+        tm->u = sl_eval_timeline_utilisation_ex(&t, launch);
         sl_eval_timeline_fini(&t);
         if (rc != SL_OK)
             return 1;
@@ -862,7 +863,7 @@ static bool tiny(void *dst, const char *arg)
 int main(int argc, char **argv)
 {
     options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
-                                            SL_CLI_WANT_CSV | SL_CLI_WANT_SERIAL),
+                                            SL_CLI_WANT_CSV | SL_CLI_WANT_LAUNCH),
                  .n_gpus = 32,
                  .n_off = 32,
                  .T = 120,
@@ -878,7 +879,7 @@ int main(int argc, char **argv)
     int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
     if (st != SL_CLI_RUN)
         return st;
-    pipelined = o.c.pipelined;
+    launch = o.c.launch;
     static cluster cl;
     cl.o = &o;
     if (!sl_cli_workloads(&o.c, &cl.w, &cl.n_w))
