@@ -883,7 +883,7 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
         rc = sl_gaps_init(&g->gaps, cfg->gaps);
     sl_lanes_init(&g->handoff, g->sched, g->mem);
     sl_steps_config sc = {
-        .gap_fill = true, .part_ns = cfg->op_part_ns, .isolated = cfg->part_sms > 0};
+        .gap_fill = true, .part_ns = cfg->op_part_ns, .isolated = cfg->part_sms > 0 || cfg->lp_concurrent};
     sl_steps_init(&g->steps, &g->gaps, &sc);
     unsigned online = cfg->part_sms ? cfg->part_online : 0;
     if (online && cfg->part_plan) {

@@ -254,6 +254,15 @@ typedef struct sl_eval_config {
     bool graph_launches;
     uint64_t graph_launch_ns, graph_node_ns;
     uint64_t segment_ns;
+    /* Low-priority steps dispatched as sched/steps.h's isolated mode
+     * without partitions: while no high-priority work is pending every
+     * parked lp iteration issues its next step (one per lp lane in
+     * flight), whatever the predicted gaps; none while hp work is pending.
+     * A proposal, not salusd's behaviour (salusd isolates lp steps only
+     * with compute partitions); with graph segments an hp arrival waits
+     * for the running blocks of the lp segments in flight (stream classes
+     * order the rest). */
+    bool lp_concurrent;
     /* Compute partitions (pdev.h): part_sms the
      * GPU's SMs (its profile's sm_count), 0 = no partitions. With them
      * high-priority jobs' ops run on an online partition of part_online
