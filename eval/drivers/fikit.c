@@ -228,8 +228,8 @@ static int run_config(const options *o, sl_eval_colo *s, int c, FILE *jf, runs *
                 "\"hp_p50_inflation\": %.4f, \"hp_p99_inflation\": %.4f, \"lp_iter_per_s\": "
                 "%.4f, \"lp_retained\": %.4f, \"lp_vs_sharing\": %.4f, \"lp_steps\": %llu, "
                 "\"lp_in_flight_max\": %u, \"decisions\": %llu, \"ns_per_decision\": %.1f}%s\n",
-                cf->name, r->p50[c] / 1e6, r->p99[c] / 1e6, x50, x99, r->lp_rate[c], kept,
-                vs_share, (unsigned long long) sum.lp_steps, sum.lp_in_flight_max,
+                cf->name, r->p50[c] / 1e6, r->p99[c] / 1e6, x50, x99, r->lp_rate[c], kept, vs_share,
+                (unsigned long long) sum.lp_steps, sum.lp_in_flight_max,
                 (unsigned long long) sum.decisions, r->per_decision_ns[c],
                 c + 1 < N_CONFIGS ? "," : "");
     return -1;
@@ -288,15 +288,16 @@ static int run_sweep(const options *o, sl_eval_colo *s, const runs *r, FILE *jf)
             best_conc = conc;
         }
     }
-    fprintf(stderr, "fikit: sweep's pick at hp p99 <= %.1fx: %s margin %.2f segment %.0f us "
-                    "(lp %.3f of sharing at p99 x%.3f)\n",
+    fprintf(stderr,
+            "fikit: sweep's pick at hp p99 <= %.1fx: %s margin %.2f segment %.0f us "
+            "(lp %.3f of sharing at p99 x%.3f)\n",
             GOAL_P99, best_conc ? "concurrent" : "gap", best_m, (double) best_seg / 1e3, best_lp,
             best_x);
     if (jf)
         fprintf(jf,
-                "\n  ],\n  \"sweep_pick\": {\"mode\": \"%s\", \"margin\": %.2f, "
-                "\"segment_us\": %.0f, \"lp_vs_sharing\": %.4f, \"hp_p99_inflation\": %.4f},\n"
-                "  \"paper_point\": {\"hp_p99_inflation\": %.4f, \"lp_vs_sharing\": %.2f},\n",
+                "\n  ],\n  \"sweep_pick\": [{\"mode\": \"%s\", \"margin\": %.2f, "
+                "\"segment_us\": %.0f, \"lp_vs_sharing\": %.4f, \"hp_p99_inflation\": %.4f}],\n"
+                "  \"paper_point\": [{\"hp_p99_inflation\": %.4f, \"lp_vs_sharing\": %.2f}],\n",
                 best_conc ? "concurrent" : "gap", best_m, (double) best_seg / 1e3, best_lp, best_x,
                 r->p99[C_SHARE] / r->p99[C_HP_ALONE] / PAPER_HP_MIN, PAPER_LP_MIN);
     return -1;
@@ -349,14 +350,15 @@ static void report(const sl_eval_colo *s, const runs *r, FILE *jf)
            "than plain sharing, p99 x%.3f of alone; lp kept %.3f\n",
            s->need, pg_sp, pg_x99, pg_lp);
     if (jf)
-        fprintf(jf,
-                "  \"hp_speedup_p50\": %.4f, \"hp_speedup_max\": %.4f, \"lp_retained\": "
-                "%.4f, \"overhead_pct\": %.4f, \"lp_retained_min\": %.4f, "
-                "\"part_gap_lp_retained\": %.4f, \"part_gap_speedup_p50\": %.4f, "
-                "\"part_gap_p99_inflation\": %.4f, \"need_sms\": %u, \"fill5_lp_vs_sharing\": %.4f, "
-                "\"lp_vs_sharing\": %.4f, \"hp_p99_inflation\": %.4f\n}\n",
-                sp50, spmax, lp_def, overhead, lp_kept, pg_lp, pg_sp, pg_x99, s->need, lp_vs_share,
-                d_vs, d_x99);
+        fprintf(
+            jf,
+            "  \"hp_speedup_p50\": %.4f, \"hp_speedup_max\": %.4f, \"lp_retained\": "
+            "%.4f, \"overhead_pct\": %.4f, \"lp_retained_min\": %.4f, "
+            "\"part_gap_lp_retained\": %.4f, \"part_gap_speedup_p50\": %.4f, "
+            "\"part_gap_p99_inflation\": %.4f, \"need_sms\": %u, \"fill5_lp_vs_sharing\": %.4f, "
+            "\"lp_vs_sharing\": %.4f, \"hp_p99_inflation\": %.4f\n}\n",
+            sp50, spmax, lp_def, overhead, lp_kept, pg_lp, pg_sp, pg_x99, s->need, lp_vs_share,
+            d_vs, d_x99);
     printf("BENCH eval_fikit hp_speedup_p50=%.2f hp_speedup_max=%.2f lp_retained=%.3f "
            "overhead_pct=%.3f lp_retained_min=%.3f hp_p50_inflation=%.3f partgap_lp_retained=%.3f "
            "partgap_speedup_p50=%.2f partgap_p99_inflation=%.3f fill5_lp_vs_sharing=%.3f "

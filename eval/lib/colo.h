@@ -25,8 +25,8 @@ typedef struct sl_eval_colo_config {
     double qps;                 /* > 0 */
     uint64_t seed;
     enum sl_eval_launch launch; /* how solo times launch (graphs.h) */
-    double need_slack; /* hp's declared need: within this of the whole device */
-    const char *csv;   /* the Salus workloads: lp's ephemeral memory (measured peak) */
+    double need_slack;          /* hp's declared need: within this of the whole device */
+    const char *csv;            /* the Salus workloads: lp's ephemeral memory (measured peak) */
 } sl_eval_colo_config;
 
 typedef struct sl_eval_colo {

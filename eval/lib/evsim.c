@@ -68,9 +68,9 @@ typedef struct sim_job {
     uint64_t request_ns;   /* when the request in flight was meant to be sent */
     uint64_t switch_delay; /* switch cost still to charge to the first op issued */
     /* graph launches (sl_eval_config.graph_launches) */
-    bool replay;          /* the next op submitted begins a replay */
-    uint32_t *seg_first;  /* stepwise segments: segment i is ops [seg_first[i], seg_first[i + 1]) */
-    uint32_t n_segs;      /* 0: one op per step */
+    bool replay;         /* the next op submitted begins a replay */
+    uint32_t *seg_first; /* stepwise segments: segment i is ops [seg_first[i], seg_first[i + 1]) */
+    uint32_t n_segs;     /* 0: one op per step */
     uint32_t seg_op, seg_end; /* the step in flight: the op on the device, the end of its segment */
 } sim_job;
 
@@ -882,8 +882,9 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
     if (rc == SL_OK)
         rc = sl_gaps_init(&g->gaps, cfg->gaps);
     sl_lanes_init(&g->handoff, g->sched, g->mem);
-    sl_steps_config sc = {
-        .gap_fill = true, .part_ns = cfg->op_part_ns, .isolated = cfg->part_sms > 0 || cfg->lp_concurrent};
+    sl_steps_config sc = {.gap_fill = true,
+                          .part_ns = cfg->op_part_ns,
+                          .isolated = cfg->part_sms > 0 || cfg->lp_concurrent};
     sl_steps_init(&g->steps, &g->gaps, &sc);
     unsigned online = cfg->part_sms ? cfg->part_online : 0;
     if (online && cfg->part_plan) {
@@ -1143,8 +1144,7 @@ out:
         }
     }
     sl_free(s.gpus);
-    for (size_t i = 0; s.jobs && i < n; i++)
-    {
+    for (size_t i = 0; s.jobs && i < n; i++) {
         sl_free(s.jobs[i].lp.ops);
         sl_free(s.jobs[i].seg_first);
     }

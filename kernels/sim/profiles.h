@@ -34,8 +34,8 @@ typedef struct sl_sim_profile {
      * resolving the node's dependency), instead of launch_ns per op. */
     uint64_t graph_launch_ns;
     uint64_t graph_node_ns;
-    double eff_compute;                   /* achievable fraction of peak_flops (0, 1] */
-    double eff_mem;                       /* achievable fraction of mem_bw (0, 1] */
+    double eff_compute; /* achievable fraction of peak_flops (0, 1] */
+    double eff_mem;     /* achievable fraction of mem_bw (0, 1] */
 } sl_sim_profile;
 
 /* Finds a profile by name, case-insensitively ("v100", "H100").
