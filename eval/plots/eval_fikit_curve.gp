@@ -13,7 +13,7 @@ set title "FIKIT trade-off: hp p99 inflation against lp kept (segment length in 
 set xlabel "hp p99 / hp alone"
 set ylabel "lp throughput / lp under plain sharing"
 set logscale x
-set xrange [1:*]
+set xrange [1:4]
 set yrange [0.3:1.0]
 set key bottom right
 gap(m, s) = (strcol("mode") eq "gap" && column("segment_us") == s) ? column("lp_vs_sharing") : 1/0
