@@ -628,11 +628,7 @@ static void print_cluster(const cluster *cl)
 static int run_alone(cluster *cl)
 {
     const options *o = cl->o;
-    /* the eval's model of the defaults: the trade-off default's dispatch
-     * (unless --no-gap-fill asks for salusd's ablation) */
-    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill,
-                            .concurrent = !o->no_gap_fill,
-                            .segment_ns = o->no_gap_fill ? 0 : TRADEOFF_SEGMENT_NS};
+    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill};
     for (size_t g = 0; g < o->n_gpus; g++) {
         fprintf(stderr, "\rmuxflow: services alone %zu/%zu", g + 1, o->n_gpus);
         int rc = run_gpu(o->c.gpu, &plain, &cl->on[g], &cl->sm[cl->on[g].model], NULL, NULL, NULL,
@@ -750,7 +746,11 @@ static int run_row(cluster *cl, const row *rows, int ri, row_res *rr, FILE *jf)
 static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
 {
     const options *o = cl->o;
-    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill};
+    /* the eval's model of the defaults: the trade-off default's dispatch
+     * (unless --no-gap-fill asks for salusd's ablation) */
+    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill,
+                            .concurrent = !o->no_gap_fill,
+                            .segment_ns = o->no_gap_fill ? 0 : TRADEOFF_SEGMENT_NS};
     const row rows[N_ROWS] = {
         [R_ONE] = {"one-per-gpu", P_ONE, plain},
         [R_GREEDY] = {"greedy", P_GREEDY, plain},
