@@ -63,8 +63,10 @@
  * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
- * (the matching policy's under salusd's defaults, which ship without
- * partitions; the other rows' figures follow as nofill_*, part_*,
+ * (the matching policy's under the eval's model of the defaults: graph
+ * replays, no partitions, the offline job's steps as the FIKIT trade-off
+ * default; salusd's gap filling as shipped follows as shipped_*, the other
+ * rows' figures as nofill_*, part_*,
  * partgap_*, partauto_*, partslo_*; the paper: utilisation 26 % -> 76 %, online
  * latency up by less than 20 %). */
 #include "cli.h"
