@@ -4,19 +4,22 @@
  *
  *   hparam [--jobs N] [--job-s S] [--submit-s X] [--seed S] [--gpu PROFILE]
  *          [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] [--private-launches]
+ *          [--op-launch | --serial-launch] [--graph-launch-ns N] [--graph-node-ns N]
  *
  * --launch-ns: the profile's per-op launch cost (an ASSUMPTION of 5 us in
  * kernels/sim/profiles.c) replaced, to show how the computed utilisations,
  * and so the ratios, depend on it. --private-launches: every stream
  * launches on its own, as if the GPU had no shared launch path (evsim.h
  * private_launches), to show what that path costs packed jobs.
+ * Launches: by default an iteration is one replay of a captured CUDA Graph,
+ * as salusd's cuda backend submits it: the profile's graph_launch_ns on
+ * the GPU's launch path, then graph_node_ns before each op's work
+ * (graphs.h sl_eval_timeline_graph_ns; --graph-launch-ns and
+ * --graph-node-ns replace the profile's ASSUMED costs). --op-launch: op by
+ * op, every launch issued without waiting (one host thread submitting the
+ * iteration, sl_eval_timeline_pipelined_ns), for comparison.
  * --serial-launch: an op's launch charged after the previous op's work, as
- * kernels/sim's streams and the op-by-op path charge it, instead of
- * pipelined as salusd submits a whole iteration (executor.c launch(): every
- * op enqueued without waiting; graphs.h sl_eval_timeline_pipelined_ns).
- * --graph-launch: what-if, not what salusd does: one launch per iteration
- * (a CUDA Graph captured once per registered graph), then its ops' work
- * back to back.
+ * kernels/sim's streams charge it.
  *
  * One at a time: salusd --strict --spread-limit 0 under fifo (every session
  * shares one lane, and strict fifo holds it for the oldest job until it
@@ -68,27 +71,22 @@ static model_case cases[] = {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
-/* How an iteration's ops reach the device (--serial-launch, --graph-launch). */
-enum launch_mode { LAUNCH_PIPELINED, LAUNCH_SERIAL, LAUNCH_GRAPH };
-
-static int profile_case(model_case *c, const sl_sim_profile *gpu, enum launch_mode mode,
+static int profile_case(model_case *c, const sl_sim_profile *gpu, enum sl_eval_launch mode,
                         const sl_eval_workload *w, size_t n_w)
 {
     sl_eval_timeline t;
     int rc = sl_eval_timeline_build(c->model, c->batch, gpu, &t);
     if (rc != SL_OK)
         return rc;
-    /* the solo iteration and its launch time: every op launched after the
-     * previous one's work, every op launched without waiting (the same
-     * launches and SM-time in less wall time), or one launch for the whole
-     * iteration and then the works back to back */
-    double launches = (double) (t.iteration_ns - t.work_ns), solo = (double) t.iteration_ns;
-    if (mode == LAUNCH_PIPELINED)
-        solo = (double) sl_eval_timeline_pipelined_ns(&t);
-    if (mode == LAUNCH_GRAPH) {
-        launches = (double) gpu->launch_ns;
-        solo = launches + (double) t.work_ns;
-    }
+    /* the solo iteration and its time on the launch path: every op
+     * launched after the previous one's work, every op launched without
+     * waiting (the same launches and SM-time in less wall time), or one
+     * replay for the whole iteration (its nodes' cost is on the stream,
+     * not on the shared path) */
+    double launches = (double) (t.iteration_ns - t.work_ns);
+    double solo = (double) sl_eval_timeline_solo_ns(&t, mode);
+    if (mode == SL_EVAL_LAUNCH_GRAPH)
+        launches = (double) t.graph_launch_ns;
     c->util = t.occupied_ns / solo;
     c->launch = launches / solo;
     if (c->measured) {
@@ -116,38 +114,17 @@ static const char usage[] =
     "usage: %s [--jobs N (300)] [--job-s S: each job's length alone (60)] "
     "[--submit-s X: arrivals uniform in [0, X) s (0)] [--seed S] "
     "[--gpu PROFILE (p100)] [--csv FILE] [--json FILE] [--tiny] [--launch-ns N] "
-    "[--private-launches] [--serial-launch | --graph-launch]\n";
+    "[--private-launches] [--op-launch | --serial-launch] [--graph-launch-ns N] "
+    "[--graph-node-ns N]\n";
 
 typedef struct options {
     sl_cli_common c;
     size_t n_jobs;
     double job_s, submit_s;
     bool tiny, private_launches;
-    enum launch_mode mode;
-    uint64_t launch_ns; /* UINT64_MAX: the profile's */
+    /* UINT64_MAX: the profile's */
+    uint64_t launch_ns, graph_launch_ns, graph_node_ns;
 } options;
-
-static bool set_mode(options *o, enum launch_mode mode)
-{
-    if (o->mode != LAUNCH_PIPELINED) {
-        fprintf(stderr, "hparam: --serial-launch and --graph-launch are exclusive\n");
-        return false;
-    }
-    o->mode = mode;
-    return true;
-}
-
-static bool serial_launch(void *dst, const char *arg)
-{
-    (void) arg;
-    return set_mode(dst, LAUNCH_SERIAL);
-}
-
-static bool graph_launch(void *dst, const char *arg)
-{
-    (void) arg;
-    return set_mode(dst, LAUNCH_GRAPH);
-}
 
 /* n_jobs identical jobs of case m: their lengths, arrivals and profile. */
 static void make_jobs(const options *o, const model_case *c, size_t m, sl_eval_job_spec *jobs)
@@ -206,7 +183,7 @@ static int run_case(const options *o, size_t m, const sl_eval_workload *w, size_
 {
     model_case *c = &cases[m];
     const sl_sim_profile *gpu = o->c.gpu;
-    int rc = profile_case(c, gpu, o->mode, w, n_w);
+    int rc = profile_case(c, gpu, o->c.launch, w, n_w);
     if (rc != SL_OK)
         return rc;
     make_jobs(o, c, m, jobs);
@@ -243,15 +220,17 @@ static void print_head(const options *o, FILE *jf)
     if (jf)
         fprintf(jf,
                 "{\n  \"bench\": \"eval_hparam\", \"jobs\": %zu, \"job_s\": %.3f, \"seed\": %llu, "
-                "\"gpu\": \"%s\",\n  \"models\": [\n",
-                o->n_jobs, o->job_s, (unsigned long long) o->c.seed, gpu->name);
-    printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op, "
-           "%s, launch path %s); one at a time (strict fifo, one lane) vs packed (pack, salusd "
-           "defaults)\n",
+                "\"gpu\": \"%s\", \"launch\": \"%s\",\n  \"models\": [\n",
+                o->n_jobs, o->job_s, (unsigned long long) o->c.seed, gpu->name,
+                sl_eval_launch_name(o->c.launch));
+    printf("%zu identical jobs per model, %.0f s each alone, on one %s (launch %llu ns per op; "
+           "graph replay %llu ns + %llu ns per node; %s, launch path %s); one at a time (strict "
+           "fifo, one lane) vs packed (pack, salusd defaults)\n",
            o->n_jobs, o->job_s, gpu->name, (unsigned long long) gpu->launch_ns,
-           o->mode == LAUNCH_SERIAL  ? "each after the previous op"
-           : o->mode == LAUNCH_GRAPH ? "one per iteration"
-                                     : "asynchronous",
+           (unsigned long long) gpu->graph_launch_ns, (unsigned long long) gpu->graph_node_ns,
+           o->c.launch == SL_EVAL_LAUNCH_SERIAL  ? "op by op, each after the previous op"
+           : o->c.launch == SL_EVAL_LAUNCH_GRAPH ? "one graph replay per iteration"
+                                                 : "op by op, asynchronous",
            o->private_launches ? "per stream" : "shared per GPU");
     printf("%-9s %5s %8s %6s %6s %9s %9s %14s %12s %6s %6s %6s  %s\n", "model", "batch", "iter_ms",
            "util", "launch", "P_MiB", "E_MiB", "one_at_a_time", "packed_min", "ratio", "bound",
@@ -261,11 +240,12 @@ static void print_head(const options *o, FILE *jf)
 int main(int argc, char **argv)
 {
     options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
-                                            SL_CLI_WANT_CSV),
+                                            SL_CLI_WANT_CSV | SL_CLI_WANT_LAUNCH),
                  .n_jobs = 300,
                  .job_s = 60,
-                 .mode = LAUNCH_PIPELINED,
-                 .launch_ns = UINT64_MAX};
+                 .launch_ns = UINT64_MAX,
+                 .graph_launch_ns = UINT64_MAX,
+                 .graph_node_ns = UINT64_MAX};
     const sl_cli_opt opts[] = {
         {"jobs", SL_CLI_SIZE, &o.n_jobs, 1, 1000000, NULL},
         {"job-s", SL_CLI_ABOVE, &o.job_s, 0, 1e7, NULL},
@@ -273,8 +253,8 @@ int main(int argc, char **argv)
         {"tiny", SL_CLI_SET, &o.tiny, 0, 0, NULL},
         {"launch-ns", SL_CLI_U64, &o.launch_ns, 0, 1e9, NULL},
         {"private-launches", SL_CLI_SET, &o.private_launches, 0, 0, NULL},
-        {"serial-launch", SL_CLI_CALL, &o, 0, 0, serial_launch},
-        {"graph-launch", SL_CLI_CALL, &o, 0, 0, graph_launch},
+        {"graph-launch-ns", SL_CLI_U64, &o.graph_launch_ns, 0, 1e9, NULL},
+        {"graph-node-ns", SL_CLI_U64, &o.graph_node_ns, 0, 1e9, NULL},
     };
     int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
     if (st != SL_CLI_RUN)
@@ -283,12 +263,14 @@ int main(int argc, char **argv)
         o.n_jobs = 12;
         o.job_s = 2;
     }
-    sl_sim_profile custom;
-    if (o.launch_ns != UINT64_MAX) {
-        custom = *o.c.gpu;
+    sl_sim_profile custom = *o.c.gpu;
+    if (o.launch_ns != UINT64_MAX)
         custom.launch_ns = o.launch_ns;
-        o.c.gpu = &custom;
-    }
+    if (o.graph_launch_ns != UINT64_MAX)
+        custom.graph_launch_ns = o.graph_launch_ns;
+    if (o.graph_node_ns != UINT64_MAX)
+        custom.graph_node_ns = o.graph_node_ns;
+    o.c.gpu = &custom;
     sl_eval_workload *w;
     size_t n_w;
     if (!sl_cli_workloads(&o.c, &w, &n_w))
@@ -314,7 +296,8 @@ int main(int argc, char **argv)
     if (!sl_cli_close(jf, o.c.json))
         return 1;
     printf("paper (Salus 5.2): 2.38x best makespan improvement\n");
-    printf("BENCH eval_hparam model=%s ratio=%.2f", cases[best_i].model, best);
+    printf("BENCH eval_hparam model=%s ratio=%.2f launch=%s", cases[best_i].model, best,
+           sl_eval_launch_name(o.c.launch));
     for (size_t m = 0; m < N_CASES; m++)
         printf(" %s_ratio=%.2f", cases[m].model, ratio[m]);
     printf("\n");

@@ -63,8 +63,10 @@
  * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
- * (the matching policy's under salusd's defaults, which ship without
- * partitions; the other rows' figures follow as nofill_*, part_*,
+ * (the matching policy's under the eval's model of the defaults: graph
+ * replays, no partitions, the offline job's steps as the FIKIT trade-off
+ * default; salusd's gap filling as shipped follows as shipped_*, the other
+ * rows' figures as nofill_*, part_*,
  * partgap_*, partauto_*, partslo_*; the paper: utilisation 26 % -> 76 %, online
  * latency up by less than 20 %). */
 #include "cli.h"
@@ -138,7 +140,16 @@ typedef struct gpu_mode {
     /* with partitions: the service declares its need at the latency
      * objective (SLO_SLACK) instead of NEED_SLACK */
     bool slo_need;
+    /* without partitions: the offline job's steps as the FIKIT trade-off
+     * default (eval/drivers/fikit.c, chosen there on its seed 1, nothing
+     * tuned here): graph segments of segment_ns dispatched concurrently
+     * (evsim.h lp_concurrent, a proposal for salusd) */
+    bool concurrent;
+    uint64_t segment_ns;
 } gpu_mode;
+
+/* the FIKIT trade-off default's segment length (fikit.c DEFAULT_SEGMENT_NS) */
+#define TRADEOFF_SEGMENT_NS 300000ull
 
 /* A model's batch-1 request: its ops, time alone and memory. */
 typedef struct svc_model {
@@ -153,7 +164,7 @@ typedef struct svc_model {
 /* An offline training job's computed iteration. */
 typedef struct train_model {
     sl_eval_op_list ops;
-    uint64_t iteration_ns; /* alone, whole iterations (pipelined unless --serial-launch) */
+    uint64_t iteration_ns; /* alone, whole iterations, launched as `launch` says */
     uint64_t op_ns;        /* its mean op, launch and work: what a stepwise op takes */
     double u;
 } train_model;
@@ -216,10 +227,10 @@ static size_t requests(const online *on, uint64_t seed, double T, uint64_t **out
     return at ? n : 0;
 }
 
-/* A whole iteration's launches all at its start (evsim.h
- * pipelined_launches), and every solo time, utilisation and declared need
- * computed the same way; --serial-launch: each after the op before it */
-static bool pipelined = true;
+/* How an iteration reaches the device (cli.h: one graph replay unless
+ * --op-launch or --serial-launch), and every solo time, utilisation and
+ * declared need computed the same way */
+static enum sl_eval_launch launch = SL_EVAL_LAUNCH_GRAPH;
 
 /* One GPU for one day through sl_eval_run: the service's replicas and,
  * unless off is NULL, the offline job, run as mode says. */
@@ -265,7 +276,10 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, gpu->capacity);
     cfg.until_ns = T_ns;
     cfg.no_gap_fill = mode->no_gap_fill;
-    cfg.pipelined_launches = pipelined;
+    sl_cli_common lc = {.launch = launch, .gpu = gpu};
+    sl_cli_launch_config(&lc, &cfg);
+    cfg.lp_concurrent = mode->concurrent;
+    cfg.segment_ns = mode->segment_ns;
     sl_part_plan_config plan;
     if (mode->partitions) {
         unsigned min_sms, align;
@@ -364,7 +378,18 @@ static const char usage[] =
 enum { P_ONE, P_GREEDY, P_MATCH, N_POL };
 
 /* The table's rows: a placement and how its GPUs run. */
-enum { R_ONE, R_GREEDY, R_MATCH, R_NOFILL, R_PART, R_PART_GAP, R_PART_AUTO, R_PART_SLO, N_ROWS };
+enum {
+    R_ONE,
+    R_GREEDY,
+    R_MATCH,
+    R_SHIPPED,
+    R_NOFILL,
+    R_PART,
+    R_PART_GAP,
+    R_PART_AUTO,
+    R_PART_SLO,
+    N_ROWS
+};
 typedef struct row {
     const char *name;
     int policy; /* P_* */
@@ -423,11 +448,11 @@ static int build_services(cluster *cl)
         sl_eval_part_granularity(gpu, &min_sms, &align);
         svc_model *sm = &cl->sm[m];
         rc = sl_eval_op_list_from(&t, t.n_ops, &sm->ops);
-        sm->request_ns = sl_eval_timeline_solo_ns(&t, pipelined);
-        sm->u = sl_eval_timeline_utilisation_ex(&t, pipelined);
+        sm->request_ns = sl_eval_timeline_solo_ns(&t, launch);
+        sm->u = sl_eval_timeline_utilisation_ex(&t, launch);
         sm->p = t.params * 4;
-        sm->need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, pipelined);
-        sm->need_slo = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, pipelined);
+        sm->need = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, NEED_SLACK, launch);
+        sm->need_slo = sl_eval_timeline_need_sms_ex(&t, gpu, min_sms, align, SLO_SLACK, launch);
         /* batch-1 activations: the CSV's smallest-batch training peak less
          * weights and gradients, per sample (as eval/drivers/inference.c: an
          * over-statement, since inference keeps only live activations),
@@ -439,7 +464,7 @@ static int build_services(cluster *cl)
         sm->e = 16 * MIB;
         if (best && best->peak_bytes > 2 * sm->p && best->batch)
             sm->e = fmax(16.0 * MIB, (double) (best->peak_bytes - 2 * sm->p) / best->batch);
-        cl->need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm->need, pipelined);
+        cl->need_ns[m] = sl_eval_timeline_ns_on_ex(&t, gpu, sm->need, launch);
         sl_eval_timeline_fini(&t);
         if (rc != SL_OK)
             return 1;
@@ -477,9 +502,9 @@ static int build_offline(cluster *cl)
             return sl_cli_fail(rc, "%s", cw[i].name);
         train_model *tm = &cl->tm[cl->n_tm];
         rc = sl_eval_op_list_from(&t, t.n_ops, &tm->ops);
-        tm->iteration_ns = sl_eval_timeline_solo_ns(&t, pipelined);
+        tm->iteration_ns = sl_eval_timeline_solo_ns(&t, launch);
         tm->op_ns = t.n_ops ? t.iteration_ns / t.n_ops : 0;
-        tm->u = sl_eval_timeline_utilisation_ex(&t, pipelined);
+        tm->u = sl_eval_timeline_utilisation_ex(&t, launch);
         sl_eval_timeline_fini(&t);
         if (rc != SL_OK)
             return 1;
@@ -723,11 +748,16 @@ static int run_row(cluster *cl, const row *rows, int ri, row_res *rr, FILE *jf)
 static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
 {
     const options *o = cl->o;
-    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill};
+    /* the eval's model of the defaults: the trade-off default's dispatch
+     * (unless --no-gap-fill asks for salusd's ablation) */
+    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill,
+                            .concurrent = !o->no_gap_fill,
+                            .segment_ns = o->no_gap_fill ? 0 : TRADEOFF_SEGMENT_NS};
     const row rows[N_ROWS] = {
         [R_ONE] = {"one-per-gpu", P_ONE, plain},
         [R_GREEDY] = {"greedy", P_GREEDY, plain},
         [R_MATCH] = {"matching", P_MATCH, plain},
+        [R_SHIPPED] = {"matching-gapfill", P_MATCH, {0}},
         [R_NOFILL] = {"matching-nofill", P_MATCH, {.no_gap_fill = true}},
         [R_PART] = {"matching-part", P_MATCH, {.partitions = true}},
         [R_PART_GAP] = {"matching-part-gap", P_MATCH, {.partitions = true, .spill = true}},
@@ -763,7 +793,8 @@ static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
 static void print_ours(const cluster *cl, const row_res res[N_ROWS])
 {
     static const char *const what[N_ROWS] = {
-        [R_MATCH] = "salusd's defaults",
+        [R_MATCH] = "defaults with the trade-off default (concurrent 300 us segments)",
+        [R_SHIPPED] = "salusd's gap filling as shipped (one op per step)",
         [R_NOFILL] = "--no-gap-fill",
         [R_PART] = "--partitions auto:need --no-stepwise",
         [R_PART_GAP] = "--partitions auto:need",
@@ -814,12 +845,10 @@ static void print_bench(const row_res res[N_ROWS])
            res[R_MATCH].util, res[R_MATCH].infl, res[R_MATCH].tput, res[R_MATCH].sm,
            res[R_GREEDY].util, res[R_GREEDY].infl, res[R_GREEDY].tput, res[R_ONE].util,
            res[R_ONE].sm, res[R_MATCH].worst);
-    static const char *const key[N_ROWS] = {[R_NOFILL] = "nofill",
-                                            [R_PART] = "part",
-                                            [R_PART_GAP] = "partgap",
-                                            [R_PART_AUTO] = "partauto",
-                                            [R_PART_SLO] = "partslo"};
-    for (int ri = R_NOFILL; ri < N_ROWS; ri++)
+    static const char *const key[N_ROWS] = {
+        [R_SHIPPED] = "shipped",  [R_NOFILL] = "nofill",      [R_PART] = "part",
+        [R_PART_GAP] = "partgap", [R_PART_AUTO] = "partauto", [R_PART_SLO] = "partslo"};
+    for (int ri = R_SHIPPED; ri < N_ROWS; ri++)
         if (res[ri].ran) {
             printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],
                    res[ri].util, key[ri], res[ri].infl, key[ri], res[ri].tput);
@@ -862,7 +891,7 @@ static bool tiny(void *dst, const char *arg)
 int main(int argc, char **argv)
 {
     options o = {.c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
-                                            SL_CLI_WANT_CSV | SL_CLI_WANT_SERIAL),
+                                            SL_CLI_WANT_CSV | SL_CLI_WANT_LAUNCH),
                  .n_gpus = 32,
                  .n_off = 32,
                  .T = 120,
@@ -878,7 +907,7 @@ int main(int argc, char **argv)
     int st = sl_cli_parse(argc, argv, usage, &o.c, opts, sizeof opts / sizeof opts[0]);
     if (st != SL_CLI_RUN)
         return st;
-    pipelined = o.c.pipelined;
+    launch = o.c.launch;
     static cluster cl;
     cl.o = &o;
     if (!sl_cli_workloads(&o.c, &cl.w, &cl.n_w))

@@ -108,7 +108,7 @@ static int run_config(const options *o, const sl_sim_profile *gpu, const sl_eval
     cfg.on_done = sl_eval_colo_on_done;
     cfg.arg = &st;
     cfg.until_ns = s->window + s->window / 4;
-    cfg.pipelined_launches = o->c.pipelined;
+    sl_cli_launch_config(&o->c, &cfg);
     if (cf->partitions) {
         cfg.part_sms = gpu->sm_count;
         cfg.part_online = s->need;
@@ -182,7 +182,7 @@ static int run_profile(const options *o, const sl_sim_profile *gpu, result *res,
            "%s batch %u (%.1f ms per iteration alone)\n",
            gpu->name, gpu->sm_count, s.min_sms, s.align, o->colo.hp_model, s.hp.n,
            (double) s.hp_ns / 1e6, s.need,
-           (double) sl_eval_timeline_ns_on_ex(&hp_view, gpu, s.need, o->c.pipelined) / 1e6,
+           (double) sl_eval_timeline_ns_on_ex(&hp_view, gpu, s.need, o->c.launch) / 1e6,
            o->colo.qps, o->colo.n_req, o->colo.lp_jobs, o->colo.lp_model, o->colo.lp_batch,
            (double) s.lp_ns / 1e6);
     printf("%-24s %9s %9s %7s %7s %9s %8s %8s %6s %6s %7s %7s\n", "config", "hp_p50_ms",
@@ -248,7 +248,7 @@ static void report(const options *o, result res[][N_CONFIGS], FILE *jf)
 int main(int argc, char **argv)
 {
     options o = {
-        .c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_SERIAL),
+        .c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_LAUNCH),
         .colo = {.hp_model = "resnet50",
                  .lp_model = "resnet50",
                  .lp_batch = 32,
@@ -274,7 +274,7 @@ int main(int argc, char **argv)
     if (st != SL_CLI_RUN)
         return st;
     o.colo.seed = o.c.seed;
-    o.colo.pipelined = o.c.pipelined;
+    o.colo.launch = o.c.launch;
     o.colo.csv = o.c.csv;
     FILE *jf;
     if (!sl_cli_create(o.c.json, &jf))

@@ -1,6 +1,8 @@
 /* The drivers' options and reports (cli.h). */
 #include "cli.h"
 
+#include "evsim.h"
+
 #include "sim/profiles.h"
 #include "sl_error.h"
 #include "sl_text.h"
@@ -145,14 +147,29 @@ sl_cli_common sl_cli_common_default(unsigned want)
                            .seed = 1,
                            .csv = SL_EVAL_CSV,
                            .gpu = sl_cli_profile("p100"),
-                           .pipelined = true};
+                           .launch = SL_EVAL_LAUNCH_GRAPH};
 }
 
 static bool set_serial(void *dst, const char *arg)
 {
     (void) arg;
-    ((sl_cli_common *) dst)->pipelined = false;
+    ((sl_cli_common *) dst)->launch = SL_EVAL_LAUNCH_SERIAL;
     return true;
+}
+
+static bool set_ops(void *dst, const char *arg)
+{
+    (void) arg;
+    ((sl_cli_common *) dst)->launch = SL_EVAL_LAUNCH_OPS;
+    return true;
+}
+
+void sl_cli_launch_config(const sl_cli_common *c, sl_eval_config *cfg)
+{
+    cfg->pipelined_launches = c->launch != SL_EVAL_LAUNCH_SERIAL;
+    cfg->graph_launches = c->launch == SL_EVAL_LAUNCH_GRAPH;
+    cfg->graph_launch_ns = c->gpu->graph_launch_ns;
+    cfg->graph_node_ns = c->gpu->graph_node_ns;
 }
 
 /* The shared options' entries for common (those it wants). */
@@ -164,6 +181,7 @@ static size_t common_opts(sl_cli_common *c, sl_cli_opt *out)
         {"gpu", SL_CLI_GPU, &c->gpu, 0, 0, NULL},
         {"csv", SL_CLI_STR, &c->csv, 0, 0, NULL},
         {"serial-launch", SL_CLI_CALL, c, 0, 0, set_serial},
+        {"op-launch", SL_CLI_CALL, c, 0, 0, set_ops},
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

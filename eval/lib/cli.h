@@ -24,6 +24,8 @@
 #ifndef SL_EVAL_CLI_H
 #define SL_EVAL_CLI_H
 
+#include "graphs.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,7 +99,11 @@ enum {
     SL_CLI_WANT_GPU = 1u << 2,    /* --gpu PROFILE: the kernels/sim profile, p100 */
     SL_CLI_WANT_CSV = 1u << 3,    /* --csv FILE: the Salus workloads, eval/data's */
     SL_CLI_WANT_SERIAL = 1u << 4, /* --serial-launch: each op launched after the
-                                   * one before it completed (pipelined false) */
+                                   * one before it completed */
+    SL_CLI_WANT_OPS = 1u << 5,    /* --op-launch: op by op, an iteration's launches
+                                   * back to back without waiting */
+    /* the launch modes together (launch, graph replays by default) */
+    SL_CLI_WANT_LAUNCH = SL_CLI_WANT_SERIAL | SL_CLI_WANT_OPS,
 };
 typedef struct sl_cli_common {
     unsigned want;
@@ -105,8 +111,18 @@ typedef struct sl_cli_common {
     const char *json; /* NULL: no JSON */
     const char *csv;
     const struct sl_sim_profile *gpu;
-    bool pipelined; /* true: an iteration's launches back to back, as salusd submits it */
+    /* how an iteration reaches the device (graphs.h): SL_EVAL_LAUNCH_GRAPH,
+     * one replay of a captured CUDA Graph, as salusd's cuda backend submits
+     * an iteration, unless --op-launch or --serial-launch (the last given
+     * wins) */
+    enum sl_eval_launch launch;
 } sl_cli_common;
+
+/* Sets cfg's launch model from common->launch and common->gpu's costs:
+ * pipelined_launches unless serial, graph_launches with the profile's
+ * replay and node costs for a graph. segment_ns is left as it is. */
+struct sl_eval_config;
+void sl_cli_launch_config(const sl_cli_common *common, struct sl_eval_config *cfg);
 
 /* The defaults above, for a driver that takes the options in want. */
 sl_cli_common sl_cli_common_default(unsigned want);

@@ -43,13 +43,10 @@ static int build_models(const sl_eval_colo_config *cfg, const sl_sim_profile *gp
     sl_eval_timeline hp_view = c->ht;
     hp_view.n_ops = c->fwd;
     c->need = sl_eval_timeline_need_sms_ex(&hp_view, gpu, c->min_sms, c->align, cfg->need_slack,
-                                           cfg->pipelined);
-    c->hp_ns = c->hp.ns;
-    c->lp_ns = c->lp_op_ns = c->lp.ns;
-    if (cfg->pipelined) {
-        c->hp_ns = sl_eval_timeline_pipelined_ns(&hp_view);
-        c->lp_ns = sl_eval_timeline_pipelined_ns(&c->lt);
-    }
+                                           cfg->launch);
+    c->lp_op_ns = c->lp.ns;
+    c->hp_ns = sl_eval_timeline_solo_ns(&hp_view, cfg->launch);
+    c->lp_ns = sl_eval_timeline_solo_ns(&c->lt, cfg->launch);
     c->plan = sl_part_plan_config_default(gpu->sm_count, c->min_sms, c->align);
     return SL_OK;
 }

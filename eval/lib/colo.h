@@ -24,16 +24,16 @@ typedef struct sl_eval_colo_config {
     size_t n_req;               /* >= 1 */
     double qps;                 /* > 0 */
     uint64_t seed;
-    bool pipelined;    /* solo times with an iteration's launches back to back */
-    double need_slack; /* hp's declared need: within this of the whole device */
-    const char *csv;   /* the Salus workloads: lp's ephemeral memory (measured peak) */
+    enum sl_eval_launch launch; /* how solo times launch (graphs.h) */
+    double need_slack;          /* hp's declared need: within this of the whole device */
+    const char *csv;            /* the Salus workloads: lp's ephemeral memory (measured peak) */
 } sl_eval_colo_config;
 
 typedef struct sl_eval_colo {
     sl_eval_timeline ht, lt; /* hp's (training: its first fwd ops serve a request), lp's */
     size_t fwd;
     sl_eval_op_list hp, lp;
-    uint64_t hp_ns, lp_ns;         /* solo times, pipelined or serial as configured */
+    uint64_t hp_ns, lp_ns;         /* solo times, launched as configured */
     uint64_t lp_op_ns;             /* the sum of lp's ops (serial), for its mean op */
     unsigned min_sms, align, need; /* partition granularity; the SMs hp declares */
     sl_part_plan_config plan;

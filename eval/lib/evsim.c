@@ -67,6 +67,11 @@ typedef struct sim_job {
     uint64_t launches_ns;  /* the sum of its ops' launches (an iteration's, pipelined) */
     uint64_t request_ns;   /* when the request in flight was meant to be sent */
     uint64_t switch_delay; /* switch cost still to charge to the first op issued */
+    /* graph launches (sl_eval_config.graph_launches) */
+    bool replay;         /* the next op submitted begins a replay */
+    uint32_t *seg_first; /* stepwise segments: segment i is ops [seg_first[i], seg_first[i + 1]) */
+    uint32_t n_segs;     /* 0: one op per step */
+    uint32_t seg_op, seg_end; /* the step in flight: the op on the device, the end of its segment */
 } sim_job;
 
 typedef struct gpu {
@@ -236,9 +241,38 @@ typedef struct ctx {
     uint64_t now;
 } ctx;
 
+/* The dispatcher's steps of an iteration of j: its segments, its ops, or
+ * the whole iteration as one. */
 static uint32_t job_ops(const sim_job *j)
 {
+    if (j->n_segs)
+        return j->n_segs;
     return j->spec->ops ? j->spec->n_ops : 1;
+}
+
+/* Step k's ops [*first, *end). */
+static void step_range(const sim_job *j, uint32_t k, uint32_t *first, uint32_t *end)
+{
+    *first = j->n_segs ? j->seg_first[k] : k;
+    *end = j->n_segs ? j->seg_first[k + 1] : k + 1;
+}
+
+/* Segments of at most seg_ns of work for ops (evsim.h segment_ns): into
+ * first[0..n], *n_segs of them. */
+static void make_segments(const sl_eval_op *ops, uint32_t n_ops, uint64_t seg_ns, uint32_t *first,
+                          uint32_t *n_segs)
+{
+    uint32_t n = 0;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < n_ops; k++) {
+        if (k == 0 || sum + ops[k].work_ns > seg_ns) {
+            first[n++] = k;
+            sum = 0;
+        }
+        sum += ops[k].work_ns;
+    }
+    first[n] = n_ops;
+    *n_segs = n;
 }
 
 static int cmp_by_id(const void *a, const void *b)
@@ -344,7 +378,7 @@ static bool spill_ok(const sim *s, const gpu *g, const sl_eval_pdev_op *op, uint
  * start (sl_eval_config.pipelined_launches). */
 static bool pipelined(const sim *s, const sim_job *j)
 {
-    return s->cfg->pipelined_launches && !j->stepwise && j->spec->ops;
+    return s->cfg->pipelined_launches && !s->cfg->graph_launches && !j->stepwise && j->spec->ops;
 }
 
 static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part, uint32_t parts,
@@ -381,7 +415,19 @@ static void submit_op(sim *s, uint32_t gi, sim_job *j, uint32_t k, uint32_t part
     }
     uint64_t arrive = now + delay + launch;
     double launch_share = 0.0;
-    if (pipelined(s, j)) {
+    if (s->cfg->graph_launches && j->spec->ops) {
+        /* a replay's one launch on the path, then the node's own cost */
+        uint64_t ready = now + delay;
+        if (j->replay) {
+            j->replay = false;
+            if (!s->cfg->private_launches) {
+                ready = ready > g->launch_t ? ready : g->launch_t;
+                g->launch_t = ready + s->cfg->graph_launch_ns;
+            }
+            ready += s->cfg->graph_launch_ns;
+        }
+        arrive = ready + s->cfg->graph_node_ns;
+    } else if (pipelined(s, j)) {
         /* reserved when the iteration started (start_on_device) */
         j->launched_ns += launch;
         arrive = j->launched_ns > now + delay ? j->launched_ns : now + delay;
@@ -439,6 +485,7 @@ static int start_on_device(void *arg, sl_lanes_start *st)
         return SL_OK; /* the caller resumes the dispatcher */
     }
     j->op = 0;
+    j->replay = true;
     if (pipelined(s, j)) {
         /* every launch of the iteration, back to back on the launch path
          * (the GPU's, or with private launches its stream's own) */
@@ -469,14 +516,21 @@ static uint32_t step_split_max(void *arg, const sl_steps_task *t, uint32_t k)
 {
     (void) arg;
     const sim_job *j = sl_container_of(t, const sim_job, step);
-    uint32_t most = j->spec->ops ? j->spec->ops[k].split_max : 1;
+    uint32_t first, end;
+    step_range(j, k, &first, &end);
+    if (!j->spec->ops || end - first > 1)
+        return 1; /* a segment of several ops replays whole */
+    uint32_t most = j->spec->ops[first].split_max;
     return most ? most : 1;
 }
 
 static int step_issue(void *arg, sl_steps_task *t, uint32_t k, uint32_t part, uint32_t parts)
 {
     ctx *c = arg;
-    submit_op(c->s, c->gi, sl_container_of(t, sim_job, step), k, part, parts, c->now);
+    sim_job *j = sl_container_of(t, sim_job, step);
+    step_range(j, k, &j->seg_op, &j->seg_end);
+    j->replay = true;
+    submit_op(c->s, c->gi, j, j->seg_op, part, parts, c->now);
     c->s->sum->lp_steps++;
     if (parts > 1 && part == 0)
         c->s->sum->ops_split++;
@@ -702,6 +756,10 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
  * the next), or of the iteration. */
 static void work_done(sim *s, sim_job *j, uint64_t now)
 {
+    if (j->stepwise && ++j->seg_op < j->seg_end) {
+        submit_op(s, j->gpu, j, j->seg_op, 0, 1, now); /* the segment's next node */
+        return;
+    }
     if (j->stepwise && !j->step_last) {
         sl_steps_op_done(&s->gpus[j->gpu].steps, &j->step, now);
         resume(s, j->gpu, now);
@@ -824,8 +882,9 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
     if (rc == SL_OK)
         rc = sl_gaps_init(&g->gaps, cfg->gaps);
     sl_lanes_init(&g->handoff, g->sched, g->mem);
-    sl_steps_config sc = {
-        .gap_fill = true, .part_ns = cfg->op_part_ns, .isolated = cfg->part_sms > 0};
+    sl_steps_config sc = {.gap_fill = true,
+                          .part_ns = cfg->op_part_ns,
+                          .isolated = cfg->part_sms > 0 || cfg->lp_concurrent};
     sl_steps_init(&g->steps, &g->gaps, &sc);
     unsigned online = cfg->part_sms ? cfg->part_online : 0;
     if (online && cfg->part_plan) {
@@ -1004,12 +1063,22 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
             n_requests += jobs[i].iterations;
         }
         if (jobs[i].ops) {
-            sl_gaps_ewma *e = sl_calloc(jobs[i].n_ops, sizeof *e);
+            uint32_t steps = jobs[i].n_ops;
+            if (cfg->graph_launches && cfg->segment_ns) {
+                if (!(j->seg_first = sl_calloc((size_t) jobs[i].n_ops + 1, sizeof *j->seg_first))) {
+                    rc = SL_ENOMEM;
+                    goto out;
+                }
+                make_segments(jobs[i].ops, jobs[i].n_ops, cfg->segment_ns, j->seg_first,
+                              &j->n_segs);
+                steps = j->n_segs;
+            }
+            sl_gaps_ewma *e = sl_calloc(steps, sizeof *e);
             if (!e) {
                 rc = SL_ENOMEM;
                 goto out;
             }
-            sl_gaps_lp_init(&j->lp, e, jobs[i].n_ops);
+            sl_gaps_lp_init(&j->lp, e, steps);
             for (uint32_t k = 0; k < jobs[i].n_ops; k++)
                 j->launches_ns += jobs[i].ops[k].launch_ns;
         }
@@ -1075,8 +1144,10 @@ out:
         }
     }
     sl_free(s.gpus);
-    for (size_t i = 0; s.jobs && i < n; i++)
+    for (size_t i = 0; s.jobs && i < n; i++) {
         sl_free(s.jobs[i].lp.ops);
+        sl_free(s.jobs[i].seg_first);
+    }
     sl_free(s.jobs);
     sl_free(s.heap);
     sl_free(s.lat_all);

@@ -404,15 +404,43 @@ double sl_eval_timeline_launch_share(const sl_eval_timeline *t)
     return (double) (t->iteration_ns - t->work_ns) / (double) t->iteration_ns;
 }
 
-/* One op after the others: when its work is done, given when the ops
- * before it were done and (pipelined) when their launches ended. */
-static uint64_t chain_op(uint64_t done, uint64_t *launched, uint64_t launch, uint64_t work,
-                         bool pipelined)
+const char *sl_eval_launch_name(enum sl_eval_launch launch)
 {
-    if (!pipelined)
+    switch (launch) {
+    case SL_EVAL_LAUNCH_SERIAL:
+        return "serial";
+    case SL_EVAL_LAUNCH_OPS:
+        return "ops";
+    case SL_EVAL_LAUNCH_GRAPH:
+        return "graph";
+    }
+    return "?";
+}
+
+/* One op after the others: when its work is done, given when the ops
+ * before it were done and (op by op, pipelined) when their launches
+ * ended. In a graph replay the launch is the node's cost on its stream
+ * (the replay's own cost is in *launched before the first op). */
+static uint64_t chain_op(uint64_t done, uint64_t *launched, uint64_t launch, uint64_t work,
+                         enum sl_eval_launch mode)
+{
+    if (mode == SL_EVAL_LAUNCH_SERIAL)
         return done + launch + work;
+    if (mode == SL_EVAL_LAUNCH_GRAPH)
+        return (done > *launched ? done : *launched) + launch + work;
     *launched += launch;
     return (done > *launched ? done : *launched) + work;
+}
+
+uint64_t sl_eval_timeline_graph_ns(const sl_eval_timeline *t)
+{
+    if (!t->n_ops)
+        return 0;
+    uint64_t launched = t->graph_launch_ns, done = 0;
+    for (size_t i = 0; i < t->n_ops; i++)
+        done = chain_op(done, &launched, t->graph_node_ns, t->ops[i].ns - t->ops[i].launch_ns,
+                        SL_EVAL_LAUNCH_GRAPH);
+    return done;
 }
 
 uint64_t sl_eval_timeline_pipelined_ns(const sl_eval_timeline *t)
@@ -420,7 +448,7 @@ uint64_t sl_eval_timeline_pipelined_ns(const sl_eval_timeline *t)
     uint64_t launched = 0, done = 0;
     for (size_t i = 0; i < t->n_ops; i++)
         done = chain_op(done, &launched, t->ops[i].launch_ns, t->ops[i].ns - t->ops[i].launch_ns,
-                        true);
+                        SL_EVAL_LAUNCH_OPS);
     return done;
 }
 
@@ -450,6 +478,8 @@ int sl_eval_timeline_build_ex(const char *model, int64_t batch, const sl_sim_pro
         sl_eval_timeline_fini(out);
         return n.error;
     }
+    out->graph_launch_ns = p->graph_launch_ns;
+    out->graph_node_ns = p->graph_node_ns;
     return SL_OK;
 }
 
@@ -474,41 +504,46 @@ void sl_eval_part_granularity(const sl_sim_profile *p, unsigned *min_sms, unsign
 }
 
 uint64_t sl_eval_timeline_ns_on_ex(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms,
-                                   bool pipelined)
+                                   enum sl_eval_launch launch)
 {
     uint64_t launched = 0, done = 0;
+    if (launch == SL_EVAL_LAUNCH_GRAPH && t->n_ops)
+        launched = t->graph_launch_ns;
     for (size_t i = 0; i < t->n_ops; i++) {
         const sl_eval_op_time *o = &t->ops[i];
         uint64_t work = sl_sim_part_work_ns(p->sm_count, o->compute_ns, o->memory_ns, o->waves, sms,
                                             1.0, NULL, NULL);
-        done = chain_op(done, &launched, o->launch_ns, work, pipelined);
+        uint64_t cost = launch == SL_EVAL_LAUNCH_GRAPH ? t->graph_node_ns : o->launch_ns;
+        done = chain_op(done, &launched, cost, work, launch);
     }
     return done;
 }
 
 uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms)
 {
-    return sl_eval_timeline_ns_on_ex(t, p, sms, false);
+    return sl_eval_timeline_ns_on_ex(t, p, sms, SL_EVAL_LAUNCH_SERIAL);
 }
 
-uint64_t sl_eval_timeline_solo_ns(const sl_eval_timeline *t, bool pipelined)
+uint64_t sl_eval_timeline_solo_ns(const sl_eval_timeline *t, enum sl_eval_launch launch)
 {
-    return pipelined ? sl_eval_timeline_pipelined_ns(t) : t->iteration_ns;
+    if (launch == SL_EVAL_LAUNCH_GRAPH)
+        return sl_eval_timeline_graph_ns(t);
+    return launch == SL_EVAL_LAUNCH_OPS ? sl_eval_timeline_pipelined_ns(t) : t->iteration_ns;
 }
 
-double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, bool pipelined)
+double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, enum sl_eval_launch launch)
 {
-    uint64_t solo = sl_eval_timeline_solo_ns(t, pipelined);
+    uint64_t solo = sl_eval_timeline_solo_ns(t, launch);
     return solo ? t->occupied_ns / (double) solo : 1.0;
 }
 
 unsigned sl_eval_timeline_need_sms_ex(const sl_eval_timeline *t, const sl_sim_profile *p,
                                       unsigned min_sms, unsigned align, double slack,
-                                      bool pipelined)
+                                      enum sl_eval_launch launch)
 {
-    double whole = (double) sl_eval_timeline_ns_on_ex(t, p, p->sm_count, pipelined);
+    double whole = (double) sl_eval_timeline_ns_on_ex(t, p, p->sm_count, launch);
     for (unsigned s = min_sms; align && s < p->sm_count; s += align)
-        if ((double) sl_eval_timeline_ns_on_ex(t, p, s, pipelined) <= (1.0 + slack) * whole)
+        if ((double) sl_eval_timeline_ns_on_ex(t, p, s, launch) <= (1.0 + slack) * whole)
             return s;
     return p->sm_count;
 }
@@ -516,5 +551,5 @@ unsigned sl_eval_timeline_need_sms_ex(const sl_eval_timeline *t, const sl_sim_pr
 unsigned sl_eval_timeline_need_sms(const sl_eval_timeline *t, const sl_sim_profile *p,
                                    unsigned min_sms, unsigned align, double slack)
 {
-    return sl_eval_timeline_need_sms_ex(t, p, min_sms, align, slack, false);
+    return sl_eval_timeline_need_sms_ex(t, p, min_sms, align, slack, SL_EVAL_LAUNCH_SERIAL);
 }

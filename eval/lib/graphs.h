@@ -34,6 +34,19 @@ enum sl_eval_op_kind {
 /* Static name of a kind ("conv_fwd", ...). */
 const char *sl_eval_op_kind_name(unsigned kind);
 
+/* How an iteration's ops reach the device, for its solo time:
+ * - SERIAL (0, false): each op launched after the op before it completed;
+ * - OPS (1, true): op by op, every launch issued without waiting (one host
+ *   thread submitting a whole iteration), each op's work when its launch
+ *   has ended and the op before it is done;
+ * - GRAPH: one replay of the iteration captured as a CUDA Graph: the
+ *   profile's graph_launch_ns once, then graph_node_ns before each op's
+ *   work (kernels/sim/profiles.h). */
+enum sl_eval_launch { SL_EVAL_LAUNCH_SERIAL = 0, SL_EVAL_LAUNCH_OPS = 1, SL_EVAL_LAUNCH_GRAPH = 2 };
+
+/* Static name of a launch mode ("serial", "ops", "graph"). */
+const char *sl_eval_launch_name(enum sl_eval_launch launch);
+
 /* One op of the iteration, in issue order. */
 typedef struct sl_eval_op_time {
     uint32_t op;        /* op registry id */
@@ -62,6 +75,8 @@ typedef struct sl_eval_timeline {
     uint64_t work_ns;
     /* sum of work_ns x occupancy: SM-time the ops occupy */
     double occupied_ns;
+    /* the profile's graph replay costs (profiles.h), for SL_EVAL_LAUNCH_GRAPH */
+    uint64_t graph_launch_ns, graph_node_ns;
 } sl_eval_timeline;
 
 /* Whether model names a network this module builds: "vgg11", "vgg16",
@@ -112,6 +127,11 @@ double sl_eval_timeline_launch_share(const sl_eval_timeline *t);
  * path). 0 for an empty timeline. */
 uint64_t sl_eval_timeline_pipelined_ns(const sl_eval_timeline *t);
 
+/* The iteration alone replayed as one CUDA Graph: graph_launch_ns, then
+ * graph_node_ns + work_i per op, one after the other. 0 for an empty
+ * timeline. */
+uint64_t sl_eval_timeline_graph_ns(const sl_eval_timeline *t);
+
 /* Compute partitions: the device's granularity for a partition (CUDA
  * Driver API, "Green Contexts", cuda.h): at least 2 SMs in steps of 2 on
  * compute capability 6.x and 7.x (P100, V100), 4 in steps of 2 on 8.x
@@ -121,14 +141,13 @@ void sl_eval_part_granularity(const sl_sim_profile *p, unsigned *min_sms, unsign
 /* The timeline's iteration alone on sms of p's SMs (launches plus works,
  * kernels/sim's partition model: sl_sim_part_work_ns, the whole bandwidth). */
 uint64_t sl_eval_timeline_ns_on(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms);
-/* As sl_eval_timeline_ns_on, its launches pipelined when pipelined is true
- * (sl_eval_timeline_pipelined_ns on sms SMs). */
+/* As sl_eval_timeline_ns_on, its ops launched as `launch` says. */
 uint64_t sl_eval_timeline_ns_on_ex(const sl_eval_timeline *t, const sl_sim_profile *p, unsigned sms,
-                                   bool pipelined);
-/* The iteration alone on the whole device, serial (iteration_ns) or
- * pipelined, and its utilisation (occupied_ns over it). */
-uint64_t sl_eval_timeline_solo_ns(const sl_eval_timeline *t, bool pipelined);
-double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, bool pipelined);
+                                   enum sl_eval_launch launch);
+/* The iteration alone on the whole device, launched as `launch` says
+ * (serial: iteration_ns), and its utilisation (occupied_ns over it). */
+uint64_t sl_eval_timeline_solo_ns(const sl_eval_timeline *t, enum sl_eval_launch launch);
+double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, enum sl_eval_launch launch);
 
 /* The need an online lane would declare for the timeline: the fewest SMs
  * at the granularity (min_sms, then steps of align) on which its iteration
@@ -137,10 +156,10 @@ double sl_eval_timeline_utilisation_ex(const sl_eval_timeline *t, bool pipelined
  * the device would declare (salusd --partitions auto:N). */
 unsigned sl_eval_timeline_need_sms(const sl_eval_timeline *t, const sl_sim_profile *p,
                                    unsigned min_sms, unsigned align, double slack);
-/* As sl_eval_timeline_need_sms, on pipelined times when pipelined. */
+/* As sl_eval_timeline_need_sms, on the times of `launch`. */
 unsigned sl_eval_timeline_need_sms_ex(const sl_eval_timeline *t, const sl_sim_profile *p,
                                       unsigned min_sms, unsigned align, double slack,
-                                      bool pipelined);
+                                      enum sl_eval_launch launch);
 
 /* Frees the timeline's ops; safe on a zeroed timeline. */
 void sl_eval_timeline_fini(sl_eval_timeline *t);

@@ -35,6 +35,23 @@
  *   device-wide from four threads with a stream each, so the one-path
  *   part is conservative where several host threads launch (docs/gpu.md,
  *   "Measured on an H200"). The profiles keep 5 us and one path.
+ * - graph_launch_ns, graph_node_ns: an iteration replayed as one CUDA Graph
+ *   (cudaGraphLaunch of an instantiated graph). ASSUMPTION until measured
+ *   on a GPU (scripts/run gpu, BENCH graph_replay), from published figures:
+ *   - per replay, 5 us on the launch path: one API call into the same
+ *     submission path as a kernel launch, so no cheaper than launch_ns is
+ *     taken; NVIDIA's "Constant Time Launch for Straight-Line CUDA Graphs"
+ *     technical blog (CUDA 12.6) reports a straight-line graph's host
+ *     launch cost independent of its node count, and CUDA.jl's graphs
+ *     page measures 3.5 us of CPU time to launch an 80-kernel graph;
+ *   - per node, 1 us on the device before the node's work, its stream
+ *     idle meanwhile: NVIDIA's "Getting Started with CUDA Graphs" blog
+ *     (V100, 20 short kernels of 2.9 us) measures 3.4 us per kernel with a
+ *     graph against 3.8 us launched back to back from a stream, so about
+ *     0.5 us between nodes; CUDA.jl's page runs 80 small kernels in 70 us
+ *     as a graph (under 0.9 us each, work included). Rounded up to 1 us.
+ *   The per-node cost is taken per stream (a graph's nodes wait for their
+ *   predecessor; other streams' graphs proceed), not on the shared path.
  *
  * - threads_per_sm: 2048 for every profile: the maximum number of resident
  *   threads per SM of compute capabilities 6.0 (P100), 7.0 (V100), 8.0
@@ -86,6 +103,8 @@
 #define EFF_MEM 0.80
 
 #define LAUNCH_NS 5000u
+#define GRAPH_LAUNCH_NS 5000u
+#define GRAPH_NODE_NS 1000u
 #define THREADS_PER_SM 2048u
 
 static const sl_sim_profile profiles[] = {
@@ -105,6 +124,8 @@ static const sl_sim_profile profiles[] = {
         .sm_count = 56,       /* P100 whitepaper: 56 of GP100's 60 SMs */
         .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
+        .graph_launch_ns = GRAPH_LAUNCH_NS,
+        .graph_node_ns = GRAPH_NODE_NS,
         .eff_compute = EFF_COMPUTE_PASCAL,
         .eff_mem = EFF_MEM,
     },
@@ -121,6 +142,8 @@ static const sl_sim_profile profiles[] = {
         .sm_count = 80,       /* NVIDIA Tesla V100 GPU Architecture whitepaper: 80 SMs */
         .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
+        .graph_launch_ns = GRAPH_LAUNCH_NS,
+        .graph_node_ns = GRAPH_NODE_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
     },
@@ -141,6 +164,8 @@ static const sl_sim_profile profiles[] = {
         .sm_count = 108,      /* A100 whitepaper: 108 SMs */
         .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
+        .graph_launch_ns = GRAPH_LAUNCH_NS,
+        .graph_node_ns = GRAPH_NODE_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
     },
@@ -160,6 +185,8 @@ static const sl_sim_profile profiles[] = {
         .sm_count = 108,
         .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
+        .graph_launch_ns = GRAPH_LAUNCH_NS,
+        .graph_node_ns = GRAPH_NODE_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
     },
@@ -181,6 +208,8 @@ static const sl_sim_profile profiles[] = {
         .sm_count = 132,
         .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
+        .graph_launch_ns = GRAPH_LAUNCH_NS,
+        .graph_node_ns = GRAPH_NODE_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
     },
@@ -202,6 +231,8 @@ static const sl_sim_profile profiles[] = {
         .sm_count = 132,
         .threads_per_sm = THREADS_PER_SM,
         .launch_ns = LAUNCH_NS,
+        .graph_launch_ns = GRAPH_LAUNCH_NS,
+        .graph_node_ns = GRAPH_NODE_NS,
         .eff_compute = EFF_COMPUTE_VOLTA_ON,
         .eff_mem = EFF_MEM,
     },

@@ -28,8 +28,14 @@ typedef struct sl_sim_profile {
     unsigned sm_count;                    /* streaming multiprocessors (occupancy, sim.h) */
     unsigned threads_per_sm;              /* most resident threads per SM (occupancy, sim.h) */
     uint64_t launch_ns;                   /* fixed cost of every op and copy */
-    double eff_compute;                   /* achievable fraction of peak_flops (0, 1] */
-    double eff_mem;                       /* achievable fraction of mem_bw (0, 1] */
+    /* One iteration replayed as a CUDA Graph: graph_launch_ns on the
+     * device's launch path per replay (one cudaGraphLaunch), then
+     * graph_node_ns before each node's work on its stream (the front end
+     * resolving the node's dependency), instead of launch_ns per op. */
+    uint64_t graph_launch_ns;
+    uint64_t graph_node_ns;
+    double eff_compute; /* achievable fraction of peak_flops (0, 1] */
+    double eff_mem;     /* achievable fraction of mem_bw (0, 1] */
 } sl_sim_profile;
 
 /* Finds a profile by name, case-insensitively ("v100", "H100").

@@ -316,20 +316,23 @@ static void test_parse_common(void **state)
     (void) state;
     opts o = {0};
     sl_cli_common c = sl_cli_common_default(SL_CLI_WANT_SEED | SL_CLI_WANT_JSON | SL_CLI_WANT_GPU |
-                                            SL_CLI_WANT_SERIAL);
+                                            SL_CLI_WANT_LAUNCH);
     assert_int_equal(c.seed, 1);
     assert_null(c.json);
     assert_string_equal(c.gpu->name, "p100");
     assert_non_null(c.csv);
-    assert_true(c.pipelined);
+    assert_int_equal(c.launch, SL_EVAL_LAUNCH_GRAPH);
     char *argv[] = {"drv",   "--seed", "18446744073709551615", "--json", "out.json",
                     "--gpu", "h100",   "--serial-launch",      NULL};
     assert_int_equal(parse(argv, &c, &o), SL_CLI_RUN);
     assert_true(c.seed == UINT64_MAX);
     assert_string_equal(c.json, "out.json");
     assert_string_equal(c.gpu->name, "h100");
-    assert_false(c.pipelined);
+    assert_int_equal(c.launch, SL_EVAL_LAUNCH_SERIAL);
     assert_string_equal(printed(), "");
+    char *ops[] = {"drv", "--op-launch", NULL};
+    assert_int_equal(parse(ops, &c, &o), SL_CLI_RUN);
+    assert_int_equal(c.launch, SL_EVAL_LAUNCH_OPS);
 
     /* --csv is not wanted here: an unknown option */
     char *csv[] = {"drv", "--csv", "w.csv", NULL};

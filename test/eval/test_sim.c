@@ -971,6 +971,74 @@ static void test_launch_path(void **state)
     assert_true(serial < piped);
 }
 
+/* Graph launches: an iteration alone is one replay (5 us on the launch
+ * path) and a node's cost before each op's work; two streams' replays
+ * share only the replay's launch. Stepwise lp work replays segments: fewer
+ * steps, and an hp request still waits for at most about one segment. */
+static void test_graph_launches(void **state)
+{
+    (void) state;
+    static sl_eval_op ops[4];
+    for (int k = 0; k < 4; k++)
+        ops[k] = (sl_eval_op){5000, 5000, 1, 0.05, 0};
+    sl_eval_job_spec jobs[2];
+    for (int i = 0; i < 2; i++)
+        jobs[i] = (sl_eval_job_spec){.id = 1 + (uint64_t) i,
+                                     .iterations = 100,
+                                     .iteration_ns = 29000,
+                                     .persistent_bytes = 1 << 20,
+                                     .ops = ops,
+                                     .n_ops = 4};
+    sl_eval_config cfg = sl_eval_config_default("pack", false, 1, p100_bytes);
+    cfg.client_gap_ns = 0;
+    cfg.graph_launches = true;
+    cfg.graph_launch_ns = 5000;
+    cfg.graph_node_ns = 1000;
+    sl_eval_summary sum;
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 1, NULL, &sum));
+    assert_int_equal(sum.makespan_ns, 100 * (5000 + 4 * (1000 + 5000)));
+    /* two side by side: their ops fill 5 % of the SMs each, and only the
+     * replays' 5 us launches queue on the shared path */
+    assert_sl_ok(sl_eval_run(&cfg, jobs, 2, NULL, &sum));
+    assert_true(sum.max_lanes >= 2);
+    assert_true(sum.makespan_ns <= 100 * (29000 + 5000));
+
+    /* stepwise lp beside hp: segments of 600 us hold two 295 us ops */
+    sl_eval_job_spec colo[1 + N_LP];
+    op_level_jobs(colo, 5000000, 1300000);
+    cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
+    cfg.no_gap_fill = true;
+    cfg.graph_launches = true;
+    cfg.graph_launch_ns = 5000;
+    cfg.graph_node_ns = 1000;
+    lat_log alone = {0}, per_op = {0}, seg = {0};
+    cfg.on_done = log_done;
+    cfg.arg = &alone;
+    assert_sl_ok(sl_eval_run(&cfg, colo, 1, NULL, &sum));
+    uint64_t solo = alone.lat[0];
+    cfg.arg = &per_op;
+    assert_sl_ok(sl_eval_run(&cfg, colo, 1 + N_LP, NULL, &sum));
+    uint64_t op_steps = sum.lp_steps;
+    cfg.segment_ns = 600000;
+    cfg.arg = &seg;
+    assert_sl_ok(sl_eval_run(&cfg, colo, 1 + N_LP, NULL, &sum));
+    assert_int_equal(seg.n, HP_REQS);
+    assert_true(sum.lp_steps > 0);
+    assert_true(sum.lp_steps < op_steps);
+    assert_int_equal(sum.lp_in_flight_max, 1);
+    for (size_t i = 0; i < seg.n; i++) {
+        assert_true(seg.lat[i] >= solo);
+        assert_true(seg.lat[i] <= solo + 600000 + 2 * (5000 + 1000));
+    }
+    /* the concurrent dispatch: one step per lp lane in flight */
+    cfg.lp_concurrent = true;
+    lat_log conc = {0};
+    cfg.arg = &conc;
+    assert_sl_ok(sl_eval_run(&cfg, colo, 1 + N_LP, NULL, &sum));
+    assert_int_equal(conc.n, HP_REQS);
+    assert_true(sum.lp_in_flight_max >= 2);
+}
+
 /* A horizon stops the run: what completed by then is reported, the
  * device's busy time counts up to it. */
 static void test_until(void **state)
@@ -1001,8 +1069,8 @@ SL_TEST_MAIN("eval simulator", setup, teardown, cmocka_unit_test(test_profiles),
              cmocka_unit_test(test_fifo_order), cmocka_unit_test(test_all_complete),
              cmocka_unit_test(test_refused_and_invalid), cmocka_unit_test(test_utilisation),
              cmocka_unit_test(test_launch_path), cmocka_unit_test(test_op_occupancy),
-             cmocka_unit_test(test_until), cmocka_unit_test(test_inference),
-             cmocka_unit_test(test_switch_cost), cmocka_unit_test(test_timelines),
-             cmocka_unit_test(test_op_level_deterministic),
+             cmocka_unit_test(test_until), cmocka_unit_test(test_graph_launches),
+             cmocka_unit_test(test_inference), cmocka_unit_test(test_switch_cost),
+             cmocka_unit_test(test_timelines), cmocka_unit_test(test_op_level_deterministic),
              cmocka_unit_test(test_hp_waits_one_lp_op), cmocka_unit_test(test_gap_fill_no_delay),
              cmocka_unit_test(test_op_level_latency), cmocka_unit_test(test_op_level_switch_cost))
