@@ -10,7 +10,8 @@
  * behalf), which answers with a ticket; AttachShm then names the ticket, in
  * order with the session's runs. The client's descriptor is closed once the
  * server has mapped the segment: both mappings keep it alive, and nothing
- * is left behind if either process dies. When salusd refuses (another
+ * is left behind if either process dies. Its pages are allocated before
+ * it is handed over (salusd refuses sparse segments). When salusd refuses (another
  * user's session, no descriptor socket, a transport without peer
  * credentials) the session quietly stays inline; when a segment would pass
  * its budget, runs needing one that large stay inline. */
@@ -136,6 +137,13 @@ static int grow(salus_session *s, size_t size)
     if (ftruncate(fd, (off_t) size) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
         goto out_close;
+    /* salusd takes only segments whose pages are all allocated (its own
+     * faults would be charged to its memory): allocating them is charged
+     * here. When that fails (no memory), runs this large stay inline. */
+    if (fallocate(fd, 0, 0, (off_t) size) != 0) {
+        rc = SL_EEXHAUSTED;
+        goto out_close;
+    }
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         goto out_close;

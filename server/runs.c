@@ -52,6 +52,14 @@ int sl_handle_run(sl_sessions *ss, sl_session *s, sl_work *w, sl_outbox *box)
                        m->n_fetches, m->n_shm_fetches);
         return SL_HANDLED;
     }
+    /* holes punched since the hand-over would have this run's copies
+     * allocate pages charged to salusd (shm.c); a hole punched after this
+     * check costs salusd at most this run's slices, once */
+    const char *why;
+    if ((shm_in || shm_out) && s->shm && sl_shm_allocated(s->shm->fd, &why) != SL_OK) {
+        sl_reply_error(r, SL_EINVAL, "the shared-memory segment %s", why);
+        return SL_HANDLED;
+    }
     /* bound the reply before allocating it: fetching one value many times
      * would otherwise commit any amount of host memory */
     if (m->n_fetches > g->n_values) {

@@ -22,7 +22,14 @@
  *    a read-only one would make fetches fail;
  *  - sealed against shrinking (F_SEAL_SHRINK): otherwise the client could
  *    truncate the file and turn the server's next access into SIGBUS;
- *  - at least as large as asked.
+ *  - at least as large as asked;
+ *  - with every page allocated (sl_shm_allocated), at hand-over and again
+ *    before each run that uses it: a page is charged to the memory cgroup
+ *    of whoever first faults it in, and stays charged for as long as the
+ *    client keeps the file, so pages salusd faulted into sparse segments
+ *    would pile up in salusd's cgroup, segment after segment, beyond any
+ *    bound on what it maps at once. With the client's pages already
+ *    there, salusd's copies only map them.
  * Contents may change under the server at any time; it only ever copies
  * bytes in and out, and those copies are guarded (kernels/guard.h), so a
  * client racing its own segment can only garble its own data, and a fault
@@ -130,6 +137,24 @@ int sl_shm_check_fd(int fd, uint64_t size, const char **why)
     return SL_OK;
 }
 
+int sl_shm_allocated(int fd, const char **why)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_blocks < 0) {
+        *why = "cannot be examined";
+        return SL_EINVAL;
+    }
+    /* tmpfs allocates whole pages, so an allocated file's blocks cover its
+     * size; the whole file, not only what salusd maps, so that pages
+     * allocated past the mapped part cannot stand in for holes inside it */
+    if ((uint64_t) st.st_blocks < ((uint64_t) st.st_size + 511) / 512) {
+        *why = "has pages that are not allocated (salusd would fault them in, charged to its own "
+               "memory): allocate them first, fallocate(fd, 0, 0, size)";
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
 int sl_shm_reserve(sl_shm_plane *p, uint64_t session_bytes, uint64_t size, const char **why)
 {
     if (size == 0 || size > SL_SHM_MAX_BYTES) {
@@ -171,9 +196,16 @@ int sl_shm_map(sl_shm_plane *p, int fd, uint64_t size, sl_shm **out)
     }
     seg->base = base;
     seg->size = size;
+    seg->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (seg->fd < 0) {
+        (void) munmap(base, size);
+        sl_free(seg);
+        return SL_ENOMEM;
+    }
     if (p->dev && p->dev->ops->host_register) {
         int rc = p->dev->ops->host_register(p->dev, base, size);
         if (rc != SL_OK) {
+            (void) close(seg->fd);
             (void) munmap(base, size);
             sl_free(seg);
             return rc;
@@ -190,6 +222,7 @@ static void unmap(sl_shm_plane *p, sl_shm *seg)
     if (seg->registered)
         p->dev->ops->host_unregister(p->dev, seg->base);
     (void) munmap(seg->base, seg->size);
+    (void) close(seg->fd); /* a checked tmpfs file: its close never blocks */
     sl_shm_unreserve(p, seg->size);
     sl_free(seg);
 }

@@ -20,6 +20,9 @@ typedef struct sl_shm {
     void *base;
     uint64_t size;
     bool registered; /* with the device (sl_device_ops.host_register) */
+    /* salusd's own descriptor of the segment's file: a run asks it whether
+     * the client punched holes since (sl_shm_allocated) */
+    int fd;
 } sl_shm;
 
 /* What every session's segments together may map, and the segments waiting
@@ -63,6 +66,16 @@ void sl_shm_plane_fini(sl_shm_plane *p);
  * (static text). */
 int sl_shm_check_fd(int fd, uint64_t size, const char **why);
 
+/* Whether every page of descriptor fd's file is allocated (st_blocks
+ * covers its whole size), so that salusd's copies into it fault in pages
+ * the client's memory cgroup already pays for rather than allocating new
+ * ones charged to salusd's: a page of shared memory is charged to the
+ * cgroup of whoever first touches it, and stays charged there for as long
+ * as any process keeps the file. SL_OK, or SL_EINVAL with what to do in
+ * *why (static text). One fstat of a file already checked to be on tmpfs:
+ * never blocks. */
+int sl_shm_allocated(int fd, const char **why);
+
 /* Charges size bytes to the plane for a session whose segments already map
  * session_bytes. SL_OK, or SL_EEXHAUSTED / SL_EINVAL (size 0 or above
  * SL_SHM_MAX_BYTES) with the reason in *why (static text). Never blocks
@@ -72,9 +85,9 @@ int sl_shm_reserve(sl_shm_plane *p, uint64_t session_bytes, uint64_t size, const
 void sl_shm_unreserve(sl_shm_plane *p, uint64_t size);
 
 /* Maps size bytes of checked descriptor fd (reserved with sl_shm_reserve)
- * and registers them with the device. On success *out owns the mapping;
- * fd may be closed. Errors (the reservation is kept: unreserve it):
- * SL_ENOMEM (mmap or allocation), the device's registration error. May
+ * and registers them with the device. On success *out owns the mapping and
+ * a duplicate of fd; fd may be closed. Errors (the reservation is kept: unreserve it):
+ * SL_ENOMEM (mmap, allocation or no descriptor left), the device's registration error. May
  * block for as long as mapping and pinning size bytes take: call it
  * without the server lock. */
 int sl_shm_map(sl_shm_plane *p, int fd, uint64_t size, sl_shm **out);

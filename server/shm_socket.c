@@ -323,6 +323,12 @@ static int stage(sl_shm_socket *t, const Salus__Request *m, uid_t uid, int seg_f
     pthread_mutex_unlock(t->lock);
     if (rc != SL_OK)
         return rc;
+    /* after the budget, so that a segment past it is refused for that
+     * without the client allocating it first */
+    if ((rc = sl_shm_allocated(seg_fd, why)) != SL_OK) {
+        sl_shm_unreserve(t->plane, size);
+        return rc;
+    }
     sl_shm *seg;
     if ((rc = sl_shm_map(t->plane, seg_fd, size, &seg)) != SL_OK) {
         sl_shm_unreserve(t->plane, size);

@@ -133,7 +133,8 @@ static int tenant(const char *url, int ready, int go)
     printf("  tenant: %d lingering sockets handed over in %llu ms\n", N_SOCKETS,
            (unsigned long long) (sl_ts_now_ms() - t0));
     int fd = memfd_create("after-flood", MFD_ALLOW_SEALING | MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, 1 << 20) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+    if (fd < 0 || ftruncate(fd, 1 << 20) != 0 || fallocate(fd, 0, 0, 1 << 20) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
         return 103;
     char msg[300];
     uint64_t ticket = 0;

@@ -17,6 +17,11 @@
  *                         no open)
  *   mapped-bytes-budget   sessions asking salusd to map far more than
  *                         their budget: what salusd maps stays within it
+ *   shm-charge-cycle      sparse segments attached, run into and let go
+ *                         of, one after another, the tenant keeping every
+ *                         file: the pages salusd would fault in stay
+ *                         charged to salusd's cgroup, segment after
+ *                         segment
  */
 #include "attack.h"
 #include "client_internal.h"
@@ -320,8 +325,8 @@ static int lease_tenant(void *varg)
     /* a memfd takes a read lease (a write lease needs the file open
      * nowhere for writing); an open for writing by anyone else breaks it,
      * and waits for the lease-break time first */
-    if (fd < 0 || ftruncate(fd, (off_t) size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
-        fcntl(fd, F_SETLEASE, F_RDLCK) != 0) {
+    if (fd < 0 || ftruncate(fd, (off_t) size) != 0 || fallocate(fd, 0, 0, (off_t) size) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 || fcntl(fd, F_SETLEASE, F_RDLCK) != 0) {
         printf("  tenant: cannot lease a memfd: %s\n", strerror(errno));
         return 110;
     }
@@ -393,6 +398,7 @@ static void lease_freeze(void **state)
         int fd = memfd_create("other-user", MFD_ALLOW_SEALING | MFD_CLOEXEC);
         assert_true(fd >= 0);
         assert_int_equal(ftruncate(fd, 1 << 20), 0);
+        assert_int_equal(fallocate(fd, 0, 0, 1 << 20), 0);
         assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
         char msg[300];
         uint64_t ticket, t0 = sl_ts_now_ms();
@@ -465,7 +471,8 @@ static int linger_tenant(void *varg)
     printf("  tenant: a lingering TCP socket, given away: refused in %llu ms (%s)\n",
            (unsigned long long) (sl_ts_now_ms() - t0), msg);
     int fd = memfd_create("after-linger", MFD_ALLOW_SEALING | MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, 1 << 20) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+    if (fd < 0 || ftruncate(fd, 1 << 20) != 0 || fallocate(fd, 0, 0, 1 << 20) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
         return 131;
     t0 = sl_ts_now_ms();
     int after = attach_by_socket(arg->sock, s, fd, 1 << 20, msg, sizeof msg);
@@ -630,6 +637,12 @@ static int budget_tenant(void *varg)
                 fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
                 return 102;
             int rc = attach_any(arg->sock, s[i], fd, arg->sizes[k]);
+            /* salusd refuses sparse segments once the budget allows them:
+             * allocate this one (the tenant's memory, so only up to 256
+             * MiB: this machine is shared) and offer it again */
+            if (rc == SL_EINVAL && arg->sizes[k] <= (256ull << 20) &&
+                fallocate(fd, 0, 0, (off_t) arg->sizes[k]) == 0)
+                rc = attach_any(arg->sock, s[i], fd, arg->sizes[k]);
             close(fd);
             if (rc == SL_OK) {
                 taken++;
@@ -738,6 +751,158 @@ static void mapped_bytes_budget_configured(void **state)
     budget_case("mapped-bytes-budget-configured", args, 0, sizes, 3, 160ull << 20, 2);
 }
 
+/* ---- shm-charge-cycle ------------------------------------------------- */
+
+#define CYCLES 12
+#define CYCLE_SEG (64ull << 20)
+#define CYCLE_ROWS (CYCLE_SEG / 4 / 2) /* feed and fetch: half the segment each */
+
+/* Bytes of fd's file that are allocated. */
+static uint64_t allocated(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (uint64_t) st.st_blocks * 512 : 0;
+}
+
+/* A sparse memfd of size bytes, sealed against shrinking; -1 if none. */
+static int sparse_memfd(uint64_t size)
+{
+    int fd = memfd_create("charge-cycle", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+    if (fd >= 0 &&
+        (ftruncate(fd, (off_t) size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* CYCLES times: a sparse segment handed over, a run reading the first half
+ * and writing the second, the segment replaced by the next; every file is
+ * kept, so whatever salusd faulted into them stays charged to salusd. Then
+ * an allocated segment whose fetch half is punched out after the
+ * hand-over. Tells the test (ready) and waits while it measures. 0:
+ * salusd faulted in no page of the tenant's files; 1: it did (printed);
+ * others: the attack could not be set up. */
+static int charge_tenant(void *varg)
+{
+    struct tenant_arg *arg = varg;
+    salus_client *c;
+    salus_session *s;
+    int rc = tenant_session(arg->url, &c, &s);
+    if (rc)
+        return rc;
+    salus_graph *g = salus_graph_new();
+    int64_t dims[] = {CYCLE_ROWS};
+    salus_value x = salus_graph_input(g, SALUS_F32, 1, dims);
+    (void) salus_graph_op(g, "relu", 1, &x, 0, NULL, 0, NULL);
+    if (salus_graph_error(g) || salus_graph_register(s, g, NULL) != SALUS_OK)
+        return 102;
+    Salus__ShmSlice feed = SALUS__SHM_SLICE__INIT, fetch = SALUS__SHM_SLICE__INIT;
+    feed.length = CYCLE_ROWS * 4;
+    fetch.offset = CYCLE_ROWS * 4;
+    fetch.length = CYCLE_ROWS * 4;
+    int kept[CYCLES], taken = 0, ran = 0;
+    uint64_t charged = 0;
+    for (int i = 0; i < CYCLES; i++) {
+        if ((kept[i] = sparse_memfd(CYCLE_SEG)) < 0)
+            return 103;
+        char msg[300] = "";
+        if (attach_by_socket(arg->sock, s, kept[i], CYCLE_SEG, msg, sizeof msg) != SL_OK)
+            continue;
+        taken++;
+        ran += sl_test_shm_run(s, salus_graph_id(g), feed, 1, fetch) == SL_OK;
+    }
+    /* salusd let go of all but the last; what is allocated in the files
+     * now, the tenant never touched: salusd faulted it in */
+    for (int i = 0; i < CYCLES; i++)
+        charged += allocated(kept[i]);
+    printf("  tenant: %d sparse %llu MiB segments: %d taken, %d runs; salusd faulted %llu MiB into "
+           "them, kept by the tenant\n",
+           CYCLES, (unsigned long long) (CYCLE_SEG >> 20), taken, ran,
+           (unsigned long long) (charged >> 20));
+    /* holes punched after the hand-over: the run must be refused before
+     * salusd copies into them */
+    int fd = sparse_memfd(CYCLE_SEG), refused = -1;
+    uint64_t refilled = 0;
+    char msg[300] = "";
+    if (fd >= 0 && fallocate(fd, 0, 0, (off_t) CYCLE_SEG) == 0 &&
+        attach_by_socket(arg->sock, s, fd, CYCLE_SEG, msg, sizeof msg) == SL_OK &&
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t) fetch.offset,
+                  (off_t) fetch.length) == 0) {
+        refused = sl_test_shm_run(s, salus_graph_id(g), feed, 1, fetch) != SL_OK;
+        refilled = allocated(fd) - (CYCLE_SEG - fetch.length);
+        printf("  tenant: an allocated segment with its fetch half punched out after the "
+               "hand-over: run %s (%s), %llu MiB faulted back in\n",
+               refused ? "refused" : "ran", salus_last_error(c),
+               (unsigned long long) (refilled >> 20));
+    } else {
+        printf("  tenant: an allocated segment was not taken: %s\n", msg);
+    }
+    fflush(stdout);
+    signal_byte(arg->ready[1]);
+    (void) wait_byte(arg->go[0], 60);
+    for (int i = 0; i < CYCLES; i++)
+        close(kept[i]);
+    if (fd >= 0)
+        close(fd);
+    salus_graph_free(g);
+    tenant_done(c, s);
+    if (refused < 0)
+        return 104; /* a good segment must still be taken */
+    return charged || refilled || !refused ? 1 : 0;
+}
+
+/* The shmem charged to the memory cgroup in dir (v2 or v1 memory.stat); 0
+ * when there is none to read. */
+static uint64_t cgroup_shmem(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    long v = sl_attack_proc_value(path, "shmem");
+    return v > 0 ? (uint64_t) v : 0;
+}
+
+static void shm_charge_cycle(void **state)
+{
+    (void) state;
+    const char *args[] = {"--tenant-limits", "memory=0", NULL};
+    sl_attack a;
+    sl_attack_cgroup cg;
+    /* in 1 GiB: the pages the old salusd faulted into CYCLES segments
+     * (768 MiB) come close to it, while the mapped-bytes budget (a quarter)
+     * held at every moment */
+    sl_attack_cgroup_enter(&cg, 1ull << 30);
+    sl_attack_begin(&a, "shm-charge-cycle", args);
+    sl_attack_cgroup_started(&cg);
+    struct tenant_arg arg = {.which = "charge", .url = a.srv.url};
+    tenant_pipes(&arg);
+    pid_t pid = start_tenant(&arg, 200);
+    uint64_t shmem = 0;
+    bool ready = wait_byte(arg.ready[0], 180);
+    if (ready && cg.real)
+        shmem = cgroup_shmem(cg.dir);
+    signal_byte(arg.go[1]);
+    int rc = sl_test_wait(pid, 210);
+    close_pipes(&arg);
+    if (rc == 1)
+        snprintf(a.broken, sizeof a.broken,
+                 "salusd faulted pages into segments the tenant keeps (charged to salusd)");
+    char detail[256];
+    snprintf(detail, sizeof detail,
+             "%d sparse %llu MiB segments run into and let go of, every file kept: tenant exit "
+             "%d; shmem charged to salusd's cgroup (%s) %llu MiB",
+             CYCLES, (unsigned long long) (CYCLE_SEG >> 20), rc, cg.version,
+             (unsigned long long) (shmem >> 20));
+    sl_attack_expect(&a, rc == 0, detail);
+    bool held = sl_attack_end(&a, detail);
+    int ooms = sl_attack_cgroup_remove(&cg);
+    if (ooms)
+        printf("  salusd's cgroup saw %d OOM kills\n", ooms);
+    assert_true(held);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ooms, 0);
+}
+
 /* The tenant side of this program: --tenant WHICH URL READY_FD GO_FD
  * [PATHS or SIZES...]. */
 static int tenant_main(int argc, char **argv)
@@ -750,11 +915,9 @@ static int tenant_main(int argc, char **argv)
         const char *name;
         int (*fn)(void *);
         bool paths;
-    } tenants[] = {{"hugetlb", hugetlb_tenant, false},
-                   {"lease", lease_tenant, false},
-                   {"linger", linger_tenant, false},
-                   {"opath", opath_tenant, true},
-                   {"budget", budget_tenant, false}};
+    } tenants[] = {{"hugetlb", hugetlb_tenant, false}, {"lease", lease_tenant, false},
+                   {"linger", linger_tenant, false},   {"opath", opath_tenant, true},
+                   {"budget", budget_tenant, false},   {"charge", charge_tenant, false}};
     for (size_t t = 0; t < sizeof tenants / sizeof tenants[0]; t++) {
         if (strcmp(tenants[t].name, arg.which) != 0)
             continue;
@@ -785,6 +948,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(mapped_bytes_budget_default),
         cmocka_unit_test(mapped_bytes_budget_configured),
         cmocka_unit_test(mapped_bytes_budget_cgroup),
+        cmocka_unit_test(shm_charge_cycle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

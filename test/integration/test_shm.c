@@ -208,6 +208,7 @@ static int sealed_memfd(size_t size, unsigned seals)
     int fd = memfd_create("salus-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     assert_true(fd >= 0);
     assert_int_equal(ftruncate(fd, (off_t) size), 0);
+    assert_int_equal(fallocate(fd, 0, 0, (off_t) size), 0); /* salusd takes no sparse one */
     if (seals)
         assert_int_equal(fcntl(fd, F_ADD_SEALS, seals), 0);
     return fd;
@@ -237,6 +238,21 @@ static void malformed_attaches_and_slices_are_refused(void **state)
     int fd = sealed_memfd(1 << 20, F_SEAL_SHRINK);
     expect_stage(j.s, fd, 2 << 20, SALUS_EINVAL, "smaller");
     expect_stage(j.s, fd, 0, SALUS_EINVAL, "size");
+    /* a sparse segment: salusd's copies would allocate its pages, charged
+     * to salusd for as long as the client keeps the file */
+    int sparse = memfd_create("salus-sparse", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(sparse >= 0);
+    assert_int_equal(ftruncate(sparse, 1 << 20), 0);
+    assert_int_equal(fcntl(sparse, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    expect_stage(j.s, sparse, 1 << 20, SALUS_EINVAL, "fallocate(fd, 0, 0, size)");
+    /* allocated only past what would be mapped: still refused */
+    int tail = memfd_create("salus-tail", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(tail >= 0);
+    assert_int_equal(ftruncate(tail, 2 << 20), 0);
+    assert_int_equal(fallocate(tail, 0, 1 << 20, 1 << 20), 0);
+    assert_int_equal(fcntl(tail, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    expect_stage(j.s, tail, 1 << 20, SALUS_EINVAL, "not allocated");
+    close(tail);
     char self[64];
     snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
     int opath = open(self, O_PATH | O_CLOEXEC), rdonly = open(self, O_RDONLY | O_CLOEXEC);
@@ -290,7 +306,17 @@ static void malformed_attaches_and_slices_are_refused(void **state)
             acc += j.w[k * N + n];
         assert_float_equal(z[n], acc > 0 ? acc : 0, 1e-4);
     }
+    /* a hole punched after the hand-over: the next run is refused before
+     * salusd copies into it; allocated again, runs go on */
+    assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), 0);
+    assert_sl_err(sl_test_shm_run(j.s, salus_graph_id(j.g), feed, 3, fetch), SALUS_EINVAL);
+    assert_non_null(strstr(salus_last_error(j.c), "not allocated"));
+    assert_int_equal(fallocate(fd, 0, 0, 1 << 20), 0);
+    for (int i = 0; i < 64 * K; i++)
+        seg[i] = 1.0f;
+    expect_slice_run(&j, feed, fetch, SALUS_OK);
     munmap(seg, 1 << 20);
+    close(sparse);
     close(fd);
     close(file);
     close(unsealed);
