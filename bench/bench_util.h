@@ -40,6 +40,55 @@ static inline void bench_pin_cpu0(void)
         perror("sched_setaffinity");
 }
 
+/* A peer process spoken to over pipes (the PyTorch side of a comparison):
+ * its stdin is in, its stdout out. */
+typedef struct bench_peer {
+    pid_t pid;
+    FILE *in, *out;
+} bench_peer;
+
+/* Starts argv (NULL-terminated; argv[0] searched in PATH) as a peer. 0, or
+ * -1 when the pipes or the process cannot be made. */
+static inline int bench_peer_start(bench_peer *p, const char *const *argv)
+{
+    int to[2], from[2];
+    if (pipe(to))
+        return -1;
+    if (pipe(from)) {
+        close(to[0]), close(to[1]);
+        return -1;
+    }
+    if ((p->pid = fork()) < 0)
+        return -1;
+    if (p->pid == 0) {
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        execvp(argv[0], (char *const *) argv);
+        perror(argv[0]);
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    p->in = fdopen(to[1], "w");
+    p->out = fdopen(from[0], "r");
+    return p->in && p->out ? 0 : -1;
+}
+
+/* Asks the peer to quit, closes its pipes and reaps it. */
+static inline void bench_peer_stop(bench_peer *p)
+{
+    if (p->in) {
+        fprintf(p->in, "quit\n");
+        fclose(p->in);
+    }
+    if (p->out)
+        fclose(p->out);
+    if (p->pid > 0)
+        (void) waitpid(p->pid, NULL, 0);
+    memset(p, 0, sizeof *p);
+}
+
 /* The device every salusd a benchmark starts runs on: --device
  * $SALUS_BENCH_DEVICE when that is set (e.g. SALUS_BENCH_DEVICE=cuda), the
  * salusd default otherwise. Writes the arguments into more (2 slots) and

@@ -210,35 +210,15 @@ static double job_steps(job *j, int steps)
 }
 
 /* The PyTorch process of one model. */
-typedef struct torch_proc {
-    pid_t pid;
-    FILE *in, *out;
-} torch_proc;
+typedef bench_peer torch_proc;
 
 static int torch_start(torch_proc *t, const char *python, const char *script, const char *device,
                        const char *model, int64_t batch, int64_t image)
 {
-    int to_py[2], from_py[2];
-    if (pipe(to_py) || pipe(from_py))
-        return -1;
     char b[24], im[24];
     snprintf(b, sizeof b, "%lld", (long long) batch);
     snprintf(im, sizeof im, "%lld", (long long) image);
-    if ((t->pid = fork()) < 0)
-        return -1;
-    if (t->pid == 0) {
-        dup2(to_py[0], 0);
-        dup2(from_py[1], 1);
-        close(to_py[0]), close(to_py[1]), close(from_py[0]), close(from_py[1]);
-        execlp(python, python, script, device, model, b, im, (char *) NULL);
-        perror(python);
-        _exit(127);
-    }
-    close(to_py[0]);
-    close(from_py[1]);
-    t->in = fdopen(to_py[1], "w");
-    t->out = fdopen(from_py[0], "r");
-    return t->in && t->out ? 0 : -1;
+    return bench_peer_start(t, (const char *[]){python, script, device, model, b, im, NULL});
 }
 
 /* "warm" or "run" of a variant: samples/s for run, 1 for warm, -1 when
@@ -262,18 +242,6 @@ static double torch_cmd(torch_proc *t, const char *cmd, const char *variant, int
         return 0;
     }
     return sps;
-}
-
-static void torch_stop(torch_proc *t)
-{
-    if (t->in) {
-        fprintf(t->in, "quit\n");
-        fclose(t->in);
-    }
-    if (t->out)
-        fclose(t->out);
-    if (t->pid > 0)
-        (void) waitpid(t->pid, NULL, 0);
 }
 
 /* The series a round measures. */
@@ -566,7 +534,7 @@ int main(int argc, char **argv)
         fclose(jf);
     }
     for (int k = 0; k < nrun; k++)
-        torch_stop(&tp[k]);
+        bench_peer_stop(&tp[k]);
     bench_salusd_stop(&main_d);
     if (predict)
         bench_salusd_stop(&sim_d);

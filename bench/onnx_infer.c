@@ -36,48 +36,28 @@
 
 static const char *model = "resnet18";
 
+/* One PyTorch process and its thread count. */
 typedef struct torch_proc {
     int threads;
-    pid_t pid;
-    FILE *in, *out;
+    bench_peer peer;
 } torch_proc;
 
 static int torch_start(torch_proc *t, const char *python, const char *script,
                        const char *export_dir)
 {
-    int to_py[2], from_py[2];
-    if (pipe(to_py) || pipe(from_py))
-        return -1;
     char threads[16];
     snprintf(threads, sizeof threads, "%d", t->threads);
-    t->pid = fork();
-    if (t->pid < 0)
-        return -1;
-    if (t->pid == 0) {
-        dup2(to_py[0], 0);
-        dup2(from_py[1], 1);
-        close(to_py[0]);
-        close(to_py[1]);
-        close(from_py[0]);
-        close(from_py[1]);
-        execl(python, python, script, threads, export_dir ? export_dir : "-", model, (char *) NULL);
-        perror(python);
-        _exit(127);
-    }
-    close(to_py[0]);
-    close(from_py[1]);
-    t->in = fdopen(to_py[1], "w");
-    t->out = fdopen(from_py[0], "r");
-    return t->in && t->out ? 0 : -1;
+    return bench_peer_start(&t->peer, (const char *[]){python, script, threads,
+                                                       export_dir ? export_dir : "-", model, NULL});
 }
 
 /* n timed inferences on the PyTorch side, in ms, into ms[0..n). */
 static int torch_run(torch_proc *t, int n, double *ms)
 {
     static char line[1 << 16];
-    fprintf(t->in, "run %d\n", n);
-    fflush(t->in);
-    if (!fgets(line, sizeof line, t->out) || strncmp(line, "ms ", 3) != 0)
+    fprintf(t->peer.in, "run %d\n", n);
+    fflush(t->peer.in);
+    if (!fgets(line, sizeof line, t->peer.out) || strncmp(line, "ms ", 3) != 0)
         return -1;
     char *p = line + 3;
     for (int i = 0; i < n; i++) {
@@ -155,7 +135,7 @@ int main(int argc, char **argv)
     char line[256];
     for (int t = 0; t < 2; t++) {
         if (torch_start(&torch[t], python, script, t == 0 ? dir : NULL) ||
-            !fgets(line, sizeof line, torch[t].out) || strncmp(line, "ready", 5) != 0) {
+            !fgets(line, sizeof line, torch[t].peer.out) || strncmp(line, "ready", 5) != 0) {
             fprintf(stderr, "onnx_infer: the PyTorch side did not start (python3-torch, "
                             "python3-torchvision?)\n");
             sl_ts_salusd_cleanup(&srv);
@@ -238,10 +218,7 @@ int main(int argc, char **argv)
     double rel = max_ref > 0 ? max_err / max_ref : max_err;
 
     for (int t = 0; t < 2; t++) {
-        fprintf(torch[t].in, "quit\n");
-        fclose(torch[t].in);
-        fclose(torch[t].out);
-        (void) waitpid(torch[t].pid, NULL, 0);
+        bench_peer_stop(&torch[t].peer);
     }
     salus_onnx_free(m);
     (void) salus_session_close(s);
