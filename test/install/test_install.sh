@@ -61,8 +61,11 @@ if cc -o "$tmp/hello" "$here/hello.c" $flags; then
   out=$(clean SALUS_CONNECT_TIMEOUT_MS=500 "$tmp/hello" "ipc://$tmp/salus.sock" 2>&1) ||
     fail "a program built with pkg-config: $out"
   echo "hello: $out"
-  clean ldd "$tmp/hello" | grep -q "libsalusclient.so.0 => $prefix/$libdir/" ||
-    fail "hello does not find the installed library: $(ldd "$tmp/hello")"
+  # ldd's output is read whole: grep -q stops reading at its match, and
+  # under pipefail the SIGPIPE that ldd may then get would fail the check
+  deps=$(clean ldd "$tmp/hello")
+  grep -q "libsalusclient.so.0 => $prefix/$libdir/" <<<"$deps" ||
+    fail "hello does not find the installed library: $deps"
 else
   fail "cc hello.c $flags"
 fi
@@ -94,7 +97,8 @@ if [ -f "$plugstack" ]; then
   so=$(awk '$1 == "required" || $1 == "optional" {print $2}' "$plugstack")
   [ "$so" = "$prefix/$libdir/slurm/salus_spank.so" ] && [ -f "$so" ] ||
     fail "plugstack.conf names '$so', not the installed plugin"
-  clean ldd "$so" | grep -q "libsalusclient.so.0 => $prefix/$libdir/" ||
+  deps=$(clean ldd "$so")
+  grep -q "libsalusclient.so.0 => $prefix/$libdir/" <<<"$deps" ||
     fail "the Slurm plugin does not find the installed library"
 else
   echo "no Slurm plugin (libslurm-dev missing): plugstack.conf not checked"
