@@ -33,18 +33,17 @@ cannot compute: the salus.Error (Code.EUNSUPPORTED) lists every such op
 with its argument shapes and the module path it came from. Shapes are
 those of example_inputs; a call with other shapes is refused.
 
-Works with torch 1.13 (functional_call from torch.nn.utils.stateless) and
-torch 2.x (torch.func.functional_call), where importing this module also
-registers a torch.compile backend named "salus" (inference, in a session
-of its own on salus.default_url()).
+Works with torch 1.13 and torch 2.x (what differs: salus/_compat.py; in
+2.x scaled_dot_product_attention is captured as its math), where importing
+this module also registers a torch.compile backend named "salus"
+(inference, in a session of its own on salus.default_url()).
 """
 
 import bisect
 
 import numpy as np
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
-
+from . import _compat
 from ._aten import HostCounter, op_key
 from ._lower import lower
 from ._core import BF16, F16, F32, I32, Code, Error
@@ -52,10 +51,7 @@ from .graph import Graph
 
 __all__ = ["compile_step", "compile_module", "CompiledStep", "CompiledModule"]
 
-try:
-    from torch.func import functional_call as _functional_call
-except ImportError:  # torch 1.13
-    from torch.nn.utils.stateless import functional_call as _functional_call
+_functional_call = _compat.functional_call
 
 # bool tensors (masks) are salus's i32 masks of 0s and 1s
 _DTYPES = {torch.float32: F32, torch.int64: I32, torch.int32: I32, torch.float16: F16,
@@ -332,7 +328,7 @@ class _Compiled:
 def _capture(fn, flat, model):
     tracker = _Tracker(model)
     try:
-        gm = make_fx(fn(tracker))(*flat)
+        gm = _compat.capture(fn(tracker), flat)
     finally:
         tracker.close()
     return gm, tracker
@@ -714,7 +710,7 @@ def aten_ops(model_or_fn, example_inputs):
     pass, and whether salus lowers each: {name: (count, lowered)}."""
     from ._aten import RULES
     fn = model_or_fn
-    gm = make_fx(lambda *a: fn(*a))(*example_inputs)
+    gm = _compat.capture(lambda *a: fn(*a), example_inputs)
     out = {}
     for n in gm.graph.nodes:
         key = op_key(n.target) if n.op == "call_function" else None
@@ -725,30 +721,15 @@ def aten_ops(model_or_fn, example_inputs):
     return out
 
 
-def _register_dynamo_backend():
-    try:
-        from torch._dynamo import register_backend
-    except ImportError:
-        return
-    state = {}
-
-    def salus(gm, example_inputs):
-        """torch.compile(model, backend="salus"): inference in a session of
-        this process on salus.default_url()."""
-        if "session" not in state:
-            from .client import connect
-            state["client"] = connect()
-            state["session"] = state["client"].session(name="torch.compile")
-        compiled = compile_module(gm, example_inputs, state["session"])
-
-        def run(*args):
-            out = compiled(*args)
-            return out
-        return run
-    try:
-        register_backend(compiler_fn=salus, name="salus")
-    except Exception:  # already registered, or a dynamo that refuses the name
-        pass
+def _dynamo_backend(gm, example_inputs):
+    """torch.compile(model, backend="salus"): inference in a session of
+    this process on salus.default_url()."""
+    if "session" not in _dynamo_state:
+        from .client import connect
+        _dynamo_state["client"] = connect()
+        _dynamo_state["session"] = _dynamo_state["client"].session(name="torch.compile")
+    return compile_module(gm, example_inputs, _dynamo_state["session"])
 
 
-_register_dynamo_backend()
+_dynamo_state = {}
+_compat.register_backend("salus", _dynamo_backend)
