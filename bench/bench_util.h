@@ -91,19 +91,27 @@ static inline void bench_peer_stop(bench_peer *p)
 
 /* The device every salusd a benchmark starts runs on: --device
  * $SALUS_BENCH_DEVICE when that is set (e.g. SALUS_BENCH_DEVICE=cuda), the
- * salusd default otherwise. Writes the arguments into more (2 slots) and
- * returns how many. */
+ * salusd default otherwise; and --memory-limit $SALUS_BENCH_MEMORY when
+ * that is set (salusd takes its whole limit from the device at start,
+ * by default nearly all of it: a PyTorch beside it on the same GPU needs
+ * the rest). Writes the arguments into more (4 slots) and returns how
+ * many. */
 static inline int bench_device_args(const char **more)
 {
-    const char *device = getenv("SALUS_BENCH_DEVICE");
-    if (!device || !*device)
-        return 0;
-    more[0] = "--device";
-    more[1] = device;
-    return 2;
+    const char *device = getenv("SALUS_BENCH_DEVICE"), *memory = getenv("SALUS_BENCH_MEMORY");
+    int n = 0;
+    if (device && *device) {
+        more[n++] = "--device";
+        more[n++] = device;
+    }
+    if (memory && *memory) {
+        more[n++] = "--memory-limit";
+        more[n++] = memory;
+    }
+    return n;
 }
 
-/* fork + exec argv (NULL-terminated, up to 60); exits on failure. A salusd
+/* fork + exec argv (NULL-terminated, up to 58); exits on failure. A salusd
  * gets the bench device (bench_device_args) and --allow-root as root. */
 static inline pid_t bench_spawn(const char *const *argv)
 {
@@ -113,7 +121,7 @@ static inline pid_t bench_spawn(const char *const *argv)
     if (len >= 6 && strcmp(argv[0] + len - 6, "salusd") == 0) {
         const char *args[64];
         size_t n = 0;
-        for (; argv[n + 1] && n < 60; n++)
+        for (; argv[n + 1] && n < 58; n++)
             args[n] = argv[n + 1];
         n += (size_t) bench_device_args(args + n);
         args[n] = NULL;
@@ -139,7 +147,7 @@ static inline void bench_salusd_spawn(sl_ts_salusd *s, const char *path, const c
 {
     const char *all[64] = {"--listen"};
     size_t n = 2;
-    for (; args && args[n - 2] && n < 60; n++)
+    for (; args && args[n - 2] && n < 58; n++)
         all[n] = args[n - 2];
     n += (size_t) bench_device_args(all + n);
     all[n] = NULL;

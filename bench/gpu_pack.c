@@ -33,7 +33,7 @@
  *   gpu_pack --salusd PATH [--what hparam,inference] [--models cnn,resnet50]
  *            [--jobs 4] [--iters N] [--inference-models mlp,cnn,resnet50]
  *            [--instances 2] [--duration-s 6] [--gap-ms 20] [--rounds 3]
- *            [--image 224] [--procs] [--mps] [--proc-memory 16G]
+ *            [--image 224] [--procs] [--mps] [--proc-memory 8G]
  *            [--predict DEVICE|none] [--quick] [--json FILE]
  * --proc-memory: each per-job salusd's --memory-limit (they share one
  * device; one salusd alone takes what the device reports).
@@ -95,8 +95,11 @@ static void servers_start(servers *s, const char *salusd, const char *device, in
     const char *const args[] = {"--log-level", "warn", limit ? "--memory-limit" : NULL, limit,
                                 NULL};
     char *saved = getenv("SALUS_BENCH_DEVICE") ? strdup(getenv("SALUS_BENCH_DEVICE")) : NULL;
+    char *memory = getenv("SALUS_BENCH_MEMORY") ? strdup(getenv("SALUS_BENCH_MEMORY")) : NULL;
     if (device)
         setenv("SALUS_BENCH_DEVICE", device, 1);
+    if (limit) /* this limit, not the bench's */
+        unsetenv("SALUS_BENCH_MEMORY");
     memset(s, 0, sizeof *s);
     for (int i = 0; i < n; i++)
         bench_salusd_spawn(&s->d[i], salusd, tag, args);
@@ -105,7 +108,10 @@ static void servers_start(servers *s, const char *salusd, const char *device, in
         setenv("SALUS_BENCH_DEVICE", saved, 1);
     else
         unsetenv("SALUS_BENCH_DEVICE");
+    if (memory)
+        setenv("SALUS_BENCH_MEMORY", memory, 1);
     free(saved);
+    free(memory);
     for (int i = 0; i < n; i++)
         bench_salusd_ready(&s->d[i]);
 }
@@ -467,7 +473,7 @@ static void usage(void)
             "usage: gpu_pack --salusd PATH [--what hparam,inference] [--models cnn,resnet50]\n"
             "                [--jobs 4] [--iters N] [--inference-models mlp,cnn,resnet50]\n"
             "                [--instances 2] [--duration-s 6] [--gap-ms 20] [--rounds 3]\n"
-            "                [--image 224] [--procs] [--mps] [--proc-memory 16G]\n"
+            "                [--image 224] [--procs] [--mps] [--proc-memory 8G]\n"
             "                [--predict DEVICE|none] [--quick] [--json FILE]\n");
 }
 
@@ -479,7 +485,7 @@ int main(int argc, char **argv)
              .duration_s = 6,
              .gap_ms = 20,
              .image = 224,
-             .proc_memory = "16G"};
+             .proc_memory = "8G"};
     const char *what = "hparam,inference", *models = "cnn,resnet50";
     const char *imodels = "mlp,cnn,resnet50", *json = NULL;
     static const struct option lo[] = {

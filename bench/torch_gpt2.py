@@ -138,6 +138,8 @@ class Salusd:
         args = [exe, "--listen", self.url, "--log-level", "warn"]
         if device:
             args += ["--device", device]
+        if os.environ.get("SALUS_BENCH_MEMORY"):  # leaves the rest of the GPU to PyTorch
+            args += ["--memory-limit", os.environ["SALUS_BENCH_MEMORY"]]
         if os.geteuid() == 0:
             args.append("--allow-root")
         self.proc = subprocess.Popen(args)
