@@ -115,7 +115,13 @@ def lm_loss(logits, targets):
 
 def make_model(cfg):
     torch.manual_seed(0)
-    return Gpt(cfg["vocab"], cfg["d"], cfg["heads"], cfg["layers"], cfg["seq"])
+    model = Gpt(cfg["vocab"], cfg["d"], cfg["heads"], cfg["layers"], cfg["seq"])
+    for mod in model.modules():  # GPT-2's initialisation: N(0, 0.02) weights
+        if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(mod.weight, std=0.02)
+        if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+            torch.nn.init.zeros_(mod.bias)
+    return model
 
 
 def batches(cfg, n, batch):
