@@ -32,7 +32,7 @@
  *
  *   gpu_pack --salusd PATH [--what hparam,inference] [--models cnn,resnet50]
  *            [--jobs 4] [--iters N] [--inference-models mlp,cnn,resnet50]
- *            [--instances 2] [--duration-s 6] [--gap-ms 20] [--rounds 3]
+ *            [--instances 2] [--duration-s 2] [--gap-ms 20] [--rounds 3]
  *            [--image 224] [--procs] [--mps] [--proc-memory 8G]
  *            [--predict DEVICE|none] [--quick] [--json FILE]
  * --proc-memory: each per-job salusd's --memory-limit (they share one
@@ -472,7 +472,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: gpu_pack --salusd PATH [--what hparam,inference] [--models cnn,resnet50]\n"
             "                [--jobs 4] [--iters N] [--inference-models mlp,cnn,resnet50]\n"
-            "                [--instances 2] [--duration-s 6] [--gap-ms 20] [--rounds 3]\n"
+            "                [--instances 2] [--duration-s 2] [--gap-ms 20] [--rounds 3]\n"
             "                [--image 224] [--procs] [--mps] [--proc-memory 8G]\n"
             "                [--predict DEVICE|none] [--quick] [--json FILE]\n");
 }
@@ -482,7 +482,7 @@ int main(int argc, char **argv)
     cfg c = {.jobs = 4,
              .rounds = 3,
              .instances = 2,
-             .duration_s = 6,
+             .duration_s = 2,
              .gap_ms = 20,
              .image = 224,
              .proc_memory = "8G"};
