@@ -114,52 +114,23 @@ static bool accumulate(void *ctx, unsigned i, salus_value *acc, float *beta)
     return true;
 }
 
-/* The updates with the learning rate read from its tensor at run time
- * (mul_scalar): each optimiser computes its step d with a unit rate, then
- * p -= lr * d. Same math as the fixed-rate updates, one more element-wise
- * pass per parameter (two for Adam, whose step is taken into a zeroed
- * tensor by adam_update with rate -1). */
-static void per_step(emit_ctx *e, const sl_trainable *p, salus_value g, bool accumulated)
+/* param -= lr * d, where lr is `scale` times the learning rate: the
+ * optimizer's own, or under a schedule the rate tensor's, read when the op
+ * runs (sgd_update_lr), so a schedule costs no extra pass. */
+static void descend(emit_ctx *e, salus_value param, salus_value d, float scale)
 {
-    sl_train *t = e->t;
-    const salus_optimizer *o = &t->opt;
-    salus_graph *G = t->g;
-    salus_value w = e->w, step;
-    const float one[] = {1.0f};
-    if (o->kind == SALUS_SGD) {
-        if (o->weight_decay != 0) {
-            const float wd[] = {o->weight_decay};
-            g = OPF(G, "axpy", wd, w, g);
-        }
-        step = g;
-    } else if (o->kind == SALUS_MOMENTUM) {
-        salus_value v = state_of(e, p, 0);
-        if (accumulated && o->weight_decay != 0) {
-            const float wd[] = {-o->weight_decay};
-            OPF(G, "sgd_update", wd, v, w);
-        } else if (!accumulated) {
-            /* rate 0: only the velocity moves */
-            const float f[] = {0.0f, o->momentum, o->weight_decay};
-            OPF(G, "momentum_update", f, w, g, v);
-        }
-        step = v;
+    if (e->lr == SALUS_NO_VALUE) {
+        const float f[] = {scale * e->t->opt.lr};
+        OPF(e->t->g, "sgd_update", f, param, d);
     } else {
-        if (o->weight_decay != 0 && (o->flags & SALUS_OPT_DECOUPLED_WD)) {
-            const float wd[] = {o->weight_decay};
-            OPF(G, "sgd_update", wd, w, OP2(G, "mul_scalar", w, e->lr));
-        } else if (o->weight_decay != 0) {
-            const float wd[] = {o->weight_decay};
-            g = OPF(G, "axpy", wd, w, g);
-        }
-        const float zero[] = {0.0f};
-        step = salus_graph_op(G, "fill", 1, &w, 0, NULL, 1, zero);
-        const float f[] = {-1.0f, o->beta1, o->beta2, o->eps};
-        OPF(G, "adam_update", f, step, g, state_of(e, p, 0), state_of(e, p, 1), e->step);
+        const float f[] = {scale};
+        OPF(e->t->g, "sgd_update_lr", f, param, d, e->lr);
     }
-    OPF(G, "sgd_update", one, w, OP2(G, "mul_scalar", step, e->lr));
 }
 
-/* The update of parameter i (e->w, e->st) from its gradient g. */
+/* The update of parameter i (e->w, e->st) from its gradient g. Under a
+ * schedule every op that applies the rate is its _lr form, with the
+ * optimizer's rate 1 as the attribute's scale. */
 static int update(emit_ctx *e, unsigned i, salus_value g, bool accumulated)
 {
     sl_train *t = e->t;
@@ -167,15 +138,14 @@ static int update(emit_ctx *e, unsigned i, salus_value g, bool accumulated)
     sl_trainable *p = &t->params[i];
     salus_graph *G = t->g;
     salus_value w = e->w;
-    if (e->lr != SALUS_NO_VALUE)
-        per_step(e, p, g, accumulated);
-    else if (o->kind == SALUS_SGD) {
+    bool sched = e->lr != SALUS_NO_VALUE;
+    float lr = sched ? 1.0f : o->lr;
+    if (o->kind == SALUS_SGD) {
         if (o->weight_decay != 0) {
             const float wd[] = {o->weight_decay};
             g = OPF(G, "axpy", wd, w, g);
         }
-        const float f[] = {o->lr};
-        OPF(G, "sgd_update", f, w, g);
+        descend(e, w, g, 1.0f);
     } else if (o->kind == SALUS_MOMENTUM && accumulated) {
         /* v = momentum * v + g is done: v += weight decay * p, then
          * p -= lr * v, which is momentum_update's math */
@@ -184,23 +154,27 @@ static int update(emit_ctx *e, unsigned i, salus_value g, bool accumulated)
             const float wd[] = {-o->weight_decay};
             OPF(G, "sgd_update", wd, v, w);
         }
-        const float lr[] = {o->lr};
-        OPF(G, "sgd_update", lr, w, v);
+        descend(e, w, v, 1.0f);
     } else if (o->kind == SALUS_MOMENTUM) {
-        const float f[] = {o->lr, o->momentum, o->weight_decay};
-        OPF(G, "momentum_update", f, w, g, state_of(e, p, 0));
+        const float f[] = {lr, o->momentum, o->weight_decay};
+        if (sched)
+            OPF(G, "momentum_update_lr", f, w, g, state_of(e, p, 0), e->lr);
+        else
+            OPF(G, "momentum_update", f, w, g, state_of(e, p, 0));
     } else {
         if (o->weight_decay != 0 && (o->flags & SALUS_OPT_DECOUPLED_WD)) {
             /* AdamW: p -= lr * weight_decay * p, before the Adam step */
-            const float f[] = {o->lr * o->weight_decay};
             salus_value copy = salus_graph_op(G, "copy", 1, &w, 0, NULL, 0, NULL);
-            OPF(G, "sgd_update", f, w, copy);
+            descend(e, w, copy, o->weight_decay);
         } else if (o->weight_decay != 0) {
             const float wd[] = {o->weight_decay}; /* Adam's L2: g += wd * p */
             g = OPF(G, "axpy", wd, w, g);
         }
-        const float f[] = {o->lr, o->beta1, o->beta2, o->eps};
-        OPF(G, "adam_update", f, w, g, state_of(e, p, 0), state_of(e, p, 1), e->step);
+        const float f[] = {lr, o->beta1, o->beta2, o->eps};
+        if (sched)
+            OPF(G, "adam_update_lr", f, w, g, state_of(e, p, 0), state_of(e, p, 1), e->step, e->lr);
+        else
+            OPF(G, "adam_update", f, w, g, state_of(e, p, 0), state_of(e, p, 1), e->step);
     }
     if (salus_graph_error(G))
         return seterr(e->err, e->len, "update of parameter %u: %s", i, salus_graph_error(G));

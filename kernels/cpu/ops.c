@@ -282,9 +282,16 @@ static int k_mse_grad(const sl_op_call *c)
 /* The optimizer updates are also written over a range [i0, i1) of the
  * parameter's elements: they touch every parameter byte of a model once per
  * iteration, and sl_cpu_run_op splits a large one across the team. */
+/* The learning rate: f[0], times the rate tensor that the _lr variants
+ * take as their last input (base: the plain op's input count). */
+static float lr_of(const sl_op_call *c, unsigned base)
+{
+    return c->n_in > base ? c->attrs.f[0] * *f32(&c->in[base]) : c->attrs.f[0];
+}
+
 static void r_sgd_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
-    float *w = f32(&c->in[0]), lr = c->attrs.f[0];
+    float *w = f32(&c->in[0]), lr = lr_of(c, 2);
     const float *g = f32(&c->in[1]);
     for (uint64_t i = i0; i < i1; i++)
         w[i] = sl_ew_sgd(w[i], g[i], lr);
@@ -388,7 +395,7 @@ static void r_momentum_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
     float *p = f32(&c->in[0]), *v = f32(&c->in[2]);
     const float *g = f32(&c->in[1]);
-    float lr = c->attrs.f[0], momentum = c->attrs.f[1], wd = c->attrs.f[2];
+    float lr = lr_of(c, 3), momentum = c->attrs.f[1], wd = c->attrs.f[2];
     for (uint64_t i = i0; i < i1; i++)
         p[i] = sl_ew_momentum(p[i], g[i], &v[i], lr, momentum, wd);
 }
@@ -412,7 +419,7 @@ static void r_adam_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
     float *p = f32(&c->in[0]), *m = f32(&c->in[2]), *v = f32(&c->in[3]);
     const float *g = f32(&c->in[1]);
-    float lr = c->attrs.f[0], b1 = c->attrs.f[1], b2 = c->attrs.f[2], eps = c->attrs.f[3];
+    float lr = lr_of(c, 5), b1 = c->attrs.f[1], b2 = c->attrs.f[2], eps = c->attrs.f[3];
     float t = *f32(&c->in[4]);
     float bc1 = (float) (1.0 - pow(b1, t)), bc2 = (float) (1.0 - pow(b2, t));
     for (uint64_t i = i0; i < i1; i++)
@@ -470,6 +477,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_MSE_LOSS] = k_mse_loss,
     [SL_OP_MSE_GRAD] = k_mse_grad,
     [SL_OP_SGD_UPDATE] = k_sgd_update,
+    [SL_OP_SGD_UPDATE_LR] = k_sgd_update,
     [SL_OP_MUL] = k_mul,
     [SL_OP_AXPY] = k_axpy,
     [SL_OP_ADD_SCALAR] = k_add_scalar,
@@ -491,7 +499,9 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_REDUCE_MEAN] = sl_cpu_reduce_mean,
     [SL_OP_ARGMAX] = sl_cpu_argmax,
     [SL_OP_MOMENTUM_UPDATE] = k_momentum_update,
+    [SL_OP_MOMENTUM_UPDATE_LR] = k_momentum_update,
     [SL_OP_ADAM_UPDATE] = k_adam_update,
+    [SL_OP_ADAM_UPDATE_LR] = k_adam_update,
     [SL_OP_RESHAPE] = k_reshape,
     [SL_OP_MATMUL_ACC] = k_matmul,
     [SL_OP_EW_BINARY] = sl_cpu_axes_op,
@@ -548,9 +558,11 @@ int sl_cpu_op_check(const sl_op_call *call)
 /* The ops with a range form, and one thread's range of them. */
 typedef void (*range_fn)(const sl_op_call *c, uint64_t i0, uint64_t i1);
 static const range_fn ranges[SL_OP_COUNT] = {
-    [SL_OP_SGD_UPDATE] = r_sgd_update,     [SL_OP_MOMENTUM_UPDATE] = r_momentum_update,
-    [SL_OP_ADAM_UPDATE] = r_adam_update,   [SL_OP_SIGMOID] = r_sigmoid,
-    [SL_OP_SIGMOID_GRAD] = r_sigmoid_grad, [SL_OP_TANH] = r_tanh,
+    [SL_OP_SGD_UPDATE] = r_sgd_update,      [SL_OP_MOMENTUM_UPDATE] = r_momentum_update,
+    [SL_OP_ADAM_UPDATE] = r_adam_update,    [SL_OP_SIGMOID] = r_sigmoid,
+    [SL_OP_SIGMOID_GRAD] = r_sigmoid_grad,  [SL_OP_TANH] = r_tanh,
+    [SL_OP_SGD_UPDATE_LR] = r_sgd_update,   [SL_OP_MOMENTUM_UPDATE_LR] = r_momentum_update,
+    [SL_OP_ADAM_UPDATE_LR] = r_adam_update,
 };
 
 struct range_job {
@@ -607,7 +619,8 @@ int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
     if (ranges[call->op] && x->threads > 1) {
         struct range_job j = {call, sl_shape_elems(&call->in[0].shape)};
         if (j.n >= SL_CPU_TEAM_MIN_ELEMS) {
-            if (call->op == SL_OP_ADAM_UPDATE && !adam_step_ok(call))
+            if ((call->op == SL_OP_ADAM_UPDATE || call->op == SL_OP_ADAM_UPDATE_LR) &&
+                !adam_step_ok(call))
                 return SL_EINVAL;
             sl_cpu_parallel(x->threads, range_part, &j);
             return SL_OK;

@@ -402,6 +402,9 @@ static family_fn family_of(unsigned op)
     case SL_OP_CHANNEL_BIAS_ADD:
     case SL_OP_MOMENTUM_UPDATE:
     case SL_OP_ADAM_UPDATE:
+    case SL_OP_SGD_UPDATE_LR:
+    case SL_OP_MOMENTUM_UPDATE_LR:
+    case SL_OP_ADAM_UPDATE_LR:
     case SL_OP_AMP_UNSCALE:
     case SL_OP_AMP_COMMIT:
     case SL_OP_AMP_SCALE_UPDATE:

@@ -43,6 +43,13 @@ static inline float *f32(const sl_tensor_ref *t)
     return (float *) t->data;
 }
 
+/* The _lr optimiser updates' rate tensor, their last input after the plain
+ * op's `base` inputs; NULL for the plain ops. */
+static inline const float *rate_of(const sl_op_call *c, unsigned base)
+{
+    return c->n_in > base ? f32(&c->in[base]) : NULL;
+}
+
 static inline int32_t *i32(const sl_tensor_ref *t)
 {
     return (int32_t *) t->data;

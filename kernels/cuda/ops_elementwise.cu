@@ -90,11 +90,19 @@ struct f_mse_grad {
         return sl_ew_mse_grad(p, t, two_over_n);
     }
 };
+/* The learning rate: the attribute, times the _lr variants' rate tensor
+ * (NULL for the plain ops). */
+__device__ inline float lr_of(float lr, const float *rate)
+{
+    return rate ? lr * *rate : lr;
+}
+
 struct f_sgd {
     float lr;
+    const float *rate;
     __device__ float operator()(float w, float g) const
     {
-        return sl_ew_sgd(w, g, lr);
+        return sl_ew_sgd(w, g, lr_of(lr, rate));
     }
 };
 
@@ -205,10 +213,11 @@ template <class S, class D> __global__ void k_cast(D *y, const S *x, uint64_t n,
     y[i] = st<D>(ld(x[i]));
 }
 
-__global__ void k_momentum(float *p, const float *g, float *v, uint64_t n, float lr, float momentum,
-                           float weight_decay, const int *failed)
+__global__ void k_momentum(float *p, const float *g, float *v, uint64_t n, float lr,
+                           const float *rate, float momentum, float weight_decay, const int *failed)
 {
     SKIP_IF_FAILED(failed);
+    lr = lr_of(lr, rate);
     GRID_STRIDE(uint64_t, i, n)
     {
         float vi = v[i];
@@ -271,7 +280,7 @@ __global__ void k_amp_scale_update(float *scale, float *growth, float *skipped, 
  * a run-time error. Thread 0 of each block computes the corrections (in
  * double, as the cpu backend does) for the block. */
 __global__ void k_adam(float *p, const float *g, float *m, float *v, const float *t, uint64_t n,
-                       float lr, float beta1, float beta2, float eps, int *flag)
+                       float lr, const float *rate, float beta1, float beta2, float eps, int *flag)
 {
     __shared__ float bc[2];
     __shared__ bool skip;
@@ -289,6 +298,7 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, const float
     if (skip)
         return;
     float bc1 = bc[0], bc2 = bc[1];
+    lr = lr_of(lr, rate);
     GRID_STRIDE(uint64_t, i, n)
     {
         float mi = m[i], vi = v[i];
@@ -424,14 +434,18 @@ static int run_f32_only(sl_cuda_exec *x, const sl_op_call *c)
                                        f_mse_grad{(float) (2.0 / (double) n)}, failed);
         break;
     case SL_OP_SGD_UPDATE: /* in place: in0 is both the parameter and the result */
-        k_map2<<<grid, BLOCK, 0, st>>>(a, a, b, n, f_sgd{fa[0]}, failed);
+    case SL_OP_SGD_UPDATE_LR:
+        k_map2<<<grid, BLOCK, 0, st>>>(a, a, b, n, f_sgd{fa[0], rate_of(c, 2)}, failed);
         break;
     case SL_OP_MOMENTUM_UPDATE:
-        k_momentum<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, fa[0], fa[1], fa[2], failed);
+    case SL_OP_MOMENTUM_UPDATE_LR:
+        k_momentum<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, fa[0], rate_of(c, 3), fa[1],
+                                           fa[2], failed);
         break;
     case SL_OP_ADAM_UPDATE:
+    case SL_OP_ADAM_UPDATE_LR:
         k_adam<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), f32(&c->in[4]), n,
-                                       fa[0], fa[1], fa[2], fa[3], x->flag_dev);
+                                       fa[0], rate_of(c, 5), fa[1], fa[2], fa[3], x->flag_dev);
         break;
     case SL_OP_AMP_UNSCALE:
         k_amp_unscale<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, failed);

@@ -376,6 +376,37 @@ int sl_ops_infer_adam(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, c
     return rc;
 }
 
+/* The run-time rate of the _lr updates: one f32 element. */
+static int need_rate(const sl_shape *rate, unsigned k, char *err, size_t errlen)
+{
+    if (rate->dtype == SL_F32 && sl_shape_elems(rate) == 1)
+        return SL_OK;
+    char s[SL_SHAPE_STR_LEN];
+    return sl_ops_fail(err, errlen, "in%u %s (rate) must be f32 with exactly one element", k,
+                       sl_shape_str(rate, s, sizeof s));
+}
+
+int sl_ops_infer_sgd_lr(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                        size_t errlen)
+{
+    int rc = sl_ops_infer_sgd(a, in, out, err, errlen);
+    return rc ? rc : need_rate(&in[2], 2, err, errlen);
+}
+
+int sl_ops_infer_momentum_lr(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                             size_t errlen)
+{
+    int rc = sl_ops_infer_momentum(a, in, out, err, errlen);
+    return rc ? rc : need_rate(&in[3], 3, err, errlen);
+}
+
+int sl_ops_infer_adam_lr(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                         size_t errlen)
+{
+    int rc = sl_ops_infer_adam(a, in, out, err, errlen);
+    return rc ? rc : need_rate(&in[5], 5, err, errlen);
+}
+
 /* out = in0 viewed with dims i[0..ndim): ndim counts the leading nonzero
  * attributes (none: a scalar); one dim may be -1, inferred from the element
  * count, which must be unchanged. Any dtype. */

@@ -97,6 +97,10 @@ enum sl_op_id {
     SL_OP_DROPOUT_GRAD,
     /* comparisons and logic producing i32 masks (ops_axes.c) */
     SL_OP_COMPARE,
+    /* the optimiser updates with a run-time rate (a learning-rate schedule) */
+    SL_OP_SGD_UPDATE_LR,
+    SL_OP_MOMENTUM_UPDATE_LR,
+    SL_OP_ADAM_UPDATE_LR,
     SL_OP_COUNT
 };
 

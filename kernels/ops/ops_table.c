@@ -565,6 +565,33 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                                                      "with `a`'s"}),
          OUTS({"y", "i32, the broadcast shape of `a` and `b`: 0 or 1"}),
          IATTRS(REQ("kind", "0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge, 6 and, 7 or, 8 xor"))},
+
+    /* ---- optimisers with a run-time rate ---- */
+    [SL_OP_SGD_UPDATE_LR] =
+        {"sgd_update_lr", .group = SL_OP_GROUP_OPTIM, .mutates = 0x1, FNS(sgd_lr, sgd),
+         .doc = "`sgd_update` with the learning rate `lr * rate`, `rate` read when the op runs: "
+                "a schedule writes it before each step (a Run's writes) and the update still "
+                "makes one pass over the parameter.",
+         INS({"param", "any shape"}, {"grad", "`param`'s shape"},
+             {"rate", "f32, one element; read only"}),
+         FATTRS(REQ("lr", "learning rate's scale; finite"))},
+    [SL_OP_MOMENTUM_UPDATE_LR] =
+        {"momentum_update_lr", .group = SL_OP_GROUP_OPTIM, .mutates = 0x5,
+         FNS(momentum_lr, momentum),
+         .doc = "`momentum_update` with the learning rate `lr * rate`, `rate` read when the op "
+                "runs.",
+         INS({"param", "any shape"}, {"grad", "`param`'s shape"}, {"velocity", "`param`'s shape"},
+             {"rate", "f32, one element; read only"}),
+         FATTRS(REQ("lr", "learning rate's scale; finite"), REQ("momentum", "finite, >= 0"),
+                OPT("weight_decay", "finite, >= 0", "0"))},
+    [SL_OP_ADAM_UPDATE_LR] =
+        {"adam_update_lr", .group = SL_OP_GROUP_OPTIM, .mutates = 0xd, FNS(adam_lr, adam),
+         .doc = "`adam_update` with the learning rate `lr * rate`, `rate` read when the op runs.",
+         INS({"param", "any shape"}, {"grad", "`param`'s shape"}, {"m", "`param`'s shape"},
+             {"v", "`param`'s shape"}, {"t", "`[1]` (or `[]`): the step count; read only"},
+             {"rate", "f32, one element; read only"}),
+         FATTRS(REQ("lr", "learning rate's scale; finite"), REQ("beta1", "in [0, 1)"),
+                REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"))},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

@@ -540,11 +540,54 @@ static void test_adam(void **state)
     kt_expect_close("adam v", v, vd, NP, 1e-5);
 }
 
+/* The _lr updates with scale L and rate r are the plain updates with
+ * learning rate L * r, bit for bit: both round that one product. */
+static void test_update_rate(void **state)
+{
+    kt_env *e = *state;
+    const float scale = 0.5f, rate = 0.0123f;
+    struct {
+        unsigned op, op_lr, n_in;
+        sl_op_attrs at;
+    } cases[] = {
+        {SL_OP_SGD_UPDATE, SL_OP_SGD_UPDATE_LR, 2, {.f = {0}}},
+        {SL_OP_MOMENTUM_UPDATE, SL_OP_MOMENTUM_UPDATE_LR, 3, {.f = {0, 0.9f, 1e-4f}}},
+        {SL_OP_ADAM_UPDATE, SL_OP_ADAM_UPDATE_LR, 5, {.f = {0, 0.9f, 0.999f, 1e-8f}}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        unsigned n = cases[c].n_in;
+        float x[2][5][NP], r = rate;
+        sl_shape sh[6];
+        for (unsigned i = 0; i < n; i++) {
+            bool step = cases[c].op == SL_OP_ADAM_UPDATE && i == 4;
+            sh[i] = step ? KT_F32(1, 1) : KT_F32(1, NP);
+            kt_rand(x[0][i], NP, 900 + i, i == 3 ? 0 : -1, 1); /* Adam's v >= 0 */
+            if (step)
+                x[0][i][0] = 2.0f;
+            memcpy(x[1][i], x[0][i], sizeof x[0][i]);
+        }
+        sh[n] = KT_F32(1, 1);
+        sl_op_attrs plain = cases[c].at, with_rate = cases[c].at;
+        plain.f[0] = scale * rate;
+        with_rate.f[0] = scale;
+        float *in0[5], *in1[6];
+        for (unsigned i = 0; i < n; i++)
+            in0[i] = x[0][i], in1[i] = x[1][i];
+        in1[n] = &r;
+        kt_run_op(e, cases[c].op, &plain, sh, in0, n, NULL);
+        kt_run_op(e, cases[c].op_lr, &with_rate, sh, in1, n + 1, NULL);
+        for (unsigned i = 0; i < n; i++)
+            assert_memory_equal(x[0][i], x[1][i], sizeof x[0][i]);
+        assert_true(r == rate); /* read only */
+    }
+}
+
 KT_GROUP_ON(kt_run_nn_tests, "element-wise, losses, optimisers", nn_spec, group_setup,
             kt_group_close, cmocka_unit_test(test_mul_axpy_add_scalar),
             cmocka_unit_test(test_sigmoid_tanh), cmocka_unit_test(test_grad_sigmoid_tanh),
             cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_xent_bad_label),
             cmocka_unit_test(test_reduce), cmocka_unit_test(test_argmax),
             cmocka_unit_test(test_momentum), cmocka_unit_test(test_adam),
-            cmocka_unit_test(test_matmul_acc), cmocka_unit_test(test_split),
-            cmocka_unit_test(test_matmul_acc_weight_grad), cmocka_unit_test(test_momentum_fused))
+            cmocka_unit_test(test_update_rate), cmocka_unit_test(test_matmul_acc),
+            cmocka_unit_test(test_split), cmocka_unit_test(test_matmul_acc_weight_grad),
+            cmocka_unit_test(test_momentum_fused))

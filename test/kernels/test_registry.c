@@ -166,7 +166,7 @@ struct infer_case {
     unsigned op;
     sl_op_attrs attrs;
     unsigned n_in;
-    sl_shape in[5];
+    sl_shape in[6];
     int rc;
     sl_shape out;        /* when rc is SL_OK and the op has an output */
     const char *err_has; /* when rc is not SL_OK: a part of the message */
@@ -394,6 +394,14 @@ static const struct infer_case cases[] = {
     {"adam beta2 nan", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, NAN, 1e-8f}}, 5, {V(6), V(6), V(6), V(6), V(1)}, SL_EINVAL, {0}, "f[2] (beta2)"},
     {"adam eps", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, 0.999f, -1}}, 5, {V(6), V(6), V(6), V(6), V(1)}, SL_EINVAL, {0}, "f[3] (epsilon)"},
     {"adam i32 t", SL_OP_ADAM_UPDATE, {.f = {1e-3f, 0.9f, 0.999f, 1e-8f}}, 5, {V(6), V(6), V(6), V(6), IV(1)}, SL_EINVAL, {0}, "in4 i32[1]: expected a float tensor"},
+    {"sgd rate", SL_OP_SGD_UPDATE_LR, {.f = {1}}, 3, {V(6), V(6), V(1)}, SL_OK, {0}, NULL},
+    {"sgd rate size", SL_OP_SGD_UPDATE_LR, {.f = {1}}, 3, {V(6), V(6), V(2)}, SL_EINVAL, {0}, "in2 f32[2] (rate) must be f32 with exactly one element"},
+    {"sgd rate i32", SL_OP_SGD_UPDATE_LR, {.f = {1}}, 3, {V(6), V(6), IV(1)}, SL_EINVAL, {0}, "(rate) must be f32"},
+    {"momentum rate", SL_OP_MOMENTUM_UPDATE_LR, {.f = {1, 0.9f}}, 4, {V(6), V(6), V(6), SCALAR}, SL_OK, {0}, NULL},
+    {"momentum rate size", SL_OP_MOMENTUM_UPDATE_LR, {.f = {1, 0.9f}}, 4, {V(6), V(6), V(6), V(6)}, SL_EINVAL, {0}, "in3 f32[6] (rate)"},
+    {"adam rate", SL_OP_ADAM_UPDATE_LR, {.f = {1, 0.9f, 0.999f, 1e-8f}}, 6, {V(6), V(6), V(6), V(6), V(1), V(1)}, SL_OK, {0}, NULL},
+    {"adam rate size", SL_OP_ADAM_UPDATE_LR, {.f = {1, 0.9f, 0.999f, 1e-8f}}, 6, {V(6), V(6), V(6), V(6), V(1), V(3)}, SL_EINVAL, {0}, "in5 f32[3] (rate)"},
+    {"adam rate lr nan", SL_OP_ADAM_UPDATE_LR, {.f = {NAN, 0.9f, 0.999f, 1e-8f}}, 6, {V(6), V(6), V(6), V(6), V(1), V(1)}, SL_EINVAL, {0}, "learning rate"},
     /* dtypes: cast converts between floats; an op refuses a dtype it does not compute in */
     {"cast to bf16", SL_OP_CAST, {.i = {SL_BF16}}, 1, {A2(2, 3)}, SL_OK, KT_SHAPE(SL_BF16, 2, 2, 3), NULL},
     {"cast f16 to f32", SL_OP_CAST, {.i = {SL_F32}}, 1, {KT_SHAPE(SL_F16, 1, 7)}, SL_OK, V(7), NULL},
