@@ -115,9 +115,12 @@ int main(int argc, char **argv)
             run(a, 0, 3, x, y); /* warm-up: caches, primitives */
             run(b, 1, 3, x, y);
             double ta[MAX_ROUNDS], tb[MAX_ROUNDS];
-            for (int r = 0; r < rounds; r++) {
+            for (int r = 0; r < rounds; r++) { /* A B, then B A: no side always runs second */
+                if (r % 2)
+                    tb[r] = run(b, 1, steps, x, y) * 1e3;
                 ta[r] = run(a, 0, steps, x, y) * 1e3;
-                tb[r] = run(b, 1, steps, x, y) * 1e3;
+                if (!(r % 2))
+                    tb[r] = run(b, 1, steps, x, y) * 1e3;
             }
             double ma = sl_ts_median(ta, (size_t) rounds), mb = sl_ts_median(tb, (size_t) rounds);
             double pa = sl_ts_percentile(ta, (size_t) rounds, 99),
