@@ -39,6 +39,7 @@ typedef struct sl_device sl_device;
 typedef struct sl_stream sl_stream;
 typedef struct sl_partition sl_partition;           /* a compute partition (below) */
 typedef struct sl_partition_caps sl_partition_caps; /* its granularity (below) */
+typedef struct sl_dev_graph sl_dev_graph;           /* a recorded iteration (below) */
 
 /* Called on a backend thread once all work submitted to the stream before it
  * has finished. status is SL_OK or the first error since the previous
@@ -116,6 +117,26 @@ typedef struct sl_device_ops {
      * Errors: SL_EINVAL (ptr NULL with bytes > 0, or misaligned), SL_ENOMEM.
      * Never waits for device work. */
     int (*stream_set_workspace)(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);
+
+    /* Optional set (NULL: ops launch one by one): an iteration recorded
+     * once and replayed in one launch (a CUDA Graph).
+     * graph_begin: from now until graph_end, launch on s records the op
+     * instead of running it; nothing else may be submitted to s meanwhile
+     * (copies and callbacks are refused), and s must be idle when it
+     * starts. graph_end: stops recording and instantiates the ops recorded
+     * as one executable, *out, holding *bytes of device memory. On an error
+     * nothing is kept, s launches normally again, and reason says why in
+     * words an operator can act on. graph_launch: enqueues the executable on
+     * s; it runs as its ops launched one by one would, with the same
+     * addresses, so the caller replays it only while those addresses hold
+     * the same tensors (salusd keys it on every call's pointers, shapes and
+     * attributes). graph_destroy: frees it; launches already enqueued still
+     * run (cuda frees it when they have). */
+    int (*graph_begin)(sl_device *dev, sl_stream *s);
+    int (*graph_end)(sl_device *dev, sl_stream *s, sl_dev_graph **out, size_t *bytes, char *reason,
+                     size_t len);
+    int (*graph_launch)(sl_device *dev, sl_stream *s, sl_dev_graph *g);
+    void (*graph_destroy)(sl_device *dev, sl_dev_graph *g);
 
     /* Enqueues fn(arg, status) to run after all prior work on s. */
     int (*host_callback)(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
@@ -256,6 +277,7 @@ enum sl_fault_kind {
     SL_FAULT_FATAL,
     SL_FAULT_SLOW,
     SL_FAULT_CLEAR,
+    SL_FAULT_GRAPH, /* the next n graph instantiations fail (graph_end) */
 };
 
 struct sl_device {

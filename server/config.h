@@ -69,6 +69,7 @@ typedef struct sl_config {
      * SL_POLICY_*) turn on, for measuring each mechanism alone: */
     bool no_exclusive_lanes; /* high-priority sessions share lanes like others */
     bool no_stepwise;        /* low-priority iterations run whole (no gap filling) */
+    bool no_graphs;          /* every op launched on its own (replay.h) */
     bool no_gap_fill;        /* stepwise, but ops issue at once, not into gaps */
     bool no_stream_classes;  /* every lane's stream has normal priority */
     /* --partitions: compute partitions at start ("off", "auto", "auto:N",

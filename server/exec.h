@@ -191,6 +191,8 @@ struct sl_exec {
      * and again when it completed, so no (address, version) pair is ever
      * seen with two contents outside a run racing with the write itself. */
     _Atomic uint64_t param_version;
+    /* device resets so far: a recording from before one is gone (replay.h) */
+    _Atomic uint64_t resets;
     sl_launchers launchers; /* submit long iterations without the lock */
     /* set with halted when the device is lost: launchers stop submitting */
     atomic_bool launch_stop;

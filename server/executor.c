@@ -13,11 +13,13 @@
  * the high-priority jobs' predicted idle gaps (sched/gaps.h), and long ones
  * are split into parts that fit (kernels/ops/ops.h sl_op_split). */
 #include "exec_internal.h"
+#include "replay.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Lanes kicked at once from the stack; more go through the heap. */
@@ -280,6 +282,160 @@ int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, u
     return rc;
 }
 
+/* ---- iteration graphs (replay.h) ---- */
+
+/* Whether fetch_at(step, last, before_op) would copy anything. */
+static bool fetch_due(const sl_exec_task *t, uint32_t step, bool last, bool before_op)
+{
+    for (size_t j = 0; j < t->n_fetches; j++) {
+        const sl_value *val = &t->graph->values[t->fetches[j]];
+        if (val->kind == SL_VALUE_PARAM
+                ? last && !before_op
+                : val->last_step == step && fetch_before_op(t->graph, t->fetches[j]) == before_op)
+            return true;
+    }
+    return false;
+}
+
+/* Whether a segment ends after op k: the last op, a fetch due after it,
+ * or one due before the next op (which writes over it in place). */
+static bool segment_ends(const sl_exec_task *t, uint32_t k)
+{
+    const sl_graph *g = t->graph;
+    if (k + 1 == g->n_ops || fetch_due(t, k + 1, false, false))
+        return true;
+    return g->ops[k + 1].inplace_in >= 0 && fetch_due(t, k + 2, k + 2 == g->n_ops, true);
+}
+
+static bool replayable(const sl_exec *ex, const sl_exec_task *t)
+{
+    return ex->dev->ops->graph_begin && !ex->cfg->no_graphs && !t->trace_marks &&
+           t->graph->replay && t->graph->n_ops > 0;
+}
+
+/* Records ops [k, end) of t as one executable; *exec stays NULL for views
+ * only. Runs nothing. */
+static int record_segment(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t end,
+                          sl_dev_graph **exec, size_t *bytes, char *reason, size_t len)
+{
+    sl_device *dev = ex->dev;
+    bool any = false;
+    for (uint32_t j = k; j < end && !any; j++)
+        any = t->graph->ops[j].op != SL_OP_RESHAPE;
+    *exec = NULL;
+    if (!any)
+        return SL_OK;
+    int rc = dev->ops->graph_begin(dev, st);
+    if (rc != SL_OK) {
+        snprintf(reason, len, "cannot start recording: %s", sl_strerror(rc));
+        return rc;
+    }
+    for (uint32_t j = k; j < end && rc == SL_OK; j++) {
+        if (t->graph->ops[j].op == SL_OP_RESHAPE)
+            continue;
+        sl_op_call call = sl_exec_op_call(ex, t, j);
+        if ((rc = dev->ops->launch(dev, st, &call)) != SL_OK)
+            snprintf(reason, len, "op %u (%s) cannot be recorded: %s", j, sl_op_get(call.op)->name,
+                     sl_strerror(rc));
+    }
+    size_t b = 0;
+    char why[96] = "";
+    int end_rc = dev->ops->graph_end(dev, st, exec, &b, why, sizeof why);
+    if (rc == SL_OK && end_rc != SL_OK) {
+        rc = end_rc;
+        snprintf(reason, len, "%s", why);
+    } else if (rc != SL_OK && end_rc == SL_OK) {
+        dev->ops->graph_destroy(dev, *exec);
+        *exec = NULL;
+    }
+    if (rc == SL_OK)
+        *bytes += b;
+    return rc;
+}
+
+/* Submits t's ops as r's recorded segments, each fetch between them as
+ * it would go op by op. */
+static int replay_segments(sl_exec *ex, sl_exec_task *t, sl_stream *st, const sl_replay *r)
+{
+    uint32_t n = t->graph->n_ops, k = 0;
+    int rc = SL_OK;
+    for (uint32_t i = 0; i < r->n_seg && rc == SL_OK; i++) {
+        uint32_t end = r->seg_end[i];
+        if (t->graph->ops[k].inplace_in >= 0)
+            rc = fetch_at(ex, t, st, k + 1, k + 1 == n, true);
+        if (rc == SL_OK && r->exec[i])
+            rc = ex->dev->ops->graph_launch(ex->dev, st, r->exec[i]);
+        if (rc == SL_OK)
+            rc = fetch_at(ex, t, st, end, end == n, false);
+        k = end;
+    }
+    return rc;
+}
+
+/* t's ops replayed, or recorded and replayed (replay.h). Returns false when
+ * they are to go op by op instead (t->status untouched). */
+static bool submit_replayed(sl_exec *ex, sl_exec_task *t, sl_stream *st)
+{
+    const sl_graph *g = t->graph;
+    sl_replay *r = g->replay;
+    uint32_t n_seg = 0, writes = 0;
+    uint64_t key = sl_replay_key_add(sl_replay_key_start(st), atomic_load(&ex->resets));
+    for (uint32_t k = 0; k < g->n_ops; k++) {
+        if (g->ops[k].op != SL_OP_RESHAPE) {
+            sl_op_call call = sl_exec_op_call(ex, t, k);
+            key = sl_replay_key_call(key, &call);
+            writes += writes_param(g, &g->ops[k]);
+        }
+        if (segment_ends(t, k)) {
+            key = sl_replay_key_add(key, k + 1);
+            n_seg++;
+        }
+    }
+    pthread_mutex_lock(&r->lock);
+    bool have = r->n_seg > 0 && r->key == key;
+    if (!have && (key != r->seen_key || key == r->failed_key)) {
+        r->seen_key = key; /* first sighting, or refused: op by op */
+        pthread_mutex_unlock(&r->lock);
+        return false;
+    }
+    if (!have) {
+        sl_replay_drop(r);
+        r->dev = ex->dev;
+        r->exec = sl_calloc(n_seg, sizeof *r->exec);
+        r->seg_end = sl_calloc(n_seg, sizeof *r->seg_end);
+        int rc = r->exec && r->seg_end ? SL_OK : SL_ENOMEM;
+        if (rc != SL_OK)
+            snprintf(r->reason, sizeof r->reason, "out of host memory");
+        for (uint32_t k = 0, from = 0; k < g->n_ops && rc == SL_OK; k++) {
+            if (!segment_ends(t, k))
+                continue;
+            rc = record_segment(ex, t, st, from, k + 1, &r->exec[r->n_seg], &r->bytes, r->reason,
+                                sizeof r->reason);
+            r->seg_end[r->n_seg++] = k + 1;
+            from = k + 1;
+        }
+        if (rc != SL_OK) {
+            sl_replay_drop(r);
+            r->failed_key = key;
+            r->fallbacks++;
+            sl_log_warn("exe.graph", "graph %llu runs op by op: %s", (unsigned long long) g->id,
+                        r->reason);
+            pthread_mutex_unlock(&r->lock);
+            return false;
+        }
+        r->key = key;
+        r->recordings++;
+        r->reason[0] = 0;
+    }
+    t->status = replay_segments(ex, t, st, r);
+    r->replays++;
+    pthread_mutex_unlock(&r->lock);
+    /* ops submitted from now on see the params' new versions */
+    if (writes)
+        atomic_fetch_add(&ex->param_version, writes);
+    return true;
+}
+
 sl_stream *sl_exec_task_stream(sl_exec *ex, const sl_exec_task *t)
 {
     sl_lane *l = sl_map_get(&ex->lanes, t->lane);
@@ -345,7 +501,10 @@ static int launch_submit(sl_exec *ex, sl_exec_task *t)
         return SL_OK;
     if (t->trace_marks)
         sl_exec_trace_marks(ex, t, st, UINT32_MAX);
-    for (uint32_t k = 0; k < g->n_ops && t->status == SL_OK; k++) {
+    bool replayed = t->status == SL_OK && replayable(ex, t) &&
+                    !atomic_load_explicit(&ex->launch_stop, memory_order_relaxed) &&
+                    submit_replayed(ex, t, st);
+    for (uint32_t k = 0; !replayed && k < g->n_ops && t->status == SL_OK; k++) {
         /* a lost device fails everything anyway: stop queuing into it */
         if (atomic_load_explicit(&ex->launch_stop, memory_order_relaxed)) {
             t->status = SL_EDEVICERESET;
@@ -836,6 +995,7 @@ int sl_exec_reset_device(sl_exec *ex)
     arena = NULL;
     copy = NULL;
     int rc = dev->ops->reset ? dev->ops->reset(dev) : SL_ENODEV;
+    atomic_fetch_add(&ex->resets, 1);
     if (rc == SL_OK)
         rc = dev->ops->mem_alloc(dev, ex->capacity, &arena);
     if (rc == SL_OK)

@@ -167,7 +167,7 @@ static int inject(sl_fault *f, const char *line)
     } cmds[] = {
         {"alloc", SL_FAULT_ALLOC, true},  {"sticky", SL_FAULT_STICKY, false},
         {"fatal", SL_FAULT_FATAL, false}, {"slow", SL_FAULT_SLOW, true},
-        {"clear", SL_FAULT_CLEAR, false},
+        {"clear", SL_FAULT_CLEAR, false}, {"graph", SL_FAULT_GRAPH, true},
     };
     sl_device *dev = f->ex->dev;
     char cmd[32] = "";
@@ -192,7 +192,8 @@ static int inject(sl_fault *f, const char *line)
         break;
     }
     sl_log_err("flt.cmd",
-               "fault injection: bad command '%s' (alloc [N] | sticky | fatal | slow N | clear)",
+               "fault injection: bad command '%s' (alloc [N] | sticky | fatal | slow N | clear | "
+               "graph [N])",
                cmd);
     return SL_EINVAL;
 }

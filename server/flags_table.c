@@ -313,6 +313,12 @@ const sl_flag sl_flags[] = {
      .help = "for measuring the priority policy's mechanisms one at a time: high-priority "
              "sessions share lanes like the others",
      FIELD(no_exclusive_lanes)},
+    {.name = "no-graphs",
+     .kind = SL_FLAG_SWITCH,
+     .section = SEC_SCHED,
+     .help = "launch every op of an iteration on its own, never as a recorded graph replayed "
+             "in one launch (on devices that record them: cuda, sim)",
+     FIELD(no_graphs)},
     {.name = "no-stepwise",
      .kind = SL_FLAG_SWITCH,
      .section = SEC_SCHED,

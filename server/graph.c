@@ -3,6 +3,7 @@
 #include "graph.h"
 
 #include "device.h"
+#include "replay.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -27,6 +28,7 @@ void sl_graph_free(sl_graph *g)
     sl_free(g->values);
     sl_free(g->ops);
     sl_free(g->op_ewma);
+    sl_replay_free(g->replay);
     sl_free(g);
 }
 
@@ -246,6 +248,7 @@ int sl_graph_build(sl_map *tensors, const Salus__Graph *m, bool inplace, sl_grap
         goto out_free;
 
     g->amp_found = UINT32_MAX;
+    g->replay = sl_replay_new(); /* without it the graph runs op by op */
     uint32_t nv = 0;
     for (size_t i = 0; i < m->n_inputs; i++, nv++) {
         char why[96];

@@ -70,6 +70,7 @@ typedef struct sl_graph {
      * found an inf or NaN gradient and was skipped), fetched with every run
      * to count skipped steps; UINT32_MAX when the graph has none */
     uint32_t amp_found;
+    struct sl_replay *replay; /* its recorded iterations (replay.h); NULL without memory */
 } sl_graph;
 
 /* Validates msg against tensors (a session's: id -> sl_tensor), infers

@@ -1,5 +1,6 @@
 /* The Prometheus endpoint (metrics.h). */
 #include "metrics.h"
+#include "replay.h"
 #include "server.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
@@ -45,6 +46,7 @@ static void header(sl_textbuf *b, const char *name, const char *type, const char
 
 typedef struct snap_session {
     uint64_t id, iterations, attained_ns, queue_ns, switches, skipped_steps;
+    uint64_t graph_replays, graph_fallbacks; /* replay.h */
     uint64_t persistent, ephemeral_peak, host_bytes, declared_p, declared_e;
     uint64_t persistent_reserved, ephemeral_need; /* the memory manager's figures */
     int priority;
@@ -189,6 +191,13 @@ static int take(sl_server *srv, snap *s)
         o->queue_ns = x->job.sched.queue_sum_ns;
         o->switches = x->job.sched.switches;
         o->skipped_steps = x->skipped_steps;
+        sl_replay_sums sum = {0};
+        size_t gi = 0;
+        void *gv;
+        while (sl_map_next(&x->graphs, &gi, NULL, &gv))
+            sl_replay_add(((const sl_graph *) gv)->replay, &sum);
+        o->graph_replays = sum.replays;
+        o->graph_fallbacks = sum.fallbacks;
         o->persistent = x->persistent_bytes;
         o->ephemeral_peak = x->ephemeral_peak;
         o->host_bytes = x->host_bytes;
@@ -343,6 +352,13 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
                 "Iterations of loss-scaled (f16) graphs that skipped their update for an inf or "
                 "NaN gradient.",
                 "%llu", (unsigned long long) x->skipped_steps);
+    PER_SESSION(b, s, "salus_session_graph_replays_total", "counter",
+                "Iterations replayed from a recorded graph in one launch.", "%llu",
+                (unsigned long long) x->graph_replays);
+    PER_SESSION(b, s, "salus_session_graph_fallbacks_total", "counter",
+                "Recordings of its iterations that the device refused; those graphs run op by "
+                "op (the reason is in status).",
+                "%llu", (unsigned long long) x->graph_fallbacks);
     PER_SESSION(b, s, "salus_session_priority", "gauge", "The session's scheduling priority.", "%d",
                 x->priority);
     PER_SESSION(b, s, "salus_session_lane", "gauge", "The lane the session runs on.", "%u",

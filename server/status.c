@@ -1,5 +1,6 @@
 /* The status reply (status.h). */
 #include "status.h"
+#include "replay.h"
 #include "server.h"
 #include "sl_error.h"
 #include "sl_time.h"
@@ -108,6 +109,28 @@ static int by_dtype(sl_reply *r, const sl_session *s, Salus__SessionStatus *x)
     return SL_OK;
 }
 
+/* The session's iteration graphs (replay.h), summed over its graphs. */
+static int graph_replays(sl_reply *r, const sl_session *s, Salus__SessionStatus *x)
+{
+    sl_replay_sums sum = {0};
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&s->graphs, &i, NULL, &v))
+        sl_replay_add(((const sl_graph *) v)->replay, &sum);
+    x->graph_replays = sum.replays;
+    x->graph_recordings = sum.recordings;
+    x->graph_fallbacks = sum.fallbacks;
+    x->graph_bytes = sum.bytes;
+    if (sum.reason[0]) {
+        char *why = sl_reply_alloc(r, sizeof sum.reason);
+        if (!why)
+            return SL_ENOMEM;
+        memcpy(why, sum.reason, sizeof sum.reason);
+        x->graph_fallback_reason = why;
+    }
+    return SL_OK;
+}
+
 int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
 {
     Salus__StatusReply *st = sl_reply_alloc(r, sizeof *st);
@@ -197,6 +220,8 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
         x->mean_iteration_ns = sl_sched_job_mean_iteration_ns(&s->job.sched);
         x->slowdown = sl_sched_job_slowdown(&s->job.sched);
         x->skipped_steps = s->skipped_steps;
+        if (graph_replays(r, s, x) != SL_OK)
+            return SL_ENOMEM;
         sl_mem_session_info mi;
         if (sl_mem_session_get(srv->mem, s->id, &mi) == SL_OK)
             x->persistent_reserved = mi.region_size > mi.used ? mi.region_size : mi.used;

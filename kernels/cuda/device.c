@@ -140,6 +140,7 @@ struct sl_stream {
     uint64_t cb_submitted, cb_done; /* under cuda_dev.cb_lock */
     struct cb_node *pend_tail;      /* its newest pending callback, under cb_lock */
     int cuda_prio;                  /* CUDA priority, as created */
+    bool recording;                 /* graph_begin .. graph_end; launch_lock held */
     sl_partition *part;             /* green.c's: the partition it runs in */
 };
 
@@ -645,7 +646,7 @@ static int copy_async(sl_device *dev, sl_stream *s, void *dst, const void *src, 
 {
     if (n == 0)
         return SL_OK;
-    if (!dst || !src)
+    if (!dst || !src || s->recording)
         return SL_EINVAL;
     if (atomic_load(&s->sticky) != SL_OK)
         return SL_OK; /* skipped until the next callback */
@@ -693,6 +694,106 @@ out_unlock:
     return rc;
 }
 
+/* ---- iteration graphs (device.h) ---- */
+
+struct sl_dev_graph {
+    cudaGraphExec_t exec;
+    unsigned gen; /* cuda_dev.gen when made: a reset since destroyed it */
+};
+
+/* Records in the calling thread's mode: another thread's unsafe calls
+ * (cudaMalloc for another stream) cannot break this capture. The caller
+ * submits nothing else to s until graph_end (device.h). */
+static int cuda_graph_begin(sl_device *dev, sl_stream *s)
+{
+    pthread_mutex_lock(&s->launch_lock);
+    int rc = s->recording ? SL_EINVAL : atomic_load(&s->sticky);
+    if (rc == SL_OK)
+        rc = use_device(dev->priv);
+    if (rc == SL_OK)
+        rc = SL_CUDA_RT("cuda.graph",
+                        cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    if (rc == SL_OK)
+        s->recording = true;
+    pthread_mutex_unlock(&s->launch_lock);
+    return rc;
+}
+
+static int cuda_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size_t *bytes,
+                          char *reason, size_t len)
+{
+    struct cuda_dev *d = dev->priv;
+    pthread_mutex_lock(&s->launch_lock);
+    if (!s->recording) {
+        pthread_mutex_unlock(&s->launch_lock);
+        return SL_EINVAL;
+    }
+    s->recording = false;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = cudaStreamEndCapture(s->stream, &graph);
+    size_t nodes = 0;
+    if (err == cudaSuccess && atomic_load(&s->sticky) != SL_OK)
+        err = cudaErrorStreamCaptureInvalidated; /* an op failed: the graph lacks it */
+    if (err == cudaSuccess)
+        err = cudaGraphGetNodes(graph, NULL, &nodes);
+    if (err == cudaSuccess)
+        /* kernels keep the priority of the stream they were captured on */
+        err = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+    if (graph)
+        (void) cudaGraphDestroy(graph);
+    (void) cudaGetLastError(); /* a failed capture leaves no sticky error behind */
+    pthread_mutex_unlock(&s->launch_lock);
+    if (err != cudaSuccess) {
+        snprintf(reason, len, "capture: %s", cudaGetErrorString(err));
+        return SL_EDEVICE;
+    }
+    sl_dev_graph *g = sl_calloc(1, sizeof *g);
+    if (!g) {
+        (void) cudaGraphExecDestroy(exec);
+        snprintf(reason, len, "out of host memory");
+        return SL_ENOMEM;
+    }
+    pthread_mutex_lock(&d->cb_lock);
+    g->gen = d->gen;
+    pthread_mutex_unlock(&d->cb_lock);
+    g->exec = exec;
+    /* the executable's launch parameters: a few hundred bytes a node */
+    *bytes = nodes * 256;
+    *out = g;
+    return SL_OK;
+}
+
+static int cuda_graph_launch(sl_device *dev, sl_stream *s, sl_dev_graph *g)
+{
+    if (!g || s->recording)
+        return SL_EINVAL;
+    pthread_mutex_lock(&s->launch_lock);
+    if (atomic_load(&s->sticky) == SL_OK) { /* else skipped until the next callback */
+        int rc = use_device(dev->priv);
+        if (rc == SL_OK)
+            rc = SL_CUDA_RT("cuda.graph", cudaGraphLaunch(g->exec, s->stream));
+        if (rc != SL_OK)
+            set_sticky(dev->priv, s, rc);
+    }
+    pthread_mutex_unlock(&s->launch_lock);
+    return SL_OK;
+}
+
+/* An executable still running is freed by the driver when it ends. */
+static void cuda_graph_destroy(sl_device *dev, sl_dev_graph *g)
+{
+    struct cuda_dev *d = dev->priv;
+    if (!g)
+        return;
+    pthread_mutex_lock(&d->cb_lock);
+    bool live = g->gen == d->gen;
+    pthread_mutex_unlock(&d->cb_lock);
+    if (live && use_device(d) == SL_OK)
+        (void) cudaGraphExecDestroy(g->exec);
+    sl_free(g);
+}
+
 /* Under the launch lock: launches before it keep the old workspace (they
  * are already enqueued), launches after it get the new one. */
 static int cuda_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes)
@@ -710,7 +811,7 @@ static int cuda_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, si
 static int cuda_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)
 {
     struct cuda_dev *d = dev->priv;
-    if (!fn)
+    if (!fn || s->recording)
         return SL_EINVAL;
     struct cb_node *n = node_get(d);
     if (!n)
@@ -875,6 +976,10 @@ static const sl_device_ops cuda_device_ops = {
     .memcpy_d2h = cuda_memcpy_d2h,
     .memcpy_d2d = cuda_memcpy_d2d,
     .launch = cuda_launch,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
     .op_dtypes = cuda_op_dtypes,
     .stream_set_workspace = cuda_stream_set_workspace,
     .host_callback = cuda_host_callback,

@@ -232,6 +232,11 @@ static int sim_inject_fault(sl_device *dev, int kind, unsigned n)
         return rc == SL_OK ? sl_sim_fail_next_ops(dev, 1, SL_EDEVICERESET) : rc;
     case SL_FAULT_SLOW:
         return sl_sim_set_slowdown(dev, n);
+    case SL_FAULT_GRAPH:
+        if (n < 1 || n > 1000000)
+            return SL_EINVAL;
+        atomic_store(&((struct sl_sim_dev *) dev->priv)->fail_graphs, n);
+        return SL_OK;
     case SL_FAULT_CLEAR:
         rc = sl_sim_fail_next_ops(dev, 0, SL_EDEVICE);
         return rc == SL_OK ? sl_sim_set_slowdown(dev, 1) : rc;
@@ -287,6 +292,10 @@ const sl_device_ops sl_sim_device_ops = {
     .memcpy_d2h = sl_sim_memcpy_d2h,
     .memcpy_d2d = sl_sim_memcpy_d2d,
     .launch = sl_sim_launch,
+    .graph_begin = sl_sim_graph_begin,
+    .graph_end = sl_sim_graph_end,
+    .graph_launch = sl_sim_graph_launch,
+    .graph_destroy = sl_sim_graph_destroy,
     .op_dtypes = sim_op_dtypes,
     .stream_set_workspace = sl_sim_stream_set_workspace,
     .host_callback = sl_sim_host_callback,

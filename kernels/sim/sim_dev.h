@@ -48,6 +48,7 @@ struct sl_sim_dev {
      * because every stream worker reads them. */
     atomic_uint fail_ops;    /* ops still to fail ... */
     atomic_int fail_code;    /* ... with this code */
+    atomic_uint fail_graphs; /* graph instantiations still to fail (SL_FAULT_GRAPH) */
     atomic_bool lost;        /* an SL_EDEVICERESET fault: all work fails until reset */
     atomic_uint slowdown;    /* modeled times are multiplied by this (0, 1 = normal) */
     atomic_bool reset_fails; /* the next reset() fails */
@@ -81,6 +82,11 @@ int sl_sim_memcpy_h2d(sl_device *dev, sl_stream *s, void *dst, const void *src, 
 int sl_sim_memcpy_d2h(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_sim_memcpy_d2d(sl_device *dev, sl_stream *s, void *dst, const void *src, size_t n);
 int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call);
+int sl_sim_graph_begin(sl_device *dev, sl_stream *s);
+int sl_sim_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size_t *bytes, char *reason,
+                     size_t len);
+int sl_sim_graph_launch(sl_device *dev, sl_stream *s, sl_dev_graph *g);
+void sl_sim_graph_destroy(sl_device *dev, sl_dev_graph *g);
 int sl_sim_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes);
 int sl_sim_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg);
 int sl_sim_synchronize(sl_device *dev, sl_stream *s);

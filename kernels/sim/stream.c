@@ -78,6 +78,16 @@ struct sl_stream {
     /* the partition it runs on (stream_bind, while idle), NULL = the
      * whole device; read by the worker */
     _Atomic(sl_partition *) part;
+    /* graph_begin .. graph_end: the ops recorded instead of run; the
+     * submitting thread's alone */
+    sl_dev_graph *recording;
+};
+
+/* A recorded iteration: each op's modeled timing, replayed as the nodes
+ * of one launch. */
+struct sl_dev_graph {
+    sl_sim_timing *nodes;
+    size_t n, cap;
 };
 
 static struct timespec to_timespec(uint64_t ns)
@@ -236,9 +246,9 @@ int sl_sim_stream_create(sl_device *dev, int priority, sl_stream **out)
 
 void sl_sim_stream_destroy(sl_device *dev, sl_stream *s)
 {
-    (void) dev;
     if (!s)
         return;
+    sl_sim_graph_destroy(dev, s->recording);
     sl_workq_destroy(s->q);
     sl_free(s);
 }
@@ -249,7 +259,7 @@ static int enqueue_copy(sl_device *dev, sl_stream *s, unsigned kind, void *dst, 
     struct sl_sim_dev *d = dev->priv;
     if (n == 0)
         return SL_OK;
-    if (!dst || !src)
+    if (!dst || !src || s->recording)
         return SL_EINVAL;
     int rc;
     struct cmd *c = begin(s, &rc);
@@ -299,12 +309,88 @@ int sl_sim_launch(sl_device *dev, sl_stream *s, const sl_op_call *call)
     if (rc != SL_OK)
         return rc;
 
+    if (s->recording) {
+        sl_dev_graph *g = s->recording;
+        if (g->n == g->cap) {
+            size_t cap = g->cap ? 2 * g->cap : 64;
+            sl_sim_timing *grown = sl_reallocarray(g->nodes, cap, sizeof *grown);
+            if (!grown)
+                return SL_ENOMEM;
+            g->nodes = grown, g->cap = cap;
+        }
+        g->nodes[g->n++] = timing;
+        return SL_OK;
+    }
     struct cmd *c = begin(s, &rc);
     if (!c)
         return rc;
     c->timing = timing;
     c->is_op = true;
     return commit(s, c);
+}
+
+int sl_sim_graph_begin(sl_device *dev, sl_stream *s)
+{
+    (void) dev;
+    if (s->recording)
+        return SL_EINVAL;
+    s->recording = sl_calloc(1, sizeof *s->recording);
+    return s->recording ? SL_OK : SL_ENOMEM;
+}
+
+int sl_sim_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size_t *bytes, char *reason,
+                     size_t len)
+{
+    struct sl_sim_dev *d = dev->priv;
+    sl_dev_graph *g = s->recording;
+    s->recording = NULL;
+    if (!g)
+        return SL_EINVAL;
+    unsigned left = atomic_load(&d->fail_graphs);
+    while (left && !atomic_compare_exchange_weak(&d->fail_graphs, &left, left - 1))
+        ;
+    if (left || g->n == 0) {
+        snprintf(reason, len, "%s", left ? "injected fault: instantiation failed" : "no ops");
+        sl_sim_graph_destroy(dev, g);
+        return left ? SL_EDEVICE : SL_EINVAL;
+    }
+    /* a CUDA graph's executable holds a few hundred bytes of device memory
+     * per kernel node (its launch parameters) */
+    *bytes = g->n * 256;
+    *out = g;
+    return SL_OK;
+}
+
+/* The replay (sim.h): one launch of graph_launch_ns on the launch path,
+ * then each node's work with graph_node_ns ahead of it on the device
+ * instead of a launch of its own. */
+int sl_sim_graph_launch(sl_device *dev, sl_stream *s, sl_dev_graph *g)
+{
+    struct sl_sim_dev *d = dev->priv;
+    if (!g || s->recording)
+        return SL_EINVAL;
+    for (size_t i = 0; i < g->n; i++) {
+        int rc;
+        struct cmd *c = begin(s, &rc);
+        if (!c)
+            return rc;
+        c->timing = g->nodes[i];
+        c->timing.launch_ns = i == 0 ? d->profile->graph_launch_ns : 0;
+        c->timing.work_ns += d->profile->graph_node_ns;
+        c->is_op = true;
+        if ((rc = commit(s, c)) != SL_OK)
+            return rc;
+    }
+    return SL_OK;
+}
+
+void sl_sim_graph_destroy(sl_device *dev, sl_dev_graph *g)
+{
+    (void) dev;
+    if (g) {
+        sl_free(g->nodes);
+        sl_free(g);
+    }
 }
 
 int sl_sim_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes)
@@ -320,7 +406,7 @@ int sl_sim_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t 
 int sl_sim_host_callback(sl_device *dev, sl_stream *s, sl_host_fn fn, void *arg)
 {
     (void) dev;
-    if (!fn)
+    if (!fn || s->recording)
         return SL_EINVAL;
     return sl_workq_host_callback(s->q, fn, arg);
 }

@@ -1,0 +1,101 @@
+/* Iteration graph records (replay.h). */
+#include "replay.h"
+
+#include "sl_alloc.h"
+
+#include <string.h>
+
+sl_replay *sl_replay_new(void)
+{
+    sl_replay *r = sl_calloc(1, sizeof *r);
+    if (r && pthread_mutex_init(&r->lock, NULL) != 0) {
+        sl_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void sl_replay_drop(sl_replay *r)
+{
+    for (uint32_t i = 0; i < r->n_seg; i++)
+        if (r->exec[i])
+            r->dev->ops->graph_destroy(r->dev, r->exec[i]);
+    sl_free(r->exec);
+    sl_free(r->seg_end);
+    r->exec = NULL;
+    r->seg_end = NULL;
+    r->n_seg = 0;
+    r->bytes = 0;
+}
+
+void sl_replay_add(sl_replay *r, sl_replay_sums *sum)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    sum->replays += r->replays;
+    sum->recordings += r->recordings;
+    sum->fallbacks += r->fallbacks;
+    sum->bytes += r->bytes;
+    if (r->reason[0] && !sum->reason[0])
+        memcpy(sum->reason, r->reason, sizeof sum->reason);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void sl_replay_free(sl_replay *r)
+{
+    if (!r)
+        return;
+    sl_replay_drop(r);
+    pthread_mutex_destroy(&r->lock);
+    sl_free(r);
+}
+
+/* FNV-1a, eight bytes a step where it can (the key is computed for every
+ * replayable iteration: a few kilobytes of calls). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t fnv_ref(uint64_t h, const sl_tensor_ref *t)
+{
+    h = fnv(h, &t->data, sizeof t->data);
+    h = fnv(h, &t->shape.dtype, sizeof t->shape.dtype);
+    h = fnv(h, &t->shape.ndim, sizeof t->shape.ndim);
+    return fnv(h, t->shape.dims, (size_t) t->shape.ndim * sizeof t->shape.dims[0]);
+}
+
+uint64_t sl_replay_key_start(const void *stream)
+{
+    return fnv(14695981039346656037ull, &stream, sizeof stream);
+}
+
+uint64_t sl_replay_key_add(uint64_t h, uint64_t word)
+{
+    return fnv(h, &word, sizeof word);
+}
+
+uint64_t sl_replay_key_call(uint64_t h, const sl_op_call *c)
+{
+    h = fnv(h, &c->op, sizeof c->op);
+    h = fnv(h, &c->n_in, sizeof c->n_in);
+    h = fnv(h, &c->n_out, sizeof c->n_out);
+    h = fnv(h, &c->math, sizeof c->math);
+    h = fnv(h, c->attrs.i, sizeof c->attrs.i);
+    h = fnv(h, c->attrs.f, sizeof c->attrs.f);
+    for (unsigned i = 0; i < c->n_in; i++)
+        h = fnv_ref(h, &c->in[i]);
+    for (unsigned o = 0; o < c->n_out; o++)
+        h = fnv_ref(h, &c->out[o]);
+    return h;
+}

@@ -1,0 +1,77 @@
+/* Iteration graphs: a whole iteration recorded once on the device and
+ * replayed in one launch (device.h, graph_begin .. graph_destroy).
+ *
+ * When. An iteration is replayed when the device records graphs, salusd
+ * was not started with --no-graphs, the iteration is launched whole (not
+ * stepwise, not traced op by op) and every fetch is due after its last op
+ * (below). The feeds, the run's writes and the
+ * fetches stay ordinary copies before and after the replay: they land in
+ * and leave from the lane's fixed addresses.
+ *
+ * Key. A recording holds every address, shape and attribute its ops were
+ * launched with, on one stream. salusd hashes exactly that (sl_replay_key)
+ * and replays only while the key is unchanged; anything that moves an
+ * address (a lane moved by compaction or resize, a new stream, a partition
+ * bound to another stream) or changes a call (math mode) changes the key,
+ * and the next iteration records again. So does a device reset, which
+ * destroys every recording. An iteration with a new key runs
+ * op by op and the next one with the same key records: one-off iterations
+ * are never recorded, and a backend's first-run work (plan caches, cuDNN
+ * algorithm searches, which may not be recorded) is done by then.
+ *
+ * Segments. A fetch between two ops (a training step's loss, fetched
+ * right after its last reader so its memory can be reused) cuts the
+ * iteration: each run of ops between fetches is its own recording, and
+ * the fetch is an ordinary copy between two replays.
+ *
+ * Fallback. A recording the device refuses runs that iteration op by op,
+ * and the graph keeps running op by op, with the reason shown in status,
+ * until its key changes. */
+#ifndef SL_SERVER_REPLAY_H
+#define SL_SERVER_REPLAY_H
+
+#include "device.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl_replay {
+    pthread_mutex_t lock; /* a leaf: held only while recording or launching */
+    sl_device *dev;
+    /* the recorded segments (ops [seg_end[i-1], seg_end[i])), n_seg of
+     * them; a segment of views only has no executable */
+    sl_dev_graph **exec;
+    uint32_t *seg_end;
+    uint32_t n_seg;
+    uint64_t key;        /* exec's key; valid while n_seg > 0 */
+    uint64_t seen_key;   /* the last iteration's key */
+    uint64_t failed_key; /* recording failed for this key: op by op until it changes */
+    size_t bytes;        /* exec's device memory, as the device reports it */
+    uint64_t replays, recordings, fallbacks;
+    char reason[112]; /* why the last recording failed ("" none) */
+} sl_replay;
+
+/* A new record, or NULL without memory. */
+sl_replay *sl_replay_new(void);
+/* Frees the executables and the record (NULL is fine). */
+void sl_replay_free(sl_replay *r);
+/* What status and metrics show of a session's records, summed. */
+typedef struct sl_replay_sums {
+    uint64_t replays, recordings, fallbacks, bytes;
+    char reason[112]; /* the first refused record's reason, "" none */
+} sl_replay_sums;
+/* Adds r (NULL is fine) to *sum, under r's lock. */
+void sl_replay_add(sl_replay *r, sl_replay_sums *sum);
+
+/* Frees the executables only (lock held or the record unshared). */
+void sl_replay_drop(sl_replay *r);
+/* The key, built in steps: start with the stream, add each call (its op,
+ * counts, math, attributes, shapes and data pointers; not its parameter
+ * versions, which change every iteration and which no recorded kernel
+ * reads) and each segment's end. FNV-1a. */
+uint64_t sl_replay_key_start(const void *stream);
+uint64_t sl_replay_key_call(uint64_t h, const sl_op_call *c);
+uint64_t sl_replay_key_add(uint64_t h, uint64_t word);
+
+#endif

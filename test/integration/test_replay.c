@@ -1,0 +1,203 @@
+/* Iteration graphs against a real salusd on the sim device (server/replay.h):
+ * an iteration seen twice with the same calls is recorded once and then
+ * replayed in one launch; new calls (another set of fetches) record again;
+ * a recording the device refuses runs op by op with the reason in status;
+ * a device reset records again; --no-graphs launches op by op. The counts
+ * come from salusd's status. The sim device computes nothing, so the
+ * results of a replay are checked on a GPU (test_exec's gpu suite). */
+#include "salusd_ctl.h"
+#include "sl_test.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OPS 60
+#define N 256
+
+static const int64_t dims[] = {N};
+
+/* c += 1; y = x + c; y = 1 * y, OPS - 2 times. mid is op 30's output. */
+typedef struct job {
+    salus_session *s;
+    salus_graph *g;
+    uint64_t c;
+    salus_value y, mid;
+} job;
+
+static void job_open(salus_client *cl, job *j)
+{
+    assert_sl_ok(salus_session_open(cl, NULL, &j->s));
+    assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 1, dims, NULL, &j->c));
+    j->g = salus_graph_new();
+    salus_value x = salus_graph_input(j->g, SALUS_F32, 1, dims);
+    salus_value c = salus_graph_param(j->g, j->c, SALUS_F32, 1, dims);
+    const float one = 1.0f;
+    (void) salus_graph_op(j->g, "add_scalar", 1, &c, 0, NULL, 1, &one);
+    salus_value y = salus_graph_op(j->g, "add", 2, (salus_value[]){x, c}, 0, NULL, 0, NULL);
+    for (int k = 2; k < OPS; k++) {
+        y = salus_graph_op(j->g, "scale", 1, &y, 0, NULL, 1, &one);
+        if (k == 30)
+            j->mid = y;
+    }
+    j->y = y;
+    assert_null(salus_graph_error(j->g));
+    assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+}
+
+/* One run fetching y, and with mid also op 30's output. */
+static int job_run(job *j, bool mid)
+{
+    static float x[N], y[N], m[N];
+    salus_value f[2] = {j->y, j->mid};
+    return salus_run(j->s, j->g, (const void *[]){x}, mid ? 2 : 1, f, (void *[]){y, m});
+}
+
+static void job_close(job *j)
+{
+    salus_graph_free(j->g);
+    assert_sl_ok(salus_session_close(j->s));
+}
+
+/* The first number in the status JSON keyed key (0 when absent). */
+static long long status_num(salus_client *c, const char *key)
+{
+    char *json = NULL, pat[64];
+    assert_sl_ok(salus_status_json(c, &json));
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    long long v = p ? strtoll(p + strlen(pat), NULL, 10) : 0;
+    salus_free(json);
+    return v;
+}
+
+static bool status_has(salus_client *c, const char *text)
+{
+    char *json = NULL;
+    assert_sl_ok(salus_status_json(c, &json));
+    bool has = strstr(json, text) != NULL;
+    salus_free(json);
+    return has;
+}
+
+static void start(sl_test_server *srv, bool graphs)
+{
+    char fault[400];
+    sl_ctl_prepare(srv);
+    sl_ctl_path(srv, "fault", fault, sizeof fault);
+    sl_ctl_start(srv,
+                 (const char *[]){"--device", "sim:h200", "--memory-limit", "4G", "--fault-inject",
+                                  fault, graphs ? NULL : "--no-graphs", NULL});
+}
+
+/* First sighting op by op, the second recorded and replayed, the rest
+ * replayed; a new fetch cuts the iteration in two recorded segments. */
+static void same_calls_replay_new_calls_record(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    start(&srv, true);
+    salus_client *cl = sl_test_connect(&srv);
+    job j;
+    job_open(cl, &j);
+    for (int i = 0; i < 6; i++)
+        assert_sl_ok(job_run(&j, false));
+    assert_int_equal(status_num(cl, "graph_recordings"), 1);
+    assert_int_equal(status_num(cl, "graph_replays"), 5);
+    assert_true(status_num(cl, "graph_bytes") > 0);
+    assert_int_equal(status_num(cl, "graph_fallbacks"), 0);
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(job_run(&j, true));
+    assert_int_equal(status_num(cl, "graph_recordings"), 2);
+    assert_int_equal(status_num(cl, "graph_replays"), 7);
+    job_close(&j);
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
+/* A refused recording: the run still succeeds, op by op, the reason is in
+ * status and the graph is not recorded again with the same calls. */
+static void refused_recording_falls_back(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    start(&srv, true);
+    salus_client *cl = sl_test_connect(&srv);
+    job j;
+    job_open(cl, &j);
+    sl_ctl_fault(&srv, "graph 1");
+    for (int i = 0; i < 4; i++)
+        assert_sl_ok(job_run(&j, false));
+    assert_int_equal(status_num(cl, "graph_fallbacks"), 1);
+    assert_int_equal(status_num(cl, "graph_replays"), 0);
+    assert_true(status_has(cl, "\"graph_fallback_reason\":\"injected fault"));
+    assert_true(sl_ctl_log_has(&srv, "runs op by op: injected fault"));
+    /* new calls: recorded, and the reason is gone */
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(job_run(&j, true));
+    assert_int_equal(status_num(cl, "graph_recordings"), 1);
+    assert_int_equal(status_num(cl, "graph_replays"), 2);
+    job_close(&j);
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
+/* A lost device mid-replay fails that iteration; after the reset the graph
+ * is recorded again, not replayed from a recording the reset destroyed. */
+static void reset_records_again(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    start(&srv, true);
+    salus_client *cl = sl_test_connect(&srv);
+    job j;
+    job_open(cl, &j);
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(job_run(&j, false));
+    assert_int_equal(status_num(cl, "graph_replays"), 2);
+    sl_ctl_fault(&srv, "sticky");
+    assert_sl_err(job_run(&j, false), SALUS_EDEVICERESET);
+    for (int i = 0; i < 200 && !sl_ctl_log_has(&srv, "device reset #1"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    assert_true(sl_ctl_log_has(&srv, "device reset #1"));
+    long long before = status_num(cl, "graph_recordings");
+    int ok = 0;
+    for (int i = 0; i < 6 && ok < 3; i++)
+        ok += job_run(&j, false) == SALUS_OK; /* the first may carry the reset's notice */
+    assert_int_equal(ok, 3);
+    assert_int_equal(status_num(cl, "graph_recordings"), before + 1);
+    job_close(&j);
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
+static void no_graphs_launches_op_by_op(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    start(&srv, false);
+    salus_client *cl = sl_test_connect(&srv);
+    job j;
+    job_open(cl, &j);
+    for (int i = 0; i < 4; i++)
+        assert_sl_ok(job_run(&j, false));
+    assert_int_equal(status_num(cl, "graph_recordings"), 0);
+    assert_int_equal(status_num(cl, "graph_replays"), 0);
+    job_close(&j);
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(same_calls_replay_new_calls_record),
+        cmocka_unit_test(refused_recording_falls_back),
+        cmocka_unit_test(reset_records_again),
+        cmocka_unit_test(no_graphs_launches_op_by_op),
+    };
+    return cmocka_run_group_tests_name("replay", tests, NULL, NULL);
+}
