@@ -3,7 +3,7 @@
  * paths (test_cuda_paths.c), bf16, f16 and TF32 (test_cuda_half.c), and
  * what only the cuda backend does: errors a
  * kernel finds on the device, reported at the next host callback or
- * synchronize, with the work after them skipped. Skips (exit 77) where
+ * synchronize, with the work after them skipped, and iteration graphs. Skips (exit 77) where
  * there is no GPU. */
 #include "kt_nn.h"
 
@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 static int group_setup(void **state)
 {
@@ -108,6 +109,101 @@ static void test_refused(void **state)
     assert_sl_ok(e->dev->ops->synchronize(e->dev, e->stream));
 }
 
+/* Iteration graphs (device.h): a chain of 60 ops (cuBLAS matmuls, sigmoid,
+ * add) recorded and replayed computes exactly what the same chain launched
+ * op by op computes; recorded again over other buffers (a lane that moved)
+ * it computes there; copies are refused while recording. */
+enum { GM = 64, GOPS = 60 };
+
+static sl_tensor_ref gref(float *p)
+{
+    return (sl_tensor_ref){p, KT_F32(2, GM, GM)};
+}
+
+/* The chain's calls over fresh buffers from the arena; returns the last
+ * output. */
+static float *graph_chain(kt_env *e, float *x, float *w, sl_op_call *calls)
+{
+    float *v = x;
+    for (int k = 0; k < GOPS; k++) {
+        float *y = kt_dev_alloc(e, sizeof(float) * GM * GM);
+        sl_op_call c = {.n_out = 1};
+        c.out[0] = gref(y);
+        if (k % 3 == 0)
+            c.op = SL_OP_MATMUL, c.n_in = 2, c.in[0] = gref(v), c.in[1] = gref(w);
+        else if (k % 3 == 1)
+            c.op = SL_OP_SIGMOID, c.n_in = 1, c.in[0] = gref(v);
+        else
+            c.op = SL_OP_ADD, c.n_in = 2, c.in[0] = gref(v), c.in[1] = gref(x);
+        calls[k] = c;
+        v = y;
+    }
+    return v;
+}
+
+static void graph_download(kt_env *e, const float *dev_y, float *host)
+{
+    const sl_device_ops *ops = e->dev->ops;
+    assert_sl_ok(ops->memcpy_d2h(e->dev, e->stream, host, dev_y, sizeof(float) * GM * GM));
+    assert_sl_ok(ops->synchronize(e->dev, e->stream));
+}
+
+static sl_dev_graph *graph_record(kt_env *e, const sl_op_call *calls)
+{
+    const sl_device_ops *ops = e->dev->ops;
+    sl_dev_graph *g = NULL;
+    size_t bytes = 0;
+    char why[128] = "";
+    assert_sl_ok(ops->graph_begin(e->dev, e->stream));
+    float dummy = 0;
+    assert_sl_err(ops->memcpy_h2d(e->dev, e->stream, calls[0].out[0].data, &dummy, sizeof dummy),
+                  SL_EINVAL);
+    for (int k = 0; k < GOPS; k++)
+        assert_sl_ok(ops->launch(e->dev, e->stream, &calls[k]));
+    int rc = ops->graph_end(e->dev, e->stream, &g, &bytes, why, sizeof why);
+    if (rc != SL_OK)
+        fprintf(stderr, "recording refused: %s\n", why);
+    assert_sl_ok(rc);
+    assert_non_null(g);
+    assert_true(bytes > 0);
+    return g;
+}
+
+static void test_graph_replay(void **state)
+{
+    kt_env *e = *state;
+    const sl_device_ops *ops = e->dev->ops;
+    size_t mark = e->used;
+    static float hx[GM * GM], hw[GM * GM], want[GM * GM], got[GM * GM];
+    kt_rand(hx, GM * GM, 700, -1, 1);
+    kt_rand(hw, GM * GM, 701, -0.1f, 0.1f);
+    float *x = kt_dev_alloc(e, sizeof hx), *w = kt_dev_alloc(e, sizeof hw);
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, x, hx, sizeof hx));
+    assert_sl_ok(ops->memcpy_h2d(e->dev, e->stream, w, hw, sizeof hw));
+    static sl_op_call calls[GOPS];
+    float *y = graph_chain(e, x, w, calls);
+    for (int k = 0; k < GOPS; k++)
+        assert_sl_ok(ops->launch(e->dev, e->stream, &calls[k]));
+    graph_download(e, y, want);
+
+    for (int moved = 0; moved < 2; moved++) {
+        y = graph_chain(e, x, w, calls); /* other buffers each time */
+        sl_dev_graph *g = graph_record(e, calls);
+        for (int replay = 0; replay < 3; replay++) {
+            memset(got, 0, sizeof got);
+            assert_sl_ok(ops->graph_launch(e->dev, e->stream, g));
+            kt_cb_record rec = {0};
+            assert_sl_ok(ops->host_callback(e->dev, e->stream, kt_record_cb, &rec));
+            graph_download(e, y, got);
+            assert_int_equal(atomic_load(&rec.calls), 1);
+            assert_sl_ok(atomic_load(&rec.status));
+            assert_memory_equal(got, want, sizeof got);
+        }
+        ops->graph_destroy(e->dev, g);
+    }
+    e->used = mark;
+}
+
 static int run_device_error_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -115,6 +211,7 @@ static int run_device_error_tests(void)
         cmocka_unit_test(test_adam_step_zero),
         cmocka_unit_test(test_error_goes_to_its_callback),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_graph_replay),
     };
     return _cmocka_run_group_tests("cuda device errors", tests, sizeof tests / sizeof tests[0],
                                    group_setup, kt_group_close);
