@@ -165,6 +165,13 @@ int salus_status_text(salus_client *c, char **out)
         if (x->skipped_steps)
             put(&t, "; %llu skipped step%s (loss scaling)", (unsigned long long) x->skipped_steps,
                 x->skipped_steps == 1 ? "" : "s");
+        if (x->graph_replays || x->graph_fallbacks)
+            put(&t, "; graphs: %llu replayed, %llu recorded", (unsigned long long) x->graph_replays,
+                (unsigned long long) x->graph_recordings);
+        if (x->graph_fallback_reason && *x->graph_fallback_reason) {
+            char why[160];
+            put(&t, "; op by op: %s", safe(x->graph_fallback_reason, why, sizeof why));
+        }
         for (size_t k = 0; k < x->n_persistent_by_dtype; k++)
             put(&t, "%s %s %s", k ? "," : "; persistent",
                 sl_dtype_name(x->persistent_by_dtype[k]->dtype),
