@@ -130,6 +130,10 @@ class Lowering:
         self._make_const = make_const
         self._consts = {}
         self.node = None
+        # seed() -> the graph's dropout seed (an i32 [2] Value), or None when
+        # the caller has none; each random op takes the next stream offset
+        self.seed = None
+        self.n_random = 0
 
     def op(self, type, inputs, iattrs=(), fattrs=(), outputs=1):
         return self.graph.op(type, [self.v(i) for i in inputs], iattrs, fattrs, outputs)
@@ -952,18 +956,49 @@ def _masked_fill(cx, x, mask, value):
     return cx.op("masked_fill", [x, mask], (), [float(value)])
 
 
+def _random_mask(cx, x, p):
+    """dropout's (y, i32 mask) of x for drop probability p, from the
+    graph's seed and the next stream offset."""
+    if cx.seed is None:
+        raise Unsupported("a random op in a graph without a dropout seed")
+    if not 0 <= p < 1:
+        raise Unsupported(f"dropout with p={p}")
+    offset = cx.n_random
+    cx.n_random += 1
+    return cx.op("dropout", [x, cx.seed()], [offset], [float(p)], outputs=2)
+
+
 @lowers("native_dropout.default")
 def _dropout(cx, x, p, train):
-    if train and p != 0:
-        raise Unsupported(f"dropout with p={p} in training mode")
-    return x, Opaque("dropout's mask")
+    if train is False or p == 0:
+        return x, Opaque("dropout's mask")
+    return _random_mask(cx, x, p)
 
 
 @lowers("native_dropout_backward.default")
 def _dropout_backward(cx, grad, mask, scale):
-    if scale != 1.0:
-        raise Unsupported(f"dropout's gradient with scale {scale}")
-    return grad
+    if isinstance(mask, Opaque):  # the identity of p = 0 or eval mode
+        if scale != 1.0:
+            raise Unsupported(f"dropout's gradient with scale {scale}")
+        return grad
+    return cx.op("dropout_grad", [grad, mask], (), [float(scale)])
+
+
+@lowers("bernoulli.float", "bernoulli.p")
+def _bernoulli(cx, x, p=0.5, generator=None):
+    """A float tensor of x's shape holding 1 with probability p, else 0:
+    dropout's mask as torch 1.13 builds it (bernoulli_ of an empty_like,
+    then a division by p and a product)."""
+    if generator is not None:
+        raise Unsupported("bernoulli with a torch.Generator (the graph's seed draws)")
+    if not _is_number(p) or not 0 < p <= 1:
+        raise Unsupported(f"bernoulli with p={p}")
+    if not _is_float(cx.v(x)):
+        raise Unsupported("bernoulli of a non-float tensor")
+    if p == 1:
+        return cx.fill(x, 1.0)
+    _, mask = _random_mask(cx, x, 1.0 - p)
+    return cx.op("where", [mask, cx.const(1.0, ()), cx.const(0.0, ())])
 
 
 # ---- softmax and losses ----
