@@ -134,6 +134,8 @@ class Lowering:
         # the caller has none; each random op takes the next stream offset
         self.seed = None
         self.n_random = 0
+        # targets may hold cross-entropy's ignore_index (padded positions)
+        self.ignore_targets = False
 
     def op(self, type, inputs, iattrs=(), fattrs=(), outputs=1):
         return self.graph.op(type, [self.v(i) for i in inputs], iattrs, fattrs, outputs)
@@ -1047,11 +1049,43 @@ def _nll_loss(cx, x, target, weight, reduction, ignore_index):
     if len(logits.shape) != 2 or x.dim % 2 != 1:
         raise Unsupported("cross-entropy over anything but [N, C] logits")
     labels = cx.v(target)
+    if cx.ignore_targets or 0 <= ignore_index < logits.shape[1]:
+        return _xent_ignoring(cx, x, logits, labels, reduction, ignore_index)
     loss, probs = cx.op("softmax_xent", [logits, labels], outputs=2)
     x.xent = (loss, probs, labels)
     if reduction == _REDUCTION_SUM:
         loss = cx.op("scale", [loss], (), [float(logits.shape[0])])
     return loss, Opaque("nll_loss's total weight")
+
+
+def _xent_ignoring(cx, x, logits, labels, reduction, ignore_index):
+    """Cross-entropy whose rows labelled ignore_index count for nothing,
+    the mean taken over the others (PyTorch's ignore_index)."""
+    import torch
+    n, c = logits.shape
+    classes = cx._make_const(torch.arange(c, dtype=torch.int32).reshape(1, c), None)
+    onehot = cx.op("compare", [cx.reshape(labels, (n, 1)), classes], [0])
+    valid = cx.op("compare", [labels, cx.int_const(ignore_index, (1,))], [1])
+    one, zero = cx.const(1.0, (1,)), cx.const(0.0, (1,))
+    picked = cx.op("where", [onehot, _softmax_op(cx, "log_softmax", logits, 1), zero])
+    loss = cx.op("scale", [cx.op("reduce_sum", [picked])], (), [-1.0])
+    count = None
+    if reduction == _REDUCTION_MEAN:
+        count = cx.op("reduce_sum", [cx.op("where", [valid, one, zero])])
+        loss = cx.op("ew_binary", [loss, count], [_EW_BINARY["div"]])
+    x.xent = ("ignoring", onehot, cx.reshape(valid, (n, 1)), count)
+    return loss, Opaque("nll_loss's total weight")
+
+
+def _xent_ignoring_grad(cx, grad, logits, onehot, valid, count):
+    one, zero = cx.const(1.0, (1,)), cx.const(0.0, (1,))
+    d = cx.op("ew_binary", [cx.op("softmax", [logits]), cx.op("where", [onehot, one, zero])],
+              [_EW_BINARY["sub"]])
+    d = cx.op("where", [valid, d, zero])
+    scale = cx.v(grad)
+    if count is not None:
+        scale = cx.op("ew_binary", [scale, count], [_EW_BINARY["div"]])
+    return cx.op("mul_scalar", [d, scale])
 
 
 @lowers("nll_loss_backward.default")
@@ -1064,6 +1098,9 @@ def _nll_loss_backward(cx, grad, x, target, weight, reduction, ignore_index, tot
 
 @lowers("_log_softmax_backward_data.default")
 def _log_softmax_backward(cx, grad, y, dim, input_dtype=None):
+    if isinstance(grad, NllGrad) and grad.ls.xent[0] == "ignoring":
+        _, onehot, valid, count = grad.ls.xent
+        return _xent_ignoring_grad(cx, grad.grad, cx.v(grad.ls.x), onehot, valid, count)
     if isinstance(grad, NllGrad):
         _, probs, labels = grad.ls.xent
         d = cx.op("softmax_xent_grad", [probs, labels])

@@ -72,7 +72,8 @@ def _alias_closure(nodes):
     return last
 
 
-def lower(gm, graph, placeholders, make_const, where, commits=None, on_start=None, seed=None):
+def lower(gm, graph, placeholders, make_const, where, commits=None, on_start=None, seed=None,
+          ignore_targets=False):
     """Lowers fx GraphModule gm's aten graph into salus Graph `graph`.
 
     placeholders: one entry per fx placeholder, in order (graph Values,
@@ -89,10 +90,11 @@ def lower(gm, graph, placeholders, make_const, where, commits=None, on_start=Non
     placeholder's old value has been emitted, so new and old values of a
     tensor are not all alive at once. seed() -> the i32 [2] Value random
     ops (dropout) draw from, each with its own stream offset; None refuses
-    them. Raises salus.Error(EUNSUPPORTED) listing every
+    them. ignore_targets: targets may hold cross-entropy's ignore_index
+    (padded positions), so its lowering masks them. Raises salus.Error(EUNSUPPORTED) listing every
     unsupported node, or the graph builder's error naming the node."""
     cx = Lowering(graph, make_const)
-    cx.seed = seed
+    cx.seed, cx.ignore_targets = seed, ignore_targets
     if on_start:
         on_start(cx)
     live = _live_nodes(gm.graph)

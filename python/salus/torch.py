@@ -383,11 +383,12 @@ class _Compiled:
         return list(self._graphs)
 
     def persistent_bytes(self):
-        """{"shared": bytes of the state every bucket reads, key: bytes of
-        that bucket's own constants}: what this holds in salusd."""
-        out = {"shared": sum(s.nbytes for s in self._states)}
+        """{"shared": (bytes, tensors) of the state every bucket reads, key:
+        (bytes, tensors) of that bucket's own constants}: what this holds in
+        salusd, before its allocator rounds each tensor up."""
+        out = {"shared": (sum(s.nbytes for s in self._states), len(self._states))}
         for k, b in self._graphs.items():
-            out[k] = sum(s.nbytes for s in b.consts)
+            out[k] = (sum(s.nbytes for s in b.consts), len(b.consts))
         return out
 
     def _state(self, name, data, dtype=F32, torch_dtype=torch.float32):
@@ -804,7 +805,8 @@ class CompiledStep(_Compiled):
             self._commit(b, slots[p_idx], entry, cxs[0])
         outputs, assigned, cx = lower(gm, g, entries, lambda v, s: self._make_const(b, v, s),
                                       where, ({p: k + 1 for k, p in enumerate(wanted)}, commit),
-                                      on_start=cxs.append, seed=self._seed_of(b))
+                                      on_start=cxs.append, seed=self._seed_of(b),
+                                      ignore_targets=self.buckets is not None)
         b.loss = cx.v(outputs[0])
         if tuple(b.loss.shape) not in ((), (1,)):
             raise Error(Code.EINVAL, f"the loss has shape {list(b.loss.shape)}, not a scalar")
