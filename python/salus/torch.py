@@ -11,7 +11,8 @@ registered as ONE salus graph, so each call is one Run request.
             loss = step(images, labels)          # a float
         model.load_state_dict(step.state_dict())  # the trained weights, by name
 
-compile_step(model, loss_fn, optimizer, example_inputs, session)
+compile_step(model, loss_fn, optimizer, example_inputs, session, targets=1,
+             buckets=None, seed=0)
     The step is loss_fn(model(*inputs[:-targets]), *inputs[-targets:]).
     Parameters, buffers (batch norm's running statistics) and the
     optimizer's state live in salusd as persistent tensors of `session`.
@@ -23,15 +24,23 @@ compile_step(model, loss_fn, optimizer, example_inputs, session)
     optimizer.param_groups[i]["lr"] (an LR scheduler's) is written to it
     by the next step's Run request itself.
 
-compile_module(model, example_inputs, session)
+    buckets=Buckets(pad=...): batches of varying batch size and sequence
+    length, padded to power-of-two buckets, one graph each, all over the
+    same persistent state (see Buckets). seed: the key of dropout's
+    masks with the step count (see compile_step).
+
+compile_module(model, example_inputs, session, buckets=None, seed=0)
     Inference: module(*inputs) returns what model(*inputs) returns, as
     torch tensors, run in the model's current mode (eval() first for
     batch norm's running statistics).
 
 Both refuse, before anything is registered, a model with any aten op salus
 cannot compute: the salus.Error (Code.EUNSUPPORTED) lists every such op
-with its argument shapes and the module path it came from. Shapes are
-those of example_inputs; a call with other shapes is refused.
+with its argument shapes and the module path it came from. Without
+buckets, shapes are those of example_inputs and a call with other shapes
+is refused. Each mode (model.train() / eval()) has its own graph,
+captured on its first call. Dropout with p > 0 draws from salus's seeded
+Philox dropout op, keyed by (seed, calls run so far).
 
 Works with torch 1.13 (functional_call from torch.nn.utils.stateless) and
 torch 2.x (torch.func.functional_call), where importing this module also
