@@ -98,8 +98,8 @@ def setup(kind):
         return model, _lm_loss, opt, data, batch
     import torchvision
     model, batch = torchvision.models.resnet18(num_classes=10), 32
-    data = [(torch.randn(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g))
-            for _ in range(EPOCH)]
+    data = [(torch.randn(batch, 3, 32, 32, generator=g),
+             torch.randint(0, 10, (batch,), generator=g)) for _ in range(EPOCH)]
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return model, torch.nn.CrossEntropyLoss(), opt, data, batch
 
