@@ -22,15 +22,22 @@
  * on its own thread teams, kernels/cpu/team.c). A round is salus, torch 1,
  * salus, torch 2, ... [, inproc, openblas]: both sides are measured alternately, and samples/s
  * counts whole training steps as the client sees them (feeding the batch, running the step,
- * fetching the loss). PyTorch's best is the configuration with the higher median; the ratio is
- * salus's median over that median. Prints per-round figures, then
+ * fetching the loss). Each side trains a whole epoch of Fashion-MNIST (468 batches) per run by
+ * default: PyTorch's rate over a few dozen steps is not its rate over an epoch. PyTorch's best
+ * is the configuration with the higher median; the ratio is salus's median over that median.
+ * After the rounds, with the other PyTorch processes gone and salusd idle, a fresh process of
+ * the best configuration trains as many steps alone as all its rounds held, and its rate is
+ * printed beside the in-bench median (torch_alone_sps): a gap says the rounds disturbed
+ * PyTorch, and the ratio is taken over the higher of the two (ratio_bench: over the in-bench
+ * median alone). Prints per-round figures, then
  *   BENCH server_overhead ipc_sps=... inproc_sps=... overhead_pct=...
  *   BENCH train_vs_torch_gemm model=mlp onednn_sps=... openblas_sps=... ratio=...
  *   BENCH train_vs_torch model=mlp ratio=... salus_sps=... torch_sps=... torch_best=... ...
  *   BENCH train_vs_torch model=cnn ratio=... ...                            (last line)
  *
  *   train_vs_torch --salusd PATH --script bench/torch_train.py [--python /usr/bin/python3]
- *                  [--rounds 7] [--steps 500] [--cnn-steps 50] [--json FILE] */
+ *                  [--rounds 5] [--steps N] [--cnn-steps N] [--json FILE]
+ * (--steps: the MLP's steps per run, --cnn-steps the CNN's; an epoch by default) */
 #include "bench_util.h"
 #include "fashion_mnist.h"
 #include "server.h"
@@ -48,6 +55,7 @@
 #define BATCH 128
 #define LR 0.02f
 #define WARMUP_STEPS 20
+#define EPOCH_STEPS (60000 / BATCH)
 
 enum model { MLP, CNN, N_MODELS };
 static const char *const model_name[N_MODELS] = {"mlp", "cnn"};
@@ -198,7 +206,7 @@ typedef struct series {
 
 typedef struct summary {
     double salus, torch[N_TORCH], inproc, openblas, best, ratio, ratio_min;
-    double salus_lo, salus_hi, best_lo, best_hi;
+    double salus_lo, salus_hi, best_lo, best_hi, alone;
     int best_config;
 } summary;
 
@@ -234,10 +242,10 @@ static summary summarise(const series *s, int rounds, bool with_inproc)
 int main(int argc, char **argv)
 {
     const char *salusd = NULL, *script = NULL, *python = "/usr/bin/python3", *json = NULL;
-    /* windows of a few hundred ms for both models: at 150 MLP steps (60-90
-     * ms) one scheduling hiccup of this VM, or another process's idle BLAS
-     * threads still spinning, moved a round's figure by 2x */
-    int rounds = 7, steps[N_MODELS] = {500, 50};
+    /* whole epochs: at 50 CNN steps PyTorch ran at a quarter of its rate
+     * over an epoch alone, and at 150 MLP steps one scheduling hiccup of
+     * this VM moved a round's figure by 2x */
+    int rounds = 5, steps[N_MODELS] = {EPOCH_STEPS, EPOCH_STEPS};
     static const struct option lo[] = {
         {"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'},
         {"python", 1, NULL, 'p'}, {"rounds", 1, NULL, 'r'},
@@ -384,6 +392,31 @@ int main(int argc, char **argv)
             job_close(&bj);
         }
     }
+    /* PyTorch alone: the other processes stopped, salusd idle, a fresh
+     * process of the best configuration over as many steps as its rounds */
+    for (int t = 0; t < N_TORCH; t++) {
+        torch_stop(&torch[t]);
+        torch[t] = (torch_proc){0};
+    }
+    for (enum model k = 0; k < N_MODELS; k++) {
+        torch_proc alone = torch_configs[sum[k].best_config];
+        if (torch_start(&alone, python, script) || !fgets(line, sizeof line, alone.out) ||
+            strncmp(line, "ready", 5) != 0 ||
+            torch_ask(&alone, line, sizeof line, "warm %s %d\n", model_name[k], WARMUP_STEPS)) {
+            torch_stop(&alone);
+            goto out;
+        }
+        sum[k].alone = torch_round(&alone, k, steps[k] * rounds);
+        torch_stop(&alone);
+        if (!sum[k].alone)
+            goto out;
+        /* a PyTorch the rounds slowed would flatter salus */
+        sum[k].ratio = sum[k].salus / (sum[k].alone > sum[k].best ? sum[k].alone : sum[k].best);
+        printf("%s: PyTorch %s %.0f samples/s in the bench (median of %d runs of %d steps), "
+               "%.0f alone over %d steps (%+.1f %%)\n",
+               model_name[k], torch_names[sum[k].best_config], sum[k].best, rounds, steps[k],
+               sum[k].alone, steps[k] * rounds, 100.0 * (sum[k].best / sum[k].alone - 1));
+    }
     status = 0;
     if (getloadavg(load[1], 3) < 1)
         load[1][0] = -1;
@@ -401,10 +434,10 @@ int main(int argc, char **argv)
                         "%s\"%s\":{\"steps\":%d,\"ratio\":%.3f,\"ratio_min\":%.3f,"
                         "\"salus_sps\":%.1f,\"salus_min\":%.1f,\"salus_max\":%.1f,"
                         "\"torch_sps\":%.1f,\"torch_min\":%.1f,\"torch_max\":%.1f,"
-                        "\"torch_best\":\"%s\"",
+                        "\"torch_best\":\"%s\",\"torch_alone_sps\":%.1f,\"ratio_bench\":%.3f",
                         k ? "," : "", model_name[k], steps[k], m->ratio, m->ratio_min, m->salus,
                         m->salus_lo, m->salus_hi, m->best, m->best_lo, m->best_hi,
-                        torch_names[m->best_config]);
+                        torch_names[m->best_config], m->alone, m->salus / m->best);
                 for (int t = 0; t < N_TORCH; t++)
                     fprintf(f, ",\"%s_sps\":%.1f", torch_names[t], m->torch[t]);
                 fprintf(f, "}");
@@ -427,8 +460,11 @@ int main(int argc, char **argv)
                model_name[k], m->ratio, m->salus, m->best, torch_names[m->best_config]);
         for (int t = 0; t < N_TORCH; t++)
             printf(" %s_sps=%.0f", torch_names[t], m->torch[t]);
-        printf(" ratio_min=%.3f salus_range=%.0f-%.0f torch_range=%.0f-%.0f rounds=%d\n",
-               m->ratio_min, m->salus_lo, m->salus_hi, m->best_lo, m->best_hi, rounds);
+        printf(" torch_alone_sps=%.0f ratio_bench=%.3f ratio_min=%.3f salus_range=%.0f-%.0f "
+               "torch_range=%.0f-%.0f "
+               "steps=%d rounds=%d\n",
+               m->alone, m->salus / m->best, m->ratio_min, m->salus_lo, m->salus_hi, m->best_lo,
+               m->best_hi, steps[k], rounds);
     }
 out:
     for (int t = 0; t < N_TORCH; t++)

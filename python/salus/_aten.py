@@ -130,6 +130,12 @@ class Lowering:
         self._make_const = make_const
         self._consts = {}
         self.node = None
+        # seed() -> the graph's dropout seed (an i32 [2] Value), or None when
+        # the caller has none; each random op takes the next stream offset
+        self.seed = None
+        self.n_random = 0
+        # targets may hold cross-entropy's ignore_index (padded positions)
+        self.ignore_targets = False
 
     def op(self, type, inputs, iattrs=(), fattrs=(), outputs=1):
         return self.graph.op(type, [self.v(i) for i in inputs], iattrs, fattrs, outputs)
@@ -952,18 +958,49 @@ def _masked_fill(cx, x, mask, value):
     return cx.op("masked_fill", [x, mask], (), [float(value)])
 
 
+def _random_mask(cx, x, p):
+    """dropout's (y, i32 mask) of x for drop probability p, from the
+    graph's seed and the next stream offset."""
+    if cx.seed is None:
+        raise Unsupported("a random op in a graph without a dropout seed")
+    if not 0 <= p < 1:
+        raise Unsupported(f"dropout with p={p}")
+    offset = cx.n_random
+    cx.n_random += 1
+    return cx.op("dropout", [x, cx.seed()], [offset], [float(p)], outputs=2)
+
+
 @lowers("native_dropout.default")
 def _dropout(cx, x, p, train):
-    if train and p != 0:
-        raise Unsupported(f"dropout with p={p} in training mode")
-    return x, Opaque("dropout's mask")
+    if train is False or p == 0:
+        return x, Opaque("dropout's mask")
+    return _random_mask(cx, x, p)
 
 
 @lowers("native_dropout_backward.default")
 def _dropout_backward(cx, grad, mask, scale):
-    if scale != 1.0:
-        raise Unsupported(f"dropout's gradient with scale {scale}")
-    return grad
+    if isinstance(mask, Opaque):  # the identity of p = 0 or eval mode
+        if scale != 1.0:
+            raise Unsupported(f"dropout's gradient with scale {scale}")
+        return grad
+    return cx.op("dropout_grad", [grad, mask], (), [float(scale)])
+
+
+@lowers("bernoulli.float", "bernoulli.p")
+def _bernoulli(cx, x, p=0.5, generator=None):
+    """A float tensor of x's shape holding 1 with probability p, else 0:
+    dropout's mask as torch 1.13 builds it (bernoulli_ of an empty_like,
+    then a division by p and a product)."""
+    if generator is not None:
+        raise Unsupported("bernoulli with a torch.Generator (the graph's seed draws)")
+    if not _is_number(p) or not 0 < p <= 1:
+        raise Unsupported(f"bernoulli with p={p}")
+    if not _is_float(cx.v(x)):
+        raise Unsupported("bernoulli of a non-float tensor")
+    if p == 1:
+        return cx.fill(x, 1.0)
+    _, mask = _random_mask(cx, x, 1.0 - p)
+    return cx.op("where", [mask, cx.const(1.0, ()), cx.const(0.0, ())])
 
 
 # ---- softmax and losses ----
@@ -1012,11 +1049,43 @@ def _nll_loss(cx, x, target, weight, reduction, ignore_index):
     if len(logits.shape) != 2 or x.dim % 2 != 1:
         raise Unsupported("cross-entropy over anything but [N, C] logits")
     labels = cx.v(target)
+    if cx.ignore_targets or 0 <= ignore_index < logits.shape[1]:
+        return _xent_ignoring(cx, x, logits, labels, reduction, ignore_index)
     loss, probs = cx.op("softmax_xent", [logits, labels], outputs=2)
     x.xent = (loss, probs, labels)
     if reduction == _REDUCTION_SUM:
         loss = cx.op("scale", [loss], (), [float(logits.shape[0])])
     return loss, Opaque("nll_loss's total weight")
+
+
+def _xent_ignoring(cx, x, logits, labels, reduction, ignore_index):
+    """Cross-entropy whose rows labelled ignore_index count for nothing,
+    the mean taken over the others (PyTorch's ignore_index)."""
+    import torch
+    n, c = logits.shape
+    classes = cx._make_const(torch.arange(c, dtype=torch.int32).reshape(1, c), None)
+    onehot = cx.op("compare", [cx.reshape(labels, (n, 1)), classes], [0])
+    valid = cx.op("compare", [labels, cx.int_const(ignore_index, (1,))], [1])
+    one, zero = cx.const(1.0, (1,)), cx.const(0.0, (1,))
+    picked = cx.op("where", [onehot, _softmax_op(cx, "log_softmax", logits, 1), zero])
+    loss = cx.op("scale", [cx.op("reduce_sum", [picked])], (), [-1.0])
+    count = None
+    if reduction == _REDUCTION_MEAN:
+        count = cx.op("reduce_sum", [cx.op("where", [valid, one, zero])])
+        loss = cx.op("ew_binary", [loss, count], [_EW_BINARY["div"]])
+    x.xent = ("ignoring", onehot, cx.reshape(valid, (n, 1)), count)
+    return loss, Opaque("nll_loss's total weight")
+
+
+def _xent_ignoring_grad(cx, grad, logits, onehot, valid, count):
+    one, zero = cx.const(1.0, (1,)), cx.const(0.0, (1,))
+    d = cx.op("ew_binary", [cx.op("softmax", [logits]), cx.op("where", [onehot, one, zero])],
+              [_EW_BINARY["sub"]])
+    d = cx.op("where", [valid, d, zero])
+    scale = cx.v(grad)
+    if count is not None:
+        scale = cx.op("ew_binary", [scale, count], [_EW_BINARY["div"]])
+    return cx.op("mul_scalar", [d, scale])
 
 
 @lowers("nll_loss_backward.default")
@@ -1029,6 +1098,9 @@ def _nll_loss_backward(cx, grad, x, target, weight, reduction, ignore_index, tot
 
 @lowers("_log_softmax_backward_data.default")
 def _log_softmax_backward(cx, grad, y, dim, input_dtype=None):
+    if isinstance(grad, NllGrad) and grad.ls.xent[0] == "ignoring":
+        _, onehot, valid, count = grad.ls.xent
+        return _xent_ignoring_grad(cx, grad.grad, cx.v(grad.ls.x), onehot, valid, count)
     if isinstance(grad, NllGrad):
         _, probs, labels = grad.ls.xent
         d = cx.op("softmax_xent_grad", [probs, labels])

@@ -72,7 +72,8 @@ def _alias_closure(nodes):
     return last
 
 
-def lower(gm, graph, placeholders, make_const, where, commits=None, on_start=None):
+def lower(gm, graph, placeholders, make_const, where, commits=None, on_start=None, seed=None,
+          ignore_targets=False):
     """Lowers fx GraphModule gm's aten graph into salus Graph `graph`.
 
     placeholders: one entry per fx placeholder, in order (graph Values,
@@ -87,9 +88,13 @@ def lower(gm, graph, placeholders, make_const, where, commits=None, on_start=Non
     commit(placeholder index, entry), given as (dict, fn): each output is
     handed to commit() as soon as it is computed and every read of the
     placeholder's old value has been emitted, so new and old values of a
-    tensor are not all alive at once. Raises salus.Error(EUNSUPPORTED) listing every
+    tensor are not all alive at once. seed() -> the i32 [2] Value random
+    ops (dropout) draw from, each with its own stream offset; None refuses
+    them. ignore_targets: targets may hold cross-entropy's ignore_index
+    (padded positions), so its lowering masks them. Raises salus.Error(EUNSUPPORTED) listing every
     unsupported node, or the graph builder's error naming the node."""
     cx = Lowering(graph, make_const)
+    cx.seed, cx.ignore_targets = seed, ignore_targets
     if on_start:
         on_start(cx)
     live = _live_nodes(gm.graph)

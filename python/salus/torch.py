@@ -11,7 +11,8 @@ registered as ONE salus graph, so each call is one Run request.
             loss = step(images, labels)          # a float
         model.load_state_dict(step.state_dict())  # the trained weights, by name
 
-compile_step(model, loss_fn, optimizer, example_inputs, session)
+compile_step(model, loss_fn, optimizer, example_inputs, session, targets=1,
+             buckets=None, seed=0)
     The step is loss_fn(model(*inputs[:-targets]), *inputs[-targets:]).
     Parameters, buffers (batch norm's running statistics) and the
     optimizer's state live in salusd as persistent tensors of `session`.
@@ -23,15 +24,23 @@ compile_step(model, loss_fn, optimizer, example_inputs, session)
     optimizer.param_groups[i]["lr"] (an LR scheduler's) is written to it
     by the next step's Run request itself.
 
-compile_module(model, example_inputs, session)
+    buckets=Buckets(pad=...): batches of varying batch size and sequence
+    length, padded to power-of-two buckets, one graph each, all over the
+    same persistent state (see Buckets). seed: the key of dropout's
+    masks with the step count (see compile_step).
+
+compile_module(model, example_inputs, session, buckets=None, seed=0)
     Inference: module(*inputs) returns what model(*inputs) returns, as
     torch tensors, run in the model's current mode (eval() first for
     batch norm's running statistics).
 
 Both refuse, before anything is registered, a model with any aten op salus
 cannot compute: the salus.Error (Code.EUNSUPPORTED) lists every such op
-with its argument shapes and the module path it came from. Shapes are
-those of example_inputs; a call with other shapes is refused.
+with its argument shapes and the module path it came from. Without
+buckets, shapes are those of example_inputs and a call with other shapes
+is refused. Each mode (model.train() / eval()) has its own graph,
+captured on its first call. Dropout with p > 0 draws from salus's seeded
+Philox dropout op, keyed by (seed, calls run so far).
 
 Works with torch 1.13 and torch 2.x (what differs: salus/_compat.py; in
 2.x scaled_dot_product_attention is captured as its math), where importing
@@ -194,18 +203,112 @@ def _param_label(name, model):
         return f"parameter {name}"
 
 
-class _Slot:
-    """One persistent tensor of the compiled graph: its session Tensor, the
-    graph's param Value of it, and the entry ops read (rank 0 tensors are
-    stored as [1] and read through a reshape to [])."""
+def _pow2(n):
+    return 1 << max(0, (int(n) - 1).bit_length())
 
-    def __init__(self, session, graph, name, data, dtype=F32, torch_dtype=torch.float32):
+
+class Buckets:
+    """Shape buckets: how a compiled step or module takes batches whose
+    batch size and sequence length vary. A call's sequence length t (the
+    size along `seq_dim` of every input that has a pad value and that dim;
+    they must agree) is padded up to the next power of two T; with
+    batch=True its batch size b (dim 0 of every input) is padded up to the
+    next power of two B. Each (B, T) and training mode gets its own
+    captured graph, made and registered on first use; all of them read and
+    update ONE copy of the parameters, buffers and optimizer state in
+    salusd.
+
+    pad: one entry per input (the model's inputs, then the targets): the
+    value that input's padded sequence positions hold (a padding token id,
+    True in a key padding mask, the loss's ignore_index in targets), or
+    None for an input without a sequence dim. Padded batch rows repeat row
+    0 of each model input and hold the pad value in targets, so with
+    batch=True every target needs one.
+
+    Exactness is the model's and the loss's: padded positions must not
+    reach real ones (a causal or key padding mask; no batch norm over
+    padded rows or positions) and the loss must ignore padded targets
+    (cross_entropy(..., ignore_index=pad)), averaging over real ones only.
+    The first padded call of each bucket checks this in PyTorch (forward
+    and loss on the call's batch as given and as padded, dropout off) and
+    refuses the bucket, Code.EUNSUPPORTED, when they differ."""
+
+    def __init__(self, pad, seq_dim=1, batch=True):
+        if int(seq_dim) < 1:
+            raise ValueError("seq_dim must be at least 1 (dim 0 is the batch)")
+        self.pad, self.seq_dim, self.batch = tuple(pad), int(seq_dim), bool(batch)
+
+    def shape_of(self, inputs):
+        """((b, t), (B, T)): the call's batch size and sequence length
+        (t None when no input has one) and its bucket's."""
+        if len(inputs) != len(self.pad):
+            raise ValueError(f"{len(self.pad)} inputs expected (one pad entry each), "
+                             f"{len(inputs)} given")
+        b = t = None
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
+                raise ValueError(f"input {i} is not a batched tensor")
+            if b is None:
+                b = x.shape[0]
+            elif x.shape[0] != b:
+                raise ValueError(f"input {i} has batch size {x.shape[0]}, input 0 has {b}")
+            if self.pad[i] is not None and x.dim() > self.seq_dim:
+                n = x.shape[self.seq_dim]
+                if t is not None and n != t:
+                    raise ValueError(f"input {i} has sequence length {n}, an earlier one {t}")
+                t = n
+        return (b, t), (_pow2(b) if self.batch else b, None if t is None else _pow2(t))
+
+    def padded(self, inputs, bucket, targets):
+        """inputs padded to bucket (B, T); the last `targets` are targets."""
+        B, T = bucket
+        out = []
+        for i, x in enumerate(inputs):
+            pv = self.pad[i]
+            if T is not None and pv is not None and x.dim() > self.seq_dim and \
+                    x.shape[self.seq_dim] < T:
+                shape = list(x.shape)
+                shape[self.seq_dim] = T - x.shape[self.seq_dim]
+                x = torch.cat([x, torch.full(shape, pv, dtype=x.dtype)], dim=self.seq_dim)
+            if B > x.shape[0]:
+                if i < len(inputs) - targets:
+                    fill = x[:1].expand(B - x.shape[0], *x.shape[1:])
+                elif pv is None:
+                    raise Error(Code.EUNSUPPORTED, f"input {i} (a target) has no pad value: "
+                                "padded batch rows would count in the loss")
+                else:
+                    fill = torch.full((B - x.shape[0],) + tuple(x.shape[1:]), pv, dtype=x.dtype)
+                x = torch.cat([x, fill])
+            out.append(x)
+        return tuple(out)
+
+    def cut(self, out, call, bucket):
+        """An output of the padded graph cut back to the call's shape: dim 0
+        from B to b, seq_dim from T to t."""
+        (b, t), (B, T) = call, bucket
+        if out.dim() >= 1 and out.shape[0] == B and B != b:
+            out = out[:b]
+        if T is not None and t != T and out.dim() > self.seq_dim and \
+                out.shape[self.seq_dim] == T:
+            out = out.narrow(self.seq_dim, 0, t)
+        return out
+
+
+class _State:
+    """One persistent tensor of the session (a parameter, a buffer, an
+    optimizer state, a constant): made once and read by every graph that
+    binds it (rank 0 tensors are stored as [1])."""
+
+    def __init__(self, session, name, data, dtype=F32, torch_dtype=torch.float32):
         data = np.asarray(data)
         self.name, self.torch_shape = name, tuple(data.shape)
         self.dtype, self.torch_dtype = dtype, torch_dtype
         self.tensor = session.tensor(data.reshape(data.shape or (1,)), dtype=dtype)
-        self.value = graph.param(self.tensor)
-        self.entry = self.value if data.shape else graph.op("reshape", [self.value])
+        self.nbytes = int(np.prod(data.shape or (1,))) * (2 if dtype in (F16, BF16) else 4)
+
+    def bind(self, graph):
+        """A _Slot: this tensor as a param of `graph`."""
+        return _Slot(self, graph)
 
     def read(self):
         return self.tensor.read().reshape(self.torch_shape)
@@ -216,113 +319,277 @@ class _Slot:
     def write_torch(self, t):
         self.tensor.write(_numpy(t, self.dtype).reshape(-1))
 
+    def free(self):
+        try:
+            self.tensor.free()
+        except Error:
+            pass
+
+
+class _Slot:
+    """A _State as one graph sees it: the param Value and the entry ops
+    read (rank 0 tensors through a reshape to [])."""
+
+    def __init__(self, state, graph):
+        self.state = state
+        self.value = graph.param(state.tensor)
+        self.entry = self.value if state.torch_shape else graph.op("reshape", [self.value])
+
+
+class _Bucket:
+    """One captured graph: its salus Graph, its constants and its feeds."""
+
+    def __init__(self, key):
+        self.key = key
+        self.graph = Graph()
+        self.consts = []  # _States only this graph reads
+        self.zero_flag = None
+        self.in_shapes, self.in_dtypes = [], []
+        self.seed = None  # the dropout seed's Value, when the graph draws
+        self.counter_steps = {}  # {buffer name: its HostCounter's increment per run}
+        self.checked = False  # the padding check has passed
+        self.gm = None
+
+    def free(self):
+        self.graph.close()
+        for s in self.consts:
+            s.free()
+        self.consts = []
+
 
 class _Compiled:
-    """What compile_step and compile_module share: the session's tensors,
-    the graph and its feeds."""
+    """What compile_step and compile_module share: the session's persistent
+    tensors (shared by every bucket), the buckets' graphs, the choice of a
+    bucket per call and the dropout seed."""
 
-    def __init__(self, session):
-        self.session = session
-        self.graph = Graph()
-        self._slots = []
-        self._consts = []
-        self._zero_flag = None
+    def __init__(self, session, model, buckets, seed, targets):
+        if buckets is not None and not isinstance(buckets, Buckets):
+            raise TypeError("buckets must be a salus.torch.Buckets")
+        if not 0 <= int(seed) < 2 ** 32:
+            raise ValueError("seed must be in [0, 2^32)")
+        self.session, self.model, self.buckets = session, model, buckets
+        self.seed, self.targets = int(seed), targets
+        self.steps = 0  # calls run: the second word of the dropout key
+        self._graphs = {}
+        self._states = []  # every shared _State, to free
+        self._seed_state = None
+        self._counters = {}  # {buffer name: [increments so far, initial tensor]}
+        self._b_states = None  # per buffer: its _State, or None for a HostCounter
 
-    def _slot(self, name, data, dtype=F32, torch_dtype=torch.float32):
-        s = _Slot(self.session, self.graph, name, data, dtype, torch_dtype)
-        self._slots.append(s)
+    @property
+    def graph(self):
+        """The salus Graph of the first bucket."""
+        return next(iter(self._graphs.values())).graph
+
+    @property
+    def captured(self):
+        """The keys of the graphs captured so far: (batch, length, training)
+        with buckets, (input shapes, training) without."""
+        return list(self._graphs)
+
+    def persistent_bytes(self):
+        """{"shared": (bytes, tensors) of the state every bucket reads, key:
+        (bytes, tensors) of that bucket's own constants}: what this holds in
+        salusd, before its allocator rounds each tensor up."""
+        out = {"shared": (sum(s.nbytes for s in self._states), len(self._states))}
+        for k, b in self._graphs.items():
+            out[k] = (sum(s.nbytes for s in b.consts), len(b.consts))
+        return out
+
+    def _state(self, name, data, dtype=F32, torch_dtype=torch.float32):
+        s = _State(self.session, name, data, dtype, torch_dtype)
+        self._states.append(s)
         return s
 
-    def _buffer_entries(self, gm, first, buffers):
+    def _select(self, inputs):
+        """(bucket, the inputs its graph takes, (call shape, bucket shape)):
+        the graph for this call, captured and registered on first use."""
+        inputs = tuple(inputs)
+        training = bool(self.model.training)
+        if self.buckets is None:
+            shapes = tuple(tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor))
+            # one graph per mode: a call with other shapes than the mode's
+            # first is refused when fed
+            key = next((k for k in self._graphs if k[1] == training), (shapes, training))
+            call = None
+            feed = inputs
+        else:
+            call, shape = self.buckets.shape_of(inputs)
+            key = shape + (training,)
+            feed = self.buckets.padded(inputs, shape, self.targets) if call != shape else inputs
+            call = (call, shape)
+        b = self._graphs.get(key)
+        if feed is not inputs and (b is None or not b.checked):
+            self._check_padding(inputs, feed, call)
+        if b is None:
+            b = _Bucket(key)
+            try:
+                self._capture_bucket(b, feed)
+                self.session.register(b.graph)
+            except BaseException:
+                b.free()
+                if not self._graphs:
+                    self._free_states()
+                raise
+            self._graphs[key] = b
+        if feed is not inputs:
+            b.checked = True
+        return b, feed, call
+
+    def _check_padding(self, inputs, padded, call):
+        """Refuses a bucket whose padding changes what PyTorch computes
+        (dropout off, batch norm's statistics left as they are)."""
+        import torch.nn.functional as F
+        saved = F.dropout
+        F.dropout = lambda x, p=0.5, training=True, inplace=False: x
+        try:
+            with torch.no_grad():
+                want = self._reference(inputs)
+                got = self._reference(padded)
+        finally:
+            F.dropout = saved
+        if self.targets:
+            got = [got]
+            want = [want]
+        else:
+            got = [self.buckets.cut(o, *call) for o in got]
+        for w, g in zip(want, got):
+            w, g = w.to(torch.float64), g.to(torch.float64)
+            if w.shape != g.shape or not torch.allclose(g, w, rtol=1e-5, atol=1e-6):
+                (b, t), (B, T) = call
+                raise Error(Code.EUNSUPPORTED,
+                            f"padding a batch of {b} x {t} to the bucket {B} x {T} changes "
+                            f"{'the loss' if self.targets else 'the outputs'} in PyTorch "
+                            f"({w.flatten()[:1].item():.6g} unpadded, {g.flatten()[:1].item():.6g} "
+                            "padded): the model must mask padded positions (attention masks) "
+                            "and keep batch rows apart (no batch norm), and the loss ignore "
+                            "padded targets (ignore_index); nothing was registered for it")
+
+    def _reference(self, inputs):
+        bufs = {n: b.detach().clone() for n, b in self._buffers}
+        n_in = len(inputs) - self.targets
+        out = _functional_call(self.model, bufs, tuple(inputs[:n_in]))
+        if self.targets:
+            return self.loss_fn(out, *inputs[n_in:])
+        return torch.utils._pytree.tree_flatten(out)[0]
+
+    def _seed_of(self, b):
+        """seed() for lower(): the bucket's Value of the shared seed tensor."""
+        def seed():
+            if b.seed is None:
+                if self._seed_state is None:
+                    self._seed_state = self._state("dropout seed", np.zeros(2, np.int32), I32,
+                                                   torch.int32)
+                b.seed = _Slot(self._seed_state, b.graph).value
+            return b.seed
+        return seed
+
+    def _run(self, b, inputs, fetch, writes=()):
+        """Runs bucket b's graph once; returns the fetched arrays."""
+        writes = list(writes)
+        if b.seed is not None:
+            # the key (seed, step): each step draws new masks, the same
+            # ones for the same seed in every run of the program
+            key = np.array([self.seed, self.steps % 2 ** 32], np.uint32).view(np.int32)
+            writes.insert(0, (self._seed_state.tensor, key))
+        for t, a in writes[_MAX_RUN_WRITES:]:  # more than a request carries
+            t.write(a)
+        out = self.session.run(b.graph, self._feeds(b, inputs), fetch=fetch,
+                               writes=writes[:_MAX_RUN_WRITES])
+        self.steps += 1
+        for n, inc in b.counter_steps.items():
+            self._counters[n][0] += inc
+        return out
+
+    def _buffer_entries(self, b, gm, first, buffers):
         """Entries of the buffers, placeholders first.. of gm: float buffers
         and integer ones the step only reads (positions, masks) as
         persistent tensors; an integer buffer the step changes in place
-        (batch norm's num_batches_tracked) as a HostCounter."""
+        (batch norm's num_batches_tracked) as a HostCounter. The first
+        graph decides which; later ones follow."""
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"][first:first + len(buffers)]
-        self._b_slots, self._counters, entries = [], {}, []
-        for (n, b), ph in zip(buffers, phs):
-            mutated = any((op_key(u.target) or ("",))[0].endswith("_") and u.args[0] is ph
-                          for u in ph.users)
-            if b.dtype.is_floating_point or not mutated:
-                dt = F32 if b.dtype.is_floating_point else _salus_dtype(b, f"buffer {n}")
-                s = self._slot(n, _numpy(b.to(torch.float32) if dt == F32 else b, dt), dt,
-                               b.dtype)
-                self._b_slots.append(s)
-                entries.append(s.entry)
+        if self._b_states is None:
+            self._b_states = []
+            for (n, t), ph in zip(buffers, phs):
+                mutated = any((op_key(u.target) or ("",))[0].endswith("_") and u.args[0] is ph
+                              for u in ph.users)
+                if t.dtype.is_floating_point or not mutated:
+                    dt = F32 if t.dtype.is_floating_point else _salus_dtype(t, f"buffer {n}")
+                    self._b_states.append(self._state(
+                        n, _numpy(t.to(torch.float32) if dt == F32 else t, dt), dt, t.dtype))
+                else:
+                    self._counters[n] = [0, t.detach().clone()]
+                    self._b_states.append(None)
+        entries, counters = [], []
+        for (n, t), st in zip(buffers, self._b_states):
+            if st is not None:
+                entries.append(_Slot(st, b.graph).entry)
             else:
-                c = HostCounter(n, tuple(b.shape))
-                self._counters[n] = (c, b.detach().clone())
-                self._b_slots.append(None)
+                c = HostCounter(n, tuple(t.shape))
+                counters.append(c)
                 entries.append(c)
-        return entries
+        return entries, counters
 
-    def _make_const(self, value, shape):
+    def _make_const(self, b, value, shape):
         if shape is None:  # a tensor the captured code made
             t = value.detach().cpu()
-            s = self._slot("constant", _numpy(t, _salus_dtype(t, "a constant")),
-                           _salus_dtype(t, "a constant"))
+            dt = _salus_dtype(t, "a constant")
+            s = _State(self.session, "constant", _numpy(t, dt), dt)
         else:
-            s = self._slot("constant", np.full(shape, value, dtype=np.float32))
-        self._consts.append(s)
-        return s.entry
+            s = _State(self.session, "constant", np.full(shape, value, dtype=np.float32))
+        b.consts.append(s)
+        return _Slot(s, b.graph).entry
 
-    def _inputs(self, example):
-        self._in_shapes, self._in_dtypes, entries = [], [], []
+    def _inputs(self, b, example):
+        entries = []
         for i, t in enumerate(example):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"input {i} is a {type(t).__name__}, not a tensor")
             dt = _salus_dtype(t, f"input {i}")
             shape = tuple(t.shape)
-            v = self.graph.input(shape or (1,), dt)
-            self._in_shapes.append(shape)
-            self._in_dtypes.append(dt)
-            entries.append(v if shape else self.graph.op("reshape", [v]))
+            v = b.graph.input(shape or (1,), dt)
+            b.in_shapes.append(shape)
+            b.in_dtypes.append(dt)
+            entries.append(v if shape else b.graph.op("reshape", [v]))
         return entries
 
-    def _feeds(self, inputs):
-        if len(inputs) != len(self._in_shapes):
-            raise ValueError(f"{len(self._in_shapes)} inputs expected, {len(inputs)} given")
+    def _feeds(self, b, inputs):
+        if len(inputs) != len(b.in_shapes):
+            raise ValueError(f"{len(b.in_shapes)} inputs expected, {len(inputs)} given")
         feeds = []
-        for i, (t, shape, dt) in enumerate(zip(inputs, self._in_shapes, self._in_dtypes)):
+        for i, (t, shape, dt) in enumerate(zip(inputs, b.in_shapes, b.in_dtypes)):
             a = _numpy(t, dt)
             if tuple(a.shape) != shape:
                 raise ValueError(f"input {i} has shape {tuple(a.shape)}; the graph was captured "
-                                 f"for {shape}")
+                                 f"for {shape} (salus.torch.Buckets takes varying shapes)")
             feeds.append(a.reshape(shape or (1,)))
         return feeds
 
-    def _commit(self, slot, entry, cx):
+    def _commit(self, b, slot, entry, cx):
         """Writes `entry` into slot's tensor at the end of the iteration:
         amp_commit with a flag that is always 0 is an exact copy."""
         src = cx.v(entry)
         if src == slot.entry or src == slot.value:
             return
-        if self._zero_flag is None:
-            self._zero_flag = self._slot("commit flag", np.zeros(1, np.float32)).value
+        if b.zero_flag is None:
+            s = _State(self.session, "commit flag", np.zeros(1, np.float32))
+            b.consts.append(s)
+            b.zero_flag = _Slot(s, b.graph).value
         if tuple(src.shape) != tuple(slot.value.shape):
-            src = self.graph.op("reshape", [src], slot.value.shape)
-        self.graph.op("amp_commit", [slot.value, src, self._zero_flag])
+            src = b.graph.op("reshape", [src], slot.value.shape)
+        b.graph.op("amp_commit", [slot.value, src, b.zero_flag])
 
-    def _fail_cleanup(self):
-        for s in self._slots:
-            try:
-                s.tensor.free()
-            except Error:
-                pass
-        self._slots = []
-        self.graph.close()
+    def _free_states(self):
+        for s in self._states:
+            s.free()
+        self._states = []
 
     def close(self):
-        """Frees the graph and the persistent tensors in the session."""
-        if self.graph._ptr is None:
-            return
-        self.graph.close()
-        for s in self._slots:
-            try:
-                s.tensor.free()
-            except Error:
-                pass
-        self._slots = []
+        """Frees every bucket's graph and the persistent tensors in the session."""
+        for b in self._graphs.values():
+            b.free()
+        self._graphs = {}
+        self._free_states()
 
 
 def _capture(fn, flat, model):
@@ -387,14 +654,16 @@ def _update(kind, g, p, grad, state, lr, step):
 
 
 class CompiledStep(_Compiled):
-    """One training step of a model in a salus graph (compile_step)."""
+    """One training step of a model in salus graphs (compile_step): one
+    per shape bucket and mode, all updating the same persistent state."""
 
-    def __init__(self, model, loss_fn, optimizer, example_inputs, session, targets=1):
-        super().__init__(session)
+    def __init__(self, model, loss_fn, optimizer, example_inputs, session, targets=1,
+                 buckets=None, seed=0):
         example = tuple(example_inputs)
         if not 0 < targets < len(example):
             raise ValueError("example_inputs holds the model's inputs, then `targets` targets")
-        self.model, self.optimizer, self.targets = model, optimizer, targets
+        super().__init__(session, model, buckets, seed, targets)
+        self.optimizer, self.loss_fn = optimizer, loss_fn
         params, self._p_index, buffers, self._b_index, self._transient = _named_tensors(model)
         self._params, self._buffers = params, buffers
         groups = {}
@@ -402,65 +671,74 @@ class CompiledStep(_Compiled):
             for p in group["params"]:
                 groups[id(p)] = gi
         self._kinds = [_hyper(optimizer, g) for g in optimizer.param_groups]
-        trained = [i for i, (_, p) in enumerate(params) if p.requires_grad and id(p) in groups]
-        self._trained = trained
+        self._trained = [i for i, (_, p) in enumerate(params)
+                         if p.requires_grad and id(p) in groups]
         self._adam = any(k != "sgd" for k in self._kinds)
-        n_state = [len(_state_names(self._kinds[groups[id(params[i][1])]],
-                                    optimizer.param_groups[groups[id(params[i][1])]]))
-                   for i in trained]
-        self._group_of = [groups[id(params[i][1])] for i in trained]
+        self._group_of = [groups[id(params[i][1])] for i in self._trained]
+        self._n_state = [len(_state_names(self._kinds[gi], optimizer.param_groups[gi]))
+                         for gi in self._group_of]
+        self._p_states = self._s_states = self._lr_states = None
+        self._step_state = None
+        self._lrs = [float(g["lr"]) for g in optimizer.param_groups]
+        self._select(example)
+        session._dependents.add(self)
 
-        def fn(tracker):
-            def step_fn(*flat):
-                k = 0
-                ps = list(flat[k:k + len(params)]); k += len(params)
-                bs = list(flat[k:k + len(buffers)]); k += len(buffers)
-                states = []
-                for n in n_state:
-                    states.append(list(flat[k:k + n])); k += n
-                lrs = list(flat[k:k + len(optimizer.param_groups)]); k += len(lrs)
-                step = None
-                if self._adam:
-                    step = flat[k] + 1
-                    k += 1
-                inputs = flat[k:]
-                state = {n: ps[i] for n, i in self._p_index.items()}
-                state.update({n: bs[i] for n, i in self._b_index.items()})
-                tracker.set_phase("")
-                out = _functional_call(model, state, tuple(inputs[:-targets]))
-                tracker.set_phase("loss_fn")
-                loss = loss_fn(out, *inputs[-targets:])
-                tracker.set_phase("(backward)")
-                grads = torch.autograd.grad(loss, [ps[i] for i in trained], allow_unused=True)
-                tracker.set_phase("(optimizer)")
-                new_p, new_s = [], []
-                for j, i in enumerate(trained):
-                    gi = self._group_of[j]
-                    if grads[j] is None:  # PyTorch skips a parameter without a gradient
-                        new_p.append(ps[i])
-                        new_s.extend(states[j])
-                        continue
-                    p, s = _update(self._kinds[gi], optimizer.param_groups[gi], ps[i], grads[j],
-                                   states[j], lrs[gi], step)
-                    new_p.append(p)
-                    new_s.extend(s)
-                return tuple([loss] + new_p + new_s + ([step] if self._adam else []))
-            return step_fn
+    def _step_fn(self, tracker):
+        params, buffers, optimizer = self._params, self._buffers, self.optimizer
+        model, loss_fn, targets, trained = self.model, self.loss_fn, self.targets, self._trained
 
+        def step_fn(*flat):
+            k = 0
+            ps = list(flat[k:k + len(params)]); k += len(params)
+            bs = list(flat[k:k + len(buffers)]); k += len(buffers)
+            states = []
+            for n in self._n_state:
+                states.append(list(flat[k:k + n])); k += n
+            lrs = list(flat[k:k + len(optimizer.param_groups)]); k += len(lrs)
+            step = None
+            if self._adam:
+                step = flat[k] + 1
+                k += 1
+            inputs = flat[k:]
+            state = {n: ps[i] for n, i in self._p_index.items()}
+            state.update({n: bs[i] for n, i in self._b_index.items()})
+            tracker.set_phase("")
+            out = _functional_call(model, state, tuple(inputs[:-targets]))
+            tracker.set_phase("loss_fn")
+            loss = loss_fn(out, *inputs[-targets:])
+            tracker.set_phase("(backward)")
+            grads = torch.autograd.grad(loss, [ps[i] for i in trained], allow_unused=True)
+            tracker.set_phase("(optimizer)")
+            new_p, new_s = [], []
+            for j, i in enumerate(trained):
+                gi = self._group_of[j]
+                if grads[j] is None:  # PyTorch skips a parameter without a gradient
+                    new_p.append(ps[i])
+                    new_s.extend(states[j])
+                    continue
+                p, s = _update(self._kinds[gi], optimizer.param_groups[gi], ps[i], grads[j],
+                               states[j], lrs[gi], step)
+                new_p.append(p)
+                new_s.extend(s)
+            return tuple([loss] + new_p + new_s + ([step] if self._adam else []))
+        return step_fn
+
+    def _capture_bucket(self, b, example):
         # the capture runs one real step on copies: the model is not changed
+        params, buffers, model = self._params, self._buffers, self.model
         flat, labels = [], []
         for i, (n, p) in enumerate(params):
-            flat.append(p.detach().clone().requires_grad_(i in trained))
+            flat.append(p.detach().clone().requires_grad_(i in self._trained))
             labels.append(_param_label(n, model))
-        for n, b in buffers:
-            flat.append(b.detach().clone())
+        for n, t in buffers:
+            flat.append(t.detach().clone())
             labels.append(f"buffer {n}")
         init_states = self._initial_state()
         for j, sts in enumerate(init_states):
             for k, s in enumerate(sts):
                 flat.append(s.clone())
-                labels.append(f"optimizer state {k} of {params[trained[j]][0]}")
-        for gi, g in enumerate(optimizer.param_groups):
+                labels.append(f"optimizer state {k} of {params[self._trained[j]][0]}")
+        for gi, g in enumerate(self.optimizer.param_groups):
             flat.append(torch.tensor(float(g["lr"])))
             labels.append(f"learning rate of param group {gi}")
         if self._adam:
@@ -469,14 +747,9 @@ class CompiledStep(_Compiled):
         for i, t in enumerate(example):
             flat.append(t)
             labels.append(f"input {i}")
-        gm, tracker = _capture(fn, flat, model)
-        self.gm = gm
-        try:
-            self._build(gm, tracker.labeller(gm, labels), params, buffers, init_states, example)
-        except BaseException:
-            self._fail_cleanup()
-            raise
-        session._dependents.add(self)
+        gm, tracker = _capture(self._step_fn, flat, model)
+        b.gm = self.gm = gm
+        self._build(b, gm, tracker.labeller(gm, labels), init_states, example)
 
     def _initial_state(self):
         """Each trained parameter's optimizer state (zeros, or the torch
@@ -496,74 +769,75 @@ class CompiledStep(_Compiled):
                  for i in self._trained]
         return max(steps, default=0.0)
 
-    def _build(self, gm, where, params, buffers, init_states, example):
-        g = self.graph
-        entries = []
-        self._p_slots = [self._slot(n, p.detach().cpu().numpy().astype(np.float32))
-                         for n, p in params]
-        entries += [s.entry for s in self._p_slots]
-        self._b_slots, self._counters = [], {}
-        entries += self._buffer_entries(gm, len(params), buffers)
-        self._s_slots = []
+    def _make_states(self, init_states):
+        """The persistent state every bucket shares, from the module and the
+        optimizer as they are when the first graph is captured."""
+        params = self._params
+        self._p_states = [self._state(n, p.detach().cpu().numpy().astype(np.float32))
+                          for n, p in params]
+        self._s_states = []
         for j, sts in enumerate(init_states):
             for k, s in enumerate(sts):
-                slot = self._slot(f"state {k} of {params[self._trained[j]][0]}", s.numpy())
-                self._s_slots.append(slot)
-                entries.append(slot.entry)
-        self._lr_slots, self._lrs = [], []
-        for gi, grp in enumerate(self.optimizer.param_groups):
-            self._lr_slots.append(self._slot(f"lr {gi}", np.float32(grp["lr"])))
-            self._lrs.append(float(grp["lr"]))
-            entries.append(self._lr_slots[-1].entry)
-        self._step_slot = None
+                self._s_states.append(self._state(
+                    f"state {k} of {params[self._trained[j]][0]}", s.numpy()))
+        self._lr_states = [self._state(f"lr {gi}", np.float32(grp["lr"]))
+                           for gi, grp in enumerate(self.optimizer.param_groups)]
         if self._adam:
-            self._step_slot = self._slot("step", np.float32(self._initial_step()))
-            entries.append(self._step_slot.entry)
-        entries += self._inputs(example)
+            self._step_state = self._state("step", np.float32(self._initial_step()))
+
+    def _build(self, b, gm, where, init_states, example):
+        g = b.graph
+        if self._p_states is None:
+            self._make_states(init_states)
+        p_slots = [_Slot(s, g) for s in self._p_states]
+        b_entries, counters = self._buffer_entries(b, gm, len(self._params), self._buffers)
+        b_slots = [None if st is None else _Slot(st, g) for st in self._b_states]
+        b_entries = [e if s is None else s.entry for e, s in zip(b_entries, b_slots)]
+        s_slots = [_Slot(s, g) for s in self._s_states]
+        lr_slots = [_Slot(s, g) for s in self._lr_states]
+        step_slots = [_Slot(self._step_state, g)] if self._adam else []
+        entries = [s.entry for s in p_slots] + b_entries + [s.entry for s in s_slots] + \
+            [s.entry for s in lr_slots] + [s.entry for s in step_slots] + self._inputs(b, example)
         # output k+1 is the new value of placeholder wanted[k]'s tensor
-        n_p, n_b = len(params), len(buffers)
-        wanted = list(self._trained) + [n_p + n_b + k for k in range(len(self._s_slots))]
+        n_p, n_b = len(p_slots), len(b_slots)
+        wanted = list(self._trained) + [n_p + n_b + k for k in range(len(s_slots))]
         if self._adam:
-            wanted.append(n_p + n_b + len(self._s_slots) + len(self._lr_slots))
-        slots = self._p_slots + self._b_slots + self._s_slots + self._lr_slots + \
-            ([self._step_slot] if self._adam else [])
+            wanted.append(n_p + n_b + len(s_slots) + len(lr_slots))
+        slots = p_slots + b_slots + s_slots + lr_slots + step_slots
         cxs = []
 
         def commit(p_idx, entry):
-            self._commit(slots[p_idx], entry, cxs[0])
-        outputs, assigned, cx = lower(gm, g, entries, self._make_const, where,
-                                      ({p: k + 1 for k, p in enumerate(wanted)}, commit),
-                                      on_start=cxs.append)
-        self._loss = cx.v(outputs[0])
-        if tuple(self._loss.shape) not in ((), (1,)):
-            raise Error(Code.EINVAL, f"the loss has shape {list(self._loss.shape)}, not a scalar")
-        n_fixed = len(params) + len(buffers) + len(self._s_slots)
+            self._commit(b, slots[p_idx], entry, cxs[0])
+        outputs, assigned, cx = lower(gm, g, entries, lambda v, s: self._make_const(b, v, s),
+                                      where, ({p: k + 1 for k, p in enumerate(wanted)}, commit),
+                                      on_start=cxs.append, seed=self._seed_of(b),
+                                      ignore_targets=self.buckets is not None)
+        b.loss = cx.v(outputs[0])
+        if tuple(b.loss.shape) not in ((), (1,)):
+            raise Error(Code.EINVAL, f"the loss has shape {list(b.loss.shape)}, not a scalar")
+        fixed = p_slots + b_slots + s_slots
         for idx, e in assigned.items():
-            slots = self._p_slots + self._b_slots + self._s_slots
-            if idx >= n_fixed or slots[idx] is None:
+            if idx >= len(fixed) or fixed[idx] is None:
                 raise Error(Code.EUNSUPPORTED, f"the step writes into input or learning rate "
-                            f"{idx - n_fixed}")
-            self._commit(slots[idx], e, cx)
-        self.session.register(g)
+                            f"{idx - len(fixed)}")
+            self._commit(b, fixed[idx], e, cx)
+        b.counter_steps = {c.name: c.step for c in counters}
 
     def __call__(self, *inputs):
         """One training step (one Run request); returns the loss (a float)
-        computed before the update."""
-        feeds = self._feeds(inputs)
+        computed before the update. With buckets the inputs may have any
+        batch size and sequence length; the first call of a new bucket
+        captures and registers its graph."""
+        b, feed, _ = self._select(inputs)
         writes, changed = [], []
         for gi, grp in enumerate(self.optimizer.param_groups):
             if float(grp["lr"]) != self._lrs[gi]:
                 # in the Run request itself: a schedule costs no round trip
-                writes.append((self._lr_slots[gi].tensor, np.array([grp["lr"]], np.float32)))
+                writes.append((self._lr_states[gi].tensor, np.array([grp["lr"]], np.float32)))
                 changed.append(gi)
-        for t, a in writes[_MAX_RUN_WRITES:]:  # more groups than a request carries
-            t.write(a)
-        (loss,) = self.session.run(self.graph, feeds, fetch=[self._loss],
-                                   writes=writes[:_MAX_RUN_WRITES])
+        (loss,) = self._run(b, feed, [b.loss], writes)
         for gi in changed:
             self._lrs[gi] = float(self.optimizer.param_groups[gi]["lr"])
-        for c, _ in self._counters.values():
-            c.value += c.step
         return float(loss.reshape(()))
 
     def state_dict(self):
@@ -571,31 +845,29 @@ class CompiledStep(_Compiled):
         model.state_dict() names them (tied parameters under every name)."""
         out = {}
         for n, i in self._p_index.items():
-            out[n] = torch.from_numpy(self._p_slots[i].read())
+            out[n] = torch.from_numpy(self._p_states[i].read())
         for n, i in self._b_index.items():
             if n in self._transient:
                 continue
-            slot = self._b_slots[i]
-            if slot is not None:
-                out[n] = slot.read_torch()
+            st = self._b_states[i]
+            if st is not None:
+                out[n] = st.read_torch()
             else:
-                c, init = self._counters[n]
-                out[n] = init + c.value
+                inc, init = self._counters[n]
+                out[n] = init + inc
         return out
 
     def load_state_dict(self, state):
         """Writes a model.state_dict() (or this one's) into salusd's tensors."""
         for n, t in state.items():
             if n in self._p_index:
-                self._p_slots[self._p_index[n]].tensor.write(_numpy(t, F32).reshape(-1))
+                self._p_states[self._p_index[n]].tensor.write(_numpy(t, F32).reshape(-1))
             elif n in self._b_index:
-                slot = self._b_slots[self._b_index[n]]
-                if slot is not None:
-                    slot.write_torch(t)
+                st = self._b_states[self._b_index[n]]
+                if st is not None:
+                    st.write_torch(t)
                 else:
-                    c, _ = self._counters[n]
-                    self._counters[n] = (c, t.detach().clone())
-                    c.value = 0
+                    self._counters[n] = [0, t.detach().clone()]
             else:
                 raise KeyError(f"the model has no parameter or buffer {n!r}")
 
@@ -611,13 +883,13 @@ class CompiledStep(_Compiled):
                 order[id(p)] = k
                 k += 1
         state, s = {}, 0
-        step = float(self._step_slot.read()) if self._step_slot else None
+        step = float(self._step_state.read()) if self._step_state else None
         for j, i in enumerate(self._trained):
             gi = self._group_of[j]
             names = _state_names(self._kinds[gi], self.optimizer.param_groups[gi])
             entry = {}
             for name in names:
-                entry[name] = torch.from_numpy(self._s_slots[s].read())
+                entry[name] = torch.from_numpy(self._s_states[s].read())
                 s += 1
             if step is not None:
                 entry["step"] = torch.tensor(step)
@@ -628,13 +900,20 @@ class CompiledStep(_Compiled):
 
 
 class CompiledModule(_Compiled):
-    """A model's forward pass in a salus graph (compile_module)."""
+    """A model's forward pass in salus graphs (compile_module): one per
+    shape bucket and mode, all reading the same persistent state."""
 
-    def __init__(self, model, example_inputs, session):
-        super().__init__(session)
-        example = tuple(example_inputs)
-        params, p_index, buffers, b_index, self._transient = _named_tensors(model)
-        self._p_index, self._b_index = p_index, b_index
+    def __init__(self, model, example_inputs, session, buckets=None, seed=0):
+        super().__init__(session, model, buckets, seed, 0)
+        params, self._p_index, buffers, self._b_index, self._transient = _named_tensors(model)
+        self._params, self._buffers = params, buffers
+        self._p_states = None
+        self._select(tuple(example_inputs))
+        session._dependents.add(self)
+
+    def _capture_bucket(self, b, example):
+        params, buffers, model = self._params, self._buffers, self.model
+        p_index, b_index = self._p_index, self._b_index
         spec = {}
 
         def fn(tracker):
@@ -647,62 +926,68 @@ class CompiledModule(_Compiled):
                 return tuple(leaves)
             return forward
 
-        flat = [p.detach().clone() for _, p in params] + [b.detach().clone() for _, b in buffers]
+        flat = [p.detach().clone() for _, p in params] + [t.detach().clone() for _, t in buffers]
         labels = [_param_label(n, model) for n, _ in params] + [f"buffer {n}" for n, _ in buffers]
         flat += list(example)
         labels += [f"input {i}" for i in range(len(example))]
         with torch.no_grad():
             gm, tracker = _capture(fn, flat, model)
-        self.gm, self._tree = gm, spec["tree"]
-        try:
-            entries, self._b_slots, self._counters = [], [], {}
-            self._p_slots = [self._slot(n, p.detach().cpu().numpy().astype(np.float32))
-                             for n, p in params]
-            entries += [s.entry for s in self._p_slots]
-            entries += self._buffer_entries(gm, len(params), buffers)
-            entries += self._inputs(example)
-            outputs, assigned, cx = lower(gm, self.graph, entries, self._make_const,
-                                          tracker.labeller(gm, labels))
-            self._outs = [cx.v(o) for o in outputs]
-            slots = self._p_slots + self._b_slots
-            for idx, e in assigned.items():
-                if idx >= len(slots) or slots[idx] is None:
-                    raise Error(Code.EUNSUPPORTED, "the forward pass writes into an input")
-                self._commit(slots[idx], e, cx)
-            session.register(self.graph)
-        except BaseException:
-            self._fail_cleanup()
-            raise
-        session._dependents.add(self)
+        b.gm = self.gm = gm
+        b.tree = spec["tree"]
+        if self._p_states is None:
+            self._p_states = [self._state(n, p.detach().cpu().numpy().astype(np.float32))
+                              for n, p in params]
+        p_slots = [_Slot(s, b.graph) for s in self._p_states]
+        b_entries, counters = self._buffer_entries(b, gm, len(params), buffers)
+        b_slots = [None if st is None else _Slot(st, b.graph) for st in self._b_states]
+        b_entries = [e if s is None else s.entry for e, s in zip(b_entries, b_slots)]
+        entries = [s.entry for s in p_slots] + b_entries + self._inputs(b, example)
+        outputs, assigned, cx = lower(gm, b.graph, entries, lambda v, s: self._make_const(b, v, s),
+                                      tracker.labeller(gm, labels), seed=self._seed_of(b))
+        b.outs = [cx.v(o) for o in outputs]
+        slots = p_slots + b_slots
+        for idx, e in assigned.items():
+            if idx >= len(slots) or slots[idx] is None:
+                raise Error(Code.EUNSUPPORTED, "the forward pass writes into an input")
+            self._commit(b, slots[idx], e, cx)
+        b.counter_steps = {c.name: c.step for c in counters}
 
     def __call__(self, *inputs):
-        """One inference (one Run request): the model's outputs as tensors."""
-        outs = self.session.run(self.graph, self._feeds(inputs), fetch=self._outs)
-        leaves = [torch.from_numpy(o) for o in outs]
-        return torch.utils._pytree.tree_unflatten(leaves, self._tree)
+        """One inference (one Run request): the model's outputs as tensors
+        (cut back to the call's batch and length when padded)."""
+        b, feed, call = self._select(inputs)
+        leaves = [torch.from_numpy(o) for o in self._run(b, feed, b.outs)]
+        if feed is not inputs and call is not None:
+            leaves = [self.buckets.cut(o, *call) for o in leaves]
+        return torch.utils._pytree.tree_unflatten(leaves, b.tree)
 
     def state_dict(self):
         """Parameters and buffers as held in salusd (batch norm's running
         statistics change when the model ran in training mode)."""
-        out = {n: torch.from_numpy(self._p_slots[i].read()) for n, i in self._p_index.items()}
+        out = {n: torch.from_numpy(self._p_states[i].read()) for n, i in self._p_index.items()}
         for n, i in self._b_index.items():
             if n in self._transient:
                 continue
-            slot = self._b_slots[i]
-            out[n] = slot.read_torch() if slot is not None else self._counters[n][1]
+            st = self._b_states[i]
+            out[n] = st.read_torch() if st is not None else \
+                self._counters[n][1] + self._counters[n][0]
         return out
 
 
-def compile_step(model, loss_fn, optimizer, example_inputs, session, targets=1):
+def compile_step(model, loss_fn, optimizer, example_inputs, session, targets=1, buckets=None,
+                 seed=0):
     """Captures one training step of `model` and registers it with
-    `session`; returns a CompiledStep: step(*inputs) -> loss."""
-    return CompiledStep(model, loss_fn, optimizer, example_inputs, session, targets)
+    `session`; returns a CompiledStep: step(*inputs) -> loss. buckets: a
+    Buckets for inputs of varying batch size and sequence length. seed:
+    the dropout generator's key, in [0, 2^32)."""
+    return CompiledStep(model, loss_fn, optimizer, example_inputs, session, targets, buckets,
+                        seed)
 
 
-def compile_module(model, example_inputs, session):
+def compile_module(model, example_inputs, session, buckets=None, seed=0):
     """Captures model's forward pass and registers it with `session`;
     returns a CompiledModule: module(*inputs) -> outputs."""
-    return CompiledModule(model, example_inputs, session)
+    return CompiledModule(model, example_inputs, session, buckets, seed)
 
 
 def aten_ops(model_or_fn, example_inputs):
