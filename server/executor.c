@@ -389,6 +389,8 @@ static void launch_off_lock(sl_launch_job *job)
     sl_exec *ex = t->ex;
     int rc = launch_submit(ex, t);
     if (t->stepwise) {
+        /* its steps' completions end it: the launcher lets go now */
+        atomic_fetch_sub(&t->launch_refs, 1);
         sl_outbox box = {0};
         pthread_mutex_lock(ex->lock);
         launch_steps(ex, t);
@@ -619,8 +621,10 @@ static void iteration_end(sl_exec_task *t)
     uint64_t device_ns = now - t->start_ns;
     ex->stats.lanes_busy--;
     ex->stats.iterations++;
-    if (t->stepwise)
-        sl_steps_last_done(&ex->steps, &t->step);
+    if (t->stepwise) {
+        t->step.failed |= t->status != SL_OK || status != SL_OK;
+        sl_steps_last_done(&ex->steps, &t->step, now);
+    }
     if (sl_obs_tracing(ex->obs))
         sl_exec_trace_done(ex, t, now, true);
     sl_exec_trace_marks_free(t); /* its marks all ran: they were queued before this */
@@ -887,7 +891,12 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         gc.fit_margin = cfg->gap_margin;
     if ((rc = sl_gaps_init(&ex->gaps, &gc)) != SL_OK)
         return rc;
-    sl_steps_config sc = {.gap_fill = true, .part_ns = cfg->op_part_ns};
+    sl_steps_config sc = {
+        .gap_fill = true,
+        .part_ns = cfg->op_part_ns,
+        .segment_ns = cfg->lp_segment_ns ? cfg->lp_segment_ns : SL_DEFAULT_LP_SEGMENT_NS,
+        .concurrent = !cfg->lp_serial,
+    };
     sl_steps_init(&ex->steps, &ex->gaps, &sc);
     if (sl_cond_init_monotonic(&ex->timer_cond) != 0)
         return SL_ENOMEM;
@@ -958,6 +967,7 @@ sl_exec_stats sl_exec_get_stats(const sl_exec *ex)
 {
     sl_exec_stats st = ex->stats;
     st.ops_split = ex->steps.ops_split;
+    st.lp_segments = ex->steps.segments;
     st.lp_in_flight = ex->steps.lp_in_flight;
     st.lp_in_flight_max = ex->steps.lp_in_flight_max;
     return st;
