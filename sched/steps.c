@@ -136,8 +136,10 @@ void sl_steps_last_done(sl_steps *s, sl_steps_task *t, uint64_t now)
 static sl_gaps_decision decide(const sl_steps *s, uint64_t now, uint64_t op_ns)
 {
     /* isolated steps cannot delay an hp iteration by holding its SMs: the
-     * gaps' risk test is moot, only pending hp work makes them wait */
-    if (!s->cfg.gap_fill || s->cfg.isolated)
+     * gaps' risk test is moot, only pending hp work makes them wait.
+     * Concurrent ones bound an hp request's wait by one segment's time
+     * instead of by the gaps' risk (steps.h) */
+    if (!s->cfg.gap_fill || s->cfg.isolated || s->cfg.concurrent)
         return sl_gaps_hp_pending(s->gaps) ? SL_GAPS_WAIT_PENDING : SL_GAPS_ISSUE_FREE;
     return sl_gaps_decide(s->gaps, now, op_ns);
 }
@@ -182,7 +184,7 @@ uint64_t sl_steps_resume(sl_steps *s, uint64_t now, bool force, const sl_steps_o
         if (!force && s->lp_in_flight > 0 && !several)
             return 0; /* its completion resumes the rest */
         sl_gaps_decision d = decide(s, now, sl_steps_next_ns(s, t, ops, arg, NULL));
-        if (!force && s->lp_in_flight > 0 && d != SL_GAPS_ISSUE_FREE && d != SL_GAPS_ISSUE_GAP)
+        if (!force && s->lp_in_flight > 0 && d != SL_GAPS_ISSUE_FREE)
             return 0; /* several: only while no hp work is pending (a
                        * completion resumes the rest) */
         /* starvation guard: a task that waited a whole starve period for a

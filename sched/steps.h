@@ -15,16 +15,18 @@
  * from one iteration to the next while its ops' predictions hold, so a
  * backend may keep each range as a captured sub-graph.
  *
- * How many steps may be in flight: one device-wide (the serial dispatch),
- * or, with concurrent, one per lp iteration (each lp lane keeps one
- * segment in flight) while no hp work is pending, so lp jobs overlap as
- * they would alone. Either way an hp request that arrives waits for the
- * segments running then, each bounded, side by side: at most about one
- * segment's time. With SL_POLICY_GAP_FILL a step is issued only when the
- * gap filler (sched/gaps.h) says it fits the hp jobs' predicted idle gaps.
+ * How many steps may be in flight, and when they go:
+ *  - concurrent (salusd's default): one per lp iteration (each lp lane
+ *    keeps one segment in flight) whenever no hp work is pending, so lp
+ *    jobs overlap as they would alone. The gap filler is not consulted:
+ *    an hp request that arrives waits for the segments running then, one
+ *    per lp job, side by side: about one segment's time, whatever the gaps.
+ *  - serial (salusd --lp-serial): one device-wide; with SL_POLICY_GAP_FILL
+ *    issued only when the gap filler (sched/gaps.h) says it fits the hp
+ *    jobs' predicted idle gaps, and a long op goes in parts that fit.
  * Lp iterations waiting for a slot or a gap are parked, oldest first (lp
- * lanes take turns); one that waited starve_ns for a gap its step fits gets
- * one step anyway when no hp work is pending.
+ * lanes take turns); one that waited starve_ns for a gap its step fits
+ * gets one step anyway when no hp work is pending.
  *
  * What the caller keeps: the device (the issue callbacks submit a step and
  * queue its completion), the timer that calls sl_steps_resume again at the
@@ -59,8 +61,8 @@ typedef struct sl_steps_config {
     /* the most predicted work of a segment of several ops; 0 = one op per
      * step */
     uint64_t segment_ns;
-    /* one step per lp iteration in flight while no hp work is pending
-     * (each still passing the gap test with gap_fill), not one device-wide */
+    /* one step per lp iteration in flight while no hp work is pending,
+     * issued whatever the predicted gaps, not one device-wide into them */
     bool concurrent;
     /* lp steps run on compute units of their own (a compute partition,
      * docs/architecture.md): they cannot hold the SMs an hp iteration

@@ -301,8 +301,9 @@ const sl_flag sl_flags[] = {
      .kind = SL_FLAG_CUSTOM,
      .arg = "PCT",
      .section = SEC_SCHED,
-     .help = "under the priority policy, low-priority ops go into a high-priority job's idle "
-             "gaps while the expected delay they add to its iterations stays under PCT % of "
+     .help = "under the priority policy with --lp-serial, low-priority ops go into a "
+             "high-priority job's idle gaps while the expected delay they add to its iterations "
+             "stays under PCT % of "
              "their time alone; 0 = only ops no recorded gap would have cut short",
      .def = "5",
      .set = set_gap_margin},

@@ -232,8 +232,8 @@ static void test_failure_ends_in_one_step(void **state)
 }
 
 /* Two lp tasks beside an hp job with gap filling: serial, one step
- * device-wide; concurrent, one each while no hp work is pending; neither
- * issues while it is. */
+ * device-wide; concurrent, one each while no hp work is pending, whatever
+ * the gaps; neither issues while it is. */
 static void test_concurrent(void **state)
 {
     (void) state;
