@@ -19,8 +19,11 @@ void sl_steps_init(sl_steps *s, sl_gaps *gaps, const sl_steps_config *cfg)
 
 /* The parts op k goes in: as many as bring each under the part length by
  * its predicted duration, when it splits. The length is the configured
- * one, or half the room the hp jobs leave (sl_gaps_min_room) when less (but
- * not under SL_STEPS_MIN_PART_NS). */
+ * one or, for steps fitted into gaps (serial) and isolated ones, half the
+ * room the hp jobs leave (sl_gaps_min_room) when less (but not under
+ * SL_STEPS_MIN_PART_NS). Concurrent steps go whatever the gaps: parts cut
+ * to short gaps would only cost them their width (wave quantisation) and
+ * a launch each. */
 static uint32_t plan_parts(const sl_steps *s, const sl_steps_task *t, uint32_t k,
                            const sl_steps_ops *ops, void *arg)
 {
@@ -28,7 +31,8 @@ static uint32_t plan_parts(const sl_steps *s, const sl_steps_task *t, uint32_t k
         return 1;
     uint64_t op_ns = sl_gaps_lp_predict(s->gaps, t->lp, k);
     uint64_t part_ns = s->cfg.part_ns ? s->cfg.part_ns : SL_STEPS_PART_NS;
-    uint64_t half_room = sl_gaps_min_room(s->gaps) / 2;
+    bool by_room = !s->cfg.concurrent || s->cfg.isolated;
+    uint64_t half_room = by_room ? sl_gaps_min_room(s->gaps) / 2 : UINT64_MAX;
     if (half_room < part_ns)
         part_ns = half_room > SL_STEPS_MIN_PART_NS ? half_room : SL_STEPS_MIN_PART_NS;
     if (op_ns <= part_ns)
