@@ -6,12 +6,9 @@
  * polling. Lanes run concurrently, each on its own stream.
  *
  * Beside high-priority jobs, under a policy that asks for it
- * (SL_POLICY_STEPWISE), the other jobs' iterations go op by op, and at most
- * one such op is on the device at a time, whatever the number of
- * low-priority lanes: a high-priority iteration then waits for at most one
- * low-priority op. With SL_POLICY_GAP_FILL those ops are issued only into
- * the high-priority jobs' predicted idle gaps (sched/gaps.h), and long ones
- * are split into parts that fit (kernels/ops/ops.h sl_op_split). */
+ * (SL_POLICY_STEPWISE), the other jobs' iterations go in steps, segments of
+ * bounded work (stepwise.c, sched/steps.h): a high-priority request then
+ * waits for at most the segments running when it arrives. */
 #include "exec_internal.h"
 #include "sl_alloc.h"
 #include "sl_error.h"

@@ -337,7 +337,7 @@ const sl_flag sl_flags[] = {
      .kind = SL_FLAG_SWITCH,
      .section = SEC_SCHED,
      .help = "for measuring the priority policy's mechanisms one at a time: low-priority "
-             "iterations run whole, not op by op with one op on the device at a time",
+             "iterations run whole, not in steps beside high-priority work",
      FIELD(no_stepwise)},
     {.name = "no-gap-fill",
      .kind = SL_FLAG_SWITCH,
