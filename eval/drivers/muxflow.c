@@ -63,12 +63,11 @@
  * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
- * (the matching policy's under the eval's model of the defaults: graph
- * replays, no partitions, the offline job's steps as the FIKIT trade-off
- * default; salusd's gap filling as shipped follows as shipped_*, the other
- * rows' figures as nofill_*, part_*,
- * partgap_*, partauto_*, partslo_*; the paper: utilisation 26 % -> 76 %, online
- * latency up by less than 20 %). */
+ * (the matching policy's under salusd's defaults: graph replays, no
+ * partitions, the offline job in concurrent segments; the serial dispatch
+ * of one op per step follows as serial_*, the other rows' figures as
+ * nofill_*, part_*, partgap_*, partauto_*, partslo_*; the paper:
+ * utilisation 26 % -> 76 %, online latency up by less than 20 %). */
 #include "cli.h"
 #include "gaps.h"
 #include "graphs.h"
@@ -785,7 +784,7 @@ static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
 static void print_ours(const cluster *cl, const row_res res[N_ROWS])
 {
     static const char *const what[N_ROWS] = {
-        [R_MATCH] = "salusd's defaults (concurrent segments into gaps)",
+        [R_MATCH] = "salusd's defaults (concurrent segments)",
         [R_SHIPPED] = "--lp-serial --lp-segment-us 1 (one op in flight, into gaps)",
         [R_NOFILL] = "--no-gap-fill",
         [R_PART] = "--partitions auto:need --no-stepwise",
