@@ -141,11 +141,12 @@ enum {
     /* high-priority jobs get lanes of their own: their iterations never wait
      * behind another job's whole iteration in the same lane */
     SL_POLICY_EXCLUSIVE_LANES = 1u << 0,
-    /* while high-priority jobs exist, the others' iterations run op by op,
-     * at most one low-priority op on the device at a time */
+    /* while high-priority jobs exist, the others' iterations run in steps
+     * (sched/steps.h), none issued while high-priority work is pending */
     SL_POLICY_STEPWISE = 1u << 1,
-    /* those ops go into the high-priority jobs' predicted idle gaps
-     * (sched/gaps.h); needs SL_POLICY_STEPWISE */
+    /* those steps, when dispatched one device-wide, go into the
+     * high-priority jobs' predicted idle gaps (sched/gaps.h); needs
+     * SL_POLICY_STEPWISE */
     SL_POLICY_GAP_FILL = 1u << 2,
 };
 

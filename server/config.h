@@ -16,6 +16,8 @@
  * (executor.c): long enough that a part is mostly work, not its launch and
  * callback; short enough to fit a high-priority job's idle gaps. */
 #define SL_DEFAULT_OP_PART_NS (600 * 1000ull)
+/* sched/steps.h SL_STEPS_SEGMENT_NS: a low-priority step's most work */
+#define SL_DEFAULT_LP_SEGMENT_NS (300 * 1000ull)
 /* The longest claim a session owed share keeps between iterations
  * (--anticipate-us) */
 #define SL_DEFAULT_ANTICIPATE_NS (20000 * 1000ull)
@@ -60,6 +62,13 @@ typedef struct sl_config {
      * than this runs in parts of about this much (kernels/ops/ops.h: matmuls);
      * 0 = SL_DEFAULT_OP_PART_NS */
     uint64_t op_part_ns;
+    /* a low-priority step beside high-priority work: a segment of ops
+     * whose predicted durations total at most this (sched/steps.h); 0 =
+     * SL_DEFAULT_LP_SEGMENT_NS */
+    uint64_t lp_segment_ns;
+    /* one low-priority step on the device at a time, device-wide, not one
+     * per low-priority iteration while no high-priority work is pending */
+    bool lp_serial;
     /* The expected slow-down low-priority ops filled into gaps may add to a
      * high-priority iteration, as a share of its time alone (sched/gaps.h
      * fit_margin), when gap_margin_set; else the library's default */

@@ -33,8 +33,14 @@
  *    lost device stops the submission (the iteration fails with
  *    SL_EDEVICERESET through its callback). A drain lets launching
  *    iterations finish like running ones.
- * Stepwise iterations hand only their feeds to a launcher; each later step
- * is one op (or part) submitted under the lock. */
+ * Stepwise iterations hand their feeds to a launcher, and each later step
+ * that is a segment of many ops (sched/steps.h) goes to a launcher too:
+ * the lock is held to pick it and its stream, the launcher submits its
+ * ops and queues its one completion. A step is issued only once the one
+ * before it of the same iteration completed, so a stream never holds two
+ * steps of one iteration, and launch_stop reaches a segment's launcher as
+ * it does a whole iteration's. Short steps (an op, a part, a few ops) are
+ * submitted under the lock. */
 #ifndef SL_EXEC_H
 #define SL_EXEC_H
 
@@ -112,8 +118,13 @@ typedef struct sl_exec_task {
     sl_steps_task step;   /* its progress op by op (sched/steps.h) */
     uint64_t trace_op_ns; /* when its op in flight was issued (tracing) */
     uint32_t trace_op_k;  /* and which op */
-    void *trace_marks;    /* a whole iteration's op timing (exec_trace.c), or NULL */
-    uint8_t math;         /* its job's math bits, fixed when it starts */
+    /* a segment (a step of several ops) submitted by a launcher: the
+     * stream it goes on and whether it is the iteration's last step
+     * (stepwise.c) */
+    sl_stream *seg_stream;
+    bool seg_off_lock, seg_last;
+    void *trace_marks; /* a whole iteration's op timing (exec_trace.c), or NULL */
+    uint8_t math;      /* its job's math bits, fixed when it starts */
     /* Launched off the lock: the launcher's hand-off and who ends it (the
      * last of the device's callback and the launcher, exec.h) */
     sl_launch_job launch_job;
@@ -153,8 +164,9 @@ typedef struct sl_spare_stream {
 
 /* Counters, for status. */
 typedef struct sl_exec_stats {
-    uint64_t iterations; /* finished */
-    uint64_t ops_split;  /* stepwise ops run in parts */
+    uint64_t iterations;  /* finished */
+    uint64_t ops_split;   /* stepwise ops run in parts */
+    uint64_t lp_segments; /* stepwise steps of several ops */
     uint32_t lanes_busy;
     uint32_t control_in_flight;
     uint32_t lp_in_flight;     /* low-priority steps on the device now */

@@ -6,12 +6,9 @@
  * polling. Lanes run concurrently, each on its own stream.
  *
  * Beside high-priority jobs, under a policy that asks for it
- * (SL_POLICY_STEPWISE), the other jobs' iterations go op by op, and at most
- * one such op is on the device at a time, whatever the number of
- * low-priority lanes: a high-priority iteration then waits for at most one
- * low-priority op. With SL_POLICY_GAP_FILL those ops are issued only into
- * the high-priority jobs' predicted idle gaps (sched/gaps.h), and long ones
- * are split into parts that fit (kernels/ops/ops.h sl_op_split). */
+ * (SL_POLICY_STEPWISE), the other jobs' iterations go in steps, segments of
+ * bounded work (stepwise.c, sched/steps.h): a high-priority request then
+ * waits for at most the segments running when it arrives. */
 #include "exec_internal.h"
 #include "replay.h"
 #include "sl_alloc.h"
@@ -548,6 +545,8 @@ static void launch_off_lock(sl_launch_job *job)
     sl_exec *ex = t->ex;
     int rc = launch_submit(ex, t);
     if (t->stepwise) {
+        /* its steps' completions end it: the launcher lets go now */
+        atomic_fetch_sub(&t->launch_refs, 1);
         sl_outbox box = {0};
         pthread_mutex_lock(ex->lock);
         launch_steps(ex, t);
@@ -778,8 +777,10 @@ static void iteration_end(sl_exec_task *t)
     uint64_t device_ns = now - t->start_ns;
     ex->stats.lanes_busy--;
     ex->stats.iterations++;
-    if (t->stepwise)
-        sl_steps_last_done(&ex->steps, &t->step);
+    if (t->stepwise) {
+        t->step.failed |= t->status != SL_OK || status != SL_OK;
+        sl_steps_last_done(&ex->steps, &t->step, now);
+    }
     if (sl_obs_tracing(ex->obs))
         sl_exec_trace_done(ex, t, now, true);
     sl_exec_trace_marks_free(t); /* its marks all ran: they were queued before this */
@@ -1047,7 +1048,12 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         gc.fit_margin = cfg->gap_margin;
     if ((rc = sl_gaps_init(&ex->gaps, &gc)) != SL_OK)
         return rc;
-    sl_steps_config sc = {.gap_fill = true, .part_ns = cfg->op_part_ns};
+    sl_steps_config sc = {
+        .gap_fill = true,
+        .part_ns = cfg->op_part_ns,
+        .segment_ns = cfg->lp_segment_ns ? cfg->lp_segment_ns : SL_DEFAULT_LP_SEGMENT_NS,
+        .concurrent = !cfg->lp_serial,
+    };
     sl_steps_init(&ex->steps, &ex->gaps, &sc);
     if (sl_cond_init_monotonic(&ex->timer_cond) != 0)
         return SL_ENOMEM;
@@ -1118,6 +1124,7 @@ sl_exec_stats sl_exec_get_stats(const sl_exec *ex)
 {
     sl_exec_stats st = ex->stats;
     st.ops_split = ex->steps.ops_split;
+    st.lp_segments = ex->steps.segments;
     st.lp_in_flight = ex->steps.lp_in_flight;
     st.lp_in_flight_max = ex->steps.lp_in_flight_max;
     return st;

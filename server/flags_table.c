@@ -278,12 +278,32 @@ const sl_flag sl_flags[] = {
      .min = 1,
      .max = 10 * 1000 * 1000,
      .scale = 1000},
+    {.name = "lp-segment-us",
+     .kind = SL_FLAG_INT,
+     .arg = "N",
+     .section = SEC_SCHED,
+     .help = "under the priority policy, low-priority iterations beside high-priority work go "
+             "in segments: runs of ops predicted to take at most N us together, so a "
+             "high-priority request waits for at most one segment per low-priority job "
+             "(1 = one op per segment)",
+     .def = "300",
+     FIELD(lp_segment_ns),
+     .min = 1,
+     .max = 10 * 1000 * 1000,
+     .scale = 1000},
+    {.name = "lp-serial",
+     .kind = SL_FLAG_SWITCH,
+     .section = SEC_SCHED,
+     .help = "under the priority policy, one low-priority segment on the device at a time, "
+             "device-wide, not one per low-priority job while no high-priority work is pending",
+     FIELD(lp_serial)},
     {.name = "gap-margin",
      .kind = SL_FLAG_CUSTOM,
      .arg = "PCT",
      .section = SEC_SCHED,
-     .help = "under the priority policy, low-priority ops go into a high-priority job's idle "
-             "gaps while the expected delay they add to its iterations stays under PCT % of "
+     .help = "under the priority policy with --lp-serial, low-priority ops go into a "
+             "high-priority job's idle gaps while the expected delay they add to its iterations "
+             "stays under PCT % of "
              "their time alone; 0 = only ops no recorded gap would have cut short",
      .def = "5",
      .set = set_gap_margin},
@@ -323,7 +343,7 @@ const sl_flag sl_flags[] = {
      .kind = SL_FLAG_SWITCH,
      .section = SEC_SCHED,
      .help = "for measuring the priority policy's mechanisms one at a time: low-priority "
-             "iterations run whole, not op by op with one op on the device at a time",
+             "iterations run whole, not in steps beside high-priority work",
      FIELD(no_stepwise)},
     {.name = "no-gap-fill",
      .kind = SL_FLAG_SWITCH,

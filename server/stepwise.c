@@ -1,17 +1,25 @@
-/* The executor's op-by-op half (exec.h): beside high-priority jobs, under a
- * policy with SL_POLICY_STEPWISE, the other jobs' iterations go op by op,
- * with at most one such step on the device at a time, device-wide; with
- * SL_POLICY_GAP_FILL a step is issued only when it fits the high-priority
- * jobs' predicted idle gaps (sched/gaps.h), and long ops go in parts that
- * fit (kernels/ops/ops.h sl_op_split). Parked iterations wait for the slot
- * or a gap; a timer re-checks them when a gap may open. Which step goes
- * when is decided by sched/steps.h (shared with the simulator); this file
- * submits the steps and owns the timer. */
+/* The executor's stepwise half (exec.h): beside high-priority jobs, under a
+ * policy with SL_POLICY_STEPWISE, the other jobs' iterations go in steps,
+ * each a segment of ops of bounded predicted work (--lp-segment-us) or a
+ * part of a long op (kernels/ops/ops.h sl_op_split), one per low-priority
+ * iteration in flight while no high-priority work is pending (or one
+ * device-wide with --lp-serial); with SL_POLICY_GAP_FILL a step is issued
+ * only when it fits the high-priority jobs' predicted idle gaps
+ * (sched/gaps.h). Parked iterations wait for a slot or a gap; a timer
+ * re-checks them when a gap may open. Which step goes when is decided by
+ * sched/steps.h (shared with the simulator); this file submits the steps
+ * (long segments through a launcher, without the lock) and owns the
+ * timer. */
 #include "exec_internal.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 #include "sl_log.h"
 #include "sl_time.h"
+
+/* The most ops a segment submits under the lock (as executor.c's whole
+ * iterations: about 5 us each through a GPU driver); longer ones go to a
+ * launcher. */
+#define SEGMENT_INLINE_MAX 32u
 
 static void op_done(void *arg, int status);
 
@@ -27,28 +35,90 @@ static uint32_t split_max(void *arg, const sl_steps_task *st, uint32_t k)
     return sl_op_split_max(&call);
 }
 
-static int issue(void *arg, sl_steps_task *st, uint32_t k, uint32_t part, uint32_t parts)
+/* Submits ops [first, end) of t onto st back to back; the first error
+ * stops it. A lost device stops it too (launch_stop), as a whole
+ * iteration's submission. */
+static int submit_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t first, uint32_t end)
+{
+    int rc = SL_OK;
+    for (uint32_t k = first; k < end && rc == SL_OK; k++) {
+        if (atomic_load_explicit(&ex->launch_stop, memory_order_relaxed))
+            return SL_EDEVICERESET;
+        rc = sl_exec_submit_op(ex, t, st, k, 0, 1);
+    }
+    return rc;
+}
+
+static int issue(void *arg, sl_steps_task *st, uint32_t first, uint32_t end, uint32_t part,
+                 uint32_t parts)
 {
     sl_exec *ex = arg;
     sl_exec_task *t = sl_container_of(st, sl_exec_task, step);
     /* ops of one iteration may change streams between steps: a step is
-     * issued only once the one before it completed */
-    sl_stream *spill = sl_exec_parts_spill(ex, t, k, part, parts);
+     * issued only once the one before it completed. The first step
+     * follows the feeds on the lane's stream (partitions.c) */
+    bool after_feeds = first == 0 && part == 0;
+    sl_stream *spill = after_feeds ? NULL : sl_exec_parts_spill(ex, t, end - 1, part, parts);
     t->spilled = spill != NULL;
     if (sl_obs_tracing(ex->obs)) {
         t->trace_op_ns = sl_now_ns();
-        t->trace_op_k = k;
+        t->trace_op_k = first;
     }
-    int rc = sl_exec_submit_op(ex, t, spill ? spill : sl_exec_task_stream(ex, t), k, part, parts);
+    sl_stream *s = spill ? spill : sl_exec_task_stream(ex, t);
+    int rc;
+    if (end - first > SEGMENT_INLINE_MAX) {
+        /* finish hands it to a launcher, with its completion */
+        t->seg_stream = s;
+        t->seg_off_lock = true;
+        return SL_OK;
+    }
+    if (end - first > 1)
+        rc = submit_range(ex, t, s, first, end);
+    else
+        rc = sl_exec_submit_op(ex, t, s, first, part, parts);
     if (rc != SL_OK && t->status == SL_OK)
         t->status = rc;
     return rc;
+}
+
+/* A launcher's job (launcher.h): t's segment and its completion, without
+ * the lock. If the completion cannot be queued it runs here, as the
+ * device would have run it. */
+static void segment_off_lock(sl_launch_job *job)
+{
+    sl_exec_task *t = sl_container_of(job, sl_exec_task, launch_job);
+    sl_exec *ex = t->ex;
+    sl_host_fn done = t->seg_last ? sl_exec_iteration_done : op_done;
+    /* t's fields are fixed until its completion: no step of it is issued
+     * before then, and its status is read by the completion, queued after
+     * this write */
+    int rc = submit_range(ex, t, t->seg_stream, t->step.step_op, t->step.step_end);
+    if (rc != SL_OK && t->status == SL_OK)
+        t->status = rc;
+    rc = ex->dev->ops->host_callback(ex->dev, t->seg_stream, done, t);
+    if (rc != SL_OK) {
+        sl_log_err("exe.resume", "cannot queue the completion of a segment of job %llu: %s",
+                   (unsigned long long) t->job->sched.id, sl_strerror(rc));
+        done(t, rc);
+    }
 }
 
 static int finish(void *arg, sl_steps_task *st, bool last)
 {
     sl_exec *ex = arg;
     sl_exec_task *t = sl_container_of(st, sl_exec_task, step);
+    if (t->seg_off_lock) {
+        t->seg_off_lock = false;
+        t->seg_last = last;
+        t->launch_job.run = segment_off_lock;
+        if (sl_launchers_submit(&ex->launchers, &t->launch_job) == SL_OK)
+            return SL_OK; /* its completion comes from the launcher's job */
+        /* no launcher: submitted here after all */
+        int rc = submit_range(ex, t, t->seg_stream, st->step_op, st->step_end);
+        if (rc != SL_OK && t->status == SL_OK)
+            t->status = rc;
+        st->failed |= rc != SL_OK;
+    }
     sl_stream *s = t->spilled ? ex->parts.spill : sl_exec_task_stream(ex, t);
     int rc = ex->dev->ops->host_callback(ex->dev, s, last ? sl_exec_iteration_done : op_done, t);
     if (rc != SL_OK && t->spilled) {

@@ -10,8 +10,10 @@
  * Configurations: hp alone; lp alone (the throughput baseline); plain
  * sharing (policy fair: no classes, every job in its own lane, the device
  * shared); priority without filling (policy priority --no-gap-fill: lp
- * ops only while no hp work is pending); salus's gap filling (policy
- * priority) with fit margins 0, 5 and 10 %; and, beside FIKIT's set,
+ * ops only while no hp work is pending); the serial gap filling (policy
+ * priority --lp-serial --lp-segment-us 1: one op in flight device-wide,
+ * into predicted gaps) with fit margins 0, 5 and 10 %; salusd's defaults
+ * (concurrent segments into predicted gaps); and, beside FIKIT's set,
  * compute partitions with gap filling (salusd --partitions auto:N, the
  * rest of salusd's defaults, as eval/drivers/spatial.c runs it: hp on an online
  * partition sized by sched/partition.h from its declared need N, the
@@ -34,6 +36,7 @@
 
 #include "gaps.h"
 #include "partition.h"
+#include "steps.h"
 #include "sl_alloc.h"
 #include "sl_error.h"
 
@@ -51,17 +54,15 @@
 /* the declared need's slack (eval/drivers/spatial.c's and eval/drivers/muxflow.c's) */
 #define NEED_SLACK 0.02
 
-/* The trade-off default, chosen on the calibration seed's sweep (seed 1,
- * the sweep's rule: the most lp at hp p99 <= GOAL_P99 x alone; concurrent
- * dispatch with 300 us segments, lp 0.865 of sharing at p99 x1.174 there)
- * and reported on other seeds (eval/run: seed 2). With graph launches lp
- * segments replay at most DEFAULT_SEGMENT_NS of work, dispatched
- * concurrently (evsim.h lp_concurrent: a proposal for salusd, which
- * isolates lp steps only with partitions); the margin does not apply to
- * that dispatch and stays salusd's. */
-#define DEFAULT_SEGMENT_NS 300000ull
-#define DEFAULT_CONCURRENT true
-#define DEFAULT_MARGIN 0.05
+/* salusd's defaults (the row "salusd's defaults"): lp iterations in
+ * segments of at most SL_STEPS_SEGMENT_NS of predicted work, one per lp
+ * lane in flight whenever no hp request is pending (sched/steps.h's
+ * concurrent dispatch). The dispatch and the segment bound were chosen on the
+ * calibration seed's sweep (seed 1, the sweep's rule: the most lp at hp
+ * p99 <= GOAL_P99 x alone) and is reported on other seeds (eval/run: seed
+ * 2). The rows "gap filling" are the serial dispatch of one op per step
+ * (salusd --lp-serial --lp-segment-us 1). */
+#define ONE_OP_NS 1000ull /* salusd --lp-segment-us 1: every op a step of its own */
 /* the goal for the trade-off: hp p99 within this of alone */
 #define GOAL_P99 1.2
 
@@ -83,28 +84,29 @@ typedef struct config {
     bool hp, lp, no_gap_fill;
     double margin;
     bool partitions;
-    uint64_t segment_ns; /* graph launches: lp segments (evsim.h segment_ns) */
-    bool concurrent;     /* evsim.h lp_concurrent */
+    uint64_t segment_ns; /* lp segments (evsim.h segment_ns; 0 = salusd's default) */
+    bool serial;         /* evsim.h lp_serial */
 } config;
 
 static const config configs[N_CONFIGS] = {
     {"hp alone", "priority", true, false, false, 0, false, 0, false},
     {"lp alone", "priority", false, true, false, 0, false, 0, false},
     {"plain sharing", "fair", true, true, false, 0, false, 0, false},
-    {"priority, no filling", "priority", true, true, true, 0, false, 0, false},
-    {"gap filling 0%", "priority", true, true, false, 0, false, 0, false},
-    {"gap filling 5%", "priority", true, true, false, 0.05, false, 0, false},
-    {"gap filling 10%", "priority", true, true, false, 0.10, false, 0, false},
-    {"partitions+gap fill", "priority", true, true, false, 0.05, true, 0, false},
-    {"default trade-off", "priority", true, true, false, DEFAULT_MARGIN, false, DEFAULT_SEGMENT_NS,
-     DEFAULT_CONCURRENT},
+    {"priority, no filling", "priority", true, true, true, 0, false, ONE_OP_NS, true},
+    {"gap filling 0%", "priority", true, true, false, 0, false, ONE_OP_NS, true},
+    {"gap filling 5%", "priority", true, true, false, 0.05, false, ONE_OP_NS, true},
+    {"gap filling 10%", "priority", true, true, false, 0.10, false, ONE_OP_NS, true},
+    {"partitions+gap fill", "priority", true, true, false, 0.05, true, ONE_OP_NS, true},
+    {"salusd's defaults", "priority", true, true, false, 0.05, false, 0, false},
 };
 
-/* The sweep: gap filling (one lp step in flight) at every margin and
- * segment length, and the concurrent dispatch at every segment length
- * (margins do not apply to it). Segment 0 = one op per step. */
-static const double sweep_margins[] = {0, 0.05, 0.10, 0.20, 0.50, 0.90};
-static const uint64_t sweep_segments[] = {0, 300000, 600000, 1200000, 2400000, 4800000};
+/* The sweep: the serial dispatch at every margin (a negative one: no gap
+ * filling, salusd --no-gap-fill) and segment bound (ONE_OP_NS: one op per
+ * step), the concurrent dispatch (which the margin does not steer) at
+ * every segment bound. */
+static const double sweep_margins[] = {0, 0.05, 0.10, 0.20, 0.50, 0.90, -1};
+static const uint64_t sweep_segments[] = {ONE_OP_NS, 150000,  300000, 600000,
+                                          1200000,   2400000, 4800000};
 #define N_MARGINS (sizeof sweep_margins / sizeof sweep_margins[0])
 #define N_SEGMENTS (sizeof sweep_segments / sizeof sweep_segments[0])
 
@@ -123,6 +125,7 @@ typedef struct options {
     unsigned lp_batch, lp_jobs;
     size_t n_req;
     double qps;
+    bool tiny; /* the eval suite's run: a few requests, a few sweep points */
 } options;
 
 #define MAX_LP SL_EVAL_COLO_MAX_LP
@@ -167,14 +170,14 @@ static int simulate(const options *o, sl_eval_colo *s, const config *cf, point *
 {
     const sl_sim_profile *gpu = o->c.gpu;
     sl_gaps_config gc = sl_gaps_config_default();
-    gc.fit_margin = cf->margin;
+    gc.fit_margin = cf->margin >= 0 ? cf->margin : 0;
     sl_eval_config cfg = sl_eval_config_default(cf->policy, false, 1, gpu->capacity);
     cfg.gaps = &gc;
-    cfg.no_gap_fill = cf->no_gap_fill;
+    cfg.no_gap_fill = cf->no_gap_fill || cf->margin < 0;
     cfg.measure_decisions = true;
     sl_cli_launch_config(&o->c, &cfg);
     cfg.segment_ns = cf->segment_ns;
-    cfg.lp_concurrent = cf->concurrent;
+    cfg.lp_serial = cf->serial;
     if (cf->partitions) {
         cfg.part_sms = gpu->sm_count;
         cfg.part_online = s->need;
@@ -254,15 +257,15 @@ static int run_sweep(const options *o, sl_eval_colo *s, const runs *r, FILE *jf)
         size_t seg = i / N_MARGINS, m = i % N_MARGINS;
         if (conc && m > 0)
             continue; /* margins do not apply to the concurrent dispatch */
-        if (o->c.launch != SL_EVAL_LAUNCH_GRAPH && seg > 0)
-            continue; /* segments are graph replays */
+        if (o->tiny && seg > 2)
+            continue; /* the eval suite's run: a few points */
         config cf = {.name = "sweep",
                      .policy = "priority",
                      .hp = true,
                      .lp = true,
                      .margin = sweep_margins[m],
                      .segment_ns = sweep_segments[seg],
-                     .concurrent = conc};
+                     .serial = !conc};
         point pt;
         int rc = simulate(o, s, &cf, &pt);
         if (rc != SL_OK)
@@ -339,11 +342,9 @@ static void report(const sl_eval_colo *s, const runs *r, FILE *jf)
            sp50, 100 * configs[cdef].margin, spmax, lp_def, lp_vs_share, lp_kept, dec / 1e3,
            overhead, mean_op / 1e3);
     double d_vs = lp_rate[C_DEFAULT] / lp_rate[C_SHARE], d_x99 = p99[C_DEFAULT] / p99[C_HP_ALONE];
-    printf("ours (default trade-off: %s, margin %.0f %%, segments of %.0f us): lp %.3f of its "
-           "speed under plain sharing at hp p99 x%.3f of alone (goal >= %.2f at <= %.1f)\n",
-           configs[C_DEFAULT].concurrent ? "concurrent lp segments" : "gap filling",
-           100 * configs[C_DEFAULT].margin, (double) configs[C_DEFAULT].segment_ns / 1e3, d_vs,
-           d_x99, PAPER_LP_MIN, GOAL_P99);
+    printf("ours (salusd's defaults: concurrent lp segments of %.0f us): lp %.3f of its speed "
+           "under plain sharing at hp p99 x%.3f of alone (goal >= %.2f at <= %.1f)\n",
+           (double) SL_STEPS_SEGMENT_NS / 1e3, d_vs, d_x99, PAPER_LP_MIN, GOAL_P99);
     double pg_lp = lp_rate[C_PART_GAP] / lp_rate[C_LP_ALONE];
     double pg_sp = p50[C_SHARE] / p50[C_PART_GAP], pg_x99 = p99[C_PART_GAP] / p99[C_HP_ALONE];
     printf("ours (partitions + gap filling, salusd --partitions auto:%u): hp p50 %.2fx faster "
@@ -371,6 +372,7 @@ static bool tiny(void *dst, const char *arg)
 {
     (void) arg;
     ((options *) dst)->n_req = 60;
+    ((options *) dst)->tiny = true;
     return true;
 }
 

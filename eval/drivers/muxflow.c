@@ -63,12 +63,11 @@
  * random weights. Last lines:
  *   BENCH eval_matching n100_ms=... n500_ms=... n2000_ms=...
  *   BENCH eval_muxflow util=... online_p99_inflation=... offline_tput=...
- * (the matching policy's under the eval's model of the defaults: graph
- * replays, no partitions, the offline job's steps as the FIKIT trade-off
- * default; salusd's gap filling as shipped follows as shipped_*, the other
- * rows' figures as nofill_*, part_*,
- * partgap_*, partauto_*, partslo_*; the paper: utilisation 26 % -> 76 %, online
- * latency up by less than 20 %). */
+ * (the matching policy's under salusd's defaults: graph replays, no
+ * partitions, the offline job in concurrent segments; the serial dispatch
+ * of one op per step follows as serial_*, the other rows' figures as
+ * nofill_*, part_*, partgap_*, partauto_*, partslo_*; the paper:
+ * utilisation 26 % -> 76 %, online latency up by less than 20 %). */
 #include "cli.h"
 #include "gaps.h"
 #include "graphs.h"
@@ -140,16 +139,11 @@ typedef struct gpu_mode {
     /* with partitions: the service declares its need at the latency
      * objective (SLO_SLACK) instead of NEED_SLACK */
     bool slo_need;
-    /* without partitions: the offline job's steps as the FIKIT trade-off
-     * default (eval/drivers/fikit.c, chosen there on its seed 1, nothing
-     * tuned here): graph segments of segment_ns dispatched concurrently
-     * (evsim.h lp_concurrent, a proposal for salusd) */
-    bool concurrent;
-    uint64_t segment_ns;
+    /* the serial dispatch of one op per step (salusd --lp-serial
+     * --lp-segment-us 1), salusd's before segments; else salusd's default
+     * (sched/steps.h: concurrent segments of SL_STEPS_SEGMENT_NS) */
+    bool serial_ops;
 } gpu_mode;
-
-/* the FIKIT trade-off default's segment length (fikit.c DEFAULT_SEGMENT_NS) */
-#define TRADEOFF_SEGMENT_NS 300000ull
 
 /* A model's batch-1 request: its ops, time alone and memory. */
 typedef struct svc_model {
@@ -278,8 +272,8 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
     cfg.no_gap_fill = mode->no_gap_fill;
     sl_cli_common lc = {.launch = launch, .gpu = gpu};
     sl_cli_launch_config(&lc, &cfg);
-    cfg.lp_concurrent = mode->concurrent;
-    cfg.segment_ns = mode->segment_ns;
+    cfg.lp_serial = mode->serial_ops;
+    cfg.segment_ns = mode->serial_ops ? 1000 : 0;
     sl_part_plan_config plan;
     if (mode->partitions) {
         unsigned min_sms, align;
@@ -748,16 +742,13 @@ static int run_row(cluster *cl, const row *rows, int ri, row_res *rr, FILE *jf)
 static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
 {
     const options *o = cl->o;
-    /* the eval's model of the defaults: the trade-off default's dispatch
-     * (unless --no-gap-fill asks for salusd's ablation) */
-    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill,
-                            .concurrent = !o->no_gap_fill,
-                            .segment_ns = o->no_gap_fill ? 0 : TRADEOFF_SEGMENT_NS};
+    /* salusd's defaults (unless --no-gap-fill asks for its ablation) */
+    const gpu_mode plain = {.no_gap_fill = o->no_gap_fill};
     const row rows[N_ROWS] = {
         [R_ONE] = {"one-per-gpu", P_ONE, plain},
         [R_GREEDY] = {"greedy", P_GREEDY, plain},
         [R_MATCH] = {"matching", P_MATCH, plain},
-        [R_SHIPPED] = {"matching-gapfill", P_MATCH, {0}},
+        [R_SHIPPED] = {"matching-serial", P_MATCH, {.serial_ops = true}},
         [R_NOFILL] = {"matching-nofill", P_MATCH, {.no_gap_fill = true}},
         [R_PART] = {"matching-part", P_MATCH, {.partitions = true}},
         [R_PART_GAP] = {"matching-part-gap", P_MATCH, {.partitions = true, .spill = true}},
@@ -793,8 +784,8 @@ static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
 static void print_ours(const cluster *cl, const row_res res[N_ROWS])
 {
     static const char *const what[N_ROWS] = {
-        [R_MATCH] = "defaults with the trade-off default (concurrent 300 us segments)",
-        [R_SHIPPED] = "salusd's gap filling as shipped (one op per step)",
+        [R_MATCH] = "salusd's defaults (concurrent segments)",
+        [R_SHIPPED] = "--lp-serial --lp-segment-us 1 (one op in flight, into gaps)",
         [R_NOFILL] = "--no-gap-fill",
         [R_PART] = "--partitions auto:need --no-stepwise",
         [R_PART_GAP] = "--partitions auto:need",
@@ -835,22 +826,22 @@ static void print_matching(const options *o)
     printf("BENCH eval_matching n100_ms=%.2f n500_ms=%.2f n2000_ms=%.2f\n", ms[0], ms[1], ms[2]);
 }
 
-/* The headline is salusd's defaults as shipped (gap filling one op per
- * step, partitions off unless the operator asks for them); the other
- * configurations beside it, the proposed trade-off default as tradeoff_. */
+/* The headline is salusd's defaults with matching placement (partitions
+ * off unless the operator asks for them); the other configurations beside
+ * it, the serial one-op dispatch as serial_. */
 static void print_bench(const row_res res[N_ROWS])
 {
     printf("BENCH eval_muxflow util=%.3f online_p99_inflation=%.3f offline_tput=%.3f "
            "sm_occupancy=%.3f greedy_util=%.3f greedy_p99_inflation=%.3f greedy_offline_tput=%.3f "
            "alone_util=%.3f alone_sm_occupancy=%.3f p99_worst=%.3f",
-           res[R_SHIPPED].util, res[R_SHIPPED].infl, res[R_SHIPPED].tput, res[R_SHIPPED].sm,
+           res[R_MATCH].util, res[R_MATCH].infl, res[R_MATCH].tput, res[R_MATCH].sm,
            res[R_GREEDY].util, res[R_GREEDY].infl, res[R_GREEDY].tput, res[R_ONE].util,
-           res[R_ONE].sm, res[R_SHIPPED].worst);
+           res[R_ONE].sm, res[R_MATCH].worst);
     static const char *const key[N_ROWS] = {
-        [R_MATCH] = "tradeoff",   [R_NOFILL] = "nofill",      [R_PART] = "part",
+        [R_SHIPPED] = "serial",   [R_NOFILL] = "nofill",      [R_PART] = "part",
         [R_PART_GAP] = "partgap", [R_PART_AUTO] = "partauto", [R_PART_SLO] = "partslo"};
     for (int ri = R_MATCH; ri < N_ROWS; ri++)
-        if (res[ri].ran && ri != R_SHIPPED) {
+        if (res[ri].ran && ri != R_MATCH) {
             printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],
                    res[ri].util, key[ri], res[ri].infl, key[ri], res[ri].tput);
             printf(" %s_sm_occupancy=%.3f %s_p99_worst=%.3f", key[ri], res[ri].sm, key[ri],

@@ -68,9 +68,7 @@ typedef struct sim_job {
     uint64_t request_ns;   /* when the request in flight was meant to be sent */
     uint64_t switch_delay; /* switch cost still to charge to the first op issued */
     /* graph launches (sl_eval_config.graph_launches) */
-    bool replay;         /* the next op submitted begins a replay */
-    uint32_t *seg_first; /* stepwise segments: segment i is ops [seg_first[i], seg_first[i + 1]) */
-    uint32_t n_segs;     /* 0: one op per step */
+    bool replay;              /* the next op submitted begins a replay */
     uint32_t seg_op, seg_end; /* the step in flight: the op on the device, the end of its segment */
 } sim_job;
 
@@ -241,38 +239,11 @@ typedef struct ctx {
     uint64_t now;
 } ctx;
 
-/* The dispatcher's steps of an iteration of j: its segments, its ops, or
- * the whole iteration as one. */
+/* The dispatcher's steps of an iteration of j run over its ops, or the
+ * whole iteration as one. */
 static uint32_t job_ops(const sim_job *j)
 {
-    if (j->n_segs)
-        return j->n_segs;
     return j->spec->ops ? j->spec->n_ops : 1;
-}
-
-/* Step k's ops [*first, *end). */
-static void step_range(const sim_job *j, uint32_t k, uint32_t *first, uint32_t *end)
-{
-    *first = j->n_segs ? j->seg_first[k] : k;
-    *end = j->n_segs ? j->seg_first[k + 1] : k + 1;
-}
-
-/* Segments of at most seg_ns of work for ops (evsim.h segment_ns): into
- * first[0..n], *n_segs of them. */
-static void make_segments(const sl_eval_op *ops, uint32_t n_ops, uint64_t seg_ns, uint32_t *first,
-                          uint32_t *n_segs)
-{
-    uint32_t n = 0;
-    uint64_t sum = 0;
-    for (uint32_t k = 0; k < n_ops; k++) {
-        if (k == 0 || sum + ops[k].work_ns > seg_ns) {
-            first[n++] = k;
-            sum = 0;
-        }
-        sum += ops[k].work_ns;
-    }
-    first[n] = n_ops;
-    *n_segs = n;
 }
 
 static int cmp_by_id(const void *a, const void *b)
@@ -516,19 +487,19 @@ static uint32_t step_split_max(void *arg, const sl_steps_task *t, uint32_t k)
 {
     (void) arg;
     const sim_job *j = sl_container_of(t, const sim_job, step);
-    uint32_t first, end;
-    step_range(j, k, &first, &end);
-    if (!j->spec->ops || end - first > 1)
-        return 1; /* a segment of several ops replays whole */
-    uint32_t most = j->spec->ops[first].split_max;
+    if (!j->spec->ops)
+        return 1;
+    uint32_t most = j->spec->ops[k].split_max;
     return most ? most : 1;
 }
 
-static int step_issue(void *arg, sl_steps_task *t, uint32_t k, uint32_t part, uint32_t parts)
+static int step_issue(void *arg, sl_steps_task *t, uint32_t first, uint32_t end, uint32_t part,
+                      uint32_t parts)
 {
     ctx *c = arg;
     sim_job *j = sl_container_of(t, sim_job, step);
-    step_range(j, k, &j->seg_op, &j->seg_end);
+    j->seg_op = first;
+    j->seg_end = end;
     j->replay = true;
     submit_op(c->s, c->gi, j, j->seg_op, part, parts, c->now);
     c->s->sum->lp_steps++;
@@ -716,7 +687,7 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
     bool stepwise = j->stepwise;
     j->stepwise = false;
     if (stepwise)
-        sl_steps_last_done(&g->steps, &j->step);
+        sl_steps_last_done(&g->steps, &j->step, now);
     if (j->lat)
         j->lat[j->done] = now > j->request_ns ? now - j->request_ns : 0;
     j->done++;
@@ -884,7 +855,9 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
     sl_lanes_init(&g->handoff, g->sched, g->mem);
     sl_steps_config sc = {.gap_fill = true,
                           .part_ns = cfg->op_part_ns,
-                          .isolated = cfg->part_sms > 0 || cfg->lp_concurrent};
+                          .segment_ns = cfg->segment_ns ? cfg->segment_ns : SL_STEPS_SEGMENT_NS,
+                          .concurrent = !cfg->lp_serial,
+                          .isolated = cfg->part_sms > 0};
     sl_steps_init(&g->steps, &g->gaps, &sc);
     unsigned online = cfg->part_sms ? cfg->part_online : 0;
     if (online && cfg->part_plan) {
@@ -1064,15 +1037,6 @@ int sl_eval_run(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, size_t 
         }
         if (jobs[i].ops) {
             uint32_t steps = jobs[i].n_ops;
-            if (cfg->graph_launches && cfg->segment_ns) {
-                if (!(j->seg_first = sl_calloc((size_t) jobs[i].n_ops + 1, sizeof *j->seg_first))) {
-                    rc = SL_ENOMEM;
-                    goto out;
-                }
-                make_segments(jobs[i].ops, jobs[i].n_ops, cfg->segment_ns, j->seg_first,
-                              &j->n_segs);
-                steps = j->n_segs;
-            }
             sl_gaps_ewma *e = sl_calloc(steps, sizeof *e);
             if (!e) {
                 rc = SL_ENOMEM;
@@ -1146,7 +1110,6 @@ out:
     sl_free(s.gpus);
     for (size_t i = 0; s.jobs && i < n; i++) {
         sl_free(s.jobs[i].lp.ops);
-        sl_free(s.jobs[i].seg_first);
     }
     sl_free(s.jobs);
     sl_free(s.heap);

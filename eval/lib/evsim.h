@@ -243,26 +243,21 @@ typedef struct sl_eval_config {
      * private_launches) when it starts, then each op's work graph_node_ns
      * after the op before it is done (its stream's own, the shared path is
      * not used; ops' launch_ns is ignored). Stepwise low-priority work
-     * replays segments: each step of the dispatcher is a run of the
-     * iteration's ops whose works total at most segment_ns (an op longer
-     * than that alone, which may split into parts: one replay per part),
-     * one replay each; segment_ns 0 = one op per segment. The gap filler
-     * predicts and measures segments as salusd's predicts ops. false (the
-     * default here): op by op as pipelined_launches says. Whole iterations
-     * without a timeline are unaffected (their launch_share says what they
-     * ask of the path). */
+     * replays its segments (sched/steps.h), one replay per step. false
+     * (the default here): op by op as pipelined_launches says. Whole
+     * iterations without a timeline are unaffected (their launch_share
+     * says what they ask of the path). */
     bool graph_launches;
     uint64_t graph_launch_ns, graph_node_ns;
+    /* Low-priority steps as salusd's (sched/steps.h): segments of at most
+     * segment_ns of predicted work (salusd --lp-segment-us; 0 =
+     * SL_STEPS_SEGMENT_NS, its default; 1 = one op per step), one per lp
+     * lane in flight while no hp work is pending, each into a predicted
+     * gap with gap filling; lp_serial (salusd --lp-serial): one step
+     * device-wide. A segment's ops run back to back: with graph launches
+     * one replay, else each op launched as the one before it ends. */
     uint64_t segment_ns;
-    /* Low-priority steps dispatched as sched/steps.h's isolated mode
-     * without partitions: while no high-priority work is pending every
-     * parked lp iteration issues its next step (one per lp lane in
-     * flight), whatever the predicted gaps; none while hp work is pending.
-     * A proposal, not salusd's behaviour (salusd isolates lp steps only
-     * with compute partitions); with graph segments an hp arrival waits
-     * for the running blocks of the lp segments in flight (stream classes
-     * order the rest). */
-    bool lp_concurrent;
+    bool lp_serial;
     /* Compute partitions (pdev.h): part_sms the
      * GPU's SMs (its profile's sm_count), 0 = no partitions. With them
      * high-priority jobs' ops run on an online partition of part_online

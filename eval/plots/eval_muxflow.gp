@@ -1,10 +1,11 @@
 # MuxFlow: GPU utilisation (nvidia-smi's: time with a kernel running) and
 # SM occupancy per placement policy, with the paper's 26 % -> 76 %; online
 # p99 inflation and offline normalised throughput (greedy and matching
-# under the eval's defaults, the FIKIT trade-off); matching again under
-# salusd's gap filling as shipped, --no-gap-fill, with compute partitions, and with partitions and
-# gap filling (the service's need declared, and not, and declared at the
-# paper's latency objective).
+# under salusd's defaults: concurrent lp segments); matching again under
+# the serial dispatch of one op per step into gaps (--lp-serial
+# --lp-segment-us 1), --no-gap-fill, with compute partitions, and with
+# partitions and gap filling (the service's need declared, and not, and
+# declared at the paper's latency objective).
 # Data: eval_muxflow.runs.dat (muxflow --json, "runs"; columns by name).
 name = "eval_muxflow"
 load plots . "/common.gnuplot"
@@ -20,7 +21,7 @@ set yrange [0:1.75]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "gap fill\nshipped" 3, "no gap\nfill" 4, "part-\nitions" 5, "part.+\ngap fill" 6, "part.\nauto" 7, "part.\nat SLO" 8)
+set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "serial\nop steps" 3, "no gap\nfill" 4, "part-\nitions" 5, "part.+\ngap fill" 6, "part.\nauto" 7, "part.\nat SLO" 8)
 set xtics font ",9"
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \

@@ -671,8 +671,9 @@ static void test_op_level_deterministic(void **state)
     assert_int_equal(s1.lp_steps, s2.lp_steps);
 }
 
-/* Without gap filling (salusd --no-gap-fill), an hp iteration waits for at
- * most the one lp op already on the device, however many lp lanes: its
+/* Without gap filling (salusd --no-gap-fill), in the serial dispatch of one
+ * op per step (--lp-serial --lp-segment-us 1), an hp iteration waits for
+ * at most the one lp op already on the device, however many lp lanes: its
  * latency is at most its time alone plus one lp op's work. */
 static void test_hp_waits_one_lp_op(void **state)
 {
@@ -682,6 +683,8 @@ static void test_hp_waits_one_lp_op(void **state)
     lat_log l = {0};
     sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
     cfg.no_gap_fill = true;
+    cfg.lp_serial = true;
+    cfg.segment_ns = 1000;
     cfg.pipelined_launches = false; /* the hp job alone: its ops' sum, 1 ms */
     cfg.on_done = log_done;
     cfg.arg = &l;
@@ -712,9 +715,10 @@ static void test_hp_waits_one_lp_op(void **state)
     assert_true(fair_worst > worst);
 }
 
-/* Gap filling with regular hp arrivals: once the gaps and the ops are
- * predicted, lp ops go only where they fit, so no hp request is delayed
- * at all, at every margin, while the lp jobs still progress. */
+/* Gap filling with regular hp arrivals (the serial dispatch of one op per
+ * step, salusd --lp-serial --lp-segment-us 1): once the gaps and the ops
+ * are predicted, lp ops go only where they fit, so no hp request is
+ * delayed at all, at every margin, while the lp jobs still progress. */
 static void test_gap_fill_no_delay(void **state)
 {
     (void) state;
@@ -727,6 +731,8 @@ static void test_gap_fill_no_delay(void **state)
         lat_log l = {0};
         sl_eval_config cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
         cfg.gaps = &gc;
+        cfg.lp_serial = true;
+        cfg.segment_ns = 1000;
         cfg.pipelined_launches = false; /* the hp job alone: its ops' sum, 1 ms */
         cfg.on_done = log_done;
         cfg.arg = &l;
@@ -1003,7 +1009,8 @@ static void test_graph_launches(void **state)
     assert_true(sum.max_lanes >= 2);
     assert_true(sum.makespan_ns <= 100 * (29000 + 5000));
 
-    /* stepwise lp beside hp: segments of 600 us hold two 295 us ops */
+    /* stepwise lp beside hp: segments of 650 us hold two 295 us ops (as
+     * measured: with their replay's launch and node) */
     sl_eval_job_spec colo[1 + N_LP];
     op_level_jobs(colo, 5000000, 1300000);
     cfg = sl_eval_config_default("priority", false, 1, p100_bytes);
@@ -1017,9 +1024,11 @@ static void test_graph_launches(void **state)
     assert_sl_ok(sl_eval_run(&cfg, colo, 1, NULL, &sum));
     uint64_t solo = alone.lat[0];
     cfg.arg = &per_op;
+    cfg.segment_ns = 1000; /* one op per step */
+    cfg.lp_serial = true;
     assert_sl_ok(sl_eval_run(&cfg, colo, 1 + N_LP, NULL, &sum));
     uint64_t op_steps = sum.lp_steps;
-    cfg.segment_ns = 600000;
+    cfg.segment_ns = 650000;
     cfg.arg = &seg;
     assert_sl_ok(sl_eval_run(&cfg, colo, 1 + N_LP, NULL, &sum));
     assert_int_equal(seg.n, HP_REQS);
@@ -1028,15 +1037,21 @@ static void test_graph_launches(void **state)
     assert_int_equal(sum.lp_in_flight_max, 1);
     for (size_t i = 0; i < seg.n; i++) {
         assert_true(seg.lat[i] >= solo);
-        assert_true(seg.lat[i] <= solo + 600000 + 2 * (5000 + 1000));
+        assert_true(seg.lat[i] <= solo + 650000 + 2 * (5000 + 1000));
     }
     /* the concurrent dispatch: one step per lp lane in flight */
-    cfg.lp_concurrent = true;
+    cfg.lp_serial = false;
     lat_log conc = {0};
     cfg.arg = &conc;
     assert_sl_ok(sl_eval_run(&cfg, colo, 1 + N_LP, NULL, &sum));
     assert_int_equal(conc.n, HP_REQS);
     assert_true(sum.lp_in_flight_max >= 2);
+    /* salusd's default: the segments in flight run side by side, and an
+     * hp request still waits for at most one segment's time */
+    for (size_t i = 0; i < conc.n; i++) {
+        assert_true(conc.lat[i] >= solo);
+        assert_true(conc.lat[i] <= solo + 650000 + 2 * (5000 + 1000));
+    }
 }
 
 /* A horizon stops the run: what completed by then is reported, the

@@ -11,7 +11,9 @@
  * about 0.4 s to submit. While it launches: another session's small run
  * finishes at once (the lock is free), a lost device stops the launch and
  * fails the iteration through its completion, the device is reset after
- * it, a drain lets it finish, and its session can be closed. */
+ * it, a drain lets it finish, and its session can be closed. The same
+ * holds for a low-priority iteration beside a high-priority session,
+ * submitted as one segment of its ops by a launcher (sched/steps.h). */
 #include "salusd_ctl.h"
 #include "sl_test.h"
 
@@ -311,6 +313,100 @@ static void sim_session_closed_mid_launch(void **state)
     sl_ctl_finish(&srv);
 }
 
+/* ---- sim: a low-priority segment mid-launch ------------------------ */
+
+/* salusd as sim_start, under the priority policy with segments as long as
+ * the flag allows: beside an idle high-priority session, a low-priority
+ * iteration whose ops were measured goes as one segment of them, through
+ * a launcher. Its first iteration (op by op, measuring) runs at full
+ * speed; then launches slow down as in sim_start. */
+static void sim_segment_start(sl_test_server *srv, salus_client **cl, salus_session **hp, job *lp)
+{
+    char fault[400];
+    sl_ctl_prepare(srv);
+    sl_ctl_path(srv, "fault", fault, sizeof fault);
+    sl_ctl_start(srv, (const char *[]){"--device", "sim:h200,host-launch", "--memory-limit", "8G",
+                                       "--fault-inject", fault, "--policy", "priority",
+                                       "--lp-segment-us", "10000000", NULL});
+    *cl = sl_test_connect(srv);
+    salus_session_opts o = {.name = "hp", .priority = 10};
+    assert_sl_ok(salus_session_open(*cl, &o, hp));
+    job_open(*cl, lp, LONG_OPS, "lp");
+    assert_sl_ok(job_run(lp, NULL)); /* measures its ops */
+    sl_ctl_fault(srv, "slow 10");
+}
+
+/* A device lost mid-segment stops its launcher: the iteration fails with
+ * DEVICE_RESET through its completion, and the device is reset after it;
+ * the session then runs again. SIGTERM mid-segment: the segment and the
+ * iteration finish (drain), then salusd exits 0. */
+static void sim_segment_lost_device_then_drain(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    salus_client *cl;
+    salus_session *hp;
+    job lp, small;
+    sim_segment_start(&srv, &cl, &hp, &lp);
+    salus_client *cl2 = sl_test_connect(&srv);
+    job_open(cl2, &small, 3, "finder");
+    runner r;
+    run_long(&srv, &r, &lp);
+    assert_sl_ok(run_join(&r));
+    double healthy = r.seconds;
+    run_long(&srv, &r, &lp);
+    sl_ctl_fault(&srv, "sticky");
+    assert_sl_err(job_run(&small, NULL), SALUS_EDEVICERESET);
+    assert_sl_err(run_join(&r), SALUS_EDEVICERESET);
+    printf("healthy segmented iteration %.3f s; failed after %.3f s\n", healthy, r.seconds);
+    assert_true(r.seconds < healthy / 2);
+    for (int i = 0; i < 500 && !sl_ctl_log_has(&srv, "device reset #1"); i++)
+        sleep_ms(10);
+    assert_true(sl_ctl_log_has(&srv, "device reset #1"));
+    const float zeros[N] = {0};
+    assert_sl_ok(salus_tensor_write(lp.s, lp.c, zeros, sizeof zeros));
+    float y[N];
+    assert_sl_ok(job_run(&lp, y));
+    run_long(&srv, &r, &lp);
+    kill(srv.pid, SIGTERM);
+    assert_sl_ok(run_join(&r));
+    assert_int_equal(sl_ctl_wait(&srv, 30), 0);
+    salus_graph_free(lp.g);
+    salus_graph_free(small.g);
+    salus_disconnect(cl2);
+    salus_disconnect(cl);
+    sl_ctl_cleanup(&srv);
+}
+
+/* A low-priority session closed mid-segment goes once its iteration has
+ * ended; the server carries on. */
+static void sim_segment_session_closed(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    salus_client *cl;
+    salus_session *hp;
+    job lp;
+    sim_segment_start(&srv, &cl, &hp, &lp);
+    uint64_t id = salus_session_id(lp.s);
+    runner r;
+    run_long(&srv, &r, &lp);
+    salus_client *killer = sl_test_connect(&srv);
+    assert_sl_ok(salus_kill_session(killer, id));
+    int rc = run_join(&r);
+    assert_true(rc == SALUS_OK || rc == SALUS_ESESSIONLOST);
+    for (int i = 0; i < 500 && !sl_ctl_log_has(&srv, "(lp) closed"); i++)
+        sleep_ms(10);
+    assert_true(sl_ctl_log_has(&srv, "(lp) closed"));
+    assert_int_equal(sl_ctl_queued(killer, id), -1);
+    assert_sl_ok(salus_session_close(hp));
+    salus_graph_free(lp.g);
+    (void) salus_session_close(lp.s);
+    salus_disconnect(killer);
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -320,6 +416,8 @@ int main(void)
         cmocka_unit_test(sim_lost_device_stops_a_launch_and_resets),
         cmocka_unit_test(sim_drain_finishes_a_launching_iteration),
         cmocka_unit_test(sim_session_closed_mid_launch),
+        cmocka_unit_test(sim_segment_lost_device_then_drain),
+        cmocka_unit_test(sim_segment_session_closed),
     };
     return cmocka_run_group_tests_name("launcher", tests, NULL, NULL);
 }

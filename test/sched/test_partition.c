@@ -145,10 +145,12 @@ static uint32_t split_none(void *arg, const sl_steps_task *t, uint32_t op)
     return 1;
 }
 
-static int issue(void *arg, sl_steps_task *t, uint32_t op, uint32_t part, uint32_t parts)
+static int issue(void *arg, sl_steps_task *t, uint32_t op, uint32_t end, uint32_t part,
+                 uint32_t parts)
 {
     (void) t;
     (void) op;
+    (void) end;
     (void) part;
     (void) parts;
     ((fake *) arg)->issued++;

@@ -1,10 +1,11 @@
-/* Under the priority policy a high-priority iteration waits for at most one
- * low-priority op, however many low-priority lanes there are: the executor
- * keeps at most one low-priority op on the device at a time, device-wide.
- * Two low-priority sessions (lanes of their own) train beside a
- * high-priority one that runs small iterations with idle gaps, on the sim
- * device (an H100's timing; ops sleep, so lanes really overlap), at
- * salusd's default gap margin and at the strictest (--gap-margin 0). */
+/* Under the priority policy a high-priority iteration waits for at most the
+ * low-priority steps already on the device: one per low-priority job
+ * (salusd's default: each keeps one segment in flight while no
+ * high-priority work is pending), or one device-wide (--lp-serial). Two
+ * low-priority sessions (lanes of their own) train beside a high-priority
+ * one that runs small iterations with idle gaps, on the sim device (an
+ * H100's timing; ops sleep, so lanes really overlap), at salusd's default
+ * gap margin and at the strictest (--gap-margin 0). */
 #include "server.h"
 #include "sl_test.h"
 
@@ -71,10 +72,12 @@ static void *lp_main(void *arg)
     return NULL;
 }
 
-/* margin < 0: salusd's default gap margin, else --gap-margin margin * 100 */
-static void run_beside_two_lp(double margin)
+/* margin < 0: salusd's default gap margin, else --gap-margin margin * 100;
+ * serial: --lp-serial */
+static void run_beside_two_lp(double margin, bool serial)
 {
     sl_server srv = {.cfg = SL_CONFIG_DEFAULTS};
+    srv.cfg.lp_serial = serial;
     if (margin >= 0) {
         srv.cfg.gap_margin = margin;
         srv.cfg.gap_margin_set = true;
@@ -113,8 +116,12 @@ static void run_beside_two_lp(double margin)
         assert_int_equal(lp[k].iterations, LP_STEPS);
     }
     assert_true(hp.iterations > 0);
-    /* they did go op by op, and never two at once */
-    assert_int_equal(c.exec.lp_in_flight_max, 1);
+    /* they did go in steps: never two at once (serial), never more than
+     * one per low-priority job (concurrent) */
+    if (serial)
+        assert_int_equal(c.exec.lp_in_flight_max, 1);
+    else
+        assert_in_range(c.exec.lp_in_flight_max, 1, 2);
 
     for (int k = 0; k < 2; k++) {
         assert_sl_ok(salus_session_close(lp[k].s));
@@ -125,10 +132,16 @@ static void run_beside_two_lp(double margin)
     sl_server_stop(&srv);
 }
 
-static void one_low_priority_op_device_wide(void **state)
+static void one_low_priority_step_per_job(void **state)
 {
     (void) state;
-    run_beside_two_lp(-1);
+    run_beside_two_lp(-1, false);
+}
+
+static void one_low_priority_step_device_wide(void **state)
+{
+    (void) state;
+    run_beside_two_lp(-1, true);
 }
 
 /* At the strictest margin (only ops no recorded gap would have cut short)
@@ -137,13 +150,15 @@ static void one_low_priority_op_device_wide(void **state)
 static void strictest_gap_margin(void **state)
 {
     (void) state;
-    run_beside_two_lp(0.0);
+    run_beside_two_lp(0.0, false);
+    run_beside_two_lp(0.0, true);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(one_low_priority_op_device_wide),
+        cmocka_unit_test(one_low_priority_step_per_job),
+        cmocka_unit_test(one_low_priority_step_device_wide),
         cmocka_unit_test(strictest_gap_margin),
     };
     return cmocka_run_group_tests_name("lp_bound", tests, NULL, NULL);

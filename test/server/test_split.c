@@ -1,8 +1,9 @@
-/* Low-priority iterations run op by op beside a high-priority session
- * (policy priority), and their long matmuls run in parts (kernels/ops/ops.h
- * sl_op_split, server/executor.c): training that way gives the losses and
- * predictions of training whole, on an embedded server over inproc:// on
- * the cpu device. */
+/* Low-priority iterations run in steps beside a high-priority session
+ * (policy priority): their long matmuls in parts (kernels/ops/ops.h
+ * sl_op_split, server/stepwise.c), their ops in segments (sched/steps.h),
+ * long ones submitted by a launcher. Training that way gives the losses
+ * and predictions of training whole, on an embedded server over inproc://
+ * on the cpu device. */
 #include "served.h"
 #include "sl_test.h"
 
@@ -81,4 +82,79 @@ static void split_training_matches_whole(void **state)
     sl_served_stop(&split);
 }
 
-SL_TEST_MAIN("server split", NULL, NULL, cmocka_unit_test(split_training_matches_whole))
+/* A deep MLP (its iteration well over the ops a segment submits under the
+ * lock) trained whole on a fair server and in segments beside an idle
+ * high-priority session: segments of at most 500 us of predicted work (a
+ * few ops), and of at most 10 s (the whole rest of an iteration once its
+ * ops are measured, through a launcher). No op splits. The losses and
+ * predictions are the same bits. */
+static void segment_training_matches_whole(void **state)
+{
+    (void) state;
+    enum { N = 3, BATCH = 64, IN = 96, LAYERS = 12, STEPS = 5 };
+    static const uint64_t bounds[N] = {0, 500 * 1000, 10ull * 1000 * 1000 * 1000};
+    static const char *const urls[N] = {"inproc://salus-test-seg-whole",
+                                        "inproc://salus-test-seg-short",
+                                        "inproc://salus-test-seg-long"};
+    sl_served sv[N];
+    salus_session *hp[N], *s[N];
+    salus_model *m[N];
+    const salus_session_opts hp_opts = {.name = "hp", .priority = 10};
+    const salus_optimizer sgd = {.kind = SALUS_SGD, .lr = 0.01f};
+    for (int k = 0; k < N; k++) {
+        sl_served_init(&sv[k], urls[k]);
+        sv[k].srv.cfg.policy = k ? "priority" : "fair";
+        sv[k].srv.cfg.op_part_ns = 10ull * 1000 * 1000 * 1000; /* no parts */
+        sv[k].srv.cfg.lp_segment_ns = bounds[k];
+        sl_served_run(&sv[k], NULL);
+        assert_sl_ok(salus_session_open(sv[k].client, &hp_opts, &hp[k]));
+        assert_sl_ok(salus_session_open(sv[k].client, NULL, &s[k]));
+        m[k] = salus_model_new(1, (int64_t[]){IN});
+        assert_non_null(m[k]);
+        for (int l = 0; l < LAYERS; l++) {
+            salus_model_dense(m[k], IN);
+            salus_model_relu(m[k]);
+        }
+        salus_model_dense(m[k], 10);
+        if (salus_model_compile(m[k], s[k], &sgd, BATCH, BATCH, 5))
+            fail_msg("compile: %s", salus_model_error(m[k]));
+    }
+    uint32_t seed = 4242;
+    float x[BATCH * IN], loss[N];
+    int32_t labels[BATCH], classes[N][BATCH];
+    for (int step = 0; step < STEPS; step++) {
+        fill(x, BATCH * IN, &seed);
+        for (int i = 0; i < BATCH; i++)
+            labels[i] = (int32_t) ((seed >> (i % 24)) % 10);
+        for (int k = 0; k < N; k++)
+            assert_sl_ok(salus_model_train_step(m[k], x, labels, &loss[k]));
+        assert_true(isfinite(loss[0]));
+        for (int k = 1; k < N; k++)
+            assert_memory_equal(&loss[0], &loss[k], sizeof loss[0]);
+    }
+    for (int k = 0; k < N; k++)
+        assert_sl_ok(salus_model_predict(m[k], x, classes[k]));
+    for (int k = 1; k < N; k++)
+        assert_memory_equal(classes[0], classes[k], sizeof classes[0]);
+    /* the priority servers ran segments of several ops; the fair one ran
+     * whole iterations */
+    sl_server_counters c[N];
+    for (int k = 0; k < N; k++)
+        sl_server_get_counters(&sv[k].srv, &c[k]);
+    print_message("segments: %llu, %llu\n", (unsigned long long) c[1].exec.lp_segments,
+                  (unsigned long long) c[2].exec.lp_segments);
+    assert_int_equal(c[0].exec.lp_segments, 0);
+    /* the first iteration in steps measures its ops one by one; each
+     * later one is one segment at 10 s, several at 500 us */
+    assert_true(c[2].exec.lp_segments >= STEPS - 1);
+    assert_true(c[1].exec.lp_segments > c[2].exec.lp_segments);
+    for (int k = 0; k < N; k++) {
+        salus_model_free(m[k]);
+        assert_sl_ok(salus_session_close(s[k]));
+        assert_sl_ok(salus_session_close(hp[k]));
+        sl_served_stop(&sv[k]);
+    }
+}
+
+SL_TEST_MAIN("server split", NULL, NULL, cmocka_unit_test(split_training_matches_whole),
+             cmocka_unit_test(segment_training_matches_whole))
