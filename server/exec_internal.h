@@ -11,6 +11,11 @@ unsigned sl_exec_caps(const sl_exec *ex);
 sl_stream *sl_exec_task_stream(sl_exec *ex, const sl_exec_task *t);
 /* The call of graph op k of t's iteration. */
 sl_op_call sl_exec_op_call(const sl_exec *ex, const sl_exec_task *t, uint32_t k);
+/* Ops [first, end) of stepwise iteration t as one recorded step
+ * (replay.h), with their fetches; false when they go op by op instead
+ * (*rc untouched). */
+bool sl_exec_replay_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t first, uint32_t end,
+                          int *rc);
 /* Submits part `part` of `parts` of op k onto st, with its fetches. */
 int sl_exec_submit_op(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t part,
                       uint32_t parts);

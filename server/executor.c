@@ -369,6 +369,75 @@ static int replay_segments(sl_exec *ex, sl_exec_task *t, sl_stream *st, const sl
     return rc;
 }
 
+/* Ops [first, end) of stepwise t replayed, or recorded and replayed, as
+ * one step (replay.h); *rc is the submission's result. Returns false when
+ * they are to go op by op: no recording, or a fetch due between them. */
+bool sl_exec_replay_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t first, uint32_t end,
+                          int *rc)
+{
+    const sl_graph *g = t->graph;
+    sl_replay *r = g->replay;
+    if (!ex->dev->ops->graph_begin || ex->cfg->no_graphs || !r || end - first < 2)
+        return false;
+    uint32_t writes = 0;
+    uint64_t key = sl_replay_key_add(sl_replay_key_start(st), atomic_load(&ex->resets));
+    for (uint32_t k = first; k < end; k++) {
+        if (k + 1 < end && segment_ends(t, k))
+            return false; /* a fetch inside: op by op */
+        if (g->ops[k].op != SL_OP_RESHAPE) {
+            sl_op_call call = sl_exec_op_call(ex, t, k);
+            key = sl_replay_key_call(key, &call);
+            writes += writes_param(g, &g->ops[k]);
+        }
+    }
+    pthread_mutex_lock(&r->lock);
+    if (!r->steps) {
+        r->steps = sl_calloc(g->n_ops, sizeof *r->steps);
+        r->n_ops = r->steps ? g->n_ops : 0;
+        r->dev = ex->dev;
+    }
+    sl_replay_step *s = r->steps ? &r->steps[first] : NULL;
+    bool have = s && s->exec && s->end == end && s->key == key;
+    if (!s || (!have && (key != s->seen_key || key == s->failed_key))) {
+        if (s)
+            s->seen_key = key; /* first sighting, or refused: op by op */
+        pthread_mutex_unlock(&r->lock);
+        return false;
+    }
+    if (!have) {
+        if (s->exec)
+            ex->dev->ops->graph_destroy(ex->dev, s->exec);
+        s->exec = NULL;
+        s->bytes = 0;
+        int got =
+            record_segment(ex, t, st, first, end, &s->exec, &s->bytes, r->reason, sizeof r->reason);
+        if (got != SL_OK || !s->exec) {
+            s->failed_key = key;
+            r->fallbacks += got != SL_OK;
+            if (got != SL_OK)
+                sl_log_warn("exe.graph", "steps of graph %llu run op by op: %s",
+                            (unsigned long long) g->id, r->reason);
+            pthread_mutex_unlock(&r->lock);
+            return false;
+        }
+        s->end = end;
+        s->key = key;
+        r->recordings++;
+    }
+    *rc = SL_OK;
+    if (g->ops[first].inplace_in >= 0)
+        *rc = fetch_at(ex, t, st, first + 1, first + 1 == g->n_ops, true);
+    if (*rc == SL_OK)
+        *rc = ex->dev->ops->graph_launch(ex->dev, st, s->exec);
+    if (*rc == SL_OK)
+        *rc = fetch_at(ex, t, st, end, end == g->n_ops, false);
+    r->replays++;
+    pthread_mutex_unlock(&r->lock);
+    if (writes)
+        atomic_fetch_add(&ex->param_version, writes);
+    return true;
+}
+
 /* t's ops replayed, or recorded and replayed (replay.h). Returns false when
  * they are to go op by op instead (t->status untouched). */
 static bool submit_replayed(sl_exec *ex, sl_exec_task *t, sl_stream *st)

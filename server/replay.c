@@ -15,6 +15,15 @@ sl_replay *sl_replay_new(void)
     return r;
 }
 
+void sl_replay_drop_steps(sl_replay *r)
+{
+    for (uint32_t k = 0; r->steps && k < r->n_ops; k++)
+        if (r->steps[k].exec)
+            r->dev->ops->graph_destroy(r->dev, r->steps[k].exec);
+    sl_free(r->steps);
+    r->steps = NULL;
+}
+
 void sl_replay_drop(sl_replay *r)
 {
     for (uint32_t i = 0; i < r->n_seg; i++)
@@ -37,6 +46,8 @@ void sl_replay_add(sl_replay *r, sl_replay_sums *sum)
     sum->recordings += r->recordings;
     sum->fallbacks += r->fallbacks;
     sum->bytes += r->bytes;
+    for (uint32_t k = 0; r->steps && k < r->n_ops; k++)
+        sum->bytes += r->steps[k].bytes;
     if (r->reason[0] && !sum->reason[0])
         memcpy(sum->reason, r->reason, sizeof sum->reason);
     pthread_mutex_unlock(&r->lock);
@@ -47,6 +58,7 @@ void sl_replay_free(sl_replay *r)
     if (!r)
         return;
     sl_replay_drop(r);
+    sl_replay_drop_steps(r);
     pthread_mutex_destroy(&r->lock);
     sl_free(r);
 }

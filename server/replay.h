@@ -2,14 +2,14 @@
  * replayed in one launch (device.h, graph_begin .. graph_destroy).
  *
  * When. An iteration is replayed when the device records graphs, salusd
- * was not started with --no-graphs, the iteration is launched whole (not
- * stepwise, not traced op by op) and every fetch is due after its last op
- * (below). The feeds, the run's writes and the
- * fetches stay ordinary copies before and after the replay: they land in
- * and leave from the lane's fixed addresses.
+ * was not started with --no-graphs, and the iteration is launched whole or
+ * as segments of a stepwise iteration (below), not traced op by op. The
+ * feeds, the run's writes and the fetches stay ordinary copies before and
+ * after the replay: they land in and leave from the lane's fixed
+ * addresses.
  *
  * Key. A recording holds every address, shape and attribute its ops were
- * launched with, on one stream. salusd hashes exactly that (sl_replay_key)
+ * launched with, on one stream. salusd hashes exactly that (sl_replay_key_*)
  * and replays only while the key is unchanged; anything that moves an
  * address (a lane moved by compaction or resize, a new stream, a partition
  * bound to another stream) or changes a call (math mode) changes the key,
@@ -24,6 +24,10 @@
  * iteration: each run of ops between fetches is its own recording, and
  * the fetch is an ordinary copy between two replays.
  *
+ * Steps. A stepwise iteration (low-priority work beside high-priority
+ * jobs) goes as segments of ops; a segment of more than one op is
+ * recorded and replayed the same way, per its first op.
+ *
  * Fallback. A recording the device refuses runs that iteration op by op,
  * and the graph keeps running op by op, with the reason shown in status,
  * until its key changes. */
@@ -35,6 +39,15 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* A recorded step: ops [first, end) of a stepwise iteration, keyed as a
+ * whole iteration is (below), recorded on its second sighting. */
+typedef struct sl_replay_step {
+    uint32_t end;
+    uint64_t key, seen_key, failed_key;
+    sl_dev_graph *exec;
+    size_t bytes;
+} sl_replay_step;
 
 typedef struct sl_replay {
     pthread_mutex_t lock; /* a leaf: held only while recording or launching */
@@ -48,6 +61,10 @@ typedef struct sl_replay {
     uint64_t seen_key;   /* the last iteration's key */
     uint64_t failed_key; /* recording failed for this key: op by op until it changes */
     size_t bytes;        /* exec's device memory, as the device reports it */
+    /* recorded steps of stepwise iterations (low-priority segments), by
+     * their first op; NULL until one is recorded */
+    struct sl_replay_step *steps;
+    uint32_t n_ops;
     uint64_t replays, recordings, fallbacks;
     char reason[112]; /* why the last recording failed ("" none) */
 } sl_replay;
@@ -64,8 +81,10 @@ typedef struct sl_replay_sums {
 /* Adds r (NULL is fine) to *sum, under r's lock. */
 void sl_replay_add(sl_replay *r, sl_replay_sums *sum);
 
-/* Frees the executables only (lock held or the record unshared). */
+/* Frees the whole iteration's executables, or the steps' (lock held or
+ * the record unshared). */
 void sl_replay_drop(sl_replay *r);
+void sl_replay_drop_steps(sl_replay *r);
 /* The key, built in steps: start with the stream, add each call (its op,
  * counts, math, attributes, shapes and data pointers; not its parameter
  * versions, which change every iteration and which no recorded kernel

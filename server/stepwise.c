@@ -35,12 +35,16 @@ static uint32_t split_max(void *arg, const sl_steps_task *st, uint32_t k)
     return sl_op_split_max(&call);
 }
 
-/* Submits ops [first, end) of t onto st back to back; the first error
- * stops it. A lost device stops it too (launch_stop), as a whole
- * iteration's submission. */
+/* Submits ops [first, end) of t onto st: replayed as one recorded step
+ * (replay.h), or back to back, the first error stopping it. A lost device stops it too
+ * (launch_stop), as a whole iteration's submission. */
 static int submit_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t first, uint32_t end)
 {
     int rc = SL_OK;
+    if (atomic_load_explicit(&ex->launch_stop, memory_order_relaxed))
+        return SL_EDEVICERESET;
+    if (sl_exec_replay_range(ex, t, st, first, end, &rc))
+        return rc;
     for (uint32_t k = first; k < end && rc == SL_OK; k++) {
         if (atomic_load_explicit(&ex->launch_stop, memory_order_relaxed))
             return SL_EDEVICERESET;

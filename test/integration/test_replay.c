@@ -61,14 +61,15 @@ static void job_close(job *j)
     assert_sl_ok(salus_session_close(j->s));
 }
 
-/* The first number in the status JSON keyed key (0 when absent). */
+/* The sum of the status JSON's numbers keyed key, over every session. */
 static long long status_num(salus_client *c, const char *key)
 {
     char *json = NULL, pat[64];
     assert_sl_ok(salus_status_json(c, &json));
     snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(json, pat);
-    long long v = p ? strtoll(p + strlen(pat), NULL, 10) : 0;
+    long long v = 0;
+    for (const char *p = json; (p = strstr(p, pat)); p += strlen(pat))
+        v += strtoll(p + strlen(pat), NULL, 10);
     salus_free(json);
     return v;
 }
@@ -82,14 +83,18 @@ static bool status_has(salus_client *c, const char *text)
     return has;
 }
 
-static void start(sl_test_server *srv, bool graphs)
+static void start_with(sl_test_server *srv, const char *extra)
 {
     char fault[400];
     sl_ctl_prepare(srv);
     sl_ctl_path(srv, "fault", fault, sizeof fault);
-    sl_ctl_start(srv,
-                 (const char *[]){"--device", "sim:h200", "--memory-limit", "4G", "--fault-inject",
-                                  fault, graphs ? NULL : "--no-graphs", NULL});
+    sl_ctl_start(srv, (const char *[]){"--device", "sim:h200", "--memory-limit", "4G",
+                                       "--fault-inject", fault, extra, NULL});
+}
+
+static void start(sl_test_server *srv, bool graphs)
+{
+    start_with(srv, graphs ? NULL : "--no-graphs");
 }
 
 /* First sighting op by op, the second recorded and replayed, the rest
@@ -173,6 +178,30 @@ static void reset_records_again(void **state)
     sl_ctl_finish(&srv);
 }
 
+/* Beside a high-priority session, a low-priority iteration goes in steps
+ * (segments of ops); a segment seen twice is recorded and replayed. */
+static void low_priority_segments_replay(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    start_with(&srv, "--policy=priority");
+    salus_client *cl = sl_test_connect(&srv);
+    salus_session_opts hp_opts = {.name = "hp", .priority = 10};
+    salus_session *hp;
+    assert_sl_ok(salus_session_open(cl, &hp_opts, &hp));
+    job lp;
+    job_open(cl, &lp);
+    for (int i = 0; i < 10; i++)
+        assert_sl_ok(job_run(&lp, false));
+    assert_true(status_num(cl, "graph_recordings") >= 1);
+    assert_true(status_num(cl, "graph_replays") >= 1);
+    assert_int_equal(status_num(cl, "graph_fallbacks"), 0);
+    job_close(&lp);
+    assert_sl_ok(salus_session_close(hp));
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
 static void no_graphs_launches_op_by_op(void **state)
 {
     (void) state;
@@ -197,6 +226,7 @@ int main(void)
         cmocka_unit_test(same_calls_replay_new_calls_record),
         cmocka_unit_test(refused_recording_falls_back),
         cmocka_unit_test(reset_records_again),
+        cmocka_unit_test(low_priority_segments_replay),
         cmocka_unit_test(no_graphs_launches_op_by_op),
     };
     return cmocka_run_group_tests_name("replay", tests, NULL, NULL);
