@@ -21,6 +21,7 @@
  * Last line: BENCH graph_replay ops=60 ratio=... client_ratio=... per_op_us=...
  *            replay_us=... per_node_us=... device=... */
 #include "bench_util.h"
+#include "chain_graph.h"
 
 #include <salus/salus.h>
 
@@ -31,43 +32,14 @@
 #define ROUNDS_MAX 64
 #define REQUESTS_MAX 100000
 
-static const int64_t dims[] = {N};
 static const int sizes[2] = {60, 240};
 
-typedef struct job {
-    salus_session *s;
-    salus_graph *g;
-    salus_value y;
-} job;
-
-/* c += 1; y = x + c; then n_ops - 2 scalings. Exits on failure. */
-static void job_open(salus_client *c, job *j, int n_ops)
-{
-    uint64_t counter;
-    if (salus_session_open(c, NULL, &j->s) ||
-        salus_tensor_create(j->s, SALUS_F32, 1, dims, NULL, &counter)) {
-        fprintf(stderr, "cannot open a session: %s\n", salus_last_error(c));
-        exit(1);
-    }
-    j->g = salus_graph_new();
-    salus_value x = salus_graph_input(j->g, SALUS_F32, 1, dims);
-    salus_value p = salus_graph_param(j->g, counter, SALUS_F32, 1, dims);
-    const float one = 1.0f;
-    (void) salus_graph_op(j->g, "add_scalar", 1, &p, 0, NULL, 1, &one);
-    salus_value y = salus_graph_op(j->g, "add", 2, (salus_value[]){x, p}, 0, NULL, 0, NULL);
-    for (int k = 2; k < n_ops; k++)
-        y = salus_graph_op(j->g, "scale", 1, &y, 0, NULL, 1, &one);
-    j->y = y;
-    if (salus_graph_error(j->g) || salus_graph_register(j->s, j->g, NULL)) {
-        fprintf(stderr, "cannot register a graph: %s\n", salus_last_error(c));
-        exit(1);
-    }
-}
+typedef bench_chain job;
 
 static int job_run(job *j)
 {
     static float x[N], y[N];
-    return salus_run(j->s, j->g, (const void *[]){x}, 1, &j->y, (void *[]){y});
+    return bench_chain_run(j, x, y);
 }
 
 /* The median of n timed runs, microseconds; exits on a failed run. */
@@ -149,7 +121,7 @@ int main(int argc, char **argv)
             return 1;
         }
         for (int s = 0; s < 2; s++) {
-            job_open(cl[g], &jobs[g][s], sizes[s]);
+            bench_chain_open(cl[g], &jobs[g][s], N, sizes[s], sizes[s] == 60 ? "short" : "long");
             for (int w = 0; w < 5; w++) /* lanes placed; the second run records */
                 (void) job_run(&jobs[g][s]);
         }
@@ -175,8 +147,7 @@ int main(int argc, char **argv)
               off_replays = status_num(cl[0], "graph_replays");
     for (int g = 0; g < 2; g++) {
         for (int s = 0; s < 2; s++) {
-            salus_graph_free(jobs[g][s].g);
-            (void) salus_session_close(jobs[g][s].s);
+            bench_chain_close(&jobs[g][s]);
         }
         salus_disconnect(cl[g]);
         bench_salusd_stop(&srv[g]);

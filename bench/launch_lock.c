@@ -5,13 +5,18 @@
  * graph limit: ~40 ms of launching each) back to back; tenant B, in its own
  * session and lane, runs a 3-op graph in a loop and times each request.
  * Rounds alternate B alone and B beside A; the figure is B's p99 beside A
- * over B's p99 alone, medians over the rounds. Goal: <= 1.2 (an iteration
+ * over B's p99 alone, medians over the rounds. salusd runs with
+ * --no-graphs: the figure is about launching op by op, the path whose lock
+ * hold grows with the op count; a replayed iteration is one launch, and B
+ * beside it waits for the device A then keeps busy, not for the lock
+ * (--graphs measures that). Goal: <= 1.2 (an iteration
  * launched under the server lock makes B wait for the rest of its launch).
- *   launch_lock --salusd PATH [--rounds 5] [--requests 2000] [--device SPEC]
+ *   launch_lock --salusd PATH [--rounds 5] [--requests 2000] [--device SPEC] [--graphs]
  *               [--json FILE]
  * Last line: BENCH launch_lock ratio_p99=... p99_alone_ms=... p99_beside_ms=...
  *            p50_alone_ms=... p50_beside_ms=... ops=8192 rounds=... */
 #include "bench_util.h"
+#include "chain_graph.h"
 
 #include <salus/salus.h>
 
@@ -24,45 +29,13 @@
 #define LONG_OPS 8192
 #define ROUNDS_MAX 64
 
-static const int64_t dims[] = {N};
-
-typedef struct tenant {
-    salus_session *s;
-    salus_graph *g;
-    salus_value y;
-} tenant;
-
-/* A graph of n_ops ops on [N] floats: c += 1; y = x + c; then n_ops - 2
- * scalings. Exits on failure. */
-static void tenant_open(salus_client *c, tenant *t, int n_ops, const char *name)
-{
-    salus_session_opts o = {.name = name};
-    uint64_t counter;
-    if (salus_session_open(c, &o, &t->s) ||
-        salus_tensor_create(t->s, SALUS_F32, 1, dims, NULL, &counter)) {
-        fprintf(stderr, "cannot open %s: %s\n", name, salus_last_error(c));
-        exit(1);
-    }
-    t->g = salus_graph_new();
-    salus_value x = salus_graph_input(t->g, SALUS_F32, 1, dims);
-    salus_value p = salus_graph_param(t->g, counter, SALUS_F32, 1, dims);
-    const float one = 1.0f;
-    (void) salus_graph_op(t->g, "add_scalar", 1, &p, 0, NULL, 1, &one);
-    salus_value y = salus_graph_op(t->g, "add", 2, (salus_value[]){x, p}, 0, NULL, 0, NULL);
-    for (int k = 2; k < n_ops; k++)
-        y = salus_graph_op(t->g, "scale", 1, &y, 0, NULL, 1, &one);
-    t->y = y;
-    if (salus_graph_error(t->g) || salus_graph_register(t->s, t->g, NULL)) {
-        fprintf(stderr, "cannot register %s's graph: %s\n", name, salus_last_error(c));
-        exit(1);
-    }
-}
+typedef bench_chain tenant;
 
 static int tenant_run(tenant *t)
 {
     const float x[N] = {1, 2, 3, 4};
     float y[N];
-    return salus_run(t->s, t->g, (const void *[]){x}, 1, &t->y, (void *[]){y});
+    return bench_chain_run(t, x, y);
 }
 
 /* Tenant A's loop: iterations back to back while on. */
@@ -104,14 +77,11 @@ int main(int argc, char **argv)
 {
     const char *salusd = NULL, *json = NULL, *device = "sim:h200,host-launch";
     int rounds = 5, requests = 2000;
-    bool help = false;
-    static const struct option lo[] = {{"salusd", 1, NULL, 's'},
-                                       {"rounds", 1, NULL, 'r'},
-                                       {"requests", 1, NULL, 'n'},
-                                       {"device", 1, NULL, 'd'},
-                                       {"json", 1, NULL, 'j'},
-                                       {"help", 0, NULL, 'h'},
-                                       {0}};
+    bool help = false, graphs = false;
+    static const struct option lo[] = {{"salusd", 1, NULL, 's'},   {"rounds", 1, NULL, 'r'},
+                                       {"requests", 1, NULL, 'n'}, {"device", 1, NULL, 'd'},
+                                       {"json", 1, NULL, 'j'},     {"graphs", 0, NULL, 'g'},
+                                       {"help", 0, NULL, 'h'},     {0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 's')
             salusd = optarg;
@@ -123,6 +93,8 @@ int main(int argc, char **argv)
             device = optarg;
         else if (c == 'j')
             json = optarg;
+        else if (c == 'g')
+            graphs = true;
         else if (c == 'h')
             help = true;
         else
@@ -132,7 +104,7 @@ int main(int argc, char **argv)
         requests > 100000) {
         fprintf(stderr,
                 "usage: launch_lock --salusd PATH [--rounds N] [--requests N] [--device SPEC]\n"
-                "                   [--json FILE]\n"
+                "                   [--graphs] [--json FILE]\n"
                 "A small request's p99 latency beside iterations of %d ops, over alone\n"
                 "(--device default sim:h200,host-launch; rounds 5, requests 2000 a phase).\n",
                 LONG_OPS);
@@ -142,17 +114,17 @@ int main(int argc, char **argv)
      * apply (bench_util.h) */
     unsetenv("SALUS_BENCH_DEVICE");
     sl_ts_salusd srv;
-    bench_salusd_start(
-        &srv, salusd, "launch-lock",
-        (const char *[]){"--device", device, "--memory-limit", "4G", "--log-level", "warn", NULL});
+    bench_salusd_start(&srv, salusd, "launch-lock",
+                       (const char *[]){"--device", device, "--memory-limit", "4G", "--log-level",
+                                        "warn", graphs ? NULL : "--no-graphs", NULL});
     salus_client *ca = NULL, *cb = NULL;
     if (salus_connect(srv.url, &ca) != SALUS_OK || salus_connect(srv.url, &cb) != SALUS_OK) {
         bench_salusd_stop(&srv);
         return 1;
     }
     tenant a, b;
-    tenant_open(ca, &a, LONG_OPS, "long");
-    tenant_open(cb, &b, 3, "small");
+    bench_chain_open(ca, &a, N, LONG_OPS, "long");
+    bench_chain_open(cb, &b, N, 3, "small");
     /* warm both up: first runs place lanes and streams */
     uint64_t t0 = sl_ts_now_ns();
     if (tenant_run(&a) != SALUS_OK || tenant_run(&b) != SALUS_OK) {
@@ -190,10 +162,8 @@ int main(int argc, char **argv)
     pthread_join(th, NULL);
     free(ms);
     unsigned iterations = atomic_load(&bg.iterations);
-    salus_graph_free(a.g);
-    salus_graph_free(b.g);
-    (void) salus_session_close(a.s);
-    (void) salus_session_close(b.s);
+    bench_chain_close(&a);
+    bench_chain_close(&b);
     salus_disconnect(ca);
     salus_disconnect(cb);
     bench_salusd_stop(&srv);

@@ -92,9 +92,32 @@ static void start_with(sl_test_server *srv, const char *extra)
                                        "--fault-inject", fault, extra, NULL});
 }
 
-static void start(sl_test_server *srv, bool graphs)
+/* A salusd (with one extra flag, or none), a client and a job of OPS ops. */
+typedef struct env {
+    sl_test_server srv;
+    salus_client *cl;
+    job j;
+} env;
+
+static void env_open(env *e, const char *extra)
 {
-    start_with(srv, graphs ? NULL : "--no-graphs");
+    start_with(&e->srv, extra);
+    e->cl = sl_test_connect(&e->srv);
+    job_open(e->cl, &e->j);
+}
+
+static void env_close(env *e)
+{
+    job_close(&e->j);
+    salus_disconnect(e->cl);
+    sl_ctl_finish(&e->srv);
+}
+
+/* n runs of the job, each succeeding. */
+static void runs(env *e, int n, bool mid)
+{
+    for (int i = 0; i < n; i++)
+        assert_sl_ok(job_run(&e->j, mid));
 }
 
 /* First sighting op by op, the second recorded and replayed, the rest
@@ -102,24 +125,17 @@ static void start(sl_test_server *srv, bool graphs)
 static void same_calls_replay_new_calls_record(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    start(&srv, true);
-    salus_client *cl = sl_test_connect(&srv);
-    job j;
-    job_open(cl, &j);
-    for (int i = 0; i < 6; i++)
-        assert_sl_ok(job_run(&j, false));
-    assert_int_equal(status_num(cl, "graph_recordings"), 1);
-    assert_int_equal(status_num(cl, "graph_replays"), 5);
-    assert_true(status_num(cl, "graph_bytes") > 0);
-    assert_int_equal(status_num(cl, "graph_fallbacks"), 0);
-    for (int i = 0; i < 3; i++)
-        assert_sl_ok(job_run(&j, true));
-    assert_int_equal(status_num(cl, "graph_recordings"), 2);
-    assert_int_equal(status_num(cl, "graph_replays"), 7);
-    job_close(&j);
-    salus_disconnect(cl);
-    sl_ctl_finish(&srv);
+    env e;
+    env_open(&e, NULL);
+    runs(&e, 6, false);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 1);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 5);
+    assert_true(status_num(e.cl, "graph_bytes") > 0);
+    assert_int_equal(status_num(e.cl, "graph_fallbacks"), 0);
+    runs(&e, 3, true);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 2);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 7);
+    env_close(&e);
 }
 
 /* A refused recording: the run still succeeds, op by op, the reason is in
@@ -127,26 +143,19 @@ static void same_calls_replay_new_calls_record(void **state)
 static void refused_recording_falls_back(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    start(&srv, true);
-    salus_client *cl = sl_test_connect(&srv);
-    job j;
-    job_open(cl, &j);
-    sl_ctl_fault(&srv, "graph 1");
-    for (int i = 0; i < 4; i++)
-        assert_sl_ok(job_run(&j, false));
-    assert_int_equal(status_num(cl, "graph_fallbacks"), 1);
-    assert_int_equal(status_num(cl, "graph_replays"), 0);
-    assert_true(status_has(cl, "\"graph_fallback_reason\":\"injected fault"));
-    assert_true(sl_ctl_log_has(&srv, "runs op by op: injected fault"));
+    env e;
+    env_open(&e, NULL);
+    sl_ctl_fault(&e.srv, "graph 1");
+    runs(&e, 4, false);
+    assert_int_equal(status_num(e.cl, "graph_fallbacks"), 1);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 0);
+    assert_true(status_has(e.cl, "\"graph_fallback_reason\":\"injected fault"));
+    assert_true(sl_ctl_log_has(&e.srv, "runs op by op: injected fault"));
     /* new calls: recorded, and the reason is gone */
-    for (int i = 0; i < 3; i++)
-        assert_sl_ok(job_run(&j, true));
-    assert_int_equal(status_num(cl, "graph_recordings"), 1);
-    assert_int_equal(status_num(cl, "graph_replays"), 2);
-    job_close(&j);
-    salus_disconnect(cl);
-    sl_ctl_finish(&srv);
+    runs(&e, 3, true);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 1);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 2);
+    env_close(&e);
 }
 
 /* A lost device mid-replay fails that iteration; after the reset the graph
@@ -154,28 +163,22 @@ static void refused_recording_falls_back(void **state)
 static void reset_records_again(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    start(&srv, true);
-    salus_client *cl = sl_test_connect(&srv);
-    job j;
-    job_open(cl, &j);
-    for (int i = 0; i < 3; i++)
-        assert_sl_ok(job_run(&j, false));
-    assert_int_equal(status_num(cl, "graph_replays"), 2);
-    sl_ctl_fault(&srv, "sticky");
-    assert_sl_err(job_run(&j, false), SALUS_EDEVICERESET);
-    for (int i = 0; i < 200 && !sl_ctl_log_has(&srv, "device reset #1"); i++)
+    env e;
+    env_open(&e, NULL);
+    runs(&e, 3, false);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 2);
+    sl_ctl_fault(&e.srv, "sticky");
+    assert_sl_err(job_run(&e.j, false), SALUS_EDEVICERESET);
+    for (int i = 0; i < 200 && !sl_ctl_log_has(&e.srv, "device reset #1"); i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    assert_true(sl_ctl_log_has(&srv, "device reset #1"));
-    long long before = status_num(cl, "graph_recordings");
+    assert_true(sl_ctl_log_has(&e.srv, "device reset #1"));
+    long long before = status_num(e.cl, "graph_recordings");
     int ok = 0;
     for (int i = 0; i < 6 && ok < 3; i++)
-        ok += job_run(&j, false) == SALUS_OK; /* the first may carry the reset's notice */
+        ok += job_run(&e.j, false) == SALUS_OK; /* the first may carry the reset's notice */
     assert_int_equal(ok, 3);
-    assert_int_equal(status_num(cl, "graph_recordings"), before + 1);
-    job_close(&j);
-    salus_disconnect(cl);
-    sl_ctl_finish(&srv);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), before + 1);
+    env_close(&e);
 }
 
 /* Beside a high-priority session, a low-priority iteration goes in steps
@@ -183,40 +186,28 @@ static void reset_records_again(void **state)
 static void low_priority_segments_replay(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    start_with(&srv, "--policy=priority");
-    salus_client *cl = sl_test_connect(&srv);
+    env e;
+    env_open(&e, "--policy=priority");
     salus_session_opts hp_opts = {.name = "hp", .priority = 10};
     salus_session *hp;
-    assert_sl_ok(salus_session_open(cl, &hp_opts, &hp));
-    job lp;
-    job_open(cl, &lp);
-    for (int i = 0; i < 10; i++)
-        assert_sl_ok(job_run(&lp, false));
-    assert_true(status_num(cl, "graph_recordings") >= 1);
-    assert_true(status_num(cl, "graph_replays") >= 1);
-    assert_int_equal(status_num(cl, "graph_fallbacks"), 0);
-    job_close(&lp);
+    assert_sl_ok(salus_session_open(e.cl, &hp_opts, &hp));
+    runs(&e, 10, false);
+    assert_true(status_num(e.cl, "graph_recordings") >= 1);
+    assert_true(status_num(e.cl, "graph_replays") >= 1);
+    assert_int_equal(status_num(e.cl, "graph_fallbacks"), 0);
     assert_sl_ok(salus_session_close(hp));
-    salus_disconnect(cl);
-    sl_ctl_finish(&srv);
+    env_close(&e);
 }
 
 static void no_graphs_launches_op_by_op(void **state)
 {
     (void) state;
-    sl_test_server srv;
-    start(&srv, false);
-    salus_client *cl = sl_test_connect(&srv);
-    job j;
-    job_open(cl, &j);
-    for (int i = 0; i < 4; i++)
-        assert_sl_ok(job_run(&j, false));
-    assert_int_equal(status_num(cl, "graph_recordings"), 0);
-    assert_int_equal(status_num(cl, "graph_replays"), 0);
-    job_close(&j);
-    salus_disconnect(cl);
-    sl_ctl_finish(&srv);
+    env e;
+    env_open(&e, "--no-graphs");
+    runs(&e, 4, false);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 0);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 0);
+    env_close(&e);
 }
 
 int main(void)
