@@ -86,6 +86,8 @@ static void run_head(sl_workq *q)
             cfg->after_callback(q->ctx);
     } else if (status == SL_OK) {
         rc = c->kind == NODE_FAIL ? c->u.fail : cfg->exec(q->ctx, c->payload);
+    } else if (c->kind != NODE_FAIL && cfg->skip) {
+        cfg->skip(q->ctx, c->payload);
     }
     pthread_mutex_lock(&q->lock);
     if (rc != SL_OK && q->sticky == SL_OK)

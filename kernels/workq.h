@@ -25,6 +25,9 @@ typedef struct sl_workq_config {
     /* Runs one work command on the worker thread without the lock; returns
      * SL_OK or the error that becomes sticky. */
     int (*exec)(void *ctx, void *payload);
+    /* Optional: a work command skipped after a sticky error, in place of
+     * exec (to release what its payload holds). */
+    void (*skip)(void *ctx, void *payload);
     /* Optional: on the worker thread as it starts, before any command. */
     void (*worker_start)(void *ctx);
     /* Optional: on the worker thread after each host callback returned. */

@@ -310,6 +310,32 @@ static bool replayable(const sl_exec *ex, const sl_exec_task *t)
            t->graph->replay && t->graph->n_ops > 0;
 }
 
+/* The key of ops [first, end) of t on st (replay.h): what their calls hold
+ * that can change between iterations of one graph (the stream, the math
+ * bits, every operand's address, the resets so far); the ops, shapes and
+ * attributes are the graph's own. *writes counts the ops that write
+ * params. */
+static uint64_t range_key(const sl_exec *ex, const sl_exec_task *t, const sl_stream *st,
+                          uint32_t first, uint32_t end, uint32_t *writes)
+{
+    const sl_graph *g = t->graph;
+    uint64_t key = sl_replay_key_start(st);
+    key = sl_replay_key_add(key, atomic_load(&ex->resets));
+    key = sl_replay_key_add(key, t->math);
+    *writes = 0;
+    for (uint32_t k = first; k < end; k++) {
+        const sl_graph_op *op = &g->ops[k];
+        if (op->op == SL_OP_RESHAPE)
+            continue;
+        for (unsigned i = 0; i < op->n_in; i++)
+            key = sl_replay_key_add(key, (uint64_t) (uintptr_t) value_ptr(ex, t, op->in[i]));
+        for (unsigned o = 0; o < op->n_out; o++)
+            key = sl_replay_key_add(key, (uint64_t) (uintptr_t) value_ptr(ex, t, op->out[o]));
+        *writes += writes_param(g, op);
+    }
+    return key;
+}
+
 /* Records ops [k, end) of t as one executable; *exec stays NULL for views
  * only. Runs nothing. */
 static int record_segment(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t k, uint32_t end,
@@ -379,17 +405,11 @@ bool sl_exec_replay_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t 
     sl_replay *r = g->replay;
     if (!ex->dev->ops->graph_begin || ex->cfg->no_graphs || !r || end - first < 2)
         return false;
-    uint32_t writes = 0;
-    uint64_t key = sl_replay_key_add(sl_replay_key_start(st), atomic_load(&ex->resets));
-    for (uint32_t k = first; k < end; k++) {
-        if (k + 1 < end && segment_ends(t, k))
+    for (uint32_t k = first; k + 1 < end; k++)
+        if (segment_ends(t, k))
             return false; /* a fetch inside: op by op */
-        if (g->ops[k].op != SL_OP_RESHAPE) {
-            sl_op_call call = sl_exec_op_call(ex, t, k);
-            key = sl_replay_key_call(key, &call);
-            writes += writes_param(g, &g->ops[k]);
-        }
-    }
+    uint32_t writes;
+    uint64_t key = range_key(ex, t, st, first, end, &writes);
     pthread_mutex_lock(&r->lock);
     if (!r->steps) {
         r->steps = sl_calloc(g->n_ops, sizeof *r->steps);
@@ -444,19 +464,13 @@ static bool submit_replayed(sl_exec *ex, sl_exec_task *t, sl_stream *st)
 {
     const sl_graph *g = t->graph;
     sl_replay *r = g->replay;
-    uint32_t n_seg = 0, writes = 0;
-    uint64_t key = sl_replay_key_add(sl_replay_key_start(st), atomic_load(&ex->resets));
-    for (uint32_t k = 0; k < g->n_ops; k++) {
-        if (g->ops[k].op != SL_OP_RESHAPE) {
-            sl_op_call call = sl_exec_op_call(ex, t, k);
-            key = sl_replay_key_call(key, &call);
-            writes += writes_param(g, &g->ops[k]);
-        }
+    uint32_t n_seg = 0, writes;
+    uint64_t key = range_key(ex, t, st, 0, g->n_ops, &writes);
+    for (uint32_t k = 0; k < g->n_ops; k++)
         if (segment_ends(t, k)) {
             key = sl_replay_key_add(key, k + 1);
             n_seg++;
         }
-    }
     pthread_mutex_lock(&r->lock);
     bool have = r->n_seg > 0 && r->key == key;
     if (!have && (key != r->seen_key || key == r->failed_key)) {

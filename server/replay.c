@@ -79,14 +79,6 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-static uint64_t fnv_ref(uint64_t h, const sl_tensor_ref *t)
-{
-    h = fnv(h, &t->data, sizeof t->data);
-    h = fnv(h, &t->shape.dtype, sizeof t->shape.dtype);
-    h = fnv(h, &t->shape.ndim, sizeof t->shape.ndim);
-    return fnv(h, t->shape.dims, (size_t) t->shape.ndim * sizeof t->shape.dims[0]);
-}
-
 uint64_t sl_replay_key_start(const void *stream)
 {
     return fnv(14695981039346656037ull, &stream, sizeof stream);
@@ -95,19 +87,4 @@ uint64_t sl_replay_key_start(const void *stream)
 uint64_t sl_replay_key_add(uint64_t h, uint64_t word)
 {
     return fnv(h, &word, sizeof word);
-}
-
-uint64_t sl_replay_key_call(uint64_t h, const sl_op_call *c)
-{
-    h = fnv(h, &c->op, sizeof c->op);
-    h = fnv(h, &c->n_in, sizeof c->n_in);
-    h = fnv(h, &c->n_out, sizeof c->n_out);
-    h = fnv(h, &c->math, sizeof c->math);
-    h = fnv(h, c->attrs.i, sizeof c->attrs.i);
-    h = fnv(h, c->attrs.f, sizeof c->attrs.f);
-    for (unsigned i = 0; i < c->n_in; i++)
-        h = fnv_ref(h, &c->in[i]);
-    for (unsigned o = 0; o < c->n_out; o++)
-        h = fnv_ref(h, &c->out[o]);
-    return h;
 }

@@ -9,8 +9,10 @@
  * addresses.
  *
  * Key. A recording holds every address, shape and attribute its ops were
- * launched with, on one stream. salusd hashes exactly that (sl_replay_key_*)
- * and replays only while the key is unchanged; anything that moves an
+ * launched with, on one stream. A graph's ops, shapes and attributes never
+ * change, so salusd hashes the rest (sl_replay_key_*): the stream, the math
+ * bits and every operand's address, and replays only while the key is
+ * unchanged; anything that moves an
  * address (a lane moved by compaction or resize, a new stream, a partition
  * bound to another stream) or changes a call (math mode) changes the key,
  * and the next iteration records again. So does a device reset, which
@@ -85,12 +87,10 @@ void sl_replay_add(sl_replay *r, sl_replay_sums *sum);
  * the record unshared). */
 void sl_replay_drop(sl_replay *r);
 void sl_replay_drop_steps(sl_replay *r);
-/* The key, built in steps: start with the stream, add each call (its op,
- * counts, math, attributes, shapes and data pointers; not its parameter
- * versions, which change every iteration and which no recorded kernel
- * reads) and each segment's end. FNV-1a. */
+/* The key, built in steps: start with the stream, add words (executor.c:
+ * the math bits, the resets, every operand's address, each segment's
+ * end). FNV-1a. */
 uint64_t sl_replay_key_start(const void *stream);
-uint64_t sl_replay_key_call(uint64_t h, const sl_op_call *c);
 uint64_t sl_replay_key_add(uint64_t h, uint64_t word);
 
 #endif

@@ -61,7 +61,8 @@ struct cmd {
     sl_sim_timing timing;
     void *zero_dst; /* d2h: host bytes to clear once the copy is done */
     size_t zero_n;
-    bool is_op; /* an op, not a copy (sl_sim_fail_next_ops counts ops) */
+    bool is_op;          /* an op, not a copy (sl_sim_fail_next_ops counts ops) */
+    sl_dev_graph *graph; /* a replay: its nodes, one after another (a reference) */
 };
 
 struct sl_stream {
@@ -88,7 +89,16 @@ struct sl_stream {
 struct sl_dev_graph {
     sl_sim_timing *nodes;
     size_t n, cap;
+    atomic_uint refs; /* graph_end's, and one per replay queued */
 };
+
+static void graph_unref(sl_dev_graph *g)
+{
+    if (g && atomic_fetch_sub(&g->refs, 1) == 1) {
+        sl_free(g->nodes);
+        sl_free(g);
+    }
+}
 
 static struct timespec to_timespec(uint64_t ns)
 {
@@ -173,12 +183,40 @@ static int run_work(sl_stream *s, const struct cmd *c)
 
 /* Runs one work command on the worker thread: an injected fault, or its
  * modeled time. */
+/* A replay (sim.h): its launch was reserved when it was queued; then each
+ * node's work with graph_node_ns ahead of it, one after another, as one
+ * command: the host launches nothing per node. */
+static int replay(sl_stream *s, const struct cmd *c)
+{
+    const sl_dev_graph *g = c->graph;
+    int rc = SL_OK;
+    for (size_t i = 0; i < g->n && rc == SL_OK; i++) {
+        struct cmd node = {.launch_epoch = c->launch_epoch, .timing = g->nodes[i], .is_op = true};
+        node.timing.launch_ns = 0;
+        node.timing.work_ns += s->dev->profile->graph_node_ns;
+        node.launched_ns = i == 0 ? c->launched_ns : 0;
+        rc = sl_sim_take_fault(s->dev, true);
+        if (rc == SL_OK)
+            rc = run_work(s, &node);
+    }
+    graph_unref(c->graph);
+    return rc;
+}
+
 static int execute(void *ctx, void *payload)
 {
     sl_stream *s = ctx;
     const struct cmd *c = payload;
+    if (c->graph)
+        return replay(s, c);
     int rc = sl_sim_take_fault(s->dev, c->is_op);
     return rc == SL_OK ? run_work(s, c) : rc;
+}
+
+static void skip(void *ctx, void *payload)
+{
+    (void) ctx;
+    graph_unref(((struct cmd *) payload)->graph);
 }
 
 /* Host callbacks take real time: work after one starts when it returned. */
@@ -191,6 +229,7 @@ static void after_callback(void *ctx)
 static const sl_workq_config sim_workq = {
     .payload_size = sizeof(struct cmd),
     .exec = execute,
+    .skip = skip,
     .after_callback = after_callback,
     .log_id = "sim.stream",
     .lost_log_id = "sim.stream.lost",
@@ -335,7 +374,10 @@ int sl_sim_graph_begin(sl_device *dev, sl_stream *s)
     if (s->recording)
         return SL_EINVAL;
     s->recording = sl_calloc(1, sizeof *s->recording);
-    return s->recording ? SL_OK : SL_ENOMEM;
+    if (!s->recording)
+        return SL_ENOMEM;
+    atomic_init(&s->recording->refs, 1);
+    return SL_OK;
 }
 
 int sl_sim_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size_t *bytes, char *reason,
@@ -361,36 +403,29 @@ int sl_sim_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size_t *b
     return SL_OK;
 }
 
-/* The replay (sim.h): one launch of graph_launch_ns on the launch path,
- * then each node's work with graph_node_ns ahead of it on the device
- * instead of a launch of its own. */
+/* The replay: one command, its launch of graph_launch_ns on the device's
+ * launch path (replay, above). */
 int sl_sim_graph_launch(sl_device *dev, sl_stream *s, sl_dev_graph *g)
 {
     struct sl_sim_dev *d = dev->priv;
     if (!g || s->recording)
         return SL_EINVAL;
-    for (size_t i = 0; i < g->n; i++) {
-        int rc;
-        struct cmd *c = begin(s, &rc);
-        if (!c)
-            return rc;
-        c->timing = g->nodes[i];
-        c->timing.launch_ns = i == 0 ? d->profile->graph_launch_ns : 0;
-        c->timing.work_ns += d->profile->graph_node_ns;
-        c->is_op = true;
-        if ((rc = commit(s, c)) != SL_OK)
-            return rc;
-    }
-    return SL_OK;
+    int rc;
+    struct cmd *c = begin(s, &rc);
+    if (!c)
+        return rc;
+    c->timing.launch_ns = d->profile->graph_launch_ns;
+    c->is_op = true;
+    c->graph = g;
+    atomic_fetch_add(&g->refs, 1);
+    return commit(s, c);
 }
 
+/* Replays still queued hold their own references. */
 void sl_sim_graph_destroy(sl_device *dev, sl_dev_graph *g)
 {
     (void) dev;
-    if (g) {
-        sl_free(g->nodes);
-        sl_free(g);
-    }
+    graph_unref(g);
 }
 
 int sl_sim_stream_set_workspace(sl_device *dev, sl_stream *s, void *ptr, size_t bytes)
