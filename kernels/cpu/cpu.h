@@ -239,7 +239,10 @@ int sl_cpu_axes_op(const sl_op_call *c, int threads);
 int sl_cpu_train_op(sl_cpu_exec *x, const sl_op_call *c);
 /* Whether op is one of sl_cpu_train_op's. */
 bool sl_cpu_is_train_op(unsigned op);
-int sl_cpu_softmax(const sl_op_call *c);
+/* softmax's rows split across up to `threads` threads of the caller's
+ * team (sl_cpu_parallel) when there is enough work; each row is computed
+ * as on one thread. */
+int sl_cpu_softmax(const sl_op_call *c, int threads);
 int sl_cpu_softmax_xent(const sl_op_call *c);
 int sl_cpu_softmax_xent_grad(const sl_op_call *c);
 int sl_cpu_reduce_sum(const sl_op_call *c);
@@ -261,6 +264,10 @@ void sl_cpu_vtanh(const float *x, float *y, uint64_t n);
  * (vmath.c: within 1.5e-7 of the exact erf); y may be x. */
 void sl_cpu_verf(const float *x, float *y, uint64_t n);
 void sl_cpu_vgelu(const float *x, float *y, uint64_t n);
+/* y = e^(x - m) for x <= m (a row's max), vectorised as sigmoid's e^x:
+ * within 2 ulp; 0 where x - m < -87.3 (the exact value is below 1.2e-38),
+ * NaN where x - m is NaN. y may be x. */
+void sl_cpu_vexp_shifted(const float *x, float *y, uint64_t n, float m);
 int sl_cpu_amp_unscale(const sl_op_call *c);
 int sl_cpu_amp_commit(const sl_op_call *c);
 int sl_cpu_amp_scale_update(const sl_op_call *c);

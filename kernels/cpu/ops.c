@@ -462,6 +462,12 @@ static int k_axes(const sl_op_call *c)
     return sl_cpu_axes_op(c, 1);
 }
 
+/* softmax's: the same. */
+static int k_softmax(const sl_op_call *c)
+{
+    return sl_cpu_softmax(c, 1);
+}
+
 static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_FILL] = k_fill,
     [SL_OP_COPY] = k_copy,
@@ -491,7 +497,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_BATCHNORM] = sl_cpu_batchnorm,
     [SL_OP_BATCHNORM_INFER] = sl_cpu_batchnorm_infer,
     [SL_OP_BATCHNORM_GRAD] = sl_cpu_batchnorm_grad,
-    [SL_OP_SOFTMAX] = sl_cpu_softmax,
+    [SL_OP_SOFTMAX] = k_softmax,
     [SL_OP_SOFTMAX_XENT] = sl_cpu_softmax_xent,
     [SL_OP_SOFTMAX_XENT_GRAD] = sl_cpu_softmax_xent_grad,
     [SL_OP_REDUCE_SUM] = sl_cpu_reduce_sum,
@@ -613,6 +619,8 @@ int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
         return sl_cpu_train_op(x, call);
     if (kernels[call->op] == k_axes)
         return sl_cpu_axes_op(call, x->threads);
+    if (call->op == SL_OP_SOFTMAX)
+        return sl_cpu_softmax(call, x->threads);
     if (ranges[call->op] && x->threads > 1) {
         struct range_job j = {call, sl_shape_elems(&call->in[0].shape)};
         if (j.n >= SL_CPU_TEAM_MIN_ELEMS) {

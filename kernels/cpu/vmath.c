@@ -148,3 +148,13 @@ VMATH_CLONES void sl_cpu_vgelu(const float *x, float *y, uint64_t n)
         y[i] = 0.5f * a * (1.0f + erf_f(a * 0.70710678118654752f));
     }
 }
+
+VMATH_CLONES void sl_cpu_vexp_shifted(const float *x, float *y, uint64_t n, float m)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        float t = x[i] - m;
+        float v = exp_neg(t);
+        v = t < -87.33654f ? 0.0f : v;
+        y[i] = t != t ? t : v;
+    }
+}

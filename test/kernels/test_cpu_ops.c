@@ -867,14 +867,49 @@ static void test_axes_threads(void **state)
     sl_free(x), sl_free(z), sl_free(y1), sl_free(y2), sl_free(mask);
 }
 
+/* softmax on the vector exp, split by rows across the team: the same bits
+ * on one thread and two, within a few ulp of a double reference (plus the
+ * rounding of x - max in float, which scales with |x - max|), and
+ * exact zeros for -inf scores (a masked attention's) and scores 100 below
+ * the row's max. */
+static void test_softmax_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { R = 301, C = 130, N = R * C };
+    float *x = kt_fvec(N), *y1 = kt_fvec(N), *y2 = kt_fvec(N);
+    kt_rand(x, N, 61, -20, 20);
+    for (int r = 0; r < R; r++) {
+        x[r * C + r % C] = -INFINITY;
+        x[r * C + (r + 7) % C] = 25.0f;
+        x[r * C + (r + 9) % C] = -80.0f;
+    }
+    sl_shape sh[2] = {KT_F32(2, R, C), KT_F32(2, R, C)};
+    same_on_two_threads(e, SL_OP_SOFTMAX, NULL, sh, (float *[]){x}, 1, y1, y2, N, "softmax");
+    for (int r = 0; r < R; r++) {
+        double sum = 0;
+        for (int j = 0; j < C; j++)
+            sum += exp((double) x[r * C + j] - 25.0);
+        for (int j = 0; j < C; j++) {
+            double want = exp((double) x[r * C + j] - 25.0) / sum;
+            float got = y1[r * C + j];
+            if (x[r * C + j] < -70.0f)
+                assert_true(got == 0.0f);
+            else if (!(fabs(got - want) <= (5e-7 + 1.2e-7 * (25.0 - x[r * C + j])) * want))
+                fail_msg("softmax [%d,%d]: %.9g, want %.9g", r, j, (double) got, want);
+        }
+    }
+    sl_free(x), sl_free(y1), sl_free(y2);
+}
+
 SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
               cmocka_unit_test(test_vector_sigmoid_tanh), cmocka_unit_test(test_vector_erf_gelu),
-              cmocka_unit_test(test_axes_threads), cmocka_unit_test(test_cache_and_threads),
-              cmocka_unit_test(test_cache_eviction), cmocka_unit_test(test_concurrent_lanes),
-              cmocka_unit_test(test_adam_step_zero), cmocka_unit_test(test_refused_dims),
-              cmocka_unit_test(test_maxpool_grad_tiled), cmocka_unit_test(test_reshape_launch),
-              cmocka_unit_test(test_lane_workspace), cmocka_unit_test(test_maxpool_tiled),
-              cmocka_unit_test(test_maxpool_rows), cmocka_unit_test(test_matmul_threads),
+              cmocka_unit_test(test_axes_threads), cmocka_unit_test(test_softmax_threads),
+              cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
+              cmocka_unit_test(test_concurrent_lanes), cmocka_unit_test(test_adam_step_zero),
+              cmocka_unit_test(test_refused_dims), cmocka_unit_test(test_maxpool_grad_tiled),
+              cmocka_unit_test(test_reshape_launch), cmocka_unit_test(test_lane_workspace),
+              cmocka_unit_test(test_maxpool_tiled), cmocka_unit_test(test_maxpool_rows),
+              cmocka_unit_test(test_matmul_threads),
               cmocka_unit_test(test_conv_grad_filter_threads),
               cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
               cmocka_unit_test(test_team_cores), cmocka_unit_test(test_sgemm_libraries))
