@@ -1,8 +1,8 @@
-/* bench/onnx_infer: batch-1 inference latency of a torchvision model
- * (--model: resnet18, the default, resnet50, efficientnet_b0 or
- * mobilenet_v3_small; random weights, the same in every process) exported
- * to ONNX and served
- * through salusd, against PyTorch running the same model in-process:
+/* bench/onnx_infer: inference latency at batch 1 (or --batch N) of a
+ * PyTorch model (--model: resnet18, the default, resnet50, efficientnet_b0,
+ * mobilenet_v3_small, convnext_tiny, bert or gpt as torch_infer.py builds
+ * them; random weights, the same in every process) exported to ONNX and
+ * served through salusd, against PyTorch running the same model in-process:
  *   salus   salus_onnx_run through salusd over ipc:// (a separate process):
  *           what a client sees, the input sent and the output fetched;
  *   torch1  PyTorch (Debian's python3-torch) with torch.set_num_threads(1),
@@ -14,12 +14,12 @@
  * compared once: max_abs_err against PyTorch's output for the same input.
  * Every process runs with OMP_WAIT_POLICY=PASSIVE. Prints per-round
  * figures, then
- *   BENCH onnx_infer model=M salus_ms=... torch_ms=... torch_threads=...
+ *   BENCH onnx_infer model=M batch=B salus_ms=... torch_ms=... torch_threads=...
  *         max_abs_err=... rel_err=... salus_p99_ms=... torch_p99_ms=... ...
- *   BENCH torch_infer model=M ratio=SALUS_MS/TORCH_MS ...
+ *   BENCH torch_infer model=M batch=B ratio=SALUS_MS/TORCH_MS ...
  *
  *   onnx_infer --salusd PATH --script bench/torch_infer.py [--python /usr/bin/python3]
- *              [--model resnet18] [--rounds 5] [--iters 20] [--json FILE] */
+ *              [--model resnet18] [--batch 1] [--rounds 5] [--iters 20] [--json FILE] */
 #include "bench_util.h"
 
 #include <salus/salus.h>
@@ -31,10 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define IN_ELEMS (3 * 224 * 224)
-#define OUT_ELEMS 1000
-
 static const char *model = "resnet18";
+static const char *batch = "1";
 
 /* One PyTorch process and its thread count. */
 typedef struct torch_proc {
@@ -47,8 +45,9 @@ static int torch_start(torch_proc *t, const char *python, const char *script,
 {
     char threads[16];
     snprintf(threads, sizeof threads, "%d", t->threads);
-    return bench_peer_start(&t->peer, (const char *[]){python, script, threads,
-                                                       export_dir ? export_dir : "-", model, NULL});
+    return bench_peer_start(&t->peer,
+                            (const char *[]){python, script, threads, export_dir ? export_dir : "-",
+                                             model, batch, NULL});
 }
 
 /* n timed inferences on the PyTorch side, in ms, into ms[0..n). */
@@ -70,6 +69,8 @@ static int torch_run(torch_proc *t, int n, double *ms)
     return 0;
 }
 
+/* n elements of 4 bytes (float32 or int32, both as torch_infer.py writes
+ * them) from path. */
 static float *read_floats(const char *path, size_t n)
 {
     FILE *f = fopen(path, "rb");
@@ -87,10 +88,10 @@ int main(int argc, char **argv)
 {
     const char *salusd = NULL, *script = NULL, *python = "/usr/bin/python3", *json = NULL;
     int rounds = 5, iters = 20;
-    static const struct option opts[] = {{"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'},
-                                         {"python", 1, NULL, 'p'}, {"rounds", 1, NULL, 'r'},
-                                         {"iters", 1, NULL, 'i'},  {"json", 1, NULL, 'j'},
-                                         {"model", 1, NULL, 'm'},  {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"salusd", 1, NULL, 's'}, {"script", 1, NULL, 'S'}, {"python", 1, NULL, 'p'},
+        {"rounds", 1, NULL, 'r'}, {"iters", 1, NULL, 'i'},  {"json", 1, NULL, 'j'},
+        {"model", 1, NULL, 'm'},  {"batch", 1, NULL, 'b'},  {NULL, 0, NULL, 0}};
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (c) {
         case 's':
@@ -114,13 +115,16 @@ int main(int argc, char **argv)
         case 'm':
             model = optarg;
             break;
+        case 'b':
+            batch = optarg;
+            break;
         default:
             return 2;
         }
     }
-    if (!salusd || !script || rounds < 1 || iters < 1 || iters > 2000) {
+    if (!salusd || !script || rounds < 1 || iters < 1 || iters > 2000 || atoi(batch) < 1) {
         fprintf(stderr, "usage: onnx_infer --salusd PATH --script torch_infer.py [--python PY] "
-                        "[--model NAME] [--rounds N] [--iters N] [--json FILE]\n");
+                        "[--model NAME] [--batch N] [--rounds N] [--iters N] [--json FILE]\n");
         return 2;
     }
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
@@ -155,13 +159,29 @@ int main(int argc, char **argv)
         sl_ts_salusd_cleanup(&srv);
         return 1;
     }
-    snprintf(path, sizeof path, "%s/%s.in", dir, model);
-    float *x = read_floats(path, IN_ELEMS);
-    snprintf(path, sizeof path, "%s/%s.out", dir, model);
-    float *want = read_floats(path, OUT_ELEMS);
-    float *y = calloc(OUT_ELEMS, sizeof *y);
-    if (!x || !want || !y)
+    /* one input (float32 images or int32 token ids) and one float32 output */
+    int dtype, ndim;
+    int64_t dims[8];
+    size_t in_elems = 1, out_elems = 1;
+    if (salus_onnx_n_inputs(m) != 1 || salus_onnx_n_outputs(m) != 1 ||
+        salus_onnx_input(m, 0, NULL, &dtype, &ndim, dims) != SALUS_OK) {
+        fprintf(stderr, "onnx_infer: expected one input and one output\n");
         return 1;
+    }
+    for (int d = 0; d < ndim; d++)
+        in_elems *= (size_t) dims[d];
+    (void) salus_onnx_output(m, 0, NULL, &dtype, &ndim, dims);
+    for (int d = 0; d < ndim; d++)
+        out_elems *= (size_t) dims[d];
+    snprintf(path, sizeof path, "%s/%s.in", dir, model);
+    float *x = read_floats(path, in_elems);
+    snprintf(path, sizeof path, "%s/%s.out", dir, model);
+    float *want = read_floats(path, out_elems);
+    float *y = calloc(out_elems, sizeof *y);
+    if (!x || !want || !y) {
+        fprintf(stderr, "onnx_infer: cannot read PyTorch's input or output\n");
+        return 1;
+    }
 
     /* correctness first: the same weights and input as PyTorch's */
     if (salus_onnx_run(m, (const void *[]){x}, (void *[]){y}) != SALUS_OK) {
@@ -169,7 +189,7 @@ int main(int argc, char **argv)
         return 1;
     }
     double max_err = 0, max_ref = 0;
-    for (int i = 0; i < OUT_ELEMS; i++) {
+    for (size_t i = 0; i < out_elems; i++) {
         max_err = fmax(max_err, fabs((double) y[i] - want[i]));
         max_ref = fmax(max_ref, fabs((double) want[i]));
     }
@@ -229,26 +249,27 @@ int main(int argc, char **argv)
         FILE *f = fopen(json, "w");
         if (f) {
             fprintf(f,
-                    "{\"model\": \"%s\", \"salus_ms\": %.4f, \"torch1_ms\": %.4f, "
+                    "{\"model\": \"%s\", \"batch\": %s, \"salus_ms\": %.4f, \"torch1_ms\": %.4f, "
                     "\"torch2_ms\": %.4f, \"torch_threads\": %d, \"salus_p99_ms\": %.4f, "
                     "\"torch_p99_ms\": %.4f, \"max_abs_err\": %.3g, \"rel_err\": %.3g, "
                     "\"rounds\": %d, \"iters\": %d, \"load_before\": %.2f, \"load_after\": "
                     "%.2f}\n",
-                    model, salus_ms, torch_ms[0], torch_ms[1], best + 1, salus_p99, torch_p99,
-                    max_err, rel, rounds, iters, load0[0], load1[0]);
+                    model, batch, salus_ms, torch_ms[0], torch_ms[1], best + 1, salus_p99,
+                    torch_p99, max_err, rel, rounds, iters, load0[0], load1[0]);
             fclose(f);
         }
     }
     printf("load average %.2f before, %.2f after (other users of the machine move every figure)\n",
            load0[0], load1[0]);
-    printf("BENCH onnx_infer model=%s salus_ms=%.3f torch_ms=%.3f torch_threads=%d "
+    printf("BENCH onnx_infer model=%s batch=%s salus_ms=%.3f torch_ms=%.3f torch_threads=%d "
            "torch1_ms=%.3f torch2_ms=%.3f ratio=%.3f salus_p99_ms=%.3f torch_p99_ms=%.3f "
            "max_abs_err=%.3g rel_err=%.3g\n",
-           model, salus_ms, torch_ms[best], best + 1, torch_ms[0], torch_ms[1],
+           model, batch, salus_ms, torch_ms[best], best + 1, torch_ms[0], torch_ms[1],
            salus_ms / torch_ms[best], salus_p99, torch_p99, max_err, rel);
     /* the issue-facing name: salus's latency over PyTorch's best */
-    printf("BENCH torch_infer model=%s ratio=%.3f salus_ms=%.3f torch_ms=%.3f torch_threads=%d\n",
-           model, salus_ms / torch_ms[best], salus_ms, torch_ms[best], best + 1);
+    printf("BENCH torch_infer model=%s batch=%s ratio=%.3f salus_ms=%.3f torch_ms=%.3f "
+           "torch_threads=%d\n",
+           model, batch, salus_ms / torch_ms[best], salus_ms, torch_ms[best], best + 1);
     free(x), free(want), free(y), free(all_salus), free(all_torch[0]), free(all_torch[1]);
     free(med_salus), free(med_torch[0]), free(med_torch[1]);
     return 0;

@@ -620,8 +620,12 @@ static int import_graph(sl_onnx_imp *m, const Onnx__ModelProto *model)
         if ((rc = add_input(m, g->input[i])))
             return rc;
     }
+    if (g->n_node && sl_onnx_fusable(g) && !(m->skip = sl_calloc(g->n_node, sizeof *m->skip)))
+        return sl_onnx_fail(m, SL_ENOMEM, "out of memory");
     for (size_t i = 0; i < g->n_node; i++) {
         const Onnx__NodeProto *n = g->node[i];
+        if (m->skip && m->skip[i])
+            continue;
         m->node = n;
         if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
             return sl_onnx_fail(m, SL_EUNSUPPORTED, "domain '%.32s' is not supported", n->domain);
@@ -707,6 +711,7 @@ static int import(salus_session *s, const void *data, size_t len, const salus_on
         sl_free(m.ents[i].d);
     sl_free(m.ents);
     sl_free(m.slots);
+    sl_free(m.skip);
     onnx__model_proto__free_unpacked(model, NULL);
     if (rc != SL_OK || !out) {
         snprintf(err, errlen, "%s", m.err);

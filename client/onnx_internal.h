@@ -94,8 +94,11 @@ typedef struct sl_onnx_imp {
     size_t n_slots;
     uint64_t const_elems;
     size_t cap_tensors;
-    int code;                      /* first error's code */
-    char err[512];                 /* first error */
+    int code;      /* first error's code */
+    char err[512]; /* first error */
+    /* per node of the graph: already imported, in a pattern fused with an
+     * earlier node (onnx_fuse.c); NULL when the graph is not fused */
+    bool *skip;
     const Onnx__NodeProto *node;   /* the node being imported (for messages) */
     const Onnx__GraphProto *graph; /* the graph being imported (uses of a name) */
 } sl_onnx_imp;
@@ -165,6 +168,14 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e);
  * constants and its op can be evaluated on the host. *folded says whether
  * it did (its outputs then are constant entries). */
 int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded);
+/* Whether graph g may have patterns fused (onnx_fuse.c): no node has a
+ * subgraph, which could read values the pattern matcher does not see. */
+bool sl_onnx_fusable(const Onnx__GraphProto *g);
+/* Imports node n together with the nodes after it when they are one of
+ * the patterns PyTorch's exporter writes for layer norm and GELU, as one
+ * salus op; *fused says whether it did (the pattern's last output is then
+ * defined and its other nodes marked in m->skip). Errors as sl_onnx_map. */
+int sl_onnx_fuse(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *fused);
 /* Maps node n onto salus ops (its outputs then are graph values). Errors:
  * EUNSUPPORTED naming the op and what is missing; EINVAL. */
 int sl_onnx_map(sl_onnx_imp *m, const Onnx__NodeProto *n);

@@ -459,6 +459,10 @@ static int dispatch(sl_onnx_imp *m, const Onnx__NodeProto *n)
         if ((found = sl_dtype_is_float(s.dtype)) != 0)
             m->fdtype = s.dtype;
     }
+    bool fused;
+    int rc = sl_onnx_fuse(m, n, &fused);
+    if (rc || fused)
+        return rc;
     static const struct {
         const char *name;
         int kind;

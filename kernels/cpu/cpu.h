@@ -225,8 +225,12 @@ const char *sl_cpu_gemm_name(sl_cpu_gemm_lib lib);
 
 /* Kernels outside ops.c, each for the op its name says; contracts as
  * sl_cpu_run_op. loss.c: */
-/* The ops along axes of any rank (axes.c, ops_axes.h): one entry for all. */
-int sl_cpu_axes_op(const sl_op_call *c);
+/* The ops along axes of any rank (axes.c, ops_axes.h): one entry for all.
+ * The element-wise ops, where, masked_fill, compare, transpose,
+ * reduce_axes and batch_matmul split across up to `threads` threads of
+ * the caller's team (sl_cpu_parallel) when big enough; the results do not
+ * depend on the split. */
+int sl_cpu_axes_op(const sl_op_call *c, int threads);
 /* The transformer training ops (train.c): layer_norm, layer_norm_grad,
  * ew_unary_grad, softmax_axis, softmax_axis_grad, embedding_grad, dropout,
  * dropout_grad, split across x->threads from SL_CPU_TEAM_MIN_ELEMS
@@ -235,7 +239,10 @@ int sl_cpu_axes_op(const sl_op_call *c);
 int sl_cpu_train_op(sl_cpu_exec *x, const sl_op_call *c);
 /* Whether op is one of sl_cpu_train_op's. */
 bool sl_cpu_is_train_op(unsigned op);
-int sl_cpu_softmax(const sl_op_call *c);
+/* softmax's rows split across up to `threads` threads of the caller's
+ * team (sl_cpu_parallel) when there is enough work; each row is computed
+ * as on one thread. */
+int sl_cpu_softmax(const sl_op_call *c, int threads);
 int sl_cpu_softmax_xent(const sl_op_call *c);
 int sl_cpu_softmax_xent_grad(const sl_op_call *c);
 int sl_cpu_reduce_sum(const sl_op_call *c);
@@ -253,6 +260,14 @@ int sl_cpu_maxpool_grad(const sl_op_call *c);
 /* sigmoid and tanh of n floats, vectorised (vmath.c); y may be x. */
 void sl_cpu_vsigmoid(const float *x, float *y, uint64_t n);
 void sl_cpu_vtanh(const float *x, float *y, uint64_t n);
+/* erf, and GELU (0.5 x (1 + erf(x / sqrt 2))), of n floats, vectorised
+ * (vmath.c: within 1.5e-7 of the exact erf); y may be x. */
+void sl_cpu_verf(const float *x, float *y, uint64_t n);
+void sl_cpu_vgelu(const float *x, float *y, uint64_t n);
+/* y = e^(x - m) for x <= m (a row's max), vectorised as sigmoid's e^x:
+ * within 2 ulp; 0 where x - m < -87.3 (the exact value is below 1.2e-38),
+ * NaN where x - m is NaN. y may be x. */
+void sl_cpu_vexp_shifted(const float *x, float *y, uint64_t n, float m);
 int sl_cpu_amp_unscale(const sl_op_call *c);
 int sl_cpu_amp_commit(const sl_op_call *c);
 int sl_cpu_amp_scale_update(const sl_op_call *c);

@@ -39,14 +39,41 @@ static void scale_row(float *p, uint64_t n, double sum)
         p[j] *= inv;
 }
 
-int sl_cpu_softmax(const sl_op_call *c)
+/* Rows [r0, r1) of softmax: e^(x - max) on vmath.c's vector exp (a
+ * scalar expf per element was most of the op), summed in double. */
+static void softmax_rows(const sl_op_call *c, uint64_t r0, uint64_t r1)
 {
     const float *x = f32(&c->in[0]);
     float *y = f32(&c->out[0]);
+    uint64_t cols = (uint64_t) c->in[0].shape.dims[1];
+    for (uint64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        sl_cpu_vexp_shifted(xr, yr, cols, row_max(xr, cols));
+        scale_row(yr, cols, sl_cpu_sum(yr, cols));
+    }
+}
+
+struct softmax_job {
+    const sl_op_call *c;
+    uint64_t rows;
+};
+
+static void softmax_part(void *arg, int part, int parts)
+{
+    const struct softmax_job *j = arg;
+    softmax_rows(j->c, j->rows * (uint64_t) part / (uint64_t) parts,
+                 j->rows * (uint64_t) (part + 1) / (uint64_t) parts);
+}
+
+int sl_cpu_softmax(const sl_op_call *c, int threads)
+{
     uint64_t rows = (uint64_t) c->in[0].shape.dims[0], cols = (uint64_t) c->in[0].shape.dims[1];
-    for (uint64_t r = 0; r < rows; r++) {
-        float m;
-        scale_row(y + r * cols, cols, exp_row(x + r * cols, y + r * cols, cols, &m));
+    if (threads > 1 && rows > 1 && rows * cols >= SL_CPU_TEAM_MIN_ELEMS / 4) {
+        struct softmax_job j = {c, rows};
+        sl_cpu_parallel(rows < (uint64_t) threads ? (int) rows : threads, softmax_part, &j);
+    } else {
+        softmax_rows(c, 0, rows);
     }
     return SL_OK;
 }

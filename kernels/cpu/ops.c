@@ -462,6 +462,19 @@ bool sl_cpu_op_uses_dnnl(unsigned op)
 static int k_cast(const sl_op_call *c);
 static int k_train(const sl_op_call *c);
 
+/* The ops along axes' entry in the table: sl_cpu_run_op_f32 gives them
+ * the team. */
+static int k_axes(const sl_op_call *c)
+{
+    return sl_cpu_axes_op(c, 1);
+}
+
+/* softmax's: the same. */
+static int k_softmax(const sl_op_call *c)
+{
+    return sl_cpu_softmax(c, 1);
+}
+
 static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_FILL] = k_fill,
     [SL_OP_COPY] = k_copy,
@@ -492,7 +505,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_BATCHNORM] = sl_cpu_batchnorm,
     [SL_OP_BATCHNORM_INFER] = sl_cpu_batchnorm_infer,
     [SL_OP_BATCHNORM_GRAD] = sl_cpu_batchnorm_grad,
-    [SL_OP_SOFTMAX] = sl_cpu_softmax,
+    [SL_OP_SOFTMAX] = k_softmax,
     [SL_OP_SOFTMAX_XENT] = sl_cpu_softmax_xent,
     [SL_OP_SOFTMAX_XENT_GRAD] = sl_cpu_softmax_xent_grad,
     [SL_OP_REDUCE_SUM] = sl_cpu_reduce_sum,
@@ -504,15 +517,15 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_ADAM_UPDATE_LR] = k_adam_update,
     [SL_OP_RESHAPE] = k_reshape,
     [SL_OP_MATMUL_ACC] = k_matmul,
-    [SL_OP_EW_BINARY] = sl_cpu_axes_op,
-    [SL_OP_EW_UNARY] = sl_cpu_axes_op,
-    [SL_OP_TRANSPOSE] = sl_cpu_axes_op,
-    [SL_OP_SLICE] = sl_cpu_axes_op,
-    [SL_OP_CONCAT] = sl_cpu_axes_op,
-    [SL_OP_GATHER] = sl_cpu_axes_op,
-    [SL_OP_REDUCE_AXES] = sl_cpu_axes_op,
-    [SL_OP_LOG_SOFTMAX] = sl_cpu_axes_op,
-    [SL_OP_BATCH_MATMUL] = sl_cpu_axes_op,
+    [SL_OP_EW_BINARY] = k_axes,
+    [SL_OP_EW_UNARY] = k_axes,
+    [SL_OP_TRANSPOSE] = k_axes,
+    [SL_OP_SLICE] = k_axes,
+    [SL_OP_CONCAT] = k_axes,
+    [SL_OP_GATHER] = k_axes,
+    [SL_OP_REDUCE_AXES] = k_axes,
+    [SL_OP_LOG_SOFTMAX] = k_axes,
+    [SL_OP_BATCH_MATMUL] = k_axes,
     [SL_OP_CAST] = k_cast,
     [SL_OP_AMP_UNSCALE] = sl_cpu_amp_unscale,
     [SL_OP_AMP_COMMIT] = sl_cpu_amp_commit,
@@ -523,9 +536,9 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_SOFTMAX_AXIS] = k_train,
     [SL_OP_SOFTMAX_AXIS_GRAD] = k_train,
     [SL_OP_EMBEDDING_GRAD] = k_train,
-    [SL_OP_WHERE] = sl_cpu_axes_op,
-    [SL_OP_MASKED_FILL] = sl_cpu_axes_op,
-    [SL_OP_COMPARE] = sl_cpu_axes_op,
+    [SL_OP_WHERE] = k_axes,
+    [SL_OP_MASKED_FILL] = k_axes,
+    [SL_OP_COMPARE] = k_axes,
     [SL_OP_DROPOUT] = k_train,
     [SL_OP_DROPOUT_GRAD] = k_train,
 };
@@ -616,6 +629,10 @@ int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
     }
     if (sl_cpu_is_train_op(call->op))
         return sl_cpu_train_op(x, call);
+    if (kernels[call->op] == k_axes)
+        return sl_cpu_axes_op(call, x->threads);
+    if (call->op == SL_OP_SOFTMAX)
+        return sl_cpu_softmax(call, x->threads);
     if (ranges[call->op] && x->threads > 1) {
         struct range_job j = {call, sl_shape_elems(&call->in[0].shape)};
         if (j.n >= SL_CPU_TEAM_MIN_ELEMS) {

@@ -4,6 +4,7 @@
 #include "kt_nn.h"
 
 #include "cpu/cpu.h"
+#include "ops_axes.h"
 #include "sl_alloc.h"
 #include "sl_testsupport.h"
 
@@ -706,13 +707,209 @@ static void test_vector_sigmoid_tanh(void **state)
     sl_free(x), sl_free(y), sl_free(t);
 }
 
+/* erf and GELU (ew_unary) on vmath.c's polynomials: within 1.5e-7 of the
+ * exact erf, and GELU within what that and two roundings allow, over edge
+ * values and a wide range; 200000 elements, so the op is also split
+ * across the team. */
+static void test_vector_erf_gelu(void **state)
+{
+    enum { N = 200000 };
+    float *x = kt_fvec(N), *y = kt_fvec(N), *g = kt_fvec(N);
+    kt_rand(x, N, 43, -12, 12);
+    static const float edge[] = {0.0f,    -0.0f, 1e-30f, -1e-20f, 1e-7f, 0.9999f, 1.0f,     -1.0f,
+                                 1.0001f, 3.99f, 4.0f,   -4.01f,  10.0f, -30.0f,  INFINITY, NAN};
+    size_t n_edge = sizeof edge / sizeof edge[0];
+    memcpy(x, edge, sizeof edge);
+    for (size_t i = n_edge; i < 40000; i++) /* |x| < 1.2, densely */
+        x[i] = x[i] * 0.1f;
+    sl_shape s[2] = {KT_F32(2, 400, N / 400), KT_F32(2, 400, N / 400)};
+    sl_op_attrs ea = {.i = {SL_EW_ERF}}, ga = {.i = {SL_EW_GELU}};
+    sl_cpu_force_threads(((kt_env *) *state)->dev, 2);
+    kt_run_op(*state, SL_OP_EW_UNARY, &ea, s, (float *[]){x}, 1, (float *[]){y});
+    kt_run_op(*state, SL_OP_EW_UNARY, &ga, s, (float *[]){x}, 1, (float *[]){g});
+    sl_cpu_force_threads(((kt_env *) *state)->dev, 0);
+    for (size_t i = 0; i < N; i++) {
+        double a = x[i], we = erf(a), wg = 0.5 * a * (1.0 + erf(a / sqrt(2.0)));
+        if (isnan(a)) {
+            assert_true(isnan(y[i]) && isnan(g[i]));
+            continue;
+        }
+        if (!(fabs(y[i] - we) <= 1.5e-7))
+            fail_msg("erf(%.9g) = %.9g, want %.9g", a, (double) y[i], we);
+        if (isinf(a))
+            continue;
+        if (!(fabs(g[i] - wg) <= 1e-7 * fabs(a) + 2.5e-7 * fabs(wg)))
+            fail_msg("gelu(%.9g) = %.9g, want %.9g", a, (double) g[i], wg);
+    }
+    assert_true(g[14] == INFINITY); /* gelu(inf) */
+    sl_free(x), sl_free(y), sl_free(g);
+}
+
+/* Runs op once on one thread and once on two and expects the same bits:
+ * the ops along axes split their output into bands that each compute as
+ * on one thread. The outputs (n_out floats or i32s) go to y1 and y2. */
+static void same_on_two_threads(kt_env *e, unsigned op, const sl_op_attrs *a, const sl_shape *sh,
+                                float *const *in, unsigned n_in, float *y1, float *y2, size_t n_out,
+                                const char *what)
+{
+    sl_cpu_force_threads(e->dev, 1);
+    kt_run_op(e, op, a, sh, in, n_in, (float *[]){y1});
+    sl_cpu_force_threads(e->dev, 2);
+    kt_run_op(e, op, a, sh, in, n_in, (float *[]){y2});
+    sl_cpu_force_threads(e->dev, 0);
+    if (memcmp(y1, y2, n_out * sizeof *y1) != 0)
+        fail_msg("%s: two threads differ from one", what);
+}
+
+/* The ops along axes (axes.c) above the size where they split across the
+ * team: broadcast binary math (pow by 2 included), where, compare,
+ * transpose, reductions over inner and outer axes, and batch_matmul give
+ * the same bits on one thread and two, and agree with references here. */
+static void test_axes_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { A = 37, B = 65, C = 41, N = A * B * C };
+    float *x = kt_fvec(N), *z = kt_fvec(N), *y1 = kt_fvec(N), *y2 = kt_fvec(N);
+    kt_rand(x, N, 51, -3, 3);
+    kt_rand(z, B, 52, 0.5f, 2);
+    float two = 2.0f;
+    /* x [A,B,C] op z [B,1] */
+    for (int kind = SL_EW_ADD; kind <= SL_EW_DIV; kind++) {
+        sl_op_attrs at = {.i = {kind}};
+        sl_shape sh[3] = {KT_F32(3, A, B, C), KT_F32(2, B, 1), KT_F32(3, A, B, C)};
+        same_on_two_threads(e, SL_OP_EW_BINARY, &at, sh, (float *[]){x, z}, 2, y1, y2, N,
+                            "ew_binary");
+        for (int i = 0; i < N; i++) {
+            float w = z[i / C % B];
+            float want = kind == SL_EW_ADD   ? x[i] + w
+                         : kind == SL_EW_SUB ? x[i] - w
+                         : kind == SL_EW_MUL ? x[i] * w
+                                             : x[i] / w;
+            if (y1[i] != want)
+                fail_msg("ew_binary kind %d element %d", kind, i);
+        }
+    }
+    /* x ^ 2 (a broadcast scalar): the correctly rounded square */
+    sl_op_attrs pw = {.i = {SL_EW_POW}};
+    sl_shape psh[3] = {KT_F32(3, A, B, C), KT_F32(0), KT_F32(3, A, B, C)};
+    same_on_two_threads(e, SL_OP_EW_BINARY, &pw, psh, (float *[]){x, &two}, 2, y1, y2, N, "pow");
+    for (int i = 0; i < N; i++)
+        assert_true(y1[i] == (float) ((double) x[i] * x[i]));
+
+    /* where(x > z, x, z) with z broadcast [B,1] */
+    int32_t *mask = (int32_t *) kt_fvec(N);
+    sl_op_attrs gt = {.i = {SL_CMP_GT}};
+    sl_shape csh[3] = {KT_F32(3, A, B, C), KT_F32(2, B, 1), KT_SHAPE(SL_I32, 3, A, B, C)};
+    same_on_two_threads(e, SL_OP_COMPARE, &gt, csh, (float *[]){x, z}, 2, (float *) mask, y2, N,
+                        "compare");
+    sl_shape wsh[4] = {KT_SHAPE(SL_I32, 3, A, B, C), KT_F32(3, A, B, C), KT_F32(2, B, 1),
+                       KT_F32(3, A, B, C)};
+    same_on_two_threads(e, SL_OP_WHERE, NULL, wsh, (float *[]){(float *) mask, x, z}, 3, y1, y2, N,
+                        "where");
+    for (int i = 0; i < N; i++)
+        assert_true(y1[i] == fmaxf(x[i], z[i / C % B]));
+
+    /* transpose [A,B,C] by (2,0,1) */
+    sl_op_attrs tp = {.i = {2, 0, 1}};
+    sl_shape tsh[2] = {KT_F32(3, A, B, C), KT_F32(3, C, A, B)};
+    same_on_two_threads(e, SL_OP_TRANSPOSE, &tp, tsh, (float *[]){x}, 1, y1, y2, N, "transpose");
+    for (int k = 0; k < C; k++)
+        for (int i = 0; i < A; i++)
+            for (int j = 0; j < B; j++)
+                assert_true(y1[(k * A + i) * B + j] == x[(i * B + j) * C + k]);
+
+    /* mean over the innermost axis (a contiguous run per output), sum
+     * over axes 0 and 2, max over axis 0 */
+    static const int64_t masks[3][2] = {
+        {SL_REDUCE_MEAN, 4}, {SL_REDUCE_SUM, 5}, {SL_REDUCE_MAX, 1}};
+    for (int r = 0; r < 3; r++) {
+        sl_op_attrs ra = {.i = {masks[r][0], masks[r][1]}};
+        int64_t od[3] = {masks[r][1] & 1 ? 1 : A, B, masks[r][1] & 4 ? 1 : C};
+        size_t n_out = (size_t) (od[0] * od[1] * od[2]);
+        sl_shape rsh[2] = {KT_F32(3, A, B, C), KT_F32(3, od[0], od[1], od[2])};
+        same_on_two_threads(e, SL_OP_REDUCE_AXES, &ra, rsh, (float *[]){x}, 1, y1, y2, n_out,
+                            "reduce_axes");
+        for (int64_t i = 0; i < od[0]; i++)
+            for (int64_t j = 0; j < od[1]; j++)
+                for (int64_t k = 0; k < od[2]; k++) {
+                    double acc = r == 2 ? -INFINITY : 0;
+                    int64_t cnt = 0;
+                    for (int64_t ii = 0; ii < A; ii++)
+                        for (int64_t kk = 0; kk < C; kk++) {
+                            if ((od[0] != 1 && ii != i) || (od[2] != 1 && kk != k))
+                                continue;
+                            double v = x[(ii * B + j) * C + kk];
+                            acc = r == 2 ? fmax(acc, v) : acc + v;
+                            cnt++;
+                        }
+                    if (r == 0)
+                        acc /= (double) cnt;
+                    float got = y1[(i * od[1] + j) * od[2] + k];
+                    if (!(fabs(got - acc) <= 1e-6 * fabs(acc) + 1e-6))
+                        fail_msg("reduce %d at %lld: got %.9g, want %.9g", r,
+                                 (long long) ((i * od[1] + j) * od[2] + k), (double) got, acc);
+                }
+    }
+
+    /* batch_matmul [8,64,96] x [8,96,80]: 7.9 Mflop, split by batch */
+    enum { BB = 8, M = 64, K = 96, NN = 80 };
+    sl_shape bsh[3] = {KT_F32(3, BB, M, K), KT_F32(3, BB, K, NN), KT_F32(3, BB, M, NN)};
+    same_on_two_threads(e, SL_OP_BATCH_MATMUL, NULL, bsh, (float *[]){x, x + BB * M * K}, 2, y1, y2,
+                        BB * M * NN, "batch_matmul");
+    for (int b = 0; b < BB; b++)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < NN; j++) {
+                double acc = 0;
+                for (int k = 0; k < K; k++)
+                    acc += (double) x[(b * M + i) * K + k] * x[BB * M * K + (b * K + k) * NN + j];
+                assert_true(fabs(y1[(b * M + i) * NN + j] - acc) <= 1e-4 * (1 + fabs(acc)));
+            }
+    sl_free(x), sl_free(z), sl_free(y1), sl_free(y2), sl_free(mask);
+}
+
+/* softmax on the vector exp, split by rows across the team: the same bits
+ * on one thread and two, within a few ulp of a double reference (plus the
+ * rounding of x - max in float, which scales with |x - max|), and
+ * exact zeros for -inf scores (a masked attention's) and scores 100 below
+ * the row's max. */
+static void test_softmax_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { R = 301, C = 130, N = R * C };
+    float *x = kt_fvec(N), *y1 = kt_fvec(N), *y2 = kt_fvec(N);
+    kt_rand(x, N, 61, -20, 20);
+    for (int r = 0; r < R; r++) {
+        x[r * C + r % C] = -INFINITY;
+        x[r * C + (r + 7) % C] = 25.0f;
+        x[r * C + (r + 9) % C] = -80.0f;
+    }
+    sl_shape sh[2] = {KT_F32(2, R, C), KT_F32(2, R, C)};
+    same_on_two_threads(e, SL_OP_SOFTMAX, NULL, sh, (float *[]){x}, 1, y1, y2, N, "softmax");
+    for (int r = 0; r < R; r++) {
+        double sum = 0;
+        for (int j = 0; j < C; j++)
+            sum += exp((double) x[r * C + j] - 25.0);
+        for (int j = 0; j < C; j++) {
+            double want = exp((double) x[r * C + j] - 25.0) / sum;
+            float got = y1[r * C + j];
+            if (x[r * C + j] < -70.0f)
+                assert_true(got == 0.0f);
+            else if (!(fabs(got - want) <= (5e-7 + 1.2e-7 * (25.0 - x[r * C + j])) * want))
+                fail_msg("softmax [%d,%d]: %.9g, want %.9g", r, j, (double) got, want);
+        }
+    }
+    sl_free(x), sl_free(y1), sl_free(y2);
+}
+
 SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
-              cmocka_unit_test(test_vector_sigmoid_tanh), cmocka_unit_test(test_cache_and_threads),
-              cmocka_unit_test(test_cache_eviction), cmocka_unit_test(test_concurrent_lanes),
-              cmocka_unit_test(test_adam_step_zero), cmocka_unit_test(test_refused_dims),
-              cmocka_unit_test(test_maxpool_grad_tiled), cmocka_unit_test(test_reshape_launch),
-              cmocka_unit_test(test_lane_workspace), cmocka_unit_test(test_maxpool_tiled),
-              cmocka_unit_test(test_maxpool_rows), cmocka_unit_test(test_matmul_threads),
+              cmocka_unit_test(test_vector_sigmoid_tanh), cmocka_unit_test(test_vector_erf_gelu),
+              cmocka_unit_test(test_axes_threads), cmocka_unit_test(test_softmax_threads),
+              cmocka_unit_test(test_cache_and_threads), cmocka_unit_test(test_cache_eviction),
+              cmocka_unit_test(test_concurrent_lanes), cmocka_unit_test(test_adam_step_zero),
+              cmocka_unit_test(test_refused_dims), cmocka_unit_test(test_maxpool_grad_tiled),
+              cmocka_unit_test(test_reshape_launch), cmocka_unit_test(test_lane_workspace),
+              cmocka_unit_test(test_maxpool_tiled), cmocka_unit_test(test_maxpool_rows),
+              cmocka_unit_test(test_matmul_threads),
               cmocka_unit_test(test_conv_grad_filter_threads),
               cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
               cmocka_unit_test(test_team_cores), cmocka_unit_test(test_sgemm_libraries))

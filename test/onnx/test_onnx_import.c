@@ -827,6 +827,94 @@ static void refusal_frees_uploaded_tensors(void **state)
     assert_string_equal(before, after);
 }
 
+/* The nodes torch.onnx.export writes for nn.LayerNorm (below opset 17) and
+ * exact GELU, in its order, with the GELU's 0.5 a Constant node that comes
+ * after the pattern's first node: imported as one layer_norm and one
+ * ew_unary, no reductions left, and the result of the definition. When an
+ * intermediate (x - mean) is also a graph output, nothing is fused and
+ * the result is the same. */
+static void fuses_layer_norm_and_gelu(void **state)
+{
+    (void) state;
+    enum { R = 3, D = 5 };
+    static const float w[D] = {1, 2, -1, 0.5f, 3}, b[D] = {0, 0.5f, 1, -2, 0.25f};
+    static const float two = 2, eps = 1e-5f, sqrt2 = 1.41421354f, one = 1, half = 0.5f;
+    float x[R * D], y[R * D], d_out[R * D];
+    for (int i = 0; i < R * D; i++)
+        x[i] = (float) ((i * 7) % 11) * 0.37f - 1.5f;
+    for (int expose = 0; expose < 2; expose++) {
+        model_begin(14);
+        add_input("x", 2, (int64_t[]){R, D});
+        add_init_f32("two", 0, NULL, &two);
+        add_init_f32("eps", 0, NULL, &eps);
+        add_init_f32("w", 1, (int64_t[]){D}, w);
+        add_init_f32("b", 1, (int64_t[]){D}, b);
+        add_init_f32("sqrt2", 0, NULL, &sqrt2);
+        add_init_f32("one", 0, NULL, &one);
+        static int64_t last = -1;
+        static char *rm_in[] = {"x"}, *rm_out[] = {"m"}, *sub_in[] = {"x", "m"}, *sub_out[] = {"d"},
+                    *pow_in[] = {"d", "two"}, *pow_out[] = {"p"}, *v_in[] = {"p"}, *v_out[] = {"v"},
+                    *add_in[] = {"v", "eps"}, *add_out[] = {"ve"}, *sq_in[] = {"ve"},
+                    *sq_out[] = {"s"}, *div_in[] = {"d", "s"}, *div_out[] = {"n"},
+                    *mul_in[] = {"n", "w"}, *mul_out[] = {"nw"}, *ab_in[] = {"nw", "b"},
+                    *ab_out[] = {"ln"}, *g0_in[] = {"ln", "sqrt2"}, *g0_out[] = {"ga"},
+                    *erf_in[] = {"ga"}, *erf_out[] = {"ge"}, *g1_in[] = {"ge", "one"},
+                    *g1_out[] = {"g1"}, *g2_in[] = {"ln", "g1"}, *g2_out[] = {"g2"},
+                    *c_out[] = {"half"}, *g3_in[] = {"g2", "half"}, *g3_out[] = {"y"};
+        attr_ints(add_node("ReduceMean", "mean", 1, rm_in, 1, rm_out), "axes", 1, &last);
+        add_node("Sub", "sub", 2, sub_in, 1, sub_out);
+        add_node("Pow", "pow", 2, pow_in, 1, pow_out);
+        attr_ints(add_node("ReduceMean", "var", 1, v_in, 1, v_out), "axes", 1, &last);
+        add_node("Add", "add_eps", 2, add_in, 1, add_out);
+        add_node("Sqrt", "sqrt", 1, sq_in, 1, sq_out);
+        add_node("Div", "div", 2, div_in, 1, div_out);
+        add_node("Mul", "mul_w", 2, mul_in, 1, mul_out);
+        add_node("Add", "add_b", 2, ab_in, 1, ab_out);
+        add_node("Div", "gelu_div", 2, g0_in, 1, g0_out);
+        add_node("Erf", "gelu_erf", 1, erf_in, 1, erf_out);
+        add_node("Add", "gelu_add", 2, g1_in, 1, g1_out);
+        add_node("Mul", "gelu_mul", 2, g2_in, 1, g2_out);
+        /* the 0.5 as a Constant node, as the exporter places them */
+        static Onnx__TensorProto ht;
+        onnx__tensor_proto__init(&ht);
+        ht.has_data_type = true;
+        ht.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+        ht.n_float_data = 1;
+        ht.float_data = (float *) &half;
+        Onnx__NodeProto *c = add_node("Constant", "half", 0, NULL, 1, c_out);
+        attr_ints(c, "value", 0, NULL);
+        attr_ptrs[n_attrs - 1]->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+        attr_ptrs[n_attrs - 1]->t = &ht;
+        add_node("Mul", "gelu_half", 2, g3_in, 1, g3_out);
+        add_output("y");
+        if (expose)
+            add_output("d");
+        salus_onnx_model *m;
+        assert_sl_ok(load(NULL, &m));
+        const salus_graph *g = salus_onnx_graph(m);
+        assert_int_equal(count_op(g, "layer_norm"), expose ? 0 : 1);
+        assert_int_equal(count_op(g, "reduce_axes"), expose ? 2 : 0);
+        assert_int_equal(count_op(g, "ew_unary"), expose ? 2 : 1);
+        assert_sl_ok(
+            salus_onnx_run(m, (const void *[]){x}, expose ? (void *[]){y, d_out} : (void *[]){y}));
+        for (int r = 0; r < R; r++) {
+            double mean = 0, var = 0;
+            for (int j = 0; j < D; j++)
+                mean += x[r * D + j] / (double) D;
+            for (int j = 0; j < D; j++)
+                var += (x[r * D + j] - mean) * (x[r * D + j] - mean) / D;
+            for (int j = 0; j < D; j++) {
+                double l = (x[r * D + j] - mean) / sqrt(var + 1e-5) * w[j] + b[j];
+                double want = 0.5 * l * (1 + erf(l / sqrt(2.0)));
+                if (!(fabs(y[r * D + j] - want) <= 2e-6 * (1 + fabs(want))))
+                    fail_msg("expose=%d [%d]: %.9g, want %.9g", expose, r * D + j,
+                             (double) y[r * D + j], want);
+            }
+        }
+        salus_onnx_free(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -842,6 +930,7 @@ int main(void)
         cmocka_unit_test(resizes_by_constant_scales),
         cmocka_unit_test(masks_padding_before_softmax),
         cmocka_unit_test(casts_to_and_from_bool),
+        cmocka_unit_test(fuses_layer_norm_and_gelu),
     };
     return cmocka_run_group_tests_name("onnx import", tests, start, stop);
 }
