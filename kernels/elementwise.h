@@ -251,8 +251,10 @@ SL_HD static inline float sl_ew_unary(int kind, float x, float p, float q)
         return rintf(x);
     case SL_EW_THRESHOLDED_RELU:
         return x > p ? x : 0.0f;
-    case SL_EW_HARD_SWISH:
-        return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    case SL_EW_HARD_SWISH: { /* compares, not fminf/fmaxf: those are libm calls in a loop */
+        float v = x / 6.0f + 0.5f;
+        return x * (v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v);
+    }
     case SL_EW_CELU:
         return fmaxf(0.0f, x) + fminf(0.0f, p * expm1f(x / p));
     case SL_EW_SHRINK:
