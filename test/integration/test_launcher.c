@@ -375,6 +375,10 @@ static void sim_segment_lost_device_then_drain(void **state)
     salus_graph_free(small.g);
     salus_disconnect(cl2);
     salus_disconnect(cl);
+    /* salusd is gone: closing only frees the handles */
+    (void) salus_session_close(lp.s);
+    (void) salus_session_close(small.s);
+    (void) salus_session_close(hp);
     sl_ctl_cleanup(&srv);
 }
 
