@@ -20,12 +20,22 @@
 #include <math.h>
 #include <string.h>
 
+/* The matchers compare names and op types of nodes not yet imported, so
+ * a graph with a nameless output, node or attribute (which the importer
+ * refuses when it reaches it) is imported node by node. */
 bool sl_onnx_fusable(const Onnx__GraphProto *g)
 {
-    for (size_t i = 0; i < g->n_node; i++)
-        for (size_t a = 0; a < g->node[i]->n_attribute; a++)
-            if (g->node[i]->attribute[a]->g || g->node[i]->attribute[a]->n_graphs)
+    for (size_t i = 0; i < g->n_output; i++)
+        if (!g->output[i]->name)
+            return false;
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        if (!n->op_type)
+            return false;
+        for (size_t a = 0; a < n->n_attribute; a++)
+            if (!n->attribute[a]->name || n->attribute[a]->g || n->attribute[a]->n_graphs)
                 return false;
+    }
     return true;
 }
 

@@ -169,7 +169,8 @@ int sl_onnx_tensor(sl_onnx_imp *m, const Onnx__TensorProto *t, struct ent *e);
  * it did (its outputs then are constant entries). */
 int sl_onnx_fold(sl_onnx_imp *m, const Onnx__NodeProto *n, bool *folded);
 /* Whether graph g may have patterns fused (onnx_fuse.c): no node has a
- * subgraph, which could read values the pattern matcher does not see. */
+ * subgraph, which could read values the pattern matcher does not see, and
+ * every output, node op type and attribute has a name to compare. */
 bool sl_onnx_fusable(const Onnx__GraphProto *g);
 /* Imports node n together with the nodes after it when they are one of
  * the patterns PyTorch's exporter writes for layer norm and GELU, as one
