@@ -236,7 +236,10 @@ int main(void)
                CPU_COUNT(&set));
         return 77;
     }
-    const char *args[] = {"--policy", "priority", "--partitions", "1", NULL};
+    /* one op per low-priority segment: the trainers go op by op, so every
+     * middle op of their iterations may spill (spill_beside_hp) */
+    const char *args[] = {"--policy", "priority", "--partitions", "1", "--lp-segment-us",
+                          "1",        NULL};
     sl_test_server_start(&server, args);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(start_and_status),

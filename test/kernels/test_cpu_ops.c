@@ -486,7 +486,8 @@ struct team_job {
     atomic_int helped;  /* parts that ran on a helper, not the caller */
     cpu_set_t allowed;
     pthread_t caller;
-    int busy_us; /* each part's length */
+    int busy_us;     /* each part's length */
+    int first_calls; /* test_team_cores: jobs before the move */
 };
 
 static void count_part(void *arg, int part, int parts)
@@ -557,7 +558,13 @@ static void *team_moved(void *arg)
     CPU_ZERO(&j->allowed);
     for (int c = 0; c < CPU_SETSIZE; c++)
         CPU_SET(c, &j->allowed);
-    sl_cpu_parallel(4, count_part, j); /* starts the helpers on every core */
+    /* starts the helpers on every core; on a loaded machine the caller may
+     * take every part itself before a helper wakes, so it tries again */
+    for (j->first_calls = 1;; j->first_calls++) {
+        sl_cpu_parallel(4, count_part, j);
+        if (atomic_load(&j->helped) > 0 || j->first_calls == 2000)
+            break;
+    }
     cpu_set_t all;
     if (sched_getaffinity(0, sizeof all, &all) != 0)
         return "sched_getaffinity";
@@ -585,9 +592,12 @@ static void test_team_cores(void **state)
     assert_int_equal(pthread_join(t, &err), 0);
     if (err)
         fail_msg("%s", (const char *) err);
-    assert_int_equal(atomic_load(&j->outside), 0);
-    assert_int_equal(atomic_load(&j->runs[3]), 51);
-    assert_true(atomic_load(&j->helped) > 0);
+    int outside = atomic_load(&j->outside), runs = atomic_load(&j->runs[3]);
+    int helped = atomic_load(&j->helped);
+    if (outside != 0 || runs != j->first_calls + 50 || helped == 0)
+        fail_msg("%d parts ran outside the core set; part 3 ran %d times of %d; helpers ran %d "
+                 "parts",
+                 outside, runs, j->first_calls + 50, helped);
     sl_free(j);
 }
 
