@@ -40,6 +40,7 @@ typedef struct job {
 
 static void job_open(salus_client *cl, job *j)
 {
+    j->done = 0;
     assert_sl_ok(salus_session_open(cl, NULL, &j->s));
     assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 1, dims, NULL, &j->c));
     j->g = salus_graph_new();
