@@ -165,15 +165,18 @@ typedef struct sl_device_ops {
      * using the device). */
     int (*reset)(sl_device *dev);
 
-    /* Optional (NULL: the backend injects no faults; only sim does). Makes
-     * the device misbehave on purpose, for tests of the fault paths:
+    /* Optional (NULL: the backend injects no faults; sim injects them all,
+     * cuda only GRAPH and CLEAR, SL_EUNSUPPORTED for the rest). Makes the
+     * device misbehave on purpose, for tests of the fault paths:
      *   SL_FAULT_ALLOC n    the next n ops fail with SL_EEXHAUSTED
      *   SL_FAULT_STICKY     the next op loses the device (SL_EDEVICERESET)
      *   SL_FAULT_FATAL      as STICKY, and the reset that follows fails
      *   SL_FAULT_SLOW n     every op and copy takes n times as long
+     *   SL_FAULT_GRAPH n    the next n graph_end calls fail (the
+     *                       iteration's recording is refused)
      *   SL_FAULT_CLEAR      none of the above
      * Thread-safe; never blocks. Errors: SL_EINVAL (kind or n out of range:
-     * n in [1, 1000000] for ALLOC and SLOW). */
+     * n in [1, 1000000] for ALLOC, SLOW and GRAPH), SL_EUNSUPPORTED. */
     int (*inject_fault)(sl_device *dev, int kind, unsigned n);
 
     /* Optional pair (NULL: copies of host memory need no preparation; cpu

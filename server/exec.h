@@ -125,6 +125,10 @@ typedef struct sl_exec_task {
     bool seg_off_lock, seg_last;
     void *trace_marks; /* a whole iteration's op timing (exec_trace.c), or NULL */
     uint8_t math;      /* its job's math bits, fixed when it starts */
+    /* where its lane's stream runs and what it works in, fixed when it
+     * starts: the partition and the workspace (part of a recording's key,
+     * replay.h) */
+    uint64_t place;
     /* Launched off the lock: the launcher's hand-off and who ends it (the
      * last of the device's callback and the launcher, exec.h) */
     sl_launch_job launch_job;
@@ -155,6 +159,9 @@ typedef struct sl_lane {
      * moves with the lane); workspace_bytes UINT64_MAX = none given yet */
     void *workspace;
     uint64_t workspace_bytes;
+    /* the partition its stream was last bound to (sl_exec_parts_bind;
+     * NULL: none) */
+    const sl_partition *bound;
 } sl_lane;
 
 typedef struct sl_spare_stream {
@@ -205,6 +212,10 @@ struct sl_exec {
     _Atomic uint64_t param_version;
     /* device resets so far: a recording from before one is gone (replay.h) */
     _Atomic uint64_t resets;
+    /* partition layouts so far: bumped whenever a stream may have moved to
+     * other units (partitions.c) without salusd knowing which, so that no
+     * recording made before is replayed (replay.h) */
+    _Atomic uint64_t binds;
     sl_launchers launchers; /* submit long iterations without the lock */
     /* set with halted when the device is lost: launchers stop submitting */
     atomic_bool launch_stop;

@@ -311,16 +311,18 @@ static bool replayable(const sl_exec *ex, const sl_exec_task *t)
 }
 
 /* The key of ops [first, end) of t on st (replay.h): what their calls hold
- * that can change between iterations of one graph (the stream, the math
- * bits, every operand's address, the resets so far); the ops, shapes and
- * attributes are the graph's own. *writes counts the ops that write
- * params. */
+ * that can change between iterations of one graph (the stream, where it
+ * runs and its workspace, the math bits, every operand's address, the
+ * resets and partition layouts so far); the ops, shapes and attributes are
+ * the graph's own. *writes counts the ops that write params. */
 static uint64_t range_key(const sl_exec *ex, const sl_exec_task *t, const sl_stream *st,
                           uint32_t first, uint32_t end, uint32_t *writes)
 {
     const sl_graph *g = t->graph;
     uint64_t key = sl_replay_key_start(st);
     key = sl_replay_key_add(key, atomic_load(&ex->resets));
+    key = sl_replay_key_add(key, atomic_load(&ex->binds));
+    key = sl_replay_key_add(key, t->place);
     key = sl_replay_key_add(key, t->math);
     *writes = 0;
     for (uint32_t k = first; k < end; k++) {
@@ -544,6 +546,9 @@ static void launch_prepare(sl_exec *ex, sl_exec_task *t, sl_lane *l, const sl_me
 {
     t->status = lane_workspace(ex, l, info);
     t->stream = l->stream;
+    t->place =
+        sl_replay_key_add(sl_replay_key_start(l->bound), (uint64_t) (uintptr_t) l->workspace);
+    t->place = sl_replay_key_add(t->place, l->workspace_bytes);
     t->failure[0] = 0;
     t->math = t->job->math;
     t->device_status = SL_OK;
@@ -727,7 +732,7 @@ static int start_on_lane(void *arg, sl_lanes_start *st)
         sl_log_err("exe.stream", "cannot start a stream for lane %u", info->id);
         return c->rc = SL_ENOMEM;
     }
-    sl_exec_parts_bind(ex, l->stream, t->job->high_priority);
+    l->bound = sl_exec_parts_bind(ex, l->stream, t->job->high_priority);
     t->online = t->job->high_priority;
     if (t->online)
         sl_exec_parts_hp_start(ex, st->launched_ns, t->job->compute_units);

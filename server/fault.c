@@ -189,6 +189,11 @@ static int inject(sl_fault *f, const char *line)
             sl_log_warn("flt.inject", "fault injection: %s %lu", cmd, cmds[i].takes_n ? n : 0);
             return SL_OK;
         }
+        if (rc == SL_EUNSUPPORTED) {
+            sl_log_err("flt.cmd", "fault injection: device %s does not inject '%s' (use sim)",
+                       dev->description, cmd);
+            return rc;
+        }
         break;
     }
     sl_log_err("flt.cmd",

@@ -185,8 +185,10 @@ static int check_combinations(const sl_config *cfg, FILE *err)
                      "without a tls+tcp:// listener\n");
         return 2;
     }
-    if (cfg->fault_file && strncmp(cfg->device, "sim:", 4) != 0) {
-        fprintf(err, "salusd: --fault-inject needs a sim device (--device sim:PROFILE)\n");
+    if (cfg->fault_file && strncmp(cfg->device, "sim:", 4) != 0 &&
+        strncmp(cfg->device, "cuda", 4) != 0) {
+        fprintf(err, "salusd: --fault-inject needs a sim device (--device sim:PROFILE), or cuda "
+                     "for graph faults\n");
         return 2;
     }
     return 0;

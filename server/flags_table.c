@@ -571,7 +571,7 @@ const sl_flag sl_flags[] = {
      .arg = "FILE",
      .section = SEC_OBSERVE,
      .help = "sim devices, tests: on SIGUSR1 read fault commands from FILE (alloc [N] | sticky | "
-             "fatal | slow N | clear), then delete it",
+             "fatal | slow N | graph [N] | clear), then delete it; cuda takes graph and clear",
      FIELD(fault_file)},
     {.name = "config",
      .kind = SL_FLAG_ACTION,

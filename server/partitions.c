@@ -66,6 +66,7 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
 static int unbind_all(sl_exec *ex)
 {
     const sl_device_ops *ops = ex->dev->ops;
+    atomic_fetch_add(&ex->binds, 1);
     int rc = SL_OK;
     size_t i = 0;
     void *v;
@@ -109,6 +110,9 @@ static int apply_sizes(sl_exec *ex, unsigned online)
         return SL_EINVAL;
     offline = p->caps.min_units + (offline - p->caps.min_units) / p->caps.align * p->caps.align;
     p->offline_units = offline;
+    /* streams bound to either partition may move to other units (cuda
+     * swaps them onto new contexts), also when this fails halfway */
+    atomic_fetch_add(&ex->binds, 1);
     if (!p->online) {
         int rc = ops->partition_create(ex->dev, online, &p->online);
         if (rc == SL_OK && (rc = ops->partition_create(ex->dev, offline, &p->offline)) != SL_OK) {
@@ -264,15 +268,18 @@ void sl_exec_parts_follow(sl_exec *ex)
                     sl_strerror(rc));
 }
 
-void sl_exec_parts_bind(sl_exec *ex, sl_stream *s, bool high_priority)
+const sl_partition *sl_exec_parts_bind(sl_exec *ex, sl_stream *s, bool high_priority)
 {
     sl_exec_parts *p = &ex->parts;
     if (!p->used)
-        return;
+        return NULL;
     sl_partition *target = !p->online ? NULL : high_priority ? p->online : p->offline;
     int rc = ex->dev->ops->stream_bind(ex->dev, s, target);
-    if (rc != SL_OK)
+    if (rc != SL_OK) {
+        atomic_fetch_add(&ex->binds, 1);
         sl_log_warn("exe.parts.bind", "a lane's stream stays where it was: %s", sl_strerror(rc));
+    }
+    return target;
 }
 
 void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)

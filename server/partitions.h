@@ -86,9 +86,11 @@ int sl_exec_set_partitions(struct sl_exec *ex, enum sl_parts_mode mode, unsigned
 void sl_exec_parts_follow(struct sl_exec *ex);
 
 /* Before an iteration of a job of that class starts on an idle lane: binds
- * the lane's stream to its partition (or to none). Errors: the device's
- * (the iteration then runs unpartitioned: logged, not fatal). */
-void sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool high_priority);
+ * the lane's stream to its partition (or to none) and returns that
+ * partition (NULL: none, or partitions never used). Errors: the device's
+ * (the iteration then runs where the stream was: logged, not fatal, and
+ * counted in ex->binds since salusd no longer knows where that is). */
+const sl_partition *sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool high_priority);
 
 /* A high-priority iteration started / completed at now: the online
  * partition's busy time, and in auto mode the plan's observation and a

@@ -88,6 +88,10 @@ typedef struct sl_cuda_exec {
      * every workspace (cuBLAS's included) comes from it and ws is freed. */
     void *lane_ws;
     size_t lane_ws_bytes;
+    /* the stream is being captured (device.c graph_begin .. graph_end):
+     * the workspace cannot grow, since an allocation captured would
+     * belong to the graph and a free of the old block would be replayed */
+    bool recording;
     /* Device-raised errors. A kernel that finds bad data stores an
      * SL_CUDA_FLAG_* value into flag_dev (device memory; the first one
      * wins), and every custom kernel returns at once while it is set: the

@@ -124,6 +124,8 @@ struct cuda_dev {
     pthread_mutex_t reg_lock;
     struct host_reg *regs;
     sl_cuda_green green; /* compute partitions (green.c) */
+    /* injected faults (inject_fault): graph instantiations left to refuse */
+    atomic_uint fail_graphs;
 };
 
 struct host_reg {
@@ -714,7 +716,7 @@ static int cuda_graph_begin(sl_device *dev, sl_stream *s)
         rc = SL_CUDA_RT("cuda.graph",
                         cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
     if (rc == SL_OK)
-        s->recording = true;
+        s->recording = s->exec.recording = true;
     pthread_mutex_unlock(&s->launch_lock);
     return rc;
 }
@@ -728,7 +730,7 @@ static int cuda_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size
         pthread_mutex_unlock(&s->launch_lock);
         return SL_EINVAL;
     }
-    s->recording = false;
+    s->recording = s->exec.recording = false;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t err = cudaStreamEndCapture(s->stream, &graph);
@@ -737,13 +739,28 @@ static int cuda_graph_end(sl_device *dev, sl_stream *s, sl_dev_graph **out, size
         err = cudaErrorStreamCaptureInvalidated; /* an op failed: the graph lacks it */
     if (err == cudaSuccess)
         err = cudaGraphGetNodes(graph, NULL, &nodes);
-    if (err == cudaSuccess)
+    unsigned left = atomic_load(&d->fail_graphs);
+    while (err == cudaSuccess && left &&
+           !atomic_compare_exchange_weak(&d->fail_graphs, &left, left - 1))
+        ;
+    bool injected = err == cudaSuccess && left > 0;
+    if (err == cudaSuccess && !injected)
         /* kernels keep the priority of the stream they were captured on */
         err = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     if (graph)
         (void) cudaGraphDestroy(graph);
     (void) cudaGetLastError(); /* a failed capture leaves no sticky error behind */
+    /* Nothing recorded ran, so an error an op met while recording is not
+     * the stream's: the caller launches the same ops one by one next. A
+     * lost device stays lost. */
+    int none = atomic_load(&s->sticky);
+    if ((err != cudaSuccess || injected) && none != SL_EDEVICERESET)
+        (void) atomic_compare_exchange_strong(&s->sticky, &none, SL_OK);
     pthread_mutex_unlock(&s->launch_lock);
+    if (injected) {
+        snprintf(reason, len, "injected fault: instantiation failed");
+        return SL_EDEVICE;
+    }
     if (err != cudaSuccess) {
         snprintf(reason, len, "capture: %s", cudaGetErrorString(err));
         return SL_EDEVICE;
@@ -792,6 +809,25 @@ static void cuda_graph_destroy(sl_device *dev, sl_dev_graph *g)
     if (live && use_device(d) == SL_OK)
         (void) cudaGraphExecDestroy(g->exec);
     sl_free(g);
+}
+
+/* Only graph faults: the fallback of a refused recording on real
+ * hardware (the others are sim's, which can lose a device on cue). */
+static int cuda_inject_fault(sl_device *dev, int kind, unsigned n)
+{
+    struct cuda_dev *d = dev->priv;
+    switch (kind) {
+    case SL_FAULT_GRAPH:
+        if (n < 1 || n > 1000000)
+            return SL_EINVAL;
+        atomic_store(&d->fail_graphs, n);
+        return SL_OK;
+    case SL_FAULT_CLEAR:
+        atomic_store(&d->fail_graphs, 0);
+        return SL_OK;
+    default:
+        return SL_EUNSUPPORTED;
+    }
 }
 
 /* Under the launch lock: launches before it keep the old workspace (they
@@ -980,6 +1016,7 @@ static const sl_device_ops cuda_device_ops = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .inject_fault = cuda_inject_fault,
     .op_dtypes = cuda_op_dtypes,
     .stream_set_workspace = cuda_stream_set_workspace,
     .host_callback = cuda_host_callback,

@@ -72,6 +72,14 @@ int sl_cuda_workspace(sl_cuda_exec *x, size_t bytes, void **out)
         *out = x->ws;
         return SL_OK;
     }
+    if (x->recording) {
+        /* refused before anything is enqueued: the op runs unrecorded */
+        sl_log_info("cuda.ws",
+                    "an op needs %zu bytes of workspace (the stream has %zu): not "
+                    "grown while recording",
+                    bytes, x->ws_bytes);
+        return SL_EUNSUPPORTED;
+    }
     if (bytes > SIZE_MAX - WS_GRANULE)
         return SL_EEXHAUSTED;
     size_t want = (size_t) sl_align_up(bytes, WS_GRANULE);

@@ -315,7 +315,8 @@ static void unrecoverable_device_makes_salusd_exit_3(void **state)
     sl_ctl_cleanup(&own);
 }
 
-/* --fault-inject is for the sim device only, and refused on others. */
+/* --fault-inject is for the sim device (and cuda's graph faults), and
+ * refused on others. */
 static void fault_injection_needs_the_sim_device(void **state)
 {
     (void) state;

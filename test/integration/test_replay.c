@@ -1,10 +1,15 @@
-/* Iteration graphs against a real salusd on the sim device (server/replay.h):
- * an iteration seen twice with the same calls is recorded once and then
- * replayed in one launch; new calls (another set of fetches) record again;
- * a recording the device refuses runs op by op with the reason in status;
- * a device reset records again; --no-graphs launches op by op. The counts
- * come from salusd's status. The sim device computes nothing, so the
- * results of a replay are checked on a GPU (test_exec's gpu suite). */
+/* Iteration graphs against a real salusd (server/replay.h): an iteration
+ * seen twice with the same calls is recorded once and then replayed in one
+ * launch; new calls (another set of fetches) record again; a lane moved to
+ * another address records again; a recording the device refuses runs op by
+ * op with the reason in status; a device reset records again; --no-graphs
+ * launches op by op. The counts come from salusd's status.
+ *   test_replay [--device SPEC]   (default sim:h200)
+ * The sim device computes nothing; on cuda (the gpu suite, replay-cuda)
+ * every run's fetches are also checked against what the graph computes, so
+ * replays, re-recordings and fallbacks are shown to give op by op's
+ * results. cuda injects only graph faults: the reset case is sim's. Skips
+ * (exit 77) on cuda where the machine has no NVIDIA device. */
 #include "salusd_ctl.h"
 #include "sl_test.h"
 
@@ -13,11 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define OPS 60
 #define N 256
 
 static const int64_t dims[] = {N};
+
+static const char *device = "sim:h200";
+/* the device computes: fetches are checked */
+static bool computes;
 
 /* c += 1; y = x + c; y = 1 * y, OPS - 2 times. mid is op 30's output. */
 typedef struct job {
@@ -25,10 +35,12 @@ typedef struct job {
     salus_graph *g;
     uint64_t c;
     salus_value y, mid;
+    int done; /* runs that succeeded: c's value */
 } job;
 
 static void job_open(salus_client *cl, job *j)
 {
+    j->done = 0;
     assert_sl_ok(salus_session_open(cl, NULL, &j->s));
     assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 1, dims, NULL, &j->c));
     j->g = salus_graph_new();
@@ -47,12 +59,24 @@ static void job_open(salus_client *cl, job *j)
     assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
 }
 
-/* One run fetching y, and with mid also op 30's output. */
+/* One run fetching y, and with mid also op 30's output; where the device
+ * computes, both must be x + c after the run's increment. */
 static int job_run(job *j, bool mid)
 {
-    static float x[N], y[N], m[N];
+    float x[N], y[N], m[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float) i;
     salus_value f[2] = {j->y, j->mid};
-    return salus_run(j->s, j->g, (const void *[]){x}, mid ? 2 : 1, f, (void *[]){y, m});
+    int rc = salus_run(j->s, j->g, (const void *[]){x}, mid ? 2 : 1, f, (void *[]){y, m});
+    if (rc != SALUS_OK)
+        return rc;
+    j->done++;
+    for (int i = 0; computes && i < N; i++) {
+        if (y[i] != x[i] + (float) j->done || (mid && m[i] != y[i]))
+            fail_msg("run %d: y[%d] = %g, mid %g; want %g", j->done, i, (double) y[i],
+                     (double) (mid ? m[i] : y[i]), (double) (x[i] + (float) j->done));
+    }
+    return rc;
 }
 
 static void job_close(job *j)
@@ -88,8 +112,8 @@ static void start_with(sl_test_server *srv, const char *extra)
     char fault[400];
     sl_ctl_prepare(srv);
     sl_ctl_path(srv, "fault", fault, sizeof fault);
-    sl_ctl_start(srv, (const char *[]){"--device", "sim:h200", "--memory-limit", "4G",
-                                       "--fault-inject", fault, extra, NULL});
+    sl_ctl_start(srv, (const char *[]){"--device", device, "--memory-limit", "4G", "--fault-inject",
+                                       fault, extra, NULL});
 }
 
 /* A salusd (with one extra flag, or none), a client and a job of OPS ops. */
@@ -138,6 +162,75 @@ static void same_calls_replay_new_calls_record(void **state)
     env_close(&e);
 }
 
+/* The arena offset of the first lane in status (one session: its lane). */
+static long long lane_offset(salus_client *c)
+{
+    char *json = NULL;
+    assert_sl_ok(salus_status_json(c, &json));
+    const char *lanes = strstr(json, "\"lanes\":");
+    const char *off = lanes ? strstr(lanes, "\"offset\":") : NULL;
+    assert_non_null(off);
+    long long v = strtoll(off + strlen("\"offset\":"), NULL, 10);
+    salus_free(json);
+    return v;
+}
+
+/* A lane moved (resized for a larger graph of its session: a new block)
+ * holds the iteration's values at other addresses: the next sightings
+ * record again rather than replay the old ones; results stay right. */
+static void lane_move_records_again(void **state)
+{
+    (void) state;
+    env e;
+    env_open(&e, NULL);
+    runs(&e, 3, false);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 1);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 2);
+    long long before = lane_offset(e.cl);
+    /* a graph with a 16 MiB peak: the lane grows, elsewhere */
+    const int64_t big[] = {1 << 21};
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 1, big);
+    salus_value y = salus_graph_op(g, "relu", 1, &x, 0, NULL, 0, NULL);
+    (void) salus_graph_op(g, "relu", 1, &y, 0, NULL, 0, NULL);
+    assert_null(salus_graph_error(g));
+    assert_sl_ok(salus_graph_register(e.j.s, g, NULL));
+    assert_true(lane_offset(e.cl) != before);
+    /* the first sighting at the new addresses goes op by op, the second
+     * records, the third replays */
+    runs(&e, 3, false);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 2);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 4);
+    assert_int_equal(status_num(e.cl, "graph_fallbacks"), 0);
+    salus_graph_free(g);
+    env_close(&e);
+}
+
+/* Partitions resized: the lane's stream may now run elsewhere (on cuda a
+ * new context under the same stream), so the next sightings record again.
+ * Skipped where the device has no partitions (cuda without green
+ * contexts). */
+static void partition_change_records_again(void **state)
+{
+    (void) state;
+    env e;
+    env_open(&e, NULL);
+    int rc = salus_set_partitions(e.cl, "16");
+    if (rc == SALUS_EUNSUPPORTED && computes) {
+        env_close(&e);
+        skip();
+    }
+    assert_sl_ok(rc);
+    runs(&e, 3, false);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 1);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 2);
+    assert_sl_ok(salus_set_partitions(e.cl, "32"));
+    runs(&e, 3, false);
+    assert_int_equal(status_num(e.cl, "graph_recordings"), 2);
+    assert_int_equal(status_num(e.cl, "graph_replays"), 4);
+    env_close(&e);
+}
+
 /* A refused recording: the run still succeeds, op by op, the reason is in
  * status and the graph is not recorded again with the same calls. */
 static void refused_recording_falls_back(void **state)
@@ -163,6 +256,8 @@ static void refused_recording_falls_back(void **state)
 static void reset_records_again(void **state)
 {
     (void) state;
+    if (strncmp(device, "sim", 3) != 0)
+        skip(); /* only sim loses a device on cue */
     env e;
     env_open(&e, NULL);
     runs(&e, 3, false);
@@ -210,11 +305,20 @@ static void no_graphs_launches_op_by_op(void **state)
     env_close(&e);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (argc == 3 && strcmp(argv[1], "--device") == 0)
+        device = argv[2];
+    computes = strncmp(device, "sim", 3) != 0;
+    if (strncmp(device, "cuda", 4) == 0 && access("/dev/nvidiactl", F_OK) != 0) {
+        fprintf(stderr, "replay: SKIP: no NVIDIA device here\n");
+        return 77;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(same_calls_replay_new_calls_record),
+        cmocka_unit_test(lane_move_records_again),
+        cmocka_unit_test(partition_change_records_again),
         cmocka_unit_test(refused_recording_falls_back),
         cmocka_unit_test(reset_records_again),
         cmocka_unit_test(low_priority_segments_replay),
