@@ -958,6 +958,40 @@ def _masked_fill(cx, x, mask, value):
     return cx.op("masked_fill", [x, mask], (), [float(value)])
 
 
+_COMPARES = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}
+
+
+def _compare_rule(kind):
+    def rule(cx, a, b):
+        a = cx.v(a)
+        if _is_number(b):
+            b = cx.const(b, (1,)) if _is_float(a) else cx.int_const(b, (1,))
+        return cx.op("compare", [a, b], [kind])
+    return rule
+
+
+for _name, _kind in _COMPARES.items():
+    lowers(f"{_name}.Tensor", f"{_name}.Scalar")(_compare_rule(_kind))
+
+
+@lowers("where.self")
+def _where(cx, cond, a, b):
+    """cond ? a : b with broadcasting (the select of a KV cache's row)."""
+    return cx.op("where", [cond, a, b])
+
+
+@lowers("copy.default")
+def _copy(cx, dst, src, non_blocking=False):
+    """dst's new value (copy_ into a buffer: committed at the end of the
+    iteration as any in-place update of state)."""
+    d, v = cx.v(dst), cx.v(src)
+    if tuple(d.shape) != tuple(v.shape):
+        raise Unsupported("copy_ with broadcasting")
+    if d.dtype_code != v.dtype_code:
+        raise Unsupported("copy_ between dtypes")
+    return v
+
+
 def _random_mask(cx, x, p):
     """dropout's (y, i32 mask) of x for drop probability p, from the
     graph's seed and the next stream offset."""

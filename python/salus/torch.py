@@ -58,7 +58,8 @@ from ._lower import lower
 from ._core import BF16, F16, F32, I32, Code, Error
 from .graph import Graph
 
-__all__ = ["compile_step", "compile_module", "CompiledStep", "CompiledModule"]
+__all__ = ["compile_step", "compile_module", "CompiledStep", "CompiledModule", "Generator",
+           "sample"]
 
 _functional_call = _compat.functional_call
 
@@ -972,6 +973,118 @@ class CompiledModule(_Compiled):
             out[n] = st.read_torch() if st is not None else \
                 self._counters[n][1] + self._counters[n][0]
         return out
+
+
+class _Decode(torch.nn.Module):
+    """model.decode as a module's forward, so that its KV cache (buffers of
+    model) and weights are captured like any module's state."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, position):
+        return self.model.decode(tokens, position)
+
+
+class Generator:
+    """Token-by-token generation with a KV cache held in salusd: each
+    decode step is one Run request of one registered graph, and the cache
+    is a set of persistent tensors of `session`, counted against its
+    memory like any other. The model provides init_cache(batch),
+    drop_cache(), decode(tokens [B, 1], position [1]) -> logits [B, vocab]
+    and `seq`, the cache's length (salus.gpt.GPT is one such model).
+
+    The model's weights are copied into the session when the Generator is
+    made (load a CompiledStep's state_dict() into the model first to
+    generate from what it trained). close(), or leaving a `with` block,
+    frees the cache and the graph; so does the session closing or the
+    client going away."""
+
+    def __init__(self, model, session, batch=1):
+        for need in ("init_cache", "drop_cache", "decode", "seq"):
+            if not hasattr(model, need):
+                raise TypeError(f"the model has no {need}: Generator needs init_cache(batch), "
+                                "drop_cache(), decode(tokens, position) and seq "
+                                "(see salus.gpt.GPT)")
+        self.model, self.batch, self.seq = model, int(batch), int(model.seq)
+        was_training = model.training
+        model.eval()
+        model.init_cache(self.batch)
+        try:
+            example = (torch.zeros(self.batch, 1, dtype=torch.long),
+                       torch.zeros(1, dtype=torch.long))
+            self._step = CompiledModule(_Decode(model), example, session)
+        finally:
+            model.drop_cache()
+            model.train(was_training)
+        self.cache_bytes = sum(s.nbytes for s in self._step._states if "cache" in s.name)
+
+    def logits(self, tokens, position):
+        """One decode step: the logits [batch, vocab] of the next token after
+        `tokens` ([batch] or [batch, 1]) at `position`."""
+        if not 0 <= position < self.seq:
+            raise ValueError(f"position {position} is outside the cache (0..{self.seq - 1})")
+        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(self.batch, 1)
+        (out,) = torch.utils._pytree.tree_flatten(
+            self._step(tokens, torch.tensor([position], dtype=torch.long)))[0]
+        return out
+
+    def generate(self, prompt, max_new_tokens, top_k=None, temperature=1.0, seed=None,
+                 on_token=None):
+        """Continues `prompt` ([batch, P] token ids, or a list of ids when
+        batch is 1) by max_new_tokens tokens; returns [batch, P + new].
+        top_k None: greedy (argmax). Else samples from the top_k logits
+        divided by temperature, with a torch.Generator seeded by `seed`:
+        the same seed gives the same tokens. on_token(step, tokens [batch])
+        is called after each new token (progress, streaming). The prompt
+        is fed one token per step; P + max_new_tokens must fit the cache."""
+        ids = torch.as_tensor(prompt, dtype=torch.long).reshape(self.batch, -1)
+        n = ids.shape[1]
+        if n < 1:
+            raise ValueError("the prompt is empty")
+        if n + max_new_tokens > self.seq:
+            raise ValueError(f"{n} prompt tokens and {max_new_tokens} new ones do not fit the "
+                             f"cache of {self.seq} positions")
+        rng = None
+        if top_k is not None:
+            rng = torch.Generator()
+            rng.manual_seed(0 if seed is None else int(seed))
+        out = [ids]
+        for pos in range(n - 1):
+            self.logits(ids[:, pos], pos)
+        last = ids[:, -1]
+        for i in range(max_new_tokens):
+            logits = self.logits(last, n - 1 + i)
+            last = sample(logits, top_k, temperature, rng)
+            out.append(last.unsqueeze(1))
+            if on_token is not None:
+                on_token(i, last)
+        return torch.cat(out, dim=1)
+
+    def close(self):
+        """Frees the cache and the graph in salusd."""
+        if self._step is not None:
+            self._step.session._dependents.discard(self._step)
+            self._step.close()
+            self._step = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def sample(logits, top_k=None, temperature=1.0, rng=None):
+    """The next token of each row of logits [batch, vocab]: the argmax when
+    top_k is None, else a draw from the softmax of the top_k logits divided
+    by temperature (rng: a torch.Generator)."""
+    if top_k is None:
+        return logits.argmax(dim=-1)
+    vals, idx = torch.topk(logits / temperature, min(int(top_k), logits.shape[-1]), dim=-1)
+    pick = torch.multinomial(torch.softmax(vals, dim=-1), 1, generator=rng)
+    return idx.gather(-1, pick).squeeze(-1)
 
 
 def compile_step(model, loss_fn, optimizer, example_inputs, session, targets=1, buckets=None,
