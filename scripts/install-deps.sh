@@ -50,8 +50,9 @@ for group in "$@"; do
     # timeline page in headless Chromium, the man pages through groff
     packages+=(prometheus chromium groff-base) ;;
   onnx) # test/onnx's torch-models and the Python binding's ONNX tests and examples
-    # (python/tests): PyTorch and torchvision models exported to ONNX
-    packages+=(python3-torch python3-torchvision python3-numpy) ;;
+    # (python/tests): PyTorch and torchvision models exported to ONNX; the
+    # GPT example's corpus (examples/python/gpt_finetune.py)
+    packages+=(python3-torch python3-torchvision python3-numpy fortunes) ;;
   *)
     echo "install-deps.sh: unknown group '$group' (known: bench, deploy, observe, onnx)" >&2
     exit 2 ;;

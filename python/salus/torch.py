@@ -837,6 +837,9 @@ class CompiledStep(_Compiled):
                 writes.append((self._lr_states[gi].tensor, np.array([grp["lr"]], np.float32)))
                 changed.append(gi)
         (loss,) = self._run(b, feed, [b.loss], writes)
+        # the optimizer stepped (in salusd): LR schedulers check for that
+        self.optimizer._step_count = getattr(self.optimizer, "_step_count", 0) + 1
+        self.optimizer._opt_called = True
         for gi in changed:
             self._lrs[gi] = float(self.optimizer.param_groups[gi]["lr"])
         return float(loss.reshape(()))

@@ -73,3 +73,20 @@ def test_torch_resnet_example_runs(server):
     p = run_example(server, "torch_resnet.py", "--steps", "3", "--batch", "8", "--test", "64")
     assert p.returncode == 0, p.stderr
     assert "step 3/3  loss" in p.stdout and "test accuracy" in p.stdout, p.stdout
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/games/fortunes"),
+                    reason="fortunes (the corpus) is not installed")
+@pytest.mark.skipif(not _has_torch(), reason="python3-torch/python3-torchvision are not installed")
+def test_gpt_finetune_example_learns_and_generates(server):
+    p = run_example(server, "gpt_finetune.py", "--steps", "40", "--width", "64", "--layers",
+                    "2", "--heads", "4", "--batch", "8", "--context", "64", "--tokens", "40",
+                    "--corpus", "computers,linux")
+    assert p.returncode == 0, p.stderr
+    assert "step 40/40" in p.stdout and "tokens/s through salusd" in p.stdout, p.stdout
+    assert "lr_scheduler.step()" not in p.stderr, p.stderr
+    final, first = p.stdout.split("final loss ")[1].split(")")[0].split(" (first ")
+    # bytes: ln 256 = 5.55 at the start; 40 steps learn the letters' frequencies
+    assert float(first) > 5.0 and float(final) < 4.5, p.stdout
+    text = p.stdout.split("-" * 60)[1]
+    assert text.strip().startswith("The computer"), p.stdout
