@@ -448,6 +448,29 @@ static int k_gather(const sl_op_call *c)
     return SL_OK;
 }
 
+/* index_write: every index is checked before anything is written. */
+static int k_index_write(const sl_op_call *c)
+{
+    unsigned axis = (unsigned) c->attrs.i[0];
+    int64_t dim = c->in[0].shape.dims[axis];
+    uint64_t outer, inner, n_idx = sl_shape_elems(&c->in[1].shape);
+    split_at(&c->in[0].shape, axis, &outer, &inner);
+    size_t es = sl_dtype_size(c->in[0].shape.dtype);
+    char *dst = c->in[0].data;
+    const int32_t *idx = c->in[1].data;
+    const char *src = c->in[2].data;
+    for (uint64_t j = 0; j < n_idx; j++)
+        if (idx[j] < -dim || idx[j] >= dim)
+            return SL_EINVAL;
+    for (uint64_t o = 0; o < outer; o++)
+        for (uint64_t j = 0; j < n_idx; j++) {
+            int64_t k = idx[j] < 0 ? idx[j] + dim : idx[j];
+            memcpy(dst + (o * (uint64_t) dim + (uint64_t) k) * inner * es,
+                   src + (o * n_idx + j) * inner * es, inner * es);
+        }
+    return SL_OK;
+}
+
 /* Outputs [o0, o1) of reduce_axes: for each, a walk over the reduced axes
  * of the input; when those are the innermost ones, each output reduces
  * one contiguous run (the same sum in the same order, without the walk). */
@@ -607,6 +630,8 @@ int sl_cpu_axes_op(const sl_op_call *c, int threads)
         return k_concat(c);
     case SL_OP_GATHER:
         return k_gather(c);
+    case SL_OP_INDEX_WRITE:
+        return k_index_write(c);
     case SL_OP_REDUCE_AXES:
         return k_reduce_axes(c, threads);
     case SL_OP_LOG_SOFTMAX:

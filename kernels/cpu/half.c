@@ -378,6 +378,7 @@ int sl_cpu_half_op(sl_cpu_exec *x, const sl_op_call *c)
     case SL_OP_SLICE:
     case SL_OP_CONCAT:
     case SL_OP_GATHER:
+    case SL_OP_INDEX_WRITE:
         return sl_cpu_run_op_f32(x, c);
     default:
         break;

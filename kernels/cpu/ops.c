@@ -523,6 +523,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_SLICE] = k_axes,
     [SL_OP_CONCAT] = k_axes,
     [SL_OP_GATHER] = k_axes,
+    [SL_OP_INDEX_WRITE] = k_axes,
     [SL_OP_REDUCE_AXES] = k_axes,
     [SL_OP_LOG_SOFTMAX] = k_axes,
     [SL_OP_BATCH_MATMUL] = k_axes,

@@ -153,7 +153,7 @@ int sl_cuda_flag_take(int *word)
         sl_log_err("cuda.badstep", "adam_update: step count t < 1 or not finite");
         break;
     case SL_CUDA_FLAG_BAD_INDEX:
-        sl_log_err("cuda.badindex", "gather: an index outside [-dim, dim)");
+        sl_log_err("cuda.badindex", "gather or index_write: an index outside [-dim, dim)");
         break;
     default:
         sl_log_err("cuda.flag", "a kernel raised device error flag %d", flag);
@@ -447,6 +447,7 @@ static family_fn family_of(unsigned op)
     case SL_OP_SLICE:
     case SL_OP_CONCAT:
     case SL_OP_GATHER:
+    case SL_OP_INDEX_WRITE:
     case SL_OP_REDUCE_AXES:
     case SL_OP_LOG_SOFTMAX:
     case SL_OP_WHERE:
@@ -514,6 +515,7 @@ unsigned sl_cuda_op_dtypes(unsigned op, bool bf16)
     case SL_OP_SLICE:
     case SL_OP_CONCAT:
     case SL_OP_GATHER:
+    case SL_OP_INDEX_WRITE:
     case SL_OP_ARGMAX:
     case SL_OP_CAST:
     case SL_OP_WHERE:

@@ -204,6 +204,27 @@ __global__ void k_gather(W *y, const W *x, const int32_t *idx, uint64_t n_idx, u
     }
 }
 
+/* index_write: one thread per element of src [outer, n_idx, inner]; an
+ * index outside [-dim, dim) raises the stream's flag and is never used as
+ * an address. */
+template <class W>
+__global__ void k_index_write(W *dst, const W *src, const int32_t *idx, uint64_t n_idx,
+                              uint64_t inner, int64_t dim, uint64_t n, int *flag)
+{
+    SKIP_IF_FAILED(flag);
+    GRID_STRIDE(uint64_t, i, n)
+    {
+        uint64_t in = i % inner, j = (i / inner) % n_idx, o = i / inner / n_idx;
+        int64_t k = idx[j];
+        if (k < -dim || k >= dim) {
+            raise_flag(flag, SL_CUDA_FLAG_BAD_INDEX);
+            return;
+        }
+        k = k < 0 ? k + dim : k;
+        dst[(o * (uint64_t) dim + (uint64_t) k) * inner + in] = src[i];
+    }
+}
+
 /* reduce_axes: one thread per output element walks its reduced elements
  * (vo: the output's dims with the input's strides for the kept axes; vr:
  * the reduced axes' dims and strides). Accumulates in double. */
@@ -309,6 +330,15 @@ template <class W> static void launch_move(sl_cuda_exec *x, const sl_op_call *c)
             y, in, (const W *) c->in[1].data, (uint64_t) is->dims[ia[0]] * inner,
             (uint64_t) c->in[1].shape.dims[ia[0]] * inner, n, x->flag_dev);
         break;
+    case SL_OP_INDEX_WRITE: {
+        /* no output: the work is src's elements, written into in0 */
+        uint64_t m = sl_shape_elems(&c->in[2].shape);
+        split_at(is, (unsigned) ia[0], &outer, &inner);
+        k_index_write<<<blocks_for(m), BLOCK, 0, st>>>(
+            (W *) c->in[0].data, (const W *) c->in[2].data, i32(&c->in[1]),
+            sl_shape_elems(&c->in[1].shape), inner, is->dims[ia[0]], m, x->flag_dev);
+        break;
+    }
     default: /* SL_OP_GATHER */
         split_at(is, (unsigned) ia[0], &outer, &inner);
         k_gather<<<grid, BLOCK, 0, st>>>(y, in, i32(&c->in[1]), sl_shape_elems(&c->in[1].shape),
@@ -343,6 +373,7 @@ extern "C" int sl_cuda_run_axes(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_SLICE:
     case SL_OP_CONCAT:
     case SL_OP_GATHER:
+    case SL_OP_INDEX_WRITE:
         if (sl_dtype_size(is->dtype) == 2)
             launch_move<uint16_t>(x, c);
         else

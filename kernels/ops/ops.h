@@ -101,6 +101,8 @@ enum sl_op_id {
     SL_OP_SGD_UPDATE_LR,
     SL_OP_MOMENTUM_UPDATE_LR,
     SL_OP_ADAM_UPDATE_LR,
+    /* rows written in place at run-time positions (ops_axes.c) */
+    SL_OP_INDEX_WRITE,
     SL_OP_COUNT
 };
 

@@ -216,6 +216,29 @@ void sl_ops_cost_gather(const sl_op_attrs *a, const sl_shape *in, const sl_shape
     c->bytes = 2 * sl_shape_bytes(&out[0]) + sl_shape_bytes(&in[1]);
 }
 
+int sl_ops_infer_index_write(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
+                             size_t errlen)
+{
+    (void) out;
+    int rc = need_axis(a->i[0], in[0].ndim, err, errlen);
+    if (rc)
+        return rc;
+    if (in[1].dtype != SL_I32 || in[1].ndim != 1)
+        return sl_ops_fail(err, errlen, "in1 (index) must be an i32 vector");
+    sl_shape want = in[0];
+    want.dims[a->i[0]] = in[1].dims[0];
+    return sl_ops_need_shape(in, 2, &want, "dst's shape with the index's length at axis", err,
+                             errlen);
+}
+
+void sl_ops_cost_index_write(const sl_op_attrs *a, const sl_shape *in, const sl_shape *out,
+                             sl_op_cost *c)
+{
+    (void) a, (void) out;
+    c->flops = 0;
+    c->bytes = 2 * sl_shape_bytes(&in[2]) + sl_shape_bytes(&in[1]);
+}
+
 int sl_ops_infer_reduce_axes(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, char *err,
                              size_t errlen)
 {

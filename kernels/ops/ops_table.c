@@ -592,6 +592,19 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
              {"rate", "f32, one element; read only"}),
          FATTRS(REQ("lr", "learning rate's scale; finite"), REQ("beta1", "in [0, 1)"),
                 REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"))},
+    /* ---- appended: writes at run-time positions (ops_axes.c) ---- */
+    [SL_OP_INDEX_WRITE] =
+        {"index_write", HALF, .group = SL_OP_GROUP_AXES, .mutates = 0x1, NN(index_write),
+         .doc = "`dst[i..., index[j], k...] = src[i..., j, k...]` along one axis, in place: rows "
+                "written at positions known only when the graph runs, such as a KV cache's "
+                "newest keys and values, without copying the rest of `dst`. Any dtype, `src`'s "
+                "being `dst`'s. A negative index counts from the end; an index outside `[-dim, "
+                "dim)` fails the run (`INVALID_ARGUMENT`) and is never used as an address (cpu "
+                "then writes nothing; cuda may have written the rows of the valid ones). Of two "
+                "equal indices, either row may land. No outputs.",
+         INS({"dst", "any shape"}, {"index", "i32 `[n]`"},
+             {"src", "`dst`'s shape with `n` at `axis`"}),
+         IATTRS(REQ("axis", "in `[0, rank)`"))},
 };
 
 const sl_op_def *sl_op_get(unsigned id)

@@ -980,6 +980,28 @@ def _where(cx, cond, a, b):
     return cx.op("where", [cond, a, b])
 
 
+@lowers("index_copy.default")
+def _index_copy(cx, dst, dim, index, src):
+    """dst.index_copy_(dim, index, src) into a tensor the step holds (a KV
+    cache's buffer): index_write changes the rows in place, so nothing else
+    of dst is copied. Only in place, into an input of the step that nothing
+    read before."""
+    node = cx.node
+    target = node.args[0]
+    if not str(node.target).split(".")[1].endswith("_") or getattr(target, "op", None) != \
+            "placeholder":
+        raise Unsupported("index_copy other than in place into a buffer or parameter")
+    for n in node.graph.nodes:
+        if n is node:
+            break
+        if target in n.all_input_nodes:
+            raise Unsupported("index_copy_ into a tensor read earlier in the step")
+    d = cx.v(dst)
+    dim = dim % len(d.shape)
+    cx.op("index_write", [d, index, src], [dim])
+    return d
+
+
 @lowers("copy.default")
 def _copy(cx, dst, src, non_blocking=False):
     """dst's new value (copy_ into a buffer: committed at the end of the

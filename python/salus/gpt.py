@@ -14,9 +14,9 @@ decode(tokens [B, 1], position [1]) -> logits [B, vocab]: one token at
 positions 0..position and writing its own into the cache first. The cache
 is a pair of buffers per layer, [B, heads, seq, d/heads], made by
 init_cache(batch) and dropped by drop_cache(); they are not part of
-state_dict(). Writing at `position` is a select between the cache and the
-new row by a one-hot mask, and attention masks the positions after it, so
-one graph serves every position.
+state_dict(). The step writes its keys and values at `position` in place
+(index_copy_, salus's index_write) and attention masks the positions after
+it, so one graph serves every position.
 
 This is also the protocol salus.torch.Generator needs from any model:
 init_cache(batch), drop_cache(), decode(tokens, position) and a `seq`
@@ -56,16 +56,14 @@ class _Block(torch.nn.Module):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         return self._rest(x, att.masked_fill(causal, float("-inf")).softmax(dim=-1), v)
 
-    def decode(self, x, here, after):
-        """x [B, 1, d]; here [seq, 1] bool (the position written), after
-        [seq] bool (the positions not yet written)."""
+    def decode(self, x, position, after):
+        """x [B, 1, d] at `position` ([1]); after [seq] bool (the positions
+        not yet written)."""
         q, k, v = self._qkv(x)
-        kc = torch.where(here, k, self.k_cache)
-        vc = torch.where(here, v, self.v_cache)
-        self.k_cache.copy_(kc)
-        self.v_cache.copy_(vc)
-        att = (q @ kc.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-        return self._rest(x, att.masked_fill(after, float("-inf")).softmax(dim=-1), vc)
+        self.k_cache.index_copy_(2, position, k)
+        self.v_cache.index_copy_(2, position, v)
+        att = (q @ self.k_cache.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        return self._rest(x, att.masked_fill(after, float("-inf")).softmax(dim=-1), self.v_cache)
 
 
 class GPT(torch.nn.Module):
@@ -113,8 +111,7 @@ class GPT(torch.nn.Module):
 
     def decode(self, tokens, position):
         x = self.tok(tokens) + self.pos(position)
-        here = (self.positions == position).unsqueeze(1)
         after = self.positions > position
         for blk in self.blocks:
-            x = blk.decode(x, here, after)
+            x = blk.decode(x, position, after)
         return self.head(self.ln(x))[:, 0]

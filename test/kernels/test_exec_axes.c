@@ -289,6 +289,28 @@ static void test_gather(void **state)
         }
 }
 
+/* index_write: rows of dst [3,4,5] along axis 1 replaced in place at
+ * run-time positions (a negative one from the end), the others kept. */
+static void test_index_write(void **state)
+{
+    (void) state;
+    float dst[60], src[3 * 2 * 5], want[60];
+    for (int i = 0; i < 60; i++)
+        want[i] = dst[i] = (float) i * 0.5f;
+    for (int i = 0; i < 30; i++)
+        src[i] = -1.0f - (float) i;
+    int32_t idx[2] = {2, -4};
+    for (int o = 0; o < 3; o++)
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < 5; i++)
+                want[(o * 4 + (idx[j] + 4) % 4) * 5 + i] = src[(o * 2 + j) * 5 + i];
+    sl_op_attrs a = {.i = {1}};
+    sl_shape sh[3] = {KT_F32(3, 3, 4, 5), KT_SHAPE(SL_I32, 1, 2), KT_F32(3, 3, 2, 5)};
+    kt_run_op(&env, SL_OP_INDEX_WRITE, &a, sh, (float *const[]){dst, (float *) idx, src}, 3, NULL);
+    for (int i = 0; i < 60; i++)
+        assert_float_equal(dst[i], want[i], 0);
+}
+
 static void test_reduce_axes(void **state)
 {
     (void) state;
@@ -453,5 +475,6 @@ static void test_compare(void **state)
 
 KT_GROUP_ON(kt_run_axes_tests, "axes ops", spec, setup, teardown, cmocka_unit_test(test_ew_binary),
             cmocka_unit_test(test_ew_unary), cmocka_unit_test(test_layout),
-            cmocka_unit_test(test_gather), cmocka_unit_test(test_reduce_axes),
-            cmocka_unit_test(test_log_softmax_batch_matmul), cmocka_unit_test(test_compare))
+            cmocka_unit_test(test_gather), cmocka_unit_test(test_index_write),
+            cmocka_unit_test(test_reduce_axes), cmocka_unit_test(test_log_softmax_batch_matmul),
+            cmocka_unit_test(test_compare))

@@ -401,6 +401,10 @@ static const struct infer_case cases[] = {
     {"momentum rate size", SL_OP_MOMENTUM_UPDATE_LR, {.f = {1, 0.9f}}, 4, {V(6), V(6), V(6), V(6)}, SL_EINVAL, {0}, "in3 f32[6] (rate)"},
     {"adam rate", SL_OP_ADAM_UPDATE_LR, {.f = {1, 0.9f, 0.999f, 1e-8f}}, 6, {V(6), V(6), V(6), V(6), V(1), V(1)}, SL_OK, {0}, NULL},
     {"adam rate size", SL_OP_ADAM_UPDATE_LR, {.f = {1, 0.9f, 0.999f, 1e-8f}}, 6, {V(6), V(6), V(6), V(6), V(1), V(3)}, SL_EINVAL, {0}, "in5 f32[3] (rate)"},
+    {"index_write", SL_OP_INDEX_WRITE, {.i = {1}}, 3, {KT_F32(3, 2, 8, 4), IV(1), KT_F32(3, 2, 1, 4)}, SL_OK, {0}, NULL},
+    {"index_write rows", SL_OP_INDEX_WRITE, {.i = {1}}, 3, {KT_F32(3, 2, 8, 4), IV(1), KT_F32(3, 2, 2, 4)}, SL_EINVAL, {0}, "in2 f32[2,2,4] does not match dst's shape with the index's length at axis f32[2,1,4]"},
+    {"index_write axis", SL_OP_INDEX_WRITE, {.i = {3}}, 3, {KT_F32(3, 2, 8, 4), IV(1), KT_F32(3, 2, 1, 4)}, SL_EINVAL, {0}, "axis 3: must be in [0, 3)"},
+    {"index_write f32 index", SL_OP_INDEX_WRITE, {.i = {0}}, 3, {V(8), V(1), V(1)}, SL_EINVAL, {0}, "in1 (index) must be an i32 vector"},
     {"adam rate lr nan", SL_OP_ADAM_UPDATE_LR, {.f = {NAN, 0.9f, 0.999f, 1e-8f}}, 6, {V(6), V(6), V(6), V(6), V(1), V(1)}, SL_EINVAL, {0}, "learning rate"},
     /* dtypes: cast converts between floats; an op refuses a dtype it does not compute in */
     {"cast to bf16", SL_OP_CAST, {.i = {SL_BF16}}, 1, {A2(2, 3)}, SL_OK, KT_SHAPE(SL_BF16, 2, 2, 3), NULL},
