@@ -31,6 +31,36 @@ static inline void bench_json_array(FILE *f, const char *name, const double *v, 
 }
 
 /* Pins the calling process (and the children it forks later) to CPU 0. */
+/* OpenBLAS's kernels for whoever loads it from here on (salusd with
+ * SALUS_CPU_GEMM=openblas, PyTorch peers): unless OPENBLAS_CORETYPE is set,
+ * chosen from /proc/cpuinfo's flags, as bench/openblas_core.py does for
+ * Python peers. OpenBLAS picks by the processor's model, and a VM that
+ * hides it gets Prescott's SSE3 kernels, about 3x slower on an MLP's GEMMs
+ * than the AVX-512 ones. Returns the core type in force ("" for OpenBLAS's
+ * own choice). */
+static inline const char *bench_openblas_coretype(void)
+{
+    const char *set = getenv("OPENBLAS_CORETYPE");
+    if (set)
+        return set;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    bool avx512 = false, avx2 = false;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) {
+            avx512 = strstr(line, " avx512f") && strstr(line, " avx512cd") &&
+                     strstr(line, " avx512bw") && strstr(line, " avx512dq") &&
+                     strstr(line, " avx512vl");
+            avx2 = strstr(line, " avx2") && strstr(line, " fma");
+            break;
+        }
+    if (f)
+        fclose(f);
+    if (avx512 || avx2)
+        setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1);
+    return avx512 ? "SkylakeX" : avx2 ? "Haswell" : "";
+}
+
 static inline void bench_pin_cpu0(void)
 {
     cpu_set_t set;

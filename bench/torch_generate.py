@@ -32,7 +32,10 @@ import tempfile
 import time
 
 import numpy as np
-import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openblas_core  # noqa: E402  (before OpenBLAS is loaded with torch)
+import torch  # noqa: E402
 
 CONFIGS = [(1, "cat"), (2, "cat"), (1, "fixed"), (2, "fixed")]
 
@@ -254,7 +257,8 @@ def main():
     print(f"BENCH generate model=gpt ratio={out['ratio']:.3f} salus_tps={sal:.1f} "
           f"torch_tps={tor:.1f} ratio_bench={out['ratio_bench']:.3f} torch_best={best} "
           f"torch_alone_tps={alone_tps:.1f} salus_p99_ms={out['salus_p99_ms']:.2f} "
-          f"torch_p99_ms={out['torch_p99_ms']:.2f} same_tokens={int(same)} rounds={a.rounds}")
+          f"torch_p99_ms={out['torch_p99_ms']:.2f} same_tokens={int(same)} rounds={a.rounds} "
+          f"torch_blas={openblas_core.CORETYPE or 'auto'}")
     return 0 if same else 1
 
 

@@ -20,28 +20,8 @@ import sys
 import time
 
 
-def openblas_coretype():
-    """Debian's torch does its matmuls in OpenBLAS, which picks its kernels
-    by the processor's model. A VM that hides the model (this one reports
-    "Intel(R) Xeon(R) Processor") gets its oldest, Prescott's SSE3
-    kernels, and a BERT-sized encoder ran 2-3x slower than with the
-    AVX-512 ones. PyTorch's best is measured: unless the environment says
-    otherwise, the kernels are chosen from the processor's flags."""
-    if "OPENBLAS_CORETYPE" in os.environ:
-        return
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
-    except OSError:
-        return
-    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-    elif {"avx2", "fma"} <= set(flags):
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-
-
-openblas_coretype()  # before OpenBLAS is loaded with torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openblas_core  # noqa: E402,F401  (before OpenBLAS is loaded with torch)
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torchvision  # noqa: E402

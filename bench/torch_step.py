@@ -37,7 +37,10 @@ import tempfile
 import time
 
 import numpy as np
-import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openblas_core  # noqa: E402  (before OpenBLAS is loaded with torch)
+import torch  # noqa: E402
 
 EPOCH = 16  # batches in the synthetic data set
 WARM_STEPS = 5
@@ -272,7 +275,7 @@ def main():
           f"ratio_bench={sal / tor:.3f} torch_sps={tor:.1f} torch_best=torch{best} torch1_sps={out['torch1_sps']:.1f} "
           f"torch2_sps={out['torch2_sps']:.1f} torch_alone_sps={alone_sps:.1f} "
           f"salus_p99_ms={out['salus_p99_ms']:.2f} torch_p99_ms={out['torch_p99_ms']:.2f} "
-          f"rounds={a.rounds}")
+          f"rounds={a.rounds} torch_blas={openblas_core.CORETYPE or 'auto'}")
 
 
 if __name__ == "__main__":

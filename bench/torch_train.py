@@ -11,11 +11,15 @@ commands on stdin, one per line:
     quit
 """
 import gzip
+import os
 import sys
 import time
 
 import numpy as np
-import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openblas_core  # noqa: E402,F401  (before OpenBLAS is loaded with torch)
+import torch  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 

@@ -14,10 +14,11 @@
  *   openblas (MLP only) salus through a second salusd whose GEMMs go
  *           through OpenBLAS (SALUS_CPU_GEMM=openblas) instead of oneDNN:
  *           what the GEMM library alone is worth.
- * OpenBLAS picks its own kernels on both sides: OPENBLAS_CORETYPE is
- * cleared (the development VM sets it to Haswell, which halves OpenBLAS's
- * GEMM speed on its Zen 5), and each PyTorch process gets as many OpenBLAS
- * threads as it has OpenMP threads (OPENBLAS_NUM_THREADS).
+ * OpenBLAS's kernels, on both sides, are chosen from the processor's flags
+ * unless OPENBLAS_CORETYPE is set (bench_openblas_coretype: a VM that
+ * hides the processor's model gets Prescott's kernels otherwise), and each
+ * PyTorch process gets as many OpenBLAS threads as it has OpenMP threads
+ * (OPENBLAS_NUM_THREADS).
  * salusd runs with OMP_WAIT_POLICY=PASSIVE (its oneDNN ops; its GEMMs split
  * on its own thread teams, kernels/cpu/team.c). A round is salus, torch 1,
  * salus, torch 2, ... [, inproc, openblas]: both sides are measured alternately, and samples/s
@@ -290,7 +291,9 @@ int main(int argc, char **argv)
         return 1;
     /* the same OpenMP behaviour for salusd and both PyTorch processes */
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    unsetenv("OPENBLAS_CORETYPE");
+    const char *coretype = bench_openblas_coretype();
+    printf("OpenBLAS kernels (salusd's openblas GEMMs, PyTorch): %s\n",
+           coretype[0] ? coretype : "OpenBLAS's own choice");
 
     /* children first: NNG must not be initialised in a process that forks */
     char dir[200];
