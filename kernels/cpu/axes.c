@@ -368,6 +368,52 @@ static void transpose_rows(const sl_op_call *c, uint64_t r0, uint64_t r1)
     }
 }
 
+/* A transpose that swaps the last two axes and keeps the others: a batch of
+ * matrix transposes (a weight's .t(), attention's k^T and their
+ * gradients), whose rows gather along a large stride and touch a cache line
+ * per element. These go in square tiles instead: each tile's reads and
+ * writes stay within TILE lines. */
+#define TILE 32
+
+static bool swaps_last_two(const sl_op_call *c)
+{
+    unsigned nd = c->out[0].shape.ndim;
+    if (nd < 2)
+        return false;
+    for (unsigned d = 0; d + 2 < nd; d++)
+        if (c->attrs.i[d] != (int64_t) d)
+            return false;
+    return c->attrs.i[nd - 2] == nd - 1 && c->attrs.i[nd - 1] == nd - 2;
+}
+
+#define TILE_LOOP(T)                                                                               \
+    do {                                                                                           \
+        const T *x = (const T *) c->in[0].data + b * rows * cols;                                  \
+        T *y = (T *) c->out[0].data + b * rows * cols;                                             \
+        for (uint64_t j0 = 0; j0 < cols; j0 += TILE) {                                             \
+            uint64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;                                     \
+            for (uint64_t j = j0; j < j1; j++)                                                     \
+                for (uint64_t i = i0; i < i1; i++)                                                 \
+                    y[j * rows + i] = x[i * cols + j];                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Units [u0, u1): unit u is TILE input rows of one matrix. */
+static void transpose_tiles(const sl_op_call *c, uint64_t u0, uint64_t u1)
+{
+    const sl_shape *is = &c->in[0].shape;
+    uint64_t rows = (uint64_t) is->dims[is->ndim - 2], cols = (uint64_t) is->dims[is->ndim - 1];
+    uint64_t strips = (rows + TILE - 1) / TILE;
+    for (uint64_t u = u0; u < u1; u++) {
+        uint64_t b = u / strips, i0 = u % strips * TILE;
+        uint64_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+        if (sl_dtype_size(is->dtype) == 4)
+            TILE_LOOP(uint32_t);
+        else
+            TILE_LOOP(uint16_t);
+    }
+}
+
 static int k_transpose(const sl_op_call *c, int threads)
 {
     const sl_shape *os = &c->out[0].shape;
@@ -376,6 +422,13 @@ static int k_transpose(const sl_op_call *c, int threads)
         return SL_OK;
     }
     uint64_t n = sl_shape_elems(os);
+    if (swaps_last_two(c) && os->dims[os->ndim - 1] > 1 && os->dims[os->ndim - 2] > 1) {
+        uint64_t rows = (uint64_t) os->dims[os->ndim - 1];
+        run_rows(c, transpose_tiles,
+                 n / rows / (uint64_t) os->dims[os->ndim - 2] * ((rows + TILE - 1) / TILE), n,
+                 threads);
+        return SL_OK;
+    }
     run_rows(c, transpose_rows, n / (uint64_t) os->dims[os->ndim - 1], n, threads);
     return SL_OK;
 }

@@ -149,10 +149,37 @@ static struct lanes lanes_of(const sl_shape *s, unsigned axis)
     return l;
 }
 
+/* A lane along the last axis (contiguous): the vector exp (vmath.c) into
+ * y, the sum in double, then y scaled, or overwritten with x - lse. */
+static void softmax_row(const float *x, float *y, uint64_t len, bool logsm)
+{
+    float mx = x[0];
+    for (uint64_t j = 1; j < len; j++)
+        mx = x[j] > mx || isnan(x[j]) ? x[j] : mx;
+    sl_cpu_vexp_shifted(x, y, len, mx);
+    double s = 0;
+    for (uint64_t j = 0; j < len; j++)
+        s += y[j];
+    if (logsm) {
+        double lse = mx + log(s);
+        for (uint64_t j = 0; j < len; j++)
+            y[j] = (float) ((double) x[j] - lse);
+    } else {
+        float inv = (float) (1.0 / s);
+        for (uint64_t j = 0; j < len; j++)
+            y[j] *= inv;
+    }
+}
+
 static void softmax_lanes(const sl_op_call *c, uint64_t l0, uint64_t l1)
 {
     struct lanes l = lanes_of(&c->in[0].shape, (unsigned) c->attrs.i[0]);
     bool logsm = c->attrs.i[1] != 0;
+    if (l.inner == 1) {
+        for (uint64_t k = l0; k < l1; k++)
+            softmax_row(fin(c, 0) + k * l.len, fout(c, 0) + k * l.len, l.len, logsm);
+        return;
+    }
     for (uint64_t k = l0; k < l1; k++) {
         uint64_t base = k / l.inner * l.len * l.inner + k % l.inner;
         const float *x = fin(c, 0) + base;
@@ -195,12 +222,38 @@ static void softmax_grad_lanes(const sl_op_call *c, uint64_t l0, uint64_t l1)
 
 /* ---- element-wise ---- */
 
+/* GELU's derivative, Phi(x) + x phi(x), on the vector erf and exp
+ * (vmath.c) a block at a time: a transformer's MLP gradient is this op over
+ * every hidden unit, and libm's erff and expf per element were a tenth of a
+ * GPT training step. */
+static void gelu_grad_range(const float *dy, const float *x, float *dx, uint64_t i0, uint64_t i1)
+{
+    enum { BLOCK = 256 };
+    float cdf[BLOCK], pdf[BLOCK];
+    for (uint64_t i = i0; i < i1; i += BLOCK) {
+        uint64_t n = i1 - i < BLOCK ? i1 - i : BLOCK;
+        for (uint64_t j = 0; j < n; j++) {
+            cdf[j] = x[i + j] * 0.70710678118654752f;
+            pdf[j] = -0.5f * x[i + j] * x[i + j];
+        }
+        sl_cpu_verf(cdf, cdf, n);
+        sl_cpu_vexp_shifted(pdf, pdf, n, 0.0f);
+        for (uint64_t j = 0; j < n; j++)
+            dx[i + j] =
+                dy[i + j] * (0.5f * (1.0f + cdf[j]) + x[i + j] * 0.39894228040143268f * pdf[j]);
+    }
+}
+
 static void unary_grad_range(const sl_op_call *c, uint64_t i0, uint64_t i1)
 {
     int kind = (int) c->attrs.i[0];
     float p = c->attrs.f[0], q = c->attrs.f[1];
     const float *dy = fin(c, 0), *x = fin(c, 1);
     float *dx = fout(c, 0);
+    if (kind == SL_EW_GELU) {
+        gelu_grad_range(dy, x, dx, i0, i1);
+        return;
+    }
     for (uint64_t i = i0; i < i1; i++)
         dx[i] = dy[i] * sl_ew_unary_deriv(kind, x[i], p, q);
 }

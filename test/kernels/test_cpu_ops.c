@@ -828,6 +828,15 @@ static void test_axes_threads(void **state)
             for (int j = 0; j < B; j++)
                 assert_true(y1[(k * A + i) * B + j] == x[(i * B + j) * C + k]);
 
+    /* the last two axes swapped (tiles, axes.c): [A,B,C] to [A,C,B] */
+    tp = (sl_op_attrs){.i = {0, 2, 1}};
+    tsh[1] = KT_F32(3, A, C, B);
+    same_on_two_threads(e, SL_OP_TRANSPOSE, &tp, tsh, (float *[]){x}, 1, y1, y2, N, "transpose");
+    for (int i = 0; i < A; i++)
+        for (int k = 0; k < C; k++)
+            for (int j = 0; j < B; j++)
+                assert_true(y1[(i * C + k) * B + j] == x[(i * B + j) * C + k]);
+
     /* mean over the innermost axis (a contiguous run per output), sum
      * over axes 0 and 2, max over axis 0 */
     static const int64_t masks[3][2] = {
