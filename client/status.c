@@ -168,6 +168,8 @@ int salus_status_text(salus_client *c, char **out)
         if (x->graph_replays || x->graph_fallbacks)
             put(&t, "; graphs: %llu replayed, %llu recorded", (unsigned long long) x->graph_replays,
                 (unsigned long long) x->graph_recordings);
+        if (x->framework_bytes)
+            put(&t, "; framework %s", mib(x->framework_bytes, a));
         if (x->graph_fallback_reason && *x->graph_fallback_reason) {
             char why[160];
             put(&t, "; op by op: %s", safe(x->graph_fallback_reason, why, sizeof why));

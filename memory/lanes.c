@@ -247,7 +247,7 @@ static int set_ephemeral(sl_mem_mgr *m, struct mgr_session *s, uint64_t peak, in
     if (peak > m->capacity)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t need = mgr_need_with(m, s, peak, true);
-    uint64_t held = s->used > s->p ? s->used : s->p;
+    uint64_t held = mgr_held(s);
     if (held > m->quota || need > m->quota - held || need > m->capacity - m->framework)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
     struct mgr_lane *l = s->lane;

@@ -47,10 +47,17 @@ uint64_t mgr_need(const sl_mem_mgr *m, const struct mgr_session *s)
     return mgr_need_with(m, s, s->peak, s->peak_set);
 }
 
+uint64_t mgr_held(const struct mgr_session *s)
+{
+    /* Cannot overflow: both terms are bounded by the quota. */
+    return max_u64(s->p, s->used) + sl_align_up(s->framework, MGR_ALIGN);
+}
+
 uint64_t mgr_reserved(const sl_mem_mgr *m)
 {
     /* Cannot overflow: every term is bounded by capacity through the rule. */
-    return m->persistent_reserved + m->lane_bytes + (uint64_t) m->n_lanes * m->framework;
+    return m->persistent_reserved + m->lane_bytes + (uint64_t) m->n_lanes * m->framework +
+           m->framework_charged;
 }
 
 bool mgr_rule_allows(const sl_mem_mgr *m, uint64_t delta)
@@ -211,6 +218,7 @@ void sl_mem_release(sl_mem_mgr *m, uint64_t id)
         m->persistent_gen++;
         m->persistent_used -= s->used;
         m->persistent_reserved -= max_u64(s->p, s->used);
+        m->framework_charged -= sl_align_up(s->framework, MGR_ALIGN);
         m->n_admitted--;
         struct mgr_lane *l = s->lane;
         mgr_lane_leave(m, s);
@@ -250,7 +258,10 @@ int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t size = sl_align_up(bytes, MGR_ALIGN);
     uint64_t after = s->used + size;
-    if (s->p ? after > s->p : after > m->quota || mgr_need(m, s) > m->quota - after)
+    /* without a region, what it holds grows by the block (its framework
+     * charge beside it) */
+    uint64_t held = mgr_held(s) - s->used + after;
+    if (s->p ? after > s->p : held > m->quota || mgr_need(m, s) > m->quota - held)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t delta = max_u64(s->p, after) - max_u64(s->p, s->used);
     if (!mgr_rule_allows(m, delta))
@@ -329,6 +340,44 @@ int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr)
     return SL_OK;
 }
 
+/* ---- framework memory of a session ---- */
+
+int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason)
+{
+    if (!m)
+        return SL_EINVAL;
+    struct mgr_session *s = find_admitted(m, id);
+    if (!s)
+        return SL_ENOTFOUND;
+    /* Beyond the arena it can never fit; this also keeps the sums below
+     * from overflowing. */
+    if (bytes > m->capacity || s->framework > m->capacity - bytes)
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
+    uint64_t before = sl_align_up(s->framework, MGR_ALIGN);
+    uint64_t after = sl_align_up(s->framework + bytes, MGR_ALIGN);
+    uint64_t held = mgr_held(s) - before + after;
+    if (held > m->quota || mgr_need(m, s) > m->quota - held)
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
+    if (!mgr_rule_allows(m, after - before))
+        return sl_mem_refuse(reason, SL_MEM_CAPACITY);
+    s->framework += bytes;
+    m->framework_charged += after - before;
+    if (reason)
+        *reason = SL_MEM_FITS;
+    return SL_OK;
+}
+
+void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes)
+{
+    struct mgr_session *s = m ? find_admitted(m, id) : NULL;
+    if (!s)
+        return;
+    uint64_t before = sl_align_up(s->framework, MGR_ALIGN);
+    s->framework -= bytes < s->framework ? bytes : s->framework;
+    m->framework_charged -= before - sl_align_up(s->framework, MGR_ALIGN);
+    mgr_pump(m);
+}
+
 /* ---- status ---- */
 
 void sl_mem_get_stats(const sl_mem_mgr *m, sl_mem_stats *st)
@@ -342,10 +391,13 @@ void sl_mem_get_stats(const sl_mem_mgr *m, sl_mem_stats *st)
     st->persistent_used = m->persistent_used;
     st->persistent_reserved = m->persistent_reserved;
     st->lanes = m->lane_bytes;
-    st->framework = (uint64_t) m->n_lanes * m->framework;
-    st->free = ps.free;
-    st->largest_free = ps.largest_free;
-    st->fragmentation = ps.free ? 1.0 - (double) ps.largest_free / (double) ps.free : 0.0;
+    st->framework = (uint64_t) m->n_lanes * m->framework + m->framework_charged;
+    st->framework_sessions = m->framework_charged;
+    /* the charges hold no block, so the pool's free space holds them too
+     * (the rule keeps it at least that large) */
+    st->free = ps.free - m->framework_charged;
+    st->largest_free = ps.largest_free < st->free ? ps.largest_free : st->free;
+    st->fragmentation = st->free ? 1.0 - (double) st->largest_free / (double) st->free : 0.0;
     st->n_lanes = (uint32_t) m->n_lanes;
     st->n_sessions = m->n_admitted;
     st->n_queued = m->queue.count;
@@ -358,6 +410,7 @@ void mgr_session_info(const sl_mem_mgr *m, const struct mgr_session *s, sl_mem_s
     out->declared_p = s->declared_p;
     out->declared_e = s->declared_e;
     out->used = s->used;
+    out->framework = sl_align_up(s->framework, MGR_ALIGN);
     out->peak = s->peak;
     out->need = mgr_need(m, s);
     out->lane = s->lane ? s->lane->id : 0;
@@ -416,8 +469,8 @@ static bool check_session(const sl_mem_mgr *m, const struct mgr_session *s, stru
     if (used != s->used || (s->p && used > s->p))
         return false;
     if (s->state == MGR_QUEUED)
-        return !s->lane && !s->blocks && !s->region_pool && s->reason > SL_MEM_FITS &&
-               s->reason <= SL_MEM_FRAGMENTATION;
+        return !s->lane && !s->blocks && !s->region_pool && !s->framework &&
+               s->reason > SL_MEM_FITS && s->reason <= SL_MEM_FRAGMENTATION;
     /* A session that declared P holds it in one region from admission. */
     if ((s->p != 0) != (s->region_pool != NULL))
         return false;
@@ -434,7 +487,7 @@ static bool check_session(const sl_mem_mgr *m, const struct mgr_session *s, stru
     if (!l || mgr_lane_find(m, l->id) != l || l->size < need)
         return false;
     /* A session never holds more than its quota. */
-    uint64_t held = max_u64(s->p, s->used);
+    uint64_t held = mgr_held(s);
     return held <= m->quota && need <= m->quota - held;
 }
 
@@ -471,7 +524,7 @@ static bool check_list(const struct mgr_list *l, enum mgr_state state)
 static bool check_all(const sl_mem_mgr *m, struct span *spans, size_t max_spans)
 {
     size_t n_spans = 0, n_blocks = 0, n_regions = 0;
-    uint64_t used = 0, reserved = 0, lane_bytes = 0;
+    uint64_t used = 0, reserved = 0, lane_bytes = 0, charged = 0;
     uint32_t admitted = 0, queued = 0, ready = 0;
     size_t i = 0;
     void *v;
@@ -489,10 +542,11 @@ static bool check_all(const sl_mem_mgr *m, struct span *spans, size_t max_spans)
         admitted++;
         used += s->used;
         reserved += max_u64(s->p, s->used);
+        charged += sl_align_up(s->framework, MGR_ALIGN);
     }
     if (n_blocks != m->blocks.count || n_spans != m->n_arena_blocks + n_regions ||
         used != m->persistent_used || reserved != m->persistent_reserved ||
-        admitted != m->n_admitted)
+        charged != m->framework_charged || admitted != m->n_admitted)
         return false;
     if (!check_list(&m->queue, MGR_QUEUED) || !check_list(&m->ready, MGR_READY) ||
         queued != m->queue.count || ready != m->ready.count)
@@ -512,7 +566,8 @@ static bool check_all(const sl_mem_mgr *m, struct span *spans, size_t max_spans)
         return false;
 
     /* The admission rule. */
-    if (reserved > m->capacity || lane_bytes + m->n_lanes * m->framework > m->capacity - reserved)
+    if (reserved > m->capacity || charged > m->capacity - reserved ||
+        lane_bytes + m->n_lanes * m->framework > m->capacity - reserved - charged)
         return false;
 
     /* Geometry: disjoint, inside the arena, and exactly what the pool holds. */
@@ -529,7 +584,8 @@ static bool check_all(const sl_mem_mgr *m, struct span *spans, size_t max_spans)
     sl_mem_pool_stats ps;
     sl_mem_pool_get_stats(m->pool, &ps);
     /* Regions hold P, blocks without one their size: the arena holds exactly
-     * the left side of the admission rule. */
+     * the left side of the admission rule, less the sessions' framework
+     * charges (they hold no block). */
     return ps.used == pool_used && ps.n_allocated == n_spans && ps.capacity == m->capacity &&
            pool_used == reserved + lane_bytes + m->n_lanes * m->framework;
 }

@@ -9,6 +9,9 @@
  * memory (library workspaces, scratchpads) belongs to lanes: every lane's
  * block starts with cfg.framework_per_lane bytes that the server hands to the
  * device backend as that lane's workspace, followed by the ephemeral part.
+ * A session may also be charged framework memory of its own that the device
+ * allocates outside the arena (its recorded graphs: sl_mem_charge_framework);
+ * it has no address here but counts like the rest.
  *
  * Lanes hold no data between iterations, so an idle lane can be created,
  * grown, shrunk, merged and moved at zero copy cost. Several sessions share a
@@ -18,6 +21,7 @@
  * admitted when P + E <= the per-session quota, and
  *     sum over admitted sessions of max(P, used persistent)
  *   + sum of lane sizes + framework            <= capacity
+ * (framework: every lane's part, plus the sessions' own charges)
  * still holds with it, and it is assigned a lane whose size >= E (an
  * existing lane if one fits — sharing is preferred — else a new one). When
  * it does not fit it is refused, or queued if it asked to wait, with a
@@ -41,7 +45,8 @@
  * FRAGMENTATION at admission rather than halfway through its uploads. Its
  * own frees can still fragment its region (FRAGMENTATION on its alloc). A
  * session that declares P = 0 allocates block by block from the arena.
- * Either way the arena holds exactly the left side of the rule.
+ * Either way the arena holds exactly the left side of the rule, less the
+ * sessions' framework charges (they have no block).
  *
  * Units. Every size is charged in 256-byte units: declared P and E,
  * ephemeral peaks, persistent blocks (an allocation of n bytes uses and is
@@ -166,7 +171,7 @@ int sl_mem_set_rank(sl_mem_mgr *m, uint64_t id, uint64_t rank);
 /* Pops the next queued session that is now admitted. The queue is served
  * eagerly: every call that may free memory (sl_mem_release, sl_mem_free,
  * sl_mem_set_ephemeral, sl_mem_lane_idle, sl_mem_compact, sl_mem_alloc
- * after a compaction) admits, in rank order and within the bypass bound,
+ * after a compaction, sl_mem_uncharge_framework) admits, in rank order and within the bypass bound,
  * the queued sessions that fit, and they wait here to be reported. So call it
  * in a loop after any of those. Returns true with *id and *lane set, false
  * when none is. */
@@ -192,6 +197,28 @@ int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int
 /* Frees a block of session id. Errors: SL_ENOTFOUND (session not
  * admitted), SL_EINVAL (not the start of one of its blocks). */
 int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr);
+
+/* ---- framework memory of a session ---- */
+
+/* Charges `bytes` more to admitted session id's own framework memory:
+ * device memory it holds that the device allocates outside the arena (its
+ * recorded graphs' executables). The charge has no address. It counts in
+ * the admission rule (sl_mem_stats framework, less free) and against the
+ * session's quota, beside max(P, used) and its ephemeral need, so memory
+ * salusd spends for a session beyond its tensors and lanes cannot crowd
+ * out other sessions. A session's charges are summed exactly and counted
+ * rounded up to 256 as a whole: giving back exactly the bytes charged
+ * restores every figure. The charge goes with the session (sl_mem_release).
+ * reason may be NULL. Errors: SL_EINVAL (m NULL), SL_ENOTFOUND (not
+ * admitted), SL_EEXHAUSTED with *reason QUOTA (the session's quota would
+ * be exceeded) or CAPACITY (the rule would break); nothing changes on
+ * error. O(1). */
+int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason);
+/* Gives back `bytes` of session id's framework charge, at most what it
+ * holds, and admits queued sessions that fit now (sl_mem_next_admitted).
+ * Unknown or queued ids are ignored: a released session's charge went with
+ * it. */
+void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes);
 
 /* ---- ephemeral memory and lanes ---- */
 
@@ -252,10 +279,11 @@ typedef struct sl_mem_stats {
     uint64_t persistent_used;     /* bytes in persistent blocks */
     uint64_t persistent_reserved; /* sum over admitted sessions of max(P, used) */
     uint64_t lanes;               /* sum of lane sizes */
-    uint64_t framework;
-    uint64_t free;         /* capacity - persistent_reserved - lanes - framework */
-    uint64_t largest_free; /* largest contiguous free block */
-    double fragmentation;  /* 1 - largest_free / free (0 when free == 0) */
+    uint64_t framework;           /* every lane's part + framework_sessions */
+    uint64_t framework_sessions;  /* the sessions' own charges, each rounded */
+    uint64_t free;                /* capacity - persistent_reserved - lanes - framework */
+    uint64_t largest_free;        /* largest contiguous free block, at most free */
+    double fragmentation;         /* 1 - largest_free / free (0 when free == 0) */
     uint32_t n_lanes, n_sessions, n_queued;
 } sl_mem_stats;
 void sl_mem_get_stats(const sl_mem_mgr *m, sl_mem_stats *st);
@@ -264,6 +292,7 @@ typedef struct sl_mem_session_info {
     uint64_t id;
     uint64_t declared_p, declared_e;
     uint64_t used;                     /* persistent bytes allocated */
+    uint64_t framework;                /* its framework charge, rounded up to 256 */
     uint64_t peak;                     /* ephemeral peak set by sl_mem_set_ephemeral */
     uint64_t need;                     /* bytes its lane must hold (see "Ephemeral need") */
     uint32_t lane;                     /* 0 while queued */
@@ -278,9 +307,9 @@ size_t sl_mem_queue(const sl_mem_mgr *m, sl_mem_session_info *out, size_t max);
 
 /* Checks every invariant: no two live blocks (persistent blocks, lanes,
  * framework) overlap, all inside [0, capacity) and exactly as the pool
- * holds them; per-session, per-lane and per-class accounting exact; the
- * admission rule holds; every admitted session's lane holds its need and
- * no session exceeds its quota; queue and lists consistent. Returns SL_OK,
+ * holds them; per-session, per-lane and per-class accounting exact (the
+ * sessions' framework charges included); the admission rule holds; every admitted session's lane
+ * holds its need and no session exceeds its quota; queue and lists consistent. Returns SL_OK,
  * SL_EINTERNAL, or SL_ENOMEM (no host memory to check). O(n log n), for
  * tests. */
 int sl_mem_check(const sl_mem_mgr *m);

@@ -22,7 +22,12 @@
  *
  * Sizes are charged in 256-byte units: declared P and E, peaks, persistent
  * blocks and the framework part are rounded up to 256, and an ephemeral need
- * is at least 256 bytes (so that a lane block is never empty). */
+ * is at least 256 bytes (so that a lane block is never empty).
+ *
+ * A session's framework charge (sl_mem_charge_framework) is the one class
+ * with no block: the device allocates that memory itself, outside the
+ * arena. It is counted in the rule, so the pool holds exactly the left side
+ * of the rule less the sessions' charges. */
 #ifndef SL_MEM_MGR_INTERNAL_H
 #define SL_MEM_MGR_INTERNAL_H
 
@@ -61,6 +66,7 @@ struct mgr_session {
     uint64_t peak;                   /* as last set by sl_mem_set_ephemeral */
     bool peak_set;
     uint64_t used;            /* bytes in its persistent blocks */
+    uint64_t framework;       /* its own framework charge, exact (counted rounded up) */
     uint64_t region;          /* base of its persistent region (p bytes) */
     sl_mem_pool *region_pool; /* NULL: no region (P = 0, or not admitted) */
     enum mgr_state state;
@@ -120,6 +126,9 @@ struct sl_mem_mgr {
     uint64_t persistent_gen;
     struct mgr_compact_cache *compact_cache;
     uint64_t lane_bytes; /* sum of lane sizes (ephemeral parts) */
+    /* sum over admitted sessions of their framework charge, each rounded
+     * up to 256: counted in the rule, held by no block of the pool */
+    uint64_t framework_charged;
 };
 
 /* ---- manager.c ---- */
@@ -131,7 +140,11 @@ struct sl_mem_mgr {
 uint64_t mgr_need_with(const sl_mem_mgr *m, const struct mgr_session *s, uint64_t peak,
                        bool peak_set);
 uint64_t mgr_need(const sl_mem_mgr *m, const struct mgr_session *s);
-/* Left side of the admission rule: reserved persistent + lanes + framework. */
+/* What s holds against its quota besides its ephemeral need: max(P,
+ * used) plus its framework charge, rounded. */
+uint64_t mgr_held(const struct mgr_session *s);
+/* Left side of the admission rule: reserved persistent + lanes + framework
+ * (the lanes' and the sessions' charges). */
 uint64_t mgr_reserved(const sl_mem_mgr *m);
 /* Whether the rule still holds after the reservation grows by delta. */
 bool mgr_rule_allows(const sl_mem_mgr *m, uint64_t delta);

@@ -123,6 +123,9 @@ typedef struct sl_exec_task {
      * (stepwise.c) */
     sl_stream *seg_stream;
     bool seg_off_lock, seg_last;
+    /* being submitted by a launcher, without the lock (executor.c takes
+     * it to charge a new recording's memory) */
+    bool off_lock;
     void *trace_marks; /* a whole iteration's op timing (exec_trace.c), or NULL */
     uint8_t math;      /* its job's math bits, fixed when it starts */
     /* where its lane's stream runs and what it works in, fixed when it

@@ -378,6 +378,34 @@ static int record_segment(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t 
     return rc;
 }
 
+/* Charges r's recordings to t's session (replay.h, "Memory"), or gives
+ * back what destroyed ones held. The manager is the server lock's: taken
+ * here when a launcher submits t, after r->lock was let go (the lock comes
+ * before r->lock). On a refusal why (when given) says so. */
+static int graph_charge(sl_exec *ex, const sl_exec_task *t, sl_replay *r, char *why, size_t len)
+{
+    if (t->off_lock)
+        pthread_mutex_lock(ex->lock);
+    int reason = SL_MEM_FITS;
+    uint64_t held = r->charged;
+    int rc = sl_replay_charge(r, ex->mem, t->job->sched.id, &reason);
+    if (rc != SL_OK && why) {
+        /* refused: the recordings hold more than was charged */
+        uint64_t want = sl_replay_bytes(r) - held;
+        sl_mem_stats ms;
+        sl_mem_get_stats(ex->mem, &ms);
+        if (reason == SL_MEM_QUOTA)
+            snprintf(why, len, "no memory for the graph: %llu bytes, beyond the session's quota",
+                     (unsigned long long) want);
+        else
+            snprintf(why, len, "no memory for the graph: %llu bytes, %llu free",
+                     (unsigned long long) want, (unsigned long long) ms.free);
+    }
+    if (t->off_lock)
+        pthread_mutex_unlock(ex->lock);
+    return rc;
+}
+
 /* Submits t's ops as r's recorded segments, each fetch between them as
  * it would go op by op. */
 static int replay_segments(sl_exec *ex, sl_exec_task *t, sl_stream *st, const sl_replay *r)
@@ -433,6 +461,18 @@ bool sl_exec_replay_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t 
         s->bytes = 0;
         int got =
             record_segment(ex, t, st, first, end, &s->exec, &s->bytes, r->reason, sizeof r->reason);
+        char why[sizeof r->reason];
+        if (got == SL_OK && s->exec) {
+            pthread_mutex_unlock(&r->lock);
+            got = graph_charge(ex, t, r, why, sizeof why);
+            pthread_mutex_lock(&r->lock);
+            if (got != SL_OK) {
+                ex->dev->ops->graph_destroy(ex->dev, s->exec);
+                s->exec = NULL;
+                s->bytes = 0;
+                memcpy(r->reason, why, sizeof why);
+            }
+        }
         if (got != SL_OK || !s->exec) {
             s->failed_key = key;
             r->fallbacks += got != SL_OK;
@@ -440,6 +480,7 @@ bool sl_exec_replay_range(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t 
                 sl_log_warn("exe.graph", "steps of graph %llu run op by op: %s",
                             (unsigned long long) g->id, r->reason);
             pthread_mutex_unlock(&r->lock);
+            (void) graph_charge(ex, t, r, NULL, 0); /* what the old recording held */
             return false;
         }
         s->end = end;
@@ -496,6 +537,14 @@ static bool submit_replayed(sl_exec *ex, sl_exec_task *t, sl_stream *st)
             r->seg_end[r->n_seg++] = k + 1;
             from = k + 1;
         }
+        char why[sizeof r->reason];
+        if (rc == SL_OK) {
+            pthread_mutex_unlock(&r->lock);
+            rc = graph_charge(ex, t, r, why, sizeof why);
+            pthread_mutex_lock(&r->lock);
+            if (rc != SL_OK)
+                memcpy(r->reason, why, sizeof why);
+        }
         if (rc != SL_OK) {
             sl_replay_drop(r);
             r->failed_key = key;
@@ -503,6 +552,7 @@ static bool submit_replayed(sl_exec *ex, sl_exec_task *t, sl_stream *st)
             sl_log_warn("exe.graph", "graph %llu runs op by op: %s", (unsigned long long) g->id,
                         r->reason);
             pthread_mutex_unlock(&r->lock);
+            (void) graph_charge(ex, t, r, NULL, 0); /* what the old recording held */
             return false;
         }
         r->key = key;
@@ -631,7 +681,9 @@ static void launch_off_lock(sl_launch_job *job)
 {
     sl_exec_task *t = sl_container_of(job, sl_exec_task, launch_job);
     sl_exec *ex = t->ex;
+    t->off_lock = true;
     int rc = launch_submit(ex, t);
+    t->off_lock = false;
     if (t->stepwise) {
         /* its steps' completions end it: the launcher lets go now */
         atomic_fetch_sub(&t->launch_refs, 1);

@@ -48,7 +48,7 @@ typedef struct snap_session {
     uint64_t id, iterations, attained_ns, queue_ns, switches, skipped_steps;
     uint64_t graph_replays, graph_fallbacks; /* replay.h */
     uint64_t persistent, ephemeral_peak, host_bytes, declared_p, declared_e;
-    uint64_t persistent_reserved, ephemeral_need; /* the memory manager's figures */
+    uint64_t persistent_reserved, ephemeral_need, framework; /* the memory manager's figures */
     int priority;
     uint32_t lane;
     /* its labels: session="ID",name="NAME",tenant="OWNER" with
@@ -184,6 +184,7 @@ static int take(sl_server *srv, snap *s)
         if (sl_mem_session_get(srv->mem, x->id, &mi) == SL_OK) {
             o->persistent_reserved = mi.declared_p > mi.used ? mi.declared_p : mi.used;
             o->ephemeral_need = mi.need;
+            o->framework = mi.framework;
         }
         o->id = x->id;
         o->iterations = x->job.sched.iterations_done;
@@ -368,20 +369,20 @@ static void format(sl_textbuf *b, const snap *s, const sl_obs *obs)
            "persistent_reserved (held for it: the larger of its declared and allocated "
            "persistent bytes), ephemeral (planned peak of its iterations, inside its lane), "
            "ephemeral_need (what its lane must hold for it; sessions share lanes, so these do "
-           "not add up), declared_persistent, declared_ephemeral, host (salusd's host memory "
-           "for its graphs and tensors).");
+           "not add up), framework (what its recorded graphs hold, charged to it), "
+           "declared_persistent, declared_ephemeral, host (salusd's host memory for its graphs "
+           "and tensors).");
     for (size_t k = 0; k < s->n_sessions; k++) {
         const snap_session *x = &s->sessions[k];
         const struct {
             const char *cls;
             uint64_t v;
-        } c[] = {{"persistent", x->persistent},
-                 {"persistent_reserved", x->persistent_reserved},
-                 {"ephemeral", x->ephemeral_peak},
-                 {"ephemeral_need", x->ephemeral_need},
-                 {"declared_persistent", x->declared_p},
-                 {"declared_ephemeral", x->declared_e},
-                 {"host", x->host_bytes}};
+        } c[] = {
+            {"persistent", x->persistent},         {"persistent_reserved", x->persistent_reserved},
+            {"ephemeral", x->ephemeral_peak},      {"ephemeral_need", x->ephemeral_need},
+            {"framework", x->framework},           {"declared_persistent", x->declared_p},
+            {"declared_ephemeral", x->declared_e}, {"host", x->host_bytes},
+        };
         for (size_t j = 0; j < sizeof c / sizeof c[0]; j++)
             sl_textbuf_printf(b, "salus_session_memory_bytes{%s,class=\"%s\"} %llu\n", x->labels,
                               c[j].cls, (unsigned long long) c[j].v);

@@ -2,6 +2,7 @@
 #include "replay.h"
 
 #include "sl_alloc.h"
+#include "sl_error.h"
 
 #include <string.h>
 
@@ -53,12 +54,48 @@ void sl_replay_add(sl_replay *r, sl_replay_sums *sum)
     pthread_mutex_unlock(&r->lock);
 }
 
-void sl_replay_free(sl_replay *r)
+uint64_t sl_replay_bytes(const sl_replay *r)
+{
+    uint64_t bytes = r->bytes;
+    for (uint32_t k = 0; r->steps && k < r->n_ops; k++)
+        bytes += r->steps[k].bytes;
+    return bytes;
+}
+
+int sl_replay_charge(sl_replay *r, sl_mem_mgr *mem, uint64_t owner, int *reason)
+{
+    uint64_t want = sl_replay_bytes(r);
+    if (r->mem && r->charged > want) {
+        sl_mem_uncharge_framework(r->mem, r->owner, r->charged - want);
+        r->charged = want;
+    }
+    if (want > r->charged) {
+        int rc = sl_mem_charge_framework(mem, owner, want - r->charged, reason);
+        if (rc != SL_OK)
+            return rc;
+        r->charged = want;
+    }
+    r->mem = mem;
+    r->owner = owner;
+    return SL_OK;
+}
+
+void sl_replay_release(sl_replay *r)
 {
     if (!r)
         return;
     sl_replay_drop(r);
     sl_replay_drop_steps(r);
+    if (r->mem && r->charged)
+        sl_mem_uncharge_framework(r->mem, r->owner, r->charged);
+    r->charged = 0;
+}
+
+void sl_replay_free(sl_replay *r)
+{
+    if (!r)
+        return;
+    sl_replay_release(r);
     pthread_mutex_destroy(&r->lock);
     sl_free(r);
 }

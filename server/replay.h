@@ -30,13 +30,21 @@
  * jobs) goes as segments of ops; a segment of more than one op is
  * recorded and replayed the same way, per its first op.
  *
- * Fallback. A recording the device refuses runs that iteration op by op,
- * and the graph keeps running op by op, with the reason shown in status,
- * until its key changes. */
+ * Memory. A recording's device memory (as the device reports it) is
+ * charged to the owning session's framework class in the memory manager
+ * (sl_mem_charge_framework) once it is made, and given back whenever it is
+ * destroyed: recorded again, the graph freed, the session closed, a device
+ * reset. A charge that does not fit (the capacity or the session's quota)
+ * destroys the recording: the iteration runs op by op, as below.
+ *
+ * Fallback. A recording the device refuses, or whose memory cannot be
+ * charged, runs that iteration op by op, and the graph keeps running op by
+ * op, with the reason shown in status, until its key changes. */
 #ifndef SL_SERVER_REPLAY_H
 #define SL_SERVER_REPLAY_H
 
 #include "device.h"
+#include "manager.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -69,11 +77,18 @@ typedef struct sl_replay {
     uint32_t n_ops;
     uint64_t replays, recordings, fallbacks;
     char reason[112]; /* why the last recording failed ("" none) */
+    /* The memory manager's charge for these recordings, in the framework
+     * class of session `owner` (mem NULL: never charged). Written only
+     * under the server lock, which serialises the manager's calls. */
+    sl_mem_mgr *mem;
+    uint64_t owner;
+    uint64_t charged; /* bytes charged now */
 } sl_replay;
 
 /* A new record, or NULL without memory. */
 sl_replay *sl_replay_new(void);
-/* Frees the executables and the record (NULL is fine). */
+/* Frees the executables and the record, and gives back their charge
+ * (sl_replay_release). NULL is fine. */
 void sl_replay_free(sl_replay *r);
 /* What status and metrics show of a session's records, summed. */
 typedef struct sl_replay_sums {
@@ -84,9 +99,25 @@ typedef struct sl_replay_sums {
 void sl_replay_add(sl_replay *r, sl_replay_sums *sum);
 
 /* Frees the whole iteration's executables, or the steps' (lock held or
- * the record unshared). */
+ * the record unshared). Their charge stays until sl_replay_charge. */
 void sl_replay_drop(sl_replay *r);
 void sl_replay_drop_steps(sl_replay *r);
+
+/* Device bytes r's recordings hold now, the whole iteration's and the
+ * steps' (r->lock held, or called by r's one writer: the iteration in
+ * flight). */
+uint64_t sl_replay_bytes(const sl_replay *r);
+/* Makes the charge to session owner's framework class in mem match
+ * sl_replay_bytes(r): gives back what destroyed recordings held, charges
+ * what new ones hold. Server lock held; r->lock not needed by r's one
+ * writer (one iteration of a graph runs at a time). Errors: the manager's
+ * (SL_EEXHAUSTED with *reason QUOTA or CAPACITY, SL_ENOTFOUND): nothing is
+ * charged then, what was given back stays given back. */
+int sl_replay_charge(sl_replay *r, sl_mem_mgr *mem, uint64_t owner, int *reason);
+/* Frees every executable of r and gives back their charge: the device was
+ * reset (its recordings are gone), or the graph goes. Server lock held,
+ * nothing of r's graph in flight. */
+void sl_replay_release(sl_replay *r);
 /* The key, built in steps: start with the stream, add words (executor.c:
  * the math bits, the resets, every operand's address, each segment's
  * end). FNV-1a. */

@@ -32,9 +32,13 @@ static void fault_recovered(void *arg, bool dead)
 {
     sl_server *srv = arg;
     sl_outbox box = {0};
+    if (!dead) /* the reset destroyed every recording */
+        sl_sessions_device_reset(&srv->sessions);
     sl_sessions_fail_queued_runs(&srv->sessions, &box); /* runs queued meanwhile */
-    if (!dead)
-        sl_exec_kick(&srv->exec, &box); /* sessions opened during the reset */
+    if (!dead) {
+        sl_sessions_memory_changed(&srv->sessions, &box); /* the recordings' memory */
+        sl_exec_kick(&srv->exec, &box);                   /* sessions opened during the reset */
+    }
     sl_sender_unlock_send(&srv->sender, &box);
     pthread_mutex_lock(&srv->lock);
 }

@@ -3,6 +3,7 @@
 #include "session.h"
 #include "decode.h"
 #include "handlers.h"
+#include "replay.h"
 #include "sl_alloc.h"
 #include "sl_cgroup.h"
 #include "sl_error.h"
@@ -209,6 +210,7 @@ static void pump(sl_sessions *ss, sl_session *s, sl_outbox *box)
             break;
         case SALUS__REQUEST__BODY_FREE_GRAPH:
             h = sl_handle_free_graph(ss, s, w);
+            freed = true; /* its recordings' memory */
             break;
         case SALUS__REQUEST__BODY_RUN:
             h = sl_handle_run(ss, s, w, box);
@@ -736,6 +738,18 @@ void sl_sessions_device_lost(sl_sessions *ss)
     while (sl_map_next(&ss->table, &i, NULL, &v)) {
         sl_session *s = v;
         s->reset_pending = s->admitted;
+    }
+}
+
+void sl_sessions_device_reset(sl_sessions *ss)
+{
+    size_t i = 0;
+    void *v;
+    while (sl_map_next(&ss->table, &i, NULL, &v)) {
+        size_t k = 0;
+        void *g;
+        while (sl_map_next(&((sl_session *) v)->graphs, &k, NULL, &g))
+            sl_replay_release(((sl_graph *) g)->replay);
     }
 }
 

@@ -162,6 +162,11 @@ void sl_sessions_drain(sl_sessions *ss, sl_outbox *box);
 void sl_sessions_device_lost(sl_sessions *ss);
 /* Fails the queued, not started runs of sessions still to be told. */
 void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box);
+/* The device was reset, which destroyed every recorded graph: frees their
+ * records and gives back their memory (replay.h). Nothing runs on the
+ * device. Call sl_sessions_memory_changed after: the memory may admit
+ * waiting sessions. */
+void sl_sessions_device_reset(sl_sessions *ss);
 /* Staging a segment for session id (shm_socket.c), in two steps around the
  * mapping, which happens without the lock. begin: the session exists, the
  * token is its token, the peer uid is its owner's, and size bytes fit its

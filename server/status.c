@@ -223,8 +223,10 @@ int sl_status_build(sl_server *srv, const sl_peer *peer, sl_reply *r)
         if (graph_replays(r, s, x) != SL_OK)
             return SL_ENOMEM;
         sl_mem_session_info mi;
-        if (sl_mem_session_get(srv->mem, s->id, &mi) == SL_OK)
+        if (sl_mem_session_get(srv->mem, s->id, &mi) == SL_OK) {
             x->persistent_reserved = mi.region_size > mi.used ? mi.region_size : mi.used;
+            x->framework_bytes = mi.framework;
+        }
         x->math_matmul = s->job.math & SL_MATH_MATMUL_TF32 ? SALUS__MATH_MODE__MATH_TF32
                                                            : SALUS__MATH_MODE__MATH_EXACT;
         x->math_conv = s->job.math & SL_MATH_CONV_TF32 ? SALUS__MATH_MODE__MATH_TF32

@@ -96,7 +96,9 @@ static void segment_off_lock(sl_launch_job *job)
     /* t's fields are fixed until its completion: no step of it is issued
      * before then, and its status is read by the completion, queued after
      * this write */
+    t->off_lock = true;
     int rc = submit_range(ex, t, t->seg_stream, t->step.step_op, t->step.step_end);
+    t->off_lock = false;
     if (rc != SL_OK && t->status == SL_OK)
         t->status = rc;
     rc = ex->dev->ops->host_callback(ex->dev, t->seg_stream, done, t);

@@ -3,7 +3,9 @@
  * launch; new calls (another set of fetches) record again; a lane moved to
  * another address records again; a recording the device refuses runs op by
  * op with the reason in status; a device reset records again; --no-graphs
- * launches op by op. The counts come from salusd's status.
+ * launches op by op. A recording's memory is charged to its session's
+ * framework class until the recording goes, and one that does not fit
+ * runs op by op. The counts come from salusd's status.
  *   test_replay [--device SPEC]   (default sim:h200)
  * The sim device computes nothing; on cuda (the gpu suite, replay-cuda)
  * every run's fetches are also checked against what the graph computes, so
@@ -107,13 +109,18 @@ static bool status_has(salus_client *c, const char *text)
     return has;
 }
 
-static void start_with(sl_test_server *srv, const char *extra)
+static void start_limited(sl_test_server *srv, const char *limit, const char *extra)
 {
     char fault[400];
     sl_ctl_prepare(srv);
     sl_ctl_path(srv, "fault", fault, sizeof fault);
-    sl_ctl_start(srv, (const char *[]){"--device", device, "--memory-limit", "4G", "--fault-inject",
-                                       fault, extra, NULL});
+    sl_ctl_start(srv, (const char *[]){"--device", device, "--memory-limit", limit,
+                                       "--fault-inject", fault, extra, NULL});
+}
+
+static void start_with(sl_test_server *srv, const char *extra)
+{
+    start_limited(srv, "4G", extra);
 }
 
 /* A salusd (with one extra flag, or none), a client and a job of OPS ops. */
@@ -135,6 +142,13 @@ static void env_close(env *e)
     job_close(&e->j);
     salus_disconnect(e->cl);
     sl_ctl_finish(&e->srv);
+}
+
+/* n runs of j (fetching y only), each succeeding. */
+static void runs_job(job *j, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_sl_ok(job_run(j, false));
 }
 
 /* n runs of the job, each succeeding. */
@@ -267,13 +281,113 @@ static void reset_records_again(void **state)
     for (int i = 0; i < 200 && !sl_ctl_log_has(&e.srv, "device reset #1"); i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     assert_true(sl_ctl_log_has(&e.srv, "device reset #1"));
+    /* the reset destroyed the recording: its memory is given back */
+    assert_int_equal(status_num(e.cl, "graph_bytes"), 0);
+    assert_int_equal(status_num(e.cl, "framework_bytes"), 0);
     long long before = status_num(e.cl, "graph_recordings");
     int ok = 0;
     for (int i = 0; i < 6 && ok < 3; i++)
         ok += job_run(&e.j, false) == SALUS_OK; /* the first may carry the reset's notice */
     assert_int_equal(ok, 3);
     assert_int_equal(status_num(e.cl, "graph_recordings"), before + 1);
+    assert_true(status_num(e.cl, "graph_bytes") > 0);
+    assert_int_equal(status_num(e.cl, "framework_bytes"), status_num(e.cl, "graph_bytes"));
     env_close(&e);
+}
+
+/* A recording's memory is charged to its session's framework class: the
+ * session's framework_bytes rise by graph_bytes and the free memory drops
+ * by as much; recording again swaps the charge, and freeing the graph or
+ * closing the session gives it back. (The sim device reports a modelled
+ * size: 256 bytes a node, as the cuda backend does.) */
+static void recording_memory_is_charged(void **state)
+{
+    (void) state;
+    sl_test_server srv;
+    start_with(&srv, NULL);
+    salus_client *cl = sl_test_connect(&srv);
+    long long free0 = status_num(cl, "free"), framework0 = status_num(cl, "framework");
+    job j;
+    job_open(cl, &j);
+    assert_sl_ok(job_run(&j, false)); /* first sighting: op by op */
+    long long free1 = status_num(cl, "free"), framework1 = status_num(cl, "framework");
+    assert_int_equal(status_num(cl, "framework_bytes"), 0);
+    assert_sl_ok(job_run(&j, false)); /* recorded */
+    long long bytes = status_num(cl, "graph_bytes");
+    assert_true(bytes > 0);
+    assert_int_equal(status_num(cl, "framework_bytes"), bytes);
+    assert_int_equal(status_num(cl, "free"), free1 - bytes);
+    /* the memory status's framework holds it (and each lane's part) */
+    assert_int_equal(status_num(cl, "framework"), framework1 + bytes);
+    assert_sl_ok(job_run(&j, false)); /* replayed: no new charge */
+    assert_int_equal(status_num(cl, "free"), free1 - bytes);
+    /* new calls record again: the new recording's bytes replace the old */
+    assert_sl_ok(job_run(&j, true));
+    assert_sl_ok(job_run(&j, true));
+    assert_int_equal(status_num(cl, "graph_recordings"), 2);
+    long long bytes2 = status_num(cl, "graph_bytes");
+    assert_true(bytes2 > 0);
+    assert_int_equal(status_num(cl, "framework_bytes"), bytes2);
+    assert_int_equal(status_num(cl, "free"), free1 - bytes2);
+    /* freeing the graph gives it back, and so does closing the session */
+    salus_graph_free(j.g);
+    assert_int_equal(status_num(cl, "framework_bytes"), 0);
+    assert_int_equal(status_num(cl, "free"), free1);
+    assert_sl_ok(salus_session_close(j.s));
+    assert_int_equal(status_num(cl, "free"), free0);
+    assert_int_equal(status_num(cl, "framework"), framework0);
+    job_open(cl, &j);
+    runs_job(&j, 3);
+    assert_true(status_num(cl, "framework_bytes") > 0);
+    job_close(&j);
+    assert_int_equal(status_num(cl, "free"), free0);
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
+/* Memory so tight that no recording fits: the runs still succeed, op by
+ * op, and status says why. With 16K the recording's 15K does not fit the
+ * session's quota (all of the memory); with 32K it would, but another
+ * session holds 16K of it: then the capacity refuses it. */
+static void no_memory_for(const char *limit, uint64_t other, const char *why)
+{
+    sl_test_server srv;
+    start_limited(&srv, limit, NULL);
+    salus_client *cl = sl_test_connect(&srv);
+    salus_session *hog = NULL;
+    if (other) {
+        salus_session_opts opts = {.name = "hog", .persistent_bytes = other};
+        assert_sl_ok(salus_session_open(cl, &opts, &hog));
+    }
+    job j;
+    job_open(cl, &j);
+    assert_sl_ok(job_run(&j, false));
+    long long free1 = status_num(cl, "free");
+    runs_job(&j, 3);
+    assert_int_equal(status_num(cl, "graph_fallbacks"), 1);
+    assert_int_equal(status_num(cl, "graph_recordings"), 0);
+    assert_int_equal(status_num(cl, "graph_replays"), 0);
+    assert_int_equal(status_num(cl, "graph_bytes"), 0);
+    assert_int_equal(status_num(cl, "framework_bytes"), 0);
+    assert_int_equal(status_num(cl, "free"), free1);
+    assert_true(status_has(cl, "\"graph_fallback_reason\":\"no memory for the graph: "));
+    char line[512];
+    assert_true(
+        sl_ctl_log_last(&srv, "runs op by op: no memory for the graph: ", line, sizeof line));
+    fprintf(stderr, "replay: %s\n", line);
+    assert_non_null(strstr(line, why));
+    job_close(&j);
+    if (hog)
+        assert_sl_ok(salus_session_close(hog));
+    salus_disconnect(cl);
+    sl_ctl_finish(&srv);
+}
+
+static void no_memory_for_the_graph_runs_op_by_op(void **state)
+{
+    (void) state;
+    no_memory_for("16K", 0, "bytes, beyond the session's quota");
+    no_memory_for("32K", 16 * 1024, " free");
 }
 
 /* Beside a high-priority session, a low-priority iteration goes in steps
@@ -290,6 +404,9 @@ static void low_priority_segments_replay(void **state)
     assert_true(status_num(e.cl, "graph_recordings") >= 1);
     assert_true(status_num(e.cl, "graph_replays") >= 1);
     assert_int_equal(status_num(e.cl, "graph_fallbacks"), 0);
+    /* the steps' recordings are charged as a whole iteration's are */
+    assert_true(status_num(e.cl, "graph_bytes") > 0);
+    assert_int_equal(status_num(e.cl, "framework_bytes"), status_num(e.cl, "graph_bytes"));
     assert_sl_ok(salus_session_close(hp));
     env_close(&e);
 }
@@ -321,6 +438,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(partition_change_records_again),
         cmocka_unit_test(refused_recording_falls_back),
         cmocka_unit_test(reset_records_again),
+        cmocka_unit_test(recording_memory_is_charged),
+        cmocka_unit_test(no_memory_for_the_graph_runs_op_by_op),
         cmocka_unit_test(low_priority_segments_replay),
         cmocka_unit_test(no_graphs_launches_op_by_op),
     };

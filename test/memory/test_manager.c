@@ -604,6 +604,89 @@ static void test_free_errors(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* A session's own framework charge (graph memory the device allocates
+ * outside the arena): counted in the rule and against the quota, rounded
+ * up as a whole, given back exactly, and gone with the session. */
+static void test_framework_charge(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 256 * K, 16 * K, 64 * K);
+    admit_ok(m, 1, 64 * K, 64 * K);
+    sl_mem_stats before = stats(m);
+    int reason = -1;
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 1000, &reason));
+    assert_int_equal(reason, SL_MEM_FITS);
+    assert_sl_ok(sl_mem_check(m));
+    assert_int_equal(session_info(m, 1).framework, 1024);
+    assert_int_equal(stats(m).framework, before.framework + 1024);
+    assert_int_equal(stats(m).framework_sessions, 1024);
+    assert_int_equal(stats(m).free, before.free - 1024);
+    assert_true(stats(m).largest_free <= stats(m).free);
+    /* summed exactly, rounded as a whole */
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 24, NULL));
+    assert_int_equal(session_info(m, 1).framework, 1024);
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 1, NULL));
+    assert_int_equal(session_info(m, 1).framework, 1280);
+    sl_mem_uncharge_framework(m, 1, 1);
+    assert_int_equal(session_info(m, 1).framework, 1024);
+    sl_mem_uncharge_framework(m, 1, 1024);
+    assert_sl_ok(sl_mem_check(m));
+    assert_int_equal(stats(m).free, before.free);
+    assert_int_equal(stats(m).framework, before.framework);
+    sl_mem_uncharge_framework(m, 1, 5); /* more than it holds: nothing below 0 */
+    assert_int_equal(session_info(m, 1).framework, 0);
+
+    /* the quota: P + need + framework */
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 128 * K, NULL));
+    assert_sl_err(sl_mem_charge_framework(m, 1, 1, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    assert_int_equal(session_info(m, 1).framework, 128 * K);
+    assert_sl_err(sl_mem_charge_framework(m, 1, UINT64_MAX, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    assert_sl_ok(sl_mem_check(m));
+    /* without a declared P, allocations and a larger need count it too */
+    admit_ok(m, 2, 0, 0);
+    assert_sl_ok(sl_mem_charge_framework(m, 2, 100 * K, NULL));
+    alloc_ok(m, 2, 92 * K);
+    assert_int_equal(alloc_refused(m, 2, 1), SL_MEM_QUOTA);
+    assert_sl_err(sl_mem_set_ephemeral(m, 2, 65 * K, NULL, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    assert_sl_ok(sl_mem_check(m));
+
+    /* unknown and released sessions */
+    assert_sl_err(sl_mem_charge_framework(m, 9, 1, NULL), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_charge_framework(NULL, 1, 1, NULL), SL_EINVAL);
+    sl_mem_uncharge_framework(m, 9, 1);
+    sl_mem_uncharge_framework(NULL, 1, 1);
+    release_ok(m, 2);
+    release_ok(m, 1);
+    assert_sl_err(sl_mem_charge_framework(m, 1, 1, NULL), SL_ENOTFOUND);
+    sl_mem_uncharge_framework(m, 1, 1024); /* its charge went with it */
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+
+    /* capacity: a charge that breaks the rule is refused, and giving one
+     * back admits who waits for it */
+    m = mgr_new(256 * K, 0, 0, 64 * K);
+    admit_ok(m, 1, 64 * K, 64 * K);
+    admit_ok(m, 3, 0, 0); /* shares 1's lane */
+    assert_sl_ok(sl_mem_charge_framework(m, 3, 128 * K, NULL));
+    assert_int_equal(stats(m).free, 0);
+    assert_int_equal(stats(m).largest_free, 0);
+    assert_sl_err(sl_mem_charge_framework(m, 3, 1, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_CAPACITY);
+    assert_int_equal(session_info(m, 3).framework, 128 * K);
+    assert_int_equal(admit_refused(m, 2, 0, 65 * K, true), SL_MEM_CAPACITY);
+    sl_mem_uncharge_framework(m, 3, 64 * K);
+    assert_sl_ok(sl_mem_check(m));
+    assert_int_equal(next_admitted(m, NULL), 2);
+    release_ok(m, 3);
+    release_ok(m, 1);
+    release_ok(m, 2);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 int test_manager_run(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,6 +705,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_spread_then_share, reset_alloc_failures),
         cmocka_unit_test_teardown(test_lane_id_reuse, reset_alloc_failures),
         cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_framework_charge, reset_alloc_failures),
     };
     return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);
 }
