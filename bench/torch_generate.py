@@ -28,13 +28,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import openblas_core  # noqa: E402  (before OpenBLAS is loaded with torch)
+import salusd_proc  # noqa: E402
 import torch  # noqa: E402
 
 CONFIGS = [(1, "cat"), (2, "cat"), (1, "fixed"), (2, "fixed")]
@@ -116,6 +116,7 @@ def peer(threads, cache, tokens):
 
 class Peer:
     def __init__(self, threads, cache, tokens):
+        self.threads, self.cache = threads, cache
         self.name = f"torch{threads}-{cache}"
         self.proc = subprocess.Popen([sys.executable, __file__, "--peer", str(threads),
                                       "--cache", cache, "--tokens", str(tokens)],
@@ -163,23 +164,9 @@ def main():
     import salus.torch
 
     load_before = os.getloadavg()[0]
-    d = tempfile.mkdtemp(prefix="torch-generate-")
-    url = f"ipc://{d}/salus.sock"
-    args = [a.salusd, "--listen", url, "--memory-limit", "2G", "--log-level", "warn"]
-    if os.geteuid() == 0:
-        args.append("--allow-root")
-    server = subprocess.Popen(args, env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+    server, url = salusd_proc.start(a.salusd, "torch_generate")
     peers = []
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                salus.connect(url).close()
-                break
-            except salus.Error:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("torch_generate: salusd did not start")
-                time.sleep(0.05)
         peers = [Peer(t, c, a.tokens) for t, c in CONFIGS]
         model = make_model()
         with salus.connect(url) as c, c.session(name="torch_generate") as s:
@@ -215,15 +202,13 @@ def main():
                 print(line + " tokens/s", flush=True)
             gen.close()
         best = max(tps, key=lambda k: float(np.median(tps[k])))
-        best_peer = next(p for p in peers if p.name == best)
-        threads, cache = int(best[5]), best.split("-")[1]
+        threads, cache = next((p.threads, p.cache) for p in peers if p.name == best)
         for p in peers:
             p.stop()
         peers = []
         alone = Peer(threads, cache, a.tokens)
         alone_tps, _, _ = alone.run(a.seconds * a.rounds)
         alone.stop()
-        del best_peer
     finally:
         for p in peers:
             p.proc.kill()

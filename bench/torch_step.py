@@ -33,13 +33,13 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import openblas_core  # noqa: E402  (before OpenBLAS is loaded with torch)
+import salusd_proc  # noqa: E402
 import torch  # noqa: E402
 
 EPOCH = 16  # batches in the synthetic data set
@@ -194,25 +194,9 @@ def main():
     import salus.torch
 
     load_before = os.getloadavg()[0]
-    d = tempfile.mkdtemp(prefix="torch-step-")
-    url = f"ipc://{d}/salus.sock"
-    args = [a.salusd, "--listen", url, "--memory-limit", "2G", "--log-level", "warn"]
-    if os.geteuid() == 0:
-        args.append("--allow-root")
-    # idle OpenMP threads of salusd's oneDNN ops sleep instead of spinning
-    # against the PyTorch peers (which keep PyTorch's defaults)
-    server = subprocess.Popen(args, env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+    server, url = salusd_proc.start(a.salusd, "torch_step")
     peers = []
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                salus.connect(url).close()
-                break
-            except salus.Error:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("torch_step: salusd did not start")
-                time.sleep(0.05)
         peers = [Peer(1, a.model), Peer(2, a.model)]
         model, loss_fn, opt, data, batch = setup(a.model)
         with salus.connect(url) as c, c.session(name="torch_step") as s:

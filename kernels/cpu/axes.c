@@ -479,47 +479,27 @@ static int k_concat(const sl_op_call *c)
     return SL_OK;
 }
 
-static int k_gather(const sl_op_call *c)
+/* gather (rows: the output) and index_write (rows: in2, written into in0):
+ * rows of `inner` elements moved from or to row idx[j] of in0 along the
+ * axis, every index checked before anything moves. */
+static int k_index_rows(const sl_op_call *c, bool write)
 {
     unsigned axis = (unsigned) c->attrs.i[0];
     int64_t dim = c->in[0].shape.dims[axis];
     uint64_t outer, inner, n_idx = sl_shape_elems(&c->in[1].shape);
     split_at(&c->in[0].shape, axis, &outer, &inner);
-    size_t es = sl_dtype_size(c->in[0].shape.dtype);
-    const char *x = c->in[0].data;
+    size_t es = sl_dtype_size(c->in[0].shape.dtype), row = inner * es;
+    char *base = c->in[0].data, *rows = write ? c->in[2].data : c->out[0].data;
     const int32_t *idx = c->in[1].data;
-    char *y = c->out[0].data;
     for (uint64_t j = 0; j < n_idx; j++)
         if (idx[j] < -dim || idx[j] >= dim)
             return SL_EINVAL;
     for (uint64_t o = 0; o < outer; o++)
         for (uint64_t j = 0; j < n_idx; j++) {
             int64_t k = idx[j] < 0 ? idx[j] + dim : idx[j];
-            memcpy(y + (o * n_idx + j) * inner * es,
-                   x + (o * (uint64_t) dim + (uint64_t) k) * inner * es, inner * es);
-        }
-    return SL_OK;
-}
-
-/* index_write: every index is checked before anything is written. */
-static int k_index_write(const sl_op_call *c)
-{
-    unsigned axis = (unsigned) c->attrs.i[0];
-    int64_t dim = c->in[0].shape.dims[axis];
-    uint64_t outer, inner, n_idx = sl_shape_elems(&c->in[1].shape);
-    split_at(&c->in[0].shape, axis, &outer, &inner);
-    size_t es = sl_dtype_size(c->in[0].shape.dtype);
-    char *dst = c->in[0].data;
-    const int32_t *idx = c->in[1].data;
-    const char *src = c->in[2].data;
-    for (uint64_t j = 0; j < n_idx; j++)
-        if (idx[j] < -dim || idx[j] >= dim)
-            return SL_EINVAL;
-    for (uint64_t o = 0; o < outer; o++)
-        for (uint64_t j = 0; j < n_idx; j++) {
-            int64_t k = idx[j] < 0 ? idx[j] + dim : idx[j];
-            memcpy(dst + (o * (uint64_t) dim + (uint64_t) k) * inner * es,
-                   src + (o * n_idx + j) * inner * es, inner * es);
+            char *at = base + (o * (uint64_t) dim + (uint64_t) k) * row;
+            char *r = rows + (o * n_idx + j) * row;
+            memcpy(write ? at : r, write ? r : at, row);
         }
     return SL_OK;
 }
@@ -682,9 +662,8 @@ int sl_cpu_axes_op(const sl_op_call *c, int threads)
     case SL_OP_CONCAT:
         return k_concat(c);
     case SL_OP_GATHER:
-        return k_gather(c);
     case SL_OP_INDEX_WRITE:
-        return k_index_write(c);
+        return k_index_rows(c, c->op == SL_OP_INDEX_WRITE);
     case SL_OP_REDUCE_AXES:
         return k_reduce_axes(c, threads);
     case SL_OP_LOG_SOFTMAX:

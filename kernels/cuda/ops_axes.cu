@@ -184,11 +184,13 @@ __global__ void k_concat(W *y, const W *a, const W *b, uint64_t na, uint64_t nb,
     }
 }
 
-/* gather: output [outer, n_idx, inner]; an index outside [-dim, dim)
- * raises the stream's flag and is never used as an address. */
-template <class W>
-__global__ void k_gather(W *y, const W *x, const int32_t *idx, uint64_t n_idx, uint64_t inner,
-                         int64_t dim, uint64_t n, int *flag)
+/* gather (rows: the output) and index_write (rows: src, written into
+ * base): one thread per element of rows [outer, n_idx, inner], each moving
+ * it from or to row idx[j] of base [outer, dim, inner]. An index outside
+ * [-dim, dim) raises the stream's flag and is never used as an address. */
+template <class W, bool WRITE>
+__global__ void k_index_rows(W *base, W *rows, const int32_t *idx, uint64_t n_idx, uint64_t inner,
+                             int64_t dim, uint64_t n, int *flag)
 {
     SKIP_IF_FAILED(flag);
     GRID_STRIDE(uint64_t, i, n)
@@ -200,28 +202,11 @@ __global__ void k_gather(W *y, const W *x, const int32_t *idx, uint64_t n_idx, u
             return;
         }
         k = k < 0 ? k + dim : k;
-        y[i] = x[(o * (uint64_t) dim + (uint64_t) k) * inner + in];
-    }
-}
-
-/* index_write: one thread per element of src [outer, n_idx, inner]; an
- * index outside [-dim, dim) raises the stream's flag and is never used as
- * an address. */
-template <class W>
-__global__ void k_index_write(W *dst, const W *src, const int32_t *idx, uint64_t n_idx,
-                              uint64_t inner, int64_t dim, uint64_t n, int *flag)
-{
-    SKIP_IF_FAILED(flag);
-    GRID_STRIDE(uint64_t, i, n)
-    {
-        uint64_t in = i % inner, j = (i / inner) % n_idx, o = i / inner / n_idx;
-        int64_t k = idx[j];
-        if (k < -dim || k >= dim) {
-            raise_flag(flag, SL_CUDA_FLAG_BAD_INDEX);
-            return;
-        }
-        k = k < 0 ? k + dim : k;
-        dst[(o * (uint64_t) dim + (uint64_t) k) * inner + in] = src[i];
+        W *at = &base[(o * (uint64_t) dim + (uint64_t) k) * inner + in];
+        if (WRITE)
+            *at = rows[i];
+        else
+            rows[i] = *at;
     }
 }
 
@@ -334,15 +319,16 @@ template <class W> static void launch_move(sl_cuda_exec *x, const sl_op_call *c)
         /* no output: the work is src's elements, written into in0 */
         uint64_t m = sl_shape_elems(&c->in[2].shape);
         split_at(is, (unsigned) ia[0], &outer, &inner);
-        k_index_write<<<blocks_for(m), BLOCK, 0, st>>>(
-            (W *) c->in[0].data, (const W *) c->in[2].data, i32(&c->in[1]),
+        k_index_rows<W, true><<<blocks_for(m), BLOCK, 0, st>>>(
+            (W *) c->in[0].data, (W *) c->in[2].data, i32(&c->in[1]),
             sl_shape_elems(&c->in[1].shape), inner, is->dims[ia[0]], m, x->flag_dev);
         break;
     }
     default: /* SL_OP_GATHER */
         split_at(is, (unsigned) ia[0], &outer, &inner);
-        k_gather<<<grid, BLOCK, 0, st>>>(y, in, i32(&c->in[1]), sl_shape_elems(&c->in[1].shape),
-                                         inner, is->dims[ia[0]], n, x->flag_dev);
+        k_index_rows<W, false><<<grid, BLOCK, 0, st>>>((W *) in, y, i32(&c->in[1]),
+                                                       sl_shape_elems(&c->in[1].shape), inner,
+                                                       is->dims[ia[0]], n, x->flag_dev);
         break;
     }
 }

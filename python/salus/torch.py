@@ -1013,7 +1013,10 @@ class Generator:
         self.model, self.batch, self.seq = model, int(batch), int(model.seq)
         was_training = model.training
         model.eval()
+        before = {id(b) for b in model.buffers()}
         model.init_cache(self.batch)
+        # the cache: the buffers init_cache made (held as f32 tensors)
+        self.cache_bytes = sum(b.numel() * 4 for b in model.buffers() if id(b) not in before)
         try:
             example = (torch.zeros(self.batch, 1, dtype=torch.long),
                        torch.zeros(1, dtype=torch.long))
@@ -1021,7 +1024,6 @@ class Generator:
         finally:
             model.drop_cache()
             model.train(was_training)
-        self.cache_bytes = sum(s.nbytes for s in self._step._states if "cache" in s.name)
 
     def logits(self, tokens, position):
         """One decode step: the logits [batch, vocab] of the next token after

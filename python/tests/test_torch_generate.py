@@ -5,7 +5,6 @@ and greedy decoding agrees with full forward passes that use no cache.
 The cache is counted in the session's persistent memory and freed by
 close() and by the client going away."""
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ torch = pytest.importorskip("torch")
 import salus  # noqa: E402
 import salus.gpt  # noqa: E402
 import salus.torch  # noqa: E402
+from status_util import persistent_bytes  # noqa: E402
 
 PROMPT = [[5, 17, 3, 40, 9]]
 NEW = 24
@@ -51,15 +51,6 @@ def _eager(model, prompt, new, top_k=None, seed=None):
     finally:
         model.drop_cache()
     return torch.cat(out, dim=1), logits
-
-
-def _persistent_bytes(client, name):
-    units = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
-    for line in client.status().splitlines():
-        m = re.match(rf"\s*\d+ {name}\s+\d+\s+-?\d+\s+[\d.]+\s+([\d.]+) (\w+)", line)
-        if m:
-            return float(m.group(1)) * units[m.group(2)]
-    return None
 
 
 def test_greedy_matches_eager_and_full_forward(session):
@@ -99,15 +90,15 @@ def test_batch_of_two_prompts(session):
 def test_cache_is_counted_and_freed(client):
     model = _model(seq=256)
     with client.session(name="gen-mem") as s:
-        before = _persistent_bytes(client, "gen-mem")
+        before = persistent_bytes(client, "gen-mem")
         gen = salus.torch.Generator(model, session=s)
         # 2 layers x (keys, values) x 4 heads x 256 positions x 8 floats
         assert gen.cache_bytes == 2 * 2 * 4 * 256 * 8 * 4
-        held = _persistent_bytes(client, "gen-mem")
+        held = persistent_bytes(client, "gen-mem")
         assert held - before >= gen.cache_bytes
         gen.generate([[1, 2]], 3)
         gen.close()
-        assert _persistent_bytes(client, "gen-mem") == before
+        assert persistent_bytes(client, "gen-mem") == before
 
 
 def test_cache_freed_when_the_client_goes_away(server, client):
@@ -127,7 +118,7 @@ def test_cache_freed_when_the_client_goes_away(server, client):
                          stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         assert p.stdout.readline().strip() == "ready"
-        assert _persistent_bytes(client, "gen-gone") is not None
+        assert persistent_bytes(client, "gen-gone") is not None
         p.stdin.write("\n")
         p.stdin.flush()
         assert p.wait(30) == 0
@@ -135,7 +126,7 @@ def test_cache_freed_when_the_client_goes_away(server, client):
         if p.poll() is None:
             p.kill()
     deadline = time.monotonic() + 10
-    while _persistent_bytes(client, "gen-gone") is not None:
+    while persistent_bytes(client, "gen-gone") is not None:
         assert time.monotonic() < deadline, client.status()
         time.sleep(0.05)
 

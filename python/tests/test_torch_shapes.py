@@ -5,7 +5,6 @@ unpadded batches; every bucket updates one copy of the state in salusd;
 a padding the loss does not ignore is refused."""
 import copy
 import math
-import re
 
 import pytest
 
@@ -13,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 import salus  # noqa: E402
 import salus.torch  # noqa: E402
+from status_util import persistent_bytes  # noqa: E402
 
 MAX_SEQ = 16
 # (batch, length) per step: buckets 4x4, 4x8, 2x8, 4x16, 2x16 and back
@@ -109,12 +109,9 @@ def _gpt_batches(vocab=64):
 
 def _persistent_bytes(client, name):
     """The session's persistent bytes as salusd's status counts them."""
-    units = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
-    for line in client.status().splitlines():
-        m = re.match(rf"\s*\d+ {name}\s+\d+\s+-?\d+\s+[\d.]+\s+([\d.]+) (\w+)", line)
-        if m:
-            return float(m.group(1)) * units[m.group(2)]
-    raise AssertionError(f"session {name} not in the status:\n{client.status()}")
+    held = persistent_bytes(client, name)
+    assert held is not None, f"session {name} not in the status:\n{client.status()}"
+    return held
 
 
 def _train(client, make_model, loss_fn, make_opt, batches, buckets):
