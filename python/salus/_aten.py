@@ -58,6 +58,7 @@ class Transposed:
     def __init__(self, base):
         self.base = base
         self.shape = (base.shape[1], base.shape[0])
+        self.value = None  # the transpose, once a reader needed it made
 
 
 class LogSoftmax:
@@ -143,7 +144,9 @@ class Lowering:
     def v(self, e):
         """e as a graph Value (deferred values are computed here)."""
         if isinstance(e, Transposed):
-            return self.graph.op("transpose", [self.v(e.base)], [1, 0])
+            if e.value is None:
+                e.value = self.graph.op("transpose", [self.v(e.base)], [1, 0])
+            return e.value
         if isinstance(e, LogSoftmax):
             return _softmax_op(self, "log_softmax", e.x, e.dim)
         if isinstance(e, NllGrad):
@@ -466,6 +469,13 @@ def _view(cx, x, *args, **kwargs):
 
 @lowers("t.default")
 def _t(cx, x):
+    if isinstance(x, Transposed) and not any(
+            (op_key(u.target) or ("",))[0] in ("mm", "addmm") for u in cx.node.users):
+        # read as it was: a transpose made twice is no transpose. A matmul
+        # still takes the transposed copy and flag it always had: the
+        # other operand layout runs another GEMM kernel, whose rounding
+        # is enough to move AdamW's updates of near-zero gradients
+        return x.base
     if len(cx.v(x).shape) < 2:
         return x
     return Transposed(x)
