@@ -122,13 +122,15 @@ SL_HD static inline float sl_ew_momentum(float param, float grad, float *v, floa
 }
 
 /* adam_update, one element: updates *m and *v and returns the new param.
- * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (computed once per launch). */
+ * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (computed once per launch); decay
+ * = 1 - lr * weight_decay, AdamW's decoupled decay (1: Adam). */
 SL_HD static inline float sl_ew_adam(float param, float grad, float *m, float *v, float lr,
-                                     float beta1, float beta2, float eps, float bc1, float bc2)
+                                     float beta1, float beta2, float eps, float bc1, float bc2,
+                                     float decay)
 {
     *m = beta1 * *m + (1.0f - beta1) * grad;
     *v = beta2 * *v + (1.0f - beta2) * grad * grad;
-    return param - lr * (*m / bc1) / (sqrtf(*v / bc2) + eps);
+    return param * decay - lr * (*m / bc1) / (sqrtf(*v / bc2) + eps);
 }
 
 /* The element-wise ops along axes (ew_binary, ew_unary; kinds in

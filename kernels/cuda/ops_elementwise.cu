@@ -280,7 +280,8 @@ __global__ void k_amp_scale_update(float *scale, float *growth, float *skipped, 
  * a run-time error. Thread 0 of each block computes the corrections (in
  * double, as the cpu backend does) for the block. */
 __global__ void k_adam(float *p, const float *g, float *m, float *v, const float *t, uint64_t n,
-                       float lr, const float *rate, float beta1, float beta2, float eps, int *flag)
+                       float lr, const float *rate, float beta1, float beta2, float eps, float wd,
+                       int *flag)
 {
     __shared__ float bc[2];
     __shared__ bool skip;
@@ -299,10 +300,11 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, const float
         return;
     float bc1 = bc[0], bc2 = bc[1];
     lr = lr_of(lr, rate);
+    float decay = 1.0f - lr * wd;
     GRID_STRIDE(uint64_t, i, n)
     {
         float mi = m[i], vi = v[i];
-        p[i] = sl_ew_adam(p[i], g[i], &mi, &vi, lr, beta1, beta2, eps, bc1, bc2);
+        p[i] = sl_ew_adam(p[i], g[i], &mi, &vi, lr, beta1, beta2, eps, bc1, bc2, decay);
         m[i] = mi;
         v[i] = vi;
     }
@@ -445,7 +447,8 @@ static int run_f32_only(sl_cuda_exec *x, const sl_op_call *c)
     case SL_OP_ADAM_UPDATE:
     case SL_OP_ADAM_UPDATE_LR:
         k_adam<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), f32(&c->in[3]), f32(&c->in[4]), n,
-                                       fa[0], rate_of(c, 5), fa[1], fa[2], fa[3], x->flag_dev);
+                                       fa[0], rate_of(c, 5), fa[1], fa[2], fa[3], fa[4],
+                                       x->flag_dev);
         break;
     case SL_OP_AMP_UNSCALE:
         k_amp_unscale<<<grid, BLOCK, 0, st>>>(a, b, f32(&c->in[2]), n, failed);

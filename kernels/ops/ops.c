@@ -365,6 +365,8 @@ int sl_ops_infer_adam(const sl_op_attrs *a, const sl_shape *in, sl_shape *out, c
     if (rc == SL_OK)
         rc = need_nonneg(a->f[3], "f[3] (epsilon)", err, errlen);
     if (rc == SL_OK)
+        rc = need_nonneg(a->f[4], "f[4] (weight decay)", err, errlen);
+    if (rc == SL_OK)
         rc = sl_ops_need_f32(in, 5, err, errlen);
     if (rc == SL_OK)
         rc = need_same(in, 4, err, errlen);

@@ -21,7 +21,7 @@
 #define SL_OP_MAX_IN 6
 #define SL_OP_MAX_OUT 4
 #define SL_OP_MAX_IATTRS 12
-#define SL_OP_MAX_FATTRS 4
+#define SL_OP_MAX_FATTRS 5
 
 enum sl_op_id {
     SL_OP_FILL,

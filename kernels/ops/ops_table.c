@@ -329,13 +329,15 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
                            FNS(adam, adam),
                            .doc = "Adam: `m = beta1 * m + (1 - beta1) * grad; v = beta2 * v + (1 "
                                   "- beta2) * grad^2; param -= lr * (m / (1 - beta1^t)) / "
-                                  "(sqrt(v / (1 - beta2^t)) + epsilon)`.",
+                                  "(sqrt(v / (1 - beta2^t)) + epsilon)`. With `weight_decay`, "
+                                  "AdamW: `param *= 1 - lr * weight_decay` first.",
                            INS({"param", "any shape"}, {"grad", "`param`'s shape"},
                                {"m", "`param`'s shape"}, {"v", "`param`'s shape"},
                                {"t", "`[1]` (or `[]`): the step count, 1 at the first step (count "
                                      "it with add_scalar before the updates); read only"}),
                            FATTRS(REQ("lr", "learning rate; finite"), REQ("beta1", "in [0, 1)"),
-                                  REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"))},
+                                  REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"),
+                                  OPT("weight_decay", "decoupled (AdamW); finite, >= 0", "0"))},
 
     /* ---- views ---- */
     [SL_OP_RESHAPE] = {"reshape", HALF, .group = SL_OP_GROUP_SHAPE, FNS(reshape, reshape),
@@ -591,7 +593,8 @@ const sl_op_def sl_ops_table[SL_OP_COUNT] = {
              {"v", "`param`'s shape"}, {"t", "`[1]` (or `[]`): the step count; read only"},
              {"rate", "f32, one element; read only"}),
          FATTRS(REQ("lr", "learning rate's scale; finite"), REQ("beta1", "in [0, 1)"),
-                REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"))},
+                REQ("beta2", "in [0, 1)"), REQ("epsilon", "finite, >= 0"),
+                OPT("weight_decay", "decoupled (AdamW); finite, >= 0", "0"))},
     /* ---- appended: writes at run-time positions (ops_axes.c) ---- */
     [SL_OP_INDEX_WRITE] =
         {"index_write", HALF, .group = SL_OP_GROUP_AXES, .mutates = 0x1, NN(index_write),

@@ -19,7 +19,11 @@ compile_step(model, loss_fn, optimizer, example_inputs, session, targets=1,
     Optimizers: torch.optim.SGD (momentum, nesterov, weight_decay,
     maximize; dampening 0), Adam and AdamW (weight_decay, amsgrad,
     maximize), each param group with its own settings, computed as
-    PyTorch's single-tensor implementations compute them. The learning
+    PyTorch's single-tensor implementations compute them. A group whose
+    options a salus optimizer op covers (SGD with or without momentum,
+    Adam without L2 decay, AdamW; not nesterov, amsgrad or maximize) is
+    updated by that op, one pass over each parameter as soon as its
+    gradient is made; other groups' updates run op by op. The learning
     rate of each param group lives in a persistent tensor: a change of
     optimizer.param_groups[i]["lr"] (an LR scheduler's) is written to it
     by the next step's Run request itself.
@@ -622,6 +626,26 @@ def _state_names(kind, group):
     return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group.get("amsgrad") else [])
 
 
+def _fused(kind, g):
+    """(op, attributes after the learning rate) of the salus optimizer op
+    that makes a parameter group's whole update in one pass, or None when
+    the group's options have none (its update is lowered op by op)."""
+    if g.get("maximize") or g.get("amsgrad"):
+        return None
+    wd = float(g.get("weight_decay", 0))
+    if kind == "sgd":
+        if g.get("nesterov") or g.get("dampening", 0) != 0:
+            return None
+        if g.get("momentum", 0) != 0:
+            return "momentum_update_lr", [float(g["momentum"]), wd]
+        return ("sgd_update_lr", []) if wd == 0 else None
+    beta1, beta2 = g["betas"]
+    if kind == "adam" and wd != 0:
+        return None
+    return "adam_update_lr", [float(beta1), float(beta2), float(g["eps"])] + \
+        ([wd] if kind == "adamw" else [])
+
+
 def _update(kind, g, p, grad, state, lr, step):
     """The new parameter and state of one parameter, as torch.optim."""
     grad = -grad if g.get("maximize") else grad
@@ -678,6 +702,9 @@ class CompiledStep(_Compiled):
         self._group_of = [groups[id(params[i][1])] for i in self._trained]
         self._n_state = [len(_state_names(self._kinds[gi], optimizer.param_groups[gi]))
                          for gi in self._group_of]
+        # a group's update as one salus op (the graph's output is then the
+        # gradient), or traced op by op as torch.optim writes it
+        self._fuse = [_fused(k, g) for k, g in zip(self._kinds, optimizer.param_groups)]
         self._p_states = self._s_states = self._lr_states = None
         self._step_state = None
         self._lrs = [float(g["lr"]) for g in optimizer.param_groups]
@@ -713,6 +740,10 @@ class CompiledStep(_Compiled):
             new_p, new_s = [], []
             for j, i in enumerate(trained):
                 gi = self._group_of[j]
+                if self._fuse[gi]:
+                    # the gradient, which the group's update op reads
+                    new_p.append(ps[i] if grads[j] is None else grads[j])
+                    continue
                 if grads[j] is None:  # PyTorch skips a parameter without a gradient
                     new_p.append(ps[i])
                     new_s.extend(states[j])
@@ -790,7 +821,7 @@ class CompiledStep(_Compiled):
         g = b.graph
         if self._p_states is None:
             self._make_states(init_states)
-        p_slots = [_Slot(s, g) for s in self._p_states]
+        p_slots = b.p_slots = [_Slot(s, g) for s in self._p_states]
         b_entries, counters = self._buffer_entries(b, gm, len(self._params), self._buffers)
         b_slots = [None if st is None else _Slot(st, g) for st in self._b_states]
         b_entries = [e if s is None else s.entry for e, s in zip(b_entries, b_slots)]
@@ -799,15 +830,30 @@ class CompiledStep(_Compiled):
         step_slots = [_Slot(self._step_state, g)] if self._adam else []
         entries = [s.entry for s in p_slots] + b_entries + [s.entry for s in s_slots] + \
             [s.entry for s in lr_slots] + [s.entry for s in step_slots] + self._inputs(b, example)
-        # output k+1 is the new value of placeholder wanted[k]'s tensor
+        # output k+1 is the new value of placeholder wanted[k]'s tensor, or
+        # for a fused group's parameter its gradient
         n_p, n_b = len(p_slots), len(b_slots)
-        wanted = list(self._trained) + [n_p + n_b + k for k in range(len(s_slots))]
+        wanted, s_of, k = list(self._trained), {}, 0
+        for j, n in enumerate(self._n_state):
+            s_of[self._trained[j]] = list(range(k, k + n))
+            if not self._fuse[self._group_of[j]]:
+                wanted += [n_p + n_b + k + m for m in range(n)]
+            k += n
+        step_idx = n_p + n_b + len(s_slots) + len(lr_slots)
         if self._adam:
-            wanted.append(n_p + n_b + len(s_slots) + len(lr_slots))
+            wanted.append(step_idx)
         slots = p_slots + b_slots + s_slots + lr_slots + step_slots
-        cxs = []
+        group_of = dict(zip(self._trained, self._group_of))
+        cxs, new_step = [], []
 
         def commit(p_idx, entry):
+            fuse = self._fuse[group_of[p_idx]] if p_idx in group_of else None
+            if fuse:
+                self._fused_update(b, p_idx, entry, cxs[0], fuse, [s_slots[m] for m in s_of[p_idx]],
+                                   lr_slots[group_of[p_idx]], new_step)
+                return
+            if p_idx == step_idx:
+                new_step.append(cxs[0].v(entry))
             self._commit(b, slots[p_idx], entry, cxs[0])
         outputs, assigned, cx = lower(gm, g, entries, lambda v, s: self._make_const(b, v, s),
                                       where, ({p: k + 1 for k, p in enumerate(wanted)}, commit),
@@ -823,6 +869,23 @@ class CompiledStep(_Compiled):
                             f"{idx - len(fixed)}")
             self._commit(b, fixed[idx], e, cx)
         b.counter_steps = {c.name: c.step for c in counters}
+
+    def _fused_update(self, b, p_idx, grad, cx, fuse, s_slots, lr_slot, new_step):
+        """Updates parameter p_idx and its optimizer state in place with one
+        op, as soon as its gradient is made and its old value read."""
+        slot = b.p_slots[p_idx]
+        g = cx.v(grad)
+        if g == slot.entry or g == slot.value:
+            return  # no gradient: PyTorch leaves the parameter as it is
+        if tuple(g.shape) != tuple(slot.value.shape):
+            g = b.graph.op("reshape", [g], slot.value.shape)
+        name, attrs = fuse
+        ins = [slot.value, g] + [s.value for s in s_slots]
+        if name == "adam_update_lr":
+            if not new_step:  # counted at the top of the graph, so never
+                raise Error(Code.EINTERNAL, "the step count is updated after a parameter")
+            ins.append(new_step[0])
+        b.graph.op(name, ins + [lr_slot.value], [], [1.0] + attrs)
 
     def __call__(self, *inputs):
         """One training step (one Run request); returns the loss (a float)

@@ -279,3 +279,73 @@ def test_unsupported_ops_are_all_listed_with_module_paths(session):
     assert "aten.cumsum.default(float32[4, 8], 1) -> [4, 8] in head (_Head)" in msg, msg
     assert "aten.cummax.default" in msg, msg
     assert "nothing was registered" in msg
+
+
+class _TwoLayer(torch.nn.Module):
+    """An MLP with a layer the loss never reaches (no gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(12, 16), torch.nn.Linear(16, 5)
+        self.unused = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.gelu(self.a(x)))
+
+
+def _groups(opt, **second):
+    """opt over two parameter groups: the first layer with opt's options,
+    the rest with `second` overriding them."""
+    def make(m):
+        first = [p for n, p in m.named_parameters() if n.startswith("a.")]
+        rest = [p for n, p in m.named_parameters() if not n.startswith("a.")]
+        return opt([{"params": first}, dict(second, params=rest)])
+    return make
+
+
+# (the optimizer, and whether each group's update is one salus op)
+_OPTIMIZERS = {
+    "sgd": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1), [True]),
+    "sgd_momentum_wd": (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9,
+                                                  weight_decay=0.01), [True]),
+    "adam": (lambda m: torch.optim.Adam(m.parameters(), lr=0.01), [True]),
+    "adamw": (lambda m: torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.1), [True]),
+    "sgd_wd": (lambda m: torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=0.01), [False]),
+    "adam_l2": (lambda m: torch.optim.Adam(m.parameters(), lr=0.01, weight_decay=0.1), [False]),
+    "amsgrad": (lambda m: torch.optim.AdamW(m.parameters(), lr=0.01, amsgrad=True), [False]),
+    "mixed": (_groups(lambda gs: torch.optim.SGD(gs, lr=0.05, momentum=0.9), nesterov=True),
+              [True, False]),
+}
+
+
+@pytest.mark.parametrize("name", list(_OPTIMIZERS))
+def test_optimizer_updates_match_eager(session, name):
+    """Each optimizer's update, one salus op where the group's options
+    allow it and op by op where not, gives PyTorch's parameters and
+    state; a parameter without a gradient is left as it is."""
+    make_opt, fused = _OPTIMIZERS[name]
+    torch.manual_seed(0)
+    eager = _TwoLayer()
+    model = copy.deepcopy(eager)
+    opt_e, opt_s = make_opt(eager), make_opt(model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 12, generator=g), torch.randint(0, 5, (8,), generator=g))
+               for _ in range(STEPS)]
+    step = salus.torch.compile_step(model, loss_fn, opt_s, batches[0], session=session)
+    assert [f is not None for f in step._fuse] == fused
+    for x, y in batches:
+        opt_e.zero_grad()
+        want = loss_fn(eager(x), y)
+        want.backward()
+        opt_e.step()
+        assert abs(step(x, y) - want.item()) <= 1e-5 * abs(want.item())
+    trained = step.state_dict()
+    for n, want in eager.state_dict().items():
+        assert torch.allclose(trained[n], want, rtol=1e-5, atol=1e-6), n
+    assert torch.equal(trained["unused.weight"], eager.unused.weight.detach())
+    state = step.optimizer_state_dict()["state"]
+    for k, (n, p) in enumerate(eager.named_parameters()):
+        for key, want in opt_e.state.get(p, {}).items():
+            if torch.is_tensor(want) and want.dim() > 0:
+                assert torch.allclose(state[k][key], want, rtol=1e-5, atol=1e-6), (n, key)

@@ -513,6 +513,8 @@ static void test_momentum_fused(void **state)
     kt_expect_close("fused momentum velocity", v, vd, I * U, 1e-5);
 }
 
+/* Adam, and on odd steps AdamW (decoupled weight decay, as PyTorch's:
+ * the parameter shrinks by lr * weight_decay before the update). */
 static void test_adam(void **state)
 {
     kt_env *e = *state;
@@ -520,10 +522,12 @@ static void test_adam(void **state)
     double pd[NP], md[NP] = {0}, vd[NP] = {0};
     kt_rand(p, NP, 50, -1, 1);
     kt_widen(p, pd, NP);
-    const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    sl_op_attrs a = {.f = {lr, b1, b2, eps}}, inc = {.f = {1}};
+    const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wds[] = {0, 0.1f};
+    sl_op_attrs inc = {.f = {1}};
     sl_shape s = KT_F32(1, NP), ts = KT_F32(1, 1), sh[5] = {s, s, s, s, ts};
     for (int step = 1; step <= STEPS; step++) {
+        float wd = wds[step & 1];
+        sl_op_attrs a = {.f = {lr, b1, b2, eps, wd}};
         kt_rand(g, NP, 51 + (uint64_t) step, -1, 1);
         kt_run_op(e, SL_OP_ADD_SCALAR, &inc, &ts, (float *[]){&t}, 1, NULL);
         kt_run_op(e, SL_OP_ADAM_UPDATE, &a, sh, (float *[]){p, g, m, v, &t}, 5, NULL);
@@ -531,6 +535,7 @@ static void test_adam(void **state)
         for (size_t i = 0; i < NP; i++) {
             md[i] = b1 * md[i] + (1 - (double) b1) * g[i];
             vd[i] = b2 * vd[i] + (1 - (double) b2) * g[i] * g[i];
+            pd[i] *= 1 - (double) lr * wd;
             pd[i] -= lr * (md[i] / bc1) / (sqrt(vd[i] / bc2) + eps);
         }
     }
