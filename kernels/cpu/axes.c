@@ -454,6 +454,13 @@ static int k_slice(const sl_op_call *c)
     size_t es = sl_dtype_size(c->in[0].shape.dtype);
     const char *x = c->in[0].data;
     char *y = c->out[0].data;
+    if (step == 1) { /* one run per outer index (a split along the last axis: rows) */
+        for (uint64_t o = 0; o < outer; o++)
+            memcpy(y + o * (uint64_t) count * inner * es,
+                   x + (o * (uint64_t) dim + (uint64_t) start) * inner * es,
+                   (uint64_t) count * inner * es);
+        return SL_OK;
+    }
     for (uint64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++)
             memcpy(y + (o * (uint64_t) count + (uint64_t) k) * inner * es,
@@ -504,6 +511,27 @@ static int k_index_rows(const sl_op_call *c, bool write)
     return SL_OK;
 }
 
+/* Outputs [o0, o1) of a sum or mean over the leading axes (a bias's
+ * gradient): rows of the input added in order into a block of double
+ * accumulators, read contiguously; the same sums in the same order as the
+ * walk below. */
+static void reduce_leading(const float *x, float *y, uint64_t rows, uint64_t cols, bool mean,
+                           uint64_t o0, uint64_t o1)
+{
+    enum { BLOCK = 256 };
+    for (uint64_t j0 = o0; j0 < o1; j0 += BLOCK) {
+        uint64_t w = o1 - j0 < BLOCK ? o1 - j0 : BLOCK;
+        double acc[BLOCK] = {0};
+        for (uint64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * cols + j0;
+            for (uint64_t j = 0; j < w; j++)
+                acc[j] += xr[j];
+        }
+        for (uint64_t j = 0; j < w; j++)
+            y[j0 + j] = (float) (mean ? acc[j] / (double) rows : acc[j]);
+    }
+}
+
 /* Outputs [o0, o1) of reduce_axes: for each, a walk over the reduced axes
  * of the input; when those are the innermost ones, each output reduces
  * one contiguous run (the same sum in the same order, without the walk). */
@@ -524,9 +552,15 @@ static void reduce_rows(const sl_op_call *c, uint64_t o0, uint64_t o1)
             red[n_red++] = d;
             per_out *= (uint64_t) is->dims[d];
         }
-    bool suffix = true;
-    for (unsigned r = 0; r < n_red; r++)
+    bool suffix = true, prefix = n_red > 0;
+    for (unsigned r = 0; r < n_red; r++) {
         suffix &= red[r] == is->ndim - n_red + r;
+        prefix &= red[r] == r;
+    }
+    if (prefix && !suffix && (kind == SL_REDUCE_SUM || kind == SL_REDUCE_MEAN)) {
+        reduce_leading(x, y, per_out, sl_shape_elems(os), kind == SL_REDUCE_MEAN, o0, o1);
+        return;
+    }
     if (suffix) {
         for (uint64_t o = o0; o < o1; o++) {
             const float *xo = x + o * per_out;

@@ -268,6 +268,11 @@ void sl_cpu_vgelu(const float *x, float *y, uint64_t n);
  * within 2 ulp; 0 where x - m < -87.3 (the exact value is below 1.2e-38),
  * NaN where x - m is NaN. y may be x. */
 void sl_cpu_vexp_shifted(const float *x, float *y, uint64_t n, float m);
+/* adam_update of n elements with these constants, vectorised (optim.c). */
+typedef struct {
+    float lr, beta1, beta2, eps, bc1, bc2, decay;
+} sl_cpu_adam_k;
+void sl_cpu_vadam(float *p, const float *g, float *m, float *v, uint64_t n, const sl_cpu_adam_k *k);
 int sl_cpu_amp_unscale(const sl_op_call *c);
 int sl_cpu_amp_commit(const sl_op_call *c);
 int sl_cpu_amp_scale_update(const sl_op_call *c);

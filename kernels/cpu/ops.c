@@ -420,10 +420,15 @@ static void r_adam_update(const sl_op_call *c, uint64_t i0, uint64_t i1)
     float *p = f32(&c->in[0]), *m = f32(&c->in[2]), *v = f32(&c->in[3]);
     const float *g = f32(&c->in[1]);
     float lr = lr_of(c, 5), b1 = c->attrs.f[1], b2 = c->attrs.f[2], eps = c->attrs.f[3];
-    float t = *f32(&c->in[4]), decay = 1.0f - lr * c->attrs.f[4];
-    float bc1 = (float) (1.0 - pow(b1, t)), bc2 = (float) (1.0 - pow(b2, t));
-    for (uint64_t i = i0; i < i1; i++)
-        p[i] = sl_ew_adam(p[i], g[i], &m[i], &v[i], lr, b1, b2, eps, bc1, bc2, decay);
+    float t = *f32(&c->in[4]);
+    sl_cpu_adam_k k = {lr,
+                       b1,
+                       b2,
+                       eps,
+                       (float) (1.0 - pow(b1, t)),
+                       (float) (1.0 - pow(b2, t)),
+                       1.0f - lr * c->attrs.f[4]};
+    sl_cpu_vadam(p + i0, g + i0, m + i0, v + i0, i1 - i0, &k);
 }
 
 static int k_adam_update(const sl_op_call *c)

@@ -258,6 +258,14 @@ static void test_layout(void **state)
             for (int j = 0; j < 5; j++)
                 assert_float_equal(y[(o * 4 + k) * 5 + j], x[(o * 4 + 3 - k) * 5 + j], 0);
 
+    /* step 1 along the last axis (one split of a fused projection): elements 1..3 */
+    a = (sl_op_attrs){.i = {3, 1, 4}};
+    sh[1] = KT_F32(4, 2, 3, 4, 3);
+    kt_run_op(&env, SL_OP_SLICE, &a, sh, (float *const[]){x}, 1, (float *const[]){y});
+    for (int o = 0; o < 24; o++)
+        for (int k = 0; k < 3; k++)
+            assert_float_equal(y[o * 3 + k], x[o * 5 + 1 + k], 0);
+
     /* concat [2,3,20] and [2,1,20] along axis 1 */
     for (int i = 0; i < 40; i++)
         b[i] = -(float) i;
@@ -357,6 +365,30 @@ static void test_reduce_axes(void **state)
             snprintf(what, sizeof what, "reduce_axes kind %d mask %lld", kind, (long long) mask);
             near(y, want, ny, 1e-6, 1e-6, what);
         }
+}
+
+/* A sum and a mean over the leading axes of [3,2,700] (a bias's gradient),
+ * wider than one block of accumulators. */
+static void test_reduce_leading(void **state)
+{
+    (void) state;
+    enum { R = 6, C = 700 };
+    static float x[R * C], y[C];
+    double want[C];
+    kt_rand(x, R * C, 98, -3.0f, 3.0f);
+    for (int kind = SL_REDUCE_SUM; kind <= SL_REDUCE_MEAN; kind++) {
+        for (int j = 0; j < C; j++) {
+            want[j] = 0;
+            for (int r = 0; r < R; r++)
+                want[j] += x[r * C + j];
+            if (kind == SL_REDUCE_MEAN)
+                want[j] /= R;
+        }
+        sl_op_attrs a = {.i = {kind, 3}};
+        sl_shape sh[2] = {KT_F32(3, 3, 2, C), KT_F32(1, C)};
+        kt_run_op(&env, SL_OP_REDUCE_AXES, &a, sh, (float *const[]){x}, 1, (float *const[]){y});
+        near(y, want, C, 1e-6, 1e-6, kind == SL_REDUCE_SUM ? "leading sum" : "leading mean");
+    }
 }
 
 static void test_log_softmax_batch_matmul(void **state)
@@ -476,5 +508,5 @@ static void test_compare(void **state)
 KT_GROUP_ON(kt_run_axes_tests, "axes ops", spec, setup, teardown, cmocka_unit_test(test_ew_binary),
             cmocka_unit_test(test_ew_unary), cmocka_unit_test(test_layout),
             cmocka_unit_test(test_gather), cmocka_unit_test(test_index_write),
-            cmocka_unit_test(test_reduce_axes), cmocka_unit_test(test_log_softmax_batch_matmul),
-            cmocka_unit_test(test_compare))
+            cmocka_unit_test(test_reduce_axes), cmocka_unit_test(test_reduce_leading),
+            cmocka_unit_test(test_log_softmax_batch_matmul), cmocka_unit_test(test_compare))
