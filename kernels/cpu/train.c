@@ -119,21 +119,31 @@ static void ln_grad_rows(const sl_op_call *c, uint64_t r0, uint64_t r1)
     }
 }
 
-/* dweight and dbias of layer_norm_grad, a range of columns over every row. */
+/* dweight and dbias of layer_norm_grad, a range of columns over every row:
+ * a block of columns at a time, the rows added in order into double
+ * accumulators (each column's sum in row order, read a row at a time). */
 static void ln_grad_cols(const sl_op_call *c, uint64_t j0, uint64_t j1)
 {
+    enum { BLOCK = 128 };
     uint64_t d = tail_elems(&c->in[1].shape, (unsigned) c->attrs.i[0]);
     uint64_t rows = sl_shape_elems(&c->in[1].shape) / d;
-    for (uint64_t j = j0; j < j1; j++) {
-        double sw = 0, sb = 0;
+    const float *dy = fin(c, 0), *x = fin(c, 1), *mean = fin(c, 3), *rstd = fin(c, 4);
+    for (uint64_t b0 = j0; b0 < j1; b0 += BLOCK) {
+        uint64_t w = j1 - b0 < BLOCK ? j1 - b0 : BLOCK;
+        double sw[BLOCK] = {0}, sb[BLOCK] = {0};
         for (uint64_t r = 0; r < rows; r++) {
-            float dy = fin(c, 0)[r * d + j];
-            float xhat = (fin(c, 1)[r * d + j] - fin(c, 3)[r]) * fin(c, 4)[r];
-            sw += (double) dy * xhat;
-            sb += dy;
+            const float *dyr = dy + r * d + b0, *xr = x + r * d + b0;
+            float m = mean[r], rs = rstd[r];
+            for (uint64_t j = 0; j < w; j++) {
+                float xhat = (xr[j] - m) * rs;
+                sw[j] += (double) dyr[j] * xhat;
+                sb[j] += dyr[j];
+            }
         }
-        fout(c, 1)[j] = (float) sw;
-        fout(c, 2)[j] = (float) sb;
+        for (uint64_t j = 0; j < w; j++) {
+            fout(c, 1)[b0 + j] = (float) sw[j];
+            fout(c, 2)[b0 + j] = (float) sb[j];
+        }
     }
 }
 
