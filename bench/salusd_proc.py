@@ -17,7 +17,10 @@ def start(salusd, tag, memory="2G"):
     args = [salusd, "--listen", url, "--memory-limit", memory, "--log-level", "warn"]
     if os.geteuid() == 0:
         args.append("--allow-root")
-    server = subprocess.Popen(args, env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+    # the setting docs/operations.md gives a host salusd shares: oneDNN's
+    # idle OpenMP threads poll briefly, then sleep
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    server = subprocess.Popen(args, env=dict(env, GOMP_SPINCOUNT="10000"))
     deadline = time.monotonic() + 10
     while True:
         try:

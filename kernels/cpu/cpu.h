@@ -24,7 +24,8 @@
  * 11.5, 10.4, 11.2 on two. Two lanes with one thread each ran the same conv
  * in 20-29 ms per lane. With another process busy on a core, two threads
  * lose (GNU OpenMP's idle threads spin): run salusd with
- * OMP_WAIT_POLICY=PASSIVE on a machine it does not own. The thread teams
+ * GOMP_SPINCOUNT=10000 on a machine it does not own (PASSIVE, sleeping at
+ * once, slows a CNN's step by a fifth). The thread teams
  * do not read it: their helpers spin at most SPIN_NS (team.c) and stop
  * as soon as another thread runs an op. */
 #ifndef SL_CPU_H
