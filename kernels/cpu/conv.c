@@ -249,9 +249,9 @@ int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c)
         break;
     case SL_OP_MAXPOOL:
         if (sl_cpu_maxpool_tiles(c))
-            return sl_cpu_maxpool_tiled(c);
+            return sl_cpu_maxpool_tiled(c, x->threads);
         if (sl_cpu_maxpool_rows(c))
-            return sl_cpu_maxpool_by_rows(c);
+            return sl_cpu_maxpool_by_rows(c, x->threads);
         build = build_pool;
         break;
     case SL_OP_AVGPOOL:

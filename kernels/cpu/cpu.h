@@ -256,7 +256,7 @@ int sl_cpu_batchnorm(const sl_op_call *c);
 int sl_cpu_batchnorm_infer(const sl_op_call *c);
 int sl_cpu_batchnorm_grad(const sl_op_call *c);
 /* pool.c (maxpool_grad in plain C, ties to the first max): */
-int sl_cpu_maxpool_grad(const sl_op_call *c);
+int sl_cpu_maxpool_grad(const sl_op_call *c, int threads);
 /* amp.c (loss scaling): */
 /* sigmoid and tanh of n floats, vectorised (vmath.c); y may be x. */
 void sl_cpu_vsigmoid(const float *x, float *y, uint64_t n);
@@ -282,14 +282,14 @@ int sl_cpu_amp_scale_update(const sl_op_call *c);
 bool sl_cpu_maxpool_tiles(const sl_op_call *c);
 /* maxpool in plain C for windows that tile (sl_cpu_maxpool_tiles); a NaN
  * in a window is its max. Returns SL_OK. */
-int sl_cpu_maxpool_tiled(const sl_op_call *c);
+int sl_cpu_maxpool_tiled(const sl_op_call *c, int threads);
 /* Whether maxpool call c has windows sl_cpu_maxpool_by_rows runs: no
  * dilation, pads below the kernel, rows of at most SL_CPU_POOL_ROW_MAX. */
 #define SL_CPU_POOL_ROW_MAX 4096
 bool sl_cpu_maxpool_rows(const sl_op_call *c);
 /* maxpool in plain C for any such window (overlapping, padded; padding
  * never holds the max); a NaN in a window is its max. Returns SL_OK. */
-int sl_cpu_maxpool_by_rows(const sl_op_call *c);
+int sl_cpu_maxpool_by_rows(const sl_op_call *c, int threads);
 /* conv.c, through oneDNN: conv2d and its gradients, maxpool, avgpool and
  * avgpool_grad. */
 int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c);

@@ -439,6 +439,11 @@ static int k_adam_update(const sl_op_call *c)
     return SL_OK;
 }
 
+static int k_maxpool_grad(const sl_op_call *c)
+{
+    return sl_cpu_maxpool_grad(c, 1);
+}
+
 /* salusd aliases reshape's output to its input and never launches it; a
  * launch that does arrive copies, which is what a view means. */
 static int k_reshape(const sl_op_call *c)
@@ -506,7 +511,7 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_TANH_GRAD] = k_tanh_grad,
     [SL_OP_CHANNEL_BIAS_ADD] = sl_cpu_channel_bias_add,
     [SL_OP_CHANNEL_BIAS_GRAD] = sl_cpu_channel_bias_grad,
-    [SL_OP_MAXPOOL_GRAD] = sl_cpu_maxpool_grad,
+    [SL_OP_MAXPOOL_GRAD] = k_maxpool_grad,
     [SL_OP_BATCHNORM] = sl_cpu_batchnorm,
     [SL_OP_BATCHNORM_INFER] = sl_cpu_batchnorm_infer,
     [SL_OP_BATCHNORM_GRAD] = sl_cpu_batchnorm_grad,
@@ -639,6 +644,8 @@ int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
         return sl_cpu_axes_op(call, x->threads);
     if (call->op == SL_OP_SOFTMAX)
         return sl_cpu_softmax(call, x->threads);
+    if (call->op == SL_OP_MAXPOOL_GRAD)
+        return sl_cpu_maxpool_grad(call, x->threads);
     if (ranges[call->op] && x->threads > 1) {
         struct range_job j = {call, sl_shape_elems(&call->in[0].shape)};
         if (j.n >= SL_CPU_TEAM_MIN_ELEMS) {

@@ -39,6 +39,34 @@ static inline int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+/* The planes (image, channel) [p0, p1) of a pooling op. */
+typedef void (*planes_fn)(const sl_op_call *c, uint64_t p0, uint64_t p1);
+
+struct planes_job {
+    const sl_op_call *c;
+    planes_fn fn;
+    uint64_t planes;
+};
+
+static void planes_part(void *arg, int part, int parts)
+{
+    const struct planes_job *j = arg;
+    j->fn(j->c, j->planes * (uint64_t) part / (uint64_t) parts,
+          j->planes * (uint64_t) (part + 1) / (uint64_t) parts);
+}
+
+/* Every plane of c (of x, input `xin`) by fn, split across the team from
+ * SL_CPU_TEAM_MIN_ELEMS elements of x: the planes share nothing. */
+static void run_planes(const sl_op_call *c, unsigned xin, planes_fn fn, int threads)
+{
+    const sl_shape *xs = &c->in[xin].shape;
+    struct planes_job j = {c, fn, (uint64_t) (xs->dims[0] * xs->dims[1])};
+    if (threads > 1 && j.planes > 1 && sl_shape_elems(xs) >= SL_CPU_TEAM_MIN_ELEMS)
+        sl_cpu_parallel(j.planes < (uint64_t) threads ? (int) j.planes : threads, planes_part, &j);
+    else
+        fn(c, 0, j.planes);
+}
+
 /* g where hit, else +0.0, without a branch (a select compiles to a
  * mispredicted jump per element here). */
 static inline float keep_if(bool hit, float g)
@@ -188,15 +216,14 @@ bool sl_cpu_maxpool_tiles(const sl_op_call *c)
            g.dilation[1] == 1;
 }
 
-int sl_cpu_maxpool_tiled(const sl_op_call *c)
+static void tiled_planes(const sl_op_call *c, uint64_t p0, uint64_t p1)
 {
     const float *x = c->in[0].data;
     float *y = c->out[0].data;
     const int64_t *xd = c->in[0].shape.dims, *yd = c->out[0].shape.dims;
     sl_window2d g = sl_pool_window(&c->attrs);
     int64_t h = xd[2], w = xd[3], oh = yd[2], ow = yd[3], kh = g.kernel[0], kw = g.kernel[1];
-    uint64_t planes = (uint64_t) (xd[0] * xd[1]);
-    for (uint64_t p = 0; p < planes; p++) {
+    for (uint64_t p = p0; p < p1; p++) {
         const float *xp = x + p * (uint64_t) (h * w);
         float *yp = y + p * (uint64_t) (oh * ow);
         for (int64_t i = 0; i < oh; i++) {
@@ -214,6 +241,11 @@ int sl_cpu_maxpool_tiled(const sl_op_call *c)
             }
         }
     }
+}
+
+int sl_cpu_maxpool_tiled(const sl_op_call *c, int threads)
+{
+    run_planes(c, 0, tiled_planes, threads);
     return SL_OK;
 }
 
@@ -227,7 +259,7 @@ bool sl_cpu_maxpool_rows(const sl_op_call *c)
            g.pad_end[1] < g.kernel[1] && c->in[0].shape.dims[3] <= SL_CPU_POOL_ROW_MAX;
 }
 
-int sl_cpu_maxpool_by_rows(const sl_op_call *c)
+static void rows_planes(const sl_op_call *c, uint64_t p0, uint64_t p1)
 {
     const float *x = c->in[0].data;
     float *y = c->out[0].data;
@@ -235,8 +267,7 @@ int sl_cpu_maxpool_by_rows(const sl_op_call *c)
     sl_window2d g = sl_pool_window(&c->attrs);
     int64_t h = xd[2], w = xd[3], oh = yd[2], ow = yd[3];
     float rowmax[SL_CPU_POOL_ROW_MAX];
-    uint64_t planes = (uint64_t) (xd[0] * xd[1]);
-    for (uint64_t p = 0; p < planes; p++) {
+    for (uint64_t p = p0; p < p1; p++) {
         const float *xp = x + p * (uint64_t) (h * w);
         float *yp = y + p * (uint64_t) (oh * ow);
         for (int64_t i = 0; i < oh; i++) {
@@ -256,10 +287,15 @@ int sl_cpu_maxpool_by_rows(const sl_op_call *c)
             }
         }
     }
+}
+
+int sl_cpu_maxpool_by_rows(const sl_op_call *c, int threads)
+{
+    run_planes(c, 0, rows_planes, threads);
     return SL_OK;
 }
 
-int sl_cpu_maxpool_grad(const sl_op_call *c)
+static void grad_planes(const sl_op_call *c, uint64_t p0, uint64_t p1)
 {
     const float *dy = c->in[0].data, *x = c->in[1].data, *y = c->in[2].data;
     float *dx = c->out[0].data;
@@ -268,8 +304,7 @@ int sl_cpu_maxpool_grad(const sl_op_call *c)
     int64_t h = xd[2], w = xd[3], oh = yd[2], ow = yd[3];
     bool tiled = g.stride[0] == g.kernel[0] && g.stride[1] == g.kernel[1] && !g.pad_begin[0] &&
                  !g.pad_begin[1] && !g.pad_end[0] && !g.pad_end[1];
-    uint64_t planes = (uint64_t) (xd[0] * xd[1]);
-    for (uint64_t p = 0; p < planes; p++) {
+    for (uint64_t p = p0; p < p1; p++) {
         uint64_t xo = p * (uint64_t) (h * w), yo = p * (uint64_t) (oh * ow);
         if (tiled && g.kernel[0] == 2 && g.kernel[1] == 2)
             grad_tiled_2x2(x + xo, y + yo, dy + yo, dx + xo, h, w, oh, ow);
@@ -278,5 +313,10 @@ int sl_cpu_maxpool_grad(const sl_op_call *c)
         else
             grad_general(x + xo, y + yo, dy + yo, dx + xo, h, w, oh, ow, &g);
     }
+}
+
+int sl_cpu_maxpool_grad(const sl_op_call *c, int threads)
+{
+    run_planes(c, 1, grad_planes, threads);
     return SL_OK;
 }

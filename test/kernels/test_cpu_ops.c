@@ -479,6 +479,42 @@ static void test_optimizer_threads(void **state)
     }
 }
 
+/* maxpool (3x3/2 padded: by rows; 2x2/2: tiled) and maxpool_grad split
+ * their planes across the team from SL_CPU_TEAM_MIN_ELEMS elements: the
+ * planes share nothing, so two threads give one thread's results bitwise. */
+static void test_maxpool_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { B = 3, C = 7, H = 56, W = 56, NX = B * C * H * W };
+    const sl_op_attrs windows[] = {{.i = {3, 3, 2, 2, 1, 1, 1, 1}}, {.i = {2, 2, 2, 2}}};
+    const int64_t out_hw[] = {28, 28};
+    float *x = kt_fvec(NX), *dx[2], *y[2];
+    kt_rand(x, NX, 900, -1, 1);
+    for (size_t k = 0; k < 2; k++) {
+        enum { NY = B * C * 28 * 28 };
+        float *dy = kt_fvec(NY);
+        kt_rand(dy, NY, 901, -1, 1);
+        sl_shape xs = KT_F32(4, B, C, H, W), ys = KT_F32(4, B, C, out_hw[k], out_hw[k]);
+        for (int run = 0; run < 2; run++) {
+            y[run] = kt_fvec(NY);
+            dx[run] = kt_fvec(NX);
+            sl_cpu_force_threads(e->dev, run ? 2 : 1);
+            kt_run_op(e, SL_OP_MAXPOOL, &windows[k], &xs, (float *[]){x}, 1, (float *[]){y[run]});
+            kt_run_op(e, SL_OP_MAXPOOL_GRAD, &windows[k], (sl_shape[]){ys, xs, ys},
+                      (float *[]){dy, x, y[run]}, 3, (float *[]){dx[run]});
+        }
+        sl_cpu_force_threads(e->dev, 0);
+        assert_memory_equal(y[0], y[1], (size_t) NY * sizeof(float));
+        assert_memory_equal(dx[0], dx[1], (size_t) NX * sizeof(float));
+        for (int run = 0; run < 2; run++) {
+            sl_free(y[run]);
+            sl_free(dx[run]);
+        }
+        sl_free(dy);
+    }
+    sl_free(x);
+}
+
 /* Parts of one team job, counted per part: each must run exactly once. */
 struct team_job {
     atomic_int runs[40];
@@ -932,5 +968,6 @@ SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
               cmocka_unit_test(test_maxpool_tiled), cmocka_unit_test(test_maxpool_rows),
               cmocka_unit_test(test_matmul_threads),
               cmocka_unit_test(test_conv_grad_filter_threads),
-              cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_team_parts),
-              cmocka_unit_test(test_team_cores), cmocka_unit_test(test_sgemm_libraries))
+              cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_maxpool_threads),
+              cmocka_unit_test(test_team_parts), cmocka_unit_test(test_team_cores),
+              cmocka_unit_test(test_sgemm_libraries))
