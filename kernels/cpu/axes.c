@@ -17,6 +17,7 @@
 
 #include "ops_axes.h"
 #include "sl_error.h"
+#include "sum.h"
 
 #include <math.h>
 #include <string.h>
@@ -66,33 +67,13 @@ static int64_t row_offset(const sl_shape *s, const int64_t *idx, const int64_t *
     return off;
 }
 
-/* A kernel over rows [r0, r1) of its output (rows as that kernel counts
- * them), and the team split of all rows. */
-typedef void (*rows_fn)(const sl_op_call *c, uint64_t r0, uint64_t r1);
-struct rows_job {
-    const sl_op_call *c;
-    rows_fn fn;
-    uint64_t rows;
-};
-
-static void rows_part(void *arg, int part, int parts)
-{
-    const struct rows_job *j = arg;
-    j->fn(j->c, j->rows * (uint64_t) part / (uint64_t) parts,
-          j->rows * (uint64_t) (part + 1) / (uint64_t) parts);
-}
-
 /* Runs fn over rows [0, rows) of an op with elems output elements: on
  * the calling thread alone below AXES_TEAM_MIN_ELEMS, else in up to
  * `threads` bands. */
-static void run_rows(const sl_op_call *c, rows_fn fn, uint64_t rows, uint64_t elems, int threads)
+static void run_rows(const sl_op_call *c, sl_cpu_units_fn fn, uint64_t rows, uint64_t elems,
+                     int threads)
 {
-    if (threads > 1 && rows > 1 && elems >= AXES_TEAM_MIN_ELEMS) {
-        struct rows_job j = {c, fn, rows};
-        sl_cpu_parallel(rows < (uint64_t) threads ? (int) rows : threads, rows_part, &j);
-    } else {
-        fn(c, 0, rows);
-    }
+    sl_cpu_run_units(c, fn, rows, elems, AXES_TEAM_MIN_ELEMS, threads);
 }
 
 /* One innermost row of ew_binary with the kind's loop hoisted out of the
@@ -511,27 +492,6 @@ static int k_index_rows(const sl_op_call *c, bool write)
     return SL_OK;
 }
 
-/* Outputs [o0, o1) of a sum or mean over the leading axes (a bias's
- * gradient): rows of the input added in order into a block of double
- * accumulators, read contiguously; the same sums in the same order as the
- * walk below. */
-static void reduce_leading(const float *x, float *y, uint64_t rows, uint64_t cols, bool mean,
-                           uint64_t o0, uint64_t o1)
-{
-    enum { BLOCK = 256 };
-    for (uint64_t j0 = o0; j0 < o1; j0 += BLOCK) {
-        uint64_t w = o1 - j0 < BLOCK ? o1 - j0 : BLOCK;
-        double acc[BLOCK] = {0};
-        for (uint64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * cols + j0;
-            for (uint64_t j = 0; j < w; j++)
-                acc[j] += xr[j];
-        }
-        for (uint64_t j = 0; j < w; j++)
-            y[j0 + j] = (float) (mean ? acc[j] / (double) rows : acc[j]);
-    }
-}
-
 /* Outputs [o0, o1) of reduce_axes: for each, a walk over the reduced axes
  * of the input; when those are the innermost ones, each output reduces
  * one contiguous run (the same sum in the same order, without the walk). */
@@ -558,7 +518,10 @@ static void reduce_rows(const sl_op_call *c, uint64_t o0, uint64_t o1)
         prefix &= red[r] == r;
     }
     if (prefix && !suffix && (kind == SL_REDUCE_SUM || kind == SL_REDUCE_MEAN)) {
-        reduce_leading(x, y, per_out, sl_shape_elems(os), kind == SL_REDUCE_MEAN, o0, o1);
+        /* a bias's gradient: whole rows at a time, the same sums in the
+         * same order as the walk below */
+        sl_cpu_col_sums(x, per_out, sl_shape_elems(os), o0, o1,
+                        kind == SL_REDUCE_MEAN ? (double) per_out : 1.0, y);
         return;
     }
     if (suffix) {
@@ -673,12 +636,7 @@ static int k_batch_matmul(const sl_op_call *c, int threads)
     const int64_t *ad = c->in[0].shape.dims, *bd = c->in[1].shape.dims;
     uint64_t batch = (uint64_t) c->out[0].shape.dims[0];
     uint64_t flops = 2ull * batch * (uint64_t) ad[1] * (uint64_t) ad[2] * (uint64_t) bd[2];
-    if (threads > 1 && batch > 1 && flops >= SL_CPU_TEAM_MIN_FLOPS) {
-        struct rows_job j = {c, batch_matmul_rows, batch};
-        sl_cpu_parallel(batch < (uint64_t) threads ? (int) batch : threads, rows_part, &j);
-    } else {
-        batch_matmul_rows(c, 0, batch);
-    }
+    sl_cpu_run_units(c, batch_matmul_rows, batch, flops, SL_CPU_TEAM_MIN_FLOPS, threads);
     return SL_OK;
 }
 

@@ -201,6 +201,15 @@ int sl_cpu_op_check(const sl_op_call *call);
  * part. Not reentrant from inside fn. */
 typedef void (*sl_cpu_part_fn)(void *arg, int part, int parts);
 void sl_cpu_parallel(int parts, sl_cpu_part_fn fn, void *arg);
+/* A kernel over units [u0, u1) of op c: rows, planes, columns, as the
+ * kernel counts them. */
+typedef void (*sl_cpu_units_fn)(const sl_op_call *c, uint64_t u0, uint64_t u1);
+/* Runs fn over units [0, n) of c: in up to `threads` contiguous parts on
+ * the team (sl_cpu_parallel) when `work` (the op's elements or flops)
+ * reaches `min_work`, enough to pay for waking it; else on the calling
+ * thread. */
+void sl_cpu_run_units(const sl_op_call *c, sl_cpu_units_fn fn, uint64_t n, uint64_t work,
+                      uint64_t min_work, int threads);
 /* Moves the calling thread's helpers to `cores` (sl_cpu_apply_cores). */
 void sl_cpu_team_set_cores(const cpu_set_t *cores);
 /* Around every op a stream runs (stream.c): idle helpers stop spinning

@@ -10,6 +10,7 @@
 #include "elementwise.h"
 #include "half.h"
 #include "sl_error.h"
+#include "sum.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -17,10 +18,6 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-
-/* Columns summed at once by bias_grad: the accumulators stay in registers or
- * L1 while the rows stream by. */
-#define BIAS_GRAD_BLOCK 64
 
 static inline float *f32(const sl_tensor_ref *t)
 {
@@ -158,15 +155,7 @@ static int k_bias_grad(const sl_op_call *c)
     const float *dy = f32(&c->in[0]);
     float *db = f32(&c->out[0]);
     uint64_t rows = (uint64_t) c->in[0].shape.dims[0], cols = (uint64_t) c->in[0].shape.dims[1];
-    for (uint64_t j0 = 0; j0 < cols; j0 += BIAS_GRAD_BLOCK) {
-        uint64_t w = cols - j0 < BIAS_GRAD_BLOCK ? cols - j0 : BIAS_GRAD_BLOCK;
-        double acc[BIAS_GRAD_BLOCK] = {0};
-        for (uint64_t r = 0; r < rows; r++)
-            for (uint64_t j = 0; j < w; j++)
-                acc[j] += dy[r * cols + j0 + j];
-        for (uint64_t j = 0; j < w; j++)
-            db[j0 + j] = (float) acc[j];
-    }
+    sl_cpu_col_sums(dy, rows, cols, 0, cols, 1.0, db);
     return SL_OK;
 }
 

@@ -39,32 +39,14 @@ static inline int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* The planes (image, channel) [p0, p1) of a pooling op. */
-typedef void (*planes_fn)(const sl_op_call *c, uint64_t p0, uint64_t p1);
-
-struct planes_job {
-    const sl_op_call *c;
-    planes_fn fn;
-    uint64_t planes;
-};
-
-static void planes_part(void *arg, int part, int parts)
-{
-    const struct planes_job *j = arg;
-    j->fn(j->c, j->planes * (uint64_t) part / (uint64_t) parts,
-          j->planes * (uint64_t) (part + 1) / (uint64_t) parts);
-}
-
-/* Every plane of c (of x, input `xin`) by fn, split across the team from
- * SL_CPU_TEAM_MIN_ELEMS elements of x: the planes share nothing. */
-static void run_planes(const sl_op_call *c, unsigned xin, planes_fn fn, int threads)
+/* Every plane (image, channel) of c (of x, input `xin`) by fn, split
+ * across the team from SL_CPU_TEAM_MIN_ELEMS elements of x: the planes
+ * share nothing. */
+static void run_planes(const sl_op_call *c, unsigned xin, sl_cpu_units_fn fn, int threads)
 {
     const sl_shape *xs = &c->in[xin].shape;
-    struct planes_job j = {c, fn, (uint64_t) (xs->dims[0] * xs->dims[1])};
-    if (threads > 1 && j.planes > 1 && sl_shape_elems(xs) >= SL_CPU_TEAM_MIN_ELEMS)
-        sl_cpu_parallel(j.planes < (uint64_t) threads ? (int) j.planes : threads, planes_part, &j);
-    else
-        fn(c, 0, j.planes);
+    sl_cpu_run_units(c, fn, (uint64_t) (xs->dims[0] * xs->dims[1]), sl_shape_elems(xs),
+                     SL_CPU_TEAM_MIN_ELEMS, threads);
 }
 
 /* g where hit, else +0.0, without a branch (a select compiles to a

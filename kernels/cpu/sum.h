@@ -66,4 +66,24 @@ static inline void sl_cpu_sum_dot(const float *dy, const float *x, float m, uint
     *sdyx += d;
 }
 
+/* Columns [j0, j1) of a [rows, cols] matrix summed down its rows (a bias's
+ * gradient), y[j] = the sum / div: a block of columns at a time, the rows
+ * added in order into double accumulators and read a row at a time. */
+static inline void sl_cpu_col_sums(const float *x, uint64_t rows, uint64_t cols, uint64_t j0,
+                                   uint64_t j1, double div, float *y)
+{
+    enum { BLOCK = 256 };
+    for (uint64_t b = j0; b < j1; b += BLOCK) {
+        uint64_t w = j1 - b < BLOCK ? j1 - b : BLOCK;
+        double acc[BLOCK] = {0};
+        for (uint64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * cols + b;
+            for (uint64_t j = 0; j < w; j++)
+                acc[j] += xr[j];
+        }
+        for (uint64_t j = 0; j < w; j++)
+            y[b + j] = (float) (acc[j] / div);
+    }
+}
+
 #endif

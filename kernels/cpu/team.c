@@ -273,3 +273,30 @@ void sl_cpu_op_end(void)
         atomic_store(&my_team->in_op, 0);
     atomic_fetch_sub(&ops_running, 1);
 }
+
+struct units_job {
+    const sl_op_call *c;
+    sl_cpu_units_fn fn;
+    uint64_t n;
+};
+
+static void units_part(void *arg, int part, int parts)
+{
+    const struct units_job *j = arg;
+    uint64_t u0 = j->n * (uint64_t) part / (uint64_t) parts;
+    uint64_t u1 = j->n * (uint64_t) (part + 1) / (uint64_t) parts;
+    if (u0 < u1)
+        j->fn(j->c, u0, u1);
+}
+
+void sl_cpu_run_units(const sl_op_call *c, sl_cpu_units_fn fn, uint64_t n, uint64_t work,
+                      uint64_t min_work, int threads)
+{
+    int parts = (uint64_t) threads < n ? threads : (int) n;
+    if (parts > 1 && work >= min_work) {
+        struct units_job j = {c, fn, n};
+        sl_cpu_parallel(parts, units_part, &j);
+    } else if (n > 0) {
+        fn(c, 0, n);
+    }
+}

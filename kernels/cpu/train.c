@@ -18,37 +18,12 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef void (*units_fn)(const sl_op_call *c, uint64_t u0, uint64_t u1);
-
-struct units_job {
-    const sl_op_call *c;
-    uint64_t units;
-    units_fn fn;
-};
-
-static void units_part(void *arg, int part, int parts)
-{
-    const struct units_job *j = arg;
-    uint64_t u0 = j->units * (uint64_t) part / (uint64_t) parts;
-    uint64_t u1 = j->units * (uint64_t) (part + 1) / (uint64_t) parts;
-    if (u0 < u1)
-        j->fn(j->c, u0, u1);
-}
-
 /* Runs fn over [0, units), on the team when the op touches `elems`
  * elements, enough to pay for waking it. */
 static void run_units(const sl_cpu_exec *x, const sl_op_call *c, uint64_t units, uint64_t elems,
-                      units_fn fn)
+                      sl_cpu_units_fn fn)
 {
-    int parts = x->threads;
-    if ((uint64_t) parts > units)
-        parts = (int) units;
-    if (parts > 1 && elems >= SL_CPU_TEAM_MIN_ELEMS) {
-        struct units_job j = {c, units, fn};
-        sl_cpu_parallel(parts, units_part, &j);
-    } else if (units > 0) {
-        fn(c, 0, units);
-    }
+    sl_cpu_run_units(c, fn, units, elems, SL_CPU_TEAM_MIN_ELEMS, x->threads);
 }
 
 static const float *fin(const sl_op_call *c, unsigned i)

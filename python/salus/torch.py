@@ -570,18 +570,27 @@ class _Compiled:
             feeds.append(a.reshape(shape or (1,)))
         return feeds
 
+    @staticmethod
+    def _shaped_for(b, slot, entry, cx):
+        """entry as a Value of slot's tensor's shape, or None when it is that
+        tensor itself (nothing to write)."""
+        src = cx.v(entry)
+        if src == slot.entry or src == slot.value:
+            return None
+        if tuple(src.shape) != tuple(slot.value.shape):
+            src = b.graph.op("reshape", [src], slot.value.shape)
+        return src
+
     def _commit(self, b, slot, entry, cx):
         """Writes `entry` into slot's tensor at the end of the iteration:
         amp_commit with a flag that is always 0 is an exact copy."""
-        src = cx.v(entry)
-        if src == slot.entry or src == slot.value:
+        src = self._shaped_for(b, slot, entry, cx)
+        if src is None:
             return
         if b.zero_flag is None:
             s = _State(self.session, "commit flag", np.zeros(1, np.float32))
             b.consts.append(s)
             b.zero_flag = _Slot(s, b.graph).value
-        if tuple(src.shape) != tuple(slot.value.shape):
-            src = b.graph.op("reshape", [src], slot.value.shape)
         b.graph.op("amp_commit", [slot.value, src, b.zero_flag])
 
     def _free_states(self):
@@ -821,7 +830,7 @@ class CompiledStep(_Compiled):
         g = b.graph
         if self._p_states is None:
             self._make_states(init_states)
-        p_slots = b.p_slots = [_Slot(s, g) for s in self._p_states]
+        p_slots = [_Slot(s, g) for s in self._p_states]
         b_entries, counters = self._buffer_entries(b, gm, len(self._params), self._buffers)
         b_slots = [None if st is None else _Slot(st, g) for st in self._b_states]
         b_entries = [e if s is None else s.entry for e, s in zip(b_entries, b_slots)]
@@ -849,8 +858,9 @@ class CompiledStep(_Compiled):
         def commit(p_idx, entry):
             fuse = self._fuse[group_of[p_idx]] if p_idx in group_of else None
             if fuse:
-                self._fused_update(b, p_idx, entry, cxs[0], fuse, [s_slots[m] for m in s_of[p_idx]],
-                                   lr_slots[group_of[p_idx]], new_step)
+                self._fused_update(b, slots[p_idx], entry, cxs[0], fuse,
+                                   [s_slots[m] for m in s_of[p_idx]], lr_slots[group_of[p_idx]],
+                                   new_step)
                 return
             if p_idx == step_idx:
                 new_step.append(cxs[0].v(entry))
@@ -870,15 +880,12 @@ class CompiledStep(_Compiled):
             self._commit(b, fixed[idx], e, cx)
         b.counter_steps = {c.name: c.step for c in counters}
 
-    def _fused_update(self, b, p_idx, grad, cx, fuse, s_slots, lr_slot, new_step):
-        """Updates parameter p_idx and its optimizer state in place with one
-        op, as soon as its gradient is made and its old value read."""
-        slot = b.p_slots[p_idx]
-        g = cx.v(grad)
-        if g == slot.entry or g == slot.value:
+    def _fused_update(self, b, slot, grad, cx, fuse, s_slots, lr_slot, new_step):
+        """Updates a parameter (its _Slot) and its optimizer state in place
+        with one op, as soon as its gradient is made and its old value read."""
+        g = self._shaped_for(b, slot, grad, cx)
+        if g is None:
             return  # no gradient: PyTorch leaves the parameter as it is
-        if tuple(g.shape) != tuple(slot.value.shape):
-            g = b.graph.op("reshape", [g], slot.value.shape)
         name, attrs = fuse
         ins = [slot.value, g] + [s.value for s in s_slots]
         if name == "adam_update_lr":
