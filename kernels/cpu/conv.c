@@ -8,10 +8,16 @@
  * CNN, and dnnl.c reorders to and from salus's NCHW tensors. The weight
  * gradient of a convolution over fewer channels than those layouts block
  * (a first layer over grayscale or RGB images) goes to conv_gemm.c instead.
+ * A kernel with taps that meet only padding at every output (a 3x3 kernel
+ * over a 1x1 plane) runs trimmed to the taps that meet the input
+ * (conv_trim.c): the call comes back here with the weights viewed in
+ * place through a sub-tensor descriptor, or runs as a matmul.
+ *
  * Pooling is memory-bound, so it runs on the plain layouts directly: a
- * reorder would cost as much as the pooling. Max pooling whose windows tile
- * the plane (the usual 2x2/2) does not come here: oneDNN has no fast kernel
- * for it on NCHW, and pool.c's loop is one streaming pass. */
+ * reorder would cost as much as the pooling. Max pooling whose windows
+ * tile the plane (the usual 2x2/2) does not come here: oneDNN has no fast
+ * kernel for it on NCHW, and pool.c's loop is one streaming pass.
+ */
 #include "dnnl_cache.h"
 #include "ops_geom.h"
 
@@ -38,6 +44,31 @@ static struct dnnl_window to_dnnl(const sl_window2d *g)
     return d;
 }
 
+/* The plain layout of a convolution's weights (dims wdims), or for a
+ * trimmed call (sl_cpu_conv_trimmed) the view of its taps inside the full
+ * kernel the tensor holds. */
+static dnnl_status_t weights_md(const sl_op_attrs *a, int wn, const int64_t *wdims, unsigned dt,
+                                dnnl_format_tag_t wtag, dnnl_memory_desc_t *md)
+{
+    if (!a->i[SL_CPU_TRIM_LO_H])
+        return sl_cpu_plain_md(md, wn, wdims, dt, wtag);
+    int64_t full[5];
+    dnnl_dims_t sub, offs;
+    for (int i = 0; i < wn; i++) {
+        full[i] = wdims[i];
+        sub[i] = wdims[i];
+        offs[i] = 0;
+    }
+    uint64_t ext = (uint64_t) a->i[SL_CPU_TRIM_FULL];
+    full[wn - 2] = (int64_t) (ext >> 32);
+    full[wn - 1] = (int64_t) (ext & 0xffffffffu);
+    offs[wn - 2] = a->i[SL_CPU_TRIM_LO_H] - 1;
+    offs[wn - 1] = a->i[SL_CPU_TRIM_LO_W] - 1;
+    dnnl_memory_desc_t parent;
+    dnnl_status_t st = sl_cpu_plain_md(&parent, wn, full, dt, wtag);
+    return st == dnnl_success ? dnnl_memory_desc_init_submemory(md, &parent, sub, offs) : st;
+}
+
 /* Descriptors of one convolution: x, w and y in layout "any" (what the
  * primitive computes on) and in salus's plain layouts. */
 struct conv_mds {
@@ -60,7 +91,7 @@ static dnnl_status_t conv_mds(const sl_op_attrs *a, const sl_shape *x, const sl_
     dnnl_format_tag_t wtag = g.group > 1 ? dnnl_goihw : dnnl_oihw;
     dnnl_status_t st = sl_cpu_plain_md(&m->x_u, 4, x->dims, dt, dnnl_nchw);
     if (st == dnnl_success)
-        st = sl_cpu_plain_md(&m->w_u, wn, wdims, dt, wtag);
+        st = weights_md(a, wn, wdims, dt, wtag, &m->w_u);
     if (st == dnnl_success)
         st = sl_cpu_plain_md(&m->y_u, 4, y->dims, dt, dnnl_nchw);
     if (st == dnnl_success)
@@ -235,6 +266,10 @@ static dnnl_status_t build_avgpool_bwd(dnnl_engine_t eng, const_dnnl_primitive_a
 int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c)
 {
     sl_cpu_prim_build build;
+    bool trimmed;
+    int rc = sl_cpu_conv_trimmed(x, c, &trimmed);
+    if (trimmed)
+        return rc;
     switch (c->op) {
     case SL_OP_CONV2D:
         build = build_conv;
@@ -243,7 +278,7 @@ int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c)
         build = build_conv_bwd_data;
         break;
     case SL_OP_CONV2D_GRAD_FILTER:
-        if (sl_cpu_conv_grad_filter_by_gemm(c))
+        if (!c->attrs.i[SL_CPU_TRIM_LO_H] && sl_cpu_conv_grad_filter_by_gemm(c))
             return sl_cpu_conv_grad_filter_gemm(x, c);
         build = build_conv_bwd_weights;
         break;

@@ -123,6 +123,9 @@ typedef struct sl_cpu_dnnl sl_cpu_dnnl;
 
 /* What a kernel may use beyond its call: the stream worker's context. Only
  * that worker thread touches it. */
+typedef struct sl_cpu_trims sl_cpu_trims;
+void sl_cpu_trims_free(sl_cpu_trims *t);
+
 typedef struct sl_cpu_exec {
     sl_cpu_shared *shared;
     sl_cpu_dnnl *dnnl; /* NULL until the first oneDNN op on this stream */
@@ -140,6 +143,12 @@ typedef struct sl_cpu_exec {
      * has no workspace: grown on demand, freed with the stream */
     void *half_buf;
     size_t half_bytes;
+    /* trimmed convolution kernels (conv_trim.c): those kept per version,
+     * and the buffer for one that is not when the stream has no workspace;
+     * both made on demand, freed with the stream */
+    sl_cpu_trims *trims;
+    void *trim_buf;
+    size_t trim_bytes;
 } sl_cpu_exec;
 
 /* Runs one op synchronously on the calling (worker) thread. The call must
@@ -302,6 +311,19 @@ int sl_cpu_maxpool_by_rows(const sl_op_call *c, int threads);
 /* conv.c, through oneDNN: conv2d and its gradients, maxpool, avgpool and
  * avgpool_grad. */
 int sl_cpu_dnnl_op(sl_cpu_exec *x, const sl_op_call *c);
+/* conv2d and its gradients on the taps of the kernel that meet the input,
+ * when some meet only padding at every output (conv_trim.c): *done tells
+ * whether it ran c (the result is then sl_cpu_dnnl_op's on the trimmed
+ * call); when not, it changed nothing and returns SL_OK. */
+int sl_cpu_conv_trimmed(sl_cpu_exec *x, const sl_op_call *c, bool *done);
+/* The attributes of a trimmed call beyond conv2d's own: i[9] and i[10] the
+ * first used tap along H and W plus one (0: not trimmed), i[11] the full
+ * kernel's extents (H << 32 | W). Set only by sl_cpu_conv_trimmed: conv.c
+ * then views the weights (or their gradient) as the used taps of the full
+ * kernel in place. */
+#define SL_CPU_TRIM_LO_H 9
+#define SL_CPU_TRIM_LO_W 10
+#define SL_CPU_TRIM_FULL 11
 
 /* Whether op runs through oneDNN (it then needs its stream's worker thread,
  * which owns the oneDNN state and OpenMP team). */

@@ -186,6 +186,11 @@ static void worker_exit(void *ctx)
     sl_free(s->exec.half_buf);
     s->exec.half_buf = NULL;
     s->exec.half_bytes = 0;
+    sl_cpu_trims_free(s->exec.trims);
+    s->exec.trims = NULL;
+    sl_free(s->exec.trim_buf);
+    s->exec.trim_buf = NULL;
+    s->exec.trim_bytes = 0;
 }
 
 /* A failure's reason lives until the host callback that reports its

@@ -958,6 +958,85 @@ static void test_softmax_threads(void **state)
     sl_free(x), sl_free(y1), sl_free(y2);
 }
 
+/* A convolution over a 1x1 plane with a 3x3 kernel is a matmul on its
+ * centre taps (conv_trim.c). Weights that carry a version are copied out
+ * once per version and kept: the same (address, version) reuses the copy
+ * (so a changed buffer under an old version still gives the old result,
+ * which is the promise in_version makes), a new version copies again, and
+ * more weights than the stream keeps still compute right. */
+static void trim_call(sl_op_call *c, unsigned op, float *a, float *b, float *out,
+                      const int64_t ad[4], const int64_t bd[4], const int64_t od[4],
+                      uint64_t version)
+{
+    memset(c, 0, sizeof *c);
+    c->op = (uint16_t) op;
+    c->n_in = 2;
+    c->n_out = 1;
+    c->attrs = (sl_op_attrs){.i = {1, 1, 1, 1, 1, 1}};
+    c->in[0] = (sl_tensor_ref){a, KT_F32(4, ad[0], ad[1], ad[2], ad[3])};
+    c->in[1] = (sl_tensor_ref){b, KT_F32(4, bd[0], bd[1], bd[2], bd[3])};
+    c->out[0] = (sl_tensor_ref){out, KT_F32(4, od[0], od[1], od[2], od[3])};
+    c->in_version[1] = version;
+}
+
+static void test_trimmed_kernels_kept(void **state)
+{
+    (void) state;
+    enum { N = 4, C = 16, O = 24, WEIGHTS = 40 };
+    const int64_t xd[4] = {N, C, 1, 1}, wd[4] = {O, C, 3, 3}, yd[4] = {N, O, 1, 1};
+    const sl_op_attrs a = {.i = {1, 1, 1, 1, 1, 1}};
+    sl_cpu_exec ex = {.threads = 1};
+    float *x = kt_fvec(N * C), *y = kt_fvec(N * O), *dy = kt_fvec(N * O), *dx = kt_fvec(N * C);
+    float *w[WEIGHTS];
+    double *xdv = kt_dvec(N * C), *wdv = kt_dvec(O * C * 9), *dydv = kt_dvec(N * O);
+    double *want = kt_dvec(N * O), *want_dx = kt_dvec(N * C);
+    kt_rand(x, N * C, 900, -1, 1);
+    kt_rand(dy, N * O, 901, -1, 1);
+    kt_widen(x, xdv, N * C);
+    kt_widen(dy, dydv, N * O);
+    sl_op_call c;
+    for (int i = 0; i < WEIGHTS; i++) {
+        w[i] = kt_fvec(O * C * 9);
+        kt_rand(w[i], O * C * 9, 910 + (uint64_t) i, -1, 1);
+    }
+    /* more weights than the stream keeps, twice round: each result right */
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < WEIGHTS; i++) {
+            trim_call(&c, SL_OP_CONV2D, x, w[i], y, xd, wd, yd, 7);
+            assert_sl_ok(sl_cpu_run_op(&ex, &c));
+            kt_widen(w[i], wdv, O * C * 9);
+            kt_ref_conv2d(xdv, wdv, want, xd, wd, &a);
+            kt_expect_close("conv2d, trimmed, many weights", y, want, N * O, 1e-5);
+        }
+    /* w[0] changes under its old version: the kept copy is used */
+    float *old = kt_fvec(N * O);
+    trim_call(&c, SL_OP_CONV2D, x, w[0], old, xd, wd, yd, 8);
+    assert_sl_ok(sl_cpu_run_op(&ex, &c));
+    kt_rand(w[0], O * C * 9, 950, -1, 1);
+    trim_call(&c, SL_OP_CONV2D, x, w[0], y, xd, wd, yd, 8);
+    assert_sl_ok(sl_cpu_run_op(&ex, &c));
+    assert_memory_equal(y, old, sizeof(float) * N * O);
+    /* a new version copies the new weights, and the backward data pass
+     * reads the same kept copy */
+    kt_widen(w[0], wdv, O * C * 9);
+    kt_ref_conv2d(xdv, wdv, want, xd, wd, &a);
+    trim_call(&c, SL_OP_CONV2D, x, w[0], y, xd, wd, yd, 9);
+    assert_sl_ok(sl_cpu_run_op(&ex, &c));
+    kt_expect_close("conv2d, trimmed, new version", y, want, N * O, 1e-5);
+    trim_call(&c, SL_OP_CONV2D_GRAD_INPUT, dy, w[0], dx, yd, wd, xd, 9);
+    c.n_in = 3;
+    c.in[2] = (sl_tensor_ref){x, KT_F32(4, N, C, 1, 1)};
+    assert_sl_ok(sl_cpu_run_op(&ex, &c));
+    kt_ref_conv2d_grad_input(dydv, wdv, want_dx, xd, wd, &a);
+    kt_expect_close("conv2d_grad_input, trimmed, kept", dx, want_dx, N * C, 1e-5);
+    sl_cpu_trims_free(ex.trims);
+    sl_free(ex.trim_buf);
+    for (int i = 0; i < WEIGHTS; i++)
+        sl_free(w[i]);
+    sl_free(x), sl_free(y), sl_free(dy), sl_free(dx), sl_free(old);
+    sl_free(xdv), sl_free(wdv), sl_free(dydv), sl_free(want), sl_free(want_dx);
+}
+
 SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
               cmocka_unit_test(test_vector_sigmoid_tanh), cmocka_unit_test(test_vector_erf_gelu),
               cmocka_unit_test(test_axes_threads), cmocka_unit_test(test_softmax_threads),
@@ -970,4 +1049,4 @@ SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
               cmocka_unit_test(test_conv_grad_filter_threads),
               cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_maxpool_threads),
               cmocka_unit_test(test_team_parts), cmocka_unit_test(test_team_cores),
-              cmocka_unit_test(test_sgemm_libraries))
+              cmocka_unit_test(test_sgemm_libraries), cmocka_unit_test(test_trimmed_kernels_kept))

@@ -54,6 +54,18 @@ static const struct conv_case conv_cases[] = {
      {4, 2, 2, 3},
      {.i = {1, 2, 1, 0, 0, 2, 2, 1, 2}}},
     {"larger (workspace)", {4, 32, 28, 28}, {48, 32, 3, 3}, {.i = {1, 1, 1, 1, 1, 1}}},
+    /* kernels with taps that meet only padding: cpu trims them (only the
+     * centre tap, four of nine, rows 1-3 of five, one dilated tap) */
+    {"1x1 plane, 3x3 pad 1", {4, 16, 1, 1}, {24, 16, 3, 3}, {.i = {1, 1, 1, 1, 1, 1}}},
+    {"2x2 plane, 3x3 stride 2 pad 1", {3, 16, 2, 2}, {32, 16, 3, 3}, {.i = {2, 2, 1, 1, 1, 1}}},
+    {"2x3 plane, 5x5 pad 2, group 2",
+     {2, 4, 2, 3},
+     {6, 2, 5, 5},
+     {.i = {1, 1, 2, 2, 2, 2, 0, 0, 2}}},
+    {"1x2 plane, 3x3 dilation 2 pad 2",
+     {2, 3, 1, 2},
+     {4, 3, 3, 3},
+     {.i = {1, 1, 2, 2, 2, 2, 2, 2}}},
 };
 #define CONV_FD_CASE 7 /* small, asymmetric, dilated, grouped */
 
@@ -86,6 +98,8 @@ static void check_conv(kt_env *e, const struct conv_case *k, uint64_t seed)
     snprintf(what, sizeof what, "conv2d_grad_input (%s)", k->name);
     kt_expect_close(what, dx, want_dx, nx, CONV_TOL);
 
+    /* every element of dw is written, the taps no output meets too */
+    kt_rand(dw, nw, seed + 3, 100, 200);
     kt_run_op(e, SL_OP_CONV2D_GRAD_FILTER, &k->a, (sl_shape[]){ys, xs, ws}, (float *[]){dy, x, w},
               3, (float *[]){dw});
     kt_ref_conv2d_grad_filter(dyd, xd, want_dw, k->x, k->w, &k->a);
