@@ -49,8 +49,18 @@ uint64_t mgr_need(const sl_mem_mgr *m, const struct mgr_session *s)
 
 uint64_t mgr_held(const struct mgr_session *s)
 {
-    /* Cannot overflow: both terms are bounded by the quota. */
-    return max_u64(s->p, s->used) + sl_align_up(s->framework, MGR_ALIGN);
+    /* What the region holds of the charge is inside P already. Cannot
+     * overflow: both terms are bounded by the quota. */
+    return max_u64(s->p, s->used) + sl_align_up(s->framework - s->framework_region, MGR_ALIGN);
+}
+
+/* Bytes of s's region that neither its tensors nor its framework charge
+ * hold (0 without a region). A multiple of 256 less the exact charge held:
+ * whatever of it the region takes, used + align_up(framework_region)
+ * stays within p. */
+static uint64_t region_headroom(const struct mgr_session *s)
+{
+    return s->p ? s->p - s->used - s->framework_region : 0;
 }
 
 uint64_t mgr_reserved(const sl_mem_mgr *m)
@@ -261,7 +271,9 @@ int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int
     /* without a region, what it holds grows by the block (its framework
      * charge beside it) */
     uint64_t held = mgr_held(s) - s->used + after;
-    if (s->p ? after > s->p : held > m->quota || mgr_need(m, s) > m->quota - held)
+    /* in a region, the bytes its recorded graphs hold there are taken */
+    if (s->p ? after > s->p - sl_align_up(s->framework_region, MGR_ALIGN)
+             : held > m->quota || mgr_need(m, s) > m->quota - held)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t delta = max_u64(s->p, after) - max_u64(s->p, s->used);
     if (!mgr_rule_allows(m, delta))
@@ -342,7 +354,15 @@ int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr)
 
 /* ---- framework memory of a session ---- */
 
-int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason)
+uint64_t sl_mem_framework_outside(const sl_mem_mgr *m, uint64_t id, uint64_t bytes)
+{
+    const struct mgr_session *s = m ? find_admitted(m, id) : NULL;
+    uint64_t room = s ? region_headroom(s) : 0;
+    return bytes > room ? bytes - room : 0;
+}
+
+int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason,
+                            uint64_t *outside)
 {
     if (!m)
         return SL_EINVAL;
@@ -353,17 +373,27 @@ int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *rea
      * from overflowing. */
     if (bytes > m->capacity || s->framework > m->capacity - bytes)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
+    uint64_t room = region_headroom(s);
+    uint64_t in_region = bytes < room ? bytes : room;
     uint64_t before = sl_align_up(s->framework, MGR_ALIGN);
     uint64_t after = sl_align_up(s->framework + bytes, MGR_ALIGN);
-    uint64_t held = mgr_held(s) - before + after;
+    /* the quota sees only what the region does not hold */
+    uint64_t out_before = sl_align_up(s->framework - s->framework_region, MGR_ALIGN);
+    uint64_t out_after =
+        sl_align_up(s->framework + bytes - s->framework_region - in_region, MGR_ALIGN);
+    uint64_t held = mgr_held(s) - out_before + out_after;
     if (held > m->quota || mgr_need(m, s) > m->quota - held)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
+    /* the device allocates it outside the arena: the rule counts all of it */
     if (!mgr_rule_allows(m, after - before))
         return sl_mem_refuse(reason, SL_MEM_CAPACITY);
     s->framework += bytes;
+    s->framework_region += in_region;
     m->framework_charged += after - before;
     if (reason)
         *reason = SL_MEM_FITS;
+    if (outside)
+        *outside = bytes - in_region;
     return SL_OK;
 }
 
@@ -373,7 +403,13 @@ void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes)
     if (!s)
         return;
     uint64_t before = sl_align_up(s->framework, MGR_ALIGN);
-    s->framework -= bytes < s->framework ? bytes : s->framework;
+    if (bytes > s->framework)
+        bytes = s->framework;
+    /* what is held beside P goes first: it is what costs a quota */
+    uint64_t outside = s->framework - s->framework_region;
+    uint64_t from_outside = bytes < outside ? bytes : outside;
+    s->framework_region -= bytes - from_outside;
+    s->framework -= bytes;
     m->framework_charged -= before - sl_align_up(s->framework, MGR_ALIGN);
     mgr_pump(m);
 }
@@ -411,6 +447,8 @@ void mgr_session_info(const sl_mem_mgr *m, const struct mgr_session *s, sl_mem_s
     out->declared_e = s->declared_e;
     out->used = s->used;
     out->framework = sl_align_up(s->framework, MGR_ALIGN);
+    out->framework_region = s->framework_region;
+    out->framework_outside = s->framework - s->framework_region;
     out->peak = s->peak;
     out->need = mgr_need(m, s);
     out->lane = s->lane ? s->lane->id : 0;
@@ -467,6 +505,12 @@ static bool check_session(const sl_mem_mgr *m, const struct mgr_session *s, stru
     }
     *n_blocks += count;
     if (used != s->used || (s->p && used > s->p))
+        return false;
+    /* The region holds part of the charge only in bytes its tensors do not
+     * use, and a session without one holds none there. */
+    if (s->framework_region > s->framework ||
+        (s->p ? sl_align_up(s->framework_region, MGR_ALIGN) > s->p - used
+              : s->framework_region != 0))
         return false;
     if (s->state == MGR_QUEUED)
         return !s->lane && !s->blocks && !s->region_pool && !s->framework &&

@@ -11,7 +11,10 @@
  * device backend as that lane's workspace, followed by the ephemeral part.
  * A session may also be charged framework memory of its own that the device
  * allocates outside the arena (its recorded graphs: sl_mem_charge_framework);
- * it has no address here but counts like the rest.
+ * it has no address here but counts like the rest. A session with a
+ * persistent region holds what fits of that charge in the region's unused
+ * bytes, which its tensors then cannot use (see "Framework memory of a
+ * session" below).
  *
  * Lanes hold no data between iterations, so an idle lane can be created,
  * grown, shrunk, merged and moved at zero copy cost. Several sessions share a
@@ -188,8 +191,9 @@ void sl_mem_release(sl_mem_mgr *m, uint64_t id);
 /* Allocates bytes (charged rounded up to 256) for admitted session id;
  * *addr is the block's offset. Errors: SL_ENOTFOUND (not admitted),
  * SL_EEXHAUSTED with *reason QUOTA (the session's used + bytes would exceed
- * its declared P when P > 0; when P = 0, used + bytes + its ephemeral need
- * would exceed the session quota), CAPACITY (would break the admission rule:
+ * its declared P less what its framework charge holds in its region, both
+ * rounded, when P > 0; when P = 0, used + bytes + its ephemeral need + its
+ * framework charge would exceed the session quota), CAPACITY (would break the admission rule:
  * only possible beyond a declared P, i.e. for P = 0) or FRAGMENTATION (no
  * contiguous block, even after compacting idle lanes), SL_EINVAL (m or addr
  * NULL, bytes 0), SL_ENOMEM (nothing allocated). reason may be NULL. */
@@ -198,26 +202,51 @@ int sl_mem_alloc(sl_mem_mgr *m, uint64_t id, uint64_t bytes, uint64_t *addr, int
  * admitted), SL_EINVAL (not the start of one of its blocks). */
 int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr);
 
-/* ---- framework memory of a session ---- */
+/* ---- framework memory of a session ----
+ *
+ * Device memory a session holds that the device allocates outside the
+ * arena (its recorded graphs' executables). A charge has no address. All
+ * of it counts in the admission rule (sl_mem_stats framework, less free),
+ * so memory salusd spends for a session beyond its tensors and lanes
+ * cannot crowd out other sessions.
+ *
+ * In the region first. A session that declared P > 0 holds as much of a
+ * charge as fits in its region's unused bytes (P less its tensors' bytes
+ * less what earlier charges hold there: *in the region*), and only the
+ * rest *outside*. Bytes held in the region are taken from its tensors: an
+ * allocation may use P less them. Whoever counts a session's memory
+ * against a quota beyond this manager (the server's tenants) counts the
+ * outside part only: the in-region part is inside the P it counted
+ * already. Here the session's quota likewise counts max(P, used) + the
+ * outside part (rounded) + its ephemeral need. Freeing tensors later
+ * moves nothing from outside into the region: the split changes only by
+ * charges and uncharges, so a counter outside stays in step by reading
+ * sl_mem_session_info.framework_outside after each. A session without a
+ * region holds all of its charge outside. */
 
-/* Charges `bytes` more to admitted session id's own framework memory:
- * device memory it holds that the device allocates outside the arena (its
- * recorded graphs' executables). The charge has no address. It counts in
- * the admission rule (sl_mem_stats framework, less free) and against the
- * session's quota, beside max(P, used) and its ephemeral need, so memory
- * salusd spends for a session beyond its tensors and lanes cannot crowd
- * out other sessions. A session's charges are summed exactly and counted
- * rounded up to 256 as a whole: giving back exactly the bytes charged
- * restores every figure. The charge goes with the session (sl_mem_release).
- * reason may be NULL. Errors: SL_EINVAL (m NULL), SL_ENOTFOUND (not
- * admitted), SL_EEXHAUSTED with *reason QUOTA (the session's quota would
- * be exceeded) or CAPACITY (the rule would break); nothing changes on
- * error. O(1). */
-int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason);
+/* The bytes of a charge of `bytes` made now to session id that its region
+ * would not hold (all of them for a session without a region, or one not
+ * admitted). Changes nothing; O(1). A caller that must approve the outside
+ * part (a tenant's quota) asks this first and then charges, with nothing
+ * between. */
+uint64_t sl_mem_framework_outside(const sl_mem_mgr *m, uint64_t id, uint64_t bytes);
+/* Charges `bytes` more to admitted session id's own framework memory, in
+ * its region first (above). A session's charges are summed exactly and
+ * counted rounded up to 256 as a whole: giving back exactly the bytes
+ * charged restores every figure but the split (below). The charge goes
+ * with the session (sl_mem_release). On success *outside (may be NULL)
+ * gets the bytes of this charge held outside the region, as
+ * sl_mem_framework_outside said. reason may be NULL. Errors: SL_EINVAL (m
+ * NULL), SL_ENOTFOUND (not admitted), SL_EEXHAUSTED with *reason QUOTA
+ * (the session's quota would be exceeded) or CAPACITY (the rule would
+ * break); nothing changes on error. O(1). */
+int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason,
+                            uint64_t *outside);
 /* Gives back `bytes` of session id's framework charge, at most what it
- * holds, and admits queued sessions that fit now (sl_mem_next_admitted).
- * Unknown or queued ids are ignored: a released session's charge went with
- * it. */
+ * holds: first what it holds outside its region (what costs a quota),
+ * then what the region holds (its tensors may use those bytes again).
+ * Admits queued sessions that fit now (sl_mem_next_admitted). Unknown or
+ * queued ids are ignored: a released session's charge went with it. */
 void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes);
 
 /* ---- ephemeral memory and lanes ---- */
@@ -293,6 +322,8 @@ typedef struct sl_mem_session_info {
     uint64_t declared_p, declared_e;
     uint64_t used;                     /* persistent bytes allocated */
     uint64_t framework;                /* its framework charge, rounded up to 256 */
+    uint64_t framework_region;         /* exact bytes of it held in its region */
+    uint64_t framework_outside;        /* exact bytes of it held outside */
     uint64_t peak;                     /* ephemeral peak set by sl_mem_set_ephemeral */
     uint64_t need;                     /* bytes its lane must hold (see "Ephemeral need") */
     uint32_t lane;                     /* 0 while queued */
@@ -308,7 +339,9 @@ size_t sl_mem_queue(const sl_mem_mgr *m, sl_mem_session_info *out, size_t max);
 /* Checks every invariant: no two live blocks (persistent blocks, lanes,
  * framework) overlap, all inside [0, capacity) and exactly as the pool
  * holds them; per-session, per-lane and per-class accounting exact (the
- * sessions' framework charges included); the admission rule holds; every admitted session's lane
+ * sessions' framework charges included, the part a region holds within
+ * the charge and, with the tensors' bytes, within the region's P); the
+ * admission rule holds; every admitted session's lane
  * holds its need and no session exceeds its quota; queue and lists consistent. Returns SL_OK,
  * SL_EINTERNAL, or SL_ENOMEM (no host memory to check). O(n log n), for
  * tests. */

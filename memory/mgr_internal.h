@@ -27,7 +27,13 @@
  * A session's framework charge (sl_mem_charge_framework) is the one class
  * with no block: the device allocates that memory itself, outside the
  * arena. It is counted in the rule, so the pool holds exactly the left side
- * of the rule less the sessions' charges. */
+ * of the rule less the sessions' charges. A session with a region holds
+ * as much of its charge as fits in the region's unused bytes there
+ * (framework_region): the rule still counts the whole charge (the device
+ * allocates it elsewhere), but the session's tensors can no longer use
+ * those bytes, so what the session holds in all stays within its P for
+ * that part, and only the rest counts beside P (its quota here, its
+ * tenant's in the server). */
 #ifndef SL_MEM_MGR_INTERNAL_H
 #define SL_MEM_MGR_INTERNAL_H
 
@@ -65,8 +71,11 @@ struct mgr_session {
     uint64_t e;                      /* declared E rounded, or the default when 0 */
     uint64_t peak;                   /* as last set by sl_mem_set_ephemeral */
     bool peak_set;
-    uint64_t used;            /* bytes in its persistent blocks */
-    uint64_t framework;       /* its own framework charge, exact (counted rounded up) */
+    uint64_t used;      /* bytes in its persistent blocks */
+    uint64_t framework; /* its own framework charge, exact (counted rounded up) */
+    /* the part of framework held in its region's unused bytes (exact): its
+     * tensors may use only p - align_up(framework_region) of the region */
+    uint64_t framework_region;
     uint64_t region;          /* base of its persistent region (p bytes) */
     sl_mem_pool *region_pool; /* NULL: no region (P = 0, or not admitted) */
     enum mgr_state state;
@@ -141,7 +150,8 @@ uint64_t mgr_need_with(const sl_mem_mgr *m, const struct mgr_session *s, uint64_
                        bool peak_set);
 uint64_t mgr_need(const sl_mem_mgr *m, const struct mgr_session *s);
 /* What s holds against its quota besides its ephemeral need: max(P,
- * used) plus its framework charge, rounded. */
+ * used) plus the part of its framework charge its region does not hold,
+ * rounded. */
 uint64_t mgr_held(const struct mgr_session *s);
 /* Left side of the admission rule: reserved persistent + lanes + framework
  * (the lanes' and the sessions' charges). */

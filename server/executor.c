@@ -379,16 +379,33 @@ static int record_segment(sl_exec *ex, sl_exec_task *t, sl_stream *st, uint32_t 
 }
 
 /* Charges r's recordings to t's session (replay.h, "Memory"), or gives
- * back what destroyed ones held. The manager is the server lock's: taken
- * here when a launcher submits t, after r->lock was let go (the lock comes
- * before r->lock). On a refusal why (when given) says so. */
+ * back what destroyed ones held. The manager and the tenants' counts
+ * (the hooks) are the server lock's: taken here when a launcher submits
+ * t, after r->lock was let go (the lock comes before r->lock), and held
+ * only for these few O(1) calls. On a refusal why (when given) says so. */
 static int graph_charge(sl_exec *ex, const sl_exec_task *t, sl_replay *r, char *why, size_t len)
 {
     if (t->off_lock)
         pthread_mutex_lock(ex->lock);
     int reason = SL_MEM_FITS;
-    uint64_t held = r->charged;
+    uint64_t held = r->charged, want = sl_replay_bytes(r);
+    /* what the session's persistent region cannot hold costs its tenant:
+     * asked before the charge, with the lock held between */
+    uint64_t outside =
+        want > held ? sl_mem_framework_outside(ex->mem, t->job->sched.id, want - held) : 0;
+    char tenant_why[sizeof r->reason] = "";
+    if (outside && ex->hooks.recording_room &&
+        !ex->hooks.recording_room(ex->hooks.arg, t->job, want - held, outside, tenant_why,
+                                  sizeof tenant_why)) {
+        if (why)
+            snprintf(why, len, "%s", tenant_why);
+        if (t->off_lock)
+            pthread_mutex_unlock(ex->lock);
+        return SL_EEXHAUSTED;
+    }
     int rc = sl_replay_charge(r, ex->mem, t->job->sched.id, &reason);
+    if (rc == SL_OK && want != held && ex->hooks.recordings_charged)
+        ex->hooks.recordings_charged(ex->hooks.arg, t->job);
     if (rc != SL_OK && why) {
         /* refused: the recordings hold more than was charged */
         uint64_t want = sl_replay_bytes(r) - held;

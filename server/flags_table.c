@@ -468,8 +468,9 @@ const sl_flag sl_flags[] = {
      .help = "limits of every non-operator tenant, SPEC a list of priority=N (highest "
              "priority), weight=W (its share of the device beside other tenants, and the highest "
              "weight its sessions may ask for among themselves), sessions=N (open at once) and "
-             "memory=SIZE (what its sessions together may declare, persistent + ephemeral; 0 = "
-             "no quota: whatever is free), e.g. priority=0,weight=1,sessions=8,memory=4G",
+             "memory=SIZE (what its sessions together may declare, persistent + ephemeral, and "
+             "what their recorded graphs hold beyond their persistent bytes; 0 = no quota: "
+             "whatever is free), e.g. priority=0,weight=1,sessions=8,memory=4G",
      .def_text = TENANT_DEFAULTS,
      .set = set_tenant_limits},
     {.name = "expected-tenants",

@@ -70,7 +70,7 @@ int sl_replay_charge(sl_replay *r, sl_mem_mgr *mem, uint64_t owner, int *reason)
         r->charged = want;
     }
     if (want > r->charged) {
-        int rc = sl_mem_charge_framework(mem, owner, want - r->charged, reason);
+        int rc = sl_mem_charge_framework(mem, owner, want - r->charged, reason, NULL);
         if (rc != SL_OK)
             return rc;
         r->charged = want;

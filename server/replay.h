@@ -34,8 +34,14 @@
  * charged to the owning session's framework class in the memory manager
  * (sl_mem_charge_framework) once it is made, and given back whenever it is
  * destroyed: recorded again, the graph freed, the session closed, a device
- * reset. A charge that does not fit (the capacity or the session's quota)
- * destroys the recording: the iteration runs op by op, as below.
+ * reset. The charge is held first in the unused bytes of the session's
+ * persistent reservation (its tensors then have that much less), and the
+ * rest is counted against its tenant's memory quota (tenants.h), so that
+ * opening more sessions buys a tenant no recorded-graph memory beyond its
+ * quota. A charge that does not fit (the capacity, the session's quota, or
+ * the tenant's quota for the part beyond its reservation: the executor
+ * asks first, through its recording_room hook) destroys the recording:
+ * the iteration runs op by op, as below.
  *
  * Fallback. A recording the device refuses, or whose memory cannot be
  * charged, runs that iteration op by op, and the graph keeps running op by
@@ -76,7 +82,7 @@ typedef struct sl_replay {
     struct sl_replay_step *steps;
     uint32_t n_ops;
     uint64_t replays, recordings, fallbacks;
-    char reason[112]; /* why the last recording failed ("" none) */
+    char reason[320]; /* why the last recording failed ("" none) */
     /* The memory manager's charge for these recordings, in the framework
      * class of session `owner` (mem NULL: never charged). Written only
      * under the server lock, which serialises the manager's calls. */
@@ -93,7 +99,7 @@ void sl_replay_free(sl_replay *r);
 /* What status and metrics show of a session's records, summed. */
 typedef struct sl_replay_sums {
     uint64_t replays, recordings, fallbacks, bytes;
-    char reason[112]; /* the first refused record's reason, "" none */
+    char reason[320]; /* the first refused record's reason, "" none */
 } sl_replay_sums;
 /* Adds r (NULL is fine) to *sum, under r's lock. */
 void sl_replay_add(sl_replay *r, sl_replay_sums *sum);

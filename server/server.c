@@ -22,6 +22,19 @@ static void exec_unlock_send(void *arg, sl_outbox *box)
     sl_sender_unlock_send(&srv->sender, box);
 }
 
+static bool exec_recording_room(void *arg, const sl_exec_job *job, uint64_t bytes, uint64_t outside,
+                                char *why, size_t len)
+{
+    sl_server *srv = arg;
+    return sl_sessions_recording_room(&srv->sessions, job, bytes, outside, why, len);
+}
+
+static void exec_recordings_charged(void *arg, sl_exec_job *job)
+{
+    sl_server *srv = arg;
+    sl_sessions_recordings_charged(&srv->sessions, job);
+}
+
 static bool fault_idle(void *arg)
 {
     sl_server *srv = arg;
@@ -163,7 +176,11 @@ int sl_server_start(sl_server *srv)
     uint64_t capacity;
     if ((rc = memory_init(srv, &capacity)) != SL_OK)
         return rc;
-    const sl_exec_hooks eh = {.arg = srv, .done = exec_done, .unlock_send = exec_unlock_send};
+    const sl_exec_hooks eh = {.arg = srv,
+                              .done = exec_done,
+                              .unlock_send = exec_unlock_send,
+                              .recording_room = exec_recording_room,
+                              .recordings_charged = exec_recordings_charged};
     if ((rc = sl_exec_init(&srv->exec, &srv->cfg, srv->dev, srv->mem, capacity, &srv->lock, &eh)) !=
         SL_OK)
         return rc;

@@ -121,10 +121,41 @@ void sl_sessions_fini(sl_sessions *ss)
     sl_jobs_fini(&ss->jobs);
 }
 
-/* s leaves the table: its tenant holds it no longer. */
+/* s leaves the table: its tenant holds it no longer, nor its recordings. */
 static void tenant_release(sl_sessions *ss, const sl_session *s)
 {
-    sl_tenants_remove(&ss->tenants, s->tenant, s->tenant_charge);
+    uint64_t held = s->tenant_charge + s->recording_charge;
+    sl_tenants_remove(&ss->tenants, s->tenant, held < s->tenant_charge ? UINT64_MAX : held);
+}
+
+/* Counts against s's tenant what the memory manager holds of s's recorded
+ * graphs outside its persistent reservation (nothing once it left the
+ * manager: tenant_release gives it back then). */
+static void recordings_sync(sl_sessions *ss, sl_session *s)
+{
+    sl_mem_session_info mi;
+    uint64_t outside = sl_mem_session_get(ss->mem, s->id, &mi) == SL_OK ? mi.framework_outside : 0;
+    if (outside > s->recording_charge)
+        sl_tenants_charge(&ss->tenants, s->tenant, outside - s->recording_charge);
+    else
+        sl_tenants_discharge(&ss->tenants, s->tenant, s->recording_charge - outside);
+    s->recording_charge = outside;
+}
+
+bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_t bytes,
+                                uint64_t outside, char *why, size_t len)
+{
+    const sl_session *s = sl_container_of(job, const sl_session, job);
+    (void) ss;
+    if (!s->limited)
+        return true;
+    sl_peer owner = sl_session_owner(s);
+    return sl_tenants_recording_room(&ss->tenants, &owner, s->tenant, bytes, outside, why, len);
+}
+
+void sl_sessions_recordings_charged(sl_sessions *ss, sl_exec_job *job)
+{
+    recordings_sync(ss, sl_container_of(job, sl_session, job));
 }
 
 _Static_assert(SL_MEM_FRAGMENTATION < SL_OBS_WAIT_REASONS, "a wait reason without a counter");
@@ -750,6 +781,7 @@ void sl_sessions_device_reset(sl_sessions *ss)
         void *g;
         while (sl_map_next(&((sl_session *) v)->graphs, &k, NULL, &g))
             sl_replay_release(((sl_graph *) g)->replay);
+        recordings_sync(ss, v);
     }
 }
 

@@ -45,8 +45,11 @@ struct sl_session {
     uint64_t tenant;        /* its tenant's key (tenants.h) */
     bool limited;           /* opened without operator rights: its tenant's limits hold */
     uint64_t tenant_charge; /* memory counted against its tenant's quota */
-    bool reset_pending;     /* the device was reset: its next request gets DEVICE_RESET */
-    char name[64];          /* escaped (sl_text.h): safe in logs and status */
+    /* its recorded graphs' bytes beyond its persistent reservation, counted
+     * against its tenant's quota besides tenant_charge (replay.h) */
+    uint64_t recording_charge;
+    bool reset_pending; /* the device was reset: its next request gets DEVICE_RESET */
+    char name[64];      /* escaped (sl_text.h): safe in logs and status */
     sl_exec_job job;
     sl_map tensors; /* id -> sl_tensor */
     sl_map graphs;  /* id -> sl_graph */
@@ -167,6 +170,17 @@ void sl_sessions_fail_queued_runs(sl_sessions *ss, sl_outbox *box);
  * device. Call sl_sessions_memory_changed after: the memory may admit
  * waiting sessions. */
 void sl_sessions_device_reset(sl_sessions *ss);
+/* The executor's recording hooks (exec.h) for the session job is part of.
+ * room: whether its tenant's quota has room for `outside` bytes of a
+ * recording beyond its persistent reservation (always for an operator's
+ * session, which is counted but never limited; tenants.h,
+ * sl_tenants_recording_room). charged: counts the part of its recordings
+ * the memory manager holds outside its reservation against its tenant,
+ * as the manager has it now; also called by the session layer whenever a
+ * recording goes without the executor (a graph freed). */
+bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_t bytes,
+                                uint64_t outside, char *why, size_t len);
+void sl_sessions_recordings_charged(sl_sessions *ss, sl_exec_job *job);
 /* Staging a segment for session id (shm_socket.c), in two steps around the
  * mapping, which happens without the lock. begin: the session exists, the
  * token is its token, the peer uid is its owner's, and size bytes fit its

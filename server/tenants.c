@@ -247,6 +247,13 @@ void sl_tenants_charge(sl_tenants *t, uint64_t key, uint64_t memory)
         u->memory = u->memory + memory < u->memory ? UINT64_MAX : u->memory + memory;
 }
 
+void sl_tenants_discharge(sl_tenants *t, uint64_t key, uint64_t memory)
+{
+    sl_tenant_use *u = sl_map_get(&t->use, key);
+    if (u)
+        u->memory -= memory < u->memory ? memory : u->memory;
+}
+
 void sl_tenants_remove(sl_tenants *t, uint64_t key, uint64_t memory)
 {
     sl_tenant_use *u = sl_map_get(&t->use, key);
@@ -406,6 +413,30 @@ bool sl_tenants_room(const sl_tenants *t, const sl_peer *owner, uint64_t key, ui
                    who, (unsigned long long) need, (unsigned long long) more,
                    (unsigned long long) (lim.memory > use.memory ? lim.memory - use.memory : 0),
                    (unsigned long long) lim.memory, quota_remedy(source));
+    return false;
+}
+
+bool sl_tenants_recording_room(const sl_tenants *t, const sl_peer *owner, uint64_t key,
+                               uint64_t bytes, uint64_t outside, char *why, size_t len)
+{
+    sl_limits lim;
+    int source = sl_tenants_limits(t, owner, key, &lim);
+    sl_tenant_use use = sl_tenants_get(t, key);
+    uint64_t left = lim.memory > use.memory ? lim.memory - use.memory : 0;
+    if (source == SL_QUOTA_NONE || outside <= left)
+        return true;
+    char who[96];
+    sl_tenant_name(key, who, sizeof who);
+    if (why)
+        snprintf(why, len,
+                 "no memory for the graph: %llu bytes, %llu beyond the session's persistent "
+                 "bytes, and %llu left of the memory quota of %s (%llu); open sessions declaring "
+                 "persistent bytes with room for their recorded graphs, or %s",
+                 (unsigned long long) bytes, (unsigned long long) outside,
+                 (unsigned long long) left, who, (unsigned long long) lim.memory,
+                 source == SL_QUOTA_STEP ? "ask for more shards (srun --gres=shard:N)"
+                                         : "raise the quota (salusd --tenant-limits / "
+                                           "--user-limits memory=)");
     return false;
 }
 

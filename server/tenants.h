@@ -29,6 +29,13 @@
  *             lane must still leave room for tensors). A session that
  *             declares no persistent bytes is given the rest of what is
  *             left, so that what it can allocate stays inside the quota.
+ *             Recorded graphs (replay.h) count too: a recording is held
+ *             first in the unused bytes of its session's persistent
+ *             reservation (its tensors then have that much less), and only
+ *             the rest is charged to the quota; a recording the quota has
+ *             no room for is not made (its iterations run op by op, the
+ *             reason in status). So more sessions buy a tenant no memory
+ *             beyond its quota.
  * SPEC is a comma-separated list of those, e.g. "priority=0,weight=2,
  * sessions=8,memory=4G"; a configuration file mirrors it as one section
  * per WHO with the same keys. */
@@ -130,8 +137,11 @@ sl_tenant_use sl_tenants_get(const sl_tenants *t, uint64_t key);
 /* Counts one more session of key holding memory bytes. Errors: SL_ENOMEM. */
 int sl_tenants_add(sl_tenants *t, uint64_t key, uint64_t memory);
 /* Counts memory bytes more for a session of key already counted (its
- * ephemeral need grew). */
+ * ephemeral need grew, its recorded graphs grew beyond its persistent
+ * reservation). */
 void sl_tenants_charge(sl_tenants *t, uint64_t key, uint64_t memory);
+/* Undoes sl_tenants_charge of memory bytes (never below zero). */
+void sl_tenants_discharge(sl_tenants *t, uint64_t key, uint64_t memory);
 /* Undoes one sl_tenants_add. */
 void sl_tenants_remove(sl_tenants *t, uint64_t key, uint64_t memory);
 /* Frees the table. */
@@ -189,5 +199,14 @@ bool sl_tenants_room(const sl_tenants *t, const sl_peer *owner, uint64_t key, ui
  * *charged. */
 void sl_tenants_grow(sl_tenants *t, uint64_t key, uint64_t *charged, uint64_t persistent,
                      uint64_t need);
+/* A recording of a session of owner under key is to be charged `bytes`,
+ * of which `outside` are beyond the session's persistent reservation
+ * (the memory manager's split, replay.h): whether what is left of the
+ * quota holds the outside part (always, without a quota). False with the
+ * reason in why (len bytes; may be NULL), which names the quota and what
+ * to do. Changes nothing: the caller then charges key (sl_tenants_charge)
+ * once the recording is charged. */
+bool sl_tenants_recording_room(const sl_tenants *t, const sl_peer *owner, uint64_t key,
+                               uint64_t bytes, uint64_t outside, char *why, size_t len);
 
 #endif

@@ -138,7 +138,18 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
     int rc = sl_mem_alloc(ss->mem, s->id, bytes, &t->addr, &reason);
     if (rc) {
         sl_free(t);
-        if (rc == SL_EEXHAUSTED && s->declared_persistent)
+        sl_mem_session_info mi = {0};
+        (void) sl_mem_session_get(ss->mem, s->id, &mi);
+        if (rc == SL_EEXHAUSTED && s->declared_persistent && mi.framework_region)
+            sl_reply_error(r, rc,
+                           "cannot allocate %llu persistent bytes: %s (the session uses %llu of "
+                           "the %llu it declared, and its recorded graphs hold %llu of them; "
+                           "declare more persistent bytes, or free a graph)",
+                           (unsigned long long) bytes, sl_mem_reason_name(reason),
+                           (unsigned long long) s->persistent_bytes,
+                           (unsigned long long) s->declared_persistent,
+                           (unsigned long long) mi.framework_region);
+        else if (rc == SL_EEXHAUSTED && s->declared_persistent)
             sl_reply_error(r, rc,
                            "cannot allocate %llu persistent bytes: %s (the session uses %llu of "
                            "the %llu it declared)",
@@ -379,7 +390,10 @@ int sl_handle_free_graph(sl_sessions *ss, sl_session *s, sl_work *w)
                        (unsigned long long) w->msg->free_graph->graph_id);
     else
         hold_host(ss, s, -(int64_t) g->host_bytes);
+    bool freed = g != NULL;
     sl_graph_free(g);
+    if (freed) /* its recordings' memory went with it */
+        sl_sessions_recordings_charged(ss, &s->job);
     return SL_HANDLED;
 }
 

@@ -5,7 +5,9 @@
  * op with the reason in status; a device reset records again; --no-graphs
  * launches op by op. A recording's memory is charged to its session's
  * framework class until the recording goes, and one that does not fit
- * runs op by op. The counts come from salusd's status.
+ * runs op by op; under a tenant's memory quota, what the session's
+ * persistent bytes do not hold counts against the quota, and a recording
+ * beyond it runs op by op. The counts come from salusd's status.
  *   test_replay [--device SPEC]   (default sim:h200)
  * The sim device computes nothing; on cuda (the gpu suite, replay-cuda)
  * every run's fetches are also checked against what the graph computes, so
@@ -40,10 +42,11 @@ typedef struct job {
     int done; /* runs that succeeded: c's value */
 } job;
 
-static void job_open(salus_client *cl, job *j)
+/* The job in a session opened with opts (NULL: none). */
+static void job_open_with(salus_client *cl, const salus_session_opts *opts, job *j)
 {
     j->done = 0;
-    assert_sl_ok(salus_session_open(cl, NULL, &j->s));
+    assert_sl_ok(salus_session_open(cl, opts, &j->s));
     assert_sl_ok(salus_tensor_create(j->s, SALUS_F32, 1, dims, NULL, &j->c));
     j->g = salus_graph_new();
     salus_value x = salus_graph_input(j->g, SALUS_F32, 1, dims);
@@ -59,6 +62,11 @@ static void job_open(salus_client *cl, job *j)
     j->y = y;
     assert_null(salus_graph_error(j->g));
     assert_sl_ok(salus_graph_register(j->s, j->g, NULL));
+}
+
+static void job_open(salus_client *cl, job *j)
+{
+    job_open_with(cl, NULL, j);
 }
 
 /* One run fetching y, and with mid also op 30's output; where the device
@@ -98,6 +106,33 @@ static long long status_num(salus_client *c, const char *key)
         v += strtoll(p + strlen(pat), NULL, 10);
     salus_free(json);
     return v;
+}
+
+/* The number keyed key in the status of session id (-1: not found). */
+static long long session_num(salus_client *c, uint64_t id, const char *key)
+{
+    char *json = NULL, pat[64], at[48];
+    assert_sl_ok(salus_status_json(c, &json));
+    snprintf(at, sizeof at, "\"id\":%llu,", (unsigned long long) id);
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *s = strstr(json, at), *next = s ? strstr(s + strlen(at), "\"id\":") : NULL;
+    const char *p = s ? strstr(s, pat) : NULL;
+    long long v = p && (!next || p < next) ? strtoll(p + strlen(pat), NULL, 10) : -1;
+    salus_free(json);
+    return v;
+}
+
+/* Whether the status of session id holds text. */
+static bool session_has(salus_client *c, uint64_t id, const char *text)
+{
+    char *json = NULL, at[48];
+    assert_sl_ok(salus_status_json(c, &json));
+    snprintf(at, sizeof at, "\"id\":%llu,", (unsigned long long) id);
+    const char *s = strstr(json, at), *next = s ? strstr(s + strlen(at), "\"id\":") : NULL;
+    const char *p = s ? strstr(s, text) : NULL;
+    bool has = p && (!next || p < next);
+    salus_free(json);
+    return has;
 }
 
 static bool status_has(salus_client *c, const char *text)
@@ -390,6 +425,137 @@ static void no_memory_for_the_graph_runs_op_by_op(void **state)
     no_memory_for("32K", 16 * 1024, " free");
 }
 
+/* A tenant's recordings live within its memory quota, however many
+ * sessions it opens. The tenant is "remote" (clients of a plain tcp://
+ * listener, never operators) with memory=256K; the operator over ipc://
+ * reads every session's status. (a) A session declaring persistent bytes
+ * with room holds its recording inside them: the tenant's count does not
+ * move. (b) Sessions declaring just their tensor hold their recordings
+ * beside it, counted against the quota, until it has no room: that
+ * session's iterations run op by op, correctly, with a reason that names
+ * the quota and what to do. (c) Closing a session, or freeing a graph,
+ * gives its bytes back, and the refused graph records once its calls
+ * change. A session declaring nothing gets the rest of the quota as its
+ * persistent bytes, and its recording is held there. Sim only: the
+ * figures are its modelled sizes. */
+static void tenant_quota_holds_recordings(void **state)
+{
+    (void) state;
+    if (strncmp(device, "sim", 3) != 0)
+        skip(); /* the sizes below are sim's model (256 bytes a node) */
+    char url[64], fault[400];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", sl_ctl_free_port());
+    sl_test_server srv;
+    sl_ctl_prepare(&srv);
+    sl_ctl_path(&srv, "fault", fault, sizeof fault);
+    sl_ctl_start(&srv,
+                 (const char *[]){"--device", device, "--memory-limit", "4G", "--listen", url,
+                                  "--allow-plain-tcp", "--user-limits",
+                                  "remote:memory=256K,sessions=16", "--fault-inject", fault, NULL});
+    salus_client *op = sl_test_connect(&srv), *cl;
+    assert_sl_ok(salus_connect(url, &cl));
+    const long long quota = 256 * 1024;
+
+    /* (a) P = 64K: its tensor (1K) and its recording (15K) fit */
+    salus_session_opts roomy = {
+        .name = "roomy", .persistent_bytes = 64 * 1024, .ephemeral_bytes = 64 * 1024};
+    job a;
+    job_open_with(cl, &roomy, &a);
+    long long used = status_num(cl, "memory_used");
+    assert_int_equal(used, 128 * 1024);
+    runs_job(&a, 3);
+    uint64_t ida = salus_session_id(a.s);
+    long long bytes = session_num(op, ida, "graph_bytes");
+    assert_true(bytes > 0 && bytes < 32 * 1024);
+    assert_int_equal(session_num(op, ida, "graph_recordings"), 1);
+    assert_int_equal(session_num(op, ida, "framework_bytes"), (bytes + 255) / 256 * 256);
+    assert_int_equal(status_num(cl, "memory_used"), used);
+
+    /* (b) P = its tensor only: each recording is counted beside it */
+    salus_session_opts tight = {
+        .name = "tight", .persistent_bytes = 1024, .ephemeral_bytes = 31 * 1024};
+    job b[4];
+    int n = 0, refused = -1;
+    for (; n < 4; n++) {
+        salus_session *probe = NULL;
+        if (status_num(cl, "memory_used") + 32 * 1024 > quota) {
+            /* no room to open another: the quota refuses it */
+            assert_sl_err(salus_session_open(cl, &tight, &probe), SALUS_EEXHAUSTED);
+            break;
+        }
+        job_open_with(cl, &tight, &b[n]);
+        used = status_num(cl, "memory_used");
+        runs_job(&b[n], 4); /* op by op, recorded, then replayed or op by op */
+        uint64_t id = salus_session_id(b[n].s);
+        assert_int_equal(session_num(op, id, "graph_bytes") > 0,
+                         session_num(op, id, "graph_recordings") == 1);
+        if (session_num(op, id, "graph_recordings") == 1) {
+            assert_int_equal(session_num(op, id, "graph_bytes"), bytes);
+            assert_int_equal(status_num(cl, "memory_used"), used + bytes);
+            continue;
+        }
+        /* refused for the quota: op by op, nothing charged, and the
+         * reason names the quota and what to do */
+        refused = n;
+        assert_int_equal(session_num(op, id, "graph_fallbacks"), 1);
+        assert_int_equal(session_num(op, id, "graph_replays"), 0);
+        assert_int_equal(session_num(op, id, "framework_bytes"), 0);
+        assert_int_equal(status_num(cl, "memory_used"), used);
+        assert_true(session_has(op, id, "left of the memory quota of remote"));
+        assert_true(session_has(op, id, "declaring persistent bytes with room for their recorded"));
+        assert_true(session_has(op, id, "--user-limits memory="));
+        assert_int_equal(b[n].done, 4);
+        char line[512];
+        assert_true(
+            sl_ctl_log_last(&srv, "runs op by op: no memory for the graph", line, sizeof line));
+        fprintf(stderr, "replay: %s\n", line);
+    }
+    /* 128K + 2 x (32K + 15K) + 32K: the third tight session's recording
+     * has 2K left */
+    assert_int_equal(refused, 2);
+    assert_int_equal(n, 3);
+    assert_true(status_num(cl, "memory_used") <= quota);
+
+    /* (c) a freed graph and a closed session give their bytes back */
+    used = status_num(cl, "memory_used");
+    salus_graph_free(b[1].g);
+    b[1].g = NULL;
+    assert_int_equal(status_num(cl, "memory_used"), used - bytes);
+    assert_sl_ok(salus_session_close(b[1].s));
+    assert_int_equal(status_num(cl, "memory_used"), used - bytes - 32 * 1024);
+    used = status_num(cl, "memory_used");
+    job_close(&b[0]);
+    assert_int_equal(status_num(cl, "memory_used"), used - bytes - 32 * 1024);
+    /* the refused graph records once its calls change, now that there is
+     * room */
+    uint64_t id2 = salus_session_id(b[2].s);
+    used = status_num(cl, "memory_used");
+    for (int i = 0; i < 3; i++)
+        assert_sl_ok(job_run(&b[2], true));
+    assert_int_equal(session_num(op, id2, "graph_recordings"), 1);
+    long long bytes2 = session_num(op, id2, "graph_bytes");
+    assert_true(bytes2 > 0);
+    assert_int_equal(status_num(cl, "memory_used"), used + bytes2);
+    job_close(&b[2]);
+    job_close(&a);
+    assert_int_equal(status_num(cl, "memory_used"), 0);
+
+    /* declaring nothing: the rest of the quota is its P, which holds the
+     * recording */
+    job d;
+    job_open(cl, &d);
+    used = status_num(cl, "memory_used");
+    assert_true(used <= quota);
+    runs_job(&d, 3);
+    assert_int_equal(status_num(op, "graph_recordings"), 1);
+    assert_int_equal(status_num(op, "graph_fallbacks"), 0);
+    assert_int_equal(status_num(cl, "memory_used"), used);
+    job_close(&d);
+    salus_disconnect(cl);
+    salus_disconnect(op);
+    sl_ctl_finish(&srv);
+}
+
 /* Beside a high-priority session, a low-priority iteration goes in steps
  * (segments of ops); a segment seen twice is recorded and replayed. */
 static void low_priority_segments_replay(void **state)
@@ -440,6 +606,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(reset_records_again),
         cmocka_unit_test(recording_memory_is_charged),
         cmocka_unit_test(no_memory_for_the_graph_runs_op_by_op),
+        cmocka_unit_test(tenant_quota_holds_recordings),
         cmocka_unit_test(low_priority_segments_replay),
         cmocka_unit_test(no_graphs_launches_op_by_op),
     };

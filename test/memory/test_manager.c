@@ -614,7 +614,7 @@ static void test_framework_charge(void **state)
     admit_ok(m, 1, 64 * K, 64 * K);
     sl_mem_stats before = stats(m);
     int reason = -1;
-    assert_sl_ok(sl_mem_charge_framework(m, 1, 1000, &reason));
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 1000, &reason, NULL));
     assert_int_equal(reason, SL_MEM_FITS);
     assert_sl_ok(sl_mem_check(m));
     assert_int_equal(session_info(m, 1).framework, 1024);
@@ -623,9 +623,9 @@ static void test_framework_charge(void **state)
     assert_int_equal(stats(m).free, before.free - 1024);
     assert_true(stats(m).largest_free <= stats(m).free);
     /* summed exactly, rounded as a whole */
-    assert_sl_ok(sl_mem_charge_framework(m, 1, 24, NULL));
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 24, NULL, NULL));
     assert_int_equal(session_info(m, 1).framework, 1024);
-    assert_sl_ok(sl_mem_charge_framework(m, 1, 1, NULL));
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 1, NULL, NULL));
     assert_int_equal(session_info(m, 1).framework, 1280);
     sl_mem_uncharge_framework(m, 1, 1);
     assert_int_equal(session_info(m, 1).framework, 1024);
@@ -636,17 +636,18 @@ static void test_framework_charge(void **state)
     sl_mem_uncharge_framework(m, 1, 5); /* more than it holds: nothing below 0 */
     assert_int_equal(session_info(m, 1).framework, 0);
 
-    /* the quota: P + need + framework */
-    assert_sl_ok(sl_mem_charge_framework(m, 1, 128 * K, NULL));
-    assert_sl_err(sl_mem_charge_framework(m, 1, 1, &reason), SL_EEXHAUSTED);
+    /* the quota: P + need + what the region does not hold (its 64K
+     * region holds the first 64K) */
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 192 * K, NULL, NULL));
+    assert_sl_err(sl_mem_charge_framework(m, 1, 1, &reason, NULL), SL_EEXHAUSTED);
     assert_int_equal(reason, SL_MEM_QUOTA);
-    assert_int_equal(session_info(m, 1).framework, 128 * K);
-    assert_sl_err(sl_mem_charge_framework(m, 1, UINT64_MAX, &reason), SL_EEXHAUSTED);
+    assert_int_equal(session_info(m, 1).framework, 192 * K);
+    assert_sl_err(sl_mem_charge_framework(m, 1, UINT64_MAX, &reason, NULL), SL_EEXHAUSTED);
     assert_int_equal(reason, SL_MEM_QUOTA);
     assert_sl_ok(sl_mem_check(m));
     /* without a declared P, allocations and a larger need count it too */
     admit_ok(m, 2, 0, 0);
-    assert_sl_ok(sl_mem_charge_framework(m, 2, 100 * K, NULL));
+    assert_sl_ok(sl_mem_charge_framework(m, 2, 100 * K, NULL, NULL));
     alloc_ok(m, 2, 92 * K);
     assert_int_equal(alloc_refused(m, 2, 1), SL_MEM_QUOTA);
     assert_sl_err(sl_mem_set_ephemeral(m, 2, 65 * K, NULL, &reason), SL_EEXHAUSTED);
@@ -654,13 +655,13 @@ static void test_framework_charge(void **state)
     assert_sl_ok(sl_mem_check(m));
 
     /* unknown and released sessions */
-    assert_sl_err(sl_mem_charge_framework(m, 9, 1, NULL), SL_ENOTFOUND);
-    assert_sl_err(sl_mem_charge_framework(NULL, 1, 1, NULL), SL_EINVAL);
+    assert_sl_err(sl_mem_charge_framework(m, 9, 1, NULL, NULL), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_charge_framework(NULL, 1, 1, NULL, NULL), SL_EINVAL);
     sl_mem_uncharge_framework(m, 9, 1);
     sl_mem_uncharge_framework(NULL, 1, 1);
     release_ok(m, 2);
     release_ok(m, 1);
-    assert_sl_err(sl_mem_charge_framework(m, 1, 1, NULL), SL_ENOTFOUND);
+    assert_sl_err(sl_mem_charge_framework(m, 1, 1, NULL, NULL), SL_ENOTFOUND);
     sl_mem_uncharge_framework(m, 1, 1024); /* its charge went with it */
     assert_empty(m);
     sl_mem_mgr_destroy(m);
@@ -670,10 +671,10 @@ static void test_framework_charge(void **state)
     m = mgr_new(256 * K, 0, 0, 64 * K);
     admit_ok(m, 1, 64 * K, 64 * K);
     admit_ok(m, 3, 0, 0); /* shares 1's lane */
-    assert_sl_ok(sl_mem_charge_framework(m, 3, 128 * K, NULL));
+    assert_sl_ok(sl_mem_charge_framework(m, 3, 128 * K, NULL, NULL));
     assert_int_equal(stats(m).free, 0);
     assert_int_equal(stats(m).largest_free, 0);
-    assert_sl_err(sl_mem_charge_framework(m, 3, 1, &reason), SL_EEXHAUSTED);
+    assert_sl_err(sl_mem_charge_framework(m, 3, 1, &reason, NULL), SL_EEXHAUSTED);
     assert_int_equal(reason, SL_MEM_CAPACITY);
     assert_int_equal(session_info(m, 3).framework, 128 * K);
     assert_int_equal(admit_refused(m, 2, 0, 65 * K, true), SL_MEM_CAPACITY);
@@ -683,6 +684,86 @@ static void test_framework_charge(void **state)
     release_ok(m, 3);
     release_ok(m, 1);
     release_ok(m, 2);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
+/* session's framework charge, stated as what its region holds and what
+ * it holds outside */
+static void assert_split(sl_mem_mgr *m, uint64_t id, uint64_t in_region, uint64_t outside)
+{
+    sl_mem_session_info si = session_info(m, id);
+    assert_int_equal(si.framework_region, in_region);
+    assert_int_equal(si.framework_outside, outside);
+    assert_sl_ok(sl_mem_check(m));
+}
+
+/* A charge to a session with a region is held there first, in the bytes
+ * its tensors do not use, and those bytes are then taken from its
+ * tensors; the rest is reported outside (before and by the charge). The
+ * rule still counts the whole charge (the device allocates it elsewhere).
+ * Giving back takes from outside first, and the region's bytes come back
+ * to its tensors. */
+static void test_framework_in_region(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 0, 16 * K, 64 * K);
+    admit_ok(m, 1, 64 * K, 64 * K);
+    alloc_ok(m, 1, 16 * K);
+    sl_mem_stats before = stats(m);
+    /* within the region's 48K headroom: nothing outside */
+    assert_int_equal(sl_mem_framework_outside(m, 1, 40 * K), 0);
+    uint64_t outside = 777;
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 40 * K, NULL, &outside));
+    assert_int_equal(outside, 0);
+    assert_split(m, 1, 40 * K, 0);
+    assert_int_equal(stats(m).free, before.free - 40 * K);
+    assert_int_equal(stats(m).framework_sessions, 40 * K);
+    /* its tensors now have 64K - 16K - 40K */
+    assert_int_equal(alloc_refused(m, 1, 8 * K + 1), SL_MEM_QUOTA);
+    uint64_t a = alloc_ok(m, 1, 8 * K);
+    assert_int_equal(alloc_refused(m, 1, 1), SL_MEM_QUOTA);
+    assert_sl_ok(sl_mem_free(m, 1, a));
+    assert_sl_ok(sl_mem_check(m));
+    /* beyond the headroom: 8K in the region, the rest outside, as asked
+     * before the charge */
+    assert_int_equal(sl_mem_framework_outside(m, 1, 20 * K + 100), 12 * K + 100);
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 20 * K + 100, NULL, &outside));
+    assert_int_equal(outside, 12 * K + 100);
+    assert_split(m, 1, 48 * K, 12 * K + 100);
+    assert_int_equal(session_info(m, 1).framework, 60 * K + 256);
+    assert_int_equal(alloc_refused(m, 1, 1), SL_MEM_QUOTA);
+    assert_int_equal(sl_mem_framework_outside(m, 1, 5), 5);
+    /* giving back: outside first */
+    sl_mem_uncharge_framework(m, 1, 12 * K);
+    assert_split(m, 1, 48 * K, 100);
+    sl_mem_uncharge_framework(m, 1, 4 * K);
+    assert_split(m, 1, 44 * K + 100, 0);
+    /* the tensors get the given-back bytes, rounded down to whole units */
+    assert_int_equal(alloc_refused(m, 1, 4 * K - 255), SL_MEM_QUOTA);
+    a = alloc_ok(m, 1, 4 * K - 256);
+    assert_sl_ok(sl_mem_free(m, 1, a));
+    assert_sl_ok(sl_mem_check(m));
+    sl_mem_uncharge_framework(m, 1, 44 * K + 100);
+    assert_split(m, 1, 0, 0);
+    assert_int_equal(stats(m).free, before.free);
+    alloc_ok(m, 1, 48 * K);
+    /* a full region holds nothing more: everything is outside */
+    assert_int_equal(sl_mem_framework_outside(m, 1, 1000), 1000);
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 1000, NULL, &outside));
+    assert_int_equal(outside, 1000);
+    assert_split(m, 1, 0, 1000);
+    /* a session without a region holds it all outside */
+    admit_ok(m, 2, 0, 64 * K);
+    assert_int_equal(sl_mem_framework_outside(m, 2, 3000), 3000);
+    assert_sl_ok(sl_mem_charge_framework(m, 2, 3000, NULL, &outside));
+    assert_int_equal(outside, 3000);
+    assert_split(m, 2, 0, 3000);
+    /* not admitted: all outside, nothing charged */
+    assert_int_equal(sl_mem_framework_outside(m, 9, 10), 10);
+    assert_int_equal(sl_mem_framework_outside(NULL, 1, 10), 10);
+    release_ok(m, 2);
+    release_ok(m, 1);
     assert_empty(m);
     sl_mem_mgr_destroy(m);
 }
@@ -706,6 +787,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_lane_id_reuse, reset_alloc_failures),
         cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
         cmocka_unit_test_teardown(test_framework_charge, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_framework_in_region, reset_alloc_failures),
     };
     return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);
 }
