@@ -270,9 +270,10 @@ int sl_cpu_argmax(const sl_op_call *c);
 /* norm.c: */
 int sl_cpu_channel_bias_add(const sl_op_call *c);
 int sl_cpu_channel_bias_grad(const sl_op_call *c);
-int sl_cpu_batchnorm(const sl_op_call *c);
-int sl_cpu_batchnorm_infer(const sl_op_call *c);
-int sl_cpu_batchnorm_grad(const sl_op_call *c);
+/* batchnorm, batchnorm_infer and batchnorm_grad, their channels split
+ * across up to `threads` threads of the team from SL_CPU_TEAM_MIN_ELEMS
+ * elements (each channel's arithmetic as on one thread). */
+int sl_cpu_batchnorm_op(const sl_op_call *c, int threads);
 /* pool.c (maxpool_grad in plain C, ties to the first max): */
 int sl_cpu_maxpool_grad(const sl_op_call *c, int threads);
 /* amp.c (loss scaling): */

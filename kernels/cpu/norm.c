@@ -41,9 +41,10 @@ static inline uint64_t at(const struct layout *l, uint64_t n, uint64_t c)
     return (n * l->c + c) * l->spatial;
 }
 
-static inline uint64_t block_width(const struct layout *l, uint64_t c0)
+/* The block of channels from c0, at most CH_BLOCK and none from c_end. */
+static inline uint64_t block_width(uint64_t c0, uint64_t c_end)
 {
-    return l->c - c0 < CH_BLOCK ? l->c - c0 : CH_BLOCK;
+    return c_end - c0 < CH_BLOCK ? c_end - c0 : CH_BLOCK;
 }
 
 /* y = ((x - m_hi[c]) - m_lo[c]) * a[c] + b[c] for the channels [c0, c0 +
@@ -114,7 +115,7 @@ int sl_cpu_channel_bias_grad(const sl_op_call *c)
     struct layout l = layout_of(&c->in[0].shape);
     float *db = f32(&c->out[0]);
     for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
-        uint64_t w = block_width(&l, c0);
+        uint64_t w = block_width(c0, l.c);
         double sum[CH_BLOCK];
         channel_sums(&l, f32(&c->in[0]), c0, w, sum);
         for (uint64_t j = 0; j < w; j++)
@@ -126,7 +127,7 @@ int sl_cpu_channel_bias_grad(const sl_op_call *c)
 /* Training: normalise with the batch statistics, update the running ones
  * (ONNX / PyTorch momentum convention, unbiased running variance), save the
  * mean and inverse std for the backward pass. */
-int sl_cpu_batchnorm(const sl_op_call *c)
+static void train_channels(const sl_op_call *c, uint64_t c_begin, uint64_t c_end)
 {
     struct layout l = layout_of(&c->in[0].shape);
     const float *x = f32(&c->in[0]), *scale = f32(&c->in[1]), *bias = f32(&c->in[2]);
@@ -134,8 +135,8 @@ int sl_cpu_batchnorm(const sl_op_call *c)
     float *y = f32(&c->out[0]), *saved_mean = f32(&c->out[1]), *saved_istd = f32(&c->out[2]);
     double eps = c->attrs.f[0], momentum = c->attrs.f[1];
     double count = (double) (l.n * l.spatial); /* >= 2: the registry checked */
-    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
-        uint64_t w = block_width(&l, c0);
+    for (uint64_t c0 = c_begin; c0 < c_end; c0 += CH_BLOCK) {
+        uint64_t w = block_width(c0, c_end);
         double sum[CH_BLOCK], mean[CH_BLOCK], ssd[CH_BLOCK];
         float a[CH_BLOCK], b[CH_BLOCK], m_hi[CH_BLOCK], m_lo[CH_BLOCK];
         channel_sums(&l, x, c0, w, sum);
@@ -157,17 +158,16 @@ int sl_cpu_batchnorm(const sl_op_call *c)
         }
         center_affine_block(&l, x, y, c0, w, m_hi, m_lo, a, b);
     }
-    return SL_OK;
 }
 
-int sl_cpu_batchnorm_infer(const sl_op_call *c)
+static void infer_channels(const sl_op_call *c, uint64_t c_begin, uint64_t c_end)
 {
     struct layout l = layout_of(&c->in[0].shape);
     const float *scale = f32(&c->in[1]), *bias = f32(&c->in[2]);
     const float *mean = f32(&c->in[3]), *var = f32(&c->in[4]);
     double eps = c->attrs.f[0];
-    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
-        uint64_t w = block_width(&l, c0);
+    for (uint64_t c0 = c_begin; c0 < c_end; c0 += CH_BLOCK) {
+        uint64_t w = block_width(c0, c_end);
         float a[CH_BLOCK], b[CH_BLOCK], m_hi[CH_BLOCK], m_lo[CH_BLOCK];
         for (uint64_t j = 0; j < w; j++) {
             uint64_t ch = c0 + j;
@@ -178,21 +178,20 @@ int sl_cpu_batchnorm_infer(const sl_op_call *c)
         }
         center_affine_block(&l, f32(&c->in[0]), f32(&c->out[0]), c0, w, m_hi, m_lo, a, b);
     }
-    return SL_OK;
 }
 
 /* With xhat = (x - mean) * istd and M values per channel:
  * dbias = sum dy, dscale = sum dy * xhat,
  * dx = scale * istd * (dy - dbias / M - xhat * dscale / M). */
-int sl_cpu_batchnorm_grad(const sl_op_call *c)
+static void grad_channels(const sl_op_call *c, uint64_t c_begin, uint64_t c_end)
 {
     struct layout l = layout_of(&c->in[1].shape);
     const float *dy = f32(&c->in[0]), *x = f32(&c->in[1]), *scale = f32(&c->in[2]);
     const float *mean = f32(&c->in[3]), *istd = f32(&c->in[4]);
     float *dx = f32(&c->out[0]), *dscale = f32(&c->out[1]), *dbias = f32(&c->out[2]);
     double count = (double) (l.n * l.spatial);
-    for (uint64_t c0 = 0; c0 < l.c; c0 += CH_BLOCK) {
-        uint64_t w = block_width(&l, c0);
+    for (uint64_t c0 = c_begin; c0 < c_end; c0 += CH_BLOCK) {
+        uint64_t w = block_width(c0, c_end);
         double s_dy[CH_BLOCK] = {0}, s_dyx[CH_BLOCK] = {0};
         for (uint64_t n = 0; n < l.n; n++)
             for (uint64_t j = 0; j < w; j++) {
@@ -219,5 +218,18 @@ int sl_cpu_batchnorm_grad(const sl_op_call *c)
                     dx[o + s] = a * dy[o + s] - b * (x[o + s] - m) - z;
             }
     }
+}
+
+/* Channels are independent: a team splits them, each channel computed as
+ * on one thread. */
+int sl_cpu_batchnorm_op(const sl_op_call *c, int threads)
+{
+    bool grad = c->op == SL_OP_BATCHNORM_GRAD;
+    const sl_shape *x = &c->in[grad ? 1 : 0].shape;
+    sl_cpu_units_fn fn = grad                       ? grad_channels
+                         : c->op == SL_OP_BATCHNORM ? train_channels
+                                                    : infer_channels;
+    sl_cpu_run_units(c, fn, (uint64_t) x->dims[1], sl_shape_elems(x), SL_CPU_TEAM_MIN_ELEMS,
+                     threads);
     return SL_OK;
 }

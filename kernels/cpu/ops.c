@@ -474,6 +474,12 @@ static int k_softmax(const sl_op_call *c)
     return sl_cpu_softmax(c, 1);
 }
 
+/* On one thread; sl_cpu_run_op_f32 gives it the team. */
+static int k_batchnorm(const sl_op_call *c)
+{
+    return sl_cpu_batchnorm_op(c, 1);
+}
+
 static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_FILL] = k_fill,
     [SL_OP_COPY] = k_copy,
@@ -501,10 +507,10 @@ static int (*const kernels[SL_OP_COUNT])(const sl_op_call *) = {
     [SL_OP_CHANNEL_BIAS_ADD] = sl_cpu_channel_bias_add,
     [SL_OP_CHANNEL_BIAS_GRAD] = sl_cpu_channel_bias_grad,
     [SL_OP_MAXPOOL_GRAD] = k_maxpool_grad,
-    [SL_OP_BATCHNORM] = sl_cpu_batchnorm,
-    [SL_OP_BATCHNORM_INFER] = sl_cpu_batchnorm_infer,
-    [SL_OP_BATCHNORM_GRAD] = sl_cpu_batchnorm_grad,
     [SL_OP_SOFTMAX] = k_softmax,
+    [SL_OP_BATCHNORM] = k_batchnorm,
+    [SL_OP_BATCHNORM_INFER] = k_batchnorm,
+    [SL_OP_BATCHNORM_GRAD] = k_batchnorm,
     [SL_OP_SOFTMAX_XENT] = sl_cpu_softmax_xent,
     [SL_OP_SOFTMAX_XENT_GRAD] = sl_cpu_softmax_xent_grad,
     [SL_OP_REDUCE_SUM] = sl_cpu_reduce_sum,
@@ -633,6 +639,9 @@ int sl_cpu_run_op_f32(sl_cpu_exec *x, const sl_op_call *call)
         return sl_cpu_axes_op(call, x->threads);
     if (call->op == SL_OP_SOFTMAX)
         return sl_cpu_softmax(call, x->threads);
+    if (call->op == SL_OP_BATCHNORM || call->op == SL_OP_BATCHNORM_INFER ||
+        call->op == SL_OP_BATCHNORM_GRAD)
+        return sl_cpu_batchnorm_op(call, x->threads);
     if (call->op == SL_OP_MAXPOOL_GRAD)
         return sl_cpu_maxpool_grad(call, x->threads);
     if (ranges[call->op] && x->threads > 1) {

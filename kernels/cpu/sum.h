@@ -1,6 +1,8 @@
 /* Private to the cpu backend: sums of float data accumulated in double.
  * Eight independent lanes let the compiler vectorise the loop without
- * reassociating anything, and double accumulators keep a sum over millions
+ * reassociating anything (fewer elements than lanes are added in order,
+ * the same sum without adding up empty lanes: a batch norm over 1x1
+ * planes calls these once per element), and double accumulators keep a sum over millions
  * of elements accurate to float precision. */
 #ifndef SL_CPU_SUM_H
 #define SL_CPU_SUM_H
@@ -14,6 +16,11 @@ static inline double sl_cpu_sum(const float *x, uint64_t n)
 {
     double acc[SL_CPU_SUM_LANES] = {0}, s = 0;
     uint64_t i = 0;
+    if (n < SL_CPU_SUM_LANES) { /* the same sum without the empty lanes */
+        for (; i < n; i++)
+            s += x[i];
+        return s;
+    }
     for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
         for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++)
             acc[j] += x[i + j];
@@ -29,6 +36,13 @@ static inline double sl_cpu_sum_sqdev(const float *x, uint64_t n, double m)
 {
     double acc[SL_CPU_SUM_LANES] = {0}, s = 0;
     uint64_t i = 0;
+    if (n < SL_CPU_SUM_LANES) {
+        for (; i < n; i++) {
+            double d = x[i] - m;
+            s += d * d;
+        }
+        return s;
+    }
     for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
         for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
             double d = x[i + j] - m;
@@ -49,6 +63,15 @@ static inline void sl_cpu_sum_dot(const float *dy, const float *x, float m, uint
 {
     double a[SL_CPU_SUM_LANES] = {0}, b[SL_CPU_SUM_LANES] = {0}, s = 0, d = 0;
     uint64_t i = 0;
+    if (n < SL_CPU_SUM_LANES) {
+        for (; i < n; i++) {
+            s += dy[i];
+            d += (double) dy[i] * (x[i] - m);
+        }
+        *sdy += s;
+        *sdyx += d;
+        return;
+    }
     for (; i + SL_CPU_SUM_LANES <= n; i += SL_CPU_SUM_LANES)
         for (unsigned j = 0; j < SL_CPU_SUM_LANES; j++) {
             a[j] += dy[i + j];

@@ -515,6 +515,53 @@ static void test_maxpool_threads(void **state)
     sl_free(x);
 }
 
+/* Batch norm's channels split across the team from SL_CPU_TEAM_MIN_ELEMS
+ * elements (40 channels, 72,000 elements): each channel's arithmetic is
+ * the same as on one thread, so every output, the running statistics
+ * included, is bitwise equal. */
+static void test_batchnorm_threads(void **state)
+{
+    kt_env *e = *state;
+    enum { B = 8, C = 40, HW = 15, NX = B * C * HW * HW };
+    const sl_op_attrs a = {.f = {1e-5f, 0.9f}}, ai = {.f = {1e-5f}}, ag = {0};
+    sl_shape xs = KT_F32(4, B, C, HW, HW), cs = KT_F32(1, C);
+    float *x = kt_fvec(NX), *dy = kt_fvec(NX), *scale = kt_fvec(C), *bias = kt_fvec(C);
+    kt_rand(x, NX, 970, -2, 3);
+    kt_rand(dy, NX, 971, -1, 1);
+    kt_rand(scale, C, 972, 0.5, 1.5);
+    kt_rand(bias, C, 973, -1, 1);
+    float *y[2], *mean[2], *istd[2], *rm[2], *rv[2], *dx[2], *ds[2], *db[2], *yi[2];
+    for (int run = 0; run < 2; run++) {
+        y[run] = kt_fvec(NX), dx[run] = kt_fvec(NX), yi[run] = kt_fvec(NX);
+        mean[run] = kt_fvec(C), istd[run] = kt_fvec(C), rm[run] = kt_fvec(C), rv[run] = kt_fvec(C);
+        ds[run] = kt_fvec(C), db[run] = kt_fvec(C);
+        for (int i = 0; i < C; i++)
+            rv[run][i] = 1.0f;
+        sl_cpu_force_threads(e->dev, run ? 2 : 1);
+        kt_run_op(e, SL_OP_BATCHNORM, &a, (sl_shape[]){xs, cs, cs, cs, cs},
+                  (float *[]){x, scale, bias, rm[run], rv[run]}, 5,
+                  (float *[]){y[run], mean[run], istd[run]});
+        kt_run_op(e, SL_OP_BATCHNORM_GRAD, &ag, (sl_shape[]){xs, xs, cs, cs, cs},
+                  (float *[]){dy, x, scale, mean[run], istd[run]}, 5,
+                  (float *[]){dx[run], ds[run], db[run]});
+        kt_run_op(e, SL_OP_BATCHNORM_INFER, &ai, (sl_shape[]){xs, cs, cs, cs, cs},
+                  (float *[]){x, scale, bias, rm[run], rv[run]}, 5, (float *[]){yi[run]});
+    }
+    sl_cpu_force_threads(e->dev, 0);
+    assert_memory_equal(y[0], y[1], sizeof(float) * NX);
+    assert_memory_equal(dx[0], dx[1], sizeof(float) * NX);
+    assert_memory_equal(yi[0], yi[1], sizeof(float) * NX);
+    float *per_channel[][2] = {{mean[0], mean[1]}, {istd[0], istd[1]}, {rm[0], rm[1]},
+                               {rv[0], rv[1]},     {ds[0], ds[1]},     {db[0], db[1]}};
+    for (size_t k = 0; k < sizeof per_channel / sizeof per_channel[0]; k++)
+        assert_memory_equal(per_channel[k][0], per_channel[k][1], sizeof(float) * C);
+    for (int run = 0; run < 2; run++) {
+        sl_free(y[run]), sl_free(dx[run]), sl_free(yi[run]), sl_free(mean[run]);
+        sl_free(istd[run]), sl_free(rm[run]), sl_free(rv[run]), sl_free(ds[run]), sl_free(db[run]);
+    }
+    sl_free(x), sl_free(dy), sl_free(scale), sl_free(bias);
+}
+
 /* Parts of one team job, counted per part: each must run exactly once. */
 struct team_job {
     atomic_int runs[40];
@@ -1049,4 +1096,5 @@ SL_TEST_GROUP(kt_run_cpu_ops_tests, "cpu kernels", setup, kt_group_close,
               cmocka_unit_test(test_conv_grad_filter_threads),
               cmocka_unit_test(test_optimizer_threads), cmocka_unit_test(test_maxpool_threads),
               cmocka_unit_test(test_team_parts), cmocka_unit_test(test_team_cores),
-              cmocka_unit_test(test_sgemm_libraries), cmocka_unit_test(test_trimmed_kernels_kept))
+              cmocka_unit_test(test_sgemm_libraries), cmocka_unit_test(test_trimmed_kernels_kept),
+              cmocka_unit_test(test_batchnorm_threads))
