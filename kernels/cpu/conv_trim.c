@@ -32,9 +32,7 @@
 
 #include "sl_alloc.h"
 #include "sl_error.h"
-#include "sl_log.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* Trimmed kernels kept per stream: the matmul-shaped convolutions of a
@@ -190,36 +188,14 @@ static bool is_matmul(const sl_op_call *c, const struct trim *t)
     return true;
 }
 
-/* The region for a trimmed kernel that is not kept: the front of the
- * workspace, or the stream's own buffer. */
+/* The region for a trimmed kernel that is not kept (sl_cpu_front_region). */
 static int trim_region(sl_cpu_exec *x, const sl_op_call *c, size_t bytes, float **out)
 {
-    if (x->workspace) {
-        if (bytes > x->workspace_bytes) {
-            const char *name = sl_op_get(c->op)->name;
-            sl_log_err("cpu.trim.ws",
-                       "%s needs %zu bytes for its trimmed kernel; the stream's workspace has "
-                       "%zu (salusd --framework-per-lane)",
-                       name, bytes, x->workspace_bytes);
-            snprintf(x->failure, sizeof x->failure,
-                     "%s needs %zu bytes for its trimmed kernel; the lane's workspace has %zu "
-                     "(salusd --framework-per-lane)",
-                     name, bytes, x->workspace_bytes);
-            return SL_EEXHAUSTED;
-        }
-        *out = x->workspace;
-        return SL_OK;
-    }
-    if (bytes > x->trim_bytes) {
-        void *p = sl_aligned_alloc(TRIM_ALIGN, bytes);
-        if (!p)
-            return SL_ENOMEM;
-        sl_free(x->trim_buf);
-        x->trim_buf = p;
-        x->trim_bytes = bytes;
-    }
-    *out = x->trim_buf;
-    return SL_OK;
+    char *p;
+    int rc =
+        sl_cpu_front_region(x, c, "its trimmed kernel", bytes, &x->trim_buf, &x->trim_bytes, &p);
+    *out = (float *) p;
+    return rc;
 }
 
 /* The kept entry for w's trimmed kernel (a free or least recently used

@@ -390,6 +390,39 @@ int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out)
     return SL_OK;
 }
 
+int sl_cpu_front_region(sl_cpu_exec *x, const sl_op_call *c, const char *what, size_t bytes,
+                        void **own, size_t *own_bytes, char **out)
+{
+    if (x->workspace) {
+        if (bytes > x->workspace_bytes) {
+            const char *name = sl_op_get(c->op)->name;
+            sl_log_err("cpu.region.ws",
+                       "%s needs %zu bytes for %s; the stream's workspace has %zu (salusd "
+                       "--framework-per-lane)",
+                       name, bytes, what, x->workspace_bytes);
+            snprintf(x->failure, sizeof x->failure,
+                     "%s needs %zu bytes for %s; the lane's workspace has %zu (salusd "
+                     "--framework-per-lane)",
+                     name, bytes, what, x->workspace_bytes);
+            return SL_EEXHAUSTED;
+        }
+        *out = x->workspace;
+        return SL_OK;
+    }
+    if (bytes > *own_bytes) {
+        /* the workspace's own alignment (the device contract's), which
+         * callers keep for what follows the region */
+        void *p = sl_aligned_alloc(256, sl_align_up(bytes, 256));
+        if (!p)
+            return SL_ENOMEM;
+        sl_free(*own);
+        *own = p;
+        *own_bytes = bytes;
+    }
+    *out = *own;
+    return SL_OK;
+}
+
 static void *tensor_data(const sl_op_call *c, int tensor)
 {
     return tensor >= 0 ? c->in[tensor].data : c->out[-1 - tensor].data;

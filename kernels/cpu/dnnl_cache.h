@@ -51,6 +51,15 @@ int sl_cpu_dnnl_run(sl_cpu_exec *x, const sl_op_call *c, sl_cpu_prim_build build
  * buffer, grown on demand (SL_ENOMEM). The oneDNN primitives share it. */
 int sl_cpu_scratch(sl_cpu_exec *x, size_t bytes, void **out);
 
+/* A region of `bytes` for copies call c makes of its tensors (`what` names
+ * them in errors): the front of the stream's workspace when it has one
+ * (the caller then moves x->workspace past it for the op's own scratch),
+ * else *own, grown on demand (*own_bytes its size; 256-byte aligned).
+ * SL_EEXHAUSTED (logged, x->failure set) when the workspace is smaller,
+ * SL_ENOMEM. */
+int sl_cpu_front_region(sl_cpu_exec *x, const sl_op_call *c, const char *what, size_t bytes,
+                        void **own, size_t *own_bytes, char **out);
+
 /* conv2d_grad_filter for inputs with fewer channels than oneDNN's blocking
  * wants and one group (sl_cpu_conv_grad_filter_by_gemm tells): im2col and
  * OpenBLAS per sample (conv_gemm.c). Returns SL_OK or sl_cpu_scratch's

@@ -283,45 +283,15 @@ static void make_plan(const sl_op_call *c, struct plan *p)
     }
 }
 
-/* The region for the copies: the front of the workspace (the kernel's own
- * scratch then comes from the rest), or the stream's own buffer. */
-static int copies_region(sl_cpu_exec *x, const sl_op_call *c, size_t bytes, char **out)
-{
-    if (x->workspace) {
-        if (bytes > x->workspace_bytes) {
-            const char *name = sl_op_get(c->op)->name;
-            sl_log_err("cpu.half.ws",
-                       "%s needs %zu bytes for f32 copies of its half-precision tensors; the "
-                       "stream's workspace has %zu (salusd --framework-per-lane)",
-                       name, bytes, x->workspace_bytes);
-            snprintf(x->failure, sizeof x->failure,
-                     "%s needs %zu bytes for f32 copies of its half-precision tensors; the "
-                     "lane's workspace has %zu (salusd --framework-per-lane)",
-                     name, bytes, x->workspace_bytes);
-            return SL_EEXHAUSTED;
-        }
-        *out = x->workspace;
-        return SL_OK;
-    }
-    if (bytes > x->half_bytes) {
-        void *p = sl_aligned_alloc(COPY_ALIGN, bytes);
-        if (!p)
-            return SL_ENOMEM;
-        sl_free(x->half_buf);
-        x->half_buf = p;
-        x->half_bytes = bytes;
-    }
-    *out = x->half_buf;
-    return SL_OK;
-}
-
 static int run_through_f32(sl_cpu_exec *x, const sl_op_call *c)
 {
     const sl_op_def *def = sl_op_get(c->op);
     struct plan p;
     make_plan(c, &p);
     char *base = NULL;
-    int rc = p.bytes ? copies_region(x, c, p.bytes, &base) : SL_OK;
+    int rc = p.bytes ? sl_cpu_front_region(x, c, "f32 copies of its half-precision tensors",
+                                           p.bytes, &x->half_buf, &x->half_bytes, &base)
+                     : SL_OK;
     if (rc)
         return rc;
     sl_op_call f = *c;
