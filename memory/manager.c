@@ -47,11 +47,16 @@ uint64_t mgr_need(const sl_mem_mgr *m, const struct mgr_session *s)
     return mgr_need_with(m, s, s->peak, s->peak_set);
 }
 
+uint64_t mgr_outside(const struct mgr_session *s)
+{
+    return sl_align_up(s->framework - s->framework_region, MGR_ALIGN);
+}
+
 uint64_t mgr_held(const struct mgr_session *s)
 {
     /* What the region holds of the charge is inside P already. Cannot
      * overflow: both terms are bounded by the quota. */
-    return max_u64(s->p, s->used) + sl_align_up(s->framework - s->framework_region, MGR_ALIGN);
+    return max_u64(s->p, s->used) + mgr_outside(s);
 }
 
 /* Bytes of s's region that neither its tensors nor its framework charge
@@ -228,7 +233,7 @@ void sl_mem_release(sl_mem_mgr *m, uint64_t id)
         m->persistent_gen++;
         m->persistent_used -= s->used;
         m->persistent_reserved -= max_u64(s->p, s->used);
-        m->framework_charged -= sl_align_up(s->framework, MGR_ALIGN);
+        m->framework_charged -= mgr_outside(s);
         m->n_admitted--;
         struct mgr_lane *l = s->lane;
         mgr_lane_leave(m, s);
@@ -375,21 +380,20 @@ int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *rea
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
     uint64_t room = region_headroom(s);
     uint64_t in_region = bytes < room ? bytes : room;
-    uint64_t before = sl_align_up(s->framework, MGR_ALIGN);
-    uint64_t after = sl_align_up(s->framework + bytes, MGR_ALIGN);
-    /* the quota sees only what the region does not hold */
-    uint64_t out_before = sl_align_up(s->framework - s->framework_region, MGR_ALIGN);
+    /* the quota and the rule see only what the region does not hold: the
+     * region's bytes it holds stand for the rest, as the arena's free
+     * bytes stand for the part outside */
+    uint64_t out_before = mgr_outside(s);
     uint64_t out_after =
         sl_align_up(s->framework + bytes - s->framework_region - in_region, MGR_ALIGN);
     uint64_t held = mgr_held(s) - out_before + out_after;
     if (held > m->quota || mgr_need(m, s) > m->quota - held)
         return sl_mem_refuse(reason, SL_MEM_QUOTA);
-    /* the device allocates it outside the arena: the rule counts all of it */
-    if (!mgr_rule_allows(m, after - before))
+    if (!mgr_rule_allows(m, out_after - out_before))
         return sl_mem_refuse(reason, SL_MEM_CAPACITY);
     s->framework += bytes;
     s->framework_region += in_region;
-    m->framework_charged += after - before;
+    m->framework_charged += out_after - out_before;
     if (reason)
         *reason = SL_MEM_FITS;
     if (outside)
@@ -402,7 +406,7 @@ void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes)
     struct mgr_session *s = m ? find_admitted(m, id) : NULL;
     if (!s)
         return;
-    uint64_t before = sl_align_up(s->framework, MGR_ALIGN);
+    uint64_t before = mgr_outside(s);
     if (bytes > s->framework)
         bytes = s->framework;
     /* what is held beside P goes first: it is what costs a quota */
@@ -410,7 +414,7 @@ void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes)
     uint64_t from_outside = bytes < outside ? bytes : outside;
     s->framework_region -= bytes - from_outside;
     s->framework -= bytes;
-    m->framework_charged -= before - sl_align_up(s->framework, MGR_ALIGN);
+    m->framework_charged -= before - mgr_outside(s);
     mgr_pump(m);
 }
 
@@ -586,7 +590,7 @@ static bool check_all(const sl_mem_mgr *m, struct span *spans, size_t max_spans)
         admitted++;
         used += s->used;
         reserved += max_u64(s->p, s->used);
-        charged += sl_align_up(s->framework, MGR_ALIGN);
+        charged += mgr_outside(s);
     }
     if (n_blocks != m->blocks.count || n_spans != m->n_arena_blocks + n_regions ||
         used != m->persistent_used || reserved != m->persistent_reserved ||

@@ -205,10 +205,11 @@ int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr);
 /* ---- framework memory of a session ----
  *
  * Device memory a session holds that the device allocates outside the
- * arena (its recorded graphs' executables). A charge has no address. All
- * of it counts in the admission rule (sl_mem_stats framework, less free),
- * so memory salusd spends for a session beyond its tensors and lanes
- * cannot crowd out other sessions.
+ * arena (its recorded graphs' executables). A charge has no address. It
+ * counts in the admission rule, where it stands in bytes of the arena
+ * left free (sl_mem_stats framework, less free) or held in the session's
+ * region (below), so memory salusd spends for a session beyond its
+ * tensors and lanes cannot crowd out other sessions.
  *
  * In the region first. A session that declared P > 0 holds as much of a
  * charge as fits in its region's unused bytes (P less its tensors' bytes
@@ -217,8 +218,9 @@ int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr);
  * allocation may use P less them. Whoever counts a session's memory
  * against a quota beyond this manager (the server's tenants) counts the
  * outside part only: the in-region part is inside the P it counted
- * already. Here the session's quota likewise counts max(P, used) + the
- * outside part (rounded) + its ephemeral need. Freeing tensors later
+ * already. Here the rule and the session's quota likewise count the
+ * outside part only (rounded): the quota max(P, used) + it + the
+ * ephemeral need, the rule it in sl_mem_stats framework_sessions. Freeing tensors later
  * moves nothing from outside into the region: the split changes only by
  * charges and uncharges, so a counter outside stays in step by reading
  * sl_mem_session_info.framework_outside after each. A session without a
@@ -309,7 +311,8 @@ typedef struct sl_mem_stats {
     uint64_t persistent_reserved; /* sum over admitted sessions of max(P, used) */
     uint64_t lanes;               /* sum of lane sizes */
     uint64_t framework;           /* every lane's part + framework_sessions */
-    uint64_t framework_sessions;  /* the sessions' own charges, each rounded */
+    uint64_t framework_sessions;  /* the sessions' own charges beyond what their
+                                   * regions hold, each rounded */
     uint64_t free;                /* capacity - persistent_reserved - lanes - framework */
     uint64_t largest_free;        /* largest contiguous free block, at most free */
     double fragmentation;         /* 1 - largest_free / free (0 when free == 0) */

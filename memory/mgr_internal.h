@@ -29,11 +29,10 @@
  * arena. It is counted in the rule, so the pool holds exactly the left side
  * of the rule less the sessions' charges. A session with a region holds
  * as much of its charge as fits in the region's unused bytes there
- * (framework_region): the rule still counts the whole charge (the device
- * allocates it elsewhere), but the session's tensors can no longer use
- * those bytes, so what the session holds in all stays within its P for
- * that part, and only the rest counts beside P (its quota here, its
- * tenant's in the server). */
+ * (framework_region): its tensors can no longer use those bytes, which
+ * stand for that part of the charge as the arena's free bytes stand for
+ * the rest, so only the rest (mgr_outside) counts beside P: in the rule,
+ * in its quota here, in its tenant's in the server. */
 #ifndef SL_MEM_MGR_INTERNAL_H
 #define SL_MEM_MGR_INTERNAL_H
 
@@ -135,7 +134,8 @@ struct sl_mem_mgr {
     uint64_t persistent_gen;
     struct mgr_compact_cache *compact_cache;
     uint64_t lane_bytes; /* sum of lane sizes (ephemeral parts) */
-    /* sum over admitted sessions of their framework charge, each rounded
+    /* sum over admitted sessions of the part of their framework charge
+     * their region does not hold (mgr_outside), each rounded
      * up to 256: counted in the rule, held by no block of the pool */
     uint64_t framework_charged;
 };
@@ -153,6 +153,9 @@ uint64_t mgr_need(const sl_mem_mgr *m, const struct mgr_session *s);
  * used) plus the part of its framework charge its region does not hold,
  * rounded. */
 uint64_t mgr_held(const struct mgr_session *s);
+/* The part of s's framework charge its region does not hold, rounded up
+ * to 256: what the rule and the quotas count of it. */
+uint64_t mgr_outside(const struct mgr_session *s);
 /* Left side of the admission rule: reserved persistent + lanes + framework
  * (the lanes' and the sessions' charges). */
 uint64_t mgr_reserved(const sl_mem_mgr *m);

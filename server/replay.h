@@ -82,7 +82,7 @@ typedef struct sl_replay {
     struct sl_replay_step *steps;
     uint32_t n_ops;
     uint64_t replays, recordings, fallbacks;
-    char reason[320]; /* why the last recording failed ("" none) */
+    char reason[448]; /* why the last recording failed ("" none) */
     /* The memory manager's charge for these recordings, in the framework
      * class of session `owner` (mem NULL: never charged). Written only
      * under the server lock, which serialises the manager's calls. */
@@ -99,7 +99,7 @@ void sl_replay_free(sl_replay *r);
 /* What status and metrics show of a session's records, summed. */
 typedef struct sl_replay_sums {
     uint64_t replays, recordings, fallbacks, bytes;
-    char reason[320]; /* the first refused record's reason, "" none */
+    char reason[448]; /* the first refused record's reason, "" none */
 } sl_replay_sums;
 /* Adds r (NULL is fine) to *sum, under r's lock. */
 void sl_replay_add(sl_replay *r, sl_replay_sums *sum);

@@ -150,7 +150,8 @@ bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_
     if (!s->limited)
         return true;
     sl_peer owner = sl_session_owner(s);
-    return sl_tenants_recording_room(&ss->tenants, &owner, s->tenant, bytes, outside, why, len);
+    (void) bytes; /* the tenant counts only the part beyond P */
+    return sl_tenants_recording_room(&ss->tenants, &owner, s->tenant, outside, why, len);
 }
 
 void sl_sessions_recordings_charged(sl_sessions *ss, sl_exec_job *job)

@@ -417,7 +417,7 @@ bool sl_tenants_room(const sl_tenants *t, const sl_peer *owner, uint64_t key, ui
 }
 
 bool sl_tenants_recording_room(const sl_tenants *t, const sl_peer *owner, uint64_t key,
-                               uint64_t bytes, uint64_t outside, char *why, size_t len)
+                               uint64_t outside, char *why, size_t len)
 {
     sl_limits lim;
     int source = sl_tenants_limits(t, owner, key, &lim);
@@ -429,14 +429,11 @@ bool sl_tenants_recording_room(const sl_tenants *t, const sl_peer *owner, uint64
     sl_tenant_name(key, who, sizeof who);
     if (why)
         snprintf(why, len,
-                 "no memory for the graph: %llu bytes, %llu beyond the session's persistent "
-                 "bytes, and %llu left of the memory quota of %s (%llu); open sessions declaring "
-                 "persistent bytes with room for their recorded graphs, or %s",
-                 (unsigned long long) bytes, (unsigned long long) outside,
-                 (unsigned long long) left, who, (unsigned long long) lim.memory,
-                 source == SL_QUOTA_STEP ? "ask for more shards (srun --gres=shard:N)"
-                                         : "raise the quota (salusd --tenant-limits / "
-                                           "--user-limits memory=)");
+                 "no memory for the graph: %llu bytes beyond the session's persistent bytes, %llu "
+                 "left of the memory quota of %s (%llu); declare persistent bytes with room for "
+                 "recorded graphs, or close a session; %s",
+                 (unsigned long long) outside, (unsigned long long) left, who,
+                 (unsigned long long) lim.memory, quota_remedy(source));
     return false;
 }
 

@@ -199,14 +199,14 @@ bool sl_tenants_room(const sl_tenants *t, const sl_peer *owner, uint64_t key, ui
  * *charged. */
 void sl_tenants_grow(sl_tenants *t, uint64_t key, uint64_t *charged, uint64_t persistent,
                      uint64_t need);
-/* A recording of a session of owner under key is to be charged `bytes`,
- * of which `outside` are beyond the session's persistent reservation
- * (the memory manager's split, replay.h): whether what is left of the
- * quota holds the outside part (always, without a quota). False with the
+/* A recording of a session of owner under key is to be charged bytes of
+ * which `outside` are beyond the session's persistent reservation (the
+ * memory manager's split, replay.h): whether what is left of the quota
+ * holds them (always, without a quota). False with the
  * reason in why (len bytes; may be NULL), which names the quota and what
  * to do. Changes nothing: the caller then charges key (sl_tenants_charge)
  * once the recording is charged. */
 bool sl_tenants_recording_room(const sl_tenants *t, const sl_peer *owner, uint64_t key,
-                               uint64_t bytes, uint64_t outside, char *why, size_t len);
+                               uint64_t outside, char *why, size_t len);
 
 #endif

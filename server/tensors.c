@@ -144,7 +144,7 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
             sl_reply_error(r, rc,
                            "cannot allocate %llu persistent bytes: %s (the session uses %llu of "
                            "the %llu it declared, and its recorded graphs hold %llu of them; "
-                           "declare more persistent bytes, or free a graph)",
+                           "declare more persistent bytes)",
                            (unsigned long long) bytes, sl_mem_reason_name(reason),
                            (unsigned long long) s->persistent_bytes,
                            (unsigned long long) s->declared_persistent,

@@ -502,8 +502,8 @@ static void tenant_quota_holds_recordings(void **state)
         assert_int_equal(session_num(op, id, "framework_bytes"), 0);
         assert_int_equal(status_num(cl, "memory_used"), used);
         assert_true(session_has(op, id, "left of the memory quota of remote"));
-        assert_true(session_has(op, id, "declaring persistent bytes with room for their recorded"));
-        assert_true(session_has(op, id, "--user-limits memory="));
+        assert_true(session_has(op, id, "declare persistent bytes with room for recorded graphs"));
+        assert_true(session_has(op, id, "ask the operator for more"));
         assert_int_equal(b[n].done, 4);
         char line[512];
         assert_true(
