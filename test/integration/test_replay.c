@@ -436,7 +436,8 @@ static void no_memory_for_the_graph_runs_op_by_op(void **state)
  * the quota and what to do. (c) Closing a session, or freeing a graph,
  * gives its bytes back, and the refused graph records once its calls
  * change. A session declaring nothing gets the rest of the quota as its
- * persistent bytes, and its recording is held there. Sim only: the
+ * persistent bytes, and its recording is held there. (d) A device reset
+ * gives a recording's bytes back until it records again. Sim only: the
  * figures are its modelled sizes. */
 static void tenant_quota_holds_recordings(void **state)
 {
@@ -551,6 +552,32 @@ static void tenant_quota_holds_recordings(void **state)
     assert_int_equal(status_num(op, "graph_fallbacks"), 0);
     assert_int_equal(status_num(cl, "memory_used"), used);
     job_close(&d);
+
+    /* (d) a device reset destroys the recordings: what they held beyond
+     * P goes back to the tenant, and is counted again once the graph
+     * records anew */
+    job e;
+    job_open_with(cl, &tight, &e);
+    used = status_num(cl, "memory_used");
+    runs_job(&e, 3);
+    uint64_t ide = salus_session_id(e.s);
+    assert_int_equal(session_num(op, ide, "graph_recordings"), 1);
+    assert_int_equal(status_num(cl, "memory_used"), used + bytes);
+    sl_ctl_fault(&srv, "sticky");
+    assert_sl_err(job_run(&e, false), SALUS_EDEVICERESET);
+    for (int i = 0; i < 200 && !sl_ctl_log_has(&srv, "device reset #1"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    assert_true(sl_ctl_log_has(&srv, "device reset #1"));
+    assert_int_equal(status_num(cl, "memory_used"), used);
+    long long recordings = session_num(op, ide, "graph_recordings");
+    int ok = 0;
+    for (int i = 0; i < 6 && ok < 3; i++)
+        ok += job_run(&e, false) == SALUS_OK; /* the first may carry the reset's notice */
+    assert_int_equal(ok, 3);
+    assert_int_equal(session_num(op, ide, "graph_recordings"), recordings + 1);
+    assert_int_equal(status_num(cl, "memory_used"), used + bytes);
+    job_close(&e);
+    assert_int_equal(status_num(cl, "memory_used"), 0);
     salus_disconnect(cl);
     salus_disconnect(op);
     sl_ctl_finish(&srv);
