@@ -401,6 +401,42 @@ int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *rea
     return SL_OK;
 }
 
+uint64_t sl_mem_framework_blocking(const sl_mem_mgr *m, uint64_t id, uint64_t bytes)
+{
+    const struct mgr_session *s = m ? find_admitted(m, id) : NULL;
+    if (!s || !s->p || !s->framework_region || bytes > m->capacity)
+        return 0;
+    uint64_t after = s->used + sl_align_up(bytes, MGR_ALIGN);
+    if (after > s->p)
+        return 0; /* beyond P: no move makes it fit */
+    /* p - after is a multiple of 256, so the region may keep that much */
+    uint64_t keep = s->p - after;
+    return s->framework_region > keep ? s->framework_region - keep : 0;
+}
+
+int sl_mem_framework_move_out(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason)
+{
+    if (!m)
+        return SL_EINVAL;
+    struct mgr_session *s = find_admitted(m, id);
+    if (!s)
+        return SL_ENOTFOUND;
+    if (bytes > s->framework_region)
+        return SL_EINVAL;
+    uint64_t out_before = mgr_outside(s);
+    uint64_t out_after = sl_align_up(s->framework - (s->framework_region - bytes), MGR_ALIGN);
+    uint64_t held = mgr_held(s) - out_before + out_after;
+    if (held > m->quota || mgr_need(m, s) > m->quota - held)
+        return sl_mem_refuse(reason, SL_MEM_QUOTA);
+    if (!mgr_rule_allows(m, out_after - out_before))
+        return sl_mem_refuse(reason, SL_MEM_CAPACITY);
+    s->framework_region -= bytes;
+    m->framework_charged += out_after - out_before;
+    if (reason)
+        *reason = SL_MEM_FITS;
+    return SL_OK;
+}
+
 void sl_mem_uncharge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes)
 {
     struct mgr_session *s = m ? find_admitted(m, id) : NULL;

@@ -222,9 +222,10 @@ int sl_mem_free(sl_mem_mgr *m, uint64_t id, uint64_t addr);
  * outside part only (rounded): the quota max(P, used) + it + the
  * ephemeral need, the rule it in sl_mem_stats framework_sessions. Freeing tensors later
  * moves nothing from outside into the region: the split changes only by
- * charges and uncharges, so a counter outside stays in step by reading
- * sl_mem_session_info.framework_outside after each. A session without a
- * region holds all of its charge outside. */
+ * charges, uncharges and sl_mem_framework_move_out (a tensor that needs
+ * the bytes the region holds), so a counter outside stays in step by
+ * reading sl_mem_session_info.framework_outside after each. A session
+ * without a region holds all of its charge outside. */
 
 /* The bytes of a charge of `bytes` made now to session id that its region
  * would not hold (all of them for a session without a region, or one not
@@ -244,6 +245,19 @@ uint64_t sl_mem_framework_outside(const sl_mem_mgr *m, uint64_t id, uint64_t byt
  * break); nothing changes on error. O(1). */
 int sl_mem_charge_framework(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason,
                             uint64_t *outside);
+/* The bytes of session id's framework charge its region holds that an
+ * allocation of `bytes` needs to fit in the region: 0 when it fits as it
+ * is, and when nothing could make it fit (no region, nothing held there,
+ * or more than P). Changes nothing; O(1). */
+uint64_t sl_mem_framework_blocking(const sl_mem_mgr *m, uint64_t id, uint64_t bytes);
+/* Moves `bytes` of session id's framework charge out of its region, so
+ * that its tensors may use them again: they are then held outside, and
+ * count as a charge of that much would (the session's quota and the
+ * rule; a counter outside reads sl_mem_session_info.framework_outside
+ * after). Errors: SL_EINVAL (m NULL, or more than the region holds),
+ * SL_ENOTFOUND (not admitted), SL_EEXHAUSTED with *reason QUOTA or
+ * CAPACITY; nothing changes on error. O(1). */
+int sl_mem_framework_move_out(sl_mem_mgr *m, uint64_t id, uint64_t bytes, int *reason);
 /* Gives back `bytes` of session id's framework charge, at most what it
  * holds: first what it holds outside its region (what costs a quota),
  * then what the region holds (its tensors may use those bytes again).

@@ -29,10 +29,11 @@
  * arena. It is counted in the rule, so the pool holds exactly the left side
  * of the rule less the sessions' charges. A session with a region holds
  * as much of its charge as fits in the region's unused bytes there
- * (framework_region): its tensors can no longer use those bytes, which
- * stand for that part of the charge as the arena's free bytes stand for
- * the rest, so only the rest (mgr_outside) counts beside P: in the rule,
- * in its quota here, in its tenant's in the server. */
+ * (framework_region): its tensors cannot use those bytes (until
+ * sl_mem_framework_move_out moves them beside P), which stand for that
+ * part of the charge as the arena's free bytes stand for the rest, so
+ * only the rest (mgr_outside) counts beside P: in the rule, in its quota
+ * here, in its tenant's in the server. */
 #ifndef SL_MEM_MGR_INTERNAL_H
 #define SL_MEM_MGR_INTERNAL_H
 

@@ -35,13 +35,13 @@
  * (sl_mem_charge_framework) once it is made, and given back whenever it is
  * destroyed: recorded again, the graph freed, the session closed, a device
  * reset. The charge is held first in the unused bytes of the session's
- * persistent reservation (its tensors then have that much less), and the
- * rest is counted against its tenant's memory quota (tenants.h), so that
- * opening more sessions buys a tenant no recorded-graph memory beyond its
- * quota. A charge that does not fit (the capacity, the session's quota, or
- * the tenant's quota for the part beyond its reservation: the executor
- * asks first, through its recording_room hook) destroys the recording:
- * the iteration runs op by op, as below.
+ * persistent reservation (a tensor that needs those bytes later moves
+ * them beside it: sl_mem_framework_move_out), and the rest is counted
+ * against its tenant's memory quota (tenants.h), so that opening more
+ * sessions buys a tenant no recorded-graph memory beyond its quota. A charge that does not fit (the
+ * capacity, the session's quota, or the tenant's quota for the part beyond its reservation: the
+ * executor asks first, through its recording_room hook) destroys the recording: the iteration runs
+ * op by op, as below.
  *
  * Fallback. A recording the device refuses, or whose memory cannot be
  * charged, runs that iteration op by op, and the graph keeps running op by

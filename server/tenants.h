@@ -31,14 +31,13 @@
  *             left, so that what it can allocate stays inside the quota.
  *             Recorded graphs (replay.h) count too: a recording is held
  *             first in the unused bytes of its session's persistent
- *             reservation (its tensors then have that much less), and only
- *             the rest is charged to the quota; a recording the quota has
- *             no room for is not made (its iterations run op by op, the
- *             reason in status). So more sessions buy a tenant no memory
- *             beyond its quota.
- * SPEC is a comma-separated list of those, e.g. "priority=0,weight=2,
- * sessions=8,memory=4G"; a configuration file mirrors it as one section
- * per WHO with the same keys. */
+ *             reservation (a tensor that needs them moves them beside
+ *             it, counted as the rest is), and only the rest is charged
+ *             to the quota; a recording the quota has no room for is not
+ *             made (its iterations run op by op, the reason in status). So more sessions buy a
+ * tenant no memory beyond its quota. SPEC is a comma-separated list of those, e.g.
+ * "priority=0,weight=2, sessions=8,memory=4G"; a configuration file mirrors it as one section per
+ * WHO with the same keys. */
 #ifndef SL_TENANTS_H
 #define SL_TENANTS_H
 

@@ -136,6 +136,16 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
     }
     int reason = SL_MEM_FITS;
     int rc = sl_mem_alloc(ss->mem, s->id, bytes, &t->addr, &reason);
+    uint64_t move = rc == SL_EEXHAUSTED ? sl_mem_framework_blocking(ss->mem, s->id, bytes) : 0;
+    if (move) {
+        /* recordings hold bytes of the declared P the tensor needs: they
+         * move beside P, counted against the tenant as a recording is */
+        if (sl_sessions_recording_room(ss, &s->job, move, move, NULL, 0) &&
+            sl_mem_framework_move_out(ss->mem, s->id, move, &reason) == SL_OK) {
+            sl_sessions_recordings_charged(ss, &s->job);
+            rc = sl_mem_alloc(ss->mem, s->id, bytes, &t->addr, &reason);
+        }
+    }
     if (rc) {
         sl_free(t);
         sl_mem_session_info mi = {0};
@@ -143,8 +153,9 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
         if (rc == SL_EEXHAUSTED && s->declared_persistent && mi.framework_region)
             sl_reply_error(r, rc,
                            "cannot allocate %llu persistent bytes: %s (the session uses %llu of "
-                           "the %llu it declared, and its recorded graphs hold %llu of them; "
-                           "declare more persistent bytes)",
+                           "the %llu it declared, and its recorded graphs hold %llu of them, "
+                           "which its quota has no room to hold beside them; declare more "
+                           "persistent bytes)",
                            (unsigned long long) bytes, sl_mem_reason_name(reason),
                            (unsigned long long) s->persistent_bytes,
                            (unsigned long long) s->declared_persistent,

@@ -437,8 +437,9 @@ static void no_memory_for_the_graph_runs_op_by_op(void **state)
  * gives its bytes back, and the refused graph records once its calls
  * change. A session declaring nothing gets the rest of the quota as its
  * persistent bytes, and its recording is held there. (d) A device reset
- * gives a recording's bytes back until it records again. Sim only: the
- * figures are its modelled sizes. */
+ * gives a recording's bytes back until it records again. (e) A tensor
+ * that needs the bytes of P a recording holds moves them beside P. Sim
+ * only: the figures are its modelled sizes. */
 static void tenant_quota_holds_recordings(void **state)
 {
     (void) state;
@@ -577,6 +578,24 @@ static void tenant_quota_holds_recordings(void **state)
     assert_int_equal(session_num(op, ide, "graph_recordings"), recordings + 1);
     assert_int_equal(status_num(cl, "memory_used"), used + bytes);
     job_close(&e);
+    assert_int_equal(status_num(cl, "memory_used"), 0);
+
+    /* (e) a tensor that needs bytes of P a recording holds moves them
+     * beside P, counted against the tenant as a recording is */
+    salus_session_opts snug = {
+        .name = "snug", .persistent_bytes = 17 * 1024, .ephemeral_bytes = 31 * 1024};
+    job f;
+    job_open_with(cl, &snug, &f);
+    used = status_num(cl, "memory_used");
+    runs_job(&f, 3);
+    assert_int_equal(session_num(op, salus_session_id(f.s), "graph_recordings"), 1);
+    assert_int_equal(status_num(cl, "memory_used"), used); /* held in P */
+    const int64_t wide[] = {2048};
+    uint64_t extra;
+    assert_sl_ok(salus_tensor_create(f.s, SALUS_F32, 1, wide, NULL, &extra));
+    /* P 17K: 1K + 8K of tensors leave the recording 8K of it */
+    assert_int_equal(status_num(cl, "memory_used"), used + bytes - 8 * 1024);
+    job_close(&f);
     assert_int_equal(status_num(cl, "memory_used"), 0);
     salus_disconnect(cl);
     salus_disconnect(op);

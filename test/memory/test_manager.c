@@ -769,6 +769,51 @@ static void test_framework_in_region(void **state)
     sl_mem_mgr_destroy(m);
 }
 
+/* A tensor that needs bytes of P its recordings hold in the region
+ * moves just those out: they are then held outside, counted like a charge
+ * of that much (the quota refuses a move it has no room for), and the
+ * tensor fits. Beyond P, nothing can make room. */
+static void test_framework_move_out(void **state)
+{
+    (void) state;
+    sl_mem_mgr *m = mgr_new(M, 160 * K, 16 * K, 64 * K);
+    admit_ok(m, 1, 64 * K, 64 * K);
+    alloc_ok(m, 1, 16 * K);
+    assert_sl_ok(sl_mem_charge_framework(m, 1, 40 * K, NULL, NULL));
+    assert_split(m, 1, 40 * K, 0);
+    assert_int_equal(sl_mem_framework_blocking(m, 1, 8 * K), 0);      /* fits as it is */
+    assert_int_equal(sl_mem_framework_blocking(m, 1, 48 * K + 1), 0); /* beyond P */
+    assert_int_equal(alloc_refused(m, 1, 20 * K), SL_MEM_QUOTA);
+    uint64_t move = sl_mem_framework_blocking(m, 1, 20 * K);
+    assert_int_equal(move, 12 * K);
+    sl_mem_stats before = stats(m);
+    int reason = -1;
+    assert_sl_err(sl_mem_framework_move_out(m, 1, 40 * K + 1, &reason), SL_EINVAL);
+    assert_sl_ok(sl_mem_framework_move_out(m, 1, move, &reason));
+    assert_int_equal(reason, SL_MEM_FITS);
+    assert_split(m, 1, 28 * K, 12 * K);
+    assert_int_equal(stats(m).free, before.free - 12 * K);
+    alloc_ok(m, 1, 20 * K);
+    assert_int_equal(alloc_refused(m, 1, 1), SL_MEM_QUOTA);
+    assert_sl_ok(sl_mem_check(m));
+    release_ok(m, 1);
+    /* the quota (160K: 64K of P, 64K of lane) has 32K beside P: a move
+     * of more is refused, and changes nothing */
+    admit_ok(m, 2, 64 * K, 64 * K);
+    assert_sl_ok(sl_mem_charge_framework(m, 2, 60 * K, NULL, NULL));
+    assert_split(m, 2, 60 * K, 0);
+    assert_int_equal(sl_mem_framework_blocking(m, 2, 36 * K), 32 * K);
+    assert_sl_err(sl_mem_framework_move_out(m, 2, 32 * K + 256, &reason), SL_EEXHAUSTED);
+    assert_int_equal(reason, SL_MEM_QUOTA);
+    assert_split(m, 2, 60 * K, 0);
+    assert_sl_ok(sl_mem_framework_move_out(m, 2, 32 * K, &reason));
+    assert_split(m, 2, 28 * K, 32 * K);
+    assert_sl_err(sl_mem_framework_move_out(m, 9, 1, NULL), SL_ENOTFOUND);
+    release_ok(m, 2);
+    assert_empty(m);
+    sl_mem_mgr_destroy(m);
+}
+
 int test_manager_run(void)
 {
     const struct CMUnitTest tests[] = {
@@ -789,6 +834,7 @@ int test_manager_run(void)
         cmocka_unit_test_teardown(test_free_errors, reset_alloc_failures),
         cmocka_unit_test_teardown(test_framework_charge, reset_alloc_failures),
         cmocka_unit_test_teardown(test_framework_in_region, reset_alloc_failures),
+        cmocka_unit_test_teardown(test_framework_move_out, reset_alloc_failures),
     };
     return cmocka_run_group_tests_name("memory/manager", tests, NULL, NULL);
 }
