@@ -147,14 +147,14 @@ typedef struct sl_exec_hooks {
     void (*done)(void *arg, sl_exec_task *t, int status, bool lane_idle, sl_outbox *box);
     /* Releases the lock (held on entry) and sends what box holds. */
     void (*unlock_send)(void *arg, sl_outbox *box);
-    /* Optional. A new recording of job's session is to be charged `bytes`
-     * more, `outside` (> 0) of them beyond its persistent region
-     * (sl_mem_framework_outside): whether they may be held (its tenant's
+    /* Optional. A new recording of job's session is to be charged bytes of
+     * which `outside` (> 0) are beyond its persistent region
+     * (sl_mem_framework_outside): whether those may be held (its tenant's
      * quota has room). False with the reason, for status and the log,
      * written into why (len bytes): the recording is then not made. Lock
      * held; must not block. */
-    bool (*recording_room)(void *arg, const sl_exec_job *job, uint64_t bytes, uint64_t outside,
-                           char *why, size_t len);
+    bool (*recording_room)(void *arg, const sl_exec_job *job, uint64_t outside, char *why,
+                           size_t len);
     /* Optional. The memory manager's framework charge of job's session
      * changed (a recording charged or given back): whoever counts its
      * part outside the region brings that count in line. Lock held; must

@@ -395,8 +395,7 @@ static int graph_charge(sl_exec *ex, const sl_exec_task *t, sl_replay *r, char *
         want > held ? sl_mem_framework_outside(ex->mem, t->job->sched.id, want - held) : 0;
     char tenant_why[sizeof r->reason] = "";
     if (outside && ex->hooks.recording_room &&
-        !ex->hooks.recording_room(ex->hooks.arg, t->job, want - held, outside, tenant_why,
-                                  sizeof tenant_why)) {
+        !ex->hooks.recording_room(ex->hooks.arg, t->job, outside, tenant_why, sizeof tenant_why)) {
         if (why)
             snprintf(why, len, "%s", tenant_why);
         if (t->off_lock)

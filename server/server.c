@@ -22,11 +22,11 @@ static void exec_unlock_send(void *arg, sl_outbox *box)
     sl_sender_unlock_send(&srv->sender, box);
 }
 
-static bool exec_recording_room(void *arg, const sl_exec_job *job, uint64_t bytes, uint64_t outside,
-                                char *why, size_t len)
+static bool exec_recording_room(void *arg, const sl_exec_job *job, uint64_t outside, char *why,
+                                size_t len)
 {
     sl_server *srv = arg;
-    return sl_sessions_recording_room(&srv->sessions, job, bytes, outside, why, len);
+    return sl_sessions_recording_room(&srv->sessions, job, outside, why, len);
 }
 
 static void exec_recordings_charged(void *arg, sl_exec_job *job)

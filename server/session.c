@@ -142,15 +142,13 @@ static void recordings_sync(sl_sessions *ss, sl_session *s)
     s->recording_charge = outside;
 }
 
-bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_t bytes,
-                                uint64_t outside, char *why, size_t len)
+bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_t outside,
+                                char *why, size_t len)
 {
     const sl_session *s = sl_container_of(job, const sl_session, job);
-    (void) ss;
     if (!s->limited)
         return true;
     sl_peer owner = sl_session_owner(s);
-    (void) bytes; /* the tenant counts only the part beyond P */
     return sl_tenants_recording_room(&ss->tenants, &owner, s->tenant, outside, why, len);
 }
 

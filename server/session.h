@@ -178,8 +178,8 @@ void sl_sessions_device_reset(sl_sessions *ss);
  * the memory manager holds outside its reservation against its tenant,
  * as the manager has it now; also called by the session layer whenever a
  * recording goes without the executor (a graph freed). */
-bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_t bytes,
-                                uint64_t outside, char *why, size_t len);
+bool sl_sessions_recording_room(sl_sessions *ss, const sl_exec_job *job, uint64_t outside,
+                                char *why, size_t len);
 void sl_sessions_recordings_charged(sl_sessions *ss, sl_exec_job *job);
 /* Staging a segment for session id (shm_socket.c), in two steps around the
  * mapping, which happens without the lock. begin: the session exists, the

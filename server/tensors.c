@@ -140,7 +140,7 @@ int sl_handle_create_tensor(sl_sessions *ss, sl_session *s, sl_work *w)
     if (move) {
         /* recordings hold bytes of the declared P the tensor needs: they
          * move beside P, counted against the tenant as a recording is */
-        if (sl_sessions_recording_room(ss, &s->job, move, move, NULL, 0) &&
+        if (sl_sessions_recording_room(ss, &s->job, move, NULL, 0) &&
             sl_mem_framework_move_out(ss->mem, s->id, move, &reason) == SL_OK) {
             sl_sessions_recordings_charged(ss, &s->job);
             rc = sl_mem_alloc(ss->mem, s->id, bytes, &t->addr, &reason);

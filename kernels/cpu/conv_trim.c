@@ -42,11 +42,17 @@
 #define KEEP_BYTES (32ull << 20)
 #define TRIM_ALIGN 64
 
+/* The used taps of the kernel along both axes: [lo, hi] each. */
+struct trim {
+    int64_t lo[2], hi[2];
+};
+
 /* A trimmed kernel of the weights at src, as they were at version. */
 struct kept {
     const void *src;
     uint64_t version, last_used;
-    int64_t full[4], lo[2], cut[2];
+    int64_t full[4];
+    struct trim t;
     float *buf;
     size_t bytes;
 };
@@ -66,11 +72,6 @@ void sl_cpu_trims_free(sl_cpu_trims *t)
         sl_free(t->k[i].buf);
     sl_free(t);
 }
-
-/* The used taps of the kernel along both axes: [lo, hi] each. */
-struct trim {
-    int64_t lo[2], hi[2];
-};
 
 /* The shapes of x, w and y of a conv2d call or of its gradients'. */
 static void conv_shapes(const sl_op_call *c, const sl_shape **x, const sl_shape **w,
@@ -209,16 +210,15 @@ static struct kept *keep_slot(sl_cpu_exec *x, const void *src, const sl_shape *w
     struct kept *lru = NULL;
     for (unsigned i = 0; i < k->n; i++) {
         struct kept *e = &k->k[i];
-        if (e->src == src && !memcmp(e->full, w->dims, sizeof e->full) && e->lo[0] == t->lo[0] &&
-            e->lo[1] == t->lo[1] && e->cut[0] == t->hi[0] - t->lo[0] + 1 &&
-            e->cut[1] == t->hi[1] - t->lo[1] + 1)
+        if (e->src == src && !memcmp(e->full, w->dims, sizeof e->full) &&
+            !memcmp(&e->t, t, sizeof *t))
             return e;
         if (!lru || e->last_used < lru->last_used)
             lru = e;
     }
+    /* a slot never used holds nothing (calloc) */
     struct kept *e = k->n < KEEP_ENTRIES ? &k->k[k->n] : lru;
-    size_t room = KEEP_BYTES - k->bytes + (e == lru && lru ? lru->bytes : 0);
-    if (!e || bytes > room)
+    if (bytes > KEEP_BYTES - k->bytes + e->bytes)
         return NULL;
     float *buf = e->bytes >= bytes ? e->buf : sl_aligned_alloc(TRIM_ALIGN, bytes);
     if (!buf)
@@ -235,10 +235,7 @@ static struct kept *keep_slot(sl_cpu_exec *x, const void *src, const sl_shape *w
     e->src = src;
     e->version = 0;
     memcpy(e->full, w->dims, sizeof e->full);
-    for (int a = 0; a < 2; a++) {
-        e->lo[a] = t->lo[a];
-        e->cut[a] = t->hi[a] - t->lo[a] + 1;
-    }
+    e->t = *t;
     return e;
 }
 
@@ -327,16 +324,17 @@ int sl_cpu_conv_trimmed(sl_cpu_exec *x, const sl_op_call *c, bool *done)
     const sl_shape *xs, *ws, *ys;
     conv_shapes(c, &xs, &ws, &ys);
     sl_window2d g = sl_conv_window(&c->attrs, ws);
-    /* the trimmed kernel's shape, and the padding cut by the taps dropped */
-    sl_shape cut = *ws;
+    sl_shape cut = *ws; /* the trimmed kernel's shape */
+    for (int a = 0; a < 2; a++)
+        cut.dims[2 + a] = t.hi[a] - t.lo[a] + 1;
+    if (is_matmul(c, &t))
+        return run_matmul(x, c, &t, &cut);
+    /* the padding cut by the taps dropped */
     sl_op_call f = *c;
     for (int a = 0; a < 2; a++) {
-        cut.dims[2 + a] = t.hi[a] - t.lo[a] + 1;
         f.attrs.i[2 + a] = g.pad_begin[a] - t.lo[a] * g.dilation[a];
         f.attrs.i[4 + a] = g.pad_end[a] - (g.kernel[a] - 1 - t.hi[a]) * g.dilation[a];
     }
-    if (is_matmul(c, &t))
-        return run_matmul(x, c, &t, &cut);
     f.attrs.i[SL_CPU_TRIM_LO_H] = t.lo[0] + 1;
     f.attrs.i[SL_CPU_TRIM_LO_W] = t.lo[1] + 1;
     f.attrs.i[SL_CPU_TRIM_FULL] = (int64_t) ((uint64_t) g.kernel[0] << 32 | (uint64_t) g.kernel[1]);
