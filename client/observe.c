@@ -312,6 +312,16 @@ int salus_partitions_text(salus_client *c, char **text)
         if (p->on) {
             sl_textbuf_printf(&b, "online    %s (high-priority lanes; need %u)\n",
                               plural(p->online, p->unit, u1, sizeof u1), p->need);
+            if (p->sizing && !strcmp(p->sizing, "searching"))
+                sl_textbuf_printf(&b,
+                                  "sizing    searching for the fewest within +%.0f %% of "
+                                  "their time on the largest\n",
+                                  100 * p->objective);
+            else if (p->sizing && !strcmp(p->sizing, "searched"))
+                sl_textbuf_printf(&b,
+                                  "sizing    need searched at +%.0f %% of their time on the "
+                                  "largest\n",
+                                  100 * p->objective);
             sl_textbuf_printf(&b, "offline   %s (every other lane)%s\n",
                               plural(p->offline, p->unit, u2, sizeof u2),
                               p->lent ? ", lent to online work" : "");

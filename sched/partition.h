@@ -18,7 +18,18 @@
  * - hysteresis: a change waits hold observations since the previous one,
  *   and growing and shrinking thresholds are apart, so a load near one
  *   threshold does not resize at every boundary (each resize costs the
- *   offline lanes a drained stream on cuda).
+ *   offline lanes a drained stream on cuda);
+ * - with no need declared, a latency objective (MuxFlow's "+< 20 %"): the
+ *   need is searched for on the device itself. The online partition starts
+ *   at its largest, where the median time of an online iteration that ran
+ *   alone there is the reference of its kind (a key the caller gives: one
+ *   per model); then a binary search over the sizes the granularity allows
+ *   finds the fewest units on which, over `samples` iteration times, the
+ *   median of every kind's is within (1 + objective) of its reference, and
+ *   that size plus headroom becomes the need. A kind seen for the first time once the
+ *   search is over starts a new one (at most one per SL_PART_RESEARCH
+ *   observations). Time on the partition is what salusd measures; how it
+ *   scales with units is what no device profile says for every model.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).
@@ -40,11 +51,39 @@ typedef struct sl_part_plan_config {
     double shrink_load;   /* below which it shrinks towards its need */
     double ewma;          /* weight of a new observation in (0, 1] */
     unsigned hold;        /* observations between two changes */
+    /* with no need declared: the latency objective the need is searched
+     * at (0.2 = online iterations within 20 % of their time on the largest
+     * partition); 0 = no search, the need is the smallest partition */
+    double objective;
+    unsigned samples; /* iteration times per size in the search, 1..SL_PART_SAMPLES */
 } sl_part_plan_config;
 
 /* salusd's defaults for a device of the given granularity: headroom 10 %,
- * grow above 50 % busy, shrink below 20 %, EWMA 0.2, hold 8. */
+ * grow above 50 % busy, shrink below 20 %, EWMA 0.2, hold 8, objective
+ * 20 % (MuxFlow's), 5 samples per size. */
 sl_part_plan_config sl_part_plan_config_default(unsigned units, unsigned min_units, unsigned align);
+
+#define SL_PART_SAMPLES 16   /* most iteration times kept per size */
+#define SL_PART_KINDS 8      /* iteration kinds with a reference */
+#define SL_PART_RESEARCH 256 /* observations between two searches */
+
+enum sl_part_phase {
+    SL_PART_SIZED,     /* the need is known (declared, or searched) */
+    SL_PART_REFERENCE, /* at the largest partition: reference times */
+    SL_PART_SEARCH,    /* probing a size of the binary search */
+};
+
+/* One kind of online iteration: its times on the largest partition while
+ * the reference is taken, then their median; during a probe, its times
+ * there over the reference. */
+typedef struct sl_part_kind {
+    bool used;
+    uint64_t key;
+    uint64_t seen; /* the observation that last saw it (replacement) */
+    unsigned n;
+    double v[SL_PART_SAMPLES];
+    double ref_ns; /* 0 until the reference is taken */
+} sl_part_kind;
 
 typedef struct sl_part_plan {
     sl_part_plan_config cfg;
@@ -55,17 +94,42 @@ typedef struct sl_part_plan {
     double window_avg;     /* EWMA of window length per observation, ns */
     unsigned since_change; /* observations since the last change */
     uint64_t resizes;      /* changes made */
+    /* the search for the need at the objective (none once one is declared) */
+    bool search; /* no need declared: it is searched for */
+    enum sl_part_phase phase;
+    unsigned lo, hi;  /* the search's bounds: steps above min_units */
+    unsigned n_probe; /* times taken at the probed size, every kind's */
+    sl_part_kind kinds[SL_PART_KINDS];
+    uint64_t observations; /* sl_part_plan_observe calls */
+    uint64_t search_end;   /* the observation the last search ended at */
+    uint64_t searches;     /* searches finished */
 } sl_part_plan;
 
 /* Rounds units up to the granularity (at least min_units, then steps of
  * align), at most cfg->units. */
 unsigned sl_part_round(const sl_part_plan_config *cfg, unsigned units);
 
-/* Starts a plan for an online lane needing need_units (before headroom).
- * Errors: SL_EINVAL (units 0, align 0, min_units above units, loads not
- * 0 <= shrink < grow <= 1, ewma outside (0, 1], or no room for both an
- * online partition and min_offline units). */
+/* Starts a plan for an online lane needing need_units (before headroom);
+ * need_units 0 with an objective starts the search at the largest
+ * partition. Errors: SL_EINVAL (units 0, align 0, min_units above units,
+ * loads not 0 <= shrink < grow <= 1, ewma outside (0, 1], objective below
+ * 0, samples outside 1..SL_PART_SAMPLES with an objective, or no room for
+ * both an online partition and min_offline units). */
 int sl_part_plan_init(sl_part_plan *p, const sl_part_plan_config *cfg, unsigned need_units);
+
+/* A need declared (need_units, before headroom, > 0) once the plan runs:
+ * ends any search for good; the online partition takes the need when a
+ * search was under way, else grows to it when it is smaller. Returns
+ * p->online. */
+unsigned sl_part_plan_declare(sl_part_plan *p, unsigned need_units);
+
+/* The search's input: an online iteration of kind key ran ns alone (no
+ * other online iteration beside it: sl_part_load_done) on a partition of
+ * units. Times taken on another size than the plan's now are ignored (a
+ * resize the caller applies later). May change p->online (the next size
+ * to probe, or the need found); call before sl_part_plan_observe at the
+ * same boundary. */
+void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t ns);
 
 /* One online iteration boundary: the partition was busy busy_ns of the
  * window_ns since the previous call. Returns the units the online
@@ -83,6 +147,7 @@ unsigned sl_part_plan_offline(const sl_part_plan *p);
  * online lanes use, not how much the spills fill. */
 typedef struct sl_part_load {
     uint32_t running;      /* online iterations on the device */
+    bool overlapped;       /* another started while the running ones ran */
     uint64_t busy_ns;      /* busy time completed (up to since_ns) */
     uint64_t since_ns;     /* when running last became nonzero */
     uint64_t mark_ns;      /* the previous observation */
@@ -91,12 +156,15 @@ typedef struct sl_part_load {
 
 /* Starts the meter's window at now (nothing before it counts). */
 void sl_part_load_reset(sl_part_load *l, uint64_t now);
-/* An online iteration went on the device / completed. */
+/* An online iteration went on the device / completed. done returns how
+ * long it ran when it ran alone (no other online iteration on the device
+ * at any time while it ran: sl_part_plan_time's input), else 0. */
 void sl_part_load_start(sl_part_load *l, uint64_t now);
-void sl_part_load_done(sl_part_load *l, uint64_t now);
+uint64_t sl_part_load_done(sl_part_load *l, uint64_t now);
 /* Feeds the plan with the busy time and the window since the previous
  * observation (or reset) and starts the next window: at an online
- * iteration's boundary. Returns sl_part_plan_observe's. */
+ * iteration's boundary. Returns sl_part_plan_observe's. While a search
+ * runs the load only feeds the averages: the size is the search's. */
 unsigned sl_part_load_observe(sl_part_load *l, sl_part_plan *p, uint64_t now);
 
 #endif

@@ -85,6 +85,11 @@ typedef struct sl_config {
      * "N": server/partitions.h); NULL = off */
     const char *partitions;
     bool strict_partitions; /* no loans between partitions (device.h partition_lend) */
+    /* --partition-objective: the latency objective an undeclared need is
+     * searched at (sched/partition.h objective), when partition_objective_set;
+     * else the library's default */
+    double partition_objective;
+    bool partition_objective_set;
     const char *policy;
     bool strict;
     /* the longest a lane waits for a session owed share whose client is

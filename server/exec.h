@@ -71,6 +71,7 @@ typedef struct sl_exec_job {
     sl_sched_job sched;
     bool joined;
     bool high_priority; /* in the gap predictor as a high-priority job */
+    bool low_priority;  /* joined and not high-priority: counted in parts.n_low */
     sl_gaps_hp hp;
     uint32_t compute_units; /* its session's declared need (partitions.h); 0 = none */
     uint8_t math;           /* enum sl_math bits: every op call of its iterations carries them */

@@ -758,13 +758,25 @@ static bool runs_here(const sl_exec *ex, const sl_exec_task *t)
     return tiny || (g->iter_ewma_ns && g->iter_ewma_ns <= RUN_HERE_MAX_NS);
 }
 
+/* What sort of iteration a graph's is, for the partition search's
+ * references (sched/partition.h): sessions serving one model register
+ * graphs of the same size, work and memory, and share one key. */
+static uint64_t iteration_kind(const sl_graph *g)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    const uint64_t parts[3] = {g->n_ops, g->flops, g->plan.peak};
+    for (int i = 0; i < 3; i++)
+        h = (h ^ parts[i]) * 0x100000001b3ull;
+    return h ? h : 1; /* 0 means no time */
+}
+
 /* Ends a task that never reached the device. */
 static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
 {
     sl_sched_complete(ex->sched, &t->job->sched, 0, sl_now_ns());
     if (t->online) { /* counted in the partition's load: no completion will end it */
         t->online = false;
-        sl_exec_parts_hp_done(ex, sl_now_ns());
+        sl_exec_parts_hp_done(ex, sl_now_ns(), 0);
     }
     /* an iteration whose completion could not be queued may still have op
      * marks queued on its stream: they are left (a trace's few bytes), not
@@ -967,7 +979,7 @@ static void iteration_end(sl_exec_task *t)
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
     if (t->online)
-        sl_exec_parts_hp_done(ex, now);
+        sl_exec_parts_hp_done(ex, now, iteration_kind(t->graph));
     if (j->high_priority || t->stepwise)
         sl_exec_resume(ex, false);
     /* an idle lane may shrink or go, letting queued sessions in */
@@ -1235,9 +1247,15 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
         pthread_mutex_unlock(lock);
         if (rc == SL_EUNSUPPORTED) {
             /* a driver too old for green contexts: lanes keep their
-             * priority streams, and status says why (partitions.c) */
-            sl_log_warn("exe.parts", "--partitions %s: this device has none (%s); running without",
-                        parts, ex->parts.caps.note);
+             * priority streams, and status says why (partitions.c); a
+             * warning only where the operator asked for partitions */
+            if (cfg->partitions)
+                sl_log_warn("exe.parts",
+                            "--partitions %s: this device has none (%s); running without", parts,
+                            ex->parts.caps.note);
+            else
+                sl_log_info("exe.parts", "no compute partitions on this device (%s)",
+                            ex->parts.caps.note);
             rc = SL_OK;
         } else if (rc != SL_OK) {
             sl_log_err("exe.parts", "cannot set --partitions %s: %s", parts, sl_strerror(rc));

@@ -80,6 +80,7 @@ static int set_operator_listen(sl_config *cfg, const char *arg, char *why, size_
 static int set_policy(sl_config *cfg, const char *arg, char *why, size_t why_len);
 static int set_gap_margin(sl_config *cfg, const char *arg, char *why, size_t why_len);
 static int set_partitions(sl_config *cfg, const char *arg, char *why, size_t why_len);
+static int set_partition_objective(sl_config *cfg, const char *arg, char *why, size_t why_len);
 static int set_tenant_limits(sl_config *cfg, const char *arg, char *why, size_t why_len);
 static int set_user_limits(sl_config *cfg, const char *arg, char *why, size_t why_len);
 static int set_log_level(sl_config *cfg, const char *arg, char *why, size_t why_len);
@@ -313,13 +314,26 @@ const sl_flag sl_flags[] = {
      .section = SEC_SCHED,
      .help = "compute partitions: an online one for high-priority lanes, the rest for the others "
              "(SMs through CUDA green contexts, core sets on cpu, modelled SMs on sim): off, N "
-             "units, auto (sized from the online lanes' load, with headroom and hysteresis), "
-             "auto:N (N declared as their need) or demand (auto while a high-priority job is "
-             "joined under the priority policy, off otherwise); salusctl partitions MODE changes "
-             "it at run time",
+             "units, auto (their need searched for at --partition-objective, or declared by "
+             "their sessions, then sized from their load with headroom and hysteresis), auto:N "
+             "(N declared as their need) or demand (auto while a high-priority job is joined "
+             "under the priority policy and, where the offline partition does not lend its "
+             "units to them, a low-priority job beside it; off otherwise); salusctl partitions "
+             "MODE changes it at run time",
      .def_text = "demand where the offline partition lends its units to high-priority work "
                  "(cpu), off elsewhere",
      .set = set_partitions},
+    {.name = "partition-objective",
+     .kind = SL_FLAG_CUSTOM,
+     .arg = "PCT",
+     .section = SEC_SCHED,
+     .help = "with partitions in auto mode and no need declared, where the offline partition "
+             "does not lend its units: the online partition starts at its largest, then a search "
+             "finds the fewest units on which high-priority iterations take at most PCT % more "
+             "than there (MuxFlow's latency objective); 0 = no search, the smallest partition "
+             "grown by load alone",
+     .def = "20",
+     .set = set_partition_objective},
     {.name = "strict-partitions",
      .kind = SL_FLAG_SWITCH,
      .section = SEC_SCHED,
@@ -658,6 +672,19 @@ static int set_partitions(sl_config *cfg, const char *arg, char *why, size_t why
         return SL_EINVAL;
     }
     cfg->partitions = arg;
+    return SL_OK;
+}
+
+static int set_partition_objective(sl_config *cfg, const char *arg, char *why, size_t why_len)
+{
+    char *end;
+    double pct = strtod(arg, &end);
+    if (end == arg || *end || !(pct >= 0 && pct <= 1000)) {
+        snprintf(why, why_len, "takes a percentage, 0 <= PCT <= 1000");
+        return SL_EINVAL;
+    }
+    cfg->partition_objective = pct / 100;
+    cfg->partition_objective_set = true;
     return SL_OK;
 }
 

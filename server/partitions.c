@@ -44,6 +44,13 @@ int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units)
     return SL_OK;
 }
 
+const char *sl_parts_sizing(const sl_exec_parts *p)
+{
+    if (p->plan.search)
+        return p->plan.phase == SL_PART_SIZED ? "searched" : "searching";
+    return p->declared || p->session_need || p->mode == SL_PARTS_FIXED ? "declared" : "smallest";
+}
+
 void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
 {
     const char *demand = p->demand ? "on demand: " : "";
@@ -53,13 +60,20 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
                  p->caps_ok ? "; device: " : "", p->caps_ok ? p->caps.note : "");
         return;
     }
+    char need[64];
+    if (p->plan.search && p->plan.phase != SL_PART_SIZED)
+        snprintf(need, sizeof need, "searching at +%.0f %%", 100 * p->plan.cfg.objective);
+    else if (p->plan.search)
+        snprintf(need, sizeof need, "need %u, searched at +%.0f %%", p->plan.need,
+                 100 * p->plan.cfg.objective);
+    else
+        snprintf(need, sizeof need, "need %u", p->plan.need);
     snprintf(buf, len,
-             "%sonline %u %s%s (%s, need %u), offline %u %s%s%s, %llu resizes, %llu spills; %s",
-             demand, p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
-             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", p->plan.need, p->offline_units,
-             p->caps.unit, p->offline_units == 1 ? "" : "s",
-             p->lent ? " (lent to online work)" : "", (unsigned long long) p->resizes,
-             (unsigned long long) p->spills, p->caps.note);
+             "%sonline %u %s%s (%s, %s), offline %u %s%s%s, %llu resizes, %llu spills; %s", demand,
+             p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
+             p->mode == SL_PARTS_AUTO ? "auto" : "fixed", need, p->offline_units, p->caps.unit,
+             p->offline_units == 1 ? "" : "s", p->lent ? " (lent to online work)" : "",
+             (unsigned long long) p->resizes, (unsigned long long) p->spills, p->caps.note);
 }
 
 /* Binds every stream the executor holds (lanes' and spare ones) to none. */
@@ -133,6 +147,16 @@ static int apply_sizes(sl_exec *ex, unsigned online)
     return ops->partition_resize(ex->dev, p->online, online);
 }
 
+/* Whether the offline partition lends its units to the online lanes: the
+ * device hands them over at once and low-priority streams run below
+ * normal (stream classes on); with stream classes off they would share
+ * them as equals, so the partitions stay strict (as they do when asked). */
+static bool lends(const sl_exec *ex)
+{
+    return ex->dev->ops->partition_lend && !ex->cfg->no_stream_classes &&
+           !ex->cfg->strict_partitions;
+}
+
 /* Puts mode (OFF, FIXED or AUTO) in force with the declared need units;
  * errors as sl_exec_set_partitions. */
 static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
@@ -171,8 +195,15 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
         sl_part_plan_config_default(p->caps.units, p->caps.min_units, p->caps.align);
     if (mode == SL_PARTS_FIXED)
         pc.headroom = 0; /* the operator's figure as it is */
+    /* where the offline partition lends its units the online lanes reach
+     * them anyway: nothing to search for, the smallest partition does */
+    if (lends(ex))
+        pc.objective = 0;
+    else if (ex->cfg->partition_objective_set)
+        pc.objective = ex->cfg->partition_objective;
     sl_part_plan plan;
-    if ((rc = sl_part_plan_init(&plan, &pc, units ? units : p->caps.min_units)) != SL_OK)
+    unsigned need = units ? units : pc.objective > 0 ? 0 : p->caps.min_units;
+    if ((rc = sl_part_plan_init(&plan, &pc, need)) != SL_OK)
         return rc;
     if (units && sl_part_round(&pc, units) > plan.online && mode == SL_PARTS_FIXED)
         return SL_EINVAL; /* no room left for the offline lanes */
@@ -211,7 +242,7 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
      * partition_lend); with stream classes off they would share them as
      * equals, so the partitions stay strict (as they do when asked) */
     p->lent = false;
-    if (ops->partition_lend && !ex->cfg->no_stream_classes && !ex->cfg->strict_partitions) {
+    if (lends(ex)) {
         int lrc = ops->partition_lend(ex->dev, p->offline, true);
         p->lent = lrc == SL_OK;
         if (lrc != SL_OK)
@@ -224,13 +255,16 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
 }
 
 /* What DEMAND mode wants now: partitions while a high-priority job is
- * joined under a policy that gives such jobs lanes of their own, and only
- * where the offline partition will lend its units to them (otherwise the
- * high-priority lanes would lose the units they reach without partitions). */
+ * joined under a policy that gives such jobs lanes of their own. Where
+ * the device can lend the offline partition's units, only while it does
+ * (else the high-priority lanes would lose the units they reach without
+ * partitions); elsewhere only while a low-priority job is joined too:
+ * the objective is what they give for being kept apart from its blocks. */
 static bool demand_wanted(const sl_exec *ex)
 {
-    return ex->gaps.n_hp > 0 && sl_exec_wants_exclusive(ex, 1) && ex->dev->ops->partition_lend &&
-           !ex->cfg->no_stream_classes && !ex->cfg->strict_partitions;
+    if (ex->gaps.n_hp == 0 || !sl_exec_wants_exclusive(ex, 1))
+        return false;
+    return ex->dev->ops->partition_lend ? lends(ex) : ex->parts.n_low > 0;
 }
 
 int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
@@ -289,24 +323,22 @@ void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
     if (p->mode != SL_PARTS_AUTO || p->declared || !p->online || declared <= p->session_need)
         return;
     p->session_need = declared;
-    sl_part_plan fresh;
-    if (sl_part_plan_init(&fresh, &p->plan.cfg, declared) != SL_OK)
-        return;
-    p->plan.need = fresh.need;
-    if (p->plan.online < fresh.need) {
-        p->plan.online = fresh.need;
-        p->plan.since_change = 0;
-        p->want = fresh.need; /* applied at this iteration's boundary */
-    }
+    unsigned before = p->plan.online;
+    unsigned next = sl_part_plan_declare(&p->plan, declared);
+    if (next != before)
+        p->want = next; /* applied at this iteration's boundary */
 }
 
-void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now)
+void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind)
 {
     sl_exec_parts *p = &ex->parts;
-    sl_part_load_done(&p->load, now);
+    uint64_t alone_ns = sl_part_load_done(&p->load, now);
     if (p->mode != SL_PARTS_AUTO || !p->online)
         return;
     unsigned before = p->plan.online;
+    if (kind && alone_ns) /* timed on the size in force, which a late resize may not be yet */
+        sl_part_plan_time(&p->plan, kind, ex->dev->ops->partition_units(ex->dev, p->online),
+                          alone_ns);
     unsigned next = sl_part_load_observe(&p->load, &p->plan, now);
     if (next != before)
         p->want = next;

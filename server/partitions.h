@@ -2,9 +2,12 @@
  * device is cut in two, an online partition for high-priority lanes and an
  * offline one for every other lane, and every lane's stream is bound to
  * its class's partition when an iteration starts on it (an idle stream:
- * device.h). The online partition is sized from the operator's declared
- * need and, in auto mode, from its measured load at high-priority
- * iteration boundaries (sched/partition.h, MuxFlow's dynamic sizing with
+ * device.h). The online partition is sized from the operator's or the
+ * sessions' declared need or, with none declared, from a search for the
+ * fewest units that keep high-priority iterations within
+ * --partition-objective of their time on the largest partition (timed at
+ * their boundaries when they ran alone); in auto mode then from its
+ * measured load (sched/partition.h, MuxFlow's dynamic sizing with
  * hysteresis). Low-priority steps beside high-priority work are isolated
  * (sched/steps.h): they wait only while high-priority work is pending.
  * Where the device lends a partition's units at once to higher-priority
@@ -32,8 +35,11 @@
 
 /* DEMAND: auto while a high-priority job is joined under a policy with
  * exclusive lanes, off otherwise (sl_exec_parts_follow); salusd's default
- * where the device lends partitions (cpu), since there high-priority work
- * loses nothing to a partition: it still reaches every core. */
+ * where the offline partition lends its units (cpu): there high-priority
+ * work loses nothing to a partition, it still reaches every core.
+ * Elsewhere (cuda, sim: --partitions demand) it loses up to the objective,
+ * so partitions go on only while a low-priority job is joined too: then
+ * they keep that job's blocks off the high-priority work's units. */
 enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO, SL_PARTS_DEMAND };
 
 typedef struct sl_exec_parts {
@@ -41,6 +47,7 @@ typedef struct sl_exec_parts {
     bool demand;             /* mode follows high-priority work (SL_PARTS_DEMAND) */
     unsigned declared;       /* the operator's declared need (--partitions auto:N, N), units */
     unsigned session_need;   /* the largest high-priority session's declaration seen */
+    uint32_t n_low;          /* joined jobs that are not high-priority (DEMAND) */
     bool used;               /* partitions were on once: streams may be bound */
     sl_partition_caps caps;
     bool caps_ok;
@@ -65,6 +72,10 @@ typedef struct sl_exec_parts {
  * Errors: SL_EINVAL (anything else, N 0 or above 1000000). */
 int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units);
 
+/* How the need was set: "declared", "searching", "searched" or "smallest"
+ * (static text). */
+const char *sl_parts_sizing(const sl_exec_parts *p);
+
 /* Writes a one-line description into buf ("off", or "online 1 core
  * (auto, need 1), offline 1 core, 0 resizes [core sets ...]"). */
 void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len);
@@ -79,10 +90,12 @@ struct sl_exec;
  * device's. On error nothing changed. */
 int sl_exec_set_partitions(struct sl_exec *ex, enum sl_parts_mode mode, unsigned units);
 
-/* In DEMAND mode, after the high-priority jobs or the policy changed:
- * turns the partitions on (auto) when a high-priority job is joined and
- * the policy gives such jobs exclusive lanes, off otherwise. A change the
- * device refuses is logged; the next call tries again. */
+/* In DEMAND mode, after the joined jobs, their classes or the policy
+ * changed: turns the partitions on (auto) when a high-priority job is
+ * joined, the policy gives such jobs exclusive lanes and (where the
+ * offline partition would not lend its units) a low-priority job is
+ * joined too; off otherwise. A change the device refuses is logged; the
+ * next call tries again. */
 void sl_exec_parts_follow(struct sl_exec *ex);
 
 /* Before an iteration of a job of that class starts on an idle lane: binds
@@ -96,10 +109,12 @@ const sl_partition *sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool hi
  * partition's busy time, and in auto mode the plan's observation and a
  * resize when it asks for one. declared: the units its session declared
  * (0 = none): in auto mode without the operator's figure, the largest
- * declaration seen becomes the need (with the plan's headroom), and the
- * online partition grows to it at the next boundary. */
+ * declaration seen becomes the need (with the plan's headroom, ending any
+ * search), and the online partition grows to it at the next boundary.
+ * kind: what sort of iteration completed (one key per model: the search's
+ * references), 0 for one that never ran (no time to learn from). */
 void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now, uint32_t declared);
-void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now);
+void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now, uint64_t kind);
 
 struct sl_exec_task;
 

@@ -78,6 +78,8 @@ static Salus__PartitionsStatus *partitions_detail(const sl_exec_parts *p, sl_rep
         d->offline = p->offline_units;
         d->need = p->plan.need;
         d->lent = p->lent;
+        d->sizing = (char *) sl_parts_sizing(p);
+        d->objective = p->plan.search ? p->plan.cfg.objective : 0;
     }
     return d;
 }

@@ -142,13 +142,23 @@ static const sl_steps_ops step_ops = {.split_max = split_max, .issue = issue, .f
 void sl_exec_update_class(sl_exec *ex, sl_exec_job *j, bool leaving)
 {
     bool hp = !leaving && j->joined && sl_sched_job_high_priority(ex->sched, &j->sched);
-    if (hp == j->high_priority)
+    bool low = !leaving && j->joined && !hp;
+    if (hp == j->high_priority && low == j->low_priority)
         return;
-    if (hp)
-        sl_gaps_hp_add(&ex->gaps, &j->hp);
-    else
-        sl_gaps_hp_remove(&ex->gaps, &j->hp);
-    j->high_priority = hp;
+    if (hp != j->high_priority) {
+        if (hp)
+            sl_gaps_hp_add(&ex->gaps, &j->hp);
+        else
+            sl_gaps_hp_remove(&ex->gaps, &j->hp);
+        j->high_priority = hp;
+    }
+    if (low != j->low_priority) {
+        if (low)
+            ex->parts.n_low++;
+        else
+            ex->parts.n_low--;
+        j->low_priority = low;
+    }
     sl_exec_parts_follow(ex);
 }
 

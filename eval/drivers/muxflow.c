@@ -280,7 +280,7 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
         sl_eval_part_granularity(gpu, &min_sms, &align);
         plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
         cfg.part_sms = gpu->sm_count;
-        cfg.part_online = mode->undeclared ? min_sms : mode->slo_need ? sm->need_slo : sm->need;
+        cfg.part_online = mode->undeclared ? 0 : mode->slo_need ? sm->need_slo : sm->need;
         cfg.part_plan = &plan;
         cfg.no_stepwise = !mode->spill;
         if (mode->spill) /* a request waits at most the gap margin of itself */

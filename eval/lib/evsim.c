@@ -668,11 +668,14 @@ static void client_next(sim *s, sim_job *j, uint64_t now)
 /* MuxFlow's dynamic sizing at an online iteration's boundary
  * (sched/partition.h): the online partition's busy share since the last
  * boundary, and the new size applied to the ops submitted from now on. */
-static void plan_observe(sim *s, gpu *g, uint64_t now)
+static void plan_observe(sim *s, gpu *g, const sim_job *j, uint64_t alone_ns, uint64_t now)
 {
     if (!s->cfg->part_plan || g->dev.n_parts < 2)
         return;
     uint64_t before = g->plan.resizes;
+    /* a kind per model: a service's replicas share their ops */
+    sl_part_plan_time(&g->plan, (uint64_t) (uintptr_t) j->spec->ops,
+                      g->dev.units[SL_EVAL_PART_ONLINE], alone_ns);
     sl_eval_pdev_resize(&g->dev, sl_part_load_observe(&g->load, &g->plan, now));
     s->sum->part_resizes += g->plan.resizes - before;
 }
@@ -702,9 +705,10 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
     decision_end(s, t0);
     kicked(s, j->gpu, k, now);
     bool was_online = j->online; /* as salusd's executor: t->online */
+    uint64_t alone_ns = 0;
     if (was_online) {
         j->online = false;
-        sl_part_load_done(&g->load, now);
+        alone_ns = sl_part_load_done(&g->load, now);
     }
     if (j->is_hp) {
         sl_gaps_hp_complete(&g->gaps, &j->hp, now);
@@ -712,7 +716,7 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
             g->hp_in_flight--;
     }
     if (was_online)
-        plan_observe(s, g, now);
+        plan_observe(s, g, j, alone_ns, now);
     if (j->is_hp || stepwise)
         resume(s, j->gpu, now);
     if (sl_lanes_settle(&g->handoff, lane))
@@ -860,7 +864,7 @@ static int gpu_init(const sl_eval_config *cfg, const sl_policy_ops *policy, gpu 
                           .isolated = cfg->part_sms > 0};
     sl_steps_init(&g->steps, &g->gaps, &sc);
     unsigned online = cfg->part_sms ? cfg->part_online : 0;
-    if (online && cfg->part_plan) {
+    if (cfg->part_sms && cfg->part_plan) {
         if (rc == SL_OK)
             rc = sl_part_plan_init(&g->plan, cfg->part_plan, cfg->part_online);
         online = g->plan.online;
@@ -969,7 +973,9 @@ static int validate(const sl_eval_config *cfg, const sl_eval_job_spec *jobs, siz
 {
     if (!cfg || (!jobs && n) || !cfg->policy || cfg->n_gpus == 0 || cfg->gpu_bytes < (64u << 20))
         return SL_EINVAL;
-    if (cfg->part_sms && (cfg->part_online == 0 || cfg->part_online >= cfg->part_sms))
+    bool searched = cfg->part_plan && cfg->part_plan->objective > 0;
+    if (cfg->part_sms &&
+        ((cfg->part_online == 0 && !searched) || cfg->part_online >= cfg->part_sms))
         return SL_EINVAL;
     for (size_t i = 0; i < n; i++)
         if (!jobs[i].id || !jobs[i].iterations || !jobs[i].iteration_ns ||

@@ -265,8 +265,10 @@ typedef struct sl_eval_config {
      * among its ops (stream classes inside it), ops timed on their
      * partition's SMs (wave quantisation) and the memory bandwidth shared.
      * part_plan non-NULL: the online partition is sized by
-     * sched/partition.h from part_online (the online lane's declared need)
-     * and its measured load, at its iterations' boundaries. Partitions plus
+     * sched/partition.h from part_online (the online lane's declared need;
+     * 0 with an objective in part_plan: searched for at it, each job's
+     * ops a kind) and its measured load, at its iterations' boundaries,
+     * as salusd sizes it. Partitions plus
      * gap filling: part_spill_block_ns > 0 lets a low-priority op run on
      * the idle online partition, below the high class, when one of its
      * blocks there takes at most that (what a request arriving meanwhile

@@ -123,9 +123,10 @@ static void spill_beside_hp(void **state)
     salus_disconnect(c);
 }
 
-/* --partitions auto on the sim device (H100: 8 SMs in steps of 8): a
- * high-priority session declaring 40 SMs gets 40 + 10 % headroom, rounded
- * to 48, once its first iteration has run. */
+/* --partitions auto on the sim device (H100: 8 SMs in steps of 8): with
+ * no need declared the online partition starts at its largest to search
+ * for one; a high-priority session declaring 40 SMs ends the search with
+ * 40 + 10 % headroom, rounded to 48, once its first iteration has run. */
 static void declared_need(void **state)
 {
     (void) state;
@@ -134,7 +135,7 @@ static void declared_need(void **state)
                           "--partitions", "auto",     NULL};
     sl_test_server_start(&sim, args);
     salus_client *c = sl_test_connect(&sim);
-    status_has(c, "partitions: online 16 SMs (auto, need 16), offline 112 SMs");
+    status_has(c, "partitions: online 120 SMs (auto, searching at +20 %), offline 8 SMs");
     salus_session_opts o = {.name = "hp", .priority = 10, .compute_units = 40};
     salus_session *s;
     assert_sl_ok(salus_session_open(c, &o, &s));

@@ -131,6 +131,172 @@ static void test_load_meter(void **state)
     assert_true(fabs(p.window_avg - (0.2 * 1000 + 0.8 * window_avg)) < 1e-6);
 }
 
+/* ---- the search for the need at the latency objective ---- */
+
+/* A model's iteration time on s SMs: full speed from `full` SMs up, wave
+ * quantised below it (time ~ full / s). */
+static uint64_t model_ns(unsigned full, unsigned s)
+{
+    return s >= full ? 1000000 : (uint64_t) (1000000.0 * full / s);
+}
+
+/* Feeds n alone iterations of kind key at the plan's size, each an
+ * observation, the load light; returns the sizes seen (a change per probe). */
+static void run_kind(sl_part_plan *p, uint64_t key, unsigned full, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        sl_part_plan_time(p, key, p->online, model_ns(full, p->online));
+        (void) sl_part_plan_observe(p, 1000, 100000);
+    }
+}
+
+/* P100 granularity (56 SMs, 2 in steps of 2): a model at full speed from
+ * 20 SMs is within 20 % from 17 (1.18x), so the search ends at 18 and the
+ * need is 18 + 10 % = 19.8, rounded to 20. It starts at the largest (54),
+ * probes 28, 14, 22, 18, 16 (the median of 5 each), and load changes
+ * nothing meanwhile. */
+static void test_plan_search(void **state)
+{
+    (void) state;
+    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
+    sl_part_plan p;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
+    assert_true(p.search);
+    assert_int_equal(p.phase, SL_PART_REFERENCE);
+    assert_int_equal(p.online, 54);
+    assert_int_equal(p.resizes, 0);
+    /* a time on another size (a resize applied late) is not a sample */
+    sl_part_plan_time(&p, 7, 30, 5000000);
+    assert_int_equal(p.kinds[0].n, 0);
+    const unsigned probes[] = {28, 14, 22, 18, 16};
+    run_kind(&p, 7, 20, 5);
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        assert_int_equal(p.phase, SL_PART_SEARCH);
+        assert_int_equal(p.online, probes[i]);
+        /* fully busy: no growth while the search runs */
+        for (unsigned k = 0; k < 5; k++) {
+            sl_part_plan_time(&p, 7, p.online, model_ns(20, p.online));
+            assert_int_equal(sl_part_plan_observe(&p, 100000, 100000),
+                             k < 4 ? probes[i] : p.online);
+        }
+    }
+    assert_int_equal(p.phase, SL_PART_SIZED);
+    assert_int_equal(p.need, 20);
+    assert_int_equal(p.online, 20);
+    assert_int_equal(p.searches, 1);
+    assert_int_equal(p.resizes, 6); /* 54 -> 28 -> 14 -> 22 -> 18 -> 16 -> 20 */
+    /* sized: the load decides above the need again (busy since the probes) */
+    unsigned u = p.online;
+    for (unsigned i = 0; i < c.hold; i++)
+        u = sl_part_plan_observe(&p, 100000, 100000);
+    assert_int_equal(u, 22);
+}
+
+/* The median decides: one iteration in five slowed fourfold (a spilled
+ * block, a burst of memory traffic) moves nothing; the reference's own
+ * outlier neither. Two kinds of different lengths each get their own
+ * reference. */
+static void test_plan_search_median(void **state)
+{
+    (void) state;
+    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
+    sl_part_plan p;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
+    unsigned n = 0;
+    while (p.phase != SL_PART_SIZED && n < 1000) {
+        uint64_t key = n % 2 ? 11 : 12;
+        unsigned full = 20;
+        uint64_t ns = model_ns(full, p.online) * (key == 11 ? 3 : 1);
+        if (n % 5 == 2)
+            ns *= 4;
+        sl_part_plan_time(&p, key, p.online, ns);
+        (void) sl_part_plan_observe(&p, 1000, 100000);
+        n++;
+    }
+    assert_int_equal(p.need, 20);
+    assert_true(p.kinds[0].ref_ns > 0 && p.kinds[1].ref_ns > 0);
+}
+
+/* A declared need ends the search for good; a kind first seen after the
+ * search starts a new one, but not before SL_PART_RESEARCH observations;
+ * a plan with an objective of 0 never searches. */
+static void test_plan_search_ends(void **state)
+{
+    (void) state;
+    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
+    sl_part_plan p;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
+    run_kind(&p, 7, 20, 3);
+    assert_int_equal(sl_part_plan_declare(&p, 10), 12); /* 54 was a probe: the need now */
+    assert_int_equal(p.phase, SL_PART_SIZED);
+    assert_int_equal(p.need, 12);
+    run_kind(&p, 8, 20, 400);
+    assert_int_equal(p.searches, 0);
+    assert_int_equal(p.online, 12);
+    assert_int_equal(sl_part_plan_declare(&p, 4), 12); /* once sized, it only grows */
+    assert_int_equal(p.need, 6);
+    assert_int_equal(sl_part_plan_declare(&p, 20), 22);
+
+    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
+    run_kind(&p, 7, 20, 30);
+    assert_int_equal(p.phase, SL_PART_SIZED);
+    uint64_t ended = p.observations;
+    run_kind(&p, 9, 40, 1); /* a new kind: too soon for another search */
+    assert_int_equal(p.phase, SL_PART_SIZED);
+    run_kind(&p, 7, 20, SL_PART_RESEARCH - (unsigned) (p.observations - ended) - 1);
+    run_kind(&p, 9, 40, 1);
+    assert_int_equal(p.phase, SL_PART_REFERENCE);
+    assert_int_equal(p.online, 54);
+    /* both kinds get a reference, and the size must keep both within the
+     * objective: kind 9 needs 40 SMs (34 is 1.18x), so 34 + 10 % -> 38 */
+    for (unsigned i = 0; i < 200 && p.phase != SL_PART_SIZED; i++) {
+        uint64_t key = i % 2 ? 7 : 9;
+        sl_part_plan_time(&p, key, p.online, model_ns(key == 7 ? 20 : 40, p.online));
+        (void) sl_part_plan_observe(&p, 1000, 100000);
+    }
+    assert_int_equal(p.searches, 2);
+    assert_int_equal(p.need, 38);
+
+    c.objective = 0;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
+    assert_false(p.search);
+    assert_int_equal(p.online, 2);
+    c.objective = 0.2;
+    c.samples = 0;
+    assert_sl_err(sl_part_plan_init(&p, &c, 0), SL_EINVAL);
+    c.samples = SL_PART_SAMPLES + 1;
+    assert_sl_err(sl_part_plan_init(&p, &c, 0), SL_EINVAL);
+    c.samples = 5;
+    c.objective = -0.1;
+    assert_sl_err(sl_part_plan_init(&p, &c, 0), SL_EINVAL);
+}
+
+/* The meter times an iteration that ran alone, and no other: one that
+ * overlapped another (either way round) gives 0, as does one cut by a reset. */
+static void test_load_alone(void **state)
+{
+    (void) state;
+    sl_part_load l = {0};
+    sl_part_load_start(&l, 1000);
+    assert_int_equal(sl_part_load_done(&l, 3000), 2000);
+    sl_part_load_start(&l, 4000);
+    sl_part_load_start(&l, 4500);
+    assert_int_equal(sl_part_load_done(&l, 5000), 0);
+    assert_int_equal(sl_part_load_done(&l, 6000), 0);
+    sl_part_load_start(&l, 7000);
+    sl_part_load_start(&l, 7100);
+    assert_int_equal(sl_part_load_done(&l, 7200), 0);
+    sl_part_load_start(&l, 7300); /* overlaps the first, still running */
+    assert_int_equal(sl_part_load_done(&l, 7400), 0);
+    assert_int_equal(sl_part_load_done(&l, 8000), 0);
+    sl_part_load_start(&l, 9000);
+    assert_int_equal(sl_part_load_done(&l, 9500), 500);
+    sl_part_load_start(&l, 10000);
+    sl_part_load_reset(&l, 10200);
+    assert_int_equal(sl_part_load_done(&l, 11000), 0);
+    assert_int_equal(sl_part_load_done(&l, 12000), 0); /* a stray completion */
+}
+
 /* ---- the dispatcher, isolated ---- */
 
 typedef struct fake {
@@ -209,6 +375,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_init),         cmocka_unit_test(test_plan_hysteresis),
         cmocka_unit_test(test_plan_load_by_time), cmocka_unit_test(test_load_meter),
+        cmocka_unit_test(test_plan_search),       cmocka_unit_test(test_plan_search_median),
+        cmocka_unit_test(test_plan_search_ends),  cmocka_unit_test(test_load_alone),
         cmocka_unit_test(test_steps_isolated),
     };
     return cmocka_run_group_tests_name("partition", tests, NULL, NULL);
