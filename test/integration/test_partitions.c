@@ -1,7 +1,8 @@
 /* Compute partitions through a real salusd on the cpu backend: started with
  * --partitions or on demand (the default), shown in status, changed at run time (also while clients
  * train: cpu partitions change live), malformed and impossible changes
- * refused, and training results exact throughout. Needs 2 cores (a
+ * refused, and training results exact throughout; and on the sim device,
+ * a declared need and one searched for on demand. Needs 2 cores (a
  * partition each); SKIP otherwise. */
 #include "harness.h"
 #include "sl_test.h"
@@ -158,6 +159,56 @@ static void declared_need(void **state)
     assert_int_equal(sl_test_server_stop(&sim), 0);
 }
 
+/* --partitions demand on the sim device, where nothing is lent: on only
+ * while a high-priority and a low-priority job are both joined, and then
+ * with no need declared the online partition starts at its largest
+ * (120 of 128 SMs) and searches for the need from the high-priority
+ * iterations' times; the search ends at a size of the granularity. */
+static void searched_on_demand_sim(void **state)
+{
+    (void) state;
+    sl_test_server sim;
+    const char *args[] = {"--device",     "sim:h100", "--policy", "priority",
+                          "--partitions", "demand",   NULL};
+    sl_test_server_start(&sim, args);
+    salus_client *c = sl_test_connect(&sim);
+    salus_session *hp, *lp;
+    salus_session_opts ho = {.name = "hp", .priority = 10}, lo = {.name = "lp"};
+    assert_sl_ok(salus_session_open(c, &ho, &hp));
+    status_has(c, "partitions: on demand: off until a high-priority job joins");
+    assert_sl_ok(salus_session_open(c, &lo, &lp));
+    status_has(c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
+    uint64_t w;
+    const int64_t dw[] = {256, 256}, dx[] = {64, 256};
+    assert_sl_ok(salus_tensor_create(hp, SALUS_F32, 2, dw, NULL, &w));
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
+    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
+    (void) salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(hp, g, NULL));
+    static float in[64 * 256];
+    const void *feeds[] = {in};
+    /* the reference (5 iterations), then at most log2(15) + 1 probes of 5 */
+    for (int i = 0; i < 60; i++)
+        assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
+    char *text;
+    assert_sl_ok(salus_partitions_text(c, &text));
+    unsigned online = 0, need = 0;
+    const char *on = strstr(text, "online    "), *sizing = strstr(text, "need searched at +20 %");
+    if (!on || sscanf(on, "online    %u SMs (high-priority lanes; need %u)", &online, &need) != 2 ||
+        !sizing)
+        fail_msg("no searched need:\n%s", text);
+    salus_free(text);
+    print_message("need searched: %u SMs (online now %u)\n", need, online);
+    assert_true(need >= 16 && need <= 120 && need % 8 == 0 && online >= need);
+    salus_graph_free(g);
+    assert_sl_ok(salus_session_close(lp));
+    status_has(c, "partitions: on demand: off");
+    assert_sl_ok(salus_session_close(hp));
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&sim), 0);
+}
+
 static void refused(void **state)
 {
     (void) state;
@@ -243,13 +294,10 @@ int main(void)
                           "1",        NULL};
     sl_test_server_start(&server, args);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(start_and_status),
-        cmocka_unit_test(change_while_training),
-        cmocka_unit_test(spill_beside_hp),
-        cmocka_unit_test(declared_need),
-        cmocka_unit_test(refused),
-        cmocka_unit_test(strict_when_asked),
-        cmocka_unit_test(on_demand_by_default),
+        cmocka_unit_test(start_and_status),       cmocka_unit_test(change_while_training),
+        cmocka_unit_test(spill_beside_hp),        cmocka_unit_test(declared_need),
+        cmocka_unit_test(searched_on_demand_sim), cmocka_unit_test(refused),
+        cmocka_unit_test(strict_when_asked),      cmocka_unit_test(on_demand_by_default),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int status = sl_test_server_stop(&server);
