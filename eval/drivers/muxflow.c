@@ -45,10 +45,13 @@
  * defaults otherwise: the offline job op by op beside the service and
  * spilled into its idle partition), N the service's declared need (graphs.h
  * sl_eval_timeline_need_sms on its request's op shapes); and
- * --partitions auto with no need declared (the partition follows the
- * measured load alone); and --partitions auto:N with N declared at the
- * paper's latency objective (the fewest SMs within 20 % of the request's
- * whole-device time) instead of within 2 %.
+ * --partitions auto with no need declared (salusd searches for it on the
+ * device at its default objective, 20 %; --partitions demand is the same
+ * here, the offline job joined throughout), and without that search
+ * (--partition-objective 0: the partition follows the measured load
+ * alone); and --partitions auto:N with N declared at the paper's latency
+ * objective (the fewest SMs within 20 % of the request's whole-device
+ * time, computed from the op shapes) instead of within 2 %.
  * The services alone are the same runs without the offline job.
  *
  * Figures: GPU utilisation as nvidia-smi reports it (the fraction of time
@@ -66,7 +69,7 @@
  * (the matching policy's under salusd's defaults: graph replays, no
  * partitions, the offline job in concurrent segments; the serial dispatch
  * of one op per step follows as serial_*, the other rows' figures as
- * nofill_*, part_*, partgap_*, partauto_*, partslo_*; the paper:
+ * nofill_*, part_*, partgap_*, partauto_*, partload_*, partslo_*; the paper:
  * utilisation 26 % -> 76 %, online latency up by less than 20 %). */
 #include "cli.h"
 #include "gaps.h"
@@ -133,9 +136,13 @@ typedef struct gpu_mode {
      * it the offline job's iterations go whole on their partition */
     bool spill;
     /* with partitions: the service declares no need (salusd --partitions
-     * auto, sessions without compute units): the online partition starts
-     * at the smallest and follows the measured load alone */
+     * auto or demand, sessions without compute units): salusd searches
+     * for it at its default latency objective (sched/partition.h), then
+     * the measured load sizes the partition above it */
     bool undeclared;
+    /* undeclared, and no search (salusd --partition-objective 0): the
+     * online partition starts at the smallest and follows the load alone */
+    bool load_only;
     /* with partitions: the service declares its need at the latency
      * objective (SLO_SLACK) instead of NEED_SLACK */
     bool slo_need;
@@ -279,8 +286,13 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
         unsigned min_sms, align;
         sl_eval_part_granularity(gpu, &min_sms, &align);
         plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
+        if (mode->load_only)
+            plan.objective = 0;
         cfg.part_sms = gpu->sm_count;
-        cfg.part_online = mode->undeclared ? 0 : mode->slo_need ? sm->need_slo : sm->need;
+        cfg.part_online = mode->load_only    ? min_sms
+                          : mode->undeclared ? 0
+                          : mode->slo_need   ? sm->need_slo
+                                             : sm->need;
         cfg.part_plan = &plan;
         cfg.no_stepwise = !mode->spill;
         if (mode->spill) /* a request waits at most the gap margin of itself */
@@ -381,6 +393,7 @@ enum {
     R_PART,
     R_PART_GAP,
     R_PART_AUTO,
+    R_PART_LOAD,
     R_PART_SLO,
     N_ROWS
 };
@@ -755,6 +768,9 @@ static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
         [R_PART_AUTO] = {"matching-part-auto",
                          P_MATCH,
                          {.partitions = true, .spill = true, .undeclared = true}},
+        [R_PART_LOAD] = {"matching-part-load",
+                         P_MATCH,
+                         {.partitions = true, .spill = true, .load_only = true}},
         [R_PART_SLO] = {"matching-part-slo",
                         P_MATCH,
                         {.partitions = true, .spill = true, .slo_need = true}},
@@ -789,7 +805,8 @@ static void print_ours(const cluster *cl, const row_res res[N_ROWS])
         [R_NOFILL] = "--no-gap-fill",
         [R_PART] = "--partitions auto:need --no-stepwise",
         [R_PART_GAP] = "--partitions auto:need",
-        [R_PART_AUTO] = "--partitions auto, no need declared",
+        [R_PART_AUTO] = "--partitions auto, no need declared: searched at +20 %",
+        [R_PART_LOAD] = "--partitions auto --partition-objective 0, sized by load alone",
         [R_PART_SLO] = "--partitions auto:need at the latency objective",
     };
     double n_gpus = (double) cl->o->n_gpus;
@@ -839,7 +856,8 @@ static void print_bench(const row_res res[N_ROWS])
            res[R_ONE].sm, res[R_MATCH].worst);
     static const char *const key[N_ROWS] = {
         [R_SHIPPED] = "serial",   [R_NOFILL] = "nofill",      [R_PART] = "part",
-        [R_PART_GAP] = "partgap", [R_PART_AUTO] = "partauto", [R_PART_SLO] = "partslo"};
+        [R_PART_GAP] = "partgap", [R_PART_AUTO] = "partauto", [R_PART_LOAD] = "partload",
+        [R_PART_SLO] = "partslo"};
     for (int ri = R_MATCH; ri < N_ROWS; ri++)
         if (res[ri].ran && ri != R_MATCH) {
             printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],
