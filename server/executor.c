@@ -986,6 +986,7 @@ static void iteration_end(sl_exec_task *t)
     bool lane_idle = sl_lanes_settle(&ex->handoff, t->lane);
     if (lane_idle)
         lanes_collect(ex);
+    sl_exec_parts_settle(ex); /* a resize that waited for an idle device */
     /* the lane was handed on above; whatever the done hook queues kicks
      * its own lane */
     ex->hooks.done(ex->hooks.arg, t, t->status, lane_idle, &box);

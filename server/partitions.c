@@ -342,7 +342,13 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind)
     unsigned next = sl_part_load_observe(&p->load, &p->plan, now);
     if (next != before)
         p->want = next;
-    if (!p->want || (!p->caps.live && ex->stats.lanes_busy > 0))
+    sl_exec_parts_settle(ex);
+}
+
+void sl_exec_parts_settle(sl_exec *ex)
+{
+    sl_exec_parts *p = &ex->parts;
+    if (!p->want || !p->online || (!p->caps.live && !sl_exec_idle(ex)))
         return; /* applied at an idle moment */
     int rc = apply_sizes(ex, p->want);
     if (rc == SL_OK) {

@@ -116,6 +116,13 @@ const sl_partition *sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool hi
 void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now, uint32_t declared);
 void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now, uint64_t kind);
 
+/* Applies a resize the plan asked for and could not have yet: on a
+ * backend without live changes only while nothing runs (no lane busy, no
+ * control copy), which under a busy low-priority trainer is the end of
+ * one of its iterations with no high-priority one running; so every
+ * iteration's completion tries (after its lane settled). */
+void sl_exec_parts_settle(struct sl_exec *ex);
+
 struct sl_exec_task;
 
 /* The stream a low-priority step of t (op k, part `part` of `parts`)

@@ -7,7 +7,9 @@
 #include "harness.h"
 #include "sl_test.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +161,35 @@ static void declared_need(void **state)
     assert_int_equal(sl_test_server_stop(&sim), 0);
 }
 
+/* A low-priority session running eight 4096-square matmuls of its own
+ * params per iteration (about 20 ms on a modelled H100), back to back
+ * until stop. */
+typedef struct lp_loop {
+    salus_session *s;
+    atomic_bool stop;
+    int rc, iterations;
+} lp_loop;
+
+static void *lp_main(void *arg)
+{
+    lp_loop *l = arg;
+    const int64_t d[] = {4096, 4096};
+    uint64_t a;
+    salus_graph *g = NULL;
+    if ((l->rc = salus_tensor_create(l->s, SALUS_F32, 2, d, NULL, &a)) != SALUS_OK)
+        return NULL;
+    g = salus_graph_new();
+    salus_value x = salus_graph_param(g, a, SALUS_F32, 2, d), y = x;
+    for (int i = 0; i < 8; i++)
+        y = salus_graph_op(g, "matmul", 2, (salus_value[]){y, x}, 0, NULL, 0, NULL);
+    if ((l->rc = salus_graph_register(l->s, g, NULL)) == SALUS_OK)
+        while (!atomic_load(&l->stop) &&
+               (l->rc = salus_run(l->s, g, NULL, 0, NULL, NULL)) == SALUS_OK)
+            l->iterations++;
+    salus_graph_free(g);
+    return NULL;
+}
+
 /* --partitions demand on the sim device, where nothing is lent: on only
  * while a high-priority and a low-priority job are both joined, and then
  * with no need declared the online partition starts at its largest
@@ -168,16 +199,24 @@ static void searched_on_demand_sim(void **state)
 {
     (void) state;
     sl_test_server sim;
-    const char *args[] = {"--device",     "sim:h100", "--policy", "priority",
-                          "--partitions", "demand",   NULL};
+    const char *args[] = {"--device", "sim:h100",       "--policy", "priority", "--partitions",
+                          "demand",   "--memory-limit", "2G",       NULL};
     sl_test_server_start(&sim, args);
     salus_client *c = sl_test_connect(&sim);
     salus_session *hp, *lp;
-    salus_session_opts ho = {.name = "hp", .priority = 10}, lo = {.name = "lp"};
+    salus_session_opts ho = {.name = "hp", .priority = 10},
+                       lo = {.name = "lp", .ephemeral_bytes = 256ull << 20};
     assert_sl_ok(salus_session_open(c, &ho, &hp));
     status_has(c, "partitions: on demand: off until a high-priority job joins");
     assert_sl_ok(salus_session_open(c, &lo, &lp));
     status_has(c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
+    /* the low-priority session runs iterations of tens of ms back to back,
+     * so its lane is busy at almost every high-priority boundary; sim
+     * changes partitions only while nothing runs, which is then the end of
+     * one of its iterations (sl_exec_parts_settle) */
+    lp_loop lpl = {.s = lp};
+    pthread_t lpt;
+    assert_int_equal(pthread_create(&lpt, NULL, lp_main, &lpl), 0);
     uint64_t w;
     const int64_t dw[] = {256, 256}, dx[] = {64, 256};
     assert_sl_ok(salus_tensor_create(hp, SALUS_F32, 2, dw, NULL, &w));
@@ -188,18 +227,32 @@ static void searched_on_demand_sim(void **state)
     assert_sl_ok(salus_graph_register(hp, g, NULL));
     static float in[64 * 256];
     const void *feeds[] = {in};
-    /* the reference (5 iterations), then at most log2(15) + 1 probes of 5 */
-    for (int i = 0; i < 60; i++)
-        assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
-    char *text;
-    assert_sl_ok(salus_partitions_text(c, &text));
+    /* the reference (5 iterations), then at most log2(15) + 1 probes of 5,
+     * each size once the low-priority iteration running ends */
+    char *text = NULL;
+    struct timespec t0, now, nap = {0, 2 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (int i = 0; i < 10; i++) {
+            assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
+            nanosleep(&nap, NULL);
+        }
+        salus_free(text);
+        assert_sl_ok(salus_partitions_text(c, &text));
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (!strstr(text, "need searched") && now.tv_sec - t0.tv_sec < 30);
+    atomic_store(&lpl.stop, true);
+    assert_int_equal(pthread_join(lpt, NULL), 0);
+    assert_sl_ok(lpl.rc);
+    assert_true(lpl.iterations > 0);
     unsigned online = 0, need = 0;
     const char *on = strstr(text, "online    "), *sizing = strstr(text, "need searched at +20 %");
     if (!on || sscanf(on, "online    %u SMs (high-priority lanes; need %u)", &online, &need) != 2 ||
         !sizing)
         fail_msg("no searched need:\n%s", text);
     salus_free(text);
-    print_message("need searched: %u SMs (online now %u)\n", need, online);
+    print_message("need searched: %u SMs (online now %u), low-priority iterations %d in %ld s\n",
+                  need, online, lpl.iterations, (long) (now.tv_sec - t0.tv_sec));
     assert_true(need >= 16 && need <= 120 && need % 8 == 0 && online >= need);
     salus_graph_free(g);
     assert_sl_ok(salus_session_close(lp));
