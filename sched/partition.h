@@ -26,10 +26,14 @@
  *   per model); then a binary search over the sizes the granularity allows
  *   finds the fewest units on which, over `samples` iteration times, the
  *   median of every kind's is within (1 + objective) of its reference, and
- *   that size plus headroom becomes the need. A kind seen for the first time once the
- *   search is over starts a new one (at most one per SL_PART_RESEARCH
- *   observations). Time on the partition is what salusd measures; how it
- *   scales with units is what no device profile says for every model.
+ *   that size plus headroom becomes the need. A kind seen for the first
+ *   time once the search is over starts a new one (at most one per
+ *   SL_PART_RESEARCH observations). Only iterations that ran alone count,
+ *   so while online iterations always overlap the search waits, at the
+ *   largest or the probed size: high-priority work keeps its units, the
+ *   offline lanes wait for theirs. Time on the partition is what salusd
+ *   measures; how it scales with units is what no device profile says for
+ *   every model.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).

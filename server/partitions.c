@@ -238,9 +238,7 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     }
     /* the offline lanes' streams run below normal while high-priority
      * work exists (stream classes): where the device hands their units
-     * over at once, the online lanes may also use them (device.h
-     * partition_lend); with stream classes off they would share them as
-     * equals, so the partitions stay strict (as they do when asked) */
+     * over at once, the online lanes may also use them (lends) */
     p->lent = false;
     if (lends(ex)) {
         int lrc = ops->partition_lend(ex->dev, p->offline, true);
