@@ -326,6 +326,14 @@ int salus_partitions_text(salus_client *c, char **text)
                               plural(p->offline, p->unit, u2, sizeof u2),
                               p->lent ? ", lent to online work" : "");
         }
+        if (p->trials)
+            sl_textbuf_printf(&b, "guard     sharing tried %llu times, ended %llu\n",
+                              (unsigned long long) p->trials, (unsigned long long) p->trials_ended);
+        if (p->sizing && !strcmp(p->sizing, "shared"))
+            sl_textbuf_printf(&b,
+                              "sizing    shared: high-priority latency as good without "
+                              "partitions (need %u, within +%.0f %%)\n",
+                              p->need, 100 * p->objective);
         sl_textbuf_printf(&b, "resizes   %llu  spills %llu\n", (unsigned long long) p->resizes,
                           (unsigned long long) p->spills);
     }

@@ -73,20 +73,27 @@ static void search_start(sl_part_plan *p)
 {
     for (unsigned i = 0; i < SL_PART_KINDS; i++)
         p->kinds[i] = (sl_part_kind){0};
+    p->shared = false;
     p->phase = SL_PART_REFERENCE;
     p->n_probe = 0;
     set_online(p, online_max(&p->cfg));
 }
 
-static double median(const double *v, unsigned n)
+/* v's n values (n <= SL_PART_WINDOW) in s, ascending: an insertion sort. */
+static void sort_into(const double *v, unsigned n, double *s)
 {
-    double s[SL_PART_SAMPLES];
-    for (unsigned i = 0; i < n; i++) { /* insertion sort: n <= 16 */
+    for (unsigned i = 0; i < n; i++) {
         unsigned j = i;
         for (; j > 0 && s[j - 1] > v[i]; j--)
             s[j] = s[j - 1];
         s[j] = v[i];
     }
+}
+
+static double median(const double *v, unsigned n)
+{
+    double s[SL_PART_SAMPLES];
+    sort_into(v, n, s);
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
@@ -101,7 +108,7 @@ static void search_probe(sl_part_plan *p)
     if (p->lo >= p->hi) {
         p->phase = SL_PART_SIZED;
         p->need = with_headroom(&p->cfg, step_size(&p->cfg, p->hi));
-        p->search_end = p->observations;
+        p->search_end = p->trial_at = p->observations;
         p->searches++;
         set_online(p, p->need);
         return;
@@ -168,8 +175,9 @@ int sl_part_plan_init(sl_part_plan *p, const sl_part_plan_config *cfg, unsigned 
 
 unsigned sl_part_plan_declare(sl_part_plan *p, unsigned need_units)
 {
-    bool probing = p->phase != SL_PART_SIZED; /* its size was only a probe */
+    bool probing = p->phase != SL_PART_SIZED && p->phase != SL_PART_SHARED;
     p->search = false;
+    p->shared = false;
     p->phase = SL_PART_SIZED;
     p->need = with_headroom(&p->cfg, need_units);
     if (probing || p->online < p->need)
@@ -182,7 +190,7 @@ void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t n
     if (!p->search)
         return;
     sl_part_kind *k = kind_find(p, key);
-    if (p->phase == SL_PART_SIZED) {
+    if (p->phase == SL_PART_SIZED || p->phase == SL_PART_SHARED) {
         /* a kind without a reference: its time on the need is unknown */
         if (!k && p->observations >= p->search_end + SL_PART_RESEARCH)
             search_start(p);
@@ -228,6 +236,73 @@ void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t n
     else
         p->lo = mid + 1;
     search_probe(p);
+}
+
+/* Guard: every kind with a partitioned percentile, and none still short
+ * of a window on partitions, once the retry time has come. */
+static bool trial_due(const sl_part_plan *p)
+{
+    if (p->observations < p->trial_at)
+        return false;
+    bool any = false;
+    for (unsigned i = 0; i < SL_PART_KINDS; i++) {
+        const sl_part_kind *k = &p->kinds[i];
+        if (k->used && k->ref_ns && !k->part_p90)
+            return false;
+        any |= k->used && k->part_p90 > 0;
+    }
+    return any;
+}
+
+/* Every kind's window restarts; `fresh` also forgets the partitions'
+ * percentiles, so the next trial compares with a window at that time's load. */
+static void guard_windows_reset(sl_part_plan *p, bool fresh)
+{
+    for (unsigned i = 0; i < SL_PART_KINDS; i++) {
+        p->kinds[i].n_lat = p->kinds[i].over = 0;
+        if (fresh)
+            p->kinds[i].part_p90 = 0;
+    }
+}
+
+void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns)
+{
+    if (!p->search || !p->cfg.guard || (p->phase != SL_PART_SIZED && p->phase != SL_PART_SHARED))
+        return;
+    sl_part_kind *k = kind_find(p, key);
+    if (!k || !k->ref_ns)
+        return;
+    if (p->phase == SL_PART_SIZED) {
+        k->lat[k->n_lat++] = (double) ns;
+        if (k->n_lat == SL_PART_WINDOW) {
+            double s[SL_PART_WINDOW];
+            sort_into(k->lat, k->n_lat, s);
+            k->part_p90 = s[(SL_PART_WINDOW * 9 + 9) / 10 - 1];
+            k->n_lat = 0;
+        }
+        if (trial_due(p)) {
+            guard_windows_reset(p, false);
+            p->phase = SL_PART_SHARED;
+            p->shared = true;
+            p->trials++;
+        }
+        return;
+    }
+    if (!k->part_p90)
+        return;
+    k->n_lat++;
+    if ((double) ns > k->part_p90 && ++k->over > SL_PART_WINDOW / 5 + SL_PART_SLACK) {
+        /* worse than the partitions: back on them, the next trial later */
+        guard_windows_reset(p, true);
+        p->phase = SL_PART_SIZED;
+        p->shared = false;
+        p->since_change = 0;
+        p->trial_at = p->observations + SL_PART_RETRY;
+        p->breaks++;
+        return;
+    }
+    if (k->n_lat == SL_PART_WINDOW)
+        k->n_lat = k->over = 0; /* as good a window as the partitions': another */
 }
 
 unsigned sl_part_plan_observe(sl_part_plan *p, uint64_t busy_ns, uint64_t window_ns)

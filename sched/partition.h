@@ -33,7 +33,25 @@
  *   largest or the probed size: high-priority work keeps its units, the
  *   offline lanes wait for theirs. Time on the partition is what salusd
  *   measures; how it scales with units is what no device profile says for
- *   every model.
+ *   every model;
+ * - with guard as well, partitions only where they serve the online work
+ *   better than sharing: once the need is found and a window of
+ *   SL_PART_WINDOW online requests per kind has run on it, the plan tries
+ *   the whole device shared (p->shared: the caller removes the
+ *   partitions). Requests are judged by latency (arrival to completion,
+ *   queueing and overlap included, so the signal grows rather than
+ *   vanishes when sharing makes requests queue), against the 90th
+ *   percentile of the same kind's on the partitions (sized to keep the
+ *   objective). Sharing ends as soon as more than a fifth of a window
+ *   plus SL_PART_SLACK of some kind's requests exceed it (twice the tenth
+ *   that latencies as good as the partitions' give, which then end a
+ *   window with a chance of about 0.2 %), and is tried
+ *   again SL_PART_RETRY requests later against a new window on the
+ *   partitions, so trials that fail cost under 1 % of requests (what a
+ *   p99 sees); while it holds, windows restart.
+ *   Sharing gives the offline lanes every unit whenever the online ones
+ *   are idle; partitions keep their blocks off the online units, which a
+ *   service whose requests are as short as those blocks needs.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).
@@ -60,6 +78,7 @@ typedef struct sl_part_plan_config {
      * partition); 0 = no search, the need is the smallest partition */
     double objective;
     unsigned samples; /* iteration times per size in the search, 1..SL_PART_SAMPLES */
+    bool guard;       /* after a search, share the device where that serves as well */
 } sl_part_plan_config;
 
 /* salusd's defaults for a device of the given granularity: headroom 10 %,
@@ -70,11 +89,15 @@ sl_part_plan_config sl_part_plan_config_default(unsigned units, unsigned min_uni
 #define SL_PART_SAMPLES 16   /* most iteration times kept per size */
 #define SL_PART_KINDS 8      /* iteration kinds with a reference */
 #define SL_PART_RESEARCH 256 /* observations between two searches */
+#define SL_PART_WINDOW 64    /* guard: requests per kind in a latency window */
+#define SL_PART_SLACK 3      /* guard: requests over the window's fifth a trial allows */
+#define SL_PART_RETRY 4096   /* guard: observations from a failed trial to the next */
 
 enum sl_part_phase {
     SL_PART_SIZED,     /* the need is known (declared, or searched) */
     SL_PART_REFERENCE, /* at the largest partition: reference times */
     SL_PART_SEARCH,    /* probing a size of the binary search */
+    SL_PART_SHARED,    /* guard: no partitions, latencies watched */
 };
 
 /* One kind of online iteration: its times on the largest partition while
@@ -87,6 +110,11 @@ typedef struct sl_part_kind {
     unsigned n;
     double v[SL_PART_SAMPLES];
     double ref_ns; /* 0 until the reference is taken */
+    /* guard: latencies of the current window, and the 90th percentile of
+     * the last full one on partitions (0 = none yet) */
+    unsigned n_lat, over;
+    double lat[SL_PART_WINDOW];
+    double part_p90;
 } sl_part_kind;
 
 typedef struct sl_part_plan {
@@ -107,7 +135,19 @@ typedef struct sl_part_plan {
     uint64_t observations; /* sl_part_plan_observe calls */
     uint64_t search_end;   /* the observation the last search ended at */
     uint64_t searches;     /* searches finished */
+    /* guard: the device shared, no partitions (the caller's to remove);
+     * p->online keeps the size they come back at */
+    bool shared;
+    uint64_t trial_at; /* the observation from which sharing may be tried */
+    uint64_t trials;   /* times sharing was tried / ended */
+    uint64_t breaks;
 } sl_part_plan;
+
+/* Guard: an online request of kind key took ns from its arrival to its
+ * completion, partitioned or shared (every request, overlapping or not).
+ * May change p->shared; call before sl_part_plan_observe at the same
+ * boundary. */
+void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns);
 
 /* Rounds units up to the granularity (at least min_units, then steps of
  * align), at most cfg->units. */
@@ -129,10 +169,10 @@ unsigned sl_part_plan_declare(sl_part_plan *p, unsigned need_units);
 
 /* The search's input: an online iteration of kind key ran ns alone (no
  * other online iteration beside it: sl_part_load_done) on a partition of
- * units. Times taken on another size than the plan's now are ignored (a
- * resize the caller applies later). May change p->online (the next size
- * to probe, or the need found); call before sl_part_plan_observe at the
- * same boundary. */
+ * units (0: shared, no partitions). Times taken on another size than the
+ * plan's now are ignored (a resize the caller applies later). May change
+ * p->online (the next size to probe, or the need found); call before
+ * sl_part_plan_observe at the same boundary. */
 void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t ns);
 
 /* One online iteration boundary: the partition was busy busy_ns of the

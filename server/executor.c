@@ -776,7 +776,7 @@ static void fail_task(sl_exec *ex, sl_exec_task *t, int status, sl_outbox *box)
     sl_sched_complete(ex->sched, &t->job->sched, 0, sl_now_ns());
     if (t->online) { /* counted in the partition's load: no completion will end it */
         t->online = false;
-        sl_exec_parts_hp_done(ex, sl_now_ns(), 0);
+        sl_exec_parts_hp_done(ex, sl_now_ns(), 0, 0);
     }
     /* an iteration whose completion could not be queued may still have op
      * marks queued on its stream: they are left (a trace's few bytes), not
@@ -979,7 +979,8 @@ static void iteration_end(sl_exec_task *t)
     if (j->high_priority)
         sl_gaps_hp_complete(&ex->gaps, &j->hp, now);
     if (t->online)
-        sl_exec_parts_hp_done(ex, now, iteration_kind(t->graph));
+        sl_exec_parts_hp_done(ex, now, iteration_kind(t->graph),
+                              now > t->arrival_ns ? now - t->arrival_ns : 0);
     if (j->high_priority || t->stepwise)
         sl_exec_resume(ex, false);
     /* an idle lane may shrink or go, letting queued sessions in */

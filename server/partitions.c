@@ -46,6 +46,8 @@ int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units)
 
 const char *sl_parts_sizing(const sl_exec_parts *p)
 {
+    if (p->plan.search && p->plan.shared)
+        return "shared";
     if (p->plan.search)
         return p->plan.phase == SL_PART_SIZED ? "searched" : "searching";
     return p->declared || p->session_need || p->mode == SL_PARTS_FIXED ? "declared" : "smallest";
@@ -54,15 +56,28 @@ const char *sl_parts_sizing(const sl_exec_parts *p)
 void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
 {
     const char *demand = p->demand ? "on demand: " : "";
+    if (p->mode == SL_PARTS_AUTO && !p->online && p->plan.shared) {
+        snprintf(buf, len,
+                 "%sshared (high-priority latency as good as on %u %s%s; %llu trials, %llu "
+                 "ended), %llu resizes, %llu spills; %s",
+                 demand, p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",
+                 (unsigned long long) p->plan.trials, (unsigned long long) p->plan.breaks,
+                 (unsigned long long) p->resizes, (unsigned long long) p->spills, p->caps.note);
+        return;
+    }
     if (p->mode == SL_PARTS_OFF || !p->online) {
         snprintf(buf, len, "%soff%s%s%s", demand,
                  p->demand ? " until a high-priority job joins" : "",
                  p->caps_ok ? "; device: " : "", p->caps_ok ? p->caps.note : "");
         return;
     }
-    char need[64];
+    char need[96];
     if (p->plan.search && p->plan.phase != SL_PART_SIZED)
         snprintf(need, sizeof need, "searching at +%.0f %%", 100 * p->plan.cfg.objective);
+    else if (p->plan.search && p->plan.cfg.guard)
+        snprintf(need, sizeof need, "need %u, searched at +%.0f %%; %llu trials, %llu ended",
+                 p->plan.need, 100 * p->plan.cfg.objective, (unsigned long long) p->plan.trials,
+                 (unsigned long long) p->plan.breaks);
     else if (p->plan.search)
         snprintf(need, sizeof need, "need %u, searched at +%.0f %%", p->plan.need,
                  100 * p->plan.cfg.objective);
@@ -157,67 +172,30 @@ static bool lends(const sl_exec *ex)
            !ex->cfg->strict_partitions;
 }
 
-/* Puts mode (OFF, FIXED or AUTO) in force with the declared need units;
- * errors as sl_exec_set_partitions. */
-static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
+/* Removes both partitions (every stream unbound first), leaving the
+ * mode: off, or the guard's sharing. Nothing may run on a backend without
+ * live changes. */
+static int detach(sl_exec *ex)
+{
+    sl_exec_parts *p = &ex->parts;
+    int rc = unbind_all(ex);
+    if (rc != SL_OK)
+        return rc;
+    destroy_both(ex);
+    p->lent = false;
+    p->want = 0;
+    ex->steps.cfg.isolated = false;
+    return SL_OK;
+}
+
+/* After apply_sizes created the partitions: low-priority steps isolated,
+ * the spill stream on the online partition, control copies on the offline
+ * one, and the offline units lent where the device can. */
+static void attached(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
     const sl_device_ops *ops = ex->dev->ops;
-    if (mode == SL_PARTS_OFF) {
-        if (!p->online) {
-            p->mode = SL_PARTS_OFF;
-            return SL_OK;
-        }
-        if (!p->caps.live && ex->stats.lanes_busy > 0)
-            return SL_EBUSY;
-        int rc = unbind_all(ex);
-        if (rc != SL_OK)
-            return rc;
-        destroy_both(ex);
-        p->mode = SL_PARTS_OFF;
-        p->lent = false;
-        p->want = 0;
-        ex->steps.cfg.isolated = false;
-        sl_log_info("exe.parts", "compute partitions off");
-        return SL_OK;
-    }
-    if (!ops->partition_caps)
-        return SL_EUNSUPPORTED;
-    int rc = ops->partition_caps(ex->dev, &p->caps);
-    p->caps_ok = true;
-    if (rc != SL_OK) {
-        sl_log_warn("exe.parts", "the device has no compute partitions: %s", p->caps.note);
-        return SL_EUNSUPPORTED;
-    }
-    if (!p->caps.live && ex->stats.lanes_busy > 0)
-        return SL_EBUSY;
-    sl_part_plan_config pc =
-        sl_part_plan_config_default(p->caps.units, p->caps.min_units, p->caps.align);
-    if (mode == SL_PARTS_FIXED)
-        pc.headroom = 0; /* the operator's figure as it is */
-    /* where the offline partition lends its units the online lanes reach
-     * them anyway: nothing to search for, the smallest partition does */
-    if (lends(ex))
-        pc.objective = 0;
-    else if (ex->cfg->partition_objective_set)
-        pc.objective = ex->cfg->partition_objective;
-    sl_part_plan plan;
-    unsigned need = units ? units : pc.objective > 0 ? 0 : p->caps.min_units;
-    if ((rc = sl_part_plan_init(&plan, &pc, need)) != SL_OK)
-        return rc;
-    if (units && sl_part_round(&pc, units) > plan.online && mode == SL_PARTS_FIXED)
-        return SL_EINVAL; /* no room left for the offline lanes */
-    if ((rc = apply_sizes(ex, plan.online)) != SL_OK)
-        return rc;
-    uint64_t resizes = p->resizes;
-    p->plan = plan;
-    p->resizes = resizes;
-    p->mode = mode;
-    p->declared = units;
-    p->session_need = 0;
     p->used = true;
-    p->want = 0;
-    sl_part_load_reset(&p->load, sl_now_ns());
     ex->steps.cfg.isolated = true;
     /* the spill stream: below normal, on the online partition */
     if (!p->spill && ops->stream_create(ex->dev, -1, &p->spill) != SL_OK)
@@ -246,6 +224,67 @@ static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
         if (lrc != SL_OK)
             sl_log_warn("exe.parts", "the offline partition lends nothing: %s", sl_strerror(lrc));
     }
+}
+
+/* Puts mode (OFF, FIXED or AUTO) in force with the declared need units,
+ * AUTO with the sharing guard when guard (sched/partition.h); errors as
+ * sl_exec_set_partitions. */
+static int set_mode(sl_exec *ex, enum sl_parts_mode mode, unsigned units, bool guard)
+{
+    sl_exec_parts *p = &ex->parts;
+    const sl_device_ops *ops = ex->dev->ops;
+    if (mode == SL_PARTS_OFF) {
+        if (!p->online) {
+            p->mode = SL_PARTS_OFF;
+            return SL_OK;
+        }
+        if (!p->caps.live && ex->stats.lanes_busy > 0)
+            return SL_EBUSY;
+        int rc = detach(ex);
+        if (rc != SL_OK)
+            return rc;
+        p->mode = SL_PARTS_OFF;
+        sl_log_info("exe.parts", "compute partitions off");
+        return SL_OK;
+    }
+    if (!ops->partition_caps)
+        return SL_EUNSUPPORTED;
+    int rc = ops->partition_caps(ex->dev, &p->caps);
+    p->caps_ok = true;
+    if (rc != SL_OK) {
+        sl_log_warn("exe.parts", "the device has no compute partitions: %s", p->caps.note);
+        return SL_EUNSUPPORTED;
+    }
+    if (!p->caps.live && ex->stats.lanes_busy > 0)
+        return SL_EBUSY;
+    sl_part_plan_config pc =
+        sl_part_plan_config_default(p->caps.units, p->caps.min_units, p->caps.align);
+    if (mode == SL_PARTS_FIXED)
+        pc.headroom = 0; /* the operator's figure as it is */
+    /* where the offline partition lends its units the online lanes reach
+     * them anyway: nothing to search for, the smallest partition does */
+    if (lends(ex))
+        pc.objective = 0;
+    else if (ex->cfg->partition_objective_set)
+        pc.objective = ex->cfg->partition_objective;
+    pc.guard = guard && mode == SL_PARTS_AUTO;
+    sl_part_plan plan;
+    unsigned need = units ? units : pc.objective > 0 ? 0 : p->caps.min_units;
+    if ((rc = sl_part_plan_init(&plan, &pc, need)) != SL_OK)
+        return rc;
+    if (units && sl_part_round(&pc, units) > plan.online && mode == SL_PARTS_FIXED)
+        return SL_EINVAL; /* no room left for the offline lanes */
+    if ((rc = apply_sizes(ex, plan.online)) != SL_OK)
+        return rc;
+    uint64_t resizes = p->resizes;
+    p->plan = plan;
+    p->resizes = resizes;
+    p->mode = mode;
+    p->declared = units;
+    p->session_need = 0;
+    p->want = 0;
+    sl_part_load_reset(&p->load, sl_now_ns());
+    attached(ex);
     char line[256];
     sl_parts_describe(p, line, sizeof line);
     sl_log_info("exe.parts", "compute partitions: %s", line);
@@ -269,7 +308,7 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
 {
     sl_exec_parts *p = &ex->parts;
     if (mode != SL_PARTS_DEMAND) {
-        int rc = set_mode(ex, mode, units);
+        int rc = set_mode(ex, mode, units, false);
         if (rc == SL_OK)
             p->demand = false;
         return rc;
@@ -280,7 +319,7 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     p->caps_ok = true;
     bool was = p->demand;
     p->demand = true;
-    int rc = set_mode(ex, demand_wanted(ex) ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
+    int rc = set_mode(ex, demand_wanted(ex) ? SL_PARTS_AUTO : SL_PARTS_OFF, 0, !lends(ex));
     if (rc != SL_OK)
         p->demand = was;
     return rc;
@@ -294,7 +333,7 @@ void sl_exec_parts_follow(sl_exec *ex)
     bool on = demand_wanted(ex);
     if (on == (p->mode != SL_PARTS_OFF))
         return;
-    int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0);
+    int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0, !lends(ex));
     if (rc != SL_OK)
         sl_log_warn("exe.parts", "cannot turn the partitions %s on demand: %s", on ? "on" : "off",
                     sl_strerror(rc));
@@ -318,7 +357,8 @@ void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
 {
     sl_exec_parts *p = &ex->parts;
     sl_part_load_start(&p->load, now);
-    if (p->mode != SL_PARTS_AUTO || p->declared || !p->online || declared <= p->session_need)
+    if (p->mode != SL_PARTS_AUTO || p->declared || (!p->online && !p->plan.shared) ||
+        declared <= p->session_need)
         return;
     p->session_need = declared;
     unsigned before = p->plan.online;
@@ -327,16 +367,19 @@ void sl_exec_parts_hp_start(sl_exec *ex, uint64_t now, uint32_t declared)
         p->want = next; /* applied at this iteration's boundary */
 }
 
-void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind)
+void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind, uint64_t latency_ns)
 {
     sl_exec_parts *p = &ex->parts;
     uint64_t alone_ns = sl_part_load_done(&p->load, now);
-    if (p->mode != SL_PARTS_AUTO || !p->online)
+    if (p->mode != SL_PARTS_AUTO || (!p->online && !p->plan.shared))
         return;
     unsigned before = p->plan.online;
-    if (kind && alone_ns) /* timed on the size in force, which a late resize may not be yet */
-        sl_part_plan_time(&p->plan, kind, ex->dev->ops->partition_units(ex->dev, p->online),
+    if (kind && alone_ns) /* timed where it ran, which a late change may not have left yet */
+        sl_part_plan_time(&p->plan, kind,
+                          p->online ? ex->dev->ops->partition_units(ex->dev, p->online) : 0,
                           alone_ns);
+    if (kind)
+        sl_part_plan_latency(&p->plan, kind, latency_ns);
     unsigned next = sl_part_load_observe(&p->load, &p->plan, now);
     if (next != before)
         p->want = next;
@@ -346,8 +389,25 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind)
 void sl_exec_parts_settle(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
-    if (!p->want || !p->online || (!p->caps.live && !sl_exec_idle(ex)))
-        return; /* applied at an idle moment */
+    if (p->mode != SL_PARTS_AUTO)
+        return;
+    bool drop = p->plan.shared && p->online, restore = !p->plan.shared && !p->online;
+    if (!drop && !restore && (!p->want || !p->online))
+        return;
+    if (!p->caps.live && !sl_exec_idle(ex))
+        return;            /* applied at an idle moment */
+    if (drop || restore) { /* the guard's change */
+        int rc = drop ? detach(ex) : apply_sizes(ex, p->plan.online);
+        if (rc == SL_OK && restore)
+            attached(ex);
+        if (rc == SL_OK)
+            p->switches++;
+        else
+            sl_log_warn("exe.parts", "cannot %s the partitions: %s", drop ? "remove" : "bring back",
+                        sl_strerror(rc));
+        p->want = 0;
+        return;
+    }
     int rc = apply_sizes(ex, p->want);
     if (rc == SL_OK) {
         p->resizes++;

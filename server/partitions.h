@@ -37,9 +37,12 @@
  * exclusive lanes, off otherwise (sl_exec_parts_follow); salusd's default
  * where the offline partition lends its units (cpu): there high-priority
  * work loses nothing to a partition, it still reaches every core.
- * Elsewhere (cuda, sim: --partitions demand) it loses up to the objective,
- * so partitions go on only while a low-priority job is joined too: then
- * they keep that job's blocks off the high-priority work's units. */
+ * Elsewhere (cuda, sim: --partitions demand) it loses up to the
+ * objective, so partitions go on only while a low-priority job is joined
+ * too, and with the guard (sched/partition.h): once the need is found
+ * they are removed while high-priority requests fare as well on the
+ * shared device, and kept where they keep the low-priority blocks off
+ * requests as short as those blocks. */
 enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO, SL_PARTS_DEMAND };
 
 typedef struct sl_exec_parts {
@@ -58,6 +61,7 @@ typedef struct sl_exec_parts {
     unsigned want;     /* online units asked for and not applied yet (0 = none) */
     sl_part_load load; /* the online partition's busy time (plan's input) */
     uint64_t resizes;
+    uint64_t switches; /* the guard's removals and returns of the partitions */
     /* gap filling into the online partition: a below-normal stream bound
      * to it that a low-priority step may borrow while the online lanes are
      * idle (one step at a time); created the first time partitions go on,
@@ -72,7 +76,8 @@ typedef struct sl_exec_parts {
  * Errors: SL_EINVAL (anything else, N 0 or above 1000000). */
 int sl_parts_parse(const char *text, enum sl_parts_mode *mode, unsigned *units);
 
-/* How the need was set: "declared", "searching", "searched" or "smallest"
+/* How the need was set: "declared", "searching", "searched", "shared"
+ * (searched, and the guard has the partitions removed) or "smallest"
  * (static text). */
 const char *sl_parts_sizing(const sl_exec_parts *p);
 
@@ -112,15 +117,17 @@ const sl_partition *sl_exec_parts_bind(struct sl_exec *ex, sl_stream *s, bool hi
  * declaration seen becomes the need (with the plan's headroom, ending any
  * search), and the online partition grows to it at the next boundary.
  * kind: what sort of iteration completed (one key per model: the search's
- * references), 0 for one that never ran (no time to learn from). */
+ * references), 0 for one that never ran (no time to learn from);
+ * latency_ns: its request's time from arrival to completion (the guard's). */
 void sl_exec_parts_hp_start(struct sl_exec *ex, uint64_t now, uint32_t declared);
-void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now, uint64_t kind);
+void sl_exec_parts_hp_done(struct sl_exec *ex, uint64_t now, uint64_t kind, uint64_t latency_ns);
 
-/* Applies a resize the plan asked for and could not have yet: on a
- * backend without live changes only while nothing runs (no lane busy, no
- * control copy), which under a busy low-priority trainer is the end of
- * one of its iterations with no high-priority one running; so every
- * iteration's completion tries (after its lane settled). */
+/* Applies a change the plan asked for and could not have yet (a resize,
+ * or the guard's removal or return of the partitions): on a backend
+ * without live changes only while nothing runs (no lane busy, no control
+ * copy), which under a busy low-priority trainer is the end of one of its
+ * iterations with no high-priority one running; so every iteration's
+ * completion tries (after its lane settled). */
 void sl_exec_parts_settle(struct sl_exec *ex);
 
 struct sl_exec_task;

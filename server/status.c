@@ -78,8 +78,13 @@ static Salus__PartitionsStatus *partitions_detail(const sl_exec_parts *p, sl_rep
         d->offline = p->offline_units;
         d->need = p->plan.need;
         d->lent = p->lent;
+    }
+    if (p->mode == SL_PARTS_AUTO) { /* the guard's sharing is not "on" */
         d->sizing = (char *) sl_parts_sizing(p);
         d->objective = p->plan.search ? p->plan.cfg.objective : 0;
+        d->need = p->plan.need;
+        d->trials = p->plan.trials;
+        d->trials_ended = p->plan.breaks;
     }
     return d;
 }

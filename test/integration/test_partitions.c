@@ -262,6 +262,76 @@ static void searched_on_demand_sim(void **state)
     assert_int_equal(sl_test_server_stop(&sim), 0);
 }
 
+/* --partitions demand on the sim device, with the guard. Beside a busy
+ * low-priority session the need is searched, a
+ * window of high-priority requests runs on it, and then the device is
+ * shared to try; whichever way the trial goes (the matmuls' blocks may
+ * hold the high-priority requests back, or not), status agrees with it:
+ * shared without partitions, or partitions back at the need. */
+static void guard_on_demand_sim(void **state)
+{
+    (void) state;
+    sl_test_server sim;
+    const char *args[] = {"--device", "sim:h100",       "--policy", "priority", "--partitions",
+                          "demand",   "--memory-limit", "2G",       NULL};
+    sl_test_server_start(&sim, args);
+    salus_client *c = sl_test_connect(&sim);
+    salus_session *hp, *lp;
+    salus_session_opts ho = {.name = "hp", .priority = 10},
+                       lo = {.name = "lp", .ephemeral_bytes = 256ull << 20};
+    assert_sl_ok(salus_session_open(c, &ho, &hp));
+    assert_sl_ok(salus_session_open(c, &lo, &lp));
+    status_has(c, "partitions: on demand: online 120 SMs (auto, searching at +20 %)");
+    lp_loop lpl = {.s = lp};
+    pthread_t lpt;
+    assert_int_equal(pthread_create(&lpt, NULL, lp_main, &lpl), 0);
+    uint64_t w;
+    const int64_t dw[] = {256, 256}, dx[] = {64, 256};
+    assert_sl_ok(salus_tensor_create(hp, SALUS_F32, 2, dw, NULL, &w));
+    salus_graph *g = salus_graph_new();
+    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
+    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
+    (void) salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(hp, g, NULL));
+    static float in[64 * 256];
+    const void *feeds[] = {in};
+    char *text = NULL;
+    struct timespec t0, now, nap = {0, 2 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (int i = 0; i < 20; i++) {
+            assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
+            nanosleep(&nap, NULL);
+        }
+        salus_free(text);
+        assert_sl_ok(salus_partitions_text(c, &text));
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (!strstr(text, "guard     sharing tried") && now.tv_sec - t0.tv_sec < 60);
+    atomic_store(&lpl.stop, true);
+    assert_int_equal(pthread_join(lpt, NULL), 0);
+    assert_sl_ok(lpl.rc);
+    unsigned long long tried = 0, ended = 0;
+    const char *at = strstr(text, "guard     sharing tried");
+    if (!at || sscanf(at, "guard     sharing tried %llu times, ended %llu", &tried, &ended) != 2)
+        fail_msg("no sharing trial:\n%s", text);
+    print_message("sharing tried %llu times, ended %llu\n", tried, ended);
+    assert_true(tried >= 1 && ended <= tried);
+    if (ended == tried && !strstr(text, "mode      demand (on now)"))
+        fail_msg("the trial ended but the partitions are not back:\n%s", text);
+    if (ended < tried &&
+        (!strstr(text, "sizing    shared") || !strstr(text, "mode      demand (off now)")))
+        fail_msg("sharing, but the partitions are not gone or status does not say so:\n%s", text);
+    salus_free(text);
+    /* the high-priority session still runs, wherever it is bound now */
+    assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
+    salus_graph_free(g);
+    assert_sl_ok(salus_session_close(lp));
+    status_has(c, "partitions: on demand: off");
+    assert_sl_ok(salus_session_close(hp));
+    salus_disconnect(c);
+    assert_int_equal(sl_test_server_stop(&sim), 0);
+}
+
 static void refused(void **state)
 {
     (void) state;
@@ -347,10 +417,15 @@ int main(void)
                           "1",        NULL};
     sl_test_server_start(&server, args);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(start_and_status),       cmocka_unit_test(change_while_training),
-        cmocka_unit_test(spill_beside_hp),        cmocka_unit_test(declared_need),
-        cmocka_unit_test(searched_on_demand_sim), cmocka_unit_test(refused),
-        cmocka_unit_test(strict_when_asked),      cmocka_unit_test(on_demand_by_default),
+        cmocka_unit_test(start_and_status),
+        cmocka_unit_test(change_while_training),
+        cmocka_unit_test(spill_beside_hp),
+        cmocka_unit_test(declared_need),
+        cmocka_unit_test(searched_on_demand_sim),
+        cmocka_unit_test(guard_on_demand_sim),
+        cmocka_unit_test(refused),
+        cmocka_unit_test(strict_when_asked),
+        cmocka_unit_test(on_demand_by_default),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int status = sl_test_server_stop(&server);

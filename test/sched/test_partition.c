@@ -271,6 +271,62 @@ static void test_plan_search_ends(void **state)
     assert_sl_err(sl_part_plan_init(&p, &c, 0), SL_EINVAL);
 }
 
+/* Feeds n latencies of kind key, at from_ns + (i % 10) x step_ns, each an
+ * observation. */
+static void run_latency(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from_ns,
+                        uint64_t step_ns)
+{
+    for (unsigned i = 0; i < n; i++) {
+        sl_part_plan_latency(p, key, from_ns + (i % 10) * step_ns);
+        (void) sl_part_plan_observe(p, 1000, 100000);
+    }
+}
+
+/* Guard: once the need is found, a window of 64 requests on partitions
+ * (latencies 1.0-1.9 ms, its 90th percentile 1.8) starts a trial of the
+ * shared device. Requests no slower keep it shared across windows;
+ * sixteen slower than 1.8 in a window end it, and the next trial waits
+ * SL_PART_RETRY observations and a new window on the partitions. */
+static void test_plan_guard(void **state)
+{
+    (void) state;
+    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
+    c.guard = true;
+    sl_part_plan p;
+    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
+    run_kind(&p, 7, 20, 30);
+    assert_int_equal(p.need, 20);
+    assert_int_equal(p.phase, SL_PART_SIZED);
+    run_latency(&p, 9, 100, 1000000, 100000); /* a kind without a reference: no window */
+    run_latency(&p, 7, 63, 1000000, 100000);
+    assert_false(p.shared);
+    run_latency(&p, 7, 1, 1000000, 100000);
+    assert_true(p.shared);
+    assert_int_equal(p.trials, 1);
+    assert_true(fabs(p.kinds[0].part_p90 - 1800000) < 1);
+    /* as fast as the partitions for three windows */
+    run_latency(&p, 7, 192, 1000000, 80000);
+    assert_true(p.shared);
+    /* fifteen slower in a window still hold; the sixteenth ends the trial */
+    run_latency(&p, 7, 15, 2500000, 0);
+    assert_true(p.shared);
+    run_latency(&p, 7, 1, 2500000, 0);
+    assert_false(p.shared);
+    assert_int_equal(p.breaks, 1);
+    assert_int_equal(p.online, 20);
+    assert_int_equal(p.phase, SL_PART_SIZED);
+    run_latency(&p, 7, SL_PART_RETRY - 1, 1000000, 100000);
+    assert_false(p.shared);
+    run_latency(&p, 7, 64, 1000000, 100000); /* a new window on partitions */
+    assert_true(p.shared);
+    assert_int_equal(p.trials, 2);
+    /* a declared need ends the guard with the search */
+    assert_int_equal(sl_part_plan_declare(&p, 30), 34);
+    assert_false(p.shared);
+    run_latency(&p, 7, 200, 1000000, 100000);
+    assert_false(p.shared);
+}
+
 /* The meter times an iteration that ran alone, and no other: one that
  * overlapped another (either way round) gives 0, as does one cut by a reset. */
 static void test_load_alone(void **state)
@@ -376,8 +432,8 @@ int main(void)
         cmocka_unit_test(test_plan_init),         cmocka_unit_test(test_plan_hysteresis),
         cmocka_unit_test(test_plan_load_by_time), cmocka_unit_test(test_load_meter),
         cmocka_unit_test(test_plan_search),       cmocka_unit_test(test_plan_search_median),
-        cmocka_unit_test(test_plan_search_ends),  cmocka_unit_test(test_load_alone),
-        cmocka_unit_test(test_steps_isolated),
+        cmocka_unit_test(test_plan_search_ends),  cmocka_unit_test(test_plan_guard),
+        cmocka_unit_test(test_load_alone),        cmocka_unit_test(test_steps_isolated),
     };
     return cmocka_run_group_tests_name("partition", tests, NULL, NULL);
 }
