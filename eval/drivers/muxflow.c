@@ -47,7 +47,9 @@
  * sl_eval_timeline_need_sms on its request's op shapes); and
  * --partitions auto with no need declared (salusd searches for it on the
  * device at its default objective, 20 %; --partitions demand is the same
- * here, the offline job joined throughout), and without that search
+ * here, the offline job joined throughout, but for its guard:
+ * --partitions demand then shares the device again wherever the requests
+ * fare as well without partitions), and without that search
  * (--partition-objective 0: the partition follows the measured load
  * alone); and --partitions auto:N with N declared at the paper's latency
  * objective (the fewest SMs within 20 % of the request's whole-device
@@ -69,7 +71,7 @@
  * (the matching policy's under salusd's defaults: graph replays, no
  * partitions, the offline job in concurrent segments; the serial dispatch
  * of one op per step follows as serial_*, the other rows' figures as
- * nofill_*, part_*, partgap_*, partauto_*, partload_*, partslo_*; the paper:
+ * nofill_*, part_*, partgap_*, partauto_*, partdemand_*, partload_*, partslo_*; the paper:
  * utilisation 26 % -> 76 %, online latency up by less than 20 %). */
 #include "cli.h"
 #include "gaps.h"
@@ -143,6 +145,10 @@ typedef struct gpu_mode {
     /* undeclared, and no search (salusd --partition-objective 0): the
      * online partition starts at the smallest and follows the load alone */
     bool load_only;
+    /* undeclared and searched, then guarded (salusd --partitions demand):
+     * the device shared while the requests fare as well without
+     * partitions (sched/partition.h) */
+    bool guard;
     /* with partitions: the service declares its need at the latency
      * objective (SLO_SLACK) instead of NEED_SLACK */
     bool slo_need;
@@ -288,6 +294,7 @@ static int run_gpu(const sl_sim_profile *gpu, const gpu_mode *mode, const online
         plan = sl_part_plan_config_default(gpu->sm_count, min_sms, align);
         if (mode->load_only)
             plan.objective = 0;
+        plan.guard = mode->guard;
         cfg.part_sms = gpu->sm_count;
         cfg.part_online = mode->load_only    ? min_sms
                           : mode->undeclared ? 0
@@ -393,6 +400,7 @@ enum {
     R_PART,
     R_PART_GAP,
     R_PART_AUTO,
+    R_PART_DEMAND,
     R_PART_LOAD,
     R_PART_SLO,
     N_ROWS
@@ -768,6 +776,9 @@ static int run_rows(cluster *cl, row_res res[N_ROWS], FILE *jf)
         [R_PART_AUTO] = {"matching-part-auto",
                          P_MATCH,
                          {.partitions = true, .spill = true, .undeclared = true}},
+        [R_PART_DEMAND] = {"matching-demand",
+                           P_MATCH,
+                           {.partitions = true, .spill = true, .undeclared = true, .guard = true}},
         [R_PART_LOAD] = {"matching-part-load",
                          P_MATCH,
                          {.partitions = true, .spill = true, .load_only = true}},
@@ -806,6 +817,7 @@ static void print_ours(const cluster *cl, const row_res res[N_ROWS])
         [R_PART] = "--partitions auto:need --no-stepwise",
         [R_PART_GAP] = "--partitions auto:need",
         [R_PART_AUTO] = "--partitions auto, no need declared: searched at +20 %",
+        [R_PART_DEMAND] = "--partitions demand: searched, then shared where requests fare as well",
         [R_PART_LOAD] = "--partitions auto --partition-objective 0, sized by load alone",
         [R_PART_SLO] = "--partitions auto:need at the latency objective",
     };
@@ -855,9 +867,9 @@ static void print_bench(const row_res res[N_ROWS])
            res[R_GREEDY].util, res[R_GREEDY].infl, res[R_GREEDY].tput, res[R_ONE].util,
            res[R_ONE].sm, res[R_MATCH].worst);
     static const char *const key[N_ROWS] = {
-        [R_SHIPPED] = "serial",   [R_NOFILL] = "nofill",      [R_PART] = "part",
-        [R_PART_GAP] = "partgap", [R_PART_AUTO] = "partauto", [R_PART_LOAD] = "partload",
-        [R_PART_SLO] = "partslo"};
+        [R_SHIPPED] = "serial",     [R_NOFILL] = "nofill",      [R_PART] = "part",
+        [R_PART_GAP] = "partgap",   [R_PART_AUTO] = "partauto", [R_PART_DEMAND] = "partdemand",
+        [R_PART_LOAD] = "partload", [R_PART_SLO] = "partslo"};
     for (int ri = R_MATCH; ri < N_ROWS; ri++)
         if (res[ri].ran && ri != R_MATCH) {
             printf(" %s_util=%.3f %s_p99_inflation=%.3f %s_offline_tput=%.3f", key[ri],

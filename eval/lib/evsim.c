@@ -333,7 +333,8 @@ static int stream_priority(const sim *s, const gpu *g, const sim_job *j)
 static bool spill_ok(const sim *s, const gpu *g, const sl_eval_pdev_op *op, uint64_t now)
 {
     (void) now;
-    if (g->dev.n_parts < 2 || s->cfg->part_spill_block_ns == 0 || g->gaps.n_hp == 0)
+    if (g->dev.n_parts < 2 || g->dev.shared || s->cfg->part_spill_block_ns == 0 ||
+        g->gaps.n_hp == 0)
         return false;
     if (!sl_eval_pdev_idle(&g->dev, SL_EVAL_PART_ONLINE) || g->hp_in_flight > 0)
         return false;
@@ -668,16 +669,24 @@ static void client_next(sim *s, sim_job *j, uint64_t now)
 /* MuxFlow's dynamic sizing at an online iteration's boundary
  * (sched/partition.h): the online partition's busy share since the last
  * boundary, and the new size applied to the ops submitted from now on. */
-static void plan_observe(sim *s, gpu *g, const sim_job *j, uint64_t alone_ns, uint64_t now)
+static void plan_observe(sim *s, gpu *g, const sim_job *j, uint64_t alone_ns, uint64_t lat_ns,
+                         uint64_t now)
 {
     if (!s->cfg->part_plan || g->dev.n_parts < 2)
         return;
     uint64_t before = g->plan.resizes;
     /* a kind per model: a service's replicas share their ops */
-    sl_part_plan_time(&g->plan, (uint64_t) (uintptr_t) j->spec->ops,
-                      g->dev.units[SL_EVAL_PART_ONLINE], alone_ns);
+    uint64_t kind = (uint64_t) (uintptr_t) j->spec->ops;
+    sl_part_plan_time(&g->plan, kind, g->dev.shared ? 0 : g->dev.units[SL_EVAL_PART_ONLINE],
+                      alone_ns);
+    sl_part_plan_latency(&g->plan, kind, lat_ns);
     sl_eval_pdev_resize(&g->dev, sl_part_load_observe(&g->load, &g->plan, now));
     s->sum->part_resizes += g->plan.resizes - before;
+    if (g->plan.shared != g->dev.shared) { /* the guard's change, as salusd's */
+        sl_eval_pdev_share(&g->dev, g->plan.shared);
+        g->steps.cfg.isolated = !g->plan.shared;
+        s->sum->part_switches++;
+    }
 }
 
 /* sl_exec_iteration_done: charge, hand the lane on before anything else,
@@ -691,8 +700,9 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
     j->stepwise = false;
     if (stepwise)
         sl_steps_last_done(&g->steps, &j->step, now);
+    uint64_t lat_ns = now > j->request_ns ? now - j->request_ns : 0;
     if (j->lat)
-        j->lat[j->done] = now > j->request_ns ? now - j->request_ns : 0;
+        j->lat[j->done] = lat_ns;
     j->done++;
     j->res.iterations = j->done;
     j->res.finish_ns = now;
@@ -716,7 +726,7 @@ static void iteration_done(sim *s, sim_job *j, uint64_t now)
             g->hp_in_flight--;
     }
     if (was_online)
-        plan_observe(s, g, j, alone_ns, now);
+        plan_observe(s, g, j, alone_ns, lat_ns, now);
     if (j->is_hp || stepwise)
         resume(s, j->gpu, now);
     if (sl_lanes_settle(&g->handoff, lane))

@@ -44,6 +44,17 @@ static unsigned offline_units(const sl_eval_pdev *d, unsigned online)
     return d->min_units + (rest - d->min_units) / d->align * d->align;
 }
 
+/* Partitions in force: ops are timed and placed on one of two. */
+static bool split(const sl_eval_pdev *d)
+{
+    return d->n_parts > 1 && !d->shared;
+}
+
+void sl_eval_pdev_share(sl_eval_pdev *d, bool shared)
+{
+    d->shared = d->n_parts > 1 && shared;
+}
+
 void sl_eval_pdev_resize(sl_eval_pdev *d, unsigned online_sms)
 {
     if (d->n_parts < 2 || online_sms == 0 || online_sms >= d->sm_count)
@@ -63,7 +74,11 @@ void sl_eval_pdev_sync(sl_eval_pdev *d, uint64_t now)
             if (d->ps[k].n_active == 0)
                 continue;
             any = true;
-            double share = d->n_parts > 1 ? (double) d->units[k] / (double) d->sm_count : 1.0;
+            /* shared, the first holds the whole device's ops (and the
+             * partition's that were in flight, briefly) */
+            double share = split(d) || (d->shared && k == 1)
+                               ? (double) d->units[k] / (double) d->sm_count
+                               : 1.0;
             used += share * sl_sim_psc_used(&d->ps[k]);
         }
         if (any) {
@@ -88,7 +103,7 @@ uint64_t sl_eval_pdev_next(const sl_eval_pdev *d)
 
 bool sl_eval_pdev_idle(const sl_eval_pdev *d, unsigned part)
 {
-    const sl_sim_psc *ps = &d->ps[d->n_parts > 1 && part < 2 ? part : 0];
+    const sl_sim_psc *ps = &d->ps[split(d) && part < 2 ? part : 0];
     return ps->n_active == 0 && !ps->pending;
 }
 
@@ -105,10 +120,10 @@ static uint64_t part_work(const sl_eval_pdev *d, unsigned part, const sl_eval_pd
 
 double sl_eval_pdev_estimate_ns(const sl_eval_pdev *d, unsigned part, const sl_eval_pdev_op *op)
 {
-    part = d->n_parts > 1 && part < 2 ? part : 0;
-    double bw = d->n_parts > 1 ? sl_sim_part_bw_share(d->mem_used[1 - part], 1) : 1.0;
+    part = split(d) && part < 2 ? part : 0;
+    double bw = split(d) ? sl_sim_part_bw_share(d->mem_used[1 - part], 1) : 1.0;
     double occupancy = 1.0;
-    uint64_t work = d->n_parts > 1 ? part_work(d, part, op, bw, &occupancy, NULL) : op->work_ns;
+    uint64_t work = split(d) ? part_work(d, part, op, bw, &occupancy, NULL) : op->work_ns;
     const sl_sim_psc *ps = &d->ps[part];
     double free = 1.0 - sl_sim_psc_used(ps), even = 1.0 / (double) (ps->n_active + 1);
     double rate = free / occupancy;
@@ -118,7 +133,7 @@ double sl_eval_pdev_estimate_ns(const sl_eval_pdev *d, unsigned part, const sl_e
 
 uint64_t sl_eval_pdev_block_ns(const sl_eval_pdev *d, unsigned part, const sl_eval_pdev_op *op)
 {
-    if (d->n_parts < 2)
+    if (!split(d))
         return op->block_ns;
     uint64_t block = 0;
     (void) part_work(d, part, op, 1.0, NULL, &block);
@@ -128,7 +143,7 @@ uint64_t sl_eval_pdev_block_ns(const sl_eval_pdev *d, unsigned part, const sl_ev
 void sl_eval_pdev_submit(sl_eval_pdev *d, sl_eval_pdev_job *job, unsigned part, uint64_t arrive_ns,
                          const sl_eval_pdev_op *op, double launch_share, int priority)
 {
-    if (d->n_parts < 2) {
+    if (!split(d)) {
         job->part = 0;
         job->mem_frac = 0;
         double cap = op->occupancy > 0 ? op->occupancy : 1.0;

@@ -31,6 +31,7 @@ typedef void (*sl_eval_pdev_done_fn)(void *arg, sl_eval_pdev_job *job);
 typedef struct sl_eval_pdev {
     sl_sim_psc ps[2];
     unsigned n_parts;          /* 1: the whole device; 2: online + offline */
+    bool shared;               /* n_parts 2, partitions removed for now (sl_eval_pdev_share) */
     unsigned sm_count;         /* the device's SMs */
     unsigned units[2];         /* SMs of each partition */
     unsigned min_units, align; /* granularity: the offline one is rounded down to it */
@@ -59,6 +60,12 @@ void sl_eval_pdev_granularity(sl_eval_pdev *d, unsigned min_units, unsigned alig
  * between iterations leaves running kernels alone. Ignored without
  * partitions or for a size outside [1, sm_count). */
 void sl_eval_pdev_resize(sl_eval_pdev *d, unsigned online_sms);
+
+/* Removes the partitions for now (shared) or brings them back at their
+ * sizes, for ops submitted from now on (salusd's guard: sched/partition.h).
+ * Shared, every op runs on the whole device as without partitions; ops in
+ * flight keep their rates and their partition until they end. */
+void sl_eval_pdev_share(sl_eval_pdev *d, bool shared);
 
 /* Advances both partitions to now (busy and occupancy accounting first). */
 void sl_eval_pdev_sync(sl_eval_pdev *d, uint64_t now);

@@ -5,24 +5,25 @@
 # the serial dispatch of one op per step into gaps (--lp-serial
 # --lp-segment-us 1), --no-gap-fill, with compute partitions, and with
 # partitions and gap filling (the service's need declared; searched for
-# by salusd at the 20 % objective; not declared and sized by load alone;
-# declared at the paper's latency objective).
+# by salusd at the 20 % objective; searched and guarded, --partitions
+# demand; not declared and sized by load alone; declared at the paper's
+# latency objective).
 # Data: eval_muxflow.runs.dat (muxflow --json, "runs"; columns by name).
 name = "eval_muxflow"
 load plots . "/common.gnuplot"
-set terminal pngcairo size 1200,540 font "sans,11" noenhanced
+set terminal pngcairo size 1300,540 font "sans,11" noenhanced
 set output results . "/" . name . ".png"
 f = results . "/eval_muxflow.runs.dat"
 set multiplot layout 1,2 title "MuxFlow: online services + offline training (simulator, salusd priority policy)"
 set style fill solid 0.8 border -1
 set bmargin 4
 set boxwidth 0.25
-set xrange [-0.6:9.6]
+set xrange [-0.6:10.6]
 set yrange [0:1.75]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "serial\nop steps" 3, "no gap\nfill" 4, "part-\nitions" 5, "part.+\ngap fill" 6, "part.\nsearch" 7, "part.\nload" 8, "part.\nat SLO" 9)
+set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "serial\nop steps" 3, "no gap\nfill" 4, "part-\nitions" 5, "part.+\ngap fill" 6, "part.\nsearch" 7, "part.\ndemand" 8, "part.\nload" 9, "part.\nat SLO" 10)
 set xtics font ",9"
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \
