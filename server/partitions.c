@@ -402,9 +402,10 @@ void sl_exec_parts_settle(sl_exec *ex)
             attached(ex);
         if (rc == SL_OK)
             p->switches++;
-        else
+        else if (!p->switch_failed) /* tried again at every end: said once */
             sl_log_warn("exe.parts", "cannot %s the partitions: %s", drop ? "remove" : "bring back",
                         sl_strerror(rc));
+        p->switch_failed = rc != SL_OK;
         p->want = 0;
         return;
     }
@@ -460,11 +461,13 @@ void sl_exec_parts_fini(sl_exec *ex)
         p->spill = NULL;
         p->spill_busy = false;
     }
-    if (!p->online)
-        return;
-    (void) unbind_all(ex);
-    destroy_both(ex);
+    if (p->online) {
+        (void) unbind_all(ex);
+        destroy_both(ex);
+    }
+    /* also when the guard had them removed: nothing brings them back */
     p->mode = SL_PARTS_OFF;
     p->lent = false;
+    p->want = 0;
     ex->steps.cfg.isolated = false;
 }

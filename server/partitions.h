@@ -61,7 +61,8 @@ typedef struct sl_exec_parts {
     unsigned want;     /* online units asked for and not applied yet (0 = none) */
     sl_part_load load; /* the online partition's busy time (plan's input) */
     uint64_t resizes;
-    uint64_t switches; /* the guard's removals and returns of the partitions */
+    uint64_t switches;  /* the guard's removals and returns of the partitions */
+    bool switch_failed; /* the last of them failed (said once, tried again) */
     /* gap filling into the online partition: a below-normal stream bound
      * to it that a low-priority step may borrow while the online lanes are
      * idle (one step at a time); created the first time partitions go on,
