@@ -44,14 +44,15 @@
  *   percentile of the same kind's on the partitions (sized to keep the
  *   objective). Sharing ends as soon as more than a fifth of a window
  *   plus SL_PART_SLACK of some kind's requests exceed it (twice the tenth
- *   that latencies as good as the partitions' give, which then end a
- *   window with a chance of about 0.2 %), and is tried
- *   again SL_PART_RETRY requests later against a new window on the
- *   partitions, so trials that fail cost under 1 % of requests (what a
- *   p99 sees); while it holds, windows restart.
- *   Sharing gives the offline lanes every unit whenever the online ones
- *   are idle; partitions keep their blocks off the online units, which a
- *   service whose requests are as short as those blocks needs.
+ *   that latencies as good as the partitions' give: such a window then
+ *   ends sharing with a chance under 0.05 %, against 10 % at a tenth plus
+ *   SL_PART_SLACK), and is tried again SL_PART_RETRY requests later
+ *   against a new window on the partitions, so trials that fail cost
+ *   under 1 % of requests (what a p99 sees); while it holds, windows
+ *   restart. Sharing gives the offline lanes every unit whenever the
+ *   online ones are idle; partitions keep their blocks off the online
+ *   units, which a service whose requests are as short as those blocks
+ *   needs.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).
