@@ -71,18 +71,17 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
                  p->caps_ok ? "; device: " : "", p->caps_ok ? p->caps.note : "");
         return;
     }
-    char need[96];
-    if (p->plan.search && p->plan.phase != SL_PART_SIZED)
-        snprintf(need, sizeof need, "searching at +%.0f %%", 100 * p->plan.cfg.objective);
-    else if (p->plan.search && p->plan.cfg.guard)
-        snprintf(need, sizeof need, "need %u, searched at +%.0f %%; %llu trials, %llu ended",
-                 p->plan.need, 100 * p->plan.cfg.objective, (unsigned long long) p->plan.trials,
-                 (unsigned long long) p->plan.breaks);
-    else if (p->plan.search)
-        snprintf(need, sizeof need, "need %u, searched at +%.0f %%", p->plan.need,
-                 100 * p->plan.cfg.objective);
-    else
+    char need[96], trials[48] = "";
+    if (p->plan.cfg.guard)
+        snprintf(trials, sizeof trials, "; %llu trials, %llu ended",
+                 (unsigned long long) p->plan.trials, (unsigned long long) p->plan.breaks);
+    if (!p->plan.search)
         snprintf(need, sizeof need, "need %u", p->plan.need);
+    else if (p->plan.phase != SL_PART_SIZED)
+        snprintf(need, sizeof need, "searching at +%.0f %%", 100 * p->plan.cfg.objective);
+    else
+        snprintf(need, sizeof need, "need %u, searched at +%.0f %%%s", p->plan.need,
+                 100 * p->plan.cfg.objective, trials);
     snprintf(buf, len,
              "%sonline %u %s%s (%s, %s), offline %u %s%s%s, %llu resizes, %llu spills; %s", demand,
              p->plan.online, p->caps.unit, p->plan.online == 1 ? "" : "s",

@@ -685,7 +685,6 @@ static void plan_observe(sim *s, gpu *g, const sim_job *j, uint64_t alone_ns, ui
     if (g->plan.shared != g->dev.shared) { /* the guard's change, as salusd's */
         sl_eval_pdev_share(&g->dev, g->plan.shared);
         g->steps.cfg.isolated = !g->plan.shared;
-        s->sum->part_switches++;
     }
 }
 

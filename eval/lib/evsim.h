@@ -334,9 +334,8 @@ typedef struct sl_eval_summary {
     uint64_t decisions;        /* hand-off and dispatch calls timed (measure_decisions) */
     uint64_t decision_wall_ns; /* their host wall time */
     /* compute partitions (part_sms) */
-    uint64_t part_spills;   /* low-priority ops run on the idle online partition */
-    uint64_t part_resizes;  /* online partition resizes (part_plan) */
-    uint64_t part_switches; /* partitions removed or brought back (part_plan's guard) */
+    uint64_t part_spills;  /* low-priority ops run on the idle online partition */
+    uint64_t part_resizes; /* online partition resizes (part_plan) */
 } sl_eval_summary;
 
 /* Runs the jobs on the configured cluster until every job completed or was

@@ -190,6 +190,89 @@ static void *lp_main(void *arg)
     return NULL;
 }
 
+/* A salusd on the sim device with --partitions demand, a high-priority
+ * session with a small matmul graph, and a low-priority session running
+ * lp_main beside it. */
+typedef struct demand_sim {
+    sl_test_server srv;
+    salus_client *c;
+    salus_session *hp, *lp;
+    lp_loop lpl;
+    pthread_t lpt;
+    salus_graph *g;
+    struct timespec t0, now;
+} demand_sim;
+
+static float demand_in[64 * 256];
+
+/* Starts it: off with the high-priority session alone, on at the largest
+ * online partition (searching) once the low-priority one joins. The low-
+ * priority session runs iterations of tens of ms back to back, so its lane
+ * is busy at almost every high-priority boundary; sim changes partitions
+ * only while nothing runs, which is then the end of one of its iterations
+ * (sl_exec_parts_settle). */
+static void demand_sim_start(demand_sim *d)
+{
+    const char *args[] = {"--device", "sim:h100",       "--policy", "priority", "--partitions",
+                          "demand",   "--memory-limit", "2G",       NULL};
+    sl_test_server_start(&d->srv, args);
+    d->c = sl_test_connect(&d->srv);
+    salus_session_opts ho = {.name = "hp", .priority = 10},
+                       lo = {.name = "lp", .ephemeral_bytes = 256ull << 20};
+    assert_sl_ok(salus_session_open(d->c, &ho, &d->hp));
+    status_has(d->c, "partitions: on demand: off until a high-priority job joins");
+    assert_sl_ok(salus_session_open(d->c, &lo, &d->lp));
+    status_has(d->c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
+    d->lpl = (lp_loop){.s = d->lp};
+    assert_int_equal(pthread_create(&d->lpt, NULL, lp_main, &d->lpl), 0);
+    uint64_t w;
+    const int64_t dw[] = {256, 256}, dx[] = {64, 256};
+    assert_sl_ok(salus_tensor_create(d->hp, SALUS_F32, 2, dw, NULL, &w));
+    d->g = salus_graph_new();
+    salus_value x = salus_graph_input(d->g, SALUS_F32, 2, dx);
+    salus_value a = salus_graph_param(d->g, w, SALUS_F32, 2, dw);
+    (void) salus_graph_op(d->g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
+    assert_sl_ok(salus_graph_register(d->hp, d->g, NULL));
+}
+
+static void demand_sim_run(demand_sim *d)
+{
+    const void *feeds[] = {demand_in};
+    assert_sl_ok(salus_run(d->hp, d->g, feeds, 0, NULL, NULL));
+}
+
+/* Runs high-priority iterations in batches of `batch`, 2 ms apart, until
+ * `salusctl partitions` says what, or limit_s passed; then stops the
+ * low-priority loop. *text (NULL on entry) is the last text (salus_free). */
+static void demand_sim_until(demand_sim *d, int batch, const char *what, long limit_s, char **text)
+{
+    struct timespec nap = {0, 2 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &d->t0);
+    do {
+        for (int i = 0; i < batch; i++) {
+            demand_sim_run(d);
+            nanosleep(&nap, NULL);
+        }
+        salus_free(*text);
+        assert_sl_ok(salus_partitions_text(d->c, text));
+        clock_gettime(CLOCK_MONOTONIC, &d->now);
+    } while (!strstr(*text, what) && d->now.tv_sec - d->t0.tv_sec < limit_s);
+    atomic_store(&d->lpl.stop, true);
+    assert_int_equal(pthread_join(d->lpt, NULL), 0);
+    assert_sl_ok(d->lpl.rc);
+}
+
+/* Off again when the low-priority session leaves; everything closed. */
+static void demand_sim_stop(demand_sim *d)
+{
+    salus_graph_free(d->g);
+    assert_sl_ok(salus_session_close(d->lp));
+    status_has(d->c, "partitions: on demand: off");
+    assert_sl_ok(salus_session_close(d->hp));
+    salus_disconnect(d->c);
+    assert_int_equal(sl_test_server_stop(&d->srv), 0);
+}
+
 /* --partitions demand on the sim device, where nothing is lent: on only
  * while a high-priority and a low-priority job are both joined, and then
  * with no need declared the online partition starts at its largest
@@ -198,53 +281,13 @@ static void *lp_main(void *arg)
 static void searched_on_demand_sim(void **state)
 {
     (void) state;
-    sl_test_server sim;
-    const char *args[] = {"--device", "sim:h100",       "--policy", "priority", "--partitions",
-                          "demand",   "--memory-limit", "2G",       NULL};
-    sl_test_server_start(&sim, args);
-    salus_client *c = sl_test_connect(&sim);
-    salus_session *hp, *lp;
-    salus_session_opts ho = {.name = "hp", .priority = 10},
-                       lo = {.name = "lp", .ephemeral_bytes = 256ull << 20};
-    assert_sl_ok(salus_session_open(c, &ho, &hp));
-    status_has(c, "partitions: on demand: off until a high-priority job joins");
-    assert_sl_ok(salus_session_open(c, &lo, &lp));
-    status_has(c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
-    /* the low-priority session runs iterations of tens of ms back to back,
-     * so its lane is busy at almost every high-priority boundary; sim
-     * changes partitions only while nothing runs, which is then the end of
-     * one of its iterations (sl_exec_parts_settle) */
-    lp_loop lpl = {.s = lp};
-    pthread_t lpt;
-    assert_int_equal(pthread_create(&lpt, NULL, lp_main, &lpl), 0);
-    uint64_t w;
-    const int64_t dw[] = {256, 256}, dx[] = {64, 256};
-    assert_sl_ok(salus_tensor_create(hp, SALUS_F32, 2, dw, NULL, &w));
-    salus_graph *g = salus_graph_new();
-    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
-    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
-    (void) salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
-    assert_sl_ok(salus_graph_register(hp, g, NULL));
-    static float in[64 * 256];
-    const void *feeds[] = {in};
+    demand_sim d;
+    demand_sim_start(&d);
     /* the reference (5 iterations), then at most log2(15) + 1 probes of 5,
      * each size once the low-priority iteration running ends */
     char *text = NULL;
-    struct timespec t0, now, nap = {0, 2 * 1000 * 1000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    do {
-        for (int i = 0; i < 10; i++) {
-            assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
-            nanosleep(&nap, NULL);
-        }
-        salus_free(text);
-        assert_sl_ok(salus_partitions_text(c, &text));
-        clock_gettime(CLOCK_MONOTONIC, &now);
-    } while (!strstr(text, "need searched") && now.tv_sec - t0.tv_sec < 30);
-    atomic_store(&lpl.stop, true);
-    assert_int_equal(pthread_join(lpt, NULL), 0);
-    assert_sl_ok(lpl.rc);
-    assert_true(lpl.iterations > 0);
+    demand_sim_until(&d, 10, "need searched", 30, &text);
+    assert_true(d.lpl.iterations > 0);
     unsigned online = 0, need = 0;
     const char *on = strstr(text, "online    "), *sizing = strstr(text, "need searched at +20 %");
     if (!on || sscanf(on, "online    %u SMs (high-priority lanes; need %u)", &online, &need) != 2 ||
@@ -252,64 +295,24 @@ static void searched_on_demand_sim(void **state)
         fail_msg("no searched need:\n%s", text);
     salus_free(text);
     print_message("need searched: %u SMs (online now %u), low-priority iterations %d in %ld s\n",
-                  need, online, lpl.iterations, (long) (now.tv_sec - t0.tv_sec));
+                  need, online, d.lpl.iterations, (long) (d.now.tv_sec - d.t0.tv_sec));
     assert_true(need >= 16 && need <= 120 && need % 8 == 0 && online >= need);
-    salus_graph_free(g);
-    assert_sl_ok(salus_session_close(lp));
-    status_has(c, "partitions: on demand: off");
-    assert_sl_ok(salus_session_close(hp));
-    salus_disconnect(c);
-    assert_int_equal(sl_test_server_stop(&sim), 0);
+    demand_sim_stop(&d);
 }
 
 /* --partitions demand on the sim device, with the guard. Beside a busy
- * low-priority session the need is searched, a
- * window of high-priority requests runs on it, and then the device is
- * shared to try; whichever way the trial goes (the matmuls' blocks may
- * hold the high-priority requests back, or not), status agrees with it:
- * shared without partitions, or partitions back at the need. */
+ * low-priority session the need is searched, a window of high-priority
+ * requests runs on it, and then the device is shared to try; whichever
+ * way the trial goes (the matmuls' blocks may hold the high-priority
+ * requests back, or not), status agrees with it: shared without
+ * partitions, or partitions back at the need. */
 static void guard_on_demand_sim(void **state)
 {
     (void) state;
-    sl_test_server sim;
-    const char *args[] = {"--device", "sim:h100",       "--policy", "priority", "--partitions",
-                          "demand",   "--memory-limit", "2G",       NULL};
-    sl_test_server_start(&sim, args);
-    salus_client *c = sl_test_connect(&sim);
-    salus_session *hp, *lp;
-    salus_session_opts ho = {.name = "hp", .priority = 10},
-                       lo = {.name = "lp", .ephemeral_bytes = 256ull << 20};
-    assert_sl_ok(salus_session_open(c, &ho, &hp));
-    assert_sl_ok(salus_session_open(c, &lo, &lp));
-    status_has(c, "partitions: on demand: online 120 SMs (auto, searching at +20 %)");
-    lp_loop lpl = {.s = lp};
-    pthread_t lpt;
-    assert_int_equal(pthread_create(&lpt, NULL, lp_main, &lpl), 0);
-    uint64_t w;
-    const int64_t dw[] = {256, 256}, dx[] = {64, 256};
-    assert_sl_ok(salus_tensor_create(hp, SALUS_F32, 2, dw, NULL, &w));
-    salus_graph *g = salus_graph_new();
-    salus_value x = salus_graph_input(g, SALUS_F32, 2, dx);
-    salus_value a = salus_graph_param(g, w, SALUS_F32, 2, dw);
-    (void) salus_graph_op(g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
-    assert_sl_ok(salus_graph_register(hp, g, NULL));
-    static float in[64 * 256];
-    const void *feeds[] = {in};
+    demand_sim d;
+    demand_sim_start(&d);
     char *text = NULL;
-    struct timespec t0, now, nap = {0, 2 * 1000 * 1000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    do {
-        for (int i = 0; i < 20; i++) {
-            assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
-            nanosleep(&nap, NULL);
-        }
-        salus_free(text);
-        assert_sl_ok(salus_partitions_text(c, &text));
-        clock_gettime(CLOCK_MONOTONIC, &now);
-    } while (!strstr(text, "guard     sharing tried") && now.tv_sec - t0.tv_sec < 60);
-    atomic_store(&lpl.stop, true);
-    assert_int_equal(pthread_join(lpt, NULL), 0);
-    assert_sl_ok(lpl.rc);
+    demand_sim_until(&d, 20, "guard     sharing tried", 60, &text);
     unsigned long long tried = 0, ended = 0;
     const char *at = strstr(text, "guard     sharing tried");
     if (!at || sscanf(at, "guard     sharing tried %llu times, ended %llu", &tried, &ended) != 2)
@@ -323,13 +326,8 @@ static void guard_on_demand_sim(void **state)
         fail_msg("sharing, but the partitions are not gone or status does not say so:\n%s", text);
     salus_free(text);
     /* the high-priority session still runs, wherever it is bound now */
-    assert_sl_ok(salus_run(hp, g, feeds, 0, NULL, NULL));
-    salus_graph_free(g);
-    assert_sl_ok(salus_session_close(lp));
-    status_has(c, "partitions: on demand: off");
-    assert_sl_ok(salus_session_close(hp));
-    salus_disconnect(c);
-    assert_int_equal(sl_test_server_stop(&sim), 0);
+    demand_sim_run(&d);
+    demand_sim_stop(&d);
 }
 
 static void refused(void **state)
