@@ -108,7 +108,9 @@ static void search_probe(sl_part_plan *p)
     if (p->lo >= p->hi) {
         p->phase = SL_PART_SIZED;
         p->need = with_headroom(&p->cfg, step_size(&p->cfg, p->hi));
-        p->search_end = p->trial_at = p->observations;
+        p->search_end = p->observations;
+        if (p->trial_at < p->observations)
+            p->trial_at = p->observations; /* a failed trial's wait holds */
         p->searches++;
         set_online(p, p->need);
         return;
@@ -238,8 +240,8 @@ void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t n
     search_probe(p);
 }
 
-/* Guard: every kind with a partitioned percentile, and none still short
- * of a window on partitions, once the retry time has come. */
+/* Guard: every kind with a yardstick, and none still short of a window on
+ * partitions, once the retry time has come. */
 static bool trial_due(const sl_part_plan *p)
 {
     if (p->observations < p->trial_at)
@@ -247,22 +249,34 @@ static bool trial_due(const sl_part_plan *p)
     bool any = false;
     for (unsigned i = 0; i < SL_PART_KINDS; i++) {
         const sl_part_kind *k = &p->kinds[i];
-        if (k->used && k->ref_ns && !k->part_p90)
+        if (k->used && k->ref_ns && !k->part_max)
             return false;
-        any |= k->used && k->part_p90 > 0;
+        any |= k->used && k->part_max > 0;
     }
     return any;
 }
 
-/* Every kind's window restarts; `fresh` also forgets the partitions'
- * percentiles, so the next trial compares with a window at that time's load. */
+/* Every kind's window restarts; `fresh` also forgets the yardsticks, so
+ * the next trial compares with a window at that time's load. */
 static void guard_windows_reset(sl_part_plan *p, bool fresh)
 {
     for (unsigned i = 0; i < SL_PART_KINDS; i++) {
         p->kinds[i].n_lat = p->kinds[i].over = 0;
         if (fresh)
-            p->kinds[i].part_p90 = 0;
+            p->kinds[i].part_max = 0;
     }
+}
+
+/* Requests of a shared window slower than the yardstick that end a trial. */
+#define OVER_LIMIT (SL_PART_WINDOW / 20 + SL_PART_SLACK)
+
+static void trial_start(sl_part_plan *p)
+{
+    guard_windows_reset(p, false);
+    p->phase = SL_PART_SHARED;
+    p->shared = true;
+    p->trials++;
+    p->trial_from = p->observations;
 }
 
 void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns)
@@ -275,29 +289,30 @@ void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns)
     if (p->phase == SL_PART_SIZED) {
         k->lat[k->n_lat++] = (double) ns;
         if (k->n_lat == SL_PART_WINDOW) {
-            double s[SL_PART_WINDOW];
-            sort_into(k->lat, k->n_lat, s);
-            k->part_p90 = s[(SL_PART_WINDOW * 9 + 9) / 10 - 1];
+            double slowest = 0;
+            for (unsigned i = 0; i < SL_PART_WINDOW; i++)
+                slowest = k->lat[i] > slowest ? k->lat[i] : slowest;
+            k->part_max = slowest;
             k->n_lat = 0;
         }
-        if (trial_due(p)) {
-            guard_windows_reset(p, false);
-            p->phase = SL_PART_SHARED;
-            p->shared = true;
-            p->trials++;
-        }
+        if (trial_due(p))
+            trial_start(p);
         return;
     }
-    if (!k->part_p90)
+    if (!k->part_max)
         return;
     k->n_lat++;
-    if ((double) ns > k->part_p90 && ++k->over > SL_PART_WINDOW / 5 + SL_PART_SLACK) {
+    if ((double) ns > k->part_max && ++k->over > OVER_LIMIT) {
         /* worse than the partitions: back on them, the next trial later */
         guard_windows_reset(p, true);
         p->phase = SL_PART_SIZED;
         p->shared = false;
         p->since_change = 0;
-        p->trial_at = p->observations + SL_PART_RETRY;
+        if (p->observations - p->trial_from >= SL_PART_RETRY)
+            p->backoff = 0; /* sharing served that long: the load changed */
+        p->trial_at = p->observations + ((uint64_t) SL_PART_RETRY << p->backoff);
+        if (p->backoff < SL_PART_BACKOFF)
+            p->backoff++;
         p->breaks++;
         return;
     }

@@ -40,19 +40,25 @@
  *   the whole device shared (p->shared: the caller removes the
  *   partitions). Requests are judged by latency (arrival to completion,
  *   queueing and overlap included, so the signal grows rather than
- *   vanishes when sharing makes requests queue), against the 90th
- *   percentile of the same kind's on the partitions (sized to keep the
- *   objective). Sharing ends as soon as more than a fifth of a window
- *   plus SL_PART_SLACK of some kind's requests exceed it (twice the tenth
- *   that latencies as good as the partitions' give: such a window then
- *   ends sharing with a chance under 0.05 %, against 10 % at a tenth plus
- *   SL_PART_SLACK), and is tried again SL_PART_RETRY requests later
- *   against a new window on the partitions, so trials that fail cost
- *   under 1 % of requests (what a p99 sees); while it holds, windows
- *   restart. Sharing gives the offline lanes every unit whenever the
- *   online ones are idle; partitions keep their blocks off the online
- *   units, which a service whose requests are as short as those blocks
- *   needs.
+ *   vanishes when sharing makes requests queue), against the yardstick of
+ *   the slowest of the same kind's window on the partitions (sized to keep
+ *   the objective): a tail quantile, near the p99 the objective is about,
+ *   rather than the 90th percentile, which sits where queueing begins
+ *   and moves with every burst. Sharing ends as soon as more than a
+ *   twentieth of a window plus SL_PART_SLACK of some kind's requests
+ *   exceed it (a window's slowest is exceeded by 1/65 of requests as fast
+ *   as the partitions', so such a window ends sharing with a chance of
+ *   0.66 %, the yardstick's own spread included). A trial that fails
+ *   waits SL_PART_RETRY requests before the next, and each further
+ *   failure in a row doubles that (at most SL_PART_BACKOFF times), so the
+ *   trials of a service that sharing never suits cost it under 1 % of
+ *   its requests (what a p99 sees) over any stretch; a trial that held
+ *   SL_PART_RETRY requests before failing waits SL_PART_RETRY again (the
+ *   load changed), and a new search brings no trial forward. While a
+ *   trial holds, windows restart. Sharing gives the offline lanes every
+ *   unit whenever the online ones are idle; partitions keep their blocks
+ *   off the online units, which a service whose requests are as short as
+ *   those blocks needs.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).
@@ -91,8 +97,9 @@ sl_part_plan_config sl_part_plan_config_default(unsigned units, unsigned min_uni
 #define SL_PART_KINDS 8      /* iteration kinds with a reference */
 #define SL_PART_RESEARCH 256 /* observations between two searches */
 #define SL_PART_WINDOW 64    /* guard: requests per kind in a latency window */
-#define SL_PART_SLACK 3      /* guard: requests over the window's fifth a trial allows */
+#define SL_PART_SLACK 3      /* guard: requests over a window's twentieth a trial allows */
 #define SL_PART_RETRY 4096   /* guard: observations from a failed trial to the next */
+#define SL_PART_BACKOFF 6    /* guard: doublings of SL_PART_RETRY at most */
 
 enum sl_part_phase {
     SL_PART_SIZED,     /* the need is known (declared, or searched) */
@@ -111,11 +118,11 @@ typedef struct sl_part_kind {
     unsigned n;
     double v[SL_PART_SAMPLES];
     double ref_ns; /* 0 until the reference is taken */
-    /* guard: latencies of the current window, and the 90th percentile of
-     * the last full one on partitions (0 = none yet) */
+    /* guard: latencies of the current window, and the yardstick: the
+     * slowest request of the last full one on partitions (0 = none yet) */
     unsigned n_lat, over;
     double lat[SL_PART_WINDOW];
-    double part_p90;
+    double part_max;
 } sl_part_kind;
 
 typedef struct sl_part_plan {
@@ -139,8 +146,10 @@ typedef struct sl_part_plan {
     /* guard: the device shared, no partitions (the caller's to remove);
      * p->online keeps the size they come back at */
     bool shared;
-    uint64_t trial_at; /* the observation from which sharing may be tried */
-    uint64_t trials;   /* times sharing was tried / ended */
+    uint64_t trial_at;   /* the observation from which sharing may be tried */
+    uint64_t trial_from; /* the observation the current (or last) trial began at */
+    unsigned backoff;    /* failed trials in a row, each doubling the wait (capped) */
+    uint64_t trials;     /* times sharing was tried / ended */
     uint64_t breaks;
 } sl_part_plan;
 
