@@ -50,15 +50,16 @@
  *   as the partitions', so such a window ends sharing with a chance of
  *   0.66 %, the yardstick's own spread included). A trial that fails
  *   waits SL_PART_RETRY requests before the next, and each further
- *   failure in a row doubles that (at most SL_PART_BACKOFF times), so the
- *   trials of a service that sharing never suits cost it under 1 % of
- *   its requests (what a p99 sees) over any stretch; a trial that held
- *   SL_PART_RETRY requests before failing waits SL_PART_RETRY again (the
- *   load changed), and a new search brings no trial forward. While a
- *   trial holds, windows restart. Sharing gives the offline lanes every
- *   unit whenever the online ones are idle; partitions keep their blocks
- *   off the online units, which a service whose requests are as short as
- *   those blocks needs.
+ *   failure in a row doubles that (at most SL_PART_BACKOFF times): a
+ *   service that sharing never suits pays for one more trial each time
+ *   its request count doubles, not one per SL_PART_RETRY requests, so the
+ *   tens of slow requests a failed trial costs fall further under the
+ *   1 % a p99 sees. A trial that held SL_PART_RETRY requests before
+ *   failing waits SL_PART_RETRY again (the load changed), and a new
+ *   search brings no trial forward. While a trial holds, windows restart.
+ *   Sharing gives the offline lanes every unit whenever the online ones
+ *   are idle; partitions keep their blocks off the online units, which a
+ *   service whose requests are as short as those blocks needs.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).
