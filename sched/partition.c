@@ -79,7 +79,7 @@ static void search_start(sl_part_plan *p)
     set_online(p, online_max(&p->cfg));
 }
 
-/* v's n values (n <= SL_PART_WINDOW) in s, ascending: an insertion sort. */
+/* v's n values (n <= SL_PART_SAMPLES) in s, ascending: an insertion sort. */
 static void sort_into(const double *v, unsigned n, double *s)
 {
     for (unsigned i = 0; i < n; i++) {
