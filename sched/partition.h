@@ -42,9 +42,9 @@
  *   queueing and overlap included, so the signal grows rather than
  *   vanishes when sharing makes requests queue), against the yardstick of
  *   the slowest of the same kind's window on the partitions (sized to keep
- *   the objective): a tail quantile, near the p99 the objective is about,
- *   rather than the 90th percentile, which sits where queueing begins
- *   and moves with every burst. Sharing ends as soon as more than a
+ *   the objective): a tail quantile near the p99 the objective is about
+ *   (lower percentiles of a lightly loaded service sit where requests
+ *   start to queue, and move with every burst). Sharing ends as soon as more than a
  *   twentieth of a window plus SL_PART_SLACK of some kind's requests
  *   exceed it (a window's slowest is exceeded by 1/65 of requests as fast
  *   as the partitions', so such a window ends sharing with a chance of

@@ -282,6 +282,16 @@ static void run_latency(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from
     }
 }
 
+/* A guarded plan on P100 granularity whose search for kind 7 (full speed
+ * from 20 SMs) has ended at a need of 20. */
+static void guarded_sized(sl_part_plan *p)
+{
+    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
+    c.guard = true;
+    assert_sl_ok(sl_part_plan_init(p, &c, 0));
+    run_kind(p, 7, 20, 30);
+}
+
 /* Guard: once the need is found, a window of 64 requests on partitions
  * (latencies 1.0-1.9 ms, the slowest 1.9) starts a trial of the shared
  * device. Requests no slower keep it shared across windows; seven slower
@@ -290,11 +300,8 @@ static void run_latency(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from
 static void test_plan_guard(void **state)
 {
     (void) state;
-    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
-    c.guard = true;
     sl_part_plan p;
-    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
-    run_kind(&p, 7, 20, 30);
+    guarded_sized(&p);
     assert_int_equal(p.need, 20);
     assert_int_equal(p.phase, SL_PART_SIZED);
     run_latency(&p, 9, 100, 1000000, 100000); /* a kind without a reference: no window */
@@ -335,11 +342,8 @@ static void test_plan_guard(void **state)
 static void test_plan_guard_backoff(void **state)
 {
     (void) state;
-    sl_part_plan_config c = sl_part_plan_config_default(56, 2, 2);
-    c.guard = true;
     sl_part_plan p;
-    assert_sl_ok(sl_part_plan_init(&p, &c, 0));
-    run_kind(&p, 7, 20, 30);
+    guarded_sized(&p);
     run_latency(&p, 7, 64, 1000000, 100000);
     assert_true(p.shared);
     for (unsigned b = 0; b <= SL_PART_BACKOFF + 1; b++) {
