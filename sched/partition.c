@@ -244,7 +244,7 @@ void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t n
  * partitions, once the retry time has come. */
 static bool trial_due(const sl_part_plan *p)
 {
-    if (p->observations < p->trial_at)
+    if (p->observations < p->trial_at || p->gap_avg < p->fail_gap)
         return false;
     bool any = false;
     for (unsigned i = 0; i < SL_PART_KINDS; i++) {
@@ -314,6 +314,7 @@ void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns)
         if (p->backoff < SL_PART_BACKOFF)
             p->backoff++;
         p->breaks++;
+        p->fail_gap = p->gap_avg;
         return;
     }
     if (k->n_lat == SL_PART_WINDOW)
@@ -332,6 +333,8 @@ unsigned sl_part_plan_observe(sl_part_plan *p, uint64_t busy_ns, uint64_t window
         p->busy_avg = c->ewma * busy + (1 - c->ewma) * p->busy_avg;
         p->window_avg = c->ewma * (double) window_ns + (1 - c->ewma) * p->window_avg;
         p->load = p->busy_avg / p->window_avg;
+        p->gap_avg = p->gap_avg ? p->gap_avg + ((double) window_ns - p->gap_avg) / SL_PART_WINDOW
+                                : (double) window_ns;
     }
     p->observations++;
     p->since_change++;

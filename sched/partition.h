@@ -56,7 +56,13 @@
  *   tens of slow requests a failed trial costs fall further under the
  *   1 % a p99 sees. A trial that held SL_PART_RETRY requests before
  *   failing waits SL_PART_RETRY again (the load changed), and a new
- *   search brings no trial forward. While a trial holds, windows restart.
+ *   search brings no trial forward. A retry also waits until requests
+ *   come no more often than when the trial failed (gap_avg, the mean time
+ *   between online boundaries over a window, back at fail_gap or above):
+ *   sharing that held until the load rose is tried again once the load
+ *   falls back, not while it is at its peak (at a steady load the
+ *   average soon crosses its mark again). While a trial holds, windows
+ *   restart.
  *   Sharing gives the offline lanes every unit whenever the online ones
  *   are idle; partitions keep their blocks off the online units, which a
  *   service whose requests are as short as those blocks needs.
@@ -152,6 +158,8 @@ typedef struct sl_part_plan {
     unsigned backoff;    /* failed trials in a row, each doubling the wait (capped) */
     uint64_t trials;     /* times sharing was tried / ended */
     uint64_t breaks;
+    double gap_avg;  /* EWMA over a window of the time between boundaries, ns */
+    double fail_gap; /* gap_avg when the last trial failed (0 = none failed) */
 } sl_part_plan;
 
 /* Guard: an online request of kind key took ns from its arrival to its

@@ -282,6 +282,15 @@ static void run_latency(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from
     }
 }
 
+/* n requests of kind key, each ns long, one every gap_ns. */
+static void run_spaced(sl_part_plan *p, uint64_t key, unsigned n, uint64_t ns, uint64_t gap_ns)
+{
+    for (unsigned i = 0; i < n; i++) {
+        sl_part_plan_latency(p, key, ns);
+        (void) sl_part_plan_observe(p, 1000, gap_ns);
+    }
+}
+
 /* A guarded plan on P100 granularity whose search for kind 7 (full speed
  * from 20 SMs) has ended at a need of 20. */
 static void guarded_sized(sl_part_plan *p)
@@ -378,6 +387,32 @@ static void test_plan_guard_backoff(void **state)
     assert_int_equal(p.trial_at, due);
     run_latency(&p, 9, 64, 1000000, 100000);
     assert_false(p.shared);
+}
+
+/* Guard: a failed trial's retry also waits until requests come no more
+ * often than when it failed, so a service whose load rose past what
+ * sharing suits is tried again once the load falls back, not while it
+ * stays high. */
+static void test_plan_guard_rate(void **state)
+{
+    (void) state;
+    sl_part_plan p;
+    guarded_sized(&p);
+    run_latency(&p, 7, 64, 1000000, 100000); /* one every 100 us */
+    assert_true(p.shared);
+    run_latency(&p, 7, 7, 2500000, 0);
+    assert_false(p.shared);
+    /* the wait passes with requests twice as frequent: no trial */
+    run_spaced(&p, 7, SL_PART_RETRY + 2 * SL_PART_WINDOW, 1000000, 50000);
+    assert_false(p.shared);
+    assert_int_equal(p.trials, 1);
+    /* one every 200 us: the mean gap over a window is back at 100 us after
+     * 26 of them, and the next request starts the trial */
+    run_spaced(&p, 7, 20, 1000000, 200000);
+    assert_false(p.shared);
+    run_spaced(&p, 7, 20, 1000000, 200000);
+    assert_true(p.shared);
+    assert_int_equal(p.trials, 2);
 }
 
 /* The meter times an iteration that ran alone, and no other: one that
@@ -486,8 +521,8 @@ int main(void)
         cmocka_unit_test(test_plan_load_by_time),  cmocka_unit_test(test_load_meter),
         cmocka_unit_test(test_plan_search),        cmocka_unit_test(test_plan_search_median),
         cmocka_unit_test(test_plan_search_ends),   cmocka_unit_test(test_plan_guard),
-        cmocka_unit_test(test_plan_guard_backoff), cmocka_unit_test(test_load_alone),
-        cmocka_unit_test(test_steps_isolated),
+        cmocka_unit_test(test_plan_guard_backoff), cmocka_unit_test(test_plan_guard_rate),
+        cmocka_unit_test(test_load_alone),         cmocka_unit_test(test_steps_isolated),
     };
     return cmocka_run_group_tests_name("partition", tests, NULL, NULL);
 }
