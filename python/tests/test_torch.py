@@ -56,9 +56,12 @@ def _compare(session, make_opt, make_model=None, batches=None, loss_fn=None):
         # tensors below 1 (the zero-initialised batch norm weights)
         err = (got - want).abs().max().item()
         assert err <= 1e-4 * max(want.abs().max().item(), 1.0), (name, err)
-        # the updates themselves agree, not only weights that barely moved
+        # the updates themselves agree, not only weights that barely moved;
+        # below 1e-5 over the steps a tensor's gradient is rounding noise
+        # (a batch norm's shift ahead of a convolution and another batch
+        # norm has none), which Adam's scaling makes differ in any order
         moved = (want - start[name]).abs().max().item()
-        if moved > 1e-6:
+        if moved > 1e-5:
             assert err <= 0.05 * moved, (name, err, moved)
     # the trained state goes back into the module by name
     model.load_state_dict(trained)

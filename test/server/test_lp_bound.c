@@ -5,7 +5,7 @@
  * low-priority sessions (lanes of their own) train beside a high-priority
  * one that runs small iterations with idle gaps, on the sim device (an
  * H100's timing; ops sleep, so lanes really overlap), at salusd's default
- * gap margin and at the strictest (--gap-margin 0). */
+ * gap margin and at the strictest (--gap-margin 0), partitions off. */
 #include "server.h"
 #include "sl_test.h"
 
@@ -86,6 +86,9 @@ static void run_beside_two_lp(double margin, bool serial)
     srv.cfg.device = "sim:h100";
     srv.cfg.memory_limit = 8ull << 30;
     srv.cfg.policy = "priority";
+    /* the dispatch's own bound: with partitions (sim's default, on demand)
+     * low-priority steps run on SMs of their own, several at once */
+    srv.cfg.partitions = "off";
     assert_sl_ok(sl_server_start(&srv));
 
     struct job hp = {0}, lp[2] = {{0}};
