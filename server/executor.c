@@ -1235,9 +1235,9 @@ int sl_exec_init(sl_exec *ex, const sl_config *cfg, sl_device *dev, sl_mem_mgr *
     if (dev->ops->partition_caps) /* status shows the device's granularity, or why none */
         ex->parts.caps_ok =
             dev->ops->partition_caps(dev, &ex->parts.caps) == SL_OK || ex->parts.caps.note[0];
-    /* no --partitions: on demand where the device lends partitions */
+    /* no --partitions: on demand wherever the device has partitions */
     const char *parts = cfg->partitions            ? cfg->partitions
-                        : dev->ops->partition_lend ? "demand"
+                        : dev->ops->partition_caps ? "demand"
                                                    : NULL;
     if (parts) {
         enum sl_parts_mode mode;

@@ -321,8 +321,8 @@ const sl_flag sl_flags[] = {
              "units to them, a low-priority job beside it, with the device shared instead "
              "while that serves the high-priority requests as well; off otherwise); salusctl "
              "partitions MODE changes it at run time",
-     .def_text = "demand where the offline partition lends its units to high-priority work "
-                 "(cpu), off elsewhere",
+     .def_text = "demand where the device has partitions (cpu, cuda with green contexts, sim), "
+                 "off elsewhere",
      .set = set_partitions},
     {.name = "partition-objective",
      .kind = SL_FLAG_CUSTOM,

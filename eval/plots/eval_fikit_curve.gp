@@ -1,10 +1,11 @@
 # FIKIT: the trade-off curve. hp p99 over hp alone against lp throughput
 # over lp's under plain sharing, for the serial dispatch into gaps at every
 # margin (one lp step device-wide; one op per step, 300 us and 1200 us
-# segments) and the concurrent dispatch, per segment bound; salusd's
-# defaults, the goal's corner and FIKIT's published point (lp 0.86 of
-# sharing at its least hp speed-up, 1.32x over sharing, placed on our
-# plain sharing's p99).
+# segments) and the concurrent dispatch, per segment bound, all with
+# partitions off; salusd's defaults (partitions on demand over the
+# concurrent 300 us segments), the goal's corner and FIKIT's published
+# point (lp 0.86 of sharing at its least hp speed-up, 1.32x over sharing,
+# placed on our plain sharing's p99).
 # Data: eval_fikit.sweep.dat, eval_fikit.runs.dat, eval_fikit.paper_point.dat
 # (fikit --json: "sweep", "runs", "paper_point"; columns by name).
 name = "eval_fikit_curve"

@@ -1,13 +1,13 @@
 # MuxFlow: GPU utilisation (nvidia-smi's: time with a kernel running) and
 # SM occupancy per placement policy, with the paper's 26 % -> 76 %; online
 # p99 inflation and offline normalised throughput (greedy and matching
-# under salusd's defaults: concurrent lp segments); matching again under
+# with partitions off: concurrent lp segments); matching again under
 # the serial dispatch of one op per step into gaps (--lp-serial
 # --lp-segment-us 1), --no-gap-fill, with compute partitions, and with
 # partitions and gap filling (the service's need declared; searched for
 # by salusd at the 20 % objective; searched and guarded, --partitions
-# demand; not declared and sized by load alone; declared at the paper's
-# latency objective).
+# demand, salusd's defaults; not declared and sized by load alone;
+# declared at the paper's latency objective).
 # Data: eval_muxflow.runs.dat (muxflow --json, "runs"; columns by name).
 name = "eval_muxflow"
 load plots . "/common.gnuplot"
@@ -23,7 +23,7 @@ set yrange [0:1.75]
 set key top left
 set title "device use"
 set ylabel "fraction of the day"
-set xtics ("one per\nGPU" 0, "greedy" 1, "match-\ning" 2, "serial\nop steps" 3, "no gap\nfill" 4, "part-\nitions" 5, "part.+\ngap fill" 6, "part.\nsearch" 7, "part.\ndemand" 8, "part.\nload" 9, "part.\nat SLO" 10)
+set xtics ("one per\nGPU" 0, "greedy" 1, "match.\noff" 2, "serial\nop steps" 3, "no gap\nfill" 4, "part-\nitions" 5, "part.+\ngap fill" 6, "part.\nsearch" 7, "defaults:\ndemand" 8, "part.\nload" 9, "part.\nat SLO" 10)
 set xtics font ",9"
 plot f using ($0 - 0.14):"util" with boxes lc rgb "#1f77b4" title "GPU util (nvidia-smi)", \
      f using ($0 + 0.14):"sm_occupancy" with boxes lc rgb "#aec7e8" title "SM occupancy", \

@@ -190,9 +190,9 @@ static void *lp_main(void *arg)
     return NULL;
 }
 
-/* A salusd on the sim device with --partitions demand, a high-priority
- * session with a small matmul graph, and a low-priority session running
- * lp_main beside it. */
+/* A salusd on the sim device with its default partitions (on demand), a
+ * high-priority session with a small matmul graph, and a low-priority
+ * session running lp_main beside it. */
 typedef struct demand_sim {
     sl_test_server srv;
     salus_client *c;
@@ -213,8 +213,8 @@ static float demand_in[64 * 256];
  * (sl_exec_parts_settle). */
 static void demand_sim_start(demand_sim *d)
 {
-    const char *args[] = {"--device", "sim:h100",       "--policy", "priority", "--partitions",
-                          "demand",   "--memory-limit", "2G",       NULL};
+    const char *args[] = {"--device",       "sim:h100", "--policy", "priority",
+                          "--memory-limit", "2G",       NULL};
     sl_test_server_start(&d->srv, args);
     d->c = sl_test_connect(&d->srv);
     salus_session_opts ho = {.name = "hp", .priority = 10},
@@ -273,11 +273,12 @@ static void demand_sim_stop(demand_sim *d)
     assert_int_equal(sl_test_server_stop(&d->srv), 0);
 }
 
-/* --partitions demand on the sim device, where nothing is lent: on only
- * while a high-priority and a low-priority job are both joined, and then
- * with no need declared the online partition starts at its largest
- * (120 of 128 SMs) and searches for the need from the high-priority
- * iterations' times; the search ends at a size of the granularity. */
+/* salusd's default on the sim device, --partitions demand, where nothing
+ * is lent: on only while a high-priority and a low-priority job are both
+ * joined, and then with no need declared the online partition starts at
+ * its largest (120 of 128 SMs) and searches for the need from the
+ * high-priority iterations' times; the search ends at a size of the
+ * granularity. */
 static void searched_on_demand_sim(void **state)
 {
     (void) state;
@@ -300,7 +301,7 @@ static void searched_on_demand_sim(void **state)
     demand_sim_stop(&d);
 }
 
-/* --partitions demand on the sim device, with the guard. Beside a busy
+/* The same default on the sim device, with the guard. Beside a busy
  * low-priority session the need is searched, a window of high-priority
  * requests runs on it, and then the device is shared to try; whichever
  * way the trial goes (the matmuls' blocks may hold the high-priority
