@@ -329,6 +329,14 @@ int salus_partitions_text(salus_client *c, char **text)
         if (p->trials)
             sl_textbuf_printf(&b, "guard     sharing tried %llu times, ended %llu\n",
                               (unsigned long long) p->trials, (unsigned long long) p->trials_ended);
+        if (p->retry_requests)
+            sl_textbuf_printf(&b, "retry     after %llu more high-priority requests\n",
+                              (unsigned long long) p->retry_requests);
+        if (p->retry_gap_ns)
+            sl_textbuf_printf(&b,
+                              "retry     once they come every %.2f ms or less often "
+                              "(every %.2f ms now; sharing ended at that rate)\n",
+                              (double) p->retry_gap_ns / 1e6, (double) p->request_gap_ns / 1e6);
         if (p->sizing && !strcmp(p->sizing, "shared"))
             sl_textbuf_printf(&b,
                               "sizing    shared: high-priority latency as good without "

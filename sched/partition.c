@@ -321,6 +321,19 @@ void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns)
         k->n_lat = k->over = 0; /* as good a window as the partitions': another */
 }
 
+bool sl_part_plan_retry(const sl_part_plan *p, uint64_t *requests, double *gap_ns)
+{
+    *requests = 0;
+    *gap_ns = 0;
+    if (!p->search || !p->cfg.guard || p->phase == SL_PART_SHARED || !p->breaks)
+        return false;
+    if (p->trial_at > p->observations)
+        *requests = p->trial_at - p->observations;
+    if (p->gap_avg < p->fail_gap)
+        *gap_ns = p->fail_gap;
+    return *requests || *gap_ns;
+}
+
 unsigned sl_part_plan_observe(sl_part_plan *p, uint64_t busy_ns, uint64_t window_ns)
 {
     const sl_part_plan_config *c = &p->cfg;

@@ -168,6 +168,12 @@ typedef struct sl_part_plan {
  * boundary. */
 void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns);
 
+/* Guard: what the next trial waits for after one that ended: *requests
+ * more online requests, and the mean time between them back at *gap_ns
+ * (0: that one does not hold it back). False when none waits (no trial
+ * ended, sharing now, or no guard). */
+bool sl_part_plan_retry(const sl_part_plan *p, uint64_t *requests, double *gap_ns);
+
 /* Rounds units up to the granularity (at least min_units, then steps of
  * align), at most cfg->units. */
 unsigned sl_part_round(const sl_part_plan_config *cfg, unsigned units);

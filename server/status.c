@@ -85,6 +85,11 @@ static Salus__PartitionsStatus *partitions_detail(const sl_exec_parts *p, sl_rep
         d->need = p->plan.need;
         d->trials = p->plan.trials;
         d->trials_ended = p->plan.breaks;
+        double gap;
+        if (sl_part_plan_retry(&p->plan, &d->retry_requests, &gap)) {
+            d->retry_gap_ns = (uint64_t) gap;
+            d->request_gap_ns = (uint64_t) p->plan.gap_avg;
+        }
     }
     return d;
 }

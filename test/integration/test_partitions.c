@@ -306,7 +306,8 @@ static void searched_on_demand_sim(void **state)
  * requests runs on it, and then the device is shared to try; whichever
  * way the trial goes (the matmuls' blocks may hold the high-priority
  * requests back, or not), status agrees with it: shared without
- * partitions, or partitions back at the need. */
+ * partitions, or partitions back at the need and what the next trial
+ * waits for. */
 static void guard_on_demand_sim(void **state)
 {
     (void) state;
@@ -322,6 +323,8 @@ static void guard_on_demand_sim(void **state)
     assert_true(tried >= 1 && ended <= tried);
     if (ended == tried && !strstr(text, "mode      demand (on now)"))
         fail_msg("the trial ended but the partitions are not back:\n%s", text);
+    if (ended == tried && !strstr(text, "retry     after "))
+        fail_msg("the trial ended but status does not say what the next waits for:\n%s", text);
     if (ended < tried &&
         (!strstr(text, "sizing    shared") || !strstr(text, "mode      demand (off now)")))
         fail_msg("sharing, but the partitions are not gone or status does not say so:\n%s", text);

@@ -400,12 +400,22 @@ static void test_plan_guard_rate(void **state)
     guarded_sized(&p);
     run_latency(&p, 7, 64, 1000000, 100000); /* one every 100 us */
     assert_true(p.shared);
+    uint64_t n;
+    double gap;
+    assert_false(sl_part_plan_retry(&p, &n, &gap)); /* sharing: nothing waits */
     run_latency(&p, 7, 7, 2500000, 0);
     assert_false(p.shared);
+    /* what the retry waits for: the count, the rate not yet (no faster) */
+    assert_true(sl_part_plan_retry(&p, &n, &gap));
+    assert_int_equal(n, SL_PART_RETRY - 1); /* the request that ended it counts */
+    assert_true(gap == 0);
     /* the wait passes with requests twice as frequent: no trial */
     run_spaced(&p, 7, SL_PART_RETRY + 2 * SL_PART_WINDOW, 1000000, 50000);
     assert_false(p.shared);
     assert_int_equal(p.trials, 1);
+    assert_true(sl_part_plan_retry(&p, &n, &gap));
+    assert_int_equal(n, 0);
+    assert_true(fabs(gap - 100000) < 1);
     /* one every 200 us: the mean gap over a window is back at 100 us after
      * 26 of them, and the next request starts the trial */
     run_spaced(&p, 7, 20, 1000000, 200000);
@@ -413,6 +423,7 @@ static void test_plan_guard_rate(void **state)
     run_spaced(&p, 7, 20, 1000000, 200000);
     assert_true(p.shared);
     assert_int_equal(p.trials, 2);
+    assert_false(sl_part_plan_retry(&p, &n, &gap));
 }
 
 /* The meter times an iteration that ran alone, and no other: one that
