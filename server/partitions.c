@@ -67,7 +67,9 @@ void sl_parts_describe(const sl_exec_parts *p, char *buf, size_t len)
     }
     if (p->mode == SL_PARTS_OFF || !p->online) {
         snprintf(buf, len, "%soff%s%s%s", demand,
-                 p->demand ? " until a high-priority job joins" : "",
+                 !p->demand    ? ""
+                 : p->can_lend ? " until a high-priority job joins"
+                               : " until a high-priority job runs beside a low-priority one",
                  p->caps_ok ? "; device: " : "", p->caps_ok ? p->caps.note : "");
         return;
     }
@@ -300,7 +302,10 @@ static bool demand_wanted(const sl_exec *ex)
 {
     if (ex->gaps.n_hp == 0 || !sl_exec_wants_exclusive(ex, 1))
         return false;
-    return ex->dev->ops->partition_lend ? lends(ex) : ex->parts.n_low > 0;
+    /* elsewhere also only once a high-priority iteration has run: a job
+     * that joined and waits would hold the largest online partition for
+     * the search, and the low-priority work to the rest, for as long */
+    return ex->dev->ops->partition_lend ? lends(ex) : ex->parts.n_low > 0 && ex->parts.hp_ran;
 }
 
 int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
@@ -316,6 +321,7 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
     if (!ops->partition_caps || ops->partition_caps(ex->dev, &p->caps) != SL_OK)
         return SL_EUNSUPPORTED;
     p->caps_ok = true;
+    p->can_lend = ops->partition_lend != NULL;
     bool was = p->demand;
     p->demand = true;
     int rc = set_mode(ex, demand_wanted(ex) ? SL_PARTS_AUTO : SL_PARTS_OFF, 0, !lends(ex));
@@ -329,6 +335,8 @@ void sl_exec_parts_follow(sl_exec *ex)
     sl_exec_parts *p = &ex->parts;
     if (!p->demand)
         return;
+    if (ex->gaps.n_hp == 0)
+        p->hp_ran = false;
     bool on = demand_wanted(ex);
     if (on == (p->mode != SL_PARTS_OFF))
         return;
@@ -370,6 +378,13 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind, uint64_t la
 {
     sl_exec_parts *p = &ex->parts;
     uint64_t alone_ns = sl_part_load_done(&p->load, now);
+    if (p->demand && !p->hp_ran && kind) {
+        /* the first to complete: the partitions may go on now, and this
+         * iteration, which ran without them, tells the plan nothing */
+        p->hp_ran = true;
+        sl_exec_parts_follow(ex);
+        return;
+    }
     if (p->mode != SL_PARTS_AUTO || (!p->online && !p->plan.shared))
         return;
     unsigned before = p->plan.online;

@@ -33,16 +33,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* DEMAND: auto while a high-priority job is joined under a policy with
- * exclusive lanes, off otherwise (sl_exec_parts_follow); salusd's default
- * where the offline partition lends its units (cpu): there high-priority
- * work loses nothing to a partition, it still reaches every core.
- * Elsewhere (cuda, sim: --partitions demand) it loses up to the
- * objective, so partitions go on only while a low-priority job is joined
- * too, and with the guard (sched/partition.h): once the need is found
- * they are removed while high-priority requests fare as well on the
- * shared device, and kept where they keep the low-priority blocks off
- * requests as short as those blocks. */
+/* DEMAND, salusd's default wherever the device has partitions: auto
+ * while a high-priority job is joined under a policy with exclusive
+ * lanes, off otherwise (sl_exec_parts_follow). Where the offline
+ * partition lends its units (cpu) high-priority work loses nothing to a
+ * partition, it still reaches every core. Elsewhere (cuda, sim) it loses
+ * up to the objective, so partitions go on only while a low-priority job
+ * is joined too and once a high-priority iteration has run (one that
+ * joined and waits would keep the largest online partition for the
+ * search, and the low-priority work on the rest), and with the guard
+ * (sched/partition.h): once the need is found they are removed while
+ * high-priority requests fare as well on the shared device, and kept
+ * where they keep the low-priority blocks off requests as short as those
+ * blocks. */
 enum sl_parts_mode { SL_PARTS_OFF = 0, SL_PARTS_FIXED, SL_PARTS_AUTO, SL_PARTS_DEMAND };
 
 typedef struct sl_exec_parts {
@@ -51,6 +54,8 @@ typedef struct sl_exec_parts {
     unsigned declared;       /* the operator's declared need (--partitions auto:N, N), units */
     unsigned session_need;   /* the largest high-priority session's declaration seen */
     uint32_t n_low;          /* joined jobs that are not high-priority (DEMAND) */
+    bool hp_ran;             /* DEMAND: a high-priority iteration completed since one joined */
+    bool can_lend;           /* DEMAND: the device can lend (partition_lend) */
     bool used;               /* partitions were on once: streams may be bound */
     sl_partition_caps caps;
     bool caps_ok;

@@ -167,7 +167,8 @@ static void declared_need(void **state)
 typedef struct lp_loop {
     salus_session *s;
     atomic_bool stop;
-    int rc, iterations;
+    int rc;
+    atomic_int iterations;
 } lp_loop;
 
 static void *lp_main(void *arg)
@@ -205,12 +206,19 @@ typedef struct demand_sim {
 
 static float demand_in[64 * 256];
 
-/* Starts it: off with the high-priority session alone, on at the largest
- * online partition (searching) once the low-priority one joins. The low-
- * priority session runs iterations of tens of ms back to back, so its lane
- * is busy at almost every high-priority boundary; sim changes partitions
- * only while nothing runs, which is then the end of one of its iterations
- * (sl_exec_parts_settle). */
+static void demand_sim_run(demand_sim *d)
+{
+    const void *feeds[] = {demand_in};
+    assert_sl_ok(salus_run(d->hp, d->g, feeds, 0, NULL, NULL));
+}
+
+/* Starts it: off with the high-priority session alone, and still off
+ * once the low-priority one joins and runs, until a high-priority
+ * iteration has run; then on at the largest online partition
+ * (searching). The low-priority session runs iterations of tens of ms
+ * back to back, so its lane is busy at almost every high-priority
+ * boundary; sim changes partitions only while nothing runs, which is then
+ * the end of one of its iterations (sl_exec_parts_settle). */
 static void demand_sim_start(demand_sim *d)
 {
     const char *args[] = {"--device",       "sim:h100", "--policy", "priority",
@@ -219,12 +227,18 @@ static void demand_sim_start(demand_sim *d)
     d->c = sl_test_connect(&d->srv);
     salus_session_opts ho = {.name = "hp", .priority = 10},
                        lo = {.name = "lp", .ephemeral_bytes = 256ull << 20};
+    const char *off = "partitions: on demand: off until a high-priority job runs beside a "
+                      "low-priority one";
     assert_sl_ok(salus_session_open(d->c, &ho, &d->hp));
-    status_has(d->c, "partitions: on demand: off until a high-priority job joins");
+    status_has(d->c, off);
     assert_sl_ok(salus_session_open(d->c, &lo, &d->lp));
-    status_has(d->c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
     d->lpl = (lp_loop){.s = d->lp};
     assert_int_equal(pthread_create(&d->lpt, NULL, lp_main, &d->lpl), 0);
+    struct timespec ms = {0, 1000 * 1000};
+    for (int i = 0; i < 10000 && atomic_load(&d->lpl.iterations) == 0; i++)
+        nanosleep(&ms, NULL);
+    assert_true(atomic_load(&d->lpl.iterations) > 0); /* it runs, on the whole device */
+    status_has(d->c, off);
     uint64_t w;
     const int64_t dw[] = {256, 256}, dx[] = {64, 256};
     assert_sl_ok(salus_tensor_create(d->hp, SALUS_F32, 2, dw, NULL, &w));
@@ -233,12 +247,8 @@ static void demand_sim_start(demand_sim *d)
     salus_value a = salus_graph_param(d->g, w, SALUS_F32, 2, dw);
     (void) salus_graph_op(d->g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
     assert_sl_ok(salus_graph_register(d->hp, d->g, NULL));
-}
-
-static void demand_sim_run(demand_sim *d)
-{
-    const void *feeds[] = {demand_in};
-    assert_sl_ok(salus_run(d->hp, d->g, feeds, 0, NULL, NULL));
+    demand_sim_run(d);
+    status_has(d->c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
 }
 
 /* Runs high-priority iterations in batches of `batch`, 2 ms apart, until
