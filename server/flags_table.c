@@ -318,8 +318,9 @@ const sl_flag sl_flags[] = {
              "their sessions, then sized from their load with headroom and hysteresis), auto:N "
              "(N declared as their need) or demand (auto while a high-priority job is joined "
              "under the priority policy and, where the offline partition does not lend its "
-             "units to them, a low-priority job beside it, with the device shared instead "
-             "while that serves the high-priority requests as well; off otherwise); salusctl "
+             "units to them, a low-priority job beside it once a high-priority iteration has "
+             "run, with the device shared instead while that serves the high-priority requests "
+             "as well; off otherwise); salusctl "
              "partitions MODE changes it at run time",
      .def_text = "demand where the device has partitions (cpu, cuda with green contexts, sim), "
                  "off elsewhere",
