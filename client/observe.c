@@ -334,8 +334,8 @@ int salus_partitions_text(salus_client *c, char **text)
                               (unsigned long long) p->retry_requests);
         if (p->retry_gap_ns)
             sl_textbuf_printf(&b,
-                              "retry     once they come every %.2f ms or less often "
-                              "(every %.2f ms now; sharing ended at that rate)\n",
+                              "retry     once they come every %.2f ms or less often (the "
+                              "rate sharing ended at; every %.2f ms now)\n",
                               (double) p->retry_gap_ns / 1e6, (double) p->request_gap_ns / 1e6);
         if (p->sizing && !strcmp(p->sizing, "shared"))
             sl_textbuf_printf(&b,

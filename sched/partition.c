@@ -240,11 +240,19 @@ void sl_part_plan_time(sl_part_plan *p, uint64_t key, unsigned units, uint64_t n
     search_probe(p);
 }
 
+/* Guard: requests still come more often than when the last trial failed,
+ * for at most the longest count wait since. */
+static bool rate_holds(const sl_part_plan *p)
+{
+    return p->gap_avg < p->fail_gap &&
+           p->observations - p->fail_at < ((uint64_t) SL_PART_RETRY << SL_PART_BACKOFF);
+}
+
 /* Guard: every kind with a yardstick, and none still short of a window on
  * partitions, once the retry time has come. */
 static bool trial_due(const sl_part_plan *p)
 {
-    if (p->observations < p->trial_at || p->gap_avg < p->fail_gap)
+    if (p->observations < p->trial_at || rate_holds(p))
         return false;
     bool any = false;
     for (unsigned i = 0; i < SL_PART_KINDS; i++) {
@@ -315,6 +323,7 @@ void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns)
             p->backoff++;
         p->breaks++;
         p->fail_gap = p->gap_avg;
+        p->fail_at = p->observations;
         return;
     }
     if (k->n_lat == SL_PART_WINDOW)
@@ -329,7 +338,7 @@ bool sl_part_plan_retry(const sl_part_plan *p, uint64_t *requests, double *gap_n
         return false;
     if (p->trial_at > p->observations)
         *requests = p->trial_at - p->observations;
-    if (p->gap_avg < p->fail_gap)
+    if (rate_holds(p))
         *gap_ns = p->fail_gap;
     return *requests || *gap_ns;
 }

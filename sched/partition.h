@@ -60,9 +60,12 @@
  *   come no more often than when the trial failed (gap_avg, the mean time
  *   between online boundaries over a window, back at fail_gap or above):
  *   sharing that held until the load rose is tried again once the load
- *   falls back, not while it is at its peak (at a steady load the
- *   average soon crosses its mark again). While a trial holds, windows
- *   restart.
+ *   falls back, not while it is at its peak (at a steady open load the
+ *   average soon crosses its mark again). The rate holds a retry back for
+ *   at most SL_PART_RETRY << SL_PART_BACKOFF requests after the failure:
+ *   a client that sends its next request when the last one returns comes
+ *   less often while shared, so its mark may never be crossed on the
+ *   partitions. While a trial holds, windows restart.
  *   Sharing gives the offline lanes every unit whenever the online ones
  *   are idle; partitions keep their blocks off the online units, which a
  *   service whose requests are as short as those blocks needs.
@@ -158,8 +161,9 @@ typedef struct sl_part_plan {
     unsigned backoff;    /* failed trials in a row, each doubling the wait (capped) */
     uint64_t trials;     /* times sharing was tried / ended */
     uint64_t breaks;
-    double gap_avg;  /* EWMA over a window of the time between boundaries, ns */
-    double fail_gap; /* gap_avg when the last trial failed (0 = none failed) */
+    double gap_avg;   /* EWMA over a window of the time between boundaries, ns */
+    double fail_gap;  /* gap_avg when the last trial failed (0 = none failed) */
+    uint64_t fail_at; /* the observation it failed at */
 } sl_part_plan;
 
 /* Guard: an online request of kind key took ns from its arrival to its
@@ -170,8 +174,9 @@ void sl_part_plan_latency(sl_part_plan *p, uint64_t key, uint64_t ns);
 
 /* Guard: what the next trial waits for after one that ended: *requests
  * more online requests, and the mean time between them back at *gap_ns
- * (0: that one does not hold it back). False when none waits (no trial
- * ended, sharing now, or no guard). */
+ * (0: that one does not hold it back); a window on the partitions for
+ * each kind, as ever, besides. False when neither holds it back (no
+ * trial ended, sharing now, or no guard). */
 bool sl_part_plan_retry(const sl_part_plan *p, uint64_t *requests, double *gap_ns);
 
 /* Rounds units up to the granularity (at least min_units, then steps of

@@ -333,15 +333,19 @@ int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
 void sl_exec_parts_follow(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
+    /* an iteration counts only while both kinds of job are joined */
+    if (ex->gaps.n_hp == 0 || p->n_low == 0)
+        p->hp_ran = false;
     if (!p->demand)
         return;
-    if (ex->gaps.n_hp == 0)
-        p->hp_ran = false;
     bool on = demand_wanted(ex);
     if (on == (p->mode != SL_PARTS_OFF))
         return;
     int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0, !lends(ex));
-    if (rc != SL_OK)
+    if (rc == SL_EBUSY) /* a device that changes only while idle: sl_exec_parts_settle */
+        sl_log_debug("exe.parts", "partitions %s on demand at the next idle moment",
+                     on ? "on" : "off");
+    else if (rc != SL_OK)
         sl_log_warn("exe.parts", "cannot turn the partitions %s on demand: %s", on ? "on" : "off",
                     sl_strerror(rc));
 }
@@ -378,7 +382,7 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind, uint64_t la
 {
     sl_exec_parts *p = &ex->parts;
     uint64_t alone_ns = sl_part_load_done(&p->load, now);
-    if (p->demand && !p->hp_ran && kind) {
+    if (p->demand && !p->can_lend && !p->hp_ran && kind && p->n_low > 0) {
         /* the first to complete: the partitions may go on now, and this
          * iteration, which ran without them, tells the plan nothing */
         p->hp_ran = true;
@@ -403,6 +407,12 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind, uint64_t la
 void sl_exec_parts_settle(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
+    if (p->demand && demand_wanted(ex) != (p->mode != SL_PARTS_OFF)) {
+        /* a change on demand that found the device busy */
+        if (p->caps.live || sl_exec_idle(ex))
+            sl_exec_parts_follow(ex);
+        return;
+    }
     if (p->mode != SL_PARTS_AUTO)
         return;
     bool drop = p->plan.shared && p->online, restore = !p->plan.shared && !p->online;

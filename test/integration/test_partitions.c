@@ -247,8 +247,18 @@ static void demand_sim_start(demand_sim *d)
     salus_value a = salus_graph_param(d->g, w, SALUS_F32, 2, dw);
     (void) salus_graph_op(d->g, "matmul", 2, (salus_value[]){x, a}, 0, NULL, 0, NULL);
     assert_sl_ok(salus_graph_register(d->hp, d->g, NULL));
-    demand_sim_run(d);
-    status_has(d->c, "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8");
+    /* on once one has run, at the first idle moment (the low-priority
+     * lane's iterations end) */
+    const char *on = "partitions: on demand: online 120 SMs (auto, searching at +20 %), offline 8";
+    char *text = NULL;
+    for (int i = 0; i < 1000 && (!text || !strstr(text, on)); i++) {
+        demand_sim_run(d);
+        salus_free(text);
+        assert_sl_ok(salus_status_text(d->c, &text));
+    }
+    if (!strstr(text, on))
+        fail_msg("status lacks \"%s\":\n%s", on, text);
+    salus_free(text);
 }
 
 /* Runs high-priority iterations in batches of `batch`, 2 ms apart, until

@@ -392,7 +392,7 @@ static void test_plan_guard_backoff(void **state)
 /* Guard: a failed trial's retry also waits until requests come no more
  * often than when it failed, so a service whose load rose past what
  * sharing suits is tried again once the load falls back, not while it
- * stays high. */
+ * stays high; for at most SL_PART_RETRY << SL_PART_BACKOFF requests. */
 static void test_plan_guard_rate(void **state)
 {
     (void) state;
@@ -424,6 +424,17 @@ static void test_plan_guard_rate(void **state)
     assert_true(p.shared);
     assert_int_equal(p.trials, 2);
     assert_false(sl_part_plan_retry(&p, &n, &gap));
+    /* it fails again; requests twice as frequent as then hold the retry
+     * back for no longer than the longest count wait */
+    run_spaced(&p, 7, 7, 2500000, 200000);
+    assert_false(p.shared);
+    uint64_t most = (uint64_t) SL_PART_RETRY << SL_PART_BACKOFF;
+    run_spaced(&p, 7, (unsigned) most - 8, 1000000, 50000);
+    assert_false(p.shared);
+    assert_true(sl_part_plan_retry(&p, &n, &gap) && n == 0 && gap > 50000);
+    run_spaced(&p, 7, 16, 1000000, 50000);
+    assert_true(p.shared);
+    assert_int_equal(p.trials, 3);
 }
 
 /* The meter times an iteration that ran alone, and no other: one that
