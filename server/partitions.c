@@ -342,7 +342,10 @@ void sl_exec_parts_follow(sl_exec *ex)
     if (on == (p->mode != SL_PARTS_OFF))
         return;
     int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0, !lends(ex));
-    if (rc == SL_EBUSY) /* a device that changes only while idle: sl_exec_parts_settle */
+    /* a device that changes only while idle: sl_exec_parts_settle tries
+     * again then; any other failure waits for the next join or leave */
+    p->demand_failed = rc != SL_OK && rc != SL_EBUSY;
+    if (rc == SL_EBUSY)
         sl_log_debug("exe.parts", "partitions %s on demand at the next idle moment",
                      on ? "on" : "off");
     else if (rc != SL_OK)
@@ -407,7 +410,7 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind, uint64_t la
 void sl_exec_parts_settle(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
-    if (p->demand && demand_wanted(ex) != (p->mode != SL_PARTS_OFF)) {
+    if (p->demand && !p->demand_failed && demand_wanted(ex) != (p->mode != SL_PARTS_OFF)) {
         /* a change on demand that found the device busy */
         if (p->caps.live || sl_exec_idle(ex))
             sl_exec_parts_follow(ex);

@@ -56,6 +56,7 @@ typedef struct sl_exec_parts {
     uint32_t n_low;          /* joined jobs that are not high-priority (DEMAND) */
     bool hp_ran;             /* DEMAND: a high-priority iteration completed since one joined */
     bool can_lend;           /* DEMAND: the device can lend (partition_lend) */
+    bool demand_failed;      /* DEMAND: the last change failed, not for a busy device */
     bool used;               /* partitions were on once: streams may be bound */
     sl_partition_caps caps;
     bool caps_ok;
