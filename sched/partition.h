@@ -37,38 +37,37 @@
  * - with guard as well, partitions only where they serve the online work
  *   better than sharing: once the need is found and a window of
  *   SL_PART_WINDOW online requests per kind has run on it, the plan tries
- *   the whole device shared (p->shared: the caller removes the
- *   partitions). Requests are judged by latency (arrival to completion,
- *   queueing and overlap included, so the signal grows rather than
- *   vanishes when sharing makes requests queue), against the yardstick of
- *   the slowest of the same kind's window on the partitions (sized to keep
- *   the objective): a tail quantile near the p99 the objective is about
- *   (lower percentiles of a lightly loaded service sit where requests
- *   start to queue, and move with every burst). Sharing ends as soon as more than a
- *   twentieth of a window plus SL_PART_SLACK of some kind's requests
- *   exceed it (a window's slowest is exceeded by 1/65 of requests as fast
- *   as the partitions', so such a window ends sharing with a chance of
- *   0.66 %, the yardstick's own spread included). A trial that fails
- *   waits SL_PART_RETRY requests before the next, and each further
- *   failure in a row doubles that (at most SL_PART_BACKOFF times): a
- *   service that sharing never suits pays for one more trial each time
- *   its request count doubles, not one per SL_PART_RETRY requests, so the
- *   tens of slow requests a failed trial costs fall further under the
- *   1 % a p99 sees. A trial that held SL_PART_RETRY requests before
- *   failing waits SL_PART_RETRY again (the load changed), and a new
- *   search brings no trial forward. A retry also waits until requests
- *   come no more often than when the trial failed (gap_avg, the mean time
- *   between online boundaries over a window, back at fail_gap or above):
- *   sharing that held until the load rose is tried again once the load
- *   falls back, not while it is at its peak (at a steady open load the
- *   average soon crosses its mark again). The rate holds a retry back for
- *   at most SL_PART_RETRY << SL_PART_BACKOFF requests after the failure:
- *   a client that sends its next request when the last one returns comes
- *   less often while shared, so its mark may never be crossed on the
- *   partitions. While a trial holds, windows restart.
- *   Sharing gives the offline lanes every unit whenever the online ones
- *   are idle; partitions keep their blocks off the online units, which a
- *   service whose requests are as short as those blocks needs.
+ *   the whole device shared (p->shared: the caller removes the partitions).
+ *   Requests are judged by latency (arrival to completion, queueing and
+ *   overlap included, so the signal grows rather than vanishes when sharing
+ *   makes requests queue), against the yardstick of the slowest of the same
+ *   kind's window on the partitions (sized to keep the objective): a tail
+ *   quantile near the p99 the objective is about (lower percentiles of a
+ *   lightly loaded service sit where requests start to queue, and move with
+ *   every burst). Sharing ends as soon as more than a twentieth of a window
+ *   plus SL_PART_SLACK of some kind's requests exceed it (a window's slowest
+ *   is exceeded by 1/65 of requests as fast as the partitions', so such a
+ *   window ends sharing with a chance of 0.66 %, the yardstick's own spread
+ *   included). A trial that fails waits SL_PART_RETRY requests before the
+ *   next, and each further failure in a row doubles that (at most
+ *   SL_PART_BACKOFF times): a service that sharing never suits pays for one
+ *   more trial each time its request count doubles, not one per
+ *   SL_PART_RETRY requests, so the tens of slow requests a failed trial
+ *   costs fall further under the 1 % a p99 sees. A trial that held
+ *   SL_PART_RETRY requests before failing waits SL_PART_RETRY again (the
+ *   load changed), and a new search brings no trial forward. A retry also
+ *   waits until requests come no more often than when the trial failed
+ *   (gap_avg, the mean time between online boundaries over a window, back at
+ *   fail_gap or above): sharing that held until the load rose is tried again
+ *   once the load falls back, not while it is at its peak (at a steady open
+ *   load the average soon crosses its mark again). The rate holds a retry
+ *   back for at most SL_PART_RETRY << SL_PART_BACKOFF requests after the
+ *   failure: a client that sends its next request when the last one returns
+ *   comes less often while shared, so its mark may never be crossed on the
+ *   partitions. While a trial holds, windows restart. Sharing gives the
+ *   offline lanes every unit whenever the online ones are idle; partitions
+ *   keep their blocks off the online units, which a service whose requests
+ *   are as short as those blocks needs.
  * Offline lanes always keep min_offline units. The plan changes only when
  * sl_part_plan_observe is called, at an online iteration's boundary; the
  * caller applies it when the streams concerned are idle (device.h).

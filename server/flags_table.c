@@ -320,8 +320,7 @@ const sl_flag sl_flags[] = {
              "under the priority policy and, where the offline partition does not lend its "
              "units to them, a low-priority job beside it once a high-priority iteration has "
              "run, with the device shared instead while that serves the high-priority requests "
-             "as well; off otherwise); salusctl "
-             "partitions MODE changes it at run time",
+             "as well; off otherwise); salusctl partitions MODE changes it at run time",
      .def_text = "demand where the device has partitions (cpu, cuda with green contexts, sim), "
                  "off elsewhere",
      .set = set_partitions},

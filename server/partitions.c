@@ -305,7 +305,13 @@ static bool demand_wanted(const sl_exec *ex)
     /* elsewhere also only once a high-priority iteration has run: a job
      * that joined and waits would hold the largest online partition for
      * the search, and the low-priority work to the rest, for as long */
-    return ex->dev->ops->partition_lend ? lends(ex) : ex->parts.n_low > 0 && ex->parts.hp_ran;
+    return ex->parts.can_lend ? lends(ex) : ex->parts.n_low > 0 && ex->parts.hp_ran;
+}
+
+/* DEMAND wants the partitions on while they are off, or off while on. */
+static bool demand_change(const sl_exec *ex)
+{
+    return demand_wanted(ex) != (ex->parts.mode != SL_PARTS_OFF);
 }
 
 int sl_exec_set_partitions(sl_exec *ex, enum sl_parts_mode mode, unsigned units)
@@ -336,11 +342,9 @@ void sl_exec_parts_follow(sl_exec *ex)
     /* an iteration counts only while both kinds of job are joined */
     if (ex->gaps.n_hp == 0 || p->n_low == 0)
         p->hp_ran = false;
-    if (!p->demand)
+    if (!p->demand || !demand_change(ex))
         return;
-    bool on = demand_wanted(ex);
-    if (on == (p->mode != SL_PARTS_OFF))
-        return;
+    bool on = p->mode == SL_PARTS_OFF;
     int rc = set_mode(ex, on ? SL_PARTS_AUTO : SL_PARTS_OFF, 0, !lends(ex));
     /* a device that changes only while idle: sl_exec_parts_settle tries
      * again then; any other failure waits for the next join or leave */
@@ -410,7 +414,7 @@ void sl_exec_parts_hp_done(sl_exec *ex, uint64_t now, uint64_t kind, uint64_t la
 void sl_exec_parts_settle(sl_exec *ex)
 {
     sl_exec_parts *p = &ex->parts;
-    if (p->demand && !p->demand_failed && demand_wanted(ex) != (p->mode != SL_PARTS_OFF)) {
+    if (p->demand && !p->demand_failed && demand_change(ex)) {
         /* a change on demand that found the device busy */
         if (p->caps.live || sl_exec_idle(ex))
             sl_exec_parts_follow(ex);

@@ -272,23 +272,27 @@ static void test_plan_search_ends(void **state)
 }
 
 /* Feeds n latencies of kind key, at from_ns + (i % 10) x step_ns, each an
- * observation. */
-static void run_latency(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from_ns,
-                        uint64_t step_ns)
+ * observation gap_ns after the last. */
+static void run_latency_every(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from_ns,
+                              uint64_t step_ns, uint64_t gap_ns)
 {
     for (unsigned i = 0; i < n; i++) {
         sl_part_plan_latency(p, key, from_ns + (i % 10) * step_ns);
-        (void) sl_part_plan_observe(p, 1000, 100000);
+        (void) sl_part_plan_observe(p, 1000, gap_ns);
     }
+}
+
+/* The same, one every 100 us. */
+static void run_latency(sl_part_plan *p, uint64_t key, unsigned n, uint64_t from_ns,
+                        uint64_t step_ns)
+{
+    run_latency_every(p, key, n, from_ns, step_ns, 100000);
 }
 
 /* n requests of kind key, each ns long, one every gap_ns. */
 static void run_spaced(sl_part_plan *p, uint64_t key, unsigned n, uint64_t ns, uint64_t gap_ns)
 {
-    for (unsigned i = 0; i < n; i++) {
-        sl_part_plan_latency(p, key, ns);
-        (void) sl_part_plan_observe(p, 1000, gap_ns);
-    }
+    run_latency_every(p, key, n, ns, 0, gap_ns);
 }
 
 /* A guarded plan on P100 granularity whose search for kind 7 (full speed
